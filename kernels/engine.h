@@ -1,0 +1,111 @@
+/*
+ * engine.h - the CPU attention engine: forward (O, LSE) and backward (dQ, dK, dV).
+ *
+ * This is both the reference that GPU kernels are checked against and the backend that
+ * dashd serves from on a machine without a GPU. Tensors use flash-attn's layout
+ * (batch, seqlen, heads, head_dim) with arbitrary element strides, stored as fp32, fp16 or
+ * bf16; all arithmetic is fp32.
+ *
+ * The backward runs the schedule's W virtual SMs on the engine's T worker threads. A
+ * virtual SM takes jobs j, j+W, j+2W... (its jobs in the schedule's dispatch order), walks
+ * each unit's q-tiles in the schedule's order, and adds each dQ partial into a shared fp32
+ * accumulator only when that tile's counter equals the addition's rank. A thread steps
+ * its virtual SMs in turn and moves past one that must wait, so T < W cannot deadlock.
+ * Every value is computed by fixed code in a fixed order, so for a deterministic schedule
+ * the output bytes depend on the inputs, shape, dtype, mask, scale and the engine
+ * configuration below - never on T, timing or the machine's load.
+ *
+ * Masks: full, or causal aligned to the bottom-right corner (flash-attn >= 2.1). Query
+ * rows that see no key get O = 0, LSE = +inf, dQ = 0.
+ * GQA/MQA: heads_kv divides heads_q; query head h reads kv head h / (heads_q / heads_kv),
+ * and dK/dV of a kv head are the sum over its query heads in ascending order.
+ */
+#ifndef DASH_ENGINE_H
+#define DASH_ENGINE_H
+
+#include "dtype.h"
+#include "sched.h"
+
+#include <stdint.h>
+
+#define ENG_HEAD_DIM_MIN 32
+#define ENG_HEAD_DIM_MAX 256
+#define ENG_BLOCK_DEFAULT 64 /* rows per q-tile and per kv-tile unless configured */
+#define ENG_BLOCK_MAX 512
+
+struct eng;
+
+/* A strided view of a (batch, seqlen, heads, head_dim) tensor. Strides are in elements
+ * and must be >= 0, with stride[3] == 1. Output tensors must not overlap themselves. */
+struct eng_tensor {
+    void *data;
+    int64_t stride[4];
+};
+
+/* The problem: shapes and the attention parameters. */
+struct eng_problem {
+    int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+    enum dtype_kind dtype;
+    enum sched_mask mask;
+    float scale; /* softmax scale, finite and > 0; usually 1/sqrt(head_dim) */
+};
+
+/* What the output bits depend on besides the inputs and the problem. Zero fields mean
+ * the defaults; the functions report the values they used. */
+struct eng_config {
+    enum sched_kind sched; /* backward schedule; SCHED_AUTO resolves by dag_auto() */
+    int32_t w;             /* virtual wave size (0: SCHED_W_DEFAULT) */
+    int32_t block_m;       /* q-tile rows (0: ENG_BLOCK_DEFAULT) */
+    int32_t block_n;       /* kv-tile rows (0: ENG_BLOCK_DEFAULT) */
+};
+
+/* An engine with `threads` workers (1..POOL_THREADS_MAX), or NULL. */
+struct eng *eng_new(int32_t threads);
+
+/* Accepts NULL. */
+void eng_free(struct eng *e);
+
+int32_t eng_threads(const struct eng *e);
+
+/* Check a problem without running it: 0, -EINVAL (malformed), -ENOTSUP (dtype or head
+ * dim outside what the engine supports). */
+int eng_check_problem(const struct eng_problem *p);
+
+/* Resolve defaults and SCHED_AUTO for a problem into *ret_cfg (untouched on failure).
+ * Returns 0 or a negative code (-EINVAL, -ENOTSUP, -EOVERFLOW, -ENOMEM). */
+int eng_resolve(struct eng *e, const struct eng_problem *p, const struct eng_config *cfg,
+                struct eng_config *ret_cfg);
+
+/*
+ * Forward: out = softmax(scale * q k^T, mask) v, and lse (natural log of the softmax
+ * denominator, scaled scores) as float (batch, heads_q, seqlen_q), contiguous.
+ * q, out: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim).
+ * cfg may be NULL (defaults); ret_cfg may be NULL. One call at a time per engine.
+ * Returns 0 or a negative code; outputs are unspecified on failure.
+ */
+int eng_forward(struct eng *e, const struct eng_problem *p, const struct eng_config *cfg,
+                struct eng_tensor out, float *lse, struct eng_tensor q, struct eng_tensor k,
+                struct eng_tensor v, struct eng_config *ret_cfg);
+
+/*
+ * Backward: dq, dk, dv from q, k, v, the forward's out and lse, and dout (shaped like
+ * out). dq is shaped like q, dk and dv like k. One call at a time per engine.
+ * Returns 0 or a negative code; outputs are unspecified on failure.
+ */
+int eng_backward(struct eng *e, const struct eng_problem *p, const struct eng_config *cfg,
+                 struct eng_tensor dq, struct eng_tensor dk, struct eng_tensor dv,
+                 struct eng_tensor q, struct eng_tensor k, struct eng_tensor v,
+                 struct eng_tensor out, const float *lse, struct eng_tensor dout,
+                 struct eng_config *ret_cfg);
+
+/* Strides of a dense (batch, seqlen, heads, head_dim) tensor. */
+static inline struct eng_tensor eng_dense(void *data, int32_t seqlen, int32_t heads,
+                                          int32_t head_dim)
+{
+    struct eng_tensor t = {data,
+                           {(int64_t)seqlen * heads * head_dim, (int64_t)heads * head_dim,
+                            head_dim, 1}};
+    return t;
+}
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * engine_int.h - what engine.c (API, validation, forward) and engine_bwd.c (backward)
+ * share. Not a public header.
+ */
+#ifndef DASH_ENGINE_INT_H
+#define DASH_ENGINE_INT_H
+
+#include "engine.h"
+#include "pool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENG__AUTO_CACHE 16
+#define ENG__ALIGN 64
+
+struct eng__auto_entry {
+    int valid;
+    struct sched_shape shape;
+    int32_t w;
+    enum sched_kind kind;
+};
+
+struct eng {
+    struct pool *pool;
+    unsigned char *scratch; /* grow-only arena, reused by every call */
+    size_t scratch_cap;
+    struct eng__auto_entry auto_cache[ENG__AUTO_CACHE];
+    int32_t auto_next;
+};
+
+/* Carves aligned pieces out of the engine's arena. First pass (base == NULL) only counts. */
+struct eng__carver {
+    unsigned char *base;
+    size_t used;
+};
+
+static inline void *eng__carve(struct eng__carver *c, size_t bytes)
+{
+    size_t at = (c->used + ENG__ALIGN - 1) & ~(size_t)(ENG__ALIGN - 1);
+    c->used = at + bytes;
+    return c->base ? c->base + at : NULL;
+}
+
+/* Make the arena at least `bytes` long. Returns it, or NULL (the old arena is kept). */
+unsigned char *eng__arena(struct eng *e, size_t bytes);
+
+/* Validate everything both passes need and fill *ret_cfg and *ret_geo (a schedule of the
+ * resolved kind, whose tile geometry both passes use). */
+int eng__prepare(struct eng *e, const struct eng_problem *p, const struct eng_config *cfg,
+                 struct eng_config *ret_cfg, struct sched *ret_geo);
+
+/* Check one tensor view against its logical shape (batch, seqlen, heads, head_dim).
+ * Outputs must not overlap themselves. 0 or -EINVAL. */
+int eng__check_tensor(const struct eng_tensor *t, int32_t batch, int32_t seqlen, int32_t heads,
+                      int32_t head_dim, int output);
+
+/* Element offset of (b, s, h, 0). */
+static inline int64_t eng__row(const struct eng_tensor *t, int64_t b, int64_t s, int64_t h)
+{
+    return b * t->stride[0] + s * t->stride[1] + h * t->stride[2];
+}
+
+/* Run fn(ctx, task, thread) for every task in [0, tasks) on the engine's threads; tasks
+ * are handed out dynamically, so fn must not care which thread runs which task. */
+typedef void (*eng__task_fn)(void *ctx, int64_t task, int32_t thread);
+void eng__for_each(struct eng *e, int64_t tasks, eng__task_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,329 @@
+/*
+ * sched.h - backward-pass schedules: who visits which dQ tile when, and in which order the
+ * partial sums of each dQ tile are added.
+ *
+ * The attention backward runs over *units*: one kv-tile n of one (batch, q-head) pair. A unit
+ * visits every q-tile m that the mask lets it touch, computes that tile's dQ partial sum and
+ * adds it into a shared fp32 accumulator. A deterministic schedule fixes, for every dQ tile,
+ * the order of those additions: each addition has a *rank*, and the worker adding it waits
+ * until the tile's counter equals its rank, adds, then increments the counter.
+ *
+ * Units are grouped into *jobs* (what one virtual SM runs back to back; a job is one unit,
+ * or a (long, short) pair of kv-tiles for causal shift) and jobs are listed in a *dispatch
+ * order*. The order of additions depends on the shape, the tile sizes and a virtual wave
+ * size W only - never on the real SM count, the grid or the thread count - so the same
+ * request gives the same bits on every machine.
+ *
+ *   schedule    jobs            dispatch          visits q-tiles    adds into dQ[m] in order
+ *   ascending   one kv-tile     n ascending       m ascending       n ascending (FA3 original)
+ *   descending  one kv-tile     n ascending       m descending      n ascending (DASH)
+ *   spt         one kv-tile     n descending      m ascending       n descending (FA3 SPT)
+ *   shift       W-chunks; pairs chunk by chunk    rotated by slot   (chunk, step, slot) (DASH)
+ *   atomic      one kv-tile     n ascending       m ascending       any (not reproducible)
+ *
+ * Shift. The jobs of one head are cut into chunks of at most W consecutive jobs; all heads'
+ * chunk 0 come first in dispatch order, then all heads' chunk 1, and so on. Inside a chunk
+ * the job in slot i starts its walk over the shared rectangle of q-tiles [rs, M) at tile
+ * rs + i and wraps, so jobs that run at the same time touch different dQ tiles. Full mask:
+ * a job is one kv-tile and rs = 0. Causal (two stages): job k is kv-tile k (long) followed
+ * by kv-tile N-1-k (short); the long tile walks the rectangle, then its private triangle
+ * below rs upward; the short tile then walks down from M-1. Ranks are the order of the
+ * (chunk, step within the job, slot) keys of the additions into a tile. That key order is
+ * a total order that agrees with every job's program order, so if the W jobs of a chunk run
+ * concurrently no wait can ever form a cycle - whatever the tile ratio (64x96 included) -
+ * and for lock-step execution it is exactly the order in which additions arrive, so nobody
+ * waits. It reproduces the DASH fork's orders for its integer-ratio examples.
+ *
+ * Deadlock freedom. ascending/descending/spt wait only on units earlier in dispatch order,
+ * so any number of workers taking jobs in dispatch order finishes. shift waits on jobs of
+ * the same chunk, so it needs at least min(W, jobs in a chunk) workers running at once;
+ * a machine with P >= W workers taking jobs in dispatch order (statically j mod P or
+ * dynamically) cannot deadlock. tests/test_sched.c checks both by exhaustive simulation.
+ *
+ * Masks: full, and causal aligned to the bottom-right corner as flash-attn >= 2.1 does
+ * (query i sees key j iff j <= i + seqlen_k - seqlen_q). Everything below is written in
+ * terms of the per-unit q range [m_lo(n), m_hi(n)) and the per-tile contributor range
+ * [n_lo(m), n_hi(m)), so a sliding-window mask only has to supply those ranges.
+ *
+ * All indices and counters are 32-bit; sched_init() rejects shapes whose tile or job
+ * counts would not fit, so nothing here can overflow. Everything but sched_init() and the
+ * name helpers is a pure inline function usable from C and from CUDA device code.
+ */
+#ifndef DASH_SCHED_H
+#define DASH_SCHED_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define SCHED_FN static inline __host__ __device__
+#else
+#define SCHED_FN static inline
+#endif
+
+enum sched_kind {
+    SCHED_ATOMIC = 0,
+    SCHED_ASCENDING,
+    SCHED_DESCENDING,
+    SCHED_SPT,
+    SCHED_SHIFT,
+    SCHED_AUTO, /* resolved by dag_auto() before sched_init() */
+    SCHED_KIND_COUNT
+};
+
+enum sched_mask { SCHED_MASK_FULL = 0, SCHED_MASK_CAUSAL, SCHED_MASK_COUNT };
+
+/* The fleet-wide default virtual wave size. It must not exceed the SM count of any GPU we
+ * serve (shift needs W concurrent workers); 64 fits an H20 (78 SMs) and every larger part. */
+#define SCHED_W_DEFAULT 64
+#define SCHED_W_MAX 4096
+
+/* What a schedule is a function of. heads counts query heads (a GQA kv head serves several). */
+struct sched_shape {
+    int32_t batch, heads;
+    int32_t seqlen_q, seqlen_k;
+    int32_t block_m, block_n; /* q-tile rows, kv-tile rows */
+    enum sched_mask mask;
+};
+
+/* A resolved schedule: the shape plus derived counts. Plain data, copy it freely (it is
+ * what a CUDA kernel receives by value). Invariants after sched_init(): every count below
+ * is >= 1 and every product the functions form fits in int32_t. */
+struct sched {
+    enum sched_kind kind;
+    enum sched_mask mask;
+    int32_t w;
+    int32_t batch, heads, seqlen_q, seqlen_k, block_m, block_n;
+    int32_t m_tiles;       /* M: q-tiles per head */
+    int32_t n_tiles;       /* N: kv-tiles per head */
+    int32_t bh;            /* batch * heads */
+    int32_t jobs_per_head; /* N, or ceil(N/2) for causal shift */
+    int32_t chunks;        /* chunks per head: ceil(jobs_per_head / W) for shift, else 1 */
+    int32_t jobs;          /* bh * jobs_per_head */
+    int32_t paired;        /* jobs are (long, short) kv-tile pairs (causal shift) */
+};
+
+/* One job in dispatch order. */
+struct sched_job {
+    int32_t bh;    /* batch * heads + head */
+    int32_t k;     /* job index within its head */
+    int32_t chunk; /* shift: chunk of the head; else 0 */
+    int32_t slot;  /* shift: position within the chunk; else k */
+    int32_t len;   /* shift: jobs in this chunk; else jobs_per_head */
+};
+
+/* Fill *ret from a shape. Returns 0, -EINVAL for a bad kind/mask/size/W (SCHED_AUTO is
+ * invalid here), or -EOVERFLOW when tile or job counts would not fit in 32 bits.
+ * *ret is untouched on failure. */
+int sched_init(struct sched *ret, enum sched_kind kind, const struct sched_shape *shape, int32_t w);
+
+/* "ascending", ... ; NULL for an invalid kind. */
+const char *sched_kind_name(enum sched_kind kind);
+/* Parse a name; returns the kind or -EINVAL. */
+int sched_kind_parse(const char *name);
+const char *sched_mask_name(enum sched_mask mask);
+int sched_mask_parse(const char *name);
+/* Whether the schedule gives the same bits on every run. */
+SCHED_FN int sched_is_deterministic(enum sched_kind kind) { return kind != SCHED_ATOMIC; }
+
+/* ---- mask geometry ---------------------------------------------------------------- */
+
+/* First q-tile that kv-tile n contributes to. Never beyond M-1: with bottom-right causal
+ * alignment the last key of every kv-tile is seen by the last query. */
+SCHED_FN int32_t sched_m_lo(const struct sched *s, int32_t n)
+{
+    if (s->mask == SCHED_MASK_FULL)
+        return 0;
+    /* smallest m whose last row i satisfies i + (Sk - Sq) >= n*Bn */
+    int32_t t = (n * s->block_n - s->seqlen_k) + s->seqlen_q;
+    return t <= 0 ? 0 : t / s->block_m;
+}
+
+SCHED_FN int32_t sched_m_hi(const struct sched *s, int32_t n)
+{
+    (void)n;
+    return s->m_tiles;
+}
+
+SCHED_FN int32_t sched_n_lo(const struct sched *s, int32_t m)
+{
+    (void)s;
+    (void)m;
+    return 0;
+}
+
+/* One past the last kv-tile that contributes to q-tile m (0: the tile sees no key). */
+SCHED_FN int32_t sched_n_hi(const struct sched *s, int32_t m)
+{
+    if (s->mask == SCHED_MASK_FULL)
+        return s->n_tiles;
+    int32_t last_row = (m + 1) * s->block_m;
+    if (last_row > s->seqlen_q)
+        last_row = s->seqlen_q;
+    int32_t last_key = (last_row - 1 - s->seqlen_q) + s->seqlen_k;
+    if (last_key < 0)
+        return 0;
+    int32_t n = last_key / s->block_n + 1;
+    return n < s->n_tiles ? n : s->n_tiles;
+}
+
+/* How many additions dQ tile m receives; its counter ends at this value. */
+SCHED_FN int32_t sched_contributors(const struct sched *s, int32_t m)
+{
+    return sched_n_hi(s, m) - sched_n_lo(s, m);
+}
+
+/* ---- jobs ----------------------------------------------------------------------------- */
+
+/* The j-th job in dispatch order, 0 <= j < s->jobs. */
+SCHED_FN struct sched_job sched_job_at(const struct sched *s, int32_t j)
+{
+    struct sched_job J;
+    if (s->kind != SCHED_SHIFT || s->chunks == 1) {
+        J.bh = j / s->jobs_per_head;
+        J.k = j - J.bh * s->jobs_per_head;
+        J.chunk = 0;
+        J.slot = J.k;
+        J.len = s->jobs_per_head;
+        return J;
+    }
+    /* Full chunks (W jobs per head) come first, then the last, shorter chunk of each head.
+     * bh * W < jobs here, because chunks > 1 means W < jobs_per_head. */
+    int32_t per_chunk = s->bh * s->w;
+    int32_t full_jobs = (s->chunks - 1) * per_chunk;
+    int32_t rem;
+    if (j < full_jobs) {
+        J.chunk = j / per_chunk;
+        rem = j - J.chunk * per_chunk;
+        J.len = s->w;
+    } else {
+        J.chunk = s->chunks - 1;
+        rem = j - full_jobs;
+        J.len = s->jobs_per_head - J.chunk * s->w;
+    }
+    J.bh = rem / J.len;
+    J.slot = rem - J.bh * J.len;
+    J.k = J.chunk * s->w + J.slot;
+    return J;
+}
+
+/* Units in job k of a head: 2 for a causal-shift pair whose partner exists, else 1. */
+SCHED_FN int32_t sched_job_stages(const struct sched *s, int32_t k)
+{
+    return (s->paired && k < s->n_tiles / 2) ? 2 : 1;
+}
+
+/* The kv-tile that stage 0 or 1 of job k processes. */
+SCHED_FN int32_t sched_job_unit(const struct sched *s, int32_t k, int32_t stage)
+{
+    if (stage == 1)
+        return s->n_tiles - 1 - k;
+    return s->kind == SCHED_SPT ? s->n_tiles - 1 - k : k;
+}
+
+/* Number of q-tiles kv-tile n visits. */
+SCHED_FN int32_t sched_unit_steps(const struct sched *s, int32_t n)
+{
+    return sched_m_hi(s, n) - sched_m_lo(s, n);
+}
+
+/* Shift: first q-tile of the rectangle that every long tile of the job's chunk shares. */
+SCHED_FN int32_t sched__rect_lo(const struct sched *s, const struct sched_job *J)
+{
+    return sched_m_lo(s, J->chunk * s->w + J->len - 1);
+}
+
+/* The q-tile visited at `step` (0 <= step < sched_unit_steps) of the job's stage. */
+SCHED_FN int32_t sched_visit(const struct sched *s, const struct sched_job *J, int32_t stage,
+                             int32_t step)
+{
+    int32_t n = sched_job_unit(s, J->k, stage);
+    int32_t lo = sched_m_lo(s, n);
+    switch (s->kind) {
+    case SCHED_DESCENDING:
+        return s->m_tiles - 1 - step;
+    case SCHED_SHIFT: {
+        if (stage == 1)
+            return s->m_tiles - 1 - step;
+        int32_t rs = sched__rect_lo(s, J);
+        int32_t rlen = s->m_tiles - rs;
+        if (step < rlen)
+            return rs + (J->slot % rlen + step) % rlen;
+        return lo + (step - rlen);
+    }
+    default:
+        return lo + step;
+    }
+}
+
+/* Shift: the step at which the job's stage visits q-tile m, counted from the job's start
+ * (stage 1 steps follow all of stage 0's). m must be a tile the unit visits. */
+SCHED_FN int32_t sched__shift_key_step(const struct sched *s, int32_t k, int32_t slot,
+                                       int32_t rs, int32_t stage, int32_t m)
+{
+    int32_t lo = sched_m_lo(s, k); /* the long tile's range */
+    if (stage == 1)
+        return (s->m_tiles - lo) + (s->m_tiles - 1 - m);
+    int32_t rlen = s->m_tiles - rs;
+    if (m >= rs)
+        return (m - rs + rlen - slot % rlen) % rlen;
+    return rlen + (m - lo);
+}
+
+/* Number of integers in [a0, a1) and [b0, b1) both. */
+SCHED_FN int32_t sched__overlap(int32_t a0, int32_t a1, int32_t b0, int32_t b1)
+{
+    int32_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* Shift: how many additions into q-tile m come before the one of (job, stage). */
+SCHED_FN int32_t sched__shift_rank(const struct sched *s, const struct sched_job *J,
+                                   int32_t stage, int32_t m)
+{
+    int32_t n_lo = sched_n_lo(s, m), n_hi = sched_n_hi(s, m);
+    int32_t first = J->chunk * s->w; /* first job of this chunk */
+    /* Earlier chunks come first: their long tiles are kv [0, first), their short tiles
+     * kv [N - pairs_before, N). */
+    int32_t rank = sched__overlap(0, first, n_lo, n_hi);
+    if (s->paired) {
+        int32_t half = s->n_tiles / 2;
+        int32_t pairs_before = first < half ? first : half;
+        rank += sched__overlap(s->n_tiles - pairs_before, s->n_tiles, n_lo, n_hi);
+    }
+    int32_t rs = sched__rect_lo(s, J);
+    int32_t my = sched__shift_key_step(s, J->k, J->slot, rs, stage, m);
+    for (int32_t i = 0; i < J->len; i++) {
+        int32_t k = first + i;
+        for (int32_t st = 0; st < sched_job_stages(s, k); st++) {
+            int32_t n = sched_job_unit(s, k, st);
+            if (n < n_lo || n >= n_hi)
+                continue;
+            int32_t t = sched__shift_key_step(s, k, i, rs, st, m);
+            if (t < my || (t == my && i < J->slot))
+                rank++;
+        }
+    }
+    return rank;
+}
+
+/* The counter value dQ tile m must show before the job's stage may add into it; the
+ * ranks of all contributors of m are a permutation of [0, sched_contributors(m)).
+ * -1 for SCHED_ATOMIC (no order). m must be a tile the unit visits. */
+SCHED_FN int32_t sched_rank(const struct sched *s, const struct sched_job *J, int32_t stage,
+                            int32_t m)
+{
+    int32_t n = sched_job_unit(s, J->k, stage);
+    switch (s->kind) {
+    case SCHED_ASCENDING:
+    case SCHED_DESCENDING:
+        return n - sched_n_lo(s, m);
+    case SCHED_SPT:
+        return sched_n_hi(s, m) - 1 - n;
+    case SCHED_SHIFT:
+        return sched__shift_rank(s, J, stage, m);
+    default:
+        return -1;
+    }
+}
+
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# deps.sh - make sure the Debian packages the build needs are installed.
+#   scripts/deps.sh [--gpu]   check; as root install what is missing, otherwise print the
+#                             one apt-get line to run and exit 1.
+# Kept in one place so `make`, `make test`, `make demo` and .ci/run agree on the list.
+set -euo pipefail
+
+pkgs=(gcc make libc6-dev pkg-config libcunit1-dev)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $status == "install ok installed" ]] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  # An image may ship without package lists; update only when the install cannot proceed.
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+  exit 0
+fi
+echo "deps: missing Debian packages. Run:" >&2
+echo "  sudo apt-get install -y ${missing[*]}" >&2
+exit 1

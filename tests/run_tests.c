@@ -1,0 +1,43 @@
+/*
+ * run_tests.c - the CUnit runner for every CPU suite. `test_dash [suite...]` runs the
+ * named suites only. Exit status 0 when every test passed. The CUnit summary is the last
+ * thing printed.
+ */
+#include "suites.h"
+#include "testutil.h"
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*add)(void);
+} suites[] = {
+    {"errors", suite_errors}, {"sched", suite_sched},   {"dag", suite_dag},
+    {"dtype", suite_dtype},   {"engine", suite_engine}, {"dashctl", suite_dashctl},
+};
+
+int main(int argc, char **argv)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
+        int wanted = argc < 2;
+        for (int a = 1; a < argc; a++)
+            wanted |= strcmp(argv[a], suites[i].name) == 0;
+        if (wanted && suites[i].add() != 0) {
+            fprintf(stderr, "cannot register suite %s: %s\n", suites[i].name, CU_get_error_msg());
+            CU_cleanup_registry();
+            return 2;
+        }
+    }
+    printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),
+           (unsigned long long)tu_seed());
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    return (failed || ran == 0) ? 1 : 0;
+}

@@ -1,0 +1,23 @@
+/*
+ * suites.h - the CUnit suites of the test runner (tests/run_tests.c), one per module.
+ * Each suite_<module>() registers its tests and returns 0, or -1 if CUnit failed.
+ */
+#ifndef DASH_TEST_SUITES_H
+#define DASH_TEST_SUITES_H
+
+#include <CUnit/CUnit.h>
+
+#define ADD_TEST(suite, fn)                        \
+    do {                                           \
+        if (!CU_add_test((suite), #fn, (fn)))      \
+            return -1;                             \
+    } while (0)
+
+int suite_errors(void);
+int suite_sched(void);
+int suite_dag(void);
+int suite_dtype(void);
+int suite_engine(void);
+int suite_dashctl(void);
+
+#endif

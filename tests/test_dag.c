@@ -1,0 +1,170 @@
+/*
+ * test_dag.c - the DAG model against the paper's closed forms, its deadlock detection,
+ * its DOT output, and the `auto` rule.
+ */
+#include "suites.h"
+#include "../kernels/dag.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double makespan(enum sched_kind kind, enum sched_mask mask, int32_t tiles, int32_t heads,
+                       int32_t sms, int32_t w, double c, double r)
+{
+    struct sched_shape sh = {1, heads, tiles, tiles, 1, 1, mask};
+    struct sched s;
+    struct dag_stats st;
+    if (sched_init(&s, kind, &sh, w) != 0)
+        return -1;
+    int rc = dag_model(&s, sms, c, r, NULL, NULL, &st);
+    return rc == 0 ? st.makespan : rc;
+}
+
+/* One head, n SMs = n kv-tiles = n q-tiles (kernels.md section 4). */
+static void test_dag_one_head_matches_closed_forms(void)
+{
+    const double costs[][2] = {{1, 0.25}, {1, 0.5}, {3, 1}, {1, 0}};
+    for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++) {
+        double c = costs[ci][0], r = costs[ci][1];
+        for (int32_t n = 1; n <= 24; n++) {
+            double naive = n * (c + r) + (n - 1) * r, bound = n * (c + r);
+            CU_ASSERT_DOUBLE_EQUAL(makespan(SCHED_ASCENDING, SCHED_MASK_FULL, n, 1, n, n, c, r), naive, 1e-9);
+            CU_ASSERT_DOUBLE_EQUAL(makespan(SCHED_SHIFT, SCHED_MASK_FULL, n, 1, n, n, c, r), bound, 1e-9);
+            CU_ASSERT_DOUBLE_EQUAL(makespan(SCHED_ASCENDING, SCHED_MASK_CAUSAL, n, 1, n, n, c, r), naive, 1e-9);
+            CU_ASSERT_DOUBLE_EQUAL(makespan(SCHED_DESCENDING, SCHED_MASK_CAUSAL, n, 1, n, n, c, r), bound, 1e-9);
+        }
+    }
+}
+
+/* m heads on n SMs, descending causal: m (n+1)(c+r)/2 + (n-1) r. The model's greedy
+ * dispatch reproduces the estimate exactly when the heads pair up (m even); with an odd
+ * head count the last head's columns cannot be balanced and up to half a column of work,
+ * (n-1)(c+r)/2, is left over. One head alone takes n (c+r) (closed form above). */
+static void test_dag_multi_head_descending_matches_estimate(void)
+{
+    const double c = 1, r = 0.25;
+    for (int32_t m = 2; m <= 8; m++)
+        for (int32_t n = 2; n <= 16; n++) {
+            double est = m * (n + 1) * (c + r) / 2 + (n - 1) * r;
+            double got = makespan(SCHED_DESCENDING, SCHED_MASK_CAUSAL, n, m, n, n, c, r);
+            if (m % 2 == 0) {
+                CU_ASSERT_DOUBLE_EQUAL(got, est, 1e-9);
+            } else {
+                CU_ASSERT(got >= est - 1e-9);
+                CU_ASSERT(got <= est + (n - 1) * (c + r) / 2 + 1e-9);
+            }
+        }
+}
+
+/* Nothing beats the work bound; atomic (no chain) is never slower than a chain. */
+static void test_dag_makespan_respects_work_bound(void)
+{
+    for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
+        for (int kind = 0; kind < SCHED_AUTO; kind++)
+            for (int32_t sms = 1; sms <= 9; sms += 4) {
+                struct sched_shape sh = {2, 3, 7 * 4 - 1, 5 * 3, 4, 3, (enum sched_mask)mask};
+                struct sched s, a;
+                struct dag_stats st, at;
+                CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, 4) == 0);
+                CU_ASSERT_FATAL(sched_init(&a, SCHED_ATOMIC, &sh, 4) == 0);
+                int rc = dag_model(&s, sms, 1, 0.25, NULL, NULL, &st);
+                if (kind == SCHED_SHIFT && sms < 4) {
+                    CU_ASSERT(rc == 0 || rc == -EDEADLK);
+                    continue;
+                }
+                CU_ASSERT_FATAL(rc == 0);
+                CU_ASSERT_FATAL(dag_model(&a, sms, 1, 0.25, NULL, NULL, &at) == 0);
+                CU_ASSERT(st.makespan >= st.work / sms - 1e-9);
+                CU_ASSERT(st.makespan >= at.makespan - 1e-9);
+                CU_ASSERT_EQUAL(st.additions, at.additions);
+            }
+}
+
+/* Shift with fewer SMs than jobs in a chunk has a wait cycle; with W SMs or more it never
+ * has, and neither do the fixed orders on any SM count. */
+static void test_dag_reports_deadlock_only_when_sms_below_chunk(void)
+{
+    CU_ASSERT_EQUAL(makespan(SCHED_SHIFT, SCHED_MASK_FULL, 8, 1, 2, 8, 1, 0.25), -EDEADLK);
+    CU_ASSERT(makespan(SCHED_SHIFT, SCHED_MASK_FULL, 8, 1, 8, 8, 1, 0.25) > 0);
+    CU_ASSERT(makespan(SCHED_SHIFT, SCHED_MASK_FULL, 8, 1, 2, 2, 1, 0.25) > 0);
+    CU_ASSERT(makespan(SCHED_SHIFT, SCHED_MASK_FULL, 8, 3, 13, 8, 1, 0.25) > 0);
+    for (int kind = SCHED_ASCENDING; kind < SCHED_SHIFT; kind++)
+        for (int32_t sms = 1; sms <= 5; sms++)
+            CU_ASSERT(makespan((enum sched_kind)kind, SCHED_MASK_CAUSAL, 9, 2, sms, 64, 1, 0.25) > 0);
+}
+
+static void test_dag_rejects_bad_arguments(void)
+{
+    struct sched_shape sh = {1, 1, 4, 4, 1, 1, SCHED_MASK_FULL};
+    struct sched s;
+    struct dag_stats st;
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 4) == 0);
+    CU_ASSERT_EQUAL(dag_model(NULL, 4, 1, 1, NULL, NULL, &st), -EINVAL);
+    CU_ASSERT_EQUAL(dag_model(&s, 0, 1, 1, NULL, NULL, &st), -EINVAL);
+    CU_ASSERT_EQUAL(dag_model(&s, 4, -1, 1, NULL, NULL, &st), -EINVAL);
+    CU_ASSERT_EQUAL(dag_model(&s, 4, 1, NAN, NULL, NULL, &st), -EINVAL);
+    CU_ASSERT_EQUAL(dag_model(&s, 4, 1, 1, NULL, NULL, NULL), -EINVAL);
+    enum sched_kind k;
+    CU_ASSERT_EQUAL(dag_auto(NULL, 4, &k), -EINVAL);
+    sh.seqlen_q = 0;
+    CU_ASSERT_EQUAL(dag_auto(&sh, 4, &k), -EINVAL);
+}
+
+static void test_dag_dot_has_every_node_and_chain(void)
+{
+    struct sched_shape sh = {1, 1, 3, 3, 1, 1, SCHED_MASK_FULL};
+    struct sched s;
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 3) == 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_EQUAL(dag_write_dot(f, &s, 3, 1, 0.25), 0);
+    fclose(f);
+    CU_ASSERT(strncmp(buf, "digraph", 7) == 0);
+    int c_nodes = 0, chain = 0;
+    for (char *p = buf; (p = strstr(p, "shape=box")); p++)
+        c_nodes++;
+    for (char *p = buf; (p = strstr(p, "color=red")); p++)
+        chain++;
+    CU_ASSERT_EQUAL(c_nodes, 9);   /* 3 x 3 additions */
+    CU_ASSERT_EQUAL(chain, 3 * 2); /* per dQ tile, 3 reductions linked by 2 edges */
+    CU_ASSERT(strstr(buf, "makespan 3.75") != NULL);
+    free(buf);
+}
+
+/* auto picks the smallest modelled makespan; for one causal head that is descending or
+ * spt (n(c+r)), for a full mask shift; the pick is the same whatever the machine. */
+static void test_dag_auto_picks_fastest_modelled_schedule(void)
+{
+    enum sched_kind k;
+    struct sched_shape full = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_FULL};
+    CU_ASSERT_EQUAL(dag_auto(&full, 8, &k), 0);
+    CU_ASSERT_EQUAL(k, SCHED_SHIFT);
+    struct sched_shape causal = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dag_auto(&causal, 8, &k), 0);
+    CU_ASSERT_EQUAL(k, SCHED_DESCENDING); /* ties with spt go to the simpler, listed first */
+    /* a big shape still resolves quickly (heads, then tiles, are reduced for the model) */
+    struct sched_shape big = {4, 32, 1 << 16, 1 << 16, 64, 64, SCHED_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dag_auto(&big, SCHED_W_DEFAULT, &k), 0);
+    CU_ASSERT(sched_is_deterministic(k));
+}
+
+int suite_dag(void)
+{
+    CU_pSuite s = CU_add_suite("dag", NULL, NULL);
+    if (!s)
+        return -1;
+    ADD_TEST(s, test_dag_one_head_matches_closed_forms);
+    ADD_TEST(s, test_dag_multi_head_descending_matches_estimate);
+    ADD_TEST(s, test_dag_makespan_respects_work_bound);
+    ADD_TEST(s, test_dag_reports_deadlock_only_when_sms_below_chunk);
+    ADD_TEST(s, test_dag_rejects_bad_arguments);
+    ADD_TEST(s, test_dag_dot_has_every_node_and_chain);
+    ADD_TEST(s, test_dag_auto_picks_fastest_modelled_schedule);
+    return 0;
+}

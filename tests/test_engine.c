@@ -1,0 +1,482 @@
+/*
+ * test_engine.c - the CPU engine against the float64 reference, and its determinism as
+ * bytes: every deterministic schedule gives identical dQ/dK/dV for 1..8 threads and on
+ * every repeat, whatever the tile sizes, W, mask, GQA ratio or strides. Inputs are fresh
+ * random draws each run (seed printed by the runner); outputs are poisoned beforehand.
+ */
+#include "suites.h"
+#include "testutil.h"
+#include "../kernels/engine.h"
+#include "../kernels/ref.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fixtures ---------------------------------------------------------------------- */
+
+struct attn {
+    struct eng_problem p;
+    int64_t nq, nk, nlse; /* elements of q-shaped, k-shaped tensors, and of lse */
+    void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *lse;
+};
+
+static struct eng_tensor dense_q(const struct attn *a, void *data)
+{
+    return eng_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
+}
+
+static struct eng_tensor dense_k(const struct attn *a, void *data)
+{
+    return eng_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
+}
+
+static void attn_init(struct attn *a, const struct eng_problem *p, struct tu_rng *r)
+{
+    memset(a, 0, sizeof *a);
+    a->p = *p;
+    a->nq = (int64_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim;
+    a->nk = (int64_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim;
+    a->nlse = (int64_t)p->batch * p->heads_q * p->seqlen_q;
+    size_t es = (size_t)dtype_size(p->dtype);
+    a->q = malloc(es * (size_t)a->nq);
+    a->out = malloc(es * (size_t)a->nq);
+    a->dout = malloc(es * (size_t)a->nq);
+    a->dq = malloc(es * (size_t)a->nq);
+    a->k = malloc(es * (size_t)a->nk);
+    a->v = malloc(es * (size_t)a->nk);
+    a->dk = malloc(es * (size_t)a->nk);
+    a->dv = malloc(es * (size_t)a->nk);
+    a->lse = malloc(sizeof(float) * (size_t)a->nlse);
+    tu_fill(a->q, p->dtype, a->nq, r, 1.0);
+    tu_fill(a->k, p->dtype, a->nk, r, 1.0);
+    tu_fill(a->v, p->dtype, a->nk, r, 1.0);
+    tu_fill(a->dout, p->dtype, a->nq, r, 1.0);
+    tu_poison(a->out, es * (size_t)a->nq);
+    tu_poison(a->lse, sizeof(float) * (size_t)a->nlse);
+}
+
+static void attn_free(struct attn *a)
+{
+    free(a->q);
+    free(a->k);
+    free(a->v);
+    free(a->out);
+    free(a->dout);
+    free(a->dq);
+    free(a->dk);
+    free(a->dv);
+    free(a->lse);
+}
+
+static int run_forward(struct eng *e, struct attn *a, const struct eng_config *cfg)
+{
+    return eng_forward(e, &a->p, cfg, dense_q(a, a->out), a->lse, dense_q(a, a->q),
+                       dense_k(a, a->k), dense_k(a, a->v), NULL);
+}
+
+static int run_backward(struct eng *e, struct attn *a, const struct eng_config *cfg,
+                        struct eng_config *ret_cfg)
+{
+    size_t es = (size_t)dtype_size(a->p.dtype);
+    tu_poison(a->dq, es * (size_t)a->nq);
+    tu_poison(a->dk, es * (size_t)a->nk);
+    tu_poison(a->dv, es * (size_t)a->nk);
+    return eng_backward(e, &a->p, cfg, dense_q(a, a->dq), dense_k(a, a->dk), dense_k(a, a->dv),
+                        dense_q(a, a->q), dense_k(a, a->k), dense_k(a, a->v), dense_q(a, a->out),
+                        a->lse, dense_q(a, a->dout), ret_cfg);
+}
+
+static double rel_err(const void *got, enum dtype_kind t, const double *ref, int64_t n)
+{
+    double *g = malloc(sizeof(double) * (size_t)n);
+    tu_to_double(got, t, n, g);
+    double e = ref_rel_error(g, ref, n);
+    free(g);
+    return e;
+}
+
+static double tolerance(enum dtype_kind t)
+{
+    return t == DTYPE_F32 ? 1e-5 : t == DTYPE_F16 ? 5e-3 : 1e-2;
+}
+
+struct shape_case {
+    int32_t batch, sq, sk, hq, hkv, d;
+    enum dtype_kind dtype;
+    enum sched_mask mask;
+    int32_t bm, bn, w;
+};
+
+/* Odd sizes on purpose: seqlens that are not multiples of the tiles, seqlen_q != seqlen_k
+ * both ways (causal rows that see no key), seqlen 1, GQA ratios 1, 2, 8, non-integer tile
+ * ratios, head dims from 32 to 256, and W smaller than the number of kv-tiles. */
+static const struct shape_case cases[] = {
+    {2, 37, 53, 4, 4, 64, DTYPE_F32, SCHED_MASK_FULL, 16, 16, 3},
+    {1, 53, 37, 4, 2, 32, DTYPE_F32, SCHED_MASK_CAUSAL, 16, 8, 64},
+    {1, 17, 81, 6, 3, 96, DTYPE_F32, SCHED_MASK_CAUSAL, 8, 16, 2},
+    {2, 64, 64, 8, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL, 64, 64, 64},
+    {1, 1, 1, 2, 1, 32, DTYPE_BF16, SCHED_MASK_CAUSAL, 64, 64, 64},
+    {1, 1, 40, 2, 2, 32, DTYPE_BF16, SCHED_MASK_FULL, 64, 16, 64},
+    {1, 100, 70, 2, 2, 128, DTYPE_F16, SCHED_MASK_FULL, 32, 48, 4},
+    {1, 90, 90, 2, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL, 64, 96, 64},
+    {1, 33, 33, 4, 2, 256, DTYPE_BF16, SCHED_MASK_CAUSAL, 16, 24, 2},
+};
+
+static struct eng_problem problem_of(const struct shape_case *c)
+{
+    struct eng_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
+                            (float)(1.0 / sqrt((double)c->d))};
+    return p;
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+static void test_engine_matches_float64_reference_for_every_schedule(void)
+{
+    struct eng *e = eng_new(2);
+    CU_ASSERT_FATAL(e != NULL);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x1234);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct shape_case *c = &cases[ci];
+        struct eng_problem p = problem_of(c);
+        struct attn a;
+        attn_init(&a, &p, &r);
+        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
+        double *dq = malloc(sizeof(double) * (size_t)a.nq);
+        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
+        CU_ASSERT_FATAL(ref_forward(&p, dense_q(&a, a.q), dense_k(&a, a.k), dense_k(&a, a.v), out, lse) == 0);
+        CU_ASSERT_FATAL(ref_backward(&p, dense_q(&a, a.q), dense_k(&a, a.k), dense_k(&a, a.v),
+                                     dense_q(&a, a.dout), dq, dk, dv) == 0);
+        struct eng_config cfg = {SCHED_AUTO, c->w, c->bm, c->bn};
+        CU_ASSERT_EQUAL_FATAL(run_forward(e, &a, &cfg), 0);
+        double tol = tolerance(p.dtype), err = rel_err(a.out, p.dtype, out, a.nq);
+        if (!(err < tol))
+            fprintf(stderr, "\n  case %zu forward: rel error %.3g (limit %.0g)", ci, err, tol);
+        CU_ASSERT(err < tol);
+        int lse_bad = 0;
+        for (int64_t i = 0; i < a.nlse; i++)
+            lse_bad += isinf(lse[i]) ? !(isinf(a.lse[i]) && a.lse[i] > 0)
+                                     : !(fabs(a.lse[i] - lse[i]) <= 1e-4 * (1 + fabs(lse[i])));
+        CU_ASSERT_EQUAL(lse_bad, 0);
+
+        for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
+            cfg.sched = (enum sched_kind)kind;
+            struct eng_config used;
+            CU_ASSERT_EQUAL_FATAL(run_backward(e, &a, &cfg, &used), 0);
+            CU_ASSERT(used.sched != SCHED_AUTO);
+            double eq = rel_err(a.dq, p.dtype, dq, a.nq);
+            double ek = rel_err(a.dk, p.dtype, dk, a.nk);
+            double ev = rel_err(a.dv, p.dtype, dv, a.nk);
+            if (!(eq < tol && ek < tol && ev < tol))
+                fprintf(stderr, "\n  case %zu %s: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)", ci,
+                        sched_kind_name(cfg.sched), eq, ek, ev, tol);
+            CU_ASSERT(eq < tol);
+            CU_ASSERT(ek < tol);
+            CU_ASSERT(ev < tol);
+        }
+        free(out);
+        free(lse);
+        free(dq);
+        free(dk);
+        free(dv);
+        attn_free(&a);
+    }
+    eng_free(e);
+}
+
+/* Copies of the gradients of one run, to compare bytes with. */
+struct grads {
+    void *dq, *dk, *dv;
+    size_t qb, kb;
+};
+
+static void grads_take(struct grads *g, const struct attn *a)
+{
+    size_t es = (size_t)dtype_size(a->p.dtype);
+    g->qb = es * (size_t)a->nq;
+    g->kb = es * (size_t)a->nk;
+    g->dq = malloc(g->qb);
+    g->dk = malloc(g->kb);
+    g->dv = malloc(g->kb);
+    memcpy(g->dq, a->dq, g->qb);
+    memcpy(g->dk, a->dk, g->kb);
+    memcpy(g->dv, a->dv, g->kb);
+}
+
+static int grads_equal(const struct grads *g, const struct attn *a)
+{
+    return memcmp(g->dq, a->dq, g->qb) == 0 && memcmp(g->dk, a->dk, g->kb) == 0 &&
+           memcmp(g->dv, a->dv, g->kb) == 0;
+}
+
+static void grads_free(struct grads *g)
+{
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+static void test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats(void)
+{
+    struct eng *engines[8];
+    for (int t = 0; t < 8; t++) {
+        engines[t] = eng_new(t + 1);
+        CU_ASSERT_FATAL(engines[t] != NULL);
+        CU_ASSERT_EQUAL(eng_threads(engines[t]), t + 1);
+    }
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5678);
+    const struct shape_case det_cases[] = {
+        {2, 150, 150, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL, 16, 16, 4},
+        {1, 96, 130, 3, 3, 32, DTYPE_F32, SCHED_MASK_FULL, 16, 24, 64},
+        {1, 77, 77, 8, 1, 32, DTYPE_F16, SCHED_MASK_CAUSAL, 8, 12, 5},
+    };
+    int mismatches = 0;
+    for (size_t ci = 0; ci < sizeof det_cases / sizeof det_cases[0]; ci++) {
+        struct eng_problem p = problem_of(&det_cases[ci]);
+        struct attn a;
+        attn_init(&a, &p, &r);
+        struct eng_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn};
+        CU_ASSERT_EQUAL_FATAL(run_forward(engines[0], &a, &cfg), 0);
+        for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+            cfg.sched = (enum sched_kind)kind;
+            CU_ASSERT_EQUAL_FATAL(run_backward(engines[0], &a, &cfg, NULL), 0);
+            struct grads base;
+            grads_take(&base, &a);
+            for (int t = 1; t < 8; t++) {
+                for (int rep = 0; rep < (t == 2 ? 3 : 1); rep++) {
+                    CU_ASSERT_EQUAL_FATAL(run_backward(engines[t], &a, &cfg, NULL), 0);
+                    if (!grads_equal(&base, &a) && mismatches++ < 5)
+                        fprintf(stderr, "\n  case %zu %s: %d threads differ from 1 thread", ci,
+                                sched_kind_name(cfg.sched), t + 1);
+                }
+            }
+            grads_free(&base);
+        }
+        attn_free(&a);
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    for (int t = 0; t < 8; t++)
+        eng_free(engines[t]);
+}
+
+static void test_engine_forward_bits_identical_across_threads(void)
+{
+    struct eng *e1 = eng_new(1), *e5 = eng_new(5);
+    CU_ASSERT_FATAL(e1 && e5);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x9abc);
+    struct eng_problem p = problem_of(&cases[3]);
+    struct attn a;
+    attn_init(&a, &p, &r);
+    size_t qb = (size_t)dtype_size(p.dtype) * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
+    CU_ASSERT_EQUAL_FATAL(run_forward(e1, &a, NULL), 0);
+    void *out1 = malloc(qb), *lse1 = malloc(lb);
+    memcpy(out1, a.out, qb);
+    memcpy(lse1, a.lse, lb);
+    tu_poison(a.out, qb);
+    tu_poison(a.lse, lb);
+    CU_ASSERT_EQUAL_FATAL(run_forward(e5, &a, NULL), 0);
+    CU_ASSERT(memcmp(out1, a.out, qb) == 0);
+    CU_ASSERT(memcmp(lse1, a.lse, lb) == 0);
+    free(out1);
+    free(lse1);
+    attn_free(&a);
+    eng_free(e1);
+    eng_free(e5);
+}
+
+/* The same values laid out as (batch, heads, seqlen, head_dim) with padding give the same
+ * bits as the dense layout: strides change where bytes live, not what is computed. */
+static void test_engine_strided_views_give_same_bits(void)
+{
+    struct eng *e = eng_new(3);
+    CU_ASSERT_FATAL(e != NULL);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xdef0);
+    struct eng_problem p = problem_of(&cases[1]);
+    struct attn a;
+    attn_init(&a, &p, &r);
+    struct eng_config cfg = {SCHED_SHIFT, 3, 16, 8};
+    CU_ASSERT_EQUAL_FATAL(run_forward(e, &a, &cfg), 0);
+    CU_ASSERT_EQUAL_FATAL(run_backward(e, &a, &cfg, NULL), 0);
+
+    /* strided copies: (b, h, s, d) with 5 padding elements per row */
+    const int32_t D = p.head_dim, pad = 5;
+    struct eng_tensor tq, tk, tv, tout, tdout, tdq, tdk, tdv;
+    const struct {
+        struct eng_tensor *t;
+        void *src;
+        int32_t seqlen, heads;
+    } views[] = {{&tq, a.q, p.seqlen_q, p.heads_q},    {&tk, a.k, p.seqlen_k, p.heads_kv},
+                 {&tv, a.v, p.seqlen_k, p.heads_kv},   {&tout, a.out, p.seqlen_q, p.heads_q},
+                 {&tdout, a.dout, p.seqlen_q, p.heads_q}, {&tdq, NULL, p.seqlen_q, p.heads_q},
+                 {&tdk, NULL, p.seqlen_k, p.heads_kv}, {&tdv, NULL, p.seqlen_k, p.heads_kv}};
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++) {
+        int64_t row = D + pad, n = (int64_t)p.batch * views[i].heads * views[i].seqlen * row;
+        float *buf = malloc(sizeof(float) * (size_t)n);
+        tu_poison(buf, sizeof(float) * (size_t)n);
+        struct eng_tensor t = {buf, {views[i].heads * views[i].seqlen * row, row,
+                                     views[i].seqlen * row, 1}};
+        if (views[i].src) {
+            struct eng_tensor src = eng_dense(views[i].src, views[i].seqlen, views[i].heads, D);
+            for (int32_t b = 0; b < p.batch; b++)
+                for (int32_t s = 0; s < views[i].seqlen; s++)
+                    for (int32_t h = 0; h < views[i].heads; h++)
+                        memcpy(buf + b * t.stride[0] + s * t.stride[1] + h * t.stride[2],
+                               (float *)src.data + b * src.stride[0] + s * src.stride[1] + h * src.stride[2],
+                               sizeof(float) * (size_t)D);
+        }
+        *views[i].t = t;
+    }
+    CU_ASSERT_EQUAL_FATAL(eng_backward(e, &p, &cfg, tdq, tdk, tdv, tq, tk, tv, tout, a.lse, tdout, NULL), 0);
+    int diff = 0;
+    const struct {
+        struct eng_tensor *t;
+        void *dense;
+        int32_t seqlen, heads;
+    } outs[] = {{&tdq, a.dq, p.seqlen_q, p.heads_q}, {&tdk, a.dk, p.seqlen_k, p.heads_kv},
+                {&tdv, a.dv, p.seqlen_k, p.heads_kv}};
+    for (size_t i = 0; i < 3; i++) {
+        struct eng_tensor d = eng_dense(outs[i].dense, outs[i].seqlen, outs[i].heads, D);
+        for (int32_t b = 0; b < p.batch; b++)
+            for (int32_t s = 0; s < outs[i].seqlen; s++)
+                for (int32_t h = 0; h < outs[i].heads; h++)
+                    diff += memcmp((float *)outs[i].t->data + b * outs[i].t->stride[0] +
+                                       s * outs[i].t->stride[1] + h * outs[i].t->stride[2],
+                                   (float *)d.data + b * d.stride[0] + s * d.stride[1] + h * d.stride[2],
+                                   sizeof(float) * (size_t)D) != 0;
+    }
+    CU_ASSERT_EQUAL(diff, 0);
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
+        free(views[i].t->data);
+    attn_free(&a);
+    eng_free(e);
+}
+
+static void test_engine_reports_resolved_config(void)
+{
+    struct eng *e = eng_new(1);
+    CU_ASSERT_FATAL(e != NULL);
+    struct eng_problem p = problem_of(&cases[3]);
+    struct eng_config used;
+    CU_ASSERT_EQUAL(eng_resolve(e, &p, NULL, &used), 0);
+    CU_ASSERT(sched_is_deterministic(used.sched) && used.sched != SCHED_AUTO);
+    CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
+    CU_ASSERT_EQUAL(used.block_m, ENG_BLOCK_DEFAULT);
+    CU_ASSERT_EQUAL(used.block_n, ENG_BLOCK_DEFAULT);
+    struct eng_config pinned = {SCHED_SPT, 7, 32, 16};
+    CU_ASSERT_EQUAL(eng_resolve(e, &p, &pinned, &used), 0);
+    CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
+    CU_ASSERT_EQUAL(used.w, 7);
+    CU_ASSERT_EQUAL(used.block_m, 32);
+    CU_ASSERT_EQUAL(used.block_n, 16);
+    eng_free(e);
+}
+
+static void test_engine_rejects_bad_arguments(void)
+{
+    struct eng *e = eng_new(2);
+    CU_ASSERT_FATAL(e != NULL);
+    CU_ASSERT_PTR_NULL(eng_new(0));
+    CU_ASSERT_PTR_NULL(eng_new(100000));
+    eng_free(NULL);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed());
+    struct eng_problem good = problem_of(&cases[0]);
+    struct attn a;
+    attn_init(&a, &good, &r);
+    struct eng_config used;
+    struct eng_tensor q = dense_q(&a, a.q), k = dense_k(&a, a.k), v = dense_k(&a, a.v);
+    struct eng_tensor o = dense_q(&a, a.out);
+
+    CU_ASSERT_EQUAL(eng_check_problem(&good), 0);
+    CU_ASSERT_EQUAL(eng_check_problem(NULL), -EINVAL);
+    struct eng_problem p;
+#define EXPECT_PROBLEM(field, value, code)                    \
+    do {                                                      \
+        p = good;                                             \
+        p.field = value;                                      \
+        CU_ASSERT_EQUAL(eng_check_problem(&p), code);         \
+        CU_ASSERT_EQUAL(eng_resolve(e, &p, NULL, &used), code); \
+    } while (0)
+    EXPECT_PROBLEM(batch, 0, -EINVAL);
+    EXPECT_PROBLEM(seqlen_q, -5, -EINVAL);
+    EXPECT_PROBLEM(seqlen_k, 0, -EINVAL);
+    EXPECT_PROBLEM(heads_kv, 3, -EINVAL); /* 4 query heads cannot share 3 kv heads */
+    EXPECT_PROBLEM(heads_q, 0, -EINVAL);
+    EXPECT_PROBLEM(scale, 0.0f, -EINVAL);
+    EXPECT_PROBLEM(scale, NAN, -EINVAL);
+    EXPECT_PROBLEM(scale, INFINITY, -EINVAL);
+    EXPECT_PROBLEM(mask, (enum sched_mask)7, -EINVAL);
+    EXPECT_PROBLEM(head_dim, 16, -ENOTSUP);
+    EXPECT_PROBLEM(head_dim, 512, -ENOTSUP);
+    EXPECT_PROBLEM(dtype, (enum dtype_kind)9, -ENOTSUP);
+#undef EXPECT_PROBLEM
+    p = good;
+    p.seqlen_q = INT32_MAX; /* well-formed, but its tile indices would not fit */
+    CU_ASSERT_EQUAL(eng_resolve(e, &p, NULL, &used), -EOVERFLOW);
+
+    const struct eng_config bad_cfgs[] = {{(enum sched_kind)99, 0, 0, 0},
+                                          {SCHED_SHIFT, -1, 0, 0},
+                                          {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
+                                          {SCHED_SHIFT, 0, ENG_BLOCK_MAX + 1, 0},
+                                          {SCHED_SHIFT, 0, 0, -8}};
+    for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
+        CU_ASSERT_EQUAL(eng_resolve(e, &good, &bad_cfgs[i], &used), -EINVAL);
+
+    CU_ASSERT_EQUAL(eng_forward(NULL, &good, NULL, o, a.lse, q, k, v, NULL), -EINVAL);
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, NULL, q, k, v, NULL), -EINVAL);
+    struct eng_tensor t = q;
+    t.data = NULL;
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, t, k, v, NULL), -EINVAL);
+    t = q;
+    t.stride[3] = 2; /* head_dim must be contiguous */
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, t, k, v, NULL), -EINVAL);
+    t = k;
+    t.stride[1] = -t.stride[1];
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, q, t, v, NULL), -EINVAL);
+    t = k;
+    t.stride[0] = INT64_MAX / 2;
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, q, t, v, NULL), -EINVAL);
+    t = o;
+    t.stride[1] = 0; /* all rows of an output on one address: a race */
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, t, a.lse, q, k, v, NULL), -EINVAL);
+    t = q;
+    t.stride[1] = 0; /* a broadcast input is fine */
+    CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, t, k, v, NULL), 0);
+
+    CU_ASSERT_EQUAL(run_forward(e, &a, NULL), 0);
+    struct eng_tensor dq = dense_q(&a, a.dq), dk = dense_k(&a, a.dk), dv = dense_k(&a, a.dv);
+    struct eng_tensor dout = dense_q(&a, a.dout);
+    CU_ASSERT_EQUAL(eng_backward(e, &good, NULL, dq, dk, dv, q, k, v, o, NULL, dout, NULL), -EINVAL);
+    t = dk;
+    t.stride[2] = 1; /* heads overlap each other's rows */
+    CU_ASSERT_EQUAL(eng_backward(e, &good, NULL, dq, t, dv, q, k, v, o, a.lse, dout, NULL), -EINVAL);
+    struct eng_problem bad = good;
+    bad.head_dim = 8;
+    CU_ASSERT_EQUAL(eng_backward(e, &bad, NULL, dq, dk, dv, q, k, v, o, a.lse, dout, NULL), -ENOTSUP);
+    CU_ASSERT_EQUAL(eng_backward(e, &good, NULL, dq, dk, dv, q, k, v, o, a.lse, dout, &used), 0);
+    attn_free(&a);
+    eng_free(e);
+}
+
+int suite_engine(void)
+{
+    CU_pSuite s = CU_add_suite("engine", NULL, NULL);
+    if (!s)
+        return -1;
+    ADD_TEST(s, test_engine_rejects_bad_arguments);
+    ADD_TEST(s, test_engine_reports_resolved_config);
+    ADD_TEST(s, test_engine_matches_float64_reference_for_every_schedule);
+    ADD_TEST(s, test_engine_forward_bits_identical_across_threads);
+    ADD_TEST(s, test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats);
+    ADD_TEST(s, test_engine_strided_views_give_same_bits);
+    return 0;
+}

@@ -1,0 +1,532 @@
+/*
+ * test_sched.c - properties of the schedule library (kernels/sched.h), each checked over
+ * every small shape rather than a few examples: visits cover the mask exactly once, ranks
+ * are permutations, workers following the ranks never deadlock, shift's ranks are the
+ * arrival order of its (chunk, step, slot) keys, and large shapes do not overflow.
+ */
+#include "suites.h"
+#include "../kernels/sched.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+/* A sequence length that needs exactly `tiles` tiles of `block` rows, usually not a
+ * multiple of the block (the remainder varies with `salt`). */
+static int32_t seqlen_for(int32_t tiles, int32_t block, int32_t salt)
+{
+    return tiles * block - (salt % block);
+}
+
+/* Brute force over elements: may any query of q-tile m see any key of kv-tile n? */
+static int pair_allowed(const struct sched_shape *sh, int32_t m, int32_t n)
+{
+    if (sh->mask == SCHED_MASK_FULL)
+        return 1;
+    for (int32_t i = m * sh->block_m; i < (m + 1) * sh->block_m && i < sh->seqlen_q; i++)
+        for (int32_t j = n * sh->block_n; j < (n + 1) * sh->block_n && j < sh->seqlen_k; j++)
+            if (j <= i + sh->seqlen_k - sh->seqlen_q)
+                return 1;
+    return 0;
+}
+
+struct visit {
+    int32_t bh, m, n, rank, job, stage, step;
+};
+
+/* Every addition the schedule makes, in job/stage/step order. Caller frees. */
+static struct visit *list_visits(const struct sched *s, int32_t *ret_count)
+{
+    int64_t cap = (int64_t)s->bh * s->m_tiles * s->n_tiles;
+    struct visit *v = malloc(sizeof(*v) * (size_t)(cap ? cap : 1));
+    int32_t c = 0;
+    for (int32_t j = 0; j < s->jobs; j++) {
+        struct sched_job J = sched_job_at(s, j);
+        for (int32_t st = 0; st < sched_job_stages(s, J.k); st++) {
+            int32_t n = sched_job_unit(s, J.k, st);
+            for (int32_t step = 0; step < sched_unit_steps(s, n); step++) {
+                if (c >= cap)
+                    goto out; /* more visits than pairs: reported by the caller */
+                int32_t m = sched_visit(s, &J, st, step);
+                v[c++] = (struct visit){J.bh, m, n, sched_rank(s, &J, st, m), j, st, step};
+            }
+        }
+    }
+out:
+    *ret_count = c;
+    return v;
+}
+
+/*
+ * Run the schedule on `workers` workers: worker w runs jobs w, w+workers, ... in order and
+ * may add into a dQ tile only when the tile's counter equals the addition's rank. Each
+ * round every worker tries its next addition; a round without progress while additions
+ * remain is a deadlock. Returns 0 when all additions complete, -EDEADLK otherwise.
+ */
+static int simulate(const struct sched *s, int32_t workers)
+{
+    int32_t *counter = calloc((size_t)s->bh * s->m_tiles, sizeof(int32_t));
+    int32_t *job = malloc(sizeof(int32_t) * (size_t)workers);
+    int32_t *stage = calloc((size_t)workers, sizeof(int32_t));
+    int32_t *step = calloc((size_t)workers, sizeof(int32_t));
+    for (int32_t w = 0; w < workers; w++)
+        job[w] = w;
+    int rc = 0;
+    for (;;) {
+        int progress = 0, busy = 0;
+        for (int32_t w = 0; w < workers; w++) {
+            if (job[w] >= s->jobs)
+                continue;
+            busy = 1;
+            struct sched_job J = sched_job_at(s, job[w]);
+            int32_t n = sched_job_unit(s, J.k, stage[w]);
+            int32_t m = sched_visit(s, &J, stage[w], step[w]);
+            int32_t r = sched_rank(s, &J, stage[w], m);
+            int32_t *ctr = &counter[(int64_t)J.bh * s->m_tiles + m];
+            if (r >= 0 && *ctr != r)
+                continue;
+            (*ctr)++;
+            progress = 1;
+            if (++step[w] == sched_unit_steps(s, n)) {
+                step[w] = 0;
+                if (++stage[w] == sched_job_stages(s, J.k)) {
+                    stage[w] = 0;
+                    job[w] += workers;
+                }
+            }
+        }
+        if (!busy)
+            break;
+        if (!progress) {
+            rc = -EDEADLK;
+            break;
+        }
+    }
+    free(counter);
+    free(job);
+    free(stage);
+    free(step);
+    return rc;
+}
+
+static int cmp_int32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * All properties of one schedule on one shape; returns a description of the first
+ * failure or NULL. `allowed` is the brute-force mask, M x N.
+ */
+static const char *check_schedule(const struct sched *s, const unsigned char *allowed)
+{
+    static char why[256];
+    int32_t count;
+    struct visit *v = list_visits(s, &count);
+    int32_t M = s->m_tiles, N = s->n_tiles;
+    int32_t *seen = calloc((size_t)s->bh * M * N, sizeof(int32_t));
+    int32_t *ranks = malloc(sizeof(int32_t) * (size_t)(N + 1));
+    const char *fail = NULL;
+
+    for (int32_t i = 0; i < count; i++) {
+        struct visit *x = &v[i];
+        if (x->m < 0 || x->m >= M) {
+            snprintf(why, sizeof why, "job %d visits q-tile %d outside [0,%d)", x->job, x->m, M);
+            fail = why;
+            goto out;
+        }
+        seen[((int64_t)x->bh * M + x->m) * N + x->n]++;
+    }
+    for (int32_t bh = 0; bh < s->bh; bh++)
+        for (int32_t m = 0; m < M; m++)
+            for (int32_t n = 0; n < N; n++) {
+                int32_t got = seen[((int64_t)bh * M + m) * N + n];
+                if (got != allowed[m * N + n]) {
+                    snprintf(why, sizeof why, "pair (m=%d,n=%d) of head %d visited %d times, mask says %d",
+                             m, n, bh, got, allowed[m * N + n]);
+                    fail = why;
+                    goto out;
+                }
+            }
+    for (int32_t m = 0; m < M; m++) {
+        int32_t k = 0;
+        for (int32_t n = 0; n < N; n++)
+            k += allowed[m * N + n];
+        if (k != sched_contributors(s, m)) {
+            snprintf(why, sizeof why, "q-tile %d: %d contributors, sched says %d", m, k,
+                     sched_contributors(s, m));
+            fail = why;
+            goto out;
+        }
+    }
+    if (!sched_is_deterministic(s->kind))
+        goto out;
+
+    /* ranks of each dQ tile's additions are 0..K-1 */
+    for (int32_t bh = 0; bh < s->bh; bh++)
+        for (int32_t m = 0; m < M; m++) {
+            int32_t k = 0;
+            for (int32_t i = 0; i < count; i++)
+                if (v[i].bh == bh && v[i].m == m)
+                    ranks[k++] = v[i].rank;
+            qsort(ranks, (size_t)k, sizeof(int32_t), cmp_int32);
+            for (int32_t i = 0; i < k; i++)
+                if (ranks[i] != i) {
+                    snprintf(why, sizeof why, "head %d q-tile %d: ranks are not a permutation (%d at %d)",
+                             bh, m, ranks[i], i);
+                    fail = why;
+                    goto out;
+                }
+        }
+    if (simulate(s, s->w) != 0) {
+        fail = "deadlock with W workers";
+        goto out;
+    }
+    if (s->kind != SCHED_SHIFT) {
+        for (int32_t p = 1; p <= 3; p++)
+            if (simulate(s, p) != 0) {
+                snprintf(why, sizeof why, "deadlock with %d workers", p);
+                fail = why;
+                goto out;
+            }
+    } else if (simulate(s, s->w + 3) != 0) {
+        fail = "deadlock with W+3 workers";
+        goto out;
+    }
+out:
+    free(v);
+    free(seen);
+    free(ranks);
+    return fail;
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+static const int32_t block_pairs[][2] = {{1, 1}, {4, 4}, {2, 3}, {3, 2}, {4, 2}, {2, 4}};
+
+/* Exhaustive sweep: tiles 1..16 each way, both masks, heads 1..4, unequal tile sizes,
+ * W 1..16 (shift) - every schedule, every property. */
+static void test_sched_properties_hold_for_all_small_shapes(void)
+{
+    int checked = 0, failures = 0;
+    for (size_t bp = 0; bp < sizeof block_pairs / sizeof block_pairs[0]; bp++)
+        for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
+            for (int32_t M = 1; M <= 16; M++)
+                for (int32_t N = 1; N <= 16; N++) {
+                    struct sched_shape sh = {
+                        .batch = 1, .heads = 1,
+                        .block_m = block_pairs[bp][0], .block_n = block_pairs[bp][1],
+                        .mask = (enum sched_mask)mask,
+                    };
+                    sh.seqlen_q = seqlen_for(M, sh.block_m, M + 2 * N);
+                    sh.seqlen_k = seqlen_for(N, sh.block_n, 3 * M + N);
+                    unsigned char allowed[16 * 16];
+                    for (int32_t m = 0; m < M; m++)
+                        for (int32_t n = 0; n < N; n++)
+                            allowed[m * N + n] = (unsigned char)pair_allowed(&sh, m, n);
+                    for (int32_t heads = 1; heads <= 4; heads++) {
+                        sh.heads = heads;
+                        sh.batch = heads == 4 ? 2 : 1; /* also cover batch > 1 */
+                        for (int kind = 0; kind < SCHED_AUTO; kind++) {
+                            int32_t w_max = kind == SCHED_SHIFT ? 16 : 1;
+                            for (int32_t w = 1; w <= w_max; w++) {
+                                struct sched s;
+                                if (sched_init(&s, (enum sched_kind)kind, &sh, kind == SCHED_SHIFT ? w : 7) != 0) {
+                                    CU_FAIL("sched_init rejected a small shape");
+                                    return;
+                                }
+                                const char *why = check_schedule(&s, allowed);
+                                checked++;
+                                if (why && failures++ < 5) {
+                                    fprintf(stderr,
+                                            "\n  %s %s M=%d N=%d blocks=%dx%d Sq=%d Sk=%d bh=%d W=%d: %s",
+                                            sched_kind_name(s.kind), sched_mask_name(s.mask), M, N,
+                                            sh.block_m, sh.block_n, sh.seqlen_q, sh.seqlen_k, s.bh,
+                                            s.w, why);
+                                }
+                            }
+                        }
+                    }
+                }
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT(checked > 100000);
+}
+
+/* Shift ranks are, by definition, the order of the (chunk, step, slot) keys. Recompute that
+ * order from the visit sequence alone and compare. */
+static void test_sched_shift_ranks_are_key_order_of_visits(void)
+{
+    for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
+        for (int32_t w = 1; w <= 9; w += 4)
+            for (int32_t N = 1; N <= 13; N += 3) {
+                struct sched_shape sh = {.batch = 1, .heads = 3, .block_m = 2, .block_n = 3,
+                                         .mask = (enum sched_mask)mask};
+                sh.seqlen_q = seqlen_for(11, 2, N);
+                sh.seqlen_k = seqlen_for(N, 3, 1);
+                struct sched s;
+                CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, w) == 0);
+                int32_t count;
+                struct visit *v = list_visits(&s, &count);
+                for (int32_t a = 0; a < count; a++) {
+                    struct sched_job Ja = sched_job_at(&s, v[a].job);
+                    int32_t step_a = v[a].step;
+                    if (v[a].stage == 1)
+                        step_a += sched_unit_steps(&s, sched_job_unit(&s, Ja.k, 0));
+                    int32_t before = 0;
+                    for (int32_t b = 0; b < count; b++) {
+                        if (v[b].bh != v[a].bh || v[b].m != v[a].m || b == a)
+                            continue;
+                        struct sched_job Jb = sched_job_at(&s, v[b].job);
+                        int32_t step_b = v[b].step;
+                        if (v[b].stage == 1)
+                            step_b += sched_unit_steps(&s, sched_job_unit(&s, Jb.k, 0));
+                        if (Jb.chunk != Ja.chunk ? Jb.chunk < Ja.chunk
+                            : step_b != step_a  ? step_b < step_a
+                                                : Jb.slot < Ja.slot)
+                            before++;
+                    }
+                    CU_ASSERT_EQUAL(v[a].rank, before);
+                }
+                free(v);
+            }
+}
+
+/* ranks of m as a string "a,b,c" listing kv-tiles in accumulation order, for head 0 */
+static void order_of(const struct sched *s, int32_t m, char *buf, size_t len)
+{
+    int32_t count;
+    struct visit *v = list_visits(s, &count);
+    int32_t order[64];
+    int32_t k = sched_contributors(s, m);
+    for (int32_t i = 0; i < count; i++)
+        if (v[i].bh == 0 && v[i].m == m)
+            order[v[i].rank] = v[i].n;
+    buf[0] = 0;
+    for (int32_t i = 0; i < k; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), i ? ",%d" : "%d", order[i]);
+    free(v);
+}
+
+static void visits_of(const struct sched *s, int32_t n, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (int32_t j = 0; j < s->jobs; j++) {
+        struct sched_job J = sched_job_at(s, j);
+        for (int32_t st = 0; st < sched_job_stages(s, J.k); st++) {
+            if (J.bh != 0 || sched_job_unit(s, J.k, st) != n)
+                continue;
+            for (int32_t step = 0; step < sched_unit_steps(s, n); step++)
+                snprintf(buf + strlen(buf), len - strlen(buf), step ? " %d" : "%d",
+                         sched_visit(s, &J, st, step));
+        }
+    }
+}
+
+/* The DASH fork's documented orders (docs: kernels.md section 3.2 and 3.3). */
+static void test_sched_shift_reproduces_dash_fork_examples(void)
+{
+    char buf[256];
+    struct sched s;
+    /* full mask, 6 q-tiles, 3 kv-tiles, one wave */
+    struct sched_shape full = {1, 1, 6, 3, 1, 1, SCHED_MASK_FULL};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &full, 64) == 0);
+    const char *full_orders[6] = {"0,2,1", "1,0,2", "2,1,0", "2,1,0", "2,1,0", "2,1,0"};
+    for (int32_t m = 0; m < 6; m++) {
+        order_of(&s, m, buf, sizeof buf);
+        CU_ASSERT_STRING_EQUAL(buf, full_orders[m]);
+    }
+    visits_of(&s, 2, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "2 3 4 5 0 1");
+
+    /* causal, 4x4 square tiles */
+    struct sched_shape sq = {1, 1, 4, 4, 1, 1, SCHED_MASK_CAUSAL};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sq, 64) == 0);
+    const char *sq_visits[4] = {"1 2 3 0", "2 3 1", "3 2", "3"};
+    for (int32_t n = 0; n < 4; n++) {
+        visits_of(&s, n, buf, sizeof buf);
+        CU_ASSERT_STRING_EQUAL(buf, sq_visits[n]);
+    }
+    const char *sq_orders[4] = {"0", "0,1", "1,0,2", "1,0,2,3"};
+    for (int32_t m = 0; m < 4; m++) {
+        order_of(&s, m, buf, sizeof buf);
+        CU_ASSERT_STRING_EQUAL(buf, sq_orders[m]);
+    }
+
+    /* causal, 64x128 tiles (stride 2), N = 4, 8 q-tiles */
+    struct sched_shape st2 = {1, 1, 512, 512, 64, 128, SCHED_MASK_CAUSAL};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &st2, 64) == 0);
+    visits_of(&s, 0, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "2 3 4 5 6 7 0 1");
+    visits_of(&s, 1, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "3 4 5 6 7 2");
+    const char *st2_orders[8] = {"0", "0", "0,1", "1,0", "1,0,2", "1,0,2", "1,0,2,3", "1,0,2,3"};
+    for (int32_t m = 0; m < 8; m++) {
+        order_of(&s, m, buf, sizeof buf);
+        CU_ASSERT_STRING_EQUAL(buf, st2_orders[m]);
+    }
+}
+
+/* The orders of the fixed schedules are what their names promise, for every W. */
+static void test_sched_fixed_orders_match_their_definition(void)
+{
+    char buf[256];
+    struct sched s;
+    struct sched_shape sh = {1, 2, 5 * 3 - 1, 4 * 2, 3, 2, SCHED_MASK_CAUSAL};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_ASCENDING, &sh, 1) == 0);
+    order_of(&s, 4, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "0,1,2,3");
+    visits_of(&s, 1, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "2 3 4");
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_DESCENDING, &sh, 99) == 0);
+    order_of(&s, 4, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "0,1,2,3");
+    visits_of(&s, 1, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "4 3 2");
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SPT, &sh, 5) == 0);
+    order_of(&s, 4, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "3,2,1,0");
+    order_of(&s, 2, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "1,0");
+    /* spt dispatches the shortest (rightmost) kv-tile first */
+    struct sched_job J = sched_job_at(&s, 0);
+    CU_ASSERT_EQUAL(sched_job_unit(&s, J.k, 0), 3);
+    /* ranks of the fixed schedules do not depend on W */
+    struct sched a, b;
+    CU_ASSERT_FATAL(sched_init(&a, SCHED_DESCENDING, &sh, 1) == 0);
+    CU_ASSERT_FATAL(sched_init(&b, SCHED_DESCENDING, &sh, 64) == 0);
+    for (int32_t j = 0; j < a.jobs; j++) {
+        struct sched_job Ja = sched_job_at(&a, j), Jb = sched_job_at(&b, j);
+        int32_t n = sched_job_unit(&a, Ja.k, 0);
+        for (int32_t st = 0; st < sched_unit_steps(&a, n); st++) {
+            int32_t m = sched_visit(&a, &Ja, 0, st);
+            CU_ASSERT_EQUAL(m, sched_visit(&b, &Jb, 0, st));
+            CU_ASSERT_EQUAL(sched_rank(&a, &Ja, 0, m), sched_rank(&b, &Jb, 0, m));
+        }
+    }
+}
+
+/* Causal rows that see no key (seqlen_q > seqlen_k) have no contributors; a kv-tile always
+ * has at least one q-tile. seqlen 1 works. */
+static void test_sched_edge_shapes(void)
+{
+    struct sched s;
+    struct sched_shape tall = {1, 1, 10, 3, 2, 2, SCHED_MASK_CAUSAL};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &tall, 4) == 0);
+    /* queries 0..6 see no key: tiles 0..2 (rows 0-5) are empty, tile 3 (rows 6,7) is not */
+    CU_ASSERT_EQUAL(sched_contributors(&s, 0), 0);
+    CU_ASSERT_EQUAL(sched_contributors(&s, 2), 0);
+    CU_ASSERT_EQUAL(sched_contributors(&s, 3), 1);
+    CU_ASSERT_EQUAL(sched_m_lo(&s, 0), 3);
+    for (int32_t n = 0; n < s.n_tiles; n++)
+        CU_ASSERT(sched_unit_steps(&s, n) >= 1);
+    struct sched_shape one = {1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &one, 64) == 0);
+    CU_ASSERT_EQUAL(s.m_tiles, 1);
+    CU_ASSERT_EQUAL(s.n_tiles, 1);
+    CU_ASSERT_EQUAL(s.jobs, 1);
+    CU_ASSERT_EQUAL(simulate(&s, 1), 0);
+}
+
+/* 1M tokens x 128 heads: counts fit, and ranks deep inside the problem are still a
+ * permutation (checked on a few q-tiles of the last head). */
+static void test_sched_large_shape_indices_do_not_overflow(void)
+{
+    struct sched_shape sh = {1, 128, 1 << 20, 1 << 20, 64, 128, SCHED_MASK_CAUSAL};
+    for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+        struct sched s;
+        CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, SCHED_W_DEFAULT) == 0);
+        CU_ASSERT_EQUAL(s.m_tiles, 16384);
+        CU_ASSERT_EQUAL(s.n_tiles, 8192);
+        int32_t bh = s.bh - 1;
+        int32_t ms[3] = {0, 8191, 16383};
+        int32_t *hits = calloc((size_t)s.n_tiles, sizeof(int32_t));
+        for (int mi = 0; mi < 3; mi++) {
+            int32_t m = ms[mi], K = sched_contributors(&s, m);
+            memset(hits, 0, sizeof(int32_t) * (size_t)s.n_tiles);
+            int ok = 1;
+            /* walk the jobs of the last head only */
+            for (int32_t j = 0; j < s.jobs && ok; j++) {
+                struct sched_job J = sched_job_at(&s, j);
+                if (J.bh != bh)
+                    continue;
+                for (int32_t st = 0; st < sched_job_stages(&s, J.k); st++) {
+                    int32_t n = sched_job_unit(&s, J.k, st);
+                    if (n >= sched_n_hi(&s, m))
+                        continue;
+                    int32_t r = sched_rank(&s, &J, st, m);
+                    if (r < 0 || r >= K || hits[r]++)
+                        ok = 0;
+                }
+            }
+            CU_ASSERT(ok);
+        }
+        free(hits);
+        /* the last job decodes to the last head */
+        struct sched_job last = sched_job_at(&s, s.jobs - 1);
+        CU_ASSERT_EQUAL(last.bh, s.bh - 1);
+    }
+    /* and a shape that cannot be indexed in 32 bits is refused */
+    struct sched_shape huge = {1 << 16, 1 << 10, 1 << 20, 1 << 20, 64, 64, SCHED_MASK_FULL};
+    struct sched s;
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &huge, 64), -EOVERFLOW);
+}
+
+static void test_sched_init_rejects_bad_arguments(void)
+{
+    struct sched s;
+    struct sched_shape ok = {1, 1, 16, 16, 4, 4, SCHED_MASK_FULL};
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &ok, 4), 0);
+    CU_ASSERT_EQUAL(sched_init(NULL, SCHED_SHIFT, &ok, 4), -EINVAL);
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, NULL, 4), -EINVAL);
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_AUTO, &ok, 4), -EINVAL);
+    CU_ASSERT_EQUAL(sched_init(&s, (enum sched_kind)42, &ok, 4), -EINVAL);
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &ok, 0), -EINVAL);
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &ok, SCHED_W_MAX + 1), -EINVAL);
+    struct sched_shape bad = ok;
+    bad.seqlen_q = 0;
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &bad, 4), -EINVAL);
+    bad = ok;
+    bad.block_n = -3;
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &bad, 4), -EINVAL);
+    bad = ok;
+    bad.mask = (enum sched_mask)9;
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &bad, 4), -EINVAL);
+    bad = ok;
+    bad.seqlen_q = INT32_MAX - 2;
+    CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &bad, 4), -EOVERFLOW);
+}
+
+static void test_sched_names_round_trip(void)
+{
+    for (int k = 0; k < SCHED_KIND_COUNT; k++)
+        CU_ASSERT_EQUAL(sched_kind_parse(sched_kind_name((enum sched_kind)k)), k);
+    for (int m = 0; m < SCHED_MASK_COUNT; m++)
+        CU_ASSERT_EQUAL(sched_mask_parse(sched_mask_name((enum sched_mask)m)), m);
+    CU_ASSERT_EQUAL(sched_kind_parse("bogus"), -EINVAL);
+    CU_ASSERT_EQUAL(sched_kind_parse(NULL), -EINVAL);
+    CU_ASSERT_PTR_NULL(sched_kind_name(SCHED_KIND_COUNT));
+    CU_ASSERT(!sched_is_deterministic(SCHED_ATOMIC));
+    CU_ASSERT(sched_is_deterministic(SCHED_SHIFT));
+}
+
+int suite_sched(void)
+{
+    CU_pSuite s = CU_add_suite("sched", NULL, NULL);
+    if (!s)
+        return -1;
+    ADD_TEST(s, test_sched_init_rejects_bad_arguments);
+    ADD_TEST(s, test_sched_names_round_trip);
+    ADD_TEST(s, test_sched_edge_shapes);
+    ADD_TEST(s, test_sched_shift_reproduces_dash_fork_examples);
+    ADD_TEST(s, test_sched_fixed_orders_match_their_definition);
+    ADD_TEST(s, test_sched_shift_ranks_are_key_order_of_visits);
+    ADD_TEST(s, test_sched_large_shape_indices_do_not_overflow);
+    ADD_TEST(s, test_sched_properties_hold_for_all_small_shapes);
+    return 0;
+}
