@@ -115,8 +115,9 @@ $(BUILD)/test_dash_gpu: $(BUILD)/obj/$(GPU_TEST_CU).o $(call obj,$(GPU_TEST_SRC)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
-# The test runner finds dashctl next to itself (build/).
-test: deps $(TESTS) $(DASHCTL)
+# Builds everything first, so the CUDA sources are compiled (where nvcc is) even though the
+# CPU suites do not run them. The test runner finds dashctl next to itself (build/).
+test: deps all
 	$(Q)./$(TESTS)
 
 test-gpu: deps $(GPU_TESTS)
