@@ -4,7 +4,7 @@
 #   make test       CPU test suites (CUnit); the summary is the last thing printed
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make bench      CPU engine benchmark, recorded under bench/results/
-#   make demo       a forward + backward on random data, checked bit for bit
+#   make demo       dashd + a client: forward and backward on random data, checked bit for bit
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make clean
 #
@@ -22,7 +22,13 @@ CC ?= cc
 ifeq ($(origin CC),default)
 CC := gcc
 endif
-CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -MMD -MP $(EXTRA_CFLAGS)
+GEN := $(BUILD)/gen
+PKGS := libzmq libuv libprotobuf-c libsystemd
+# Deferred (=), so they are read after `deps` has installed the packages on a fresh machine.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd)
+CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -fPIC -MMD -MP \
+	-I. -I$(GEN) $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread
 
 ifeq ($(V),1)
@@ -46,12 +52,22 @@ endif
 # ---- sources ------------------------------------------------------------------------------
 KERNELS_SRC := kernels/sched.c kernels/dag.c kernels/dtype.c kernels/pool.c \
 	kernels/engine.c kernels/engine_bwd.c kernels/ref.c
-PROTO_SRC := proto/errors.c
-DASHCTL_SRC := client/dashctl.c client/ctl_sched.c
+PROTO_GEN := $(GEN)/proto/dash.pb-c.c
+PROTO_SRC := proto/errors.c proto/wire.c $(PROTO_GEN)
+DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
+	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
+	daemon/server.c daemon/dispatch.c
+LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c
+DASHCTL_SRC := client/dashctl.c client/ctl_sched.c client/ctl_daemon.c client/ctl_ping.c client/ctl_stats.c client/ctl_status.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
-	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c
+	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
+	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
+	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
+	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
+	daemon/job.c
 BENCH_SRC := bench/bench_engine.c
 DEMO_SRC := examples/engine_demo.c
+DEMO_CLIENT_SRC := examples/demo_client.c
 GPU_TEST_CU := tests/gpu/test_sched_device.cu
 GPU_TEST_SRC := tests/gpu/run_gpu_tests.c
 
@@ -59,13 +75,18 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIBKERNELS := $(BUILD)/libdashkernels.a
 LIBPROTO := $(BUILD)/libdashproto.a
+LIBDASH_A := $(BUILD)/libdash.a
+LIBDASH_SO := $(BUILD)/libdash.so
+DASHD := $(BUILD)/dashd
 DASHCTL := $(BUILD)/dashctl
 TESTS := $(BUILD)/test_dash
 BENCH := $(BUILD)/bench_engine
 DEMO := $(BUILD)/engine_demo
+DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 
-ALL := $(LIBKERNELS) $(LIBPROTO) $(DASHCTL) $(TESTS) $(BENCH) $(DEMO) $(GPU_TESTS)
+ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
+	$(BENCH) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS)
 
 .PHONY: all deps test test-gpu bench demo install clean help
 all: deps $(ALL)
@@ -77,7 +98,14 @@ help:
 deps:
 	$(Q)bash scripts/deps.sh
 
-$(BUILD)/obj/%.o: %.c
+# protoc-c writes the C for proto/dash.proto under $(GEN)/proto/; every object waits for it
+# (order-only), since proto/wire.h includes the generated header.
+$(GEN)/proto/dash.pb-c.c $(GEN)/proto/dash.pb-c.h: proto/dash.proto
+	@mkdir -p $(GEN)
+	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
+	$(Q)protoc-c --c_out=$(GEN) $<
+
+$(BUILD)/obj/%.o: %.c | $(GEN)/proto/dash.pb-c.h
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
@@ -95,13 +123,26 @@ $(LIBPROTO): $(call obj,$(PROTO_SRC))
 	@$(if $(filter 1,$(V)),,echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBKERNELS) $(LIBPROTO)
-	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# libdash: the client library, static and shared, carrying the proto/ code it needs.
+$(LIBDASH_A): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
+	@$(if $(filter 1,$(V)),,echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(TESTS): $(call obj,$(TEST_SRC)) $(LIBKERNELS) $(LIBPROTO)
+$(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libdash.so.0 -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(DASHD): $(call obj,$(DAEMON_SRC)) $(LIBKERNELS) $(LIBPROTO)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(TESTS): $(call obj,$(TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(LDLIBS)
 
 $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
@@ -110,6 +151,10 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 $(DEMO): $(call obj,$(DEMO_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
 $(BUILD)/test_dash_gpu: $(BUILD)/obj/$(GPU_TEST_CU).o $(call obj,$(GPU_TEST_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
@@ -131,12 +176,17 @@ bench: deps $(BENCH)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
 
-demo: deps $(DEMO)
-	$(Q)./$(DEMO)
+demo: deps all
+	$(Q)bash scripts/demo.sh $(BUILD)
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(DASHCTL) $(DESTDIR)$(PREFIX)/bin/dashctl
+	install -m 0755 $(DASHD) $(DESTDIR)$(PREFIX)/bin/dashd
+	install -m 0644 $(LIBDASH_A) $(DESTDIR)$(PREFIX)/lib/libdash.a
+	install -m 0755 $(LIBDASH_SO) $(DESTDIR)$(PREFIX)/lib/libdash.so.0
+	ln -sf libdash.so.0 $(DESTDIR)$(PREFIX)/lib/libdash.so
+	install -m 0644 client/dash.h $(DESTDIR)$(PREFIX)/include/dash.h
 
 clean:
 	rm -rf $(BUILD)

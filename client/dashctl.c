@@ -22,6 +22,9 @@ struct ctl_command {
 
 static const struct ctl_command commands[] = {
     {"sched", "model backward-pass schedules of a shape with the DAG model (offline)", ctl_sched},
+    {"ping", "round trips to dashd, with min/median/max", ctl_ping},
+    {"stats", "dashd's counters and one row per client session (--json)", ctl_stats},
+    {"status", "whether dashd is running, and how it is doing, in one paragraph", ctl_status},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -36,7 +36,13 @@
     X(EHEADDIM, -4002, "unsupported head dimension")                             \
     X(ESHAPE, -4003, "tensor shapes do not agree")                               \
     X(ESCHED, -4004, "unknown or unusable schedule")                             \
-    X(ENOGPU, -4005, "no usable GPU")
+    X(ENOGPU, -4005, "no usable GPU")                                            \
+    X(ENOSESSION, -4006, "no session: send Hello first")                         \
+    X(ENOBUF, -4007, "unknown buffer id")                                        \
+    X(EBOUNDS, -4008, "tensor reaches outside its buffer")                       \
+    X(EVERSION, -4009, "unsupported protocol version")                           \
+    X(EMALFORMED, -4010, "malformed message")                                    \
+    X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")
 
 enum dash_err {
 #define DASH_ERR_ENUM_(name, value, msg) DASH_##name = (value),

@@ -5,7 +5,8 @@
 # Kept in one place so `make`, `make test`, `make demo` and .ci/run agree on the list.
 set -euo pipefail
 
-pkgs=(gcc make libc6-dev pkg-config libcunit1-dev)
+pkgs=(gcc make libc6-dev pkg-config libcunit1-dev libzmq3-dev libuv1-dev libprotobuf-c-dev
+      protobuf-c-compiler libsystemd-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -16,6 +16,9 @@ static const struct {
 } suites[] = {
     {"errors", suite_errors}, {"sched", suite_sched},   {"dag", suite_dag},
     {"dtype", suite_dtype},   {"engine", suite_engine}, {"dashctl", suite_dashctl},
+    {"wire", suite_wire},     {"dashd", suite_dashd},   {"client", suite_client},
+    {"validate", suite_validate}, {"shmbuf", suite_shmbuf}, {"session", suite_session},
+    {"job", suite_job},       {"libdash", suite_libdash},
 };
 
 int main(int argc, char **argv)

@@ -19,5 +19,13 @@ int suite_dag(void);
 int suite_dtype(void);
 int suite_engine(void);
 int suite_dashctl(void);
+int suite_wire(void);
+int suite_dashd(void);
+int suite_libdash(void);
+int suite_validate(void);
+int suite_shmbuf(void);
+int suite_session(void);
+int suite_job(void);
+int suite_client(void);
 
 #endif

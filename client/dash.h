@@ -1,0 +1,344 @@
+/*
+ * dash.h - libdash, the client library of dashd: attention forward and backward computed by
+ * a daemon, on tensors that live in POSIX shared memory this process shares with it.
+ *
+ *   struct dash_client   one connection to dashd (a ZeroMQ DEALER socket and a session)
+ *   struct dash_buffer   a shared-memory object, registered with the daemon
+ *   struct dash_tensor   a view into a buffer: byte offset, shape, strides in elements
+ *
+ * A typical use:
+ *
+ *   struct dash_client *c;
+ *   struct dash_buffer *b;
+ *   if (dash_connect(NULL, NULL, &c) < 0 || dash_shm_alloc(c, bytes, &b) < 0) ...
+ *   fill dash_buffer_data(b) with q, k, v;
+ *   struct dash_tensor q = dash_tensor_dense(b, 0, batch, seqlen, heads, head_dim), ...;
+ *   struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+ *   int rc = dash_forward(c, &a, &q, &k, &v, &out, &lse, NULL);
+ *
+ * Every function returns 0 (or a count) on success and a negative DASH_E* code on failure
+ * (system errors are -errno); the codes are the ones that travel on the wire
+ * (docs/protocol.md). Output parameters are named ret_*, come last, and are left untouched
+ * on failure. The library never logs, never exits and never raises signals on purpose.
+ *
+ * Daemon restarts and expired sessions are handled inside the library: it says Hello
+ * again, registers every live buffer again (the daemon's buffer ids are internal) and
+ * resends every request still in flight (forward and backward are pure functions of their
+ * inputs). The caller only notices a delay.
+ *
+ * Threads: a struct dash_client is NOT thread-safe. Use one client per thread, or hold a
+ * lock around every call that takes the client (its buffers included). Different clients
+ * in one process are independent. Functions that take no client (the tensor helpers,
+ * dash_strerror, dash_stats_free...) are thread-safe. A client must not be used in a
+ * child after fork(); the child may only dash_close() it.
+ *
+ * docs/libdash.md says more: timeouts, what survives a daemon restart, and the choices
+ * made where docs/protocol.md is silent.
+ */
+#ifndef DASH_H
+#define DASH_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- error codes ---------------------------------------------------------------------
+ *
+ * The same table as proto/errors.h, which is not installed: X(name, value, message). A
+ * translation unit may include both headers, in either order (they share the include
+ * guard DASH_ERRORS_H for the enum). tests/test_client.c checks that the copies agree. */
+#define DASH_ERROR_TABLE(X)                                                      \
+    X(EINVAL, -EINVAL, "invalid argument")                                       \
+    X(ENOMEM, -ENOMEM, "out of memory")                                          \
+    X(EOVERFLOW, -EOVERFLOW, "value too large for the index types")              \
+    X(ENOTSUP, -ENOTSUP, "operation not supported")                              \
+    X(EDEADLK, -EDEADLK, "schedule would deadlock")                              \
+    X(ERANGE, -ERANGE, "result out of range")                                    \
+    X(ENOENT, -ENOENT, "no such file or object")                                 \
+    X(EIO, -EIO, "input/output error")                                           \
+    X(EAGAIN, -EAGAIN, "resource temporarily unavailable")                       \
+    X(ETIMEDOUT, -ETIMEDOUT, "timed out")                                        \
+    X(EBUSY, -EBUSY, "resource busy")                                            \
+    X(EPROTO, -EPROTO, "protocol error")                                         \
+    X(ENOSPC, -ENOSPC, "no space left")                                          \
+    X(ECANCELED, -ECANCELED, "operation canceled")                               \
+    X(ECONNREFUSED, -ECONNREFUSED, "connection refused")                         \
+    X(EBADDTYPE, -4001, "unsupported dtype")                                     \
+    X(EHEADDIM, -4002, "unsupported head dimension")                             \
+    X(ESHAPE, -4003, "tensor shapes do not agree")                               \
+    X(ESCHED, -4004, "unknown or unusable schedule")                             \
+    X(ENOGPU, -4005, "no usable GPU")                                            \
+    X(ENOSESSION, -4006, "no session: send Hello first")                         \
+    X(ENOBUF, -4007, "unknown buffer id")                                        \
+    X(EBOUNDS, -4008, "tensor reaches outside its buffer")                       \
+    X(EVERSION, -4009, "unsupported protocol version")                           \
+    X(EMALFORMED, -4010, "malformed message")                                    \
+    X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")
+
+#ifndef DASH_ERRORS_H
+#define DASH_ERRORS_H
+#define DASH_ERRNO_MAP(X) DASH_ERROR_TABLE(X)
+
+enum dash_err {
+#define DASH_ERR_ENUM_(name, value, msg) DASH_##name = (value),
+    DASH_ERROR_TABLE(DASH_ERR_ENUM_)
+#undef DASH_ERR_ENUM_
+};
+
+/* A readable message for any return code of libdash or the daemon: "success" for codes
+ * >= 0, strerror's text for other -errno values; never NULL. The string is static.
+ * Thread-safe. */
+const char *dash_strerror(int code);
+
+/* The code's symbolic name ("DASH_EINVAL"), "DASH_OK" for codes >= 0, or "DASH_UNKNOWN".
+ * The string is static. Thread-safe. */
+const char *dash_errname(int code);
+#endif /* DASH_ERRORS_H */
+
+/* ---- connecting ---------------------------------------------------------------------- */
+
+struct dash_client;
+
+/* Connect without a session: dash_ping() and dash_stats() work, nothing else does (it
+ * returns DASH_ENOSESSION). For monitoring tools, which should not show up as clients. */
+#define DASH_CONNECT_NO_SESSION 1u
+
+/* Options of dash_connect(). Zero-initialise the struct: fields may be added at the end. */
+struct dash_connect_opts {
+    const char *client_name; /* shown by `dashctl stats`; NULL: the program's name */
+    const char *run_tag;     /* free text naming the training run; NULL: none */
+    int timeout_ms;          /* how long connecting, and each call, may wait for the daemon
+                              * to show any sign of life; 0: 30000 */
+    unsigned flags;          /* DASH_CONNECT_* */
+};
+
+/* Write the endpoint dash_connect(NULL, ...) uses into buf: $DASHD_ENDPOINT, else
+ * ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>.sock.
+ * Returns 0, DASH_EINVAL (buf NULL) or -ENAMETOOLONG. Thread-safe (reads the environment). */
+int dash_default_endpoint(char *buf, size_t len);
+
+/* Connect to the daemon at endpoint (a ZeroMQ endpoint, "ipc://..."; NULL: the default
+ * endpoint above) and open a session (Hello with protocol version 1, the client name, this
+ * process's pid and the run tag). opts may be NULL (all defaults); its strings are copied.
+ *
+ * Returns 0 and *ret_client, to be freed with dash_close(); or DASH_EINVAL (bad argument or
+ * endpoint, a name or run tag over 255 bytes, unknown flags), DASH_ETIMEDOUT (no daemon
+ * answered within the timeout), DASH_EVERSION (the daemon does not speak our protocol
+ * version), DASH_ENOMEM, or another code the daemon replied. The new client belongs to the
+ * calling thread (see the top of this file). */
+int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
+                 struct dash_client **ret_client);
+
+/* Close the connection and free the client with every buffer it still owns: the buffers
+ * are unregistered when the daemon is reachable (waiting at most 1 s), unmapped and
+ * unlinked. Tickets not yet waited are dropped; the daemon may still finish their work.
+ * c may be NULL. After fork(), a child may call it: it then only frees memory. */
+void dash_close(struct dash_client *c);
+
+/* ---- shared-memory buffers ------------------------------------------------------------ */
+
+struct dash_buffer;
+
+/* Create a POSIX shared-memory object of size bytes (mode 0600, a unique name
+ * "/dash-<pid>-<n>-<hex>"), map it, reserve its memory (so a full /dev/shm is an error
+ * here, not a SIGBUS later) and register it with the daemon. The memory starts zeroed.
+ *
+ * Returns 0 and *ret_buf, owned by c until dash_shm_free() or dash_close(); or DASH_EINVAL
+ * (c or ret_buf NULL, size 0), DASH_ENOSESSION (a DASH_CONNECT_NO_SESSION client), -errno
+ * from shm_open/ftruncate/mmap (-ENOSPC, -EMFILE...), DASH_ETIMEDOUT, or the daemon's reply
+ * (DASH_EBOUNDS, DASH_ENOTSUP...). Nothing is left behind on failure. */
+int dash_shm_alloc(struct dash_client *c, size_t size, struct dash_buffer **ret_buf);
+
+/* Unregister, unmap and unlink a buffer of c. Does not wait for the daemon's answer (an
+ * unreachable daemon releases it when the session ends). Returns 0 (the handle is then
+ * gone), DASH_EINVAL (c or b NULL, or b belongs to another client) or DASH_EBUSY (a
+ * request submitted with a tensor in b has not completed: dash_wait() for it first); the
+ * handle stays valid on failure. */
+int dash_shm_free(struct dash_client *c, struct dash_buffer *b);
+
+/* The buffer's memory (page-aligned, dash_buffer_size() bytes), valid until it is freed;
+ * NULL if b is NULL. */
+void *dash_buffer_data(const struct dash_buffer *b);
+
+/* The size given to dash_shm_alloc(); 0 if b is NULL. */
+size_t dash_buffer_size(const struct dash_buffer *b);
+
+/* ---- tensors -------------------------------------------------------------------------- */
+
+/* A view into a buffer. q, k, v, out and their gradients have ndim 4, shape
+ * (batch, seqlen, heads, head_dim) as flash-attn uses; lse has ndim 3, shape
+ * (batch, heads_q, seqlen_q), float32 and dense. strides are in elements, one per
+ * dimension (entries past ndim ignored); all zero means dense. The element type is the
+ * op's dash_attn.dtype (lse: always float32). */
+struct dash_tensor {
+    struct dash_buffer *buf;
+    uint64_t offset; /* bytes from the start of the buffer */
+    int32_t ndim;    /* 4, or 3 for lse */
+    int64_t shape[4];
+    int64_t strides[4]; /* elements; all 0: dense */
+};
+
+/* A dense (batch, seqlen, heads, head_dim) view at byte offset of b, strides filled in
+ * (row-major: heads*head_dim*seqlen, heads*head_dim, head_dim, 1). Pure; no checks: the
+ * op that uses it checks it. */
+struct dash_tensor dash_tensor_dense(struct dash_buffer *b, uint64_t offset, int64_t batch,
+                                     int64_t seqlen, int64_t heads, int64_t head_dim);
+
+/* The dense (batch, heads_q, seqlen_q) float32 lse view at byte offset of b, strides
+ * filled in (heads_q*seqlen_q, seqlen_q, 1). Pure. */
+struct dash_tensor dash_tensor_lse(struct dash_buffer *b, uint64_t offset, int64_t batch,
+                                   int64_t heads_q, int64_t seqlen_q);
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* The same numbering as the wire schema's enums. */
+enum dash_dtype { DASH_F32 = 0, DASH_F16 = 1, DASH_BF16 = 2 };
+enum dash_mask { DASH_MASK_FULL = 0, DASH_MASK_CAUSAL = 1 /* bottom-right aligned */ };
+enum dash_schedule {
+    DASH_SCHED_AUTO = 0, /* the fastest deterministic schedule for the shape */
+    DASH_SCHED_ATOMIC = 1, /* fast, not reproducible */
+    DASH_SCHED_ASCENDING = 2,
+    DASH_SCHED_DESCENDING = 3,
+    DASH_SCHED_SPT = 4,
+    DASH_SCHED_SHIFT = 5,
+};
+
+/* Bytes per element of t: 4 or 2; 0 for a value outside the enum. */
+size_t dash_dtype_size(enum dash_dtype t);
+
+/* The parameters of one op. Zero-initialise, then set what you need: zero means the
+ * default everywhere. */
+struct dash_attn {
+    enum dash_dtype dtype;
+    enum dash_mask mask;
+    float scale; /* 0: 1/sqrt(head_dim); else finite and > 0 */
+    enum dash_schedule schedule;
+    int32_t wave;             /* virtual wave size W; 0: the default (64) */
+    int32_t block_m, block_n; /* tile sizes; 0: the backend's defaults */
+};
+
+/* What an op ran with: everything its output bits depend on besides the inputs. */
+struct dash_result {
+    enum dash_schedule schedule; /* never AUTO: the one auto chose */
+    int32_t wave, block_m, block_n;
+    uint64_t queue_us; /* waiting in the daemon's queue */
+    uint64_t run_us;   /* computing */
+    char backend[16];  /* "cpu" or "cuda"; NUL-terminated */
+};
+
+/* Forward: out = softmax(scale * q k^T, mask) v and lse, the log of the softmax's
+ * denominator, written into out's and lse's buffers. Blocks until the daemon is done,
+ * however long that takes while the daemon stays responsive (it is probed after 1 s of
+ * silence); gives up with DASH_ETIMEDOUT after the client's timeout without any sign of
+ * life. Resent transparently when the daemon restarts.
+ *
+ * Returns 0 and, if ret_result is not NULL, *ret_result; or DASH_EINVAL (an argument NULL, a
+ * tensor with the wrong ndim or a buffer of another client, an enum out of range, a
+ * negative or non-finite scale, negative wave or block sizes; nothing is sent), the
+ * daemon's verdict (DASH_ESHAPE, DASH_EBOUNDS, DASH_EHEADDIM, DASH_EBADDTYPE, DASH_ESCHED,
+ * DASH_EBUSY...), DASH_ETIMEDOUT or -errno. */
+int dash_forward(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *q,
+                 const struct dash_tensor *k, const struct dash_tensor *v,
+                 const struct dash_tensor *out, const struct dash_tensor *lse,
+                 struct dash_result *ret_result);
+
+/* Backward: dq, dk, dv from q, k, v, out, lse (as the forward wrote them) and dout. Same
+ * contract as dash_forward(). */
+int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *q,
+                  const struct dash_tensor *k, const struct dash_tensor *v,
+                  const struct dash_tensor *out, const struct dash_tensor *lse,
+                  const struct dash_tensor *dout, const struct dash_tensor *dq,
+                  const struct dash_tensor *dk, const struct dash_tensor *dv,
+                  struct dash_result *ret_result);
+
+/* Asynchronous forms: send the request and return at once with a ticket for dash_wait()
+ * or dash_poll(). Any number may be in flight. The tensors are copied; their buffers must
+ * not be freed (dash_shm_free() says DASH_EBUSY) until the ticket completes, and their
+ * output memory must not be read before then.
+ *
+ * Returns 0 and *ret_ticket (never 0); or the argument errors of dash_forward() (nothing
+ * sent), DASH_ENOSESSION (a DASH_CONNECT_NO_SESSION client), DASH_ENOMEM, DASH_ETIMEDOUT
+ * (the request could not even be queued). The daemon's verdict comes from dash_wait(). */
+int dash_forward_submit(struct dash_client *c, const struct dash_attn *a,
+                        const struct dash_tensor *q, const struct dash_tensor *k,
+                        const struct dash_tensor *v, const struct dash_tensor *out,
+                        const struct dash_tensor *lse, uint64_t *ret_ticket);
+
+int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
+                         const struct dash_tensor *q, const struct dash_tensor *k,
+                         const struct dash_tensor *v, const struct dash_tensor *out,
+                         const struct dash_tensor *lse, const struct dash_tensor *dout,
+                         const struct dash_tensor *dq, const struct dash_tensor *dk,
+                         const struct dash_tensor *dv, uint64_t *ret_ticket);
+
+/* Wait for a ticket of c. timeout_ms: how long to wait at most; -1: as long as the daemon
+ * stays responsive, giving up after the client's timeout without any sign of life. Replies
+ * for other tickets that arrive meanwhile are kept for their own dash_wait()/dash_poll().
+ *
+ * Returns the op's status (0 or the daemon's code, as dash_forward() describes) and then
+ * forgets the ticket; *ret_result (if not NULL) is filled when the status is 0. Returns
+ * DASH_ETIMEDOUT when the op has not completed in time, or -errno on a local failure: the
+ * ticket is then kept, to wait for again. An unknown (or already waited) ticket, or
+ * timeout_ms < -1, is DASH_EINVAL. */
+int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
+              struct dash_result *ret_result);
+
+/* dash_wait() without blocking: reads what has arrived, then returns the op's status as
+ * dash_wait() does, or DASH_EAGAIN if it is not done yet (the ticket is kept), or
+ * DASH_ETIMEDOUT if the daemon has shown no sign of life for the client's timeout since
+ * the request was sent (the ticket is kept). */
+int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result);
+
+/* ---- monitoring ----------------------------------------------------------------------- */
+
+/* One round trip to the daemon. timeout_ms: at most this long; -1: the client's timeout.
+ * Works with or without a session. Returns 0 and *ret_rtt_us (may be NULL), the round
+ * trip in microseconds; or DASH_ETIMEDOUT, DASH_EPROTO (the payload came back different),
+ * DASH_EINVAL. */
+int dash_ping(struct dash_client *c, int timeout_ms, uint64_t *ret_rtt_us);
+
+/* One session as the daemon sees it. Strings are NUL-terminated, never NULL ("" when the
+ * daemon did not say), and owned by the struct dash_stats. */
+struct dash_client_stats {
+    uint64_t session_id;
+    const char *client_name;
+    uint32_t pid;
+    const char *run_tag;
+    uint64_t requests, errors;
+    uint64_t forwards, backwards;
+    uint64_t bytes_registered;
+    uint32_t buffers;
+    uint64_t latency_p50_us, latency_p99_us;
+    uint32_t in_flight;
+};
+
+/* The daemon's counters (StatsReply in the wire schema); 0 or "" for what it did not say. */
+struct dash_stats {
+    const char *server_version;
+    const char *backend;
+    uint64_t uptime_ms;
+    uint32_t queue_depth, queue_capacity;
+    uint64_t requests, errors;
+    uint32_t threads;
+    uint64_t own_session_id; /* this client's session (0: none), to find it in clients */
+    size_t n_clients;
+    struct dash_client_stats *clients; /* n_clients entries, one per session */
+};
+
+/* Ask the daemon for its counters. Works with or without a session. Returns 0 and
+ * *ret_stats, to be freed with dash_stats_free(); or DASH_EINVAL, DASH_ETIMEDOUT,
+ * DASH_ENOMEM, DASH_EPROTO. */
+int dash_stats(struct dash_client *c, struct dash_stats **ret_stats);
+
+/* Free what dash_stats() returned; NULL is fine. */
+void dash_stats_free(struct dash_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * dash_internal.h - what the files of libdash share; not installed, not for users.
+ *
+ *   libdash.c    the client: socket, request table, session state machine, waiting,
+ *                connect/close, ping, stats
+ *   dash_shm.c   shared-memory buffers
+ *   dash_ops.c   tensors, forward/backward: validation, encoding, tickets
+ *
+ * Requests. Everything sent to the daemon is a struct dash__req, linked into the client's
+ * list from creation until freed. A request is QUEUED (waiting for the session to be
+ * restored), SENT (in flight: its wire id is in c->by_wire) or DONE (code and result set,
+ * kept until its waiter takes it). Every send uses a fresh wire id, so a late reply to an
+ * earlier send of the same request can never be mistaken for the current one: replies whose
+ * id is not in by_wire are dropped.
+ *
+ * Sessions. The client moves through
+ *
+ *      LOST --Hello sent--> HELLO --Hello ok--> REGISTERING --last buffer--> OK
+ *        ^                    |   ^                     |                         |
+ *        +--Hello refused-----+   +---- session lost ---+-------------------------+
+ *
+ * A session is lost when a reply says DASH_ENOSESSION or carries a session_id that is not
+ * ours (0 included): the daemon restarted, expired the session, or sees a new connection.
+ *
+ * On a lost session every live buffer needs registering again (its old id is void), ops in
+ * flight go back to QUEUED, and Register/Unregister in flight are dropped. In REGISTERING
+ * every buffer not yet registered gets a RegisterBuffer; when the last one has answered,
+ * queued ops are sent with the new ids. c->gen counts successful Hellos: only a reply to a
+ * request sent in the current generation may declare the session lost, so stale replies
+ * cannot start a second restore.
+ */
+#ifndef DASH_INTERNAL_H
+#define DASH_INTERNAL_H
+
+#include "client/dash.h"
+#include "proto/wire.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Silence after which the daemon is probed (a Ping, or Hello again while one is pending). */
+#define DASH__PROBE_MS 1000
+#define DASH__DEFAULT_TIMEOUT_MS 30000
+/* Sessions lost in a row (without an op or a ping surviving in between) before the library
+ * stops restoring and fails what waits: a daemon that drops every session must not keep us
+ * busy forever. */
+#define DASH__MAX_LOST_STREAK 16
+#define DASH__SHM_NAME_MAX 64
+#define DASH__NT_MAX 9 /* tensors of a backward */
+#define DASH__NAME_MAX 255 /* client name and run tag, bytes */
+
+/* Internal functions shared across libdash's files stay out of libdash.so's interface. */
+#define DASH__HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- a map from nonzero uint64 keys to pointers (open addressing, linear probing) ----- */
+
+struct dash__map {
+    uint64_t *keys; /* 0: empty slot */
+    void **vals;
+    size_t cap;     /* 0 or a power of two; at most half full */
+    size_t n;
+};
+
+DASH__HIDDEN int dash__map_put(struct dash__map *m, uint64_t key, void *val); /* 0 or DASH_ENOMEM */
+DASH__HIDDEN void *dash__map_get(const struct dash__map *m, uint64_t key);     /* NULL if absent */
+DASH__HIDDEN void dash__map_del(struct dash__map *m, uint64_t key);            /* absent: no-op */
+DASH__HIDDEN void dash__map_free(struct dash__map *m);
+
+/* ---- buffers -------------------------------------------------------------------------- */
+
+enum dash__reg {
+    DASH__REG_NONE,    /* not registered in the current session; restore will do it */
+    DASH__REG_PENDING, /* a RegisterBuffer is in flight (reg_req) */
+    DASH__REG_OK,      /* id is valid in the current session */
+    DASH__REG_FAILED,  /* the daemon refused it (reg_code); retried at the next restore */
+};
+
+struct dash_buffer {
+    struct dash_client *owner;
+    struct dash_buffer *prev, *next; /* owner->bufs */
+    void *data;
+    size_t size;
+    char name[DASH__SHM_NAME_MAX];
+    enum dash__reg reg;
+    int reg_code;            /* DASH__REG_FAILED: why */
+    uint64_t id;             /* DASH__REG_OK: the daemon's id */
+    struct dash__req *reg_req; /* DASH__REG_PENDING: the request */
+    uint32_t users;          /* tensors of unfinished ops that point here */
+};
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+enum dash__kind {
+    DASH__HELLO,
+    DASH__PROBE, /* a Ping of our own, sent when the daemon has been silent */
+    DASH__PING,
+    DASH__STATS,
+    DASH__REGISTER,
+    DASH__UNREGISTER,
+    DASH__FORWARD,
+    DASH__BACKWARD,
+};
+
+enum dash__state { DASH__QUEUED, DASH__SENT, DASH__DONE };
+
+struct dash__req {
+    struct dash__req *prev, *next; /* c->reqs */
+    enum dash__kind kind;
+    enum dash__state state;
+    uint64_t wire_id; /* SENT: the id of the last send, a key of c->by_wire */
+    uint64_t gen;     /* c->gen when last sent */
+    uint64_t ticket;  /* ops: the caller's handle, a key of c->by_ticket */
+    int64_t born_ms;  /* when the caller asked for it */
+    int detached;     /* nobody waits: freed when done */
+    int code;         /* DONE: 0 or a DASH_E* code */
+
+    /* REGISTER: the buffer, NULL once the buffer was freed while this was in flight (a
+     * successful reply is then undone with an Unregister). UNREGISTER: buffer_id. */
+    struct dash_buffer *buf;
+    uint64_t buffer_id;
+
+    /* FORWARD, BACKWARD */
+    struct dash_attn attn;
+    struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] */
+    int nt;
+    struct dash_result result;
+
+    /* PING */
+    uint64_t token;
+    int64_t sent_us;
+    uint64_t rtt_us;
+
+    /* STATS: the reply, handed to the waiter */
+    Dash__Reply *reply;
+};
+
+/* ---- the client ----------------------------------------------------------------------- */
+
+enum dash__session { DASH__S_LOST, DASH__S_HELLO, DASH__S_REGISTERING, DASH__S_OK };
+
+struct dash_client {
+    void *zctx, *sock;
+    char *endpoint, *name, *run_tag;
+    int timeout_ms;
+    unsigned flags;
+    pid_t pid; /* the process that connected (fork check) */
+
+    enum dash__session state;
+    uint64_t session_id; /* valid in REGISTERING and OK */
+    uint64_t gen;        /* successful Hellos so far */
+    int hello_code;      /* the last Hello's failure, 0 if none */
+    int lost_streak;
+    struct dash__req *hello; /* HELLO: the request in flight */
+    struct dash__req *probe; /* the probe in flight, if any */
+    unsigned regs_in_flight;
+
+    uint64_t next_wire, next_ticket, ping_seed;
+    struct dash__map by_wire, by_ticket;
+    struct dash__req *reqs, *reqs_tail; /* oldest first */
+    struct dash_buffer *bufs;
+
+    int64_t last_rx_ms; /* the daemon's last sign of life */
+    int64_t last_probe_ms;
+};
+
+/* CLOCK_MONOTONIC, in milliseconds and microseconds. */
+DASH__HIDDEN int64_t dash__now_ms(void);
+DASH__HIDDEN int64_t dash__now_us(void);
+
+/* A new request of c (state QUEUED, linked into c->reqs), or NULL (out of memory). */
+DASH__HIDDEN struct dash__req *dash__req_new(struct dash_client *c, enum dash__kind kind);
+/* Unlink r from c and every map and free it (and its reply). */
+DASH__HIDDEN void dash__req_free(struct dash_client *c, struct dash__req *r);
+
+/* Send r now if the session allows it, else queue it for the restore (starting one if the
+ * client is LOST). Returns 0 or a local failure (r is then untouched and not sent). */
+DASH__HIDDEN int dash__submit(struct dash_client *c, struct dash__req *r);
+
+/* Register b (reg NONE or FAILED) if the session allows it now; else the restore will. */
+DASH__HIDDEN int dash__register(struct dash_client *c, struct dash_buffer *b);
+
+/* Send UnregisterBuffer{id} and forget about it. */
+DASH__HIDDEN void dash__unregister_detached(struct dash_client *c, uint64_t id);
+
+/* Read and handle replies until done(c, arg) says yes. deadline_ms: absolute, -1 none.
+ * Gives up with DASH_ETIMEDOUT at the deadline, or once the daemon has been silent for
+ * the client's timeout counted from max(since_ms, its last reply); probes a silent daemon.
+ * Returns 0 or a negative code. */
+DASH__HIDDEN int dash__wait(struct dash_client *c,
+                            int (*done)(struct dash_client *, const void *), const void *arg,
+                            int64_t deadline_ms, int64_t since_ms);
+
+/* Read and handle whatever has arrived, without blocking (probing if due). */
+DASH__HIDDEN int dash__pump_now(struct dash_client *c);
+
+/* dash_ops.c: fill the Request m with r's Forward or Backward body, its TensorRefs naming
+ * the buffers' current ids, using the caller's storage st (which must outlive m). Returns
+ * 0, or why the op cannot be sent now (a buffer not registered in this session). */
+struct dash__op_storage {
+    Dash__AttnParams params;
+    Dash__TensorRef refs[DASH__NT_MAX];
+    Dash__Forward fwd;
+    Dash__Backward bwd;
+};
+DASH__HIDDEN int dash__op_encode(struct dash__req *r, Dash__Request *m,
+                                 struct dash__op_storage *st);
+
+/* Complete op r with code (and, for 0, rep's OpResult; none there is DASH_EPROTO), and
+ * give its buffers back. Does nothing if r is already DONE. */
+DASH__HIDDEN void dash__op_finish(struct dash_client *c, struct dash__req *r, int code,
+                                  const Dash__Reply *rep);
+
+/* dash_shm.c: unlink b from c->bufs, unmap it, shm_unlink its name if unlink_name, free
+ * it; a registration in flight is orphaned. Talks to nobody. */
+DASH__HIDDEN void dash__buffer_destroy(struct dash_client *c, struct dash_buffer *b,
+                                       int unlink_name);
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * dash_ops.c - forward and backward: tensor helpers, argument checks, the Forward/Backward
+ * messages, and tickets.
+ *
+ * An op is a struct dash__req holding copies of its parameters and tensors (tensors keep
+ * their struct dash_buffer pointers, not the daemon's ids), so that the message can be
+ * built again with new ids whenever the session is restored. Its ticket is a key of
+ * c->by_ticket until the caller has taken the result. While an op is unfinished each of its
+ * tensors counts as a user of its buffer, which keeps dash_shm_free() from pulling the
+ * memory away underneath a resend.
+ */
+#include "client/dash_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- tensors -------------------------------------------------------------------------- */
+
+size_t dash_dtype_size(enum dash_dtype t)
+{
+    switch (t) {
+    case DASH_F32:
+        return 4;
+    case DASH_F16:
+    case DASH_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+struct dash_tensor dash_tensor_dense(struct dash_buffer *b, uint64_t offset, int64_t batch,
+                                     int64_t seqlen, int64_t heads, int64_t head_dim)
+{
+    struct dash_tensor t = {.buf = b, .offset = offset, .ndim = 4};
+    t.shape[0] = batch;
+    t.shape[1] = seqlen;
+    t.shape[2] = heads;
+    t.shape[3] = head_dim;
+    t.strides[3] = 1;
+    t.strides[2] = head_dim;
+    t.strides[1] = heads * head_dim;
+    t.strides[0] = seqlen * heads * head_dim;
+    return t;
+}
+
+struct dash_tensor dash_tensor_lse(struct dash_buffer *b, uint64_t offset, int64_t batch,
+                                   int64_t heads_q, int64_t seqlen_q)
+{
+    struct dash_tensor t = {.buf = b, .offset = offset, .ndim = 3};
+    t.shape[0] = batch;
+    t.shape[1] = heads_q;
+    t.shape[2] = seqlen_q;
+    t.strides[2] = 1;
+    t.strides[1] = seqlen_q;
+    t.strides[0] = heads_q * seqlen_q;
+    return t;
+}
+
+/* Whether t's strides say nothing a dense layout would not: all zero, or exactly the dense
+ * row-major strides. Such tensors go on the wire without strides. */
+static int strides_are_dense(const struct dash_tensor *t)
+{
+    int zero = 1;
+    for (int32_t i = 0; i < t->ndim; i++)
+        zero &= t->strides[i] == 0;
+    if (zero)
+        return 1;
+    int64_t expect = 1;
+    for (int32_t i = t->ndim - 1; i >= 0; i--) {
+        if (t->strides[i] != expect)
+            return 0;
+        /* wrapping is harmless here: a wrapped product only makes us send the strides */
+        expect = (int64_t)((uint64_t)expect * (uint64_t)t->shape[i]);
+    }
+    return 1;
+}
+
+/* ---- checks --------------------------------------------------------------------------- */
+
+/* What the library can tell is wrong without the daemon; the daemon checks the rest
+ * (shapes agreeing, bounds, head dims...). */
+static int check_attn(const struct dash_attn *a)
+{
+    if ((unsigned)a->dtype > DASH_BF16 || (unsigned)a->mask > DASH_MASK_CAUSAL ||
+        (unsigned)a->schedule > DASH_SCHED_SHIFT)
+        return DASH_EINVAL;
+    if (!(a->scale >= 0.0f) || isinf(a->scale)) /* NaN fails the comparison */
+        return DASH_EINVAL;
+    if (a->wave < 0 || a->block_m < 0 || a->block_n < 0)
+        return DASH_EINVAL;
+    return 0;
+}
+
+static int check_tensor(const struct dash_client *c, const struct dash_tensor *t, int32_t ndim)
+{
+    if (!t || !t->buf || t->buf->owner != c || t->ndim != ndim)
+        return DASH_EINVAL;
+    return 0;
+}
+
+/* ---- messages ------------------------------------------------------------------------- */
+
+int dash__op_encode(struct dash__req *r, Dash__Request *m, struct dash__op_storage *st)
+{
+    for (int i = 0; i < r->nt; i++) {
+        const struct dash_buffer *b = r->t[i].buf;
+        if (b->reg != DASH__REG_OK)
+            return b->reg == DASH__REG_FAILED ? b->reg_code : DASH_ENOBUF;
+    }
+
+    dash__attn_params__init(&st->params);
+    st->params.dtype = (Dash__DType)r->attn.dtype;
+    st->params.mask = (Dash__Mask)r->attn.mask;
+    st->params.has_scale = r->attn.scale != 0.0f;
+    st->params.scale = r->attn.scale;
+    st->params.has_schedule = 1;
+    st->params.schedule = (Dash__Schedule)r->attn.schedule;
+    st->params.has_wave = r->attn.wave != 0;
+    st->params.wave = r->attn.wave;
+    st->params.has_block_m = r->attn.block_m != 0;
+    st->params.block_m = r->attn.block_m;
+    st->params.has_block_n = r->attn.block_n != 0;
+    st->params.block_n = r->attn.block_n;
+
+    for (int i = 0; i < r->nt; i++) {
+        struct dash_tensor *t = &r->t[i];
+        Dash__TensorRef *ref = &st->refs[i];
+        dash__tensor_ref__init(ref);
+        ref->buffer_id = t->buf->id;
+        ref->offset = t->offset;
+        ref->n_shape = (size_t)t->ndim;
+        ref->shape = t->shape;
+        if (!strides_are_dense(t)) {
+            ref->n_strides = (size_t)t->ndim;
+            ref->strides = t->strides;
+        }
+    }
+
+    Dash__TensorRef *ref = st->refs;
+    if (r->kind == DASH__FORWARD) {
+        dash__forward__init(&st->fwd);
+        st->fwd.params = &st->params;
+        st->fwd.q = &ref[0];
+        st->fwd.k = &ref[1];
+        st->fwd.v = &ref[2];
+        st->fwd.out = &ref[3];
+        st->fwd.lse = &ref[4];
+        m->body_case = DASH__REQUEST__BODY_FORWARD;
+        m->forward = &st->fwd;
+    } else {
+        dash__backward__init(&st->bwd);
+        st->bwd.params = &st->params;
+        st->bwd.q = &ref[0];
+        st->bwd.k = &ref[1];
+        st->bwd.v = &ref[2];
+        st->bwd.out = &ref[3];
+        st->bwd.lse = &ref[4];
+        st->bwd.dout = &ref[5];
+        st->bwd.dq = &ref[6];
+        st->bwd.dk = &ref[7];
+        st->bwd.dv = &ref[8];
+        m->body_case = DASH__REQUEST__BODY_BACKWARD;
+        m->backward = &st->bwd;
+    }
+    return 0;
+}
+
+void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const Dash__Reply *rep)
+{
+    (void)c;
+    if (r->state == DASH__DONE)
+        return;
+    if (!code) {
+        const Dash__OpResult *op = rep ? rep->op : NULL;
+        if (!op) {
+            code = DASH_EPROTO;
+        } else {
+            r->result.schedule = (enum dash_schedule)op->schedule;
+            r->result.wave = op->wave;
+            r->result.block_m = op->block_m;
+            r->result.block_n = op->block_n;
+            r->result.queue_us = op->has_queue_us ? op->queue_us : 0;
+            r->result.run_us = op->has_run_us ? op->run_us : 0;
+            memset(r->result.backend, 0, sizeof r->result.backend);
+            if (op->backend)
+                strncpy(r->result.backend, op->backend, sizeof r->result.backend - 1);
+        }
+    }
+    r->code = code;
+    r->state = DASH__DONE;
+    for (int i = 0; i < r->nt; i++)
+        r->t[i].buf->users--;
+}
+
+/* ---- submitting and waiting ----------------------------------------------------------- */
+
+static int submit(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
+                  const struct dash_tensor *const *ts, int nt, uint64_t *ret_ticket)
+{
+    int rc;
+    if (!c || !a || !ret_ticket)
+        return DASH_EINVAL;
+    if ((rc = check_attn(a)) != 0)
+        return rc;
+    for (int i = 0; i < nt; i++)
+        if ((rc = check_tensor(c, ts[i], i == 4 ? 3 : 4)) != 0) /* ts[4] is lse */
+            return rc;
+    if (c->flags & DASH_CONNECT_NO_SESSION)
+        return DASH_ENOSESSION;
+
+    struct dash__req *r = dash__req_new(c, kind);
+    if (!r)
+        return DASH_ENOMEM;
+    r->attn = *a;
+    r->nt = nt;
+    for (int i = 0; i < nt; i++)
+        r->t[i] = *ts[i];
+    r->ticket = c->next_ticket++;
+    if ((rc = dash__map_put(&c->by_ticket, r->ticket, r)) != 0) {
+        r->ticket = 0;
+        r->state = DASH__DONE; /* nothing to give back yet */
+        dash__req_free(c, r);
+        return rc;
+    }
+    for (int i = 0; i < nt; i++)
+        r->t[i].buf->users++;
+    if ((rc = dash__submit(c, r)) != 0) {
+        dash__req_free(c, r); /* gives the buffers back */
+        return rc;
+    }
+    *ret_ticket = r->ticket;
+    return 0;
+}
+
+int dash_forward_submit(struct dash_client *c, const struct dash_attn *a,
+                        const struct dash_tensor *q, const struct dash_tensor *k,
+                        const struct dash_tensor *v, const struct dash_tensor *out,
+                        const struct dash_tensor *lse, uint64_t *ret_ticket)
+{
+    const struct dash_tensor *ts[] = {q, k, v, out, lse};
+    return submit(c, DASH__FORWARD, a, ts, 5, ret_ticket);
+}
+
+int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
+                         const struct dash_tensor *q, const struct dash_tensor *k,
+                         const struct dash_tensor *v, const struct dash_tensor *out,
+                         const struct dash_tensor *lse, const struct dash_tensor *dout,
+                         const struct dash_tensor *dq, const struct dash_tensor *dk,
+                         const struct dash_tensor *dv, uint64_t *ret_ticket)
+{
+    const struct dash_tensor *ts[] = {q, k, v, out, lse, dout, dq, dk, dv};
+    return submit(c, DASH__BACKWARD, a, ts, 9, ret_ticket);
+}
+
+static int op_done(struct dash_client *c, const void *arg)
+{
+    (void)c;
+    return ((const struct dash__req *)arg)->state == DASH__DONE;
+}
+
+/* Hand a finished op's status and result to the caller and forget its ticket. */
+static int take(struct dash_client *c, struct dash__req *r, struct dash_result *ret_result)
+{
+    int code = r->code;
+    if (code == 0 && ret_result)
+        *ret_result = r->result;
+    dash__req_free(c, r);
+    return code;
+}
+
+int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
+              struct dash_result *ret_result)
+{
+    if (!c || timeout_ms < -1)
+        return DASH_EINVAL;
+    struct dash__req *r = dash__map_get(&c->by_ticket, ticket);
+    if (!r)
+        return DASH_EINVAL;
+    int64_t now = dash__now_ms();
+    int rc = dash__wait(c, op_done, r, timeout_ms < 0 ? -1 : now + timeout_ms, now);
+    return rc ? rc : take(c, r, ret_result);
+}
+
+int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result)
+{
+    if (!c)
+        return DASH_EINVAL;
+    struct dash__req *r = dash__map_get(&c->by_ticket, ticket);
+    if (!r)
+        return DASH_EINVAL;
+    if (r->state != DASH__DONE) {
+        int rc = dash__pump_now(c);
+        if (rc < 0)
+            return rc;
+    }
+    if (r->state == DASH__DONE)
+        return take(c, r, ret_result);
+    int64_t quiet = c->last_rx_ms > r->born_ms ? c->last_rx_ms : r->born_ms;
+    return dash__now_ms() - quiet >= c->timeout_ms ? DASH_ETIMEDOUT : DASH_EAGAIN;
+}
+
+/* The synchronous ops: a ticket nobody else sees, dropped if the wait fails. */
+static int run(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result)
+{
+    int rc = dash_wait(c, ticket, -1, ret_result);
+    struct dash__req *r = dash__map_get(&c->by_ticket, ticket);
+    if (r)
+        dash__req_free(c, r);
+    return rc;
+}
+
+int dash_forward(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *q,
+                 const struct dash_tensor *k, const struct dash_tensor *v,
+                 const struct dash_tensor *out, const struct dash_tensor *lse,
+                 struct dash_result *ret_result)
+{
+    uint64_t ticket;
+    int rc = dash_forward_submit(c, a, q, k, v, out, lse, &ticket);
+    return rc ? rc : run(c, ticket, ret_result);
+}
+
+int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *q,
+                  const struct dash_tensor *k, const struct dash_tensor *v,
+                  const struct dash_tensor *out, const struct dash_tensor *lse,
+                  const struct dash_tensor *dout, const struct dash_tensor *dq,
+                  const struct dash_tensor *dk, const struct dash_tensor *dv,
+                  struct dash_result *ret_result)
+{
+    uint64_t ticket;
+    int rc = dash_backward_submit(c, a, q, k, v, out, lse, dout, dq, dk, dv, &ticket);
+    return rc ? rc : run(c, ticket, ret_result);
+}

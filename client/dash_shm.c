@@ -1,0 +1,152 @@
+/*
+ * dash_shm.c - buffers: POSIX shared-memory objects the daemon maps too.
+ *
+ * A buffer is created here (shm_open with O_EXCL under a name nobody else can have picked,
+ * mode 0600), mapped, and registered with the daemon. The daemon's id for it lives in the
+ * struct dash_buffer and is replaced whenever the session is restored (libdash.c); callers
+ * only ever hold the handle. The object is unlinked when the buffer is freed, so nothing is
+ * left in /dev/shm once the client has closed, whatever the daemon did.
+ */
+#include "client/dash_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Shared by every client of the process, so names differ even before the random part. */
+static atomic_ulong shm_counter;
+
+static void shm_make_name(char name[DASH__SHM_NAME_MAX])
+{
+    uint64_t rnd;
+    if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+        rnd = (uint64_t)dash__now_us() * 0x9e3779b97f4a7c15ull;
+    snprintf(name, DASH__SHM_NAME_MAX, "/dash-%ld-%lu-%016llx", (long)getpid(),
+             atomic_fetch_add(&shm_counter, 1), (unsigned long long)rnd);
+}
+
+/* Create, size, reserve and map the object. Returns 0 or -errno; nothing remains on
+ * failure. */
+static int shm_create(struct dash_buffer *b)
+{
+    int fd = -1, rc, e;
+    for (int tries = 0; fd < 0; tries++) {
+        shm_make_name(b->name);
+        fd = shm_open(b->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && (errno != EEXIST || tries == 8))
+            return -errno;
+    }
+    if (ftruncate(fd, (off_t)b->size) != 0) {
+        rc = -errno;
+        goto unlink;
+    }
+    /* tmpfs pages are allocated on first touch; reserving them now turns a full /dev/shm
+     * into ENOSPC here instead of a SIGBUS in whoever writes the tensor */
+    while ((e = posix_fallocate(fd, 0, (off_t)b->size)) == EINTR)
+        ;
+    if (e != 0) {
+        rc = -e;
+        goto unlink;
+    }
+    b->data = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b->data == MAP_FAILED) {
+        b->data = NULL;
+        rc = -errno;
+        goto unlink;
+    }
+    close(fd);
+    return 0;
+
+unlink:
+    close(fd);
+    shm_unlink(b->name);
+    return rc;
+}
+
+void dash__buffer_destroy(struct dash_client *c, struct dash_buffer *b, int unlink_name)
+{
+    if (b->reg_req)
+        b->reg_req->buf = NULL; /* its reply will be undone, see on_register() */
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        c->bufs = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    if (b->data)
+        munmap(b->data, b->size);
+    if (unlink_name)
+        shm_unlink(b->name);
+    free(b);
+}
+
+static int buf_settled(struct dash_client *c, const void *arg)
+{
+    (void)c;
+    const struct dash_buffer *b = arg;
+    return b->reg == DASH__REG_OK || b->reg == DASH__REG_FAILED;
+}
+
+int dash_shm_alloc(struct dash_client *c, size_t size, struct dash_buffer **ret_buf)
+{
+    if (!c || !ret_buf || size == 0 || size > (size_t)INT64_MAX)
+        return DASH_EINVAL;
+    if (c->flags & DASH_CONNECT_NO_SESSION)
+        return DASH_ENOSESSION;
+
+    struct dash_buffer *b = calloc(1, sizeof *b);
+    if (!b)
+        return DASH_ENOMEM;
+    b->owner = c;
+    b->size = size;
+    b->reg = DASH__REG_NONE;
+    int rc = shm_create(b);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    b->next = c->bufs;
+    if (c->bufs)
+        c->bufs->prev = b;
+    c->bufs = b;
+
+    int64_t now = dash__now_ms();
+    if ((rc = dash__register(c, b)) == 0 && (rc = dash__wait(c, buf_settled, b, -1, now)) == 0 &&
+        b->reg == DASH__REG_FAILED)
+        rc = b->reg_code;
+    if (rc) {
+        dash__buffer_destroy(c, b, 1);
+        return rc;
+    }
+    *ret_buf = b;
+    return 0;
+}
+
+int dash_shm_free(struct dash_client *c, struct dash_buffer *b)
+{
+    if (!c || !b || b->owner != c)
+        return DASH_EINVAL;
+    if (b->users)
+        return DASH_EBUSY;
+    /* an id is only valid in the session that gave it, which REG_OK guarantees */
+    if (b->reg == DASH__REG_OK)
+        dash__unregister_detached(c, b->id);
+    dash__buffer_destroy(c, b, 1);
+    return 0;
+}
+
+void *dash_buffer_data(const struct dash_buffer *b)
+{
+    return b ? b->data : NULL;
+}
+
+size_t dash_buffer_size(const struct dash_buffer *b)
+{
+    return b ? b->size : 0;
+}

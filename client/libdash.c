@@ -1,0 +1,944 @@
+/*
+ * libdash.c - the client's connection to dashd: the DEALER socket, the table of requests in
+ * flight, the session state machine that survives daemon restarts, and waiting.
+ *
+ * Nothing here runs in the background: the library only reads the socket inside a call
+ * that waits (dash_wait, a synchronous op, dash_shm_alloc...). Whatever arrives during such
+ * a call is handled, whichever request it answers, so replies for other tickets are stored
+ * and a session restore started by one call is carried on by the next.
+ *
+ * Liveness. A waiting call that has heard nothing for DASH__PROBE_MS sends a Ping (or, while
+ * a Hello is pending, the Hello again: it may have been lost with a dying daemon). Every
+ * message received counts as a sign of life, so an op that runs for minutes on a responsive
+ * daemon never times out, while a daemon that is gone (or stopped) is given up on after the
+ * client's timeout. A Ping's reply also carries our session id, which is how a restarted
+ * daemon is noticed while we wait for replies that will never come.
+ *
+ * dash_internal.h draws the request and session states.
+ */
+#include "client/dash_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+/* ---- time ----------------------------------------------------------------------------- */
+
+int64_t dash__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dash__now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* ---- the map -------------------------------------------------------------------------- */
+
+static size_t map_home(uint64_t key, size_t cap)
+{
+    /* splitmix64's finaliser: ids are sequential, so spread them */
+    key ^= key >> 30;
+    key *= 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 27;
+    key *= 0x94d049bb133111ebull;
+    key ^= key >> 31;
+    return (size_t)key & (cap - 1);
+}
+
+static int map_grow(struct dash__map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 16;
+    uint64_t *keys = calloc(cap, sizeof *keys);
+    void **vals = calloc(cap, sizeof *vals);
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        return DASH_ENOMEM;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->keys[i])
+            continue;
+        size_t j = map_home(m->keys[i], cap);
+        while (keys[j])
+            j = (j + 1) & (cap - 1);
+        keys[j] = m->keys[i];
+        vals[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = keys;
+    m->vals = vals;
+    m->cap = cap;
+    return 0;
+}
+
+int dash__map_put(struct dash__map *m, uint64_t key, void *val)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        int rc = map_grow(m);
+        if (rc)
+            return rc;
+    }
+    size_t i = map_home(key, m->cap);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & (m->cap - 1);
+    if (!m->keys[i])
+        m->n++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    return 0;
+}
+
+void *dash__map_get(const struct dash__map *m, uint64_t key)
+{
+    if (!m->cap || !key)
+        return NULL;
+    for (size_t i = map_home(key, m->cap); m->keys[i]; i = (i + 1) & (m->cap - 1))
+        if (m->keys[i] == key)
+            return m->vals[i];
+    return NULL;
+}
+
+void dash__map_del(struct dash__map *m, uint64_t key)
+{
+    if (!m->cap || !key)
+        return;
+    size_t mask = m->cap - 1, i = map_home(key, m->cap);
+    while (m->keys[i] != key) {
+        if (!m->keys[i])
+            return;
+        i = (i + 1) & mask;
+    }
+    /* Backward-shift deletion: pull later members of the probe run into the hole unless
+     * their home lies cyclically in (hole, their slot], so every lookup still finds them. */
+    m->keys[i] = 0;
+    m->vals[i] = NULL;
+    m->n--;
+    for (size_t j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
+        size_t home = map_home(m->keys[j], m->cap);
+        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays)
+            continue;
+        m->keys[i] = m->keys[j];
+        m->vals[i] = m->vals[j];
+        m->keys[j] = 0;
+        m->vals[j] = NULL;
+        i = j;
+    }
+}
+
+void dash__map_free(struct dash__map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+static int needs_session(enum dash__kind k)
+{
+    return k == DASH__REGISTER || k == DASH__UNREGISTER || k == DASH__FORWARD ||
+           k == DASH__BACKWARD;
+}
+
+static int is_op(enum dash__kind k)
+{
+    return k == DASH__FORWARD || k == DASH__BACKWARD;
+}
+
+struct dash__req *dash__req_new(struct dash_client *c, enum dash__kind kind)
+{
+    struct dash__req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->kind = kind;
+    r->state = DASH__QUEUED;
+    r->born_ms = dash__now_ms();
+    r->prev = c->reqs_tail;
+    if (c->reqs_tail)
+        c->reqs_tail->next = r;
+    else
+        c->reqs = r;
+    c->reqs_tail = r;
+    return r;
+}
+
+void dash__req_free(struct dash_client *c, struct dash__req *r)
+{
+    dash__map_del(&c->by_wire, r->wire_id);
+    dash__map_del(&c->by_ticket, r->ticket);
+    if (is_op(r->kind) && r->state != DASH__DONE)
+        dash__op_finish(c, r, DASH_ECANCELED, NULL); /* gives its buffers back */
+    if (r->kind == DASH__REGISTER && r->buf && r->buf->reg_req == r)
+        r->buf->reg_req = NULL;
+    if (c->probe == r)
+        c->probe = NULL;
+    if (c->hello == r)
+        c->hello = NULL;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        c->reqs_tail = r->prev;
+    wire_free_reply(r->reply);
+    free(r);
+}
+
+/* A zmq failure as one of our codes: its own errno values (ETERM...) are not ours. */
+static int zmq_code(int e)
+{
+    return e > 0 && e < ZMQ_HAUSNUMERO ? -e : DASH_EIO;
+}
+
+/* Encode r with a fresh wire id and send it. On success r is SENT under the new id (the
+ * previous one, if any, is forgotten); on failure r is unchanged. */
+static int send_req(struct dash_client *c, struct dash__req *r)
+{
+    Dash__Request m = DASH__REQUEST__INIT;
+    Dash__Hello hello = DASH__HELLO__INIT;
+    Dash__Ping ping = DASH__PING__INIT;
+    Dash__Stats stats = DASH__STATS__INIT;
+    Dash__RegisterBuffer reg = DASH__REGISTER_BUFFER__INIT;
+    Dash__UnregisterBuffer unreg = DASH__UNREGISTER_BUFFER__INIT;
+    struct dash__op_storage st;
+    uint8_t token[8];
+    int rc;
+
+    switch (r->kind) {
+    case DASH__HELLO:
+        hello.protocol_version = WIRE_PROTOCOL_VERSION;
+        hello.client_name = c->name;
+        hello.has_pid = 1;
+        hello.pid = (uint32_t)getpid();
+        hello.run_tag = c->run_tag; /* NULL: absent */
+        m.body_case = DASH__REQUEST__BODY_HELLO;
+        m.hello = &hello;
+        break;
+    case DASH__PING:
+        memcpy(token, &r->token, sizeof token);
+        ping.has_payload = 1;
+        ping.payload.len = sizeof token;
+        ping.payload.data = token;
+        /* fall through */
+    case DASH__PROBE:
+        m.body_case = DASH__REQUEST__BODY_PING;
+        m.ping = &ping;
+        break;
+    case DASH__STATS:
+        m.body_case = DASH__REQUEST__BODY_STATS;
+        m.stats = &stats;
+        break;
+    case DASH__REGISTER:
+        reg.size = r->buf->size;
+        reg.shm_name = r->buf->name;
+        m.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+        m.register_buffer = &reg;
+        break;
+    case DASH__UNREGISTER:
+        unreg.buffer_id = r->buffer_id;
+        m.body_case = DASH__REQUEST__BODY_UNREGISTER_BUFFER;
+        m.unregister_buffer = &unreg;
+        break;
+    case DASH__FORWARD:
+    case DASH__BACKWARD:
+        if ((rc = dash__op_encode(r, &m, &st)) != 0)
+            return rc;
+        break;
+    }
+
+    uint64_t id = c->next_wire++;
+    m.id = id;
+    void *buf;
+    size_t len;
+    if ((rc = wire_encode(&m.base, &buf, &len)) != 0)
+        return rc;
+    if ((rc = dash__map_put(&c->by_wire, id, r)) != 0)
+        goto free_buf;
+    /* Blocks only while the pipe to the daemon is full (ZMQ_SNDTIMEO bounds it). */
+    while ((rc = zmq_send(c->sock, buf, len, 0)) < 0 && zmq_errno() == EINTR)
+        ;
+    if (rc < 0) {
+        int e = zmq_errno();
+        rc = e == EAGAIN ? DASH_ETIMEDOUT : zmq_code(e);
+        dash__map_del(&c->by_wire, id);
+        goto free_buf;
+    }
+    rc = 0;
+    dash__map_del(&c->by_wire, r->wire_id);
+    r->wire_id = id;
+    r->gen = c->gen;
+    r->state = DASH__SENT;
+    if (r->kind == DASH__PING)
+        r->sent_us = dash__now_us();
+free_buf:
+    free(buf);
+    return rc;
+}
+
+/* ---- the session state machine -------------------------------------------------------- */
+
+/* Send (or send again) the Hello. */
+static int start_hello(struct dash_client *c)
+{
+    struct dash__req *r = c->hello;
+    if (!r && !(r = dash__req_new(c, DASH__HELLO)))
+        return DASH_ENOMEM;
+    int rc = send_req(c, r);
+    if (rc) {
+        if (r->state != DASH__SENT)
+            dash__req_free(c, r);
+        return rc;
+    }
+    c->hello = r;
+    c->state = DASH__S_HELLO;
+    c->last_probe_ms = dash__now_ms();
+    return 0;
+}
+
+/* No session can be had now (a Hello refused or unsendable): everything that waits for one
+ * fails with code, and the next call that needs a session tries again. */
+static void fail_waiting(struct dash_client *c, int code)
+{
+    c->state = DASH__S_LOST;
+    c->session_id = 0;
+    c->hello_code = code;
+    for (struct dash__req *r = c->reqs; r; r = r->next)
+        if (is_op(r->kind) && r->state == DASH__QUEUED)
+            dash__op_finish(c, r, code, NULL);
+    for (struct dash_buffer *b = c->bufs; b; b = b->next) {
+        if (b->reg != DASH__REG_OK) {
+            b->reg = DASH__REG_FAILED;
+            b->reg_code = code;
+        }
+    }
+}
+
+static int send_register(struct dash_client *c, struct dash_buffer *b)
+{
+    struct dash__req *r = dash__req_new(c, DASH__REGISTER);
+    if (!r)
+        return DASH_ENOMEM;
+    r->buf = b;
+    int rc = send_req(c, r);
+    if (rc) {
+        dash__req_free(c, r);
+        return rc;
+    }
+    b->reg = DASH__REG_PENDING;
+    b->reg_req = r;
+    c->regs_in_flight++;
+    return 0;
+}
+
+/* The last registration of a restore has answered: send what waited for it. */
+static void finish_restore(struct dash_client *c)
+{
+    c->state = DASH__S_OK;
+    for (struct dash__req *r = c->reqs; r; r = r->next) {
+        if (!is_op(r->kind) || r->state != DASH__QUEUED)
+            continue;
+        int rc = send_req(c, r); /* a buffer the daemon refused fails the op here */
+        if (rc)
+            dash__op_finish(c, r, rc, NULL);
+    }
+}
+
+/* The daemon restarted, or dropped our session: start over with Hello. */
+static void lose_session(struct dash_client *c)
+{
+    c->state = DASH__S_LOST;
+    c->session_id = 0;
+    c->regs_in_flight = 0;
+    for (struct dash_buffer *b = c->bufs; b; b = b->next) {
+        if (b->reg == DASH__REG_OK || b->reg == DASH__REG_PENDING) {
+            b->reg = DASH__REG_NONE;
+            b->id = 0;
+            b->reg_req = NULL;
+        }
+    }
+    struct dash__req *next;
+    for (struct dash__req *r = c->reqs; r; r = next) {
+        next = r->next;
+        if (r->state != DASH__SENT || !needs_session(r->kind))
+            continue;
+        dash__map_del(&c->by_wire, r->wire_id);
+        r->wire_id = 0;
+        if (is_op(r->kind))
+            r->state = DASH__QUEUED; /* pure functions: running one twice is harmless */
+        else
+            dash__req_free(c, r); /* registers are redone; unregisters are moot */
+    }
+    if (++c->lost_streak > DASH__MAX_LOST_STREAK) {
+        fail_waiting(c, DASH_EPROTO);
+        return;
+    }
+    int rc = start_hello(c);
+    if (rc)
+        fail_waiting(c, rc);
+}
+
+static void on_hello(struct dash_client *c, struct dash__req *r, const Dash__Reply *rep)
+{
+    const Dash__HelloReply *h = rep->hello;
+    int code = rep->code;
+    uint64_t sid = 0;
+    if (!code && (!h || h->protocol_version != WIRE_PROTOCOL_VERSION))
+        code = DASH_EVERSION;
+    if (!code) {
+        sid = h->has_session_id ? h->session_id : rep->has_session_id ? rep->session_id : 0;
+        if (!sid)
+            code = DASH_EPROTO; /* 0 means "no session" on the wire */
+    }
+    dash__req_free(c, r);
+    if (code) {
+        fail_waiting(c, code);
+        return;
+    }
+    c->hello_code = 0;
+    c->session_id = sid;
+    c->gen++;
+    c->state = DASH__S_REGISTERING;
+    for (struct dash_buffer *b = c->bufs; b; b = b->next) {
+        if (b->reg == DASH__REG_OK || b->reg == DASH__REG_PENDING)
+            continue;
+        int rc = send_register(c, b);
+        if (rc) {
+            b->reg = DASH__REG_FAILED;
+            b->reg_code = rc;
+        }
+    }
+    if (c->regs_in_flight == 0)
+        finish_restore(c);
+}
+
+static void on_register(struct dash_client *c, struct dash__req *r, const Dash__Reply *rep)
+{
+    struct dash_buffer *b = r->buf;
+    int code = rep->code;
+    if (!code && !rep->has_buffer_id)
+        code = DASH_EPROTO;
+    if (c->regs_in_flight)
+        c->regs_in_flight--;
+    if (!b) {
+        /* freed while registering: undo it on the daemon's side too */
+        if (!code)
+            dash__unregister_detached(c, rep->buffer_id);
+    } else if (!code) {
+        b->reg = DASH__REG_OK;
+        b->id = rep->buffer_id;
+        b->reg_req = NULL;
+    } else {
+        b->reg = DASH__REG_FAILED;
+        b->reg_code = code;
+        b->reg_req = NULL;
+    }
+    dash__req_free(c, r);
+    if (c->state == DASH__S_REGISTERING && c->regs_in_flight == 0)
+        finish_restore(c);
+}
+
+/* Returns whether r took ownership of rep. */
+static int on_reply(struct dash_client *c, struct dash__req *r, Dash__Reply *rep)
+{
+    switch (r->kind) {
+    case DASH__HELLO:
+        on_hello(c, r, rep);
+        return 0;
+    case DASH__PROBE:
+        dash__req_free(c, r);
+        return 0;
+    case DASH__PING:
+        r->code = rep->code;
+        if (!r->code && (!rep->has_ping_payload || rep->ping_payload.len != sizeof r->token ||
+                         memcmp(rep->ping_payload.data, &r->token, sizeof r->token) != 0))
+            r->code = DASH_EPROTO;
+        r->rtt_us = (uint64_t)(dash__now_us() - r->sent_us);
+        r->state = DASH__DONE;
+        return 0;
+    case DASH__STATS:
+        r->code = rep->code;
+        if (!r->code && !rep->stats)
+            r->code = DASH_EPROTO;
+        r->reply = rep;
+        r->state = DASH__DONE;
+        return 1;
+    case DASH__REGISTER:
+        on_register(c, r, rep);
+        return 0;
+    case DASH__UNREGISTER:
+        dash__req_free(c, r); /* always detached; an unknown id is no news */
+        return 0;
+    case DASH__FORWARD:
+    case DASH__BACKWARD:
+        dash__op_finish(c, r, rep->code, rep);
+        return 0;
+    }
+    return 0;
+}
+
+static void dispatch(struct dash_client *c, Dash__Reply *rep)
+{
+    struct dash__req *r = dash__map_get(&c->by_wire, rep->id);
+    if (!r) {
+        /* a reply to an earlier send of something resent since, or to nothing of ours */
+        wire_free_reply(rep);
+        return;
+    }
+    dash__map_del(&c->by_wire, r->wire_id);
+    r->wire_id = 0;
+
+    /* Only a reply to a request of the current session may say that the session is gone;
+     * one from before the last Hello reports a session we already replaced. */
+    int checked = r->kind != DASH__HELLO && !(c->flags & DASH_CONNECT_NO_SESSION) &&
+                  r->gen == c->gen &&
+                  (c->state == DASH__S_OK || c->state == DASH__S_REGISTERING);
+    uint64_t sid = rep->has_session_id ? rep->session_id : 0;
+    int lost = checked && (sid != c->session_id || rep->code == DASH_ENOSESSION);
+
+    if (lost && needs_session(r->kind) &&
+        (!is_op(r->kind) || rep->code == DASH_ENOSESSION || rep->code == DASH_ENOBUF)) {
+        /* Refused for want of the session: lose_session() treats r like everything else
+         * still in flight (ops are resent, buffers registered again). */
+        wire_free_reply(rep);
+        lose_session(c);
+        return;
+    }
+    if (checked && !lost && r->kind != DASH__REGISTER)
+        c->lost_streak = 0; /* the session demonstrably works */
+    if (!on_reply(c, r, rep))
+        wire_free_reply(rep);
+    if (lost)
+        lose_session(c);
+}
+
+/* ---- reading and waiting -------------------------------------------------------------- */
+
+/* Wait up to timeout_ms for the socket, then handle every message that has arrived. */
+static int pump(struct dash_client *c, long timeout_ms)
+{
+    zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
+    int n = zmq_poll(&it, 1, timeout_ms);
+    if (n < 0)
+        return zmq_errno() == EINTR ? 0 : zmq_code(zmq_errno());
+    if (n == 0)
+        return 0;
+    for (;;) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
+            int e = zmq_errno();
+            zmq_msg_close(&msg);
+            if (e == EINTR)
+                continue;
+            return e == EAGAIN ? 0 : zmq_code(e);
+        }
+        c->last_rx_ms = dash__now_ms();
+        int more = zmq_msg_more(&msg);
+        Dash__Reply *rep = NULL;
+        if (!more)
+            rep = wire_decode_reply(zmq_msg_data(&msg), zmq_msg_size(&msg), WIRE_DECODE_BUDGET);
+        zmq_msg_close(&msg);
+        /* A reply is one frame; the rest of a multi-frame message is dropped with it. */
+        while (more) {
+            zmq_msg_init(&msg);
+            if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0)
+                more = 0;
+            else
+                more = zmq_msg_more(&msg);
+            zmq_msg_close(&msg);
+        }
+        if (rep)
+            dispatch(c, rep);
+    }
+}
+
+/* Probe the daemon if it has been silent for DASH__PROBE_MS while we wait for it. Returns
+ * when the next probe may be due. */
+static int64_t probe(struct dash_client *c, int64_t now)
+{
+    int64_t due = max64(c->last_rx_ms, c->last_probe_ms) + DASH__PROBE_MS;
+    if (now < due)
+        return due;
+    if (c->state == DASH__S_HELLO && c->hello) {
+        /* the Hello may have gone down with the daemon it was sent to */
+        (void)send_req(c, c->hello);
+    } else {
+        size_t own = c->probe && c->probe->state == DASH__SENT;
+        if (c->by_wire.n <= own)
+            return now + DASH__PROBE_MS; /* nothing awaited */
+        if (!c->probe)
+            c->probe = dash__req_new(c, DASH__PROBE);
+        if (c->probe && send_req(c, c->probe) != 0 && c->probe->state != DASH__SENT)
+            dash__req_free(c, c->probe);
+    }
+    c->last_probe_ms = now;
+    return now + DASH__PROBE_MS;
+}
+
+int dash__wait(struct dash_client *c, int (*done)(struct dash_client *, const void *),
+               const void *arg, int64_t deadline_ms, int64_t since_ms)
+{
+    for (;;) {
+        if (done(c, arg))
+            return 0;
+        int64_t now = dash__now_ms();
+        int64_t give_up = max64(since_ms, c->last_rx_ms) + c->timeout_ms;
+        if (deadline_ms >= 0 && deadline_ms < give_up)
+            give_up = deadline_ms;
+        if (now >= give_up)
+            return DASH_ETIMEDOUT;
+        int64_t wake = probe(c, now);
+        if (wake > give_up)
+            wake = give_up;
+        int64_t t = wake - now;
+        int rc = pump(c, t < 1 ? 1 : t > INT_MAX ? INT_MAX : (long)t);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int dash__pump_now(struct dash_client *c)
+{
+    (void)probe(c, dash__now_ms());
+    return pump(c, 0);
+}
+
+/* ---- what the other files ask of the session ------------------------------------------ */
+
+int dash__submit(struct dash_client *c, struct dash__req *r)
+{
+    if (!needs_session(r->kind) || c->state == DASH__S_OK)
+        return send_req(c, r);
+    if (c->flags & DASH_CONNECT_NO_SESSION)
+        return DASH_ENOSESSION;
+    if (c->state == DASH__S_LOST) {
+        c->lost_streak = 0;
+        int rc = start_hello(c);
+        if (rc)
+            return rc;
+    }
+    r->state = DASH__QUEUED; /* finish_restore() sends it */
+    return 0;
+}
+
+int dash__register(struct dash_client *c, struct dash_buffer *b)
+{
+    switch (c->state) {
+    case DASH__S_OK:
+    case DASH__S_REGISTERING:
+        return send_register(c, b);
+    case DASH__S_HELLO:
+        return 0; /* on_hello() registers every buffer that needs it */
+    case DASH__S_LOST:
+        break;
+    }
+    if (c->flags & DASH_CONNECT_NO_SESSION)
+        return DASH_ENOSESSION;
+    c->lost_streak = 0;
+    return start_hello(c);
+}
+
+void dash__unregister_detached(struct dash_client *c, uint64_t id)
+{
+    struct dash__req *r = dash__req_new(c, DASH__UNREGISTER);
+    if (!r)
+        return; /* the daemon releases it with the session */
+    r->detached = 1;
+    r->buffer_id = id;
+    if (send_req(c, r) != 0)
+        dash__req_free(c, r);
+}
+
+/* ---- connect and close ---------------------------------------------------------------- */
+
+int dash_default_endpoint(char *buf, size_t len)
+{
+    if (!buf || !len)
+        return DASH_EINVAL;
+    return wire_default_endpoint(buf, len);
+}
+
+static int req_done(struct dash_client *c, const void *arg)
+{
+    (void)c;
+    return ((const struct dash__req *)arg)->state == DASH__DONE;
+}
+
+static int hello_settled(struct dash_client *c, const void *arg)
+{
+    (void)arg;
+    return c->state == DASH__S_OK || c->state == DASH__S_LOST;
+}
+
+static uint64_t random_u64(void)
+{
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
+        v = (uint64_t)dash__now_us() ^ ((uint64_t)getpid() << 40);
+    return v;
+}
+
+/* Free c and what it holds. Talks to the daemon only when say_goodbye. */
+static void client_free(struct dash_client *c, int say_goodbye)
+{
+    int same_process = c->pid == getpid();
+    if (c->sock && same_process) {
+        int linger = 0;
+        if (say_goodbye && c->state == DASH__S_OK) {
+            for (struct dash_buffer *b = c->bufs; b; b = b->next) {
+                if (b->reg == DASH__REG_OK) {
+                    dash__unregister_detached(c, b->id);
+                    linger = c->timeout_ms < 1000 ? c->timeout_ms : 1000;
+                }
+            }
+        }
+        /* with LINGER, zmq_ctx_term() gives the Unregisters that long to get out */
+        (void)zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(c->sock);
+    }
+    if (c->zctx && same_process)
+        zmq_ctx_term(c->zctx); /* in a forked child the context is not ours to end */
+    while (c->reqs)
+        dash__req_free(c, c->reqs);
+    while (c->bufs)
+        dash__buffer_destroy(c, c->bufs, same_process);
+    dash__map_free(&c->by_wire);
+    dash__map_free(&c->by_ticket);
+    free(c->endpoint);
+    free(c->name);
+    free(c->run_tag);
+    free(c);
+}
+
+static int open_socket(struct dash_client *c)
+{
+    int64_t maxmsg = WIRE_MAX_MESSAGE;
+    /* Every reply answers a request of ours, so what can pile up here is bounded by what we
+     * sent: no receive limit, so the daemon never finds us "full" (and drops a reply) while
+     * the caller is busy elsewhere and not reading. */
+    int linger = 0, ivl = 100, sndtimeo = c->timeout_ms, rcvhwm = 0;
+
+    if (!(c->zctx = zmq_ctx_new()))
+        return zmq_code(zmq_errno());
+    if (!(c->sock = zmq_socket(c->zctx, ZMQ_DEALER)))
+        return zmq_code(zmq_errno());
+    if (zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm) != 0)
+        return zmq_code(zmq_errno());
+    if (zmq_connect(c->sock, c->endpoint) != 0) {
+        int e = zmq_errno();
+        /* a malformed endpoint or an unknown transport is the caller's mistake */
+        return e == EINVAL || e == EPROTONOSUPPORT || e == ENOCOMPATPROTO ? DASH_EINVAL
+                                                                          : zmq_code(e);
+    }
+    return 0;
+}
+
+int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
+                 struct dash_client **ret_client)
+{
+    static const struct dash_connect_opts defaults;
+    char ep[512];
+    int rc;
+
+    if (!ret_client)
+        return DASH_EINVAL;
+    if (!opts)
+        opts = &defaults;
+    if (opts->timeout_ms < 0 || (opts->flags & ~DASH_CONNECT_NO_SESSION) ||
+        (opts->client_name && strlen(opts->client_name) > DASH__NAME_MAX) ||
+        (opts->run_tag && strlen(opts->run_tag) > DASH__NAME_MAX))
+        return DASH_EINVAL;
+    if (!endpoint) {
+        if ((rc = wire_default_endpoint(ep, sizeof ep)) != 0)
+            return rc;
+        endpoint = ep;
+    }
+    if (!*endpoint)
+        return DASH_EINVAL;
+
+    struct dash_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return DASH_ENOMEM;
+    c->pid = getpid();
+    c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DASH__DEFAULT_TIMEOUT_MS;
+    c->flags = opts->flags;
+    c->state = DASH__S_LOST;
+    c->next_wire = 1;
+    c->next_ticket = 1;
+    c->ping_seed = random_u64();
+    const char *name = opts->client_name ? opts->client_name : program_invocation_short_name;
+    c->endpoint = strdup(endpoint);
+    c->name = strndup(name ? name : "", DASH__NAME_MAX);
+    c->run_tag = opts->run_tag ? strdup(opts->run_tag) : NULL;
+    if (!c->endpoint || !c->name || (opts->run_tag && !c->run_tag)) {
+        rc = DASH_ENOMEM;
+        goto free_client;
+    }
+    if ((rc = open_socket(c)) != 0)
+        goto free_client;
+
+    int64_t now = dash__now_ms();
+    if (c->flags & DASH_CONNECT_NO_SESSION) {
+        /* No Hello, but a round trip: connecting must still find out whether anyone is
+         * there. */
+        c->state = DASH__S_OK;
+        struct dash__req *r = dash__req_new(c, DASH__PING);
+        if (!r) {
+            rc = DASH_ENOMEM;
+            goto free_client;
+        }
+        r->token = c->ping_seed;
+        if ((rc = send_req(c, r)) == 0 && (rc = dash__wait(c, req_done, r, -1, now)) == 0)
+            rc = r->code;
+        dash__req_free(c, r);
+    } else {
+        if ((rc = start_hello(c)) == 0 && (rc = dash__wait(c, hello_settled, NULL, -1, now)) == 0)
+            rc = c->state == DASH__S_OK ? 0 : c->hello_code;
+    }
+    if (rc)
+        goto free_client;
+    *ret_client = c;
+    return 0;
+
+free_client:
+    client_free(c, 0);
+    return rc;
+}
+
+void dash_close(struct dash_client *c)
+{
+    if (c)
+        client_free(c, 1);
+}
+
+/* ---- ping and stats ------------------------------------------------------------------- */
+
+int dash_ping(struct dash_client *c, int timeout_ms, uint64_t *ret_rtt_us)
+{
+    if (!c || timeout_ms < -1)
+        return DASH_EINVAL;
+    struct dash__req *r = dash__req_new(c, DASH__PING);
+    if (!r)
+        return DASH_ENOMEM;
+    int64_t now = dash__now_ms();
+    int64_t deadline = now + (timeout_ms < 0 ? c->timeout_ms : timeout_ms);
+    r->token = c->ping_seed + c->next_wire; /* differs for every ping of c */
+    int rc = send_req(c, r);
+    if (rc == 0 && (rc = dash__wait(c, req_done, r, deadline, now)) == 0)
+        rc = r->code;
+    uint64_t rtt = r->rtt_us;
+    dash__req_free(c, r);
+    if (rc == 0 && ret_rtt_us)
+        *ret_rtt_us = rtt;
+    return rc;
+}
+
+static const char *str_or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+void dash_stats_free(struct dash_stats *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n_clients; i++) {
+        free((char *)s->clients[i].client_name);
+        free((char *)s->clients[i].run_tag);
+    }
+    free(s->clients);
+    free((char *)s->server_version);
+    free((char *)s->backend);
+    free(s);
+}
+
+static struct dash_stats *stats_convert(const Dash__StatsReply *m, uint64_t own_session)
+{
+    struct dash_stats *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->server_version = strdup(str_or_empty(m->server_version));
+    s->backend = strdup(str_or_empty(m->backend));
+    s->uptime_ms = m->uptime_ms;
+    s->queue_depth = m->queue_depth;
+    s->queue_capacity = m->queue_capacity;
+    s->requests = m->requests;
+    s->errors = m->errors;
+    s->threads = m->threads;
+    s->own_session_id = own_session;
+    if (!s->server_version || !s->backend)
+        goto fail;
+    if (m->n_clients) {
+        if (!(s->clients = calloc(m->n_clients, sizeof *s->clients)))
+            goto fail;
+    }
+    for (size_t i = 0; i < m->n_clients; i++) {
+        const Dash__ClientStats *in = m->clients[i];
+        struct dash_client_stats *out = &s->clients[i];
+        s->n_clients = i + 1; /* so a failure below frees what is filled */
+        out->session_id = in->session_id;
+        out->pid = in->pid;
+        out->requests = in->requests;
+        out->errors = in->errors;
+        out->forwards = in->forwards;
+        out->backwards = in->backwards;
+        out->bytes_registered = in->bytes_registered;
+        out->buffers = in->buffers;
+        out->latency_p50_us = in->latency_p50_us;
+        out->latency_p99_us = in->latency_p99_us;
+        out->in_flight = in->in_flight;
+        out->client_name = strdup(str_or_empty(in->client_name));
+        out->run_tag = strdup(str_or_empty(in->run_tag));
+        if (!out->client_name || !out->run_tag)
+            goto fail;
+    }
+    return s;
+
+fail:
+    dash_stats_free(s);
+    return NULL;
+}
+
+int dash_stats(struct dash_client *c, struct dash_stats **ret_stats)
+{
+    if (!c || !ret_stats)
+        return DASH_EINVAL;
+    struct dash__req *r = dash__req_new(c, DASH__STATS);
+    if (!r)
+        return DASH_ENOMEM;
+    int64_t now = dash__now_ms();
+    int rc = send_req(c, r);
+    if (rc == 0 && (rc = dash__wait(c, req_done, r, -1, now)) == 0)
+        rc = r->code;
+    struct dash_stats *s = NULL;
+    if (rc == 0 && !(s = stats_convert(r->reply->stats, c->session_id)))
+        rc = DASH_ENOMEM;
+    dash__req_free(c, r);
+    if (rc == 0)
+        *ret_stats = s;
+    return rc;
+}

@@ -1,0 +1,135 @@
+/*
+ * backend_cpu.c - the CPU engine (kernels/engine.h) as a dashd backend.
+ *
+ * The engine validates its arguments itself, but the daemon has already checked them
+ * against the protocol's rules; what can still fail here is the engine's own limits
+ * (32-bit tile and index counts), which check() reports before a request is queued, and
+ * running out of memory. Engine codes are turned into the protocol's codes here, so the
+ * rest of the daemon never sees a bare -EINVAL from the engine.
+ */
+#include "backend.h"
+
+#include "proto/errors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct cpu {
+    struct backend base; /* first, so free() can find the whole */
+    struct eng *eng;
+};
+
+static int32_t cpu_threads(void *impl)
+{
+    struct cpu *c = impl;
+    return eng_threads(c->eng);
+}
+
+/* An engine code as a protocol code, with a reason. */
+static int map_engine_error(int rc, const struct eng_problem *p, char *msg, size_t msglen)
+{
+    switch (rc) {
+    case -ENOMEM:
+        snprintf(msg, msglen, "the CPU engine ran out of memory");
+        return DASH_ENOMEM;
+    case -EOVERFLOW:
+        snprintf(msg, msglen, "the shape is too large for the CPU engine's 32-bit indices");
+        return DASH_ESHAPE;
+    case -ENOTSUP:
+        if (p->head_dim < ENG_HEAD_DIM_MIN || p->head_dim > ENG_HEAD_DIM_MAX) {
+            snprintf(msg, msglen, "head dim %d is outside %d..%d", p->head_dim, ENG_HEAD_DIM_MIN,
+                     ENG_HEAD_DIM_MAX);
+            return DASH_EHEADDIM;
+        }
+        snprintf(msg, msglen, "the CPU engine cannot serve this dtype");
+        return DASH_EBADDTYPE;
+    case -EINVAL:
+        snprintf(msg, msglen, "the CPU engine refused the shapes or strides");
+        return DASH_ESHAPE;
+    default:
+        snprintf(msg, msglen, "the CPU engine failed: %s", dash_strerror(rc));
+        return rc < 0 ? rc : DASH_EIO;
+    }
+}
+
+static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t msglen)
+{
+    (void)impl;
+    const struct eng_problem *p = &plan->prob;
+    int rc = eng_check_problem(p);
+    if (rc)
+        return map_engine_error(rc, p, msg, msglen);
+    /* The geometry the engine will build (eng__prepare): defaults filled in, then the
+     * schedule's tile counts, which sched_init bounds to 32 bits. */
+    struct sched_shape sh = {.batch = p->batch, .heads = p->heads_q, .seqlen_q = p->seqlen_q,
+                             .seqlen_k = p->seqlen_k, .mask = p->mask};
+    sh.block_m = plan->cfg.block_m ? plan->cfg.block_m : ENG_BLOCK_DEFAULT;
+    sh.block_n = plan->cfg.block_n ? plan->cfg.block_n : ENG_BLOCK_DEFAULT;
+    int32_t w = plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT;
+    enum sched_kind kind = plan->cfg.sched == SCHED_AUTO ? SCHED_ASCENDING : plan->cfg.sched;
+    struct sched geo;
+    rc = sched_init(&geo, kind, &sh, w);
+    if (rc == -EOVERFLOW)
+        return map_engine_error(rc, p, msg, msglen);
+    if (rc) {
+        snprintf(msg, msglen, "the schedule refuses wave %d with blocks %dx%d", w, sh.block_m,
+                 sh.block_n);
+        return DASH_ESCHED;
+    }
+    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX ||
+        (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+        return map_engine_error(-EOVERFLOW, p, msg, msglen);
+    return 0;
+}
+
+static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
+                       struct eng_config *ret_cfg)
+{
+    struct cpu *c = impl;
+    int rc = eng_forward(c->eng, op->prob, op->cfg, op->out, op->lse, op->q, op->k, op->v, ret_cfg);
+    return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
+}
+
+static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
+                        struct eng_config *ret_cfg)
+{
+    struct cpu *c = impl;
+    int rc = eng_backward(c->eng, op->prob, op->cfg, op->dq, op->dk, op->dv, op->q, op->k, op->v,
+                          op->out, op->lse, op->dout, ret_cfg);
+    return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
+}
+
+static void cpu_free(void *impl)
+{
+    struct cpu *c = impl;
+    eng_free(c->eng);
+    free(c);
+}
+
+struct backend *backend_cpu_new(int32_t threads)
+{
+    struct cpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->eng = eng_new(threads);
+    if (!c->eng) {
+        free(c);
+        return NULL;
+    }
+    struct backend *b = &c->base;
+    b->name = "cpu";
+    snprintf(b->device, sizeof b->device, "cpu (%d engine threads)", (int)eng_threads(c->eng));
+    b->limits = (struct val_limits){.head_dim_min = ENG_HEAD_DIM_MIN,
+                                    .head_dim_max = ENG_HEAD_DIM_MAX,
+                                    .block_max = ENG_BLOCK_MAX,
+                                    .dtypes = (1u << DTYPE_F32) | (1u << DTYPE_F16) |
+                                              (1u << DTYPE_BF16)};
+    b->impl = c;
+    b->threads = cpu_threads;
+    b->check = cpu_check;
+    b->forward = cpu_forward;
+    b->backward = cpu_backward;
+    b->free = cpu_free;
+    return b;
+}

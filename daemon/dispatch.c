@@ -1,0 +1,610 @@
+/*
+ * dispatch.c - see dispatch.h.
+ *
+ * Counting: every message counts as a request of the daemon and, when the sender has a
+ * session, of that session; every reply with a non-zero code counts as an error of both.
+ * A session's latency ring holds the time from receiving a Forward or Backward to
+ * sending its reply (queue wait included) - the latency a client sees for real work;
+ * the cheap requests would only drown it.
+ */
+#include "dispatch.h"
+
+#include "job.h"
+#include "log.h"
+#include "queue.h"
+#include "session.h"
+#include "shmbuf.h"
+#include "validate.h"
+
+#include "proto/errors.h"
+#include "proto/wire.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MSG_MAX 256
+
+_Static_assert(JOB_RID_MAX >= SESS_RID_MAX, "a session's routing id must fit in a job");
+
+struct dispatch {
+    uv_loop_t *loop;
+    struct server *srv;
+    struct backend *backend; /* borrowed */
+    struct sess_table *sessions;
+    struct queue *queue;
+    struct job_runner *runner; /* used by the worker thread only */
+    uv_timer_t sweep;
+    struct dispatch_config cfg;
+    uint64_t start_ns;
+    uint64_t requests, errors;
+    uint32_t in_flight; /* ops accepted and not yet answered */
+    int stopping;
+    int idle_called;
+    void (*on_idle)(void *arg);
+    void *idle_arg;
+};
+
+/* A client string for our own records and log lines: cut to fit, control characters
+ * replaced, so a client cannot forge log lines. */
+static void copy_clean(char *dst, size_t size, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < size; i++)
+        dst[i] = (unsigned char)src[i] < 0x20 || src[i] == 0x7f ? '?' : src[i];
+    dst[i] = '\0';
+}
+
+/* ---- replies ------------------------------------------------------------------------- */
+
+static void send_reply(struct dispatch *d, const void *rid, size_t rid_len, Dash__Reply *r)
+{
+    struct session *s = sess_find(d->sessions, rid, rid_len);
+    r->has_session_id = 1;
+    r->session_id = s ? s->id : 0;
+    void *buf;
+    size_t len;
+    int rc = wire_encode(&r->base, &buf, &len);
+    Dash__Reply small = DASH__REPLY__INIT;
+    if (rc == -EMSGSIZE) {
+        /* Only an echoed ping payload near the limit gets here: say so instead. */
+        small.id = r->id;
+        small.code = DASH_EINVAL;
+        small.message = "the reply would exceed the message size limit";
+        small.has_session_id = 1;
+        small.session_id = r->session_id;
+        r = &small;
+        rc = wire_encode(&r->base, &buf, &len);
+    }
+    if (r->code != 0) {
+        d->errors++;
+        if (s)
+            s->errors++;
+    }
+    if (rc) {
+        log_error("cannot encode the reply to request %llu: %s", (unsigned long long)r->id,
+                  dash_strerror(rc));
+        return;
+    }
+    rc = server_send(d->srv, rid, rid_len, buf, len);
+    free(buf);
+    if (rc == -EHOSTUNREACH) {
+        if (s) {
+            log_info("session %llu (\"%s\"): the client is gone, dropping the session",
+                     (unsigned long long)s->id, s->name);
+            sess_drop(d->sessions, s);
+        } else {
+            log_debug("reply to request %llu dropped: the peer is gone", (unsigned long long)r->id);
+        }
+    } else if (rc == -EAGAIN) {
+        log_warn("reply to request %llu of session %llu dropped: the client is not reading",
+                 (unsigned long long)r->id, (unsigned long long)(s ? s->id : 0));
+    } else if (rc) {
+        log_warn("cannot send the reply to request %llu: %s", (unsigned long long)r->id,
+                 dash_strerror(rc));
+    }
+}
+
+__attribute__((format(printf, 6, 7))) static void reply_error(struct dispatch *d, const void *rid,
+                                                              size_t rid_len, uint64_t id,
+                                                              int code, const char *fmt, ...)
+{
+    char msg[MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_debug("request %llu: %s: %s", (unsigned long long)id, dash_errname(code), msg);
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = id;
+    r.code = code;
+    r.message = msg;
+    send_reply(d, rid, rid_len, &r);
+}
+
+static void check_idle(struct dispatch *d)
+{
+    if (d->stopping && d->in_flight == 0 && !d->idle_called) {
+        d->idle_called = 1;
+        d->on_idle(d->idle_arg);
+    }
+}
+
+/* ---- Hello, buffers ---------------------------------------------------------------------- */
+
+static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
+                     struct session *s)
+{
+    const Dash__Hello *h = req->hello;
+    if (h->protocol_version != WIRE_PROTOCOL_VERSION) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_EVERSION,
+                    "protocol version %u is not supported; this daemon speaks version %u",
+                    h->protocol_version, WIRE_PROTOCOL_VERSION);
+        return;
+    }
+    int created = !s;
+    if (created) {
+        int rc = sess_create(d->sessions, m->rid, m->rid_len, &s);
+        if (rc) {
+            reply_error(d, m->rid, m->rid_len, req->id, rc, "cannot create a session");
+            return;
+        }
+        s->requests = 1;
+        s->last_ns = uv_hrtime();
+        s->peer_uid = m->peer_uid;
+    }
+    if (created || h->client_name)
+        copy_clean(s->name, sizeof s->name, h->client_name);
+    if (created || h->run_tag)
+        copy_clean(s->run_tag, sizeof s->run_tag, h->run_tag);
+    if (h->has_pid)
+        s->pid = h->pid;
+    else if (created && m->peer_pid >= 0)
+        s->pid = (uint32_t)m->peer_pid;
+    log_info("session %llu %s: client \"%s\" pid %u run \"%s\"", (unsigned long long)s->id,
+             created ? "started" : "said hello again", s->name, s->pid, s->run_tag);
+
+    Dash__HelloReply hr = DASH__HELLO_REPLY__INIT;
+    hr.protocol_version = WIRE_PROTOCOL_VERSION;
+    hr.server_version = DASHD_VERSION;
+    hr.backend = (char *)d->backend->name;
+    hr.has_session_id = 1;
+    hr.session_id = s->id;
+    hr.has_session_timeout_ms = 1;
+    hr.session_timeout_ms = d->cfg.session_timeout_ms;
+    hr.device = d->backend->device;
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = req->id;
+    r.hello = &hr;
+    send_reply(d, m->rid, m->rid_len, &r);
+}
+
+static void on_register(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
+                        struct session *s)
+{
+    const Dash__RegisterBuffer *rb = req->register_buffer;
+    if (rb->has_cuda_ipc_handle) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                    "this daemon has no CUDA backend: register POSIX shared memory (shm_name)");
+        return;
+    }
+    if (!rb->shm_name) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL, "RegisterBuffer needs shm_name");
+        return;
+    }
+    /* A peer other than root may only map objects it owns: the daemon may be able to open
+     * other users' memory, and must not lend that ability out. */
+    int64_t owner = s->peer_uid > 0 ? s->peer_uid : -1;
+    char msg[MSG_MAX];
+    struct shmbuf *b;
+    int rc = shmbuf_open(rb->shm_name, rb->size, owner, msg, sizeof msg, &b);
+    if (rc) {
+        reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return;
+    }
+    uint64_t id;
+    rc = sess_buf_add(d->sessions, s, b, d->cfg.max_buffers, &id);
+    if (rc) {
+        shmbuf_unref(b);
+        reply_error(d, m->rid, m->rid_len, req->id, rc,
+                    rc == DASH_ENOSPC ? "a session may hold at most %u buffers"
+                                      : "out of memory (%u buffers)",
+                    d->cfg.max_buffers);
+        return;
+    }
+    log_debug("session %llu registered buffer %llu (%llu bytes)", (unsigned long long)s->id,
+              (unsigned long long)id, (unsigned long long)rb->size);
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = req->id;
+    r.has_buffer_id = 1;
+    r.buffer_id = id;
+    send_reply(d, m->rid, m->rid_len, &r);
+}
+
+static void on_unregister(struct dispatch *d, const struct server_msg *m,
+                          const Dash__Request *req, struct session *s)
+{
+    uint64_t id = req->unregister_buffer->buffer_id;
+    if (sess_buf_remove(s, id) != 0) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOBUF,
+                    "buffer %llu is not registered in this session", (unsigned long long)id);
+        return;
+    }
+    log_debug("session %llu unregistered buffer %llu", (unsigned long long)s->id,
+              (unsigned long long)id);
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = req->id;
+    send_reply(d, m->rid, m->rid_len, &r);
+}
+
+/* ---- Forward, Backward ------------------------------------------------------------------- */
+
+static int lookup_size(void *ctx, uint64_t id, uint64_t *ret_size)
+{
+    struct shmbuf *b = sess_buf_find(ctx, id);
+    if (!b)
+        return DASH_ENOBUF;
+    *ret_size = shmbuf_size(b);
+    return 0;
+}
+
+static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
+                  struct session *s, int backward)
+{
+    const Dash__EventSync *sync = req->sync;
+    if (sync && (sync->has_wait_event || sync->has_record_event)) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                    "event sync needs the CUDA backend");
+        return;
+    }
+    struct job *j = calloc(1, sizeof *j);
+    if (!j) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
+        return;
+    }
+    char msg[MSG_MAX];
+    const struct val_limits *lim = &d->backend->limits;
+    int rc = backward ? val_backward(req->backward, lim, lookup_size, s, msg, sizeof msg, &j->plan)
+                      : val_forward(req->forward, lim, lookup_size, s, msg, sizeof msg, &j->plan);
+    if (!rc)
+        rc = d->backend->check(d->backend->impl, &j->plan, msg, sizeof msg);
+    uint64_t need = rc ? 0 : job_scratch_bytes(&j->plan);
+    if (!rc && need > d->cfg.scratch_max) {
+        rc = DASH_ENOMEM;
+        snprintf(msg, sizeof msg, "the request needs %llu bytes of scratch, more than %llu",
+                 (unsigned long long)need, (unsigned long long)d->cfg.scratch_max);
+    }
+    if (rc) {
+        free(j);
+        reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return;
+    }
+    memcpy(j->rid, m->rid, m->rid_len);
+    j->rid_len = m->rid_len;
+    j->request_id = req->id;
+    j->session_id = s->id;
+    j->received_ns = uv_hrtime();
+    for (int slot = 0; slot < j->plan.slots; slot++) {
+        j->buf[slot] = sess_buf_find(s, j->plan.t[slot].buffer_id);
+        shmbuf_ref(j->buf[slot]);
+    }
+    rc = queue_push(d->queue, &j->item);
+    if (rc) {
+        for (int slot = 0; slot < j->plan.slots; slot++)
+            shmbuf_unref(j->buf[slot]);
+        free(j);
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
+                    "the queue is full (%u requests waiting or running)", queue_capacity(d->queue));
+        return;
+    }
+    s->in_flight++;
+    d->in_flight++;
+}
+
+static Dash__Schedule proto_schedule(enum sched_kind k)
+{
+    switch (k) {
+    case SCHED_ATOMIC:
+        return DASH__SCHEDULE__ATOMIC;
+    case SCHED_ASCENDING:
+        return DASH__SCHEDULE__ASCENDING;
+    case SCHED_DESCENDING:
+        return DASH__SCHEDULE__DESCENDING;
+    case SCHED_SPT:
+        return DASH__SCHEDULE__SPT;
+    case SCHED_SHIFT:
+        return DASH__SCHEDULE__SHIFT;
+    default:
+        /* Backends never report AUTO (backend.h); this would be a bug. */
+        return DASH__SCHEDULE__AUTO;
+    }
+}
+
+static void run_job(void *ctx, struct queue_item *it)
+{
+    struct dispatch *d = ctx;
+    job_run(d->runner, (struct job *)it);
+}
+
+static void job_done(void *ctx, struct queue_item *it)
+{
+    struct dispatch *d = ctx;
+    struct job *j = (struct job *)it;
+    uint64_t now = uv_hrtime();
+    d->in_flight--;
+    struct session *s = sess_find(d->sessions, j->rid, j->rid_len);
+    if (s && s->id == j->session_id) {
+        s->in_flight--;
+        s->last_ns = now; /* the idle clock starts when the client has its answer */
+        if (j->plan.backward)
+            s->backwards++;
+        else
+            s->forwards++;
+        sess_latency_add(s, (now - j->received_ns) / 1000);
+    }
+    Dash__Reply r = DASH__REPLY__INIT;
+    Dash__OpResult op = DASH__OP_RESULT__INIT;
+    r.id = j->request_id;
+    r.code = j->rc;
+    if (j->rc == 0) {
+        op.schedule = proto_schedule(j->used.sched);
+        op.wave = j->used.w;
+        op.block_m = j->used.block_m;
+        op.block_n = j->used.block_n;
+        op.has_queue_us = op.has_run_us = 1;
+        op.queue_us = (j->started_ns - j->received_ns) / 1000;
+        op.run_us = (j->finished_ns - j->started_ns) / 1000;
+        op.backend = (char *)d->backend->name;
+        r.op = &op;
+        log_debug("request %llu of session %llu: %s done in %llu us (queued %llu us)",
+                  (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+                  j->plan.backward ? "backward" : "forward", (unsigned long long)op.run_us,
+                  (unsigned long long)op.queue_us);
+    } else {
+        r.message = j->msg[0] ? j->msg : (char *)dash_strerror(j->rc);
+        log_debug("request %llu of session %llu: %s: %s", (unsigned long long)j->request_id,
+                  (unsigned long long)j->session_id, dash_errname(j->rc), r.message);
+    }
+    send_reply(d, j->rid, j->rid_len, &r);
+    for (int slot = 0; slot < j->plan.slots; slot++)
+        shmbuf_unref(j->buf[slot]);
+    free(j);
+    check_idle(d);
+}
+
+/* ---- Stats, Ping ------------------------------------------------------------------------- */
+
+static int cmp_session_id(const void *a, const void *b)
+{
+    const struct session *x = *(struct session *const *)a, *y = *(struct session *const *)b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash__Request *req)
+{
+    uint32_t n = sess_count(d->sessions);
+    struct session **ss = calloc(n ? n : 1, sizeof *ss);
+    Dash__ClientStats *cs = calloc(n ? n : 1, sizeof *cs);
+    Dash__ClientStats **cps = calloc(n ? n : 1, sizeof *cps);
+    if (!ss || !cs || !cps) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
+        goto free_all;
+    }
+    uint32_t i = 0;
+    for (struct session *s = sess_first(d->sessions); s; s = sess_next(s))
+        ss[i++] = s;
+    qsort(ss, n, sizeof *ss, cmp_session_id);
+    for (i = 0; i < n; i++) {
+        const struct session *s = ss[i];
+        Dash__ClientStats *c = &cs[i];
+        dash__client_stats__init(c);
+        c->has_session_id = c->has_pid = c->has_requests = c->has_errors = 1;
+        c->has_forwards = c->has_backwards = c->has_bytes_registered = c->has_buffers = 1;
+        c->has_latency_p50_us = c->has_latency_p99_us = c->has_in_flight = 1;
+        c->session_id = s->id;
+        c->client_name = (char *)s->name;
+        c->pid = s->pid;
+        c->run_tag = (char *)s->run_tag;
+        c->requests = s->requests;
+        c->errors = s->errors;
+        c->forwards = s->forwards;
+        c->backwards = s->backwards;
+        c->bytes_registered = s->bytes_registered;
+        c->buffers = (uint32_t)s->n_bufs;
+        c->latency_p50_us = sess_latency_pct(s, 50);
+        c->latency_p99_us = sess_latency_pct(s, 99);
+        c->in_flight = s->in_flight;
+        cps[i] = c;
+    }
+    Dash__StatsReply st = DASH__STATS_REPLY__INIT;
+    st.server_version = DASHD_VERSION;
+    st.backend = (char *)d->backend->name;
+    st.has_uptime_ms = st.has_queue_depth = st.has_queue_capacity = 1;
+    st.has_requests = st.has_errors = st.has_threads = 1;
+    st.uptime_ms = (uv_hrtime() - d->start_ns) / 1000000;
+    st.queue_depth = queue_depth(d->queue);
+    st.queue_capacity = queue_capacity(d->queue);
+    st.requests = d->requests;
+    st.errors = d->errors;
+    st.threads = (uint32_t)d->backend->threads(d->backend->impl);
+    st.n_clients = n;
+    st.clients = cps;
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = req->id;
+    r.stats = &st;
+    /* Hundreds of sessions could outgrow one message: list the oldest ones that fit
+     * (leaving room for the session id send_reply adds). */
+    while (st.n_clients > 0 &&
+           protobuf_c_message_get_packed_size(&r.base) + 16 > (size_t)WIRE_MAX_MESSAGE)
+        st.n_clients = st.n_clients * 3 / 4;
+    send_reply(d, m->rid, m->rid_len, &r);
+free_all:
+    free(cps);
+    free(cs);
+    free(ss);
+}
+
+static void on_ping(struct dispatch *d, const struct server_msg *m, const Dash__Request *req)
+{
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = req->id;
+    r.has_ping_payload = req->ping->has_payload;
+    r.ping_payload = req->ping->payload;
+    send_reply(d, m->rid, m->rid_len, &r);
+}
+
+/* ---- the entry point ---------------------------------------------------------------------- */
+
+void dispatch_on_message(void *ctx, const struct server_msg *m)
+{
+    struct dispatch *d = ctx;
+    d->requests++;
+    struct session *s = sess_find(d->sessions, m->rid, m->rid_len);
+    if (s) {
+        s->requests++;
+        s->last_ns = uv_hrtime();
+    }
+    if (m->frames != 1) {
+        log_warn("a message with %d payload frames (session %llu): answering DASH_EMALFORMED",
+                 m->frames, (unsigned long long)(s ? s->id : 0));
+        reply_error(d, m->rid, m->rid_len, 0, DASH_EMALFORMED,
+                    "expected 1 payload frame, got %d", m->frames);
+        return;
+    }
+    Dash__Request *req = wire_decode_request(m->data, m->len, WIRE_DECODE_BUDGET);
+    if (!req) {
+        reply_error(d, m->rid, m->rid_len, 0, DASH_EMALFORMED,
+                    "%zu bytes that do not decode as a dash.Request", m->len);
+        return;
+    }
+    const uint64_t id = req->id;
+    switch (req->body_case) {
+    case DASH__REQUEST__BODY_PING:
+        on_ping(d, m, req);
+        break;
+    case DASH__REQUEST__BODY_STATS:
+        on_stats(d, m, req);
+        break;
+    case DASH__REQUEST__BODY_HELLO:
+    case DASH__REQUEST__BODY_REGISTER_BUFFER:
+    case DASH__REQUEST__BODY_UNREGISTER_BUFFER:
+    case DASH__REQUEST__BODY_FORWARD:
+    case DASH__REQUEST__BODY_BACKWARD:
+        if (d->stopping && req->body_case != DASH__REQUEST__BODY_UNREGISTER_BUFFER) {
+            reply_error(d, m->rid, m->rid_len, id, DASH_ECANCELED, "dashd is shutting down");
+            break;
+        }
+        if (req->body_case == DASH__REQUEST__BODY_HELLO) {
+            on_hello(d, m, req, s);
+            break;
+        }
+        if (!s) {
+            reply_error(d, m->rid, m->rid_len, id, DASH_ENOSESSION,
+                        "no session on this connection: send Hello first");
+            break;
+        }
+        if (req->body_case == DASH__REQUEST__BODY_REGISTER_BUFFER)
+            on_register(d, m, req, s);
+        else if (req->body_case == DASH__REQUEST__BODY_UNREGISTER_BUFFER)
+            on_unregister(d, m, req, s);
+        else
+            on_op(d, m, req, s, req->body_case == DASH__REQUEST__BODY_BACKWARD);
+        break;
+    default:
+        reply_error(d, m->rid, m->rid_len, id, DASH_EPROTO,
+                    "the request has no body this daemon knows (a newer client?)");
+        break;
+    }
+    wire_free_request(req);
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+static void on_sweep(uv_timer_t *t)
+{
+    struct dispatch *d = t->data;
+    uint64_t now = uv_hrtime(), limit = (uint64_t)d->cfg.session_timeout_ms * 1000000;
+    struct session *next;
+    for (struct session *s = sess_first(d->sessions); s; s = next) {
+        next = sess_next(s);
+        if (s->in_flight == 0 && now - s->last_ns > limit) {
+            log_info("session %llu (\"%s\") expired after %.1f s idle", (unsigned long long)s->id,
+                     s->name, (double)(now - s->last_ns) / 1e9);
+            sess_drop(d->sessions, s);
+        }
+    }
+}
+
+struct dispatch *dispatch_new(uv_loop_t *loop, struct backend *b, const struct dispatch_config *cfg)
+{
+    struct dispatch *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->loop = loop;
+    d->backend = b;
+    d->cfg = *cfg;
+    d->start_ns = uv_hrtime();
+    d->sessions = sess_table_new();
+    if (!d->sessions)
+        goto free_d;
+    d->runner = job_runner_new(b, cfg->scratch_max);
+    if (!d->runner)
+        goto free_sessions;
+    d->queue = queue_new(loop, cfg->queue_capacity, run_job, job_done, d);
+    if (!d->queue)
+        goto free_runner;
+    uv_timer_init(loop, &d->sweep);
+    d->sweep.data = d;
+    /* Sweep often enough that a session outlives its timeout by at most a quarter of it
+     * (or a second). */
+    uint64_t every = cfg->session_timeout_ms / 4;
+    every = every < 50 ? 50 : every > 1000 ? 1000 : every;
+    uv_timer_start(&d->sweep, on_sweep, every, every);
+    return d;
+
+free_runner:
+    job_runner_free(d->runner);
+free_sessions:
+    sess_table_free(d->sessions);
+free_d:
+    free(d);
+    return NULL;
+}
+
+void dispatch_set_server(struct dispatch *d, struct server *srv)
+{
+    d->srv = srv;
+}
+
+void dispatch_stop(struct dispatch *d, void (*on_idle)(void *arg), void *arg)
+{
+    if (d->stopping)
+        return;
+    d->stopping = 1;
+    d->on_idle = on_idle;
+    d->idle_arg = arg;
+    check_idle(d);
+}
+
+uint32_t dispatch_in_flight(const struct dispatch *d)
+{
+    return d->in_flight;
+}
+
+void dispatch_close(struct dispatch *d)
+{
+    uv_timer_stop(&d->sweep);
+    uv_close((uv_handle_t *)&d->sweep, NULL);
+    queue_close(d->queue);
+}
+
+void dispatch_free(struct dispatch *d)
+{
+    if (!d)
+        return;
+    queue_free(d->queue);
+    sess_table_free(d->sessions);
+    job_runner_free(d->runner);
+    free(d);
+}

@@ -1,0 +1,193 @@
+/*
+ * job.c - see job.h.
+ */
+#include "job.h"
+
+#include "guard.h"
+
+#include "proto/errors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JOB_ALIGN 64
+/* A larger arena is given back after the job, so one big request does not pin memory. */
+#define JOB_SCRATCH_KEEP ((size_t)256 << 20)
+
+struct job_runner {
+    struct backend *backend;
+    uint64_t scratch_max;
+    unsigned char *scratch;
+    size_t scratch_cap;
+};
+
+struct job_runner *job_runner_new(struct backend *b, uint64_t scratch_max)
+{
+    struct job_runner *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->backend = b;
+    r->scratch_max = scratch_max;
+    return r;
+}
+
+void job_runner_free(struct job_runner *r)
+{
+    if (!r)
+        return;
+    free(r->scratch);
+    free(r);
+}
+
+uint64_t job_scratch_bytes(const struct val_plan *plan)
+{
+    uint64_t total = 0;
+    for (int s = 0; s < plan->slots; s++) {
+        uint64_t n = val_dense_bytes(&plan->t[s]);
+        if (n > UINT64_MAX - JOB_ALIGN || __builtin_add_overflow(total, n + JOB_ALIGN, &total))
+            return UINT64_MAX;
+    }
+    return total;
+}
+
+/* Copy between a strided view in client memory and its dense scratch copy. */
+struct copy {
+    const struct val_tensor *t;
+    unsigned char *client; /* the mapping + offset: element (0, 0, 0, 0) */
+    unsigned char *dense;
+    int to_client;
+};
+
+static int is_dense(const struct val_tensor *t)
+{
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] > 1 && t->stride[i] != want)
+            return 0;
+        want *= t->shape[i];
+    }
+    return 1;
+}
+
+static void copy_fn(void *arg)
+{
+    const struct copy *c = arg;
+    const struct val_tensor *t = c->t;
+    const size_t es = (size_t)t->elem_size;
+    if (is_dense(t)) {
+        size_t n = (size_t)val_dense_bytes(t);
+        if (c->to_client)
+            memcpy(c->client, c->dense, n);
+        else
+            memcpy(c->dense, c->client, n);
+        return;
+    }
+    /* 4-d (lse is always dense). A run is the innermost row, or the heads x head_dim
+     * block of one (batch, seq) position when the heads are contiguous. */
+    const int64_t B = t->shape[0], S = t->shape[1], H = t->shape[2], D = t->shape[3];
+    const int heads_packed = H == 1 || t->stride[2] == D;
+    const size_t run = (size_t)(heads_packed ? H * D : D) * es;
+    const int64_t runs_h = heads_packed ? 1 : H;
+    unsigned char *dense = c->dense;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < runs_h; h++) {
+                unsigned char *cl =
+                    c->client + (size_t)(b * t->stride[0] + s * t->stride[1] + h * t->stride[2]) * es;
+                if (c->to_client)
+                    memcpy(cl, dense, run);
+                else
+                    memcpy(dense, cl, run);
+                dense += run;
+            }
+}
+
+static int copy_slot(struct job *j, int slot, unsigned char *dense, int to_client)
+{
+    const struct val_tensor *t = &j->plan.t[slot];
+    struct copy c = {t, shmbuf_data(j->buf[slot]) + t->offset, dense, to_client};
+    if (guard_call(copy_fn, &c) == 0)
+        return 0;
+    snprintf(j->msg, sizeof j->msg, "%s: buffer %llu lost memory while being %s (shrunk?)",
+             val_slot_name((enum val_slot)slot), (unsigned long long)t->buffer_id,
+             to_client ? "written" : "read");
+    return DASH_EBUFGONE;
+}
+
+static struct eng_tensor dense_tensor(const struct val_tensor *t, unsigned char *data)
+{
+    struct eng_tensor e = {data, {0, 0, 0, 1}};
+    if (t->ndim == 4)
+        e = eng_dense(data, t->shape[1], t->shape[2], t->shape[3]);
+    return e;
+}
+
+static int run(struct job_runner *r, struct job *j)
+{
+    const struct val_plan *p = &j->plan;
+    uint64_t need = job_scratch_bytes(p);
+    if (need > r->scratch_max) {
+        snprintf(j->msg, sizeof j->msg, "the request needs %llu bytes of scratch, more than %llu",
+                 (unsigned long long)need, (unsigned long long)r->scratch_max);
+        return DASH_ENOMEM;
+    }
+    if (need > r->scratch_cap) {
+        size_t cap = ((size_t)need + 4095) & ~(size_t)4095;
+        unsigned char *mem = aligned_alloc(JOB_ALIGN, cap);
+        if (!mem) {
+            snprintf(j->msg, sizeof j->msg, "cannot allocate %llu bytes of scratch",
+                     (unsigned long long)need);
+            return DASH_ENOMEM;
+        }
+        free(r->scratch);
+        r->scratch = mem;
+        r->scratch_cap = cap;
+    }
+    unsigned char *dense[VAL_SLOTS] = {0};
+    size_t at = 0;
+    for (int s = 0; s < p->slots; s++) {
+        dense[s] = r->scratch + at;
+        at += ((size_t)val_dense_bytes(&p->t[s]) + JOB_ALIGN - 1) & ~(size_t)(JOB_ALIGN - 1);
+    }
+
+    int rc;
+    for (int s = 0; s < p->slots; s++)
+        if (!p->t[s].output && (rc = copy_slot(j, s, dense[s], 0)))
+            return rc;
+
+    struct backend_op op = {.prob = &p->prob, .cfg = &p->cfg, .lse = (float *)dense[VAL_LSE]};
+    op.q = dense_tensor(&p->t[VAL_Q], dense[VAL_Q]);
+    op.k = dense_tensor(&p->t[VAL_K], dense[VAL_K]);
+    op.v = dense_tensor(&p->t[VAL_V], dense[VAL_V]);
+    op.out = dense_tensor(&p->t[VAL_OUT], dense[VAL_OUT]);
+    if (p->backward) {
+        op.dout = dense_tensor(&p->t[VAL_DOUT], dense[VAL_DOUT]);
+        op.dq = dense_tensor(&p->t[VAL_DQ], dense[VAL_DQ]);
+        op.dk = dense_tensor(&p->t[VAL_DK], dense[VAL_DK]);
+        op.dv = dense_tensor(&p->t[VAL_DV], dense[VAL_DV]);
+        rc = r->backend->backward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
+    } else {
+        rc = r->backend->forward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
+    }
+    if (rc)
+        return rc;
+
+    for (int s = 0; s < p->slots; s++)
+        if (p->t[s].output && (rc = copy_slot(j, s, dense[s], 1)))
+            return rc;
+    return 0;
+}
+
+void job_run(struct job_runner *r, struct job *j)
+{
+    j->started_ns = uv_hrtime();
+    j->msg[0] = '\0';
+    j->rc = run(r, j);
+    if (r->scratch_cap > JOB_SCRATCH_KEEP) {
+        free(r->scratch);
+        r->scratch = NULL;
+        r->scratch_cap = 0;
+    }
+    j->finished_ns = uv_hrtime();
+}

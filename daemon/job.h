@@ -1,0 +1,64 @@
+/*
+ * job.h - one Forward or Backward on its way through the worker.
+ *
+ * The engine never touches client memory. The worker copies every input tensor from the
+ * client's mapping into dense daemon-owned scratch, runs the backend on the scratch, and
+ * copies the outputs back element row by element row - each copy inside a SIGBUS guard
+ * (guard.h), so a client that shrinks its shared memory gets DASH_EBUFGONE instead of
+ * killing the daemon. Copying outputs row by row writes exactly the output's own
+ * elements, never the gaps between them, so tensors interleaved in one buffer (a packed
+ * qkv, a packed dkv) stay intact. All inputs are read before any output is written, so an
+ * output may alias an input; outputs are written in the order out, lse / dq, dk, dv.
+ *
+ * Ownership: the loop thread fills a job (plan, buffer references, reply address), pushes
+ * it on the queue, and gets it back in the done callback, where it sends the reply, drops
+ * the buffer references and frees the job. In between only the worker touches it.
+ */
+#ifndef DASHD_JOB_H
+#define DASHD_JOB_H
+
+#include "backend.h"
+#include "queue.h"
+#include "shmbuf.h"
+#include "validate.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JOB_RID_MAX 256 /* ZeroMQ routing ids are at most 255 bytes */
+#define JOB_MSG_MAX 256
+
+struct job {
+    struct queue_item item; /* first: the queue hands back this pointer */
+    struct val_plan plan;
+    struct shmbuf *buf[VAL_SLOTS]; /* one reference per used slot (the same buffer may repeat) */
+    /* Where the reply goes. */
+    unsigned char rid[JOB_RID_MAX];
+    size_t rid_len;
+    uint64_t request_id;
+    uint64_t session_id;
+    /* uv_hrtime() stamps: request received, run started, run finished. */
+    uint64_t received_ns, started_ns, finished_ns;
+    /* Result, set by the worker. */
+    int rc;
+    char msg[JOB_MSG_MAX];
+    struct eng_config used; /* what the backend ran with (rc == 0) */
+};
+
+struct job_runner;
+
+/* Worker-side state: the backend and the scratch arena. `scratch_max` caps one job's
+ * scratch (job_scratch_bytes). NULL on failure. */
+struct job_runner *job_runner_new(struct backend *b, uint64_t scratch_max);
+
+/* Accepts NULL. Does not free the backend. */
+void job_runner_free(struct job_runner *r);
+
+/* Scratch bytes a plan needs: the dense size of every tensor, aligned; UINT64_MAX if it
+ * does not fit. */
+uint64_t job_scratch_bytes(const struct val_plan *plan);
+
+/* Worker thread: copy in, compute, copy out; sets j->rc, j->msg, j->used and the times. */
+void job_run(struct job_runner *r, struct job *j);
+
+#endif

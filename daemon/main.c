@@ -1,0 +1,365 @@
+/*
+ * main.c - dashd's command line, start-up and shutdown.
+ *
+ * Threads: the main thread runs the libuv loop, which owns the ZeroMQ socket, the
+ * sessions and every reply; one worker thread (queue.c) runs the ops, on the engine's own
+ * pool of --threads workers. Start-up order matters for the ipc endpoint: take the lock
+ * file, only then remove a stale socket file and bind, then tell systemd we are ready.
+ * Shutdown (SIGTERM/SIGINT): stop taking work, answer everything in flight, close the
+ * socket (with a short linger so those answers leave), remove the socket file, then the
+ * lock, exit 0. A second signal exits at once, abandoning what is in flight.
+ */
+#include "backend.h"
+#include "dispatch.h"
+#include "guard.h"
+#include "lockfile.h"
+#include "log.h"
+#include "server.h"
+
+#include "kernels/pool.h"
+#include "proto/errors.h"
+#include "proto/wire.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define DEFAULT_QUEUE 256
+#define DEFAULT_SESSION_TIMEOUT_S 30.0
+#define MAX_QUEUE 1000000
+#define MAX_BUFFERS_PER_SESSION 65536
+#define SHUTDOWN_LINGER_MS 1000
+#define EXIT_USAGE 2
+
+enum backend_choice { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
+
+struct options {
+    char endpoint[256];
+    enum backend_choice backend;
+    int32_t threads;
+    uint32_t queue;
+    double session_timeout_s;
+    enum log_level level;
+};
+
+struct app {
+    uv_loop_t loop;
+    uv_signal_t sigterm, sigint;
+    struct server *srv;
+    struct dispatch *disp;
+    const char *sock_path; /* the ipc socket file we bound, or NULL */
+    struct stat sock_st;   /* its identity once bound (st_ino 0: not bound) */
+    struct lockfile *lock;
+    int stopping;
+};
+
+static int32_t online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > POOL_THREADS_MAX ? POOL_THREADS_MAX : (int32_t)n;
+}
+
+static void usage(FILE *f)
+{
+    char ep[256];
+    if (wire_default_endpoint(ep, sizeof ep) != 0)
+        snprintf(ep, sizeof ep, "(none: the default path is too long)");
+    fprintf(f,
+            "Usage: dashd [OPTION]...\n"
+            "Serve attention forward and backward to client processes over ZeroMQ.\n"
+            "\n"
+            "  --endpoint E           ZeroMQ endpoint to bind (default: %s)\n"
+            "  --backend B            cpu, cuda or auto (default auto: CUDA if built, else CPU)\n"
+            "  --threads N            CPU engine threads, 1..%d (default: online CPUs, %d)\n"
+            "  --queue N              requests queued or running before DASH_EBUSY (default %d)\n"
+            "  --session-timeout S    drop a session idle for S seconds (default %g)\n"
+            "  --log-level L          error, warn, info or debug (default info)\n"
+            "  --help                 show this help and exit\n"
+            "  --version              show the version and exit\n"
+            "\n"
+            "Runs in the foreground and logs to stderr. SIGTERM or SIGINT: answer the\n"
+            "requests in flight, remove the socket and its lock, exit 0.\n",
+            ep, POOL_THREADS_MAX, online_cpus(), DEFAULT_QUEUE, DEFAULT_SESSION_TIMEOUT_S);
+}
+
+static int bad_value(const char *opt, const char *value, const char *want)
+{
+    fprintf(stderr, "dashd: %s needs %s, not '%s'\n", opt, want, value);
+    usage(stderr);
+    return EXIT_USAGE;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *ret)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *ret = v;
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT, OPT_LEVEL,
+           OPT_HELP, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"endpoint", required_argument, NULL, OPT_ENDPOINT},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"queue", required_argument, NULL, OPT_QUEUE},
+        {"session-timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"log-level", required_argument, NULL, OPT_LEVEL},
+        {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    o->endpoint[0] = '\0';
+    o->backend = BACKEND_AUTO;
+    o->threads = 0;
+    o->queue = DEFAULT_QUEUE;
+    o->session_timeout_s = DEFAULT_SESSION_TIMEOUT_S;
+    o->level = LOG_INFO;
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_ENDPOINT:
+            if (!*optarg || strlen(optarg) >= sizeof o->endpoint)
+                return bad_value("--endpoint", optarg, "an endpoint of 1..255 characters");
+            snprintf(o->endpoint, sizeof o->endpoint, "%s", optarg);
+            break;
+        case OPT_BACKEND:
+            if (!strcmp(optarg, "auto"))
+                o->backend = BACKEND_AUTO;
+            else if (!strcmp(optarg, "cpu"))
+                o->backend = BACKEND_CPU;
+            else if (!strcmp(optarg, "cuda"))
+                o->backend = BACKEND_CUDA;
+            else
+                return bad_value("--backend", optarg, "cpu, cuda or auto");
+            break;
+        case OPT_THREADS:
+            if (parse_long(optarg, 1, POOL_THREADS_MAX, &v))
+                return bad_value("--threads", optarg, "an integer in 1..256");
+            o->threads = (int32_t)v;
+            break;
+        case OPT_QUEUE:
+            if (parse_long(optarg, 1, MAX_QUEUE, &v))
+                return bad_value("--queue", optarg, "an integer in 1..1000000");
+            o->queue = (uint32_t)v;
+            break;
+        case OPT_TIMEOUT: {
+            char *end;
+            errno = 0;
+            double t = strtod(optarg, &end);
+            /* The timeout travels as uint32 milliseconds in HelloReply. */
+            if (errno || end == optarg || *end || !isfinite(t) || t < 0.001 || t > 4294967.0)
+                return bad_value("--session-timeout", optarg, "seconds in 0.001..4294967");
+            o->session_timeout_s = t;
+            break;
+        }
+        case OPT_LEVEL: {
+            int l = log_level_parse(optarg);
+            if (l < 0)
+                return bad_value("--log-level", optarg, "error, warn, info or debug");
+            o->level = (enum log_level)l;
+            break;
+        }
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        case OPT_VERSION:
+            printf("dashd " DASHD_VERSION "\n");
+            return 0;
+        default: /* getopt_long has said what was wrong */
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dashd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!o->endpoint[0] && wire_default_endpoint(o->endpoint, sizeof o->endpoint) != 0) {
+        fprintf(stderr, "dashd: the default endpoint is too long; pass --endpoint\n");
+        return EXIT_USAGE;
+    }
+    const char *path = wire_ipc_path(o->endpoint);
+    if (path && (!*path || strlen(path) > 107)) {
+        fprintf(stderr, "dashd: the ipc path of %s must be 1..107 characters\n", o->endpoint);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* ---- shutdown ------------------------------------------------------------------------------ */
+
+/* Remove our socket file - only ours: if it was replaced (someone removed our lock and a
+ * newer daemon bound the path), the newer daemon's socket stays. */
+static void remove_socket(const struct app *a)
+{
+    struct stat now;
+    if (!a->sock_path || a->sock_st.st_ino == 0)
+        return;
+    if (stat(a->sock_path, &now) == 0 && now.st_ino == a->sock_st.st_ino &&
+        now.st_dev == a->sock_st.st_dev)
+        (void)unlink(a->sock_path);
+}
+
+static void on_idle(void *arg)
+{
+    struct app *a = arg;
+    log_info("nothing in flight; closing");
+    server_close(a->srv, SHUTDOWN_LINGER_MS);
+    dispatch_close(a->disp);
+    uv_close((uv_handle_t *)&a->sigterm, NULL);
+    uv_close((uv_handle_t *)&a->sigint, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct app *a = h->data;
+    if (a->stopping) {
+        log_warn("%s again: exiting now, abandoning %u requests in flight", strsignal(signum),
+                 dispatch_in_flight(a->disp));
+        remove_socket(a);
+        lockfile_release(a->lock);
+        _exit(1);
+    }
+    a->stopping = 1;
+    log_info("%s: stopping; %u requests in flight to finish", strsignal(signum),
+             dispatch_in_flight(a->disp));
+    (void)sd_notify(0, "STOPPING=1");
+    dispatch_stop(a->disp, on_idle, a);
+}
+
+/* ---- main ------------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    log_set_level(o.level);
+    if (o.backend == BACKEND_CUDA) {
+        fprintf(stderr, "dashd: the CUDA backend is not built yet\n");
+        return 1;
+    }
+    if (!o.threads)
+        o.threads = online_cpus();
+
+    struct app a;
+    memset(&a, 0, sizeof a);
+    int status = 1;
+    char lock_path[512];
+    const char *path = wire_ipc_path(o.endpoint);
+    /* An abstract ("@name") socket has no file to steal or leave behind: a second bind
+     * fails by itself. */
+    if (path && path[0] != '@') {
+        snprintf(lock_path, sizeof lock_path, "%s.lock", path);
+        rc = lockfile_acquire(lock_path, &a.lock);
+        if (rc == -EWOULDBLOCK) {
+            fprintf(stderr, "dashd: another dashd is serving %s (lock %s is held)\n", o.endpoint,
+                    lock_path);
+            return 1;
+        }
+        if (rc) {
+            fprintf(stderr, "dashd: cannot lock %s: %s\n", lock_path, strerror(-rc));
+            return 1;
+        }
+        /* We hold the lock, so a socket file here is a dead daemon's. */
+        if (unlink(path) == 0)
+            log_info("removed the stale socket %s", path);
+        a.sock_path = path;
+    }
+
+    if ((rc = guard_install()) != 0) {
+        log_error("cannot install the SIGBUS handler: %s", strerror(-rc));
+        goto release_lock;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    struct backend *b = backend_cpu_new(o.threads);
+    if (!b) {
+        log_error("cannot start the CPU engine with %d threads", o.threads);
+        goto release_lock;
+    }
+    if (o.backend == BACKEND_AUTO)
+        log_info("backend auto: this build has no CUDA backend; serving from the CPU engine");
+
+    if ((rc = uv_loop_init(&a.loop)) != 0) {
+        log_error("cannot create the event loop: %s", uv_strerror(rc));
+        goto free_backend;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    struct dispatch_config cfg = {
+        .queue_capacity = o.queue,
+        .session_timeout_ms = (uint32_t)llround(o.session_timeout_s * 1000.0),
+        /* One op's scratch may take up to half the memory: a sparse shm object must not
+         * make us allocate what we do not have. */
+        .scratch_max = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX,
+        .max_buffers = MAX_BUFFERS_PER_SESSION,
+    };
+    if (cfg.session_timeout_ms == 0)
+        cfg.session_timeout_ms = 1;
+    a.disp = dispatch_new(&a.loop, b, &cfg);
+    if (!a.disp) {
+        log_error("cannot start the request queue");
+        goto close_loop;
+    }
+    char err[512];
+    a.srv = server_new(&a.loop, o.endpoint, dispatch_on_message, a.disp, err, sizeof err);
+    if (!a.srv) {
+        log_error("%s", err);
+        dispatch_close(a.disp);
+        goto run_closes;
+    }
+    dispatch_set_server(a.disp, a.srv);
+    if (a.sock_path && stat(a.sock_path, &a.sock_st) != 0)
+        memset(&a.sock_st, 0, sizeof a.sock_st);
+    uv_signal_init(&a.loop, &a.sigterm);
+    uv_signal_init(&a.loop, &a.sigint);
+    a.sigterm.data = a.sigint.data = &a;
+    uv_signal_start(&a.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&a.sigint, on_signal, SIGINT);
+
+    if (!path)
+        log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
+                 "checked against the registering user", o.endpoint);
+    log_info("dashd " DASHD_VERSION " serving %s (backend %s: %s; queue %u; session timeout %g s)",
+             o.endpoint, b->name, b->device, o.queue, o.session_timeout_s);
+    (void)sd_notifyf(0, "READY=1\nSTATUS=serving %s", o.endpoint);
+    uv_run(&a.loop, UV_RUN_DEFAULT);
+    status = 0;
+
+run_closes:
+    /* Let the loop run the close callbacks of every handle before anything is freed. */
+    uv_run(&a.loop, UV_RUN_DEFAULT);
+    server_free(a.srv);
+    dispatch_free(a.disp);
+close_loop:
+    if (uv_loop_close(&a.loop) != 0)
+        log_warn("the event loop still had open handles at exit");
+free_backend:
+    backend_free(b);
+release_lock:
+    /* The socket first, while the lock still keeps others from binding. */
+    remove_socket(&a);
+    lockfile_release(a.lock);
+    if (status == 0)
+        log_info("stopped");
+    return status;
+}

@@ -1,0 +1,155 @@
+/*
+ * queue.c - see queue.h.
+ */
+#include "queue.h"
+
+#include "proto/errors.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+struct list {
+    struct queue_item *head, *tail;
+};
+
+struct queue {
+    uv_async_t async; /* wakes the loop when items finished */
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct list todo; /* guarded by mu */
+    struct list done; /* guarded by mu */
+    int stop;         /* guarded by mu */
+    uint32_t depth;   /* loop thread only */
+    uint32_t capacity;
+    queue_run_fn run;
+    queue_done_fn done_fn;
+    void *ctx;
+};
+
+static void list_push(struct list *l, struct queue_item *it)
+{
+    it->next = NULL;
+    if (l->tail)
+        l->tail->next = it;
+    else
+        l->head = it;
+    l->tail = it;
+}
+
+static void *worker_main(void *arg)
+{
+    struct queue *q = arg;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->todo.head && !q->stop)
+            pthread_cond_wait(&q->cv, &q->mu);
+        if (q->stop)
+            break;
+        struct queue_item *it = q->todo.head;
+        q->todo.head = it->next;
+        if (!q->todo.head)
+            q->todo.tail = NULL;
+        pthread_mutex_unlock(&q->mu);
+        q->run(q->ctx, it);
+        pthread_mutex_lock(&q->mu);
+        list_push(&q->done, it);
+        /* Coalesced by libuv: one wake-up may deliver several items. */
+        uv_async_send(&q->async);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+static void on_async(uv_async_t *h)
+{
+    struct queue *q = h->data;
+    pthread_mutex_lock(&q->mu);
+    struct queue_item *it = q->done.head;
+    q->done.head = q->done.tail = NULL;
+    pthread_mutex_unlock(&q->mu);
+    while (it) {
+        struct queue_item *next = it->next;
+        q->depth--;
+        q->done_fn(q->ctx, it);
+        it = next;
+    }
+}
+
+struct queue *queue_new(uv_loop_t *loop, uint32_t capacity, queue_run_fn run, queue_done_fn done,
+                        void *ctx)
+{
+    if (capacity < 1)
+        return NULL;
+    struct queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->capacity = capacity;
+    q->run = run;
+    q->done_fn = done;
+    q->ctx = ctx;
+    if (pthread_mutex_init(&q->mu, NULL))
+        goto free_q;
+    if (pthread_cond_init(&q->cv, NULL))
+        goto destroy_mu;
+    if (uv_async_init(loop, &q->async, on_async))
+        goto destroy_cv;
+    q->async.data = q;
+    if (pthread_create(&q->worker, NULL, worker_main, q))
+        goto close_async;
+    return q;
+
+close_async:
+    /* The handle is already registered with the loop; the caller's loop must not outlive
+     * a failed start anyway (dashd exits), so only keep it from firing. */
+    uv_close((uv_handle_t *)&q->async, NULL);
+    return NULL;
+destroy_cv:
+    pthread_cond_destroy(&q->cv);
+destroy_mu:
+    pthread_mutex_destroy(&q->mu);
+free_q:
+    free(q);
+    return NULL;
+}
+
+int queue_push(struct queue *q, struct queue_item *item)
+{
+    if (q->depth >= q->capacity)
+        return DASH_EBUSY;
+    q->depth++;
+    pthread_mutex_lock(&q->mu);
+    list_push(&q->todo, item);
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    return 0;
+}
+
+uint32_t queue_depth(const struct queue *q)
+{
+    return q->depth;
+}
+
+uint32_t queue_capacity(const struct queue *q)
+{
+    return q->capacity;
+}
+
+void queue_close(struct queue *q)
+{
+    uv_close((uv_handle_t *)&q->async, NULL);
+}
+
+void queue_free(struct queue *q)
+{
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->worker, NULL);
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}

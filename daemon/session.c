@@ -1,0 +1,198 @@
+/*
+ * session.c - see session.h.
+ *
+ * Sessions sit in a hash table keyed by routing id (FNV-1a; ZeroMQ's generated ids are 5
+ * bytes) and in a doubly linked list for iteration and the idle sweep.
+ */
+#include "session.h"
+
+#include "proto/errors.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SESS_BUCKETS 256
+
+struct sess_table {
+    struct session *bucket[SESS_BUCKETS];
+    struct session *head;
+    uint32_t count;
+    uint64_t next_session_id;
+    uint64_t next_buffer_id;
+};
+
+static size_t hash_rid(const void *rid, size_t len)
+{
+    const unsigned char *p = rid;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return (size_t)(h % SESS_BUCKETS);
+}
+
+struct sess_table *sess_table_new(void)
+{
+    struct sess_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->next_session_id = 1;
+    t->next_buffer_id = 1;
+    return t;
+}
+
+void sess_table_free(struct sess_table *t)
+{
+    if (!t)
+        return;
+    while (t->head)
+        sess_drop(t, t->head);
+    free(t);
+}
+
+struct session *sess_find(struct sess_table *t, const void *rid, size_t rid_len)
+{
+    for (struct session *s = t->bucket[hash_rid(rid, rid_len)]; s; s = s->hash_next)
+        if (s->rid_len == rid_len && memcmp(s->rid, rid, rid_len) == 0)
+            return s;
+    return NULL;
+}
+
+int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct session **ret_sess)
+{
+    if (rid_len > SESS_RID_MAX)
+        return DASH_EINVAL;
+    struct session *s = calloc(1, sizeof *s);
+    if (!s)
+        return DASH_ENOMEM;
+    s->id = t->next_session_id++;
+    memcpy(s->rid, rid, rid_len);
+    s->rid_len = rid_len;
+    s->peer_uid = -1;
+    size_t b = hash_rid(rid, rid_len);
+    s->hash_next = t->bucket[b];
+    t->bucket[b] = s;
+    s->next = t->head;
+    if (t->head)
+        t->head->prev = s;
+    t->head = s;
+    t->count++;
+    *ret_sess = s;
+    return 0;
+}
+
+void sess_drop(struct sess_table *t, struct session *s)
+{
+    struct session **pp = &t->bucket[hash_rid(s->rid, s->rid_len)];
+    while (*pp != s)
+        pp = &(*pp)->hash_next;
+    *pp = s->hash_next;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        t->head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    t->count--;
+    for (size_t i = 0; i < s->n_bufs; i++)
+        shmbuf_unref(s->bufs[i].buf);
+    free(s->bufs);
+    free(s);
+}
+
+struct session *sess_first(struct sess_table *t)
+{
+    return t->head;
+}
+
+struct session *sess_next(struct session *s)
+{
+    return s->next;
+}
+
+uint32_t sess_count(const struct sess_table *t)
+{
+    return t->count;
+}
+
+int sess_buf_add(struct sess_table *t, struct session *s, struct shmbuf *b, size_t max,
+                 uint64_t *ret_id)
+{
+    if (s->n_bufs >= max)
+        return DASH_ENOSPC;
+    if (s->n_bufs == s->cap_bufs) {
+        size_t cap = s->cap_bufs ? s->cap_bufs * 2 : 8;
+        struct sess_buf *nb = realloc(s->bufs, cap * sizeof *nb);
+        if (!nb)
+            return DASH_ENOMEM;
+        s->bufs = nb;
+        s->cap_bufs = cap;
+    }
+    uint64_t id = t->next_buffer_id++;
+    s->bufs[s->n_bufs++] = (struct sess_buf){id, b};
+    s->bytes_registered += shmbuf_size(b);
+    *ret_id = id;
+    return 0;
+}
+
+static struct sess_buf *find(const struct session *s, uint64_t id)
+{
+    size_t lo = 0, hi = s->n_bufs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->bufs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n_bufs && s->bufs[lo].id == id ? &s->bufs[lo] : NULL;
+}
+
+struct shmbuf *sess_buf_find(const struct session *s, uint64_t id)
+{
+    struct sess_buf *e = find(s, id);
+    return e ? e->buf : NULL;
+}
+
+int sess_buf_remove(struct session *s, uint64_t id)
+{
+    struct sess_buf *e = find(s, id);
+    if (!e)
+        return DASH_ENOBUF;
+    s->bytes_registered -= shmbuf_size(e->buf);
+    shmbuf_unref(e->buf);
+    size_t i = (size_t)(e - s->bufs);
+    memmove(&s->bufs[i], &s->bufs[i + 1], (s->n_bufs - i - 1) * sizeof *e);
+    s->n_bufs--;
+    return 0;
+}
+
+void sess_latency_add(struct session *s, uint64_t us)
+{
+    s->lat_us[s->lat_next] = us;
+    s->lat_next = (s->lat_next + 1) % SESS_LATENCIES;
+    if (s->lat_count < SESS_LATENCIES)
+        s->lat_count++;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint64_t sess_latency_pct(const struct session *s, double p)
+{
+    if (s->lat_count == 0)
+        return 0;
+    uint64_t v[SESS_LATENCIES];
+    memcpy(v, s->lat_us, s->lat_count * sizeof v[0]);
+    qsort(v, s->lat_count, sizeof v[0], cmp_u64);
+    /* Nearest rank: the smallest value with at least p% of the samples at or below it. */
+    size_t rank = (size_t)ceil(p / 100.0 * s->lat_count);
+    if (rank < 1)
+        rank = 1;
+    if (rank > s->lat_count)
+        rank = s->lat_count;
+    return v[rank - 1];
+}

@@ -1,0 +1,369 @@
+/*
+ * validate.c - see validate.h.
+ *
+ * The checks run in a fixed order: dtype and mask, then each tensor on its own (buffer,
+ * dims, strides), then agreement between tensors, head dim, bounds, self-overlap of the
+ * outputs, the schedule parameters, and the scale. All byte arithmetic is unsigned 64-bit
+ * with explicit overflow checks, so no offset or stride, however large, can wrap around
+ * into acceptance.
+ */
+#include "validate.h"
+
+#include "proto/errors.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const slot_names[VAL_SLOTS] = {"q",   "k",    "v",  "out", "lse",
+                                                   "dout", "dq", "dk", "dv"};
+
+const char *val_slot_name(enum val_slot slot)
+{
+    return (int)slot >= 0 && slot < VAL_SLOTS ? slot_names[slot] : "?";
+}
+
+/* Write the reason and return the code, so a check reads `return fail(...)`. */
+__attribute__((format(printf, 4, 5))) static int fail(char *msg, size_t msglen, int code,
+                                                      const char *fmt, ...)
+{
+    if (msglen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msglen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+uint64_t val_dense_bytes(const struct val_tensor *t)
+{
+    uint64_t n = (uint64_t)t->elem_size;
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
+            return UINT64_MAX;
+    return n;
+}
+
+/* The request's tensors and params, the same for both ops. */
+struct refs {
+    const Dash__AttnParams *params;
+    const Dash__TensorRef *t[VAL_SLOTS];
+    int32_t slots;
+};
+
+static int map_dtype(Dash__DType d, enum dtype_kind *ret)
+{
+    switch (d) {
+    case DASH__DTYPE__F32:
+        *ret = DTYPE_F32;
+        return 0;
+    case DASH__DTYPE__F16:
+        *ret = DTYPE_F16;
+        return 0;
+    case DASH__DTYPE__BF16:
+        *ret = DTYPE_BF16;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static int map_mask(Dash__Mask m, enum sched_mask *ret)
+{
+    switch (m) {
+    case DASH__MASK__FULL:
+        *ret = SCHED_MASK_FULL;
+        return 0;
+    case DASH__MASK__CAUSAL:
+        *ret = SCHED_MASK_CAUSAL;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static int map_schedule(Dash__Schedule s, enum sched_kind *ret)
+{
+    switch (s) {
+    case DASH__SCHEDULE__AUTO:
+        *ret = SCHED_AUTO;
+        return 0;
+    case DASH__SCHEDULE__ATOMIC:
+        *ret = SCHED_ATOMIC;
+        return 0;
+    case DASH__SCHEDULE__ASCENDING:
+        *ret = SCHED_ASCENDING;
+        return 0;
+    case DASH__SCHEDULE__DESCENDING:
+        *ret = SCHED_DESCENDING;
+        return 0;
+    case DASH__SCHEDULE__SPT:
+        *ret = SCHED_SPT;
+        return 0;
+    case DASH__SCHEDULE__SHIFT:
+        *ret = SCHED_SHIFT;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* One tensor on its own: buffer, dims, strides. Fills *t except extent. */
+static int check_one(const Dash__TensorRef *r, enum val_slot slot, int32_t elem_size,
+                     val_lookup_fn lookup, void *ctx, uint64_t *ret_size, char *msg,
+                     size_t msglen, struct val_tensor *t)
+{
+    const char *name = slot_names[slot];
+    const int lse = slot == VAL_LSE;
+    const size_t ndim = lse ? 3 : 4;
+    if (lookup(ctx, r->buffer_id, ret_size) != 0)
+        return fail(msg, msglen, DASH_ENOBUF, "%s: buffer %llu is not registered in this session",
+                    name, (unsigned long long)r->buffer_id);
+    if (r->n_shape != ndim)
+        return fail(msg, msglen, DASH_ESHAPE, "%s: shape has %zu dims, expected %zu%s", name,
+                    r->n_shape, ndim,
+                    lse ? " (batch, heads_q, seqlen_q)" : " (batch, seqlen, heads, head_dim)");
+    for (size_t i = 0; i < ndim; i++) {
+        if (r->shape[i] < 1)
+            return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%zu]=%lld is < 1", name, i,
+                        (long long)r->shape[i]);
+        if (r->shape[i] > INT32_MAX)
+            return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%zu]=%lld exceeds %d", name, i,
+                        (long long)r->shape[i], INT32_MAX);
+        t->shape[i] = (int32_t)r->shape[i];
+    }
+    /* Dense strides, which is also what absent strides mean. */
+    int64_t dense[4];
+    dense[ndim - 1] = 1;
+    for (size_t i = ndim - 1; i > 0; i--)
+        if (__builtin_mul_overflow(dense[i], (int64_t)t->shape[i], &dense[i - 1]))
+            dense[i - 1] = INT64_MAX; /* absurd shapes only; the bounds check refuses them */
+    if (r->n_strides != 0 && r->n_strides != ndim)
+        return fail(msg, msglen, DASH_ESHAPE, "%s: %zu strides for %zu dims", name, r->n_strides,
+                    ndim);
+    for (size_t i = 0; i < ndim; i++)
+        t->stride[i] = r->n_strides ? r->strides[i] : dense[i];
+    for (size_t i = 0; i < ndim; i++)
+        if (t->stride[i] < 0)
+            return fail(msg, msglen, DASH_ESHAPE, "%s.strides[%zu]=%lld is negative", name, i,
+                        (long long)t->stride[i]);
+    if (t->stride[ndim - 1] != 1)
+        return fail(msg, msglen, DASH_ESHAPE, "%s.strides[%zu]=%lld, the last stride must be 1",
+                    name, ndim - 1, (long long)t->stride[ndim - 1]);
+    if (lse)
+        for (size_t i = 0; i < ndim; i++)
+            if (t->stride[i] != dense[i])
+                return fail(msg, msglen, DASH_ESHAPE,
+                            "lse.strides[%zu]=%lld, lse must be dense (expected %lld)", i,
+                            (long long)t->stride[i], (long long)dense[i]);
+    t->buffer_id = r->buffer_id;
+    t->offset = r->offset;
+    t->ndim = (int32_t)ndim;
+    t->elem_size = elem_size;
+    t->output = 0;
+    return 0;
+}
+
+/* offset + extent <= size, computed without wrapping. Sets t->extent. */
+static int check_bounds(struct val_tensor *t, enum val_slot slot, uint64_t size, char *msg,
+                        size_t msglen)
+{
+    const char *name = slot_names[slot];
+    uint64_t last = 0, step, extent, end;
+    for (int i = 0; i < t->ndim; i++) {
+        if (__builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->stride[i], &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return fail(msg, msglen, DASH_EBOUNDS, "%s: the strided view spans more than 2^64 elements",
+                        name);
+    }
+    if (__builtin_add_overflow(last, 1, &extent) ||
+        __builtin_mul_overflow(extent, (uint64_t)t->elem_size, &extent))
+        return fail(msg, msglen, DASH_EBOUNDS, "%s: the strided view spans more than 2^64 bytes",
+                    name);
+    if (t->offset >= size)
+        return fail(msg, msglen, DASH_EBOUNDS, "%s: offset %llu >= buffer size %llu", name,
+                    (unsigned long long)t->offset, (unsigned long long)size);
+    if (__builtin_add_overflow(t->offset, extent, &end))
+        return fail(msg, msglen, DASH_EBOUNDS, "%s: offset %llu + extent %llu overflows 64 bits",
+                    name, (unsigned long long)t->offset, (unsigned long long)extent);
+    if (end > size)
+        return fail(msg, msglen, DASH_EBOUNDS, "%s: offset+extent %llu > buffer size %llu", name,
+                    (unsigned long long)end, (unsigned long long)size);
+    t->extent = extent;
+    return 0;
+}
+
+struct dim {
+    int64_t size, stride;
+};
+
+static int cmp_dim(const void *a, const void *b)
+{
+    const struct dim *x = a, *y = b;
+    return (x->stride > y->stride) - (x->stride < y->stride);
+}
+
+/* No two elements of an output may share an address. With its dims sorted by stride,
+ * each stride must step over the whole span of the dims below it - the engine's own rule,
+ * so nothing accepted here is refused there. Sufficient, not necessary: a few exotic
+ * interleavings that do not overlap are refused too. */
+static int check_no_overlap(const struct val_tensor *t, enum val_slot slot, char *msg,
+                            size_t msglen)
+{
+    struct dim d[4];
+    for (int i = 0; i < t->ndim; i++)
+        d[i] = (struct dim){t->shape[i], t->stride[i]};
+    qsort(d, (size_t)t->ndim, sizeof d[0], cmp_dim);
+    int64_t span = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (d[i].size == 1)
+            continue;
+        if (d[i].stride < span)
+            return fail(msg, msglen, DASH_ESHAPE,
+                        "%s: output elements overlap (a stride of %lld inside a span of %lld)",
+                        slot_names[slot], (long long)d[i].stride, (long long)span);
+        if (__builtin_mul_overflow(d[i].stride, d[i].size, &span))
+            span = INT64_MAX;
+    }
+    return 0;
+}
+
+static int same_dim(const struct val_tensor *t, enum val_slot slot, int dim, int32_t want,
+                    const char *what, char *msg, size_t msglen)
+{
+    if (t->shape[dim] == want)
+        return 0;
+    return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%d]=%d does not match %s %d", slot_names[slot],
+                dim, t->shape[dim], what, want);
+}
+
+static int validate(const struct refs *r, const struct val_limits *lim, val_lookup_fn lookup,
+                    void *ctx, char *msg, size_t msglen, struct val_plan *ret_plan)
+{
+    struct val_plan p;
+    uint64_t sizes[VAL_SLOTS];
+    int rc;
+    if (msglen > 0)
+        msg[0] = '\0';
+    memset(&p, 0, sizeof p);
+    p.slots = r->slots;
+    p.backward = r->slots == VAL_SLOTS;
+    if (!r->params)
+        return fail(msg, msglen, DASH_EMALFORMED, "params is missing");
+    for (int s = 0; s < r->slots; s++)
+        if (!r->t[s])
+            return fail(msg, msglen, DASH_EMALFORMED, "%s is missing", slot_names[s]);
+
+    const Dash__AttnParams *par = r->params;
+    enum dtype_kind dtype;
+    if (map_dtype(par->dtype, &dtype) != 0)
+        return fail(msg, msglen, DASH_EBADDTYPE, "dtype %d is unknown", (int)par->dtype);
+    if (!(lim->dtypes & (1u << dtype)))
+        return fail(msg, msglen, DASH_EBADDTYPE, "dtype %s is not served by this backend",
+                    dtype_name(dtype));
+    enum sched_mask mask;
+    if (map_mask(par->mask, &mask) != 0)
+        return fail(msg, msglen, DASH_EINVAL, "mask %d is unknown", (int)par->mask);
+
+    for (int s = 0; s < r->slots; s++) {
+        int32_t es = s == VAL_LSE ? (int32_t)sizeof(float) : dtype_size(dtype);
+        if ((rc = check_one(r->t[s], (enum val_slot)s, es, lookup, ctx, &sizes[s], msg, msglen,
+                            &p.t[s])))
+            return rc;
+    }
+    p.t[VAL_OUT].output = p.t[VAL_LSE].output = !p.backward;
+    if (p.backward)
+        p.t[VAL_DQ].output = p.t[VAL_DK].output = p.t[VAL_DV].output = 1;
+
+    /* Agreement: q fixes (B, Sq, Hq, D), k fixes (Sk, Hkv). */
+    const struct val_tensor *q = &p.t[VAL_Q], *k = &p.t[VAL_K];
+    const int32_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
+    const int32_t Sk = k->shape[1], Hkv = k->shape[2];
+    if ((rc = same_dim(k, VAL_K, 0, B, "q batch", msg, msglen)) ||
+        (rc = same_dim(k, VAL_K, 3, D, "q head dim", msg, msglen)))
+        return rc;
+    if (Hq % Hkv != 0)
+        return fail(msg, msglen, DASH_ESHAPE, "k.shape[2]=%d does not divide q heads %d", Hkv, Hq);
+    for (int s = 0; s < r->slots; s++) {
+        const struct val_tensor *t = &p.t[s];
+        if (s == VAL_Q || s == VAL_K)
+            continue;
+        if (s == VAL_LSE) {
+            if ((rc = same_dim(t, VAL_LSE, 0, B, "q batch", msg, msglen)) ||
+                (rc = same_dim(t, VAL_LSE, 1, Hq, "q heads", msg, msglen)) ||
+                (rc = same_dim(t, VAL_LSE, 2, Sq, "q seqlen", msg, msglen)))
+                return rc;
+            continue;
+        }
+        const struct val_tensor *like = (s == VAL_V || s == VAL_DK || s == VAL_DV) ? k : q;
+        const char *src = like == k ? "k" : "q";
+        for (int i = 0; i < 4; i++)
+            if (t->shape[i] != like->shape[i])
+                return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%d]=%d does not match %s.shape[%d]=%d",
+                            slot_names[s], i, t->shape[i], src, i, like->shape[i]);
+    }
+
+    if (D < lim->head_dim_min || D > lim->head_dim_max)
+        return fail(msg, msglen, DASH_EHEADDIM, "head dim %d is outside %d..%d", D,
+                    lim->head_dim_min, lim->head_dim_max);
+
+    for (int s = 0; s < r->slots; s++)
+        if ((rc = check_bounds(&p.t[s], (enum val_slot)s, sizes[s], msg, msglen)))
+            return rc;
+    for (int s = 0; s < r->slots; s++)
+        if (p.t[s].output && (rc = check_no_overlap(&p.t[s], (enum val_slot)s, msg, msglen)))
+            return rc;
+
+    enum sched_kind kind = SCHED_AUTO;
+    if (par->has_schedule && map_schedule(par->schedule, &kind) != 0)
+        return fail(msg, msglen, DASH_ESCHED, "schedule %d is unknown", (int)par->schedule);
+    int32_t wave = par->has_wave ? par->wave : 0;
+    if (wave < 0 || wave > SCHED_W_MAX)
+        return fail(msg, msglen, DASH_ESCHED, "wave %d is outside 1..%d (0: the default)", wave,
+                    SCHED_W_MAX);
+    int32_t bm = par->has_block_m ? par->block_m : 0, bn = par->has_block_n ? par->block_n : 0;
+    if (bm < 0 || bm > lim->block_max)
+        return fail(msg, msglen, DASH_ESCHED, "block_m %d is outside 1..%d (0: the default)", bm,
+                    lim->block_max);
+    if (bn < 0 || bn > lim->block_max)
+        return fail(msg, msglen, DASH_ESCHED, "block_n %d is outside 1..%d (0: the default)", bn,
+                    lim->block_max);
+
+    float scale = 1.0f / sqrtf((float)D);
+    if (par->has_scale) {
+        if (!isfinite(par->scale) || !(par->scale > 0))
+            return fail(msg, msglen, DASH_EINVAL, "scale %g must be finite and > 0",
+                        (double)par->scale);
+        scale = par->scale;
+    }
+
+    p.prob = (struct eng_problem){.batch = B, .seqlen_q = Sq, .seqlen_k = Sk, .heads_q = Hq,
+                                  .heads_kv = Hkv, .head_dim = D, .dtype = dtype, .mask = mask,
+                                  .scale = scale};
+    p.cfg = (struct eng_config){.sched = kind, .w = wave, .block_m = bm, .block_n = bn};
+    *ret_plan = p;
+    return 0;
+}
+
+int val_forward(const Dash__Forward *m, const struct val_limits *lim, val_lookup_fn lookup,
+                void *ctx, char *msg, size_t msglen, struct val_plan *ret_plan)
+{
+    if (!m)
+        return fail(msg, msglen, DASH_EMALFORMED, "forward is missing");
+    struct refs r = {m->params, {m->q, m->k, m->v, m->out, m->lse}, VAL_LSE + 1};
+    return validate(&r, lim, lookup, ctx, msg, msglen, ret_plan);
+}
+
+int val_backward(const Dash__Backward *m, const struct val_limits *lim, val_lookup_fn lookup,
+                 void *ctx, char *msg, size_t msglen, struct val_plan *ret_plan)
+{
+    if (!m)
+        return fail(msg, msglen, DASH_EMALFORMED, "backward is missing");
+    struct refs r = {m->params,
+                     {m->q, m->k, m->v, m->out, m->lse, m->dout, m->dq, m->dk, m->dv},
+                     VAL_SLOTS};
+    return validate(&r, lim, lookup, ctx, msg, msglen, ret_plan);
+}

@@ -1,0 +1,81 @@
+/*
+ * validate.h - checking a Forward or Backward request before any memory is touched.
+ *
+ * Pure functions of the request, the backend's limits and the sizes of the session's
+ * buffers (looked up through a callback, so the checks can be tested without sessions or
+ * shared memory). A request that passes yields a plan: the engine problem and config, and
+ * for every tensor its buffer, byte offset, shape, element strides and byte extent, all
+ * proven to lie inside the registered size. Every rejection names the field and the
+ * numbers involved ("k.shape[2]=3 does not divide q heads 8") and never anything about
+ * other sessions. The codes follow the table in docs/protocol.md:
+ *
+ *   DASH_ENOBUF     buffer id not registered in this session
+ *   DASH_ESHAPE     dims or strides count, a dim < 1 or > INT32_MAX, disagreeing shapes,
+ *                   heads_q % heads_kv != 0, negative strides, last stride != 1, lse not
+ *                   dense, an output whose elements overlap
+ *   DASH_EBOUNDS    offset + extent past the buffer's size (64-bit overflow included)
+ *   DASH_EBADDTYPE  dtype unknown or not served
+ *   DASH_EHEADDIM   head dim outside the backend's range
+ *   DASH_ESCHED     unknown schedule, wave outside 1..4096, block size outside 1..max
+ *   DASH_EINVAL     unknown mask, scale not finite or <= 0
+ *   DASH_EMALFORMED a required sub-message is missing
+ */
+#ifndef DASHD_VALIDATE_H
+#define DASHD_VALIDATE_H
+
+#include "kernels/engine.h"
+#include "proto/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum val_slot { VAL_Q, VAL_K, VAL_V, VAL_OUT, VAL_LSE, VAL_DOUT, VAL_DQ, VAL_DK, VAL_DV, VAL_SLOTS };
+
+/* What the backend can serve. */
+struct val_limits {
+    int32_t head_dim_min, head_dim_max;
+    int32_t block_max;  /* largest block_m / block_n */
+    unsigned dtypes;    /* bit (1u << enum dtype_kind) for each dtype served */
+};
+
+/* One tensor of a plan. The elements are at byte
+ * offset + elem_size * sum(i * stride) for i < shape, all within [offset, offset + extent). */
+struct val_tensor {
+    uint64_t buffer_id;
+    uint64_t offset;   /* bytes from the start of the buffer */
+    uint64_t extent;   /* bytes from offset to the end of the farthest element */
+    int64_t stride[4]; /* elements, >= 0, last one 1; lse: dense */
+    int32_t shape[4];  /* (batch, seqlen, heads, head_dim); lse: (batch, heads_q, seqlen_q) */
+    int32_t ndim;      /* 4, or 3 for lse */
+    int32_t elem_size; /* bytes */
+    int32_t output;    /* the op writes it */
+};
+
+struct val_plan {
+    int32_t backward; /* 0: forward (slots q..lse), 1: backward (all slots) */
+    int32_t slots;    /* VAL_LSE + 1 or VAL_SLOTS */
+    struct eng_problem prob;
+    struct eng_config cfg; /* as requested: sched may be SCHED_AUTO, 0 = the default */
+    struct val_tensor t[VAL_SLOTS];
+};
+
+/* The size of buffer `buffer_id` if the requesting session registered it: 0, or
+ * DASH_ENOBUF. */
+typedef int (*val_lookup_fn)(void *ctx, uint64_t buffer_id, uint64_t *ret_size);
+
+/* Check a request. Returns 0 and fills *ret_plan, or a DASH_* code (table above) with a
+ * readable reason in msg (always NUL-terminated when msglen > 0); *ret_plan is untouched
+ * on failure. */
+int val_forward(const Dash__Forward *m, const struct val_limits *lim, val_lookup_fn lookup,
+                void *ctx, char *msg, size_t msglen, struct val_plan *ret_plan);
+int val_backward(const Dash__Backward *m, const struct val_limits *lim, val_lookup_fn lookup,
+                 void *ctx, char *msg, size_t msglen, struct val_plan *ret_plan);
+
+/* The name of a slot ("q", ..., "dv"). */
+const char *val_slot_name(enum val_slot slot);
+
+/* Bytes a dense copy of the tensor takes (product of shape times elem_size), or
+ * UINT64_MAX if that does not fit in 64 bits. */
+uint64_t val_dense_bytes(const struct val_tensor *t);
+
+#endif

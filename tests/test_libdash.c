@@ -1,0 +1,321 @@
+/*
+ * test_libdash.c - libdash against a real dashd: several client processes at once, each
+ * getting the in-process engine's bits; 64 requests in flight; a daemon that restarts (or
+ * is killed with work in flight) and a session that expires, both invisible to the client
+ * except for the time it takes.
+ */
+#include "suites.h"
+#include "harness.h"
+#include "testutil.h"
+#include "client/dash.h"
+#include "kernels/engine.h"
+
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct dashd_proc D;
+
+static int suite_init(void)
+{
+    return dashd_start(&D, "--threads 2 --session-timeout 2") == 0 ? 0 : -1;
+}
+
+static int suite_clean(void)
+{
+    if (D.pid > 0)
+        return dashd_stop(&D) == 0 ? 0 : -1;
+    return 0;
+}
+
+/* One problem in a shm buffer: inputs from a seed, outputs poisoned. */
+struct prob {
+    int32_t b, sq, sk, hq, hkv, d;
+    uint64_t q, k, v, out, lse, dout, dq, dk, dv, total;
+};
+
+static uint64_t put(uint64_t *at, uint64_t n)
+{
+    uint64_t here = *at;
+    *at += (n + 63) & ~(uint64_t)63;
+    return here;
+}
+
+static void prob_init(struct prob *P, int32_t b, int32_t sq, int32_t sk, int32_t hq, int32_t hkv,
+                      int32_t d, uint64_t base)
+{
+    P->b = b, P->sq = sq, P->sk = sk, P->hq = hq, P->hkv = hkv, P->d = d;
+    uint64_t at = base, qb = (uint64_t)b * sq * hq * d * 2, kb = (uint64_t)b * sk * hkv * d * 2;
+    P->q = put(&at, qb), P->k = put(&at, kb), P->v = put(&at, kb), P->out = put(&at, qb);
+    P->lse = put(&at, (uint64_t)b * hq * sq * 4), P->dout = put(&at, qb), P->dq = put(&at, qb);
+    P->dk = put(&at, kb), P->dv = put(&at, kb);
+    P->total = at - base;
+}
+
+static void prob_fill(const struct prob *P, char *mem, uint64_t seed)
+{
+    struct tu_rng r;
+    tu_rng_init(&r, seed);
+    int64_t nq = (int64_t)P->b * P->sq * P->hq * P->d, nk = (int64_t)P->b * P->sk * P->hkv * P->d;
+    tu_fill(mem + P->q, DTYPE_BF16, nq, &r, 1.0);
+    tu_fill(mem + P->k, DTYPE_BF16, nk, &r, 1.0);
+    tu_fill(mem + P->v, DTYPE_BF16, nk, &r, 1.0);
+    tu_fill(mem + P->dout, DTYPE_BF16, nq, &r, 1.0);
+    tu_poison(mem + P->out, P->lse - P->out + (uint64_t)P->b * P->hq * P->sq * 4);
+    tu_poison(mem + P->dq, P->dv + (uint64_t)nk * 2 - P->dq);
+}
+
+struct views {
+    struct dash_tensor q, k, v, out, lse, dout, dq, dk, dv;
+};
+
+static struct views views_of(const struct prob *P, struct dash_buffer *buf)
+{
+    struct views w;
+    w.q = dash_tensor_dense(buf, P->q, P->b, P->sq, P->hq, P->d);
+    w.k = dash_tensor_dense(buf, P->k, P->b, P->sk, P->hkv, P->d);
+    w.v = dash_tensor_dense(buf, P->v, P->b, P->sk, P->hkv, P->d);
+    w.out = dash_tensor_dense(buf, P->out, P->b, P->sq, P->hq, P->d);
+    w.lse = dash_tensor_lse(buf, P->lse, P->b, P->hq, P->sq);
+    w.dout = dash_tensor_dense(buf, P->dout, P->b, P->sq, P->hq, P->d);
+    w.dq = dash_tensor_dense(buf, P->dq, P->b, P->sq, P->hq, P->d);
+    w.dk = dash_tensor_dense(buf, P->dk, P->b, P->sk, P->hkv, P->d);
+    w.dv = dash_tensor_dense(buf, P->dv, P->b, P->sk, P->hkv, P->d);
+    return w;
+}
+
+static const struct dash_attn ATTN = {DASH_BF16, DASH_MASK_CAUSAL, 0.0f, DASH_SCHED_SHIFT, 5, 0, 0};
+
+/* Forward then backward through the daemon; 0 or the failing code. */
+static int run_both(struct dash_client *c, const struct prob *P, struct dash_buffer *buf,
+                    struct dash_result *ret)
+{
+    struct views w = views_of(P, buf);
+    int rc = dash_forward(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL);
+    if (rc == 0)
+        rc = dash_backward(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, &w.dout, &w.dq, &w.dk, &w.dv, ret);
+    return rc;
+}
+
+/* The same in process: fills out..dv of mem (the inputs already there). */
+static int run_in_process(const struct prob *P, char *mem, const struct dash_result *res)
+{
+    struct eng *e = eng_new(1);
+    struct eng_problem p = {P->b, P->sq, P->sk, P->hq, P->hkv, P->d, DTYPE_BF16, SCHED_MASK_CAUSAL,
+                            (float)(1.0 / sqrt((double)P->d))};
+    struct eng_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n};
+#define T(off, s, h) eng_dense(mem + (off), s, h, P->d)
+    int rc = eng_forward(e, &p, &cfg, T(P->out, P->sq, P->hq), (float *)(mem + P->lse),
+                         T(P->q, P->sq, P->hq), T(P->k, P->sk, P->hkv), T(P->v, P->sk, P->hkv), NULL);
+    if (rc == 0)
+        rc = eng_backward(e, &p, &cfg, T(P->dq, P->sq, P->hq), T(P->dk, P->sk, P->hkv),
+                          T(P->dv, P->sk, P->hkv), T(P->q, P->sq, P->hq), T(P->k, P->sk, P->hkv),
+                          T(P->v, P->sk, P->hkv), T(P->out, P->sq, P->hq), (float *)(mem + P->lse),
+                          T(P->dout, P->sq, P->hq), NULL);
+#undef T
+    eng_free(e);
+    return rc;
+}
+
+static struct dash_client *connect_or_fail(const char *name)
+{
+    struct dash_connect_opts o = {.client_name = name, .run_tag = "tests", .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    int rc = dash_connect(D.endpoint, &o, &c);
+    if (rc)
+        fprintf(stderr, "\n  dash_connect: %s", dash_strerror(rc));
+    return rc ? NULL : c;
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+static void test_libdash_clients_in_several_processes_get_engine_bits(void)
+{
+    enum { N = 4 };
+    struct prob P;
+    prob_init(&P, 1, 130, 130, 4, 2, 64, 0);
+    uint64_t seed = tu_seed() ^ 0xc11e;
+    pid_t kids[N];
+    for (int i = 0; i < N; i++) {
+        kids[i] = fork();
+        CU_ASSERT_FATAL(kids[i] >= 0);
+        if (kids[i] == 0) {
+            struct dash_client *c = connect_or_fail("proc");
+            struct dash_buffer *buf = NULL;
+            if (!c || dash_shm_alloc(c, P.total, &buf) != 0)
+                _exit(10);
+            char *mem = dash_buffer_data(buf);
+            prob_fill(&P, mem, seed); /* the same inputs in every process */
+            struct dash_result res;
+            int ok = 1;
+            for (int rep = 0; rep < 3 && ok; rep++) {
+                if (run_both(c, &P, buf, &res) != 0)
+                    _exit(11);
+                char *mine = malloc(P.total);
+                memcpy(mine, mem, P.total);
+                ok = run_in_process(&P, mine, &res) == 0 && memcmp(mine, mem, P.total) == 0;
+                free(mine);
+            }
+            dash_shm_free(c, buf);
+            dash_close(c);
+            _exit(ok ? 0 : 12);
+        }
+    }
+    int fine = 0;
+    for (int i = 0; i < N; i++) {
+        int status;
+        waitpid(kids[i], &status, 0);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            fine++;
+        else
+            fprintf(stderr, "\n  client process %d: status %d", i, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    CU_ASSERT_EQUAL(fine, N);
+}
+
+static void test_libdash_64_requests_in_flight(void)
+{
+    enum { N = 64 };
+    struct dash_client *c = connect_or_fail("async");
+    CU_ASSERT_FATAL(c != NULL);
+    struct prob P[N];
+    uint64_t at = 0;
+    for (int i = 0; i < N; i++) {
+        prob_init(&P[i], 1, 17 + i % 5, 23, 2, 1, 32, at);
+        at += P[i].total;
+    }
+    struct dash_buffer *buf;
+    CU_ASSERT_FATAL(dash_shm_alloc(c, at, &buf) == 0);
+    char *mem = dash_buffer_data(buf);
+    uint64_t tickets[N];
+    for (int i = 0; i < N; i++) {
+        prob_fill(&P[i], mem, tu_seed() + (uint64_t)i);
+        struct views w = views_of(&P[i], buf);
+        CU_ASSERT_EQUAL_FATAL(dash_forward_submit(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, &tickets[i]), 0);
+    }
+    /* wait in reverse order: replies for the others are kept meanwhile */
+    int ok = 0;
+    struct dash_result res[N];
+    for (int i = N - 1; i >= 0; i--)
+        ok += dash_wait(c, tickets[i], -1, &res[i]) == 0;
+    CU_ASSERT_EQUAL(ok, N);
+    CU_ASSERT_EQUAL(dash_wait(c, tickets[0], 100, NULL), DASH_EINVAL); /* already waited */
+    for (int i = 0; i < N; i++) {
+        struct views w = views_of(&P[i], buf);
+        CU_ASSERT_EQUAL(dash_backward_submit(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, &w.dout,
+                                             &w.dq, &w.dk, &w.dv, &tickets[i]), 0);
+    }
+    ok = 0;
+    for (int i = 0; i < N; i++) {
+        int rc;
+        while ((rc = dash_poll(c, tickets[i], &res[i])) == DASH_EAGAIN)
+            usleep(1000);
+        ok += rc == 0;
+    }
+    CU_ASSERT_EQUAL(ok, N);
+    /* every result is the engine's */
+    int same = 0;
+    for (int i = 0; i < N; i++) {
+        char *mine = malloc(at);
+        memcpy(mine, mem, at);
+        same += run_in_process(&P[i], mine, &res[i]) == 0 &&
+                memcmp(mine + P[i].q, mem + P[i].q, P[i].total) == 0;
+        free(mine);
+    }
+    CU_ASSERT_EQUAL(same, N);
+    dash_shm_free(c, buf);
+    dash_close(c);
+}
+
+static void test_libdash_recovers_after_daemon_restart(void)
+{
+    struct dash_client *c = connect_or_fail("restart");
+    CU_ASSERT_FATAL(c != NULL);
+    struct prob P;
+    prob_init(&P, 1, 64, 64, 2, 2, 64, 0);
+    struct dash_buffer *buf;
+    CU_ASSERT_FATAL(dash_shm_alloc(c, P.total, &buf) == 0);
+    char *mem = dash_buffer_data(buf);
+    prob_fill(&P, mem, tu_seed());
+    struct dash_result res;
+    CU_ASSERT_EQUAL_FATAL(run_both(c, &P, buf, &res), 0);
+    char *first = malloc(P.total);
+    memcpy(first, mem, P.total);
+
+    /* a clean restart between two calls */
+    CU_ASSERT_EQUAL(dashd_stop(&D), 0);
+    CU_ASSERT_FATAL(dashd_restart(&D) == 0);
+    tu_poison(mem + P.dq, P.total - P.dq);
+    CU_ASSERT_EQUAL(run_both(c, &P, buf, &res), 0);
+    CU_ASSERT(memcmp(first, mem, P.total) == 0);
+
+    /* SIGKILL with a backward in flight, then a new daemon: the ticket still completes */
+    struct views w = views_of(&P, buf);
+    uint64_t t;
+    tu_poison(mem + P.dq, P.total - P.dq);
+    CU_ASSERT_EQUAL_FATAL(dash_backward_submit(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, &w.dout,
+                                               &w.dq, &w.dk, &w.dv, &t), 0);
+    dashd_kill(&D);
+    CU_ASSERT_FATAL(dashd_restart(&D) == 0);
+    CU_ASSERT_EQUAL(dash_wait(c, t, -1, &res), 0);
+    CU_ASSERT(memcmp(first, mem, P.total) == 0);
+    free(first);
+    dash_shm_free(c, buf);
+    dash_close(c);
+}
+
+static void test_libdash_expired_session_is_transparent(void)
+{
+    struct dash_client *c = connect_or_fail("idle");
+    CU_ASSERT_FATAL(c != NULL);
+    struct prob P;
+    prob_init(&P, 1, 40, 40, 2, 1, 32, 0);
+    struct dash_buffer *buf;
+    CU_ASSERT_FATAL(dash_shm_alloc(c, P.total, &buf) == 0);
+    prob_fill(&P, dash_buffer_data(buf), tu_seed());
+    struct dash_result res;
+    CU_ASSERT_EQUAL(run_both(c, &P, buf, &res), 0);
+    sleep(4); /* the daemon's session timeout is 2 s: the session and its buffer are gone */
+    CU_ASSERT_EQUAL(run_both(c, &P, buf, &res), 0);
+    dash_shm_free(c, buf);
+    dash_close(c);
+}
+
+static void test_libdash_daemon_errors_reach_the_caller(void)
+{
+    struct dash_client *c = connect_or_fail("errors");
+    CU_ASSERT_FATAL(c != NULL);
+    struct prob P;
+    prob_init(&P, 1, 16, 16, 2, 2, 16, 0); /* head dim 16: the CPU engine serves 32..256 */
+    struct dash_buffer *buf;
+    CU_ASSERT_FATAL(dash_shm_alloc(c, P.total, &buf) == 0);
+    prob_fill(&P, dash_buffer_data(buf), tu_seed());
+    CU_ASSERT_EQUAL(run_both(c, &P, buf, NULL), DASH_EHEADDIM);
+    struct views w = views_of(&P, buf);
+    w.out.offset = P.total; /* past the end */
+    w.q.shape[3] = w.k.shape[3] = w.v.shape[3] = w.out.shape[3] = 32;
+    CU_ASSERT(dash_forward(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL) < 0);
+    uint64_t rtt = 0;
+    CU_ASSERT_EQUAL(dash_ping(c, 2000, &rtt), 0);
+    CU_ASSERT(rtt > 0);
+    dash_shm_free(c, buf);
+    dash_close(c);
+}
+
+int suite_libdash(void)
+{
+    CU_pSuite s = CU_add_suite("libdash", suite_init, suite_clean);
+    if (!s)
+        return -1;
+    ADD_TEST(s, test_libdash_daemon_errors_reach_the_caller);
+    ADD_TEST(s, test_libdash_clients_in_several_processes_get_engine_bits);
+    ADD_TEST(s, test_libdash_64_requests_in_flight);
+    ADD_TEST(s, test_libdash_expired_session_is_transparent);
+    ADD_TEST(s, test_libdash_recovers_after_daemon_restart);
+    return 0;
+}
