@@ -137,9 +137,12 @@ static int print_text(const struct dash_stats *s)
     ctl__text(ver, sizeof ver, *s->server_version ? s->server_version : "(unknown version)", 32);
     ctl__text(be, sizeof be, *s->backend ? s->backend : "unknown", 16);
     printf("dashd %s, backend %s, %u threads, up %s\n", ver, be, s->threads, up);
-    printf("requests %llu (%llu errors), queue %u/%u, %zu session%s\n",
-           (unsigned long long)s->requests, (unsigned long long)s->errors, s->queue_depth,
-           s->queue_capacity, s->n_clients, s->n_clients == 1 ? "" : "s");
+    printf("requests %llu (%llu errors), queue %u/%u, %u session%s", (unsigned long long)s->requests,
+           (unsigned long long)s->errors, s->queue_depth, s->queue_capacity, s->sessions,
+           s->sessions == 1 ? "" : "s");
+    if (s->n_clients < s->sessions)
+        printf(" (the %zu oldest listed)", s->n_clients);
+    printf("\n");
     if (!s->n_clients)
         return CTL_EXIT_OK;
 
@@ -194,6 +197,7 @@ static void print_json(const struct dash_stats *s, const char *endpoint)
     json_u64("queue_capacity", s->queue_capacity, 0);
     json_u64("requests", s->requests, 0);
     json_u64("errors", s->errors, 0);
+    json_u64("sessions", s->sessions, 0);
     printf("\"clients\": [");
     for (size_t i = 0; i < s->n_clients; i++) {
         const struct dash_client_stats *c = &s->clients[i];

@@ -92,10 +92,10 @@ int ctl_status(int argc, char **argv)
     size_t in_flight = 0;
     for (size_t i = 0; i < s->n_clients; i++)
         in_flight += s->clients[i].in_flight;
-    printf("dashd is running at %s: version %s, backend %s, up %s; %zu client session%s with "
+    printf("dashd is running at %s: version %s, backend %s, up %s; %u client session%s with "
            "%zu request%s in flight, queue %u of %u; %llu requests served, %llu failed; "
            "ping %llu us.\n",
-           endpoint, ver, be, up, s->n_clients, s->n_clients == 1 ? "" : "s", in_flight,
+           endpoint, ver, be, up, s->sessions, s->sessions == 1 ? "" : "s", in_flight,
            in_flight == 1 ? "" : "s", s->queue_depth, s->queue_capacity,
            (unsigned long long)s->requests, (unsigned long long)s->errors,
            (unsigned long long)rtt);

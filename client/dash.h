@@ -116,8 +116,10 @@ struct dash_connect_opts {
     unsigned flags;          /* DASH_CONNECT_* */
 };
 
-/* Write the endpoint dash_connect(NULL, ...) uses into buf: $DASHD_ENDPOINT, else
- * ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>.sock.
+/* Write the endpoint dash_connect(NULL, ...) uses into buf: $DASHD_ENDPOINT, else the
+ * per-user endpoint (ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>.sock)
+ * if a daemon's socket is there, else the system daemon's ipc:///run/dashd/dashd.sock if
+ * its socket exists, else the per-user endpoint.
  * Returns 0, DASH_EINVAL (buf NULL) or -ENAMETOOLONG. Thread-safe (reads the environment). */
 int dash_default_endpoint(char *buf, size_t len);
 
@@ -325,8 +327,9 @@ struct dash_stats {
     uint64_t requests, errors;
     uint32_t threads;
     uint64_t own_session_id; /* this client's session (0: none), to find it in clients */
+    uint32_t sessions;       /* all sessions; n_clients may be fewer (one reply's worth) */
     size_t n_clients;
-    struct dash_client_stats *clients; /* n_clients entries, one per session */
+    struct dash_client_stats *clients; /* n_clients entries, one per listed session */
 };
 
 /* Ask the daemon for its counters. Works with or without a session. Returns 0 and

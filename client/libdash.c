@@ -675,7 +675,7 @@ int dash_default_endpoint(char *buf, size_t len)
 {
     if (!buf || !len)
         return DASH_EINVAL;
-    return wire_default_endpoint(buf, len);
+    return wire_client_endpoint(buf, len);
 }
 
 static int req_done(struct dash_client *c, const void *arg)
@@ -773,7 +773,7 @@ int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
         (opts->run_tag && strlen(opts->run_tag) > DASH__NAME_MAX))
         return DASH_EINVAL;
     if (!endpoint) {
-        if ((rc = wire_default_endpoint(ep, sizeof ep)) != 0)
+        if ((rc = wire_client_endpoint(ep, sizeof ep)) != 0)
             return rc;
         endpoint = ep;
     }
@@ -890,6 +890,7 @@ static struct dash_stats *stats_convert(const Dash__StatsReply *m, uint64_t own_
     s->errors = m->errors;
     s->threads = m->threads;
     s->own_session_id = own_session;
+    s->sessions = m->has_sessions ? m->sessions : (uint32_t)m->n_clients;
     if (!s->server_version || !s->backend)
         goto fail;
     if (m->n_clients) {

@@ -430,6 +430,8 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
     st.threads = (uint32_t)d->backend->threads(d->backend->impl);
     st.n_clients = n;
     st.clients = cps;
+    st.has_sessions = 1;
+    st.sessions = (uint32_t)n;
     Dash__Reply r = DASH__REPLY__INIT;
     r.id = req->id;
     r.stats = &st;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct budget {
@@ -126,6 +127,22 @@ int wire_default_endpoint(char *buf, size_t len)
     const char *path = wire_ipc_path(buf);
     if (path && strlen(path) > 107)
         return -ENAMETOOLONG;
+    return 0;
+}
+
+int wire_client_endpoint(char *buf, size_t len)
+{
+    int rc = wire_default_endpoint(buf, len);
+    if (rc || getenv("DASHD_ENDPOINT"))
+        return rc;
+    struct stat st;
+    if (stat(wire_ipc_path(buf), &st) == 0 && S_ISSOCK(st.st_mode))
+        return 0;
+    if (stat(wire_ipc_path(WIRE_SYSTEM_ENDPOINT), &st) == 0 && S_ISSOCK(st.st_mode)) {
+        if (strlen(WIRE_SYSTEM_ENDPOINT) >= len)
+            return -ENAMETOOLONG;
+        strcpy(buf, WIRE_SYSTEM_ENDPOINT);
+    }
     return 0;
 }
 

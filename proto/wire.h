@@ -28,6 +28,13 @@
  * ipc socket paths). */
 int wire_default_endpoint(char *buf, size_t len);
 
+/* The endpoint a client connects to by default: $DASHD_ENDPOINT if set; else the per-user
+ * endpoint above if its socket exists; else the system daemon's ipc:///run/dashd/dashd.sock
+ * (systemd/dashd.service) if that socket exists; else the per-user endpoint. Same returns
+ * as wire_default_endpoint(). */
+#define WIRE_SYSTEM_ENDPOINT "ipc:///run/dashd/dashd.sock"
+int wire_client_endpoint(char *buf, size_t len);
+
 /* For an ipc:// endpoint, the socket's file path (a pointer into endpoint); NULL for any
  * other transport. */
 const char *wire_ipc_path(const char *endpoint);
