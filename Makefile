@@ -66,6 +66,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/job.c
 BENCH_SRC := bench/bench_engine.c
+BENCH_DAEMON_SRC := bench/bench_daemon.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
 GPU_TEST_CU := tests/gpu/test_sched_device.cu
@@ -81,12 +82,13 @@ DASHD := $(BUILD)/dashd
 DASHCTL := $(BUILD)/dashctl
 TESTS := $(BUILD)/test_dash
 BENCH := $(BUILD)/bench_engine
+BENCH_DAEMON := $(BUILD)/bench_daemon
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS)
+	$(BENCH) $(BENCH_DAEMON) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS)
 
 .PHONY: all deps test test-gpu bench demo install clean help
 all: deps $(ALL)
@@ -148,6 +150,10 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BENCH_DAEMON): $(call obj,$(BENCH_DAEMON_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
 $(DEMO): $(call obj,$(DEMO_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -172,9 +178,10 @@ else
 	$(Q)./$(BUILD)/test_dash_gpu
 endif
 
-bench: deps $(BENCH)
+bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
+	$(Q)./$(BENCH_DAEMON) --out bench/results
 
 demo: deps all
 	$(Q)bash scripts/demo.sh $(BUILD)
