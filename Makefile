@@ -3,7 +3,7 @@
 #   make            libraries, dashctl, tests, examples (CUDA parts when nvcc is found)
 #   make test       CPU test suites (CUnit); the summary is the last thing printed
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
-#   make bench      CPU engine benchmark, recorded under bench/results/
+#   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make clean
