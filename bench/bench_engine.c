@@ -336,7 +336,7 @@ static void read_git_commit(char *buf, size_t cap)
     }
     char status[256];
     /* Dirty only if we can tell: a failing `git status` leaves the plain commit. */
-    if (!run_capture("git status --porcelain 2>/dev/null", status, sizeof status, &dirty))
+    if (!run_capture("git status --porcelain --untracked-files=no 2>/dev/null", status, sizeof status, &dirty))
         dirty = 0;
     snprintf(buf, cap, "%s%s", line, dirty ? "-dirty" : "");
 }
