@@ -99,6 +99,7 @@ enum dash__kind {
     DASH__UNREGISTER,
     DASH__FORWARD,
     DASH__BACKWARD,
+    DASH__GOODBYE, /* sent by dash_close(), nobody waits for its reply */
 };
 
 enum dash__state { DASH__QUEUED, DASH__SENT, DASH__DONE };

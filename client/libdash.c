@@ -218,6 +218,7 @@ static int send_req(struct dash_client *c, struct dash__req *r)
     Dash__Hello hello = DASH__HELLO__INIT;
     Dash__Ping ping = DASH__PING__INIT;
     Dash__Stats stats = DASH__STATS__INIT;
+    Dash__Goodbye goodbye = DASH__GOODBYE__INIT;
     Dash__RegisterBuffer reg = DASH__REGISTER_BUFFER__INIT;
     Dash__UnregisterBuffer unreg = DASH__UNREGISTER_BUFFER__INIT;
     struct dash__op_storage st;
@@ -247,6 +248,10 @@ static int send_req(struct dash_client *c, struct dash__req *r)
     case DASH__STATS:
         m.body_case = DASH__REQUEST__BODY_STATS;
         m.stats = &stats;
+        break;
+    case DASH__GOODBYE:
+        m.body_case = DASH__REQUEST__BODY_GOODBYE;
+        m.goodbye = &goodbye;
         break;
     case DASH__REGISTER:
         reg.size = r->buf->size;
@@ -465,6 +470,7 @@ static int on_reply(struct dash_client *c, struct dash__req *r, Dash__Reply *rep
         on_hello(c, r, rep);
         return 0;
     case DASH__PROBE:
+    case DASH__GOODBYE:
         dash__req_free(c, r);
         return 0;
     case DASH__PING:
@@ -705,12 +711,17 @@ static void client_free(struct dash_client *c, int say_goodbye)
     if (c->sock && same_process) {
         int linger = 0;
         if (say_goodbye && c->state == DASH__S_OK) {
-            for (struct dash_buffer *b = c->bufs; b; b = b->next) {
-                if (b->reg == DASH__REG_OK) {
+            for (struct dash_buffer *b = c->bufs; b; b = b->next)
+                if (b->reg == DASH__REG_OK)
                     dash__unregister_detached(c, b->id);
-                    linger = c->timeout_ms < 1000 ? c->timeout_ms : 1000;
-                }
+            /* end the session now rather than at the daemon's idle timeout */
+            struct dash__req *bye = dash__req_new(c, DASH__GOODBYE);
+            if (bye) {
+                bye->detached = 1;
+                if (send_req(c, bye) != 0)
+                    dash__req_free(c, bye);
             }
+            linger = c->timeout_ms < 1000 ? c->timeout_ms : 1000;
         }
         /* with LINGER, zmq_ctx_term() gives the Unregisters that long to get out */
         (void)zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);

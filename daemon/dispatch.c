@@ -488,6 +488,18 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
     case DASH__REQUEST__BODY_STATS:
         on_stats(d, m, req);
         break;
+    case DASH__REQUEST__BODY_GOODBYE: {
+        Dash__Reply r = DASH__REPLY__INIT;
+        r.id = id;
+        send_reply(d, m->rid, m->rid_len, &r);
+        /* look again: the send may already have dropped it (peer gone) */
+        struct session *gone = sess_find(d->sessions, m->rid, m->rid_len);
+        if (gone) {
+            log_info("session %llu (\"%s\") said goodbye", (unsigned long long)gone->id, gone->name);
+            sess_drop(d->sessions, gone);
+        }
+        break;
+    }
     case DASH__REQUEST__BODY_HELLO:
     case DASH__REQUEST__BODY_REGISTER_BUFFER:
     case DASH__REQUEST__BODY_UNREGISTER_BUFFER:

@@ -568,6 +568,55 @@ static void test_dashd_shrunk_shm_gets_error_not_sigbus(void)
     raw_close(r);
 }
 
+/* Stats entries of sessions whose client pid is `pid`. */
+static int sessions_of_pid(uint32_t pid)
+{
+    struct raw_client *r = raw_connect(D.endpoint);
+    Dash__Stats st = DASH__STATS__INIT;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = next_id++;
+    req.body_case = DASH__REQUEST__BODY_STATS;
+    req.stats = &st;
+    Dash__Reply *rep = raw_call(r, &req, 5000);
+    int n = -1;
+    if (rep && rep->stats) {
+        n = 0;
+        for (size_t c = 0; c < rep->stats->n_clients; c++)
+            n += rep->stats->clients[c]->has_pid && rep->stats->clients[c]->pid == pid;
+    }
+    wire_free_reply(rep);
+    raw_close(r);
+    return n;
+}
+
+static void test_dashd_goodbye_ends_the_session_at_once(void)
+{
+    struct raw_client *r = session();
+    CU_ASSERT_FATAL(r != NULL);
+    struct shm s;
+    CU_ASSERT_FATAL(shm_make(&s, 4096) == 0);
+    CU_ASSERT(register_shm(r, &s, 4096) > 0);
+    int before = sessions_of_pid((uint32_t)getpid());
+    CU_ASSERT(before >= 1);
+    Dash__Goodbye g = DASH__GOODBYE__INIT;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = next_id++;
+    req.body_case = DASH__REQUEST__BODY_GOODBYE;
+    req.goodbye = &g;
+    Dash__Reply *rep = raw_call(r, &req, 5000);
+    CU_ASSERT(rep && rep->code == 0);
+    wire_free_reply(rep);
+    CU_ASSERT_EQUAL(sessions_of_pid((uint32_t)getpid()), before - 1);
+    CU_ASSERT_EQUAL(register_shm(r, &s, 4096), DASH_ENOSESSION);
+    /* without a session it is harmless */
+    req.id = next_id++;
+    rep = raw_call(r, &req, 5000);
+    CU_ASSERT(rep && rep->code == 0);
+    wire_free_reply(rep);
+    shm_drop(&s);
+    raw_close(r);
+}
+
 static void test_dashd_one_gib_message_is_refused(void)
 {
     struct raw_client *big = raw_connect(D.endpoint);
@@ -714,6 +763,7 @@ int suite_dashd(void)
     ADD_TEST(s, test_dashd_results_equal_in_process_engine);
     ADD_TEST(s, test_dashd_answers_ping_during_long_backward);
     ADD_TEST(s, test_dashd_shrunk_shm_gets_error_not_sigbus);
+    ADD_TEST(s, test_dashd_goodbye_ends_the_session_at_once);
     ADD_TEST(s, test_dashd_one_gib_message_is_refused);
     ADD_TEST(s, test_dashd_client_killed_mid_request);
     ADD_TEST(s, test_dashd_second_daemon_on_same_endpoint_fails_loudly);

@@ -286,6 +286,32 @@ static void test_libdash_expired_session_is_transparent(void)
     dash_close(c);
 }
 
+/* dash_close() ends the session at once: no lingering entry in the daemon's stats. */
+static void test_libdash_close_ends_the_session(void)
+{
+    struct dash_client *c = connect_or_fail("closing");
+    CU_ASSERT_FATAL(c != NULL);
+    struct dash_buffer *buf;
+    CU_ASSERT_FATAL(dash_shm_alloc(c, 4096, &buf) == 0);
+    dash_close(c);
+    struct dash_connect_opts o = {.timeout_ms = 5000, .flags = DASH_CONNECT_NO_SESSION};
+    struct dash_client *mon = NULL;
+    CU_ASSERT_FATAL(dash_connect(D.endpoint, &o, &mon) == 0);
+    int found = 1;
+    for (int i = 0; i < 50 && found; i++) {
+        struct dash_stats *st = NULL;
+        CU_ASSERT_FATAL(dash_stats(mon, &st) == 0);
+        found = 0;
+        for (size_t k = 0; k < st->n_clients; k++)
+            found |= strcmp(st->clients[k].client_name, "closing") == 0;
+        dash_stats_free(st);
+        if (found)
+            usleep(20000);
+    }
+    CU_ASSERT(!found);
+    dash_close(mon);
+}
+
 static void test_libdash_daemon_errors_reach_the_caller(void)
 {
     struct dash_client *c = connect_or_fail("errors");
@@ -313,6 +339,7 @@ int suite_libdash(void)
     if (!s)
         return -1;
     ADD_TEST(s, test_libdash_daemon_errors_reach_the_caller);
+    ADD_TEST(s, test_libdash_close_ends_the_session);
     ADD_TEST(s, test_libdash_clients_in_several_processes_get_engine_bits);
     ADD_TEST(s, test_libdash_64_requests_in_flight);
     ADD_TEST(s, test_libdash_expired_session_is_transparent);
