@@ -44,7 +44,7 @@ NVCC :=
 endif
 ifneq ($(NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCCFLAGS := -std=c++17 -O2 -g -Xcompiler -Wall,-Wextra,-Werror \
+NVCCFLAGS := -std=c++17 -O2 -g -MMD -MP -Xcompiler -Wall,-Wextra,-Werror \
 	-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 endif
@@ -69,8 +69,9 @@ BENCH_SRC := bench/bench_engine.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
-GPU_TEST_CU := tests/gpu/test_sched_device.cu
-GPU_TEST_SRC := tests/gpu/run_gpu_tests.c
+CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu
+GPU_TEST_CU := tests/gpu/test_sched_device.cu $(CUDA_KERNELS_CU)
+GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/testutil.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -162,7 +163,10 @@ $(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
-$(BUILD)/test_dash_gpu: $(BUILD)/obj/$(GPU_TEST_CU).o $(call obj,$(GPU_TEST_SRC)) $(LIBKERNELS) $(LIBPROTO)
+# test_attn_gpu.c calls the CUDA runtime (cudaMalloc, cudaMemcpy) from C.
+$(BUILD)/obj/tests/gpu/test_attn_gpu.o: CFLAGS += -I$(CUDA_HOME)/include
+
+$(BUILD)/test_dash_gpu: $(patsubst %,$(BUILD)/obj/%.o,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 

@@ -5,8 +5,13 @@
  * Suite gpu_sched: the schedule library executed in device code gives the same visits and
  * ranks as on the host, for every schedule over a spread of shapes (including causal
  * shift with a non-integer tile ratio and more jobs than W).
+ *
+ * Suite gpu_attn: the CUDA attention kernels against the float64 reference, and the
+ * bitwise reproducibility of their backward over repeats and grids (test_attn_gpu.c).
  */
+#include "gpu_attn.h"
 #include "gpu_sched.h"
+#include "../testutil.h"
 
 #include <CUnit/Basic.h>
 #include <stdio.h>
@@ -85,6 +90,10 @@ int main(void)
     CU_pSuite s = CU_add_suite("gpu_sched", NULL, NULL);
     if (!s || !CU_add_test(s, "test_gpu_sched_device_matches_host", test_gpu_sched_device_matches_host))
         return 2;
+    if (suite_gpu_attn() != 0)
+        return 2;
+    printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),
+           (unsigned long long)tu_seed());
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();

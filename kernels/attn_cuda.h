@@ -1,0 +1,98 @@
+/*
+ * attn_cuda.h - the CUDA attention backend: forward (O, LSE) and backward (dQ, dK, dV) on
+ * one GPU, with the same API structs, masks, GQA mapping and schedules as the CPU engine
+ * (kernels/engine.h).
+ *
+ * v1 is built for correctness and determinism, not speed: 64x64 tiles, 256 threads per
+ * CTA, fp32 arithmetic on CUDA cores (no tensor cores yet), inputs staged in shared memory
+ * as fp16/bf16. For a deterministic schedule the output bytes depend on the inputs, shape,
+ * dtype, mask, scale, schedule, W and tile sizes (and the kernel build) - never on `grid`,
+ * the SM count or timing. The bits are not those of the CPU engine (sums inside a tile are
+ * grouped differently) but both are close to the float64 reference.
+ *
+ * All tensor data and lse pointers are DEVICE pointers of the object's device, laid out
+ * as struct eng_tensor describes (element strides, stride[3] == 1). Every call is
+ * synchronous: it launches on the object's own stream and waits for it. One call at a time
+ * per object; separate objects may be used from separate threads.
+ *
+ * One backward per device at a time. A shift backward's CTAs wait on each other, so they
+ * must all be resident together (the grid is capped so that they fit an idle GPU). Two
+ * backward kernels sharing the SMs - two objects on one device, or two processes - can
+ * each hold SMs the other needs and never finish. Callers (the daemon) serialise backward
+ * calls per device; forward calls and other work may overlap a backward, since they never
+ * wait and so always free their SMs. The fixed-order schedules are safe even then.
+ *
+ * Errors: -EINVAL (malformed arguments), -ENOTSUP (dtype other than F16/BF16, head dim
+ * other than 64/128), -EOVERFLOW (shape too large), -ENOMEM (device memory), -ENODEV (no
+ * such device), -EIO (any other CUDA failure, including a kernel fault; the object should
+ * then be freed).
+ */
+#ifndef DASH_ATTN_CUDA_H
+#define DASH_ATTN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* engine.h has no C++ guards of its own: give its functions C linkage here. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "engine.h"
+
+/* Rows per q-tile and per kv-tile; cfg->block_m and cfg->block_n must be 0 or this. */
+#define CUATTN_BLOCK 64
+
+/* One device, one stream, kernels loaded at creation, grow-only device scratch. */
+struct cuattn;
+
+/* Open `device` (a CUDA device ordinal). Returns 0 and *ret, or -ENODEV (no such usable
+ * device), -EIO (CUDA failed) or -ENOMEM. *ret is untouched on failure. */
+int cuattn_new(int device, struct cuattn **ret);
+
+/* Frees the scratch and the stream. Accepts NULL. */
+void cuattn_free(struct cuattn *a);
+
+/* The device's name (NUL-terminated, truncated to len) and its SM count. name may be NULL
+ * when len is 0; ret_sms may be NULL. 0 or -EINVAL. */
+int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_sms);
+
+/*
+ * Forward: out = softmax(scale q k^T, mask) v and lse (batch, heads_q, seqlen_q) fp32,
+ * contiguous, +inf for rows that see no key (whose out is 0). Shapes as eng_forward. The
+ * forward has no schedule: like eng_forward it reports sched = SCHED_ASCENDING. cfg may be
+ * NULL; ret_cfg may be NULL (filled only on success). 0 or a negative code.
+ */
+int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct eng_config *cfg,
+                   struct eng_tensor out, float *lse, struct eng_tensor q, struct eng_tensor k,
+                   struct eng_tensor v, struct eng_config *ret_cfg);
+
+/*
+ * Backward: dq, dk, dv from q, k, v, the forward's out and lse, and dout, run in the
+ * schedule's order (SCHED_AUTO is resolved by dag_auto() on the host, as eng_resolve
+ * does; W defaults to SCHED_W_DEFAULT). `grid` is how many CTAs to launch, 0 meaning the
+ * device's SM count; it is capped at what can be resident at once. It changes the speed,
+ * never the bits. cfg may be NULL; ret_cfg may be NULL (filled only on success).
+ * 0 or a negative code; outputs are unspecified on failure.
+ */
+int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct eng_config *cfg,
+                    int32_t grid, struct eng_tensor dq, struct eng_tensor dk, struct eng_tensor dv,
+                    struct eng_tensor q, struct eng_tensor k, struct eng_tensor v,
+                    struct eng_tensor out, const float *lse, struct eng_tensor dout,
+                    struct eng_config *ret_cfg);
+
+/* For tests: 1 makes every later backward on `a` run the interleaved mode (W virtual SMs
+ * stepped in turn by the CTAs, state in global scratch) whatever the grid; 0 restores the
+ * automatic choice. The bits are the same either way; this lets a test prove it. */
+void cuattn__force_interleaved(struct cuattn *a, int on);
+
+/* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
+ * successful backward on `a`; 0 before any. */
+void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,588 @@
+/*
+ * test_attn_gpu.c - the CUDA attention backend (kernels/attn_cuda.h) against the float64
+ * reference, and its determinism as bytes: every deterministic schedule gives identical
+ * dQ/dK/dV on every repeat and for every grid (132, 114, 78, 16, 1 CTAs, persistent and
+ * interleaved modes), with W 64 and W 7. Inputs are fresh random draws each run (seed
+ * printed by the runner; replay with DASH_TEST_SEED); outputs are poisoned with 0xff
+ * (NaN) on the device before every call, so an element the kernels forget cannot pass.
+ */
+#include "gpu_attn.h"
+
+#include "../testutil.h"
+#include "../../kernels/attn_cuda.h"
+#include "../../kernels/ref.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fixtures ---------------------------------------------------------------------- */
+
+static int cuda_ok(cudaError_t err, const char *what, int line)
+{
+    if (err == cudaSuccess)
+        return 1;
+    fprintf(stderr, "\n  line %d: %s: %s", line, what, cudaGetErrorString(err));
+    return 0;
+}
+
+#define CUDA_OK(call) CU_ASSERT_FATAL(cuda_ok((call), #call, __LINE__))
+
+/* One problem's buffers: host inputs and output copies, and their device twins. */
+struct gattn {
+    struct eng_problem p;
+    int64_t nq, nk, nlse; /* elements of q-shaped, k-shaped tensors, and of lse */
+    size_t es;            /* bytes per element */
+    void *q, *k, *v, *dout;          /* host inputs */
+    void *out, *dq, *dk, *dv;        /* host copies of the device outputs */
+    float *lse;
+    void *d_q, *d_k, *d_v, *d_dout;  /* device inputs */
+    void *d_out, *d_dq, *d_dk, *d_dv; /* device outputs */
+    float *d_lse;
+};
+
+static void *dev_alloc(size_t bytes)
+{
+    void *ptr = NULL;
+    CUDA_OK(cudaMalloc(&ptr, bytes));
+    return ptr;
+}
+
+static void gattn_init(struct gattn *a, const struct eng_problem *p, struct tu_rng *r)
+{
+    memset(a, 0, sizeof *a);
+    a->p = *p;
+    a->nq = (int64_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim;
+    a->nk = (int64_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim;
+    a->nlse = (int64_t)p->batch * p->heads_q * p->seqlen_q;
+    a->es = (size_t)dtype_size(p->dtype);
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    const size_t lb = sizeof(float) * (size_t)a->nlse;
+    a->q = malloc(qb);
+    a->k = malloc(kb);
+    a->v = malloc(kb);
+    a->dout = malloc(qb);
+    a->out = malloc(qb);
+    a->dq = malloc(qb);
+    a->dk = malloc(kb);
+    a->dv = malloc(kb);
+    a->lse = malloc(lb);
+    CU_ASSERT_FATAL(a->q && a->k && a->v && a->dout && a->out && a->dq && a->dk && a->dv && a->lse);
+    tu_fill(a->q, p->dtype, a->nq, r, 1.0);
+    tu_fill(a->k, p->dtype, a->nk, r, 1.0);
+    tu_fill(a->v, p->dtype, a->nk, r, 1.0);
+    tu_fill(a->dout, p->dtype, a->nq, r, 1.0);
+    a->d_q = dev_alloc(qb);
+    a->d_k = dev_alloc(kb);
+    a->d_v = dev_alloc(kb);
+    a->d_dout = dev_alloc(qb);
+    a->d_out = dev_alloc(qb);
+    a->d_dq = dev_alloc(qb);
+    a->d_dk = dev_alloc(kb);
+    a->d_dv = dev_alloc(kb);
+    a->d_lse = dev_alloc(lb);
+    CUDA_OK(cudaMemcpy(a->d_q, a->q, qb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_k, a->k, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_v, a->v, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_dout, a->dout, qb, cudaMemcpyHostToDevice));
+}
+
+static void gattn_free(struct gattn *a)
+{
+    void *host[] = {a->q, a->k, a->v, a->dout, a->out, a->dq, a->dk, a->dv, a->lse};
+    void *dev[] = {a->d_q, a->d_k, a->d_v, a->d_dout, a->d_out, a->d_dq, a->d_dk, a->d_dv, a->d_lse};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CU_ASSERT(cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
+}
+
+static struct eng_tensor tq(const struct gattn *a, void *data)
+{
+    return eng_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
+}
+
+static struct eng_tensor tk(const struct gattn *a, void *data)
+{
+    return eng_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
+}
+
+/* Forward on the device into poisoned outputs; copies out and lse back. */
+static int run_forward(struct cuattn *ca, struct gattn *a, const struct eng_config *cfg,
+                       struct eng_config *ret_cfg)
+{
+    const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
+    CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
+    CUDA_OK(cudaMemset(a->d_lse, 0xff, lb));
+    int rc = cuattn_forward(ca, &a->p, cfg, tq(a, a->d_out), a->d_lse, tq(a, a->d_q), tk(a, a->d_k),
+                            tk(a, a->d_v), ret_cfg);
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->lse, a->d_lse, lb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+/* Backward on the device (after run_forward) into poisoned outputs; copies the
+ * gradients back. */
+static int run_backward(struct cuattn *ca, struct gattn *a, const struct eng_config *cfg,
+                        int32_t grid, struct eng_config *ret_cfg)
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
+    CUDA_OK(cudaMemset(a->d_dk, 0xff, kb));
+    CUDA_OK(cudaMemset(a->d_dv, 0xff, kb));
+    int rc = cuattn_backward(ca, &a->p, cfg, grid, tq(a, a->d_dq), tk(a, a->d_dk), tk(a, a->d_dv),
+                             tq(a, a->d_q), tk(a, a->d_k), tk(a, a->d_v), tq(a, a->d_out), a->d_lse,
+                             tq(a, a->d_dout), ret_cfg);
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+static double rel_err(const void *got, enum dtype_kind t, const double *ref, int64_t n)
+{
+    double *g = malloc(sizeof(double) * (size_t)n);
+    CU_ASSERT_FATAL(g != NULL);
+    tu_to_double(got, t, n, g);
+    double e = ref_rel_error(g, ref, n);
+    free(g);
+    return e;
+}
+
+static double tolerance(enum dtype_kind t)
+{
+    return t == DTYPE_F16 ? 5e-3 : 1e-2;
+}
+
+struct shape_case {
+    int32_t batch, sq, sk, hq, hkv, d;
+    enum dtype_kind dtype;
+    enum sched_mask mask;
+};
+
+static struct eng_problem problem_of(const struct shape_case *c)
+{
+    struct eng_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
+                            (float)(1.0 / sqrt((double)c->d))};
+    return p;
+}
+
+static struct cuattn *open_device(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    CU_ASSERT_FATAL(ca != NULL);
+    return ca;
+}
+
+/* Copies of one run's gradients, to compare bytes with. */
+struct grads {
+    void *dq, *dk, *dv;
+    size_t qb, kb;
+};
+
+static void grads_take(struct grads *g, const struct gattn *a)
+{
+    g->qb = a->es * (size_t)a->nq;
+    g->kb = a->es * (size_t)a->nk;
+    g->dq = malloc(g->qb);
+    g->dk = malloc(g->kb);
+    g->dv = malloc(g->kb);
+    CU_ASSERT_FATAL(g->dq && g->dk && g->dv);
+    memcpy(g->dq, a->dq, g->qb);
+    memcpy(g->dk, a->dk, g->kb);
+    memcpy(g->dv, a->dv, g->kb);
+}
+
+static int grads_equal(const struct grads *g, const struct gattn *a)
+{
+    return memcmp(g->dq, a->dq, g->qb) == 0 && memcmp(g->dk, a->dk, g->kb) == 0 &&
+           memcmp(g->dv, a->dv, g->kb) == 0;
+}
+
+static void grads_free(struct grads *g)
+{
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+/* bf16 and fp16, head dims 64 and 128, causal and full, GQA 4:2 and 4:1 (and MHA),
+ * seqlen_q != seqlen_k both ways (causal rows that see no key), lengths that are not
+ * multiples of 64, and every schedule (auto included, W 64 and W 7). */
+static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
+{
+    const struct shape_case cases[] = {
+        {1, 200, 130, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 130, 200, 4, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 200, 130, 4, 4, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 130, 200, 4, 2, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 256, 256, 4, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 200, 130, 4, 2, 128, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 77, 64, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 1, 1, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 520, 450, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* more kv-tiles than W 7 */
+    };
+    const int32_t ws[] = {SCHED_W_DEFAULT, 7};
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x6a77);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct eng_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
+        double *dq = malloc(sizeof(double) * (size_t)a.nq);
+        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
+        CU_ASSERT_FATAL(out && lse && dq && dk && dv);
+        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), out, lse) == 0);
+        CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq,
+                                     dk, dv) == 0);
+        const double tol = tolerance(p.dtype);
+
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        double err = rel_err(a.out, p.dtype, out, a.nq);
+        int lse_bad = 0;
+        for (int64_t i = 0; i < a.nlse; i++)
+            lse_bad += isinf(lse[i]) ? !(isinf(a.lse[i]) && a.lse[i] > 0)
+                                     : !(fabs(a.lse[i] - lse[i]) <= 1e-4 * (1 + fabs(lse[i])));
+        if (!(err < tol) || lse_bad) {
+            fprintf(stderr, "\n  case %zu forward: rel error %.3g (limit %.0g), %d bad lse", ci, err,
+                    tol, lse_bad);
+            bad++;
+        }
+
+        for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+            for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
+                if (wi > 0 && kind != SCHED_SHIFT && kind != SCHED_AUTO)
+                    continue; /* W matters to shift (and to what auto picks) only */
+                struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT(used.sched != SCHED_AUTO && used.w == ws[wi]);
+                double eq = rel_err(a.dq, p.dtype, dq, a.nq);
+                double ek = rel_err(a.dk, p.dtype, dk, a.nk);
+                double ev = rel_err(a.dv, p.dtype, dv, a.nk);
+                if (!(eq < tol && ek < tol && ev < tol)) {
+                    fprintf(stderr, "\n  case %zu %s W %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
+                            ci, sched_kind_name(cfg.sched), ws[wi], eq, ek, ev, tol);
+                    bad++;
+                }
+            }
+        free(out);
+        free(lse);
+        free(dq);
+        free(dk);
+        free(dv);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
+static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
+{
+    const struct shape_case cases[] = {
+        {2, 512, 512, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 300, 700, 4, 1, 64, DTYPE_F16, SCHED_MASK_FULL},
+    };
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x3e9);
+    int mismatches = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct eng_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
+            struct eng_config cfg = {(enum sched_kind)kind, 0, 0, 0};
+            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+            struct grads base;
+            grads_take(&base, &a);
+            for (int rep = 1; rep < 20; rep++) {
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+                if (!grads_equal(&base, &a) && mismatches++ < 5)
+                    fprintf(stderr, "\n  case %zu %s: repeat %d differs from the first", ci,
+                            sched_kind_name(cfg.sched), rep);
+            }
+            grads_free(&base);
+        }
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    cuattn_free(ca);
+}
+
+/* The same bytes for grids 132, 114, 78, 16 and 1 and for the interleaved mode forced on
+ * large grids. Shape 0 has 70 kv-tiles, so shift with W 64 needs 64 CTAs at once and runs
+ * interleaved on grids 63, 16 and 1; shape 1 is causal shift with W 7 in two chunks;
+ * shape 3 has many heads waiting on each other at once. */
+static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
+{
+    const struct shape_case cases[] = {
+        {1, 128, 4480, 2, 1, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 1000, 1000, 2, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 200, 130, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 2048, 2048, 8, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* 16 heads of 16 pairs */
+    };
+    const int32_t ws[] = {SCHED_W_DEFAULT, 7};
+    /* 64 and 63: just enough CTAs for persistent shift with W 64 on shape 0, one too few */
+    const struct {
+        int32_t grid;
+        int interleaved;
+    } runs[] = {{114, 0}, {78, 0}, {64, 0}, {63, 0}, {16, 0}, {1, 0}, {132, 1}, {16, 1}, {3, 1}};
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x91d);
+    int mismatches = 0, shift_modes = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct eng_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+            for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+                struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0};
+                cuattn__force_interleaved(ca, 0);
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, NULL), 0);
+                struct grads base;
+                grads_take(&base, &a);
+                int seen[3] = {0, 0, 0};
+                for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+                    cuattn__force_interleaved(ca, runs[ri].interleaved);
+                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, runs[ri].grid, NULL), 0);
+                    int32_t mode = 0, grid = 0;
+                    cuattn__last_launch(ca, &mode, &grid);
+                    seen[mode == 2 ? 2 : 1] = 1;
+                    if (!grads_equal(&base, &a) && mismatches++ < 8)
+                        fprintf(stderr, "\n  case %zu %s W %d: grid %d (%s, %d CTAs) differs from grid 132",
+                                ci, sched_kind_name(cfg.sched), ws[wi], runs[ri].grid,
+                                mode == 2 ? "interleaved" : "persistent", grid);
+                }
+                cuattn__force_interleaved(ca, 0);
+                /* shift ran interleaved because the grid was too small, not only by force */
+                if (kind == SCHED_SHIFT && ci < 2) {
+                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 1, NULL), 0);
+                    int32_t mode = 0;
+                    cuattn__last_launch(ca, &mode, NULL);
+                    shift_modes += mode == 2 && seen[1] && seen[2];
+                }
+                grads_free(&base);
+            }
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(shift_modes, 4);
+    cuattn_free(ca);
+}
+
+/* atomic adds in arrival order: not reproducible, but as accurate as the others. */
+static void test_attn_gpu_atomic_is_close_to_reference(void)
+{
+    const struct shape_case c = {1, 512, 512, 4, 4, 64, DTYPE_BF16, SCHED_MASK_FULL};
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xa70);
+    struct eng_problem p = problem_of(&c);
+    struct gattn a;
+    gattn_init(&a, &p, &r);
+    double *dq = malloc(sizeof(double) * (size_t)a.nq);
+    double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
+    CU_ASSERT_FATAL(dq && dk && dv);
+    CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq, dk,
+                                 dv) == 0);
+    CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+    const double tol = tolerance(p.dtype);
+    struct eng_config cfg = {SCHED_ATOMIC, 0, 0, 0};
+    for (int rep = 0; rep < 3; rep++) {
+        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, rep == 2 ? 7 : 0, NULL), 0);
+        double eq = rel_err(a.dq, p.dtype, dq, a.nq);
+        double ek = rel_err(a.dk, p.dtype, dk, a.nk);
+        double ev = rel_err(a.dv, p.dtype, dv, a.nk);
+        if (!(eq < tol && ek < tol && ev < tol))
+            fprintf(stderr, "\n  atomic: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)", eq, ek, ev, tol);
+        CU_ASSERT(eq < tol);
+        CU_ASSERT(ek < tol);
+        CU_ASSERT(ev < tol);
+    }
+    free(dq);
+    free(dk);
+    free(dv);
+    gattn_free(&a);
+    cuattn_free(ca);
+}
+
+/* (batch, heads, seqlen, head_dim) views with padded rows give the same bits as the dense
+ * layout: strides change where bytes live, not what is computed. */
+static void test_attn_gpu_strided_views_give_same_bits(void)
+{
+    const struct shape_case c = {2, 150, 100, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL};
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x57d);
+    struct eng_problem p = problem_of(&c);
+    struct gattn a;
+    gattn_init(&a, &p, &r);
+    struct eng_config cfg = {SCHED_SHIFT, 3, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, &cfg, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+
+    /* strided device copies: (b, h, s, d) with 6 padding elements per row */
+    const int32_t D = p.head_dim, pad = 6;
+    enum { Q, K, V, OUT, DOUT, DQ, DK, DV, VIEWS };
+    const void *src[VIEWS] = {a.q, a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv};
+    const int32_t seqlen[VIEWS] = {p.seqlen_q, p.seqlen_k, p.seqlen_k, p.seqlen_q, p.seqlen_q,
+                                   p.seqlen_q, p.seqlen_k, p.seqlen_k};
+    const int32_t heads[VIEWS] = {p.heads_q, p.heads_kv, p.heads_kv, p.heads_q, p.heads_q,
+                                  p.heads_q, p.heads_kv, p.heads_kv};
+    struct eng_tensor t[VIEWS];
+    void *host[VIEWS];
+    size_t bytes[VIEWS];
+    for (int i = 0; i < VIEWS; i++) {
+        const int64_t row = D + pad, n = (int64_t)p.batch * heads[i] * seqlen[i] * row;
+        bytes[i] = a.es * (size_t)n;
+        host[i] = malloc(bytes[i]);
+        CU_ASSERT_FATAL(host[i] != NULL);
+        memset(host[i], 0xff, bytes[i]);
+        struct eng_tensor view = {dev_alloc(bytes[i]), {heads[i] * seqlen[i] * row, row, seqlen[i] * row, 1}};
+        t[i] = view;
+        if (i < DQ) { /* inputs, and the forward's out: copy the dense values in */
+            for (int32_t b = 0; b < p.batch; b++)
+                for (int32_t s = 0; s < seqlen[i]; s++)
+                    for (int32_t h = 0; h < heads[i]; h++)
+                        memcpy((char *)host[i] + a.es * (size_t)(b * view.stride[0] + s * view.stride[1] + h * view.stride[2]),
+                               (const char *)src[i] + a.es * (size_t)(((int64_t)(b * seqlen[i] + s) * heads[i] + h) * D),
+                               a.es * (size_t)D);
+        }
+        CUDA_OK(cudaMemcpy(view.data, host[i], bytes[i], cudaMemcpyHostToDevice));
+    }
+    CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, &cfg, 0, t[DQ], t[DK], t[DV], t[Q], t[K], t[V],
+                                          t[OUT], a.d_lse, t[DOUT], NULL), 0);
+    int diff = 0;
+    for (int i = DQ; i < VIEWS; i++) {
+        CUDA_OK(cudaMemcpy(host[i], t[i].data, bytes[i], cudaMemcpyDeviceToHost));
+        for (int32_t b = 0; b < p.batch; b++)
+            for (int32_t s = 0; s < seqlen[i]; s++)
+                for (int32_t h = 0; h < heads[i]; h++)
+                    diff += memcmp((char *)host[i] + a.es * (size_t)(b * t[i].stride[0] + s * t[i].stride[1] + h * t[i].stride[2]),
+                                   (const char *)src[i] + a.es * (size_t)(((int64_t)(b * seqlen[i] + s) * heads[i] + h) * D),
+                                   a.es * (size_t)D) != 0;
+    }
+    CU_ASSERT_EQUAL(diff, 0);
+    for (int i = 0; i < VIEWS; i++) {
+        free(host[i]);
+        CU_ASSERT(cuda_ok(cudaFree(t[i].data), "cudaFree", __LINE__));
+    }
+    gattn_free(&a);
+    cuattn_free(ca);
+}
+
+static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
+{
+    struct cuattn *bad = NULL;
+    int count = 0;
+    CU_ASSERT_EQUAL(cuattn_new(-1, &bad), -ENODEV);
+    CU_ASSERT(cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount", __LINE__));
+    CU_ASSERT_EQUAL(cuattn_new(count, &bad), -ENODEV);
+    CU_ASSERT_PTR_NULL(bad);
+    cuattn_free(NULL);
+
+    struct cuattn *ca = open_device();
+    char name[128];
+    int32_t sms = 0;
+    CU_ASSERT_EQUAL(cuattn_device(ca, name, sizeof name, &sms), 0);
+    CU_ASSERT(name[0] != 0 && sms > 0);
+
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xbad);
+    const struct shape_case c = {1, 100, 90, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL};
+    struct eng_problem p = problem_of(&c);
+    struct gattn a;
+    gattn_init(&a, &p, &r);
+
+    struct eng_config used;
+    memset(&used, 0, sizeof used);
+    CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
+    CU_ASSERT_EQUAL(used.sched, SCHED_ASCENDING);
+    CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
+    CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+    CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
+    CU_ASSERT(sched_is_deterministic(used.sched) && used.sched != SCHED_AUTO);
+    CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
+    CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
+    CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+    struct eng_config pinned = {SCHED_SPT, 7, 64, 0};
+    CU_ASSERT_EQUAL(run_backward(ca, &a, &pinned, 5, &used), 0);
+    CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
+    CU_ASSERT_EQUAL(used.w, 7);
+    CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+
+    /* the kernels' limits */
+    struct eng_problem q = p;
+    q.dtype = DTYPE_F32;
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -ENOTSUP);
+    q = p;
+    q.head_dim = 96;
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -ENOTSUP);
+    const struct eng_config bad_cfgs[] = {
+        {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 128}, {SCHED_ASCENDING, -1, 0, 0},
+        {(enum sched_kind)99, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
+        CU_ASSERT_EQUAL(run_backward(ca, &a, &bad_cfgs[i], 0, NULL), -EINVAL);
+    CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, -1, NULL), -EINVAL);
+    /* malformed problem and views */
+    q = p;
+    q.heads_kv = 3;
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, tq(&a, a.d_out), NULL, tq(&a, a.d_q), tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -EINVAL);
+    struct eng_tensor overlap = tq(&a, a.d_out);
+    overlap.stride[1] = 1; /* rows of the output would overlap */
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, overlap, a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -EINVAL);
+    struct eng_tensor odd = tq(&a, (char *)a.d_q + 1); /* 16-bit elements need 2-byte alignment */
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, tq(&a, a.d_out), a.d_lse, odd, tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_forward(NULL, &p, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
+                                   tk(&a, a.d_v), NULL), -EINVAL);
+    /* still usable after refusals */
+    CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
+    gattn_free(&a);
+    cuattn_free(ca);
+}
+
+int suite_gpu_attn(void)
+{
+    CU_pSuite s = CU_add_suite("gpu_attn", NULL, NULL);
+    if (!s)
+        return -1;
+    if (!CU_add_test(s, "test_attn_gpu_matches_float64_reference_for_every_schedule",
+                     test_attn_gpu_matches_float64_reference_for_every_schedule) ||
+        !CU_add_test(s, "test_attn_gpu_backward_repeats_are_bitwise_equal",
+                     test_attn_gpu_backward_repeats_are_bitwise_equal) ||
+        !CU_add_test(s, "test_attn_gpu_backward_bits_do_not_depend_on_grid",
+                     test_attn_gpu_backward_bits_do_not_depend_on_grid) ||
+        !CU_add_test(s, "test_attn_gpu_atomic_is_close_to_reference",
+                     test_attn_gpu_atomic_is_close_to_reference) ||
+        !CU_add_test(s, "test_attn_gpu_strided_views_give_same_bits",
+                     test_attn_gpu_strided_views_give_same_bits) ||
+        !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
+                     test_attn_gpu_rejects_bad_arguments_and_reports_config))
+        return -1;
+    return 0;
+}
