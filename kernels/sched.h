@@ -255,20 +255,6 @@ SCHED_FN int32_t sched_visit(const struct sched *s, const struct sched_job *J, i
     }
 }
 
-/* Shift: the step at which the job's stage visits q-tile m, counted from the job's start
- * (stage 1 steps follow all of stage 0's). m must be a tile the unit visits. */
-SCHED_FN int32_t sched__shift_key_step(const struct sched *s, int32_t k, int32_t slot,
-                                       int32_t rs, int32_t stage, int32_t m)
-{
-    int32_t lo = sched_m_lo(s, k); /* the long tile's range */
-    if (stage == 1)
-        return (s->m_tiles - lo) + (s->m_tiles - 1 - m);
-    int32_t rlen = s->m_tiles - rs;
-    if (m >= rs)
-        return (m - rs + rlen - slot % rlen) % rlen;
-    return rlen + (m - lo);
-}
-
 /* Number of integers in [a0, a1) and [b0, b1) both. */
 SCHED_FN int32_t sched__overlap(int32_t a0, int32_t a1, int32_t b0, int32_t b1)
 {
@@ -276,34 +262,63 @@ SCHED_FN int32_t sched__overlap(int32_t a0, int32_t a1, int32_t b0, int32_t b1)
     return hi > lo ? hi - lo : 0;
 }
 
-/* Shift: how many additions into q-tile m come before the one of (job, stage). */
+/* Integers u in [0, t) with (a - u) mod len < rem, for 0 <= a < len, t <= len: the
+ * residues a, a-1, ..., a-t+1 (mod len) form one cyclic interval. */
+SCHED_FN int32_t sched__cyc_below(int32_t a, int32_t t, int32_t len, int32_t rem)
+{
+    int32_t lo = a - t + 1;
+    if (lo >= 0)
+        return sched__overlap(lo, a + 1, 0, rem);
+    return sched__overlap(0, a + 1, 0, rem) + sched__overlap(len + lo, len, 0, rem);
+}
+
+/*
+ * Shift: how many additions into q-tile m come before the one of (job, stage), in O(1).
+ * The additions of earlier chunks all come first. Within the chunk (R jobs from kv-tile
+ * `first`, rectangle [rs, M) of length rlen) the key is (step within the job, slot):
+ *   long tile of slot i', m >= rs:  step (m - rs - i') mod rlen           (< rlen)
+ *   long tile of slot i', m <  rs:  step rlen + m - m_lo(first + i')       (if it sees m)
+ *   short tile of slot i':          step (M - m_lo(first + i')) + (M-1-m) (>= rlen; only
+ *                                   for m >= rs, as short tiles start at or above rs)
+ * m_lo is non-decreasing in the kv-tile, and m_lo(n) <= x exactly for n < n_hi(x), which
+ * turns every count below into a range overlap. tests/test_sched.c checks this against
+ * sorting the keys one by one, on every small shape.
+ */
 SCHED_FN int32_t sched__shift_rank(const struct sched *s, const struct sched_job *J,
                                    int32_t stage, int32_t m)
 {
-    int32_t n_lo = sched_n_lo(s, m), n_hi = sched_n_hi(s, m);
-    int32_t first = J->chunk * s->w; /* first job of this chunk */
-    /* Earlier chunks come first: their long tiles are kv [0, first), their short tiles
-     * kv [N - pairs_before, N). */
+    const int32_t N = s->n_tiles, M = s->m_tiles;
+    const int32_t n_lo = sched_n_lo(s, m), n_hi = sched_n_hi(s, m);
+    const int32_t first = J->chunk * s->w, R = J->len, i = J->slot, k = J->k;
+    const int32_t half = s->paired ? N / 2 : 0; /* jobs k < half have a short tile */
+    /* Earlier chunks: long tiles kv [0, first), short tiles kv [N - pairs_before, N). */
     int32_t rank = sched__overlap(0, first, n_lo, n_hi);
     if (s->paired) {
-        int32_t half = s->n_tiles / 2;
         int32_t pairs_before = first < half ? first : half;
-        rank += sched__overlap(s->n_tiles - pairs_before, s->n_tiles, n_lo, n_hi);
+        rank += sched__overlap(N - pairs_before, N, n_lo, n_hi);
     }
-    int32_t rs = sched__rect_lo(s, J);
-    int32_t my = sched__shift_key_step(s, J->k, J->slot, rs, stage, m);
-    for (int32_t i = 0; i < J->len; i++) {
-        int32_t k = first + i;
-        for (int32_t st = 0; st < sched_job_stages(s, k); st++) {
-            int32_t n = sched_job_unit(s, k, st);
-            if (n < n_lo || n >= n_hi)
-                continue;
-            int32_t t = sched__shift_key_step(s, k, i, rs, st, m);
-            if (t < my || (t == my && i < J->slot))
-                rank++;
-        }
+    const int32_t rs = sched__rect_lo(s, J), rlen = M - rs;
+    const int32_t x = sched_m_lo(s, k); /* our long tile's first q-tile */
+    /* kv-tiles n with m_lo(n) <= x, and <= x - 1 */
+    const int32_t le_x = sched_n_hi(s, x), lt_x = x > 0 ? sched_n_hi(s, x - 1) : 0;
+    if (stage == 1) {
+        /* every long tile of the chunk has passed m (m >= rs); short tiles before us are
+         * those that see m and start lower (larger m_lo of their long partner), or equal
+         * and in an earlier slot */
+        int32_t a = N - n_hi > first ? N - n_hi : first;
+        int32_t b = first + R < half ? first + R : half;
+        return rank + R + sched__overlap(a, b, le_x, N) + sched__overlap(a, k, lt_x, le_x);
     }
-    return rank;
+    if (m >= rs) {
+        /* the rectangle: slot i' is at step (a - i') mod rlen, a = m - rs */
+        int32_t a = m - rs, t = ((a - i) % rlen + rlen) % rlen;
+        int32_t q = R / rlen, rem = R % rlen;
+        return rank + t * q + sched__cyc_below(a, t, rlen, rem) + i / rlen;
+    }
+    /* the private triangle: long tiles that see m, starting higher, or equal and earlier */
+    int32_t seen = n_hi - first < R ? n_hi - first : R; /* slots [0, seen) see m */
+    return rank + sched__overlap(le_x - first, seen, 0, seen) +
+           sched__overlap(lt_x - first, i, 0, i);
 }
 
 /* The counter value dQ tile m must show before the job's stage may add into it; the

@@ -39,6 +39,46 @@ struct visit {
     int32_t bh, m, n, rank, job, stage, step;
 };
 
+/* The shift key's step of (job k in `slot`, stage) at q-tile m, written from the
+ * definition in docs/schedules.md rather than from sched.h's closed forms. */
+static int32_t oracle_step(const struct sched *s, int32_t k, int32_t slot, int32_t rs,
+                           int32_t stage, int32_t m)
+{
+    int32_t lo = sched_m_lo(s, k), M = s->m_tiles, rlen = M - rs;
+    if (stage == 1)
+        return (M - lo) + (M - 1 - m);
+    if (m >= rs)
+        return (m - rs + rlen - slot % rlen) % rlen;
+    return rlen + (m - lo);
+}
+
+/* Shift rank by brute force: count, one by one, the additions into m with a smaller
+ * (chunk, step, slot) key. */
+static int32_t oracle_shift_rank(const struct sched *s, const struct sched_job *J, int32_t stage,
+                                 int32_t m)
+{
+    int32_t n_lo = sched_n_lo(s, m), n_hi = sched_n_hi(s, m), rank = 0;
+    int32_t first = J->chunk * s->w;
+    int32_t rs = sched_m_lo(s, first + J->len - 1);
+    int32_t my = oracle_step(s, J->k, J->slot, rs, stage, m);
+    for (int32_t k = 0; k < s->jobs_per_head; k++) {
+        for (int32_t st = 0; st < sched_job_stages(s, k); st++) {
+            int32_t n = sched_job_unit(s, k, st);
+            if (n < n_lo || n >= n_hi || (k == J->k && st == stage))
+                continue;
+            if (k < first) {
+                rank++;
+                continue;
+            }
+            if (k >= first + J->len)
+                continue;
+            int32_t t = oracle_step(s, k, k - first, rs, st, m);
+            rank += t < my || (t == my && k - first < J->slot);
+        }
+    }
+    return rank;
+}
+
 /* Every addition the schedule makes, in job/stage/step order. Caller frees. */
 static struct visit *list_visits(const struct sched *s, int32_t *ret_count)
 {
@@ -136,6 +176,16 @@ static const char *check_schedule(const struct sched *s, const unsigned char *al
 
     for (int32_t i = 0; i < count; i++) {
         struct visit *x = &v[i];
+        if (s->kind == SCHED_SHIFT && x->bh == 0) {
+            struct sched_job J = sched_job_at(s, x->job);
+            int32_t want = oracle_shift_rank(s, &J, x->stage, x->m);
+            if (x->rank != want) {
+                snprintf(why, sizeof why, "job %d stage %d q-tile %d: rank %d, oracle %d", x->job,
+                         x->stage, x->m, x->rank, want);
+                fail = why;
+                goto out;
+            }
+        }
         if (x->m < 0 || x->m >= M) {
             snprintf(why, sizeof why, "job %d visits q-tile %d outside [0,%d)", x->job, x->m, M);
             fail = why;
