@@ -11,6 +11,11 @@
 # Knobs: OPT (optimisation flags; -O3 because gcc 12 vectorises the engine's inner loops
 # only there - they sum nothing out of order, so the bits do not depend on it beyond the
 # build id), CUDA=0 (skip CUDA parts), V=1 (show commands).
+#
+# With nvcc, dashd gets the CUDA backend (the kernels linked in) and libdash its CUDA
+# buffers; both are compiled with -DDASH_HAVE_CUDA and link the CUDA runtime STATICALLY,
+# never libcuda (driver functions come through cudaGetDriverEntryPoint), so every binary
+# still runs on a machine without libcudart, a driver or a GPU.
 
 OPT ?= -O3
 V ?= 0
@@ -28,7 +33,7 @@ PKGS := libzmq libuv libprotobuf-c libsystemd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd)
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -fPIC -MMD -MP \
-	-I. -I$(GEN) $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+	-I. -I$(GEN) $(PKG_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread
 
 ifeq ($(V),1)
@@ -46,7 +51,10 @@ ifneq ($(NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS := -std=c++17 -O2 -g -MMD -MP -Xcompiler -Wall,-Wextra,-Werror \
 	-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CUDA_CFLAGS := -DDASH_HAVE_CUDA -I$(CUDA_HOME)/include
+# The static runtime: no libcudart.so needed where the binaries run. It finds libcuda.so.1
+# with dlopen at the first CUDA call, and reports "no driver" when there is none.
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 endif
 
 # ---- sources ------------------------------------------------------------------------------
@@ -56,8 +64,8 @@ PROTO_GEN := $(GEN)/proto/dash.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
-	daemon/server.c daemon/dispatch.c
-LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c
+	daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
+LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
 DASHCTL_SRC := client/dashctl.c client/ctl_sched.c client/ctl_daemon.c client/ctl_ping.c client/ctl_stats.c client/ctl_status.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
@@ -69,11 +77,16 @@ BENCH_SRC := bench/bench_engine.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
-CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu
+CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu \
+	kernels/attn_fwd_tc.cu kernels/attn_bwd_tc.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu $(CUDA_KERNELS_CU)
-GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/testutil.c
+GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_dashd_gpu.c \
+	tests/testutil.c tests/harness.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+cuobj = $(patsubst %,$(BUILD)/obj/%.o,$(1))
+# The kernels dashd's CUDA backend runs (none without nvcc).
+DASHD_CUDA_OBJ := $(if $(NVCC),$(call cuobj,$(CUDA_KERNELS_CU)))
 
 LIBKERNELS := $(BUILD)/libdashkernels.a
 LIBPROTO := $(BUILD)/libdashproto.a
@@ -131,21 +144,24 @@ $(LIBDASH_A): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 	@$(if $(filter 1,$(V)),,echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# The static CUDA runtime inside libdash.so stays private (--exclude-libs): a program that
+# also loads libcudart.so must keep calling its own.
 $(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libdash.so.0 -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libdash.so.0 -Wl,--exclude-libs,ALL -o $@ $^ \
+		$(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(DASHD): $(call obj,$(DAEMON_SRC)) $(LIBKERNELS) $(LIBPROTO)
+$(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
 
 $(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(TESTS): $(call obj,$(TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
@@ -153,7 +169,7 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 
 $(BENCH_DAEMON): $(call obj,$(BENCH_DAEMON_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(DEMO): $(call obj,$(DEMO_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
@@ -161,14 +177,13 @@ $(DEMO): $(call obj,$(DEMO_SRC)) $(LIBKERNELS) $(LIBPROTO)
 
 $(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
-# test_attn_gpu.c calls the CUDA runtime (cudaMalloc, cudaMemcpy) from C.
-$(BUILD)/obj/tests/gpu/test_attn_gpu.o: CFLAGS += -I$(CUDA_HOME)/include
-
-$(BUILD)/test_dash_gpu: $(patsubst %,$(BUILD)/obj/%.o,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC)) $(LIBKERNELS) $(LIBPROTO)
+# The GPU runner: the kernels in-process, and (test_dashd_gpu.c) a real dashd, which it
+# finds next to itself, driven through libdash and the raw protocol (harness.c).
+$(BUILD)/test_dash_gpu: $(call cuobj,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(CUDA_LIBS) -lstdc++ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # Builds everything first, so the CUDA sources are compiled (where nvcc is) even though the
 # CPU suites do not run them. The test runner finds dashctl next to itself (build/).

@@ -1,9 +1,11 @@
 /*
  * dash.h - libdash, the client library of dashd: attention forward and backward computed by
- * a daemon, on tensors that live in POSIX shared memory this process shares with it.
+ * a daemon, on tensors that live in memory this process shares with it: POSIX shared
+ * memory (the CPU backend) or CUDA device memory shared by IPC handle (the CUDA backend).
  *
  *   struct dash_client   one connection to dashd (a ZeroMQ DEALER socket and a session)
- *   struct dash_buffer   a shared-memory object, registered with the daemon
+ *   struct dash_buffer   a shared-memory object, or a view of a cudaMalloc allocation,
+ *                        registered with the daemon
  *   struct dash_tensor   a view into a buffer: byte offset, shape, strides in elements
  *
  * A typical use:
@@ -136,8 +138,8 @@ int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
                  struct dash_client **ret_client);
 
 /* Close the connection and free the client with every buffer it still owns: the buffers
- * are unregistered when the daemon is reachable (waiting at most 1 s), unmapped and
- * unlinked. Tickets not yet waited are dropped; the daemon may still finish their work.
+ * are unregistered when the daemon is reachable (waiting at most 1 s); shared-memory ones
+ * are unmapped and unlinked (CUDA memory stays the caller's). Tickets not yet waited are dropped; the daemon may still finish their work.
  * c may be NULL. After fork(), a child may call it: it then only frees memory. */
 void dash_close(struct dash_client *c);
 
@@ -155,19 +157,54 @@ struct dash_buffer;
  * (DASH_EBOUNDS, DASH_ENOTSUP...). Nothing is left behind on failure. */
 int dash_shm_alloc(struct dash_client *c, size_t size, struct dash_buffer **ret_buf);
 
-/* Unregister, unmap and unlink a buffer of c. Does not wait for the daemon's answer (an
- * unreachable daemon releases it when the session ends). Returns 0 (the handle is then
- * gone), DASH_EINVAL (c or b NULL, or b belongs to another client) or DASH_EBUSY (a
- * request submitted with a tensor in b has not completed: dash_wait() for it first); the
- * handle stays valid on failure. */
+/* Unregister a buffer of c, of either kind, and free its handle; a shared-memory buffer is
+ * also unmapped and unlinked (CUDA memory stays the caller's, who may cudaFree it once this
+ * returned: the daemon closes its mapping after the requests in flight that use it). Does
+ * not wait for the daemon's answer (an unreachable daemon releases it when the session
+ * ends). Returns 0 (the handle is then gone), DASH_EINVAL (c or b NULL, or b belongs to
+ * another client) or DASH_EBUSY (a request submitted with a tensor in b has not completed:
+ * dash_wait() for it first); the handle stays valid on failure. */
+int dash_buffer_free(struct dash_client *c, struct dash_buffer *b);
+
+/* dash_buffer_free() under its first name. */
 int dash_shm_free(struct dash_client *c, struct dash_buffer *b);
 
-/* The buffer's memory (page-aligned, dash_buffer_size() bytes), valid until it is freed;
- * NULL if b is NULL. */
+/* The buffer's memory, valid until it is freed; NULL if b is NULL. Shared memory: our
+ * mapping (page-aligned, dash_buffer_size() bytes). CUDA: the dev_ptr given to
+ * dash_cuda_register() - device memory, not to be dereferenced on the host. */
 void *dash_buffer_data(const struct dash_buffer *b);
 
-/* The size given to dash_shm_alloc(); 0 if b is NULL. */
+/* The size given to dash_shm_alloc() or dash_cuda_register(); 0 if b is NULL. */
 size_t dash_buffer_size(const struct dash_buffer *b);
+
+/* ---- CUDA buffers ---------------------------------------------------------------------- */
+
+/* Register `size` bytes of device memory at dev_ptr with a daemon running the CUDA backend
+ * on the same GPU. dev_ptr may point anywhere inside a cudaMalloc allocation (PyTorch's
+ * caching allocator hands out pieces of larger blocks): the library finds the allocation's
+ * base and size (cuMemGetAddressRange), exports the base (cudaIpcGetMemHandle) and sends
+ * the handle, the GPU's UUID, dev_ptr's offset in the allocation and size. Tensors of the
+ * buffer are then byte offsets from dev_ptr, as for shared memory; the daemon reads and
+ * writes them in place on the GPU, and replies once the op has completed on the device.
+ *
+ * The memory stays the caller's: keep the allocation alive (no cudaFree) until the buffer
+ * is freed (dash_buffer_free() or dash_close()). The handle is kept, so the buffer is
+ * registered again by itself after a daemon restart. Registering the same allocation more
+ * than once (several views) is fine: the daemon opens it once. CUDA calls are made on the
+ * pointer's device, and the calling thread's current device is restored afterwards. The
+ * process must not be the daemon, and the memory must be shareable by legacy CUDA IPC
+ * (cudaMalloc memory; not cudaMallocManaged, not cuMemCreate/VMM memory such as PyTorch's
+ * expandable segments).
+ *
+ * Returns 0 and *ret_buf, owned by c until dash_buffer_free() or dash_close(); or
+ * DASH_EINVAL (c, dev_ptr or ret_buf NULL, size 0, dev_ptr not device memory),
+ * DASH_ENOGPU (libdash was built without CUDA, or no CUDA device or driver is usable),
+ * DASH_EBOUNDS ([dev_ptr, dev_ptr + size) runs past the allocation's end), DASH_ENOTSUP
+ * (memory legacy IPC cannot share; or the daemon's answer: a CPU daemon, another GPU),
+ * DASH_ENOSESSION (a DASH_CONNECT_NO_SESSION client), DASH_ETIMEDOUT, or the daemon's
+ * reply (DASH_EBOUNDS, DASH_EINVAL when it cannot open the handle...). */
+int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
+                       struct dash_buffer **ret_buf);
 
 /* ---- tensors -------------------------------------------------------------------------- */
 

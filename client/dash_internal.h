@@ -3,7 +3,8 @@
  *
  *   libdash.c    the client: socket, request table, session state machine, waiting,
  *                connect/close, ping, stats
- *   dash_shm.c   shared-memory buffers
+ *   dash_shm.c   buffers: shared-memory objects, and what every kind of buffer shares
+ *   dash_cuda.c  CUDA buffers: views of cudaMalloc allocations, shared by CUDA IPC handle
  *   dash_ops.c   tensors, forward/backward: validation, encoding, tickets
  *
  * Requests. Everything sent to the daemon is a struct dash__req, linked into the client's
@@ -48,6 +49,8 @@
 #define DASH__SHM_NAME_MAX 64
 #define DASH__NT_MAX 9 /* tensors of a backward */
 #define DASH__NAME_MAX 255 /* client name and run tag, bytes */
+#define DASH__IPC_HANDLE_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
+#define DASH__UUID_MAX 48 /* "GPU-" + 36 characters + NUL */
 
 /* Internal functions shared across libdash's files stay out of libdash.so's interface. */
 #define DASH__HIDDEN __attribute__((visibility("hidden")))
@@ -75,12 +78,23 @@ enum dash__reg {
     DASH__REG_FAILED,  /* the daemon refused it (reg_code); retried at the next restore */
 };
 
+enum dash__buf_kind {
+    DASH__BUF_SHM,  /* a shm object this library created, mapped and will unlink */
+    DASH__BUF_CUDA, /* a view of the caller's device memory; the caller owns it */
+};
+
 struct dash_buffer {
     struct dash_client *owner;
     struct dash_buffer *prev, *next; /* owner->bufs */
-    void *data;
+    enum dash__buf_kind kind;
+    void *data; /* SHM: our mapping; CUDA: the caller's device pointer */
     size_t size;
-    char name[DASH__SHM_NAME_MAX];
+    char name[DASH__SHM_NAME_MAX]; /* SHM */
+    /* CUDA: what every RegisterBuffer of this buffer sends (kept for re-registering after
+     * a daemon restart): the allocation's IPC handle, its GPU, where the view starts. */
+    unsigned char ipc_handle[DASH__IPC_HANDLE_BYTES];
+    char device_uuid[DASH__UUID_MAX];
+    uint64_t alloc_offset;
     enum dash__reg reg;
     int reg_code;            /* DASH__REG_FAILED: why */
     uint64_t id;             /* DASH__REG_OK: the daemon's id */
@@ -211,9 +225,15 @@ DASH__HIDDEN int dash__op_encode(struct dash__req *r, Dash__Request *m,
 DASH__HIDDEN void dash__op_finish(struct dash_client *c, struct dash__req *r, int code,
                                   const Dash__Reply *rep);
 
-/* dash_shm.c: unlink b from c->bufs, unmap it, shm_unlink its name if unlink_name, free
- * it; a registration in flight is orphaned. Talks to nobody. */
+/* dash_shm.c: unlink b from c->bufs, unmap it and shm_unlink its name if unlink_name (shm
+ * buffers; a CUDA buffer's memory is the caller's), free it; a registration in flight is
+ * orphaned. Talks to nobody. */
 DASH__HIDDEN void dash__buffer_destroy(struct dash_client *c, struct dash_buffer *b,
                                        int unlink_name);
+
+/* dash_shm.c: link a filled-in buffer b (owner, kind, data, size and the kind's fields
+ * set) into c->bufs and register it, waiting for the daemon's answer. 0, or a code, and
+ * b is then destroyed (its shm object unlinked). */
+DASH__HIDDEN int dash__buffer_adopt(struct dash_client *c, struct dash_buffer *b);
 
 #endif

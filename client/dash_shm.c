@@ -1,5 +1,6 @@
 /*
- * dash_shm.c - buffers: POSIX shared-memory objects the daemon maps too.
+ * dash_shm.c - buffers: POSIX shared-memory objects the daemon maps too, and what every
+ * kind of buffer shares (registering, freeing; dash_cuda.c makes the CUDA ones).
  *
  * A buffer is created here (shm_open with O_EXCL under a name nobody else can have picked,
  * mode 0600), mapped, and registered with the daemon. The daemon's id for it lives in the
@@ -79,10 +80,12 @@ void dash__buffer_destroy(struct dash_client *c, struct dash_buffer *b, int unli
         c->bufs = b->next;
     if (b->next)
         b->next->prev = b->prev;
-    if (b->data)
-        munmap(b->data, b->size);
-    if (unlink_name)
-        shm_unlink(b->name);
+    if (b->kind == DASH__BUF_SHM) {
+        if (b->data)
+            munmap(b->data, b->size);
+        if (unlink_name)
+            shm_unlink(b->name);
+    }
     free(b);
 }
 
@@ -91,6 +94,25 @@ static int buf_settled(struct dash_client *c, const void *arg)
     (void)c;
     const struct dash_buffer *b = arg;
     return b->reg == DASH__REG_OK || b->reg == DASH__REG_FAILED;
+}
+
+int dash__buffer_adopt(struct dash_client *c, struct dash_buffer *b)
+{
+    b->reg = DASH__REG_NONE;
+    b->prev = NULL;
+    b->next = c->bufs;
+    if (c->bufs)
+        c->bufs->prev = b;
+    c->bufs = b;
+
+    int64_t now = dash__now_ms();
+    int rc;
+    if ((rc = dash__register(c, b)) == 0 && (rc = dash__wait(c, buf_settled, b, -1, now)) == 0 &&
+        b->reg == DASH__REG_FAILED)
+        rc = b->reg_code;
+    if (rc)
+        dash__buffer_destroy(c, b, 1);
+    return rc;
 }
 
 int dash_shm_alloc(struct dash_client *c, size_t size, struct dash_buffer **ret_buf)
@@ -104,31 +126,20 @@ int dash_shm_alloc(struct dash_client *c, size_t size, struct dash_buffer **ret_
     if (!b)
         return DASH_ENOMEM;
     b->owner = c;
+    b->kind = DASH__BUF_SHM;
     b->size = size;
-    b->reg = DASH__REG_NONE;
     int rc = shm_create(b);
     if (rc) {
         free(b);
         return rc;
     }
-    b->next = c->bufs;
-    if (c->bufs)
-        c->bufs->prev = b;
-    c->bufs = b;
-
-    int64_t now = dash__now_ms();
-    if ((rc = dash__register(c, b)) == 0 && (rc = dash__wait(c, buf_settled, b, -1, now)) == 0 &&
-        b->reg == DASH__REG_FAILED)
-        rc = b->reg_code;
-    if (rc) {
-        dash__buffer_destroy(c, b, 1);
+    if ((rc = dash__buffer_adopt(c, b)) != 0)
         return rc;
-    }
     *ret_buf = b;
     return 0;
 }
 
-int dash_shm_free(struct dash_client *c, struct dash_buffer *b)
+int dash_buffer_free(struct dash_client *c, struct dash_buffer *b)
 {
     if (!c || !b || b->owner != c)
         return DASH_EINVAL;
@@ -139,6 +150,11 @@ int dash_shm_free(struct dash_client *c, struct dash_buffer *b)
         dash__unregister_detached(c, b->id);
     dash__buffer_destroy(c, b, 1);
     return 0;
+}
+
+int dash_shm_free(struct dash_client *c, struct dash_buffer *b)
+{
+    return dash_buffer_free(c, b);
 }
 
 void *dash_buffer_data(const struct dash_buffer *b)

@@ -255,7 +255,16 @@ static int send_req(struct dash_client *c, struct dash__req *r)
         break;
     case DASH__REGISTER:
         reg.size = r->buf->size;
-        reg.shm_name = r->buf->name;
+        if (r->buf->kind == DASH__BUF_CUDA) {
+            reg.has_cuda_ipc_handle = 1;
+            reg.cuda_ipc_handle.len = DASH__IPC_HANDLE_BYTES;
+            reg.cuda_ipc_handle.data = r->buf->ipc_handle;
+            reg.device_uuid = r->buf->device_uuid;
+            reg.has_alloc_offset = 1;
+            reg.alloc_offset = r->buf->alloc_offset;
+        } else {
+            reg.shm_name = r->buf->name;
+        }
         m.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
         m.register_buffer = &reg;
         break;

@@ -7,13 +7,22 @@
  * backward, one at a time; check and the plain fields are read from the loop thread at
  * any time, so check must not touch state that forward/backward use.
  *
- * The tensors a backend receives are daemon-owned memory (dense scratch copies of the
- * client's tensors, see job.c), never client memory, so a backend cannot fault on a
- * buffer the client shrank.
+ * The tensors a backend receives depend on the kind of buffer (shmbuf.h) they live in:
+ *   - shared memory: daemon-owned memory (dense scratch copies of the client's tensors,
+ *     see job.c), never client memory, so a backend cannot fault on a buffer the client
+ *     shrank;
+ *   - CUDA memory: the client's device memory in place (the IPC mapping + alloc_offset +
+ *     the tensor's offset, with the request's strides), every element proven to lie
+ *     inside the registered size. The mapping pins the memory, so a client that frees
+ *     it or dies cannot pull it away while a request runs.
+ * A backend serves the kinds in buffer_kinds; dispatch refuses the others at
+ * RegisterBuffer, and one op never mixes kinds. The CUDA backend serves shared memory too,
+ * by staging the dense host copies through device memory (backend_op.host).
  */
 #ifndef DASHD_BACKEND_H
 #define DASHD_BACKEND_H
 
+#include "shmbuf.h"
 #include "validate.h"
 
 #include "kernels/engine.h"
@@ -24,16 +33,30 @@
 /* One op's arguments. Forward uses q, k, v (in) and out, lse (out); backward uses
  * q, k, v, out, lse, dout (in) and dq, dk, dv (out). Shapes as in kernels/engine.h. */
 struct backend_op {
+    int host; /* 1: the tensors are the daemon's dense host copies (shared memory), 0: in
+               * place in the client's device memory */
     const struct eng_problem *prob;
     const struct eng_config *cfg; /* as requested; zeros and SCHED_AUTO mean defaults */
     struct eng_tensor q, k, v, out, dout, dq, dk, dv;
     float *lse; /* (batch, heads_q, seqlen_q), dense */
 };
 
+/* A RegisterBuffer naming CUDA memory, as the CUDA backend imports it. */
+#define BACKEND_IPC_HANDLE_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
+
+struct backend_cuda_buffer {
+    const unsigned char *handle; /* handle_len bytes: a cudaIpcMemHandle_t */
+    size_t handle_len;
+    const char *device_uuid;     /* NULL if absent */
+    uint64_t alloc_offset;       /* where the buffer starts in the allocation */
+    uint64_t size;               /* bytes */
+};
+
 struct backend {
     const char *name;   /* "cpu", "cuda": what OpResult.backend and HelloReply.backend say */
-    char device[64];    /* a readable description for HelloReply.device and the log */
+    char device[160];   /* a readable description for HelloReply.device and the log */
     struct val_limits limits;
+    unsigned buffer_kinds; /* bit (1u << enum shmbuf_kind) for each kind computed on */
     void *impl;
     /* Worker threads the backend computes with (Stats.threads). */
     int32_t (*threads)(void *impl);
@@ -46,11 +69,24 @@ struct backend {
                    struct eng_config *ret_cfg);
     int (*backward)(void *impl, const struct backend_op *op, char *msg, size_t msglen,
                     struct eng_config *ret_cfg);
+    /* CUDA memory (NULL on a backend without it): open (or share the cached mapping of)
+     * the IPC handle and check the buffer lies inside the allocation. Loop thread only.
+     * 0 and *ret_buf (kind SHMBUF_CUDA, one reference), or a DASH_* code with a reason in
+     * msg: DASH_EINVAL (handle length, no uuid, size 0), DASH_ENOTSUP (another GPU),
+     * DASH_EBOUNDS (past the allocation), or the open's failure. */
+    int (*cuda_import)(void *impl, const struct backend_cuda_buffer *req, char *msg,
+                       size_t msglen, struct shmbuf **ret_buf);
     void (*free)(void *impl);
 };
 
 /* The CPU engine with `threads` workers (1..POOL_THREADS_MAX), or NULL. */
 struct backend *backend_cpu_new(int32_t threads);
+
+/* The CUDA kernels (kernels/attn_cuda.h) on device `device` as a dashd backend, or NULL
+ * with the reason in why (no driver, no such device, a GPU older than sm_80...). Sets
+ * the calling thread's current device, so call it on the loop thread: buffers are opened
+ * and closed there. Only in builds with CUDA (DASH_HAVE_CUDA). */
+struct backend *backend_cuda_new(int device, char *why, size_t whylen);
 
 /* Accepts NULL. */
 static inline void backend_free(struct backend *b)

@@ -125,6 +125,7 @@ struct backend *backend_cpu_new(int32_t threads)
                                     .block_max = ENG_BLOCK_MAX,
                                     .dtypes = (1u << DTYPE_F32) | (1u << DTYPE_F16) |
                                               (1u << DTYPE_BF16)};
+    b->buffer_kinds = 1u << SHMBUF_SHM; /* cuda_import stays NULL: no CUDA memory here */
     b->impl = c;
     b->threads = cpu_threads;
     b->check = cpu_check;

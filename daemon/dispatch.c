@@ -180,28 +180,66 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
     send_reply(d, m->rid, m->rid_len, &r);
 }
 
+/* RegisterBuffer{cuda_ipc_handle}: the backend opens (or shares) the mapping. */
+static int register_cuda(struct dispatch *d, const Dash__RegisterBuffer *rb, char *msg,
+                         size_t msglen, struct shmbuf **ret_buf)
+{
+    if (!d->backend->cuda_import) {
+        snprintf(msg, msglen, "this daemon serves from the %s backend, which cannot use CUDA "
+                 "memory: register POSIX shared memory (shm_name), or run dashd --backend cuda "
+                 "on a GPU host", d->backend->name);
+        return DASH_ENOTSUP;
+    }
+    struct backend_cuda_buffer req = {
+        .handle = rb->cuda_ipc_handle.data,
+        .handle_len = rb->cuda_ipc_handle.len,
+        .device_uuid = rb->device_uuid,
+        .alloc_offset = rb->has_alloc_offset ? rb->alloc_offset : 0,
+        .size = rb->size,
+    };
+    return d->backend->cuda_import(d->backend->impl, &req, msg, msglen, ret_buf);
+}
+
 static void on_register(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
                         struct session *s)
 {
     const Dash__RegisterBuffer *rb = req->register_buffer;
-    if (rb->has_cuda_ipc_handle) {
-        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
-                    "this daemon has no CUDA backend: register POSIX shared memory (shm_name)");
-        return;
-    }
-    if (!rb->shm_name) {
-        reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL, "RegisterBuffer needs shm_name");
-        return;
-    }
-    /* A peer other than root may only map objects it owns: the daemon may be able to open
-     * other users' memory, and must not lend that ability out. */
-    int64_t owner = s->peer_uid > 0 ? s->peer_uid : -1;
     char msg[MSG_MAX];
     struct shmbuf *b;
-    int rc = shmbuf_open(rb->shm_name, rb->size, owner, msg, sizeof msg, &b);
-    if (rc) {
-        reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+    int rc;
+    if (rb->has_cuda_ipc_handle && rb->shm_name) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL,
+                    "RegisterBuffer names both shm_name and cuda_ipc_handle: set one");
         return;
+    }
+    if (rb->has_cuda_ipc_handle) {
+        rc = register_cuda(d, rb, msg, sizeof msg, &b);
+        if (rc) {
+            log_info("session %llu: CUDA buffer refused: %s", (unsigned long long)s->id, msg);
+            reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+            return;
+        }
+    } else {
+        if (!rb->shm_name) {
+            reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL,
+                        "RegisterBuffer needs shm_name or cuda_ipc_handle");
+            return;
+        }
+        if (!(d->backend->buffer_kinds & (1u << SHMBUF_SHM))) {
+            reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                        "the %s backend computes on device memory only: register CUDA memory "
+                        "(cuda_ipc_handle; dash_cuda_register), or run dashd --backend cpu for "
+                        "shared memory", d->backend->name);
+            return;
+        }
+        /* A peer other than root may only map objects it owns: the daemon may be able to
+         * open other users' memory, and must not lend that ability out. */
+        int64_t owner = s->peer_uid > 0 ? s->peer_uid : -1;
+        rc = shmbuf_open(rb->shm_name, rb->size, owner, msg, sizeof msg, &b);
+        if (rc) {
+            reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+            return;
+        }
     }
     uint64_t id;
     rc = sess_buf_add(d->sessions, s, b, d->cfg.max_buffers, &id);
@@ -213,8 +251,9 @@ static void on_register(struct dispatch *d, const struct server_msg *m, const Da
                     d->cfg.max_buffers);
         return;
     }
-    log_debug("session %llu registered buffer %llu (%llu bytes)", (unsigned long long)s->id,
-              (unsigned long long)id, (unsigned long long)rb->size);
+    log_debug("session %llu registered buffer %llu (%llu bytes of %s)", (unsigned long long)s->id,
+              (unsigned long long)id, (unsigned long long)rb->size,
+              shmbuf_kind_name(shmbuf_kind(b)));
     Dash__Reply r = DASH__REPLY__INIT;
     r.id = req->id;
     r.has_buffer_id = 1;
@@ -249,13 +288,43 @@ static int lookup_size(void *ctx, uint64_t id, uint64_t *ret_size)
     return 0;
 }
 
+/* Every tensor of one op lives in the same kind of buffer, one the backend computes on
+ * (the backend reads them all the same way: copied from shared memory, or in place on
+ * the device). 0 and *ret_kind, or DASH_EINVAL / DASH_ENOTSUP with a reason. */
+static int check_kinds(struct dispatch *d, struct session *s, const struct val_plan *plan,
+                       char *msg, size_t msglen, enum shmbuf_kind *ret_kind)
+{
+    enum shmbuf_kind kind = shmbuf_kind(sess_buf_find(s, plan->t[0].buffer_id));
+    for (int slot = 1; slot < plan->slots; slot++) {
+        enum shmbuf_kind k = shmbuf_kind(sess_buf_find(s, plan->t[slot].buffer_id));
+        if (k != kind) {
+            snprintf(msg, msglen, "%s is in %s but %s is in %s: every tensor of one op must be "
+                     "on the same kind of buffer", val_slot_name(VAL_Q), shmbuf_kind_name(kind),
+                     val_slot_name((enum val_slot)slot), shmbuf_kind_name(k));
+            return DASH_EINVAL;
+        }
+    }
+    if (!(d->backend->buffer_kinds & (1u << kind))) {
+        snprintf(msg, msglen, "the %s backend cannot compute on %s", d->backend->name,
+                 shmbuf_kind_name(kind));
+        return DASH_ENOTSUP;
+    }
+    *ret_kind = kind;
+    return 0;
+}
+
 static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
                   struct session *s, int backward)
 {
     const Dash__EventSync *sync = req->sync;
     if (sync && (sync->has_wait_event || sync->has_record_event)) {
-        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
-                    "event sync needs the CUDA backend");
+        if (d->backend->cuda_import)
+            reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                        "EventSync is not served yet: the CUDA backend is synchronous (it "
+                        "replies after the op completed); send the request without sync");
+        else
+            reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                        "event sync needs the CUDA backend");
         return;
     }
     struct job *j = calloc(1, sizeof *j);
@@ -269,7 +338,11 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
                       : val_forward(req->forward, lim, lookup_size, s, msg, sizeof msg, &j->plan);
     if (!rc)
         rc = d->backend->check(d->backend->impl, &j->plan, msg, sizeof msg);
-    uint64_t need = rc ? 0 : job_scratch_bytes(&j->plan);
+    enum shmbuf_kind kind = SHMBUF_SHM;
+    if (!rc)
+        rc = check_kinds(d, s, &j->plan, msg, sizeof msg, &kind);
+    /* Only shared memory is copied through host scratch. */
+    uint64_t need = rc || kind != SHMBUF_SHM ? 0 : job_scratch_bytes(&j->plan);
     if (!rc && need > d->cfg.scratch_max) {
         rc = DASH_ENOMEM;
         snprintf(msg, sizeof msg, "the request needs %llu bytes of scratch, more than %llu",

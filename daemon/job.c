@@ -123,9 +123,43 @@ static struct eng_tensor dense_tensor(const struct val_tensor *t, unsigned char 
     return e;
 }
 
+/* A tensor in place in device memory: the buffer's device pointer + offset, the request's
+ * strides. */
+static struct eng_tensor device_tensor(const struct job *j, int slot)
+{
+    const struct val_tensor *t = &j->plan.t[slot];
+    struct eng_tensor e = {shmbuf_data(j->buf[slot]) + t->offset,
+                           {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
+    return e;
+}
+
+/* CUDA memory: no copies and no guard (the IPC mapping pins the memory, and validation
+ * proved every element inside the registered size); the backend reads and writes the
+ * client's tensors where they are. */
+static int run_in_place(struct job_runner *r, struct job *j)
+{
+    const struct val_plan *p = &j->plan;
+    struct backend_op op = {.prob = &p->prob, .cfg = &p->cfg};
+    op.lse = (float *)(void *)(shmbuf_data(j->buf[VAL_LSE]) + p->t[VAL_LSE].offset);
+    op.q = device_tensor(j, VAL_Q);
+    op.k = device_tensor(j, VAL_K);
+    op.v = device_tensor(j, VAL_V);
+    op.out = device_tensor(j, VAL_OUT);
+    if (!p->backward)
+        return r->backend->forward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
+    op.dout = device_tensor(j, VAL_DOUT);
+    op.dq = device_tensor(j, VAL_DQ);
+    op.dk = device_tensor(j, VAL_DK);
+    op.dv = device_tensor(j, VAL_DV);
+    return r->backend->backward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
+}
+
 static int run(struct job_runner *r, struct job *j)
 {
     const struct val_plan *p = &j->plan;
+    /* dispatch never mixes kinds in one op, so the first tensor's buffer says it */
+    if (shmbuf_kind(j->buf[0]) == SHMBUF_CUDA)
+        return run_in_place(r, j);
     uint64_t need = job_scratch_bytes(p);
     if (need > r->scratch_max) {
         snprintf(j->msg, sizeof j->msg, "the request needs %llu bytes of scratch, more than %llu",
@@ -156,7 +190,8 @@ static int run(struct job_runner *r, struct job *j)
         if (!p->t[s].output && (rc = copy_slot(j, s, dense[s], 0)))
             return rc;
 
-    struct backend_op op = {.prob = &p->prob, .cfg = &p->cfg, .lse = (float *)dense[VAL_LSE]};
+    struct backend_op op = {.host = 1, .prob = &p->prob, .cfg = &p->cfg,
+                            .lse = (float *)dense[VAL_LSE]};
     op.q = dense_tensor(&p->t[VAL_Q], dense[VAL_Q]);
     op.k = dense_tensor(&p->t[VAL_K], dense[VAL_K]);
     op.v = dense_tensor(&p->t[VAL_V], dense[VAL_V]);

@@ -10,6 +10,9 @@
  * qkv, a packed dkv) stay intact. All inputs are read before any output is written, so an
  * output may alias an input; outputs are written in the order out, lse / dq, dk, dv.
  *
+ * Tensors in CUDA memory (the CUDA backend) are not copied: the backend gets device
+ * pointers into the client's allocation, with the request's strides (backend.h).
+ *
  * Ownership: the loop thread fills a job (plan, buffer references, reply address), pushes
  * it on the queue, and gets it back in the done callback, where it sends the reply, drops
  * the buffer references and frees the job. In between only the worker touches it.
@@ -58,7 +61,8 @@ void job_runner_free(struct job_runner *r);
  * does not fit. */
 uint64_t job_scratch_bytes(const struct val_plan *plan);
 
-/* Worker thread: copy in, compute, copy out; sets j->rc, j->msg, j->used and the times. */
+/* Worker thread: copy in, compute, copy out (shared memory) or compute in place (CUDA
+ * memory); sets j->rc, j->msg, j->used and the times. */
 void job_run(struct job_runner *r, struct job *j);
 
 #endif

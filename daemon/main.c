@@ -3,8 +3,15 @@
  *
  * Threads: the main thread runs the libuv loop, which owns the ZeroMQ socket, the
  * sessions and every reply; one worker thread (queue.c) runs the ops, on the engine's own
- * pool of --threads workers. Start-up order matters for the ipc endpoint: take the lock
- * file, only then remove a stale socket file and bind, then tell systemd we are ready.
+ * pool of --threads workers (CPU backend) or on the GPU (CUDA backend, --device N).
+ *
+ * Backends: --backend cpu is the CPU engine; cuda the CUDA kernels on --device (exit 1,
+ * saying why, when that device is not usable or the build has no CUDA); auto (the default)
+ * the CUDA backend when it starts, else the CPU engine, logging which and why. A build
+ * without nvcc has no CUDA code at all.
+ *
+ * Start-up order matters for the ipc endpoint: take the lock file, only then remove a
+ * stale socket file and bind, then tell systemd we are ready.
  * Shutdown (SIGTERM/SIGINT): stop taking work, answer everything in flight, close the
  * socket (with a short linger so those answers leave), remove the socket file, then the
  * lock, exit 0. A second signal exits at once, abandoning what is in flight.
@@ -44,6 +51,7 @@ enum backend_choice { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
 struct options {
     char endpoint[256];
     enum backend_choice backend;
+    int device;
     int32_t threads;
     uint32_t queue;
     double session_timeout_s;
@@ -77,7 +85,9 @@ static void usage(FILE *f)
             "Serve attention forward and backward to client processes over ZeroMQ.\n"
             "\n"
             "  --endpoint E           ZeroMQ endpoint to bind (default: %s)\n"
-            "  --backend B            cpu, cuda or auto (default auto: CUDA if built, else CPU)\n"
+            "  --backend B            cpu, cuda or auto (default auto: CUDA when a usable GPU\n"
+            "                         is there, else the CPU engine)\n"
+            "  --device N             the CUDA device the cuda backend uses (default 0)\n"
             "  --threads N            CPU engine threads, 1..%d (default: online CPUs, %d)\n"
             "  --queue N              requests queued or running before DASH_EBUSY (default %d)\n"
             "  --session-timeout S    drop a session idle for S seconds (default %g)\n"
@@ -111,11 +121,12 @@ static int parse_long(const char *s, long lo, long hi, long *ret)
 /* Returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT, OPT_LEVEL,
-           OPT_HELP, OPT_VERSION };
+    enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_DEVICE, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT,
+           OPT_LEVEL, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {
         {"endpoint", required_argument, NULL, OPT_ENDPOINT},
         {"backend", required_argument, NULL, OPT_BACKEND},
+        {"device", required_argument, NULL, OPT_DEVICE},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"queue", required_argument, NULL, OPT_QUEUE},
         {"session-timeout", required_argument, NULL, OPT_TIMEOUT},
@@ -126,6 +137,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     };
     o->endpoint[0] = '\0';
     o->backend = BACKEND_AUTO;
+    o->device = 0;
     o->threads = 0;
     o->queue = DEFAULT_QUEUE;
     o->session_timeout_s = DEFAULT_SESSION_TIMEOUT_S;
@@ -148,6 +160,11 @@ static int parse_options(int argc, char **argv, struct options *o)
                 o->backend = BACKEND_CUDA;
             else
                 return bad_value("--backend", optarg, "cpu, cuda or auto");
+            break;
+        case OPT_DEVICE:
+            if (parse_long(optarg, 0, 1023, &v))
+                return bad_value("--device", optarg, "a CUDA device ordinal in 0..1023");
+            o->device = (int)v;
             break;
         case OPT_THREADS:
             if (parse_long(optarg, 1, POOL_THREADS_MAX, &v))
@@ -247,6 +264,35 @@ static void on_signal(uv_signal_t *h, int signum)
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
+/* The backend --backend asks for, or NULL having logged why. */
+static struct backend *start_backend(const struct options *o)
+{
+    struct backend *b = NULL;
+#ifdef DASH_HAVE_CUDA
+    if (o->backend != BACKEND_CPU) {
+        char why[256];
+        b = backend_cuda_new(o->device, why, sizeof why);
+        if (b) {
+            if (o->backend == BACKEND_AUTO)
+                log_info("backend auto: serving from the GPU: %s", b->device);
+            return b;
+        }
+        if (o->backend == BACKEND_CUDA) {
+            log_error("--backend cuda: %s", why);
+            return NULL;
+        }
+        log_info("backend auto: no usable GPU (%s); serving from the CPU engine", why);
+    }
+#else
+    if (o->backend == BACKEND_AUTO)
+        log_info("backend auto: this build has no CUDA backend; serving from the CPU engine");
+#endif
+    b = backend_cpu_new(o->threads);
+    if (!b)
+        log_error("cannot start the CPU engine with %d threads", o->threads);
+    return b;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -254,10 +300,13 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     log_set_level(o.level);
+#ifndef DASH_HAVE_CUDA
     if (o.backend == BACKEND_CUDA) {
-        fprintf(stderr, "dashd: the CUDA backend is not built yet\n");
+        fprintf(stderr, "dashd: --backend cuda: this dashd was built without CUDA (nvcc was not "
+                "found, or CUDA=0); use --backend cpu or auto\n");
         return 1;
     }
+#endif
     if (!o.threads)
         o.threads = online_cpus();
 
@@ -292,13 +341,9 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
 
-    struct backend *b = backend_cpu_new(o.threads);
-    if (!b) {
-        log_error("cannot start the CPU engine with %d threads", o.threads);
+    struct backend *b = start_backend(&o);
+    if (!b)
         goto release_lock;
-    }
-    if (o.backend == BACKEND_AUTO)
-        log_info("backend auto: this build has no CUDA backend; serving from the CPU engine");
 
     if ((rc = uv_loop_init(&a.loop)) != 0) {
         log_error("cannot create the event loop: %s", uv_strerror(rc));

@@ -15,9 +15,12 @@
 #include <unistd.h>
 
 struct shmbuf {
-    unsigned char *data; /* the mapping, size bytes */
+    unsigned char *data; /* the mapping, size bytes (SHMBUF_CUDA: a device pointer) */
     uint64_t size;
     uint32_t refs; /* loop thread only */
+    enum shmbuf_kind kind;
+    void (*release)(void *ctx); /* NULL: munmap (shared memory we mapped) */
+    void *release_ctx;
 };
 
 int shmbuf_check_name(const char *name, char *msg, size_t msglen)
@@ -101,6 +104,9 @@ int shmbuf_open(const char *name, uint64_t size, int64_t owner_uid, char *msg, s
     b->data = data;
     b->size = size;
     b->refs = 1;
+    b->kind = SHMBUF_SHM;
+    b->release = NULL;
+    b->release_ctx = NULL;
     *ret_buf = b;
     return 0;
 
@@ -109,6 +115,22 @@ free_buf:
 close_fd:
     close(fd);
     return rc;
+}
+
+int shmbuf_wrap(enum shmbuf_kind kind, unsigned char *data, uint64_t size,
+                void (*release)(void *ctx), void *release_ctx, struct shmbuf **ret_buf)
+{
+    struct shmbuf *b = malloc(sizeof *b);
+    if (!b)
+        return DASH_ENOMEM;
+    b->data = data;
+    b->size = size;
+    b->refs = 1;
+    b->kind = kind;
+    b->release = release;
+    b->release_ctx = release_ctx;
+    *ret_buf = b;
+    return 0;
 }
 
 void shmbuf_ref(struct shmbuf *b)
@@ -120,7 +142,10 @@ void shmbuf_unref(struct shmbuf *b)
 {
     if (!b || --b->refs > 0)
         return;
-    munmap(b->data, (size_t)b->size);
+    if (b->release)
+        b->release(b->release_ctx);
+    else
+        munmap(b->data, (size_t)b->size);
     free(b);
 }
 
@@ -132,4 +157,14 @@ unsigned char *shmbuf_data(const struct shmbuf *b)
 uint64_t shmbuf_size(const struct shmbuf *b)
 {
     return b->size;
+}
+
+enum shmbuf_kind shmbuf_kind(const struct shmbuf *b)
+{
+    return b->kind;
+}
+
+const char *shmbuf_kind_name(enum shmbuf_kind kind)
+{
+    return kind == SHMBUF_CUDA ? "CUDA memory" : "shared memory";
 }

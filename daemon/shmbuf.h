@@ -1,5 +1,6 @@
 /*
- * shmbuf.h - a client's POSIX shared-memory buffer, opened and mapped once.
+ * shmbuf.h - a client's registered buffer: POSIX shared memory opened and mapped once, or
+ * (CUDA backend) a view into a CUDA IPC mapping that the backend opened.
  *
  * RegisterBuffer names a shm object and promises its size; the daemon maps exactly that
  * many bytes read-write and shared, and every tensor is checked against that size before
@@ -9,7 +10,13 @@
  *
  * The client still owns the object and may shrink it at any time; touching the mapping
  * is therefore only ever done inside guard_call() (guard.h). Refcounts are touched on the
- * loop thread only; the worker only reads data and size.
+ * loop thread only; the worker only reads data, size and kind.
+ *
+ * A SHMBUF_CUDA buffer is made by the CUDA backend (shmbuf_wrap): data is a DEVICE pointer
+ * (the IPC mapping's base + alloc_offset), never dereferenced on the host, and the last
+ * reference calls the backend's release function (which closes the mapping once no other
+ * registration shares it) instead of munmap. So the same refcounts that keep shared memory
+ * mapped while a request uses it keep a CUDA mapping open.
  */
 #ifndef DASHD_SHMBUF_H
 #define DASHD_SHMBUF_H
@@ -21,6 +28,11 @@
 #define SHMBUF_NAME_MAX 255
 
 struct shmbuf;
+
+enum shmbuf_kind {
+    SHMBUF_SHM,  /* POSIX shared memory mapped into the daemon */
+    SHMBUF_CUDA, /* device memory of the backend's GPU (a CUDA IPC mapping) */
+};
 
 /* Check a shm_open name: starts with '/', has no other '/', is not "/", "/." or "/..",
  * at most SHMBUF_NAME_MAX bytes. 0 or DASH_EINVAL with a reason in msg. */
@@ -34,6 +46,12 @@ int shmbuf_check_name(const char *name, char *msg, size_t msglen);
 int shmbuf_open(const char *name, uint64_t size, int64_t owner_uid, char *msg, size_t msglen,
                 struct shmbuf **ret_buf);
 
+/* A buffer of `kind` over memory someone else owns: `size` bytes at data (size >= 1).
+ * The last shmbuf_unref() calls release(release_ctx) (on the loop thread). Returns 0 and
+ * *ret_buf with one reference, or DASH_ENOMEM (release is then not called). */
+int shmbuf_wrap(enum shmbuf_kind kind, unsigned char *data, uint64_t size,
+                void (*release)(void *ctx), void *release_ctx, struct shmbuf **ret_buf);
+
 void shmbuf_ref(struct shmbuf *b);
 
 /* Drop a reference; the last one unmaps and frees. Accepts NULL. */
@@ -41,5 +59,9 @@ void shmbuf_unref(struct shmbuf *b);
 
 unsigned char *shmbuf_data(const struct shmbuf *b);
 uint64_t shmbuf_size(const struct shmbuf *b);
+enum shmbuf_kind shmbuf_kind(const struct shmbuf *b);
+
+/* "shared memory" or "CUDA memory", for messages. */
+const char *shmbuf_kind_name(enum shmbuf_kind kind);
 
 #endif

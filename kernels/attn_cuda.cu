@@ -1,14 +1,18 @@
 /*
  * attn_cuda.cu - the CUDA backend's host side: device and stream, argument validation
  * (the CPU engine's rules plus the kernels' limits), schedule resolution, grow-only
- * device scratch, the choice of backward mode, launches and error checks.
+ * device scratch, the choice of implementation (v1: attn_fwd.cu, attn_bwd.cu; v2, tensor
+ * cores: attn_fwd_tc.cu, attn_bwd_tc.cu) and of backward mode, launches and error checks.
+ * Both implementations take the same params structs, scratch layout and modes; only the
+ * launchers called differ.
  *
  * Backward mode. The kernel's CTAs must all be resident at once (they wait on each
  * other), so the grid is capped at blocks-per-SM x SMs. Then:
  *   - fixed-order schedules (ascending, descending, spt) and atomic: persistent, any grid;
  *   - shift: persistent when grid >= min(W, jobs per chunk), the most jobs of one chunk
  *     that may wait on each other; otherwise interleaved over min(W, jobs) virtual SMs.
- * Both modes give the same bits (attn_bwd.cu), so the choice is only about speed.
+ * Both modes give the same bits (attn_bwd.cu, attn_bwd_tc.cu), so the choice is only
+ * about speed.
  *
  * Scratch (one device allocation, grown when a call needs more, never shrunk):
  *   dQacc (bh, Sq, D) f32 | Dsum (bh, Sq) f32 | counters (bh, M) i32 | job counter i32 |
@@ -39,6 +43,7 @@ struct cuattn {
     cudaStream_t stream;
     unsigned char *scratch; /* device memory, scratch_cap bytes */
     size_t scratch_cap;
+    int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1) or CUATTN_IMPL_TENSOR_CORES (v2) */
     int force_interleaved;
     int32_t last_mode, last_grid;
     struct cuattn_auto_entry auto_cache[CUATTN_AUTO_CACHE];
@@ -63,9 +68,27 @@ static int err_code(cudaError_t err)
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
+/* DASH_CUATTN_IMPL: unset or empty -> v1, "0" -> v1, "1" -> v2, else -EINVAL. */
+static int env_impl(int32_t *ret)
+{
+    const char *env = getenv("DASH_CUATTN_IMPL");
+    if (!env || !*env || strcmp(env, "0") == 0) {
+        *ret = CUATTN_IMPL_CUDA_CORES;
+        return 0;
+    }
+    if (strcmp(env, "1") == 0) {
+        *ret = CUATTN_IMPL_TENSOR_CORES;
+        return 0;
+    }
+    return -EINVAL;
+}
+
 int cuattn_new(int device, struct cuattn **ret)
 {
     if (!ret)
+        return -EINVAL;
+    int32_t impl;
+    if (env_impl(&impl))
         return -EINVAL;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count)
@@ -82,12 +105,15 @@ int cuattn_new(int device, struct cuattn **ret)
     if (!a)
         return -ENOMEM;
     a->device = device;
+    a->impl = impl;
     a->sms = prop.multiProcessorCount;
     snprintf(a->name, sizeof a->name, "%s", prop.name);
     if ((err = cudaStreamCreateWithFlags(&a->stream, cudaStreamNonBlocking)) != cudaSuccess)
         goto free_a;
-    /* Load the kernels and raise their shared-memory limits now, so calls start warm. */
-    if ((err = cuattn__fwd_init()) != cudaSuccess || (err = cuattn__bwd_init()) != cudaSuccess)
+    /* Load the kernels (both implementations: the choice may change between calls) and
+     * raise their shared-memory limits now, so calls start warm. */
+    if ((err = cuattn__fwd_init()) != cudaSuccess || (err = cuattn__bwd_init()) != cudaSuccess ||
+        (err = cuattn__fwd_tc_init()) != cudaSuccess || (err = cuattn__bwd_tc_init()) != cudaSuccess)
         goto free_stream;
     *ret = a;
     return 0;
@@ -119,6 +145,19 @@ int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_s
     if (ret_sms)
         *ret_sms = a->sms;
     return 0;
+}
+
+int cuattn_set_impl(struct cuattn *a, int32_t impl)
+{
+    if (!a || (impl != CUATTN_IMPL_CUDA_CORES && impl != CUATTN_IMPL_TENSOR_CORES))
+        return -EINVAL;
+    a->impl = impl;
+    return 0;
+}
+
+int32_t cuattn_impl(const struct cuattn *a)
+{
+    return a ? a->impl : -EINVAL;
 }
 
 void cuattn__force_interleaved(struct cuattn *a, int on)
@@ -310,7 +349,9 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
     fp.group = p->heads_q / p->heads_kv;
     fp.scale = p->scale;
     fp.geo = geo;
-    rc = finish(a, cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+    rc = finish(a, a->impl == CUATTN_IMPL_TENSOR_CORES
+                       ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
+                       : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
     if (rc == 0 && ret_cfg)
         *ret_cfg = c;
     return rc;
@@ -346,7 +387,10 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
 
     /* Grid and mode. Every CTA must be resident at once, so never more than fit. */
     int32_t per_sm = 0;
-    if ((err = cuattn__bwd_blocks_per_sm(p->dtype, p->head_dim, &per_sm)) != cudaSuccess)
+    const int tc = a->impl == CUATTN_IMPL_TENSOR_CORES;
+    err = tc ? cuattn__bwd_tc_blocks_per_sm(p->dtype, p->head_dim, &per_sm)
+             : cuattn__bwd_blocks_per_sm(p->dtype, p->head_dim, &per_sm);
+    if (err != cudaSuccess)
         return err_code(err);
     if (per_sm < 1)
         return -EIO; /* the kernel cannot run on this device at all */
@@ -427,7 +471,8 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
     bp.mode = mode;
     bp.nvsm = nvsm;
 
-    rc = finish(a, cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));
+    rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
+                      : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));
     if (rc)
         return rc;
     a->last_mode = mode;

@@ -3,12 +3,21 @@
  * one GPU, with the same API structs, masks, GQA mapping and schedules as the CPU engine
  * (kernels/engine.h).
  *
- * v1 is built for correctness and determinism, not speed: 64x64 tiles, 256 threads per
- * CTA, fp32 arithmetic on CUDA cores (no tensor cores yet), inputs staged in shared memory
- * as fp16/bf16. For a deterministic schedule the output bytes depend on the inputs, shape,
- * dtype, mask, scale, schedule, W and tile sizes (and the kernel build) - never on `grid`,
- * the SM count or timing. The bits are not those of the CPU engine (sums inside a tile are
- * grouped differently) but both are close to the float64 reference.
+ * Two implementations of the kernels, chosen per object (cuattn_set_impl):
+ *   v1 (CUATTN_IMPL_CUDA_CORES, the default for now): built for correctness and
+ *      determinism, not speed: 64x64 tiles, 256 threads per CTA, fp32 arithmetic on CUDA
+ *      cores, inputs staged in shared memory as fp16/bf16.
+ *   v2 (CUATTN_IMPL_TENSOR_CORES): the same tiles, schedules, masks and modes, with the
+ *      products on tensor cores (mma.sync, fp32 accumulators); P and dS are rounded to the
+ *      input dtype before the products that take them, as FlashAttention does.
+ * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
+ * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
+ * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
+ * (v1 and v2 give different bits, both close to the reference) and the GPU architecture
+ * they run on; struct eng_config does not carry it, so whoever records a config to
+ * reproduce bits must record the build and impl beside it. The bits are not those of the
+ * CPU engine (sums inside a tile are grouped differently) but all are close to the
+ * float64 reference.
  *
  * All tensor data and lse pointers are DEVICE pointers of the object's device, laid out
  * as struct eng_tensor describes (element strides, stride[3] == 1). Every call is
@@ -47,9 +56,23 @@ extern "C" {
 /* One device, one stream, kernels loaded at creation, grow-only device scratch. */
 struct cuattn;
 
-/* Open `device` (a CUDA device ordinal). Returns 0 and *ret, or -ENODEV (no such usable
- * device), -EIO (CUDA failed) or -ENOMEM. *ret is untouched on failure. */
+/* Kernel implementations (see above). */
+#define CUATTN_IMPL_CUDA_CORES 0   /* v1 */
+#define CUATTN_IMPL_TENSOR_CORES 1 /* v2 */
+
+/* Open `device` (a CUDA device ordinal). The implementation starts as v1, or as the one
+ * the environment variable DASH_CUATTN_IMPL names ("0" v1, "1" v2; unset or empty: v1).
+ * Returns 0 and *ret, or -ENODEV (no such usable device), -EINVAL (DASH_CUATTN_IMPL is
+ * set to anything else), -EIO (CUDA failed) or -ENOMEM. *ret is untouched on failure. */
 int cuattn_new(int device, struct cuattn **ret);
+
+/* Choose the implementation later calls on `a` use: CUATTN_IMPL_CUDA_CORES or
+ * CUATTN_IMPL_TENSOR_CORES. 0, or -EINVAL (a NULL, or another value; nothing changes).
+ * Not while a call on `a` runs. */
+int cuattn_set_impl(struct cuattn *a, int32_t impl);
+
+/* The implementation calls on `a` use; -EINVAL for NULL. */
+int32_t cuattn_impl(const struct cuattn *a);
 
 /* Frees the scratch and the stream. Accepts NULL. */
 void cuattn_free(struct cuattn *a);

@@ -1,7 +1,13 @@
 /*
  * attn_cuda_int.h - what the CUDA backend's files share: the launch parameter structs,
- * the launchers of attn_fwd.cu and attn_bwd.cu, and the device helpers both kernels use
- * (dtype conversion, tile loads, acquire/release). Not a public header; C++ only.
+ * the launchers of attn_fwd.cu and attn_bwd.cu (v1, CUDA cores) and of attn_fwd_tc.cu and
+ * attn_bwd_tc.cu (v2, tensor cores), and the device helpers the kernels use (dtype
+ * conversion, tile loads, acquire/release; for v2 also mma.sync, ldmatrix, cp.async and
+ * the fp32 reduction). Not a public header; C++ only.
+ *
+ * v1 and v2 take the same params structs and the same scratch; the host (attn_cuda.cu)
+ * picks one per call from struct cuattn's impl. Everything below the v1 thread-layout
+ * note is v1's; v2's layouts are described in attn_fwd_tc.cu and attn_bwd_tc.cu.
  *
  * Thread layout, shared by every kernel of the backend (256 threads, 64x64 tiles):
  *   ty = tid / 16 (0..15), tx = tid % 16 (0..15).
@@ -102,6 +108,20 @@ cudaError_t cuattn__bwd_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int3
 cudaError_t cuattn__bwd_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                int32_t grid, int32_t sms, cudaStream_t stream);
 
+/* attn_fwd_tc.cu (v2) */
+cudaError_t cuattn__fwd_tc_init(void);
+cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                                  int32_t head_dim, cudaStream_t stream);
+
+/* attn_bwd_tc.cu (v2): the same contracts as the v1 functions above. The main kernel
+ * also has 256 threads and keeps D/4 floats of each of dK, dV and the dQ partial per
+ * thread, so the interleaved mode's register scratch, (nvsm, 3, D/4, 256) floats, and
+ * every other scratch size are v1's. */
+cudaError_t cuattn__bwd_tc_init(void);
+cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret);
+cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
+                                  int32_t grid, int32_t sms, cudaStream_t stream);
+
 /* ---- device helpers ---------------------------------------------------------------- */
 #ifdef __CUDACC__
 
@@ -116,6 +136,21 @@ struct attn_bf16 {
     {
         return __bfloat16_as_ushort(__float2bfloat16_rn(f));
     }
+    /* v2: lo and hi rounded to nearest even (as from_f), lo in the low half - the order
+     * mma.sync fragments and little-endian memory both want. */
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+    {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return (uint32_t)__bfloat16_as_ushort(v.x) | ((uint32_t)__bfloat16_as_ushort(v.y) << 16);
+    }
+    /* v2: c += a b on tensor cores, one m16n8k16 product (fp32 accumulate). */
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
 };
 
 struct attn_f16 {
@@ -123,6 +158,18 @@ struct attn_f16 {
     static __device__ __forceinline__ uint16_t from_f(float f)
     {
         return __half_as_ushort(__float2half_rn(f));
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+    {
+        const __half2 v = __floats2half2_rn(lo, hi);
+        return (uint32_t)__half_as_ushort(v.x) | ((uint32_t)__half_as_ushort(v.y) << 16);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 };
 
@@ -166,6 +213,161 @@ static __device__ __forceinline__ int32_t attn_ld_acquire(const int32_t *p)
 static __device__ __forceinline__ void attn_st_release(int32_t *p, int32_t v)
 {
     asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* ---- v2 (tensor cores) helpers ------------------------------------------------------ */
+/*
+ * Fragments of mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), with
+ * g = lane / 4 and t = lane % 4:
+ *   A (16 x 16, row-major, 4 regs of 2 x 16 bit): a0 (g, 2t..2t+1), a1 (g+8, 2t..),
+ *                                                   a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+ *   B (16 x 8, k x n, 2 regs):                      b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+ *   C (16 x 8 fp32, 4 regs):                        c0, c1 (g, 2t..2t+1), c2, c3 (g+8, 2t..)
+ * ldmatrix.x4 loads four 8 x 8 16-bit matrices, matrix r's 8 row addresses coming from
+ * lanes 8r .. 8r+7; lane l receives (row l/4, columns 2(l%4), +1) of each matrix, or with
+ * .trans (rows 2(l%4), +1 of column l/4). Two lane -> address patterns cover every use:
+ *   attn_ldsm_x: row (l & 7) + 8 ((l >> 3) & 1), column 8 (l >> 4)
+ *       - an A fragment from a row-major (m, k) tile (plain ldmatrix), or
+ *       - B fragments of two n-tiles from a (k, n) tile stored k-major (.trans);
+ *   attn_ldsm_y: row (l & 7) + 8 (l >> 4), column 8 ((l >> 3) & 1)
+ *       - B fragments of two n-tiles from an (n, k) tile stored n-major (plain), or
+ *       - an A fragment of X^T from X stored (k, m) row-major (.trans).
+ * For two n-tiles, regs 0, 1 are b0, b1 of the first and regs 2, 3 those of the second.
+ */
+
+#define ATTN_LOG2E 1.44269504088896340736f /* log2(e) */
+#define ATTN_LN2 0.69314718055994530942f   /* ln(2) */
+#define ATTN_TC_PLD (ATTN_BN + 8)          /* v2: row stride (16-bit) of P and dS in smem */
+
+/* v2: row stride (16-bit elements) of a 64 x D input tile in shared memory: D + 8, a
+ * 16-byte pad, so the 8 rows one ldmatrix matrix reads fall in 8 different 16-byte bank
+ * groups (row strides of 144 and 272 bytes are 16 mod 128), and every row starts 16-byte
+ * aligned for cp.async. */
+template <int D>
+struct attn_tc_ld {
+    static const int32_t v = D + 8;
+};
+
+static __device__ __forceinline__ int32_t attn_ldsm_x_row(int32_t lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+static __device__ __forceinline__ int32_t attn_ldsm_x_col(int32_t lane) { return (lane >> 4) * 8; }
+static __device__ __forceinline__ int32_t attn_ldsm_y_row(int32_t lane) { return (lane & 7) + (lane >> 4) * 8; }
+static __device__ __forceinline__ int32_t attn_ldsm_y_col(int32_t lane) { return ((lane >> 3) & 1) * 8; }
+
+static __device__ __forceinline__ uint32_t attn_smem_u32(const void *smem)
+{
+    return (uint32_t)__cvta_generic_to_shared(smem);
+}
+
+/* The "memory" clobbers keep the compiler from moving shared-memory reads and the
+ * asynchronous copies across the barriers and the plain stores they are ordered with. */
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const uint16_t *smem)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(attn_smem_u32(smem))
+                 : "memory");
+}
+
+static __device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], const uint16_t *smem)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(attn_smem_u32(smem))
+                 : "memory");
+}
+
+/* 16 bytes global -> shared, asynchronously (L2 only); both addresses 16-byte aligned. */
+static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(attn_smem_u32(smem)),
+                 "l"(__cvta_generic_to_global(gmem))
+                 : "memory");
+}
+
+/* 4 bytes global -> shared, asynchronously; both addresses 4-byte aligned. */
+static __device__ __forceinline__ void attn_cp_async4(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(attn_smem_u32(smem)),
+                 "l"(__cvta_generic_to_global(gmem))
+                 : "memory");
+}
+
+static __device__ __forceinline__ void attn_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Wait until at most N of this thread's committed groups are still in flight. The data is
+ * visible to the other threads only after a barrier that follows. */
+template <int N>
+static __device__ __forceinline__ void attn_cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* gmem[0] += a, gmem[1] += b at L2 (relaxed, gpu scope; rounded to nearest even).
+ * gmem 8-byte aligned. No value comes back, so nothing waits for it here; the caller's
+ * fence orders it before the tile is passed on. */
+static __device__ __forceinline__ void attn_red_add2(float *gmem, float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(__cvta_generic_to_global(gmem)), "f"(a),
+                 "f"(b)
+                 : "memory");
+#else
+    atomicAdd(gmem, a);
+    atomicAdd(gmem + 1, b);
+#endif
+}
+
+/* Two 16-bit elements (lo at ptr[0]) packed into one register; 2-byte alignment suffices. */
+static __device__ __forceinline__ uint32_t attn_ld_pair(const uint16_t *ptr)
+{
+    return (uint32_t)ptr[0] | ((uint32_t)ptr[1] << 16);
+}
+
+/* Store a packed pair to ptr[0], ptr[1]: one 32-bit store where ptr is 4-byte aligned
+ * (dense tensors), two 16-bit stores where it is not (odd strides). */
+static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
+{
+    if (((uintptr_t)ptr & 3u) == 0) {
+        *reinterpret_cast<uint32_t *>(ptr) = v;
+    } else {
+        ptr[0] = (uint16_t)(v & 0xffffu);
+        ptr[1] = (uint16_t)(v >> 16);
+    }
+}
+
+/* v2: stage rows [0, rows) of a 64 x D tile of a strided (B, S, H, D) tensor, row 0 at
+ * element `base`, into tile_smem (64, D + 8); rows past `rows` are zeroed. Where the
+ * source rows are 16-byte aligned (the pointer and the row stride) the copies are cp.async
+ * and the caller must commit and wait for them; otherwise they are plain loads, done on
+ * return. The bytes that land are the same either way. `threads` is the CTA size. */
+template <int D>
+static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
+                                                         int64_t base, int64_t row_stride, int32_t rows,
+                                                         int32_t threads)
+{
+    const int32_t CH = D / 8; /* 16-byte chunks per row */
+    const uint16_t *g = src + base;
+    const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
+    for (int32_t e = threadIdx.x; e < ATTN_BM * CH; e += threads) {
+        const int32_t r = e / CH, c = e - r * CH;
+        uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+        if (r >= rows) {
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        } else if (vec) {
+            attn_cp_async16(dst, g + r * row_stride + c * 8);
+        } else {
+            const uint16_t *s = g + r * row_stride + c * 8;
+            uint4 w;
+            w.x = attn_ld_pair(s);
+            w.y = attn_ld_pair(s + 2);
+            w.z = attn_ld_pair(s + 4);
+            w.w = attn_ld_pair(s + 6);
+            *reinterpret_cast<uint4 *>(dst) = w;
+        }
+    }
 }
 
 #endif /* __CUDACC__ */

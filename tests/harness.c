@@ -37,8 +37,11 @@ static void sleep_ms(int ms)
 static int spawn(struct dashd_proc *d)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "exec %s/dashd --endpoint %s --log-level info %s 2>>%s", tu_build_dir(),
-             d->endpoint, d->extra, d->log_path);
+    /* The CPU suites test the CPU backend even on a GPU host, where auto would pick CUDA
+     * (which refuses shared memory); suites that want another backend say so. */
+    snprintf(cmd, sizeof cmd, "exec %s/dashd --endpoint %s --log-level info %s %s 2>>%s",
+             tu_build_dir(), d->endpoint, strstr(d->extra, "--backend") ? "" : "--backend cpu",
+             d->extra, d->log_path);
     pid_t pid = fork();
     if (pid < 0)
         return -1;

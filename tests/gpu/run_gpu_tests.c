@@ -8,14 +8,21 @@
  *
  * Suite gpu_attn: the CUDA attention kernels against the float64 reference, and the
  * bitwise reproducibility of their backward over repeats and grids (test_attn_gpu.c).
+ *
+ * Suite gpu_dashd: dashd --backend cuda end to end, through libdash's CUDA buffers, from
+ * this process and from children that are this binary again (`--dashd-child ...`).
+ *
+ * DASH_GPU_SUITE=<name> runs one suite only.
  */
 #include "gpu_attn.h"
+#include "gpu_dashd.h"
 #include "gpu_sched.h"
 #include "../testutil.h"
 
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void check_shape(const struct sched_shape *sh, int32_t w, int *mismatches, int64_t *total)
 {
@@ -77,8 +84,10 @@ static void test_gpu_sched_device_matches_host(void)
     CU_ASSERT_EQUAL(mismatches, 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--dashd-child"))
+        return gpu_dashd_child(argc, argv);
     char why[256];
     if (gpu_probe(why, sizeof why) != 0) {
         printf("test-gpu: skipped: no usable GPU (%s)\n", why);
@@ -90,13 +99,25 @@ int main(void)
     CU_pSuite s = CU_add_suite("gpu_sched", NULL, NULL);
     if (!s || !CU_add_test(s, "test_gpu_sched_device_matches_host", test_gpu_sched_device_matches_host))
         return 2;
-    if (suite_gpu_attn() != 0)
+    if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0)
         return 2;
     printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),
            (unsigned long long)tu_seed());
     CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
+    const char *only = getenv("DASH_GPU_SUITE");
+    if (only && *only) {
+        CU_pSuite one = CU_get_suite(only);
+        if (!one) {
+            fprintf(stderr, "test-gpu: no suite named %s\n", only);
+            CU_cleanup_registry();
+            return 2;
+        }
+        CU_basic_run_suite(one);
+    } else {
+        CU_basic_run_tests();
+    }
+    unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures() +
+                      CU_get_number_of_suites_failed();
     CU_cleanup_registry();
     return failed ? 1 : 0;
 }

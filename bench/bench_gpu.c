@@ -1,0 +1,183 @@
+/*
+ * bench_gpu.c - forward and backward TFLOPS of our CUDA kernels (kernels/attn_cuda.h) for
+ * every schedule, at the shapes of the anchors (bf16, 16384 tokens per batch, heads *
+ * head_dim = 2048, seqlen 1k..16k, hdim 64 and 128, full and causal), plus a bitwise
+ * repeat check of every deterministic schedule. Prints one JSON object; bench/gpu_report.py
+ * joins it with PyTorch's numbers from bench/sdpa_peers.py, measured in the same run.
+ *
+ *   bench_gpu [--quick] [--reps N]
+ *
+ * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
+ * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
+ * after one warm-up, so the backward includes its preprocess, postprocess and memsets.
+ */
+#include "kernels/attn_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOKENS 16384
+#define HIDDEN 2048
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "bench_gpu: %s: %s\n", #call, cudaGetErrorString(e_));      \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+/* random normal bf16 on the host, copied to the device once: every shape has the same
+ * number of elements per tensor (TOKENS * HIDDEN), so one set of buffers serves all */
+static void *device_random(uint64_t *seed)
+{
+    size_t n = (size_t)TOKENS * HIDDEN;
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        double u1 = ((double)(*seed >> 11) + 1.0) / 9007199254740993.0;
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        double u2 = (double)(*seed >> 11) / 9007199254740992.0;
+        h[i] = dtype_f32_to_bf16((float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2)));
+    }
+    void *d;
+    CHECK(cudaMalloc(&d, n * 2));
+    CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+struct bufs {
+    void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *lse;
+};
+
+int main(int argc, char **argv)
+{
+    int quick = 0, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 100)
+        reps = 3;
+    struct cuattn *a;
+    int rc = cuattn_new(0, &a);
+    if (rc) {
+        fprintf(stderr, "bench_gpu: no usable GPU (%d)\n", rc);
+        return 1;
+    }
+    char name[128];
+    int32_t sms = 0;
+    cuattn_device(a, name, sizeof name, &sms);
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+
+    uint64_t seed = 0x5eed;
+    struct bufs b;
+    b.q = device_random(&seed), b.k = device_random(&seed), b.v = device_random(&seed);
+    b.dout = device_random(&seed);
+    size_t n = (size_t)TOKENS * HIDDEN * 2;
+    CHECK(cudaMalloc(&b.out, n));
+    CHECK(cudaMalloc(&b.dq, n));
+    CHECK(cudaMalloc(&b.dk, n));
+    CHECK(cudaMalloc(&b.dv, n));
+    CHECK(cudaMalloc((void **)&b.lse, (size_t)TOKENS * 64 * sizeof(float)));
+    unsigned char *h1 = malloc(n), *h2 = malloc(n);
+
+    printf("{\"device\": \"%s\", \"sms\": %d, \"driver\": %d, \"runtime\": %d, \"reps\": %d, "
+           "\"rows\": [",
+           name, sms, drv, rt, reps);
+    const int32_t seqlens_full[] = {1024, 2048, 4096, 8192, 16384}, seqlens_quick[] = {1024, 4096};
+    const int32_t *seqlens = quick ? seqlens_quick : seqlens_full;
+    int nseq = quick ? 2 : 5, first = 1;
+    const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
+                                     SCHED_SHIFT, SCHED_AUTO};
+    for (int32_t d = 64; d <= 128; d += 64)
+        for (int causal = 0; causal < 2; causal++)
+            for (int si = 0; si < nseq; si++) {
+                int32_t S = seqlens[si], B = TOKENS / S, H = HIDDEN / d;
+                struct eng_problem p = {B, S, S, H, H, d, DTYPE_BF16,
+                                        causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
+                                        (float)(1.0 / sqrt((double)d))};
+                double flops = 4.0 * B * H * (double)S * S * d / (causal ? 2 : 1);
+                struct eng_tensor tq = eng_dense(b.q, S, H, d), tk = eng_dense(b.k, S, H, d);
+                struct eng_tensor tv = eng_dense(b.v, S, H, d), to = eng_dense(b.out, S, H, d);
+                struct eng_tensor tdo = eng_dense(b.dout, S, H, d), tdq = eng_dense(b.dq, S, H, d);
+                struct eng_tensor tdk = eng_dense(b.dk, S, H, d), tdv = eng_dense(b.dv, S, H, d);
+                double t[101];
+                for (int r = 0; r <= reps; r++) {
+                    double t0 = now_ms();
+                    if ((rc = cuattn_forward(a, &p, NULL, to, b.lse, tq, tk, tv, NULL))) {
+                        fprintf(stderr, "bench_gpu: forward d%d S%d: %d\n", d, S, rc);
+                        return 1;
+                    }
+                    t[r] = now_ms() - t0;
+                }
+                qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
+                double fwd_ms = t[1 + reps / 2];
+                printf("%s\n  {\"D\": %d, \"S\": %d, \"B\": %d, \"H\": %d, \"causal\": %s, "
+                       "\"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd\": [",
+                       first ? "" : ",", d, S, B, H, causal ? "true" : "false", fwd_ms,
+                       flops / fwd_ms / 1e9);
+                first = 0;
+                for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
+                    struct eng_config cfg = {kinds[ki], 0, 0, 0}, used;
+                    for (int r = 0; r <= reps; r++) {
+                        double t0 = now_ms();
+                        rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse,
+                                             tdo, &used);
+                        if (rc) {
+                            fprintf(stderr, "bench_gpu: backward d%d S%d %s: %d\n", d, S,
+                                    sched_kind_name(kinds[ki]), rc);
+                            return 1;
+                        }
+                        t[r] = now_ms() - t0;
+                    }
+                    qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
+                    double bwd_ms = t[1 + reps / 2];
+                    /* bits of the last two calls' dq (a third call, for the comparison) */
+                    CHECK(cudaMemcpy(h1, b.dq, n, cudaMemcpyDeviceToHost));
+                    rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse, tdo, NULL);
+                    CHECK(cudaMemcpy(h2, b.dq, n, cudaMemcpyDeviceToHost));
+                    int same = rc == 0 && memcmp(h1, h2, n) == 0;
+                    printf("%s{\"schedule\": \"%s\", \"used\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
+                           "\"bitwise_repeat\": %s}",
+                           ki ? ", " : "", sched_kind_name(kinds[ki]), sched_kind_name(used.sched),
+                           bwd_ms, 2.5 * flops / bwd_ms / 1e9, same ? "true" : "false");
+                    fflush(stdout);
+                }
+                printf("]}");
+            }
+    printf("\n]}\n");
+    free(h1);
+    free(h2);
+    cuattn_free(a);
+    return 0;
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""sdpa_peers.py - the peers of `bench_gpu`, measured in the same run on the same GPU:
+PyTorch's scaled_dot_product_attention with its flash (FA2) and cuDNN backends, forward
+and backward TFLOPS, and whether two identical backwards give identical gradient bits.
+
+    python3 bench/sdpa_peers.py [--quick] > peers.json
+
+Shapes and FLOP counting match bench/bench_gpu.c: bf16, 16384 tokens per batch
+(batch = 16384 / seqlen), heads * head_dim = 2048, fwd = 4*B*H*S*S*D (halved when
+causal), bwd = 2.5 * fwd. Timing: CUDA events, median of 10 calls after 3 warm-ups.
+"""
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def timed(fn, reps=10, warm=3):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def measure(d, s, causal, backend):
+    b, h = 16384 // s, 2048 // d
+    g = torch.Generator(device="cuda").manual_seed(1234 + s + d)
+    # (batch, seqlen, heads, head_dim) as dashd uses, viewed as SDPA's (batch, heads, seqlen, d)
+    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                   .transpose(1, 2) for _ in range(4))
+    q.requires_grad_(True)
+    k.requires_grad_(True)
+    v.requires_grad_(True)
+    flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
+    with sdpa_kernel(BACKENDS[backend]):
+        fwd_ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        def bwd():
+            q.grad = k.grad = v.grad = None
+            out.backward(do, retain_graph=True)
+
+        bwd_ms = timed(bwd)
+        bwd()
+        g1 = q.grad.clone()
+        bwd()
+        repeat = bool(torch.equal(g1.view(torch.int16), q.grad.view(torch.int16)))
+    return {"D": d, "S": s, "B": b, "H": h, "causal": causal, "backend": backend,
+            "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": flops / fwd_ms / 1e9,
+            "bwd_tflops": 2.5 * flops / bwd_ms / 1e9, "bitwise_repeat": repeat}
+
+
+def main():
+    quick = "--quick" in sys.argv
+    seqlens = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
+    rows = []
+    for d in (64, 128):
+        for causal in (False, True):
+            for s in seqlens:
+                for backend in BACKENDS:
+                    try:
+                        rows.append(measure(d, s, causal, backend))
+                    except RuntimeError as e:  # a backend that cannot serve the shape
+                        rows.append({"D": d, "S": s, "causal": causal, "backend": backend,
+                                     "error": str(e).splitlines()[0]})
+    json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+               "device": torch.cuda.get_device_name(), "rows": rows}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,541 @@
+/*
+ * backend_cuda.c - the CUDA kernels (kernels/attn_cuda.h) as a dashd backend, and the
+ * daemon's table of CUDA IPC mappings.
+ *
+ * One struct cuattn, made at start (kernels loaded, scratch grown on first use): the
+ * worker thread calls forward and backward on it one at a time, which is also the
+ * "one backward per device at a time" attn_cuda.h asks for. Tensors arrive as device
+ * pointers into the clients' allocations (job.c), so nothing is copied.
+ *
+ * Mappings. A client registers a view of one of its cudaMalloc allocations: the
+ * allocation's IPC handle, the GPU's UUID, where the view starts in the allocation
+ * (alloc_offset) and its size. Each distinct handle is opened ONCE per daemon, however
+ * many registrations (of any session) name it: a handle may be opened only once per
+ * context and process, and an open costs about a millisecond. The table counts the
+ * registrations (shmbufs) using a mapping; the last one's release closes it. A buffer's
+ * own refcount (shmbuf.h) already waits for the requests in flight that use it, so a
+ * mapping is never closed under a running kernel. Keyed by the handle's bytes, never by
+ * address: an allocation freed and made again at the same address has a new handle.
+ *
+ *   session A buf 3 --\
+ *   session A buf 7 ---+--> map {handle H, base, bytes, refs 3} --cudaIpcCloseMemHandle
+ *   session B buf 9 --/          (opened by the first, closed by the last)
+ *
+ * Bounds: after opening, cuMemGetAddressRange gives the extent of the allocation the
+ * mapping covers, and [alloc_offset, alloc_offset + size) must lie inside it; every
+ * tensor is then checked against size by validate.c. Driver functions come through
+ * cudaGetDriverEntryPointByVersion, so dashd never links libcuda (it runs, falling back
+ * or failing cleanly, on machines without a driver).
+ *
+ * Threads: the table, opens and closes are on the loop thread (RegisterBuffer, and the
+ * last unref in job_done or a session drop); backend_cuda_new made the daemon's device
+ * current there. Kernels run on the worker thread (cuattn sets the device itself).
+ */
+#include "backend.h"
+
+#include "kernels/attn_cuda.h"
+#include "proto/errors.h"
+
+#include <cuda.h> /* types only (CUresult, CUdeviceptr): nothing here links libcuda */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define UUID_STR_MAX 48 /* "GPU-" + 36 + NUL */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == BACKEND_IPC_HANDLE_BYTES,
+               "the wire's handle size is cudaIpcMemHandle_t's");
+
+typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+typedef CUresult (*pointer_attr_fn)(void *data, CUpointer_attribute attr, CUdeviceptr ptr);
+
+struct cuda;
+
+/* One opened IPC handle. */
+struct cuda_map {
+    struct cuda_map *next;
+    struct cuda *owner;
+    unsigned char handle[BACKEND_IPC_HANDLE_BYTES];
+    unsigned char *base; /* device pointer: the start of the mapped allocation */
+    uint64_t bytes;      /* the allocation's size, from cuMemGetAddressRange */
+    uint32_t refs;       /* registrations (shmbufs) using it */
+};
+
+struct cuda {
+    struct backend base; /* first, so free() can find the whole */
+    struct cuattn *ca;
+    int device;
+    int32_t sms;
+    char uuid[UUID_STR_MAX];
+    mem_range_fn mem_range;
+    pointer_attr_fn pointer_attr; /* NULL if the driver lacks it: a second opinion only */
+    struct cuda_map *maps; /* loop thread only */
+    void *stage;           /* device scratch for ops on shared memory (worker thread only) */
+    size_t stage_cap;
+};
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it; libdash sends
+ * the same. */
+static void format_uuid(const cudaUUID_t *u, char buf[UUID_STR_MAX])
+{
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(buf, UUID_STR_MAX,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+/* Why the CUDA runtime cannot be used, in words. */
+static void describe_init_error(cudaError_t err, char *buf, size_t len)
+{
+    switch (err) {
+    case cudaErrorInsufficientDriver:
+        snprintf(buf, len,
+                 "no usable NVIDIA driver (libcuda.so.1 is missing, or older than the CUDA %d.%d "
+                 "runtime this dashd was built with)",
+                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+        break;
+    case cudaErrorNoDevice:
+        snprintf(buf, len, "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and /dev/nvidia*)");
+        break;
+    default:
+        snprintf(buf, len, "the CUDA runtime failed: %s (%s)", cudaGetErrorString(err),
+                 cudaGetErrorName(err));
+        break;
+    }
+}
+
+/* ---- mappings -------------------------------------------------------------------------- */
+
+static void map_release(void *ctx)
+{
+    struct cuda_map *m = ctx;
+    if (--m->refs > 0)
+        return;
+    struct cuda *c = m->owner;
+    struct cuda_map **pp = &c->maps;
+    while (*pp != m)
+        pp = &(*pp)->next;
+    *pp = m->next;
+    /* Nothing can be reported from here; a failed close leaks a mapping, not memory of
+     * ours, and the next open of the same handle would say so. */
+    if (cudaIpcCloseMemHandle(m->base) != cudaSuccess)
+        (void)cudaGetLastError();
+    free(m);
+}
+
+/* The allocation around ptr: cuMemGetAddressRange, or the pointer's range attributes if
+ * that refuses an imported mapping. */
+static CUresult alloc_range(const struct cuda *c, void *ptr, CUdeviceptr *ret_base,
+                            size_t *ret_bytes)
+{
+    const CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    CUresult cr = c->mem_range(ret_base, ret_bytes, p);
+    if (cr == CUDA_SUCCESS || !c->pointer_attr)
+        return cr;
+    CUdeviceptr start = 0;
+    size_t bytes = 0;
+    if (c->pointer_attr(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) != CUDA_SUCCESS ||
+        c->pointer_attr(&bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) != CUDA_SUCCESS)
+        return cr;
+    *ret_base = start;
+    *ret_bytes = bytes;
+    return CUDA_SUCCESS;
+}
+
+/* Open the handle (or find it open) and take one reference. */
+static int map_get(struct cuda *c, const unsigned char *handle, char *msg, size_t msglen,
+                   struct cuda_map **ret_map)
+{
+    for (struct cuda_map *m = c->maps; m; m = m->next) {
+        if (memcmp(m->handle, handle, BACKEND_IPC_HANDLE_BYTES) == 0) {
+            m->refs++;
+            *ret_map = m;
+            return 0;
+        }
+    }
+    struct cuda_map *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(msg, msglen, "out of memory");
+        return DASH_ENOMEM;
+    }
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    void *ptr = NULL;
+    cudaError_t err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it for the next call on this thread */
+        free(m);
+        snprintf(msg, msglen,
+                 "cannot open the CUDA IPC handle: %s (is it from this GPU, of a live process "
+                 "other than dashd? PyTorch expandable segments cannot be shared)",
+                 cudaGetErrorString(err));
+        return err == cudaErrorMemoryAllocation ? DASH_ENOMEM : DASH_EINVAL;
+    }
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    CUresult cr = alloc_range(c, ptr, &base, &bytes);
+    if (cr != CUDA_SUCCESS || (uintptr_t)base > (uintptr_t)ptr ||
+        (uintptr_t)ptr - (uintptr_t)base >= bytes) {
+        (void)cudaIpcCloseMemHandle(ptr);
+        (void)cudaGetLastError();
+        free(m);
+        snprintf(msg, msglen, "cannot find the extent of the mapped allocation (driver error %d)",
+                 (int)cr);
+        return DASH_EIO;
+    }
+    memcpy(m->handle, handle, BACKEND_IPC_HANDLE_BYTES);
+    m->owner = c;
+    m->base = ptr;
+    m->bytes = (uint64_t)(bytes - ((uintptr_t)ptr - (uintptr_t)base));
+    m->refs = 1;
+    m->next = c->maps;
+    c->maps = m;
+    *ret_map = m;
+    return 0;
+}
+
+static int cuda_import(void *impl, const struct backend_cuda_buffer *req, char *msg,
+                       size_t msglen, struct shmbuf **ret_buf)
+{
+    struct cuda *c = impl;
+    if (req->handle_len != BACKEND_IPC_HANDLE_BYTES) {
+        snprintf(msg, msglen, "cuda_ipc_handle has %zu bytes; a cudaIpcMemHandle_t has %d",
+                 req->handle_len, BACKEND_IPC_HANDLE_BYTES);
+        return DASH_EINVAL;
+    }
+    if (!req->device_uuid) {
+        snprintf(msg, msglen, "cuda_ipc_handle needs device_uuid (the GPU the handle belongs to)");
+        return DASH_EINVAL;
+    }
+    /* The client's string is not echoed: messages end up in the log. */
+    if (strcasecmp(req->device_uuid, c->uuid) != 0) {
+        snprintf(msg, msglen, "the handle belongs to another GPU: this dashd serves CUDA device "
+                 "%d (%s)", c->device, c->uuid);
+        return DASH_ENOTSUP;
+    }
+    if (req->size == 0) {
+        snprintf(msg, msglen, "size 0 is not a usable buffer size");
+        return DASH_EINVAL;
+    }
+    uint64_t end;
+    if (__builtin_add_overflow(req->alloc_offset, req->size, &end)) {
+        snprintf(msg, msglen, "alloc_offset %llu + size %llu overflows",
+                 (unsigned long long)req->alloc_offset, (unsigned long long)req->size);
+        return DASH_EBOUNDS;
+    }
+    struct cuda_map *m;
+    int rc = map_get(c, req->handle, msg, msglen, &m);
+    if (rc)
+        return rc;
+    if (end > m->bytes) {
+        snprintf(msg, msglen, "the buffer [%llu, %llu) reaches past the end of the %llu-byte "
+                 "allocation the handle maps", (unsigned long long)req->alloc_offset,
+                 (unsigned long long)end, (unsigned long long)m->bytes);
+        map_release(m);
+        return DASH_EBOUNDS;
+    }
+    rc = shmbuf_wrap(SHMBUF_CUDA, m->base + req->alloc_offset, req->size, map_release, m, ret_buf);
+    if (rc) {
+        snprintf(msg, msglen, "out of memory");
+        map_release(m);
+    }
+    return rc;
+}
+
+/* ---- ops ------------------------------------------------------------------------------- */
+
+static int32_t cuda_threads(void *impl)
+{
+    const struct cuda *c = impl;
+    return c->sms;
+}
+
+/* A kernel code as a protocol code, with a reason. */
+static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size_t msglen)
+{
+    switch (rc) {
+    case -ENOMEM:
+        snprintf(msg, msglen, "the GPU ran out of memory for the kernels' scratch");
+        return DASH_ENOMEM;
+    case -EOVERFLOW:
+        snprintf(msg, msglen, "the shape is too large for the CUDA kernels' 32-bit indices");
+        return DASH_ESHAPE;
+    case -ENOTSUP:
+        if (p->head_dim != 64 && p->head_dim != 128) {
+            snprintf(msg, msglen, "the CUDA kernels serve head dims 64 and 128, not %d",
+                     p->head_dim);
+            return DASH_EHEADDIM;
+        }
+        snprintf(msg, msglen, "the CUDA kernels serve fp16 and bf16 only");
+        return DASH_EBADDTYPE;
+    case -EINVAL:
+        snprintf(msg, msglen, "the CUDA kernels refused the tensors (16-bit tensors must start "
+                 "at an even address, lse at a multiple of 4 bytes)");
+        return DASH_EINVAL;
+    case -ENODEV:
+        snprintf(msg, msglen, "the GPU is not usable any more");
+        return DASH_ENOGPU;
+    default:
+        snprintf(msg, msglen, "CUDA failed while running the kernels (%s); dashd may need a "
+                 "restart", dash_strerror(rc));
+        return DASH_EIO;
+    }
+}
+
+static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t msglen)
+{
+    (void)impl;
+    const struct eng_problem *p = &plan->prob;
+    if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
+        return map_kernel_error(-ENOTSUP, p, msg, msglen);
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return map_kernel_error(-ENOTSUP, p, msg, msglen);
+    int rc = eng_check_problem(p);
+    if (rc == -EOVERFLOW || rc == -ENOMEM)
+        return map_kernel_error(rc, p, msg, msglen);
+    if (rc) {
+        snprintf(msg, msglen, "the CUDA kernels refused the problem's shapes");
+        return DASH_ESHAPE;
+    }
+    if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
+        (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK)) {
+        snprintf(msg, msglen, "the CUDA kernels use %dx%d tiles: block_m and block_n must be 0 "
+                 "or %d", CUATTN_BLOCK, CUATTN_BLOCK, CUATTN_BLOCK);
+        return DASH_ESCHED;
+    }
+    /* The geometry the kernels will build (attn_cuda.cu's prepare), bounded to 32 bits by
+     * sched_init. */
+    struct sched_shape sh = {.batch = p->batch, .heads = p->heads_q, .seqlen_q = p->seqlen_q,
+                             .seqlen_k = p->seqlen_k, .block_m = CUATTN_BLOCK,
+                             .block_n = CUATTN_BLOCK, .mask = p->mask};
+    int32_t w = plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT;
+    enum sched_kind kind = plan->cfg.sched == SCHED_AUTO ? SCHED_ASCENDING : plan->cfg.sched;
+    struct sched geo;
+    rc = sched_init(&geo, kind, &sh, w);
+    if (rc == -EOVERFLOW)
+        return map_kernel_error(rc, p, msg, msglen);
+    if (rc) {
+        snprintf(msg, msglen, "the schedule refuses wave %d with %dx%d tiles", w, CUATTN_BLOCK,
+                 CUATTN_BLOCK);
+        return DASH_ESCHED;
+    }
+    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX ||
+        (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+        return map_kernel_error(-EOVERFLOW, p, msg, msglen);
+    return 0;
+}
+
+/* ---- shared memory, staged through the device ------------------------------------------ */
+
+/* The tensors of an op in order: q k v out lse (forward), then dout dq dk dv (backward).
+ * job.c hands shared-memory ops over as dense host copies, so each is one contiguous
+ * block; `out` says whether it is read back after the kernel. */
+struct stage_slot {
+    void *host;
+    size_t bytes;
+    int out;
+    void *dev;
+};
+
+static int stage_slots(const struct backend_op *op, int backward, struct stage_slot s[9])
+{
+    const struct eng_problem *p = op->prob;
+    size_t es = (size_t)dtype_size(p->dtype);
+    size_t qb = es * (size_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim;
+    size_t kb = es * (size_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim;
+    size_t lb = sizeof(float) * (size_t)p->batch * p->heads_q * p->seqlen_q;
+    struct stage_slot all[9] = {
+        {op->q.data, qb, 0, NULL},   {op->k.data, kb, 0, NULL},   {op->v.data, kb, 0, NULL},
+        {op->out.data, qb, !backward, NULL}, {op->lse, lb, !backward, NULL},
+        {op->dout.data, qb, 0, NULL}, {op->dq.data, qb, 1, NULL}, {op->dk.data, kb, 1, NULL},
+        {op->dv.data, kb, 1, NULL}};
+    int n = backward ? 9 : 5;
+    memcpy(s, all, sizeof all[0] * (size_t)n);
+    return n;
+}
+
+/* Copy the op's inputs to device scratch, run it there, copy the outputs back. */
+static int run_staged(struct cuda *c, const struct backend_op *op, int backward, char *msg,
+                      size_t msglen, struct eng_config *ret_cfg)
+{
+    struct stage_slot s[9];
+    int n = stage_slots(op, backward, s);
+    size_t need = 0;
+    for (int i = 0; i < n; i++)
+        need += (s[i].bytes + 255) & ~(size_t)255;
+    if (need > c->stage_cap) {
+        cudaFree(c->stage);
+        c->stage = NULL;
+        c->stage_cap = 0;
+        if (cudaMalloc(&c->stage, need) != cudaSuccess) {
+            (void)cudaGetLastError();
+            snprintf(msg, msglen, "cannot allocate %zu bytes of device memory to stage the "
+                     "shared-memory tensors", need);
+            return DASH_ENOMEM;
+        }
+        c->stage_cap = need;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        s[i].dev = (char *)c->stage + at;
+        at += (s[i].bytes + 255) & ~(size_t)255;
+        if (!s[i].out && cudaMemcpy(s[i].dev, s[i].host, s[i].bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+            snprintf(msg, msglen, "copying an input to the device failed: %s",
+                     cudaGetErrorString(cudaGetLastError()));
+            return DASH_EIO;
+        }
+    }
+    const struct eng_problem *p = op->prob;
+    /* device views of slots 0..8: q k v out lse dout dq dk dv */
+    struct eng_tensor t[9];
+    for (int i = 0; i < n; i++) {
+        int kv = i == 1 || i == 2 || i == 7 || i == 8;
+        t[i] = eng_dense(s[i].dev, kv ? p->seqlen_k : p->seqlen_q, kv ? p->heads_kv : p->heads_q,
+                         p->head_dim);
+    }
+    int rc;
+    if (!backward)
+        rc = cuattn_forward(c->ca, p, op->cfg, t[3], s[4].dev, t[0], t[1], t[2], ret_cfg);
+    else
+        rc = cuattn_backward(c->ca, p, op->cfg, 0, t[6], t[7], t[8], t[0], t[1], t[2], t[3],
+                             s[4].dev, t[5], ret_cfg);
+    if (rc)
+        return map_kernel_error(rc, p, msg, msglen);
+    for (int i = 0; i < n; i++)
+        if (s[i].out && cudaMemcpy(s[i].host, s[i].dev, s[i].bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            snprintf(msg, msglen, "copying an output from the device failed: %s",
+                     cudaGetErrorString(cudaGetLastError()));
+            return DASH_EIO;
+        }
+    return 0;
+}
+
+static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
+                        struct eng_config *ret_cfg)
+{
+    struct cuda *c = impl;
+    if (op->host)
+        return run_staged(c, op, 0, msg, msglen, ret_cfg);
+    int rc = cuattn_forward(c->ca, op->prob, op->cfg, op->out, op->lse, op->q, op->k, op->v,
+                            ret_cfg);
+    return rc ? map_kernel_error(rc, op->prob, msg, msglen) : 0;
+}
+
+static int cuda_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
+                         struct eng_config *ret_cfg)
+{
+    struct cuda *c = impl;
+    if (op->host)
+        return run_staged(c, op, 1, msg, msglen, ret_cfg);
+    /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
+    int rc = cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv, op->q, op->k,
+                             op->v, op->out, op->lse, op->dout, ret_cfg);
+    return rc ? map_kernel_error(rc, op->prob, msg, msglen) : 0;
+}
+
+static void cuda_free(void *impl)
+{
+    struct cuda *c = impl;
+    /* Sessions are dropped before the backend is freed, so the table is empty; close
+     * whatever a bug left open rather than leak it. */
+    while (c->maps) {
+        struct cuda_map *m = c->maps;
+        c->maps = m->next;
+        (void)cudaIpcCloseMemHandle(m->base);
+        free(m);
+    }
+    cudaFree(c->stage);
+    cuattn_free(c->ca);
+    free(c);
+}
+
+/* ---- start ----------------------------------------------------------------------------- */
+
+struct backend *backend_cuda_new(int device, char *why, size_t whylen)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        describe_init_error(err, why, whylen);
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        snprintf(why, whylen, "CUDA device %d does not exist (this host has %d)", device, count);
+        return NULL;
+    }
+    struct cudaDeviceProp prop;
+    if ((err = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+        describe_init_error(err, why, whylen);
+        return NULL;
+    }
+    if (prop.major < 8) {
+        snprintf(why, whylen, "CUDA device %d (%.64s) is sm_%d%d; the kernels need sm_80 or later",
+                 device, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                           &found);
+    if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || !fn) {
+        (void)cudaGetLastError();
+        snprintf(why, whylen, "the NVIDIA driver does not offer cuMemGetAddressRange");
+        return NULL;
+    }
+    void *attr_fn = NULL;
+    found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &attr_fn, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        attr_fn = NULL;
+    }
+    struct cuda *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    /* Also makes `device` current on this (the loop) thread, where buffers are opened. */
+    int rc = cuattn_new(device, &c->ca);
+    if (rc) {
+        snprintf(why, whylen, "cannot start the CUDA kernels on device %d (%.64s): %s", device,
+                 prop.name, dash_strerror(rc));
+        free(c);
+        return NULL;
+    }
+    if ((err = cudaSetDevice(device)) != cudaSuccess) {
+        describe_init_error(err, why, whylen);
+        cuattn_free(c->ca);
+        free(c);
+        return NULL;
+    }
+    c->device = device;
+    c->mem_range = (mem_range_fn)fn;
+    c->pointer_attr = (pointer_attr_fn)attr_fn;
+    (void)cuattn_device(c->ca, NULL, 0, &c->sms);
+    format_uuid(&prop.uuid, c->uuid);
+
+    struct backend *b = &c->base;
+    b->name = "cuda";
+    snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s)", prop.name, device,
+             (int)c->sms, c->uuid);
+    b->limits = (struct val_limits){.head_dim_min = 64,
+                                    .head_dim_max = 128,
+                                    .block_max = CUATTN_BLOCK,
+                                    .dtypes = (1u << DTYPE_F16) | (1u << DTYPE_BF16)};
+    /* shared memory too, staged through device scratch (run_staged) */
+    b->buffer_kinds = (1u << SHMBUF_CUDA) | (1u << SHMBUF_SHM);
+    b->impl = c;
+    b->threads = cuda_threads;
+    b->check = cuda_check;
+    b->forward = cuda_forward;
+    b->backward = cuda_backward;
+    b->cuda_import = cuda_import;
+    b->free = cuda_free;
+    return b;
+}

@@ -1,0 +1,799 @@
+/*
+ * test_dashd_gpu.c - dashd on the GPU, end to end: a real `dashd --backend cuda` (harness.c)
+ * serving this process and its children through libdash's CUDA buffers.
+ *
+ * The client side is what a framework does: one cudaMalloc allocation (4 MiB) with q, k,
+ * v, out, lse, dout, dq, dk, dv at offsets inside it, registered as a view that starts
+ * mid-allocation (so alloc_offset and tensor offsets are both non-zero). Inputs are fresh
+ * random draws (the runner prints the seed); the whole view is poisoned with 0xff (NaN)
+ * before every op, so an element the daemon forgets cannot pass. The problem: bf16,
+ * causal, GQA 4:2, seqlen 200, head dim 64; backward with schedules shift and descending.
+ *
+ * The bits to match are the kernels' own, run in this process on copies (cuattn): the
+ * kernels are grid-independent, so the daemon's bytes must be identical. CUDA IPC cannot
+ * open a handle in the process that exported it, which is why the daemon is a separate
+ * process; the concurrent clients and the client killed mid-request are this binary
+ * again, fork+exec'd (a CUDA context must not cross fork) with `--dashd-child`; the two
+ * concurrent clients start together (a pipe barrier) and run CHILD_ROUNDS rounds each.
+ */
+#include "gpu_dashd.h"
+
+#include "../harness.h"
+#include "../testutil.h"
+#include "../../client/dash.h"
+#include "../../kernels/attn_cuda.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- the problem and where its tensors live ------------------------------------------ */
+
+#define SEQ 200
+#define HQ 4
+#define HKV 2
+#define HD 64
+#define ES 2 /* bf16 */
+#define QB ((size_t)SEQ * HQ * HD * ES)
+#define KB ((size_t)SEQ * HKV * HD * ES)
+#define LB ((size_t)HQ * SEQ * sizeof(float))
+#define ALLOC_BYTES ((size_t)4 << 20) /* 2 MiB-aligned, as the CUDA guide advises for IPC */
+#define VIEW_OFF ((size_t)3 * 4096 + 256) /* where the registered view starts */
+#define NSCHED 2
+
+enum { Q, K, V, OUT, LSE, DOUT, DQ, DK, DV, SLOTS };
+
+static const size_t slot_bytes[SLOTS] = {QB, KB, KB, QB, LB, QB, QB, KB, KB};
+static const enum sched_kind kernel_sched[NSCHED] = {SCHED_SHIFT, SCHED_DESCENDING};
+static const enum dash_schedule wire_sched[NSCHED] = {DASH_SCHED_SHIFT, DASH_SCHED_DESCENDING};
+
+/* Byte offsets of the tensors in the view, and the view's size: every tensor after a gap,
+ * so none sits at offset 0. */
+static uint64_t off[SLOTS];
+static uint64_t view_bytes;
+
+static void layout_init(void)
+{
+    uint64_t at = 512;
+    for (int s = 0; s < SLOTS; s++) {
+        off[s] = at;
+        at = ((at + slot_bytes[s] + 255) & ~(uint64_t)255) + 256;
+    }
+    view_bytes = at + 1024;
+}
+
+/* What one run produces, host side: out | lse | (dq | dk | dv) per schedule. */
+static size_t result_bytes(void)
+{
+    return QB + LB + NSCHED * (QB + 2 * KB);
+}
+
+struct inputs {
+    unsigned char q[QB], k[KB], v[KB], dout[QB];
+};
+
+static void inputs_fill(struct inputs *in, uint64_t seed)
+{
+    struct tu_rng r;
+    tu_rng_init(&r, seed);
+    tu_fill(in->q, DTYPE_BF16, (int64_t)(QB / ES), &r, 1.0);
+    tu_fill(in->k, DTYPE_BF16, (int64_t)(KB / ES), &r, 1.0);
+    tu_fill(in->v, DTYPE_BF16, (int64_t)(KB / ES), &r, 1.0);
+    tu_fill(in->dout, DTYPE_BF16, (int64_t)(QB / ES), &r, 1.0);
+}
+
+/* Poison the whole view, then copy the inputs in. cudaMemset, and a copy from pageable
+ * memory, may still be under way when they return, and the daemon (or cuattn's own
+ * stream) would not wait for them: wait for the device. 0 or -1. */
+/* Poison a view that lives in device memory or, for a shared-memory buffer, in host
+ * memory. */
+static cudaError_t set_ff(unsigned char *p, size_t n)
+{
+    struct cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeDevice)
+        return cudaMemset(p, 0xff, n);
+    (void)cudaGetLastError();
+    memset(p, 0xff, n);
+    return cudaSuccess;
+}
+
+static int view_load(unsigned char *view, const struct inputs *in)
+{
+    return set_ff(view, view_bytes) == cudaSuccess &&
+                   cudaMemcpy(view + off[Q], in->q, QB, cudaMemcpyDefault) == cudaSuccess &&
+                   cudaMemcpy(view + off[K], in->k, KB, cudaMemcpyDefault) == cudaSuccess &&
+                   cudaMemcpy(view + off[V], in->v, KB, cudaMemcpyDefault) == cudaSuccess &&
+                   cudaMemcpy(view + off[DOUT], in->dout, QB, cudaMemcpyDefault) ==
+                       cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess
+               ? 0
+               : -1;
+}
+
+static int fetch(unsigned char *dst, const unsigned char *view, int slot)
+{
+    return cudaMemcpy(dst, view + off[slot], slot_bytes[slot], cudaMemcpyDefault) ==
+                   cudaSuccess
+               ? 0
+               : -1;
+}
+
+static int poison_grads(unsigned char *view)
+{
+    for (int s = DQ; s <= DV; s++)
+        if (set_ff(view + off[s], slot_bytes[s]) != cudaSuccess)
+            return -1;
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+}
+
+/* ---- the kernels in this process (the bits to match) ---------------------------------- */
+
+static struct eng_problem problem(void)
+{
+    struct eng_problem p = {1, SEQ, SEQ, HQ, HKV, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
+                            (float)(1.0 / sqrt((double)HD))};
+    return p;
+}
+
+static struct eng_tensor kt(unsigned char *view, int slot)
+{
+    int heads = slot == K || slot == V || slot == DK || slot == DV ? HKV : HQ;
+    return eng_dense(view + off[slot], SEQ, heads, HD);
+}
+
+/* Forward and both backwards with cuattn on a fresh allocation laid out like the view.
+ * 0, or a negative code with the reason in why. */
+static int run_in_process(const struct inputs *in, unsigned char *res, char *why, size_t len)
+{
+    struct cuattn *ca = NULL;
+    unsigned char *view = NULL;
+    int rc = cuattn_new(0, &ca);
+    if (rc) {
+        snprintf(why, len, "cuattn_new: %d", rc);
+        return rc;
+    }
+    rc = -1;
+    if (cudaMalloc((void **)&view, view_bytes) != cudaSuccess || view_load(view, in)) {
+        snprintf(why, len, "cannot set up the reference copies");
+        goto free_all;
+    }
+    const struct eng_problem p = problem();
+    if ((rc = cuattn_forward(ca, &p, NULL, kt(view, OUT), (float *)(void *)(view + off[LSE]),
+                             kt(view, Q), kt(view, K), kt(view, V), NULL))) {
+        snprintf(why, len, "cuattn_forward: %d", rc);
+        goto free_all;
+    }
+    rc = -1;
+    if (fetch(res, view, OUT) || fetch(res + QB, view, LSE))
+        goto free_all;
+    unsigned char *g = res + QB + LB;
+    for (int i = 0; i < NSCHED; i++, g += QB + 2 * KB) {
+        struct eng_config cfg = {kernel_sched[i], 0, 0, 0};
+        if (poison_grads(view))
+            goto free_all;
+        if ((rc = cuattn_backward(ca, &p, &cfg, 0, kt(view, DQ), kt(view, DK), kt(view, DV),
+                                  kt(view, Q), kt(view, K), kt(view, V), kt(view, OUT),
+                                  (const float *)(void *)(view + off[LSE]), kt(view, DOUT),
+                                  NULL))) {
+            snprintf(why, len, "cuattn_backward %s: %d", sched_kind_name(kernel_sched[i]), rc);
+            goto free_all;
+        }
+        rc = -1;
+        if (fetch(g, view, DQ) || fetch(g + QB, view, DK) || fetch(g + QB + KB, view, DV))
+            goto free_all;
+    }
+    rc = 0;
+free_all:
+    if (view)
+        (void)cudaFree(view);
+    cuattn_free(ca);
+    return rc;
+}
+
+/* ---- the same through dashd --------------------------------------------------------------- */
+
+struct tensors {
+    struct dash_tensor t[SLOTS];
+};
+
+static struct tensors tensors_of(struct dash_buffer *b)
+{
+    struct tensors ts;
+    for (int s = 0; s < SLOTS; s++) {
+        int heads = s == K || s == V || s == DK || s == DV ? HKV : HQ;
+        ts.t[s] = s == LSE ? dash_tensor_lse(b, off[s], 1, HQ, SEQ)
+                           : dash_tensor_dense(b, off[s], 1, SEQ, heads, HD);
+    }
+    return ts;
+}
+
+/* view is dash_buffer_data(b). 0, or the failing code with the reason in why. */
+static int run_through_daemon(struct dash_client *c, struct dash_buffer *b, const struct inputs *in,
+                              unsigned char *res, char *why, size_t len)
+{
+    unsigned char *view = dash_buffer_data(b);
+    if (view_load(view, in)) {
+        snprintf(why, len, "cannot load the view");
+        return -1;
+    }
+    struct tensors ts = tensors_of(b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    struct dash_result r;
+    int rc = dash_forward(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &r);
+    if (rc) {
+        snprintf(why, len, "dash_forward: %s", dash_errname(rc));
+        return rc;
+    }
+    if (strcmp(r.backend, "cuda") != 0) {
+        snprintf(why, len, "the forward ran on backend \"%s\"", r.backend);
+        return -1;
+    }
+    if (fetch(res, view, OUT) || fetch(res + QB, view, LSE))
+        return -1;
+    unsigned char *g = res + QB + LB;
+    for (int i = 0; i < NSCHED; i++, g += QB + 2 * KB) {
+        a.schedule = wire_sched[i];
+        if (poison_grads(view))
+            return -1;
+        rc = dash_backward(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT], &t[DQ],
+                           &t[DK], &t[DV], &r);
+        if (rc) {
+            snprintf(why, len, "dash_backward %d: %s", (int)wire_sched[i], dash_errname(rc));
+            return rc;
+        }
+        if (r.schedule != wire_sched[i] || strcmp(r.backend, "cuda") != 0) {
+            snprintf(why, len, "the backward ran %d on \"%s\"", (int)r.schedule, r.backend);
+            return -1;
+        }
+        if (fetch(g, view, DQ) || fetch(g + QB, view, DK) || fetch(g + QB + KB, view, DV))
+            return -1;
+    }
+    return 0;
+}
+
+/* Which part of two results first differs, or NULL. */
+static const char *first_difference(const unsigned char *a, const unsigned char *b)
+{
+    static const char *names[] = {"dq", "dk", "dv"};
+    static char buf[64];
+    if (memcmp(a, b, QB))
+        return "out";
+    if (memcmp(a + QB, b + QB, LB))
+        return "lse";
+    size_t at = QB + LB;
+    for (int i = 0; i < NSCHED; i++)
+        for (int j = 0; j < 3; j++) {
+            size_t n = j == 0 ? QB : KB;
+            if (memcmp(a + at, b + at, n)) {
+                snprintf(buf, sizeof buf, "%s of %s", names[j], sched_kind_name(kernel_sched[i]));
+                return buf;
+            }
+            at += n;
+        }
+    return NULL;
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------ */
+
+static struct dashd_proc D;
+static uint64_t seed;
+static struct inputs *inputs;
+static unsigned char *expected; /* result_bytes(): the in-process kernels' bits */
+
+static void show_log(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tail -n 20 %s >&2", D.log_path);
+    (void)tu_run(cmd, NULL);
+}
+
+static int suite_init(void)
+{
+    layout_init();
+    seed = tu_seed() ^ 0xd45d;
+    inputs = malloc(sizeof *inputs);
+    expected = malloc(result_bytes());
+    if (!inputs || !expected)
+        return -1;
+    inputs_fill(inputs, seed);
+    char why[128];
+    /* the reference first: no daemon kernel can overlap this process's backward */
+    if (run_in_process(inputs, expected, why, sizeof why) != 0) {
+        fprintf(stderr, "\n  reference: %s\n", why);
+        return -1;
+    }
+    if (dashd_start(&D, "--backend cuda --session-timeout 10") != 0) {
+        fprintf(stderr, "\n  dashd --backend cuda did not start:\n");
+        show_log();
+        return -1;
+    }
+    return 0;
+}
+
+static int suite_clean(void)
+{
+    int status = dashd_stop(&D);
+    if (status != 0) {
+        fprintf(stderr, "\n  dashd exited with %d:\n", status);
+        show_log();
+    }
+    free(inputs);
+    free(expected);
+    return status == 0 ? 0 : -1;
+}
+
+static struct dash_client *connect_client(const char *name)
+{
+    struct dash_connect_opts o = {.client_name = name, .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    int rc = dash_connect(D.endpoint, &o, &c);
+    if (rc)
+        fprintf(stderr, "\n  dash_connect: %s", dash_errname(rc));
+    return c;
+}
+
+/* One allocation, the view registered from VIEW_OFF. */
+struct fixture {
+    struct dash_client *c;
+    unsigned char *alloc;
+    struct dash_buffer *b;
+};
+
+static void fixture_open(struct fixture *f, const char *name)
+{
+    memset(f, 0, sizeof *f);
+    f->c = connect_client(name);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f->c);
+    CU_ASSERT_FATAL(cudaMalloc((void **)&f->alloc, ALLOC_BYTES) == cudaSuccess);
+    int rc = dash_cuda_register(f->c, f->alloc + VIEW_OFF, view_bytes, &f->b);
+    if (rc)
+        fprintf(stderr, "\n  dash_cuda_register: %s", dash_errname(rc));
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+}
+
+/* Whether the daemon still lists a session named `name`; -1 if it cannot be asked. */
+static int session_listed(const char *name)
+{
+    struct dash_connect_opts o = {.timeout_ms = 5000, .flags = DASH_CONNECT_NO_SESSION};
+    struct dash_client *c;
+    struct dash_stats *st;
+    if (dash_connect(D.endpoint, &o, &c) != 0)
+        return -1;
+    int listed = -1;
+    if (dash_stats(c, &st) == 0) {
+        listed = 0;
+        for (size_t i = 0; i < st->n_clients; i++)
+            listed |= !strcmp(st->clients[i].client_name, name);
+        dash_stats_free(st);
+    }
+    dash_close(c);
+    return listed;
+}
+
+/* Close the client, wait until the daemon has dropped its session (and so closed its
+ * mapping: freeing memory another process still maps is undefined), free the memory. */
+static void fixture_close(struct fixture *f, const char *name)
+{
+    dash_close(f->c);
+    int listed = 1;
+    for (int i = 0; i < 200 && listed == 1; i++) {
+        listed = session_listed(name);
+        if (listed == 1)
+            usleep(10000);
+    }
+    CU_ASSERT_EQUAL(listed, 0);
+    CU_ASSERT(cudaFree(f->alloc) == cudaSuccess);
+}
+
+/* The daemon's bits against the in-process kernels', for this client. */
+static void check_bits(struct fixture *f, const char *when)
+{
+    unsigned char *got = malloc(result_bytes());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    char why[128] = "";
+    int rc = run_through_daemon(f->c, f->b, inputs, got, why, sizeof why);
+    if (rc)
+        fprintf(stderr, "\n  %s: %s", when, why);
+    CU_ASSERT_EQUAL(rc, 0);
+    const char *diff = rc ? NULL : first_difference(got, expected);
+    if (diff)
+        fprintf(stderr, "\n  %s: %s differs from the in-process kernels", when, diff);
+    CU_ASSERT_PTR_NULL(diff);
+    free(got);
+}
+
+/* ---- raw RegisterBuffer, for what libdash would never send -------------------------------- */
+
+static void uuid_of_device0(char buf[48])
+{
+    struct cudaDeviceProp prop;
+    memset(buf, 0, 48);
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+        return;
+    const unsigned char *b = (const unsigned char *)prop.uuid.bytes;
+    snprintf(buf, 48, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+/* RegisterBuffer{handle, uuid, alloc_offset, size} on a raw session: the reply's code (-1:
+ * no reply), its message in msg. */
+static int raw_register(struct raw_client *r, const void *handle, size_t hlen, const char *uuid,
+                        uint64_t alloc_offset, uint64_t size, char *msg, size_t msglen)
+{
+    static uint64_t id = 100;
+    Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
+    rb.size = size;
+    rb.has_cuda_ipc_handle = 1;
+    rb.cuda_ipc_handle.data = (uint8_t *)handle;
+    rb.cuda_ipc_handle.len = hlen;
+    rb.device_uuid = (char *)uuid;
+    rb.has_alloc_offset = 1;
+    rb.alloc_offset = alloc_offset;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = id++;
+    req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+    req.register_buffer = &rb;
+    Dash__Reply *rep = raw_call(r, &req, 10000);
+    if (!rep)
+        return -1;
+    int code = rep->code;
+    snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
+    wire_free_reply(rep);
+    return code;
+}
+
+static void raw_goodbye(struct raw_client *r)
+{
+    Dash__Goodbye g = DASH__GOODBYE__INIT;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = 999;
+    req.body_case = DASH__REQUEST__BODY_GOODBYE;
+    req.goodbye = &g;
+    Dash__Reply *rep = raw_call(r, &req, 5000);
+    CU_ASSERT(rep && rep->code == 0);
+    wire_free_reply(rep);
+}
+
+/* ---- children (fork+exec of this binary) ------------------------------------------------- */
+
+#define CHILD_ROUNDS 4
+
+/* argv: prog --dashd-child MODE ENDPOINT SEED ARG. client (ARG "PATH,READY_FD,GO_FD"):
+ * register, say so on READY_FD, wait for a byte on GO_FD (so both clients run at once),
+ * run everything CHILD_ROUNDS times, write the result (the same every round, else exit
+ * 11) to PATH, exit 0. victim (ARG "READY_FD"): register, forward, submit backwards
+ * without waiting, write one byte to READY_FD and wait to be killed. */
+int gpu_dashd_child(int argc, char **argv)
+{
+    if (argc != 6)
+        return 2;
+    const char *mode = argv[2], *endpoint = argv[3], *arg = argv[5];
+    uint64_t child_seed = strtoull(argv[4], NULL, 10);
+    layout_init();
+    struct inputs *in = malloc(sizeof *in);
+    unsigned char *res = malloc(result_bytes()), *alloc = NULL;
+    if (!in || !res || cudaMalloc((void **)&alloc, ALLOC_BYTES) != cudaSuccess)
+        return 3;
+    inputs_fill(in, child_seed);
+    struct dash_connect_opts o = {.client_name = mode, .timeout_ms = 20000};
+    struct dash_client *c;
+    struct dash_buffer *b;
+    int rc = dash_connect(endpoint, &o, &c);
+    if (!rc)
+        rc = dash_cuda_register(c, alloc + VIEW_OFF, view_bytes, &b);
+    if (rc) {
+        fprintf(stderr, "child %s: %s\n", mode, dash_errname(rc));
+        return 4;
+    }
+    char why[128] = "";
+    if (!strcmp(mode, "client")) {
+        char path[128];
+        int ready_fd = -1, go_fd = -1;
+        char go = 0;
+        unsigned char *again = malloc(result_bytes());
+        if (!again || sscanf(arg, "%127[^,],%d,%d", path, &ready_fd, &go_fd) != 3 ||
+            write(ready_fd, "r", 1) != 1 || read(go_fd, &go, 1) != 1)
+            return 12;
+        for (int round = 0; round < CHILD_ROUNDS; round++) {
+            if ((rc = run_through_daemon(c, b, in, round ? again : res, why, sizeof why)) != 0) {
+                fprintf(stderr, "child client: %s\n", why);
+                return 5;
+            }
+            if (round && memcmp(res, again, result_bytes()) != 0)
+                return 11;
+        }
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(res, 1, result_bytes(), f) != result_bytes() || fclose(f) != 0)
+            return 6;
+        dash_close(c);
+        return 0;
+    }
+    /* victim */
+    if (view_load(dash_buffer_data(b), in))
+        return 7;
+    struct tensors ts = tensors_of(b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL,
+                          .schedule = DASH_SCHED_SHIFT};
+    if (dash_forward(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL) != 0)
+        return 8;
+    for (int i = 0; i < 16; i++) {
+        uint64_t ticket;
+        if (dash_backward_submit(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT], &t[DQ],
+                                 &t[DK], &t[DV], &ticket) != 0)
+            return 9;
+    }
+    int fd = atoi(arg);
+    if (write(fd, "r", 1) != 1)
+        return 10;
+    for (;;)
+        pause();
+}
+
+/* Start this binary as a child; its pid, or -1. extra_fd stays open in the child. */
+static pid_t spawn_child(const char *mode, const char *arg, int extra_fd)
+{
+    char seed_s[32];
+    snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* no CUDA (or ZeroMQ) here before exec: the context belongs to the parent */
+        (void)extra_fd;
+        execl("/proc/self/exe", "test_dash_gpu", "--dashd-child", mode, D.endpoint, seed_s, arg,
+              (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_child(pid_t pid)
+{
+    int status;
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_dashd_gpu_forward_backward_match_in_process_kernels(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-bits");
+    CU_ASSERT(dash_buffer_data(f.b) == f.alloc + VIEW_OFF);
+    CU_ASSERT_EQUAL(dash_buffer_size(f.b), view_bytes);
+    check_bits(&f, "first run");
+    check_bits(&f, "second run"); /* fresh poison, same bits */
+
+    struct dash_stats *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_stats(f.c, &st), 0);
+    CU_ASSERT_STRING_EQUAL(st->backend, "cuda");
+    CU_ASSERT(st->threads > 0); /* the SM count */
+    dash_stats_free(st);
+    fixture_close(&f, "gpu-bits");
+}
+
+static void test_dashd_gpu_two_client_processes_get_the_same_bits(void)
+{
+    char path[2][128], arg[2][192];
+    pid_t pid[2];
+    int ready[2], go[2];
+    CU_ASSERT_FATAL(pipe(ready) == 0 && pipe(go) == 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path[i], sizeof path[i], "/tmp/dashd-gpu-child-%d-%d.bin", (int)getpid(), i);
+        snprintf(arg[i], sizeof arg[i], "%s,%d,%d", path[i], ready[1], go[0]);
+        unlink(path[i]);
+        pid[i] = spawn_child("client", arg[i], -1);
+        CU_ASSERT_FATAL(pid[i] > 0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    /* both registered: let them loose together */
+    char byte;
+    int n_ready = 0;
+    while (n_ready < 2 && read(ready[0], &byte, 1) == 1)
+        n_ready++;
+    CU_ASSERT_EQUAL(n_ready, 2);
+    CU_ASSERT(write(go[1], "gg", 2) == 2);
+    close(ready[0]);
+    close(go[1]);
+    unsigned char *got = malloc(result_bytes());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    for (int i = 0; i < 2; i++) {
+        int status = wait_child(pid[i]);
+        if (status != 0)
+            fprintf(stderr, "\n  child %d exited with %d", i, status);
+        CU_ASSERT_EQUAL(status, 0);
+        FILE *fp = fopen(path[i], "rb");
+        size_t n = fp ? fread(got, 1, result_bytes(), fp) : 0;
+        if (fp)
+            fclose(fp);
+        unlink(path[i]);
+        CU_ASSERT_EQUAL(n, result_bytes());
+        const char *diff = n == result_bytes() ? first_difference(got, expected) : "everything";
+        if (diff)
+            fprintf(stderr, "\n  child %d: %s differs from the in-process kernels", i, diff);
+        CU_ASSERT_PTR_NULL(diff);
+    }
+    free(got);
+}
+
+static void test_dashd_gpu_bounds_are_checked(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-bounds");
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+
+    /* a tensor whose offset lies past the registered view (though inside the allocation) */
+    struct dash_tensor far = t[Q];
+    far.offset = view_bytes - 64;
+    CU_ASSERT_EQUAL(dash_forward(f.c, &a, &far, &t[K], &t[V], &t[OUT], &t[LSE], NULL), DASH_EBOUNDS);
+    far.offset = view_bytes + 4096;
+    CU_ASSERT_EQUAL(dash_forward(f.c, &a, &t[Q], &t[K], &t[V], &far, &t[LSE], NULL), DASH_EBOUNDS);
+
+    /* a view larger than the allocation: libdash sees it first */
+    struct dash_buffer *big = NULL;
+    CU_ASSERT_EQUAL(dash_cuda_register(f.c, f.alloc + VIEW_OFF, ALLOC_BYTES - VIEW_OFF + 1, &big),
+                    DASH_EBOUNDS);
+    CU_ASSERT_PTR_NULL(big);
+    /* and the daemon checks it too, for clients that do not */
+    cudaIpcMemHandle_t h;
+    CU_ASSERT_FATAL(cudaIpcGetMemHandle(&h, f.alloc) == cudaSuccess);
+    char uuid[48], msg[256];
+    uuid_of_device0(uuid);
+    struct raw_client *r = raw_connect(D.endpoint);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL_FATAL(raw_hello(r, 1), 0);
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h, uuid, VIEW_OFF, ALLOC_BYTES - VIEW_OFF + 4096,
+                                 msg, sizeof msg), DASH_EBOUNDS);
+    CU_ASSERT(strstr(msg, "allocation") != NULL);
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h, uuid, ALLOC_BYTES, 1, msg, sizeof msg),
+                    DASH_EBOUNDS);
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h, uuid, UINT64_MAX - 10, 100, msg, sizeof msg),
+                    DASH_EBOUNDS);
+    /* the whole allocation is fine, and shares the mapping the fixture's session opened */
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h, uuid, 0, ALLOC_BYTES, msg, sizeof msg), 0);
+    /* another GPU's handle, a handle of the wrong size, no uuid */
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h, "GPU-00000000-0000-0000-0000-000000000000", 0,
+                                 4096, msg, sizeof msg), DASH_ENOTSUP);
+    CU_ASSERT(strstr(msg, "another GPU") != NULL);
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h - 1, uuid, 0, 4096, msg, sizeof msg), DASH_EINVAL);
+    CU_ASSERT_EQUAL(raw_register(r, &h, sizeof h, NULL, 0, 4096, msg, sizeof msg), DASH_EINVAL);
+    raw_goodbye(r); /* release the whole-allocation registration before the memory goes */
+    raw_close(r);
+
+    /* shared memory on the CUDA backend: staged through the device, the same bits */
+    struct dash_buffer *shm = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(f.c, view_bytes, &shm), 0);
+    unsigned char *got = malloc(result_bytes());
+    char why[128] = "";
+    int rc = run_through_daemon(f.c, shm, inputs, got, why, sizeof why);
+    if (rc)
+        fprintf(stderr, "\n  shared memory on the CUDA daemon: %s", why);
+    CU_ASSERT_EQUAL(rc, 0);
+    const char *diff = rc ? NULL : first_difference(got, expected);
+    if (diff)
+        fprintf(stderr, "\n  shared memory on the CUDA daemon: %s differs", diff);
+    CU_ASSERT_PTR_NULL(diff);
+    free(got);
+    CU_ASSERT_EQUAL(dash_buffer_free(f.c, shm), 0);
+    /* still serving this client, bit for bit */
+    check_bits(&f, "after the refusals");
+    fixture_close(&f, "gpu-bounds");
+}
+
+static void test_dashd_gpu_garbage_handle_is_an_error_reply(void)
+{
+    char uuid[48], msg[256];
+    uuid_of_device0(uuid);
+    unsigned char garbage[64];
+    struct tu_rng rng;
+    tu_rng_init(&rng, seed ^ 0x6a7b);
+    for (size_t i = 0; i < sizeof garbage; i++)
+        garbage[i] = (unsigned char)tu_next(&rng);
+    struct raw_client *r = raw_connect(D.endpoint);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL_FATAL(raw_hello(r, 1), 0);
+    int code = raw_register(r, garbage, sizeof garbage, uuid, 0, 4096, msg, sizeof msg);
+    CU_ASSERT(code < 0 && code != -1);
+    CU_ASSERT(strstr(msg, "cannot open the CUDA IPC handle") != NULL);
+    memset(garbage, 0, sizeof garbage);
+    code = raw_register(r, garbage, sizeof garbage, uuid, 0, 4096, msg, sizeof msg);
+    CU_ASSERT(code < 0 && code != -1);
+    raw_close(r);
+    CU_ASSERT(dashd_alive(&D));
+    CU_ASSERT_EQUAL(raw_ping_endpoint(D.endpoint, 5000), 0);
+    struct fixture f;
+    fixture_open(&f, "gpu-after-garbage");
+    check_bits(&f, "after a garbage handle");
+    fixture_close(&f, "gpu-after-garbage");
+}
+
+static void test_dashd_gpu_client_killed_mid_request(void)
+{
+    int fds[2];
+    CU_ASSERT_FATAL(pipe(fds) == 0);
+    char fd_s[16];
+    snprintf(fd_s, sizeof fd_s, "%d", fds[1]);
+    pid_t pid = spawn_child("victim", fd_s, fds[1]);
+    CU_ASSERT_FATAL(pid > 0);
+    close(fds[1]);
+    char ready = 0;
+    ssize_t n = read(fds[0], &ready, 1); /* 16 backwards submitted */
+    close(fds[0]);
+    kill(pid, SIGKILL);
+    int status = wait_child(pid);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(status, 128 + SIGKILL);
+    CU_ASSERT(dashd_alive(&D));
+    CU_ASSERT_EQUAL(raw_ping_endpoint(D.endpoint, 10000), 0);
+    struct fixture f;
+    fixture_open(&f, "gpu-after-kill");
+    check_bits(&f, "after a client was killed");
+    fixture_close(&f, "gpu-after-kill");
+    CU_ASSERT(dashd_alive(&D));
+}
+
+static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-restart");
+    check_bits(&f, "before the restart");
+    dashd_kill(&D); /* a crash: nothing closed cleanly */
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
+    check_bits(&f, "after a SIGKILL and restart");
+    CU_ASSERT_EQUAL(dashd_stop(&D), 0); /* SIGTERM: closes the mapping it reopened */
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
+    check_bits(&f, "after a SIGTERM and restart");
+    fixture_close(&f, "gpu-restart");
+}
+
+/* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
+static void test_dashd_gpu_cpu_backend_refuses_cuda_buffers(void)
+{
+    struct dashd_proc cpu;
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&cpu, "--backend cpu --threads 2"), 0);
+    struct dash_connect_opts o = {.client_name = "gpu-on-cpu", .timeout_ms = 10000};
+    struct dash_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_connect(cpu.endpoint, &o, &c), 0);
+    unsigned char *alloc = NULL;
+    CU_ASSERT_FATAL(cudaMalloc((void **)&alloc, ALLOC_BYTES) == cudaSuccess);
+    struct dash_buffer *b = NULL;
+    CU_ASSERT_EQUAL(dash_cuda_register(c, alloc + VIEW_OFF, 4096, &b), DASH_ENOTSUP);
+    CU_ASSERT_EQUAL(dash_cuda_register(c, (void *)inputs, 4096, &b), DASH_EINVAL); /* host */
+    dash_close(c);
+    CU_ASSERT(cudaFree(alloc) == cudaSuccess);
+    CU_ASSERT_EQUAL(dashd_stop(&cpu), 0);
+}
+
+int suite_gpu_dashd(void)
+{
+    CU_pSuite s = CU_add_suite("gpu_dashd", suite_init, suite_clean);
+    if (!s)
+        return -1;
+    if (!CU_add_test(s, "test_dashd_gpu_forward_backward_match_in_process_kernels",
+                     test_dashd_gpu_forward_backward_match_in_process_kernels) ||
+        !CU_add_test(s, "test_dashd_gpu_two_client_processes_get_the_same_bits",
+                     test_dashd_gpu_two_client_processes_get_the_same_bits) ||
+        !CU_add_test(s, "test_dashd_gpu_bounds_are_checked", test_dashd_gpu_bounds_are_checked) ||
+        !CU_add_test(s, "test_dashd_gpu_garbage_handle_is_an_error_reply",
+                     test_dashd_gpu_garbage_handle_is_an_error_reply) ||
+        !CU_add_test(s, "test_dashd_gpu_client_killed_mid_request",
+                     test_dashd_gpu_client_killed_mid_request) ||
+        !CU_add_test(s, "test_dashd_gpu_client_recovers_from_daemon_restart",
+                     test_dashd_gpu_client_recovers_from_daemon_restart) ||
+        !CU_add_test(s, "test_dashd_gpu_cpu_backend_refuses_cuda_buffers",
+                     test_dashd_gpu_cpu_backend_refuses_cuda_buffers))
+        return -1;
+    return 0;
+}
