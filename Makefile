@@ -100,9 +100,10 @@ BENCH_DAEMON := $(BUILD)/bench_daemon
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
+BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu)
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_DAEMON) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS)
+	$(BENCH) $(BENCH_DAEMON) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
 
 .PHONY: all deps test test-gpu bench demo install clean help
 all: deps $(ALL)
@@ -181,6 +182,11 @@ $(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 
 # The GPU runner: the kernels in-process, and (test_dashd_gpu.c) a real dashd, which it
 # finds next to itself, driven through libdash and the raw protocol (harness.c).
+# Our kernels on the GPU; scripts/gpu_bench.sh runs it beside PyTorch's SDPA.
+$(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
+
 $(BUILD)/test_dash_gpu: $(call cuobj,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)
