@@ -17,9 +17,10 @@
  * fragments, D/2 floats per thread. Q, K, V tiles sit in shared memory, (64, D + 8) each;
  * Q and K are read with ldmatrix, V with ldmatrix.trans.
  *
- * Pipeline (single buffers, cp.async): K(n) is in flight while P V(n-1) runs, V(n) while
- * S(n) and the softmax run. With 52 KB of shared memory at D = 128, three or four CTAs
- * share an SM and hide each other's waits.
+ * Pipeline (single buffers, cp.async): K(n+1) is in flight while the softmax and P V(n)
+ * run, V(n) while S(n) runs. Resources (ptxas, sm_90a): D = 128: 164 registers, 51 KB of
+ * shared memory, 3 CTAs per SM; D = 64: 126 registers, 27 KB, 4 CTAs per SM; no spills.
+ * The CTAs sharing an SM hide each other's waits.
  *
  * Determinism. Each element of S is one chain of mma.sync over d ascending (k16 chunks);
  * each element of O one chain over kv-tiles and, within a tile, j ascending; row maxima and

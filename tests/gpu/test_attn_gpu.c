@@ -5,6 +5,10 @@
  * interleaved modes), with W 64 and W 7. Inputs are fresh random draws each run (seed
  * printed by the runner; replay with DASH_TEST_SEED); outputs are poisoned with 0xff
  * (NaN) on the device before every call, so an element the kernels forget cannot pass.
+ *
+ * Every test but one runs the implementation cuattn_new() picks (v1 unless
+ * DASH_CUATTN_IMPL=1 says v2), so the suite checks whichever is active;
+ * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat runs both.
  */
 #include "gpu_attn.h"
 
@@ -488,6 +492,114 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
     cuattn_free(ca);
 }
 
+/* v1 (CUDA cores) and v2 (tensor cores) on the same inputs, in one object switched with
+ * cuattn_set_impl: each against the float64 reference (forward, and every deterministic
+ * schedule), and v2's bytes identical over 5 repeats of grids 132, 16 and 1 (shift W 64
+ * on one CTA runs interleaved, on 132 persistent). v1 and v2 bits may differ. Case 2's
+ * dq and dk are exactly zero (one key per row), which only exact arithmetic passes. */
+static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
+{
+    const struct shape_case cases[] = {
+        {1, 300, 260, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 200, 330, 4, 4, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 1, 1, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 1000, 1000, 2, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL}, /* shift W 7 in 2 chunks */
+    };
+    const int32_t impls[] = {CUATTN_IMPL_CUDA_CORES, CUATTN_IMPL_TENSOR_CORES};
+    const int32_t grids[] = {132, 16, 1};
+    const int32_t ws[] = {SCHED_W_DEFAULT, 7};
+    struct cuattn *ca = open_device();
+    CU_ASSERT_EQUAL(cuattn_set_impl(ca, 2), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_set_impl(ca, -1), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_set_impl(NULL, CUATTN_IMPL_TENSOR_CORES), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_impl(NULL), -EINVAL);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x7c2);
+    int bad = 0, mismatches = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct eng_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
+        double *dq = malloc(sizeof(double) * (size_t)a.nq);
+        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
+        CU_ASSERT_FATAL(out && lse && dq && dk && dv);
+        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), out, lse) == 0);
+        CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq,
+                                     dk, dv) == 0);
+        const double tol = tolerance(p.dtype);
+        for (size_t ii = 0; ii < sizeof impls / sizeof impls[0]; ii++) {
+            const int32_t impl = impls[ii];
+            const int tc = impl == CUATTN_IMPL_TENSOR_CORES;
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
+            CU_ASSERT_EQUAL(cuattn_impl(ca), impl);
+            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            double err = rel_err(a.out, p.dtype, out, a.nq);
+            int lse_bad = 0;
+            for (int64_t i = 0; i < a.nlse; i++)
+                lse_bad += isinf(lse[i]) ? !(isinf(a.lse[i]) && a.lse[i] > 0)
+                                         : !(fabs(a.lse[i] - lse[i]) <= 1e-4 * (1 + fabs(lse[i])));
+            if (!(err < tol) || lse_bad) {
+                fprintf(stderr, "\n  case %zu impl %d forward: rel error %.3g (limit %.0g), %d bad lse", ci,
+                        impl, err, tol, lse_bad);
+                bad++;
+            }
+            if (tc) { /* the forward's bytes repeat too */
+                const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
+                void *out1 = malloc(qb), *lse1 = malloc(lb);
+                CU_ASSERT_FATAL(out1 && lse1);
+                memcpy(out1, a.out, qb);
+                memcpy(lse1, a.lse, lb);
+                CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+                if ((memcmp(out1, a.out, qb) != 0 || memcmp(lse1, a.lse, lb) != 0) && mismatches++ < 8)
+                    fprintf(stderr, "\n  case %zu impl %d: forward repeat differs", ci, impl);
+                free(out1);
+                free(lse1);
+            }
+            for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++)
+                for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+                    if (wi > 0 && kind != SCHED_SHIFT)
+                        continue; /* W matters to shift only */
+                    const int32_t w = ws[wi];
+                    struct eng_config cfg = {(enum sched_kind)kind, w, 0, 0};
+                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+                    double eq = rel_err(a.dq, p.dtype, dq, a.nq);
+                    double ek = rel_err(a.dk, p.dtype, dk, a.nk);
+                    double ev = rel_err(a.dv, p.dtype, dv, a.nk);
+                    if (!(eq < tol && ek < tol && ev < tol)) {
+                        fprintf(stderr, "\n  case %zu impl %d %s W %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
+                                ci, impl, sched_kind_name(cfg.sched), w, eq, ek, ev, tol);
+                        bad++;
+                    }
+                    if (!tc)
+                        continue;
+                    struct grads base;
+                    grads_take(&base, &a);
+                    for (int rep = 0; rep < 5; rep++)
+                        for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                            int32_t mode = 0, used_grid = 0;
+                            cuattn__last_launch(ca, &mode, &used_grid);
+                            if (!grads_equal(&base, &a) && mismatches++ < 8)
+                                fprintf(stderr, "\n  case %zu impl %d %s W %d: repeat %d grid %d (%s, %d CTAs) differs",
+                                        ci, impl, sched_kind_name(cfg.sched), w, rep, grids[gi],
+                                        mode == 2 ? "interleaved" : "persistent", used_grid);
+                        }
+                    grads_free(&base);
+                }
+        }
+        free(out);
+        free(lse);
+        free(dq);
+        free(dk);
+        free(dv);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    cuattn_free(ca);
+}
+
 static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
 {
     struct cuattn *bad = NULL;
@@ -581,6 +693,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_atomic_is_close_to_reference) ||
         !CU_add_test(s, "test_attn_gpu_strided_views_give_same_bits",
                      test_attn_gpu_strided_views_give_same_bits) ||
+        !CU_add_test(s, "test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat",
+                     test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config))
         return -1;
