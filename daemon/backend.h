@@ -54,7 +54,7 @@ struct backend_cuda_buffer {
 
 struct backend {
     const char *name;   /* "cpu", "cuda": what OpResult.backend and HelloReply.backend say */
-    char device[160];   /* a readable description for HelloReply.device and the log */
+    char device[256];   /* a readable description for HelloReply.device and the log */
     struct val_limits limits;
     unsigned buffer_kinds; /* bit (1u << enum shmbuf_kind) for each kind computed on */
     void *impl;

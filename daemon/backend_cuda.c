@@ -522,8 +522,10 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
 
     struct backend *b = &c->base;
     b->name = "cuda";
-    snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s)", prop.name, device,
-             (int)c->sms, c->uuid);
+    /* the kernel implementation is part of what the bits depend on: say which */
+    snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
+             prop.name, device, (int)c->sms, c->uuid,
+             cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES ? "v2 tensor cores" : "v1 CUDA cores");
     b->limits = (struct val_limits){.head_dim_min = 64,
                                     .head_dim_max = 128,
                                     .block_max = CUATTN_BLOCK,

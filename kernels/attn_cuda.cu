@@ -68,15 +68,16 @@ static int err_code(cudaError_t err)
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-/* DASH_CUATTN_IMPL: unset or empty -> v1, "0" -> v1, "1" -> v2, else -EINVAL. */
+/* DASH_CUATTN_IMPL: "0" -> v1, "1", unset or empty -> v2 (validated on an H200,
+ * bench/results/gpu-2026-11-29.md), else -EINVAL. */
 static int env_impl(int32_t *ret)
 {
     const char *env = getenv("DASH_CUATTN_IMPL");
-    if (!env || !*env || strcmp(env, "0") == 0) {
+    if (env && strcmp(env, "0") == 0) {
         *ret = CUATTN_IMPL_CUDA_CORES;
         return 0;
     }
-    if (strcmp(env, "1") == 0) {
+    if (!env || !*env || strcmp(env, "1") == 0) {
         *ret = CUATTN_IMPL_TENSOR_CORES;
         return 0;
     }

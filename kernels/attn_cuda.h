@@ -4,10 +4,10 @@
  * (kernels/engine.h).
  *
  * Two implementations of the kernels, chosen per object (cuattn_set_impl):
- *   v1 (CUATTN_IMPL_CUDA_CORES, the default for now): built for correctness and
+ *   v1 (CUATTN_IMPL_CUDA_CORES): built for correctness and
  *      determinism, not speed: 64x64 tiles, 256 threads per CTA, fp32 arithmetic on CUDA
  *      cores, inputs staged in shared memory as fp16/bf16.
- *   v2 (CUATTN_IMPL_TENSOR_CORES): the same tiles, schedules, masks and modes, with the
+ *   v2 (CUATTN_IMPL_TENSOR_CORES, the default): the same tiles, schedules, masks and modes, with the
  *      products on tensor cores (mma.sync, fp32 accumulators); P and dS are rounded to the
  *      input dtype before the products that take them, as FlashAttention does.
  * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
@@ -60,8 +60,8 @@ struct cuattn;
 #define CUATTN_IMPL_CUDA_CORES 0   /* v1 */
 #define CUATTN_IMPL_TENSOR_CORES 1 /* v2 */
 
-/* Open `device` (a CUDA device ordinal). The implementation starts as v1, or as the one
- * the environment variable DASH_CUATTN_IMPL names ("0" v1, "1" v2; unset or empty: v1).
+/* Open `device` (a CUDA device ordinal). The implementation starts as v2, or as the one
+ * the environment variable DASH_CUATTN_IMPL names ("0" v1, "1" v2; unset or empty: v2).
  * Returns 0 and *ret, or -ENODEV (no such usable device), -EINVAL (DASH_CUATTN_IMPL is
  * set to anything else), -EIO (CUDA failed) or -ENOMEM. *ret is untouched on failure. */
 int cuattn_new(int device, struct cuattn **ret);
