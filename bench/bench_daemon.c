@@ -47,6 +47,8 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "bench/benchmeta.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -897,88 +899,6 @@ static int read_daemon_stats(struct bench *b)
 
 /* ---- the report --------------------------------------------------------------------- */
 
-static void read_cpu_model(char *buf, size_t cap)
-{
-    snprintf(buf, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        char *v = strchr(line, ':');
-        if (!v)
-            continue;
-        v += 1 + strspn(v + 1, " \t");
-        v[strcspn(v, "\n")] = '\0';
-        snprintf(buf, cap, "%s", v);
-        break;
-    }
-    fclose(f);
-}
-
-/* Runs cmd; returns 1 and its first output line (newline stripped) if it exited 0. */
-static int run_capture(const char *cmd, char *buf, size_t cap, int *ret_any_output)
-{
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        return 0;
-    buf[0] = '\0';
-    int any = fgets(buf, (int)cap, f) != NULL;
-    char sink[256];
-    while (fgets(sink, sizeof sink, f)) /* drain, so the child never blocks on a full pipe */
-        ;
-    int status = pclose(f);
-    buf[strcspn(buf, "\n")] = '\0';
-    if (ret_any_output)
-        *ret_any_output = any;
-    return status == 0;
-}
-
-static void read_git_commit(char *buf, size_t cap)
-{
-    char line[128];
-    int dirty = 0;
-    if (!run_capture("git rev-parse --short HEAD 2>/dev/null", line, sizeof line, NULL) ||
-        !line[0]) {
-        snprintf(buf, cap, "unknown");
-        return;
-    }
-    char status[256];
-    /* Dirty only if we can tell: a failing `git status` leaves the plain commit. */
-    if (!run_capture("git status --porcelain --untracked-files=no 2>/dev/null", status, sizeof status, &dirty))
-        dirty = 0;
-    snprintf(buf, cap, "%s%s", line, dirty ? "-dirty" : "");
-}
-
-/* argv joined by spaces, with arguments a shell would split quoted. */
-static void format_cmdline(char *buf, size_t cap, int argc, char **argv)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < argc && used < cap; i++) {
-        const char *a = argv[i];
-        int plain = a[0] && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                       "0123456789_-+=.,/:@%") == strlen(a);
-        int n = snprintf(buf + used, cap - used, plain ? "%s%s" : "%s'%s'", i ? " " : "", a);
-        if (n < 0)
-            break;
-        used += (size_t)n;
-    }
-}
-
-static void read_loadavg(char *buf, size_t cap)
-{
-    double l1, l5, l15;
-    snprintf(buf, cap, "unknown");
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (!f)
-        return;
-    if (fscanf(f, "%lf %lf %lf", &l1, &l5, &l15) == 3)
-        snprintf(buf, cap, "%.2f, %.2f, %.2f", l1, l5, l15);
-    fclose(f);
-}
 
 struct meta {
     char date_iso[32], date_day[16], cpu[256], commit[160], cmdline[4096], loadavg[64];
@@ -1144,10 +1064,10 @@ int main(int argc, char **argv)
     gmtime_r(&t0, &utc);
     strftime(m.date_iso, sizeof m.date_iso, "%Y-%m-%dT%H:%M:%SZ", &utc);
     strftime(m.date_day, sizeof m.date_day, "%Y-%m-%d", &utc);
-    read_cpu_model(m.cpu, sizeof m.cpu);
-    read_loadavg(m.loadavg, sizeof m.loadavg);
-    read_git_commit(m.commit, sizeof m.commit);
-    format_cmdline(m.cmdline, sizeof m.cmdline, argc, argv);
+    bmeta_cpu_model(m.cpu, sizeof m.cpu);
+    bmeta_loadavg(m.loadavg, sizeof m.loadavg);
+    bmeta_git_commit(m.commit, sizeof m.commit);
+    bmeta_cmdline(m.cmdline, sizeof m.cmdline, argc, argv);
 
     if ((rc = find_dashd(argv[0], b.dashd, sizeof b.dashd))) {
         fprintf(stderr, "bench_daemon: no dashd next to %s (%s): %s; build it with "
