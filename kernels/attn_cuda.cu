@@ -26,15 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CUATTN_AUTO_CACHE 16
 #define CUATTN_ALIGN 256
-
-struct cuattn_auto_entry {
-    int valid;
-    struct sched_shape shape;
-    int32_t w;
-    enum sched_kind kind;
-};
 
 struct cuattn {
     int device;
@@ -46,8 +38,7 @@ struct cuattn {
     int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1) or CUATTN_IMPL_TENSOR_CORES (v2) */
     int force_interleaved;
     int32_t last_mode, last_grid;
-    struct cuattn_auto_entry auto_cache[CUATTN_AUTO_CACHE];
-    int32_t auto_next;
+    struct dag_auto_cache auto_cache;
 };
 
 static int err_code(cudaError_t err)
@@ -177,29 +168,6 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
 
 /* ---- validation ---------------------------------------------------------------------- */
 
-static int auto_kind(struct cuattn *a, const struct sched_shape *sh, int32_t w,
-                     enum sched_kind *ret)
-{
-    for (int i = 0; i < CUATTN_AUTO_CACHE; i++) {
-        const struct cuattn_auto_entry *e = &a->auto_cache[i];
-        if (e->valid && e->w == w && memcmp(&e->shape, sh, sizeof *sh) == 0) {
-            *ret = e->kind;
-            return 0;
-        }
-    }
-    enum sched_kind kind;
-    int rc = dag_auto(sh, w, &kind);
-    if (rc)
-        return rc;
-    struct cuattn_auto_entry *e = &a->auto_cache[a->auto_next++ % CUATTN_AUTO_CACHE];
-    memset(e, 0, sizeof *e);
-    e->valid = 1;
-    e->shape = *sh;
-    e->w = w;
-    e->kind = kind;
-    *ret = kind;
-    return 0;
-}
 
 /* eng__prepare's rules (defaults, SCHED_AUTO by dag_auto on the configured W) plus the
  * kernels' limits: fp16/bf16, head dim 64 or 128, 64x64 tiles. */
@@ -234,7 +202,7 @@ static int prepare(struct cuattn *a, const struct eng_problem *p, const struct e
     sh.block_m = c.block_m;
     sh.block_n = c.block_n;
     sh.mask = p->mask;
-    if (c.sched == SCHED_AUTO && (rc = auto_kind(a, &sh, c.w, &c.sched)))
+    if (c.sched == SCHED_AUTO && (rc = dag_auto_cached(&a->auto_cache, &sh, c.w, &c.sched)))
         return rc;
     struct sched s;
     if ((rc = sched_init(&s, c.sched, &sh, c.w)))

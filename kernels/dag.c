@@ -279,6 +279,31 @@ static int64_t additions_per_head(const struct sched *s)
     return a;
 }
 
+int dag_auto_cached(struct dag_auto_cache *c, const struct sched_shape *shape, int32_t w,
+                    enum sched_kind *ret_kind)
+{
+    if (!c || !shape || !ret_kind)
+        return -EINVAL;
+    for (int i = 0; i < DAG_AUTO_CACHE; i++)
+        if (c->entry[i].valid && c->entry[i].w == w &&
+            memcmp(&c->entry[i].shape, shape, sizeof *shape) == 0) {
+            *ret_kind = c->entry[i].kind;
+            return 0;
+        }
+    enum sched_kind kind;
+    int rc = dag_auto(shape, w, &kind);
+    if (rc)
+        return rc;
+    int i = (int)(c->next++ % DAG_AUTO_CACHE);
+    memset(&c->entry[i], 0, sizeof c->entry[i]);
+    c->entry[i].valid = 1;
+    c->entry[i].shape = *shape;
+    c->entry[i].w = w;
+    c->entry[i].kind = kind;
+    *ret_kind = kind;
+    return 0;
+}
+
 int dag_auto(const struct sched_shape *shape, int32_t w, enum sched_kind *ret_kind)
 {
     static const enum sched_kind candidates[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,

@@ -64,4 +64,22 @@ int dag_write_dot(FILE *f, const struct sched *s, int32_t sms, double c, double 
  */
 int dag_auto(const struct sched_shape *shape, int32_t w, enum sched_kind *ret_kind);
 
+/* The last DAG_AUTO_CACHE answers of dag_auto(), so a backend pays for the model once per
+ * shape. Zero-initialise it. Not thread-safe: one per engine. */
+#define DAG_AUTO_CACHE 16
+struct dag_auto_cache {
+    struct {
+        int valid;
+        struct sched_shape shape; /* compared as bytes: callers zero its padding */
+        int32_t w;
+        enum sched_kind kind;
+    } entry[DAG_AUTO_CACHE];
+    int32_t next;
+};
+
+/* dag_auto() through the cache. shape's padding bytes must be zero (memset it before
+ * filling the fields). Same returns as dag_auto(). */
+int dag_auto_cached(struct dag_auto_cache *c, const struct sched_shape *shape, int32_t w,
+                    enum sched_kind *ret_kind);
+
 #endif

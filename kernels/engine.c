@@ -124,28 +124,6 @@ int eng__check_tensor(const struct eng_tensor *t, int32_t batch, int32_t seqlen,
     return 0;
 }
 
-static int auto_kind(struct eng *e, const struct sched_shape *sh, int32_t w, enum sched_kind *ret)
-{
-    for (int i = 0; i < ENG__AUTO_CACHE; i++) {
-        struct eng__auto_entry *a = &e->auto_cache[i];
-        if (a->valid && a->w == w && memcmp(&a->shape, sh, sizeof *sh) == 0) {
-            *ret = a->kind;
-            return 0;
-        }
-    }
-    enum sched_kind kind;
-    int rc = dag_auto(sh, w, &kind);
-    if (rc)
-        return rc;
-    struct eng__auto_entry *a = &e->auto_cache[e->auto_next++ % ENG__AUTO_CACHE];
-    memset(a, 0, sizeof *a);
-    a->valid = 1;
-    a->shape = *sh;
-    a->w = w;
-    a->kind = kind;
-    *ret = kind;
-    return 0;
-}
 
 int eng__prepare(struct eng *e, const struct eng_problem *p, const struct eng_config *cfg,
                  struct eng_config *ret_cfg, struct sched *ret_geo)
@@ -175,7 +153,7 @@ int eng__prepare(struct eng *e, const struct eng_problem *p, const struct eng_co
     sh.block_m = c.block_m;
     sh.block_n = c.block_n;
     sh.mask = p->mask;
-    if (c.sched == SCHED_AUTO && (rc = auto_kind(e, &sh, c.w, &c.sched)))
+    if (c.sched == SCHED_AUTO && (rc = dag_auto_cached(&e->auto_cache, &sh, c.w, &c.sched)))
         return rc;
     struct sched geo;
     if ((rc = sched_init(&geo, c.sched, &sh, c.w)))

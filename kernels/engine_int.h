@@ -5,28 +5,20 @@
 #ifndef DASH_ENGINE_INT_H
 #define DASH_ENGINE_INT_H
 
+#include "dag.h"
 #include "engine.h"
 #include "pool.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define ENG__AUTO_CACHE 16
 #define ENG__ALIGN 64
-
-struct eng__auto_entry {
-    int valid;
-    struct sched_shape shape;
-    int32_t w;
-    enum sched_kind kind;
-};
 
 struct eng {
     struct pool *pool;
     unsigned char *scratch; /* grow-only arena, reused by every call */
     size_t scratch_cap;
-    struct eng__auto_entry auto_cache[ENG__AUTO_CACHE];
-    int32_t auto_next;
+    struct dag_auto_cache auto_cache;
 };
 
 /* Carves aligned pieces out of the engine's arena. First pass (base == NULL) only counts. */

@@ -154,6 +154,25 @@ static void test_dag_auto_picks_fastest_modelled_schedule(void)
     CU_ASSERT(sched_is_deterministic(k));
 }
 
+/* The cache answers exactly what dag_auto answers, also after it has wrapped around. */
+static void test_dag_auto_cache_gives_dag_auto_answers(void)
+{
+    struct dag_auto_cache c;
+    memset(&c, 0, sizeof c);
+    for (int round = 0; round < 2; round++)
+        for (int32_t t = 1; t <= DAG_AUTO_CACHE + 5; t++) {
+            struct sched_shape sh;
+            memset(&sh, 0, sizeof sh);
+            sh.batch = 1, sh.heads = 1 + t % 3, sh.seqlen_q = sh.seqlen_k = t * 16;
+            sh.block_m = sh.block_n = 16, sh.mask = (enum sched_mask)(t % 2);
+            enum sched_kind want, got = SCHED_AUTO;
+            CU_ASSERT_EQUAL_FATAL(dag_auto(&sh, 4, &want), 0);
+            CU_ASSERT_EQUAL(dag_auto_cached(&c, &sh, 4, &got), 0);
+            CU_ASSERT_EQUAL(got, want);
+        }
+    CU_ASSERT_EQUAL(dag_auto_cached(NULL, NULL, 4, NULL), -EINVAL);
+}
+
 int suite_dag(void)
 {
     CU_pSuite s = CU_add_suite("dag", NULL, NULL);
@@ -166,5 +185,6 @@ int suite_dag(void)
     ADD_TEST(s, test_dag_rejects_bad_arguments);
     ADD_TEST(s, test_dag_dot_has_every_node_and_chain);
     ADD_TEST(s, test_dag_auto_picks_fastest_modelled_schedule);
+    ADD_TEST(s, test_dag_auto_cache_gives_dag_auto_answers);
     return 0;
 }
