@@ -549,7 +549,9 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
     }
     Dash__Request *req = wire_decode_request(m->data, m->len, WIRE_DECODE_BUDGET);
     if (!req) {
-        reply_error(d, m->rid, m->rid_len, 0, DASH_EMALFORMED,
+        /* echo the id when the message at least starts with it, so the client knows which
+         * of its requests this is */
+        reply_error(d, m->rid, m->rid_len, wire_peek_id(m->data, m->len), DASH_EMALFORMED,
                     "%zu bytes that do not decode as a dash.Request", m->len);
         return;
     }

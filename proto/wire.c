@@ -95,6 +95,20 @@ void wire_free_reply(Dash__Reply *m)
         protobuf_c_message_free_unpacked((ProtobufCMessage *)m, &free_only);
 }
 
+uint64_t wire_peek_id(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    if (!p || len < 2 || p[0] != 0x08) /* field 1, wire type 0 (varint) */
+        return 0;
+    uint64_t id = 0;
+    for (size_t i = 1; i < len && i <= 10; i++) {
+        id |= (uint64_t)(p[i] & 0x7f) << (7 * (i - 1));
+        if (!(p[i] & 0x80))
+            return id;
+    }
+    return 0; /* the varint does not end: not an id */
+}
+
 int wire_encode(const ProtobufCMessage *m, void **ret_buf, size_t *ret_len)
 {
     size_t len = protobuf_c_message_get_packed_size(m);

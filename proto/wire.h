@@ -46,6 +46,10 @@ Dash__Reply *wire_decode_reply(const void *data, size_t len, size_t budget);
 void wire_free_request(Dash__Request *m);
 void wire_free_reply(Dash__Reply *m);
 
+/* The request id of an undecodable message, if it starts with a well-formed field 1
+ * (Request.id, a varint) as every encoder writes it; else 0. */
+uint64_t wire_peek_id(const void *data, size_t len);
+
 /* Encode any message into a malloc'd buffer. Returns 0 or -ENOMEM / -EMSGSIZE (encoded
  * size over WIRE_MAX_MESSAGE). */
 int wire_encode(const ProtobufCMessage *m, void **ret_buf, size_t *ret_len);

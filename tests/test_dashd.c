@@ -289,7 +289,7 @@ static void test_dashd_garbage_gets_malformed_and_daemon_serves_others(void)
     CU_ASSERT_FATAL(wire_encode(&req.base, &buf, &len) == 0);
     CU_ASSERT_EQUAL(raw_send(r, buf, len - 5), 0);
     rep = raw_recv(r, 5000);
-    CU_ASSERT(rep && rep->code == DASH_EMALFORMED);
+    CU_ASSERT(rep && rep->code == DASH_EMALFORMED && rep->id == 77); /* the id is echoed */
     wire_free_reply(rep);
     /* the same connection still works afterwards, with the payload echoed */
     rep = raw_call(r, &req, 5000);

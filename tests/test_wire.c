@@ -109,6 +109,18 @@ static void test_wire_survives_garbage_truncation_and_corruption(void)
     free(buf);
 }
 
+static void test_wire_peek_id_reads_only_a_leading_id(void)
+{
+    const unsigned char ok[] = {0x08, 0xac, 0x02, 0xff};  /* id 300, then junk */
+    const unsigned char open_varint[] = {0x08, 0x80, 0x80}; /* never ends */
+    const unsigned char other[] = {0x10, 0x05};             /* field 2 first */
+    CU_ASSERT_EQUAL(wire_peek_id(ok, sizeof ok), 300u);
+    CU_ASSERT_EQUAL(wire_peek_id(open_varint, sizeof open_varint), 0u);
+    CU_ASSERT_EQUAL(wire_peek_id(other, sizeof other), 0u);
+    CU_ASSERT_EQUAL(wire_peek_id(ok, 1), 0u);
+    CU_ASSERT_EQUAL(wire_peek_id(NULL, 4), 0u);
+}
+
 static void test_wire_decode_respects_budget(void)
 {
     void *buf;
@@ -188,6 +200,7 @@ int suite_wire(void)
     ADD_TEST(s, test_wire_request_round_trips);
     ADD_TEST(s, test_wire_survives_garbage_truncation_and_corruption);
     ADD_TEST(s, test_wire_decode_respects_budget);
+    ADD_TEST(s, test_wire_peek_id_reads_only_a_leading_id);
     ADD_TEST(s, test_wire_encode_refuses_oversized_message);
     ADD_TEST(s, test_wire_default_endpoint_follows_environment);
     return 0;
