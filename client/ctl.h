@@ -59,6 +59,12 @@ int ctl__endpoint(const char *cmd, const char *arg, char *buf, size_t len);
 /* dash_connect() without a session, as "dashctl". Returns 0 or its code; reports nothing. */
 int ctl__connect(const char *endpoint, int timeout_ms, struct dash_client **ret_client);
 
+/* What every daemon command does once getopt is done: returns an exit status to return
+ * with (the parse failed: rc; --help: usage printed, CTL_EXIT_OK; a stray argument:
+ * CTL_EXIT_USAGE; a bad endpoint) or -1 to carry on with the endpoint resolved in buf. */
+int ctl__after_options(const char *cmd, int rc, int help, const char *usage, int argc,
+                       char **argv, const char *endpoint_arg, char *buf, size_t len);
+
 /* Report a failed ctl__connect() on stderr ("dashd is not running at E" for a timeout);
  * returns the exit status: CTL_EXIT_USAGE for an unusable endpoint, else CTL_EXIT_FAIL. */
 int ctl__connect_failed(const char *cmd, const char *endpoint, int timeout_ms, int rc);

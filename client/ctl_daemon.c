@@ -69,6 +69,22 @@ int ctl__endpoint(const char *cmd, const char *arg, char *buf, size_t len)
     return 0;
 }
 
+int ctl__after_options(const char *cmd, int rc, int help, const char *usage, int argc,
+                       char **argv, const char *endpoint_arg, char *buf, size_t len)
+{
+    if (rc)
+        return rc;
+    if (help) {
+        fputs(usage, stdout);
+        return CTL_EXIT_OK;
+    }
+    if (optind < argc)
+        return ctl__usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if ((rc = ctl__endpoint(cmd, endpoint_arg, buf, len)) != 0)
+        return rc;
+    return -1;
+}
+
 int ctl__connect(const char *endpoint, int timeout_ms, struct dash_client **ret_client)
 {
     struct dash_connect_opts o = {

@@ -71,15 +71,8 @@ int ctl_ping(int argc, char **argv)
             break;
         }
     }
-    if (rc)
-        return rc;
-    if (help) {
-        fputs(usage_text, stdout);
-        return CTL_EXIT_OK;
-    }
-    if (optind < argc)
-        return ctl__usage_error("ping", "unexpected argument '%s'", argv[optind]);
-    if ((rc = ctl__endpoint("ping", endpoint_arg, endpoint, sizeof endpoint)) != 0)
+    if ((rc = ctl__after_options("ping", rc, help, usage_text, argc, argv, endpoint_arg,
+                                 endpoint, sizeof endpoint)) >= 0)
         return rc;
 
     uint64_t *rtts = malloc(sizeof *rtts * (size_t)count);

@@ -249,15 +249,8 @@ int ctl_stats(int argc, char **argv)
             break;
         }
     }
-    if (rc)
-        return rc;
-    if (help) {
-        fputs(usage_text, stdout);
-        return CTL_EXIT_OK;
-    }
-    if (optind < argc)
-        return ctl__usage_error("stats", "unexpected argument '%s'", argv[optind]);
-    if ((rc = ctl__endpoint("stats", endpoint_arg, endpoint, sizeof endpoint)) != 0)
+    if ((rc = ctl__after_options("stats", rc, help, usage_text, argc, argv, endpoint_arg,
+                                 endpoint, sizeof endpoint)) >= 0)
         return rc;
 
     struct dash_client *c;
