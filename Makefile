@@ -100,7 +100,7 @@ BENCH_DAEMON := $(BUILD)/bench_daemon
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
-BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu)
+BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon)
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
 	$(BENCH) $(BENCH_DAEMON) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
@@ -186,6 +186,12 @@ $(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 $(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
+
+# dashd on the GPU vs the kernels in process (the daemon overhead target of issue 4).
+$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c) $(call cuobj,$(CUDA_KERNELS_CU)) \
+		$(LIBDASH_A) $(LIBKERNELS) | $(DASHD)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter-out $(DASHD),$^) $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 $(BUILD)/test_dash_gpu: $(call cuobj,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")

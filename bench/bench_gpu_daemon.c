@@ -1,0 +1,175 @@
+/*
+ * bench_gpu_daemon.c - what serving through dashd costs on the GPU: the same forward and
+ * backward (bf16, hdim 128, 16 heads, causal and full, 16384 tokens) timed through a
+ * dashd on the same GPU (device memory registered with dash_cuda_register, so no copies)
+ * and in this process with the kernels directly. Prints a Markdown table.
+ *
+ *   bench_gpu_daemon [--reps N] [--seqlen S]     (dashd is started from argv[0]'s folder)
+ *
+ * Timing: the client's wall clock around each blocking call, median of N after two
+ * warm-ups; the daemon's own run_us is reported beside it.
+ */
+#include "client/dash.h"
+#include "kernels/attn_cuda.h"
+
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "bench_gpu_daemon: %s: %s\n", #call, cudaGetErrorString(e_)); \
+            goto out;                                                                    \
+        }                                                                                \
+    } while (0)
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 10, S = 4096;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seqlen") == 0 && i + 1 < argc)
+            S = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_gpu_daemon [--reps N] [--seqlen S]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 200 || S < 64 || 16384 % S)
+        return 2;
+    const int D = 128, H = 16, B = 16384 / S;
+    char dir[PATH_MAX], endpoint[128], cmd[PATH_MAX + 256];
+    snprintf(dir, sizeof dir, "%s", argv[0]);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/dashd-gpubench-%d.sock", (int)getpid());
+    pid_t daemon = fork();
+    if (daemon == 0) {
+        snprintf(cmd, sizeof cmd, "%s/dashd", dir);
+        execl(cmd, "dashd", "--endpoint", endpoint, "--backend", "cuda", "--log-level", "warn",
+              (char *)NULL);
+        _exit(127);
+    }
+    int ok = 0;
+    struct dash_client *c = NULL;
+    struct dash_buffer *buf = NULL;
+    struct cuattn *a = NULL;
+    unsigned char *mem = NULL;
+    struct dash_connect_opts o = {.client_name = "bench_gpu_daemon", .timeout_ms = 30000};
+    for (int i = 0; i < 100 && dash_connect(endpoint, &o, &c) != 0; i++)
+        usleep(100000);
+    if (!c) {
+        fprintf(stderr, "bench_gpu_daemon: dashd did not come up\n");
+        goto out;
+    }
+    size_t n = (size_t)16384 * H * D, tb = n * 2, lb = (size_t)B * H * S * 4;
+    /* q k v out dout dq dk dv, then lse, in one allocation */
+    CHECK(cudaMalloc((void **)&mem, 8 * tb + lb));
+    {
+        uint16_t *h = malloc(tb);
+        uint64_t s = 42;
+        for (int t = 0; t < 8; t++) {
+            for (size_t i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                h[i] = dtype_f32_to_bf16((float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 3);
+            }
+            CHECK(cudaMemcpy(mem + t * tb, h, tb, cudaMemcpyHostToDevice));
+        }
+        free(h);
+    }
+    int rc = dash_cuda_register(c, mem, 8 * tb + lb, &buf);
+    if (rc == 0)
+        rc = cuattn_new(0, &a);
+    if (rc) {
+        fprintf(stderr, "bench_gpu_daemon: setup: %s\n", dash_strerror(rc));
+        goto out;
+    }
+    printf("# dashd on the GPU vs the kernels in process\n\n| mask | op | in-process ms | through dashd ms | "
+           "dashd run_us/1000 | overhead |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    for (int causal = 0; causal < 2; causal++) {
+        struct dash_tensor t[9];
+        for (int i = 0; i < 8; i++)
+            t[i] = dash_tensor_dense(buf, (uint64_t)i * tb, B, S, H, D);
+        t[8] = dash_tensor_lse(buf, 8 * tb, B, H, S);
+        struct dash_attn at = {.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
+                               .schedule = DASH_SCHED_AUTO};
+        struct eng_problem p = {B, S, S, H, H, D, DTYPE_BF16, causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
+                                (float)(1.0 / sqrt((double)D))};
+#define E(i) eng_dense(mem + (size_t)(i) * tb, S, H, D)
+        float *lse = (float *)(void *)(mem + 8 * tb);
+        for (int op = 0; op < 2; op++) {
+            double tin[200], tdm[200], run[200];
+            struct dash_result r;
+            for (int k = -2; k < reps; k++) {
+                double t0 = now_ms();
+                rc = op == 0 ? cuattn_forward(a, &p, NULL, E(3), lse, E(0), E(1), E(2), NULL)
+                             : cuattn_backward(a, &p, NULL, 0, E(5), E(6), E(7), E(0), E(1), E(2),
+                                               E(3), lse, E(4), NULL);
+                double t1 = now_ms();
+                if (rc == 0)
+                    rc = op == 0 ? dash_forward(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8], &r)
+                                 : dash_backward(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4],
+                                                 &t[5], &t[6], &t[7], &r);
+                double t2 = now_ms();
+                if (rc) {
+                    fprintf(stderr, "bench_gpu_daemon: %s\n", dash_strerror(rc));
+                    goto out;
+                }
+                if (k >= 0) {
+                    tin[k] = t1 - t0;
+                    tdm[k] = t2 - t1;
+                    run[k] = r.run_us / 1000.0;
+                }
+            }
+            double mi = median(tin, reps), md = median(tdm, reps), mr = median(run, reps);
+            printf("| %s | %s | %.3f | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
+                   op ? "backward" : "forward", mi, md, mr, 100.0 * (md - mi) / mi);
+        }
+#undef E
+    }
+    printf("\nbf16, batch %d x seqlen %d, 16 heads, hdim 128, schedule auto; median of %d after 2 "
+           "warm-ups; overhead = (dashd - in-process) / in-process.\n", B, S, reps);
+    ok = 1;
+out:
+    if (buf)
+        dash_buffer_free(c, buf);
+    dash_close(c);
+    cuattn_free(a);
+    if (mem)
+        cudaFree(mem);
+    kill(daemon, SIGTERM);
+    waitpid(daemon, NULL, 0);
+    return ok ? 0 : 1;
+}
