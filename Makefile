@@ -146,10 +146,10 @@ $(LIBDASH_A): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # The static CUDA runtime inside libdash.so stays private (--exclude-libs): a program that
-# also loads libcudart.so must keep calling its own.
+# also loads libcudart.so must keep calling its own. client/libdash.map exports dash_* only.
 $(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libdash.so.0 -Wl,--exclude-libs,ALL -o $@ $^ \
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libdash.so.0 -Wl,--version-script=client/libdash.map -Wl,--exclude-libs,ALL -o $@ $^ \
 		$(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
