@@ -73,8 +73,8 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/job.c
-BENCH_SRC := bench/bench_engine.c bench/benchmeta.c
-BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c
+BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
+BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c bench/benchrng.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
 CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu \

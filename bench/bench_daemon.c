@@ -48,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "bench/benchmeta.h"
+#include "bench/benchrng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,30 +209,6 @@ static int samples_push(struct samples *s, double x)
     return 0;
 }
 
-/* splitmix64 and Box-Muller, as bench_engine.c fills its inputs. */
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *state)
-{
-    return ((double)(rng_next(state) >> 11) + 1.0) * 0x1.0p-53;
-}
-
-static void fill_normal(void *dst, size_t n, uint64_t *state)
-{
-    const double two_pi = 6.283185307179586;
-    for (size_t i = 0; i < n; i += 2) {
-        double r = sqrt(-2.0 * log(rng_unit(state))), t = two_pi * rng_unit(state);
-        dtype_store(dst, DTYPE_BF16, (int64_t)i, (float)(r * cos(t)));
-        if (i + 1 < n)
-            dtype_store(dst, DTYPE_BF16, (int64_t)i + 1, (float)(r * sin(t)));
-    }
-}
 
 static size_t elems_of(const struct shape *s)
 {
@@ -260,10 +237,10 @@ static struct layout layout_of(const struct shape *s)
 static void fill_inputs(char *base, const struct layout *L, const struct shape *s)
 {
     uint64_t rng = BENCH_SEED;
-    fill_normal(base + L->q, elems_of(s), &rng);
-    fill_normal(base + L->k, elems_of(s), &rng);
-    fill_normal(base + L->v, elems_of(s), &rng);
-    fill_normal(base + L->dout, elems_of(s), &rng);
+    bench_fill_bf16(base + L->q, elems_of(s), &rng);
+    bench_fill_bf16(base + L->k, elems_of(s), &rng);
+    bench_fill_bf16(base + L->v, elems_of(s), &rng);
+    bench_fill_bf16(base + L->dout, elems_of(s), &rng);
 }
 
 /* Every tensor of a problem laid out by layout_of() in b. */

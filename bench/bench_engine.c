@@ -34,6 +34,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "bench/benchmeta.h"
+#include "bench/benchrng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,31 +124,6 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* splitmix64: tiny, and good enough to feed Box-Muller. */
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1]: never 0, so log() below stays finite. */
-static double rng_unit(uint64_t *state)
-{
-    return ((double)(rng_next(state) >> 11) + 1.0) * 0x1.0p-53;
-}
-
-static void fill_normal(uint16_t *dst, size_t n, uint64_t *state)
-{
-    const double two_pi = 6.283185307179586;
-    for (size_t i = 0; i < n; i += 2) {
-        double r = sqrt(-2.0 * log(rng_unit(state))), t = two_pi * rng_unit(state);
-        dtype_store(dst, DTYPE_BF16, (int64_t)i, (float)(r * cos(t)));
-        if (i + 1 < n)
-            dtype_store(dst, DTYPE_BF16, (int64_t)i + 1, (float)(r * sin(t)));
-    }
-}
 
 static struct eng_problem problem_of(const struct shape *s, enum sched_mask mask)
 {
@@ -453,10 +429,10 @@ int main(int argc, char **argv)
             goto out_free;
 
     uint64_t rng = BENCH_SEED;
-    fill_normal(b.q, b.max_elems, &rng);
-    fill_normal(b.k, b.max_elems, &rng);
-    fill_normal(b.v, b.max_elems, &rng);
-    fill_normal(b.dout, b.max_elems, &rng);
+    bench_fill_bf16(b.q, b.max_elems, &rng);
+    bench_fill_bf16(b.k, b.max_elems, &rng);
+    bench_fill_bf16(b.v, b.max_elems, &rng);
+    bench_fill_bf16(b.dout, b.max_elems, &rng);
 
     fprintf(stderr, "bench_engine: %d shape(s) x {full, causal} x threads {1, 2}, %d rep(s)\n",
             nshapes, b.reps);
