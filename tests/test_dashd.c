@@ -203,6 +203,15 @@ static void fill_inputs(const struct layout *L, void *base, struct tu_rng *rng)
     }
 }
 
+/* A shared-memory object holding L with fresh random inputs (outputs left as they are). */
+static void shm_with_inputs(struct shm *s, const struct layout *L, uint64_t salt)
+{
+    CU_ASSERT_FATAL(shm_make(s, L->total) == 0);
+    struct tu_rng rng;
+    tu_rng_init(&rng, tu_seed() ^ salt);
+    fill_inputs(L, s->data, &rng);
+}
+
 static int daemon_serves(void)
 {
     return raw_ping_endpoint(D.endpoint, 5000) == 0 && dashd_alive(&D);
@@ -452,10 +461,7 @@ static void test_dashd_results_equal_in_process_engine(void)
     struct layout L;
     layout_init(&L, 2, 45, 37, 4, 2, 64, DTYPE_BF16);
     struct shm s;
-    CU_ASSERT_FATAL(shm_make(&s, L.total) == 0);
-    struct tu_rng rng;
-    tu_rng_init(&rng, tu_seed() ^ 0xfeed);
-    fill_inputs(&L, s.data, &rng);
+    shm_with_inputs(&s, &L, 0xfeed);
     tu_poison((char *)s.data + L.off[T_OUT], L.off[T_LSE] - L.off[T_OUT]);
     int64_t id = register_shm(r, &s, L.total);
     CU_ASSERT_FATAL(id > 0);
@@ -507,10 +513,7 @@ static void test_dashd_answers_ping_during_long_backward(void)
     struct layout L;
     layout_init(&L, 1, 1024, 1024, 4, 4, 64, DTYPE_F32);
     struct shm s;
-    CU_ASSERT_FATAL(shm_make(&s, L.total) == 0);
-    struct tu_rng rng;
-    tu_rng_init(&rng, tu_seed());
-    fill_inputs(&L, s.data, &rng);
+    shm_with_inputs(&s, &L, 0);
     int64_t id = register_shm(r, &s, L.total);
     CU_ASSERT_FATAL(id > 0);
     struct refs R;
@@ -548,10 +551,7 @@ static void test_dashd_shrunk_shm_gets_error_not_sigbus(void)
     struct layout L;
     layout_init(&L, 1, 64, 64, 2, 2, 64, DTYPE_F32);
     struct shm s;
-    CU_ASSERT_FATAL(shm_make(&s, L.total) == 0);
-    struct tu_rng rng;
-    tu_rng_init(&rng, tu_seed());
-    fill_inputs(&L, s.data, &rng);
+    shm_with_inputs(&s, &L, 0);
     int64_t id = register_shm(r, &s, L.total);
     CU_ASSERT_FATAL(id > 0);
     int fd = shm_open(s.name, O_RDWR, 0);
@@ -638,10 +638,7 @@ static void test_dashd_client_killed_mid_request(void)
     struct layout L;
     layout_init(&L, 1, 1024, 1024, 4, 4, 64, DTYPE_F32);
     struct shm s;
-    CU_ASSERT_FATAL(shm_make(&s, L.total) == 0);
-    struct tu_rng rng;
-    tu_rng_init(&rng, tu_seed());
-    fill_inputs(&L, s.data, &rng);
+    shm_with_inputs(&s, &L, 0);
     pid_t child = fork();
     CU_ASSERT_FATAL(child >= 0);
     if (child == 0) {
@@ -663,25 +660,8 @@ static void test_dashd_client_killed_mid_request(void)
     /* the daemon finishes the orphaned work, keeps serving, and forgets the session */
     CU_ASSERT(daemon_serves());
     int gone = 0;
-    for (int i = 0; i < 100 && !gone; i++) {
-        struct raw_client *r = raw_connect(D.endpoint);
-        Dash__Stats st = DASH__STATS__INIT;
-        Dash__Request req = DASH__REQUEST__INIT;
-        req.id = next_id++;
-        req.body_case = DASH__REQUEST__BODY_STATS;
-        req.stats = &st;
-        Dash__Reply *rep = raw_call(r, &req, 5000);
-        if (rep && rep->stats) {
-            gone = 1;
-            for (size_t c = 0; c < rep->stats->n_clients; c++)
-                if (rep->stats->clients[c]->has_pid && rep->stats->clients[c]->pid == (uint32_t)child)
-                    gone = 0;
-        }
-        wire_free_reply(rep);
-        raw_close(r);
-        if (!gone)
-            usleep(100000);
-    }
+    for (int i = 0; i < 100 && !(gone = sessions_of_pid((uint32_t)child) == 0); i++)
+        usleep(100000);
     CU_ASSERT(gone);
     shm_drop(&s);
 }
