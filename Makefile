@@ -64,7 +64,7 @@ PROTO_GEN := $(GEN)/proto/dash.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
-	daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
+	daemon/evring.c daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
 LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
 DASHCTL_SRC := client/dashctl.c client/ctl_sched.c client/ctl_daemon.c client/ctl_ping.c client/ctl_stats.c client/ctl_status.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
@@ -72,14 +72,14 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
-	daemon/job.c
+	daemon/evring.c daemon/job.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c bench/benchrng.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
 CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu \
 	kernels/attn_fwd_tc.cu kernels/attn_bwd_tc.cu
-GPU_TEST_CU := tests/gpu/test_sched_device.cu $(CUDA_KERNELS_CU)
+GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
 GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_dashd_gpu.c \
 	tests/testutil.c tests/harness.c
 

@@ -185,7 +185,8 @@ size_t dash_buffer_size(const struct dash_buffer *b);
  * base and size (cuMemGetAddressRange), exports the base (cudaIpcGetMemHandle) and sends
  * the handle, the GPU's UUID, dev_ptr's offset in the allocation and size. Tensors of the
  * buffer are then byte offsets from dev_ptr, as for shared memory; the daemon reads and
- * writes them in place on the GPU, and replies once the op has completed on the device.
+ * writes them in place on the GPU, and replies once the op has completed on the device
+ * (dash_forward_stream() orders it on a stream instead).
  *
  * The memory stays the caller's: keep the allocation alive (no cudaFree) until the buffer
  * is freed (dash_buffer_free() or dash_close()). The handle is kept, so the buffer is
@@ -331,6 +332,43 @@ int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
  * DASH_ETIMEDOUT if the daemon has shown no sign of life for the client's timeout since
  * the request was sent (the ticket is kept). */
 int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result);
+
+/* ---- stream-ordered ops (CUDA) ------------------------------------------------------- */
+
+/* Forward on CUDA buffers, ordered on the GPU against the caller's CUDA stream instead of
+ * on the host: the daemon's kernels start only after everything queued on `stream` before
+ * the call, and whatever the caller queues on `stream` after the call starts only after
+ * the daemon's kernels have written the outputs. The call returns as soon as the daemon
+ * has queued the work - one round trip, usually long before the GPU is done - so a
+ * training loop stays ahead of the GPU as it does with in-process kernels.
+ *
+ * stream is a cudaStream_t of the buffers' device (NULL: the legacy default stream). The
+ * ordering uses CUDA interprocess events: on the first such call the library makes a ring
+ * of them on that device and registers it with the daemon (again by itself after a daemon
+ * restart); dash_close() waits for the daemon's last use before destroying them. A client
+ * uses one device for its stream-ordered ops. Do not read the outputs on the host, or
+ * from another stream, without first synchronising with `stream`.
+ *
+ * Returns 0 and *ret_result (may be NULL; run_us is 0: the op has not run yet); the
+ * errors of dash_forward(); DASH_EINVAL also for a tensor that is not in a CUDA buffer of
+ * c, tensors on different devices, or a stream the event cannot be recorded on;
+ * DASH_ENOGPU (libdash built without CUDA, no usable device); DASH_ENOTSUP (a daemon
+ * without interprocess events: the CPU backend). On failure nothing was queued on
+ * `stream` except the library's own event record. */
+int dash_forward_stream(struct dash_client *c, const struct dash_attn *a,
+                        const struct dash_tensor *q, const struct dash_tensor *k,
+                        const struct dash_tensor *v, const struct dash_tensor *out,
+                        const struct dash_tensor *lse, void *stream,
+                        struct dash_result *ret_result);
+
+/* Backward, stream-ordered: as dash_forward_stream() for dash_backward(). */
+int dash_backward_stream(struct dash_client *c, const struct dash_attn *a,
+                         const struct dash_tensor *q, const struct dash_tensor *k,
+                         const struct dash_tensor *v, const struct dash_tensor *out,
+                         const struct dash_tensor *lse, const struct dash_tensor *dout,
+                         const struct dash_tensor *dq, const struct dash_tensor *dk,
+                         const struct dash_tensor *dv, void *stream,
+                         struct dash_result *ret_result);
 
 /* ---- monitoring ----------------------------------------------------------------------- */
 

@@ -17,6 +17,16 @@
  * The buffer itself is an ordinary struct dash_buffer of kind CUDA: registration, restore
  * after a daemon restart and freeing are dash_shm.c's and libdash.c's, which send the
  * kept handle again whenever the session is restored.
+ *
+ * Stream-ordered ops (dash_forward_stream). The daemon's work is ordered against the
+ * caller's stream on the GPU, not on the host: the library records an interprocess event
+ * on the caller's stream and names it as the op's wait event; the daemon records another
+ * after the op and replies as soon as the op is queued; the library then makes the
+ * caller's stream wait for that event. The host waits one round trip, never for the GPU.
+ * The events come from a ring made once per client (DASH__EVENT_RING, registered like a
+ * buffer, again after a daemon restart). Reusing a slot is safe because each call is done
+ * with both its events before it returns: a stream wait binds to the record that
+ * precedes it, so a later record of the same event cannot disturb it.
  */
 #include "client/dash_internal.h"
 
@@ -119,6 +129,7 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
     b->kind = DASH__BUF_CUDA;
     b->data = dev_ptr;
     b->size = size;
+    b->device = attr.device;
     /* The driver calls need the pointer's device current; the caller's stays as it was. */
     int old = -1;
     if (cudaGetDevice(&old) != cudaSuccess)
@@ -140,7 +151,195 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
     return 0;
 }
 
+/* ---- the event ring and stream-ordered ops ---------------------------------------------- */
+
+static int events_settled(struct dash_client *c, const void *arg)
+{
+    (void)arg;
+    return !c->events || c->events->reg == DASH__REG_OK || c->events->reg == DASH__REG_FAILED;
+}
+
+void dash__events_destroy(struct dash_client *c, int in_child)
+{
+    struct dash__events *e = c->events;
+    c->events = NULL;
+    if (!e)
+        return;
+    if (!in_child) {
+        int old = -1;
+        if (cudaGetDevice(&old) != cudaSuccess)
+            old = -1;
+        if (old == e->device || cudaSetDevice(e->device) == cudaSuccess) {
+            /* The daemon's last record may still be queued: an exported event must
+             * outlive what the importer queued on it. */
+            if (e->last_record >= 0)
+                (void)cudaEventSynchronize((cudaEvent_t)e->ev[e->last_record]);
+            for (int i = 0; i < DASH__EVENT_RING; i++)
+                if (e->ev[i])
+                    (void)cudaEventDestroy((cudaEvent_t)e->ev[i]);
+        }
+        (void)cudaGetLastError();
+        if (old >= 0 && old != e->device)
+            (void)cudaSetDevice(old);
+    }
+    if (e->reg_req)
+        e->reg_req = NULL; /* the request itself belongs to c->reqs */
+    free(e);
+}
+
+/* Make the ring on `device` (current) and register it, waiting for the daemon. */
+static int events_make(struct dash_client *c, int device)
+{
+    struct dash__events *e = calloc(1, sizeof *e);
+    if (!e)
+        return DASH_ENOMEM;
+    e->device = device;
+    e->last_record = -1;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(e);
+        return DASH_ENOGPU;
+    }
+    format_uuid(&prop.uuid, e->device_uuid);
+    c->events = e;
+    for (int i = 0; i < DASH__EVENT_RING; i++) {
+        cudaEvent_t ev;
+        cudaIpcEventHandle_t h;
+        if (cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            dash__events_destroy(c, 0);
+            return DASH_ENOMEM;
+        }
+        e->ev[i] = ev;
+        if (cudaIpcGetEventHandle(&h, ev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            dash__events_destroy(c, 0);
+            return DASH_ENOTSUP;
+        }
+        _Static_assert(sizeof h == DASH__IPC_HANDLE_BYTES, "cudaIpcEventHandle_t is 64 bytes");
+        memcpy(e->handle[i], &h, sizeof h);
+    }
+    int rc = dash__register_events(c);
+    if (!rc)
+        rc = dash__wait(c, events_settled, NULL, -1, dash__now_ms());
+    if (!rc && c->events && c->events->reg == DASH__REG_FAILED)
+        rc = c->events->reg_code;
+    if (rc) {
+        /* nothing of ours is queued on them: no record happened */
+        dash__events_destroy(c, 0);
+        return rc;
+    }
+    return 0;
+}
+
+static int stream_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
+                     const struct dash_tensor *const *ts, int nt, void *stream,
+                     struct dash_result *ret_result)
+{
+    if (!c || !a)
+        return DASH_EINVAL;
+    for (int i = 0; i < nt; i++)
+        if (!ts[i] || !ts[i]->buf || ts[i]->buf->owner != c || ts[i]->buf->kind != DASH__BUF_CUDA)
+            return DASH_EINVAL;
+    const int device = ts[0]->buf->device;
+    for (int i = 1; i < nt; i++)
+        if (ts[i]->buf->device != device)
+            return DASH_EINVAL;
+    if (c->flags & DASH_CONNECT_NO_SESSION)
+        return DASH_ENOSESSION;
+    if (c->events && c->events->device != device)
+        return DASH_EINVAL; /* one client, one GPU */
+    int old = -1;
+    if (cudaGetDevice(&old) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_ENOGPU;
+    }
+    int rc = 0;
+    if (old != device && cudaSetDevice(device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_ENOGPU;
+    }
+    if (!c->events && (rc = events_make(c, device)) != 0)
+        goto out;
+    struct dash__events *e = c->events;
+    const int32_t w = (int32_t)e->next, r = (int32_t)((e->next + 1) % DASH__EVENT_RING);
+    e->next = (e->next + 2) % DASH__EVENT_RING;
+    /* Everything the caller queued on the stream so far happens before the daemon reads. */
+    if (cudaEventRecord((cudaEvent_t)e->ev[w], (cudaStream_t)stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rc = DASH_EINVAL; /* a stream of another device, or not a stream */
+        goto out;
+    }
+    uint64_t ticket;
+    if ((rc = dash__op_submit(c, kind, a, ts, nt, w, r, 1, &ticket)) != 0)
+        goto out;
+    if ((rc = dash__op_run(c, ticket, ret_result)) != 0)
+        goto out;
+    /* The daemon has queued its record of r: what the caller queues next runs after it. */
+    if (!c->events || cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)e->ev[r], 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rc = DASH_EIO;
+        goto out;
+    }
+    e->last_record = r;
+out:
+    if (old != device)
+        (void)cudaSetDevice(old);
+    return rc;
+}
+
+int dash_forward_stream(struct dash_client *c, const struct dash_attn *a,
+                        const struct dash_tensor *q, const struct dash_tensor *k,
+                        const struct dash_tensor *v, const struct dash_tensor *out,
+                        const struct dash_tensor *lse, void *stream, struct dash_result *ret_result)
+{
+    const struct dash_tensor *ts[] = {q, k, v, out, lse};
+    return stream_op(c, DASH__FORWARD, a, ts, 5, stream, ret_result);
+}
+
+int dash_backward_stream(struct dash_client *c, const struct dash_attn *a,
+                         const struct dash_tensor *q, const struct dash_tensor *k,
+                         const struct dash_tensor *v, const struct dash_tensor *out,
+                         const struct dash_tensor *lse, const struct dash_tensor *dout,
+                         const struct dash_tensor *dq, const struct dash_tensor *dk,
+                         const struct dash_tensor *dv, void *stream,
+                         struct dash_result *ret_result)
+{
+    const struct dash_tensor *ts[] = {q, k, v, out, lse, dout, dq, dk, dv};
+    return stream_op(c, DASH__BACKWARD, a, ts, 9, stream, ret_result);
+}
+
 #else /* no CUDA in this build */
+
+void dash__events_destroy(struct dash_client *c, int in_child)
+{
+    (void)in_child;
+    free(c->events);
+    c->events = NULL;
+}
+
+int dash_forward_stream(struct dash_client *c, const struct dash_attn *a,
+                        const struct dash_tensor *q, const struct dash_tensor *k,
+                        const struct dash_tensor *v, const struct dash_tensor *out,
+                        const struct dash_tensor *lse, void *stream, struct dash_result *ret_result)
+{
+    (void)q, (void)k, (void)v, (void)out, (void)lse, (void)stream, (void)ret_result;
+    return !c || !a ? DASH_EINVAL : DASH_ENOGPU;
+}
+
+int dash_backward_stream(struct dash_client *c, const struct dash_attn *a,
+                         const struct dash_tensor *q, const struct dash_tensor *k,
+                         const struct dash_tensor *v, const struct dash_tensor *out,
+                         const struct dash_tensor *lse, const struct dash_tensor *dout,
+                         const struct dash_tensor *dq, const struct dash_tensor *dk,
+                         const struct dash_tensor *dv, void *stream,
+                         struct dash_result *ret_result)
+{
+    (void)q, (void)k, (void)v, (void)out, (void)lse, (void)dout, (void)dq, (void)dk, (void)dv;
+    (void)stream, (void)ret_result;
+    return !c || !a ? DASH_EINVAL : DASH_ENOGPU;
+}
 
 int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
                        struct dash_buffer **ret_buf)

@@ -4,7 +4,8 @@
  *   libdash.c    the client: socket, request table, session state machine, waiting,
  *                connect/close, ping, stats
  *   dash_shm.c   buffers: shared-memory objects, and what every kind of buffer shares
- *   dash_cuda.c  CUDA buffers: views of cudaMalloc allocations, shared by CUDA IPC handle
+ *   dash_cuda.c  CUDA buffers: views of cudaMalloc allocations, shared by CUDA IPC handle;
+ *                the event ring and the stream-ordered ops
  *   dash_ops.c   tensors, forward/backward: validation, encoding, tickets
  *
  * Requests. Everything sent to the daemon is a struct dash__req, linked into the client's
@@ -22,6 +23,9 @@
  *
  * A session is lost when a reply says DASH_ENOSESSION or carries a session_id that is not
  * ours (0 included): the daemon restarted, expired the session, or sees a new connection.
+ *
+ * The event ring (stream-ordered ops, dash_cuda.c) is registered like one more buffer:
+ * RegisterEvents in REGISTERING, counted in regs_in_flight, its state in c->events->reg.
  *
  * On a lost session every live buffer needs registering again (its old id is void), ops in
  * flight go back to QUEUED, and Register/Unregister in flight are dropped. In REGISTERING
@@ -51,6 +55,7 @@
 #define DASH__NAME_MAX 255 /* client name and run tag, bytes */
 #define DASH__IPC_HANDLE_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
 #define DASH__UUID_MAX 48 /* "GPU-" + 36 characters + NUL */
+#define DASH__EVENT_RING 16 /* interprocess events per client (2 per stream-ordered op) */
 
 /* Internal functions shared across libdash's files stay out of libdash.so's interface. */
 #define DASH__HIDDEN __attribute__((visibility("hidden")))
@@ -95,6 +100,7 @@ struct dash_buffer {
     unsigned char ipc_handle[DASH__IPC_HANDLE_BYTES];
     char device_uuid[DASH__UUID_MAX];
     uint64_t alloc_offset;
+    int device; /* CUDA: the pointer's device ordinal in this process */
     enum dash__reg reg;
     int reg_code;            /* DASH__REG_FAILED: why */
     uint64_t id;             /* DASH__REG_OK: the daemon's id */
@@ -114,6 +120,7 @@ enum dash__kind {
     DASH__FORWARD,
     DASH__BACKWARD,
     DASH__GOODBYE, /* sent by dash_close(), nobody waits for its reply */
+    DASH__REGISTER_EVENTS, /* the event ring (c->events) */
 };
 
 enum dash__state { DASH__QUEUED, DASH__SENT, DASH__DONE };
@@ -139,6 +146,9 @@ struct dash__req {
     struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] */
     int nt;
     struct dash_result result;
+    /* EventSync: slots of the event ring (-1: none), and reply when queued */
+    int32_t wait_slot, record_slot;
+    int when_queued;
 
     /* PING */
     uint64_t token;
@@ -152,6 +162,21 @@ struct dash__req {
 /* ---- the client ----------------------------------------------------------------------- */
 
 enum dash__session { DASH__S_LOST, DASH__S_HELLO, DASH__S_REGISTERING, DASH__S_OK };
+
+/* The client's ring of interprocess events (dash_cuda.c makes it on the first
+ * stream-ordered op). Plain C: the events are cudaEvent_t behind void *. */
+struct dash__events {
+    int device;                    /* the CUDA device they were made on */
+    char device_uuid[DASH__UUID_MAX];
+    void *ev[DASH__EVENT_RING];
+    unsigned char handle[DASH__EVENT_RING][DASH__IPC_HANDLE_BYTES];
+    enum dash__reg reg;            /* as for buffers */
+    int reg_code;
+    uint32_t base;                 /* REG_OK: the daemon's index of ev[0] */
+    struct dash__req *reg_req;     /* REG_PENDING */
+    uint32_t next;                 /* the next slot to use */
+    int32_t last_record;           /* the slot the daemon recorded last, -1: none */
+};
 
 struct dash_client {
     void *zctx, *sock;
@@ -173,6 +198,7 @@ struct dash_client {
     struct dash__map by_wire, by_ticket;
     struct dash__req *reqs, *reqs_tail; /* oldest first */
     struct dash_buffer *bufs;
+    struct dash__events *events; /* NULL until the first stream-ordered op */
 
     int64_t last_rx_ms; /* the daemon's last sign of life */
     int64_t last_probe_ms;
@@ -212,13 +238,33 @@ DASH__HIDDEN int dash__pump_now(struct dash_client *c);
  * the buffers' current ids, using the caller's storage st (which must outlive m). Returns
  * 0, or why the op cannot be sent now (a buffer not registered in this session). */
 struct dash__op_storage {
+    Dash__EventSync sync;
     Dash__AttnParams params;
     Dash__TensorRef refs[DASH__NT_MAX];
     Dash__Forward fwd;
     Dash__Backward bwd;
 };
-DASH__HIDDEN int dash__op_encode(struct dash__req *r, Dash__Request *m,
-                                 struct dash__op_storage *st);
+DASH__HIDDEN int dash__op_encode(const struct dash_client *c, struct dash__req *r,
+                                 Dash__Request *m, struct dash__op_storage *st);
+
+/* dash_ops.c: validate and submit an op (kind FORWARD or BACKWARD; ts: nt tensors, lse
+ * at 4) with an optional EventSync (slots of c->events, -1: none). 0 and *ret_ticket,
+ * or a code (nothing sent). */
+DASH__HIDDEN int dash__op_submit(struct dash_client *c, enum dash__kind kind,
+                                 const struct dash_attn *a, const struct dash_tensor *const *ts,
+                                 int nt, int32_t wait_slot, int32_t record_slot, int when_queued,
+                                 uint64_t *ret_ticket);
+
+/* dash_ops.c: wait for a ticket the caller keeps to itself, and drop it. */
+DASH__HIDDEN int dash__op_run(struct dash_client *c, uint64_t ticket,
+                              struct dash_result *ret_result);
+
+/* libdash.c: register c->events (reg NONE or FAILED) if the session allows it now. */
+DASH__HIDDEN int dash__register_events(struct dash_client *c);
+
+/* dash_cuda.c: wait for the daemon's last record on the ring, destroy the events and
+ * free c->events (nothing CUDA in a forked child: only the memory). */
+DASH__HIDDEN void dash__events_destroy(struct dash_client *c, int in_child);
 
 /* Complete op r with code (and, for 0, rep's OpResult; none there is DASH_EPROTO), and
  * give its buffers back. Does nothing if r is already DONE. */

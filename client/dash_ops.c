@@ -100,12 +100,26 @@ static int check_tensor(const struct dash_client *c, const struct dash_tensor *t
 
 /* ---- messages ------------------------------------------------------------------------- */
 
-int dash__op_encode(struct dash__req *r, Dash__Request *m, struct dash__op_storage *st)
+int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Request *m,
+                    struct dash__op_storage *st)
 {
     for (int i = 0; i < r->nt; i++) {
         const struct dash_buffer *b = r->t[i].buf;
         if (b->reg != DASH__REG_OK)
             return b->reg == DASH__REG_FAILED ? b->reg_code : DASH_ENOBUF;
+    }
+    if (r->wait_slot >= 0 || r->record_slot >= 0) {
+        const struct dash__events *e = c->events;
+        if (!e || e->reg != DASH__REG_OK)
+            return e && e->reg == DASH__REG_FAILED ? e->reg_code : DASH_ENOENT;
+        dash__event_sync__init(&st->sync);
+        st->sync.has_wait_event = r->wait_slot >= 0;
+        st->sync.wait_event = e->base + (uint32_t)(r->wait_slot >= 0 ? r->wait_slot : 0);
+        st->sync.has_record_event = r->record_slot >= 0;
+        st->sync.record_event = e->base + (uint32_t)(r->record_slot >= 0 ? r->record_slot : 0);
+        st->sync.has_reply_when_queued = r->when_queued != 0;
+        st->sync.reply_when_queued = r->when_queued != 0;
+        m->sync = &st->sync;
     }
 
     dash__attn_params__init(&st->params);
@@ -194,8 +208,9 @@ void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const
 
 /* ---- submitting and waiting ----------------------------------------------------------- */
 
-static int submit(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
-                  const struct dash_tensor *const *ts, int nt, uint64_t *ret_ticket)
+int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
+                    const struct dash_tensor *const *ts, int nt, int32_t wait_slot,
+                    int32_t record_slot, int when_queued, uint64_t *ret_ticket)
 {
     int rc;
     if (!c || !a || !ret_ticket)
@@ -212,6 +227,9 @@ static int submit(struct dash_client *c, enum dash__kind kind, const struct dash
     if (!r)
         return DASH_ENOMEM;
     r->attn = *a;
+    r->wait_slot = wait_slot;
+    r->record_slot = record_slot;
+    r->when_queued = when_queued;
     r->nt = nt;
     for (int i = 0; i < nt; i++)
         r->t[i] = *ts[i];
@@ -238,7 +256,7 @@ int dash_forward_submit(struct dash_client *c, const struct dash_attn *a,
                         const struct dash_tensor *lse, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse};
-    return submit(c, DASH__FORWARD, a, ts, 5, ret_ticket);
+    return dash__op_submit(c, DASH__FORWARD, a, ts, 5, -1, -1, 0, ret_ticket);
 }
 
 int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
@@ -249,7 +267,7 @@ int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
                          const struct dash_tensor *dv, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse, dout, dq, dk, dv};
-    return submit(c, DASH__BACKWARD, a, ts, 9, ret_ticket);
+    return dash__op_submit(c, DASH__BACKWARD, a, ts, 9, -1, -1, 0, ret_ticket);
 }
 
 static int op_done(struct dash_client *c, const void *arg)
@@ -300,7 +318,7 @@ int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_re
 }
 
 /* The synchronous ops: a ticket nobody else sees, dropped if the wait fails. */
-static int run(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result)
+int dash__op_run(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result)
 {
     int rc = dash_wait(c, ticket, -1, ret_result);
     struct dash__req *r = dash__map_get(&c->by_ticket, ticket);
@@ -316,7 +334,7 @@ int dash_forward(struct dash_client *c, const struct dash_attn *a, const struct 
 {
     uint64_t ticket;
     int rc = dash_forward_submit(c, a, q, k, v, out, lse, &ticket);
-    return rc ? rc : run(c, ticket, ret_result);
+    return rc ? rc : dash__op_run(c, ticket, ret_result);
 }
 
 int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *q,
@@ -328,5 +346,5 @@ int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct
 {
     uint64_t ticket;
     int rc = dash_backward_submit(c, a, q, k, v, out, lse, dout, dq, dk, dv, &ticket);
-    return rc ? rc : run(c, ticket, ret_result);
+    return rc ? rc : dash__op_run(c, ticket, ret_result);
 }

@@ -155,7 +155,7 @@ void dash__map_free(struct dash__map *m)
 static int needs_session(enum dash__kind k)
 {
     return k == DASH__REGISTER || k == DASH__UNREGISTER || k == DASH__FORWARD ||
-           k == DASH__BACKWARD;
+           k == DASH__BACKWARD || k == DASH__REGISTER_EVENTS;
 }
 
 static int is_op(enum dash__kind k)
@@ -188,6 +188,8 @@ void dash__req_free(struct dash_client *c, struct dash__req *r)
         dash__op_finish(c, r, DASH_ECANCELED, NULL); /* gives its buffers back */
     if (r->kind == DASH__REGISTER && r->buf && r->buf->reg_req == r)
         r->buf->reg_req = NULL;
+    if (r->kind == DASH__REGISTER_EVENTS && c->events && c->events->reg_req == r)
+        c->events->reg_req = NULL;
     if (c->probe == r)
         c->probe = NULL;
     if (c->hello == r)
@@ -221,6 +223,8 @@ static int send_req(struct dash_client *c, struct dash__req *r)
     Dash__Goodbye goodbye = DASH__GOODBYE__INIT;
     Dash__RegisterBuffer reg = DASH__REGISTER_BUFFER__INIT;
     Dash__UnregisterBuffer unreg = DASH__UNREGISTER_BUFFER__INIT;
+    Dash__RegisterEvents regev = DASH__REGISTER_EVENTS__INIT;
+    ProtobufCBinaryData handles[DASH__EVENT_RING];
     struct dash__op_storage st;
     uint8_t token[8];
     int rc;
@@ -273,9 +277,20 @@ static int send_req(struct dash_client *c, struct dash__req *r)
         m.body_case = DASH__REQUEST__BODY_UNREGISTER_BUFFER;
         m.unregister_buffer = &unreg;
         break;
+    case DASH__REGISTER_EVENTS:
+        for (int i = 0; i < DASH__EVENT_RING; i++) {
+            handles[i].len = DASH__IPC_HANDLE_BYTES;
+            handles[i].data = c->events->handle[i];
+        }
+        regev.n_handles = DASH__EVENT_RING;
+        regev.handles = handles;
+        regev.device_uuid = c->events->device_uuid;
+        m.body_case = DASH__REQUEST__BODY_REGISTER_EVENTS;
+        m.register_events = &regev;
+        break;
     case DASH__FORWARD:
     case DASH__BACKWARD:
-        if ((rc = dash__op_encode(r, &m, &st)) != 0)
+        if ((rc = dash__op_encode(c, r, &m, &st)) != 0)
             return rc;
         break;
     }
@@ -345,6 +360,10 @@ static void fail_waiting(struct dash_client *c, int code)
             b->reg_code = code;
         }
     }
+    if (c->events && c->events->reg != DASH__REG_OK) {
+        c->events->reg = DASH__REG_FAILED;
+        c->events->reg_code = code;
+    }
 }
 
 static int send_register(struct dash_client *c, struct dash_buffer *b)
@@ -360,6 +379,22 @@ static int send_register(struct dash_client *c, struct dash_buffer *b)
     }
     b->reg = DASH__REG_PENDING;
     b->reg_req = r;
+    c->regs_in_flight++;
+    return 0;
+}
+
+static int send_register_events(struct dash_client *c)
+{
+    struct dash__req *r = dash__req_new(c, DASH__REGISTER_EVENTS);
+    if (!r)
+        return DASH_ENOMEM;
+    int rc = send_req(c, r);
+    if (rc) {
+        dash__req_free(c, r);
+        return rc;
+    }
+    c->events->reg = DASH__REG_PENDING;
+    c->events->reg_req = r;
     c->regs_in_flight++;
     return 0;
 }
@@ -389,6 +424,10 @@ static void lose_session(struct dash_client *c)
             b->id = 0;
             b->reg_req = NULL;
         }
+    }
+    if (c->events && (c->events->reg == DASH__REG_OK || c->events->reg == DASH__REG_PENDING)) {
+        c->events->reg = DASH__REG_NONE;
+        c->events->reg_req = NULL;
     }
     struct dash__req *next;
     for (struct dash__req *r = c->reqs; r; r = next) {
@@ -441,6 +480,13 @@ static void on_hello(struct dash_client *c, struct dash__req *r, const Dash__Rep
             b->reg_code = rc;
         }
     }
+    if (c->events && c->events->reg != DASH__REG_OK && c->events->reg != DASH__REG_PENDING) {
+        int rc = send_register_events(c);
+        if (rc) {
+            c->events->reg = DASH__REG_FAILED;
+            c->events->reg_code = rc;
+        }
+    }
     if (c->regs_in_flight == 0)
         finish_restore(c);
 }
@@ -465,6 +511,26 @@ static void on_register(struct dash_client *c, struct dash__req *r, const Dash__
         b->reg = DASH__REG_FAILED;
         b->reg_code = code;
         b->reg_req = NULL;
+    }
+    dash__req_free(c, r);
+    if (c->state == DASH__S_REGISTERING && c->regs_in_flight == 0)
+        finish_restore(c);
+}
+
+static void on_register_events(struct dash_client *c, struct dash__req *r,
+                               const Dash__Reply *rep)
+{
+    int code = rep->code;
+    if (!code && !rep->has_first_event)
+        code = DASH_EPROTO;
+    if (c->regs_in_flight)
+        c->regs_in_flight--;
+    struct dash__events *e = c->events;
+    if (e && e->reg_req == r) {
+        e->reg = code ? DASH__REG_FAILED : DASH__REG_OK;
+        e->reg_code = code;
+        e->base = code ? 0 : rep->first_event;
+        e->reg_req = NULL;
     }
     dash__req_free(c, r);
     if (c->state == DASH__S_REGISTERING && c->regs_in_flight == 0)
@@ -499,6 +565,9 @@ static int on_reply(struct dash_client *c, struct dash__req *r, Dash__Reply *rep
         return 1;
     case DASH__REGISTER:
         on_register(c, r, rep);
+        return 0;
+    case DASH__REGISTER_EVENTS:
+        on_register_events(c, r, rep);
         return 0;
     case DASH__UNREGISTER:
         dash__req_free(c, r); /* always detached; an unknown id is no news */
@@ -673,6 +742,23 @@ int dash__register(struct dash_client *c, struct dash_buffer *b)
     return start_hello(c);
 }
 
+int dash__register_events(struct dash_client *c)
+{
+    switch (c->state) {
+    case DASH__S_OK:
+    case DASH__S_REGISTERING:
+        return send_register_events(c);
+    case DASH__S_HELLO:
+        return 0; /* on_hello() registers the ring */
+    case DASH__S_LOST:
+        break;
+    }
+    if (c->flags & DASH_CONNECT_NO_SESSION)
+        return DASH_ENOSESSION;
+    c->lost_streak = 0;
+    return start_hello(c);
+}
+
 void dash__unregister_detached(struct dash_client *c, uint64_t id)
 {
     struct dash__req *r = dash__req_new(c, DASH__UNREGISTER);
@@ -740,6 +826,8 @@ static void client_free(struct dash_client *c, int say_goodbye)
         zmq_ctx_term(c->zctx); /* in a forked child the context is not ours to end */
     while (c->reqs)
         dash__req_free(c, c->reqs);
+    if (c->events)
+        dash__events_destroy(c, !same_process);
     while (c->bufs)
         dash__buffer_destroy(c, c->bufs, same_process);
     dash__map_free(&c->by_wire);

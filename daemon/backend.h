@@ -30,6 +30,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Called once, from a thread of the backend's, when an op that forward/backward returned
+ * BACKEND_QUEUED has completed on the device: rc 0 or a DASH_* code (the device failed
+ * after the op was queued), run_ns the time it ran (from when it could start). */
+typedef void (*backend_done_fn)(void *ctx, int rc, uint64_t run_ns);
+
+/* forward/backward: the op is queued on the device; op->done will be called. */
+#define BACKEND_QUEUED 1
+
 /* One op's arguments. Forward uses q, k, v (in) and out, lse (out); backward uses
  * q, k, v, out, lse, dout (in) and dq, dk, dv (out). Shapes as in kernels/engine.h. */
 struct backend_op {
@@ -39,6 +47,11 @@ struct backend_op {
     const struct eng_config *cfg; /* as requested; zeros and SCHED_AUTO mean defaults */
     struct eng_tensor q, k, v, out, dout, dq, dk, dv;
     float *lse; /* (batch, heads_q, seqlen_q), dense */
+    /* Device ops only (host == 0) on a backend with events_open; NULL otherwise. */
+    void *wait_event;   /* the device waits for it before reading the inputs */
+    void *record_event; /* recorded on the device once the outputs are written */
+    backend_done_fn done; /* non-NULL: the backend may return BACKEND_QUEUED */
+    void *done_ctx;
 };
 
 /* A RegisterBuffer naming CUDA memory, as the CUDA backend imports it. */
@@ -64,7 +77,9 @@ struct backend {
      * geometry): 0 or a DASH_* code with a reason in msg. Pure, thread-safe. */
     int (*check)(void *impl, const struct val_plan *plan, char *msg, size_t msglen);
     /* Run an op. Returns 0 and the configuration actually used in *ret_cfg (never
-     * SCHED_AUTO, no zero fields), or a DASH_* code with a reason in msg. */
+     * SCHED_AUTO, no zero fields), or a DASH_* code with a reason in msg; or, for a device
+     * op with op->done set, BACKEND_QUEUED (and *ret_cfg): the op is queued behind every
+     * op queued before it, and done() says when it has completed. */
     int (*forward)(void *impl, const struct backend_op *op, char *msg, size_t msglen,
                    struct eng_config *ret_cfg);
     int (*backward)(void *impl, const struct backend_op *op, char *msg, size_t msglen,
@@ -76,6 +91,15 @@ struct backend {
      * DASH_EBOUNDS (past the allocation), or the open's failure. */
     int (*cuda_import)(void *impl, const struct backend_cuda_buffer *req, char *msg,
                        size_t msglen, struct shmbuf **ret_buf);
+    /* Interprocess events (NULL on a backend without them): open n event handles of
+     * BACKEND_IPC_HANDLE_BYTES bytes each, made on the GPU named by device_uuid, into
+     * ret_ev[0..n); all or none. Loop thread. 0, or DASH_EINVAL (a handle's length, no
+     * uuid, a handle that does not open), DASH_ENOTSUP (another GPU) with a reason. */
+    int (*events_open)(void *impl, const unsigned char *const *handles, const size_t *lens,
+                       size_t n, const char *device_uuid, void **ret_ev, char *msg,
+                       size_t msglen);
+    /* Close one opened event; ops queued before that used it are not disturbed. */
+    void (*event_close)(void *impl, void *ev);
     void (*free)(void *impl);
 };
 

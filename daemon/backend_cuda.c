@@ -27,9 +27,24 @@
  * cudaGetDriverEntryPointByVersion, so dashd never links libcuda (it runs, falling back
  * or failing cleanly, on machines without a driver).
  *
+ * Ops on device memory are asynchronous: the worker queues the kernels on cuattn's one
+ * stream (between the client's wait event and record event, when named) and goes on to
+ * the next request, so the GPU runs back-to-back ops without a host round trip between
+ * them. One stream keeps them in arrival order and one backward at a time on the device.
+ * Completion: behind each op the worker records a pooled event; the completer thread
+ * waits for them in order (cudaEventSynchronize, blocking-sync events, so it sleeps) and
+ * calls the op's done(), which hands the job back to the loop (replies, releases its
+ * buffers). A device fault after queueing reaches done() as DASH_EIO. Ops on shared
+ * memory stay synchronous: their outputs are copied back to the host before the reply.
+ *
+ * Interprocess events: each registered handle is opened once (cudaIpcOpenEventHandle);
+ * they belong to the session's list (evring.h), and are destroyed when it goes, which
+ * never disturbs a wait or record already queued.
+ *
  * Threads: the table, opens and closes are on the loop thread (RegisterBuffer, and the
  * last unref in job_done or a session drop); backend_cuda_new made the daemon's device
- * current there. Kernels run on the worker thread (cuattn sets the device itself).
+ * current there. Kernels run on the worker thread (cuattn sets the device itself); the
+ * completer thread only waits on events.
  */
 #include "backend.h"
 
@@ -39,10 +54,12 @@
 #include <cuda.h> /* types only (CUresult, CUdeviceptr): nothing here links libcuda */
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define UUID_STR_MAX 48 /* "GPU-" + 36 + NUL */
 
@@ -64,6 +81,15 @@ struct cuda_map {
     uint32_t refs;       /* registrations (shmbufs) using it */
 };
 
+/* An op queued on the device, waiting for its completion event. */
+struct pending {
+    struct pending *next;
+    cudaEvent_t ev; /* from the pool */
+    backend_done_fn done;
+    void *ctx;
+    uint64_t queued_ns; /* CLOCK_MONOTONIC when the worker queued it */
+};
+
 struct cuda {
     struct backend base; /* first, so free() can find the whole */
     struct cuattn *ca;
@@ -75,6 +101,14 @@ struct cuda {
     struct cuda_map *maps; /* loop thread only */
     void *stage;           /* device scratch for ops on shared memory (worker thread only) */
     size_t stage_cap;
+    /* The completer: pending ops in queue order, the event pool, under mu. */
+    pthread_t completer;
+    int completer_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct pending *head, *tail;
+    struct pending *free_list; /* spent entries, their events kept for reuse */
+    int stop;
 };
 
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it; libdash sends
@@ -106,6 +140,22 @@ static void describe_init_error(cudaError_t err, char *buf, size_t len)
                  cudaGetErrorName(err));
         break;
     }
+}
+
+static int check_uuid(const struct cuda *c, const char *uuid, const char *what, char *msg,
+                      size_t msglen)
+{
+    if (!uuid) {
+        snprintf(msg, msglen, "%s needs device_uuid (the GPU it belongs to)", what);
+        return DASH_EINVAL;
+    }
+    /* The client's string is not echoed: messages end up in the log. */
+    if (strcasecmp(uuid, c->uuid) != 0) {
+        snprintf(msg, msglen, "the %s belongs to another GPU: this dashd serves CUDA device "
+                 "%d (%s)", what, c->device, c->uuid);
+        return DASH_ENOTSUP;
+    }
+    return 0;
 }
 
 /* ---- mappings -------------------------------------------------------------------------- */
@@ -207,16 +257,9 @@ static int cuda_import(void *impl, const struct backend_cuda_buffer *req, char *
                  req->handle_len, BACKEND_IPC_HANDLE_BYTES);
         return DASH_EINVAL;
     }
-    if (!req->device_uuid) {
-        snprintf(msg, msglen, "cuda_ipc_handle needs device_uuid (the GPU the handle belongs to)");
-        return DASH_EINVAL;
-    }
-    /* The client's string is not echoed: messages end up in the log. */
-    if (strcasecmp(req->device_uuid, c->uuid) != 0) {
-        snprintf(msg, msglen, "the handle belongs to another GPU: this dashd serves CUDA device "
-                 "%d (%s)", c->device, c->uuid);
-        return DASH_ENOTSUP;
-    }
+    int rc = check_uuid(c, req->device_uuid, "cuda_ipc_handle", msg, msglen);
+    if (rc)
+        return rc;
     if (req->size == 0) {
         snprintf(msg, msglen, "size 0 is not a usable buffer size");
         return DASH_EINVAL;
@@ -228,7 +271,7 @@ static int cuda_import(void *impl, const struct backend_cuda_buffer *req, char *
         return DASH_EBOUNDS;
     }
     struct cuda_map *m;
-    int rc = map_get(c, req->handle, msg, msglen, &m);
+    rc = map_get(c, req->handle, msg, msglen, &m);
     if (rc)
         return rc;
     if (end > m->bytes) {
@@ -244,6 +287,131 @@ static int cuda_import(void *impl, const struct backend_cuda_buffer *req, char *
         map_release(m);
     }
     return rc;
+}
+
+/* ---- completion ------------------------------------------------------------------------ */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *completer_main(void *arg)
+{
+    struct cuda *c = arg;
+    (void)cudaSetDevice(c->device);
+    uint64_t last_done_ns = 0;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->head && !c->stop)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->head)
+            break; /* stopping, and nothing is pending */
+        struct pending *p = c->head;
+        pthread_mutex_unlock(&c->mu);
+        cudaError_t err = cudaEventSynchronize(p->ev);
+        uint64_t now = mono_ns();
+        /* One stream: an op starts when it was queued or when the one before it ended. */
+        uint64_t start = p->queued_ns > last_done_ns ? p->queued_ns : last_done_ns;
+        last_done_ns = now;
+        p->done(p->ctx, err == cudaSuccess ? 0 : DASH_EIO, now > start ? now - start : 0);
+        pthread_mutex_lock(&c->mu);
+        c->head = p->next;
+        if (!c->head)
+            c->tail = NULL;
+        p->next = c->free_list;
+        c->free_list = p;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Worker thread, after queueing an op: record its completion event and hand it to the
+ * completer. 0, or a DASH_* code (the op was queued but cannot be tracked: the caller
+ * waits for the stream itself). */
+static int track(struct cuda *c, backend_done_fn done, void *ctx)
+{
+    pthread_mutex_lock(&c->mu);
+    struct pending *p = c->free_list;
+    if (p)
+        c->free_list = p->next;
+    pthread_mutex_unlock(&c->mu);
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (!p)
+            return DASH_ENOMEM;
+        if (cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming | cudaEventBlockingSync) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            free(p);
+            return DASH_EIO;
+        }
+    }
+    if (cudaEventRecord(p->ev, (cudaStream_t)cuattn_stream(c->ca)) != cudaSuccess) {
+        pthread_mutex_lock(&c->mu);
+        p->next = c->free_list;
+        c->free_list = p;
+        pthread_mutex_unlock(&c->mu);
+        return DASH_EIO;
+    }
+    p->done = done;
+    p->ctx = ctx;
+    p->queued_ns = mono_ns();
+    p->next = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->tail)
+        c->tail->next = p;
+    else
+        c->head = p;
+    c->tail = p;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+/* ---- interprocess events --------------------------------------------------------------- */
+
+static int cuda_events_open(void *impl, const unsigned char *const *handles, const size_t *lens,
+                            size_t n, const char *device_uuid, void **ret_ev, char *msg,
+                            size_t msglen)
+{
+    struct cuda *c = impl;
+    int rc = check_uuid(c, device_uuid, "event handle", msg, msglen);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (lens[i] != sizeof(cudaIpcEventHandle_t)) {
+            snprintf(msg, msglen, "event handle %zu has %zu bytes; a cudaIpcEventHandle_t has %zu",
+                     i, lens[i], sizeof(cudaIpcEventHandle_t));
+            return DASH_EINVAL;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        cudaIpcEventHandle_t h;
+        memcpy(&h, handles[i], sizeof h);
+        cudaEvent_t ev = NULL;
+        cudaError_t err = cudaIpcOpenEventHandle(&ev, h);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError(); /* not sticky */
+            while (i-- > 0)
+                (void)cudaEventDestroy((cudaEvent_t)ret_ev[i]);
+            snprintf(msg, msglen, "cannot open event handle: %s (made with cudaEventInterprocess | "
+                     "cudaEventDisableTiming, on this GPU, by a live process other than dashd?)",
+                     cudaGetErrorString(err));
+            return DASH_EINVAL;
+        }
+        ret_ev[i] = ev;
+    }
+    return 0;
+}
+
+static void cuda_event_close(void *impl, void *ev)
+{
+    (void)impl;
+    if (cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 /* ---- ops ------------------------------------------------------------------------------- */
@@ -379,13 +547,17 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
         }
         c->stage_cap = need;
     }
+    /* Copies go on the kernels' stream, so they queue behind the device ops before. */
+    cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
     size_t at = 0;
     for (int i = 0; i < n; i++) {
         s[i].dev = (char *)c->stage + at;
         at += (s[i].bytes + 255) & ~(size_t)255;
-        if (!s[i].out && cudaMemcpy(s[i].dev, s[i].host, s[i].bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        if (!s[i].out &&
+            cudaMemcpyAsync(s[i].dev, s[i].host, s[i].bytes, cudaMemcpyHostToDevice, st) != cudaSuccess) {
             snprintf(msg, msglen, "copying an input to the device failed: %s",
                      cudaGetErrorString(cudaGetLastError()));
+            (void)cudaStreamSynchronize(st);
             return DASH_EIO;
         }
     }
@@ -403,14 +575,62 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
     else
         rc = cuattn_backward(c->ca, p, op->cfg, 0, t[6], t[7], t[8], t[0], t[1], t[2], t[3],
                              s[4].dev, t[5], ret_cfg);
-    if (rc)
+    if (rc) {
+        (void)cudaStreamSynchronize(st); /* the host buffers must not be in use on return */
         return map_kernel_error(rc, p, msg, msglen);
+    }
     for (int i = 0; i < n; i++)
-        if (s[i].out && cudaMemcpy(s[i].host, s[i].dev, s[i].bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        if (s[i].out &&
+            cudaMemcpyAsync(s[i].host, s[i].dev, s[i].bytes, cudaMemcpyDeviceToHost, st) != cudaSuccess) {
             snprintf(msg, msglen, "copying an output from the device failed: %s",
                      cudaGetErrorString(cudaGetLastError()));
+            (void)cudaStreamSynchronize(st);
             return DASH_EIO;
         }
+    cudaError_t err = cudaStreamSynchronize(st);
+    if (err != cudaSuccess) {
+        snprintf(msg, msglen, "the staged op failed on the device: %s; dashd may need a restart",
+                 cudaGetErrorString(err));
+        return DASH_EIO;
+    }
+    return 0;
+}
+
+/* A device op: wait for the client's event, queue the kernels (launch), record the
+ * client's event, then track the completion (BACKEND_QUEUED) or wait for it here. */
+static int run_device(struct cuda *c, const struct backend_op *op, int backward, char *msg,
+                      size_t msglen, struct eng_config *ret_cfg)
+{
+    cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
+    if (op->wait_event && cudaStreamWaitEvent(st, (cudaEvent_t)op->wait_event, 0) != cudaSuccess) {
+        snprintf(msg, msglen, "cannot wait for the client's event: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        return DASH_EIO;
+    }
+    /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
+    int rc = backward ? cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv,
+                                        op->q, op->k, op->v, op->out, op->lse, op->dout, ret_cfg)
+                      : cuattn_forward(c->ca, op->prob, op->cfg, op->out, op->lse, op->q, op->k,
+                                       op->v, ret_cfg);
+    if (rc) {
+        /* Whatever was queued (the wait) must not outlive the reply: drain the stream. */
+        (void)cudaStreamSynchronize(st);
+        return map_kernel_error(rc, op->prob, msg, msglen);
+    }
+    if (op->record_event && cudaEventRecord((cudaEvent_t)op->record_event, st) != cudaSuccess) {
+        snprintf(msg, msglen, "cannot record the client's event: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        (void)cudaStreamSynchronize(st);
+        return DASH_EIO;
+    }
+    if (op->done && track(c, op->done, op->done_ctx) == 0)
+        return BACKEND_QUEUED;
+    cudaError_t err = cudaStreamSynchronize(st);
+    if (err != cudaSuccess) {
+        snprintf(msg, msglen, "CUDA failed while running the kernels (%s); dashd may need a "
+                 "restart", cudaGetErrorString(err));
+        return DASH_EIO;
+    }
     return 0;
 }
 
@@ -420,9 +640,7 @@ static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size
     struct cuda *c = impl;
     if (op->host)
         return run_staged(c, op, 0, msg, msglen, ret_cfg);
-    int rc = cuattn_forward(c->ca, op->prob, op->cfg, op->out, op->lse, op->q, op->k, op->v,
-                            ret_cfg);
-    return rc ? map_kernel_error(rc, op->prob, msg, msglen) : 0;
+    return run_device(c, op, 0, msg, msglen, ret_cfg);
 }
 
 static int cuda_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
@@ -431,15 +649,28 @@ static int cuda_backward(void *impl, const struct backend_op *op, char *msg, siz
     struct cuda *c = impl;
     if (op->host)
         return run_staged(c, op, 1, msg, msglen, ret_cfg);
-    /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
-    int rc = cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv, op->q, op->k,
-                             op->v, op->out, op->lse, op->dout, ret_cfg);
-    return rc ? map_kernel_error(rc, op->prob, msg, msglen) : 0;
+    return run_device(c, op, 1, msg, msglen, ret_cfg);
 }
 
 static void cuda_free(void *impl)
 {
     struct cuda *c = impl;
+    if (c->completer_started) {
+        /* Everything queued completes first (the loop waited for its jobs already). */
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->completer, NULL);
+    }
+    while (c->free_list) {
+        struct pending *p = c->free_list;
+        c->free_list = p->next;
+        (void)cudaEventDestroy(p->ev);
+        free(p);
+    }
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
     /* Sessions are dropped before the backend is freed, so the table is empty; close
      * whatever a bug left open rather than leak it. */
     while (c->maps) {
@@ -515,6 +746,15 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
         return NULL;
     }
     c->device = device;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    (void)cuattn_set_async(c->ca, 1);
+    if (pthread_create(&c->completer, NULL, completer_main, c) != 0) {
+        snprintf(why, whylen, "cannot start the completion thread");
+        cuda_free(c);
+        return NULL;
+    }
+    c->completer_started = 1;
     c->mem_range = (mem_range_fn)fn;
     c->pointer_attr = (pointer_attr_fn)attr_fn;
     (void)cuattn_device(c->ca, NULL, 0, &c->sms);
@@ -538,6 +778,8 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     b->forward = cuda_forward;
     b->backward = cuda_backward;
     b->cuda_import = cuda_import;
+    b->events_open = cuda_events_open;
+    b->event_close = cuda_event_close;
     b->free = cuda_free;
     return b;
 }

@@ -277,6 +277,61 @@ static void on_unregister(struct dispatch *d, const struct server_msg *m,
     send_reply(d, m->rid, m->rid_len, &r);
 }
 
+static void close_event(void *ctx, void *ev)
+{
+    struct backend *b = ctx;
+    b->event_close(b->impl, ev);
+}
+
+/* RegisterEvents: open every handle (all or none) and append them to the session's list. */
+static void on_register_events(struct dispatch *d, const struct server_msg *m,
+                               const Dash__Request *req, struct session *s)
+{
+    const Dash__RegisterEvents *re = req->register_events;
+    struct backend *b = d->backend;
+    if (!b->events_open) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                    "interprocess events need the CUDA backend; this daemon runs the %s backend",
+                    b->name);
+        return;
+    }
+    uint32_t have = s->events ? evring_count(s->events) : 0;
+    if (re->n_handles == 0 || re->n_handles > EVRING_MAX - have) {
+        reply_error(d, m->rid, m->rid_len, req->id, re->n_handles ? DASH_ENOSPC : DASH_EINVAL,
+                    "RegisterEvents with %zu handles: a session holds 1 to %d events and has %u",
+                    re->n_handles, EVRING_MAX, have);
+        return;
+    }
+    if (!s->events && !(s->events = evring_new(close_event, b))) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
+        return;
+    }
+    const unsigned char *handles[EVRING_MAX];
+    size_t lens[EVRING_MAX];
+    void *evs[EVRING_MAX];
+    for (size_t i = 0; i < re->n_handles; i++) {
+        handles[i] = re->handles[i].data;
+        lens[i] = re->handles[i].len;
+    }
+    char msg[MSG_MAX];
+    int rc = b->events_open(b->impl, handles, lens, re->n_handles, re->device_uuid, evs, msg,
+                            sizeof msg);
+    if (rc) {
+        log_info("session %llu: events refused: %s", (unsigned long long)s->id, msg);
+        reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return;
+    }
+    for (size_t i = 0; i < re->n_handles; i++)
+        (void)evring_add(s->events, evs[i]); /* room was checked above */
+    log_debug("session %llu registered events %u..%u", (unsigned long long)s->id, have,
+              have + (uint32_t)re->n_handles - 1);
+    Dash__Reply r = DASH__REPLY__INIT;
+    r.id = req->id;
+    r.has_first_event = 1;
+    r.first_event = have;
+    send_reply(d, m->rid, m->rid_len, &r);
+}
+
 /* ---- Forward, Backward ------------------------------------------------------------------- */
 
 static int lookup_size(void *ctx, uint64_t id, uint64_t *ret_size)
@@ -313,18 +368,45 @@ static int check_kinds(struct dispatch *d, struct session *s, const struct val_p
     return 0;
 }
 
+/* EventSync of an op on buffers of `kind`: fill j's events (no reference taken yet).
+ * 0, or a DASH_* code with a reason. */
+static int check_sync(const struct session *s, const Dash__EventSync *sync, enum shmbuf_kind kind,
+                      char *msg, size_t msglen, struct job *j)
+{
+    if (kind != SHMBUF_CUDA) {
+        snprintf(msg, msglen, "event sync orders work on device buffers; this op's tensors are "
+                 "in %s, and its reply comes once the outputs are written", shmbuf_kind_name(kind));
+        return DASH_EINVAL;
+    }
+    uint32_t n = s->events ? evring_count(s->events) : 0;
+    if ((sync->has_wait_event && sync->wait_event >= n) ||
+        (sync->has_record_event && sync->record_event >= n)) {
+        snprintf(msg, msglen, "event %u is not registered: the session has %u (RegisterEvents)",
+                 sync->has_wait_event && sync->wait_event >= n ? sync->wait_event
+                                                               : sync->record_event, n);
+        return DASH_ENOENT;
+    }
+    j->reply_when_queued = sync->has_reply_when_queued && sync->reply_when_queued;
+    if (j->reply_when_queued && !sync->has_record_event) {
+        snprintf(msg, msglen, "reply_when_queued needs record_event: without it nothing says "
+                 "when the outputs are ready");
+        return DASH_EINVAL;
+    }
+    j->wait_event = sync->has_wait_event ? evring_get(s->events, sync->wait_event) : NULL;
+    j->record_event = sync->has_record_event ? evring_get(s->events, sync->record_event) : NULL;
+    return 0;
+}
+
 static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
                   struct session *s, int backward)
 {
     const Dash__EventSync *sync = req->sync;
-    if (sync && (sync->has_wait_event || sync->has_record_event)) {
-        if (d->backend->cuda_import)
-            reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
-                        "EventSync is not served yet: the CUDA backend is synchronous (it "
-                        "replies after the op completed); send the request without sync");
-        else
-            reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
-                        "event sync needs the CUDA backend");
+    const int want_sync = sync && (sync->has_wait_event || sync->has_record_event ||
+                                   (sync->has_reply_when_queued && sync->reply_when_queued));
+    if (want_sync && !d->backend->events_open) {
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+                    "event sync needs the CUDA backend; this daemon runs the %s backend (its "
+                    "replies come after the outputs are written)", d->backend->name);
         return;
     }
     struct job *j = calloc(1, sizeof *j);
@@ -341,6 +423,8 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
     enum shmbuf_kind kind = SHMBUF_SHM;
     if (!rc)
         rc = check_kinds(d, s, &j->plan, msg, sizeof msg, &kind);
+    if (!rc && want_sync)
+        rc = check_sync(s, sync, kind, msg, sizeof msg, j);
     /* Only shared memory is copied through host scratch. */
     uint64_t need = rc || kind != SHMBUF_SHM ? 0 : job_scratch_bytes(&j->plan);
     if (!rc && need > d->cfg.scratch_max) {
@@ -358,14 +442,20 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
     j->request_id = req->id;
     j->session_id = s->id;
     j->received_ns = uv_hrtime();
+    j->queue = d->queue;
     for (int slot = 0; slot < j->plan.slots; slot++) {
         j->buf[slot] = sess_buf_find(s, j->plan.t[slot].buffer_id);
         shmbuf_ref(j->buf[slot]);
+    }
+    if (j->wait_event || j->record_event) {
+        j->events = s->events;
+        evring_ref(j->events);
     }
     rc = queue_push(d->queue, &j->item);
     if (rc) {
         for (int slot = 0; slot < j->plan.slots; slot++)
             shmbuf_unref(j->buf[slot]);
+        evring_unref(j->events);
         free(j);
         reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
                     "the queue is full (%u requests waiting or running)", queue_capacity(d->queue));
@@ -394,10 +484,74 @@ static Dash__Schedule proto_schedule(enum sched_kind k)
     }
 }
 
-static void run_job(void *ctx, struct queue_item *it)
+/* Completion of a job the backend queued on the device (a backend thread). */
+static void job_gpu_done(void *ctx, int rc, uint64_t run_ns)
+{
+    struct job *j = ctx;
+    if (rc) {
+        j->rc = rc;
+        snprintf(j->msg, sizeof j->msg, "the GPU failed while running the op (%s); dashd "
+                 "needs a restart", dash_strerror(rc));
+    }
+    j->run_ns = run_ns;
+    j->finished_ns = uv_hrtime();
+    queue_finish(j->queue, &j->item);
+}
+
+static int run_job(void *ctx, struct queue_item *it)
+{
+    struct job *j = (struct job *)it;
+    struct dispatch *d = ctx;
+    if (j->reply_when_queued)
+        queue_expect_early(j->queue, it);
+    j->rc = 0;
+    if (job_run(d->runner, j, job_gpu_done, j) != BACKEND_QUEUED)
+        return QUEUE_DONE;
+    /* From here on j may complete at any moment: touch it no more, except to announce. */
+    if (j->reply_when_queued)
+        queue_early(j->queue, it);
+    return QUEUE_LATER;
+}
+
+static void fill_op_result(const struct dispatch *d, const struct job *j, int with_run,
+                           Dash__OpResult *op)
+{
+    op->schedule = proto_schedule(j->used.sched);
+    op->wave = j->used.w;
+    op->block_m = j->used.block_m;
+    op->block_n = j->used.block_n;
+    op->has_queue_us = 1;
+    op->queue_us = (j->started_ns - j->received_ns) / 1000;
+    op->has_run_us = with_run;
+    op->run_us = (j->run_ns ? j->run_ns : j->finished_ns - j->started_ns) / 1000;
+    op->backend = (char *)d->backend->name;
+}
+
+/* Count a finished reply in the session's latency (and the idle clock). */
+static struct session *job_session(struct dispatch *d, const struct job *j)
+{
+    struct session *s = sess_find(d->sessions, j->rid, j->rid_len);
+    return s && s->id == j->session_id ? s : NULL;
+}
+
+/* The op is queued on the device (reply_when_queued): answer now, finish in job_done. */
+static void job_early(void *ctx, struct queue_item *it)
 {
     struct dispatch *d = ctx;
-    job_run(d->runner, (struct job *)it);
+    struct job *j = (struct job *)it;
+    struct session *s = job_session(d, j);
+    if (s)
+        sess_latency_add(s, (uv_hrtime() - j->received_ns) / 1000);
+    Dash__Reply r = DASH__REPLY__INIT;
+    Dash__OpResult op = DASH__OP_RESULT__INIT;
+    r.id = j->request_id;
+    fill_op_result(d, j, 0, &op);
+    r.op = &op;
+    log_debug("request %llu of session %llu: %s queued on the device",
+              (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+              j->plan.backward ? "backward" : "forward");
+    send_reply(d, j->rid, j->rid_len, &r);
+    j->replied = 1;
 }
 
 static void job_done(void *ctx, struct queue_item *it)
@@ -406,42 +560,46 @@ static void job_done(void *ctx, struct queue_item *it)
     struct job *j = (struct job *)it;
     uint64_t now = uv_hrtime();
     d->in_flight--;
-    struct session *s = sess_find(d->sessions, j->rid, j->rid_len);
-    if (s && s->id == j->session_id) {
+    struct session *s = job_session(d, j);
+    if (s) {
         s->in_flight--;
         s->last_ns = now; /* the idle clock starts when the client has its answer */
         if (j->plan.backward)
             s->backwards++;
         else
             s->forwards++;
-        sess_latency_add(s, (now - j->received_ns) / 1000);
+        if (!j->replied)
+            sess_latency_add(s, (now - j->received_ns) / 1000);
     }
-    Dash__Reply r = DASH__REPLY__INIT;
-    Dash__OpResult op = DASH__OP_RESULT__INIT;
-    r.id = j->request_id;
-    r.code = j->rc;
-    if (j->rc == 0) {
-        op.schedule = proto_schedule(j->used.sched);
-        op.wave = j->used.w;
-        op.block_m = j->used.block_m;
-        op.block_n = j->used.block_n;
-        op.has_queue_us = op.has_run_us = 1;
-        op.queue_us = (j->started_ns - j->received_ns) / 1000;
-        op.run_us = (j->finished_ns - j->started_ns) / 1000;
-        op.backend = (char *)d->backend->name;
-        r.op = &op;
-        log_debug("request %llu of session %llu: %s done in %llu us (queued %llu us)",
-                  (unsigned long long)j->request_id, (unsigned long long)j->session_id,
-                  j->plan.backward ? "backward" : "forward", (unsigned long long)op.run_us,
-                  (unsigned long long)op.queue_us);
+    if (j->replied) {
+        /* The client was told "queued"; a failure now can only be logged (and the
+         * device is unusable anyway: every later op fails too). */
+        if (j->rc)
+            log_error("request %llu of session %llu failed after its reply: %s",
+                      (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+                      j->msg[0] ? j->msg : dash_strerror(j->rc));
     } else {
-        r.message = j->msg[0] ? j->msg : (char *)dash_strerror(j->rc);
-        log_debug("request %llu of session %llu: %s: %s", (unsigned long long)j->request_id,
-                  (unsigned long long)j->session_id, dash_errname(j->rc), r.message);
+        Dash__Reply r = DASH__REPLY__INIT;
+        Dash__OpResult op = DASH__OP_RESULT__INIT;
+        r.id = j->request_id;
+        r.code = j->rc;
+        if (j->rc == 0) {
+            fill_op_result(d, j, 1, &op);
+            r.op = &op;
+            log_debug("request %llu of session %llu: %s done in %llu us (queued %llu us)",
+                      (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+                      j->plan.backward ? "backward" : "forward", (unsigned long long)op.run_us,
+                      (unsigned long long)op.queue_us);
+        } else {
+            r.message = j->msg[0] ? j->msg : (char *)dash_strerror(j->rc);
+            log_debug("request %llu of session %llu: %s: %s", (unsigned long long)j->request_id,
+                      (unsigned long long)j->session_id, dash_errname(j->rc), r.message);
+        }
+        send_reply(d, j->rid, j->rid_len, &r);
     }
-    send_reply(d, j->rid, j->rid_len, &r);
     for (int slot = 0; slot < j->plan.slots; slot++)
         shmbuf_unref(j->buf[slot]);
+    evring_unref(j->events);
     free(j);
     check_idle(d);
 }
@@ -578,6 +736,7 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
     case DASH__REQUEST__BODY_HELLO:
     case DASH__REQUEST__BODY_REGISTER_BUFFER:
     case DASH__REQUEST__BODY_UNREGISTER_BUFFER:
+    case DASH__REQUEST__BODY_REGISTER_EVENTS:
     case DASH__REQUEST__BODY_FORWARD:
     case DASH__REQUEST__BODY_BACKWARD:
         if (d->stopping && req->body_case != DASH__REQUEST__BODY_UNREGISTER_BUFFER) {
@@ -597,6 +756,8 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
             on_register(d, m, req, s);
         else if (req->body_case == DASH__REQUEST__BODY_UNREGISTER_BUFFER)
             on_unregister(d, m, req, s);
+        else if (req->body_case == DASH__REQUEST__BODY_REGISTER_EVENTS)
+            on_register_events(d, m, req, s);
         else
             on_op(d, m, req, s, req->body_case == DASH__REQUEST__BODY_BACKWARD);
         break;
@@ -640,7 +801,7 @@ struct dispatch *dispatch_new(uv_loop_t *loop, struct backend *b, const struct d
     d->runner = job_runner_new(b, cfg->scratch_max);
     if (!d->runner)
         goto free_sessions;
-    d->queue = queue_new(loop, cfg->queue_capacity, run_job, job_done, d);
+    d->queue = queue_new(loop, cfg->queue_capacity, run_job, job_early, job_done, d);
     if (!d->queue)
         goto free_runner;
     uv_timer_init(loop, &d->sweep);

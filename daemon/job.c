@@ -136,10 +136,13 @@ static struct eng_tensor device_tensor(const struct job *j, int slot)
 /* CUDA memory: no copies and no guard (the IPC mapping pins the memory, and validation
  * proved every element inside the registered size); the backend reads and writes the
  * client's tensors where they are. */
-static int run_in_place(struct job_runner *r, struct job *j)
+static int run_in_place(struct job_runner *r, struct job *j, backend_done_fn done,
+                        void *done_ctx)
 {
     const struct val_plan *p = &j->plan;
-    struct backend_op op = {.prob = &p->prob, .cfg = &p->cfg};
+    struct backend_op op = {.prob = &p->prob, .cfg = &p->cfg, .wait_event = j->wait_event,
+                            .record_event = j->record_event, .done = done,
+                            .done_ctx = done_ctx};
     op.lse = (float *)(void *)(shmbuf_data(j->buf[VAL_LSE]) + p->t[VAL_LSE].offset);
     op.q = device_tensor(j, VAL_Q);
     op.k = device_tensor(j, VAL_K);
@@ -154,12 +157,12 @@ static int run_in_place(struct job_runner *r, struct job *j)
     return r->backend->backward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
 }
 
-static int run(struct job_runner *r, struct job *j)
+static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *done_ctx)
 {
     const struct val_plan *p = &j->plan;
     /* dispatch never mixes kinds in one op, so the first tensor's buffer says it */
     if (shmbuf_kind(j->buf[0]) == SHMBUF_CUDA)
-        return run_in_place(r, j);
+        return run_in_place(r, j, done, done_ctx);
     uint64_t need = job_scratch_bytes(p);
     if (need > r->scratch_max) {
         snprintf(j->msg, sizeof j->msg, "the request needs %llu bytes of scratch, more than %llu",
@@ -214,15 +217,20 @@ static int run(struct job_runner *r, struct job *j)
     return 0;
 }
 
-void job_run(struct job_runner *r, struct job *j)
+int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *done_ctx)
 {
     j->started_ns = uv_hrtime();
     j->msg[0] = '\0';
-    j->rc = run(r, j);
+    int rc = run(r, j, done, done_ctx);
     if (r->scratch_cap > JOB_SCRATCH_KEEP) {
         free(r->scratch);
         r->scratch = NULL;
         r->scratch_cap = 0;
     }
+    /* Queued: done() may already be running on another thread and owns the result. */
+    if (rc == BACKEND_QUEUED)
+        return BACKEND_QUEUED;
+    j->rc = rc;
     j->finished_ns = uv_hrtime();
+    return 0;
 }

@@ -21,6 +21,7 @@
 #define DASHD_JOB_H
 
 #include "backend.h"
+#include "evring.h"
 #include "queue.h"
 #include "shmbuf.h"
 #include "validate.h"
@@ -33,6 +34,7 @@
 
 struct job {
     struct queue_item item; /* first: the queue hands back this pointer */
+    struct queue *queue;    /* the queue it is on (a device completion hands it back) */
     struct val_plan plan;
     struct shmbuf *buf[VAL_SLOTS]; /* one reference per used slot (the same buffer may repeat) */
     /* Where the reply goes. */
@@ -40,8 +42,15 @@ struct job {
     size_t rid_len;
     uint64_t request_id;
     uint64_t session_id;
-    /* uv_hrtime() stamps: request received, run started, run finished. */
-    uint64_t received_ns, started_ns, finished_ns;
+    /* EventSync (device ops): the events to wait for and to record (NULL: none), from
+     * `events`, which the job holds a reference on; reply when queued. */
+    struct evring *events;
+    void *wait_event, *record_event;
+    int reply_when_queued;
+    int replied; /* loop thread: the reply went out when the op was queued */
+    /* uv_hrtime() stamps: request received, run started, run finished (for an op that
+     * completes later: queued); run_ns: the time it ran, when the backend measured it. */
+    uint64_t received_ns, started_ns, finished_ns, run_ns;
     /* Result, set by the worker. */
     int rc;
     char msg[JOB_MSG_MAX];
@@ -62,7 +71,9 @@ void job_runner_free(struct job_runner *r);
 uint64_t job_scratch_bytes(const struct val_plan *plan);
 
 /* Worker thread: copy in, compute, copy out (shared memory) or compute in place (CUDA
- * memory); sets j->rc, j->msg, j->used and the times. */
-void job_run(struct job_runner *r, struct job *j);
+ * memory); sets j->rc, j->msg, j->used and the times. Returns 0 when the job is finished,
+ * or BACKEND_QUEUED when the backend queued it on the device (j->used is set): done(ctx,
+ * rc, run_ns) is then called once, from another thread, when it completes. */
+int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *done_ctx);
 
 #endif

@@ -19,10 +19,12 @@ struct queue {
     pthread_cond_t cv;
     struct list todo; /* guarded by mu */
     struct list done; /* guarded by mu */
+    struct queue_item *early_head, *early_tail; /* guarded by mu; linked by early_next */
     int stop;         /* guarded by mu */
     uint32_t depth;   /* loop thread only */
     uint32_t capacity;
     queue_run_fn run;
+    queue_done_fn early_fn;
     queue_done_fn done_fn;
     void *ctx;
 };
@@ -50,24 +52,36 @@ static void *worker_main(void *arg)
         q->todo.head = it->next;
         if (!q->todo.head)
             q->todo.tail = NULL;
+        it->early_expected = it->early_sent = it->finish_deferred = 0;
         pthread_mutex_unlock(&q->mu);
-        q->run(q->ctx, it);
+        int later = q->run(q->ctx, it) == QUEUE_LATER;
         pthread_mutex_lock(&q->mu);
-        list_push(&q->done, it);
-        /* Coalesced by libuv: one wake-up may deliver several items. */
-        uv_async_send(&q->async);
+        if (!later) {
+            list_push(&q->done, it);
+            /* Coalesced by libuv: one wake-up may deliver several items. */
+            uv_async_send(&q->async);
+        }
     }
     pthread_mutex_unlock(&q->mu);
     return NULL;
 }
 
+/* Both lists are taken in one critical section and early ones run first: an item's done
+ * is pushed only after its early (queue_early), so it is never delivered before it. */
 static void on_async(uv_async_t *h)
 {
     struct queue *q = h->data;
     pthread_mutex_lock(&q->mu);
+    struct queue_item *early = q->early_head;
+    q->early_head = q->early_tail = NULL;
     struct queue_item *it = q->done.head;
     q->done.head = q->done.tail = NULL;
     pthread_mutex_unlock(&q->mu);
+    while (early) {
+        struct queue_item *next = early->early_next;
+        q->early_fn(q->ctx, early);
+        early = next;
+    }
     while (it) {
         struct queue_item *next = it->next;
         q->depth--;
@@ -76,8 +90,8 @@ static void on_async(uv_async_t *h)
     }
 }
 
-struct queue *queue_new(uv_loop_t *loop, uint32_t capacity, queue_run_fn run, queue_done_fn done,
-                        void *ctx)
+struct queue *queue_new(uv_loop_t *loop, uint32_t capacity, queue_run_fn run,
+                        queue_done_fn early, queue_done_fn done, void *ctx)
 {
     if (capacity < 1)
         return NULL;
@@ -86,6 +100,7 @@ struct queue *queue_new(uv_loop_t *loop, uint32_t capacity, queue_run_fn run, qu
         return NULL;
     q->capacity = capacity;
     q->run = run;
+    q->early_fn = early;
     q->done_fn = done;
     q->ctx = ctx;
     if (pthread_mutex_init(&q->mu, NULL))
@@ -123,6 +138,43 @@ int queue_push(struct queue *q, struct queue_item *item)
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     return 0;
+}
+
+void queue_expect_early(struct queue *q, struct queue_item *item)
+{
+    pthread_mutex_lock(&q->mu);
+    item->early_expected = 1;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void queue_early(struct queue *q, struct queue_item *item)
+{
+    pthread_mutex_lock(&q->mu);
+    if (!item->early_sent) {
+        item->early_sent = 1;
+        item->early_next = NULL;
+        if (q->early_tail)
+            q->early_tail->early_next = item;
+        else
+            q->early_head = item;
+        q->early_tail = item;
+        if (item->finish_deferred) /* it completed before we got here: deliver both */
+            list_push(&q->done, item);
+        uv_async_send(&q->async);
+    }
+    pthread_mutex_unlock(&q->mu);
+}
+
+void queue_finish(struct queue *q, struct queue_item *item)
+{
+    pthread_mutex_lock(&q->mu);
+    if (item->early_expected && !item->early_sent) {
+        item->finish_deferred = 1; /* queue_early() delivers it */
+    } else {
+        list_push(&q->done, item);
+        uv_async_send(&q->async);
+    }
+    pthread_mutex_unlock(&q->mu);
 }
 
 uint32_t queue_depth(const struct queue *q)

@@ -5,6 +5,12 @@
  *   queue_push(item) --FIFO--------> run(item)      (one at a time, in arrival order)
  *   done(item)  <----uv_async_send-- finished list
  *
+ * Work the worker only starts (a kernel queued on the GPU) finishes later: run returns
+ * QUEUE_LATER and whoever learns of the completion calls queue_finish(), from any thread.
+ * Such an item may also be announced early (queue_early(): the loop's early callback
+ * runs, e.g. to reply "queued"); done then still comes, always after early, and the item
+ * stays accepted (counted against the capacity) until done.
+ *
  * One worker is enough: the engine is itself multi-threaded and runs one call at a time,
  * and a single FIFO keeps arrival order. The capacity bounds everything accepted and not
  * yet handed back to the loop (waiting, running, finished but not delivered), so a full
@@ -17,20 +23,36 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* Embed this in the job; the queue links jobs through it. */
+/* Embed this in the job; the queue links jobs through it. The fields are the queue's. */
 struct queue_item {
-    struct queue_item *next;
+    struct queue_item *next, *early_next;
+    unsigned char early_expected, early_sent, finish_deferred;
 };
 
-/* run: on the worker thread. done: on the loop thread, in completion order. */
-typedef void (*queue_run_fn)(void *ctx, struct queue_item *item);
+#define QUEUE_DONE 0  /* run: the item is finished */
+#define QUEUE_LATER 1 /* run: queue_finish(item) will be called */
+
+/* run: on the worker thread, returns QUEUE_DONE or QUEUE_LATER. early, done: on the loop
+ * thread; done in completion order. */
+typedef int (*queue_run_fn)(void *ctx, struct queue_item *item);
 typedef void (*queue_done_fn)(void *ctx, struct queue_item *item);
 
 struct queue;
 
-/* A queue of `capacity` (>= 1) items with its worker thread started, or NULL. */
-struct queue *queue_new(uv_loop_t *loop, uint32_t capacity, queue_run_fn run, queue_done_fn done,
-                        void *ctx);
+/* A queue of `capacity` (>= 1) items with its worker thread started, or NULL. early may
+ * be NULL when nothing calls queue_early(). */
+struct queue *queue_new(uv_loop_t *loop, uint32_t capacity, queue_run_fn run,
+                        queue_done_fn early, queue_done_fn done, void *ctx);
+
+/* Worker thread, inside run, before the work can complete: the item will be announced
+ * with queue_early(), so a completion that comes first waits for it. */
+void queue_expect_early(struct queue *q, struct queue_item *item);
+
+/* Any thread: have the loop call early(item) (once, before done(item)). */
+void queue_early(struct queue *q, struct queue_item *item);
+
+/* Any thread: an item whose run returned QUEUE_LATER is finished. */
+void queue_finish(struct queue *q, struct queue_item *item);
 
 /* Loop thread. 0, or DASH_EBUSY when full (the item is not taken). */
 int queue_push(struct queue *q, struct queue_item *item);

@@ -94,6 +94,7 @@ void sess_drop(struct sess_table *t, struct session *s)
     if (s->next)
         s->next->prev = s->prev;
     t->count--;
+    evring_unref(s->events);
     for (size_t i = 0; i < s->n_bufs; i++)
         shmbuf_unref(s->bufs[i].buf);
     free(s->bufs);

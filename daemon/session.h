@@ -11,6 +11,7 @@
 #ifndef DASHD_SESSION_H
 #define DASHD_SESSION_H
 
+#include "evring.h"
 #include "shmbuf.h"
 
 #include <stddef.h>
@@ -45,6 +46,8 @@ struct session {
     /* Buffers, sorted by id (ids only grow, so registering appends). */
     struct sess_buf *bufs;
     size_t n_bufs, cap_bufs;
+    /* Interprocess events (RegisterEvents), NULL until the first; one reference. */
+    struct evring *events;
     /* Table links. */
     struct session *hash_next, *prev, *next;
 };

@@ -37,6 +37,7 @@ struct cuattn {
     size_t scratch_cap;
     int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1) or CUATTN_IMPL_TENSOR_CORES (v2) */
     int force_interleaved;
+    int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     struct dag_auto_cache auto_cache;
 };
@@ -152,6 +153,19 @@ int32_t cuattn_impl(const struct cuattn *a)
     return a ? a->impl : -EINVAL;
 }
 
+int cuattn_set_async(struct cuattn *a, int on)
+{
+    if (!a)
+        return -EINVAL;
+    a->async = on != 0;
+    return 0;
+}
+
+void *cuattn_stream(const struct cuattn *a)
+{
+    return a ? (void *)a->stream : NULL;
+}
+
 void cuattn__force_interleaved(struct cuattn *a, int on)
 {
     if (a)
@@ -237,7 +251,10 @@ static int scratch_reserve(struct cuattn *a, size_t bytes)
         return 0;
     size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
     if (a->scratch) {
-        cudaError_t err = cudaFree(a->scratch); /* calls are synchronous: nothing uses it */
+        /* Work still queued may use it (cuattn_set_async): finish that first. */
+        cudaError_t err = cudaStreamSynchronize(a->stream);
+        if (err == cudaSuccess)
+            err = cudaFree(a->scratch);
         a->scratch = NULL;
         a->scratch_cap = 0;
         if (err != cudaSuccess)
@@ -261,13 +278,16 @@ static size_t carve(size_t *used, size_t bytes)
     return at;
 }
 
-/* Wait for the stream and turn any failure (launch or execution) into a code. */
+/* Wait for the stream (unless the object is asynchronous) and turn any failure (launch
+ * or execution) into a code. */
 static int finish(struct cuattn *a, cudaError_t launch_err)
 {
     if (launch_err != cudaSuccess) {
         (void)cudaStreamSynchronize(a->stream);
         return err_code(launch_err);
     }
+    if (a->async)
+        return err_code(cudaGetLastError());
     cudaError_t err = cudaStreamSynchronize(a->stream);
     if (err == cudaSuccess)
         err = cudaGetLastError();

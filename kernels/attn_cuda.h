@@ -20,9 +20,10 @@
  * float64 reference.
  *
  * All tensor data and lse pointers are DEVICE pointers of the object's device, laid out
- * as struct eng_tensor describes (element strides, stride[3] == 1). Every call is
- * synchronous: it launches on the object's own stream and waits for it. One call at a time
- * per object; separate objects may be used from separate threads.
+ * as struct eng_tensor describes (element strides, stride[3] == 1). Every call launches
+ * on the object's own stream and, unless the object is asynchronous (cuattn_set_async),
+ * waits for it. One call at a time per object; separate objects may be used from
+ * separate threads.
  *
  * One backward per device at a time. A shift backward's CTAs wait on each other, so they
  * must all be resident together (the grid is capped so that they fit an idle GPU). Two
@@ -73,6 +74,15 @@ int cuattn_set_impl(struct cuattn *a, int32_t impl);
 
 /* The implementation calls on `a` use; -EINVAL for NULL. */
 int32_t cuattn_impl(const struct cuattn *a);
+
+/* on != 0: later calls return as soon as their kernels are launched on the object's
+ * stream (cuattn_stream), reporting launch failures only; the caller orders its own work
+ * on that stream (events, cudaStreamSynchronize). Calls stay ordered among themselves,
+ * and growing the scratch waits for what is queued. 0, or -EINVAL for NULL. */
+int cuattn_set_async(struct cuattn *a, int on);
+
+/* The object's stream (a cudaStream_t), or NULL for NULL. */
+void *cuattn_stream(const struct cuattn *a);
 
 /* Frees the scratch and the stream. Accepts NULL. */
 void cuattn_free(struct cuattn *a);

@@ -277,7 +277,7 @@ static void test_client_forward_message_carries_ids_and_params(void)
 {
     struct fixture f;
     fixture_init(&f);
-    struct dash__req r = {.kind = DASH__FORWARD, .nt = 5};
+    struct dash__req r = {.kind = DASH__FORWARD, .nt = 5, .wait_slot = -1, .record_slot = -1};
     r.attn = (struct dash_attn){.dtype = DASH_F16, .mask = DASH_MASK_CAUSAL, .scale = 0.125f,
                                 .schedule = DASH_SCHED_SHIFT, .wave = 32};
     for (int i = 0; i < 5; i++)
@@ -288,7 +288,7 @@ static void test_client_forward_message_carries_ids_and_params(void)
 
     Dash__Request m = DASH__REQUEST__INIT;
     struct dash__op_storage st;
-    CU_ASSERT_EQUAL_FATAL(dash__op_encode(&r, &m, &st), 0);
+    CU_ASSERT_EQUAL_FATAL(dash__op_encode(&f.c, &r, &m, &st), 0);
     CU_ASSERT_EQUAL(m.body_case, DASH__REQUEST__BODY_FORWARD);
     const Dash__Forward *fw = m.forward;
     CU_ASSERT_EQUAL(fw->params->dtype, DASH__DTYPE__F16);
@@ -305,13 +305,46 @@ static void test_client_forward_message_carries_ids_and_params(void)
     CU_ASSERT_EQUAL(fw->k->strides[0], 1000);
     CU_ASSERT_EQUAL(fw->lse->n_shape, 3);
     CU_ASSERT_EQUAL(fw->lse->n_strides, 0);
+    CU_ASSERT_PTR_NULL(m.sync); /* no event sync asked for: none sent */
 
     /* a buffer that is not registered in this session cannot be sent */
     f.b.reg = DASH__REG_NONE;
-    CU_ASSERT_EQUAL(dash__op_encode(&r, &m, &st), DASH_ENOBUF);
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m, &st), DASH_ENOBUF);
     f.b.reg = DASH__REG_FAILED;
     f.b.reg_code = DASH_EBOUNDS;
-    CU_ASSERT_EQUAL(dash__op_encode(&r, &m, &st), DASH_EBOUNDS);
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m, &st), DASH_EBOUNDS);
+}
+
+/* A stream-ordered op names the ring's slots as the daemon's indices (base + slot), and
+ * cannot be sent while the ring is not registered in this session. */
+static void test_client_event_sync_names_ring_slots_after_the_base(void)
+{
+    struct fixture f;
+    fixture_init(&f);
+    struct dash__events ev = {.reg = DASH__REG_OK, .base = 32, .last_record = -1};
+    f.c.events = &ev;
+    struct dash__req r = {.kind = DASH__BACKWARD, .nt = 9, .wait_slot = 4, .record_slot = 5,
+                          .when_queued = 1};
+    r.attn = (struct dash_attn){.dtype = DASH_BF16};
+    for (int i = 0; i < 9; i++)
+        r.t[i] = dash_tensor_dense(&f.b, 0, 1, 4, 2, 32);
+    r.t[4] = dash_tensor_lse(&f.b, 0, 1, 2, 4);
+    Dash__Request m = DASH__REQUEST__INIT;
+    struct dash__op_storage st;
+    CU_ASSERT_EQUAL_FATAL(dash__op_encode(&f.c, &r, &m, &st), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m.sync);
+    CU_ASSERT(m.sync->has_wait_event && m.sync->wait_event == 36);
+    CU_ASSERT(m.sync->has_record_event && m.sync->record_event == 37);
+    CU_ASSERT(m.sync->has_reply_when_queued && m.sync->reply_when_queued);
+
+    Dash__Request m2 = DASH__REQUEST__INIT;
+    ev.reg = DASH__REG_PENDING;
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOENT);
+    ev.reg = DASH__REG_FAILED;
+    ev.reg_code = DASH_ENOTSUP;
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOTSUP);
+    f.c.events = NULL;
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOENT);
 }
 
 static void test_client_error_table_matches_proto(void)
@@ -411,6 +444,7 @@ int suite_client(void)
     ADD_TEST(s, test_client_buffer_and_ticket_misuse);
     ADD_TEST(s, test_client_tensor_helpers_fill_dense_strides);
     ADD_TEST(s, test_client_forward_message_carries_ids_and_params);
+    ADD_TEST(s, test_client_event_sync_names_ring_slots_after_the_base);
     ADD_TEST(s, test_client_error_table_matches_proto);
     ADD_TEST(s, test_client_default_endpoint_follows_environment);
     ADD_TEST(s, test_client_request_table_matches_a_reference);

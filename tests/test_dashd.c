@@ -351,6 +351,74 @@ static void test_dashd_unknown_and_foreign_buffers_are_refused(void)
     raw_close(b);
 }
 
+/* Interprocess events are the CUDA backend's: on the CPU backend RegisterEvents and an
+ * op that names events get DASH_ENOTSUP saying why, an empty EventSync is harmless, and
+ * the daemon goes on serving. */
+static void test_dashd_event_sync_on_cpu_backend_is_refused_clearly(void)
+{
+    struct raw_client *r = session();
+    CU_ASSERT_FATAL(r != NULL);
+    unsigned char handle[64] = {1, 2, 3};
+    ProtobufCBinaryData h = {sizeof handle, handle};
+    Dash__RegisterEvents re = DASH__REGISTER_EVENTS__INIT;
+    re.n_handles = 1;
+    re.handles = &h;
+    re.device_uuid = "GPU-00000000-0000-0000-0000-000000000000";
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = next_id++;
+    req.body_case = DASH__REQUEST__BODY_REGISTER_EVENTS;
+    req.register_events = &re;
+    Dash__Reply *rep = raw_call(r, &req, 5000);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+    CU_ASSERT_EQUAL(rep->code, DASH_ENOTSUP);
+    CU_ASSERT(rep->message && strstr(rep->message, "CUDA backend"));
+    CU_ASSERT(!rep->has_first_event);
+    wire_free_reply(rep);
+
+    struct layout L;
+    layout_init(&L, 1, 16, 16, 2, 2, 32, DTYPE_F32);
+    struct shm s;
+    shm_with_inputs(&s, &L, 0xe7);
+    int64_t id = register_shm(r, &s, L.total);
+    CU_ASSERT_FATAL(id > 0);
+    struct refs R;
+    refs_init(&R, &L, (uint64_t)id);
+    Dash__AttnParams p = params_for(&L, SCHED_MASK_FULL);
+    Dash__Forward f = DASH__FORWARD__INIT;
+    f.params = &p;
+    f.q = &R.t[T_Q], f.k = &R.t[T_K], f.v = &R.t[T_V], f.out = &R.t[T_OUT], f.lse = &R.t[T_LSE];
+    Dash__EventSync sync = DASH__EVENT_SYNC__INIT;
+    Dash__Request op = DASH__REQUEST__INIT;
+    op.body_case = DASH__REQUEST__BODY_FORWARD;
+    op.forward = &f;
+    op.sync = &sync;
+    /* each way of asking for ordering is refused */
+    for (int ask = 0; ask < 3; ask++) {
+        sync.has_wait_event = ask == 0;
+        sync.has_record_event = ask == 1;
+        sync.has_reply_when_queued = sync.reply_when_queued = ask == 2;
+        op.id = next_id++;
+        rep = raw_call(r, &op, 5000);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+        CU_ASSERT_EQUAL(rep->code, DASH_ENOTSUP);
+        CU_ASSERT(rep->message && strstr(rep->message, "CUDA backend"));
+        wire_free_reply(rep);
+    }
+    /* an EventSync that asks for nothing changes nothing */
+    sync.has_wait_event = sync.has_record_event = 0;
+    sync.has_reply_when_queued = 1;
+    sync.reply_when_queued = 0;
+    op.id = next_id++;
+    rep = raw_call(r, &op, 20000);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+    CU_ASSERT_EQUAL(rep->code, 0);
+    CU_ASSERT(rep->op && rep->op->has_run_us);
+    wire_free_reply(rep);
+    CU_ASSERT(daemon_serves());
+    shm_drop(&s);
+    raw_close(r);
+}
+
 static void test_dashd_bad_tensors_get_precise_codes(void)
 {
     struct raw_client *r = session();
@@ -740,6 +808,7 @@ int suite_dashd(void)
     ADD_TEST(s, test_dashd_unknown_request_type_gets_protocol_error);
     ADD_TEST(s, test_dashd_unknown_and_foreign_buffers_are_refused);
     ADD_TEST(s, test_dashd_bad_tensors_get_precise_codes);
+    ADD_TEST(s, test_dashd_event_sync_on_cpu_backend_is_refused_clearly);
     ADD_TEST(s, test_dashd_results_equal_in_process_engine);
     ADD_TEST(s, test_dashd_answers_ping_during_long_backward);
     ADD_TEST(s, test_dashd_shrunk_shm_gets_error_not_sigbus);

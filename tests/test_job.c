@@ -206,7 +206,7 @@ static void test_job_forward_scatters_only_own_elements(void)
     struct fwd_fx x;
     CU_ASSERT_EQUAL_FATAL(fwd_fx_init(&x), 0);
     struct job_runner *r = job_runner_new(&fake, UINT64_MAX);
-    job_run(r, &x.job);
+    job_run(r, &x.job, NULL, NULL);
     CU_ASSERT_EQUAL(x.job.rc, 0);
     CU_ASSERT_EQUAL(x.job.used.sched, SCHED_DESCENDING);
     CU_ASSERT(x.job.finished_ns >= x.job.started_ns);
@@ -247,14 +247,14 @@ static void test_job_shrunk_buffer_is_ebufgone(void)
     struct fwd_fx x;
     CU_ASSERT_EQUAL_FATAL(fwd_fx_init(&x), 0);
     CU_ASSERT_EQUAL_FATAL(ftruncate(x.shm.fd, (off_t)((x.out_off + page - 1) / page * page)), 0);
-    job_run(r, &x.job);
+    job_run(r, &x.job, NULL, NULL);
     CU_ASSERT_EQUAL(x.job.rc, DASH_EBUFGONE);
     CU_ASSERT(strncmp(x.job.msg, "out:", 4) == 0);
     shm_done(&x.shm);
     /* shrunk to nothing: the first read faults */
     CU_ASSERT_EQUAL_FATAL(fwd_fx_init(&x), 0);
     CU_ASSERT_EQUAL_FATAL(ftruncate(x.shm.fd, 0), 0);
-    job_run(r, &x.job);
+    job_run(r, &x.job, NULL, NULL);
     CU_ASSERT_EQUAL(x.job.rc, DASH_EBUFGONE);
     CU_ASSERT(strncmp(x.job.msg, "q:", 2) == 0);
     shm_done(&x.shm);
@@ -268,11 +268,11 @@ static void test_job_scratch_cap_is_enforced(void)
     uint64_t need = job_scratch_bytes(&x.job.plan);
     CU_ASSERT(need >= (uint64_t)(4 * B * S * H * D + B * H * S) * F);
     struct job_runner *r = job_runner_new(&fake, need - 1);
-    job_run(r, &x.job);
+    job_run(r, &x.job, NULL, NULL);
     CU_ASSERT_EQUAL(x.job.rc, DASH_ENOMEM);
     job_runner_free(r);
     r = job_runner_new(&fake, need);
-    job_run(r, &x.job);
+    job_run(r, &x.job, NULL, NULL);
     CU_ASSERT_EQUAL(x.job.rc, 0);
     job_runner_free(r);
     shm_done(&x.shm);
@@ -316,7 +316,7 @@ static void test_job_backward_gathers_transposed_heads(void)
     for (int s = 0; s < j.plan.slots; s++)
         j.buf[s] = shm.buf;
     struct job_runner *r = job_runner_new(&fake, UINT64_MAX);
-    job_run(r, &j);
+    job_run(r, &j, NULL, NULL);
     CU_ASSERT_EQUAL(j.rc, 0);
     int ok_dk = 1, ok_dv = 1, ok_dq = 1;
     const float *f = shm.f;

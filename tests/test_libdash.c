@@ -326,6 +326,16 @@ static void test_libdash_daemon_errors_reach_the_caller(void)
     w.out.offset = P.total; /* past the end */
     w.q.shape[3] = w.k.shape[3] = w.v.shape[3] = w.out.shape[3] = 32;
     CU_ASSERT(dash_forward(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL) < 0);
+    /* stream-ordered ops take CUDA buffers only: shared memory is refused before anything
+     * is sent (and with no CUDA in the build, everything says so) */
+    w = views_of(&P, buf);
+    int rc = dash_forward_stream(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL, NULL);
+    CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
+    rc = dash_backward_stream(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, &w.dout, &w.dq, &w.dk,
+                              &w.dv, NULL, NULL);
+    CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
+    CU_ASSERT_EQUAL(dash_forward_stream(NULL, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL, NULL),
+                    DASH_EINVAL);
     uint64_t rtt = 0;
     CU_ASSERT_EQUAL(dash_ping(c, 2000, &rtt), 0);
     CU_ASSERT(rtt > 0);

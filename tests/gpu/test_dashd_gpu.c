@@ -17,6 +17,7 @@
  * concurrent clients start together (a pipe barrier) and run CHILD_ROUNDS rounds each.
  */
 #include "gpu_dashd.h"
+#include "gpu_delay.h"
 
 #include "../harness.h"
 #include "../testutil.h"
@@ -25,11 +26,13 @@
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +49,7 @@
 #define ALLOC_BYTES ((size_t)4 << 20) /* 2 MiB-aligned, as the CUDA guide advises for IPC */
 #define VIEW_OFF ((size_t)3 * 4096 + 256) /* where the registered view starts */
 #define NSCHED 2
+#define EVRING_TEST_MANY 257 /* one more event than a session may hold */
 
 enum { Q, K, V, OUT, LSE, DOUT, DQ, DK, DV, SLOTS };
 
@@ -88,9 +92,6 @@ static void inputs_fill(struct inputs *in, uint64_t seed)
     tu_fill(in->dout, DTYPE_BF16, (int64_t)(QB / ES), &r, 1.0);
 }
 
-/* Poison the whole view, then copy the inputs in. cudaMemset, and a copy from pageable
- * memory, may still be under way when they return, and the daemon (or cuattn's own
- * stream) would not wait for them: wait for the device. 0 or -1. */
 /* Poison a view that lives in device memory or, for a shared-memory buffer, in host
  * memory. */
 static cudaError_t set_ff(unsigned char *p, size_t n)
@@ -103,6 +104,9 @@ static cudaError_t set_ff(unsigned char *p, size_t n)
     return cudaSuccess;
 }
 
+/* Poison the whole view, then copy the inputs in. cudaMemset, and a copy from pageable
+ * memory, may still be under way when they return, and the daemon (or cuattn's own
+ * stream) would not wait for them: wait for the device. 0 or -1. */
 static int view_load(unsigned char *view, const struct inputs *in)
 {
     return set_ff(view, view_bytes) == cudaSuccess &&
@@ -258,6 +262,78 @@ static int run_through_daemon(struct dash_client *c, struct dash_buffer *b, cons
     return 0;
 }
 
+/* run_through_daemon's ops, stream-ordered (dash_*_stream) on a stream of our own, as a
+ * training step would queue them: the inputs reach the view from a producer kernel that
+ * first waits delay_ns on the GPU; every poisoning and every read-back is queued on the
+ * same stream, and the host waits only at the end. *ret_early (may be NULL): whether the
+ * forward returned while the producer was still running. 0, or a code with why. */
+static int run_stream(struct dash_client *c, struct dash_buffer *b, const struct inputs *in,
+                      unsigned char *res, uint64_t delay_ns, int *ret_early, char *why,
+                      size_t len)
+{
+    unsigned char *view = dash_buffer_data(b), *stage = NULL, *host = NULL;
+    cudaStream_t s = NULL;
+    int rc = -1;
+    snprintf(why, len, "cannot set up the stream run");
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaMalloc((void **)&stage, view_bytes) != cudaSuccess ||
+        cudaMallocHost((void **)&host, result_bytes()) != cudaSuccess || view_load(stage, in) ||
+        set_ff(view, view_bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+        goto out;
+    /* the producer: the inputs (and poisoned outputs) land in the view late */
+    if (gpu_test_delayed_copy(view, stage, view_bytes, delay_ns, s) != cudaSuccess)
+        goto out;
+    struct tensors ts = tensors_of(b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    struct dash_result r;
+    if ((rc = dash_forward_stream(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, &r)) != 0) {
+        snprintf(why, len, "dash_forward_stream: %s", dash_errname(rc));
+        goto out;
+    }
+    if (ret_early)
+        *ret_early = cudaStreamQuery(s) == cudaErrorNotReady;
+    rc = -1;
+    snprintf(why, len, "queueing the read-back failed");
+    if (strcmp(r.backend, "cuda") != 0 ||
+        cudaMemcpyAsync(host, view + off[OUT], QB, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+        cudaMemcpyAsync(host + QB, view + off[LSE], LB, cudaMemcpyDeviceToHost, s) != cudaSuccess)
+        goto out;
+    unsigned char *g = host + QB + LB;
+    for (int i = 0; i < NSCHED; i++, g += QB + 2 * KB) {
+        a.schedule = wire_sched[i];
+        for (int slot = DQ; slot <= DV; slot++)
+            if (cudaMemsetAsync(view + off[slot], 0xff, slot_bytes[slot], s) != cudaSuccess)
+                goto out;
+        rc = dash_backward_stream(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                  &t[DQ], &t[DK], &t[DV], s, &r);
+        if (rc) {
+            snprintf(why, len, "dash_backward_stream %d: %s", (int)wire_sched[i], dash_errname(rc));
+            goto out;
+        }
+        rc = -1;
+        if (r.schedule != wire_sched[i] ||
+            cudaMemcpyAsync(g, view + off[DQ], QB, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaMemcpyAsync(g + QB, view + off[DK], KB, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaMemcpyAsync(g + QB + KB, view + off[DV], KB, cudaMemcpyDeviceToHost, s) != cudaSuccess)
+            goto out;
+    }
+    snprintf(why, len, "the stream failed");
+    if (cudaStreamSynchronize(s) != cudaSuccess)
+        goto out;
+    memcpy(res, host, result_bytes());
+    rc = 0;
+    why[0] = '\0';
+out:
+    if (s) {
+        (void)cudaStreamSynchronize(s);
+        (void)cudaStreamDestroy(s);
+    }
+    (void)cudaFree(stage);
+    (void)cudaFreeHost(host);
+    return rc;
+}
+
 /* Which part of two results first differs, or NULL. */
 static const char *first_difference(const unsigned char *a, const unsigned char *b)
 {
@@ -409,6 +485,28 @@ static void check_bits(struct fixture *f, const char *when)
     free(got);
 }
 
+/* The stream-ordered run's bits against the in-process kernels'. With a producer delay,
+ * the forward must also have returned while the producer still ran. */
+static void check_stream(struct fixture *f, uint64_t delay_ns, const char *when)
+{
+    unsigned char *got = malloc(result_bytes());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    char why[128] = "";
+    int early = 0;
+    int rc = run_stream(f->c, f->b, inputs, got, delay_ns, &early, why, sizeof why);
+    if (rc)
+        fprintf(stderr, "\n  %s: %s", when, why);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (delay_ns && !rc && !early)
+        fprintf(stderr, "\n  %s: the call waited for the producer kernel", when);
+    CU_ASSERT(!delay_ns || rc || early);
+    const char *diff = rc ? NULL : first_difference(got, expected);
+    if (diff)
+        fprintf(stderr, "\n  %s: %s differs from the in-process kernels", when, diff);
+    CU_ASSERT_PTR_NULL(diff);
+    free(got);
+}
+
 /* ---- raw RegisterBuffer, for what libdash would never send -------------------------------- */
 
 static void uuid_of_device0(char buf[48])
@@ -450,6 +548,91 @@ static int raw_register(struct raw_client *r, const void *handle, size_t hlen, c
     return code;
 }
 
+/* RegisterBuffer for the whole of an allocation: the buffer id, or 0. */
+static uint64_t raw_register_id(struct raw_client *r, const cudaIpcMemHandle_t *h, const char *uuid,
+                                uint64_t size)
+{
+    Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
+    rb.size = size;
+    rb.has_cuda_ipc_handle = 1;
+    rb.cuda_ipc_handle.data = (uint8_t *)h;
+    rb.cuda_ipc_handle.len = sizeof *h;
+    rb.device_uuid = (char *)uuid;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = 7001;
+    req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+    req.register_buffer = &rb;
+    Dash__Reply *rep = raw_call(r, &req, 10000);
+    uint64_t id = rep && rep->code == 0 && rep->has_buffer_id ? rep->buffer_id : 0;
+    wire_free_reply(rep);
+    return id;
+}
+
+/* RegisterEvents with n handles of lens[i] bytes: the reply's code (-1: none), message,
+ * first_event (or -1 when absent). */
+static int raw_events(struct raw_client *r, unsigned char (*handles)[64], const size_t *lens,
+                      size_t n, const char *uuid, char *msg, size_t msglen, int64_t *ret_first)
+{
+    ProtobufCBinaryData *hs = calloc(n ? n : 1, sizeof *hs);
+    for (size_t i = 0; i < n; i++) {
+        hs[i].data = handles[i];
+        hs[i].len = lens[i];
+    }
+    Dash__RegisterEvents re = DASH__REGISTER_EVENTS__INIT;
+    re.n_handles = n;
+    re.handles = hs;
+    re.device_uuid = (char *)uuid;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = 7002;
+    req.body_case = DASH__REQUEST__BODY_REGISTER_EVENTS;
+    req.register_events = &re;
+    Dash__Reply *rep = raw_call(r, &req, 10000);
+    free(hs);
+    if (!rep)
+        return -1;
+    int code = rep->code;
+    snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
+    *ret_first = rep->has_first_event ? (int64_t)rep->first_event : -1;
+    wire_free_reply(rep);
+    return code;
+}
+
+/* A forward of the suite's problem on buffer id (tensors at off[]) with this EventSync
+ * (NULL: none): the reply's code, message, and whether it carried run_us. */
+static int raw_forward_sync(struct raw_client *r, uint64_t id, Dash__EventSync *sync, char *msg,
+                            size_t msglen, int *ret_has_run_us)
+{
+    int64_t shp[5][4] = {{1, SEQ, HQ, HD}, {1, SEQ, HKV, HD}, {1, SEQ, HKV, HD}, {1, SEQ, HQ, HD},
+                         {1, HQ, SEQ, 0}};
+    Dash__TensorRef t[5];
+    for (int i = 0; i < 5; i++) {
+        dash__tensor_ref__init(&t[i]);
+        t[i].buffer_id = id;
+        t[i].offset = off[i];
+        t[i].n_shape = i == LSE ? 3 : 4;
+        t[i].shape = shp[i];
+    }
+    Dash__AttnParams p = DASH__ATTN_PARAMS__INIT;
+    p.dtype = DASH__DTYPE__BF16;
+    p.mask = DASH__MASK__CAUSAL;
+    Dash__Forward f = DASH__FORWARD__INIT;
+    f.params = &p;
+    f.q = &t[Q], f.k = &t[K], f.v = &t[V], f.out = &t[OUT], f.lse = &t[LSE];
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = 7003;
+    req.body_case = DASH__REQUEST__BODY_FORWARD;
+    req.forward = &f;
+    req.sync = sync;
+    Dash__Reply *rep = raw_call(r, &req, 20000);
+    if (!rep)
+        return -1;
+    int code = rep->code;
+    snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
+    *ret_has_run_us = rep->op && rep->op->has_run_us;
+    wire_free_reply(rep);
+    return code;
+}
+
 static void raw_goodbye(struct raw_client *r)
 {
     Dash__Goodbye g = DASH__GOODBYE__INIT;
@@ -468,7 +651,8 @@ static void raw_goodbye(struct raw_client *r)
 
 /* argv: prog --dashd-child MODE ENDPOINT SEED ARG. client (ARG "PATH,READY_FD,GO_FD"):
  * register, say so on READY_FD, wait for a byte on GO_FD (so both clients run at once),
- * run everything CHILD_ROUNDS times, write the result (the same every round, else exit
+ * run everything CHILD_ROUNDS times (synchronous and stream-ordered calls in turn), write
+ * the result (the same every round, else exit
  * 11) to PATH, exit 0. victim (ARG "READY_FD"): register, forward, submit backwards
  * without waiting, write one byte to READY_FD and wait to be killed. */
 int gpu_dashd_child(int argc, char **argv)
@@ -503,7 +687,11 @@ int gpu_dashd_child(int argc, char **argv)
             write(ready_fd, "r", 1) != 1 || read(go_fd, &go, 1) != 1)
             return 12;
         for (int round = 0; round < CHILD_ROUNDS; round++) {
-            if ((rc = run_through_daemon(c, b, in, round ? again : res, why, sizeof why)) != 0) {
+            /* odd rounds stream-ordered: both kinds of call, from both clients at once */
+            unsigned char *dst = round ? again : res;
+            rc = round % 2 ? run_stream(c, b, in, dst, 0, NULL, why, sizeof why)
+                           : run_through_daemon(c, b, in, dst, why, sizeof why);
+            if (rc != 0) {
                 fprintf(stderr, "child client: %s\n", why);
                 return 5;
             }
@@ -719,6 +907,130 @@ static void test_dashd_gpu_garbage_handle_is_an_error_reply(void)
     fixture_close(&f, "gpu-after-garbage");
 }
 
+/* Stream-ordered calls: the daemon's kernels wait for a producer still running on the
+ * caller's stream (the call returns before it ends), the caller's later work waits for
+ * the daemon's; bits equal the in-process kernels', and synchronous calls mix freely. */
+static void test_dashd_gpu_stream_ops_follow_the_callers_stream(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-stream");
+    check_stream(&f, 300000000ull, "stream-ordered behind a 300 ms producer");
+    check_bits(&f, "synchronous after stream-ordered");
+    check_stream(&f, 0, "stream-ordered again");
+    fixture_close(&f, "gpu-stream");
+}
+
+/* Every malformed RegisterEvents and EventSync gets a clear error, a good one works, and
+ * the daemon goes on serving. */
+static void test_dashd_gpu_event_sync_errors_are_replies(void)
+{
+    char uuid[48], msg[256];
+    uuid_of_device0(uuid);
+    struct fixture f;
+    fixture_open(&f, "gpu-events");
+    CU_ASSERT_FATAL(view_load(f.alloc + VIEW_OFF, inputs) == 0);
+    cudaIpcMemHandle_t mh;
+    CU_ASSERT_FATAL(cudaIpcGetMemHandle(&mh, f.alloc) == cudaSuccess);
+    struct raw_client *r = raw_connect(D.endpoint);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL_FATAL(raw_hello(r, 1), 0);
+    uint64_t whole = raw_register_id(r, &mh, uuid, ALLOC_BYTES);
+    CU_ASSERT_FATAL(whole != 0);
+
+    enum { NEV = 3, MANY = EVRING_TEST_MANY };
+    cudaEvent_t ev[NEV];
+    static unsigned char h[MANY][64];
+    size_t lens[MANY];
+    for (int i = 0; i < MANY; i++)
+        lens[i] = 64;
+    for (int i = 0; i < NEV; i++) {
+        cudaIpcEventHandle_t eh;
+        CU_ASSERT_FATAL(cudaEventCreateWithFlags(&ev[i], cudaEventInterprocess |
+                                                             cudaEventDisableTiming) == cudaSuccess);
+        CU_ASSERT_FATAL(cudaIpcGetEventHandle(&eh, ev[i]) == cudaSuccess);
+        memcpy(h[i], &eh, 64);
+    }
+    int64_t first = 0;
+    CU_ASSERT_EQUAL(raw_events(r, h, lens, 0, uuid, msg, sizeof msg, &first), DASH_EINVAL);
+    size_t short_len = 63;
+    CU_ASSERT_EQUAL(raw_events(r, h, &short_len, 1, uuid, msg, sizeof msg, &first), DASH_EINVAL);
+    CU_ASSERT(strstr(msg, "bytes") != NULL);
+    CU_ASSERT_EQUAL(raw_events(r, h, lens, 1, "GPU-00000000-0000-0000-0000-000000000000", msg,
+                               sizeof msg, &first), DASH_ENOTSUP);
+    CU_ASSERT_EQUAL(raw_events(r, h, lens, 1, NULL, msg, sizeof msg, &first), DASH_EINVAL);
+    struct tu_rng rng;
+    tu_rng_init(&rng, seed ^ 0xe7e7);
+    for (int i = NEV; i < MANY; i++)
+        for (int j = 0; j < 64; j++)
+            h[i][j] = (unsigned char)tu_next(&rng);
+    CU_ASSERT_EQUAL(raw_events(r, &h[NEV], lens, 1, uuid, msg, sizeof msg, &first), DASH_EINVAL);
+    CU_ASSERT(strstr(msg, "cannot open event handle") != NULL);
+    CU_ASSERT_EQUAL(raw_events(r, h, lens, MANY, uuid, msg, sizeof msg, &first), DASH_ENOSPC);
+    /* good ones: indices in registration order */
+    CU_ASSERT_EQUAL(raw_events(r, h, lens, 2, uuid, msg, sizeof msg, &first), 0);
+    CU_ASSERT_EQUAL(first, 0);
+    CU_ASSERT_EQUAL(raw_events(r, &h[2], lens, 1, uuid, msg, sizeof msg, &first), 0);
+    CU_ASSERT_EQUAL(first, 2);
+
+    int has_run = 0;
+    Dash__EventSync sync = DASH__EVENT_SYNC__INIT;
+    sync.has_wait_event = 1;
+    sync.wait_event = 3;
+    CU_ASSERT_EQUAL(raw_forward_sync(r, whole, &sync, msg, sizeof msg, &has_run), DASH_ENOENT);
+    CU_ASSERT(strstr(msg, "not registered") != NULL);
+    sync.wait_event = 0;
+    sync.has_record_event = 1;
+    sync.record_event = 1000;
+    CU_ASSERT_EQUAL(raw_forward_sync(r, whole, &sync, msg, sizeof msg, &has_run), DASH_ENOENT);
+    sync.has_record_event = 0;
+    sync.has_reply_when_queued = sync.reply_when_queued = 1;
+    CU_ASSERT_EQUAL(raw_forward_sync(r, whole, &sync, msg, sizeof msg, &has_run), DASH_EINVAL);
+    CU_ASSERT(strstr(msg, "record_event") != NULL);
+    /* a good one: answered when queued (no run time yet), the record reaches our event */
+    CU_ASSERT_FATAL(cudaEventRecord(ev[0], 0) == cudaSuccess);
+    sync.has_record_event = 1;
+    sync.record_event = 1;
+    CU_ASSERT_EQUAL(raw_forward_sync(r, whole, &sync, msg, sizeof msg, &has_run), 0);
+    CU_ASSERT(!has_run);
+    CU_ASSERT(cudaEventSynchronize(ev[1]) == cudaSuccess);
+    /* the same without reply_when_queued: answered when done */
+    sync.has_reply_when_queued = 0;
+    CU_ASSERT_EQUAL(raw_forward_sync(r, whole, &sync, msg, sizeof msg, &has_run), 0);
+    CU_ASSERT(has_run);
+    CU_ASSERT(cudaEventQuery(ev[1]) == cudaSuccess);
+
+    /* events order device work only: a shared-memory op that names them is refused */
+    char shm_name[64];
+    snprintf(shm_name, sizeof shm_name, "/dash-gpu-events-%d", (int)getpid());
+    int fd = shm_open(shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CU_ASSERT_FATAL(fd >= 0 && ftruncate(fd, (off_t)view_bytes) == 0);
+    close(fd);
+    Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
+    rb.size = view_bytes;
+    rb.shm_name = shm_name;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = 7004;
+    req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+    req.register_buffer = &rb;
+    Dash__Reply *rep = raw_call(r, &req, 10000);
+    CU_ASSERT_FATAL(rep && rep->code == 0 && rep->has_buffer_id);
+    uint64_t shm_id = rep->buffer_id;
+    wire_free_reply(rep);
+    CU_ASSERT_EQUAL(raw_forward_sync(r, shm_id, &sync, msg, sizeof msg, &has_run), DASH_EINVAL);
+    CU_ASSERT(strstr(msg, "device buffers") != NULL);
+
+    raw_goodbye(r);
+    raw_close(r);
+    /* the daemon has dropped the session (and closed its copies of the events) by the
+     * time it answers anything after the goodbye */
+    CU_ASSERT_EQUAL(raw_ping_endpoint(D.endpoint, 5000), 0);
+    for (int i = 0; i < NEV; i++)
+        CU_ASSERT(cudaEventDestroy(ev[i]) == cudaSuccess);
+    shm_unlink(shm_name);
+    check_bits(&f, "after the event errors");
+    fixture_close(&f, "gpu-events");
+}
+
 static void test_dashd_gpu_client_killed_mid_request(void)
 {
     int fds[2];
@@ -752,9 +1064,12 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
     dashd_kill(&D); /* a crash: nothing closed cleanly */
     CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
     check_bits(&f, "after a SIGKILL and restart");
+    /* the event ring too: made now, lost with the daemon, registered again by itself */
+    check_stream(&f, 0, "stream-ordered, before the second restart");
     CU_ASSERT_EQUAL(dashd_stop(&D), 0); /* SIGTERM: closes the mapping it reopened */
     CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
     check_bits(&f, "after a SIGTERM and restart");
+    check_stream(&f, 0, "stream-ordered, after the restart");
     fixture_close(&f, "gpu-restart");
 }
 
@@ -788,6 +1103,10 @@ int suite_gpu_dashd(void)
         !CU_add_test(s, "test_dashd_gpu_bounds_are_checked", test_dashd_gpu_bounds_are_checked) ||
         !CU_add_test(s, "test_dashd_gpu_garbage_handle_is_an_error_reply",
                      test_dashd_gpu_garbage_handle_is_an_error_reply) ||
+        !CU_add_test(s, "test_dashd_gpu_stream_ops_follow_the_callers_stream",
+                     test_dashd_gpu_stream_ops_follow_the_callers_stream) ||
+        !CU_add_test(s, "test_dashd_gpu_event_sync_errors_are_replies",
+                     test_dashd_gpu_event_sync_errors_are_replies) ||
         !CU_add_test(s, "test_dashd_gpu_client_killed_mid_request",
                      test_dashd_gpu_client_killed_mid_request) ||
         !CU_add_test(s, "test_dashd_gpu_client_recovers_from_daemon_restart",
