@@ -6,8 +6,14 @@
  *
  *   bench_gpu_daemon [--reps N] [--seqlen S]     (dashd is started from argv[0]'s folder)
  *
- * Timing: the client's wall clock around each blocking call, median of N after two
- * warm-ups; the daemon's own run_us is reported beside it.
+ * Two ways of calling, two tables:
+ *   blocking        each call returns when the op is done: the client's wall clock around
+ *                   each call, median of N after two warm-ups; the daemon's own run_us
+ *                   beside it;
+ *   stream-ordered  what a training loop does: N ops queued back to back on a stream
+ *                   (dash_*_stream through the daemon; cuattn in asynchronous mode in
+ *                   process), one synchronise at the end; time per op = total / N,
+ *                   median of 3 such bursts after a warm-up burst.
  */
 #include "client/dash.h"
 #include "kernels/attn_cuda.h"
@@ -87,6 +93,7 @@ int main(int argc, char **argv)
     struct dash_buffer *buf = NULL;
     struct cuattn *a = NULL;
     unsigned char *mem = NULL;
+    cudaStream_t stream = NULL;
     struct dash_connect_opts o = {.client_name = "bench_gpu_daemon", .timeout_ms = 30000};
     for (int i = 0; i < 100 && dash_connect(endpoint, &o, &c) != 0; i++)
         usleep(100000);
@@ -161,12 +168,64 @@ int main(int argc, char **argv)
     }
     printf("\nbf16, batch %d x seqlen %d, 16 heads, hdim 128, schedule auto; median of %d after 2 "
            "warm-ups; overhead = (dashd - in-process) / in-process.\n", B, S, reps);
+
+    /* ---- stream-ordered ---- */
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    printf("\n# stream-ordered: %d ops back to back, one synchronise\n\n| mask | op | in-process "
+           "ms/op | through dashd ms/op | overhead |\n| --- | --- | ---: | ---: | ---: |\n", reps);
+    (void)cuattn_set_async(a, 1);
+    cudaStream_t own = (cudaStream_t)cuattn_stream(a);
+    for (int causal = 0; causal < 2; causal++) {
+        struct dash_tensor t[9];
+        for (int i = 0; i < 8; i++)
+            t[i] = dash_tensor_dense(buf, (uint64_t)i * tb, B, S, H, D);
+        t[8] = dash_tensor_lse(buf, 8 * tb, B, H, S);
+        struct dash_attn at = {.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
+                               .schedule = DASH_SCHED_AUTO};
+        struct eng_problem p = {B, S, S, H, H, D, DTYPE_BF16, causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
+                                (float)(1.0 / sqrt((double)D))};
+#define E(i) eng_dense(mem + (size_t)(i) * tb, S, H, D)
+        float *lse = (float *)(void *)(mem + 8 * tb);
+        for (int op = 0; op < 2; op++) {
+            double tin[3], tdm[3];
+            for (int burst = -1; burst < 3; burst++) {
+                double t0 = now_ms();
+                for (int k = 0; k < reps && rc == 0; k++)
+                    rc = op == 0 ? cuattn_forward(a, &p, NULL, E(3), lse, E(0), E(1), E(2), NULL)
+                                 : cuattn_backward(a, &p, NULL, 0, E(5), E(6), E(7), E(0), E(1),
+                                                   E(2), E(3), lse, E(4), NULL);
+                CHECK(cudaStreamSynchronize(own));
+                double t1 = now_ms();
+                for (int k = 0; k < reps && rc == 0; k++)
+                    rc = op == 0 ? dash_forward_stream(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8],
+                                                       stream, NULL)
+                                 : dash_backward_stream(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8],
+                                                        &t[4], &t[5], &t[6], &t[7], stream, NULL);
+                CHECK(cudaStreamSynchronize(stream));
+                double t2 = now_ms();
+                if (rc) {
+                    fprintf(stderr, "bench_gpu_daemon: stream-ordered: %s\n", dash_strerror(rc));
+                    goto out;
+                }
+                if (burst >= 0) {
+                    tin[burst] = (t1 - t0) / reps;
+                    tdm[burst] = (t2 - t1) / reps;
+                }
+            }
+            double mi = median(tin, 3), md = median(tdm, 3);
+            printf("| %s | %s | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
+                   op ? "backward" : "forward", mi, md, 100.0 * (md - mi) / mi);
+        }
+#undef E
+    }
     ok = 1;
 out:
     if (buf)
         dash_buffer_free(c, buf);
     dash_close(c);
     cuattn_free(a);
+    if (stream)
+        cudaStreamDestroy(stream);
     if (mem)
         cudaFree(mem);
     kill(daemon, SIGTERM);
