@@ -34,3 +34,28 @@ cudaError_t gpu_test_delayed_copy(void *dst, const void *src, size_t n, uint64_t
                                                 delay_ns);
     return cudaGetLastError();
 }
+
+#define HOLD_SMEM (200 * 1024)
+
+static __global__ void hold_kernel(uint64_t hold_ns)
+{
+    extern __shared__ unsigned char held[];
+    __shared__ uint64_t start;
+    if (threadIdx.x == 0) {
+        start = global_ns();
+        held[0] = 1; /* the allocation is the point; touch it so it is not elided */
+    }
+    __syncthreads();
+    while (global_ns() - start < hold_ns)
+        __nanosleep(100000);
+}
+
+cudaError_t gpu_test_hold_sms(int ctas, uint64_t hold_ns, cudaStream_t stream)
+{
+    cudaError_t err = cudaFuncSetAttribute(hold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           HOLD_SMEM);
+    if (err != cudaSuccess)
+        return err;
+    hold_kernel<<<ctas, 32, HOLD_SMEM, stream>>>(hold_ns);
+    return cudaGetLastError();
+}

@@ -12,11 +12,15 @@
  * Suite gpu_dashd: dashd --backend cuda end to end, through libdash's CUDA buffers, from
  * this process and from children that are this binary again (`--dashd-child ...`).
  *
- * DASH_GPU_SUITE=<name> runs one suite only.
+ * Suite gpu_share: the backward while other work holds SMs (test_share_gpu.c).
+ *
+ * DASH_GPU_SUITE=<name> runs one suite only; DASH_GPU_TEST=<name> then one test of it
+ * (for the slow tools: compute-sanitizer's racecheck on the small cases).
  */
 #include "gpu_attn.h"
 #include "gpu_dashd.h"
 #include "gpu_sched.h"
+#include "gpu_share.h"
 #include "../testutil.h"
 
 #include <CUnit/Basic.h>
@@ -99,7 +103,7 @@ int main(int argc, char **argv)
     CU_pSuite s = CU_add_suite("gpu_sched", NULL, NULL);
     if (!s || !CU_add_test(s, "test_gpu_sched_device_matches_host", test_gpu_sched_device_matches_host))
         return 2;
-    if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0)
+    if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0 || suite_gpu_share() != 0)
         return 2;
     printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),
            (unsigned long long)tu_seed());
@@ -112,7 +116,18 @@ int main(int argc, char **argv)
             CU_cleanup_registry();
             return 2;
         }
-        CU_basic_run_suite(one);
+        const char *test = getenv("DASH_GPU_TEST");
+        if (test && *test) {
+            CU_pTest t = CU_get_test(one, test);
+            if (!t) {
+                fprintf(stderr, "test-gpu: suite %s has no test named %s\n", only, test);
+                CU_cleanup_registry();
+                return 2;
+            }
+            CU_basic_run_test(one, t);
+        } else {
+            CU_basic_run_suite(one);
+        }
     } else {
         CU_basic_run_tests();
     }

@@ -1,0 +1,119 @@
+/*
+ * test_share_gpu.c - the deterministic backward when other work holds SMs.
+ *
+ * A persistent backward launches one CTA per SM, and under `shift` a CTA may wait for a
+ * dQ turn held by a job that no CTA has started yet. If other work (another stream of the
+ * process, another client's kernel under MPS) holds SMs, only some of our CTAs are
+ * resident at first; the rest start as those SMs come free. This checks that the kernel
+ * then finishes, and with the same bits: a kernel on a second stream holds 66, 120 or 131
+ * of the SMs for 300 ms (a whole SM per CTA, so nothing of ours fits beside it), and a
+ * shift and a descending backward start while it runs.
+ *
+ * Problem: bf16, causal, 8 heads, seqlen 2048, hdim 128 (256 jobs, so shift has several
+ * chunks of W = 64); fresh random inputs (the runner's seed); gradients poisoned with 0xff
+ * before every call. The bits to match are the same call's on an idle GPU.
+ */
+#include "gpu_share.h"
+#include "gpu_delay.h"
+
+#include "../testutil.h"
+#include "../../kernels/attn_cuda.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define S 2048
+#define H 8
+#define HD 128
+#define HOLD_NS 300000000ull
+
+static int cuda_ok(cudaError_t err, const char *what, int line)
+{
+    if (err == cudaSuccess)
+        return 1;
+    fprintf(stderr, "\n  line %d: %s: %s", line, what, cudaGetErrorString(err));
+    return 0;
+}
+
+#define CUDA_OK(call) CU_ASSERT_FATAL(cuda_ok((call), #call, __LINE__))
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(void)
+{
+    const size_t n = (size_t)S * H * HD, tb = n * 2, lb = (size_t)H * S * sizeof(float);
+    const struct eng_problem p = {1, S, S, H, H, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
+                                  (float)(1.0 / sqrt((double)HD))};
+    struct cuattn *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &a), 0);
+    int32_t sms = 0;
+    CU_ASSERT_EQUAL_FATAL(cuattn_device(a, NULL, 0, &sms), 0);
+    unsigned char *mem = NULL; /* q k v out dout dq dk dv, lse */
+    CUDA_OK(cudaMalloc((void **)&mem, 8 * tb + lb));
+    void *host = malloc(tb), *ref = malloc(3 * tb), *got = malloc(3 * tb);
+    CU_ASSERT_FATAL(host && ref && got);
+    struct tu_rng rng;
+    tu_rng_init(&rng, tu_seed() ^ 0x5a5a);
+    const int inputs[] = {0, 1, 2, 4};
+    for (int i = 0; i < 4; i++) {
+        tu_fill(host, DTYPE_BF16, (int64_t)n, &rng, 1.0);
+        CUDA_OK(cudaMemcpy(mem + (size_t)inputs[i] * tb, host, tb, cudaMemcpyHostToDevice));
+    }
+#define T(i) eng_dense(mem + (size_t)(i) * tb, S, H, HD)
+    float *lse = (float *)(void *)(mem + 8 * tb);
+    CU_ASSERT_EQUAL_FATAL(cuattn_forward(a, &p, NULL, T(3), lse, T(0), T(1), T(2), NULL), 0);
+    cudaStream_t other;
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+
+    const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_DESCENDING};
+    const int held[] = {66, 120, 131};
+    for (int ki = 0; ki < 2; ki++) {
+        struct eng_config cfg = {kinds[ki], 0, 0, 0};
+        for (int h = -1; h < 3; h++) { /* -1: the idle GPU, the bits to match */
+            CUDA_OK(cudaMemset(mem + 5 * tb, 0xff, 3 * tb));
+            CUDA_OK(cudaDeviceSynchronize());
+            int still_held = 1;
+            if (h >= 0) {
+                CUDA_OK(gpu_test_hold_sms(held[h] < sms ? held[h] : sms - 1, HOLD_NS, other));
+                sleep_ms(20); /* let its CTAs take their SMs */
+                still_held = cudaStreamQuery(other) == cudaErrorNotReady;
+            }
+            int rc = cuattn_backward(a, &p, &cfg, 0, T(5), T(6), T(7), T(0), T(1), T(2), T(3),
+                                     lse, T(4), NULL);
+            CU_ASSERT_EQUAL(rc, 0);
+            CU_ASSERT(still_held); /* the SMs were really taken when the backward started */
+            CUDA_OK(cudaStreamSynchronize(other));
+            CUDA_OK(cudaMemcpy(h < 0 ? ref : got, mem + 5 * tb, 3 * tb, cudaMemcpyDeviceToHost));
+            if (h >= 0 && memcmp(ref, got, 3 * tb) != 0) {
+                fprintf(stderr, "\n  %s with %d SMs held: the bits differ from the idle GPU's",
+                        sched_kind_name(kinds[ki]), held[h]);
+                CU_FAIL("bits differ while SMs were held");
+            }
+        }
+    }
+#undef T
+    (void)cudaStreamDestroy(other);
+    (void)cudaFree(mem);
+    free(host);
+    free(ref);
+    free(got);
+    cuattn_free(a);
+}
+
+int suite_gpu_share(void)
+{
+    CU_pSuite s = CU_add_suite("gpu_share", NULL, NULL);
+    if (!s || !CU_add_test(s, "test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held",
+                           test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held))
+        return -1;
+    return 0;
+}
