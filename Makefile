@@ -28,10 +28,10 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 GEN := $(BUILD)/gen
-PKGS := libzmq libuv libprotobuf-c libsystemd
+PKGS := libzmq libuv libprotobuf-c libsystemd libxxhash
 # Deferred (=), so they are read after `deps` has installed the packages on a fresh machine.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd)
+PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd -lxxhash)
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -fPIC -MMD -MP \
 	-I. -I$(GEN) $(PKG_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread
@@ -59,7 +59,7 @@ endif
 
 # ---- sources ------------------------------------------------------------------------------
 KERNELS_SRC := kernels/sched.c kernels/dag.c kernels/dtype.c kernels/pool.c \
-	kernels/engine.c kernels/engine_bwd.c kernels/ref.c
+	kernels/engine.c kernels/engine_bwd.c kernels/ref.c kernels/digest.c
 PROTO_GEN := $(GEN)/proto/dash.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
@@ -71,6 +71,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
+	tests/test_digest.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
@@ -78,10 +79,10 @@ BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c bench/benchrng.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
 CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu \
-	kernels/attn_fwd_tc.cu kernels/attn_bwd_tc.cu
+	kernels/attn_fwd_tc.cu kernels/attn_bwd_tc.cu kernels/digest_cuda.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
 GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_dashd_gpu.c \
-	tests/gpu/test_share_gpu.c \
+	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c \
 	tests/testutil.c tests/harness.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

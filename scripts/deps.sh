@@ -6,7 +6,7 @@
 set -euo pipefail
 
 pkgs=(gcc make libc6-dev pkg-config libcunit1-dev libzmq3-dev libuv1-dev libprotobuf-c-dev
-      protobuf-c-compiler libsystemd-dev)
+      protobuf-c-compiler libsystemd-dev libxxhash-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -27,5 +27,6 @@ int suite_shmbuf(void);
 int suite_session(void);
 int suite_job(void);
 int suite_client(void);
+int suite_digest(void);
 
 #endif

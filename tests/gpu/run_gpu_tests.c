@@ -14,11 +14,14 @@
  *
  * Suite gpu_share: the backward while other work holds SMs (test_share_gpu.c).
  *
+ * Suite gpu_digest: the GPU digests equal the CPU's (test_digest_gpu.c).
+ *
  * DASH_GPU_SUITE=<name> runs one suite only; DASH_GPU_TEST=<name> then one test of it
  * (for the slow tools: compute-sanitizer's racecheck on the small cases).
  */
 #include "gpu_attn.h"
 #include "gpu_dashd.h"
+#include "gpu_digest.h"
 #include "gpu_sched.h"
 #include "gpu_share.h"
 #include "../testutil.h"
@@ -103,7 +106,8 @@ int main(int argc, char **argv)
     CU_pSuite s = CU_add_suite("gpu_sched", NULL, NULL);
     if (!s || !CU_add_test(s, "test_gpu_sched_device_matches_host", test_gpu_sched_device_matches_host))
         return 2;
-    if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0 || suite_gpu_share() != 0)
+    if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0 || suite_gpu_share() != 0 ||
+        suite_gpu_digest() != 0)
         return 2;
     printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),
            (unsigned long long)tu_seed());

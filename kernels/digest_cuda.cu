@@ -1,0 +1,168 @@
+/*
+ * digest_cuda.cu - see digest_cuda.h. The definition is digest.h's; XXH64 is xxh64.h's,
+ * checked against libxxhash by the tests.
+ */
+#include "digest_cuda.h"
+
+#include "digest.h"
+#include "xxh64.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+
+#define ALIGN 256
+
+/* What the leaf and root kernels need per view, passed by value. */
+struct dview {
+    const unsigned char *data; /* dense bytes: the tensor itself, or its packed copy */
+    uint64_t bytes;
+    uint64_t first_leaf; /* index of its first leaf in the scratch's leaf array */
+    uint64_t leaves;
+};
+
+struct dtable {
+    int32_t n;
+    struct dview v[DIGEST_CUDA_MAX_VIEWS];
+};
+
+static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_dense)
+{
+    if (!v->base || v->ndim < 1 || v->ndim > 4 || v->elem < 1 || v->elem > 16 ||
+        (v->elem & (v->elem - 1)))
+        return 0;
+    uint64_t bytes = (uint64_t)v->elem;
+    int dense = 1;
+    int64_t expect = 1;
+    for (int32_t i = v->ndim - 1; i >= 0; i--) {
+        if (v->shape[i] < 1 || __builtin_mul_overflow(bytes, (uint64_t)v->shape[i], &bytes))
+            return 0;
+        if (v->shape[i] > 1 && v->strides[i] != expect)
+            dense = 0;
+        expect *= v->shape[i];
+    }
+    *ret_bytes = bytes;
+    *ret_dense = dense;
+    return 1;
+}
+
+static uint64_t leaves_of(uint64_t bytes)
+{
+    return (bytes + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+}
+
+static size_t align_up(size_t x)
+{
+    return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
+{
+    if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
+        return 0;
+    uint64_t leaves = 0, packed = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes;
+        int dense;
+        if (!view_ok(&v[i], &bytes, &dense))
+            return 0;
+        leaves += leaves_of(bytes);
+        if (!dense)
+            packed += align_up((size_t)bytes);
+    }
+    return align_up((size_t)leaves * 8) + (size_t)packed;
+}
+
+/* ---- kernels -------------------------------------------------------------------------- */
+
+/* Gather a strided view into dense bytes, one element per thread-iteration. */
+static __global__ void pack_kernel(unsigned char *dst, struct digest_view v, uint64_t elems)
+{
+    int64_t d[4] = {1, 1, 1, 1}, s[4] = {0, 0, 0, 0};
+    for (int32_t i = 0; i < v.ndim; i++) {
+        d[4 - v.ndim + i] = v.shape[i];
+        s[4 - v.ndim + i] = v.strides[i];
+    }
+    const unsigned char *src = static_cast<const unsigned char *>(v.base);
+    for (uint64_t e = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; e < elems;
+         e += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t r = e;
+        const int64_t i3 = (int64_t)(r % (uint64_t)d[3]);
+        r /= (uint64_t)d[3];
+        const int64_t i2 = (int64_t)(r % (uint64_t)d[2]);
+        r /= (uint64_t)d[2];
+        const int64_t i1 = (int64_t)(r % (uint64_t)d[1]);
+        const int64_t i0 = (int64_t)(r / (uint64_t)d[1]);
+        const int64_t at = (i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3]) * v.elem;
+        for (int32_t b = 0; b < v.elem; b++)
+            dst[e * (uint64_t)v.elem + (uint64_t)b] = src[at + b];
+    }
+}
+
+/* One thread per leaf of every view. */
+static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint64_t *leaves)
+{
+    const uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    if (g >= total_leaves)
+        return;
+    int32_t i = 0;
+    while (i + 1 < t.n && g >= t.v[i + 1].first_leaf)
+        i++;
+    const struct dview *v = &t.v[i];
+    const uint64_t k = g - v->first_leaf, at = k * DIGEST_CHUNK;
+    const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
+    leaves[g] = xxh64(v->data + at, (size_t)len, 0);
+}
+
+/* One thread per view: the root over its leaves (little-endian words, as the device
+ * stores them), seeded with its length. */
+static __global__ void root_kernel(struct dtable t, const uint64_t *leaves, uint64_t *out)
+{
+    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= t.n)
+        return;
+    const struct dview *v = &t.v[i];
+    out[i] = xxh64(leaves + v->first_leaf, (size_t)v->leaves * 8, v->bytes);
+}
+
+/* ---- host ----------------------------------------------------------------------------- */
+
+int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t scratch_bytes,
+                uint64_t *out, void *stream)
+{
+    const size_t need = digest_cuda_scratch_bytes(v, n);
+    if (!need || !scratch || !out || scratch_bytes < need)
+        return -EINVAL;
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    struct dtable t;
+    t.n = n;
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes;
+        int dense;
+        (void)view_ok(&v[i], &bytes, &dense);
+        t.v[i].bytes = bytes;
+        t.v[i].first_leaf = total;
+        t.v[i].leaves = leaves_of(bytes);
+        total += t.v[i].leaves;
+    }
+    uint64_t *leaves = static_cast<uint64_t *>(scratch);
+    unsigned char *packed = static_cast<unsigned char *>(scratch) + align_up((size_t)total * 8);
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes;
+        int dense;
+        (void)view_ok(&v[i], &bytes, &dense);
+        if (dense) {
+            t.v[i].data = static_cast<const unsigned char *>(v[i].base);
+            continue;
+        }
+        const uint64_t elems = bytes / (uint64_t)v[i].elem;
+        const uint64_t blocks = (elems + 255) / 256;
+        pack_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, st>>>(packed, v[i], elems);
+        t.v[i].data = packed;
+        packed += align_up((size_t)bytes);
+    }
+    if (total)
+        leaf_kernel<<<(unsigned)((total + 127) / 128), 128, 0, st>>>(t, total, leaves);
+    root_kernel<<<1, DIGEST_CUDA_MAX_VIEWS, 0, st>>>(t, leaves, out);
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}

@@ -1,0 +1,143 @@
+/*
+ * test_digest_gpu.c - digests computed on the GPU (kernels/digest_cuda.h) equal the CPU's
+ * (kernels/digest.h, libxxhash) for the same bytes: random tensors of odd sizes (below,
+ * at and around the 64 KiB chunk, and 96 MiB), misaligned starts, strided and broadcast
+ * views, many views in one call; and one flipped bit on the device changes the digest.
+ * Fresh random bytes every run (the runner's seed).
+ */
+#include "gpu_digest.h"
+
+#include "../testutil.h"
+#include "../../kernels/digest.h"
+#include "../../kernels/digest_cuda.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cuda_ok(cudaError_t err, const char *what, int line)
+{
+    if (err == cudaSuccess)
+        return 1;
+    fprintf(stderr, "\n  line %d: %s: %s", line, what, cudaGetErrorString(err));
+    return 0;
+}
+
+#define CUDA_OK(call) CU_ASSERT_FATAL(cuda_ok((call), #call, __LINE__))
+
+/* Digest views on the device (one call), results to host. */
+static void gpu_digests(const struct digest_view *v, int32_t n, uint64_t *out)
+{
+    size_t need = digest_cuda_scratch_bytes(v, n);
+    CU_ASSERT_FATAL(need > 0);
+    void *scratch = NULL;
+    uint64_t *d_out = NULL;
+    CUDA_OK(cudaMalloc(&scratch, need));
+    CUDA_OK(cudaMalloc((void **)&d_out, sizeof(uint64_t) * (size_t)n));
+    CU_ASSERT_EQUAL_FATAL(digest_cuda(v, n, scratch, need, d_out, NULL), 0);
+    CUDA_OK(cudaMemcpy(out, d_out, sizeof(uint64_t) * (size_t)n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaFree(scratch));
+    CUDA_OK(cudaFree(d_out));
+}
+
+static struct digest_view bytes_view(const void *p, int64_t n)
+{
+    struct digest_view v = {p, 1, {n, 0, 0, 0}, {1, 0, 0, 0}, 1};
+    return v;
+}
+
+static void test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets(void)
+{
+    const int64_t sizes[] = {1, 7, 31, 32, 33, 65535, 65536, 65537, 3 * 65536 + 7, 1000003,
+                             (int64_t)96 << 20};
+    const int n = (int)(sizeof sizes / sizeof sizes[0]);
+    const size_t cap = ((size_t)96 << 20) + 16;
+    unsigned char *h = malloc(cap), *d = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xd1d1);
+    for (size_t i = 0; i < cap; i++)
+        h[i] = (unsigned char)tu_next(&r);
+    CUDA_OK(cudaMalloc((void **)&d, cap));
+    CUDA_OK(cudaMemcpy(d, h, cap, cudaMemcpyHostToDevice));
+    /* aligned starts, then starts 2 and 5 bytes in (the unaligned load path) */
+    for (int shift = 0; shift < 8; shift += shift ? 3 : 2) {
+        struct digest_view v[16];
+        uint64_t got[16];
+        for (int i = 0; i < n; i++)
+            v[i] = bytes_view(d + shift, sizes[i]);
+        gpu_digests(v, n, got);
+        for (int i = 0; i < n; i++) {
+            uint64_t want = digest_bytes(h + shift, (uint64_t)sizes[i]);
+            if (got[i] != want)
+                fprintf(stderr, "\n  %lld bytes at +%d: gpu %016llx cpu %016llx",
+                        (long long)sizes[i], shift, (unsigned long long)got[i],
+                        (unsigned long long)want);
+            CU_ASSERT_EQUAL(got[i], want);
+        }
+    }
+    /* one flipped bit on the device, at a chunk boundary and at the end */
+    const size_t flips[] = {65536, 1000002};
+    for (int f = 0; f < 2; f++) {
+        unsigned char byte = (unsigned char)(h[flips[f]] ^ 0x10);
+        CUDA_OK(cudaMemcpy(d + flips[f], &byte, 1, cudaMemcpyHostToDevice));
+        struct digest_view v = bytes_view(d, 1000003);
+        uint64_t got;
+        gpu_digests(&v, 1, &got);
+        CU_ASSERT_NOT_EQUAL(got, digest_bytes(h, 1000003));
+        CUDA_OK(cudaMemcpy(d + flips[f], &h[flips[f]], 1, cudaMemcpyHostToDevice));
+    }
+    CUDA_OK(cudaFree(d));
+    free(h);
+}
+
+/* bf16 (batch 2, seq 300, heads 3, dim 70) stored as (batch, heads, seq, 80): packed on
+ * the device; a broadcast view; fp32 lse-like 3-dim dense. Same as the CPU's strided
+ * digests of the same storage. */
+static void test_digest_gpu_strided_views_equal_cpu(void)
+{
+    const size_t es = 2, total = 2 * 3 * 300 * 80;
+    unsigned char *h = malloc(total * es), *d = NULL;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xd2d2);
+    for (size_t i = 0; i < total * es; i++)
+        h[i] = (unsigned char)tu_next(&r);
+    CUDA_OK(cudaMalloc((void **)&d, total * es));
+    CUDA_OK(cudaMemcpy(d, h, total * es, cudaMemcpyHostToDevice));
+    struct digest_view v[3] = {
+        {d, 4, {2, 300, 3, 70}, {3 * 300 * 80, 80, 300 * 80, 1}, 2},
+        {d, 2, {1000, 70, 0, 0}, {0, 1, 0, 0}, 2},
+        {d, 3, {2, 3, 4000}, {12000, 4000, 1}, 4},
+    };
+    uint64_t got[3];
+    gpu_digests(v, 3, got);
+    for (int i = 0; i < 3; i++) {
+        uint64_t want = 0;
+        CU_ASSERT_EQUAL_FATAL(digest_strided(h, v[i].ndim, v[i].shape, v[i].strides,
+                                             (size_t)v[i].elem, &want), 0);
+        CU_ASSERT_EQUAL(got[i], want);
+    }
+    /* bad views are refused before anything is queued */
+    struct digest_view bad = v[0];
+    bad.elem = 3;
+    CU_ASSERT_EQUAL(digest_cuda_scratch_bytes(&bad, 1), 0);
+    uint64_t out;
+    CU_ASSERT_EQUAL(digest_cuda(&bad, 1, d, total * es, &out, NULL), -22);
+    CU_ASSERT_EQUAL(digest_cuda(v, 17, d, total * es, &out, NULL), -22);
+    CUDA_OK(cudaFree(d));
+    free(h);
+}
+
+int suite_gpu_digest(void)
+{
+    CU_pSuite s = CU_add_suite("gpu_digest", NULL, NULL);
+    if (!s ||
+        !CU_add_test(s, "test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets",
+                     test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets) ||
+        !CU_add_test(s, "test_digest_gpu_strided_views_equal_cpu",
+                     test_digest_gpu_strided_views_equal_cpu))
+        return -1;
+    return 0;
+}
