@@ -60,18 +60,19 @@ endif
 # ---- sources ------------------------------------------------------------------------------
 KERNELS_SRC := kernels/sched.c kernels/dag.c kernels/dtype.c kernels/pool.c \
 	kernels/engine.c kernels/engine_bwd.c kernels/ref.c kernels/digest.c
-PROTO_GEN := $(GEN)/proto/dash.pb-c.c
-PROTO_SRC := proto/errors.c proto/wire.c $(PROTO_GEN)
+PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
+PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
-	daemon/evring.c daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
+	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
 LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
-DASHCTL_SRC := client/dashctl.c client/ctl_sched.c client/ctl_daemon.c client/ctl_ping.c client/ctl_stats.c client/ctl_status.c
+DASHCTL_SRC := client/dashctl.c client/ctl_sched.c client/ctl_daemon.c client/ctl_ping.c client/ctl_stats.c client/ctl_status.c \
+	client/ctl_audit.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
-	tests/test_digest.c \
+	tests/test_digest.c tests/test_audit.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
@@ -124,7 +125,24 @@ $(GEN)/proto/dash.pb-c.c $(GEN)/proto/dash.pb-c.h: proto/dash.proto
 	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=$(GEN) $<
 
-$(BUILD)/obj/%.o: %.c | $(GEN)/proto/dash.pb-c.h
+# The build id audit records carry: the commit, "+dirty" when kernels/ or daemon/ differ
+# from it. Rewritten only when it changes, so it rebuilds what includes it only then.
+BUILD_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- kernels daemon 2>/dev/null || echo +dirty)
+$(GEN)/buildid.h: FORCE
+	@mkdir -p $(GEN)
+	@echo '#define DASH_BUILD_ID "$(BUILD_ID)"' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@
+	@rm -f $@.tmp
+.PHONY: FORCE
+FORCE:
+
+# audit.proto imports proto/dash.proto (paths from the repository root).
+$(GEN)/proto/audit.pb-c.c $(GEN)/proto/audit.pb-c.h: proto/audit.proto proto/dash.proto
+	@mkdir -p $(GEN)
+	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
+	$(Q)protoc-c --c_out=$(GEN) $<
+
+$(BUILD)/obj/%.o: %.c | $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/buildid.h
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
@@ -158,7 +176,7 @@ $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
 
-$(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+$(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 

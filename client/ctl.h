@@ -30,6 +30,10 @@ int ctl_stats(int argc, char **argv);
 /* `dashctl status`: a one-paragraph health summary; exit 1 when no daemon answers. */
 int ctl_status(int argc, char **argv);
 
+/* `dashctl audit dump|verify|diff|summary`: read dashd's audit logs offline. verify exits
+ * 3 when a file is valid up to a torn tail. */
+int ctl_audit(int argc, char **argv);
+
 /* ---- shared by ping, stats and status (client/ctl_daemon.c) ----------------------------
  * They take --endpoint E (default: dash_default_endpoint()) and --timeout MS. */
 

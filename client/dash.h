@@ -333,6 +333,15 @@ int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
  * the request was sent (the ticket is kept). */
 int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result);
 
+/* ---- audit ---------------------------------------------------------------------------- */
+
+/* What the ops c submits from now on tell the daemon's audit log (docs/audit.md) besides
+ * the client name and run tag given at connect: the training step (step < 0: none) and a
+ * label naming the call site, e.g. "layer3.attn" (NULL or "": none; at most 127 bytes).
+ * `dashctl audit diff` aligns two runs by run tag, step and label. Costs nothing when the
+ * daemon does not audit. Returns 0 or DASH_EINVAL (c NULL, label too long). */
+int dash_set_audit(struct dash_client *c, int64_t step, const char *label);
+
 /* ---- stream-ordered ops (CUDA) ------------------------------------------------------- */
 
 /* Forward on CUDA buffers, ordered on the GPU against the caller's CUDA stream instead of

@@ -146,6 +146,9 @@ struct dash__req {
     struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] */
     int nt;
     struct dash_result result;
+    /* audit tag at submission (dash_set_audit) */
+    int64_t audit_step; /* -1: none */
+    char audit_label[128];
     /* EventSync: slots of the event ring (-1: none), and reply when queued */
     int32_t wait_slot, record_slot;
     int when_queued;
@@ -199,6 +202,8 @@ struct dash_client {
     struct dash__req *reqs, *reqs_tail; /* oldest first */
     struct dash_buffer *bufs;
     struct dash__events *events; /* NULL until the first stream-ordered op */
+    int64_t audit_step;          /* dash_set_audit: -1 none */
+    char audit_label[128];
 
     int64_t last_rx_ms; /* the daemon's last sign of life */
     int64_t last_probe_ms;
@@ -238,6 +243,7 @@ DASH__HIDDEN int dash__pump_now(struct dash_client *c);
  * the buffers' current ids, using the caller's storage st (which must outlive m). Returns
  * 0, or why the op cannot be sent now (a buffer not registered in this session). */
 struct dash__op_storage {
+    Dash__AuditTag audit;
     Dash__EventSync sync;
     Dash__AttnParams params;
     Dash__TensorRef refs[DASH__NT_MAX];

@@ -12,6 +12,7 @@
 #include "client/dash_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- tensors -------------------------------------------------------------------------- */
@@ -121,6 +122,13 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
         st->sync.reply_when_queued = r->when_queued != 0;
         m->sync = &st->sync;
     }
+    if (r->audit_step >= 0 || r->audit_label[0]) {
+        dash__audit_tag__init(&st->audit);
+        st->audit.has_step = r->audit_step >= 0;
+        st->audit.step = (uint64_t)(r->audit_step >= 0 ? r->audit_step : 0);
+        st->audit.label = r->audit_label[0] ? r->audit_label : NULL;
+        m->audit = &st->audit;
+    }
 
     dash__attn_params__init(&st->params);
     st->params.dtype = (Dash__DType)r->attn.dtype;
@@ -227,6 +235,8 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     if (!r)
         return DASH_ENOMEM;
     r->attn = *a;
+    r->audit_step = c->audit_step;
+    memcpy(r->audit_label, c->audit_label, sizeof r->audit_label);
     r->wait_slot = wait_slot;
     r->record_slot = record_slot;
     r->when_queued = when_queued;
@@ -347,4 +357,13 @@ int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct
     uint64_t ticket;
     int rc = dash_backward_submit(c, a, q, k, v, out, lse, dout, dq, dk, dv, &ticket);
     return rc ? rc : dash__op_run(c, ticket, ret_result);
+}
+
+int dash_set_audit(struct dash_client *c, int64_t step, const char *label)
+{
+    if (!c || (label && strlen(label) >= sizeof c->audit_label))
+        return DASH_EINVAL;
+    c->audit_step = step < 0 ? -1 : step;
+    snprintf(c->audit_label, sizeof c->audit_label, "%s", label ? label : "");
+    return 0;
 }

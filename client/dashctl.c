@@ -25,6 +25,7 @@ static const struct ctl_command commands[] = {
     {"ping", "round trips to dashd, with min/median/max", ctl_ping},
     {"stats", "dashd's counters and one row per client session (--json)", ctl_stats},
     {"status", "whether dashd is running, and how it is doing, in one paragraph", ctl_status},
+    {"audit", "read audit logs: dump, verify, diff two runs, summary (offline)", ctl_audit},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -893,6 +893,7 @@ int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
         return DASH_ENOMEM;
     c->pid = getpid();
     c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DASH__DEFAULT_TIMEOUT_MS;
+    c->audit_step = -1;
     c->flags = opts->flags;
     c->state = DASH__S_LOST;
     c->next_wire = 1;

@@ -25,6 +25,7 @@
 #include "shmbuf.h"
 #include "validate.h"
 
+#include "kernels/digest_cuda.h"
 #include "kernels/engine.h"
 
 #include <stddef.h>
@@ -52,6 +53,13 @@ struct backend_op {
     void *record_event; /* recorded on the device once the outputs are written */
     backend_done_fn done; /* non-NULL: the backend may return BACKEND_QUEUED */
     void *done_ctx;
+    /* Audit, device ops only: digest views[i] (kernels/digest.h) into digests[i] - the
+     * inputs (is_output 0) before the op runs, the outputs after - so that they are in
+     * digests[] when the op has completed. n_digests 0: none. */
+    int32_t n_digests;
+    struct digest_view digest_views[9];
+    int digest_is_output[9];
+    uint64_t *digests;
 };
 
 /* A RegisterBuffer naming CUDA memory, as the CUDA backend imports it. */

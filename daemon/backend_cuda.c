@@ -49,6 +49,7 @@
 #include "backend.h"
 
 #include "kernels/attn_cuda.h"
+#include "kernels/digest_cuda.h"
 #include "proto/errors.h"
 
 #include <cuda.h> /* types only (CUresult, CUdeviceptr): nothing here links libcuda */
@@ -84,7 +85,10 @@ struct cuda_map {
 /* An op queued on the device, waiting for its completion event. */
 struct pending {
     struct pending *next;
-    cudaEvent_t ev; /* from the pool */
+    cudaEvent_t ev;   /* recorded behind the op */
+    uint64_t *pinned; /* 9 digests, written by the device (audit) */
+    uint64_t *dst;    /* where they go before done() (the job's), or NULL */
+    int32_t n_digests;
     backend_done_fn done;
     void *ctx;
     uint64_t queued_ns; /* CLOCK_MONOTONIC when the worker queued it */
@@ -109,6 +113,8 @@ struct cuda {
     struct pending *head, *tail;
     struct pending *free_list; /* spent entries, their events kept for reuse */
     int stop;
+    void *dig_scratch; /* device scratch of the digests (worker thread, stream-ordered) */
+    size_t dig_cap;
 };
 
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it; libdash sends
@@ -316,6 +322,8 @@ static void *completer_main(void *arg)
         /* One stream: an op starts when it was queued or when the one before it ended. */
         uint64_t start = p->queued_ns > last_done_ns ? p->queued_ns : last_done_ns;
         last_done_ns = now;
+        if (p->dst && err == cudaSuccess)
+            memcpy(p->dst, p->pinned, sizeof(uint64_t) * (size_t)p->n_digests);
         p->done(p->ctx, err == cudaSuccess ? 0 : DASH_EIO, now > start ? now - start : 0);
         pthread_mutex_lock(&c->mu);
         c->head = p->next;
@@ -328,32 +336,56 @@ static void *completer_main(void *arg)
     return NULL;
 }
 
-/* Worker thread, after queueing an op: record its completion event and hand it to the
- * completer. 0, or a DASH_* code (the op was queued but cannot be tracked: the caller
- * waits for the stream itself). */
-static int track(struct cuda *c, backend_done_fn done, void *ctx)
+/* A pending entry from the pool, or a new one (its event and pinned digests made once). */
+static struct pending *pending_get(struct cuda *c)
 {
     pthread_mutex_lock(&c->mu);
     struct pending *p = c->free_list;
     if (p)
         c->free_list = p->next;
     pthread_mutex_unlock(&c->mu);
-    if (!p) {
-        p = calloc(1, sizeof *p);
-        if (!p)
-            return DASH_ENOMEM;
-        if (cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming | cudaEventBlockingSync) !=
-            cudaSuccess) {
-            (void)cudaGetLastError();
-            free(p);
-            return DASH_EIO;
-        }
+    if (p)
+        return p;
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    if (cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming | cudaEventBlockingSync) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        free(p);
+        return NULL;
     }
+    if (cudaMallocHost((void **)&p->pinned, sizeof(uint64_t) * 9) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaEventDestroy(p->ev);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void pending_put(struct cuda *c, struct pending *p)
+{
+    pthread_mutex_lock(&c->mu);
+    p->next = c->free_list;
+    c->free_list = p;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void pending_destroy(struct pending *p)
+{
+    (void)cudaEventDestroy(p->ev);
+    (void)cudaFreeHost(p->pinned);
+    free(p);
+}
+
+/* Worker thread, after queueing an op: record its completion event behind it and hand p
+ * to the completer. 0, or DASH_EIO (nothing handed over: the caller waits for the stream
+ * itself and still owns p). */
+static int track(struct cuda *c, struct pending *p, backend_done_fn done, void *ctx)
+{
     if (cudaEventRecord(p->ev, (cudaStream_t)cuattn_stream(c->ca)) != cudaSuccess) {
-        pthread_mutex_lock(&c->mu);
-        p->next = c->free_list;
-        c->free_list = p;
-        pthread_mutex_unlock(&c->mu);
+        (void)cudaGetLastError();
         return DASH_EIO;
     }
     p->done = done;
@@ -368,6 +400,42 @@ static int track(struct cuda *c, backend_done_fn done, void *ctx)
     c->tail = p;
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+/* Queue the digests of views v[0..n) into out[0..n) (pinned) on the stream, growing the
+ * scratch when needed. 0, or DASH_ENOMEM / DASH_EINVAL / DASH_EIO with a reason. */
+static int queue_digests(struct cuda *c, const struct digest_view *v, int32_t n, uint64_t *out,
+                         char *msg, size_t msglen)
+{
+    if (n == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
+    size_t need = digest_cuda_scratch_bytes(v, n);
+    if (!need) {
+        snprintf(msg, msglen, "audit: a tensor cannot be digested");
+        return DASH_EINVAL;
+    }
+    if (need > c->dig_cap) {
+        /* queued digests may still use the old scratch */
+        if (cudaStreamSynchronize(st) != cudaSuccess || cudaFree(c->dig_scratch) != cudaSuccess) {
+            snprintf(msg, msglen, "audit: the device failed: %s",
+                     cudaGetErrorString(cudaGetLastError()));
+            return DASH_EIO;
+        }
+        c->dig_scratch = NULL;
+        c->dig_cap = 0;
+        if (cudaMalloc(&c->dig_scratch, need) != cudaSuccess) {
+            (void)cudaGetLastError();
+            snprintf(msg, msglen, "audit: no device memory for %zu bytes of digest scratch", need);
+            return DASH_ENOMEM;
+        }
+        c->dig_cap = need;
+    }
+    if (digest_cuda(v, n, c->dig_scratch, c->dig_cap, out, st) != 0) {
+        snprintf(msg, msglen, "audit: the digest kernels did not launch");
+        return DASH_EIO;
+    }
     return 0;
 }
 
@@ -596,42 +664,70 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
     return 0;
 }
 
-/* A device op: wait for the client's event, queue the kernels (launch), record the
- * client's event, then track the completion (BACKEND_QUEUED) or wait for it here. */
+/* A device op: wait for the client's event, digest the inputs (audit "all"), queue the
+ * kernels, record the client's event, digest the outputs (audit), then track the
+ * completion (BACKEND_QUEUED) or wait for it here. Inputs come first in op->digest_views
+ * (slot order), so the two digest calls fill one array. */
 static int run_device(struct cuda *c, const struct backend_op *op, int backward, char *msg,
                       size_t msglen, struct eng_config *ret_cfg)
 {
     cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
+    struct pending *p = pending_get(c);
+    if (!p) {
+        snprintf(msg, msglen, "out of memory (host or pinned) for tracking the op");
+        return DASH_ENOMEM;
+    }
+    int32_t n_in = 0;
+    while (n_in < op->n_digests && !op->digest_is_output[n_in])
+        n_in++;
+    int rc = 0;
     if (op->wait_event && cudaStreamWaitEvent(st, (cudaEvent_t)op->wait_event, 0) != cudaSuccess) {
         snprintf(msg, msglen, "cannot wait for the client's event: %s",
                  cudaGetErrorString(cudaGetLastError()));
-        return DASH_EIO;
+        rc = DASH_EIO;
+        goto fail;
     }
+    if ((rc = queue_digests(c, op->digest_views, n_in, p->pinned, msg, msglen)) != 0)
+        goto fail;
     /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
-    int rc = backward ? cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv,
-                                        op->q, op->k, op->v, op->out, op->lse, op->dout, ret_cfg)
-                      : cuattn_forward(c->ca, op->prob, op->cfg, op->out, op->lse, op->q, op->k,
-                                       op->v, ret_cfg);
+    rc = backward ? cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv, op->q,
+                                    op->k, op->v, op->out, op->lse, op->dout, ret_cfg)
+                  : cuattn_forward(c->ca, op->prob, op->cfg, op->out, op->lse, op->q, op->k,
+                                   op->v, ret_cfg);
     if (rc) {
-        /* Whatever was queued (the wait) must not outlive the reply: drain the stream. */
-        (void)cudaStreamSynchronize(st);
-        return map_kernel_error(rc, op->prob, msg, msglen);
+        rc = map_kernel_error(rc, op->prob, msg, msglen);
+        goto fail;
     }
     if (op->record_event && cudaEventRecord((cudaEvent_t)op->record_event, st) != cudaSuccess) {
         snprintf(msg, msglen, "cannot record the client's event: %s",
                  cudaGetErrorString(cudaGetLastError()));
-        (void)cudaStreamSynchronize(st);
-        return DASH_EIO;
+        rc = DASH_EIO;
+        goto fail;
     }
-    if (op->done && track(c, op->done, op->done_ctx) == 0)
+    /* after the record: the client's stream need not wait for the digests */
+    if ((rc = queue_digests(c, op->digest_views + n_in, op->n_digests - n_in, p->pinned + n_in,
+                            msg, msglen)) != 0)
+        goto fail;
+    p->dst = op->n_digests ? op->digests : NULL;
+    p->n_digests = op->n_digests;
+    if (op->done && track(c, p, op->done, op->done_ctx) == 0)
         return BACKEND_QUEUED;
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
         snprintf(msg, msglen, "CUDA failed while running the kernels (%s); dashd may need a "
                  "restart", cudaGetErrorString(err));
-        return DASH_EIO;
+        rc = DASH_EIO;
+        goto fail;
     }
+    if (op->n_digests)
+        memcpy(op->digests, p->pinned, sizeof(uint64_t) * (size_t)op->n_digests);
+    pending_put(c, p);
     return 0;
+fail:
+    /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
+    (void)cudaStreamSynchronize(st);
+    pending_put(c, p);
+    return rc;
 }
 
 static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
@@ -666,9 +762,9 @@ static void cuda_free(void *impl)
     while (c->free_list) {
         struct pending *p = c->free_list;
         c->free_list = p->next;
-        (void)cudaEventDestroy(p->ev);
-        free(p);
+        pending_destroy(p);
     }
+    (void)cudaFree(c->dig_scratch);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     /* Sessions are dropped before the backend is freed, so the table is empty; close

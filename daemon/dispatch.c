@@ -9,6 +9,7 @@
  */
 #include "dispatch.h"
 
+#include "audit.h"
 #include "job.h"
 #include "log.h"
 #include "queue.h"
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MSG_MAX 256
 
@@ -368,6 +370,17 @@ static int check_kinds(struct dispatch *d, struct session *s, const struct val_p
     return 0;
 }
 
+/* The slots an audit level digests: the outputs, and with "all" the inputs too. */
+static unsigned audit_digest_mask(enum audit_level level, int backward)
+{
+    unsigned out = backward ? (1u << VAL_DQ) | (1u << VAL_DK) | (1u << VAL_DV)
+                            : (1u << VAL_OUT) | (1u << VAL_LSE);
+    unsigned in = backward ? (1u << VAL_Q) | (1u << VAL_K) | (1u << VAL_V) | (1u << VAL_OUT) |
+                                 (1u << VAL_LSE) | (1u << VAL_DOUT)
+                           : (1u << VAL_Q) | (1u << VAL_K) | (1u << VAL_V);
+    return level == AUDIT_ALL ? in | out : level == AUDIT_OUTPUTS ? out : 0;
+}
+
 /* EventSync of an op on buffers of `kind`: fill j's events (no reference taken yet).
  * 0, or a DASH_* code with a reason. */
 static int check_sync(const struct session *s, const Dash__EventSync *sync, enum shmbuf_kind kind,
@@ -443,6 +456,21 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
     j->session_id = s->id;
     j->received_ns = uv_hrtime();
     j->queue = d->queue;
+    if (d->cfg.audit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        j->wall_unix_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        j->pid = s->pid;
+        j->uid = s->peer_uid;
+        snprintf(j->client_name, sizeof j->client_name, "%s", s->name);
+        snprintf(j->run_tag, sizeof j->run_tag, "%s", s->run_tag);
+        if (req->audit) {
+            j->has_step = req->audit->has_step;
+            j->step = req->audit->step;
+            copy_clean(j->label, sizeof j->label, req->audit->label);
+        }
+        j->digest_mask = audit_digest_mask(audit_level(d->cfg.audit), backward);
+    }
     for (int slot = 0; slot < j->plan.slots; slot++) {
         j->buf[slot] = sess_buf_find(s, j->plan.t[slot].buffer_id);
         shmbuf_ref(j->buf[slot]);
@@ -554,12 +582,78 @@ static void job_early(void *ctx, struct queue_item *it)
     j->replied = 1;
 }
 
+/* One audit record for a finished job (loop thread). */
+static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
+{
+    const struct val_plan *p = &j->plan;
+    Dash__AuditRecord r = DASH__AUDIT_RECORD__INIT;
+    Dash__AuditTensor tens[VAL_SLOTS], *ins[VAL_SLOTS], *outs[VAL_SLOTS];
+    int64_t shapes[VAL_SLOTS][4];
+    r.has_wall_unix_ns = r.has_session_id = r.has_pid = r.has_request_id = 1;
+    r.wall_unix_ns = j->wall_unix_ns;
+    r.session_id = j->session_id;
+    r.pid = j->pid;
+    r.has_uid = j->uid >= 0;
+    r.uid = j->uid;
+    r.client_name = (char *)j->client_name;
+    r.run_tag = (char *)j->run_tag;
+    r.has_step = j->has_step;
+    r.step = j->step;
+    r.label = (char *)j->label;
+    r.request_id = j->request_id;
+    r.op = p->backward ? "backward" : "forward";
+    r.has_dtype = r.has_mask = r.has_scale = 1;
+    r.dtype = p->prob.dtype == DTYPE_F32 ? DASH__DTYPE__F32
+              : p->prob.dtype == DTYPE_F16 ? DASH__DTYPE__F16 : DASH__DTYPE__BF16;
+    r.mask = p->prob.mask == SCHED_MASK_CAUSAL ? DASH__MASK__CAUSAL : DASH__MASK__FULL;
+    r.scale = p->prob.scale;
+    if (j->rc == 0) {
+        r.has_schedule = r.has_wave = r.has_block_m = r.has_block_n = 1;
+        r.schedule = proto_schedule(j->used.sched);
+        r.wave = j->used.w;
+        r.block_m = j->used.block_m;
+        r.block_n = j->used.block_n;
+    }
+    r.backend = (char *)d->backend->name;
+    r.kernel_build = (char *)(d->cfg.kernel_build ? d->cfg.kernel_build : "");
+    r.device = d->backend->device;
+    r.has_sm_count = 1;
+    r.sm_count = d->backend->threads(d->backend->impl);
+    for (int s = 0; s < p->slots; s++) {
+        if (!(j->digest_mask & (1u << s)))
+            continue;
+        Dash__AuditTensor *t = &tens[s];
+        dash__audit_tensor__init(t);
+        t->name = (char *)val_slot_name((enum val_slot)s);
+        for (int k = 0; k < p->t[s].ndim; k++)
+            shapes[s][k] = p->t[s].shape[k];
+        t->n_shape = (size_t)p->t[s].ndim;
+        t->shape = shapes[s];
+        t->has_digest = (j->digest_ok >> s) & 1u;
+        t->digest = j->digest[s];
+        if (p->t[s].output)
+            outs[r.n_outputs++] = t;
+        else
+            ins[r.n_inputs++] = t;
+    }
+    r.inputs = ins;
+    r.outputs = outs;
+    r.has_duration_us = r.has_code = 1;
+    r.duration_us = (now - j->received_ns) / 1000;
+    r.code = j->rc;
+    audit_submit(d->cfg.audit, &r);
+}
+
 static void job_done(void *ctx, struct queue_item *it)
 {
     struct dispatch *d = ctx;
     struct job *j = (struct job *)it;
     uint64_t now = uv_hrtime();
     d->in_flight--;
+    if (j->device_op && j->rc == 0)
+        job_device_digests(j);
+    if (d->cfg.audit)
+        audit_job(d, j, now);
     struct session *s = job_session(d, j);
     if (s) {
         s->in_flight--;

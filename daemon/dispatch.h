@@ -27,6 +27,8 @@ struct dispatch_config {
     uint32_t session_timeout_ms; /* idle sessions with nothing in flight are dropped */
     uint64_t scratch_max;        /* largest scratch one op may need */
     uint32_t max_buffers;        /* per session */
+    struct audit *audit;         /* the audit log (borrowed), or NULL */
+    const char *kernel_build;    /* what audit records say computed the op */
 };
 
 struct dispatch;

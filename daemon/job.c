@@ -5,6 +5,7 @@
 
 #include "guard.h"
 
+#include "kernels/digest.h"
 #include "proto/errors.h"
 
 #include <stdio.h>
@@ -148,6 +149,25 @@ static int run_in_place(struct job_runner *r, struct job *j, backend_done_fn don
     op.k = device_tensor(j, VAL_K);
     op.v = device_tensor(j, VAL_V);
     op.out = device_tensor(j, VAL_OUT);
+    /* audit: the backend digests on the device, in place */
+    j->device_op = 1;
+    op.digests = j->view_digest;
+    for (int s = 0; s < p->slots; s++) {
+        if (!(j->digest_mask & (1u << s)))
+            continue;
+        const struct val_tensor *t = &p->t[s];
+        struct digest_view *v = &op.digest_views[op.n_digests];
+        memset(v, 0, sizeof *v);
+        v->base = shmbuf_data(j->buf[s]) + t->offset;
+        v->ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++) {
+            v->shape[d] = t->shape[d];
+            v->strides[d] = t->stride[d];
+        }
+        v->elem = t->elem_size;
+        op.digest_is_output[op.n_digests] = t->output;
+        op.n_digests++;
+    }
     if (!p->backward)
         return r->backend->forward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
     op.dout = device_tensor(j, VAL_DOUT);
@@ -192,6 +212,12 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
     for (int s = 0; s < p->slots; s++)
         if (!p->t[s].output && (rc = copy_slot(j, s, dense[s], 0)))
             return rc;
+    /* audit: digests of the dense copies, which are the tensors' bytes in dense order */
+    for (int s = 0; s < p->slots; s++)
+        if (!p->t[s].output && (j->digest_mask & (1u << s))) {
+            j->digest[s] = digest_bytes(dense[s], val_dense_bytes(&p->t[s]));
+            j->digest_ok |= 1u << s;
+        }
 
     struct backend_op op = {.host = 1, .prob = &p->prob, .cfg = &p->cfg,
                             .lse = (float *)dense[VAL_LSE]};
@@ -210,6 +236,11 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
     }
     if (rc)
         return rc;
+    for (int s = 0; s < p->slots; s++)
+        if (p->t[s].output && (j->digest_mask & (1u << s))) {
+            j->digest[s] = digest_bytes(dense[s], val_dense_bytes(&p->t[s]));
+            j->digest_ok |= 1u << s;
+        }
 
     for (int s = 0; s < p->slots; s++)
         if (p->t[s].output && (rc = copy_slot(j, s, dense[s], 1)))
@@ -233,4 +264,14 @@ int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *don
     j->rc = rc;
     j->finished_ns = uv_hrtime();
     return 0;
+}
+
+void job_device_digests(struct job *j)
+{
+    int i = 0;
+    for (int s = 0; s < j->plan.slots; s++)
+        if (j->digest_mask & (1u << s)) {
+            j->digest[s] = j->view_digest[i++];
+            j->digest_ok |= 1u << s;
+        }
 }

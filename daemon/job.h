@@ -48,9 +48,25 @@ struct job {
     void *wait_event, *record_event;
     int reply_when_queued;
     int replied; /* loop thread: the reply went out when the op was queued */
+    /* Audit: the slots to digest (bit 1 << VAL_*; 0: no audit) and their digests, set by
+     * the time the job is done (digest_ok: which ones were computed). */
+    unsigned digest_mask, digest_ok;
+    uint64_t digest[VAL_SLOTS];
+    /* A device op's digests arrive per view (the set bits of digest_mask in slot order)
+     * when it completes; job_device_digests() files them by slot. */
+    int device_op;
+    uint64_t view_digest[VAL_SLOTS];
     /* uv_hrtime() stamps: request received, run started, run finished (for an op that
      * completes later: queued); run_ns: the time it ran, when the backend measured it. */
     uint64_t received_ns, started_ns, finished_ns, run_ns;
+    /* Audit: who asked, and what they said about it (copied: the session may be gone by
+     * the time the record is written). */
+    uint64_t wall_unix_ns;
+    uint32_t pid;
+    int64_t uid;
+    char client_name[128], run_tag[128], label[128];
+    int has_step;
+    uint64_t step;
     /* Result, set by the worker. */
     int rc;
     char msg[JOB_MSG_MAX];
@@ -75,5 +91,9 @@ uint64_t job_scratch_bytes(const struct val_plan *plan);
  * or BACKEND_QUEUED when the backend queued it on the device (j->used is set): done(ctx,
  * rc, run_ns) is then called once, from another thread, when it completes. */
 int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *done_ctx);
+
+/* Loop thread, once a device op has completed without error: file view_digest[] by
+ * slot into digest[] and mark them in digest_ok. */
+void job_device_digests(struct job *j);
 
 #endif

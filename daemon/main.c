@@ -16,7 +16,9 @@
  * socket (with a short linger so those answers leave), remove the socket file, then the
  * lock, exit 0. A second signal exits at once, abandoning what is in flight.
  */
+#include "audit.h"
 #include "backend.h"
+#include "buildid.h"
 #include "dispatch.h"
 #include "guard.h"
 #include "lockfile.h"
@@ -45,6 +47,8 @@
 #define MAX_BUFFERS_PER_SESSION 65536
 #define SHUTDOWN_LINGER_MS 1000
 #define EXIT_USAGE 2
+#define DEFAULT_AUDIT_MAX_BYTES ((uint64_t)1 << 30)
+#define DEFAULT_AUDIT_KEEP 8
 
 enum backend_choice { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
 
@@ -56,11 +60,18 @@ struct options {
     uint32_t queue;
     double session_timeout_s;
     enum log_level level;
+    char audit_path[4096];
+    enum audit_level audit_level;
+    int audit_level_set;
+    enum audit_sync audit_sync;
+    uint64_t audit_max_bytes;
+    int audit_keep;
 };
 
 struct app {
     uv_loop_t loop;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
+    struct audit *audit;
     struct server *srv;
     struct dispatch *disp;
     const char *sock_path; /* the ipc socket file we bound, or NULL */
@@ -92,12 +103,22 @@ static void usage(FILE *f)
             "  --queue N              requests queued or running before DASH_EBUSY (default %d)\n"
             "  --session-timeout S    drop a session idle for S seconds (default %g)\n"
             "  --log-level L          error, warn, info or debug (default info)\n"
+            "  --audit PATH           append a record of every forward and backward to PATH\n"
+            "                         (read it with dashctl audit; docs/audit.md)\n"
+            "  --audit-level L        off, outputs (digests of outputs; the default with\n"
+            "                         --audit) or all (inputs too)\n"
+            "  --audit-sync S         when to fsync the log: none, batch (default) or every\n"
+            "  --audit-max-size N     rotate the log before it passes N bytes; suffixes K, M,\n"
+            "                         G (default 1G; 0: never)\n"
+            "  --audit-keep N         rotated logs kept, PATH.1..PATH.N (default %d)\n"
             "  --help                 show this help and exit\n"
             "  --version              show the version and exit\n"
             "\n"
             "Runs in the foreground and logs to stderr. SIGTERM or SIGINT: answer the\n"
-            "requests in flight, remove the socket and its lock, exit 0.\n",
-            ep, POOL_THREADS_MAX, online_cpus(), DEFAULT_QUEUE, DEFAULT_SESSION_TIMEOUT_S);
+            "requests in flight, write their audit records, remove the socket and its lock,\n"
+            "exit 0. SIGHUP: reopen the audit log (after logrotate moved it).\n",
+            ep, POOL_THREADS_MAX, online_cpus(), DEFAULT_QUEUE, DEFAULT_SESSION_TIMEOUT_S,
+            DEFAULT_AUDIT_KEEP);
 }
 
 static int bad_value(const char *opt, const char *value, const char *want)
@@ -118,16 +139,45 @@ static int parse_long(const char *s, long lo, long hi, long *ret)
     return 0;
 }
 
+/* "4096", "64K", "256M", "1G" (powers of 1024): 0 and *ret, or -1. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-')
+        return -1;
+    int shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (*end || v > (UINT64_MAX >> shift))
+        return -1;
+    *ret = (uint64_t)v << shift;
+    return 0;
+}
+
 /* Returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_DEVICE, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT,
-           OPT_LEVEL, OPT_HELP, OPT_VERSION };
+           OPT_LEVEL, OPT_HELP, OPT_VERSION, OPT_AUDIT, OPT_AUDIT_LEVEL, OPT_AUDIT_SYNC,
+           OPT_AUDIT_MAX, OPT_AUDIT_KEEP };
     static const struct option longopts[] = {
         {"endpoint", required_argument, NULL, OPT_ENDPOINT},
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"audit", required_argument, NULL, OPT_AUDIT},
+        {"audit-level", required_argument, NULL, OPT_AUDIT_LEVEL},
+        {"audit-sync", required_argument, NULL, OPT_AUDIT_SYNC},
+        {"audit-max-size", required_argument, NULL, OPT_AUDIT_MAX},
+        {"audit-keep", required_argument, NULL, OPT_AUDIT_KEEP},
         {"queue", required_argument, NULL, OPT_QUEUE},
         {"session-timeout", required_argument, NULL, OPT_TIMEOUT},
         {"log-level", required_argument, NULL, OPT_LEVEL},
@@ -142,6 +192,12 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->queue = DEFAULT_QUEUE;
     o->session_timeout_s = DEFAULT_SESSION_TIMEOUT_S;
     o->level = LOG_INFO;
+    o->audit_path[0] = '\0';
+    o->audit_level = AUDIT_OUTPUTS;
+    o->audit_level_set = 0;
+    o->audit_sync = AUDIT_SYNC_BATCH;
+    o->audit_max_bytes = DEFAULT_AUDIT_MAX_BYTES;
+    o->audit_keep = DEFAULT_AUDIT_KEEP;
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -193,6 +249,29 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->level = (enum log_level)l;
             break;
         }
+        case OPT_AUDIT:
+            if (!*optarg || strlen(optarg) >= sizeof o->audit_path)
+                return bad_value("--audit", optarg, "a file path");
+            snprintf(o->audit_path, sizeof o->audit_path, "%s", optarg);
+            break;
+        case OPT_AUDIT_LEVEL:
+            if (audit_parse_level(optarg, &o->audit_level))
+                return bad_value("--audit-level", optarg, "off, outputs or all");
+            o->audit_level_set = 1;
+            break;
+        case OPT_AUDIT_SYNC:
+            if (audit_parse_sync(optarg, &o->audit_sync))
+                return bad_value("--audit-sync", optarg, "none, batch or every");
+            break;
+        case OPT_AUDIT_MAX:
+            if (parse_size(optarg, &o->audit_max_bytes))
+                return bad_value("--audit-max-size", optarg, "bytes, with an optional K, M or G");
+            break;
+        case OPT_AUDIT_KEEP:
+            if (parse_long(optarg, 1, 1000, &v))
+                return bad_value("--audit-keep", optarg, "an integer in 1..1000");
+            o->audit_keep = (int)v;
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;
@@ -207,6 +286,11 @@ static int parse_options(int argc, char **argv, struct options *o)
     if (optind < argc) {
         fprintf(stderr, "dashd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (o->audit_level_set && o->audit_level != AUDIT_OFF && !o->audit_path[0]) {
+        fprintf(stderr, "dashd: --audit-level %s needs --audit PATH\n",
+                audit_level_name(o->audit_level));
         return EXIT_USAGE;
     }
     if (!o->endpoint[0] && wire_default_endpoint(o->endpoint, sizeof o->endpoint) != 0) {
@@ -243,6 +327,17 @@ static void on_idle(void *arg)
     dispatch_close(a->disp);
     uv_close((uv_handle_t *)&a->sigterm, NULL);
     uv_close((uv_handle_t *)&a->sigint, NULL);
+    uv_close((uv_handle_t *)&a->sighup, NULL);
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    struct app *a = h->data;
+    if (a->audit)
+        audit_reopen(a->audit);
+    else
+        log_info("SIGHUP: no audit log to reopen");
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -350,6 +445,22 @@ int main(int argc, char **argv)
         goto free_backend;
     }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (o.audit_path[0] && o.audit_level != AUDIT_OFF) {
+        struct audit_config ac = {.path = o.audit_path,
+                                  .level = o.audit_level,
+                                  .sync = o.audit_sync,
+                                  .max_bytes = o.audit_max_bytes,
+                                  .keep = o.audit_keep,
+                                  .server_version = DASHD_VERSION};
+        char why[512];
+        if ((rc = audit_open(&ac, &a.audit, why, sizeof why)) != 0) {
+            log_error("--audit: %s", why);
+            goto close_loop;
+        }
+    }
+    char kernel_build[96];
+    snprintf(kernel_build, sizeof kernel_build, "dashd " DASHD_VERSION " build " DASH_BUILD_ID
+             " backend %s", b->name);
     struct dispatch_config cfg = {
         .queue_capacity = o.queue,
         .session_timeout_ms = (uint32_t)llround(o.session_timeout_s * 1000.0),
@@ -357,6 +468,8 @@ int main(int argc, char **argv)
          * make us allocate what we do not have. */
         .scratch_max = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX,
         .max_buffers = MAX_BUFFERS_PER_SESSION,
+        .audit = a.audit,
+        .kernel_build = kernel_build,
     };
     if (cfg.session_timeout_ms == 0)
         cfg.session_timeout_ms = 1;
@@ -377,9 +490,11 @@ int main(int argc, char **argv)
         memset(&a.sock_st, 0, sizeof a.sock_st);
     uv_signal_init(&a.loop, &a.sigterm);
     uv_signal_init(&a.loop, &a.sigint);
-    a.sigterm.data = a.sigint.data = &a;
+    uv_signal_init(&a.loop, &a.sighup);
+    a.sigterm.data = a.sigint.data = a.sighup.data = &a;
     uv_signal_start(&a.sigterm, on_signal, SIGTERM);
     uv_signal_start(&a.sigint, on_signal, SIGINT);
+    uv_signal_start(&a.sighup, on_sighup, SIGHUP);
 
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
@@ -396,6 +511,8 @@ run_closes:
     server_free(a.srv);
     dispatch_free(a.disp);
 close_loop:
+    /* every job is done and audited by now: the close writes and syncs the last records */
+    audit_close(a.audit);
     if (uv_loop_close(&a.loop) != 0)
         log_warn("the event loop still had open handles at exit");
 free_backend:

@@ -18,7 +18,7 @@ static const struct {
     {"dtype", suite_dtype},   {"engine", suite_engine}, {"dashctl", suite_dashctl},
     {"wire", suite_wire},     {"dashd", suite_dashd},   {"client", suite_client},
     {"validate", suite_validate}, {"shmbuf", suite_shmbuf}, {"session", suite_session},
-    {"job", suite_job},       {"libdash", suite_libdash}, {"digest", suite_digest},
+    {"job", suite_job},       {"libdash", suite_libdash}, {"digest", suite_digest}, {"audit", suite_audit},
 };
 
 int main(int argc, char **argv)

@@ -28,5 +28,6 @@ int suite_session(void);
 int suite_job(void);
 int suite_client(void);
 int suite_digest(void);
+int suite_audit(void);
 
 #endif

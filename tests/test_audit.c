@@ -1,0 +1,434 @@
+/*
+ * test_audit.c - the audit log end to end on the CPU backend: a real dashd with --audit,
+ * a real client (libdash) running a small "training script", and `dashctl audit` on the
+ * logs it leaves: two identical runs diff as identical, a flipped input bit is named with
+ * its step and label, verify catches a flipped byte, a torn tail and a spliced record,
+ * SIGTERM loses nothing, SIGKILL leaves a log valid up to its end, rotation and SIGHUP
+ * keep one sequence across files. The digests in the records are checked against the
+ * outputs the client received.
+ */
+#include "suites.h"
+#include "harness.h"
+#include "testutil.h"
+
+#include "client/dash.h"
+#include "kernels/digest.h"
+#include "proto/auditfile.h"
+
+#include <CUnit/CUnit.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S 64
+#define H 2
+#define D 32
+#define NT ((size_t)S * H * D) /* elements of one q-shaped tensor */
+#define TB (NT * 2)            /* bf16 bytes */
+#define LB ((size_t)H * S * 4)
+#define STEPS 3
+
+/* q k v out dout dq dk dv, then lse, in one shared-memory buffer */
+static uint64_t off(int t)
+{
+    return t < 8 ? (uint64_t)t * TB : 8 * TB;
+}
+
+static char dir[128];
+
+static int suite_init(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/dash-audit-%d", (int)getpid());
+    return mkdir(dir, 0700) == 0 ? 0 : -1;
+}
+
+static int suite_clean(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return tu_run(cmd, NULL) == 0 ? 0 : -1;
+}
+
+static void path_of(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+/* `dashctl audit <args>`: exit status, stdout in *out (may be NULL). */
+static int dashctl(const char *args, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/dashctl audit %s", tu_build_dir(), args);
+    return tu_run(cmd, out);
+}
+
+/* The "training script": STEPS steps of two attention layers (forward, backward) with
+ * the step and label set; inputs drawn from seed. flip_step/flip_label: flip one bit of
+ * q before that layer's forward (-1: none). Returns 0 or a libdash code. *ret_dq_digest:
+ * the digest of the last dq the client received. */
+static int run_script(const char *endpoint, const char *run_tag, uint64_t seed, int flip_step,
+                      int flip_layer, uint64_t *ret_dq_digest)
+{
+    struct dash_connect_opts o = {.client_name = "trainer", .run_tag = run_tag, .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    struct dash_buffer *b = NULL;
+    int rc = dash_connect(endpoint, &o, &c);
+    if (!rc)
+        rc = dash_shm_alloc(c, 8 * TB + LB, &b);
+    if (rc) {
+        dash_close(c);
+        return rc;
+    }
+    unsigned char *mem = dash_buffer_data(b);
+    struct dash_tensor t[9];
+    for (int i = 0; i < 8; i++)
+        t[i] = dash_tensor_dense(b, off(i), 1, S, H, D);
+    t[8] = dash_tensor_lse(b, off(8), 1, H, S);
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .schedule = DASH_SCHED_SHIFT};
+    struct tu_rng r;
+    tu_rng_init(&r, seed);
+    for (int step = 0; step < STEPS && !rc; step++)
+        for (int layer = 0; layer < 2 && !rc; layer++) {
+            for (int i = 0; i < 5; i++) /* q k v, out (overwritten), dout */
+                tu_fill(mem + off(i == 3 ? 4 : i), DTYPE_BF16, (int64_t)NT, &r, 1.0);
+            if (step == flip_step && layer == flip_layer)
+                mem[off(0) + 77] ^= 0x04;
+            char label[32];
+            snprintf(label, sizeof label, "layer%d.attn", layer);
+            dash_set_audit(c, step, label);
+            rc = dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], NULL);
+            if (!rc)
+                rc = dash_backward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5], &t[6],
+                                   &t[7], NULL);
+        }
+    if (ret_dq_digest)
+        *ret_dq_digest = digest_bytes(mem + off(5), TB);
+    dash_close(c);
+    return rc;
+}
+
+/* Start dashd with an audit log, run the script, stop it with SIGTERM. */
+static void logged_run(const char *log, const char *extra, const char *tag, uint64_t seed,
+                       int flip_step, int flip_layer, uint64_t *ret_dq_digest)
+{
+    struct dashd_proc d;
+    char args[512];
+    snprintf(args, sizeof args, "--backend cpu --threads 2 --audit %s %s", log, extra ? extra : "");
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+    CU_ASSERT_EQUAL(run_script(d.endpoint, tag, seed, flip_step, flip_layer, ret_dq_digest), 0);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+}
+
+/* Byte offsets of the frames of a file (header and records), up to max. */
+static size_t frames_of(const unsigned char *data, size_t size, uint64_t *offs, size_t max)
+{
+    size_t pos = 0, n = 0;
+    struct auditfile_item it;
+    while (auditfile_next(data, size, &pos, &it) == 0 && it.kind != AUDITFILE_END) {
+        if (n < max)
+            offs[n++] = it.offset;
+        auditfile_item_free(&it);
+    }
+    return n;
+}
+
+static unsigned char *slurp(const char *path, size_t *ret_size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *ret_size = (size_t)n;
+    return p;
+}
+
+static int spit(const char *path, const unsigned char *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(p, 1, n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    return ok ? 0 : -1;
+}
+
+/* ---- tests --------------------------------------------------------------------------- */
+
+/* Two runs of the same script are identical record for record; a third with one flipped
+ * input bit is named at its step and label as an input divergence; and the digest the
+ * daemon recorded for dq is the digest of the dq the client got. */
+static void test_audit_runs_diff_identical_and_a_flipped_input_is_named(void)
+{
+    char a[256], b[256], c[256], args[900];
+    path_of(a, sizeof a, "run-a.log");
+    path_of(b, sizeof b, "run-b.log");
+    path_of(c, sizeof c, "run-c.log");
+    const uint64_t seed = tu_seed() ^ 0xa0d17;
+    uint64_t dq_a = 0, dq_b = 0;
+    logged_run(a, "--audit-level all", "exp", seed, -1, -1, &dq_a);
+    logged_run(b, "--audit-level all", "exp", seed, -1, -1, &dq_b);
+    logged_run(c, "--audit-level all", "exp", seed, 1, 1, NULL);
+    CU_ASSERT_EQUAL(dq_a, dq_b);
+
+    char *out = NULL;
+    snprintf(args, sizeof args, "diff %s %s", a, b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical: 12 records matched"));
+    free(out);
+
+    snprintf(args, sizeof args, "diff %s %s", a, c);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "step 1 label \"layer1.attn\" forward"));
+    CU_ASSERT(out && strstr(out, "inputs differ: q "));
+    free(out);
+
+    /* the recorded dq digest of the last backward is what the client received */
+    char want[32];
+    snprintf(want, sizeof want, "dq=%016llx", (unsigned long long)dq_a);
+    snprintf(args, sizeof args, "dump %s | tail -n 1", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, want));
+    CU_ASSERT(out && strstr(out, "step=2 label=layer1.attn backward"));
+    free(out);
+
+    snprintf(args, sizeof args, "verify %s", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "12 records (seq 1..12) in 1 file, 1 header: OK"));
+    free(out);
+    snprintf(args, sizeof args, "summary %s", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "divergences: 0 of 12"));
+    free(out);
+}
+
+/* verify: a flipped byte inside a record, a cut-off tail, and a record spliced in from
+ * another log are each reported with their offset. */
+static void test_audit_verify_catches_flip_truncation_and_splice(void)
+{
+    char a[256], b[256], bad[256], args[900];
+    path_of(a, sizeof a, "v-a.log");
+    path_of(b, sizeof b, "v-b.log");
+    path_of(bad, sizeof bad, "v-bad.log");
+    logged_run(a, NULL, "v", tu_seed() ^ 1, -1, -1, NULL);
+    logged_run(b, NULL, "v", tu_seed() ^ 2, -1, -1, NULL);
+    size_t na, nb;
+    unsigned char *pa = slurp(a, &na), *pb = slurp(b, &nb);
+    CU_ASSERT_FATAL(pa && pb);
+    uint64_t fa[32], fb[32];
+    size_t ka = frames_of(pa, na, fa, 32), kb = frames_of(pb, nb, fb, 32);
+    CU_ASSERT_FATAL(ka == 13 && kb == 13); /* a header and 12 records each */
+    char *out = NULL, want[128];
+
+    /* a flipped byte in the middle of record 5 */
+    uint64_t at = (fa[5] + fa[6]) / 2;
+    pa[at] ^= 0x01;
+    CU_ASSERT_EQUAL_FATAL(spit(bad, pa, na), 0);
+    pa[at] ^= 0x01;
+    snprintf(args, sizeof args, "verify %s", bad);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    snprintf(want, sizeof want, "offset %llu: %llu corrupt bytes", (unsigned long long)fa[5],
+             (unsigned long long)(fa[6] - fa[5]));
+    CU_ASSERT(out && strstr(out, want));
+    CU_ASSERT(out && strstr(out, "records 5..5 are missing"));
+    free(out);
+
+    /* the last record cut short */
+    CU_ASSERT_EQUAL_FATAL(spit(bad, pa, na - 5), 0);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 3);
+    snprintf(want, sizeof want, "offset %llu: torn tail", (unsigned long long)fa[12]);
+    CU_ASSERT(out && strstr(out, want));
+    CU_ASSERT(out && strstr(out, "11 records (seq 1..11)"));
+    free(out);
+
+    /* record 3 of log B spliced in after record 6 of log A */
+    size_t len3 = (size_t)(fb[4] - fb[3]);
+    unsigned char *sp = malloc(na + len3);
+    memcpy(sp, pa, (size_t)fa[7]);
+    memcpy(sp + fa[7], pb + fb[3], len3);
+    memcpy(sp + fa[7] + len3, pa + fa[7], na - (size_t)fa[7]);
+    CU_ASSERT_EQUAL_FATAL(spit(bad, sp, na + len3), 0);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    snprintf(want, sizeof want, "offset %llu: record 3 belongs to log", (unsigned long long)fa[7]);
+    CU_ASSERT(out && strstr(out, want));
+    CU_ASSERT(out && strstr(out, "spliced in from another log"));
+    free(out);
+    free(sp);
+    free(pa);
+    free(pb);
+}
+
+/* SIGTERM writes every record of the work it finishes; SIGKILL during a burst leaves a
+ * log that verifies up to its end (at worst a torn tail), and the next dashd on the same
+ * path cuts that tail and carries on in a new segment. */
+static void test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix(void)
+{
+    char log[256], args[900];
+    path_of(log, sizeof log, "kill.log");
+    struct dashd_proc d;
+    snprintf(args, sizeof args, "--backend cpu --threads 2 --audit %s --audit-sync none", log);
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+    struct dash_connect_opts o = {.client_name = "burst", .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    struct dash_buffer *b = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_connect(d.endpoint, &o, &c), 0);
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 8 * TB + LB, &b), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 3);
+    tu_fill(dash_buffer_data(b), DTYPE_BF16, (int64_t)(4 * NT), &r, 1.0);
+    struct dash_tensor t[9];
+    for (int i = 0; i < 8; i++)
+        t[i] = dash_tensor_dense(b, off(i), 1, S, H, D);
+    t[8] = dash_tensor_lse(b, off(8), 1, H, S);
+    struct dash_attn a = {.dtype = DASH_BF16};
+    uint64_t tickets[200];
+    for (int i = 0; i < 200; i++)
+        CU_ASSERT_EQUAL_FATAL(dash_forward_submit(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8],
+                                                  &tickets[i]), 0);
+    for (int i = 0; i < 60; i++)
+        CU_ASSERT_EQUAL(dash_wait(c, tickets[i], -1, NULL), 0);
+    dashd_kill(&d); /* mid-burst: records may be queued, half-written or not yet made */
+    char *out = NULL;
+    snprintf(args, sizeof args, "verify %s", log);
+    int st = dashctl(args, &out);
+    CU_ASSERT(st == 0 || st == 3);
+    CU_ASSERT(out && (strstr(out, ": OK") || strstr(out, "valid up to a torn tail")));
+    free(out);
+    dash_close(c);
+
+    /* a new daemon on the same log: the tail is repaired, a second segment starts, and
+     * SIGTERM after N finished ops leaves exactly N more records */
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&d), 0);
+    CU_ASSERT_EQUAL_FATAL(dash_connect(d.endpoint, &o, &c), 0);
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 8 * TB + LB, &b), 0);
+    tu_fill(dash_buffer_data(b), DTYPE_BF16, (int64_t)(4 * NT), &r, 1.0);
+    for (int i = 0; i < 8; i++)
+        t[i] = dash_tensor_dense(b, off(i), 1, S, H, D);
+    t[8] = dash_tensor_lse(b, off(8), 1, H, S);
+    for (int i = 0; i < 25; i++)
+        CU_ASSERT_EQUAL(dash_forward_submit(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8],
+                                            &tickets[i]), 0);
+    /* a Stats reply comes after the daemon has taken every earlier message of ours: all 25
+     * are accepted (queued or running) when the SIGTERM comes */
+    struct dash_stats *stats = NULL;
+    CU_ASSERT_EQUAL(dash_stats(c, &stats), 0);
+    dash_stats_free(stats);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0); /* SIGTERM with work queued: it finishes it */
+    for (int i = 0; i < 25; i++)
+        (void)dash_wait(c, tickets[i], 1000, NULL);
+    dash_close(c);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "2 headers: OK"));
+    free(out);
+    snprintf(args, sizeof args, "dump --json %s | grep -c '\"client\":\"burst\"'", log);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    long n = out ? strtol(out, NULL, 10) : 0;
+    if (n < 60 + 25 || n > 200 + 25)
+        fprintf(stderr, "\n  %ld records of the burst client", n);
+    CU_ASSERT(n >= 60 + 25 && n <= 200 + 25);
+    free(out);
+    /* the second segment holds exactly the 25 */
+    snprintf(args, sizeof args, "dump --json %s | awk '/\"type\":\"header\"/{h++} h==2 && "
+             "/\"type\":\"record\"/{n++} END{print n}'", log);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    if (!out || strtol(out, NULL, 10) != 25)
+        fprintf(stderr, "\n  second segment: %s records", out ? out : "?");
+    CU_ASSERT(out && strtol(out, NULL, 10) == 25);
+    free(out);
+}
+
+/* Size rotation keeps PATH.1.. with one sequence across them; SIGHUP after a move
+ * (logrotate) starts a fresh PATH that continues the sequence. The SIGHUP comes between
+ * two requests of the client, so no record can fall between the files unseen. */
+static void test_audit_rotation_and_sighup_keep_one_sequence(void)
+{
+    char log[256], moved[256], args[1200];
+    path_of(log, sizeof log, "rot.log");
+    path_of(moved, sizeof moved, "rot.moved");
+    struct dashd_proc d;
+    snprintf(args, sizeof args, "--backend cpu --threads 2 --audit %s --audit-max-size 1K "
+             "--audit-keep 20", log);
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+    CU_ASSERT_EQUAL(run_script(d.endpoint, "rot", tu_seed(), -1, -1, NULL), 0);
+    char *out = NULL;
+    /* every file but the newest, oldest first, then the newest */
+    snprintf(args, sizeof args, "verify $(ls -1 %s.* | sort -t. -k3 -n -r) %s", log, log);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "12 records (seq 1..12)"));
+    CU_ASSERT(out && strstr(out, ": OK"));
+    free(out);
+    struct stat st;
+    CU_ASSERT(stat(log, &st) == 0 && st.st_size <= 1024);
+
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+
+    /* logrotate's way: move the file, SIGHUP, and the next records start a new file */
+    path_of(log, sizeof log, "hup.log");
+    snprintf(args, sizeof args, "--backend cpu --threads 2 --audit %s", log);
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+    CU_ASSERT_EQUAL(run_script(d.endpoint, "hup", tu_seed(), -1, -1, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(rename(log, moved), 0);
+    CU_ASSERT_EQUAL(kill(d.pid, SIGHUP), 0);
+    struct stat st2;
+    for (int i = 0; i < 200 && stat(log, &st2) != 0; i++)
+        usleep(10000); /* the writer reopens as soon as it hears of the signal */
+    CU_ASSERT_EQUAL_FATAL(stat(log, &st2), 0);
+    CU_ASSERT_EQUAL(run_script(d.endpoint, "hup", tu_seed(), -1, -1, NULL), 0);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    snprintf(args, sizeof args, "verify %s %s", moved, log);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "24 records (seq 1..24) in 2 files, 2 headers: OK"));
+    free(out);
+    snprintf(args, sizeof args, "verify %s", log);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "12 records (seq 13..24)"));
+    free(out);
+}
+
+/* Bad audit options are refused before anything starts. */
+static void test_audit_bad_options_are_refused(void)
+{
+    char cmd[512], *out = NULL;
+    const char *bad[] = {"--audit-level all", "--audit /tmp/x --audit-level loud",
+                         "--audit /tmp/x --audit-sync sometimes", "--audit /tmp/x --audit-max-size 5X",
+                         "--audit /tmp/x --audit-keep 0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/dashd --backend cpu %s 2>&1", tu_build_dir(), bad[i]);
+        CU_ASSERT_EQUAL(tu_run(cmd, &out), 2);
+        CU_ASSERT(out && strstr(out, "dashd: "));
+        free(out);
+    }
+    /* an audit path that cannot be opened: exit 1, saying so */
+    snprintf(cmd, sizeof cmd, "%s/dashd --backend cpu --endpoint ipc:///tmp/dash-audit-bad-%d.sock "
+             "--audit /nonexistent/dir/log 2>&1", tu_build_dir(), (int)getpid());
+    CU_ASSERT_EQUAL(tu_run(cmd, &out), 1);
+    CU_ASSERT(out && strstr(out, "cannot open /nonexistent/dir/log"));
+    free(out);
+    CU_ASSERT_EQUAL(dashctl("verify /nonexistent/log 2>&1", &out), 2);
+    free(out);
+    CU_ASSERT_EQUAL(dashctl("frobnicate 2>&1", &out), 2);
+    free(out);
+}
+
+int suite_audit(void)
+{
+    CU_pSuite s = CU_add_suite("audit", suite_init, suite_clean);
+    if (!s)
+        return -1;
+    ADD_TEST(s, test_audit_runs_diff_identical_and_a_flipped_input_is_named);
+    ADD_TEST(s, test_audit_verify_catches_flip_truncation_and_splice);
+    ADD_TEST(s, test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix);
+    ADD_TEST(s, test_audit_rotation_and_sighup_keep_one_sequence);
+    ADD_TEST(s, test_audit_bad_options_are_refused);
+    return 0;
+}
