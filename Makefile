@@ -83,7 +83,7 @@ CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu 
 	kernels/attn_fwd_tc.cu kernels/attn_bwd_tc.cu kernels/digest_cuda.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
 GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_dashd_gpu.c \
-	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c \
+	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c tests/gpu/test_audit_gpu.c \
 	tests/testutil.c tests/harness.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

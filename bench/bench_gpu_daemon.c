@@ -4,7 +4,9 @@
  * dashd on the same GPU (device memory registered with dash_cuda_register, so no copies)
  * and in this process with the kernels directly. Prints a Markdown table.
  *
- *   bench_gpu_daemon [--reps N] [--seqlen S]     (dashd is started from argv[0]'s folder)
+ *   bench_gpu_daemon [--reps N] [--seqlen S] [--audit PATH]
+ *                    (dashd is started from argv[0]'s folder; --audit: with
+ *                    --audit PATH --audit-level outputs, to measure what auditing costs)
  *
  * Two ways of calling, two tables:
  *   blocking        each call returns when the op is done: the client's wall clock around
@@ -60,13 +62,16 @@ static double median(double *t, int n)
 int main(int argc, char **argv)
 {
     int reps = 10, S = 4096;
+    const char *audit = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seqlen") == 0 && i + 1 < argc)
             S = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--audit") == 0 && i + 1 < argc)
+            audit = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_gpu_daemon [--reps N] [--seqlen S]\n");
+            fprintf(stderr, "usage: bench_gpu_daemon [--reps N] [--seqlen S] [--audit PATH]\n");
             return 2;
         }
     }
@@ -84,8 +89,12 @@ int main(int argc, char **argv)
     pid_t daemon = fork();
     if (daemon == 0) {
         snprintf(cmd, sizeof cmd, "%s/dashd", dir);
-        execl(cmd, "dashd", "--endpoint", endpoint, "--backend", "cuda", "--log-level", "warn",
-              (char *)NULL);
+        if (audit)
+            execl(cmd, "dashd", "--endpoint", endpoint, "--backend", "cuda", "--log-level", "warn",
+                  "--audit", audit, "--audit-level", "outputs", (char *)NULL);
+        else
+            execl(cmd, "dashd", "--endpoint", endpoint, "--backend", "cuda", "--log-level", "warn",
+                  (char *)NULL);
         _exit(127);
     }
     int ok = 0;
@@ -123,8 +132,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu_daemon: setup: %s\n", dash_strerror(rc));
         goto out;
     }
-    printf("# dashd on the GPU vs the kernels in process\n\n| mask | op | in-process ms | through dashd ms | "
-           "dashd run_us/1000 | overhead |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    printf("# dashd on the GPU vs the kernels in process%s\n\n| mask | op | in-process ms | through dashd ms | "
+           "dashd run_us/1000 | overhead |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
+           audit ? " (dashd auditing: --audit-level outputs)" : "");
     for (int causal = 0; causal < 2; causal++) {
         struct dash_tensor t[9];
         for (int i = 0; i < 8; i++)

@@ -16,10 +16,13 @@
  *
  * Suite gpu_digest: the GPU digests equal the CPU's (test_digest_gpu.c).
  *
+ * Suite gpu_audit: dashd --backend cuda with an audit log (test_audit_gpu.c).
+ *
  * DASH_GPU_SUITE=<name> runs one suite only; DASH_GPU_TEST=<name> then one test of it
  * (for the slow tools: compute-sanitizer's racecheck on the small cases).
  */
 #include "gpu_attn.h"
+#include "gpu_audit.h"
 #include "gpu_dashd.h"
 #include "gpu_digest.h"
 #include "gpu_sched.h"
@@ -107,7 +110,7 @@ int main(int argc, char **argv)
     if (!s || !CU_add_test(s, "test_gpu_sched_device_matches_host", test_gpu_sched_device_matches_host))
         return 2;
     if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0 || suite_gpu_share() != 0 ||
-        suite_gpu_digest() != 0)
+        suite_gpu_digest() != 0 || suite_gpu_audit() != 0)
         return 2;
     printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),
            (unsigned long long)tu_seed());

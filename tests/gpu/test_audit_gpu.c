@@ -1,0 +1,186 @@
+/*
+ * test_audit_gpu.c - the audit log on the GPU: dashd --backend cuda --audit-level all,
+ * a client on device buffers (libdash, stream-ordered and blocking calls). The digests the
+ * daemon computed on the device equal the CPU digests of the bytes the client reads back;
+ * two runs of the same script diff as identical for the deterministic schedules, and the
+ * `atomic` backward is named as the first divergence with identical inputs ("only
+ * outputs differ"). Problem: bf16, causal, 8 heads, seqlen 1024, hdim 128, so that atomic
+ * additions really race.
+ */
+#include "gpu_audit.h"
+
+#include "../harness.h"
+#include "../testutil.h"
+#include "../../client/dash.h"
+#include "../../kernels/digest.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S 1024
+#define H 8
+#define HD 128
+#define NT ((size_t)S * H * HD)
+#define TB (NT * 2)
+#define LB ((size_t)H * S * 4)
+
+static char dir[128];
+
+static int suite_init(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/dash-gpu-audit-%d", (int)getpid());
+    return mkdir(dir, 0700) == 0 ? 0 : -1;
+}
+
+static int suite_clean(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return tu_run(cmd, NULL) == 0 ? 0 : -1;
+}
+
+static uint64_t off(int t)
+{
+    return t < 8 ? (uint64_t)t * TB : 8 * TB;
+}
+
+/* One run: dashd on the GPU with an audit log at `log`; the client does a forward, a
+ * shift backward and an atomic backward (stream-ordered), then the same three blocking.
+ * *ret_dq: the CPU digest of the shift backward's dq as read back. 0 or -1. */
+static int run(const char *log, uint64_t seed, uint64_t *ret_dq, uint64_t *ret_out)
+{
+    struct dashd_proc d;
+    char args[512];
+    snprintf(args, sizeof args, "--backend cuda --audit %s --audit-level all", log);
+    if (dashd_start(&d, args) != 0)
+        return -1;
+    int rc = -1;
+    unsigned char *mem = NULL, *host = malloc(TB);
+    struct dash_client *c = NULL;
+    struct dash_buffer *b = NULL;
+    cudaStream_t s = NULL;
+    struct dash_connect_opts o = {.client_name = "gpu-trainer", .run_tag = "gpu", .timeout_ms = 30000};
+    if (!host || cudaMalloc((void **)&mem, 8 * TB + LB) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+        dash_connect(d.endpoint, &o, &c) != 0 || dash_cuda_register(c, mem, 8 * TB + LB, &b) != 0)
+        goto out;
+    struct tu_rng r;
+    tu_rng_init(&r, seed);
+    for (int i = 0; i < 5; i++) {
+        tu_fill(host, DTYPE_BF16, (int64_t)NT, &r, 1.0);
+        if (cudaMemcpy(mem + off(i == 3 ? 4 : i), host, TB, cudaMemcpyHostToDevice) != cudaSuccess)
+            goto out;
+    }
+    struct dash_tensor t[9];
+    for (int i = 0; i < 8; i++)
+        t[i] = dash_tensor_dense(b, off(i), 1, S, H, HD);
+    t[8] = dash_tensor_lse(b, off(8), 1, H, S);
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    for (int pass = 0; pass < 2; pass++) {
+        void *st = pass == 0 ? s : NULL;
+        dash_set_audit(c, pass, "attn.forward");
+        int e = pass == 0 ? dash_forward_stream(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], st, NULL)
+                          : dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], NULL);
+        const enum dash_schedule sched[2] = {DASH_SCHED_SHIFT, DASH_SCHED_ATOMIC};
+        for (int k = 0; k < 2 && !e; k++) {
+            a.schedule = sched[k];
+            dash_set_audit(c, pass, k ? "attn.atomic" : "attn.shift");
+            e = pass == 0 ? dash_backward_stream(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4],
+                                                 &t[5], &t[6], &t[7], st, NULL)
+                          : dash_backward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5],
+                                          &t[6], &t[7], NULL);
+            if (!e && pass == 1 && k == 0) {
+                if (cudaMemcpy(host, mem + off(5), TB, cudaMemcpyDeviceToHost) != cudaSuccess)
+                    e = -1;
+                *ret_dq = digest_bytes(host, TB);
+            }
+        }
+        a.schedule = DASH_SCHED_AUTO;
+        if (e)
+            goto out;
+        if (pass == 0 && cudaStreamSynchronize(s) != cudaSuccess)
+            goto out;
+    }
+    if (cudaMemcpy(host, mem + off(3), TB, cudaMemcpyDeviceToHost) != cudaSuccess)
+        goto out;
+    *ret_out = digest_bytes(host, TB);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "\n  the audited GPU run failed");
+    dash_close(c);
+    if (dashd_stop(&d) != 0)
+        rc = -1;
+    if (s)
+        cudaStreamDestroy(s);
+    if (mem)
+        cudaFree(mem);
+    free(host);
+    return rc;
+}
+
+static int dashctl(const char *args, char **out)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/dashctl audit %s", tu_build_dir(), args);
+    return tu_run(cmd, out);
+}
+
+static void test_audit_gpu_digests_match_and_atomic_is_the_divergence(void)
+{
+    char a[256], b[256], args[700], want[64], *out = NULL;
+    snprintf(a, sizeof a, "%s/a.log", dir);
+    snprintf(b, sizeof b, "%s/b.log", dir);
+    const uint64_t seed = tu_seed() ^ 0xa9d;
+    uint64_t dq_a = 0, dq_b = 0, out_a = 0, out_b = 0;
+    CU_ASSERT_EQUAL_FATAL(run(a, seed, &dq_a, &out_a), 0);
+    CU_ASSERT_EQUAL_FATAL(run(b, seed, &dq_b, &out_b), 0);
+    CU_ASSERT_EQUAL(dq_a, dq_b);
+
+    /* the device-computed digests are the CPU digests of the bytes read back */
+    snprintf(want, sizeof want, "dq=%016llx", (unsigned long long)dq_a);
+    snprintf(args, sizeof args, "dump %s | grep 'label=attn.shift' | grep 'step=1 '", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, want));
+    CU_ASSERT(out && strstr(out, " cuda "));
+    free(out);
+    snprintf(want, sizeof want, "out=%016llx", (unsigned long long)out_a);
+    snprintf(args, sizeof args, "dump %s | grep 'label=attn.forward' | grep 'step=1 '", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, want));
+    free(out);
+
+    snprintf(args, sizeof args, "verify %s", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "6 records (seq 1..6) in 1 file, 1 header: OK"));
+    free(out);
+
+    /* the first divergence: the atomic backward of step 0, with identical inputs */
+    snprintf(args, sizeof args, "diff %s %s", a, b);
+    int st = dashctl(args, &out);
+    if (!out || !strstr(out, "only outputs differ"))
+        fprintf(stderr, "\n  diff: %s", out ? out : "(no output)");
+    CU_ASSERT_EQUAL(st, 1);
+    CU_ASSERT(out && strstr(out, "step 0 label \"attn.atomic\" backward"));
+    CU_ASSERT(out && strstr(out, "only outputs differ: dq "));
+    free(out);
+    /* and the summary counts atomic's repeats that diverged (step 1 repeats step 0) */
+    snprintf(args, sizeof args, "summary %s", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "atomic"));
+    free(out);
+}
+
+int suite_gpu_audit(void)
+{
+    CU_pSuite s = CU_add_suite("gpu_audit", suite_init, suite_clean);
+    if (!s || !CU_add_test(s, "test_audit_gpu_digests_match_and_atomic_is_the_divergence",
+                           test_audit_gpu_digests_match_and_atomic_is_the_divergence))
+        return -1;
+    return 0;
+}
