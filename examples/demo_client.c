@@ -10,6 +10,7 @@
  *   demo_client [ENDPOINT]     (default: the endpoint dashd uses by default)
  */
 #include "client/dash.h"
+#include "kernels/digest.h"
 #include "kernels/engine.h"
 #include "kernels/ref.h"
 
@@ -43,14 +44,6 @@ static struct layout layout_make(void)
     L.dq = place(&at, qb), L.dk = place(&at, kb), L.dv = place(&at, kb);
     L.total = at;
     return L;
-}
-
-static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
 }
 
 /* random normal bf16 values, from a seed drawn from the clock: fresh every run */
@@ -124,7 +117,7 @@ int main(int argc, char **argv)
            "tiles %dx%d)\n",
            br.backend, fr.run_us / 1e3, br.run_us / 1e3, sched_name(br.schedule), br.wave,
            br.block_m, br.block_n);
-    uint64_t digest = fnv1a(base + L.dq, L.total - L.dq, 0xcbf29ce484222325ull);
+    uint64_t digest = digest_bytes(base + L.dq, L.total - L.dq);
 
     /* Values: against float64 attention on the same (bf16) inputs. */
     struct eng_problem p = {B, SQ, SK, HQ, HKV, D, DTYPE_BF16, SCHED_MASK_CAUSAL, 0.125f};
@@ -191,7 +184,7 @@ int main(int argc, char **argv)
         ok = 0;
         goto out;
     }
-    uint64_t again = fnv1a(base + L.dq, L.total - L.dq, 0xcbf29ce484222325ull);
+    uint64_t again = digest_bytes(base + L.dq, L.total - L.dq);
     printf("backward digest %016llx, repeated %016llx: %s\n", (unsigned long long)digest,
            (unsigned long long)again, digest == again ? "identical" : "DIFFERENT");
     ok &= digest == again;
