@@ -389,9 +389,11 @@ static void test_audit_rotation_and_sighup_keep_one_sequence(void)
     CU_ASSERT_EQUAL(dashctl(args, &out), 0);
     CU_ASSERT(out && strstr(out, "24 records (seq 1..24) in 2 files, 2 headers: OK"));
     free(out);
+    /* the new file holds the second run (and, if the writer had not got to it before the
+     * signal, the first run's last record), starting where the old one stopped */
     snprintf(args, sizeof args, "verify %s", log);
     CU_ASSERT_EQUAL(dashctl(args, &out), 0);
-    CU_ASSERT(out && strstr(out, "12 records (seq 13..24)"));
+    CU_ASSERT(out && (strstr(out, "12 records (seq 13..24)") || strstr(out, "13 records (seq 12..24)")));
     free(out);
 }
 
