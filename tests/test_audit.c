@@ -332,10 +332,12 @@ static void test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix(v
     free(out);
     snprintf(args, sizeof args, "dump --json %s | grep -c '\"client\":\"burst\"'", log);
     CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    /* the first segment: at most the 200 submitted (records still queued in the writer
+     * when SIGKILL came are lost, as docs/audit.md says) */
     long n = out ? strtol(out, NULL, 10) : 0;
-    if (n < 60 + 25 || n > 200 + 25)
+    if (n < 25 || n > 200 + 25)
         fprintf(stderr, "\n  %ld records of the burst client", n);
-    CU_ASSERT(n >= 60 + 25 && n <= 200 + 25);
+    CU_ASSERT(n >= 25 && n <= 200 + 25);
     free(out);
     /* the second segment holds exactly the 25 */
     snprintf(args, sizeof args, "dump --json %s | awk '/\"type\":\"header\"/{h++} h==2 && "
@@ -360,6 +362,7 @@ static void test_audit_rotation_and_sighup_keep_one_sequence(void)
              "--audit-keep 20", log);
     CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
     CU_ASSERT_EQUAL(run_script(d.endpoint, "rot", tu_seed(), -1, -1, NULL), 0);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0); /* the writer may trail the replies: let it finish */
     char *out = NULL;
     /* every file but the newest, oldest first, then the newest */
     snprintf(args, sizeof args, "verify $(ls -1 %s.* | sort -t. -k3 -n -r) %s", log, log);
@@ -369,8 +372,6 @@ static void test_audit_rotation_and_sighup_keep_one_sequence(void)
     free(out);
     struct stat st;
     CU_ASSERT(stat(log, &st) == 0 && st.st_size <= 1024);
-
-    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
 
     /* logrotate's way: move the file, SIGHUP, and the next records start a new file */
     path_of(log, sizeof log, "hup.log");
