@@ -1,8 +1,9 @@
 /*
- * digest.c - see digest.h. The leaves are XXH64 of 64 KiB chunks and the root is fed
- * leaf by leaf into a streaming XXH64 state (the same value as hashing the concatenated
- * leaves), so nothing but one chunk of staging is ever allocated: a strided view is
- * gathered row by row into that chunk.
+ * digest.c - see digest.h. Leaves, groups and the root are hashed as they complete: a
+ * group collects up to 64 leaf hashes, and each finished group's hash is fed into a
+ * streaming XXH64 state for the root (the same value as hashing the concatenated group
+ * hashes). A strided view is gathered row by row into one chunk of staging, so nothing
+ * larger than a chunk is ever allocated.
  */
 #include "digest.h"
 
@@ -12,23 +13,54 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
 #include <xxhash.h>
 
-static void root_add(XXH64_state_t *root, const void *chunk, size_t len)
+struct tree {
+    XXH64_state_t root;
+    unsigned char group[DIGEST_FANOUT * 8]; /* leaf hashes of the open group, little-endian */
+    size_t leaves;                          /* in the open group */
+};
+
+static void put_le64(unsigned char *p, uint64_t v)
 {
-    uint64_t leaf = XXH64(chunk, len, 0);
-    unsigned char le[8];
     for (int b = 0; b < 8; b++)
-        le[b] = (unsigned char)(leaf >> (8 * b));
-    (void)XXH64_update(root, le, sizeof le);
+        p[b] = (unsigned char)(v >> (8 * b));
+}
+
+static void tree_init(struct tree *t, uint64_t total)
+{
+    (void)XXH64_reset(&t->root, total);
+    t->leaves = 0;
+}
+
+static void tree_close_group(struct tree *t)
+{
+    unsigned char le[8];
+    put_le64(le, XXH64(t->group, t->leaves * 8, 0));
+    (void)XXH64_update(&t->root, le, sizeof le);
+    t->leaves = 0;
+}
+
+static void tree_leaf(struct tree *t, const void *chunk, size_t len)
+{
+    put_le64(t->group + t->leaves * 8, XXH64(chunk, len, 0));
+    if (++t->leaves == DIGEST_FANOUT)
+        tree_close_group(t);
+}
+
+static uint64_t tree_digest(struct tree *t)
+{
+    if (t->leaves)
+        tree_close_group(t);
+    return XXH64_digest(&t->root);
 }
 
 uint64_t digest_bytes(const void *p, uint64_t n)
 {
-    XXH64_state_t root;
-    (void)XXH64_reset(&root, n);
+    struct tree t;
+    tree_init(&t, n);
     for (uint64_t at = 0; at < n; at += DIGEST_CHUNK)
-        root_add(&root, (const unsigned char *)p + at,
-                 (size_t)(n - at < DIGEST_CHUNK ? n - at : DIGEST_CHUNK));
-    return XXH64_digest(&root);
+        tree_leaf(&t, (const unsigned char *)p + at,
+                  (size_t)(n - at < DIGEST_CHUNK ? n - at : DIGEST_CHUNK));
+    return tree_digest(&t);
 }
 
 int digest_strided(const void *base, int32_t ndim, const int64_t *shape, const int64_t *strides,
@@ -48,10 +80,13 @@ int digest_strided(const void *base, int32_t ndim, const int64_t *shape, const i
             return -EINVAL;
     }
     unsigned char *chunk = malloc(DIGEST_CHUNK);
-    if (!chunk)
+    struct tree *t = malloc(sizeof *t);
+    if (!chunk || !t) {
+        free(chunk);
+        free(t);
         return -ENOMEM;
-    XXH64_state_t root;
-    (void)XXH64_reset(&root, total);
+    }
+    tree_init(t, total);
     const int64_t es = (int64_t)elem;
     const unsigned char *b = base;
     size_t fill = 0;
@@ -72,15 +107,16 @@ int digest_strided(const void *base, int32_t ndim, const int64_t *shape, const i
                     memcpy(chunk + fill, row + i3 * st[3] * es, (size_t)(run * es));
                     fill += (size_t)(run * es);
                     if (fill == DIGEST_CHUNK) {
-                        root_add(&root, chunk, DIGEST_CHUNK);
+                        tree_leaf(t, chunk, DIGEST_CHUNK);
                         fill = 0;
                     }
                     i3 += run;
                 }
             }
     if (fill)
-        root_add(&root, chunk, fill);
-    *ret = XXH64_digest(&root);
+        tree_leaf(t, chunk, fill);
+    *ret = tree_digest(t);
     free(chunk);
+    free(t);
     return 0;
 }

@@ -12,12 +12,14 @@
 
 #define ALIGN 256
 
-/* What the leaf and root kernels need per view, passed by value. */
+/* What the kernels need per view, passed by value. */
 struct dview {
     const unsigned char *data; /* dense bytes: the tensor itself, or its packed copy */
     uint64_t bytes;
     uint64_t first_leaf; /* index of its first leaf in the scratch's leaf array */
     uint64_t leaves;
+    uint64_t first_group; /* likewise for groups */
+    uint64_t groups;
 };
 
 struct dtable {
@@ -50,6 +52,11 @@ static uint64_t leaves_of(uint64_t bytes)
     return (bytes + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
 }
 
+static uint64_t groups_of(uint64_t leaves)
+{
+    return (leaves + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
+}
+
 static size_t align_up(size_t x)
 {
     return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
@@ -59,17 +66,17 @@ size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
 {
     if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
         return 0;
-    uint64_t leaves = 0, packed = 0;
+    uint64_t hashes = 0, packed = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes;
         int dense;
         if (!view_ok(&v[i], &bytes, &dense))
             return 0;
-        leaves += leaves_of(bytes);
+        hashes += leaves_of(bytes) + groups_of(leaves_of(bytes));
         if (!dense)
             packed += align_up((size_t)bytes);
     }
-    return align_up((size_t)leaves * 8) + (size_t)packed;
+    return align_up((size_t)hashes * 8) + (size_t)packed;
 }
 
 /* ---- kernels -------------------------------------------------------------------------- */
@@ -98,30 +105,79 @@ static __global__ void pack_kernel(unsigned char *dst, struct digest_view v, uin
     }
 }
 
-/* One thread per leaf of every view. */
+/* XXH64 of a whole number of 32-byte stripes at a 16-byte aligned address: the stripe
+ * loop of xxh64() with two 16-byte loads per stripe, so each thread reads whole sectors
+ * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
+static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t seed)
+{
+    uint64_t v1 = seed + XXH64_P1 + XXH64_P2, v2 = seed + XXH64_P2, v3 = seed,
+             v4 = seed - XXH64_P1;
+    for (uint64_t s = 0; s < len / 32; s++) {
+        const uint4 a = __ldg(p + 2 * s), b = __ldg(p + 2 * s + 1);
+        v1 = xxh64_round(v1, (uint64_t)a.x | (uint64_t)a.y << 32);
+        v2 = xxh64_round(v2, (uint64_t)a.z | (uint64_t)a.w << 32);
+        v3 = xxh64_round(v3, (uint64_t)b.x | (uint64_t)b.y << 32);
+        v4 = xxh64_round(v4, (uint64_t)b.z | (uint64_t)b.w << 32);
+    }
+    uint64_t h = xxh64_rotl(v1, 1) + xxh64_rotl(v2, 7) + xxh64_rotl(v3, 12) + xxh64_rotl(v4, 18);
+    h = xxh64_merge(h, v1);
+    h = xxh64_merge(h, v2);
+    h = xxh64_merge(h, v3);
+    h = xxh64_merge(h, v4);
+    h += len;
+    h ^= h >> 33;
+    h *= XXH64_P2;
+    h ^= h >> 29;
+    h *= XXH64_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* Which view global index g (of leaves or groups) belongs to. */
+static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups)
+{
+    int32_t i = 0;
+    while (i + 1 < t->n && g >= (groups ? t->v[i + 1].first_group : t->v[i + 1].first_leaf))
+        i++;
+    return i;
+}
+
+/* One thread per leaf (4 KiB chunk) of every view. */
 static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint64_t *leaves)
 {
     const uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
     if (g >= total_leaves)
         return;
-    int32_t i = 0;
-    while (i + 1 < t.n && g >= t.v[i + 1].first_leaf)
-        i++;
-    const struct dview *v = &t.v[i];
-    const uint64_t k = g - v->first_leaf, at = k * DIGEST_CHUNK;
+    const struct dview *v = &t.v[view_of(&t, g, 0)];
+    const uint64_t at = (g - v->first_leaf) * DIGEST_CHUNK;
     const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
-    leaves[g] = xxh64(v->data + at, (size_t)len, 0);
+    const unsigned char *p = v->data + at;
+    leaves[g] = len == DIGEST_CHUNK && ((uintptr_t)p & 15u) == 0
+                    ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), len, 0)
+                    : xxh64(p, (size_t)len, 0);
 }
 
-/* One thread per view: the root over its leaves (little-endian words, as the device
- * stores them), seeded with its length. */
-static __global__ void root_kernel(struct dtable t, const uint64_t *leaves, uint64_t *out)
+/* One thread per group of up to 64 leaf hashes (little-endian words, as stored). */
+static __global__ void group_kernel(struct dtable t, uint64_t total_groups, const uint64_t *leaves,
+                                    uint64_t *groups)
+{
+    const uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    if (g >= total_groups)
+        return;
+    const struct dview *v = &t.v[view_of(&t, g, 1)];
+    const uint64_t k = g - v->first_group, first = k * DIGEST_FANOUT;
+    const uint64_t n = v->leaves - first < DIGEST_FANOUT ? v->leaves - first : DIGEST_FANOUT;
+    groups[g] = xxh64(leaves + v->first_leaf + first, (size_t)n * 8, 0);
+}
+
+/* One thread per view: the root over its group hashes, seeded with its length. */
+static __global__ void root_kernel(struct dtable t, const uint64_t *groups, uint64_t *out)
 {
     const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= t.n)
         return;
     const struct dview *v = &t.v[i];
-    out[i] = xxh64(leaves + v->first_leaf, (size_t)v->leaves * 8, v->bytes);
+    out[i] = xxh64(groups + v->first_group, (size_t)v->groups * 8, v->bytes);
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
@@ -135,7 +191,7 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     struct dtable t;
     t.n = n;
-    uint64_t total = 0;
+    uint64_t total = 0, total_groups = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes;
         int dense;
@@ -143,10 +199,14 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].bytes = bytes;
         t.v[i].first_leaf = total;
         t.v[i].leaves = leaves_of(bytes);
+        t.v[i].first_group = total_groups;
+        t.v[i].groups = groups_of(t.v[i].leaves);
         total += t.v[i].leaves;
+        total_groups += t.v[i].groups;
     }
-    uint64_t *leaves = static_cast<uint64_t *>(scratch);
-    unsigned char *packed = static_cast<unsigned char *>(scratch) + align_up((size_t)total * 8);
+    uint64_t *leaves = static_cast<uint64_t *>(scratch), *groups = leaves + total;
+    unsigned char *packed =
+        static_cast<unsigned char *>(scratch) + align_up((size_t)(total + total_groups) * 8);
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes;
         int dense;
@@ -161,8 +221,11 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].data = packed;
         packed += align_up((size_t)bytes);
     }
-    if (total)
+    if (total) {
         leaf_kernel<<<(unsigned)((total + 127) / 128), 128, 0, st>>>(t, total, leaves);
-    root_kernel<<<1, DIGEST_CUDA_MAX_VIEWS, 0, st>>>(t, leaves, out);
+        group_kernel<<<(unsigned)((total_groups + 127) / 128), 128, 0, st>>>(t, total_groups,
+                                                                             leaves, groups);
+    }
+    root_kernel<<<1, DIGEST_CUDA_MAX_VIEWS, 0, st>>>(t, groups, out);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

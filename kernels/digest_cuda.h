@@ -2,8 +2,8 @@
  * digest_cuda.h - the digests of kernels/digest.h computed on the GPU, for tensors in
  * device memory: the same value as digest_strided() on a host copy of the same bytes.
  *
- * One thread hashes each 64 KiB chunk (leaf), then one thread per tensor hashes its
- * leaves (root). A dense view is hashed in place; a strided one is first gathered into
+ * One thread hashes each 4 KiB chunk (leaf), one each group of 64 leaf hashes, and one
+ * per tensor the group hashes (root). A dense view is hashed in place; a strided one is first gathered into
  * dense scratch. Everything is queued on the caller's stream, so digests of an op's
  * outputs queued right after the op are ready when the stream reaches them.
  */

@@ -212,6 +212,47 @@ static void test_audit_runs_diff_identical_and_a_flipped_input_is_named(void)
     free(out);
 }
 
+/* diff's verdict when the inputs agree and an output does not: rewrite run A's log with
+ * one output digest changed (frames re-encoded, so the CRCs hold) and diff it against A. */
+static void test_audit_diff_calls_same_inputs_other_outputs_only_outputs(void)
+{
+    char a[256], b[256], args[900], *out = NULL;
+    path_of(a, sizeof a, "o-a.log");
+    path_of(b, sizeof b, "o-b.log");
+    logged_run(a, "--audit-level all", "o", tu_seed() ^ 5, -1, -1, NULL);
+    size_t na;
+    unsigned char *pa = slurp(a, &na);
+    CU_ASSERT_FATAL(pa != NULL);
+    FILE *f = fopen(b, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    size_t pos = 0;
+    struct auditfile_item it;
+    while (auditfile_next(pa, na, &pos, &it) == 0 && it.kind != AUDITFILE_END) {
+        CU_ASSERT_FATAL(it.kind == AUDITFILE_HEADER || it.kind == AUDITFILE_RECORD);
+        const Dash__AuditRecord *r = it.kind == AUDITFILE_RECORD ? it.frame->record : NULL;
+        if (r && r->seq == 8) { /* step 1, layer 1, backward: its dk */
+            CU_ASSERT_FATAL(r->n_outputs == 3);
+            r->outputs[1]->digest ^= 1;
+        }
+        unsigned char *buf;
+        size_t len;
+        CU_ASSERT_FATAL(auditfile_encode(it.frame, &buf, &len) == 0);
+        CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
+        free(buf);
+        auditfile_item_free(&it);
+    }
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    free(pa);
+    snprintf(args, sizeof args, "diff %s %s", a, b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "step 1 label \"layer1.attn\" backward"));
+    CU_ASSERT(out && strstr(out, "only outputs differ: dk "));
+    free(out);
+    snprintf(args, sizeof args, "verify %s", b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    free(out);
+}
+
 /* verify: a flipped byte inside a record, a cut-off tail, and a record spliced in from
  * another log are each reported with their offset. */
 static void test_audit_verify_catches_flip_truncation_and_splice(void)
@@ -429,6 +470,7 @@ int suite_audit(void)
     if (!s)
         return -1;
     ADD_TEST(s, test_audit_runs_diff_identical_and_a_flipped_input_is_named);
+    ADD_TEST(s, test_audit_diff_calls_same_inputs_other_outputs_only_outputs);
     ADD_TEST(s, test_audit_verify_catches_flip_truncation_and_splice);
     ADD_TEST(s, test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix);
     ADD_TEST(s, test_audit_rotation_and_sighup_keep_one_sequence);

@@ -41,41 +41,53 @@ static void test_digest_xxh64_matches_libxxhash(void)
     free(b);
 }
 
-/* The definition written out: leaves of 64 KiB chunks, root over their little-endian
- * words seeded with the length. */
+/* The definition written out: leaves of 4 KiB chunks, groups of 64 leaf hashes, the root
+ * over the group hashes (little-endian words) seeded with the length. */
+static void le64(unsigned char *p, uint64_t v)
+{
+    for (int b = 0; b < 8; b++)
+        p[b] = (unsigned char)(v >> (8 * b));
+}
+
 static uint64_t by_definition(const unsigned char *p, uint64_t n)
 {
-    uint64_t k = (n + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
-    unsigned char *leaves = malloc(k ? k * 8 : 1);
+    uint64_t k = (n + DIGEST_CHUNK - 1) / DIGEST_CHUNK, m = (k + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
+    unsigned char *leaves = malloc(k ? k * 8 : 1), *groups = malloc(m ? m * 8 : 1);
     for (uint64_t i = 0; i < k; i++) {
         uint64_t len = i + 1 < k ? DIGEST_CHUNK : n - i * DIGEST_CHUNK;
-        uint64_t leaf = XXH64(p + i * DIGEST_CHUNK, len, 0);
-        for (int b = 0; b < 8; b++)
-            leaves[i * 8 + (uint64_t)b] = (unsigned char)(leaf >> (8 * b));
+        le64(leaves + i * 8, XXH64(p + i * DIGEST_CHUNK, len, 0));
     }
-    uint64_t d = XXH64(leaves, k * 8, n);
+    for (uint64_t j = 0; j < m; j++) {
+        uint64_t cnt = k - j * DIGEST_FANOUT < DIGEST_FANOUT ? k - j * DIGEST_FANOUT : DIGEST_FANOUT;
+        le64(groups + j * 8, XXH64(leaves + j * DIGEST_FANOUT * 8, cnt * 8, 0));
+    }
+    uint64_t d = XXH64(groups, m * 8, n);
     free(leaves);
+    free(groups);
     return d;
 }
 
 static void test_digest_follows_its_definition_at_chunk_boundaries(void)
 {
-    const uint64_t sizes[] = {0, 1, 31, 32, 65535, 65536, 65537, 3 * 65536, 3 * 65536 + 7, 1000003};
+    /* around a chunk, a group (64 chunks = 256 KiB), and several groups */
+    const uint64_t sizes[] = {0, 1, 31, 32, 4095, 4096, 4097, 3 * 4096 + 7, 262143, 262144,
+                              262145, 1000003, 3 * 262144 + 4096 * 5 + 9};
     unsigned char *b = random_bytes(1000003, 0x22);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         CU_ASSERT_EQUAL(digest_bytes(b, sizes[i]), by_definition(b, sizes[i]));
     /* the length is bound in: a prefix never shares its digest */
-    CU_ASSERT_NOT_EQUAL(digest_bytes(b, 65536), digest_bytes(b, 65537));
+    CU_ASSERT_NOT_EQUAL(digest_bytes(b, 4096), digest_bytes(b, 4097));
     free(b);
 }
 
-/* One flipped bit anywhere - first byte, a chunk boundary, the last byte - changes it. */
+/* One flipped bit anywhere - first byte, chunk and group boundaries, the last byte -
+ * changes it. */
 static void test_digest_one_flipped_bit_changes_it(void)
 {
-    const size_t n = 3 * 65536 + 123;
+    const size_t n = 3 * 262144 + 123;
     unsigned char *b = random_bytes(n, 0x33);
     const uint64_t d = digest_bytes(b, n);
-    const size_t where[] = {0, 65535, 65536, 131072 + 5, n - 1};
+    const size_t where[] = {0, 4095, 4096, 262144, 524288 + 5, n - 1};
     for (size_t i = 0; i < sizeof where / sizeof where[0]; i++)
         for (int bit = 0; bit < 8; bit += 7) {
             b[where[i]] ^= (unsigned char)(1u << bit);
@@ -83,11 +95,18 @@ static void test_digest_one_flipped_bit_changes_it(void)
             b[where[i]] ^= (unsigned char)(1u << bit);
         }
     CU_ASSERT_EQUAL(digest_bytes(b, n), d);
-    /* swapping two chunks changes it too: the root binds their order */
-    unsigned char *tmp = malloc(65536);
-    memcpy(tmp, b, 65536);
-    memcpy(b, b + 65536, 65536);
-    memcpy(b + 65536, tmp, 65536);
+    /* swapping two chunks changes it too, and so does swapping two groups */
+    unsigned char *tmp = malloc(262144);
+    memcpy(tmp, b, 4096);
+    memcpy(b, b + 4096, 4096);
+    memcpy(b + 4096, tmp, 4096);
+    CU_ASSERT_NOT_EQUAL(digest_bytes(b, n), d);
+    memcpy(b + 4096, b, 4096);
+    memcpy(b, tmp, 4096);
+    CU_ASSERT_EQUAL(digest_bytes(b, n), d);
+    memcpy(tmp, b, 262144);
+    memcpy(b, b + 262144, 262144);
+    memcpy(b + 262144, tmp, 262144);
     CU_ASSERT_NOT_EQUAL(digest_bytes(b, n), d);
     free(tmp);
     free(b);

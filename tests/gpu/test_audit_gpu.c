@@ -2,10 +2,12 @@
  * test_audit_gpu.c - the audit log on the GPU: dashd --backend cuda --audit-level all,
  * a client on device buffers (libdash, stream-ordered and blocking calls). The digests the
  * daemon computed on the device equal the CPU digests of the bytes the client reads back;
- * two runs of the same script diff as identical for the deterministic schedules, and the
- * `atomic` backward is named as the first divergence with identical inputs ("only
- * outputs differ"). Problem: bf16, causal, 8 heads, seqlen 1024, hdim 128, so that atomic
- * additions really race.
+ * two runs of the same script agree on every deterministic record; a third run with one
+ * flipped input bit (step 1) is named as an input divergence - unless the `atomic`
+ * backwards diverged first, which diff must then call "only outputs differ". (Whether
+ * atomic additions race into different bits is up to the hardware: on the H200 at this
+ * shape they have come out identical.) Problem: bf16, causal, 8 heads, seqlen 1024,
+ * hdim 128.
  */
 #include "gpu_audit.h"
 
@@ -52,7 +54,7 @@ static uint64_t off(int t)
 /* One run: dashd on the GPU with an audit log at `log`; the client does a forward, a
  * shift backward and an atomic backward (stream-ordered), then the same three blocking.
  * *ret_dq: the CPU digest of the shift backward's dq as read back. 0 or -1. */
-static int run(const char *log, uint64_t seed, uint64_t *ret_dq, uint64_t *ret_out)
+static int run(const char *log, uint64_t seed, int flip, uint64_t *ret_dq, uint64_t *ret_out)
 {
     struct dashd_proc d;
     char args[512];
@@ -83,6 +85,14 @@ static int run(const char *log, uint64_t seed, uint64_t *ret_dq, uint64_t *ret_o
     struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
     for (int pass = 0; pass < 2; pass++) {
         void *st = pass == 0 ? s : NULL;
+        if (flip && pass == 1) { /* one bit of q, as the client's own computation might */
+            unsigned char byte;
+            if (cudaMemcpy(&byte, mem + off(0) + 1001, 1, cudaMemcpyDeviceToHost) != cudaSuccess)
+                goto out;
+            byte ^= 0x20;
+            if (cudaMemcpy(mem + off(0) + 1001, &byte, 1, cudaMemcpyHostToDevice) != cudaSuccess)
+                goto out;
+        }
         dash_set_audit(c, pass, "attn.forward");
         int e = pass == 0 ? dash_forward_stream(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], st, NULL)
                           : dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], NULL);
@@ -131,16 +141,19 @@ static int dashctl(const char *args, char **out)
     return tu_run(cmd, out);
 }
 
-static void test_audit_gpu_digests_match_and_atomic_is_the_divergence(void)
+static void test_audit_gpu_digests_match_and_divergences_are_named(void)
 {
-    char a[256], b[256], args[700], want[64], *out = NULL;
+    char a[256], b[256], f[256], args[900], want[64], *out = NULL;
     snprintf(a, sizeof a, "%s/a.log", dir);
     snprintf(b, sizeof b, "%s/b.log", dir);
+    snprintf(f, sizeof f, "%s/flip.log", dir);
     const uint64_t seed = tu_seed() ^ 0xa9d;
-    uint64_t dq_a = 0, dq_b = 0, out_a = 0, out_b = 0;
-    CU_ASSERT_EQUAL_FATAL(run(a, seed, &dq_a, &out_a), 0);
-    CU_ASSERT_EQUAL_FATAL(run(b, seed, &dq_b, &out_b), 0);
+    uint64_t dq_a = 0, dq_b = 0, out_a = 0, out_b = 0, dq_f = 0, out_f = 0;
+    CU_ASSERT_EQUAL_FATAL(run(a, seed, 0, &dq_a, &out_a), 0);
+    CU_ASSERT_EQUAL_FATAL(run(b, seed, 0, &dq_b, &out_b), 0);
+    CU_ASSERT_EQUAL_FATAL(run(f, seed, 1, &dq_f, &out_f), 0);
     CU_ASSERT_EQUAL(dq_a, dq_b);
+    CU_ASSERT_NOT_EQUAL(dq_a, dq_f);
 
     /* the device-computed digests are the CPU digests of the bytes read back */
     snprintf(want, sizeof want, "dq=%016llx", (unsigned long long)dq_a);
@@ -160,27 +173,33 @@ static void test_audit_gpu_digests_match_and_atomic_is_the_divergence(void)
     CU_ASSERT(out && strstr(out, "6 records (seq 1..6) in 1 file, 1 header: OK"));
     free(out);
 
-    /* the first divergence: the atomic backward of step 0, with identical inputs */
+    /* the same script twice: identical, or (atomic raced) only atomic's outputs differ */
     snprintf(args, sizeof args, "diff %s %s", a, b);
     int st = dashctl(args, &out);
-    if (!out || !strstr(out, "only outputs differ"))
-        fprintf(stderr, "\n  diff: %s", out ? out : "(no output)");
-    CU_ASSERT_EQUAL(st, 1);
-    CU_ASSERT(out && strstr(out, "step 0 label \"attn.atomic\" backward"));
-    CU_ASSERT(out && strstr(out, "only outputs differ: dq "));
+    int atomic_raced = st == 1 && out && strstr(out, "label \"attn.atomic\" backward");
+    if (st == 0) {
+        CU_ASSERT(out && strstr(out, "identical: 6 records matched"));
+    } else {
+        CU_ASSERT(atomic_raced && strstr(out, "only outputs differ: dq "));
+    }
+    printf("\n    atomic backward bits %s between the runs ", atomic_raced ? "differed" : "agreed");
     free(out);
-    /* and the summary counts atomic's repeats that diverged (step 1 repeats step 0) */
-    snprintf(args, sizeof args, "summary %s", a);
-    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
-    CU_ASSERT(out && strstr(out, "atomic"));
+
+    /* a flipped input bit at step 1: named as an input divergence of the forward */
+    snprintf(args, sizeof args, "diff %s %s", a, f);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    if (!atomic_raced) {
+        CU_ASSERT(out && strstr(out, "step 1 label \"attn.forward\" forward"));
+        CU_ASSERT(out && strstr(out, "inputs differ: q "));
+    }
     free(out);
 }
 
 int suite_gpu_audit(void)
 {
     CU_pSuite s = CU_add_suite("gpu_audit", suite_init, suite_clean);
-    if (!s || !CU_add_test(s, "test_audit_gpu_digests_match_and_atomic_is_the_divergence",
-                           test_audit_gpu_digests_match_and_atomic_is_the_divergence))
+    if (!s || !CU_add_test(s, "test_audit_gpu_digests_match_and_divergences_are_named",
+                           test_audit_gpu_digests_match_and_divergences_are_named))
         return -1;
     return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * test_digest_gpu.c - digests computed on the GPU (kernels/digest_cuda.h) equal the CPU's
  * (kernels/digest.h, libxxhash) for the same bytes: random tensors of odd sizes (below,
- * at and around the 64 KiB chunk, and 96 MiB), misaligned starts, strided and broadcast
+ * around the 4 KiB chunk and the 256 KiB group, and 96 MiB), misaligned starts, strided and broadcast
  * views, many views in one call; and one flipped bit on the device changes the digest.
  * Fresh random bytes every run (the runner's seed).
  */
@@ -50,8 +50,8 @@ static struct digest_view bytes_view(const void *p, int64_t n)
 
 static void test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets(void)
 {
-    const int64_t sizes[] = {1, 7, 31, 32, 33, 65535, 65536, 65537, 3 * 65536 + 7, 1000003,
-                             (int64_t)96 << 20};
+    const int64_t sizes[] = {1, 7, 31, 32, 33, 4095, 4096, 4097, 262143, 262144, 262145,
+                             1000003, (int64_t)96 << 20};
     const int n = (int)(sizeof sizes / sizeof sizes[0]);
     const size_t cap = ((size_t)96 << 20) + 16;
     unsigned char *h = malloc(cap), *d = NULL;
@@ -79,7 +79,7 @@ static void test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets(void)
         }
     }
     /* one flipped bit on the device, at a chunk boundary and at the end */
-    const size_t flips[] = {65536, 1000002};
+    const size_t flips[] = {4096, 1000002};
     for (int f = 0; f < 2; f++) {
         unsigned char byte = (unsigned char)(h[flips[f]] ^ 0x10);
         CUDA_OK(cudaMemcpy(d + flips[f], &byte, 1, cudaMemcpyHostToDevice));
