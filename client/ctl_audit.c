@@ -522,12 +522,21 @@ static struct keyed *keyed_of(const struct log *L, const char *run, size_t *ret_
     return k;
 }
 
-/* Compare tensor lists by name; describe the first difference into buf. -1: not comparable
- * (not recorded on both sides), 0 same, 1 different. */
+/* Whether every tensor of a list carries a digest (level "all" for inputs). */
+static int all_digested(Dash__AuditTensor **t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!t[i]->has_digest)
+            return 0;
+    return n > 0;
+}
+
+/* Compare tensor lists by name, shape and digest; describe the differences into buf.
+ * -1: not comparable (digests not recorded on both sides), 0 same, 1 different. */
 static int cmp_tensors(Dash__AuditTensor **a, size_t na, Dash__AuditTensor **b, size_t nb,
                        char *buf, size_t len)
 {
-    if (na == 0 || nb == 0)
+    if (!all_digested(a, na) || !all_digested(b, nb))
         return -1;
     if (na != nb) {
         snprintf(buf, len, "%zu tensors vs %zu", na, nb);
@@ -716,14 +725,14 @@ static int cmd_summary(int argc, char **argv)
             g[k].total_us += r->duration_us;
         }
         /* divergence: an earlier record with the same parameters and inputs but other
-         * outputs (quadratic, but only over records that carry inputs) */
-        if (!r->n_inputs || r->code)
+         * outputs (quadratic, but only over records that carry input digests) */
+        if (!all_digested(r->inputs, r->n_inputs) || r->code)
             continue;
         with_inputs++;
         for (size_t j = 0; j < i; j++) {
             const Dash__AuditRecord *q = L.recs[j].r;
             char why[64];
-            if (!q->n_inputs || q->code || strcmp(str(q->op), str(r->op)) ||
+            if (!all_digested(q->inputs, q->n_inputs) || q->code || strcmp(str(q->op), str(r->op)) ||
                 params_differ(q, r, why, sizeof why) ||
                 cmp_tensors(q->inputs, q->n_inputs, r->inputs, r->n_inputs, why, sizeof why) != 0)
                 continue;
