@@ -219,14 +219,23 @@ $(BUILD)/test_dash_gpu: $(call cuobj,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC))
 
 # Builds everything first, so the CUDA sources are compiled (where nvcc is) even though the
 # CPU suites do not run them. The test runner finds dashctl next to itself (build/).
+# The Python binding's tests run with Debian's interpreter, where deps.sh puts
+# python3-torch, python3-numpy and python3-pytest (a pyenv or venv python3 on PATH may not
+# see them); PYTHON=... to use another one that has them.
+PYTHON ?= /usr/bin/python3
+
 test: deps all
 	$(Q)./$(TESTS)
+	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
+		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
 
 test-gpu: deps $(GPU_TESTS)
 ifeq ($(NVCC),)
 	@echo "test-gpu: skipped: nvcc not found (or CUDA=0), so no GPU tests were built"
 else
 	$(Q)./$(BUILD)/test_dash_gpu
+	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) DASH_TEST_BACKEND=cuda \
+		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests/test_gpu.py
 endif
 
 bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD)

@@ -207,6 +207,21 @@ size_t dash_buffer_size(const struct dash_buffer *b);
 int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
                        struct dash_buffer **ret_buf);
 
+/* The registered buffer that covers the whole cudaMalloc allocation holding
+ * [ptr, ptr + bytes), and ptr's byte offset in it - for frameworks whose allocators hand
+ * out pieces of larger blocks (PyTorch's caching allocator): one registration then serves
+ * every tensor of a block, and a tensor is (buffer, offset). Registrations are kept per
+ * client (up to 64, least recently used unregistered first) and looked up by the
+ * allocation's IPC handle, so memory freed and allocated again at the same address is
+ * registered anew, never mistaken for the old. The buffer belongs to the library: do not
+ * free it (dash_close() does). Each call costs a few driver queries and, for a new
+ * allocation, one round trip to the daemon. The allocation stays mapped by the daemon
+ * while registered: call dash_close(), or let the cache evict it, before relying on its
+ * memory being released. Returns 0, *ret_buf and *ret_offset; or the errors of
+ * dash_cuda_register(), and DASH_EBUSY (64 registrations all used by ops in flight). */
+int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes,
+                   struct dash_buffer **ret_buf, uint64_t *ret_offset);
+
 /* ---- tensors -------------------------------------------------------------------------- */
 
 /* A view into a buffer. q, k, v, out and their gradients have ndim 4, shape
@@ -332,6 +347,12 @@ int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
  * DASH_ETIMEDOUT if the daemon has shown no sign of life for the client's timeout since
  * the request was sent (the ticket is kept). */
 int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result);
+
+/* The daemon's explanation of the last op of c that failed (dash_forward, dash_backward,
+ * their stream forms, or a dash_wait/dash_poll that returned an error): e.g. "k has
+ * seqlen 100 but v has 99". The library's own text for the code when the daemon gave none;
+ * "" before any failure. Valid until the next call on c. */
+const char *dash_last_error(const struct dash_client *c);
 
 /* ---- audit ---------------------------------------------------------------------------- */
 

@@ -151,6 +151,96 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
     return 0;
 }
 
+/* ---- whole-allocation views (dash_cuda_view) ---------------------------------------------- */
+
+int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
+                   uint64_t *ret_offset)
+{
+    if (!c || !ptr || !ret_buf || !ret_offset || bytes == 0)
+        return DASH_EINVAL;
+    (void)pthread_once(&mem_range_once, find_mem_range);
+    if (!mem_range)
+        return DASH_ENOGPU;
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_EINVAL;
+    }
+    if (attr.type != cudaMemoryTypeDevice)
+        return attr.type == cudaMemoryTypeManaged ? DASH_ENOTSUP : DASH_EINVAL;
+    int old = -1;
+    if (cudaGetDevice(&old) != cudaSuccess)
+        old = -1;
+    if (old != attr.device && cudaSetDevice(attr.device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_ENOGPU;
+    }
+    int rc = 0;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    const CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    cudaIpcMemHandle_t h;
+    if (mem_range(&base, &size, p) != CUDA_SUCCESS || base > p || p - base >= size) {
+        rc = DASH_EINVAL;
+        goto out;
+    }
+    if (bytes > size - (size_t)(p - base)) {
+        rc = DASH_EBOUNDS;
+        goto out;
+    }
+    if (cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rc = DASH_ENOTSUP;
+        goto out;
+    }
+    /* The handle names the allocation itself: one freed and made again at the same address
+     * has another, so a stale registration is never reused for new memory. */
+    for (int i = 0; i < c->n_views; i++) {
+        struct dash_buffer *b = c->views[i].buf;
+        if (b->data == (void *)(uintptr_t)base && b->size == size &&
+            memcmp(c->views[i].handle, &h, sizeof h) == 0) {
+            c->views[i].last_use = ++c->view_clock;
+            *ret_buf = b;
+            *ret_offset = (uint64_t)(p - base);
+            goto out;
+        }
+    }
+    int slot = c->n_views;
+    if (slot == DASH__VIEW_CACHE) {
+        /* the least recently used one not in use by an op in flight */
+        slot = -1;
+        for (int i = 0; i < c->n_views; i++)
+            if (c->views[i].buf->users == 0 &&
+                (slot < 0 || c->views[i].last_use < c->views[slot].last_use))
+                slot = i;
+        if (slot < 0) {
+            rc = DASH_EBUSY;
+            goto out;
+        }
+        (void)dash_buffer_free(c, c->views[slot].buf);
+        c->views[slot].buf = NULL;
+    }
+    struct dash_buffer *b = NULL;
+    if ((rc = dash_cuda_register(c, (void *)(uintptr_t)base, size, &b)) != 0) {
+        if (slot < c->n_views) { /* the evicted slot stays empty: close the gap */
+            c->views[slot] = c->views[c->n_views - 1];
+            c->n_views--;
+        }
+        goto out;
+    }
+    memcpy(c->views[slot].handle, &h, sizeof h);
+    c->views[slot].buf = b;
+    c->views[slot].last_use = ++c->view_clock;
+    if (slot == c->n_views)
+        c->n_views++;
+    *ret_buf = b;
+    *ret_offset = (uint64_t)(p - base);
+out:
+    if (old >= 0 && old != attr.device)
+        (void)cudaSetDevice(old);
+    return rc;
+}
+
 /* ---- the event ring and stream-ordered ops ---------------------------------------------- */
 
 static int events_settled(struct dash_client *c, const void *arg)
@@ -311,6 +401,14 @@ int dash_backward_stream(struct dash_client *c, const struct dash_attn *a,
 }
 
 #else /* no CUDA in this build */
+
+int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
+                   uint64_t *ret_offset)
+{
+    if (!c || !ptr || !ret_buf || !ret_offset || bytes == 0)
+        return DASH_EINVAL;
+    return DASH_ENOGPU;
+}
 
 void dash__events_destroy(struct dash_client *c, int in_child)
 {

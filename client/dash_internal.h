@@ -56,6 +56,7 @@
 #define DASH__IPC_HANDLE_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
 #define DASH__UUID_MAX 48 /* "GPU-" + 36 characters + NUL */
 #define DASH__EVENT_RING 16 /* interprocess events per client (2 per stream-ordered op) */
+#define DASH__VIEW_CACHE 64 /* whole-allocation registrations kept by dash_cuda_view() */
 
 /* Internal functions shared across libdash's files stay out of libdash.so's interface. */
 #define DASH__HIDDEN __attribute__((visibility("hidden")))
@@ -146,6 +147,7 @@ struct dash__req {
     struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] */
     int nt;
     struct dash_result result;
+    char message[256]; /* DONE with an error: the daemon's words, if it said any */
     /* audit tag at submission (dash_set_audit) */
     int64_t audit_step; /* -1: none */
     char audit_label[128];
@@ -204,6 +206,15 @@ struct dash_client {
     struct dash__events *events; /* NULL until the first stream-ordered op */
     int64_t audit_step;          /* dash_set_audit: -1 none */
     char audit_label[128];
+    char last_error[256];        /* dash_last_error() */
+    /* dash_cuda_view(): registrations of whole allocations, by IPC handle (LRU) */
+    struct {
+        struct dash_buffer *buf;
+        unsigned char handle[DASH__IPC_HANDLE_BYTES];
+        uint64_t last_use;
+    } views[DASH__VIEW_CACHE];
+    int n_views;
+    uint64_t view_clock;
 
     int64_t last_rx_ms; /* the daemon's last sign of life */
     int64_t last_probe_ms;

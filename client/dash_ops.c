@@ -210,6 +210,10 @@ void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const
     }
     r->code = code;
     r->state = DASH__DONE;
+    if (code) {
+        const char *m = rep && rep->message && rep->message[0] ? rep->message : dash_strerror(code);
+        snprintf(r->message, sizeof r->message, "%s", m);
+    }
     for (int i = 0; i < r->nt; i++)
         r->t[i].buf->users--;
 }
@@ -223,11 +227,18 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     int rc;
     if (!c || !a || !ret_ticket)
         return DASH_EINVAL;
-    if ((rc = check_attn(a)) != 0)
+    c->last_error[0] = '\0';
+    if ((rc = check_attn(a)) != 0) {
+        snprintf(c->last_error, sizeof c->last_error, "bad attention parameters (dtype, mask, "
+                 "schedule, scale, wave or block sizes out of range)");
         return rc;
+    }
     for (int i = 0; i < nt; i++)
-        if ((rc = check_tensor(c, ts[i], i == 4 ? 3 : 4)) != 0) /* ts[4] is lse */
+        if ((rc = check_tensor(c, ts[i], i == 4 ? 3 : 4)) != 0) { /* ts[4] is lse */
+            snprintf(c->last_error, sizeof c->last_error, "tensor %d: no buffer of this client, "
+                     "or ndim is not %d", i, i == 4 ? 3 : 4);
             return rc;
+        }
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return DASH_ENOSESSION;
 
@@ -292,6 +303,8 @@ static int take(struct dash_client *c, struct dash__req *r, struct dash_result *
     int code = r->code;
     if (code == 0 && ret_result)
         *ret_result = r->result;
+    if (code)
+        snprintf(c->last_error, sizeof c->last_error, "%s", r->message);
     dash__req_free(c, r);
     return code;
 }
@@ -366,4 +379,9 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label)
     c->audit_step = step < 0 ? -1 : step;
     snprintf(c->audit_label, sizeof c->audit_label, "%s", label ? label : "");
     return 0;
+}
+
+const char *dash_last_error(const struct dash_client *c)
+{
+    return c ? c->last_error : "";
 }

@@ -1,0 +1,58 @@
+"""dash_attn - deterministic attention served by dashd, for PyTorch and NumPy.
+
+    import dash_attn
+    out = dash_attn.flash_attn_func(q, k, v, causal=True)     # torch, differentiable
+    out.sum().backward()                                      # the backward runs in dashd
+
+    with dash_attn.audit(step=step, label="layer3.attn"):     # fields of dashd's audit log
+        out = dash_attn.flash_attn_func(q, k, v, causal=True)
+
+    out, lse = dash_attn.forward(q, k, v, causal=True)        # numpy or torch, no autograd
+    dq, dk, dv = dash_attn.backward(dout, q, k, v, out, lse, causal=True)
+
+The process talks to one dashd (dash_attn.connect(endpoint, client_name, run_tag) to
+choose; by default $DASHD_ENDPOINT or the per-user socket, run tag $DASH_RUN_TAG).
+"""
+import contextlib
+
+from . import _client
+from ._client import Client, DashError, connect, default_client
+from ._func import flash_attn_func
+
+__all__ = ["flash_attn_func", "forward", "backward", "audit", "set_audit", "connect",
+           "Client", "DashError", "default_client", "last_result"]
+__version__ = "0.1.0"
+
+
+def forward(q, k, v, causal=False, softmax_scale=None, schedule="auto", client=None):
+    """(out, lse) for torch tensors or numpy arrays (batch, seqlen, heads, head_dim)."""
+    return (client or default_client()).forward(q, k, v, causal=causal, scale=softmax_scale,
+                                                schedule=schedule)
+
+
+def backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, schedule="auto",
+             client=None):
+    """(dq, dk, dv) from the forward's out and lse and the output gradient dout."""
+    return (client or default_client()).backward(dout, q, k, v, out, lse, causal=causal,
+                                                 scale=softmax_scale, schedule=schedule)
+
+
+@contextlib.contextmanager
+def audit(step=None, label=None):
+    """Ops inside the block (on this thread) carry this step and label into dashd's audit
+    log; blocks nest, the innermost wins."""
+    _client.push_audit(step, label)
+    try:
+        yield
+    finally:
+        _client.pop_audit()
+
+
+def set_audit(step=None, label=None):
+    """Set this thread's step and label for the ops that follow (outside any audit block)."""
+    _client._audit.stack[0] = (step, label)
+
+
+def last_result(client=None):
+    """What the last op of the client ran with: schedule, wave, tile sizes, backend, times."""
+    return (client or default_client()).last_result

@@ -1,0 +1,352 @@
+"""One connection to dashd, and the two ways tensors reach it.
+
+CUDA tensors (torch) are passed in place: each tensor's allocation is registered once
+(libdash's dash_cuda_view keeps the registrations, keyed by the allocation's IPC handle,
+so PyTorch's caching allocator costs one registration per cached block) and the op is
+ordered on the caller's current stream with interprocess events (dash_*_stream): no
+device-wide synchronise, and the call returns once dashd has queued the work.
+
+CPU tensors (torch or numpy) are copied into one shared-memory buffer per client (grown
+when an op needs more), the op runs on the daemon's CPU engine (or is staged through its
+GPU), and the outputs are copied out into new arrays of the caller's kind.
+
+A libdash client is not thread-safe (dash.h): every call here holds the client's lock, so
+one Client may serve several threads (PyTorch runs backward on its own threads).
+"""
+import ctypes
+import os
+import sys
+import threading
+
+from . import _lib
+
+try:
+    import torch
+except ImportError:  # numpy-only use
+    torch = None
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+_ALIGN = 256
+
+
+class DashError(RuntimeError):
+    """A libdash or dashd error: code (negative), name ("DASH_ESHAPE"), and the daemon's
+    message when it gave one."""
+
+    def __init__(self, code, message=""):
+        self.code = code
+        self.name = _lib.dash_errname(code).decode()
+        text = message or _lib.dash_strerror(code).decode()
+        super().__init__(f"{self.name}: {text}")
+        self.message = text
+
+
+def _is_torch(x):
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _dtype_code(x):
+    if _is_torch(x):
+        table = {torch.float32: _lib.DASH_F32, torch.float16: _lib.DASH_F16,
+                 torch.bfloat16: _lib.DASH_BF16}
+        dt = x.dtype
+    else:
+        table = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16}
+        dt = x.dtype
+    if dt not in table:
+        raise TypeError(f"dash_attn: dtype {dt} is not served (float32, float16, bfloat16)")
+    return table[dt]
+
+
+def _itemsize(x):
+    return x.element_size() if _is_torch(x) else x.itemsize
+
+
+class _Audit(threading.local):
+    def __init__(self):
+        self.stack = [(None, None)]
+
+
+_audit = _Audit()
+
+
+def current_audit():
+    return _audit.stack[-1]
+
+
+def push_audit(step, label):
+    _audit.stack.append((step, label))
+
+
+def pop_audit():
+    if len(_audit.stack) > 1:
+        _audit.stack.pop()
+
+
+class Client:
+    """A connection to dashd. endpoint None: $DASHD_ENDPOINT or the default one
+    (dash_default_endpoint). run_tag None: $DASH_RUN_TAG."""
+
+    def __init__(self, endpoint=None, client_name=None, run_tag=None, timeout_ms=0):
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        if client_name is None:
+            client_name = "python:" + os.path.basename(sys.argv[0] or "python")
+        if run_tag is None:
+            run_tag = os.environ.get("DASH_RUN_TAG")
+        self._opts = _lib.DashConnectOpts(client_name.encode()[:255],
+                                          run_tag.encode()[:255] if run_tag else None,
+                                          int(timeout_ms), 0)
+        self._c = ctypes.c_void_p()
+        rc = _lib.dash_connect(endpoint.encode() if endpoint else None, ctypes.byref(self._opts),
+                               ctypes.byref(self._c))
+        if rc:
+            raise DashError(rc, f"cannot connect to dashd at {endpoint or 'the default endpoint'}")
+        self._shm = None
+        self._shm_size = 0
+        self.last_result = None
+
+    # ---- lifetime -----------------------------------------------------------------------
+
+    def close(self):
+        with self._lock:
+            if self._c:
+                _lib.dash_close(self._c)
+                self._c = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _check(self, rc):
+        if rc:
+            msg = _lib.dash_last_error(self._c)
+            raise DashError(rc, msg.decode(errors="replace") if msg else "")
+
+    def ping(self):
+        rtt = ctypes.c_uint64()
+        with self._lock:
+            self._check(_lib.dash_ping(self._c, -1, ctypes.byref(rtt)))
+        return rtt.value
+
+    # ---- parameters ---------------------------------------------------------------------
+
+    @staticmethod
+    def _attn(dtype, causal, scale, schedule, wave):
+        if schedule not in _lib.SCHEDULES:
+            raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
+                             + ", ".join(_lib.SCHEDULES))
+        return _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
+                             float(scale or 0.0), _lib.SCHEDULES[schedule], int(wave or 0), 0, 0)
+
+    def _tag(self):
+        step, label = current_audit()
+        rc = _lib.dash_set_audit(self._c, -1 if step is None else int(step),
+                                 label.encode() if label else None)
+        self._check(rc)
+
+    def _record(self, res):
+        self.last_result = {
+            "schedule": _lib.SCHEDULE_NAMES.get(res.schedule, "?"), "wave": res.wave,
+            "block_m": res.block_m, "block_n": res.block_n, "queue_us": res.queue_us,
+            "run_us": res.run_us, "backend": res.backend.decode(errors="replace"),
+        }
+
+    # ---- CUDA: in place, stream-ordered ---------------------------------------------------
+
+    def _cuda_tensor(self, t, ndim):
+        if t.dim() != ndim:
+            raise ValueError(f"dash_attn: expected a {ndim}-dim tensor, got shape {tuple(t.shape)}")
+        extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+        buf = ctypes.c_void_p()
+        off = ctypes.c_uint64()
+        self._check(_lib.dash_cuda_view(self._c, ctypes.c_void_p(t.data_ptr()),
+                                        extent * t.element_size(), ctypes.byref(buf),
+                                        ctypes.byref(off)))
+        d = _lib.DashTensor(buf.value, off.value, ndim)
+        for i in range(ndim):
+            d.shape[i] = t.shape[i]
+            d.strides[i] = t.stride(i)
+        return d
+
+    @staticmethod
+    def _last_dim_contiguous(t):
+        return t if t.stride(-1) == 1 else t.contiguous()
+
+    def _forward_cuda(self, q, k, v, attn):
+        q, k, v = (self._last_dim_contiguous(x) for x in (q, k, v))
+        b, s, h, _ = q.shape
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+        res = _lib.DashResult()
+        with torch.cuda.device(q.device), self._lock:
+            self._tag()
+            ts = [self._cuda_tensor(x, 4) for x in (q, k, v, out)] + [self._cuda_tensor(lse, 3)]
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            self._check(_lib.dash_forward_stream(self._c, ctypes.byref(attn),
+                                                 *[ctypes.byref(x) for x in ts],
+                                                 ctypes.c_void_p(stream), ctypes.byref(res)))
+            self._record(res)
+        return out, lse
+
+    def _backward_cuda(self, dout, q, k, v, out, lse, attn):
+        dout = self._last_dim_contiguous(dout)
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+        res = _lib.DashResult()
+        with torch.cuda.device(q.device), self._lock:
+            self._tag()
+            ts = [self._cuda_tensor(x, 4) for x in (q, k, v, out)] + [self._cuda_tensor(lse, 3)]
+            ts += [self._cuda_tensor(x, 4) for x in (dout, dq, dk, dv)]
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            self._check(_lib.dash_backward_stream(self._c, ctypes.byref(attn),
+                                                  *[ctypes.byref(x) for x in ts],
+                                                  ctypes.c_void_p(stream), ctypes.byref(res)))
+            self._record(res)
+        return dq, dk, dv
+
+    # ---- CPU: through shared memory -------------------------------------------------------
+
+    def _shm_reserve(self, need):
+        if need <= self._shm_size:
+            return
+        size = 1 << max(20, (need - 1).bit_length())
+        if self._shm is not None:
+            _lib.dash_buffer_free(self._c, self._shm)
+            self._shm = None
+            self._shm_size = 0
+        buf = ctypes.c_void_p()
+        self._check(_lib.dash_shm_alloc(self._c, size, ctypes.byref(buf)))
+        self._shm = buf
+        self._shm_size = size
+
+    @staticmethod
+    def _host_contiguous(x):
+        if _is_torch(x):
+            return x.detach().contiguous()
+        return np.ascontiguousarray(x)
+
+    @staticmethod
+    def _nbytes(x):
+        return x.numel() * x.element_size() if _is_torch(x) else x.nbytes
+
+    @staticmethod
+    def _addr(x):
+        return x.data_ptr() if _is_torch(x) else x.ctypes.data
+
+    @staticmethod
+    def _empty_like(x, shape, float32=False):
+        if _is_torch(x):
+            return torch.empty(shape, dtype=torch.float32 if float32 else x.dtype)
+        return np.empty(shape, dtype=np.float32 if float32 else x.dtype)
+
+    def _host_op(self, ins, outs, backward, attn):
+        """ins: contiguous host arrays q k v [out lse dout]; outs: empty arrays to fill."""
+        every = list(ins) + list(outs)
+        offs, at = [], 0
+        for x in every:
+            offs.append(at)
+            at += (self._nbytes(x) + _ALIGN - 1) // _ALIGN * _ALIGN
+        res = _lib.DashResult()
+        with self._lock:
+            self._tag()
+            self._shm_reserve(at)
+            base = _lib.dash_buffer_data(self._shm)
+            for x, o in zip(ins, offs):
+                ctypes.memmove(base + o, self._addr(x), self._nbytes(x))
+            ts = []
+            for x, o in zip(every, offs):
+                d = _lib.DashTensor(self._shm.value, o, x.ndim)
+                for i in range(x.ndim):
+                    d.shape[i] = x.shape[i]
+                    d.strides[i] = 0  # dense
+                ts.append(d)
+            if backward:
+                # q k v out lse dout | dq dk dv: the C order is q k v out lse dout dq dk dv
+                rc = _lib.dash_backward(self._c, ctypes.byref(attn),
+                                        *[ctypes.byref(x) for x in ts], ctypes.byref(res))
+            else:
+                rc = _lib.dash_forward(self._c, ctypes.byref(attn),
+                                       *[ctypes.byref(x) for x in ts], ctypes.byref(res))
+            self._check(rc)
+            self._record(res)
+            for x, o in zip(outs, offs[len(ins):]):
+                ctypes.memmove(self._addr(x), base + o, self._nbytes(x))
+        return outs
+
+    def _forward_host(self, q, k, v, attn):
+        q, k, v = (self._host_contiguous(x) for x in (q, k, v))
+        b, s, h, _ = q.shape
+        out = self._empty_like(q, q.shape)
+        lse = self._empty_like(q, (b, h, s), float32=True)
+        return tuple(self._host_op([q, k, v], [out, lse], False, attn))
+
+    def _backward_host(self, dout, q, k, v, out, lse, attn):
+        ins = [self._host_contiguous(x) for x in (q, k, v, out, lse, dout)]
+        dq = self._empty_like(ins[0], ins[0].shape)
+        dk = self._empty_like(ins[1], ins[1].shape)
+        dv = self._empty_like(ins[2], ins[2].shape)
+        return tuple(self._host_op(ins, [dq, dk, dv], True, attn))
+
+    # ---- the ops --------------------------------------------------------------------------
+
+    def forward(self, q, k, v, causal=False, scale=None, schedule="auto", wave=0):
+        """out, lse for q (batch, seqlen_q, heads_q, d), k, v (batch, seqlen_k, heads_kv,
+        d); lse is float32 (batch, heads_q, seqlen_q). Tensors on a GPU stay there;
+        host tensors (torch or numpy) go through shared memory."""
+        _same_kind(q, k, v)
+        attn = self._attn(_dtype_code(q), causal, scale, schedule, wave)
+        if _is_torch(q) and q.is_cuda:
+            return self._forward_cuda(q, k, v, attn)
+        return self._forward_host(q, k, v, attn)
+
+    def backward(self, dout, q, k, v, out, lse, causal=False, scale=None, schedule="auto",
+                 wave=0):
+        """dq, dk, dv from the forward's out and lse and the output gradient dout."""
+        _same_kind(q, k, v, out, dout)
+        attn = self._attn(_dtype_code(q), causal, scale, schedule, wave)
+        if _is_torch(q) and q.is_cuda:
+            return self._backward_cuda(dout, q, k, v, out, lse, attn)
+        return self._backward_host(dout, q, k, v, out, lse, attn)
+
+
+def _same_kind(*xs):
+    kinds = {(_is_torch(x), _is_torch(x) and x.is_cuda) for x in xs}
+    if len(kinds) != 1:
+        raise ValueError("dash_attn: all tensors must be of one kind (all CUDA, or all host)")
+    if _is_torch(xs[0]) and xs[0].is_cuda and len({x.device for x in xs}) != 1:
+        raise ValueError("dash_attn: all tensors must be on one device")
+    if not _is_torch(xs[0]) and np is None:
+        raise TypeError("dash_attn: expected torch tensors or numpy arrays")
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_client():
+    """The process's shared client, connected on first use (again after a fork)."""
+    global _default
+    with _default_lock:
+        if _default is not None and _default._pid != os.getpid():
+            _default = None  # the parent's; a child must not use it (dash.h)
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def connect(endpoint=None, client_name=None, run_tag=None, timeout_ms=0):
+    """Replace the process's shared client with one made with these settings."""
+    global _default
+    c = Client(endpoint, client_name, run_tag, timeout_ms)
+    with _default_lock:
+        old, _default = _default, c
+    if old is not None and old._pid == os.getpid():
+        old.close()
+    return c

@@ -1,0 +1,26 @@
+# setup.py - only here to put the libdash.so that `make` built (../../build/libdash.so.0, or
+# $DASH_LIBDASH) into the package when one exists, so that `pip install ./client/python`
+# after `make` gives a package that works without setting DASH_LIBRARY. Nothing is
+# compiled: the package is pure Python over libdash through ctypes.
+import os
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        src = os.environ.get("DASH_LIBDASH") or os.path.join(HERE, "..", "..", "build", "libdash.so.0")
+        if not os.path.exists(src):
+            src = os.path.join(HERE, "..", "..", "build", "libdash.so")
+        if os.path.exists(src):
+            dst = os.path.join(self.build_lib, "dash_attn", "libdash.so.0")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(src, dst)
+
+
+setup(cmdclass={"build_py": BuildPy})

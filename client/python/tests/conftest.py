@@ -1,0 +1,62 @@
+"""A real dashd for the tests: started from the build directory on a fresh ipc://
+endpoint, CPU backend unless DASH_TEST_BACKEND says otherwise, stopped with SIGTERM.
+The dashd binary: $DASHD, else build/dashd of this checkout."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..")))
+
+import dash_attn  # noqa: E402
+
+
+def dashd_path():
+    return os.environ.get("DASHD") or os.path.join(ROOT, "build", "dashd")
+
+
+def dashctl_path():
+    return os.path.join(os.path.dirname(dashd_path()), "dashctl")
+
+
+class Daemon:
+    def __init__(self, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="dash-py-")
+        self.endpoint = f"ipc://{self.dir}/dashd.sock"
+        self.log = open(os.path.join(self.dir, "dashd.log"), "w")
+        backend = os.environ.get("DASH_TEST_BACKEND", "cpu")
+        args = [dashd_path(), "--endpoint", self.endpoint, "--backend", backend]
+        if backend == "cpu":
+            args += ["--threads", "2"]
+        self.proc = subprocess.Popen(args + list(extra), stderr=self.log)
+        deadline = time.time() + 20
+        while not os.path.exists(f"{self.dir}/dashd.sock"):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("dashd did not start: see " + self.log.name)
+            time.sleep(0.02)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=30)
+        self.log.close()
+        return rc
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    d = Daemon()
+    yield d
+    assert d.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def client(daemon):
+    c = dash_attn.connect(daemon.endpoint, client_name="pytest", run_tag="pytest")
+    yield c
+    c.close()

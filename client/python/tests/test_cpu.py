@@ -1,0 +1,197 @@
+"""dash_attn on the CPU engine through a real dashd: values against a float64 reference,
+gradients against PyTorch autograd of the same attention in float64, bitwise repeats,
+numpy and torch inputs, the audit tag, and every error path a user can hit. Inputs are
+fresh random draws (seed printed on failure through pytest's output)."""
+import ctypes
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import dash_attn
+from dash_attn import _lib
+
+from conftest import Daemon, dashctl_path
+
+SEED = int.from_bytes(os.urandom(4), "little")
+
+
+def rng():
+    return np.random.default_rng(SEED)
+
+
+def ref_attention(q, k, v, causal, scale=None):
+    """float64 attention with GQA and bottom-right causal alignment, as torch ops (so that
+    autograd gives the reference gradients)."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    kk = k.repeat_interleave(g, dim=2)
+    vv = v.repeat_interleave(g, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * (scale or 1.0 / math.sqrt(d))
+    if causal:
+        i = torch.arange(sq).view(-1, 1)
+        j = torch.arange(sk).view(1, -1)
+        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return torch.einsum("bhqk,bkhd->bqhd", p, vv)
+
+
+def rel(a, b):
+    a = a.double() if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a, np.float64))
+    b = b.double() if isinstance(b, torch.Tensor) else torch.from_numpy(np.asarray(b, np.float64))
+    return float((a - b).norm() / b.norm())
+
+
+SHAPES = [  # batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim
+    (2, 100, 100, 4, 4, 64),
+    (1, 77, 130, 8, 2, 32),
+    (1, 64, 64, 4, 1, 128),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_forward_and_gradients_match_float64_autograd(client, shape, causal):
+    b, sq, sk, hq, hkv, d = shape
+    g = torch.Generator().manual_seed(SEED)
+    q = torch.randn(b, sq, hq, d, generator=g, requires_grad=True)
+    k = torch.randn(b, sk, hkv, d, generator=g, requires_grad=True)
+    v = torch.randn(b, sk, hkv, d, generator=g, requires_grad=True)
+    dout = torch.randn(b, sq, hq, d, generator=g)
+    out = dash_attn.flash_attn_func(q, k, v, causal=causal)
+    out.backward(dout)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref = ref_attention(q64, k64, v64, causal)
+    ref.backward(dout.double())
+    assert rel(out.detach(), ref.detach()) < 1e-5, f"seed {SEED}"
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert rel(got, want) < 1e-4, f"seed {SEED}"
+
+
+def test_bf16_values_and_gradients_are_close_and_repeat_bitwise(client):
+    g = torch.Generator().manual_seed(SEED ^ 1)
+    q, k, v = (torch.randn(1, 96, 4, 64, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    dout = torch.randn(1, 96, 4, 64, generator=g).bfloat16()
+    grads = []
+    for _ in range(2):
+        for x in (q, k, v):
+            x.grad = None
+        out = dash_attn.flash_attn_func(q, k, v, causal=True, schedule="shift")
+        out.backward(dout)
+        grads.append([x.grad.clone() for x in (q, k, v)])
+    for a, b in zip(*grads):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))  # the same bits
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref = ref_attention(q64, k64, v64, True)
+    ref.backward(dout.double())
+    assert rel(out.detach(), ref.detach()) < 1e-2
+    for got, want in zip(grads[0], (q64.grad, k64.grad, v64.grad)):
+        assert rel(got, want) < 2e-2, f"seed {SEED}"
+    assert dash_attn.last_result()["schedule"] == "shift"
+    assert dash_attn.last_result()["backend"] == "cpu"
+
+
+def test_numpy_forward_and_backward(client):
+    r = rng()
+    q, k, v, dout = (r.standard_normal((1, 50, 2, 32), dtype=np.float32) for _ in range(4))
+    out, lse = dash_attn.forward(q, k, v, causal=False)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == q.shape
+    assert lse.shape == (1, 2, 50) and lse.dtype == np.float32
+    ref = ref_attention(*(torch.from_numpy(x).double() for x in (q, k, v)), False)
+    assert rel(out, ref) < 1e-5
+    dq, dk, dv = dash_attn.backward(dout, q, k, v, out, lse)
+    q64, k64, v64 = (torch.from_numpy(x).double().requires_grad_() for x in (q, k, v))
+    ref_attention(q64, k64, v64, False).backward(torch.from_numpy(dout).double())
+    assert rel(dq, q64.grad) < 1e-4 and rel(dk, k64.grad) < 1e-4 and rel(dv, v64.grad) < 1e-4
+    # return_softmax_lse gives the same lse through the torch API
+    t_out, t_lse = dash_attn.flash_attn_func(*(torch.from_numpy(x) for x in (q, k, v)),
+                                             return_softmax_lse=True)
+    assert np.array_equal(t_lse.numpy(), lse)
+
+
+def test_strided_inputs_give_the_same_bits(client):
+    g = torch.Generator().manual_seed(SEED ^ 2)
+    qkv = torch.randn(1, 64, 3, 4, 32, generator=g)  # packed, as a fused projection makes it
+    q, k, v = qkv.unbind(dim=2)
+    a = dash_attn.flash_attn_func(q, k, v)
+    b = dash_attn.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous())
+    assert torch.equal(a, b)
+
+
+def test_errors_carry_the_daemons_message(client):
+    q = torch.randn(1, 16, 2, 16)  # head dim 16: the CPU engine serves 32..256
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_func(q, q, q)
+    assert e.value.name == "DASH_EHEADDIM"
+    assert "head" in str(e.value)
+    q = torch.randn(1, 16, 2, 32)
+    k = torch.randn(1, 16, 2, 32)
+    v = torch.randn(1, 15, 2, 32)
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_func(q, k, v)
+    assert e.value.name == "DASH_ESHAPE" and "v" in e.value.message
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_func(q, torch.randn(1, 16, 3, 32), torch.randn(1, 16, 3, 32))
+    assert e.value.name == "DASH_ESHAPE"
+    with pytest.raises(ValueError):
+        dash_attn.flash_attn_func(q, k, k, dropout_p=0.1)
+    with pytest.raises(ValueError):
+        dash_attn.flash_attn_func(q, k, k, schedule="atomic")  # deterministic by default
+    with pytest.raises(ValueError):
+        dash_attn.flash_attn_func(q, k, k, schedule="fastest")
+    with pytest.raises(ValueError):
+        dash_attn.flash_attn_func(q, k, k, softmax_scale=-1.0)
+    with pytest.raises(TypeError):
+        dash_attn.flash_attn_func(q.double(), k.double(), k.double())
+    with pytest.raises(ValueError):
+        dash_attn.flash_attn_func(q, k, k.numpy())
+    # the client still works after all that
+    out = dash_attn.flash_attn_func(q, k, k)
+    assert out.shape == q.shape and torch.isfinite(out).all()
+
+
+def test_non_deterministic_asks_for_atomic(client):
+    q = torch.randn(1, 64, 2, 32, requires_grad=True)
+    out = dash_attn.flash_attn_func(q, q.detach(), q.detach(), deterministic=False)
+    out.sum().backward()
+    assert dash_attn.last_result()["schedule"] == "atomic"
+
+
+def test_audit_tag_reaches_the_log_for_forward_and_backward():
+    import tempfile
+    log = os.path.join(tempfile.mkdtemp(prefix="dash-py-audit-"), "audit.log")
+    d = Daemon(["--audit", log])
+    try:
+        c = dash_attn.Client(d.endpoint, client_name="py-audit", run_tag="tagged")
+        q = torch.randn(1, 32, 2, 32, requires_grad=True)
+        with dash_attn.audit(step=7, label="blk3.attn"):
+            out = dash_attn.flash_attn_func(q, q.detach(), q.detach(), causal=True, client=c)
+        out.sum().backward()  # outside the block: the tag of the forward still applies
+        c.close()
+    finally:
+        assert d.stop() == 0
+    text = subprocess.run([dashctl_path(), "audit", "dump", log], capture_output=True,
+                          text=True, check=True).stdout
+    lines = [l for l in text.splitlines() if l.startswith("#") and "header" not in l]
+    assert len(lines) == 2
+    assert all("py-audit" in l and "run=tagged" in l and "step=7" in l and "label=blk3.attn" in l
+               for l in lines)
+    assert "forward" in lines[0] and "backward" in lines[1]
+
+
+def test_struct_layouts_match_dash_h():
+    # pointer, u64, i32 (+4 padding), 4 x i64, 4 x i64
+    assert ctypes.sizeof(_lib.DashTensor) == 8 + 8 + 8 + 32 + 32
+    assert ctypes.sizeof(_lib.DashAttn) == 7 * 4
+    assert ctypes.sizeof(_lib.DashResult) == 4 * 4 + 8 + 8 + 16
+    assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4
+
+
+def test_no_daemon_is_a_clear_error(tmp_path):
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=300)
+    assert e.value.name == "DASH_ETIMEDOUT"

@@ -1,0 +1,164 @@
+"""dash_attn on the GPU through a real `dashd --backend cuda` (DASH_TEST_BACKEND=cuda, as
+`make test-gpu` sets it): values and gradients against PyTorch's math attention in
+float64, bitwise repeats, tensors that are pieces of the caching allocator's blocks and
+strided views, and stream ordering - the result is right when the producer of q is still
+running at submit time, and the call returns before it has finished.
+
+Runs under pytest, or as a script (`python3 test_gpu.py`) where pytest is not installed.
+Skips without a CUDA device.
+"""
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import Daemon  # noqa: E402
+
+import dash_attn  # noqa: E402
+
+try:
+    import pytest
+
+    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+    @pytest.fixture(autouse=True)
+    def _connected(client):
+        """Every test talks to the session's dashd (conftest's client fixture)."""
+        yield
+except ImportError:
+    pytest = None
+
+SEED = int.from_bytes(os.urandom(4), "little")
+
+
+def ref_attention(q, k, v, causal):
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(hq // hkv, dim=2)
+    vv = v.repeat_interleave(hq // hkv, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(d)
+    if causal:
+        i = torch.arange(sq, device=q.device).view(-1, 1)
+        j = torch.arange(sk, device=q.device).view(1, -1)
+        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), vv)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def inputs(shape, dtype, seed):
+    b, sq, sk, hq, hkv, d = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mk = lambda s, h: torch.randn(b, s, h, d, generator=g, device="cuda").to(dtype)  # noqa: E731
+    return mk(sq, hq), mk(sk, hkv), mk(sk, hkv), mk(sq, hq)
+
+
+def check_against_reference(shape, dtype, causal, tol):
+    q, k, v, dout = inputs(shape, dtype, SEED)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out = dash_attn.flash_attn_func(q, k, v, causal=causal)
+    out.backward(dout)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref = ref_attention(q64, k64, v64, causal)
+    ref.backward(dout.double())
+    assert rel(out.detach(), ref.detach()) < tol, f"out, seed {SEED}"
+    for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad),
+                            ("dv", v.grad, v64.grad)):
+        assert rel(got, want) < tol, f"{name}, seed {SEED}"
+    assert dash_attn.last_result()["backend"] == "cuda"
+
+
+def test_gpu_values_and_gradients_match_float64():
+    for shape in [(2, 300, 300, 8, 8, 64), (1, 257, 513, 8, 2, 128)]:
+        for causal in (False, True):
+            check_against_reference(shape, torch.bfloat16, causal, 1e-2)
+            check_against_reference(shape, torch.float16, causal, 5e-3)
+
+
+def test_gpu_gradients_repeat_bitwise():
+    q, k, v, dout = inputs((1, 512, 512, 8, 8, 128), torch.bfloat16, SEED ^ 1)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    first = None
+    for _ in range(5):
+        for x in (q, k, v):
+            x.grad = None
+        dash_attn.flash_attn_func(q, k, v, causal=True).backward(dout)
+        got = [x.grad.view(torch.int16).clone() for x in (q, k, v)]
+        if first is None:
+            first = got
+        assert all(torch.equal(a, b) for a, b in zip(first, got))
+
+
+def test_gpu_views_of_cached_blocks_and_strided_slices():
+    # one block of the caching allocator holding several tensors, and a packed qkv
+    g = torch.Generator(device="cuda").manual_seed(SEED ^ 2)
+    qkv = torch.randn(2, 200, 3, 4, 64, generator=g, device="cuda").bfloat16()
+    q, k, v = qkv.unbind(dim=2)
+    a = dash_attn.flash_attn_func(q, k, v, causal=True)
+    b = dash_attn.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    assert torch.equal(a, b)
+    big = torch.randn(1, 400, 4, 64, generator=g, device="cuda").bfloat16()
+    sl = big[:, 100:300]  # starts mid-allocation
+    c = dash_attn.flash_attn_func(sl, sl, sl)
+    d = dash_attn.flash_attn_func(sl.clone(), sl.clone(), sl.clone())
+    assert torch.equal(c, d)
+
+
+def test_gpu_stream_order_holds_when_the_producer_is_still_running():
+    q0, k, v, dout = inputs((1, 1024, 1024, 8, 8, 128), torch.bfloat16, SEED ^ 3)
+    expect = dash_attn.flash_attn_func(q0, k, v, causal=True)
+    torch.cuda.synchronize()
+    q = torch.full_like(q0, float("nan"))
+    torch.cuda._sleep(int(3e8))  # ~150-300 ms of GPU time before q gets its values
+    q.copy_(q0)
+    out = dash_attn.flash_attn_func(q, k, v, causal=True)
+    early = not torch.cuda.current_stream().query()
+    doubled = out * 2  # a consumer queued right behind the daemon's work
+    torch.cuda.synchronize()
+    assert early, "the call waited for the GPU instead of returning once queued"
+    assert torch.equal(out, expect)
+    assert torch.equal(doubled, expect * 2)
+    # and the backward on another stream of the caller's
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        q.requires_grad_()
+        torch.cuda._sleep(int(1e8))
+        out = dash_attn.flash_attn_func(q, k, v, causal=True)
+        out.backward(dout)
+    torch.cuda.synchronize()
+    q2 = q0.clone().requires_grad_()
+    dash_attn.flash_attn_func(q2, k, v, causal=True).backward(dout)
+    torch.cuda.synchronize()
+    assert torch.equal(q.grad, q2.grad)
+
+
+def _run_as_script():
+    if not torch.cuda.is_available():
+        print("test_gpu: skipped: no CUDA device")
+        return 0
+    os.environ.setdefault("DASH_TEST_BACKEND", "cuda")
+    d = Daemon()
+    failed = 0
+    try:
+        dash_attn.connect(d.endpoint, client_name="test_gpu", run_tag="test_gpu")
+        for name, fn in sorted(globals().items()):
+            if name.startswith("test_") and callable(fn):
+                try:
+                    fn()
+                    print(f"{name} passed")
+                except Exception as e:  # report and go on
+                    failed += 1
+                    print(f"{name} FAILED: {type(e).__name__}: {e}")
+    finally:
+        rc = d.stop()
+    print(f"seed {SEED}; {failed} failed; dashd exit {rc}")
+    return 1 if failed or rc else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_run_as_script())
