@@ -6,7 +6,8 @@
  * the same scratch layout, GQA handling and outputs. q-tiles are 64 rows; kv-tiles are
  * BN = 128 rows by default (the schedule's block_n), or 64 when asked: each Q/dO tile
  * loaded then serves 128 keys, the warps' products are twice as wide, and a step's one dQ
- * turn covers twice the work (H200, hdim 128, 4k: about 1.9x the 64 x 64 kernel).
+ * turn covers twice the work (H200, hdim 128, 4k: about 1.9x the 64 x 64 kernel;
+ * bench/results/gpu-v2-128-2026-11-29.md).
  *
  *   attn_bwd_tc_preprocess_kernel   Dsum_i = rowsum(dO o O), formed by the very mma.sync
  *                                   chain that forms dP = dO V^T (see below).
@@ -44,14 +45,26 @@
  *
  * Shared memory: K, V of the unit (BN, D + 8); Q, dO, LSE, Dsum double-buffered (64, D + 8);
  * P, dS (64, BN + 8), 16-bit. BN = 128: 175 KB at D = 128, 108 KB at D = 64; BN = 64:
- * 121 KB and 73 KB. Registers (ptxas, sm_90a, persistent / interleaved): BN = 128: 255 / 255
- * at D = 128 (8 bytes of spill), 246 / 241 at D = 64; BN = 64: 238 / 238 and 190 / 182. One
- * CTA of 8 warps per SM. The persistent mode prefetches the next step's Q, dO, LSE and
- * Dsum with cp.async into the other buffer while the step computes and while it waits for
- * its dQ turn. A prefetch changes when bytes arrive, never which bytes: the interleaved
- * mode, which never prefetches, computes on the same values. The step ends without a
- * barrier: the dQ turn's barriers, which every caller meets next, keep the next step's
- * writes (prefetch, P, dS) behind this step's reads.
+ * 121 KB and 73 KB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128:
+ * 255 / 255 at D = 128 (4 bytes of spill in the interleaved one), 255 / 254 at D = 64;
+ * BN = 64: 239 / 242 and 208 / 194. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
+ * (attn_ex2). The persistent mode prefetches the next step's Q, dO, LSE and Dsum with
+ * cp.async into the other buffer while the step computes and while it waits for its dQ
+ * turn. A prefetch changes when bytes arrive, never which bytes: the interleaved mode,
+ * which never prefetches, computes on the same values. The step ends without a barrier:
+ * the dQ turn's barriers, which every caller meets next, keep the next step's writes
+ * (prefetch, P, dS) behind this step's reads.
+ *
+ * Waiting less for turns (persistent mode; neither changes an order of additions, so
+ * neither changes a bit):
+ *   - shift jobs are taken in descending slot order within their (chunk, head) group:
+ *     most dQ tiles take shift's additions in descending slot order, so each addition
+ *     waits on a job that started earlier;
+ *   - for shift and causal spt (params.defer) a turn is passed on during the unit's next
+ *     step, after its S and dP products: the reductions complete under those products
+ *     instead of stalling the fence, and in these schedules the next adder of the tile is
+ *     a step or more behind anyway. Chains of lock-step adders (ascending, descending,
+ *     full spt) pass on at once, since every link would lengthen the chain.
  *
  * Determinism. Every element of every product is one chain of mma.sync over its k in
  * ascending k16 steps, each mma a fixed function of its fragments and accumulator; dK and
@@ -60,8 +73,9 @@
  * counter to equal the rank, the CTA adds its partial with fp32 reductions at L2 (the turn
  * is exclusive, so the additions into each element happen one after another, in rank
  * order), every thread fences, the CTA meets at a barrier, thread 0 fences and
- * release-stores rank + 1. Nothing depends on which CTA runs what or when, so the bits do
- * not depend on the grid or the mode.
+ * release-stores rank + 1 (at once, or deferred into the next step as above: the same
+ * sequence, later). Nothing depends on which CTA runs what or when, so the bits do not
+ * depend on the grid or the mode.
  *
  * Dsum and exact zeros. Where a row's softmax puts all its weight on one key j, O_i = V_j
  * exactly, and dP_ij - Dsum_i must be exactly 0 (dQ and dK are then exactly 0; the tests
@@ -199,7 +213,7 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
                 for (int e = 0; e < 2; e++) {
                     const int32_t j = (BN / 4) * wn + 8 * t + 2 * t4 + e;
                     const bool vis = !MASK || (i < rm && j < rn && (!causal || j <= last));
-                    const float pr = vis ? exp2f(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2)) : 0.0f;
+                    const float pr = vis ? attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2)) : 0.0f;
                     pv[e] = pr;
                     dsv[e] = vis ? __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum)) : 0.0f;
                 }
@@ -222,7 +236,8 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
 template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
                                                    bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n, int32_t m,
-                                                   int32_t buf, int loaded, int32_t next_m)
+                                                   int32_t buf, int loaded, int32_t next_m,
+                                                   int32_t *rel_ctr, int32_t rel_rank)
 {
     const int32_t LD = attn_tc_ld<D>::v, PLD = BN + 8;
     const int32_t MT = BN / 64;   /* m-tiles of the warp's (BN/4, D/2) slab of dK, dV */
@@ -292,7 +307,17 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     else
         bwd_tc_pds<DT, BN, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s_reg,
                                  dp_reg, i0, rm, j0, rn);
-    __syncthreads(); /* P and dS are complete before the products below read other warps' parts */
+    /* A deferred release of the previous step's dQ turn (rel_ctr, rank rel_rank in thread
+     * 0): the sequence of bwd_tc_release, with this step's barrier as its barrier. The
+     * reductions were issued before S and dP, so the fences find them performed. */
+    if (rel_ctr)
+        __threadfence(); /* this thread's reductions are performed GPU-wide ... */
+    __syncthreads(); /* P and dS are complete before the products below read other warps'
+                        parts (and every thread's fence is behind us) */
+    if (rel_ctr && tid == 0) {
+        __threadfence(); /* cumulative: orders the whole CTA's addition before the store */
+        attn_st_release(rel_ctr, rel_rank + 1);
+    }
 
     /* dV += P^T dO and dK += dS^T Q, i ascending; warp: kv rows BN/4 w2 .., d columns D/2 w1 .. */
 #pragma unroll
@@ -502,7 +527,15 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         __syncthreads(); /* everyone has read it before thread 0 may write the next one */
         if (job >= s->jobs)
             return;
-        const struct sched_job J = sched_job_at(s, job);
+        struct sched_job J = sched_job_at(s, job);
+        if (s->kind == SCHED_SHIFT) {
+            /* Take the jobs of each (chunk, head) in descending slot order. Shift adds
+             * into most dQ tiles in descending slot order, so each addition then waits on
+             * a job that started earlier, not later. The group stays contiguous in
+             * dispatch order, which is all shift's deadlock freedom needs; the ranks,
+             * and so the bits, do not depend on who takes which job when. */
+            J = sched_job_at(s, job - J.slot + (J.len - 1 - J.slot));
+        }
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             bwd_tc_load_kv<D, BN>(p, sm, J.bh, n);
@@ -510,9 +543,11 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             const int32_t steps = sched_unit_steps(s, n);
             int32_t m = sched_visit(s, &J, stage, 0), buf = 0;
             int loaded = 0;
+            int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
             for (int32_t step = 0; step < steps; step++) {
                 const int32_t next_m = step + 1 < steps ? sched_visit(s, &J, stage, step + 1) : -1;
-                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m);
+                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
+                pend_ctr = NULL;
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
                 int32_t rank = -1;
                 if (threadIdx.x == 0 && s->kind != SCHED_ATOMIC) {
@@ -529,7 +564,15 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 __syncthreads(); /* our turn has come, for the whole CTA; and every warp is
                                     done with the step's buffer before the next prefetch */
                 bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
-                bwd_tc_release(ctr, rank);
+                /* Passing the tile on during the next step lets the reductions complete
+                 * under S and dP instead of stalling the fence; the next step waits on
+                 * nothing before it passes the tile on, so no wait can form a cycle. */
+                if (p.defer && s->kind != SCHED_ATOMIC && next_m >= 0) {
+                    pend_ctr = ctr;
+                    pend_rank = rank;
+                } else {
+                    bwd_tc_release(ctr, rank);
+                }
                 m = next_m;
                 buf ^= 1;
                 loaded = 1;
@@ -593,7 +636,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                         st[VSM_LOADED] = 1;
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1);
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
                     if (threadIdx.x == 0)
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;

@@ -443,6 +443,11 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
     bp.s = s;
     bp.mode = mode;
     bp.nvsm = nvsm;
+    /* v2: pass dQ tiles on during the next step where the successor is at least a step
+     * behind in the schedule's own timing (shift: the next slot; spt, causal: two steps);
+     * where units add in lock-step chains (ascending, descending, spt full) it would only
+     * lengthen the chain. Measured on an H200 (bench/results/gpu-v2-128-2026-11-29.md). */
+    bp.defer = s.kind == SCHED_SHIFT || (s.kind == SCHED_SPT && s.mask == SCHED_MASK_CAUSAL);
 
     rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));

@@ -94,6 +94,7 @@ struct attn_bwd_params {
     struct sched s; /* the resolved schedule (64 x 64 tiles; v2 also 64 x 128) */
     int32_t mode;   /* enum attn_mode */
     int32_t nvsm;   /* interleaved mode: virtual SMs, min(W, jobs) */
+    int32_t defer;  /* v2 persistent: 1 passes a dQ tile on during the unit's next step */
 };
 
 /* attn_fwd.cu */
@@ -279,6 +280,16 @@ static __device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], const uint1
                  : "memory");
 }
 
+/* 2^x in one MUFU.EX2 (ex2.approx.ftz: about 2 ulp, the accuracy of exp2f, results below
+ * 2^-126 flushed to 0; 2^0 = 1 and 2^-inf = +0 exactly). exp2f adds range fixups around
+ * the same instruction that cost issue slots in the softmax loops. */
+static __device__ __forceinline__ float attn_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* 16 bytes global -> shared, asynchronously (L2 only); both addresses 16-byte aligned. */
 static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
 {
@@ -355,13 +366,22 @@ static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, co
     const int32_t CH = D / 8; /* 16-byte chunks per row, a power of two */
     const uint16_t *g = src + base;
     const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
+    if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
+        for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+            const int32_t r = e / CH, c = e - r * CH;
+            uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+            if (r < rows)
+                attn_cp_async16(dst, g + r * row_stride + c * 8);
+            else
+                *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
     for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
         const int32_t r = e / CH, c = e - r * CH;
         uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
         if (r >= rows) {
             *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
-        } else if (vec) {
-            attn_cp_async16(dst, g + r * row_stride + c * 8);
         } else {
             const uint16_t *s = g + r * row_stride + c * 8;
             uint4 w;
