@@ -44,10 +44,10 @@
  * scratch, BWD_TC_VSM_FLOATS per thread.
  *
  * Shared memory: K, V of the unit (BN, D + 8); Q, dO, LSE, Dsum double-buffered (64, D + 8);
- * P, dS (64, BN + 8), 16-bit; a parked dQ partial (D/4, 256) fp32. BN = 128: 208 KB at
- * D = 128, 126 KB at D = 64; BN = 64: 157 KB and 91 KB. Registers (ptxas 13.0, sm_90a,
- * persistent / interleaved): BN = 128: 255 / 255 at D = 128 (4 bytes of spill in the
- * interleaved one), 254 / 254 at D = 64; BN = 64: 249 / 242 and 214 / 194. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
+ * P, dS (64, BN + 8), 16-bit. BN = 128: 175 KB at D = 128, 108 KB at D = 64; BN = 64:
+ * 121 KB and 73 KB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128:
+ * 255 / 255 at D = 128 (4 bytes of spill in the interleaved one), 255 / 254 at D = 64;
+ * BN = 64: 239 / 242 and 208 / 194. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
  * (attn_ex2). The persistent mode prefetches the next step's Q, dO, LSE and Dsum with
  * cp.async into the other buffer while the step computes and while it waits for its dQ
  * turn. A prefetch changes when bytes arrive, never which bytes: the interleaved mode,
@@ -55,10 +55,8 @@
  * the dQ turn's barriers, which every caller meets next, keep the next step's writes
  * (prefetch, P, dS) behind this step's reads.
  *
- * Waiting less for turns (persistent mode; none of these changes an order of additions,
- * so none changes a bit):
- *   - a partial whose turn has not come when its step ends is parked in shared memory and
- *     added after the next step (bwd_tc_persistent says why this cannot deadlock);
+ * Waiting less for turns (persistent mode; neither changes an order of additions, so
+ * neither changes a bit):
  *   - shift jobs are taken in descending slot order within their (chunk, head) group:
  *     most dQ tiles take shift's additions in descending slot order, so each addition
  *     waits on a job that started earlier;
@@ -105,9 +103,7 @@ struct bwd_tc_smem {
     uint16_t ds_smem[BWD_TC_BM * (BN + 8)];                /* (64, BN + 8) dS, input dtype, row i */
     float lse_smem[2][BWD_TC_BM];                          /* (2, 64) LSE rows, +inf past Sq */
     float dsum_smem[2][BWD_TC_BM];                         /* (2, 64) Dsum rows, 0 past Sq */
-    float park_smem[(D / 4) * ATTN_THREADS];               /* (D/4, 256) a parked dQ partial */
     int32_t flag_smem;                                     /* broadcast from thread 0 */
-    int32_t go_smem;                                       /* broadcast from thread 0 */
 };
 
 /* Registers of one unit (C fragments, layouts in the header comment):
@@ -377,10 +373,9 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 
 /* Add the dQ partial into dQacc[m] at L2. The caller holds the tile's turn (or the
  * schedule is atomic, where additions race on purpose). */
-template <int D>
+template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &p,
-                                                     const float (&dq_reg)[2][D / 32][4], int32_t bh,
-                                                     int32_t m)
+                                                     const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m)
 {
     const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
@@ -395,35 +390,9 @@ static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_param
                 continue;
 #pragma unroll
             for (int t = 0; t < D / 32; t++)
-                attn_red_add2(acc + i * D + w2 * (D / 4) + 8 * t + 2 * t4, dq_reg[mt][t][2 * r],
-                              dq_reg[mt][t][2 * r + 1]);
+                attn_red_add2(acc + i * D + w2 * (D / 4) + 8 * t + 2 * t4, x.dq_reg[mt][t][2 * r],
+                              x.dq_reg[mt][t][2 * r + 1]);
         }
-}
-
-/* Park a dQ partial in shared memory, each thread in slots of its own (it alone reads them
- * back, so no barrier is needed), and fetch it back. */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_park(bwd_tc_smem<D, BN> &sm, const float (&dq_reg)[2][D / 32][4])
-{
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int t = 0; t < D / 32; t++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                sm.park_smem[((mt * (D / 32) + t) * 4 + e) * ATTN_THREADS + threadIdx.x] = dq_reg[mt][t][e];
-}
-
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_unpark(const bwd_tc_smem<D, BN> &sm, float (&dq_reg)[2][D / 32][4])
-{
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int t = 0; t < D / 32; t++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                dq_reg[mt][t][e] = sm.park_smem[((mt * (D / 32) + t) * 4 + e) * ATTN_THREADS + threadIdx.x];
 }
 
 /* The tail of an addition: make it visible at GPU scope, then pass the tile on. */
@@ -542,17 +511,8 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
                     x.dq_reg[mt][t][e] = data[(2 * KV + (mt * (D / 32) + t) * 4 + e) * ATTN_THREADS];
 }
 
-/* Persistent mode: take jobs in dispatch order. While thread 0 waits for a turn, the next
- * step's Q/dO are already on their way.
- *
- * A step's dQ partial whose turn has not come when the step ends is parked in shared
- * memory and added after the unit's next step, so the CTA computes instead of waiting;
- * only one partial is ever parked, and the last step of a unit waits for its turn. This
- * moves no addition in its tile's order, so no bit changes. No wait can form a cycle: a CTA
- * waits only for the turn of its parked partial, while holding at most the partial of its
- * next step, whose key (rank order: dispatch order for the fixed orders, (chunk, step,
- * slot) for shift) comes later in the same job. Every chain of waits thus runs to strictly
- * earlier keys, as without parking. */
+/* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
+ * the next step's Q/dO are already on their way. */
 template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p,
                                                          bwd_tc_smem<D, BN> &sm)
@@ -584,68 +544,34 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             int32_t m = sched_visit(s, &J, stage, 0), buf = 0;
             int loaded = 0;
             int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
-            int32_t *park_ctr = NULL, park_rank = -1, park_m = -1; /* the parked partial */
             for (int32_t step = 0; step < steps; step++) {
                 const int32_t next_m = step + 1 < steps ? sched_visit(s, &J, stage, step + 1) : -1;
                 bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
                 pend_ctr = NULL;
-                if (park_ctr) { /* the partial parked a step ago goes first */
-                    if (threadIdx.x == 0) {
-                        uint32_t ns = 32;
-                        while (attn_ld_acquire(park_ctr) != park_rank) {
-                            __nanosleep(ns);
-                            ns = ns < 1024 ? ns * 2 : ns;
-                        }
-                        __threadfence();
-                    }
-                    __syncthreads(); /* its turn has come, for the whole CTA */
-                    float dq_reg[2][D / 32][4];
-                    bwd_tc_unpark<D, BN>(sm, dq_reg);
-                    bwd_tc_add_dq<D>(p, dq_reg, J.bh, park_m);
-                    bwd_tc_release(park_ctr, park_rank);
-                    park_ctr = NULL;
-                }
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
                 int32_t rank = -1;
-                if (threadIdx.x == 0) {
-                    int go = 1;
-                    if (s->kind != SCHED_ATOMIC) {
-                        rank = sched_rank(s, &J, stage, m);
-                        if (next_m >= 0) { /* one look; park the partial if it is early */
-                            go = attn_ld_acquire(ctr) == rank;
-                        } else {
-                            /* The unit whose addition we wait for was taken earlier by a
-                             * running CTA (or, for shift, by one of the >= W resident
-                             * CTAs), so it comes. */
-                            uint32_t ns = 32;
-                            while (attn_ld_acquire(ctr) != rank) {
-                                __nanosleep(ns);
-                                ns = ns < 1024 ? ns * 2 : ns;
-                            }
-                        }
-                        if (go)
-                            __threadfence();
+                if (threadIdx.x == 0 && s->kind != SCHED_ATOMIC) {
+                    rank = sched_rank(s, &J, stage, m);
+                    /* The unit whose addition we wait for was taken earlier by a running
+                     * CTA (or, for shift, by one of the >= W resident CTAs), so it comes. */
+                    uint32_t ns = 32;
+                    while (attn_ld_acquire(ctr) != rank) {
+                        __nanosleep(ns);
+                        ns = ns < 1024 ? ns * 2 : ns;
                     }
-                    sm.go_smem = go;
+                    __threadfence();
                 }
-                __syncthreads(); /* thread 0's verdict on the turn is visible to all; and every
-                                    warp is done with the step's buffer before the next prefetch */
-                if (sm.go_smem) {
-                    bwd_tc_add_dq<D>(p, x.dq_reg, J.bh, m);
-                    /* Passing the tile on during the next step lets the reductions complete
-                     * under S and dP instead of stalling the fence; the next step waits on
-                     * nothing before it passes the tile on, so no wait can form a cycle. */
-                    if (p.defer && s->kind != SCHED_ATOMIC && next_m >= 0) {
-                        pend_ctr = ctr;
-                        pend_rank = rank;
-                    } else {
-                        bwd_tc_release(ctr, rank);
-                    }
+                __syncthreads(); /* our turn has come, for the whole CTA; and every warp is
+                                    done with the step's buffer before the next prefetch */
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
+                /* Passing the tile on during the next step lets the reductions complete
+                 * under S and dP instead of stalling the fence; the next step waits on
+                 * nothing before it passes the tile on, so no wait can form a cycle. */
+                if (p.defer && s->kind != SCHED_ATOMIC && next_m >= 0) {
+                    pend_ctr = ctr;
+                    pend_rank = rank;
                 } else {
-                    bwd_tc_park<D, BN>(sm, x.dq_reg);
-                    park_ctr = ctr;
-                    park_rank = rank;
-                    park_m = m;
+                    bwd_tc_release(ctr, rank);
                 }
                 m = next_m;
                 buf ^= 1;
@@ -728,7 +654,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 __syncthreads(); /* everyone has read it before thread 0 may write it again */
                 if (!go)
                     break; /* not our turn: keep the partial, try the next virtual SM */
-                bwd_tc_add_dq<D>(p, x.dq_reg, J.bh, st[VSM_M]);
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, st[VSM_M]);
                 bwd_tc_release(ctr, threadIdx.x == 0 ? st[VSM_RANK] : -1);
                 st[VSM_PENDING] = 0;
                 progress = 1;
