@@ -5,7 +5,10 @@
  * repeat check of every deterministic schedule. Prints one JSON object; bench/gpu_report.py
  * joins it with PyTorch's numbers from bench/sdpa_peers.py, measured in the same run.
  *
- *   bench_gpu [--quick] [--reps N]
+ *   bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]]
+ *
+ * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
+ * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch.
  *
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
  * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
@@ -74,13 +77,20 @@ struct bufs {
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 3;
+    int32_t only_d = 0, only_s = 0, only_causal = -1, only_sched = -1;
     for (int i = 1; i < argc; i++) {
+        char mask[16] = "", sched[16] = "";
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N]\n");
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc &&
+                 sscanf(argv[++i], "%d,%d,%15[a-z],%15[a-z]", &only_d, &only_s, mask, sched) >= 3 &&
+                 sched_mask_parse(mask) >= 0 && (!sched[0] || sched_kind_parse(sched) >= 0)) {
+            only_causal = sched_mask_parse(mask) == SCHED_MASK_CAUSAL;
+            only_sched = sched[0] ? sched_kind_parse(sched) : -1;
+        } else {
+            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]]\n");
             return 2;
         }
     }
@@ -117,11 +127,17 @@ int main(int argc, char **argv)
     const int32_t seqlens_full[] = {1024, 2048, 4096, 8192, 16384}, seqlens_quick[] = {1024, 4096};
     const int32_t *seqlens = quick ? seqlens_quick : seqlens_full;
     int nseq = quick ? 2 : 5, first = 1;
+    if (only_d) {
+        seqlens = &only_s;
+        nseq = 1;
+    }
     const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
                                      SCHED_SHIFT, SCHED_AUTO};
     for (int32_t d = 64; d <= 128; d += 64)
         for (int causal = 0; causal < 2; causal++)
             for (int si = 0; si < nseq; si++) {
+                if ((only_d && d != only_d) || (only_causal >= 0 && causal != only_causal))
+                    continue;
                 int32_t S = seqlens[si], B = TOKENS / S, H = HIDDEN / d;
                 struct eng_problem p = {B, S, S, H, H, d, DTYPE_BF16,
                                         causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
@@ -147,7 +163,9 @@ int main(int argc, char **argv)
                        first ? "" : ",", d, S, B, H, causal ? "true" : "false", fwd_ms,
                        flops / fwd_ms / 1e9);
                 first = 0;
-                for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
+                for (size_t ki = 0, shown = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
+                    if (only_sched >= 0 && (int)kinds[ki] != only_sched)
+                        continue;
                     struct eng_config cfg = {kinds[ki], 0, 0, 0}, used;
                     for (int r = 0; r <= reps; r++) {
                         double t0 = now_ms();
@@ -169,7 +187,7 @@ int main(int argc, char **argv)
                     int same = rc == 0 && memcmp(h1, h2, n) == 0;
                     printf("%s{\"schedule\": \"%s\", \"used\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
                            "\"bitwise_repeat\": %s}",
-                           ki ? ", " : "", sched_kind_name(kinds[ki]), sched_kind_name(used.sched),
+                           shown++ ? ", " : "", sched_kind_name(kinds[ki]), sched_kind_name(used.sched),
                            bwd_ms, 2.5 * flops / bwd_ms / 1e9, same ? "true" : "false");
                     fflush(stdout);
                 }

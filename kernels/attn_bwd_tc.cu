@@ -1,9 +1,13 @@
 /*
  * attn_bwd_tc.cu - v2 of the backward kernels: the five products of a step on tensor cores
- * (mma.sync m16n8k16, fp16/bf16 inputs, fp32 accumulators), with everything else as in
- * attn_bwd.cu (v1): the same schedules and ranks (kernels/sched.h), the same 64 x 64
- * tiles, dQ tile counters and release sequence, the same persistent and interleaved modes
- * sharing one step function, the same scratch, GQA handling and outputs.
+ * (mma.sync m16n8k16, fp16/bf16 inputs, fp32 accumulators), with the bookkeeping of
+ * attn_bwd.cu (v1): the same schedules and ranks (kernels/sched.h), dQ tile counters and
+ * release sequence, the same persistent and interleaved modes sharing one step function,
+ * the same scratch layout, GQA handling and outputs. q-tiles are 64 rows; kv-tiles are
+ * BN = 128 rows by default (the schedule's block_n), or 64 when asked: each Q/dO tile
+ * loaded then serves 128 keys, the warps' products are twice as wide, and a step's one dQ
+ * turn covers twice the work (H200, hdim 128, 4k: about 1.9x the 64 x 64 kernel;
+ * bench/results/gpu-v2-128-2026-11-29.md).
  *
  *   attn_bwd_tc_preprocess_kernel   Dsum_i = rowsum(dO o O), formed by the very mma.sync
  *                                   chain that forms dP = dO V^T (see below).
@@ -23,26 +27,44 @@
  * FlashAttention 2 and 3 do; it is the one place v2 rounds an intermediate that v1 keeps
  * in fp32. The sums themselves accumulate in fp32 (dS is formed from the fp32 P and dP).
  *
- * Warps and fragments (256 threads = 8 warps; warp w: wm = w % 4, wn = w / 4; layouts of
- * the fragments in attn_cuda_int.h):
- *   S, dP (64 x 64):      warp owns rows 16 wm .. +16, columns 32 wn .. +32: 4 n-tiles
- *                         of C fragments each; k = d, D/16 steps. Q, dO by ldmatrix (A),
- *                         K, V by ldmatrix (B, n-major).
- *   dV, dK (64 x D):      warp owns kv rows 16 wm .. +16, columns D/2 wn .. +D/2: D/16
- *                         n-tiles each (D/4 floats per thread); k = i, 4 steps. P^T, dS^T
- *                         by ldmatrix.trans from P, dS (A); dO, Q by ldmatrix.trans (B).
- *   dQp (64 x D):         warp owns q rows 16 wm .. +16, columns D/2 wn .. +D/2; k = j,
- *                         4 steps. dS by ldmatrix (A), K by ldmatrix.trans (B).
- * dK, dV and the pending dQ partial are D/4 floats each per thread, as in v1, so the
- * interleaved mode's register scratch has v1's size.
+ * Warps and fragments (256 threads = 8 warps as a 2 x 4 grid, w1 = warp % 2, w2 = warp / 2;
+ * layouts of the fragments in attn_cuda_int.h). Each warp covers 32 rows or columns of
+ * every product where it can, so one ldmatrix of a B operand feeds two m16 tiles:
+ *   S, dP (64 x BN):      warp owns q rows 32 w1 .. +32, kv columns BN/4 w2 .. +BN/4:
+ *                         2 x BN/32 C fragments each; k = d, D/16 steps. Q, dO by ldmatrix
+ *                         (A), K, V by ldmatrix (B, n-major).
+ *   dV, dK (BN x D):      warp owns kv rows BN/4 w2 .. +BN/4, columns D/2 w1 .. +D/2:
+ *                         BN/64 x D/16 C fragments each (BN D/256 floats per thread);
+ *                         k = i, 4 steps. P^T, dS^T by ldmatrix.trans from P, dS (A); dO, Q
+ *                         by ldmatrix.trans (B).
+ *   dQp (64 x D):         warp owns q rows 32 w1 .. +32, columns D/4 w2 .. +D/4: 2 x D/32
+ *                         C fragments (D/4 floats); k = j, BN/16 steps. dS by ldmatrix (A),
+ *                         K by ldmatrix.trans (B).
+ * The interleaved mode keeps a virtual SM's dK, dV and pending dQ partial in global
+ * scratch, BWD_TC_VSM_FLOATS per thread.
  *
- * Shared memory: K, V of the unit; Q, dO, LSE, Dsum double-buffered; P, dS (64, 72)
- * 16-bit: 121 KB at D = 128, 73 KB at D = 64. Registers (ptxas, sm_90a): 240 (persistent)
- * and 241 (interleaved) at D = 128, 183 and 180 at D = 64, no spills: one CTA of 8 warps
- * per SM either way. The persistent mode prefetches the next step's Q, dO, LSE and Dsum
- * with cp.async into the other buffer while the step computes and while it waits for its
- * dQ turn. A prefetch changes when bytes arrive, never which bytes: the interleaved mode,
- * which never prefetches, computes on the same values.
+ * Shared memory: K, V of the unit (BN, D + 8); Q, dO, LSE, Dsum double-buffered (64, D + 8);
+ * P, dS (64, BN + 8), 16-bit. BN = 128: 175 KB at D = 128, 108 KB at D = 64; BN = 64:
+ * 121 KB and 73 KB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128:
+ * 255 / 255 at D = 128 (4 bytes of spill in the interleaved one), 255 / 254 at D = 64;
+ * BN = 64: 239 / 242 and 208 / 194. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
+ * (attn_ex2). The persistent mode prefetches the next step's Q, dO, LSE and Dsum with
+ * cp.async into the other buffer while the step computes and while it waits for its dQ
+ * turn. A prefetch changes when bytes arrive, never which bytes: the interleaved mode,
+ * which never prefetches, computes on the same values. The step ends without a barrier:
+ * the dQ turn's barriers, which every caller meets next, keep the next step's writes
+ * (prefetch, P, dS) behind this step's reads.
+ *
+ * Waiting less for turns (persistent mode; neither changes an order of additions, so
+ * neither changes a bit):
+ *   - shift jobs are taken in descending slot order within their (chunk, head) group:
+ *     most dQ tiles take shift's additions in descending slot order, so each addition
+ *     waits on a job that started earlier;
+ *   - for shift and causal spt (params.defer) a turn is passed on during the unit's next
+ *     step, after its S and dP products: the reductions complete under those products
+ *     instead of stalling the fence, and in these schedules the next adder of the tile is
+ *     a step or more behind anyway. Chains of lock-step adders (ascending, descending,
+ *     full spt) pass on at once, since every link would lengthen the chain.
  *
  * Determinism. Every element of every product is one chain of mma.sync over its k in
  * ascending k16 steps, each mma a fixed function of its fragments and accumulator; dK and
@@ -51,8 +73,9 @@
  * counter to equal the rank, the CTA adds its partial with fp32 reductions at L2 (the turn
  * is exclusive, so the additions into each element happen one after another, in rank
  * order), every thread fences, the CTA meets at a barrier, thread 0 fences and
- * release-stores rank + 1. Nothing depends on which CTA runs what or when, so the bits do
- * not depend on the grid or the mode.
+ * release-stores rank + 1 (at once, or deferred into the next step as above: the same
+ * sequence, later). Nothing depends on which CTA runs what or when, so the bits do not
+ * depend on the grid or the mode.
  *
  * Dsum and exact zeros. Where a row's softmax puts all its weight on one key j, O_i = V_j
  * exactly, and dP_ij - Dsum_i must be exactly 0 (dQ and dK are then exactly 0; the tests
@@ -66,42 +89,51 @@
 
 #include <math.h>
 
-template <int D>
+/* q-tile rows of every v2 backward; the kv-tile rows BN (64 or 128) are a template
+ * parameter, the schedule's block_n. */
+#define BWD_TC_BM 64
+
+template <int D, int BN>
 struct bwd_tc_smem {
-    uint16_t k_smem[ATTN_BN * attn_tc_ld<D>::v];       /* (64, D + 8) K tile of the unit */
-    uint16_t v_smem[ATTN_BN * attn_tc_ld<D>::v];       /* (64, D + 8) V tile of the unit */
-    uint16_t q_smem[2][ATTN_BM * attn_tc_ld<D>::v];    /* (2, 64, D + 8) Q of the step, of the next */
-    uint16_t dout_smem[2][ATTN_BM * attn_tc_ld<D>::v]; /* (2, 64, D + 8) dO likewise */
-    uint16_t p_smem[ATTN_BM * ATTN_TC_PLD];            /* (64, 72) P, input dtype, row i */
-    uint16_t ds_smem[ATTN_BM * ATTN_TC_PLD];           /* (64, 72) dS, input dtype, row i */
-    float lse_smem[2][ATTN_BM];                        /* (2, 64) LSE rows, +inf past Sq */
-    float dsum_smem[2][ATTN_BM];                       /* (2, 64) Dsum rows, 0 past Sq */
-    int32_t flag_smem;                                 /* broadcast from thread 0 */
+    uint16_t k_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) K tile of the unit */
+    uint16_t v_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) V tile of the unit */
+    uint16_t q_smem[2][BWD_TC_BM * attn_tc_ld<D>::v];      /* (2, 64, D + 8) Q of the step, of the next */
+    uint16_t dout_smem[2][BWD_TC_BM * attn_tc_ld<D>::v];   /* (2, 64, D + 8) dO likewise */
+    uint16_t p_smem[BWD_TC_BM * (BN + 8)];                 /* (64, BN + 8) P, input dtype, row i */
+    uint16_t ds_smem[BWD_TC_BM * (BN + 8)];                /* (64, BN + 8) dS, input dtype, row i */
+    float lse_smem[2][BWD_TC_BM];                          /* (2, 64) LSE rows, +inf past Sq */
+    float dsum_smem[2][BWD_TC_BM];                         /* (2, 64) Dsum rows, 0 past Sq */
+    int32_t flag_smem;                                     /* broadcast from thread 0 */
 };
 
-/* Registers of one unit: the thread's C fragments of dK, dV (kv rows 16 wm + g, + 8;
- * columns D/2 wn + 8 t + 2 (lane % 4), + 1) and of the pending dQ partial (q rows, same
- * columns). D/16 n-tiles x 4 = D/4 floats each. */
-template <int D>
+/* Registers of one unit (C fragments, layouts in the header comment):
+ *   dK, dV: kv rows BN/4 wk + 16 mt + g (+ 8), columns D/2 wd + 8 t + 2 t4 (+ 1);
+ *           MT = BN/64 m-tiles x D/16 n-tiles x 4 = BN D / 256 floats each;
+ *   dQp:    q rows 32 wq + 16 mt + g (+ 8), columns D/4 wd4 + 8 t + 2 t4 (+ 1);
+ *           2 m-tiles x D/32 n-tiles x 4 = D/4 floats. */
+template <int D, int BN>
 struct bwd_tc_regs {
-    float dk_reg[D / 16][4];
-    float dv_reg[D / 16][4];
-    float dq_reg[D / 16][4];
+    float dk_reg[BN / 64][D / 16][4];
+    float dv_reg[BN / 64][D / 16][4];
+    float dq_reg[2][D / 32][4];
 };
+
+/* Floats per thread of one virtual SM's registers in the interleaved mode's scratch. */
+#define BWD_TC_VSM_FLOATS(D, BN) (2 * (BN) * (D) / 256 + (D) / 4)
 
 /* Load the unit's K and V tiles and wait for them. */
-template <int D>
-static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, bwd_tc_smem<D> &sm,
-                                                      int32_t bh, int32_t n)
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p,
+                                                      bwd_tc_smem<D, BN> &sm, int32_t bh, int32_t n)
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
-    const int32_t j0 = n * ATTN_BN, rn = p.seqlen_k - j0 < ATTN_BN ? p.seqlen_k - j0 : ATTN_BN;
-    attn_tc_load_tile<D>(sm.k_smem, static_cast<const uint16_t *>(p.k),
-                         b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
-                         p.k_stride[1], rn, ATTN_THREADS);
-    attn_tc_load_tile<D>(sm.v_smem, static_cast<const uint16_t *>(p.v),
-                         b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
-                         p.v_stride[1], rn, ATTN_THREADS);
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    attn_tc_load_tile<D, BN>(sm.k_smem, static_cast<const uint16_t *>(p.k),
+                             b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
+                             p.k_stride[1], rn, ATTN_THREADS);
+    attn_tc_load_tile<D, BN>(sm.v_smem, static_cast<const uint16_t *>(p.v),
+                             b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
+                             p.v_stride[1], rn, ATTN_THREADS);
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     __syncthreads(); /* K and V are complete before the unit's first step reads them */
@@ -109,12 +141,13 @@ static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_para
 
 /* Start loading Q, dO, LSE and Dsum of q-tile m of head bh into buffer `buf`, as one
  * committed cp.async group (rows past Sq: Q, dO 0, LSE +inf, Dsum 0). */
-template <int D>
-static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_params &p, bwd_tc_smem<D> &sm,
-                                                     int32_t buf, int32_t bh, int32_t m)
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_params &p,
+                                                     bwd_tc_smem<D, BN> &sm, int32_t buf, int32_t bh,
+                                                     int32_t m)
 {
     const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-    const int32_t i0 = m * ATTN_BM, rm = p.seqlen_q - i0 < ATTN_BM ? p.seqlen_q - i0 : ATTN_BM;
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     attn_tc_load_tile<D>(sm.q_smem[buf], static_cast<const uint16_t *>(p.q),
                          b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
                          p.q_stride[1], rm, ATTN_THREADS);
@@ -122,7 +155,7 @@ static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_param
                          b * p.dout_stride[0] + (int64_t)i0 * p.dout_stride[1] + h * p.dout_stride[2],
                          p.dout_stride[1], rm, ATTN_THREADS);
     const int32_t tid = threadIdx.x;
-    if (tid < ATTN_BM) {
+    if (tid < BWD_TC_BM) {
         const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
         if (tid < rm) {
             attn_cp_async4(&sm.lse_smem[buf][tid], p.lse + row);
@@ -135,15 +168,59 @@ static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_param
     attn_cp_async_commit();
 }
 
-template <int D>
-static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_tc_regs<D> &x)
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_tc_regs<D, BN> &x)
 {
 #pragma unroll
-    for (int t = 0; t < D / 16; t++)
+    for (int mt = 0; mt < BN / 64; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            x.dk_reg[t][e] = 0.0f;
-            x.dv_reg[t][e] = 0.0f;
+        for (int t = 0; t < D / 16; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x.dk_reg[mt][t][e] = 0.0f;
+                x.dv_reg[mt][t][e] = 0.0f;
+            }
+}
+
+/* P and dS of the warp's (32, BN/4) slab from its S and dP fragments, rounded to the
+ * input dtype into shared memory. MASK: test every element against Sq, Sk and the causal
+ * diagonal; the caller passes false only where every element is visible, so both
+ * versions compute the same values. */
+template <typename DT, int BN, bool MASK>
+static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
+                                                  uint16_t *ds_smem, const float *lse_smem,
+                                                  const float *dsum_smem, float (&s_reg)[2][BN / 32][4],
+                                                  float (&dp_reg)[2][BN / 32][4], int32_t i0, int32_t rm,
+                                                  int32_t j0, int32_t rn)
+{
+    const int32_t PLD = BN + 8;
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t wm = warp & 1, wn = warp >> 1, g = lane >> 2, t4 = lane & 3;
+    const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
+    const int causal = p.s.mask == SCHED_MASK_CAUSAL;
+    const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int32_t i = 32 * wm + 16 * mt + g + 8 * r;
+            const float lse2 = __fmul_rn(lse_smem[i], ATTN_LOG2E), dsum = dsum_smem[i];
+            const int64_t last = (int64_t)i0 + i + offset - j0; /* last visible j in the tile */
+#pragma unroll
+            for (int t = 0; t < BN / 32; t++) {
+                float pv[2], dsv[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int32_t j = (BN / 4) * wn + 8 * t + 2 * t4 + e;
+                    const bool vis = !MASK || (i < rm && j < rn && (!causal || j <= last));
+                    const float pr = vis ? attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2)) : 0.0f;
+                    pv[e] = pr;
+                    dsv[e] = vis ? __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum)) : 0.0f;
+                }
+                const int32_t at = i * PLD + (BN / 4) * wn + 8 * t + 2 * t4;
+                *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(pv[0], pv[1]);
+                *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dsv[0], dsv[1]);
+            }
         }
 }
 
@@ -153,28 +230,30 @@ static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_tc_regs<D> &x)
  * the same head into buffer buf ^ 1, for the caller's next step. Updates x.dk_reg,
  * x.dv_reg and leaves the dQ partial in x.dq_reg. K/V of the unit must be in shared
  * memory. Both modes run exactly this code; `loaded` and next_m only move loads in time.
+ * The step ends with reads of this buffer, P, dS and K still in flight in other warps:
+ * the caller meets at a barrier (the dQ turn's) before anything overwrites them.
  */
-template <typename DT, int D>
-static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D> &sm,
-                                                   bwd_tc_regs<D> &x, int32_t bh, int32_t n, int32_t m,
-                                                   int32_t buf, int loaded, int32_t next_m)
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
+                                                   bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n, int32_t m,
+                                                   int32_t buf, int loaded, int32_t next_m,
+                                                   int32_t *rel_ctr, int32_t rel_rank)
 {
-    const int32_t LD = attn_tc_ld<D>::v, PLD = ATTN_TC_PLD;
-    const int32_t NT = D / 16; /* n-tiles of the warp's (16, D/2) slab of dK, dV, dQp */
+    const int32_t LD = attn_tc_ld<D>::v, PLD = BN + 8;
+    const int32_t MT = BN / 64;   /* m-tiles of the warp's (BN/4, D/2) slab of dK, dV */
+    const int32_t NTS = BN / 32;  /* n-tiles of the warp's (32, BN/4) slab of S, dP */
+    const int32_t NTQ = D / 32;   /* n-tiles of the warp's (32, D/4) slab of dQp */
     const int32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int32_t wm = warp & 3, wn = warp >> 2, g = lane >> 2, t4 = lane & 3;
+    const int32_t w1 = warp & 1, w2 = warp >> 1; /* 2 x 4 warp grid, read per product */
     const int32_t xr = attn_ldsm_x_row(lane), xc = attn_ldsm_x_col(lane);
     const int32_t yr = attn_ldsm_y_row(lane), yc = attn_ldsm_y_col(lane);
-    const int32_t i0 = m * ATTN_BM, rm = p.seqlen_q - i0 < ATTN_BM ? p.seqlen_q - i0 : ATTN_BM;
-    const int32_t j0 = n * ATTN_BN, rn = p.seqlen_k - j0 < ATTN_BN ? p.seqlen_k - j0 : ATTN_BN;
-    const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
-    const int causal = p.s.mask == SCHED_MASK_CAUSAL;
-    const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
 
     if (!loaded)
-        bwd_tc_load_q<D>(p, sm, buf, bh, m);
+        bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
     if (next_m >= 0) {
-        bwd_tc_load_q<D>(p, sm, buf ^ 1, bh, next_m);
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
         attn_cp_async_wait<1>(); /* all but the prefetch: this step's group has landed */
     } else {
         attn_cp_async_wait<0>();
@@ -182,118 +261,138 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     __syncthreads(); /* Q, dO, LSE and Dsum of the step are complete before anyone reads them */
     const uint16_t *q_smem = sm.q_smem[buf], *dout_smem = sm.dout_smem[buf];
 
-    /* S = Q K^T and dP = dO V^T, d ascending */
-    float s_reg[4][4], dp_reg[4][4];
+    /* S = Q K^T and dP = dO V^T, d ascending; warp: q rows 32 w1 .., kv columns BN/4 w2 .. */
+    float s_reg[2][NTS][4], dp_reg[2][NTS][4];
 #pragma unroll
-    for (int t = 0; t < 4; t++)
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            s_reg[t][e] = 0.0f;
-            dp_reg[t][e] = 0.0f;
-        }
+        for (int t = 0; t < NTS; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s_reg[mt][t][e] = 0.0f;
+                dp_reg[mt][t][e] = 0.0f;
+            }
 #pragma unroll
     for (int32_t kk = 0; kk < D / 16; kk++) {
-        uint32_t aq[4], ado[4];
-        attn_ldsm_x4(aq, q_smem + (16 * wm + xr) * LD + 16 * kk + xc);
-        attn_ldsm_x4(ado, dout_smem + (16 * wm + xr) * LD + 16 * kk + xc);
+        uint32_t aq[2][4], ado[2][4];
 #pragma unroll
-        for (int nb = 0; nb < 2; nb++) {
+        for (int mt = 0; mt < 2; mt++) {
+            attn_ldsm_x4(aq[mt], q_smem + (32 * w1 + 16 * mt + xr) * LD + 16 * kk + xc);
+            attn_ldsm_x4(ado[mt], dout_smem + (32 * w1 + 16 * mt + xr) * LD + 16 * kk + xc);
+        }
+#pragma unroll
+        for (int nb = 0; nb < NTS / 2; nb++) {
             uint32_t bk[4], bv[4];
-            attn_ldsm_x4(bk, sm.k_smem + (32 * wn + 16 * nb + yr) * LD + 16 * kk + yc);
-            attn_ldsm_x4(bv, sm.v_smem + (32 * wn + 16 * nb + yr) * LD + 16 * kk + yc);
-            DT::mma(s_reg[2 * nb], aq, bk[0], bk[1]);
-            DT::mma(s_reg[2 * nb + 1], aq, bk[2], bk[3]);
-            DT::mma(dp_reg[2 * nb], ado, bv[0], bv[1]);
-            DT::mma(dp_reg[2 * nb + 1], ado, bv[2], bv[3]);
-        }
-    }
-
-    /* P = 2^(S scale log2(e) - LSE log2(e)), 0 where masked; dS = P (dP - Dsum); both
-     * rounded to the input dtype into shared memory */
+            attn_ldsm_x4(bk, sm.k_smem + ((BN / 4) * w2 + 16 * nb + yr) * LD + 16 * kk + yc);
+            attn_ldsm_x4(bv, sm.v_smem + ((BN / 4) * w2 + 16 * nb + yr) * LD + 16 * kk + yc);
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int32_t i = 16 * wm + g + 8 * r;
-        const float lse2 = __fmul_rn(sm.lse_smem[buf][i], ATTN_LOG2E), dsum = sm.dsum_smem[buf][i];
-        const int64_t last = (int64_t)i0 + i + offset - j0; /* last visible j in the tile */
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            float pv[2], dsv[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int32_t j = 32 * wn + 8 * t + 2 * t4 + e;
-                const bool vis = i < rm && j < rn && (!causal || j <= last);
-                const float pr = vis ? exp2f(fmaf(s_reg[t][2 * r + e], scale2, -lse2)) : 0.0f;
-                pv[e] = pr;
-                dsv[e] = vis ? __fmul_rn(pr, __fsub_rn(dp_reg[t][2 * r + e], dsum)) : 0.0f;
+            for (int mt = 0; mt < 2; mt++) {
+                DT::mma(s_reg[mt][2 * nb], aq[mt], bk[0], bk[1]);
+                DT::mma(s_reg[mt][2 * nb + 1], aq[mt], bk[2], bk[3]);
+                DT::mma(dp_reg[mt][2 * nb], ado[mt], bv[0], bv[1]);
+                DT::mma(dp_reg[mt][2 * nb + 1], ado[mt], bv[2], bv[3]);
             }
-            const int32_t at = i * PLD + 32 * wn + 8 * t + 2 * t4;
-            *reinterpret_cast<uint32_t *>(sm.p_smem + at) = DT::pack2(pv[0], pv[1]);
-            *reinterpret_cast<uint32_t *>(sm.ds_smem + at) = DT::pack2(dsv[0], dsv[1]);
         }
     }
-    __syncthreads(); /* P and dS are complete before the products below read other warps' parts */
 
-    /* dV += P^T dO and dK += dS^T Q, i ascending */
+    /* P = 2^(S scale log2(e) - LSE log2(e)), 0 where masked; dS = P (dP - Dsum). The
+     * masks are skipped where the whole tile is visible: full rows and columns, and for
+     * causal the tile's first row sees its last key. */
+    const bool whole = rm == BWD_TC_BM && rn == BN &&
+                       (p.s.mask != SCHED_MASK_CAUSAL ||
+                        (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+    if (whole)
+        bwd_tc_pds<DT, BN, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s_reg,
+                                  dp_reg, i0, rm, j0, rn);
+    else
+        bwd_tc_pds<DT, BN, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s_reg,
+                                 dp_reg, i0, rm, j0, rn);
+    /* A deferred release of the previous step's dQ turn (rel_ctr, rank rel_rank in thread
+     * 0): the sequence of bwd_tc_release, with this step's barrier as its barrier. The
+     * reductions were issued before S and dP, so the fences find them performed. */
+    if (rel_ctr)
+        __threadfence(); /* this thread's reductions are performed GPU-wide ... */
+    __syncthreads(); /* P and dS are complete before the products below read other warps'
+                        parts (and every thread's fence is behind us) */
+    if (rel_ctr && tid == 0) {
+        __threadfence(); /* cumulative: orders the whole CTA's addition before the store */
+        attn_st_release(rel_ctr, rel_rank + 1);
+    }
+
+    /* dV += P^T dO and dK += dS^T Q, i ascending; warp: kv rows BN/4 w2 .., d columns D/2 w1 .. */
 #pragma unroll
-    for (int32_t kk = 0; kk < ATTN_BM / 16; kk++) {
-        uint32_t ap[4], ads[4];
-        attn_ldsm_x4_t(ap, sm.p_smem + (16 * kk + yr) * PLD + 16 * wm + yc);
-        attn_ldsm_x4_t(ads, sm.ds_smem + (16 * kk + yr) * PLD + 16 * wm + yc);
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
+        uint32_t ap[MT][4], ads[MT][4];
 #pragma unroll
-        for (int nb = 0; nb < NT / 2; nb++) {
-            const int32_t d0 = wn * (D / 2) + 16 * nb;
+        for (int mt = 0; mt < MT; mt++) {
+            attn_ldsm_x4_t(ap[mt], sm.p_smem + (16 * kk + yr) * PLD + (BN / 4) * w2 + 16 * mt + yc);
+            attn_ldsm_x4_t(ads[mt], sm.ds_smem + (16 * kk + yr) * PLD + (BN / 4) * w2 + 16 * mt + yc);
+        }
+#pragma unroll
+        for (int nb = 0; nb < D / 32; nb++) {
+            const int32_t d0 = w1 * (D / 2) + 16 * nb;
             uint32_t bo[4], bq[4];
             attn_ldsm_x4_t(bo, dout_smem + (16 * kk + xr) * LD + d0 + xc);
             attn_ldsm_x4_t(bq, q_smem + (16 * kk + xr) * LD + d0 + xc);
-            DT::mma(x.dv_reg[2 * nb], ap, bo[0], bo[1]);
-            DT::mma(x.dv_reg[2 * nb + 1], ap, bo[2], bo[3]);
-            DT::mma(x.dk_reg[2 * nb], ads, bq[0], bq[1]);
-            DT::mma(x.dk_reg[2 * nb + 1], ads, bq[2], bq[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                DT::mma(x.dv_reg[mt][2 * nb], ap[mt], bo[0], bo[1]);
+                DT::mma(x.dv_reg[mt][2 * nb + 1], ap[mt], bo[2], bo[3]);
+                DT::mma(x.dk_reg[mt][2 * nb], ads[mt], bq[0], bq[1]);
+                DT::mma(x.dk_reg[mt][2 * nb + 1], ads[mt], bq[2], bq[3]);
+            }
         }
     }
 
-    /* dQp = dS K, j ascending */
+    /* dQp = dS K, j ascending; warp: q rows 32 w1 .., d columns D/4 w2 .. */
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            x.dq_reg[t][e] = 0.0f;
+        for (int t = 0; t < NTQ; t++)
 #pragma unroll
-    for (int32_t kk = 0; kk < ATTN_BN / 16; kk++) {
-        uint32_t a[4];
-        attn_ldsm_x4(a, sm.ds_smem + (16 * wm + xr) * PLD + 16 * kk + xc);
+            for (int e = 0; e < 4; e++)
+                x.dq_reg[mt][t][e] = 0.0f;
 #pragma unroll
-        for (int nb = 0; nb < NT / 2; nb++) {
+    for (int32_t kk = 0; kk < BN / 16; kk++) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            attn_ldsm_x4(a[mt], sm.ds_smem + (32 * w1 + 16 * mt + xr) * PLD + 16 * kk + xc);
+#pragma unroll
+        for (int nb = 0; nb < NTQ / 2; nb++) {
             uint32_t bk[4];
-            attn_ldsm_x4_t(bk, sm.k_smem + (16 * kk + xr) * LD + wn * (D / 2) + 16 * nb + xc);
-            DT::mma(x.dq_reg[2 * nb], a, bk[0], bk[1]);
-            DT::mma(x.dq_reg[2 * nb + 1], a, bk[2], bk[3]);
+            attn_ldsm_x4_t(bk, sm.k_smem + (16 * kk + xr) * LD + w2 * (D / 4) + 16 * nb + xc);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                DT::mma(x.dq_reg[mt][2 * nb], a[mt], bk[0], bk[1]);
+                DT::mma(x.dq_reg[mt][2 * nb + 1], a[mt], bk[2], bk[3]);
+            }
         }
     }
-    __syncthreads(); /* every read of this buffer, P, dS (and K, V) is done before the next
-                        step's prefetch or the next unit overwrites them */
 }
 
 /* Add the dQ partial into dQacc[m] at L2. The caller holds the tile's turn (or the
  * schedule is atomic, where additions race on purpose). */
-template <int D>
+template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &p,
-                                                     const bwd_tc_regs<D> &x, int32_t bh, int32_t m)
+                                                     const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m)
 {
     const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t wm = warp & 3, wn = warp >> 2, g = lane >> 2, t4 = lane & 3;
-    const int32_t i0 = m * ATTN_BM, rm = p.seqlen_q - i0 < ATTN_BM ? p.seqlen_q - i0 : ATTN_BM;
+    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D) rows of the tile */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int32_t i = 16 * wm + g + 8 * r;
-        if (i >= rm)
-            continue;
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int t = 0; t < D / 16; t++)
-            attn_red_add2(acc + i * D + wn * (D / 2) + 8 * t + 2 * t4, x.dq_reg[t][2 * r],
-                          x.dq_reg[t][2 * r + 1]);
-    }
+        for (int r = 0; r < 2; r++) {
+            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
+            if (i >= rm)
+                continue;
+#pragma unroll
+            for (int t = 0; t < D / 32; t++)
+                attn_red_add2(acc + i * D + w2 * (D / 4) + 8 * t + 2 * t4, x.dq_reg[mt][t][2 * r],
+                              x.dq_reg[mt][t][2 * r + 1]);
+        }
 }
 
 /* The tail of an addition: make it visible at GPU scope, then pass the tile on. */
@@ -309,102 +408,117 @@ static __device__ __forceinline__ void bwd_tc_release(int32_t *ctr, int32_t rank
 
 /* Store the unit's dK (times scale) and dV: straight to the outputs, or per q-head fp32
  * for GQA (summed by attn_bwd_tc_dkv_sum_kernel). */
-template <typename DT, int D>
+template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_params &p,
-                                                         const bwd_tc_regs<D> &x, int32_t bh, int32_t n)
+                                                         const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n)
 {
     const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t wm = warp & 3, wn = warp >> 2, g = lane >> 2, t4 = lane & 3;
+    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
-    const int32_t j0 = n * ATTN_BN, rn = p.seqlen_k - j0 < ATTN_BN ? p.seqlen_k - j0 : ATTN_BN;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int32_t j = 16 * wm + g + 8 * r;
-        if (j >= rn)
-            continue;
+    for (int mt = 0; mt < BN / 64; mt++)
 #pragma unroll
-        for (int t = 0; t < D / 16; t++) {
-            const int32_t d = wn * (D / 2) + 8 * t + 2 * t4;
-            const float dk0 = __fmul_rn(x.dk_reg[t][2 * r], p.scale);
-            const float dk1 = __fmul_rn(x.dk_reg[t][2 * r + 1], p.scale);
-            const float dv0 = x.dv_reg[t][2 * r], dv1 = x.dv_reg[t][2 * r + 1];
-            if (p.group == 1) {
-                attn_st_pair(dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] +
-                                 hk * p.dk_stride[2] + d,
-                             DT::pack2(dk0, dk1));
-                attn_st_pair(dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] +
-                                 hk * p.dv_stride[2] + d,
-                             DT::pack2(dv0, dv1));
-            } else {
-                const int64_t at = ((int64_t)bh * p.seqlen_k + j0 + j) * D + d;
-                *reinterpret_cast<float2 *>(p.dk_acc + at) = make_float2(dk0, dk1);
-                *reinterpret_cast<float2 *>(p.dv_acc + at) = make_float2(dv0, dv1);
+        for (int r = 0; r < 2; r++) {
+            const int32_t j = (BN / 4) * w2 + 16 * mt + g + 8 * r;
+            if (j >= rn)
+                continue;
+#pragma unroll
+            for (int t = 0; t < D / 16; t++) {
+                const int32_t d = w1 * (D / 2) + 8 * t + 2 * t4;
+                const float dk0 = __fmul_rn(x.dk_reg[mt][t][2 * r], p.scale);
+                const float dk1 = __fmul_rn(x.dk_reg[mt][t][2 * r + 1], p.scale);
+                const float dv0 = x.dv_reg[mt][t][2 * r], dv1 = x.dv_reg[mt][t][2 * r + 1];
+                if (p.group == 1) {
+                    attn_st_pair(dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] +
+                                     hk * p.dk_stride[2] + d,
+                                 DT::pack2(dk0, dk1));
+                    attn_st_pair(dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] +
+                                     hk * p.dv_stride[2] + d,
+                                 DT::pack2(dv0, dv1));
+                } else {
+                    const int64_t at = ((int64_t)bh * p.seqlen_k + j0 + j) * D + d;
+                    *reinterpret_cast<float2 *>(p.dk_acc + at) = make_float2(dk0, dk1);
+                    *reinterpret_cast<float2 *>(p.dv_acc + at) = make_float2(dv0, dv1);
+                }
             }
         }
-    }
 }
 
-/* Interleaved mode: a virtual SM's registers in global scratch, (3, D/4, 256) floats,
- * thread-minor so that the CTA's accesses coalesce. */
-template <int D>
+/* Interleaved mode: a virtual SM's registers in global scratch, (BWD_TC_VSM_FLOATS, 256)
+ * floats - dK, dV, then the dQ partial - thread-minor so that the CTA's accesses coalesce. */
+template <int D, int BN>
 static __device__ __forceinline__ float *bwd_tc_vsm_data(const struct attn_bwd_params &p, int32_t v)
 {
-    return p.vsm_data + (int64_t)v * 3 * (D / 4) * ATTN_THREADS + threadIdx.x;
+    return p.vsm_data + (int64_t)v * BWD_TC_VSM_FLOATS(D, BN) * ATTN_THREADS + threadIdx.x;
 }
 
-template <int D>
+template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_params &p, int32_t v,
-                                                       const int32_t *st, const bwd_tc_regs<D> &x)
+                                                       const int32_t *st, const bwd_tc_regs<D, BN> &x)
 {
-    float *data = bwd_tc_vsm_data<D>(p, v);
+    const int32_t KV = BN * D / 256; /* floats of each of dK, dV */
+    float *data = bwd_tc_vsm_data<D, BN>(p, v);
     if (threadIdx.x == 0)
         for (int i = 0; i < VSM_SLOTS; i++)
             p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
     if (st[VSM_LOADED])
 #pragma unroll
-        for (int t = 0; t < D / 16; t++)
+        for (int mt = 0; mt < BN / 64; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                data[((0 * (D / 4)) + 4 * t + e) * ATTN_THREADS] = x.dk_reg[t][e];
-                data[((1 * (D / 4)) + 4 * t + e) * ATTN_THREADS] = x.dv_reg[t][e];
-            }
+            for (int t = 0; t < D / 16; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int32_t f = (mt * (D / 16) + t) * 4 + e;
+                    data[f * ATTN_THREADS] = x.dk_reg[mt][t][e];
+                    data[(KV + f) * ATTN_THREADS] = x.dv_reg[mt][t][e];
+                }
     if (st[VSM_PENDING])
 #pragma unroll
-        for (int t = 0; t < D / 16; t++)
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                data[((2 * (D / 4)) + 4 * t + e) * ATTN_THREADS] = x.dq_reg[t][e];
+            for (int t = 0; t < D / 32; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    data[(2 * KV + (mt * (D / 32) + t) * 4 + e) * ATTN_THREADS] = x.dq_reg[mt][t][e];
 }
 
-template <int D>
+template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_params &p, int32_t v,
-                                                          const int32_t *st, bwd_tc_regs<D> &x)
+                                                          const int32_t *st, bwd_tc_regs<D, BN> &x)
 {
-    const float *data = bwd_tc_vsm_data<D>(p, v);
+    const int32_t KV = BN * D / 256;
+    const float *data = bwd_tc_vsm_data<D, BN>(p, v);
     if (st[VSM_LOADED])
 #pragma unroll
-        for (int t = 0; t < D / 16; t++)
+        for (int mt = 0; mt < BN / 64; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                x.dk_reg[t][e] = data[((0 * (D / 4)) + 4 * t + e) * ATTN_THREADS];
-                x.dv_reg[t][e] = data[((1 * (D / 4)) + 4 * t + e) * ATTN_THREADS];
-            }
+            for (int t = 0; t < D / 16; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int32_t f = (mt * (D / 16) + t) * 4 + e;
+                    x.dk_reg[mt][t][e] = data[f * ATTN_THREADS];
+                    x.dv_reg[mt][t][e] = data[(KV + f) * ATTN_THREADS];
+                }
     if (st[VSM_PENDING])
 #pragma unroll
-        for (int t = 0; t < D / 16; t++)
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                x.dq_reg[t][e] = data[((2 * (D / 4)) + 4 * t + e) * ATTN_THREADS];
+            for (int t = 0; t < D / 32; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    x.dq_reg[mt][t][e] = data[(2 * KV + (mt * (D / 32) + t) * 4 + e) * ATTN_THREADS];
 }
 
 /* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
  * the next step's Q/dO are already on their way. */
-template <typename DT, int D>
-static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, bwd_tc_smem<D> &sm)
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p,
+                                                         bwd_tc_smem<D, BN> &sm)
 {
     const struct sched *s = &p.s;
-    bwd_tc_regs<D> x;
+    bwd_tc_regs<D, BN> x;
     for (;;) {
         if (threadIdx.x == 0)
             sm.flag_smem = atomicAdd(p.job_next, 1);
@@ -413,17 +527,27 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         __syncthreads(); /* everyone has read it before thread 0 may write the next one */
         if (job >= s->jobs)
             return;
-        const struct sched_job J = sched_job_at(s, job);
+        struct sched_job J = sched_job_at(s, job);
+        if (s->kind == SCHED_SHIFT) {
+            /* Take the jobs of each (chunk, head) in descending slot order. Shift adds
+             * into most dQ tiles in descending slot order, so each addition then waits on
+             * a job that started earlier, not later. The group stays contiguous in
+             * dispatch order, which is all shift's deadlock freedom needs; the ranks,
+             * and so the bits, do not depend on who takes which job when. */
+            J = sched_job_at(s, job - J.slot + (J.len - 1 - J.slot));
+        }
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
-            bwd_tc_load_kv<D>(p, sm, J.bh, n);
-            bwd_tc_zero_kv<D>(x);
+            bwd_tc_load_kv<D, BN>(p, sm, J.bh, n);
+            bwd_tc_zero_kv<D, BN>(x);
             const int32_t steps = sched_unit_steps(s, n);
             int32_t m = sched_visit(s, &J, stage, 0), buf = 0;
             int loaded = 0;
+            int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
             for (int32_t step = 0; step < steps; step++) {
                 const int32_t next_m = step + 1 < steps ? sched_visit(s, &J, stage, step + 1) : -1;
-                bwd_tc_step<DT, D>(p, sm, x, J.bh, n, m, buf, loaded, next_m);
+                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
+                pend_ctr = NULL;
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
                 int32_t rank = -1;
                 if (threadIdx.x == 0 && s->kind != SCHED_ATOMIC) {
@@ -437,25 +561,35 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     }
                     __threadfence();
                 }
-                __syncthreads(); /* our turn has come, for the whole CTA */
-                bwd_tc_add_dq<D>(p, x, J.bh, m);
-                bwd_tc_release(ctr, rank);
+                __syncthreads(); /* our turn has come, for the whole CTA; and every warp is
+                                    done with the step's buffer before the next prefetch */
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
+                /* Passing the tile on during the next step lets the reductions complete
+                 * under S and dP instead of stalling the fence; the next step waits on
+                 * nothing before it passes the tile on, so no wait can form a cycle. */
+                if (p.defer && s->kind != SCHED_ATOMIC && next_m >= 0) {
+                    pend_ctr = ctr;
+                    pend_rank = rank;
+                } else {
+                    bwd_tc_release(ctr, rank);
+                }
                 m = next_m;
                 buf ^= 1;
                 loaded = 1;
             }
-            bwd_tc_store_unit<DT, D>(p, x, J.bh, n);
+            bwd_tc_store_unit<DT, D, BN>(p, x, J.bh, n);
         }
     }
 }
 
 /* Interleaved mode: virtual SMs blockIdx.x, blockIdx.x + gridDim.x, ... in turn (v1's
  * bookkeeping, v2's step; no prefetch, since the next step may belong to another one). */
-template <typename DT, int D>
-static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_params &p, bwd_tc_smem<D> &sm)
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_params &p,
+                                                          bwd_tc_smem<D, BN> &sm)
 {
     const struct sched *s = &p.s;
-    bwd_tc_regs<D> x;
+    bwd_tc_regs<D, BN> x;
     int32_t st[VSM_SLOTS]; /* the held virtual SM's state; VSM_RANK is valid in thread 0 only */
     int32_t held = -1;     /* the virtual SM whose registers and K/V are on chip */
 
@@ -478,14 +612,14 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 if (nx[VSM_JOB] >= s->jobs)
                     continue;
                 if (held >= 0)
-                    bwd_tc_vsm_save<D>(p, held, st, x);
+                    bwd_tc_vsm_save<D, BN>(p, held, st, x);
                 held = v;
                 for (int i = 0; i < VSM_SLOTS; i++)
                     st[i] = nx[i];
-                bwd_tc_vsm_restore<D>(p, v, st, x);
+                bwd_tc_vsm_restore<D, BN>(p, v, st, x);
                 if (st[VSM_LOADED]) {
                     const struct sched_job J = sched_job_at(s, st[VSM_JOB]);
-                    bwd_tc_load_kv<D>(p, sm, J.bh, sched_job_unit(s, J.k, st[VSM_STAGE]));
+                    bwd_tc_load_kv<D, BN>(p, sm, J.bh, sched_job_unit(s, J.k, st[VSM_STAGE]));
                 }
             } else if (st[VSM_JOB] >= s->jobs) {
                 continue;
@@ -497,12 +631,12 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 const int32_t n = sched_job_unit(s, J.k, st[VSM_STAGE]);
                 if (!st[VSM_PENDING]) {
                     if (!st[VSM_LOADED]) {
-                        bwd_tc_load_kv<D>(p, sm, J.bh, n);
-                        bwd_tc_zero_kv<D>(x);
+                        bwd_tc_load_kv<D, BN>(p, sm, J.bh, n);
+                        bwd_tc_zero_kv<D, BN>(x);
                         st[VSM_LOADED] = 1;
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
-                    bwd_tc_step<DT, D>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1);
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
                     if (threadIdx.x == 0)
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;
@@ -520,13 +654,13 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 __syncthreads(); /* everyone has read it before thread 0 may write it again */
                 if (!go)
                     break; /* not our turn: keep the partial, try the next virtual SM */
-                bwd_tc_add_dq<D>(p, x, J.bh, st[VSM_M]);
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, st[VSM_M]);
                 bwd_tc_release(ctr, threadIdx.x == 0 ? st[VSM_RANK] : -1);
                 st[VSM_PENDING] = 0;
                 progress = 1;
                 if (++st[VSM_STEP] < sched_unit_steps(s, n))
                     continue;
-                bwd_tc_store_unit<DT, D>(p, x, J.bh, n);
+                bwd_tc_store_unit<DT, D, BN>(p, x, J.bh, n);
                 st[VSM_LOADED] = 0;
                 st[VSM_STEP] = 0;
                 if (++st[VSM_STAGE] < sched_job_stages(s, J.k))
@@ -550,18 +684,18 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
  * its own register allocation: one kernel holding both needs more than 255 registers at
  * D = 128 and spills. Which kernel runs changes nothing but the bookkeeping around the
  * steps. */
-template <typename DT, int D>
+template <typename DT, int D, int BN>
 __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_persistent_kernel(const struct attn_bwd_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bwd_tc_persistent<DT, D>(p, *reinterpret_cast<bwd_tc_smem<D> *>(smem_raw));
+    bwd_tc_persistent<DT, D, BN>(p, *reinterpret_cast<bwd_tc_smem<D, BN> *>(smem_raw));
 }
 
-template <typename DT, int D>
+template <typename DT, int D, int BN>
 __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_interleaved_kernel(const struct attn_bwd_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bwd_tc_interleaved<DT, D>(p, *reinterpret_cast<bwd_tc_smem<D> *>(smem_raw));
+    bwd_tc_interleaved<DT, D, BN>(p, *reinterpret_cast<bwd_tc_smem<D, BN> *>(smem_raw));
 }
 
 /* Dsum_i = sum_d dO_id O_id, as the diagonal of dO O^T on tensor cores: one warp per 16
@@ -670,7 +804,7 @@ static uint32_t tc_rows_grid(int64_t work, int64_t per_block, int32_t sms)
     return (uint32_t)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
-template <typename DT, int D>
+template <typename DT, int D, int BN>
 static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
                                  cudaStream_t stream)
 {
@@ -688,11 +822,11 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->mode == ATTN_MODE_INTERLEAVED)
-        attn_bwd_tc_interleaved_kernel<DT, D>
-            <<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_tc_smem<D>), stream>>>(*p);
+        attn_bwd_tc_interleaved_kernel<DT, D, BN>
+            <<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>), stream>>>(*p);
     else
-        attn_bwd_tc_persistent_kernel<DT, D>
-            <<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_tc_smem<D>), stream>>>(*p);
+        attn_bwd_tc_persistent_kernel<DT, D, BN>
+            <<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>), stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_tc_postprocess_kernel<DT, D>
@@ -709,67 +843,83 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     return cudaSuccess;
 }
 
-template <typename DT, int D>
+template <typename DT, int D, int BN>
 static cudaError_t bwd_tc_attr(void)
 {
-    cudaError_t err = cudaFuncSetAttribute(attn_bwd_tc_persistent_kernel<DT, D>,
+    cudaError_t err = cudaFuncSetAttribute(attn_bwd_tc_persistent_kernel<DT, D, BN>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)sizeof(bwd_tc_smem<D>));
+                                           (int)sizeof(bwd_tc_smem<D, BN>));
     if (err != cudaSuccess)
         return err;
-    return cudaFuncSetAttribute(attn_bwd_tc_interleaved_kernel<DT, D>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(bwd_tc_smem<D>));
+    return cudaFuncSetAttribute(attn_bwd_tc_interleaved_kernel<DT, D, BN>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(bwd_tc_smem<D, BN>));
 }
 
 /* The smaller of the two kernels' figures: the host picks the grid before the mode. */
-template <typename DT, int D>
+template <typename DT, int D, int BN>
 static cudaError_t bwd_tc_occupancy(int32_t *ret)
 {
     int a = 0, b = 0;
-    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_tc_persistent_kernel<DT, D>,
-                                                                    ATTN_THREADS, sizeof(bwd_tc_smem<D>));
+    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &a, attn_bwd_tc_persistent_kernel<DT, D, BN>, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>));
     if (err == cudaSuccess)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_tc_interleaved_kernel<DT, D>,
-                                                            ATTN_THREADS, sizeof(bwd_tc_smem<D>));
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &b, attn_bwd_tc_interleaved_kernel<DT, D, BN>, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>));
     if (err == cudaSuccess)
         *ret = a < b ? a : b;
     return err;
 }
 
+template <typename DT, int D>
+static cudaError_t bwd_tc_attr2(void)
+{
+    cudaError_t err = bwd_tc_attr<DT, D, 64>();
+    return err != cudaSuccess ? err : bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N>();
+}
+
 cudaError_t cuattn__bwd_tc_init(void)
 {
     cudaError_t err;
-    if ((err = bwd_tc_attr<attn_bf16, 64>()) != cudaSuccess || (err = bwd_tc_attr<attn_bf16, 128>()) != cudaSuccess ||
-        (err = bwd_tc_attr<attn_f16, 64>()) != cudaSuccess || (err = bwd_tc_attr<attn_f16, 128>()) != cudaSuccess)
+    if ((err = bwd_tc_attr2<attn_bf16, 64>()) != cudaSuccess || (err = bwd_tc_attr2<attn_bf16, 128>()) != cudaSuccess ||
+        (err = bwd_tc_attr2<attn_f16, 64>()) != cudaSuccess || (err = bwd_tc_attr2<attn_f16, 128>()) != cudaSuccess)
         return err;
     return cudaSuccess;
 }
 
-cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret)
+size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n)
 {
-    const int bf = dt == DTYPE_BF16;
-    switch (head_dim) {
-    case 64:
-        return bf ? bwd_tc_occupancy<attn_bf16, 64>(ret) : bwd_tc_occupancy<attn_f16, 64>(ret);
-    case 128:
-        return bf ? bwd_tc_occupancy<attn_bf16, 128>(ret) : bwd_tc_occupancy<attn_f16, 128>(ret);
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return (size_t)BWD_TC_VSM_FLOATS(head_dim, block_n);
+}
+
+/* One switch for the (dtype, head dim, kv-tile) kernels; anything else is refused. */
+#define BWD_TC_DISPATCH(dt, head_dim, block_n, CALL)                                            \
+    do {                                                                                        \
+        const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
+        if ((block_n) != 64 && !wide_)                                                          \
+            return cudaErrorInvalidValue;                                                       \
+        switch (head_dim) {                                                                     \
+        case 64:                                                                                \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 64, 64))     \
+                       : (wide_ ? CALL(attn_f16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 64, 64));      \
+        case 128:                                                                               \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 128, 64))   \
+                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 128, 64));    \
+        default:                                                                                \
+            return cudaErrorInvalidValue;                                                       \
+        }                                                                                       \
+    } while (0)
+
+cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int32_t *ret)
+{
+#define BWD_TC_OCC(T, D, BN) bwd_tc_occupancy<T, D, BN>(ret)
+    BWD_TC_DISPATCH(dt, head_dim, block_n, BWD_TC_OCC);
+#undef BWD_TC_OCC
 }
 
 cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                   int32_t grid, int32_t sms, cudaStream_t stream)
 {
-    const int bf = dt == DTYPE_BF16;
-    switch (p->head_dim) {
-    case 64:
-        return bf ? bwd_tc_launch<attn_bf16, 64>(p, grid, sms, stream)
-                  : bwd_tc_launch<attn_f16, 64>(p, grid, sms, stream);
-    case 128:
-        return bf ? bwd_tc_launch<attn_bf16, 128>(p, grid, sms, stream)
-                  : bwd_tc_launch<attn_f16, 128>(p, grid, sms, stream);
-    default:
-        return cudaErrorInvalidValue;
-    }
+#define BWD_TC_RUN(T, D, BN) bwd_tc_launch<T, D, BN>(p, grid, sms, stream)
+    BWD_TC_DISPATCH(dt, p->head_dim, p->s.block_n, BWD_TC_RUN);
+#undef BWD_TC_RUN
 }

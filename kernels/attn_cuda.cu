@@ -17,7 +17,7 @@
  * Scratch (one device allocation, grown when a call needs more, never shrunk):
  *   dQacc (bh, Sq, D) f32 | Dsum (bh, Sq) f32 | counters (bh, M) i32 | job counter i32 |
  *   GQA: dKacc, dVacc (bh, Sk, D) f32 | interleaved: states (nvsm, 8) i32, registers
- *   (nvsm, 3, D/4, 256) f32.
+ *   (nvsm, 3, D/4, 256) f32 (v1), (nvsm, cuattn__bwd_tc_vsm_floats, 256) f32 (v2).
  */
 #include "attn_cuda_int.h"
 
@@ -184,9 +184,10 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
 
 
 /* eng__prepare's rules (defaults, SCHED_AUTO by dag_auto on the configured W) plus the
- * kernels' limits: fp16/bf16, head dim 64 or 128, 64x64 tiles. */
+ * kernels' limits: fp16/bf16, head dim 64 or 128, 64-row q-tiles; kv-tiles of 64 rows, or
+ * for v2's backward (wide_n) 128 by default and 64 when asked. */
 static int prepare(struct cuattn *a, const struct eng_problem *p, const struct eng_config *cfg,
-                   struct eng_config *ret_cfg, struct sched *ret_s)
+                   int wide_n, struct eng_config *ret_cfg, struct sched *ret_s)
 {
     int rc = eng_check_problem(p);
     if (rc)
@@ -200,12 +201,14 @@ static int prepare(struct cuattn *a, const struct eng_problem *p, const struct e
         c = *cfg;
     if ((int)c.sched < 0 || c.sched >= SCHED_KIND_COUNT || c.w < 0 || c.w > SCHED_W_MAX)
         return -EINVAL;
-    if ((c.block_m != 0 && c.block_m != CUATTN_BLOCK) || (c.block_n != 0 && c.block_n != CUATTN_BLOCK))
+    if ((c.block_m != 0 && c.block_m != CUATTN_BLOCK) ||
+        (c.block_n != 0 && c.block_n != CUATTN_BLOCK && !(wide_n && c.block_n == CUATTN_TC_BLOCK_N)))
         return -EINVAL;
     if (!c.w)
         c.w = SCHED_W_DEFAULT;
     c.block_m = CUATTN_BLOCK;
-    c.block_n = CUATTN_BLOCK;
+    if (!c.block_n)
+        c.block_n = wide_n ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     /* Field by field so padding bytes are zero: the auto cache compares memory. */
     struct sched_shape sh;
     memset(&sh, 0, sizeof sh);
@@ -309,7 +312,7 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
         fc.sched = SCHED_ASCENDING;
     }
     struct sched geo;
-    int rc = prepare(a, p, &fc, &c, &geo);
+    int rc = prepare(a, p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
@@ -358,7 +361,8 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
         return -EINVAL;
     struct eng_config c;
     struct sched s;
-    int rc = prepare(a, p, cfg, &c, &s);
+    const int tc = a->impl == CUATTN_IMPL_TENSOR_CORES;
+    int rc = prepare(a, p, cfg, tc, &c, &s);
     if (rc)
         return rc;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
@@ -376,8 +380,7 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
 
     /* Grid and mode. Every CTA must be resident at once, so never more than fit. */
     int32_t per_sm = 0;
-    const int tc = a->impl == CUATTN_IMPL_TENSOR_CORES;
-    err = tc ? cuattn__bwd_tc_blocks_per_sm(p->dtype, p->head_dim, &per_sm)
+    err = tc ? cuattn__bwd_tc_blocks_per_sm(p->dtype, p->head_dim, s.block_n, &per_sm)
              : cuattn__bwd_blocks_per_sm(p->dtype, p->head_dim, &per_sm);
     if (err != cudaSuccess)
         return err_code(err);
@@ -412,7 +415,8 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
     }
     if (mode == ATTN_MODE_INTERLEAVED) {
         o_state = carve(&used, sizeof(int32_t) * VSM_SLOTS * (size_t)nvsm);
-        o_data = carve(&used, sizeof(float) * (size_t)nvsm * 3 * (size_t)(D / 4) * ATTN_THREADS);
+        const size_t floats = tc ? cuattn__bwd_tc_vsm_floats(D, s.block_n) : 3 * (size_t)(D / 4);
+        o_data = carve(&used, sizeof(float) * (size_t)nvsm * floats * ATTN_THREADS);
     }
     if ((rc = scratch_reserve(a, used)))
         return rc;
@@ -459,6 +463,11 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
     bp.s = s;
     bp.mode = mode;
     bp.nvsm = nvsm;
+    /* v2: pass dQ tiles on during the next step where the successor is at least a step
+     * behind in the schedule's own timing (shift: the next slot; spt, causal: two steps);
+     * where units add in lock-step chains (ascending, descending, spt full) it would only
+     * lengthen the chain. Measured on an H200 (bench/results/gpu-v2-128-2026-11-29.md). */
+    bp.defer = s.kind == SCHED_SHIFT || (s.kind == SCHED_SPT && s.mask == SCHED_MASK_CAUSAL);
 
     rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));

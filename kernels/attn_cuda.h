@@ -7,9 +7,11 @@
  *   v1 (CUATTN_IMPL_CUDA_CORES): built for correctness and
  *      determinism, not speed: 64x64 tiles, 256 threads per CTA, fp32 arithmetic on CUDA
  *      cores, inputs staged in shared memory as fp16/bf16.
- *   v2 (CUATTN_IMPL_TENSOR_CORES, the default): the same tiles, schedules, masks and modes, with the
- *      products on tensor cores (mma.sync, fp32 accumulators); P and dS are rounded to the
- *      input dtype before the products that take them, as FlashAttention does.
+ *   v2 (CUATTN_IMPL_TENSOR_CORES, the default): the same schedules, masks and modes, with
+ *      the products on tensor cores (mma.sync, fp32 accumulators); P and dS are rounded to
+ *      the input dtype before the products that take them, as FlashAttention does. Its
+ *      backward uses 64 x 128 tiles (block_n = CUATTN_TC_BLOCK_N) unless the config asks
+ *      for block_n = 64; its forward's bits are those of 64 x 64 tiles.
  * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
  * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
  * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
@@ -51,8 +53,11 @@ extern "C" {
 
 #include "engine.h"
 
-/* Rows per q-tile and per kv-tile; cfg->block_m and cfg->block_n must be 0 or this. */
+/* Rows per q-tile, and per kv-tile of v1; cfg->block_m must be 0 or this. */
 #define CUATTN_BLOCK 64
+/* Rows per kv-tile of v2 by default (cfg->block_n 0); v2 also runs block_n = CUATTN_BLOCK
+ * when asked. v1 runs CUATTN_BLOCK only. */
+#define CUATTN_TC_BLOCK_N 128
 
 /* One device, one stream, kernels loaded at creation, grow-only device scratch. */
 struct cuattn;

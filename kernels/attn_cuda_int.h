@@ -86,13 +86,15 @@ struct attn_bwd_params {
     int32_t *counter;  /* (B*Hq, M) dQ tile counters, zero at launch */
     int32_t *job_next; /* (1) persistent mode's job counter, zero at launch */
     int32_t *vsm_state; /* (nvsm, VSM_SLOTS) interleaved mode only */
-    float *vsm_data;    /* (nvsm, 3, D/4, 256) dK, dV, dQ-partial registers; interleaved only */
+    float *vsm_data;    /* v1: (nvsm, 3, D/4, 256), v2: (nvsm, cuattn__bwd_tc_vsm_floats, 256)
+                           dK, dV, dQ-partial registers; interleaved only */
 
     int32_t seqlen_q, seqlen_k, heads_q, heads_kv, group, head_dim;
     float scale;
-    struct sched s; /* the resolved schedule (64x64 tiles) */
+    struct sched s; /* the resolved schedule (64 x 64 tiles; v2 also 64 x 128) */
     int32_t mode;   /* enum attn_mode */
     int32_t nvsm;   /* interleaved mode: virtual SMs, min(W, jobs) */
+    int32_t defer;  /* v2 persistent: 1 passes a dQ tile on during the unit's next step */
 };
 
 /* attn_fwd.cu */
@@ -113,12 +115,14 @@ cudaError_t cuattn__fwd_tc_init(void);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
-/* attn_bwd_tc.cu (v2): the same contracts as the v1 functions above. The main kernel
- * also has 256 threads and keeps D/4 floats of each of dK, dV and the dQ partial per
- * thread, so the interleaved mode's register scratch, (nvsm, 3, D/4, 256) floats, and
- * every other scratch size are v1's. */
+/* attn_bwd_tc.cu (v2): the same contracts as the v1 functions above, for kv-tiles of
+ * p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows). The main kernel also
+ * has 256 threads; the interleaved mode's register scratch is (nvsm,
+ * cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is v1's. */
 cudaError_t cuattn__bwd_tc_init(void);
-cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret);
+cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n,
+                                         int32_t *ret);
+size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);
 cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                   int32_t grid, int32_t sms, cudaStream_t stream);
 
@@ -276,6 +280,16 @@ static __device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], const uint1
                  : "memory");
 }
 
+/* 2^x in one MUFU.EX2 (ex2.approx.ftz: about 2 ulp, the accuracy of exp2f, results below
+ * 2^-126 flushed to 0; 2^0 = 1 and 2^-inf = +0 exactly). exp2f adds range fixups around
+ * the same instruction that cost issue slots in the softmax loops. */
+static __device__ __forceinline__ float attn_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* 16 bytes global -> shared, asynchronously (L2 only); both addresses 16-byte aligned. */
 static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
 {
@@ -338,26 +352,36 @@ static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
     }
 }
 
-/* v2: stage rows [0, rows) of a 64 x D tile of a strided (B, S, H, D) tensor, row 0 at
- * element `base`, into tile_smem (64, D + 8); rows past `rows` are zeroed. Where the
- * source rows are 16-byte aligned (the pointer and the row stride) the copies are cp.async
- * and the caller must commit and wait for them; otherwise they are plain loads, done on
- * return. The bytes that land are the same either way. `threads` is the CTA size. */
-template <int D>
+/* v2: stage rows [0, rows) of a ROWS x D tile (ROWS 64 or 128) of a strided (B, S, H, D)
+ * tensor, row 0 at element `base`, into tile_smem (ROWS, D + 8); rows past `rows` are
+ * zeroed. Where the source rows are 16-byte aligned (the pointer and the row stride) the
+ * copies are cp.async and the caller must commit and wait for them; otherwise they are
+ * plain loads, done on return. The bytes that land are the same either way. `threads` is
+ * the CTA size. */
+template <int D, int ROWS = ATTN_BM>
 static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                          int64_t base, int64_t row_stride, int32_t rows,
                                                          int32_t threads)
 {
-    const int32_t CH = D / 8; /* 16-byte chunks per row */
+    const int32_t CH = D / 8; /* 16-byte chunks per row, a power of two */
     const uint16_t *g = src + base;
     const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
-    for (int32_t e = threadIdx.x; e < ATTN_BM * CH; e += threads) {
+    if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
+        for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+            const int32_t r = e / CH, c = e - r * CH;
+            uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+            if (r < rows)
+                attn_cp_async16(dst, g + r * row_stride + c * 8);
+            else
+                *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
+    for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
         const int32_t r = e / CH, c = e - r * CH;
         uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
         if (r >= rows) {
             *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
-        } else if (vec) {
-            attn_cp_async16(dst, g + r * row_stride + c * 8);
         } else {
             const uint16_t *s = g + r * row_stride + c * 8;
             uint4 w;

@@ -329,14 +329,15 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
 }
 
 /* The same bytes for grids 132, 114, 78, 16 and 1 and for the interleaved mode forced on
- * large grids. Shape 0 has 70 kv-tiles, so shift with W 64 needs 64 CTAs at once and runs
- * interleaved on grids 63, 16 and 1; shape 1 is causal shift with W 7 in two chunks;
- * shape 3 has many heads waiting on each other at once. */
+ * large grids. Shape 0 has 70 kv-tiles (of v2's 128 rows; 140 of 64), so shift with W 64
+ * needs 64 CTAs at once and runs interleaved on grids 63, 16 and 1; shape 1 is causal
+ * shift with W 7 in two chunks or more; shape 3 has many heads waiting on each other at
+ * once. */
 static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
 {
     const struct shape_case cases[] = {
-        {1, 128, 4480, 2, 1, 64, DTYPE_BF16, SCHED_MASK_FULL},
-        {1, 1000, 1000, 2, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 128, 8960, 2, 1, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 2000, 2000, 2, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
         {1, 200, 130, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {2, 2048, 2048, 8, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* 16 heads of 16 pairs */
     };
@@ -503,7 +504,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
         {1, 300, 260, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {2, 200, 330, 4, 4, 64, DTYPE_F16, SCHED_MASK_FULL},
         {1, 1, 1, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
-        {1, 1000, 1000, 2, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL}, /* shift W 7 in 2 chunks */
+        {1, 2000, 2000, 2, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL}, /* shift W 7 in 2+ chunks */
     };
     const int32_t impls[] = {CUATTN_IMPL_CUDA_CORES, CUATTN_IMPL_TENSOR_CORES};
     const int32_t grids[] = {132, 16, 1};
@@ -557,18 +558,20 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                 free(lse1);
             }
             for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++)
-                for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
-                    if (wi > 0 && kind != SCHED_SHIFT)
+                for (size_t wi = 0; wi < 2 * sizeof ws / sizeof ws[0]; wi++) {
+                    /* v2 twice: its default 64 x 128 tiles, then 64 x 64 */
+                    const int32_t bn = wi >= sizeof ws / sizeof ws[0] ? CUATTN_BLOCK : 0;
+                    if ((wi % 2 > 0 && kind != SCHED_SHIFT) || (bn && !tc))
                         continue; /* W matters to shift only */
-                    const int32_t w = ws[wi];
-                    struct eng_config cfg = {(enum sched_kind)kind, w, 0, 0};
+                    const int32_t w = ws[wi % 2];
+                    struct eng_config cfg = {(enum sched_kind)kind, w, 0, bn};
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
                     double eq = rel_err(a.dq, p.dtype, dq, a.nq);
                     double ek = rel_err(a.dk, p.dtype, dk, a.nk);
                     double ev = rel_err(a.dv, p.dtype, dv, a.nk);
                     if (!(eq < tol && ek < tol && ev < tol)) {
-                        fprintf(stderr, "\n  case %zu impl %d %s W %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
-                                ci, impl, sched_kind_name(cfg.sched), w, eq, ek, ev, tol);
+                        fprintf(stderr, "\n  case %zu impl %d %s W %d bn %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
+                                ci, impl, sched_kind_name(cfg.sched), w, bn, eq, ek, ev, tol);
                         bad++;
                     }
                     if (!tc)
@@ -581,8 +584,8 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                             int32_t mode = 0, used_grid = 0;
                             cuattn__last_launch(ca, &mode, &used_grid);
                             if (!grads_equal(&base, &a) && mismatches++ < 8)
-                                fprintf(stderr, "\n  case %zu impl %d %s W %d: repeat %d grid %d (%s, %d CTAs) differs",
-                                        ci, impl, sched_kind_name(cfg.sched), w, rep, grids[gi],
+                                fprintf(stderr, "\n  case %zu impl %d %s W %d bn %d: repeat %d grid %d (%s, %d CTAs) differs",
+                                        ci, impl, sched_kind_name(cfg.sched), w, bn, rep, grids[gi],
                                         mode == 2 ? "interleaved" : "persistent", used_grid);
                         }
                     grads_free(&base);
@@ -629,16 +632,23 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(used.sched, SCHED_ASCENDING);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+    /* v2's backward defaults to 64 x 128 tiles and runs 64 x 64 when asked; v1 has 64 x 64 */
+    const int32_t wide = cuattn_impl(ca) == CUATTN_IMPL_TENSOR_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
     CU_ASSERT(sched_is_deterministic(used.sched) && used.sched != SCHED_AUTO);
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
-    CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+    CU_ASSERT_EQUAL(used.block_n, wide);
     struct eng_config pinned = {SCHED_SPT, 7, 64, 0};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &pinned, 5, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT_EQUAL(used.w, 7);
+    CU_ASSERT_EQUAL(used.block_n, wide);
+    struct eng_config narrow = {SCHED_SPT, 0, 0, CUATTN_BLOCK};
+    CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, &used), 0);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+    struct eng_config widest = {SCHED_SPT, 0, 0, CUATTN_TC_BLOCK_N};
+    CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, &used), wide == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
 
     /* the kernels' limits */
     struct eng_problem q = p;
@@ -650,7 +660,8 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
                                    tk(&a, a.d_v), NULL), -ENOTSUP);
     const struct eng_config bad_cfgs[] = {
-        {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 128}, {SCHED_ASCENDING, -1, 0, 0},
+        {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 96}, {SCHED_ASCENDING, 0, 128, 0},
+        {SCHED_ASCENDING, -1, 0, 0},
         {(enum sched_kind)99, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
