@@ -524,7 +524,7 @@ static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size
 
 static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t msglen)
 {
-    (void)impl;
+    const struct cuda *c = impl;
     const struct eng_problem *p = &plan->prob;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
@@ -537,17 +537,28 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
         snprintf(msg, msglen, "the CUDA kernels refused the problem's shapes");
         return DASH_ESHAPE;
     }
+    /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2 backward (its default),
+     * so the block_n an OpResult reported can always be sent back. */
+    const int wide = plan->backward && cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES;
+    const int32_t bn_default = wide ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
-        (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK)) {
-        snprintf(msg, msglen, "the CUDA kernels use %dx%d tiles: block_m and block_n must be 0 "
-                 "or %d", CUATTN_BLOCK, CUATTN_BLOCK, CUATTN_BLOCK);
+        (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK &&
+         !(wide && plan->cfg.block_n == CUATTN_TC_BLOCK_N))) {
+        if (wide)
+            snprintf(msg, msglen, "the CUDA backward uses %d-row q-tiles and %d- or %d-row "
+                     "kv-tiles: block_m must be 0 or %d, block_n 0, %d or %d", CUATTN_BLOCK,
+                     CUATTN_BLOCK, CUATTN_TC_BLOCK_N, CUATTN_BLOCK, CUATTN_BLOCK, CUATTN_TC_BLOCK_N);
+        else
+            snprintf(msg, msglen, "the CUDA kernels use %dx%d tiles here: block_m and block_n "
+                     "must be 0 or %d", CUATTN_BLOCK, CUATTN_BLOCK, CUATTN_BLOCK);
         return DASH_ESCHED;
     }
+    const int32_t bn = plan->cfg.block_n ? plan->cfg.block_n : bn_default;
     /* The geometry the kernels will build (attn_cuda.cu's prepare), bounded to 32 bits by
      * sched_init. */
     struct sched_shape sh = {.batch = p->batch, .heads = p->heads_q, .seqlen_q = p->seqlen_q,
                              .seqlen_k = p->seqlen_k, .block_m = CUATTN_BLOCK,
-                             .block_n = CUATTN_BLOCK, .mask = p->mask};
+                             .block_n = bn, .mask = p->mask};
     int32_t w = plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT;
     enum sched_kind kind = plan->cfg.sched == SCHED_AUTO ? SCHED_ASCENDING : plan->cfg.sched;
     struct sched geo;
@@ -555,8 +566,7 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     if (rc == -EOVERFLOW)
         return map_kernel_error(rc, p, msg, msglen);
     if (rc) {
-        snprintf(msg, msglen, "the schedule refuses wave %d with %dx%d tiles", w, CUATTN_BLOCK,
-                 CUATTN_BLOCK);
+        snprintf(msg, msglen, "the schedule refuses wave %d with %dx%d tiles", w, CUATTN_BLOCK, bn);
         return DASH_ESCHED;
     }
     if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX ||
@@ -864,7 +874,7 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
              cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES ? "v2 tensor cores" : "v1 CUDA cores");
     b->limits = (struct val_limits){.head_dim_min = 64,
                                     .head_dim_max = 128,
-                                    .block_max = CUATTN_BLOCK,
+                                    .block_max = CUATTN_TC_BLOCK_N, /* cuda_check narrows it */
                                     .dtypes = (1u << DTYPE_F16) | (1u << DTYPE_BF16)};
     /* shared memory too, staged through device scratch (run_staged) */
     b->buffer_kinds = (1u << SHMBUF_CUDA) | (1u << SHMBUF_SHM);

@@ -920,6 +920,47 @@ static void test_dashd_gpu_stream_ops_follow_the_callers_stream(void)
     fixture_close(&f, "gpu-stream");
 }
 
+/* The configuration an OpResult reports can be sent back and reproduces the bits: the v2
+ * backward reports 128-row kv-tiles, which the daemon must accept; 64 also runs; other
+ * sizes are DASH_ESCHED. */
+static void test_dashd_gpu_reported_config_reproduces_the_bits(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-config");
+    CU_ASSERT_FATAL(view_load(dash_buffer_data(f.b), inputs) == 0);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    struct dash_result r, r2;
+    CU_ASSERT_EQUAL_FATAL(dash_forward(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL), 0);
+    unsigned char *g1 = malloc(QB), *g2 = malloc(QB);
+    CU_ASSERT_EQUAL_FATAL(dash_backward(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                        &t[DQ], &t[DK], &t[DV], &r), 0);
+    CU_ASSERT_FATAL(fetch(g1, dash_buffer_data(f.b), DQ) == 0);
+    struct dash_attn again = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL,
+                              .schedule = r.schedule, .wave = r.wave, .block_m = r.block_m,
+                              .block_n = r.block_n};
+    CU_ASSERT_FATAL(poison_grads(dash_buffer_data(f.b)) == 0);
+    CU_ASSERT_EQUAL(dash_backward(f.c, &again, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                  &t[DQ], &t[DK], &t[DV], &r2), 0);
+    CU_ASSERT_FATAL(fetch(g2, dash_buffer_data(f.b), DQ) == 0);
+    CU_ASSERT(memcmp(g1, g2, QB) == 0);
+    CU_ASSERT_EQUAL(r2.block_n, r.block_n);
+    again.block_n = 64;
+    CU_ASSERT_EQUAL(dash_backward(f.c, &again, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                  &t[DQ], &t[DK], &t[DV], &r2), 0);
+    CU_ASSERT_EQUAL(r2.block_n, 64);
+    again.block_n = 96;
+    CU_ASSERT_EQUAL(dash_backward(f.c, &again, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                  &t[DQ], &t[DK], &t[DV], NULL), DASH_ESCHED);
+    again.block_n = 128;
+    CU_ASSERT_EQUAL(dash_forward(f.c, &again, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL),
+                    DASH_ESCHED); /* the forward's kv-tiles are 64 */
+    free(g1);
+    free(g2);
+    fixture_close(&f, "gpu-config");
+}
+
 /* Every malformed RegisterEvents and EventSync gets a clear error, a good one works, and
  * the daemon goes on serving. */
 static void test_dashd_gpu_event_sync_errors_are_replies(void)
@@ -1105,6 +1146,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_garbage_handle_is_an_error_reply) ||
         !CU_add_test(s, "test_dashd_gpu_stream_ops_follow_the_callers_stream",
                      test_dashd_gpu_stream_ops_follow_the_callers_stream) ||
+        !CU_add_test(s, "test_dashd_gpu_reported_config_reproduces_the_bits",
+                     test_dashd_gpu_reported_config_reproduces_the_bits) ||
         !CU_add_test(s, "test_dashd_gpu_event_sync_errors_are_replies",
                      test_dashd_gpu_event_sync_errors_are_replies) ||
         !CU_add_test(s, "test_dashd_gpu_client_killed_mid_request",
