@@ -112,7 +112,25 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
 {
     uint64_t v1 = seed + XXH64_P1 + XXH64_P2, v2 = seed + XXH64_P2, v3 = seed,
              v4 = seed - XXH64_P1;
-    for (uint64_t s = 0; s < len / 32; s++) {
+    /* Four stripes' loads are issued before their rounds: the rounds of one thread are a
+     * serial chain, so memory must be in flight ahead of them (a thread's neighbours read
+     * other chunks, so there is little else to hide the latency behind). */
+    const uint64_t stripes = len / 32;
+    uint64_t s = 0;
+    for (; s + 4 <= stripes; s += 4) {
+        uint4 x[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            x[i] = __ldg(p + 2 * s + i);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v1 = xxh64_round(v1, (uint64_t)x[2 * i].x | (uint64_t)x[2 * i].y << 32);
+            v2 = xxh64_round(v2, (uint64_t)x[2 * i].z | (uint64_t)x[2 * i].w << 32);
+            v3 = xxh64_round(v3, (uint64_t)x[2 * i + 1].x | (uint64_t)x[2 * i + 1].y << 32);
+            v4 = xxh64_round(v4, (uint64_t)x[2 * i + 1].z | (uint64_t)x[2 * i + 1].w << 32);
+        }
+    }
+    for (; s < stripes; s++) {
         const uint4 a = __ldg(p + 2 * s), b = __ldg(p + 2 * s + 1);
         v1 = xxh64_round(v1, (uint64_t)a.x | (uint64_t)a.y << 32);
         v2 = xxh64_round(v2, (uint64_t)a.z | (uint64_t)a.w << 32);
