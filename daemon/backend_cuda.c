@@ -675,7 +675,7 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
 }
 
 /* A device op: wait for the client's event, digest the inputs (audit "all"), queue the
- * kernels, record the client's event, digest the outputs (audit), then track the
+ * kernels, digest the outputs (audit), record the client's event, then track the
  * completion (BACKEND_QUEUED) or wait for it here. Inputs come first in op->digest_views
  * (slot order), so the two digest calls fill one array. */
 static int run_device(struct cuda *c, const struct backend_op *op, int backward, char *msg,
@@ -708,16 +708,17 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = map_kernel_error(rc, op->prob, msg, msglen);
         goto fail;
     }
+    /* Before the record: once the client's stream passes the record it may overwrite the
+     * outputs (an optimizer step, the next layer), so they must be read by then. */
+    if ((rc = queue_digests(c, op->digest_views + n_in, op->n_digests - n_in, p->pinned + n_in,
+                            msg, msglen)) != 0)
+        goto fail;
     if (op->record_event && cudaEventRecord((cudaEvent_t)op->record_event, st) != cudaSuccess) {
         snprintf(msg, msglen, "cannot record the client's event: %s",
                  cudaGetErrorString(cudaGetLastError()));
         rc = DASH_EIO;
         goto fail;
     }
-    /* after the record: the client's stream need not wait for the digests */
-    if ((rc = queue_digests(c, op->digest_views + n_in, op->n_digests - n_in, p->pinned + n_in,
-                            msg, msglen)) != 0)
-        goto fail;
     p->dst = op->n_digests ? op->digests : NULL;
     p->n_digests = op->n_digests;
     if (op->done && track(c, p, op->done, op->done_ctx) == 0)
