@@ -160,13 +160,72 @@ static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups
     return i;
 }
 
-/* One thread per leaf (4 KiB chunk) of every view. */
+#define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
+#define LEAF_ROW (128 / 16 + 1)        /* uint4 per staged chunk slice: 128 bytes + 16 pad */
+
+/* XXH64's state after the stripe loop, folded into the final hash (len a multiple of 32). */
+static __device__ uint64_t xxh64_finish(uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4,
+                                        uint64_t len)
+{
+    uint64_t h = xxh64_rotl(v1, 1) + xxh64_rotl(v2, 7) + xxh64_rotl(v3, 12) + xxh64_rotl(v4, 18);
+    h = xxh64_merge(h, v1);
+    h = xxh64_merge(h, v2);
+    h = xxh64_merge(h, v3);
+    h = xxh64_merge(h, v4);
+    h += len;
+    h ^= h >> 33;
+    h *= XXH64_P2;
+    h ^= h >> 29;
+    h *= XXH64_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* One thread per leaf (4 KiB chunk) of every view. Each thread's hash is a serial chain
+ * over its own chunk, so if every thread loaded its own bytes, one load instruction of a
+ * warp would touch 32 lines 4 KiB apart. Where a warp's 32 leaves are all whole, aligned
+ * chunks of one view, the warp instead loads 128-byte slices of four chunks per
+ * instruction (8 threads per slice, whole lines), stages them in shared memory (rows
+ * padded against bank conflicts) and each thread hashes its row: the same bytes, in the
+ * same order, read at full line width. Other warps take the plain path. */
 static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint64_t *leaves)
 {
+    __shared__ uint4 stage[LEAF_WARPS][32][LEAF_ROW];
+    const uint32_t lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
     const uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    const uint64_t g0 = g - lane; /* the warp's first leaf */
+    int whole = g0 + 32 <= total_leaves;
+    const struct dview *v = &t.v[view_of(&t, g0, 0)];
+    if (whole) {
+        const uint64_t k0 = g0 - v->first_leaf;
+        whole = k0 + 32 <= v->bytes / DIGEST_CHUNK && ((uintptr_t)v->data & 15u) == 0;
+    }
+    if (whole) { /* uniform across the warp */
+        const uint4 *base = reinterpret_cast<const uint4 *>(v->data + (g0 - v->first_leaf) * DIGEST_CHUNK);
+        uint64_t v1 = XXH64_P1 + XXH64_P2, v2 = XXH64_P2, v3 = 0, v4 = 0 - XXH64_P1;
+        for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8) { /* 128 bytes of each chunk */
+#pragma unroll
+            for (uint32_t j = 0; j < 8; j++) {
+                const uint32_t chunk = j * 4 + (lane >> 3), part = lane & 7u;
+                stage[w][chunk][part] = __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
+            }
+            __syncwarp();
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const uint4 a = stage[w][lane][2 * i], b = stage[w][lane][2 * i + 1];
+                v1 = xxh64_round(v1, (uint64_t)a.x | (uint64_t)a.y << 32);
+                v2 = xxh64_round(v2, (uint64_t)a.z | (uint64_t)a.w << 32);
+                v3 = xxh64_round(v3, (uint64_t)b.x | (uint64_t)b.y << 32);
+                v4 = xxh64_round(v4, (uint64_t)b.z | (uint64_t)b.w << 32);
+            }
+            __syncwarp();
+        }
+        leaves[g] = xxh64_finish(v1, v2, v3, v4, DIGEST_CHUNK);
+        return;
+    }
     if (g >= total_leaves)
         return;
-    const struct dview *v = &t.v[view_of(&t, g, 0)];
+    v = &t.v[view_of(&t, g, 0)];
     const uint64_t at = (g - v->first_leaf) * DIGEST_CHUNK;
     const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
     const unsigned char *p = v->data + at;
@@ -240,7 +299,8 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         packed += align_up((size_t)bytes);
     }
     if (total) {
-        leaf_kernel<<<(unsigned)((total + 127) / 128), 128, 0, st>>>(t, total, leaves);
+        leaf_kernel<<<(unsigned)((total + 32 * LEAF_WARPS - 1) / (32 * LEAF_WARPS)),
+                      32 * LEAF_WARPS, 0, st>>>(t, total, leaves);
         group_kernel<<<(unsigned)((total_groups + 127) / 128), 128, 0, st>>>(t, total_groups,
                                                                              leaves, groups);
     }
