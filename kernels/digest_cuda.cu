@@ -161,7 +161,8 @@ static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups
 }
 
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
-#define LEAF_ROW (128 / 16 + 1)        /* uint4 per staged chunk slice: 128 bytes + 16 pad */
+#define LEAF_SLICES 2                  /* 128-byte slices of each chunk staged per step */
+#define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
 
 /* XXH64's state after the stripe loop, folded into the final hash (len a multiple of 32). */
 static __device__ uint64_t xxh64_finish(uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4,
@@ -185,9 +186,10 @@ static __device__ uint64_t xxh64_finish(uint64_t v1, uint64_t v2, uint64_t v3, u
  * over its own chunk, so if every thread loaded its own bytes, one load instruction of a
  * warp would touch 32 lines 4 KiB apart. Where a warp's 32 leaves are all whole, aligned
  * chunks of one view, the warp instead loads 128-byte slices of four chunks per
- * instruction (8 threads per slice, whole lines), stages them in shared memory (rows
- * padded against bank conflicts) and each thread hashes its row: the same bytes, in the
- * same order, read at full line width. Other warps take the plain path. */
+ * instruction (8 threads per slice, whole lines), LEAF_SLICES slices of every chunk per
+ * step so that enough bytes are in flight, stages them in shared memory (rows padded
+ * against bank conflicts) and each thread hashes its row: the same bytes, in the same
+ * order, read at full line width. Other warps take the plain path. */
 static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint64_t *leaves)
 {
     __shared__ uint4 stage[LEAF_WARPS][32][LEAF_ROW];
@@ -203,15 +205,16 @@ static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint6
     if (whole) { /* uniform across the warp */
         const uint4 *base = reinterpret_cast<const uint4 *>(v->data + (g0 - v->first_leaf) * DIGEST_CHUNK);
         uint64_t v1 = XXH64_P1 + XXH64_P2, v2 = XXH64_P2, v3 = 0, v4 = 0 - XXH64_P1;
-        for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8) { /* 128 bytes of each chunk */
+        /* LEAF_SLICES x 128 bytes of each chunk per step: all loads issued before any use */
+        for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
 #pragma unroll
-            for (uint32_t j = 0; j < 8; j++) {
-                const uint32_t chunk = j * 4 + (lane >> 3), part = lane & 7u;
+            for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++) {
+                const uint32_t chunk = (j & 7u) * 4 + (lane >> 3), part = (j >> 3) * 8 + (lane & 7u);
                 stage[w][chunk][part] = __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
             }
             __syncwarp();
 #pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
+            for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
                 const uint4 a = stage[w][lane][2 * i], b = stage[w][lane][2 * i + 1];
                 v1 = xxh64_round(v1, (uint64_t)a.x | (uint64_t)a.y << 32);
                 v2 = xxh64_round(v2, (uint64_t)a.z | (uint64_t)a.w << 32);
