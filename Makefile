@@ -238,10 +238,21 @@ else
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests/test_gpu.py
 endif
 
-bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD)
+# On a machine with a GPU (and a CUDA build), also the GPU benchmarks: the kernels against
+# PyTorch SDPA (needs python3 with torch), and dashd's overhead with and without auditing.
+bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
 	$(Q)./$(BENCH_DAEMON) --out bench/results
+	$(Q)if [ -n "$(BENCH_GPU)" ] && nvidia-smi -L >/dev/null 2>&1; then \
+		d=$$(date -u +%F); c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); \
+		o=$$(mktemp -d); OUT=$$o BIN=$(BUILD) bash scripts/gpu_bench.sh $$c && \
+		cp $$o/gpu-report.md bench/results/gpu-make-bench-$$d.md && \
+		for s in 4096 16384; do for a in "" "--audit $$(mktemp -u)"; do \
+			./$(BUILD)/bench_gpu_daemon --reps 10 --seqlen $$s $$a; done; done \
+			> bench/results/gpu-daemon-make-bench-$$d.md && \
+		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md and gpu-daemon-make-bench-$$d.md"; \
+	else echo "bench: no GPU here (or no CUDA build): GPU benchmarks skipped"; fi
 
 demo: deps all
 	$(Q)bash scripts/demo.sh $(BUILD)
