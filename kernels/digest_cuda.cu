@@ -108,10 +108,18 @@ static __global__ void pack_kernel(unsigned char *dst, struct digest_view v, uin
 /* XXH64 of a whole number of 32-byte stripes at a 16-byte aligned address: the stripe
  * loop of xxh64() with two 16-byte loads per stripe, so each thread reads whole sectors
  * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
+/* One 32-byte stripe (two 16-byte loads) into the four lanes. */
+static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
+{
+    v[0] = xxh64_round(v[0], (uint64_t)a.x | (uint64_t)a.y << 32);
+    v[1] = xxh64_round(v[1], (uint64_t)a.z | (uint64_t)a.w << 32);
+    v[2] = xxh64_round(v[2], (uint64_t)b.x | (uint64_t)b.y << 32);
+    v[3] = xxh64_round(v[3], (uint64_t)b.z | (uint64_t)b.w << 32);
+}
+
 static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t seed)
 {
-    uint64_t v1 = seed + XXH64_P1 + XXH64_P2, v2 = seed + XXH64_P2, v3 = seed,
-             v4 = seed - XXH64_P1;
+    uint64_t v[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
     /* Four stripes' loads are issued before their rounds: the rounds of one thread are a
      * serial chain, so memory must be in flight ahead of them (a thread's neighbours read
      * other chunks, so there is little else to hide the latency behind). */
@@ -124,31 +132,14 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
             x[i] = __ldg(p + 2 * s + i);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            v1 = xxh64_round(v1, (uint64_t)x[2 * i].x | (uint64_t)x[2 * i].y << 32);
-            v2 = xxh64_round(v2, (uint64_t)x[2 * i].z | (uint64_t)x[2 * i].w << 32);
-            v3 = xxh64_round(v3, (uint64_t)x[2 * i + 1].x | (uint64_t)x[2 * i + 1].y << 32);
-            v4 = xxh64_round(v4, (uint64_t)x[2 * i + 1].z | (uint64_t)x[2 * i + 1].w << 32);
+            stripe(v, x[2 * i], x[2 * i + 1]);
         }
     }
     for (; s < stripes; s++) {
         const uint4 a = __ldg(p + 2 * s), b = __ldg(p + 2 * s + 1);
-        v1 = xxh64_round(v1, (uint64_t)a.x | (uint64_t)a.y << 32);
-        v2 = xxh64_round(v2, (uint64_t)a.z | (uint64_t)a.w << 32);
-        v3 = xxh64_round(v3, (uint64_t)b.x | (uint64_t)b.y << 32);
-        v4 = xxh64_round(v4, (uint64_t)b.z | (uint64_t)b.w << 32);
+        stripe(v, a, b);
     }
-    uint64_t h = xxh64_rotl(v1, 1) + xxh64_rotl(v2, 7) + xxh64_rotl(v3, 12) + xxh64_rotl(v4, 18);
-    h = xxh64_merge(h, v1);
-    h = xxh64_merge(h, v2);
-    h = xxh64_merge(h, v3);
-    h = xxh64_merge(h, v4);
-    h += len;
-    h ^= h >> 33;
-    h *= XXH64_P2;
-    h ^= h >> 29;
-    h *= XXH64_P3;
-    h ^= h >> 32;
-    return h;
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + len);
 }
 
 /* Which view global index g (of leaves or groups) belongs to. */
@@ -163,24 +154,6 @@ static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
 #define LEAF_SLICES 2                  /* 128-byte slices of each chunk staged per step */
 #define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
-
-/* XXH64's state after the stripe loop, folded into the final hash (len a multiple of 32). */
-static __device__ uint64_t xxh64_finish(uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4,
-                                        uint64_t len)
-{
-    uint64_t h = xxh64_rotl(v1, 1) + xxh64_rotl(v2, 7) + xxh64_rotl(v3, 12) + xxh64_rotl(v4, 18);
-    h = xxh64_merge(h, v1);
-    h = xxh64_merge(h, v2);
-    h = xxh64_merge(h, v3);
-    h = xxh64_merge(h, v4);
-    h += len;
-    h ^= h >> 33;
-    h *= XXH64_P2;
-    h ^= h >> 29;
-    h *= XXH64_P3;
-    h ^= h >> 32;
-    return h;
-}
 
 /* One thread per leaf (4 KiB chunk) of every view. Each thread's hash is a serial chain
  * over its own chunk, so if every thread loaded its own bytes, one load instruction of a
@@ -204,7 +177,7 @@ static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint6
     }
     if (whole) { /* uniform across the warp */
         const uint4 *base = reinterpret_cast<const uint4 *>(v->data + (g0 - v->first_leaf) * DIGEST_CHUNK);
-        uint64_t v1 = XXH64_P1 + XXH64_P2, v2 = XXH64_P2, v3 = 0, v4 = 0 - XXH64_P1;
+        uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
         /* LEAF_SLICES x 128 bytes of each chunk per step: all loads issued before any use */
         for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
 #pragma unroll
@@ -216,14 +189,11 @@ static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint6
 #pragma unroll
             for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
                 const uint4 a = stage[w][lane][2 * i], b = stage[w][lane][2 * i + 1];
-                v1 = xxh64_round(v1, (uint64_t)a.x | (uint64_t)a.y << 32);
-                v2 = xxh64_round(v2, (uint64_t)a.z | (uint64_t)a.w << 32);
-                v3 = xxh64_round(v3, (uint64_t)b.x | (uint64_t)b.y << 32);
-                v4 = xxh64_round(v4, (uint64_t)b.z | (uint64_t)b.w << 32);
+                stripe(v, a, b);
             }
             __syncwarp();
         }
-        leaves[g] = xxh64_finish(v1, v2, v3, v4, DIGEST_CHUNK);
+        leaves[g] = xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + DIGEST_CHUNK);
         return;
     }
     if (g >= total_leaves)

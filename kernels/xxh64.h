@@ -64,6 +64,26 @@ XXH64_FN uint32_t xxh64_read32(const unsigned char *p)
     return v;
 }
 
+/* The four lane accumulators folded into one, after the 32-byte stripes. */
+XXH64_FN uint64_t xxh64_converge(uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4)
+{
+    uint64_t h = xxh64_rotl(v1, 1) + xxh64_rotl(v2, 7) + xxh64_rotl(v3, 12) + xxh64_rotl(v4, 18);
+    h = xxh64_merge(h, v1);
+    h = xxh64_merge(h, v2);
+    h = xxh64_merge(h, v3);
+    return xxh64_merge(h, v4);
+}
+
+/* The final mix. */
+XXH64_FN uint64_t xxh64_avalanche(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= XXH64_P2;
+    h ^= h >> 29;
+    h *= XXH64_P3;
+    return h ^ (h >> 32);
+}
+
 /* The hash of len bytes at p with seed. */
 XXH64_FN uint64_t xxh64(const void *data, size_t len, uint64_t seed)
 {
@@ -80,11 +100,7 @@ XXH64_FN uint64_t xxh64(const void *data, size_t len, uint64_t seed)
             v4 = xxh64_round(v4, xxh64_read64(p + 24));
             p += 32;
         } while (p <= limit);
-        h = xxh64_rotl(v1, 1) + xxh64_rotl(v2, 7) + xxh64_rotl(v3, 12) + xxh64_rotl(v4, 18);
-        h = xxh64_merge(h, v1);
-        h = xxh64_merge(h, v2);
-        h = xxh64_merge(h, v3);
-        h = xxh64_merge(h, v4);
+        h = xxh64_converge(v1, v2, v3, v4);
     } else {
         h = seed + XXH64_P5;
     }
@@ -102,12 +118,7 @@ XXH64_FN uint64_t xxh64(const void *data, size_t len, uint64_t seed)
         h ^= (uint64_t)(*p) * XXH64_P5;
         h = xxh64_rotl(h, 11) * XXH64_P1;
     }
-    h ^= h >> 33;
-    h *= XXH64_P2;
-    h ^= h >> 29;
-    h *= XXH64_P3;
-    h ^= h >> 32;
-    return h;
+    return xxh64_avalanche(h);
 }
 
 #endif

@@ -12,6 +12,7 @@
  */
 #include "gpu_attn.h"
 
+#include "gpu_check.h"
 #include "../testutil.h"
 #include "../../kernels/attn_cuda.h"
 #include "../../kernels/ref.h"
@@ -25,16 +26,6 @@
 #include <string.h>
 
 /* ---- fixtures ---------------------------------------------------------------------- */
-
-static int cuda_ok(cudaError_t err, const char *what, int line)
-{
-    if (err == cudaSuccess)
-        return 1;
-    fprintf(stderr, "\n  line %d: %s: %s", line, what, cudaGetErrorString(err));
-    return 0;
-}
-
-#define CUDA_OK(call) CU_ASSERT_FATAL(cuda_ok((call), #call, __LINE__))
 
 /* One problem's buffers: host inputs and output copies, and their device twins. */
 struct gattn {
@@ -102,7 +93,7 @@ static void gattn_free(struct gattn *a)
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        CU_ASSERT(cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
+        CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
 }
 
 static struct eng_tensor tq(const struct gattn *a, void *data)
@@ -487,7 +478,7 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
     CU_ASSERT_EQUAL(diff, 0);
     for (int i = 0; i < VIEWS; i++) {
         free(host[i]);
-        CU_ASSERT(cuda_ok(cudaFree(t[i].data), "cudaFree", __LINE__));
+        CU_ASSERT(gpu_cuda_ok(cudaFree(t[i].data), "cudaFree", __LINE__));
     }
     gattn_free(&a);
     cuattn_free(ca);
@@ -608,7 +599,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     struct cuattn *bad = NULL;
     int count = 0;
     CU_ASSERT_EQUAL(cuattn_new(-1, &bad), -ENODEV);
-    CU_ASSERT(cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount", __LINE__));
+    CU_ASSERT(gpu_cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount", __LINE__));
     CU_ASSERT_EQUAL(cuattn_new(count, &bad), -ENODEV);
     CU_ASSERT_PTR_NULL(bad);
     cuattn_free(NULL);

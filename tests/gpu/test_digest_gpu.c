@@ -7,6 +7,7 @@
  */
 #include "gpu_digest.h"
 
+#include "gpu_check.h"
 #include "../testutil.h"
 #include "../../kernels/digest.h"
 #include "../../kernels/digest_cuda.h"
@@ -16,16 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cuda_ok(cudaError_t err, const char *what, int line)
-{
-    if (err == cudaSuccess)
-        return 1;
-    fprintf(stderr, "\n  line %d: %s: %s", line, what, cudaGetErrorString(err));
-    return 0;
-}
-
-#define CUDA_OK(call) CU_ASSERT_FATAL(cuda_ok((call), #call, __LINE__))
 
 /* Digest views on the device (one call), results to host. */
 static void gpu_digests(const struct digest_view *v, int32_t n, uint64_t *out)

@@ -16,6 +16,7 @@
 #include "gpu_share.h"
 #include "gpu_delay.h"
 
+#include "gpu_check.h"
 #include "../testutil.h"
 #include "../../kernels/attn_cuda.h"
 
@@ -31,16 +32,6 @@
 #define H 8
 #define HD 128
 #define HOLD_NS 300000000ull
-
-static int cuda_ok(cudaError_t err, const char *what, int line)
-{
-    if (err == cudaSuccess)
-        return 1;
-    fprintf(stderr, "\n  line %d: %s: %s", line, what, cudaGetErrorString(err));
-    return 0;
-}
-
-#define CUDA_OK(call) CU_ASSERT_FATAL(cuda_ok((call), #call, __LINE__))
 
 static void sleep_ms(int ms)
 {
