@@ -143,6 +143,13 @@ static int print_text(const struct dash_stats *s)
     if (s->n_clients < s->sessions)
         printf(" (the %zu oldest listed)", s->n_clients);
     printf("\n");
+    if (*s->audit_path) {
+        char path[CELL * 2];
+        ctl__text(path, sizeof path, s->audit_path, 80);
+        printf("audit %s (level %s): %llu records written, %llu dropped, %llu write errors\n",
+               path, s->audit_level, (unsigned long long)s->audit_written,
+               (unsigned long long)s->audit_dropped, (unsigned long long)s->audit_write_errors);
+    }
     if (!s->n_clients)
         return CTL_EXIT_OK;
 
@@ -198,6 +205,13 @@ static void print_json(const struct dash_stats *s, const char *endpoint)
     json_u64("requests", s->requests, 0);
     json_u64("errors", s->errors, 0);
     json_u64("sessions", s->sessions, 0);
+    if (*s->audit_path) {
+        json_str("audit_path", s->audit_path, 0);
+        json_str("audit_level", s->audit_level, 0);
+        json_u64("audit_written", s->audit_written, 0);
+        json_u64("audit_dropped", s->audit_dropped, 0);
+        json_u64("audit_write_errors", s->audit_write_errors, 0);
+    }
     printf("\"clients\": [");
     for (size_t i = 0; i < s->n_clients; i++) {
         const struct dash_client_stats *c = &s->clients[i];

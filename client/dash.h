@@ -435,6 +435,9 @@ struct dash_stats {
     uint32_t sessions;       /* all sessions; n_clients may be fewer (one reply's worth) */
     size_t n_clients;
     struct dash_client_stats *clients; /* n_clients entries, one per listed session */
+    /* The audit log: path "" when the daemon keeps none. */
+    const char *audit_path, *audit_level;
+    uint64_t audit_written, audit_dropped, audit_write_errors;
 };
 
 /* Ask the daemon for its counters. Works with or without a session. Returns 0 and

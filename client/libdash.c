@@ -982,6 +982,8 @@ void dash_stats_free(struct dash_stats *s)
     free(s->clients);
     free((char *)s->server_version);
     free((char *)s->backend);
+    free((char *)s->audit_path);
+    free((char *)s->audit_level);
     free(s);
 }
 
@@ -1000,7 +1002,12 @@ static struct dash_stats *stats_convert(const Dash__StatsReply *m, uint64_t own_
     s->threads = m->threads;
     s->own_session_id = own_session;
     s->sessions = m->has_sessions ? m->sessions : (uint32_t)m->n_clients;
-    if (!s->server_version || !s->backend)
+    s->audit_path = strdup(str_or_empty(m->audit_path));
+    s->audit_level = strdup(str_or_empty(m->audit_level));
+    s->audit_written = m->audit_written;
+    s->audit_dropped = m->audit_dropped;
+    s->audit_write_errors = m->audit_write_errors;
+    if (!s->server_version || !s->backend || !s->audit_path || !s->audit_level)
         goto fail;
     if (m->n_clients) {
         if (!(s->clients = calloc(m->n_clients, sizeof *s->clients)))

@@ -427,6 +427,11 @@ void audit_close(struct audit *a)
     free(a);
 }
 
+const char *audit_path(const struct audit *a)
+{
+    return a->path;
+}
+
 enum audit_level audit_level(const struct audit *a)
 {
     return a ? a->cfg.level : AUDIT_OFF;

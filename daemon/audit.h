@@ -60,6 +60,9 @@ void audit_close(struct audit *a);
 
 enum audit_level audit_level(const struct audit *a);
 
+/* The log's path. */
+const char *audit_path(const struct audit *a);
+
 struct audit_stats {
     uint64_t written, dropped, write_errors, rotations;
 };

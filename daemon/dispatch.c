@@ -756,6 +756,16 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
     st.clients = cps;
     st.has_sessions = 1;
     st.sessions = (uint32_t)n;
+    struct audit_stats as;
+    if (d->cfg.audit) {
+        audit_get_stats(d->cfg.audit, &as);
+        st.audit_path = (char *)audit_path(d->cfg.audit);
+        st.audit_level = (char *)audit_level_name(audit_level(d->cfg.audit));
+        st.has_audit_written = st.has_audit_dropped = st.has_audit_write_errors = 1;
+        st.audit_written = as.written;
+        st.audit_dropped = as.dropped;
+        st.audit_write_errors = as.write_errors;
+    }
     Dash__Reply r = DASH__REPLY__INIT;
     r.id = req->id;
     r.stats = &st;

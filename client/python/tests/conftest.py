@@ -29,17 +29,28 @@ class Daemon:
     def __init__(self, extra=()):
         self.dir = tempfile.mkdtemp(prefix="dash-py-")
         self.endpoint = f"ipc://{self.dir}/dashd.sock"
-        self.log = open(os.path.join(self.dir, "dashd.log"), "w")
+        self.extra = list(extra)
+        self.log = open(os.path.join(self.dir, "dashd.log"), "a")
+        self._spawn()
+
+    def _spawn(self):
         backend = os.environ.get("DASH_TEST_BACKEND", "cpu")
         args = [dashd_path(), "--endpoint", self.endpoint, "--backend", backend]
         if backend == "cpu":
             args += ["--threads", "2"]
-        self.proc = subprocess.Popen(args + list(extra), stderr=self.log)
+        self.proc = subprocess.Popen(args + self.extra, stderr=self.log)
         deadline = time.time() + 20
         while not os.path.exists(f"{self.dir}/dashd.sock"):
             if self.proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("dashd did not start: see " + self.log.name)
             time.sleep(0.02)
+
+    def kill_and_restart(self):
+        """SIGKILL (a crash: the socket file stays) and start again on the same endpoint."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        os.unlink(f"{self.dir}/dashd.sock")  # so that waiting for it waits for the new one
+        self._spawn()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

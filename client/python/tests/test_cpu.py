@@ -183,6 +183,21 @@ def test_audit_tag_reaches_the_log_for_forward_and_backward():
     assert "forward" in lines[0] and "backward" in lines[1]
 
 
+def test_a_daemon_crash_and_restart_is_transparent():
+    d = Daemon()
+    try:
+        c = dash_attn.Client(d.endpoint, client_name="py-restart", timeout_ms=20000)
+        g = torch.Generator().manual_seed(SEED ^ 4)
+        q, k, v = (torch.randn(1, 80, 2, 32, generator=g) for _ in range(3))
+        before = dash_attn.flash_attn_func(q, k, v, causal=True, client=c)
+        d.kill_and_restart()  # the shared-memory buffer and session are gone with it
+        after = dash_attn.flash_attn_func(q, k, v, causal=True, client=c)
+        assert torch.equal(before, after)
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_struct_layouts_match_dash_h():
     # pointer, u64, i32 (+4 padding), 4 x i64, 4 x i64
     assert ctypes.sizeof(_lib.DashTensor) == 8 + 8 + 8 + 32 + 32
