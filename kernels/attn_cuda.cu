@@ -39,7 +39,6 @@ struct cuattn {
     int force_interleaved;
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
-    struct dag_auto_cache auto_cache;
 };
 
 static int err_code(cudaError_t err)
@@ -183,10 +182,10 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
 /* ---- validation ---------------------------------------------------------------------- */
 
 
-/* eng__prepare's rules (defaults, SCHED_AUTO by dag_auto on the configured W) plus the
+/* eng__prepare's rules (defaults; SCHED_AUTO as below, not by dag_auto) plus the
  * kernels' limits: fp16/bf16, head dim 64 or 128, 64-row q-tiles; kv-tiles of 64 rows, or
  * for v2's backward (wide_n) 128 by default and 64 when asked. */
-static int prepare(struct cuattn *a, const struct eng_problem *p, const struct eng_config *cfg,
+static int prepare(const struct eng_problem *p, const struct eng_config *cfg,
                    int wide_n, struct eng_config *ret_cfg, struct sched *ret_s)
 {
     int rc = eng_check_problem(p);
@@ -209,7 +208,6 @@ static int prepare(struct cuattn *a, const struct eng_problem *p, const struct e
     c.block_m = CUATTN_BLOCK;
     if (!c.block_n)
         c.block_n = wide_n ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
-    /* Field by field so padding bytes are zero: the auto cache compares memory. */
     struct sched_shape sh;
     memset(&sh, 0, sizeof sh);
     sh.batch = p->batch;
@@ -219,8 +217,13 @@ static int prepare(struct cuattn *a, const struct eng_problem *p, const struct e
     sh.block_m = c.block_m;
     sh.block_n = c.block_n;
     sh.mask = p->mask;
-    if (c.sched == SCHED_AUTO && (rc = dag_auto_cached(&a->auto_cache, &sh, c.w, &c.sched)))
-        return rc;
+    /* auto: the fastest deterministic schedule of these kernels as measured on an H200 at
+     * every seqlen from 1k to 16k and both head dims (bench/results/gpu-v2-128-2026-11-29.md):
+     * shift for full masks, spt for causal ones. A fixed function of the mask, so the bits
+     * never depend on the machine. dag_auto's model (the CPU engine's auto) prefers shift
+     * for causal masks too, which these kernels do not bear out. */
+    if (c.sched == SCHED_AUTO)
+        c.sched = p->mask == SCHED_MASK_CAUSAL ? SCHED_SPT : SCHED_SHIFT;
     struct sched s;
     if ((rc = sched_init(&s, c.sched, &sh, c.w)))
         return rc;
@@ -312,7 +315,7 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
         fc.sched = SCHED_ASCENDING;
     }
     struct sched geo;
-    int rc = prepare(a, p, &fc, 0, &c, &geo);
+    int rc = prepare(p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
@@ -362,7 +365,7 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
     struct eng_config c;
     struct sched s;
     const int tc = a->impl == CUATTN_IMPL_TENSOR_CORES;
-    int rc = prepare(a, p, cfg, tc, &c, &s);
+    int rc = prepare(p, cfg, tc, &c, &s);
     if (rc)
         return rc;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
