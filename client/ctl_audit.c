@@ -79,30 +79,41 @@ struct log {
     size_t n_headers, cap_headers;
     struct problem *problems;
     size_t n_problems, cap_problems;
+    int oom; /* a problem could not be recorded: out of memory */
     /* verify state */
     int have_header;
     uint64_t log_id, expect_seq;
 };
 
-static void *grow(void *p, size_t *cap, size_t n, size_t size)
+/* Room for element n of *arr (capacity *cap, size bytes each), doubling as needed: 0, or
+ * -1 when out of memory (*arr and *cap unchanged). */
+static int reserve(void **arr, size_t *cap, size_t n, size_t size)
 {
     if (n < *cap)
-        return p;
+        return 0;
     size_t c = *cap ? *cap * 2 : 64;
-    void *q = realloc(p, c * size);
-    if (!q) {
-        fprintf(stderr, "dashctl audit: out of memory\n");
-        exit(CTL_EXIT_FAIL); /* nothing sensible is left to do in a command-line tool */
-    }
+    void *q = realloc(*arr, c * size);
+    if (!q)
+        return -1;
+    *arr = q;
     *cap = c;
-    return q;
+    return 0;
+}
+
+static int out_of_memory(void)
+{
+    fprintf(stderr, "dashctl audit: out of memory\n");
+    return CTL_EXIT_FAIL;
 }
 
 __attribute__((format(printf, 6, 7))) static void problem(struct log *L, const char *file,
                                                           uint64_t off, uint64_t len, int torn,
                                                           const char *fmt, ...)
 {
-    L->problems = grow(L->problems, &L->cap_problems, L->n_problems, sizeof *L->problems);
+    if (reserve((void **)&L->problems, &L->cap_problems, L->n_problems, sizeof *L->problems)) {
+        L->oom = 1;
+        return;
+    }
     struct problem *p = &L->problems[L->n_problems++];
     p->file = file;
     p->offset = off;
@@ -181,27 +192,33 @@ static int read_file(struct log *L, const char *path)
     size_t pos = 0;
     for (;;) {
         struct auditfile_item it;
-        if (auditfile_next(data, size, &pos, &it) != 0) {
-            fprintf(stderr, "dashctl audit: out of memory\n");
-            exit(CTL_EXIT_FAIL);
-        }
-        if (it.kind == AUDITFILE_END)
+        if (auditfile_next(data, size, &pos, &it) != 0)
+            L->oom = 1;
+        if (L->oom || it.kind == AUDITFILE_END)
             break;
         switch (it.kind) {
         case AUDITFILE_HEADER:
             check_header(L, path, it.offset, it.frame->header);
             if (L->n_headers == L->cap_headers) {
-                size_t cap = L->cap_headers;
-                L->headers = grow(L->headers, &cap, L->n_headers, sizeof *L->headers);
-                L->header_before = grow(L->header_before, &L->cap_headers, L->n_headers,
-                                        sizeof *L->header_before);
+                size_t cap = L->cap_headers; /* both arrays grow to the same capacity */
+                if (reserve((void **)&L->headers, &cap, L->n_headers, sizeof *L->headers) ||
+                    reserve((void **)&L->header_before, &L->cap_headers, L->n_headers,
+                            sizeof *L->header_before)) {
+                    auditfile_item_free(&it);
+                    L->oom = 1;
+                    break;
+                }
             }
             L->header_before[L->n_headers] = L->n;
             L->headers[L->n_headers++] = it.frame;
             break;
         case AUDITFILE_RECORD:
             check_record(L, path, it.offset, it.frame->record);
-            L->recs = grow(L->recs, &L->cap, L->n, sizeof *L->recs);
+            if (reserve((void **)&L->recs, &L->cap, L->n, sizeof *L->recs)) {
+                auditfile_item_free(&it);
+                L->oom = 1;
+                break;
+            }
             L->recs[L->n++] = (struct rec){it.frame->record, it.frame, path, it.offset};
             break;
         case AUDITFILE_CORRUPT:
@@ -220,7 +237,7 @@ static int read_file(struct log *L, const char *path)
     }
     if (size > 0)
         munmap(data, size);
-    return 0;
+    return L->oom ? out_of_memory() : 0;
 }
 
 static int read_files(struct log *L, int n, char **paths)
@@ -501,10 +518,8 @@ static struct keyed *keyed_of(const struct log *L, const char *run, size_t *ret_
 {
     struct keyed *k = calloc(L->n ? L->n : 1, sizeof *k);
     size_t n = 0;
-    if (!k) {
-        fprintf(stderr, "dashctl audit: out of memory\n");
-        exit(CTL_EXIT_FAIL);
-    }
+    if (!k)
+        return NULL;
     for (size_t i = 0; i < L->n; i++) {
         const Dash__AuditRecord *r = L->recs[i].r;
         if (run && strcmp(str(r->run_tag), run) != 0)
@@ -629,8 +644,15 @@ static int cmd_diff(int argc, char **argv)
     for (size_t p = 0; p < B.n_problems; p++)
         fprintf(stderr, "dashctl audit: warning: %s: offset %" PRIu64 ": %s\n", B.problems[p].file,
                 B.problems[p].offset, B.problems[p].what);
-    size_t na, nb;
+    size_t na = 0, nb = 0;
     struct keyed *ka = keyed_of(&A, run_a, &na), *kb = keyed_of(&B, run_b, &nb);
+    if (!ka || !kb) {
+        free(ka);
+        free(kb);
+        log_free(&A);
+        log_free(&B);
+        return out_of_memory();
+    }
     /* B sorted for lookup; A walked in log order, so the first divergence is the earliest */
     qsort(kb, nb, sizeof *kb, cmp_key);
     size_t matched = 0, only_a = 0;
