@@ -97,6 +97,45 @@ static int describe(struct dash_buffer *b, int device)
     return 0;
 }
 
+/* Where device memory at ptr lives: 0 and *ret_device (its ordinal); DASH_ENOGPU (no
+ * driver entry points), DASH_EINVAL (not device memory), DASH_ENOTSUP (managed memory). */
+static int device_of(const void *ptr, int *ret_device)
+{
+    (void)pthread_once(&mem_range_once, find_mem_range);
+    if (!mem_range)
+        return DASH_ENOGPU;
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_EINVAL;
+    }
+    if (attr.type != cudaMemoryTypeDevice)
+        return attr.type == cudaMemoryTypeManaged ? DASH_ENOTSUP : DASH_EINVAL;
+    *ret_device = attr.device;
+    return 0;
+}
+
+/* Make `device` current, saving the caller's in *ret_old (-1 if unknown): 0 or
+ * DASH_ENOGPU. Undo with restore_device(). */
+static int switch_device(int device, int *ret_old)
+{
+    if (cudaGetDevice(ret_old) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *ret_old = -1;
+    }
+    if (*ret_old != device && cudaSetDevice(device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_ENOGPU;
+    }
+    return 0;
+}
+
+static void restore_device(int old, int device)
+{
+    if (old >= 0 && old != device)
+        (void)cudaSetDevice(old);
+}
+
 int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
                        struct dash_buffer **ret_buf)
 {
@@ -109,18 +148,9 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
         (void)cudaGetLastError();
         return DASH_ENOGPU;
     }
-    (void)pthread_once(&mem_range_once, find_mem_range);
-    if (!mem_range)
-        return DASH_ENOGPU;
-    struct cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, dev_ptr) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_EINVAL;
-    }
-    if (attr.type == cudaMemoryTypeManaged)
-        return DASH_ENOTSUP;
-    if (attr.type != cudaMemoryTypeDevice)
-        return DASH_EINVAL;
+    int device, rc = device_of(dev_ptr, &device);
+    if (rc)
+        return rc;
 
     struct dash_buffer *b = calloc(1, sizeof *b);
     if (!b)
@@ -129,18 +159,12 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
     b->kind = DASH__BUF_CUDA;
     b->data = dev_ptr;
     b->size = size;
-    b->device = attr.device;
+    b->device = device;
     /* The driver calls need the pointer's device current; the caller's stays as it was. */
-    int old = -1;
-    if (cudaGetDevice(&old) != cudaSuccess)
-        old = -1;
-    int rc = DASH_ENOGPU;
-    if (old == attr.device || cudaSetDevice(attr.device) == cudaSuccess)
-        rc = describe(b, attr.device);
-    else
-        (void)cudaGetLastError();
-    if (old >= 0 && old != attr.device)
-        (void)cudaSetDevice(old);
+    int old;
+    if ((rc = switch_device(device, &old)) == 0)
+        rc = describe(b, device);
+    restore_device(old, device);
     if (rc) {
         free(b);
         return rc;
@@ -158,24 +182,13 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
 {
     if (!c || !ptr || !ret_buf || !ret_offset || bytes == 0)
         return DASH_EINVAL;
-    (void)pthread_once(&mem_range_once, find_mem_range);
-    if (!mem_range)
-        return DASH_ENOGPU;
-    struct cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_EINVAL;
+    int device, old, rc = device_of(ptr, &device);
+    if (rc)
+        return rc;
+    if ((rc = switch_device(device, &old)) != 0) {
+        restore_device(old, device);
+        return rc;
     }
-    if (attr.type != cudaMemoryTypeDevice)
-        return attr.type == cudaMemoryTypeManaged ? DASH_ENOTSUP : DASH_EINVAL;
-    int old = -1;
-    if (cudaGetDevice(&old) != cudaSuccess)
-        old = -1;
-    if (old != attr.device && cudaSetDevice(attr.device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_ENOGPU;
-    }
-    int rc = 0;
     CUdeviceptr base = 0;
     size_t size = 0;
     const CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
@@ -236,8 +249,7 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
     *ret_buf = b;
     *ret_offset = (uint64_t)(p - base);
 out:
-    if (old >= 0 && old != attr.device)
-        (void)cudaSetDevice(old);
+    restore_device(old, device);
     return rc;
 }
 
@@ -256,10 +268,8 @@ void dash__events_destroy(struct dash_client *c, int in_child)
     if (!e)
         return;
     if (!in_child) {
-        int old = -1;
-        if (cudaGetDevice(&old) != cudaSuccess)
-            old = -1;
-        if (old == e->device || cudaSetDevice(e->device) == cudaSuccess) {
+        int old;
+        if (switch_device(e->device, &old) == 0) {
             /* The daemon's last record may still be queued: an exported event must
              * outlive what the importer queued on it. */
             if (e->last_record >= 0)
@@ -269,8 +279,7 @@ void dash__events_destroy(struct dash_client *c, int in_child)
                     (void)cudaEventDestroy((cudaEvent_t)e->ev[i]);
         }
         (void)cudaGetLastError();
-        if (old >= 0 && old != e->device)
-            (void)cudaSetDevice(old);
+        restore_device(old, e->device);
     }
     if (e->reg_req)
         e->reg_req = NULL; /* the request itself belongs to c->reqs */
@@ -340,16 +349,9 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         return DASH_ENOSESSION;
     if (c->events && c->events->device != device)
         return DASH_EINVAL; /* one client, one GPU */
-    int old = -1;
-    if (cudaGetDevice(&old) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_ENOGPU;
-    }
-    int rc = 0;
-    if (old != device && cudaSetDevice(device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_ENOGPU;
-    }
+    int old, rc = switch_device(device, &old);
+    if (rc)
+        goto out;
     if (!c->events && (rc = events_make(c, device)) != 0)
         goto out;
     struct dash__events *e = c->events;
@@ -374,8 +376,7 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
     }
     e->last_record = r;
 out:
-    if (old != device)
-        (void)cudaSetDevice(old);
+    restore_device(old, device);
     return rc;
 }
 
