@@ -35,7 +35,7 @@
 static const char usage_text[] =
     "usage: dashctl audit dump [--json] FILE...\n"
     "       dashctl audit verify FILE...\n"
-    "       dashctl audit diff [--run-a TAG] [--run-b TAG] A B\n"
+    "       dashctl audit diff [--run-a TAG] [--run-b TAG] A B   (A, B: FILE[,FILE...])\n"
     "       dashctl audit summary FILE...\n"
     "\n"
     "Read dashd's audit logs (dashd --audit PATH). Several files are one log read in the\n"
@@ -48,7 +48,8 @@ static const char usage_text[] =
     "            up to a torn tail (a write cut short by a crash)\n"
     "  diff      align the records of A and B by client name, step, label, op and occurrence\n"
     "            (optionally only run tag TAG on each side) and print the first one whose\n"
-    "            inputs or outputs differ. Exit 0 identical, 1 different\n"
+    "            inputs or outputs differ; a side may list several files, comma-separated,\n"
+    "            oldest first (a rotated log). Exit 0 identical, 1 different\n"
     "  summary   per op and schedule: count, errors, total and mean time; divergences (same\n"
     "            parameters and input digests, different outputs: needs --audit-level all)\n"
     "\n"
@@ -80,6 +81,7 @@ struct log {
     struct problem *problems;
     size_t n_problems, cap_problems;
     int oom; /* a problem could not be recorded: out of memory */
+    char *names; /* read_list's copy of its file names, or NULL */
     /* verify state */
     int have_header;
     uint64_t log_id, expect_seq;
@@ -251,6 +253,30 @@ static int read_files(struct log *L, int n, char **paths)
     return 0;
 }
 
+/* A side of `diff`: one file, or several separated by commas read in that order (the
+ * files of a rotated log, oldest first). */
+static int read_list(struct log *L, const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    char *paths[256];
+    int n = 0;
+    if (!copy) {
+        memset(L, 0, sizeof *L);
+        return out_of_memory();
+    }
+    for (char *t = strtok_r(copy, ",", &save); t && n < 256; t = strtok_r(NULL, ",", &save))
+        paths[n++] = t;
+    int rc;
+    if (n) {
+        rc = read_files(L, n, paths);
+    } else {
+        memset(L, 0, sizeof *L);
+        rc = ctl__usage_error("audit", "an empty file list");
+    }
+    L->names = copy; /* the problems point into it: it goes with the log */
+    return rc;
+}
+
 static void log_free(struct log *L)
 {
     for (size_t i = 0; i < L->n; i++)
@@ -261,6 +287,7 @@ static void log_free(struct log *L)
     free(L->headers);
     free(L->header_before);
     free(L->problems);
+    free(L->names);
 }
 
 /* ---- names --------------------------------------------------------------------------- */
@@ -628,9 +655,9 @@ static int cmd_diff(int argc, char **argv)
     if (argc - optind != 2)
         return ctl__usage_error("audit", "diff needs two files, A and B");
     struct log A, B;
-    int rc = read_files(&A, 1, &argv[optind]);
+    int rc = read_list(&A, argv[optind]);
     if (!rc)
-        rc = read_files(&B, 1, &argv[optind + 1]);
+        rc = read_list(&B, argv[optind + 1]);
     else
         memset(&B, 0, sizeof B);
     if (rc) {

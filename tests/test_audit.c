@@ -455,6 +455,12 @@ static void test_audit_rotation_and_sighup_keep_one_sequence(void)
     CU_ASSERT(sscanf(at, "%u records (seq %u..%u)", &n_recs, &first, &last) == 3);
     CU_ASSERT(last == 24 && first >= 2 && first <= 13 && n_recs == 25 - first);
     free(out);
+    /* diff reads a side made of several files (a rotated log), comma-separated: the two
+     * runs of the same script on either side of the SIGHUP agree record for record */
+    snprintf(args, sizeof args, "diff --run-a hup %s,%s %s,%s", moved, log, moved, log);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical: 24 records matched"));
+    free(out);
 }
 
 /* dashctl audit on files that are not audit logs - random bytes, an empty file, a valid
