@@ -725,14 +725,17 @@ int dash__submit(struct dash_client *c, struct dash__req *r)
     return 0;
 }
 
-int dash__register(struct dash_client *c, struct dash_buffer *b)
+/* Whether a registration may be sent now: 1 (a session is there); else 0 when the Hello
+ * in flight will be followed by on_hello() registering everything that needs it, or the
+ * result of starting a session (on_hello() again), or DASH_ENOSESSION. */
+static int may_register_now(struct dash_client *c)
 {
     switch (c->state) {
     case DASH__S_OK:
     case DASH__S_REGISTERING:
-        return send_register(c, b);
+        return 1;
     case DASH__S_HELLO:
-        return 0; /* on_hello() registers every buffer that needs it */
+        return 0;
     case DASH__S_LOST:
         break;
     }
@@ -742,21 +745,16 @@ int dash__register(struct dash_client *c, struct dash_buffer *b)
     return start_hello(c);
 }
 
+int dash__register(struct dash_client *c, struct dash_buffer *b)
+{
+    int rc = may_register_now(c);
+    return rc == 1 ? send_register(c, b) : rc;
+}
+
 int dash__register_events(struct dash_client *c)
 {
-    switch (c->state) {
-    case DASH__S_OK:
-    case DASH__S_REGISTERING:
-        return send_register_events(c);
-    case DASH__S_HELLO:
-        return 0; /* on_hello() registers the ring */
-    case DASH__S_LOST:
-        break;
-    }
-    if (c->flags & DASH_CONNECT_NO_SESSION)
-        return DASH_ENOSESSION;
-    c->lost_streak = 0;
-    return start_hello(c);
+    int rc = may_register_now(c);
+    return rc == 1 ? send_register_events(c) : rc;
 }
 
 void dash__unregister_detached(struct dash_client *c, uint64_t id)

@@ -197,6 +197,28 @@ static int open_file(struct audit *a, char *why, size_t whylen)
     return 0;
 }
 
+static void close_file(struct audit *a)
+{
+    if (a->fd >= 0) {
+        (void)fsync(a->fd);
+        close(a->fd);
+        a->fd = -1;
+    }
+}
+
+/* Open the path again and start it with a header: after a rotation or a reopen (`what`
+ * names which, for the log). */
+static int start_file(struct audit *a, uint64_t next_seq, const char *what)
+{
+    char why[256];
+    int rc = open_file(a, why, sizeof why);
+    if (rc) {
+        log_error("audit: %s: %s", what, why);
+        return rc;
+    }
+    return write_header(a, next_seq);
+}
+
 /* path -> path.1 -> ... -> path.keep (the oldest falls off), then a fresh path. */
 static int rotate(struct audit *a, uint64_t next_seq)
 {
@@ -207,9 +229,7 @@ static int rotate(struct audit *a, uint64_t next_seq)
         free(to);
         return -ENOMEM;
     }
-    (void)fsync(a->fd);
-    close(a->fd);
-    a->fd = -1;
+    close_file(a);
     for (int k = a->cfg.keep; k >= 1; k--) {
         if (k == 1)
             snprintf(from, n, "%s", a->path);
@@ -220,31 +240,15 @@ static int rotate(struct audit *a, uint64_t next_seq)
     }
     free(from);
     free(to);
-    char why[256];
-    int rc = open_file(a, why, sizeof why);
-    if (rc) {
-        log_error("audit: rotation: %s", why);
-        return rc;
-    }
     a->stats.rotations++;
-    return write_header(a, next_seq);
+    return start_file(a, next_seq, "rotation");
 }
 
 static int reopen(struct audit *a, uint64_t next_seq)
 {
-    if (a->fd >= 0) {
-        (void)fsync(a->fd);
-        close(a->fd);
-        a->fd = -1;
-    }
-    char why[256];
-    int rc = open_file(a, why, sizeof why);
-    if (rc) {
-        log_error("audit: reopen: %s", why);
-        return rc;
-    }
-    log_info("audit: reopened %s", a->path);
-    return write_header(a, next_seq);
+    close_file(a);
+    log_info("audit: reopening %s", a->path);
+    return start_file(a, next_seq, "reopen");
 }
 
 /* ---- the writer --------------------------------------------------------------------------- */
