@@ -103,7 +103,7 @@ BENCH_DAEMON := $(BUILD)/bench_daemon
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
-BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon)
+BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff)
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
 	$(BENCH) $(BENCH_DAEMON) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
@@ -208,10 +208,16 @@ $(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # dashd on the GPU vs the kernels in process (the daemon overhead target of issue 4).
-$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c) $(call cuobj,$(CUDA_KERNELS_CU)) \
+$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
 		$(LIBDASH_A) $(LIBKERNELS) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter-out $(DASHD),$^) $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)
+
+# Two processes passing work by interprocess events, without dashd: the floor under its
+# per-op overhead.
+$(BUILD)/bench_gpu_handoff: $(call obj,bench/bench_gpu_handoff.c) $(call cuobj,tests/gpu/gpu_delay.cu)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 $(BUILD)/test_dash_gpu: $(call cuobj,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")

@@ -142,6 +142,42 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
     return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + len);
 }
 
+/* XXH64 of n little-endian 64-bit words (the leaf or group hashes a kernel before this one
+ * wrote): xxh64() for a length that is a multiple of 8, but with 32 words loaded before
+ * their rounds run. One thread walks a group's or a view's hashes alone, and loading them
+ * one stripe at a time cost a memory latency per stripe. */
+static __device__ uint64_t xxh64_words(const uint64_t *p, uint64_t n, uint64_t seed)
+{
+    uint64_t h, done = 0;
+    if (n >= 4) {
+        uint64_t v[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
+        const uint64_t stripes = n / 4;
+        uint64_t k = 0;
+        for (; k + 8 <= stripes; k += 8) {
+            uint64_t x[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                x[i] = __ldcg(p + 4 * k + i);
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                v[i & 3] = xxh64_round(v[i & 3], x[i]);
+        }
+        for (; k < stripes; k++)
+            for (int i = 0; i < 4; i++)
+                v[i] = xxh64_round(v[i], __ldcg(p + 4 * k + i));
+        h = xxh64_converge(v[0], v[1], v[2], v[3]);
+        done = 4 * stripes;
+    } else {
+        h = seed + XXH64_P5;
+    }
+    h += 8 * n;
+    for (; done < n; done++) {
+        h ^= xxh64_round(0, __ldcg(p + done));
+        h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
+    }
+    return xxh64_avalanche(h);
+}
+
 /* Which view global index g (of leaves or groups) belongs to. */
 static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups)
 {
@@ -154,6 +190,14 @@ static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
 #define LEAF_SLICES 2                  /* 128-byte slices of each chunk staged per step */
 #define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
+
+/* The j-th load of a warp's step at uint4 offset `at` of its 32 chunks: 8 lanes take one
+ * 128-byte slice (a whole line) of chunk (j % 8) * 4 + lane / 8. */
+static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t lane, uint32_t at, uint32_t j)
+{
+    const uint32_t chunk = (j & 7u) * 4 + (lane >> 3), part = (j >> 3) * 8 + (lane & 7u);
+    return __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
+}
 
 /* One thread per leaf (4 KiB chunk) of every view. Each thread's hash is a serial chain
  * over its own chunk, so if every thread loaded its own bytes, one load instruction of a
@@ -178,14 +222,23 @@ static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint6
     if (whole) { /* uniform across the warp */
         const uint4 *base = reinterpret_cast<const uint4 *>(v->data + (g0 - v->first_leaf) * DIGEST_CHUNK);
         uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
-        /* LEAF_SLICES x 128 bytes of each chunk per step: all loads issued before any use */
+        /* Software pipelined: the next LEAF_SLICES x 128 bytes of each chunk are loaded
+         * into registers while the rounds run on the staged ones, so the warp's memory
+         * is always in flight (the rounds are long serial chains; without the overlap
+         * every step paid a full memory latency). */
+        uint4 x[8 * LEAF_SLICES];
+#pragma unroll
+        for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+            x[j] = leaf_load(base, lane, 0, j);
         for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
 #pragma unroll
-            for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++) {
-                const uint32_t chunk = (j & 7u) * 4 + (lane >> 3), part = (j >> 3) * 8 + (lane & 7u);
-                stage[w][chunk][part] = __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
-            }
+            for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+                stage[w][(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
             __syncwarp();
+            if (at + 8 * LEAF_SLICES < DIGEST_CHUNK / 16)
+#pragma unroll
+                for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+                    x[j] = leaf_load(base, lane, at + 8 * LEAF_SLICES, j);
 #pragma unroll
             for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
                 const uint4 a = stage[w][lane][2 * i], b = stage[w][lane][2 * i + 1];
@@ -217,7 +270,7 @@ static __global__ void group_kernel(struct dtable t, uint64_t total_groups, cons
     const struct dview *v = &t.v[view_of(&t, g, 1)];
     const uint64_t k = g - v->first_group, first = k * DIGEST_FANOUT;
     const uint64_t n = v->leaves - first < DIGEST_FANOUT ? v->leaves - first : DIGEST_FANOUT;
-    groups[g] = xxh64(leaves + v->first_leaf + first, (size_t)n * 8, 0);
+    groups[g] = xxh64_words(leaves + v->first_leaf + first, n, 0);
 }
 
 /* One thread per view: the root over its group hashes, seeded with its length. */
@@ -227,7 +280,7 @@ static __global__ void root_kernel(struct dtable t, const uint64_t *groups, uint
     if (i >= t.n)
         return;
     const struct dview *v = &t.v[i];
-    out[i] = xxh64(groups + v->first_group, (size_t)v->groups * 8, v->bytes);
+    out[i] = xxh64_words(groups + v->first_group, v->groups, v->bytes);
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
