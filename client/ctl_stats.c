@@ -137,6 +137,14 @@ static int print_text(const struct dash_stats *s)
     ctl__text(ver, sizeof ver, *s->server_version ? s->server_version : "(unknown version)", 32);
     ctl__text(be, sizeof be, *s->backend ? s->backend : "unknown", 16);
     printf("dashd %s, backend %s, %u threads, up %s\n", ver, be, s->threads, up);
+    if (*s->gpu_sharing) {
+        char sh[CELL];
+        ctl__text(sh, sizeof sh, s->gpu_sharing, 16);
+        printf("GPU sharing: %s%s\n", sh,
+               strcmp(s->gpu_sharing, "contexts") == 0
+                   ? " (no MPS: each stream-ordered op costs GPU context switches; docs/mps.md)"
+                   : "");
+    }
     printf("requests %llu (%llu errors), queue %u/%u, %u session%s", (unsigned long long)s->requests,
            (unsigned long long)s->errors, s->queue_depth, s->queue_capacity, s->sessions,
            s->sessions == 1 ? "" : "s");
@@ -205,6 +213,8 @@ static void print_json(const struct dash_stats *s, const char *endpoint)
     json_u64("requests", s->requests, 0);
     json_u64("errors", s->errors, 0);
     json_u64("sessions", s->sessions, 0);
+    if (*s->gpu_sharing)
+        json_str("gpu_sharing", s->gpu_sharing, 0);
     if (*s->audit_path) {
         json_str("audit_path", s->audit_path, 0);
         json_str("audit_level", s->audit_level, 0);

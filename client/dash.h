@@ -438,6 +438,9 @@ struct dash_stats {
     /* The audit log: path "" when the daemon keeps none. */
     const char *audit_path, *audit_level;
     uint64_t audit_written, audit_dropped, audit_write_errors;
+    /* GPU backend: "mps" (dashd runs under NVIDIA MPS) or "contexts" (it does not: each
+     * stream-ordered op costs GPU context switches, docs/mps.md); "" on the CPU. */
+    const char *gpu_sharing;
 };
 
 /* Ask the daemon for its counters. Works with or without a session. Returns 0 and

@@ -982,6 +982,7 @@ void dash_stats_free(struct dash_stats *s)
     free((char *)s->backend);
     free((char *)s->audit_path);
     free((char *)s->audit_level);
+    free((char *)s->gpu_sharing);
     free(s);
 }
 
@@ -1005,7 +1006,8 @@ static struct dash_stats *stats_convert(const Dash__StatsReply *m, uint64_t own_
     s->audit_written = m->audit_written;
     s->audit_dropped = m->audit_dropped;
     s->audit_write_errors = m->audit_write_errors;
-    if (!s->server_version || !s->backend || !s->audit_path || !s->audit_level)
+    s->gpu_sharing = strdup(str_or_empty(m->gpu_sharing));
+    if (!s->server_version || !s->backend || !s->audit_path || !s->audit_level || !s->gpu_sharing)
         goto fail;
     if (m->n_clients) {
         if (!(s->clients = calloc(m->n_clients, sizeof *s->clients)))

@@ -76,6 +76,9 @@ struct backend_cuda_buffer {
 struct backend {
     const char *name;   /* "cpu", "cuda": what OpResult.backend and HelloReply.backend say */
     char device[256];   /* a readable description for HelloReply.device and the log */
+    /* GPU backends: "mps" or "contexts" (StatsReply.gpu_sharing, docs/mps.md); NULL on
+     * the CPU. Not in `device`: it changes speed, never bits, and `device` is audited. */
+    const char *gpu_sharing;
     struct val_limits limits;
     unsigned buffer_kinds; /* bit (1u << enum shmbuf_kind) for each kind computed on */
     void *impl;

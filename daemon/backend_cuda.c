@@ -869,6 +869,12 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
 
     struct backend *b = &c->base;
     b->name = "cuda";
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        mps = 0;
+    }
+    b->gpu_sharing = mps ? "mps" : "contexts";
     /* the kernel implementation is part of what the bits depend on: say which */
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,

@@ -756,6 +756,7 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
     st.clients = cps;
     st.has_sessions = 1;
     st.sessions = (uint32_t)n;
+    st.gpu_sharing = (char *)d->backend->gpu_sharing; /* NULL: absent */
     struct audit_stats as;
     if (d->cfg.audit) {
         audit_get_stats(d->cfg.audit, &as);

@@ -16,9 +16,9 @@
 struct dview {
     const unsigned char *data; /* dense bytes: the tensor itself, or its packed copy */
     uint64_t bytes;
-    uint64_t first_leaf; /* index of its first leaf in the scratch's leaf array */
+    uint64_t first_leaf; /* its first leaf's global index: a multiple of LEAF_BLOCK / 2 */
     uint64_t leaves;
-    uint64_t first_group; /* likewise for groups */
+    uint64_t first_group; /* index of its first group hash in the scratch */
     uint64_t groups;
 };
 
@@ -72,7 +72,7 @@ size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
         int dense;
         if (!view_ok(&v[i], &bytes, &dense))
             return 0;
-        hashes += leaves_of(bytes) + groups_of(leaves_of(bytes));
+        hashes += groups_of(leaves_of(bytes));
         if (!dense)
             packed += align_up((size_t)bytes);
     }
@@ -105,9 +105,6 @@ static __global__ void pack_kernel(unsigned char *dst, struct digest_view v, uin
     }
 }
 
-/* XXH64 of a whole number of 32-byte stripes at a 16-byte aligned address: the stripe
- * loop of xxh64() with two 16-byte loads per stripe, so each thread reads whole sectors
- * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
 /* One 32-byte stripe (two 16-byte loads) into the four lanes. */
 static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
 {
@@ -117,6 +114,9 @@ static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
     v[3] = xxh64_round(v[3], (uint64_t)b.z | (uint64_t)b.w << 32);
 }
 
+/* XXH64 of a whole number of 32-byte stripes at a 16-byte aligned address: the stripe
+ * loop of xxh64() with two 16-byte loads per stripe, so each thread reads whole sectors
+ * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
 static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t seed)
 {
     uint64_t v[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
@@ -142,54 +142,26 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
     return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + len);
 }
 
-/* XXH64 of n little-endian 64-bit words (the leaf or group hashes a kernel before this one
- * wrote): xxh64() for a length that is a multiple of 8, but with 32 words loaded before
- * their rounds run. One thread walks a group's or a view's hashes alone, and loading them
- * one stripe at a time cost a memory latency per stripe. */
-static __device__ uint64_t xxh64_words(const uint64_t *p, uint64_t n, uint64_t seed)
-{
-    uint64_t h, done = 0;
-    if (n >= 4) {
-        uint64_t v[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
-        const uint64_t stripes = n / 4;
-        uint64_t k = 0;
-        for (; k + 8 <= stripes; k += 8) {
-            uint64_t x[32];
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                x[i] = __ldcg(p + 4 * k + i);
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                v[i & 3] = xxh64_round(v[i & 3], x[i]);
-        }
-        for (; k < stripes; k++)
-            for (int i = 0; i < 4; i++)
-                v[i] = xxh64_round(v[i], __ldcg(p + 4 * k + i));
-        h = xxh64_converge(v[0], v[1], v[2], v[3]);
-        done = 4 * stripes;
-    } else {
-        h = seed + XXH64_P5;
-    }
-    h += 8 * n;
-    for (; done < n; done++) {
-        h ^= xxh64_round(0, __ldcg(p + done));
-        h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
-    }
-    return xxh64_avalanche(h);
-}
+#define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
+#define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block: two groups */
+#define LEAF_SLICES 2                  /* 128-byte slices of each chunk staged per step */
+#define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
+#define ROOT_THREADS 256
+#define ROOT_TILE 256 /* group hashes per tile of the root kernel (a multiple of 4; the 96 MiB
+                        * tensor of the GPU digest test spans two tiles) */
 
-/* Which view global index g (of leaves or groups) belongs to. */
-static __device__ int32_t view_of(const struct dtable *t, uint64_t g, int groups)
+#if LEAF_BLOCK != 2 * DIGEST_FANOUT
+#error "a leaf block must cover exactly two groups"
+#endif
+
+/* Which view global leaf index g belongs to (views' leaves start at multiples of 64). */
+static __device__ int32_t view_of(const struct dtable *t, uint64_t g)
 {
     int32_t i = 0;
-    while (i + 1 < t->n && g >= (groups ? t->v[i + 1].first_group : t->v[i + 1].first_leaf))
+    while (i + 1 < t->n && g >= t->v[i + 1].first_leaf)
         i++;
     return i;
 }
-
-#define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
-#define LEAF_SLICES 2                  /* 128-byte slices of each chunk staged per step */
-#define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
 
 /* The j-th load of a warp's step at uint4 offset `at` of its 32 chunks: 8 lanes take one
  * 128-byte slice (a whole line) of chunk (j % 8) * 4 + lane / 8. */
@@ -199,88 +171,107 @@ static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t la
     return __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
 }
 
-/* One thread per leaf (4 KiB chunk) of every view. Each thread's hash is a serial chain
- * over its own chunk, so if every thread loaded its own bytes, one load instruction of a
- * warp would touch 32 lines 4 KiB apart. Where a warp's 32 leaves are all whole, aligned
- * chunks of one view, the warp instead loads 128-byte slices of four chunks per
- * instruction (8 threads per slice, whole lines), LEAF_SLICES slices of every chunk per
- * step so that enough bytes are in flight, stages them in shared memory (rows padded
- * against bank conflicts) and each thread hashes its row: the same bytes, in the same
- * order, read at full line width. Other warps take the plain path. */
-static __global__ void leaf_kernel(struct dtable t, uint64_t total_leaves, uint64_t *leaves)
+/* The hash of the warp's 32 whole, aligned chunks at base, one per lane. If every thread
+ * loaded its own bytes, one load instruction of a warp would touch 32 lines 4 KiB apart;
+ * instead the warp loads 128-byte slices of four chunks per instruction (8 threads per
+ * slice, whole lines), LEAF_SLICES slices of every chunk per step, stages them in shared
+ * memory (rows padded against bank conflicts) and each thread hashes its row: the same
+ * bytes in the same order, read at full line width. Software pipelined: the next step's
+ * slices are loaded into registers while the rounds run on the staged ones, so memory is
+ * always in flight behind the rounds' long serial chains. */
+static __device__ uint64_t leaf_warp(const uint4 *base, uint4 (*stage)[LEAF_ROW], uint32_t lane)
 {
-    __shared__ uint4 stage[LEAF_WARPS][32][LEAF_ROW];
-    const uint32_t lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
-    const uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
-    const uint64_t g0 = g - lane; /* the warp's first leaf */
-    int whole = g0 + 32 <= total_leaves;
-    const struct dview *v = &t.v[view_of(&t, g0, 0)];
-    if (whole) {
-        const uint64_t k0 = g0 - v->first_leaf;
-        whole = k0 + 32 <= v->bytes / DIGEST_CHUNK && ((uintptr_t)v->data & 15u) == 0;
-    }
-    if (whole) { /* uniform across the warp */
-        const uint4 *base = reinterpret_cast<const uint4 *>(v->data + (g0 - v->first_leaf) * DIGEST_CHUNK);
-        uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
-        /* Software pipelined: the next LEAF_SLICES x 128 bytes of each chunk are loaded
-         * into registers while the rounds run on the staged ones, so the warp's memory
-         * is always in flight (the rounds are long serial chains; without the overlap
-         * every step paid a full memory latency). */
-        uint4 x[8 * LEAF_SLICES];
+    uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
+    uint4 x[8 * LEAF_SLICES];
+#pragma unroll
+    for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+        x[j] = leaf_load(base, lane, 0, j);
+    for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
 #pragma unroll
         for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
-            x[j] = leaf_load(base, lane, 0, j);
-        for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
+            stage[(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
+        __syncwarp();
+        if (at + 8 * LEAF_SLICES < DIGEST_CHUNK / 16)
 #pragma unroll
             for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
-                stage[w][(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
-            __syncwarp();
-            if (at + 8 * LEAF_SLICES < DIGEST_CHUNK / 16)
+                x[j] = leaf_load(base, lane, at + 8 * LEAF_SLICES, j);
 #pragma unroll
-                for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
-                    x[j] = leaf_load(base, lane, at + 8 * LEAF_SLICES, j);
-#pragma unroll
-            for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
-                const uint4 a = stage[w][lane][2 * i], b = stage[w][lane][2 * i + 1];
-                stripe(v, a, b);
-            }
-            __syncwarp();
+        for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
+            const uint4 a = stage[lane][2 * i], b = stage[lane][2 * i + 1];
+            stripe(v, a, b);
         }
-        leaves[g] = xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + DIGEST_CHUNK);
-        return;
+        __syncwarp();
     }
-    if (g >= total_leaves)
-        return;
-    v = &t.v[view_of(&t, g, 0)];
-    const uint64_t at = (g - v->first_leaf) * DIGEST_CHUNK;
-    const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
-    const unsigned char *p = v->data + at;
-    leaves[g] = len == DIGEST_CHUNK && ((uintptr_t)p & 15u) == 0
-                    ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), len, 0)
-                    : xxh64(p, (size_t)len, 0);
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + DIGEST_CHUNK);
 }
 
-/* One thread per group of up to 64 leaf hashes (little-endian words, as stored). */
-static __global__ void group_kernel(struct dtable t, uint64_t total_groups, const uint64_t *leaves,
-                                    uint64_t *groups)
+/* Leaves and groups in one pass: one thread per leaf (4 KiB chunk), LEAF_BLOCK leaves per
+ * block, which are two whole groups (each view's leaves start at a multiple of
+ * DIGEST_FANOUT, so a group never spans two views; indices in the padding hash nothing). The leaf hashes stay in shared
+ * memory and two threads hash the block's groups from there: no second kernel, and no
+ * global round trip for the leaves. */
+static __global__ void __launch_bounds__(LEAF_BLOCK)
+    leaf_group_kernel(struct dtable t, uint64_t *groups)
 {
-    const uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
-    if (g >= total_groups)
-        return;
-    const struct dview *v = &t.v[view_of(&t, g, 1)];
-    const uint64_t k = g - v->first_group, first = k * DIGEST_FANOUT;
-    const uint64_t n = v->leaves - first < DIGEST_FANOUT ? v->leaves - first : DIGEST_FANOUT;
-    groups[g] = xxh64_words(leaves + v->first_leaf + first, n, 0);
+    __shared__ uint4 stage[LEAF_WARPS][32][LEAF_ROW];
+    __shared__ uint64_t hashes[LEAF_BLOCK];
+    const uint32_t lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    const uint64_t g = blockIdx.x * (uint64_t)LEAF_BLOCK + threadIdx.x; /* global leaf index */
+    const struct dview *v = &t.v[view_of(&t, g - (threadIdx.x & (DIGEST_FANOUT - 1)))];
+    const uint64_t k = g - v->first_leaf; /* this thread's leaf in its view */
+    const uint64_t k0 = k - lane;                          /* the warp's first */
+    if (k0 + 32 <= v->bytes / DIGEST_CHUNK && ((uintptr_t)v->data & 15u) == 0) {
+        /* uniform across the warp: 32 whole, aligned chunks */
+        hashes[threadIdx.x] = leaf_warp(reinterpret_cast<const uint4 *>(v->data + k0 * DIGEST_CHUNK),
+                                        stage[w], lane);
+    } else if (k < v->leaves) {
+        const uint64_t at = k * DIGEST_CHUNK;
+        const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
+        const unsigned char *p = v->data + at;
+        hashes[threadIdx.x] = len == DIGEST_CHUNK && ((uintptr_t)p & 15u) == 0
+                                  ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), len, 0)
+                                  : xxh64(p, (size_t)len, 0);
+    }
+    __syncthreads(); /* the block's leaf hashes are all in shared memory */
+    if ((threadIdx.x & (DIGEST_FANOUT - 1)) == 0 && k < v->leaves) {
+        const uint64_t n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
+        groups[v->first_group + k / DIGEST_FANOUT] = xxh64(hashes + threadIdx.x, (size_t)n * 8, 0);
+    }
 }
 
-/* One thread per view: the root over its group hashes, seeded with its length. */
-static __global__ void root_kernel(struct dtable t, const uint64_t *groups, uint64_t *out)
+/* One block per view: the root over its group hashes, seeded with its length - XXH64 run
+ * by thread 0 over tiles that the whole block loads into shared memory (one thread
+ * loading a view's hashes itself paid a memory latency every few stripes). */
+static __global__ void __launch_bounds__(ROOT_THREADS)
+    root_kernel(struct dtable t, const uint64_t *groups, uint64_t *out)
 {
-    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= t.n)
-        return;
-    const struct dview *v = &t.v[i];
-    out[i] = xxh64_words(groups + v->first_group, v->groups, v->bytes);
+    __shared__ uint64_t tile[ROOT_TILE];
+    const struct dview *v = &t.v[blockIdx.x];
+    const uint64_t n = v->groups, seed = v->bytes, striped = n / 4 * 4;
+    const uint64_t *g = groups + v->first_group;
+    uint64_t acc[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
+    for (uint64_t base = 0; base < n; base += ROOT_TILE) {
+        const uint64_t cnt = n - base < ROOT_TILE ? n - base : ROOT_TILE;
+        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS)
+            tile[i] = __ldcg(g + base + i);
+        __syncthreads(); /* the tile is loaded */
+        if (threadIdx.x == 0) {
+            const uint64_t end = base + cnt < striped ? base + cnt : striped;
+            for (uint64_t w = base; w + 4 <= end; w += 4)
+                for (int i = 0; i < 4; i++)
+                    acc[i] = xxh64_round(acc[i], tile[w - base + i]);
+            if (base + cnt == n) { /* the last tile holds every word past the stripes */
+                uint64_t h = n >= 4 ? xxh64_converge(acc[0], acc[1], acc[2], acc[3]) : seed + XXH64_P5;
+                h += 8 * n;
+                for (uint64_t w = striped; w < n; w++) {
+                    h ^= xxh64_round(0, tile[w - base]);
+                    h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
+                }
+                out[blockIdx.x] = xxh64_avalanche(h);
+            }
+        }
+        __syncthreads(); /* thread 0 is done with the tile before it is overwritten */
+    }
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
@@ -304,12 +295,11 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].leaves = leaves_of(bytes);
         t.v[i].first_group = total_groups;
         t.v[i].groups = groups_of(t.v[i].leaves);
-        total += t.v[i].leaves;
+        total += t.v[i].groups * DIGEST_FANOUT; /* the next view starts at a whole group */
         total_groups += t.v[i].groups;
     }
-    uint64_t *leaves = static_cast<uint64_t *>(scratch), *groups = leaves + total;
-    unsigned char *packed =
-        static_cast<unsigned char *>(scratch) + align_up((size_t)(total + total_groups) * 8);
+    uint64_t *groups = static_cast<uint64_t *>(scratch);
+    unsigned char *packed = static_cast<unsigned char *>(scratch) + align_up((size_t)total_groups * 8);
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes;
         int dense;
@@ -324,12 +314,7 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].data = packed;
         packed += align_up((size_t)bytes);
     }
-    if (total) {
-        leaf_kernel<<<(unsigned)((total + 32 * LEAF_WARPS - 1) / (32 * LEAF_WARPS)),
-                      32 * LEAF_WARPS, 0, st>>>(t, total, leaves);
-        group_kernel<<<(unsigned)((total_groups + 127) / 128), 128, 0, st>>>(t, total_groups,
-                                                                             leaves, groups);
-    }
-    root_kernel<<<1, DIGEST_CUDA_MAX_VIEWS, 0, st>>>(t, groups, out);
+    leaf_group_kernel<<<(unsigned)((total + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t, groups);
+    root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, groups, out);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

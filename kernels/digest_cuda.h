@@ -2,9 +2,10 @@
  * digest_cuda.h - the digests of kernels/digest.h computed on the GPU, for tensors in
  * device memory: the same value as digest_strided() on a host copy of the same bytes.
  *
- * One thread hashes each 4 KiB chunk (leaf), one each group of 64 leaf hashes, and one
- * per tensor the group hashes (root). A dense view is hashed in place; a strided one is first gathered into
- * dense scratch. Everything is queued on the caller's stream, so digests of an op's
+ * Two kernels: one thread hashes each 4 KiB chunk (leaf) and, from shared memory, one
+ * thread of each 64 hashes their group; then a block per tensor hashes its group hashes
+ * (root). A dense view is hashed in place; a strided one is first gathered into dense
+ * scratch. Everything is queued on the caller's stream, so digests of an op's
  * outputs queued right after the op are ready when the stream reaches them.
  */
 #ifndef DASH_DIGEST_CUDA_H
@@ -29,8 +30,8 @@ struct digest_view {
     int32_t elem;
 };
 
-/* Device scratch digest_cuda() needs for these views (leaves, and dense copies of the
- * strided ones); 0 for a bad argument. */
+/* Device scratch digest_cuda() needs for these views (group hashes, and dense copies of
+ * the strided ones); 0 for a bad argument. */
 size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n);
 
 /* Queue on `stream` (a cudaStream_t; NULL: the legacy default stream) the digests of

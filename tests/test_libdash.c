@@ -301,6 +301,7 @@ static void test_libdash_close_ends_the_session(void)
     for (int i = 0; i < 50 && found; i++) {
         struct dash_stats *st = NULL;
         CU_ASSERT_FATAL(dash_stats(mon, &st) == 0);
+        CU_ASSERT_STRING_EQUAL(st->gpu_sharing, ""); /* the CPU backend shares no GPU */
         found = 0;
         for (size_t k = 0; k < st->n_clients; k++)
             found |= strcmp(st->clients[k].client_name, "closing") == 0;

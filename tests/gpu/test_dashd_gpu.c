@@ -16,6 +16,7 @@
  * again, fork+exec'd (a CUDA context must not cross fork) with `--dashd-child`; the two
  * concurrent clients start together (a pipe barrier) and run CHILD_ROUNDS rounds each.
  */
+#include "gpu_check.h"
 #include "gpu_dashd.h"
 #include "gpu_delay.h"
 
@@ -765,6 +766,10 @@ static void test_dashd_gpu_forward_backward_match_in_process_kernels(void)
     CU_ASSERT_EQUAL_FATAL(dash_stats(f.c, &st), 0);
     CU_ASSERT_STRING_EQUAL(st->backend, "cuda");
     CU_ASSERT(st->threads > 0); /* the SM count */
+    /* dashd was started with this process's environment: under MPS exactly when we are */
+    int mps = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
+    CU_ASSERT_STRING_EQUAL(st->gpu_sharing, mps ? "mps" : "contexts");
     dash_stats_free(st);
     fixture_close(&f, "gpu-bits");
 }
