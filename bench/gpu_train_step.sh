@@ -22,8 +22,12 @@ work=$(mktemp -d /tmp/dash-train-XXXXXX)
 "$bin/dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
 dpid=$!
 for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
-mps_state="one per process (no MPS server running)"
-pgrep -x nvidia-cuda-mps-server >/dev/null && mps_state="shared through MPS (an MPS server runs for dashd)"
+# dashd has initialised CUDA by now: under MPS the control daemon lists a server for it
+mps_state="one per process (no MPS)"
+if command -v nvidia-cuda-mps-control >/dev/null &&
+   [ -n "$(echo get_server_list | timeout 5 nvidia-cuda-mps-control 2>/dev/null)" ]; then
+  mps_state="shared through MPS (the MPS control daemon lists a server)"
+fi
 $py "$root/examples/train_tiny_gpt.py" --steps "$steps" $model --attn sdpa --quiet \
   --out "$work/sdpa.json" > "$work/sdpa.log" 2>&1
 $py "$root/examples/train_tiny_gpt.py" --steps "$steps" $model --attn dash --quiet \
