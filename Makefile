@@ -245,7 +245,9 @@ else
 endif
 
 # On a machine with a GPU (and a CUDA build), also the GPU benchmarks: the kernels against
-# PyTorch SDPA (needs python3 with torch), and dashd's overhead with and without auditing.
+# PyTorch SDPA (needs python3 with torch), dashd's overhead with and without auditing, and
+# the cross-process hand-off floor under it (as the machine is set up: with MPS if dashd
+# and this shell run under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
 bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
@@ -257,6 +259,7 @@ bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD) $(BENCH_GPU)
 		for s in 4096 16384; do for a in "" "--audit $$(mktemp -u)"; do \
 			./$(BUILD)/bench_gpu_daemon --reps 10 --seqlen $$s $$a; done; done \
 			> bench/results/gpu-daemon-make-bench-$$d.md && \
+		./$(BUILD)/bench_gpu_handoff >> bench/results/gpu-daemon-make-bench-$$d.md && \
 		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md and gpu-daemon-make-bench-$$d.md"; \
 	else echo "bench: no GPU here (or no CUDA build): GPU benchmarks skipped"; fi
 
