@@ -67,6 +67,54 @@ static double median(double *t, int n)
     return t[n / 2];
 }
 
+/* One mask's op, both ways: the client's tensors in the registered buffer and the same
+ * bytes as in-process views (q k v out dout dq dk dv, then lse, at multiples of tb). */
+struct bench_op {
+    struct dash_tensor t[9];
+    struct dash_attn at;
+    struct eng_problem p;
+    struct eng_tensor e[8];
+    float *lse;
+};
+
+static void bench_op_init(struct bench_op *b, int causal, struct dash_buffer *buf, unsigned char *mem,
+                          size_t tb, int B, int S, int H, int D)
+{
+    for (int i = 0; i < 8; i++) {
+        b->t[i] = dash_tensor_dense(buf, (uint64_t)i * tb, B, S, H, D);
+        b->e[i] = eng_dense(mem + (size_t)i * tb, S, H, D);
+    }
+    b->t[8] = dash_tensor_lse(buf, 8 * tb, B, H, S);
+    b->lse = (float *)(void *)(mem + 8 * tb);
+    b->at = (struct dash_attn){.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
+                               .schedule = DASH_SCHED_AUTO};
+    b->p = (struct eng_problem){B, S, S, H, H, D, DTYPE_BF16,
+                                causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, (float)(1.0 / sqrt((double)D))};
+}
+
+/* The op (0 forward, 1 backward) with the kernels in this process. */
+static int in_process(struct cuattn *a, const struct bench_op *b, int op)
+{
+    const struct eng_tensor *e = b->e;
+    return op == 0 ? cuattn_forward(a, &b->p, NULL, e[3], b->lse, e[0], e[1], e[2], NULL)
+                   : cuattn_backward(a, &b->p, NULL, 0, e[5], e[6], e[7], e[0], e[1], e[2], e[3],
+                                     b->lse, e[4], NULL);
+}
+
+/* The op through dashd: blocking (stream NULL, result in *r) or ordered on `stream`. */
+static int through_dashd(struct dash_client *c, const struct bench_op *b, int op, cudaStream_t stream,
+                         struct dash_result *r)
+{
+    const struct dash_tensor *t = b->t;
+    if (!stream)
+        return op == 0 ? dash_forward(c, &b->at, &t[0], &t[1], &t[2], &t[3], &t[8], r)
+                       : dash_backward(c, &b->at, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5],
+                                       &t[6], &t[7], r);
+    return op == 0 ? dash_forward_stream(c, &b->at, &t[0], &t[1], &t[2], &t[3], &t[8], stream, NULL)
+                   : dash_backward_stream(c, &b->at, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5],
+                                          &t[6], &t[7], stream, NULL);
+}
+
 int main(int argc, char **argv)
 {
     int reps = 10, S = 4096;
@@ -148,29 +196,17 @@ int main(int argc, char **argv)
            "dashd run_us/1000 | overhead |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
            audit ? " (dashd auditing: --audit-level outputs)" : "");
     for (int causal = 0; causal < 2; causal++) {
-        struct dash_tensor t[9];
-        for (int i = 0; i < 8; i++)
-            t[i] = dash_tensor_dense(buf, (uint64_t)i * tb, B, S, H, D);
-        t[8] = dash_tensor_lse(buf, 8 * tb, B, H, S);
-        struct dash_attn at = {.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
-                               .schedule = DASH_SCHED_AUTO};
-        struct eng_problem p = {B, S, S, H, H, D, DTYPE_BF16, causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
-                                (float)(1.0 / sqrt((double)D))};
-#define E(i) eng_dense(mem + (size_t)(i) * tb, S, H, D)
-        float *lse = (float *)(void *)(mem + 8 * tb);
+        struct bench_op b;
+        bench_op_init(&b, causal, buf, mem, tb, B, S, H, D);
         for (int op = 0; op < 2; op++) {
             double tin[200], tdm[200], run[200];
             struct dash_result r;
             for (int k = -2; k < reps; k++) {
                 double t0 = now_ms();
-                rc = op == 0 ? cuattn_forward(a, &p, NULL, E(3), lse, E(0), E(1), E(2), NULL)
-                             : cuattn_backward(a, &p, NULL, 0, E(5), E(6), E(7), E(0), E(1), E(2),
-                                               E(3), lse, E(4), NULL);
+                rc = in_process(a, &b, op);
                 double t1 = now_ms();
                 if (rc == 0)
-                    rc = op == 0 ? dash_forward(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8], &r)
-                                 : dash_backward(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4],
-                                                 &t[5], &t[6], &t[7], &r);
+                    rc = through_dashd(c, &b, op, NULL, &r);
                 double t2 = now_ms();
                 if (rc) {
                     fprintf(stderr, "bench_gpu_daemon: %s\n", dash_strerror(rc));
@@ -186,7 +222,6 @@ int main(int argc, char **argv)
             printf("| %s | %s | %.3f | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
                    op ? "backward" : "forward", mi, md, mr, 100.0 * (md - mi) / mi);
         }
-#undef E
     }
     printf("\nbf16, batch %d x seqlen %d, 16 heads, hdim 128, schedule auto; median of %d after 2 "
            "warm-ups; overhead = (dashd - in-process) / in-process.\n", B, S, reps);
@@ -198,63 +233,49 @@ int main(int argc, char **argv)
     int sms = 0;
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     for (int busy = 0; busy < 2; busy++) {
-    if (busy)
-        printf("\n# stream-ordered, stream busy at the start: %.0f ms of other work (a kernel on "
-               "all SMs) queued first, as in a training loop; ms/op = (total - that) / %d\n\n| mask "
-               "| op | in-process ms/op | through dashd ms/op | overhead |\n| --- | --- | ---: | "
-               "---: | ---: |\n", LEAD_NS / 1e6, reps);
-    else
-        printf("\n# stream-ordered, stream idle at the start: %d ops back to back, one synchronise"
-               "\n\n| mask | op | in-process ms/op | through dashd ms/op | overhead |\n| --- | --- | "
-               "---: | ---: | ---: |\n", reps);
-    for (int causal = 0; causal < 2; causal++) {
-        struct dash_tensor t[9];
-        for (int i = 0; i < 8; i++)
-            t[i] = dash_tensor_dense(buf, (uint64_t)i * tb, B, S, H, D);
-        t[8] = dash_tensor_lse(buf, 8 * tb, B, H, S);
-        struct dash_attn at = {.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
-                               .schedule = DASH_SCHED_AUTO};
-        struct eng_problem p = {B, S, S, H, H, D, DTYPE_BF16, causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
-                                (float)(1.0 / sqrt((double)D))};
-#define E(i) eng_dense(mem + (size_t)(i) * tb, S, H, D)
-        float *lse = (float *)(void *)(mem + 8 * tb);
-        for (int op = 0; op < 2; op++) {
-            double tin[3], tdm[3];
-            for (int burst = -1; burst < 3; burst++) {
-                const double lead = busy ? LEAD_NS / 1e6 : 0;
-                double t0 = now_ms();
-                if (busy)
-                    CHECK(gpu_test_hold_sms(sms, LEAD_NS, own));
-                for (int k = 0; k < reps && rc == 0; k++)
-                    rc = op == 0 ? cuattn_forward(a, &p, NULL, E(3), lse, E(0), E(1), E(2), NULL)
-                                 : cuattn_backward(a, &p, NULL, 0, E(5), E(6), E(7), E(0), E(1),
-                                                   E(2), E(3), lse, E(4), NULL);
-                CHECK(cudaStreamSynchronize(own));
-                double t1 = now_ms();
-                if (busy)
-                    CHECK(gpu_test_hold_sms(sms, LEAD_NS, stream));
-                for (int k = 0; k < reps && rc == 0; k++)
-                    rc = op == 0 ? dash_forward_stream(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8],
-                                                       stream, NULL)
-                                 : dash_backward_stream(c, &at, &t[0], &t[1], &t[2], &t[3], &t[8],
-                                                        &t[4], &t[5], &t[6], &t[7], stream, NULL);
-                CHECK(cudaStreamSynchronize(stream));
-                double t2 = now_ms();
-                if (rc) {
-                    fprintf(stderr, "bench_gpu_daemon: stream-ordered: %s\n", dash_strerror(rc));
-                    goto out;
+        if (busy)
+            printf("\n# stream-ordered, stream busy at the start: %.0f ms of other work (a kernel on "
+                   "all SMs) queued first, as in a training loop; ms/op = (total - that) / %d\n\n| mask "
+                   "| op | in-process ms/op | through dashd ms/op | overhead |\n| --- | --- | ---: | "
+                   "---: | ---: |\n", LEAD_NS / 1e6, reps);
+        else
+            printf("\n# stream-ordered, stream idle at the start: %d ops back to back, one synchronise"
+                   "\n\n| mask | op | in-process ms/op | through dashd ms/op | overhead |\n| --- | --- | "
+                   "---: | ---: | ---: |\n", reps);
+        for (int causal = 0; causal < 2; causal++) {
+            struct bench_op b;
+            bench_op_init(&b, causal, buf, mem, tb, B, S, H, D);
+            for (int op = 0; op < 2; op++) {
+                double tin[3], tdm[3];
+                for (int burst = -1; burst < 3; burst++) {
+                    const double lead = busy ? LEAD_NS / 1e6 : 0;
+                    double t0 = now_ms();
+                    if (busy)
+                        CHECK(gpu_test_hold_sms(sms, LEAD_NS, own));
+                    for (int k = 0; k < reps && rc == 0; k++)
+                        rc = in_process(a, &b, op);
+                    CHECK(cudaStreamSynchronize(own));
+                    double t1 = now_ms();
+                    if (busy)
+                        CHECK(gpu_test_hold_sms(sms, LEAD_NS, stream));
+                    for (int k = 0; k < reps && rc == 0; k++)
+                        rc = through_dashd(c, &b, op, stream, NULL);
+                    CHECK(cudaStreamSynchronize(stream));
+                    double t2 = now_ms();
+                    if (rc) {
+                        fprintf(stderr, "bench_gpu_daemon: stream-ordered: %s\n", dash_strerror(rc));
+                        goto out;
+                    }
+                    if (burst >= 0) {
+                        tin[burst] = (t1 - t0 - lead) / reps;
+                        tdm[burst] = (t2 - t1 - lead) / reps;
+                    }
                 }
-                if (burst >= 0) {
-                    tin[burst] = (t1 - t0 - lead) / reps;
-                    tdm[burst] = (t2 - t1 - lead) / reps;
-                }
+                double mi = median(tin, 3), md = median(tdm, 3);
+                printf("| %s | %s | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
+                       op ? "backward" : "forward", mi, md, 100.0 * (md - mi) / mi);
             }
-            double mi = median(tin, 3), md = median(tdm, 3);
-            printf("| %s | %s | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
-                   op ? "backward" : "forward", mi, md, 100.0 * (md - mi) / mi);
         }
-#undef E
-    }
     }
 
     /* ---- what the audit's digests cost alone: dq dk dv of this shape ---- */
