@@ -522,10 +522,22 @@ static void uuid_of_device0(char buf[48])
              b[13], b[14], b[15]);
 }
 
-/* RegisterBuffer{handle, uuid, alloc_offset, size} on a raw session: the reply's code (-1:
- * no reply), its message in msg. */
-static int raw_register(struct raw_client *r, const void *handle, size_t hlen, const char *uuid,
-                        uint64_t alloc_offset, uint64_t size, char *msg, size_t msglen)
+/* Send req on a raw session: its reply (the caller frees it; NULL: none came), with the
+ * code (-1 when none came) and message copied out. */
+static Dash__Reply *raw_reply(struct raw_client *r, Dash__Request *req, int timeout_ms, int *code,
+                              char *msg, size_t msglen)
+{
+    Dash__Reply *rep = raw_call(r, req, timeout_ms);
+    *code = rep ? rep->code : -1;
+    snprintf(msg, msglen, "%s", rep && rep->message ? rep->message : "");
+    return rep;
+}
+
+/* RegisterBuffer{handle, uuid, alloc_offset (absent when NULL), size} on a raw session:
+ * the reply's code (-1: no reply), its message in msg, the buffer id in *ret_id (0: none). */
+static int raw_register_at(struct raw_client *r, const void *handle, size_t hlen, const char *uuid,
+                           const uint64_t *alloc_offset, uint64_t size, char *msg, size_t msglen,
+                           uint64_t *ret_id)
 {
     static uint64_t id = 100;
     Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
@@ -534,38 +546,33 @@ static int raw_register(struct raw_client *r, const void *handle, size_t hlen, c
     rb.cuda_ipc_handle.data = (uint8_t *)handle;
     rb.cuda_ipc_handle.len = hlen;
     rb.device_uuid = (char *)uuid;
-    rb.has_alloc_offset = 1;
-    rb.alloc_offset = alloc_offset;
+    rb.has_alloc_offset = alloc_offset != NULL;
+    rb.alloc_offset = alloc_offset ? *alloc_offset : 0;
     Dash__Request req = DASH__REQUEST__INIT;
     req.id = id++;
     req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
     req.register_buffer = &rb;
-    Dash__Reply *rep = raw_call(r, &req, 10000);
-    if (!rep)
-        return -1;
-    int code = rep->code;
-    snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
+    int code;
+    Dash__Reply *rep = raw_reply(r, &req, 10000, &code, msg, msglen);
+    *ret_id = rep && code == 0 && rep->has_buffer_id ? rep->buffer_id : 0;
     wire_free_reply(rep);
     return code;
+}
+
+static int raw_register(struct raw_client *r, const void *handle, size_t hlen, const char *uuid,
+                        uint64_t alloc_offset, uint64_t size, char *msg, size_t msglen)
+{
+    uint64_t id;
+    return raw_register_at(r, handle, hlen, uuid, &alloc_offset, size, msg, msglen, &id);
 }
 
 /* RegisterBuffer for the whole of an allocation: the buffer id, or 0. */
 static uint64_t raw_register_id(struct raw_client *r, const cudaIpcMemHandle_t *h, const char *uuid,
                                 uint64_t size)
 {
-    Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
-    rb.size = size;
-    rb.has_cuda_ipc_handle = 1;
-    rb.cuda_ipc_handle.data = (uint8_t *)h;
-    rb.cuda_ipc_handle.len = sizeof *h;
-    rb.device_uuid = (char *)uuid;
-    Dash__Request req = DASH__REQUEST__INIT;
-    req.id = 7001;
-    req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
-    req.register_buffer = &rb;
-    Dash__Reply *rep = raw_call(r, &req, 10000);
-    uint64_t id = rep && rep->code == 0 && rep->has_buffer_id ? rep->buffer_id : 0;
-    wire_free_reply(rep);
+    char msg[256];
+    uint64_t id;
+    (void)raw_register_at(r, h, sizeof *h, uuid, NULL, size, msg, sizeof msg, &id);
     return id;
 }
 
@@ -587,13 +594,10 @@ static int raw_events(struct raw_client *r, unsigned char (*handles)[64], const 
     req.id = 7002;
     req.body_case = DASH__REQUEST__BODY_REGISTER_EVENTS;
     req.register_events = &re;
-    Dash__Reply *rep = raw_call(r, &req, 10000);
+    int code;
+    Dash__Reply *rep = raw_reply(r, &req, 10000, &code, msg, msglen);
     free(hs);
-    if (!rep)
-        return -1;
-    int code = rep->code;
-    snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
-    *ret_first = rep->has_first_event ? (int64_t)rep->first_event : -1;
+    *ret_first = rep && rep->has_first_event ? (int64_t)rep->first_event : -1;
     wire_free_reply(rep);
     return code;
 }
@@ -624,12 +628,9 @@ static int raw_forward_sync(struct raw_client *r, uint64_t id, Dash__EventSync *
     req.body_case = DASH__REQUEST__BODY_FORWARD;
     req.forward = &f;
     req.sync = sync;
-    Dash__Reply *rep = raw_call(r, &req, 20000);
-    if (!rep)
-        return -1;
-    int code = rep->code;
-    snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
-    *ret_has_run_us = rep->op && rep->op->has_run_us;
+    int code;
+    Dash__Reply *rep = raw_reply(r, &req, 20000, &code, msg, msglen);
+    *ret_has_run_us = rep && rep->op && rep->op->has_run_us;
     wire_free_reply(rep);
     return code;
 }
