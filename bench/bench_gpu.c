@@ -8,7 +8,9 @@
  *   bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]]
  *
  * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
- * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch.
+ * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch. Head
+ * dims 96 and 256 (v1 kernels only, so no peer comparison is meaningful yet) run only
+ * under --only, with H = 2048 / D rounded down (21 heads at 96: 2016 wide).
  *
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
  * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
@@ -133,9 +135,12 @@ int main(int argc, char **argv)
     }
     const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
                                      SCHED_SHIFT, SCHED_AUTO};
-    for (int32_t d = 64; d <= 128; d += 64)
+    const int32_t dims[] = {64, 128, 96, 256};
+    const int ndims = only_d ? 4 : 2;
+    for (int di = 0; di < ndims; di++)
         for (int causal = 0; causal < 2; causal++)
             for (int si = 0; si < nseq; si++) {
+                const int32_t d = dims[di];
                 if ((only_d && d != only_d) || (only_causal >= 0 && causal != only_causal))
                     continue;
                 int32_t S = seqlens[si], B = TOKENS / S, H = HIDDEN / d;

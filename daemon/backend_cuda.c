@@ -490,6 +490,12 @@ static int32_t cuda_threads(void *impl)
     return c->sms;
 }
 
+/* The head dims the kernels serve (attn_cuda.h). */
+static int cuda_head_dim_ok(int32_t d)
+{
+    return d == 64 || d == 96 || d == 128 || d == 256;
+}
+
 /* A kernel code as a protocol code, with a reason. */
 static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size_t msglen)
 {
@@ -501,9 +507,14 @@ static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size
         snprintf(msg, msglen, "the shape is too large for the CUDA kernels' 32-bit indices");
         return DASH_ESHAPE;
     case -ENOTSUP:
-        if (p->head_dim != 64 && p->head_dim != 128) {
-            snprintf(msg, msglen, "the CUDA kernels serve head dims 64 and 128, not %d",
+        if (!cuda_head_dim_ok(p->head_dim)) {
+            snprintf(msg, msglen, "the CUDA kernels serve head dims 64, 96, 128 and 256, not %d",
                      p->head_dim);
+            return DASH_EHEADDIM;
+        }
+        if (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) {
+            snprintf(msg, msglen, "this GPU has too little shared memory per block for the "
+                     "CUDA kernels at head dim %d", p->head_dim);
             return DASH_EHEADDIM;
         }
         snprintf(msg, msglen, "the CUDA kernels serve fp16 and bf16 only");
@@ -528,7 +539,7 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     const struct eng_problem *p = &plan->prob;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
-    if (p->head_dim != 64 && p->head_dim != 128)
+    if (!cuda_head_dim_ok(p->head_dim))
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
     int rc = eng_check_problem(p);
     if (rc == -EOVERFLOW || rc == -ENOMEM)
@@ -538,8 +549,10 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
         return DASH_ESHAPE;
     }
     /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2 backward (its default),
-     * so the block_n an OpResult reported can always be sent back. */
-    const int wide = plan->backward && cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES;
+     * so the block_n an OpResult reported can always be sent back. Head dims 96 and 256
+     * run v1 (64 x 64) whatever the implementation chosen. */
+    const int wide = plan->backward &&
+                     cuattn_impl_for(c->ca, p->head_dim) == CUATTN_IMPL_TENSOR_CORES;
     const int32_t bn_default = wide ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
         (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK &&
@@ -878,9 +891,10 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     /* the kernel implementation is part of what the bits depend on: say which */
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,
-             cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES ? "v2 tensor cores" : "v1 CUDA cores");
+             cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES
+                 ? "v2 tensor cores (v1 for head dims 96, 256)" : "v1 CUDA cores");
     b->limits = (struct val_limits){.head_dim_min = 64,
-                                    .head_dim_max = 128,
+                                    .head_dim_max = 256, /* cuda_check narrows it */
                                     .block_max = CUATTN_TC_BLOCK_N, /* cuda_check narrows it */
                                     .dtypes = (1u << DTYPE_F16) | (1u << DTYPE_BF16)};
     /* shared memory too, staged through device scratch (run_staged) */

@@ -604,9 +604,12 @@ static cudaError_t bwd_launch(const struct attn_bwd_params *p, int32_t grid, int
     return cudaSuccess;
 }
 
+/* Raise the main kernel's shared-memory limit where the device has room for its tiles. */
 template <typename DT, int D>
-static cudaError_t bwd_attr(void)
+static cudaError_t bwd_attr(size_t smem_optin)
 {
+    if (sizeof(bwd_smem<D>) > smem_optin)
+        return cudaSuccess; /* unusable here: cuattn_backward refuses this head dim */
     return cudaFuncSetAttribute(attn_bwd_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)sizeof(bwd_smem<D>));
 }
@@ -622,40 +625,48 @@ static cudaError_t bwd_occupancy(int32_t *ret)
     return err;
 }
 
-cudaError_t cuattn__bwd_init(void)
+cudaError_t cuattn__bwd_init(size_t smem_optin)
 {
     cudaError_t err;
-    if ((err = bwd_attr<attn_bf16, 64>()) != cudaSuccess || (err = bwd_attr<attn_bf16, 128>()) != cudaSuccess ||
-        (err = bwd_attr<attn_f16, 64>()) != cudaSuccess || (err = bwd_attr<attn_f16, 128>()) != cudaSuccess)
+    if ((err = bwd_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_bf16, 96>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_f16, 96>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_f16, 128>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_bf16, 256>(smem_optin)) != cudaSuccess ||
+        (err = bwd_attr<attn_f16, 256>(smem_optin)) != cudaSuccess)
         return err;
     return cudaSuccess;
 }
 
-cudaError_t cuattn__bwd_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret)
+size_t cuattn__bwd_smem_bytes(int32_t head_dim)
 {
-    const int bf = dt == DTYPE_BF16;
     switch (head_dim) {
     case 64:
-        return bf ? bwd_occupancy<attn_bf16, 64>(ret) : bwd_occupancy<attn_f16, 64>(ret);
+        return sizeof(bwd_smem<64>);
+    case 96:
+        return sizeof(bwd_smem<96>);
     case 128:
-        return bf ? bwd_occupancy<attn_bf16, 128>(ret) : bwd_occupancy<attn_f16, 128>(ret);
+        return sizeof(bwd_smem<128>);
+    case 256:
+        return sizeof(bwd_smem<256>);
     default:
-        return cudaErrorInvalidValue;
+        return 0;
     }
+}
+
+cudaError_t cuattn__bwd_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret)
+{
+#define BWD_OCC(T, D) bwd_occupancy<T, D>(ret)
+    ATTN_V1_DISPATCH(dt, head_dim, BWD_OCC);
+#undef BWD_OCC
 }
 
 cudaError_t cuattn__bwd_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                int32_t grid, int32_t sms, cudaStream_t stream)
 {
-    const int bf = dt == DTYPE_BF16;
-    switch (p->head_dim) {
-    case 64:
-        return bf ? bwd_launch<attn_bf16, 64>(p, grid, sms, stream)
-                  : bwd_launch<attn_f16, 64>(p, grid, sms, stream);
-    case 128:
-        return bf ? bwd_launch<attn_bf16, 128>(p, grid, sms, stream)
-                  : bwd_launch<attn_f16, 128>(p, grid, sms, stream);
-    default:
-        return cudaErrorInvalidValue;
-    }
+#define BWD_RUN(T, D) bwd_launch<T, D>(p, grid, sms, stream)
+    ATTN_V1_DISPATCH(dt, p->head_dim, BWD_RUN);
+#undef BWD_RUN
 }

@@ -4,7 +4,8 @@
  * device scratch, the choice of implementation (v1: attn_fwd.cu, attn_bwd.cu; v2, tensor
  * cores: attn_fwd_tc.cu, attn_bwd_tc.cu) and of backward mode, launches and error checks.
  * Both implementations take the same params structs, scratch layout and modes; only the
- * launchers called differ.
+ * launchers called differ. Head dims 96 and 256 have v1 kernels only, so calls with them
+ * run v1 whatever the object's choice (cuattn_impl_for).
  *
  * Backward mode. The kernel's CTAs must all be resident at once (they wait on each
  * other), so the grid is capped at blocks-per-SM x SMs. Then:
@@ -36,6 +37,7 @@ struct cuattn {
     unsigned char *scratch; /* device memory, scratch_cap bytes */
     size_t scratch_cap;
     int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1) or CUATTN_IMPL_TENSOR_CORES (v2) */
+    size_t smem_optin; /* the device's shared memory per block, opted in */
     int force_interleaved;
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
@@ -99,12 +101,14 @@ int cuattn_new(int device, struct cuattn **ret)
     a->device = device;
     a->impl = impl;
     a->sms = prop.multiProcessorCount;
+    a->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(a->name, sizeof a->name, "%s", prop.name);
     if ((err = cudaStreamCreateWithFlags(&a->stream, cudaStreamNonBlocking)) != cudaSuccess)
         goto free_a;
     /* Load the kernels (both implementations: the choice may change between calls) and
      * raise their shared-memory limits now, so calls start warm. */
-    if ((err = cuattn__fwd_init()) != cudaSuccess || (err = cuattn__bwd_init()) != cudaSuccess ||
+    if ((err = cuattn__fwd_init(a->smem_optin)) != cudaSuccess ||
+        (err = cuattn__bwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__fwd_tc_init()) != cudaSuccess || (err = cuattn__bwd_tc_init()) != cudaSuccess)
         goto free_stream;
     *ret = a;
@@ -152,6 +156,13 @@ int32_t cuattn_impl(const struct cuattn *a)
     return a ? a->impl : -EINVAL;
 }
 
+int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
+{
+    if (!a)
+        return -EINVAL;
+    return head_dim == 64 || head_dim == 128 ? a->impl : CUATTN_IMPL_CUDA_CORES;
+}
+
 int cuattn_set_async(struct cuattn *a, int on)
 {
     if (!a)
@@ -183,8 +194,9 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
 
 
 /* eng__prepare's rules (defaults; SCHED_AUTO as below, not by dag_auto) plus the
- * kernels' limits: fp16/bf16, head dim 64 or 128, 64-row q-tiles; kv-tiles of 64 rows, or
- * for v2's backward (wide_n) 128 by default and 64 when asked. */
+ * kernels' limits: fp16/bf16, head dim 64, 96, 128 or 256 (v1's list; the caller has
+ * picked the implementation with cuattn_impl_for), 64-row q-tiles; kv-tiles of 64 rows,
+ * or for v2's backward (wide_n) 128 by default and 64 when asked. */
 static int prepare(const struct eng_problem *p, const struct eng_config *cfg,
                    int wide_n, struct eng_config *ret_cfg, struct sched *ret_s)
 {
@@ -193,7 +205,7 @@ static int prepare(const struct eng_problem *p, const struct eng_config *cfg,
         return rc;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return -ENOTSUP;
-    if (p->head_dim != 64 && p->head_dim != 128)
+    if (!ATTN_V1_HEAD_DIM(p->head_dim))
         return -ENOTSUP;
     struct eng_config c = {SCHED_AUTO, 0, 0, 0};
     if (cfg)
@@ -318,6 +330,9 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
     int rc = prepare(p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
+    const int tc = cuattn_impl_for(a, p->head_dim) == CUATTN_IMPL_TENSOR_CORES;
+    if (!tc && cuattn__fwd_smem_bytes(p->head_dim) > a->smem_optin)
+        return -ENOTSUP;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
         check_view(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
         check_view(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
@@ -344,8 +359,7 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
     fp.group = p->heads_q / p->heads_kv;
     fp.scale = p->scale;
     fp.geo = geo;
-    rc = finish(a, a->impl == CUATTN_IMPL_TENSOR_CORES
-                       ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
+    rc = finish(a, tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                        : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
     if (rc == 0 && ret_cfg)
         *ret_cfg = c;
@@ -364,10 +378,12 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
         return -EINVAL;
     struct eng_config c;
     struct sched s;
-    const int tc = a->impl == CUATTN_IMPL_TENSOR_CORES;
+    const int tc = p && cuattn_impl_for(a, p->head_dim) == CUATTN_IMPL_TENSOR_CORES;
     int rc = prepare(p, cfg, tc, &c, &s);
     if (rc)
         return rc;
+    if (!tc && cuattn__bwd_smem_bytes(p->head_dim) > a->smem_optin)
+        return -ENOTSUP;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
         check_view(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
         check_view(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||

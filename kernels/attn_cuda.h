@@ -12,6 +12,11 @@
  *      the input dtype before the products that take them, as FlashAttention does. Its
  *      backward uses 64 x 128 tiles (block_n = CUATTN_TC_BLOCK_N) unless the config asks
  *      for block_n = 64; its forward's bits are those of 64 x 64 tiles.
+ * Head dims: v1 serves 64, 96, 128 and 256; v2 serves 64 and 128. A call with head dim 96
+ * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
+ * which one a call runs), so its backward's kv-tiles are 64 rows. v1's backward at 256
+ * needs about 162 KiB of shared memory per CTA: GPUs that give less (sm_86, sm_89) refuse
+ * head dim 256 with -ENOTSUP.
  * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
  * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
  * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
@@ -35,7 +40,7 @@
  * wait and so always free their SMs. The fixed-order schedules are safe even then.
  *
  * Errors: -EINVAL (malformed arguments), -ENOTSUP (dtype other than F16/BF16, head dim
- * other than 64/128), -EOVERFLOW (shape too large), -ENOMEM (device memory), -ENODEV (no
+ * other than 64/96/128/256, or one the GPU lacks the shared memory for), -EOVERFLOW (shape too large), -ENOMEM (device memory), -ENODEV (no
  * such device), -EIO (any other CUDA failure, including a kernel fault; the object should
  * then be freed).
  */
@@ -55,8 +60,8 @@ extern "C" {
 
 /* Rows per q-tile, and per kv-tile of v1; cfg->block_m must be 0 or this. */
 #define CUATTN_BLOCK 64
-/* Rows per kv-tile of v2 by default (cfg->block_n 0); v2 also runs block_n = CUATTN_BLOCK
- * when asked. v1 runs CUATTN_BLOCK only. */
+/* Rows per kv-tile of v2's backward by default (cfg->block_n 0); v2 also runs block_n =
+ * CUATTN_BLOCK when asked. v1 (and so head dims 96 and 256) runs CUATTN_BLOCK only. */
 #define CUATTN_TC_BLOCK_N 128
 
 /* One device, one stream, kernels loaded at creation, grow-only device scratch. */
@@ -79,6 +84,11 @@ int cuattn_set_impl(struct cuattn *a, int32_t impl);
 
 /* The implementation calls on `a` use; -EINVAL for NULL. */
 int32_t cuattn_impl(const struct cuattn *a);
+
+/* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128,
+ * CUATTN_IMPL_CUDA_CORES for any other (v2 has no kernels for them). -EINVAL for NULL.
+ * Whoever records what the bits depend on records this, not cuattn_impl. */
+int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
 
 /* on != 0: later calls return as soon as their kernels are launched on the object's
  * stream (cuattn_stream), reporting launch failures only; the caller orders its own work

@@ -97,13 +97,41 @@ struct attn_bwd_params {
     int32_t defer;  /* v2 persistent: 1 passes a dQ tile on during the unit's next step */
 };
 
-/* attn_fwd.cu */
-cudaError_t cuattn__fwd_init(void);
+/* v1 serves every head dim of this list; v2 only 64 and 128 (cuattn_impl_for). */
+#define ATTN_V1_HEAD_DIM(d) ((d) == 64 || (d) == 96 || (d) == 128 || (d) == 256)
+
+/* One switch from (dtype, head dim) to a v1 template instance: CALL(T, D) for the
+ * ATTN_V1_HEAD_DIM dims, cudaErrorInvalidValue for any other. */
+#define ATTN_V1_DISPATCH(dt, head_dim, CALL)                                                  \
+    do {                                                                                      \
+        const int bf_ = (dt) == DTYPE_BF16;                                                   \
+        switch (head_dim) {                                                                   \
+        case 64:                                                                              \
+            return bf_ ? CALL(attn_bf16, 64) : CALL(attn_f16, 64);                            \
+        case 96:                                                                              \
+            return bf_ ? CALL(attn_bf16, 96) : CALL(attn_f16, 96);                            \
+        case 128:                                                                             \
+            return bf_ ? CALL(attn_bf16, 128) : CALL(attn_f16, 128);                          \
+        case 256:                                                                             \
+            return bf_ ? CALL(attn_bf16, 256) : CALL(attn_f16, 256);                          \
+        default:                                                                              \
+            return cudaErrorInvalidValue;                                                     \
+        }                                                                                     \
+    } while (0)
+
+/* attn_fwd.cu. init raises the shared-memory limit of every kernel whose tile needs no
+ * more than smem_optin bytes (the device's opt-in maximum per block) and leaves the others
+ * unusable: the backward's 64 x 256 tiles need about 162 KiB, more than sm_86/sm_89 give.
+ * smem_bytes is what a head dim's kernel needs (0 for a dim v1 does not serve); callers
+ * refuse a call that needs more than smem_optin. */
+cudaError_t cuattn__fwd_init(size_t smem_optin);
+size_t cuattn__fwd_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                int32_t head_dim, cudaStream_t stream);
 
-/* attn_bwd.cu */
-cudaError_t cuattn__bwd_init(void);
+/* attn_bwd.cu: init and smem_bytes as for the forward, for the main backward kernel. */
+cudaError_t cuattn__bwd_init(size_t smem_optin);
+size_t cuattn__bwd_smem_bytes(int32_t head_dim);
 /* CTAs of the main backward kernel that fit on one SM at once (>= 1 when it can run). */
 cudaError_t cuattn__bwd_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret);
 /* Zero the counters, run preprocess, main (grid CTAs) and postprocess kernels. */

@@ -190,32 +190,51 @@ static cudaError_t fwd_launch(const struct attn_fwd_params *p, cudaStream_t stre
     return cudaGetLastError();
 }
 
+/* Raise the kernel's shared-memory limit where the device has room for its tile. */
 template <typename DT, int D>
-static cudaError_t fwd_attr(void)
+static cudaError_t fwd_attr(size_t smem_optin)
 {
+    if (sizeof(fwd_smem<D>) > smem_optin)
+        return cudaSuccess; /* unusable here: cuattn_forward refuses this head dim */
     return cudaFuncSetAttribute(attn_fwd_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)sizeof(fwd_smem<D>));
 }
 
-cudaError_t cuattn__fwd_init(void)
+cudaError_t cuattn__fwd_init(size_t smem_optin)
 {
     cudaError_t err;
-    if ((err = fwd_attr<attn_bf16, 64>()) != cudaSuccess || (err = fwd_attr<attn_bf16, 128>()) != cudaSuccess ||
-        (err = fwd_attr<attn_f16, 64>()) != cudaSuccess || (err = fwd_attr<attn_f16, 128>()) != cudaSuccess)
+    if ((err = fwd_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_bf16, 96>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_f16, 96>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_f16, 128>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_bf16, 256>(smem_optin)) != cudaSuccess ||
+        (err = fwd_attr<attn_f16, 256>(smem_optin)) != cudaSuccess)
         return err;
     return cudaSuccess;
+}
+
+size_t cuattn__fwd_smem_bytes(int32_t head_dim)
+{
+    switch (head_dim) {
+    case 64:
+        return sizeof(fwd_smem<64>);
+    case 96:
+        return sizeof(fwd_smem<96>);
+    case 128:
+        return sizeof(fwd_smem<128>);
+    case 256:
+        return sizeof(fwd_smem<256>);
+    default:
+        return 0;
+    }
 }
 
 cudaError_t cuattn__fwd_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                int32_t head_dim, cudaStream_t stream)
 {
-    const int bf = dt == DTYPE_BF16;
-    switch (head_dim) {
-    case 64:
-        return bf ? fwd_launch<attn_bf16, 64>(p, stream) : fwd_launch<attn_f16, 64>(p, stream);
-    case 128:
-        return bf ? fwd_launch<attn_bf16, 128>(p, stream) : fwd_launch<attn_f16, 128>(p, stream);
-    default:
-        return cudaErrorInvalidValue;
-    }
+#define FWD_RUN(T, D) fwd_launch<T, D>(p, stream)
+    ATTN_V1_DISPATCH(dt, head_dim, FWD_RUN);
+#undef FWD_RUN
 }

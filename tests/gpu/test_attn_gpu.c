@@ -6,9 +6,10 @@
  * printed by the runner; replay with DASH_TEST_SEED); outputs are poisoned with 0xff
  * (NaN) on the device before every call, so an element the kernels forget cannot pass.
  *
- * Every test but one runs the implementation cuattn_new() picks (v1 unless
- * DASH_CUATTN_IMPL=1 says v2), so the suite checks whichever is active;
- * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat runs both.
+ * Every test but two runs the implementation cuattn_new() picks (v2 unless
+ * DASH_CUATTN_IMPL=0 says v1; head dims 96 and 256 run v1 either way), so the suite
+ * checks whichever is active; test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat
+ * and test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set both.
  */
 #include "gpu_attn.h"
 
@@ -212,8 +213,8 @@ static void grads_free(struct grads *g)
 
 /* ---- tests ------------------------------------------------------------------------- */
 
-/* bf16 and fp16, head dims 64 and 128, causal and full, GQA 4:2 and 4:1 (and MHA),
- * seqlen_q != seqlen_k both ways (causal rows that see no key), lengths that are not
+/* bf16 and fp16, head dims 64, 96, 128 and 256, causal and full, GQA 4:2 and 4:1 (and
+ * MHA), seqlen_q != seqlen_k both ways (causal rows that see no key), lengths that are not
  * multiples of 64, and every schedule (auto included, W 64 and W 7). */
 static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
 {
@@ -227,6 +228,12 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
         {2, 77, 64, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
         {1, 1, 1, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
         {1, 520, 450, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* more kv-tiles than W 7 */
+        {1, 200, 130, 4, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 130, 200, 4, 1, 96, DTYPE_F16, SCHED_MASK_FULL},
+        {2, 77, 64, 2, 2, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 200, 130, 4, 2, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 130, 200, 4, 1, 256, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 520, 450, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
     const int32_t ws[] = {SCHED_W_DEFAULT, 7};
     struct cuattn *ca = open_device();
@@ -290,6 +297,8 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
     const struct shape_case cases[] = {
         {2, 512, 512, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 300, 700, 4, 1, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 190, 250, 4, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 250, 190, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL},
     };
     struct cuattn *ca = open_device();
     struct tu_rng r;
@@ -594,6 +603,72 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     cuattn_free(ca);
 }
 
+/* Head dims 96 and 256 have v1 kernels only: with either implementation set, a call runs
+ * v1 (64 x 64 tiles reported) and gives the same bytes. Every deterministic schedule gives those bytes again on grids 132, 16, 3 and 1
+ * and in the interleaved mode forced on 132 and 5 CTAs. Case 0 has 16 kv-tiles, so shift
+ * W 64 needs 16 CTAs at once and runs interleaved on 3 and 1 unforced; case 1 is causal
+ * GQA with odd lengths, shift W 7 in 2+ chunks. */
+static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(void)
+{
+    const struct shape_case cases[] = {
+        {1, 130, 1000, 2, 1, 96, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 333, 900, 4, 2, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+    };
+    const int32_t ws[] = {SCHED_W_DEFAULT, 7};
+    const struct {
+        int32_t grid;
+        int interleaved;
+    } runs[] = {{132, 0}, {16, 0}, {3, 0}, {1, 0}, {132, 1}, {5, 1}};
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x96256);
+    int mismatches = 0, modes_seen = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct eng_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_CUDA_CORES);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+            for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+                if (wi > 0 && kind != SCHED_SHIFT)
+                    continue; /* W matters to shift only */
+                struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
+                cuattn__force_interleaved(ca, 0);
+                CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_TENSOR_CORES), 0);
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, &used), 0);
+                CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
+                CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+                struct grads base;
+                grads_take(&base, &a);
+                CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
+                int seen[3] = {0, 0, 0};
+                for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+                    cuattn__force_interleaved(ca, runs[ri].interleaved);
+                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, runs[ri].grid, &used), 0);
+                    CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+                    int32_t mode = 0, grid = 0;
+                    cuattn__last_launch(ca, &mode, &grid);
+                    if (!runs[ri].interleaved)
+                        seen[mode == 2 ? 2 : 1] = 1;
+                    if (!grads_equal(&base, &a) && mismatches++ < 8)
+                        fprintf(stderr, "\n  case %zu D %d %s W %d: grid %d (%s, %d CTAs) differs from grid 132",
+                                ci, p.head_dim, sched_kind_name(cfg.sched), ws[wi], runs[ri].grid,
+                                mode == 2 ? "interleaved" : "persistent", grid);
+                }
+                /* shift ran both modes without being forced */
+                if (kind == SCHED_SHIFT && ci == 0 && wi == 0)
+                    modes_seen += seen[1] && seen[2];
+                grads_free(&base);
+            }
+        cuattn__force_interleaved(ca, 0);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(modes_seen, 1);
+    cuattn_free(ca);
+}
+
 static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
 {
     struct cuattn *bad = NULL;
@@ -646,10 +721,13 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     q.dtype = DTYPE_F32;
     CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
                                    tk(&a, a.d_v), NULL), -ENOTSUP);
-    q = p;
-    q.head_dim = 96;
-    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -ENOTSUP);
+    const int32_t no_dims[] = {32, 80, 160, 192};
+    for (size_t i = 0; i < sizeof no_dims / sizeof no_dims[0]; i++) {
+        q = p;
+        q.head_dim = no_dims[i];
+        CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q),
+                                       tk(&a, a.d_k), tk(&a, a.d_v), NULL), -ENOTSUP);
+    }
     const struct eng_config bad_cfgs[] = {
         {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 96}, {SCHED_ASCENDING, 0, 128, 0},
         {SCHED_ASCENDING, -1, 0, 0},
@@ -677,6 +755,32 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     /* still usable after refusals */
     CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
     gattn_free(&a);
+
+    /* head dims 96 and 256 run v1 whatever the implementation set: 64 x 64 tiles reported,
+     * block_n 128 refused. Small shapes, so this test suits compute-sanitizer. */
+    CU_ASSERT_EQUAL(cuattn_impl_for(ca, 64), cuattn_impl(ca));
+    CU_ASSERT_EQUAL(cuattn_impl_for(ca, 128), cuattn_impl(ca));
+    CU_ASSERT_EQUAL(cuattn_impl_for(NULL, 96), -EINVAL);
+    const int32_t v1_dims[] = {96, 256};
+    for (size_t i = 0; i < sizeof v1_dims / sizeof v1_dims[0]; i++)
+        for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_TENSOR_CORES; impl++) {
+            const struct shape_case c2 = {1, 100, 90, 2, 1, v1_dims[i], DTYPE_F16, SCHED_MASK_CAUSAL};
+            struct eng_problem p2 = problem_of(&c2);
+            gattn_init(&a, &p2, &r);
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
+            CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), CUATTN_IMPL_CUDA_CORES);
+            memset(&used, 0, sizeof used);
+            CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
+            CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+            memset(&used, 0, sizeof used);
+            CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
+            CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
+            CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
+            CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+            CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, NULL), 0);
+            CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, NULL), -EINVAL);
+            gattn_free(&a);
+        }
     cuattn_free(ca);
 }
 
@@ -697,6 +801,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_strided_views_give_same_bits) ||
         !CU_add_test(s, "test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat",
                      test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat) ||
+        !CU_add_test(s, "test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits",
+                     test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config))
         return -1;
