@@ -669,6 +669,71 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
     cuattn_free(ca);
 }
 
+/* The test compute-sanitizer runs (scripts/gpu_sanitize.sh: memcheck, racecheck,
+ * synccheck), small enough for their slowdown: both kernel implementations, every head
+ * dim, every schedule, persistent and interleaved CTAs, each checked against float64 (so
+ * a sanitizer run that changes nothing also says the results are right). */
+static void test_attn_gpu_small_shapes_for_sanitizers(void)
+{
+    const struct shape_case cases[] = {
+        {1, 130, 100, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 70, 129, 2, 2, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 90, 70, 2, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 65, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL},
+    };
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5a71);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct eng_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
+        double *dq = malloc(sizeof(double) * (size_t)a.nq);
+        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
+        CU_ASSERT_FATAL(out && lse && dq && dk && dv);
+        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), out, lse) == 0);
+        CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq,
+                                     dk, dv) == 0);
+        const double tol = tolerance(p.dtype);
+        for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_TENSOR_CORES; impl++) {
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
+            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            if (!(rel_err(a.out, p.dtype, out, a.nq) < tol)) {
+                fprintf(stderr, "\n  case %zu impl %d forward: too far from float64", ci, impl);
+                bad++;
+            }
+            for (int kind = 0; kind < SCHED_KIND_COUNT; kind++)
+                for (int inter = 0; inter < 2; inter++) {
+                    if (inter && kind != SCHED_SHIFT)
+                        continue; /* interleaving is shift's answer to a small grid */
+                    struct eng_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0};
+                    cuattn__force_interleaved(ca, inter);
+                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
+                    double eq = rel_err(a.dq, p.dtype, dq, a.nq);
+                    double ek = rel_err(a.dk, p.dtype, dk, a.nk);
+                    double ev = rel_err(a.dv, p.dtype, dv, a.nk);
+                    if (!(eq < tol && ek < tol && ev < tol)) {
+                        fprintf(stderr, "\n  case %zu impl %d %s%s: rel error dq %.3g dk %.3g dv %.3g",
+                                ci, impl, sched_kind_name(cfg.sched), inter ? " interleaved" : "",
+                                eq, ek, ev);
+                        bad++;
+                    }
+                }
+            cuattn__force_interleaved(ca, 0);
+        }
+        free(out);
+        free(lse);
+        free(dq);
+        free(dk);
+        free(dv);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
 static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
 {
     struct cuattn *bad = NULL;
@@ -803,6 +868,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat) ||
         !CU_add_test(s, "test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits",
                      test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
+        !CU_add_test(s, "test_attn_gpu_small_shapes_for_sanitizers",
+                     test_attn_gpu_small_shapes_for_sanitizers) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config))
         return -1;

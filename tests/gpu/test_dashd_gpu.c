@@ -1121,6 +1121,102 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
 }
 
 /* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
+/* Head dims 96 and 256 (the v1 kernels) through dashd give the bits of the kernels in this
+ * process, forward and a shift backward; head dim 80 is refused with a reason. */
+static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
+{
+    struct dash_client *c = connect_client("gpu-hdims");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, seed ^ 0x96256);
+    const int32_t dims[] = {96, 256};
+    for (int di = 0; di < 2; di++) {
+        const int32_t d = dims[di];
+        /* q k v out dout dq dk dv, then lse; q-shaped slots have HQ heads, the others HKV */
+        const int heads[8] = {HQ, HKV, HKV, HQ, HQ, HQ, HKV, HKV};
+        size_t at[9], total = 0;
+        for (int i = 0; i < 9; i++) {
+            at[i] = total;
+            total += i < 8 ? (size_t)SEQ * heads[i] * d * ES : LB;
+            total = (total + 255) & ~(size_t)255;
+        }
+        unsigned char *host = malloc(total), *got = malloc(total), *want = malloc(total);
+        unsigned char *mem[2] = {NULL, NULL};
+        CU_ASSERT_FATAL(host && got && want);
+        memset(host, 0xff, total); /* outputs poisoned */
+        for (int i = 0; i < 5; i++)
+            if (i != 3)
+                tu_fill(host + at[i], DTYPE_BF16, (int64_t)SEQ * heads[i] * d, &r, 1.0);
+        for (int w = 0; w < 2; w++) {
+            CUDA_OK(cudaMalloc((void **)&mem[w], total));
+            CUDA_OK(cudaMemcpy(mem[w], host, total, cudaMemcpyHostToDevice));
+        }
+        /* in process */
+        struct eng_problem p = {1, SEQ, SEQ, HQ, HKV, d, DTYPE_BF16, SCHED_MASK_CAUSAL,
+                                (float)(1.0 / sqrt((double)d))};
+        struct eng_tensor e[8];
+        for (int i = 0; i < 8; i++)
+            e[i] = eng_dense(mem[0] + at[i], SEQ, heads[i], d);
+        float *lse = (float *)(void *)(mem[0] + at[8]);
+        struct eng_config cfg = {SCHED_SHIFT, 0, 0, 0};
+        CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, e[3], lse, e[0], e[1], e[2], NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, &cfg, 0, e[5], e[6], e[7], e[0], e[1], e[2],
+                                              e[3], lse, e[4], NULL),
+                              0);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(want, mem[0], total, cudaMemcpyDeviceToHost));
+        /* through dashd */
+        struct dash_buffer *b = NULL;
+        CU_ASSERT_EQUAL_FATAL(dash_cuda_register(c, mem[1], total, &b), 0);
+        struct dash_tensor t[9];
+        for (int i = 0; i < 8; i++)
+            t[i] = dash_tensor_dense(b, at[i], 1, SEQ, heads[i], d);
+        t[8] = dash_tensor_lse(b, at[8], 1, HQ, SEQ);
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL,
+                              .schedule = DASH_SCHED_SHIFT};
+        struct dash_result res;
+        int rc = dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], &res);
+        if (rc == 0)
+            rc = dash_backward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5], &t[6],
+                               &t[7], &res);
+        if (rc)
+            fprintf(stderr, "\n  head dim %d: %s: %s", d, dash_errname(rc), dash_last_error(c));
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT_EQUAL(res.block_n, 64); /* v1's tiles, as reported */
+        CUDA_OK(cudaMemcpy(got, mem[1], total, cudaMemcpyDeviceToHost));
+        CU_ASSERT(memcmp(got, want, total) == 0);
+        /* and the outputs were written: no 0xff poison left in out */
+        CU_ASSERT(got[at[3]] != 0xff || got[at[3] + 1] != 0xff);
+        CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
+        for (int w = 0; w < 2; w++)
+            CUDA_OK(cudaFree(mem[w]));
+        free(host);
+        free(got);
+        free(want);
+    }
+    /* a head dim the kernels do not serve: an error reply that says which ones they do */
+    unsigned char *m = NULL;
+    const size_t tb = (size_t)SEQ * HQ * 80 * ES;
+    CUDA_OK(cudaMalloc((void **)&m, 5 * tb));
+    struct dash_buffer *b = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_cuda_register(c, m, 5 * tb, &b), 0);
+    struct dash_tensor q = dash_tensor_dense(b, 0, 1, SEQ, HQ, 80);
+    struct dash_tensor k = dash_tensor_dense(b, tb, 1, SEQ, HQ, 80);
+    struct dash_tensor v = dash_tensor_dense(b, 2 * tb, 1, SEQ, HQ, 80);
+    struct dash_tensor o = dash_tensor_dense(b, 3 * tb, 1, SEQ, HQ, 80);
+    struct dash_tensor l = dash_tensor_lse(b, 4 * tb, 1, HQ, SEQ);
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    struct dash_result res;
+    CU_ASSERT_EQUAL(dash_forward(c, &a, &q, &k, &v, &o, &l, &res), DASH_EHEADDIM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "96"));
+    CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
+    CUDA_OK(cudaFree(m));
+    cuattn_free(ca);
+    dash_close(c);
+}
+
 static void test_dashd_gpu_cpu_backend_refuses_cuda_buffers(void)
 {
     struct dashd_proc cpu;
@@ -1160,6 +1256,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_client_killed_mid_request) ||
         !CU_add_test(s, "test_dashd_gpu_client_recovers_from_daemon_restart",
                      test_dashd_gpu_client_recovers_from_daemon_restart) ||
+        !CU_add_test(s, "test_dashd_gpu_head_dims_96_and_256_match_in_process",
+                     test_dashd_gpu_head_dims_96_and_256_match_in_process) ||
         !CU_add_test(s, "test_dashd_gpu_cpu_backend_refuses_cuda_buffers",
                      test_dashd_gpu_cpu_backend_refuses_cuda_buffers))
         return -1;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# gpu_sanitize.sh - compute-sanitizer on the GPU suites' sanitizer targets: memcheck,
+# racecheck and synccheck on test_attn_gpu_small_shapes_for_sanitizers (both kernel
+# implementations, head dims 64/96/128/256, every schedule, persistent and interleaved
+# CTAs, checked against float64), and memcheck on the digest kernels. Logs under $OUT
+# (default /tmp); prints each tool's summary line. Exit 0 when every run passed with no
+# error or hazard reported.
+#   BIN=build bash scripts/gpu_sanitize.sh
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${BIN:-$root/build}
+out=${OUT:-/tmp}
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+status=0
+
+one() { # tool suite test log
+  local tool=$1 suite=$2 test=$3 log=$out/sanitize-$1-$3.log
+  (cd "$bin" && DASH_GPU_SUITE=$suite DASH_GPU_TEST=$test timeout 300 \
+     "$cs" --tool "$tool" ${4:-} ./test_dash_gpu) > "$log" 2>&1
+  local rc=$?
+  local summary
+  summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | tail -1)
+  local passed
+  passed=$(grep -cE "^  Test: .*passed" "$log")
+  echo "$tool $test: exit $rc, tests passed $passed, ${summary:-no summary}"
+  if [ $rc -ne 0 ] || [ "$passed" -lt 1 ] || ! echo "$summary" | grep -qE ": 0 (errors|hazards)"; then
+    status=1
+  fi
+}
+
+one memcheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers
+one racecheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers "--racecheck-report all"
+one synccheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers
+one memcheck gpu_digest test_digest_gpu_strided_views_equal_cpu
+one memcheck gpu_digest test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets
+exit $status
