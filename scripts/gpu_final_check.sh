@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_final_check.sh - on the GPU machine (device tool, carrying .gpu): every GPU suite,
 # the Python binding's GPU tests, the daemon benchmark at 4k without and with auditing,
-# and compute-sanitizer racecheck on a small backward. Logs under $OUT (or /tmp).
+# and compute-sanitizer (scripts/gpu_sanitize.sh). Logs under $OUT (or /tmp).
 #   bash scripts/gpu_final_check.sh
 set -uo pipefail
 out=${OUT:-/tmp}
@@ -19,8 +19,5 @@ for a in "" "--audit /tmp/final-audit.log"; do
   timeout 120 "$root/.gpu/bin/bench_gpu_daemon" --reps 10 --seqlen 4096 $a
 done > "$out/bench_daemon.md" 2>&1 || status=1
 grep -E "^#|backward|forward" "$out/bench_daemon.md"
-cs=/usr/local/cuda/bin/compute-sanitizer
-(cd "$root/.gpu/bin" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_strided_views_give_same_bits \
-  timeout 150 "$cs" --tool racecheck --racecheck-report all ./test_dash_gpu) > "$out/racecheck.log" 2>&1
-echo "racecheck exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed|FAILED" "$out/racecheck.log" | tail -5
+OUT=$out BIN=$root/.gpu/bin bash "$root/scripts/gpu_sanitize.sh" || status=1
 exit $status
