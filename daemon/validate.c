@@ -332,7 +332,9 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
         return fail(msg, msglen, DASH_ESCHED, "block_n %d is outside 1..%d (0: the default)", bn,
                     lim->block_max);
 
-    float scale = 1.0f / sqrtf((float)D);
+    /* 1/sqrt(D) rounded once, from double, as flash-attn's and PyTorch's default scale is
+     * (1.0f / sqrtf(D) is one ulp off at D = 96, and the bits would differ from theirs) */
+    float scale = (float)(1.0 / sqrt((double)D));
     if (par->has_scale) {
         if (!isfinite(par->scale) || !(par->scale > 0))
             return fail(msg, msglen, DASH_EINVAL, "scale %g must be finite and > 0",

@@ -700,6 +700,15 @@ static void test_validate_scale_and_mask(void)
         EXPECT(&x, 0);
         CU_ASSERT_EQUAL(x.plan.prob.scale, good[i]);
     }
+    /* absent: 1/sqrt(D) rounded once from double (flash-attn's and PyTorch's default);
+     * at D = 96 the float-only 1.0f / sqrtf(96) is one ulp away */
+    static const int dims[] = {32, 64, 80, 96, 128, 160, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        struct fx y;
+        fx_init(&y, 0, DASH__DTYPE__F16, 1, 8, 8, 2, 1, dims[i]);
+        EXPECT(&y, 0);
+        CU_ASSERT_EQUAL(y.plan.prob.scale, (float)(1.0 / sqrt((double)dims[i])));
+    }
     struct fx x;
     fx_fwd(&x);
     x.params.mask = (Dash__Mask)2;

@@ -1187,6 +1187,15 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
         CU_ASSERT_EQUAL(res.block_n, 64); /* v1's tiles, as reported */
         CUDA_OK(cudaMemcpy(got, mem[1], total, cudaMemcpyDeviceToHost));
         CU_ASSERT(memcmp(got, want, total) == 0);
+        for (size_t i = 0; i < total; i++)
+            if (got[i] != want[i]) {
+                int slot = 8;
+                while (slot > 0 && at[slot] > i)
+                    slot--;
+                fprintf(stderr, "\n  head dim %d: first difference at byte %zu (tensor %d of q k v "
+                        "out dout dq dk dv lse)", d, i, slot);
+                break;
+            }
         /* and the outputs were written: no 0xff poison left in out */
         CU_ASSERT(got[at[3]] != 0xff || got[at[3] + 1] != 0xff);
         CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
