@@ -44,10 +44,10 @@
  * scratch, BWD_TC_VSM_FLOATS per thread.
  *
  * Shared memory: K, V of the unit (BN, D + 8); Q, dO, LSE, Dsum double-buffered (64, D + 8);
- * P, dS (64, BN + 8), 16-bit; the persistent mode's visit table (2 KB). BN = 128: 173 KiB at
- * D = 128, 109 KiB at D = 64; BN = 64: 123 KiB and 75 KiB. Registers (ptxas 13.0, sm_90a,
- * persistent / interleaved): BN = 128: 255 / 255 at D = 128, 242 / 243 at D = 64; BN = 64:
- * 252 / 242 and 193 / 184. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
+ * P, dS (64, BN + 8), 16-bit; the dQ staging tile (64, D) fp32; the persistent mode's
+ * visit table (2 KB). BN = 128: 205 KiB at D = 128, 125 KiB at D = 64; BN = 64: 155 KiB and
+ * 91 KiB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128: 255 / 255 at
+ * D = 128, 245 / 243 at D = 64; BN = 64: 240 / 237 and 197 / 182. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
  * (attn_ex2); P and dS go to shared memory by stmatrix on sm_90. The persistent mode
  * prefetches the next step's Q, dO, LSE and Dsum with cp.async into the other buffer
  * while the step computes, and waits for them before its dQ turn's barrier, which
@@ -76,11 +76,14 @@
  * ascending k16 steps, each mma a fixed function of its fragments and accumulator; dK and
  * dV chain across the unit's steps in visit order; P, dS and the row terms are elementwise.
  * dQ tiles are summed in rank order exactly as in v1: thread 0 waits (acquire) for the
- * counter to equal the rank, the CTA adds its partial with fp32 reductions at L2 (the turn
+ * counter to equal the rank, the CTA adds its partial with fp32 additions at L2 (the turn
  * is exclusive, so the additions into each element happen one after another, in rank
- * order), every thread fences, the CTA meets at a barrier, thread 0 fences and
- * release-stores rank + 1 (at once, or deferred into the next step as above: the same
- * sequence, later). Nothing depends on which CTA runs what or when, so the bits do not
+ * order), and the tile is passed on (release-store of rank + 1) only once the addition has
+ * been performed: on sm_90 every thread stages its partial in shared memory and thread 0
+ * adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32), waits for its
+ * completion (cp.async.bulk.wait_group, not .read), fences and stores; on sm_80 every
+ * thread adds by red, fences, the CTA meets at a barrier, thread 0 fences and stores.
+ * Either at once, or deferred into the next step as above: the same sequence, later. Nothing depends on which CTA runs what or when, so the bits do not
  * depend on the grid or the mode.
  *
  * Dsum and exact zeros. Where a row's softmax puts all its weight on one key j, O_i = V_j
@@ -112,6 +115,7 @@ struct bwd_tc_smem {
     uint16_t ds_smem[BWD_TC_BM * (BN + 8)];                /* (64, BN + 8) dS, input dtype, row i */
     float lse_smem[2][BWD_TC_BM];                          /* (2, 64) LSE rows, +inf past Sq */
     float dsum_smem[2][BWD_TC_BM];                         /* (2, 64) Dsum rows, 0 past Sq */
+    float dq_smem[BWD_TC_BM * D];                          /* (64, D) dQ partial, dQacc's layout (sm_90) */
     int32_t visit_smem[BWD_TC_TAB + 1];                    /* persistent: q-tile of steps base .. */
     int32_t rank_smem[BWD_TC_TAB + 1];                     /* ... and its rank (-1: atomic) */
     int32_t flag_smem;                                     /* broadcast from thread 0 */
@@ -226,6 +230,147 @@ static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_tc_regs<D, BN> &x)
                 x.dk_reg[mt][t][e] = 0.0f;
                 x.dv_reg[mt][t][e] = 0.0f;
             }
+}
+
+/*
+ * dQacc layout. Rows of D floats as (bh, Sq, D), but the 16-byte chunks of row i are
+ * permuted: logical chunk c (columns 4c .. 4c+3) is stored at chunk c ^ (i % 8). The
+ * layout is private to this file (the postprocess undoes it); it lets a warp write its C
+ * fragments (8 rows g, 4 column pairs) into a staging copy of the tile in shared memory
+ * without bank conflicts, and the tile stays one contiguous block of rm D floats, so one
+ * bulk reduction adds it (sm_90). The sm_80 path adds the same elements by red.
+ */
+static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
+{
+    return (((d >> 2) ^ (i & 7)) << 2) + (d & 3); /* offset of column d within row i */
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define BWD_TC_BULK 1
+#else
+#define BWD_TC_BULK 0
+#endif
+
+#if BWD_TC_BULK
+/* sm_90: the dQ partial goes from registers to sm.dq_smem (every thread), then thread 0
+ * adds the whole tile into dQacc with one cp.reduce.async.bulk (fp32 add at L2, element by
+ * element, like red.add.f32): no thread's registers wait on reductions, and only thread 0
+ * fences. The turn is exclusive, so each element still takes its additions one at a time,
+ * in rank order. */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd_tc_regs<D, BN> &x)
+{
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
+#pragma unroll
+            for (int t = 0; t < D / 32; t++) {
+                const int32_t d = w2 * (D / 4) + 8 * t + 2 * t4;
+                *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) =
+                    make_float2(x.dq_reg[mt][t][2 * r], x.dq_reg[mt][t][2 * r + 1]);
+            }
+        }
+    /* the staged tile is written through the generic proxy and read by the bulk copy */
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* Thread 0: add rows [0, rm) of the staged tile into dQacc tile m of head bh. */
+template <int D>
+static __device__ __forceinline__ void bwd_tc_bulk_add(const struct attn_bwd_params &p, const float *dq_smem,
+                                                       int32_t bh, int32_t m)
+{
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D), 16-byte aligned */
+    /* the turn was acquired through the generic proxy; the reduction runs in the async one */
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                     __cvta_generic_to_global(acc)),
+                 "r"(attn_smem_u32(dq_smem)), "r"((uint32_t)(rm * D * sizeof(float)))
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* Thread 0: the staging buffer may be written again once the last reduction has read it. */
+static __device__ __forceinline__ void bwd_tc_bulk_wait_read(void)
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+/* Thread 0: the tail of an addition: wait until the reduction has been performed (not only
+ * read: wait_group without .read), order it with generic accesses at GPU scope, then pass
+ * the tile on. rank < 0 (atomic): only the wait. */
+static __device__ __forceinline__ void bwd_tc_pass_on(int32_t *ctr, int32_t rank)
+{
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    if (rank < 0)
+        return;
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    bwd_tc_fence();
+    attn_st_release(ctr, rank + 1);
+}
+#endif
+
+/* Add the dQ partial into dQacc[m] at L2 with fp32 reductions (sm_80). The caller holds
+ * the tile's turn (or the schedule is atomic, where additions race on purpose). */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &p,
+                                                     const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m)
+{
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D) rows of the tile */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
+            if (i >= rm)
+                continue;
+#pragma unroll
+            for (int t = 0; t < D / 32; t++) {
+                const int32_t d = w2 * (D / 4) + 8 * t + 2 * t4;
+                attn_red_add2(acc + i * D + bwd_tc_dq_at(i, d), x.dq_reg[mt][t][2 * r], x.dq_reg[mt][t][2 * r + 1]);
+            }
+        }
+}
+
+#if !BWD_TC_BULK
+/* The tail of an addition by red (sm_80): make it visible at GPU scope, then pass the tile on. */
+static __device__ __forceinline__ void bwd_tc_release(int32_t *ctr, int32_t rank)
+{
+    bwd_tc_fence(); /* this thread's reductions are performed GPU-wide ... */
+    __syncthreads(); /* ... and so are every other thread's before thread 0 goes on */
+    if (threadIdx.x == 0 && rank >= 0) {
+        bwd_tc_fence(); /* cumulative: orders the whole CTA's addition before the store */
+        attn_st_release(ctr, rank + 1);
+    }
+}
+#endif
+
+/* Add and pass on at once (interleaved mode, and wherever nothing is deferred): the same
+ * sequence on both paths, ending with the tile passed on (rank >= 0, thread 0). */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_release(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
+                                                          const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m,
+                                                          int32_t *ctr, int32_t rank)
+{
+#if BWD_TC_BULK
+    bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+    __syncthreads(); /* the staged tile is complete before thread 0 hands it to the copy */
+    if (threadIdx.x == 0) {
+        bwd_tc_bulk_add<D>(p, sm.dq_smem, bh, m);
+        bwd_tc_pass_on(ctr, rank); /* also: the copy has read the buffer before it is reused */
+    }
+#else
+    (void)sm;
+    bwd_tc_add_dq<D, BN>(p, x, bh, m);
+    bwd_tc_release(ctr, rank);
+#endif
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -401,8 +546,15 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_tc_pds<DT, BN, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s_reg,
                                  dp_reg, i0, rm, j0, rn);
     /* A deferred release of the previous step's dQ turn (rel_ctr, rank rel_rank in thread
-     * 0): the sequence of bwd_tc_release, with this step's barrier as its barrier. The
-     * reductions were issued before S and dP, so the fences find them performed. */
+     * 0): the sequence of bwd_tc_pass_on (sm_90: thread 0 alone, its bulk reduction was
+     * issued before S and dP) or of bwd_tc_release (sm_80: with this step's barrier as its
+     * barrier; the reductions were issued before S and dP, so the fences find them
+     * performed). */
+#if BWD_TC_BULK
+    __syncthreads(); /* P and dS are complete before the products below read other warps' parts */
+    if (rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+#else
     if (rel_ctr)
         bwd_tc_fence(); /* this thread's reductions are performed GPU-wide ... */
     __syncthreads(); /* P and dS are complete before the products below read other warps'
@@ -411,6 +563,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_tc_fence(); /* cumulative: orders the whole CTA's addition before the store */
         attn_st_release(rel_ctr, rel_rank + 1);
     }
+#endif
 
     /* dV += P^T dO and dK += dS^T Q, i ascending; warp: kv rows BN/4 w2 .., d columns D/2 w1 .. */
 #pragma unroll
@@ -461,41 +614,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
                 DT::mma(x.dq_reg[mt][2 * nb + 1], a[mt], bk[2], bk[3]);
             }
         }
-    }
-}
-
-/* Add the dQ partial into dQacc[m] at L2. The caller holds the tile's turn (or the
- * schedule is atomic, where additions race on purpose). */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &p,
-                                                     const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m)
-{
-    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
-    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D) rows of the tile */
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
-            if (i >= rm)
-                continue;
-#pragma unroll
-            for (int t = 0; t < D / 32; t++)
-                attn_red_add2(acc + i * D + w2 * (D / 4) + 8 * t + 2 * t4, x.dq_reg[mt][t][2 * r],
-                              x.dq_reg[mt][t][2 * r + 1]);
-        }
-}
-
-/* The tail of an addition: make it visible at GPU scope, then pass the tile on. */
-static __device__ __forceinline__ void bwd_tc_release(int32_t *ctr, int32_t rank)
-{
-    bwd_tc_fence(); /* this thread's reductions are performed GPU-wide ... */
-    __syncthreads(); /* ... and so are every other thread's before thread 0 goes on */
-    if (threadIdx.x == 0 && rank >= 0) {
-        bwd_tc_fence(); /* cumulative: orders the whole CTA's addition before the store */
-        attn_st_release(ctr, rank + 1);
     }
 }
 
@@ -636,8 +754,13 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         __syncthreads(); /* the job index is visible to every thread */
         const int32_t job = sm.flag_smem;
         __syncthreads(); /* everyone has read it before thread 0 may write the next one */
-        if (job >= s->jobs)
+        if (job >= s->jobs) {
+#if BWD_TC_BULK
+            if (threadIdx.x == 0) /* atomic leaves its last reduction in flight: finish it */
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
             return;
+        }
         struct sched_job J = sched_job_at(s, job);
         if (s->kind == SCHED_SHIFT) {
             /* Take the jobs of each (chunk, head) in descending slot order. Shift adds
@@ -682,20 +805,41 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     }
                     bwd_tc_fence();
                 }
-                attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
-                __syncthreads(); /* ... and is visible to all; our turn has come, for the whole
-                                    CTA; every warp is done with the step's buffer, P, dS and
-                                    K before the next step or unit overwrites them */
-                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
                 /* Passing the tile on during the next step lets the reductions complete
                  * under S and dP instead of stalling the fence; the next step waits on
                  * nothing before it passes the tile on, so no wait can form a cycle.
-                 * atomic passes nothing on: its additions need no fence and no barrier. */
-                if (s->kind != SCHED_ATOMIC && p.defer && next_m >= 0) {
+                 * atomic passes nothing on: its additions need no fence. */
+                const int defer = s->kind != SCHED_ATOMIC && p.defer && next_m >= 0;
+#if BWD_TC_BULK
+                if (threadIdx.x == 0)
+                    bwd_tc_bulk_wait_read(); /* the last reduction has read the staging buffer */
+#endif
+                attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                __syncthreads(); /* ... and is visible to all; our turn has come, for the whole
+                                    CTA; every warp is done with the step's buffer, P, dS and
+                                    K before the next step or unit overwrites them, and thread
+                                    0 with the staging buffer */
+#if BWD_TC_BULK
+                bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+                if (threadIdx.x < 32) {
+                    /* warp 0 waits for the whole staged tile; the others arrive and go on */
+                    asm volatile("bar.sync 1, %0;" ::"n"(ATTN_THREADS) : "memory");
+                    if (threadIdx.x == 0) {
+                        bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
+                        if (s->kind != SCHED_ATOMIC && !defer)
+                            bwd_tc_pass_on(ctr, rank);
+                    }
+                } else {
+                    asm volatile("bar.arrive 1, %0;" ::"n"(ATTN_THREADS) : "memory");
+                }
+#else
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
+                if (s->kind != SCHED_ATOMIC && !defer)
+                    bwd_tc_release(ctr, rank);
+#endif
+                if (defer) {
                     pend_ctr = ctr;
                     pend_rank = rank;
-                } else if (s->kind != SCHED_ATOMIC) {
-                    bwd_tc_release(ctr, rank);
                 }
                 m = next_m;
                 buf ^= 1;
@@ -778,8 +922,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 __syncthreads(); /* everyone has read it before thread 0 may write it again */
                 if (!go)
                     break; /* not our turn: keep the partial, try the next virtual SM */
-                bwd_tc_add_dq<D, BN>(p, x, J.bh, st[VSM_M]);
-                bwd_tc_release(ctr, threadIdx.x == 0 ? st[VSM_RANK] : -1);
+                bwd_tc_add_release<D, BN>(p, sm, x, J.bh, st[VSM_M], ctr, threadIdx.x == 0 ? st[VSM_RANK] : -1);
                 st[VSM_PENDING] = 0;
                 progress = 1;
                 if (++st[VSM_STEP] < sched_unit_steps(s, n))
@@ -889,7 +1032,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
         const int32_t d = 2 * (int32_t)(e - row * (D / 2));
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + row * D + d);
+        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + row * D + bwd_tc_dq_at(i, d));
         attn_st_pair(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2] + d,
                      DT::pack2(__fmul_rn(a.x, p.scale), __fmul_rn(a.y, p.scale)));
     }
