@@ -15,8 +15,11 @@
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
  * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
  * after one warm-up, so the backward includes its preprocess, postprocess and memsets.
+ * "digest" is XXH64 of the bytes of dQ, dK and dV (in that order) of the repeat-check call:
+ * two builds whose deterministic schedules print the same digest compute the same bits.
  */
 #include "kernels/attn_cuda.h"
+#include "kernels/xxh64.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -190,10 +193,16 @@ int main(int argc, char **argv)
                     rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse, tdo, NULL);
                     CHECK(cudaMemcpy(h2, b.dq, n, cudaMemcpyDeviceToHost));
                     int same = rc == 0 && memcmp(h1, h2, n) == 0;
+                    uint64_t digest = xxh64(h2, n, 0);
+                    CHECK(cudaMemcpy(h1, b.dk, n, cudaMemcpyDeviceToHost));
+                    digest = xxh64(h1, n, digest);
+                    CHECK(cudaMemcpy(h1, b.dv, n, cudaMemcpyDeviceToHost));
+                    digest = xxh64(h1, n, digest);
                     printf("%s{\"schedule\": \"%s\", \"used\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
-                           "\"bitwise_repeat\": %s}",
+                           "\"bitwise_repeat\": %s, \"digest\": \"%016llx\"}",
                            shown++ ? ", " : "", sched_kind_name(kinds[ki]), sched_kind_name(used.sched),
-                           bwd_ms, 2.5 * flops / bwd_ms / 1e9, same ? "true" : "false");
+                           bwd_ms, 2.5 * flops / bwd_ms / 1e9, same ? "true" : "false",
+                           (unsigned long long)digest);
                     fflush(stdout);
                 }
                 printf("]}");

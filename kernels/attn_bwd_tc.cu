@@ -44,16 +44,18 @@
  * scratch, BWD_TC_VSM_FLOATS per thread.
  *
  * Shared memory: K, V of the unit (BN, D + 8); Q, dO, LSE, Dsum double-buffered (64, D + 8);
- * P, dS (64, BN + 8), 16-bit. BN = 128: 175 KB at D = 128, 108 KB at D = 64; BN = 64:
- * 121 KB and 73 KB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128:
- * 255 / 255 at D = 128 (4 bytes of spill in the interleaved one), 255 / 254 at D = 64;
- * BN = 64: 239 / 242 and 208 / 194. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
- * (attn_ex2). The persistent mode prefetches the next step's Q, dO, LSE and Dsum with
- * cp.async into the other buffer while the step computes and while it waits for its dQ
- * turn. A prefetch changes when bytes arrive, never which bytes: the interleaved mode,
- * which never prefetches, computes on the same values. The step ends without a barrier:
- * the dQ turn's barriers, which every caller meets next, keep the next step's writes
- * (prefetch, P, dS) behind this step's reads.
+ * P, dS (64, BN + 8), 16-bit; the dQ staging tile (64, D) fp32; the persistent mode's
+ * visit table (2 KB). BN = 128: 205 KiB at D = 128, 125 KiB at D = 64; BN = 64: 155 KiB and
+ * 91 KiB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128: 255 / 255 at
+ * D = 128, 245 / 243 at D = 64; BN = 64: 240 / 237 and 197 / 182. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
+ * (attn_ex2); P and dS go to shared memory by stmatrix on sm_90. The persistent mode
+ * prefetches the next step's Q, dO, LSE and Dsum with cp.async into the other buffer
+ * while the step computes, and waits for them before its dQ turn's barrier, which
+ * publishes them: a prefetched step starts without a barrier. A prefetch changes when
+ * bytes arrive, never which bytes: the interleaved mode, which never prefetches, computes
+ * on the same values. The step ends without a barrier: the dQ turn's barriers, which
+ * every caller meets next, keep the next step's writes (prefetch, P, dS) behind this
+ * step's reads.
  *
  * Waiting less for turns (persistent mode; neither changes an order of additions, so
  * neither changes a bit):
@@ -64,17 +66,24 @@
  *     step, after its S and dP products: the reductions complete under those products
  *     instead of stalling the fence, and in these schedules the next adder of the tile is
  *     a step or more behind anyway. Chains of lock-step adders (ascending, descending,
- *     full spt) pass on at once, since every link would lengthen the chain.
+ *     full spt) pass on at once, since every link would lengthen the chain;
+ *   - the q-tiles and ranks of a unit's steps are formed once, by all threads at the
+ *     unit's start, into a shared table (bwd_tc_fill_visits), not by thread 0 in front of
+ *     every turn; the spin on the counter backs off to 256 ns at most.
+ * atomic has no turns: its additions are neither fenced nor followed by a barrier.
  *
  * Determinism. Every element of every product is one chain of mma.sync over its k in
  * ascending k16 steps, each mma a fixed function of its fragments and accumulator; dK and
  * dV chain across the unit's steps in visit order; P, dS and the row terms are elementwise.
  * dQ tiles are summed in rank order exactly as in v1: thread 0 waits (acquire) for the
- * counter to equal the rank, the CTA adds its partial with fp32 reductions at L2 (the turn
+ * counter to equal the rank, the CTA adds its partial with fp32 additions at L2 (the turn
  * is exclusive, so the additions into each element happen one after another, in rank
- * order), every thread fences, the CTA meets at a barrier, thread 0 fences and
- * release-stores rank + 1 (at once, or deferred into the next step as above: the same
- * sequence, later). Nothing depends on which CTA runs what or when, so the bits do not
+ * order), and the tile is passed on (release-store of rank + 1) only once the addition has
+ * been performed: on sm_90 every thread stages its partial in shared memory and thread 0
+ * adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32), waits for its
+ * completion (cp.async.bulk.wait_group, not .read), fences and stores; on sm_80 every
+ * thread adds by red, fences, the CTA meets at a barrier, thread 0 fences and stores.
+ * Either at once, or deferred into the next step as above: the same sequence, later. Nothing depends on which CTA runs what or when, so the bits do not
  * depend on the grid or the mode.
  *
  * Dsum and exact zeros. Where a row's softmax puts all its weight on one key j, O_i = V_j
@@ -93,6 +102,9 @@
  * parameter, the schedule's block_n. */
 #define BWD_TC_BM 64
 
+/* Steps per refill of the persistent mode's visit table (see bwd_tc_fill_visits). */
+#define BWD_TC_TAB 256
+
 template <int D, int BN>
 struct bwd_tc_smem {
     uint16_t k_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) K tile of the unit */
@@ -103,6 +115,9 @@ struct bwd_tc_smem {
     uint16_t ds_smem[BWD_TC_BM * (BN + 8)];                /* (64, BN + 8) dS, input dtype, row i */
     float lse_smem[2][BWD_TC_BM];                          /* (2, 64) LSE rows, +inf past Sq */
     float dsum_smem[2][BWD_TC_BM];                         /* (2, 64) Dsum rows, 0 past Sq */
+    float dq_smem[BWD_TC_BM * D];                          /* (64, D) dQ partial, dQacc's layout (sm_90) */
+    int32_t visit_smem[BWD_TC_TAB + 1];                    /* persistent: q-tile of steps base .. */
+    int32_t rank_smem[BWD_TC_TAB + 1];                     /* ... and its rank (-1: atomic) */
     int32_t flag_smem;                                     /* broadcast from thread 0 */
 };
 
@@ -121,6 +136,41 @@ struct bwd_tc_regs {
 /* Floats per thread of one virtual SM's registers in the interleaved mode's scratch. */
 #define BWD_TC_VSM_FLOATS(D, BN) (2 * (BN) * (D) / 256 + (D) / 4)
 
+/* A GPU-scope acquire-release fence: the thread's earlier reductions are performed at GPU
+ * scope before anything it does later. A release needs no more than this (the sequential
+ * consistency of __threadfence, fence.sc, adds a global ordering point and an L1
+ * invalidation that the dQ hand-off never uses). */
+static __device__ __forceinline__ void bwd_tc_fence(void)
+{
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+/* attn_tc_load_tile for this kernel's CTA, with the aligned case unrolled: thread t copies
+ * 16-byte chunk t % (D/8) of rows t / (D/8) + k (256 / (D/8)), so each chunk is one
+ * cp.async at a fixed offset from two pointers formed once, instead of a loop that divides
+ * and multiplies per chunk (about 29 instructions a chunk in ptxas 13.0's code). Unaligned sources take the general loop; the bytes that land are the same. */
+template <int D, int ROWS>
+static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
+                                                        int64_t base, int64_t row_stride, int32_t rows)
+{
+    const int32_t CH = D / 8, RP = ATTN_THREADS / CH; /* chunks per row, rows per pass */
+    const uint16_t *g = src + base;
+    if (((((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) != 0)) {
+        attn_tc_load_tile<D, ROWS>(tile_smem, src, base, row_stride, rows, ATTN_THREADS);
+        return;
+    }
+    const int32_t r = threadIdx.x / CH, c = threadIdx.x % CH;
+    const uint16_t *from = g + r * row_stride + c * 8;
+    uint16_t *to = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+#pragma unroll
+    for (int32_t k = 0; k < ROWS / RP; k++) {
+        if (r + k * RP < rows)
+            attn_cp_async16(to + k * RP * attn_tc_ld<D>::v, from + k * RP * row_stride);
+        else
+            *reinterpret_cast<uint4 *>(to + k * RP * attn_tc_ld<D>::v) = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
 /* Load the unit's K and V tiles and wait for them. */
 template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p,
@@ -128,12 +178,12 @@ static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_para
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    attn_tc_load_tile<D, BN>(sm.k_smem, static_cast<const uint16_t *>(p.k),
-                             b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
-                             p.k_stride[1], rn, ATTN_THREADS);
-    attn_tc_load_tile<D, BN>(sm.v_smem, static_cast<const uint16_t *>(p.v),
-                             b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
-                             p.v_stride[1], rn, ATTN_THREADS);
+    bwd_tc_load_tile<D, BN>(sm.k_smem, static_cast<const uint16_t *>(p.k),
+                            b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
+                            p.k_stride[1], rn);
+    bwd_tc_load_tile<D, BN>(sm.v_smem, static_cast<const uint16_t *>(p.v),
+                            b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
+                            p.v_stride[1], rn);
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     __syncthreads(); /* K and V are complete before the unit's first step reads them */
@@ -148,12 +198,12 @@ static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_param
 {
     const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    attn_tc_load_tile<D>(sm.q_smem[buf], static_cast<const uint16_t *>(p.q),
-                         b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
-                         p.q_stride[1], rm, ATTN_THREADS);
-    attn_tc_load_tile<D>(sm.dout_smem[buf], static_cast<const uint16_t *>(p.dout),
-                         b * p.dout_stride[0] + (int64_t)i0 * p.dout_stride[1] + h * p.dout_stride[2],
-                         p.dout_stride[1], rm, ATTN_THREADS);
+    bwd_tc_load_tile<D, BWD_TC_BM>(sm.q_smem[buf], static_cast<const uint16_t *>(p.q),
+                                   b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
+                                   p.q_stride[1], rm);
+    bwd_tc_load_tile<D, BWD_TC_BM>(sm.dout_smem[buf], static_cast<const uint16_t *>(p.dout),
+                                   b * p.dout_stride[0] + (int64_t)i0 * p.dout_stride[1] + h * p.dout_stride[2],
+                                   p.dout_stride[1], rm);
     const int32_t tid = threadIdx.x;
     if (tid < BWD_TC_BM) {
         const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
@@ -182,10 +232,167 @@ static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_tc_regs<D, BN> &x)
             }
 }
 
+/*
+ * dQacc layout. Rows of D floats as (bh, Sq, D), but the 16-byte chunks of row i are
+ * permuted: logical chunk c (columns 4c .. 4c+3) is stored at chunk c ^ (i % 8). The
+ * layout is private to this file (the postprocess undoes it); it lets a warp write its C
+ * fragments (8 rows g, 4 column pairs) into a staging copy of the tile in shared memory
+ * without bank conflicts, and the tile stays one contiguous block of rm D floats, so one
+ * bulk reduction adds it (sm_90). The sm_80 path adds the same elements by red.
+ */
+static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
+{
+    return (((d >> 2) ^ (i & 7)) << 2) + (d & 3); /* offset of column d within row i */
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define BWD_TC_BULK 1
+#else
+#define BWD_TC_BULK 0
+#endif
+
+#if BWD_TC_BULK
+/* sm_90: the dQ partial goes from registers to sm.dq_smem (every thread), then thread 0
+ * adds the whole tile into dQacc with one cp.reduce.async.bulk (fp32 add at L2, element by
+ * element, like red.add.f32): no thread's registers wait on reductions, and only thread 0
+ * fences. The turn is exclusive, so each element still takes its additions one at a time,
+ * in rank order. */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd_tc_regs<D, BN> &x)
+{
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
+#pragma unroll
+            for (int t = 0; t < D / 32; t++) {
+                const int32_t d = w2 * (D / 4) + 8 * t + 2 * t4;
+                *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) =
+                    make_float2(x.dq_reg[mt][t][2 * r], x.dq_reg[mt][t][2 * r + 1]);
+            }
+        }
+    /* the staged tile is written through the generic proxy and read by the bulk copy */
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* Thread 0: add rows [0, rm) of the staged tile into dQacc tile m of head bh. */
+template <int D>
+static __device__ __forceinline__ void bwd_tc_bulk_add(const struct attn_bwd_params &p, const float *dq_smem,
+                                                       int32_t bh, int32_t m)
+{
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D), 16-byte aligned */
+    /* the turn was acquired through the generic proxy; the reduction runs in the async one */
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                     __cvta_generic_to_global(acc)),
+                 "r"(attn_smem_u32(dq_smem)), "r"((uint32_t)(rm * D * sizeof(float)))
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* Thread 0: the staging buffer may be written again once the last reduction has read it. */
+static __device__ __forceinline__ void bwd_tc_bulk_wait_read(void)
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+/* Thread 0: the tail of an addition: wait until the reduction has been performed (not only
+ * read: wait_group without .read), order it with generic accesses at GPU scope, then pass
+ * the tile on. rank < 0 (atomic): only the wait. */
+static __device__ __forceinline__ void bwd_tc_pass_on(int32_t *ctr, int32_t rank)
+{
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    if (rank < 0)
+        return;
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    bwd_tc_fence();
+    attn_st_release(ctr, rank + 1);
+}
+#endif
+
+/* Add the dQ partial into dQacc[m] at L2 with fp32 reductions (sm_80). The caller holds
+ * the tile's turn (or the schedule is atomic, where additions race on purpose). */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &p,
+                                                     const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m)
+{
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D) rows of the tile */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
+            if (i >= rm)
+                continue;
+#pragma unroll
+            for (int t = 0; t < D / 32; t++) {
+                const int32_t d = w2 * (D / 4) + 8 * t + 2 * t4;
+                attn_red_add2(acc + i * D + bwd_tc_dq_at(i, d), x.dq_reg[mt][t][2 * r], x.dq_reg[mt][t][2 * r + 1]);
+            }
+        }
+}
+
+#if !BWD_TC_BULK
+/* The tail of an addition by red (sm_80): make it visible at GPU scope, then pass the tile on. */
+static __device__ __forceinline__ void bwd_tc_release(int32_t *ctr, int32_t rank)
+{
+    bwd_tc_fence(); /* this thread's reductions are performed GPU-wide ... */
+    __syncthreads(); /* ... and so are every other thread's before thread 0 goes on */
+    if (threadIdx.x == 0 && rank >= 0) {
+        bwd_tc_fence(); /* cumulative: orders the whole CTA's addition before the store */
+        attn_st_release(ctr, rank + 1);
+    }
+}
+#endif
+
+/* Add and pass on at once (interleaved mode, and wherever nothing is deferred): the same
+ * sequence on both paths, ending with the tile passed on (rank >= 0, thread 0). */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_release(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
+                                                          const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m,
+                                                          int32_t *ctr, int32_t rank)
+{
+#if BWD_TC_BULK
+    bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+    __syncthreads(); /* the staged tile is complete before thread 0 hands it to the copy */
+    if (threadIdx.x == 0) {
+        bwd_tc_bulk_add<D>(p, sm.dq_smem, bh, m);
+        bwd_tc_pass_on(ctr, rank); /* also: the copy has read the buffer before it is reused */
+    }
+#else
+    (void)sm;
+    bwd_tc_add_dq<D, BN>(p, x, bh, m);
+    bwd_tc_release(ctr, rank);
+#endif
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The store twin of attn_ldsm_x4 (sm_90 stmatrix): four 8 x 8 16-bit matrices from
+ * fragment registers (lane l holds row l / 4, columns 2 (l % 4), +1 of each), lane l giving
+ * the address of row l % 8 of matrix l / 8. */
+static __device__ __forceinline__ void bwd_tc_stsm_x4(uint16_t *smem, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                      uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(attn_smem_u32(smem)),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+#endif
+
 /* P and dS of the warp's (32, BN/4) slab from its S and dP fragments, rounded to the
  * input dtype into shared memory. MASK: test every element against Sq, Sk and the causal
  * diagonal; the caller passes false only where every element is visible, so both
- * versions compute the same values. */
+ * versions compute the same values. Branch-free: every element takes the same ex2 and
+ * products, and a masked one is then replaced by +0 (a select, not a branch around the
+ * exponential, which cost about as many instructions as the arithmetic itself). Each row
+ * sees the columns below one limit, min(Sk, diagonal + 1) - j0, formed once per row. */
 template <typename DT, int BN, bool MASK>
 static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
                                                   uint16_t *ds_smem, const float *lse_smem,
@@ -196,42 +403,71 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
     const int32_t PLD = BN + 8;
     const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t wm = warp & 1, wn = warp >> 1, g = lane >> 2, t4 = lane & 3;
+    const int32_t jt = (BN / 4) * wn + 2 * t4; /* the thread's first column in the tile */
     const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
     const int causal = p.s.mask == SCHED_MASK_CAUSAL;
     const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < 2; mt++) {
+        uint32_t pw[2][BN / 32], dsw[2][BN / 32]; /* packed pairs of rows g, g + 8 of the m-tile */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int32_t i = 32 * wm + 16 * mt + g + 8 * r;
             const float lse2 = __fmul_rn(lse_smem[i], ATTN_LOG2E), dsum = dsum_smem[i];
-            const int64_t last = (int64_t)i0 + i + offset - j0; /* last visible j in the tile */
+            int32_t lim = 0; /* columns jt + c with c < lim are visible (MASK only) */
+            if (MASK) {
+                const int64_t diag = (int64_t)i0 + i + offset - j0 + 1; /* past the last visible j */
+                const int64_t end = causal && diag < rn ? diag : rn;
+                lim = i < rm && end > 0 ? (int32_t)end - jt : -jt;
+            }
 #pragma unroll
             for (int t = 0; t < BN / 32; t++) {
                 float pv[2], dsv[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int32_t j = (BN / 4) * wn + 8 * t + 2 * t4 + e;
-                    const bool vis = !MASK || (i < rm && j < rn && (!causal || j <= last));
-                    const float pr = vis ? attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2)) : 0.0f;
-                    pv[e] = pr;
-                    dsv[e] = vis ? __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum)) : 0.0f;
+                    const float pr = attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2));
+                    const float ds = __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum));
+                    const bool vis = !MASK || 8 * t + e < lim;
+                    pv[e] = vis ? pr : 0.0f;
+                    dsv[e] = vis ? ds : 0.0f;
                 }
-                const int32_t at = i * PLD + (BN / 4) * wn + 8 * t + 2 * t4;
-                *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(pv[0], pv[1]);
-                *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dsv[0], dsv[1]);
+                pw[r][t] = DT::pack2(pv[0], pv[1]);
+                dsw[r][t] = DT::pack2(dsv[0], dsv[1]);
             }
         }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        /* one stmatrix per two n-tiles: matrices (g, t), (g + 8, t), (g, t + 1), (g + 8, t + 1) */
+        const int32_t xr = attn_ldsm_x_row(lane), xc = attn_ldsm_x_col(lane);
+#pragma unroll
+        for (int u = 0; u < BN / 64; u++) {
+            const int32_t at = (32 * wm + 16 * mt + xr) * PLD + (BN / 4) * wn + 16 * u + xc;
+            bwd_tc_stsm_x4(p_smem + at, pw[0][2 * u], pw[1][2 * u], pw[0][2 * u + 1], pw[1][2 * u + 1]);
+            bwd_tc_stsm_x4(ds_smem + at, dsw[0][2 * u], dsw[1][2 * u], dsw[0][2 * u + 1], dsw[1][2 * u + 1]);
+        }
+#else
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int t = 0; t < BN / 32; t++) {
+                const int32_t at = (32 * wm + 16 * mt + g + 8 * r) * PLD + jt + 8 * t;
+                *reinterpret_cast<uint32_t *>(p_smem + at) = pw[r][t];
+                *reinterpret_cast<uint32_t *>(ds_smem + at) = dsw[r][t];
+            }
+#endif
+    }
 }
 
 /*
  * One step: unit (bh, n) against q-tile m, whose Q/dO/LSE/Dsum are (`loaded`) or are to be
- * loaded into buffer `buf`. If next_m >= 0 the step also starts loading q-tile next_m of
- * the same head into buffer buf ^ 1, for the caller's next step. Updates x.dk_reg,
- * x.dv_reg and leaves the dQ partial in x.dq_reg. K/V of the unit must be in shared
- * memory. Both modes run exactly this code; `loaded` and next_m only move loads in time.
- * The step ends with reads of this buffer, P, dS and K still in flight in other warps:
- * the caller meets at a barrier (the dQ turn's) before anything overwrites them.
+ * loaded into buffer `buf`. `loaded` means complete and published: the caller waited for
+ * its copies and has met a barrier since. If next_m >= 0 the step also starts loading
+ * q-tile next_m of the same head into buffer buf ^ 1, for the caller's next step; the
+ * caller waits for that group before the barrier it meets next (the dQ turn's), so the
+ * next step starts without a barrier of its own. Updates x.dk_reg, x.dv_reg and leaves the
+ * dQ partial in x.dq_reg. K/V of the unit must be in shared memory. Both modes run
+ * exactly this code; `loaded` and next_m only move loads in time. The step ends with reads
+ * of this buffer, P, dS and K still in flight in other warps: the caller meets at a
+ * barrier (the dQ turn's) before anything overwrites them.
  */
 template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
@@ -252,13 +488,15 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 
     if (!loaded)
         bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
-    if (next_m >= 0) {
+    if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 ended before its turn's barrier */
         bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
-        attn_cp_async_wait<1>(); /* all but the prefetch: this step's group has landed */
-    } else {
-        attn_cp_async_wait<0>();
+    if (!loaded) {
+        if (next_m >= 0)
+            attn_cp_async_wait<1>(); /* all but the prefetch: this step's group has landed */
+        else
+            attn_cp_async_wait<0>();
+        __syncthreads(); /* Q, dO, LSE and Dsum of the step are complete before anyone reads them */
     }
-    __syncthreads(); /* Q, dO, LSE and Dsum of the step are complete before anyone reads them */
     const uint16_t *q_smem = sm.q_smem[buf], *dout_smem = sm.dout_smem[buf];
 
     /* S = Q K^T and dP = dO V^T, d ascending; warp: q rows 32 w1 .., kv columns BN/4 w2 .. */
@@ -308,16 +546,24 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_tc_pds<DT, BN, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s_reg,
                                  dp_reg, i0, rm, j0, rn);
     /* A deferred release of the previous step's dQ turn (rel_ctr, rank rel_rank in thread
-     * 0): the sequence of bwd_tc_release, with this step's barrier as its barrier. The
-     * reductions were issued before S and dP, so the fences find them performed. */
+     * 0): the sequence of bwd_tc_pass_on (sm_90: thread 0 alone, its bulk reduction was
+     * issued before S and dP) or of bwd_tc_release (sm_80: with this step's barrier as its
+     * barrier; the reductions were issued before S and dP, so the fences find them
+     * performed). */
+#if BWD_TC_BULK
+    __syncthreads(); /* P and dS are complete before the products below read other warps' parts */
+    if (rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+#else
     if (rel_ctr)
-        __threadfence(); /* this thread's reductions are performed GPU-wide ... */
+        bwd_tc_fence(); /* this thread's reductions are performed GPU-wide ... */
     __syncthreads(); /* P and dS are complete before the products below read other warps'
                         parts (and every thread's fence is behind us) */
     if (rel_ctr && tid == 0) {
-        __threadfence(); /* cumulative: orders the whole CTA's addition before the store */
+        bwd_tc_fence(); /* cumulative: orders the whole CTA's addition before the store */
         attn_st_release(rel_ctr, rel_rank + 1);
     }
+#endif
 
     /* dV += P^T dO and dK += dS^T Q, i ascending; warp: kv rows BN/4 w2 .., d columns D/2 w1 .. */
 #pragma unroll
@@ -368,41 +614,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
                 DT::mma(x.dq_reg[mt][2 * nb + 1], a[mt], bk[2], bk[3]);
             }
         }
-    }
-}
-
-/* Add the dQ partial into dQacc[m] at L2. The caller holds the tile's turn (or the
- * schedule is atomic, where additions race on purpose). */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &p,
-                                                     const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m)
-{
-    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t w1 = warp & 1, w2 = warp >> 1, g = lane >> 2, t4 = lane & 3;
-    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D) rows of the tile */
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int32_t i = 32 * w1 + 16 * mt + g + 8 * r;
-            if (i >= rm)
-                continue;
-#pragma unroll
-            for (int t = 0; t < D / 32; t++)
-                attn_red_add2(acc + i * D + w2 * (D / 4) + 8 * t + 2 * t4, x.dq_reg[mt][t][2 * r],
-                              x.dq_reg[mt][t][2 * r + 1]);
-        }
-}
-
-/* The tail of an addition: make it visible at GPU scope, then pass the tile on. */
-static __device__ __forceinline__ void bwd_tc_release(int32_t *ctr, int32_t rank)
-{
-    __threadfence(); /* this thread's reductions are performed GPU-wide ... */
-    __syncthreads(); /* ... and so are every other thread's before thread 0 goes on */
-    if (threadIdx.x == 0 && rank >= 0) {
-        __threadfence(); /* cumulative: orders the whole CTA's addition before the store */
-        attn_st_release(ctr, rank + 1);
     }
 }
 
@@ -511,6 +722,24 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
                     x.dq_reg[mt][t][e] = data[(2 * KV + (mt * (D / 32) + t) * 4 + e) * ATTN_THREADS];
 }
 
+/* Persistent mode: the q-tiles and ranks of steps base .. base + BWD_TC_TAB of the job's
+ * stage (those below `steps`), one entry per thread, into the visit table. A step then
+ * reads its q-tile, its successor's and its rank instead of forming them: the shift
+ * ranks take several integer divisions, and thread 0 forming them every step delayed its
+ * warp, and so every barrier, by hundreds of instructions. The caller publishes the
+ * table with a barrier, and refills it only once every read of the old one is behind a
+ * barrier. */
+static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s, int32_t *visit_smem,
+                                                          int32_t *rank_smem, const struct sched_job *J,
+                                                          int32_t stage, int32_t base, int32_t steps)
+{
+    for (int32_t t = threadIdx.x; t <= BWD_TC_TAB && base + t < steps; t += ATTN_THREADS) {
+        const int32_t m = sched_visit(s, J, stage, base + t);
+        visit_smem[t] = m;
+        rank_smem[t] = sched_rank(s, J, stage, m);
+    }
+}
+
 /* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
  * the next step's Q/dO are already on their way. */
 template <typename DT, int D, int BN>
@@ -525,8 +754,13 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         __syncthreads(); /* the job index is visible to every thread */
         const int32_t job = sm.flag_smem;
         __syncthreads(); /* everyone has read it before thread 0 may write the next one */
-        if (job >= s->jobs)
+        if (job >= s->jobs) {
+#if BWD_TC_BULK
+            if (threadIdx.x == 0) /* atomic leaves its last reduction in flight: finish it */
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
             return;
+        }
         struct sched_job J = sched_job_at(s, job);
         if (s->kind == SCHED_SHIFT) {
             /* Take the jobs of each (chunk, head) in descending slot order. Shift adds
@@ -538,40 +772,74 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         }
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
-            bwd_tc_load_kv<D, BN>(p, sm, J.bh, n);
-            bwd_tc_zero_kv<D, BN>(x);
             const int32_t steps = sched_unit_steps(s, n);
-            int32_t m = sched_visit(s, &J, stage, 0), buf = 0;
+            /* the previous unit read the table last before its last turn's barrier */
+            bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+            bwd_tc_load_kv<D, BN>(p, sm, J.bh, n); /* its barrier publishes the table too */
+            bwd_tc_zero_kv<D, BN>(x);
+            int32_t m = sm.visit_smem[0], buf = 0, base = 0; /* the table holds steps base .. */
             int loaded = 0;
             int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
             for (int32_t step = 0; step < steps; step++) {
-                const int32_t next_m = step + 1 < steps ? sched_visit(s, &J, stage, step + 1) : -1;
+                if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
+                    base = step;
+                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                    __syncthreads(); /* the refill is complete before anyone reads it (every
+                                        read of the old table came before the last turn) */
+                }
+                const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
+                const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
                 bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
                 pend_ctr = NULL;
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
-                int32_t rank = -1;
                 if (threadIdx.x == 0 && s->kind != SCHED_ATOMIC) {
-                    rank = sched_rank(s, &J, stage, m);
                     /* The unit whose addition we wait for was taken earlier by a running
                      * CTA (or, for shift, by one of the >= W resident CTAs), so it comes. */
                     uint32_t ns = 32;
                     while (attn_ld_acquire(ctr) != rank) {
+                        /* Back off to 256 ns at most: a wait usually ends within a
+                         * step (several microseconds), and every nanosecond slept past
+                         * the release is a nanosecond the whole CTA idles. */
                         __nanosleep(ns);
-                        ns = ns < 1024 ? ns * 2 : ns;
+                        ns = ns < 256 ? ns * 2 : ns;
                     }
-                    __threadfence();
+                    bwd_tc_fence();
                 }
-                __syncthreads(); /* our turn has come, for the whole CTA; and every warp is
-                                    done with the step's buffer before the next prefetch */
-                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
                 /* Passing the tile on during the next step lets the reductions complete
                  * under S and dP instead of stalling the fence; the next step waits on
-                 * nothing before it passes the tile on, so no wait can form a cycle. */
-                if (p.defer && s->kind != SCHED_ATOMIC && next_m >= 0) {
+                 * nothing before it passes the tile on, so no wait can form a cycle.
+                 * atomic passes nothing on: its additions need no fence. */
+                const int defer = s->kind != SCHED_ATOMIC && p.defer && next_m >= 0;
+#if BWD_TC_BULK
+                if (threadIdx.x == 0)
+                    bwd_tc_bulk_wait_read(); /* the last reduction has read the staging buffer */
+#endif
+                attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                __syncthreads(); /* ... and is visible to all; our turn has come, for the whole
+                                    CTA; every warp is done with the step's buffer, P, dS and
+                                    K before the next step or unit overwrites them, and thread
+                                    0 with the staging buffer */
+#if BWD_TC_BULK
+                bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+                if (threadIdx.x < 32) {
+                    /* warp 0 waits for the whole staged tile; the others arrive and go on */
+                    asm volatile("bar.sync 1, %0;" ::"n"(ATTN_THREADS) : "memory");
+                    if (threadIdx.x == 0) {
+                        bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
+                        if (s->kind != SCHED_ATOMIC && !defer)
+                            bwd_tc_pass_on(ctr, rank);
+                    }
+                } else {
+                    asm volatile("bar.arrive 1, %0;" ::"n"(ATTN_THREADS) : "memory");
+                }
+#else
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
+                if (s->kind != SCHED_ATOMIC && !defer)
+                    bwd_tc_release(ctr, rank);
+#endif
+                if (defer) {
                     pend_ctr = ctr;
                     pend_rank = rank;
-                } else {
-                    bwd_tc_release(ctr, rank);
                 }
                 m = next_m;
                 buf ^= 1;
@@ -654,8 +922,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 __syncthreads(); /* everyone has read it before thread 0 may write it again */
                 if (!go)
                     break; /* not our turn: keep the partial, try the next virtual SM */
-                bwd_tc_add_dq<D, BN>(p, x, J.bh, st[VSM_M]);
-                bwd_tc_release(ctr, threadIdx.x == 0 ? st[VSM_RANK] : -1);
+                bwd_tc_add_release<D, BN>(p, sm, x, J.bh, st[VSM_M], ctr, threadIdx.x == 0 ? st[VSM_RANK] : -1);
                 st[VSM_PENDING] = 0;
                 progress = 1;
                 if (++st[VSM_STEP] < sched_unit_steps(s, n))
@@ -765,7 +1032,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
         const int32_t d = 2 * (int32_t)(e - row * (D / 2));
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + row * D + d);
+        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + row * D + bwd_tc_dq_at(i, d));
         attn_st_pair(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2] + d,
                      DT::pack2(__fmul_rn(a.x, p.scale), __fmul_rn(a.y, p.scale)));
     }
