@@ -888,11 +888,15 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
         mps = 0;
     }
     b->gpu_sharing = mps ? "mps" : "contexts";
-    /* the kernel implementation is part of what the bits depend on: say which */
+    /* the kernel implementation is part of what the bits depend on: say which, per head
+     * dim (v2 needs more shared memory than some GPUs give, cuattn_impl_for) */
+    const int v2_64 = cuattn_impl_for(c->ca, 64) == CUATTN_IMPL_TENSOR_CORES;
+    const int v2_128 = cuattn_impl_for(c->ca, 128) == CUATTN_IMPL_TENSOR_CORES;
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,
-             cuattn_impl(c->ca) == CUATTN_IMPL_TENSOR_CORES
-                 ? "v2 tensor cores (v1 for head dims 96, 256)" : "v1 CUDA cores");
+             v2_64 && v2_128 ? "v2 tensor cores (v1 for head dims 96, 256)"
+             : v2_64         ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256"
+                             : "v1 CUDA cores");
     b->limits = (struct val_limits){.head_dim_min = 64,
                                     .head_dim_max = 256, /* cuda_check narrows it */
                                     .block_max = CUATTN_TC_BLOCK_N, /* cuda_check narrows it */

@@ -1111,8 +1111,10 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
 }
 
 template <typename DT, int D, int BN>
-static cudaError_t bwd_tc_attr(void)
+static cudaError_t bwd_tc_attr(size_t smem_optin)
 {
+    if (sizeof(bwd_tc_smem<D, BN>) > smem_optin)
+        return cudaSuccess; /* unusable here: cuattn_impl_for sends this dim to v1 */
     cudaError_t err = cudaFuncSetAttribute(attn_bwd_tc_persistent_kernel<DT, D, BN>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)sizeof(bwd_tc_smem<D, BN>));
@@ -1138,19 +1140,29 @@ static cudaError_t bwd_tc_occupancy(int32_t *ret)
 }
 
 template <typename DT, int D>
-static cudaError_t bwd_tc_attr2(void)
+static cudaError_t bwd_tc_attr2(size_t smem_optin)
 {
-    cudaError_t err = bwd_tc_attr<DT, D, 64>();
-    return err != cudaSuccess ? err : bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N>();
+    cudaError_t err = bwd_tc_attr<DT, D, 64>(smem_optin);
+    return err != cudaSuccess ? err : bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N>(smem_optin);
 }
 
-cudaError_t cuattn__bwd_tc_init(void)
+cudaError_t cuattn__bwd_tc_init(size_t smem_optin)
 {
     cudaError_t err;
-    if ((err = bwd_tc_attr2<attn_bf16, 64>()) != cudaSuccess || (err = bwd_tc_attr2<attn_bf16, 128>()) != cudaSuccess ||
-        (err = bwd_tc_attr2<attn_f16, 64>()) != cudaSuccess || (err = bwd_tc_attr2<attn_f16, 128>()) != cudaSuccess)
+    if ((err = bwd_tc_attr2<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
+        (err = bwd_tc_attr2<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
+        (err = bwd_tc_attr2<attn_f16, 64>(smem_optin)) != cudaSuccess ||
+        (err = bwd_tc_attr2<attn_f16, 128>(smem_optin)) != cudaSuccess)
         return err;
     return cudaSuccess;
+}
+
+/* The larger of the two tile widths: if it fits, so does the other. */
+size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64    ? sizeof(bwd_tc_smem<64, CUATTN_TC_BLOCK_N>)
+           : head_dim == 128 ? sizeof(bwd_tc_smem<128, CUATTN_TC_BLOCK_N>)
+                             : 0;
 }
 
 size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n)

@@ -109,7 +109,8 @@ int cuattn_new(int device, struct cuattn **ret)
      * raise their shared-memory limits now, so calls start warm. */
     if ((err = cuattn__fwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__bwd_init(a->smem_optin)) != cudaSuccess ||
-        (err = cuattn__fwd_tc_init()) != cudaSuccess || (err = cuattn__bwd_tc_init()) != cudaSuccess)
+        (err = cuattn__fwd_tc_init(a->smem_optin)) != cudaSuccess ||
+        (err = cuattn__bwd_tc_init(a->smem_optin)) != cudaSuccess)
         goto free_stream;
     *ret = a;
     return 0;
@@ -160,7 +161,22 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
         return -EINVAL;
-    return head_dim == 64 || head_dim == 128 ? a->impl : CUATTN_IMPL_CUDA_CORES;
+    if (head_dim != 64 && head_dim != 128)
+        return CUATTN_IMPL_CUDA_CORES;
+    /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: 205 KiB at head dim
+     * 128, more than an A100 (163 KiB) or an sm_86/sm_89 part (99 KiB) gives one block.
+     * There the dim runs v1, whose tiles fit; the bits are v1's, as reported. */
+    if (a->impl == CUATTN_IMPL_TENSOR_CORES &&
+        (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin ||
+         cuattn__bwd_tc_smem_bytes(head_dim) > a->smem_optin))
+        return CUATTN_IMPL_CUDA_CORES;
+    return a->impl;
+}
+
+void cuattn__limit_smem(struct cuattn *a, size_t bytes)
+{
+    if (a && bytes < a->smem_optin)
+        a->smem_optin = bytes;
 }
 
 int cuattn_set_async(struct cuattn *a, int on)

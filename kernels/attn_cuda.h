@@ -135,6 +135,9 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
  * stepped in turn by the CTAs, state in global scratch) whatever the grid; 0 restores the
  * automatic choice. The bits are the same either way; this lets a test prove it. */
 void cuattn__force_interleaved(struct cuattn *a, int on);
+/* Tests: behave as a GPU with at most `bytes` of shared memory per block would (which
+ * kernels fit, which head dims are served); only ever lowers the device's figure. */
+void cuattn__limit_smem(struct cuattn *a, size_t bytes);
 
 /* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
  * successful backward on `a`; 0 before any. */

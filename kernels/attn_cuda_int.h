@@ -138,8 +138,10 @@ cudaError_t cuattn__bwd_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int3
 cudaError_t cuattn__bwd_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                int32_t grid, int32_t sms, cudaStream_t stream);
 
-/* attn_fwd_tc.cu (v2) */
-cudaError_t cuattn__fwd_tc_init(void);
+/* attn_fwd_tc.cu (v2): init and smem_bytes as for v1 (0 for a dim v2 does not serve). A
+ * dim whose v2 kernels do not fit the device runs v1 (cuattn_impl_for). */
+cudaError_t cuattn__fwd_tc_init(size_t smem_optin);
+size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
@@ -147,7 +149,8 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
  * p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows). The main kernel also
  * has 256 threads; the interleaved mode's register scratch is (nvsm,
  * cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is v1's. */
-cudaError_t cuattn__bwd_tc_init(void);
+cudaError_t cuattn__bwd_tc_init(size_t smem_optin);
+size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim); /* for block_n CUATTN_TC_BLOCK_N */
 cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n,
                                          int32_t *ret);
 size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);

@@ -290,19 +290,28 @@ static cudaError_t fwd_tc_launch(const struct attn_fwd_params *p, cudaStream_t s
 }
 
 template <typename DT, int D>
-static cudaError_t fwd_tc_attr(void)
+static cudaError_t fwd_tc_attr(size_t smem_optin)
 {
+    if (sizeof(fwd_tc_smem<D>) > smem_optin)
+        return cudaSuccess; /* unusable here: cuattn_impl_for sends this dim to v1 */
     return cudaFuncSetAttribute(attn_fwd_tc_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)sizeof(fwd_tc_smem<D>));
 }
 
-cudaError_t cuattn__fwd_tc_init(void)
+cudaError_t cuattn__fwd_tc_init(size_t smem_optin)
 {
     cudaError_t err;
-    if ((err = fwd_tc_attr<attn_bf16, 64>()) != cudaSuccess || (err = fwd_tc_attr<attn_bf16, 128>()) != cudaSuccess ||
-        (err = fwd_tc_attr<attn_f16, 64>()) != cudaSuccess || (err = fwd_tc_attr<attn_f16, 128>()) != cudaSuccess)
+    if ((err = fwd_tc_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
+        (err = fwd_tc_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
+        (err = fwd_tc_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
+        (err = fwd_tc_attr<attn_f16, 128>(smem_optin)) != cudaSuccess)
         return err;
     return cudaSuccess;
+}
+
+size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64 ? sizeof(fwd_tc_smem<64>) : head_dim == 128 ? sizeof(fwd_tc_smem<128>) : 0;
 }
 
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,

@@ -734,6 +734,50 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
     cuattn_free(ca);
 }
 
+/* On a GPU with less shared memory per block than v2 needs (an A100 gives 163 KiB, sm_86
+ * and sm_89 parts 99 KiB), head dims 64/128 run v1 and say so (block_n 64), with v1's
+ * bits; head dim 256 is refused where even v1's tiles do not fit. Simulated here by
+ * lowering the object's shared-memory figure. */
+static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
+{
+    const struct shape_case c = {1, 200, 150, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL};
+    struct cuattn *v1 = open_device(), *small = open_device();
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(v1, CUATTN_IMPL_CUDA_CORES), 0);
+    CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_TENSOR_CORES); /* the H200 */
+    const size_t limits[] = {163 * 1024, 99 * 1024};
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xa100);
+    struct eng_problem p = problem_of(&c);
+    struct gattn a;
+    gattn_init(&a, &p, &r);
+    CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
+    struct eng_config cfg = {SCHED_SHIFT, 0, 0, 0}, used;
+    CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
+    struct grads want;
+    grads_take(&want, &a);
+    for (size_t li = 0; li < 2; li++) {
+        cuattn__limit_smem(small, limits[li]);
+        CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES);
+        CU_ASSERT_EQUAL(cuattn_impl(small), CUATTN_IMPL_TENSOR_CORES); /* the choice stays */
+        CU_ASSERT_EQUAL_FATAL(run_forward(small, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
+        CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+        CU_ASSERT(grads_equal(&want, &a));
+        struct eng_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N};
+        CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* v1 has no 128 */
+    }
+    grads_free(&want);
+    gattn_free(&a);
+    /* 99 KiB: v1's head-dim-256 backward (about 162 KiB) cannot run */
+    const struct shape_case big = {1, 70, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL};
+    struct eng_problem pb = problem_of(&big);
+    gattn_init(&a, &pb, &r);
+    CU_ASSERT_EQUAL(run_backward(small, &a, &cfg, 0, NULL), -ENOTSUP);
+    gattn_free(&a);
+    cuattn_free(v1);
+    cuattn_free(small);
+}
+
 static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
 {
     struct cuattn *bad = NULL;
@@ -870,6 +914,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
         !CU_add_test(s, "test_attn_gpu_small_shapes_for_sanitizers",
                      test_attn_gpu_small_shapes_for_sanitizers) ||
+        !CU_add_test(s, "test_attn_gpu_smaller_gpus_fall_back_to_v1",
+                     test_attn_gpu_smaller_gpus_fall_back_to_v1) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config))
         return -1;
