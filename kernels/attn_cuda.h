@@ -14,14 +14,16 @@
  *      for block_n = 64; its forward's bits are those of 64 x 64 tiles.
  * Head dims: v1 serves 64, 96, 128 and 256; v2 serves 64 and 128. A call with head dim 96
  * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
- * which one a call runs), so its backward's kv-tiles are 64 rows. v1's backward at 256
- * needs about 162 KiB of shared memory per CTA: GPUs that give less (sm_86, sm_89) refuse
- * head dim 256 with -ENOTSUP.
+ * which one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
+ * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
+ * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
+ * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
  * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
  * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
  * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
  * (v1 and v2 give different bits, both close to the reference) and the GPU architecture
- * they run on; struct eng_config does not carry it, so whoever records a config to
+ * they run on (on sm_90 v2 adds each dQ tile with one bulk reduction from shared memory,
+ * which keeps subnormal sums; sm_80's per-element reductions flush them to zero); struct eng_config does not carry it, so whoever records a config to
  * reproduce bits must record the build and impl beside it. The bits are not those of the
  * CPU engine (sums inside a tile are grouped differently) but all are close to the
  * float64 reference.

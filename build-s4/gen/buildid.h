@@ -1,0 +1,1 @@
+#define DASH_BUILD_ID "322efe34eea2"
