@@ -250,6 +250,9 @@ static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
 #else
 #define BWD_TC_BULK 0
 #endif
+#ifndef BWD_TC_ARRIVE
+#define BWD_TC_ARRIVE 0 /* persistent mode: warps 1-7 arrive at the staging barrier and go on */
+#endif
 
 #if BWD_TC_BULK
 /* sm_90: the dQ partial goes from registers to sm.dq_smem (every thread), then thread 0
@@ -821,8 +824,11 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                                     0 with the staging buffer */
 #if BWD_TC_BULK
                 bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+#if BWD_TC_ARRIVE
                 if (threadIdx.x < 32) {
-                    /* warp 0 waits for the whole staged tile; the others arrive and go on */
+                    /* warp 0 waits for the whole staged tile; the others arrive and go on
+                     * (compute-sanitizer's racecheck then reports hazards on flag_smem
+                     * that the barriers rule out: a build knob, off by default) */
                     asm volatile("bar.sync 1, %0;" ::"n"(ATTN_THREADS) : "memory");
                     if (threadIdx.x == 0) {
                         bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
@@ -832,6 +838,14 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 } else {
                     asm volatile("bar.arrive 1, %0;" ::"n"(ATTN_THREADS) : "memory");
                 }
+#else
+                __syncthreads(); /* the staged tile is complete before thread 0 hands it on */
+                if (threadIdx.x == 0) {
+                    bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
+                    if (s->kind != SCHED_ATOMIC && !defer)
+                        bwd_tc_pass_on(ctr, rank);
+                }
+#endif
 #else
                 bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
                 if (s->kind != SCHED_ATOMIC && !defer)
