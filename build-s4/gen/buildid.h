@@ -1,1 +1,0 @@
-#define DASH_BUILD_ID "322efe34eea2"
