@@ -211,6 +211,55 @@ static void grads_free(struct grads *g)
     free(g->dv);
 }
 
+/* The float64 reference of one problem's forward and backward, on a's inputs. */
+struct refs {
+    double *out, *lse, *dq, *dk, *dv;
+};
+
+static void refs_compute(struct refs *R, const struct eng_problem *p, const struct gattn *a)
+{
+    R->out = malloc(sizeof(double) * (size_t)a->nq);
+    R->lse = malloc(sizeof(double) * (size_t)a->nlse);
+    R->dq = malloc(sizeof(double) * (size_t)a->nq);
+    R->dk = malloc(sizeof(double) * (size_t)a->nk);
+    R->dv = malloc(sizeof(double) * (size_t)a->nk);
+    CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
+    CU_ASSERT_FATAL(ref_forward(p, tq(a, a->q), tk(a, a->k), tk(a, a->v), R->out, R->lse) == 0);
+    CU_ASSERT_FATAL(ref_backward(p, tq(a, a->q), tk(a, a->k), tk(a, a->v), tq(a, a->dout), R->dq,
+                                 R->dk, R->dv) == 0);
+}
+
+static void refs_free(struct refs *R)
+{
+    free(R->out);
+    free(R->lse);
+    free(R->dq);
+    free(R->dk);
+    free(R->dv);
+}
+
+/* Whether a's forward is within the dtype's tolerance of the reference (out) and its lse
+ * within 1e-4 relative (+inf where a row sees no key); the error and bad lse count out. */
+static int forward_close(const struct gattn *a, const struct refs *R, double *err, int *lse_bad)
+{
+    *err = rel_err(a->out, a->p.dtype, R->out, a->nq);
+    *lse_bad = 0;
+    for (int64_t i = 0; i < a->nlse; i++)
+        *lse_bad += isinf(R->lse[i]) ? !(isinf(a->lse[i]) && a->lse[i] > 0)
+                                     : !(fabs(a->lse[i] - R->lse[i]) <= 1e-4 * (1 + fabs(R->lse[i])));
+    return *err < tolerance(a->p.dtype) && *lse_bad == 0;
+}
+
+/* Whether a's gradients are within the dtype's tolerance of the reference; errors out. */
+static int grads_close(const struct gattn *a, const struct refs *R, double err[3])
+{
+    const enum dtype_kind t = a->p.dtype;
+    err[0] = rel_err(a->dq, t, R->dq, a->nq);
+    err[1] = rel_err(a->dk, t, R->dk, a->nk);
+    err[2] = rel_err(a->dv, t, R->dv, a->nk);
+    return err[0] < tolerance(t) && err[1] < tolerance(t) && err[2] < tolerance(t);
+}
+
 /* ---- tests ------------------------------------------------------------------------- */
 
 /* bf16 and fp16, head dims 64, 96, 128 and 256, causal and full, GQA 4:2 and 4:1 (and
@@ -244,22 +293,14 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
         struct eng_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
-        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
-        double *dq = malloc(sizeof(double) * (size_t)a.nq);
-        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
-        CU_ASSERT_FATAL(out && lse && dq && dk && dv);
-        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), out, lse) == 0);
-        CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq,
-                                     dk, dv) == 0);
+        struct refs R;
+        refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
 
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-        double err = rel_err(a.out, p.dtype, out, a.nq);
-        int lse_bad = 0;
-        for (int64_t i = 0; i < a.nlse; i++)
-            lse_bad += isinf(lse[i]) ? !(isinf(a.lse[i]) && a.lse[i] > 0)
-                                     : !(fabs(a.lse[i] - lse[i]) <= 1e-4 * (1 + fabs(lse[i])));
-        if (!(err < tol) || lse_bad) {
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
             fprintf(stderr, "\n  case %zu forward: rel error %.3g (limit %.0g), %d bad lse", ci, err,
                     tol, lse_bad);
             bad++;
@@ -272,20 +313,14 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
                 struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT(used.sched != SCHED_AUTO && used.w == ws[wi]);
-                double eq = rel_err(a.dq, p.dtype, dq, a.nq);
-                double ek = rel_err(a.dk, p.dtype, dk, a.nk);
-                double ev = rel_err(a.dv, p.dtype, dv, a.nk);
-                if (!(eq < tol && ek < tol && ev < tol)) {
+                double e[3];
+                if (!grads_close(&a, &R, e)) {
                     fprintf(stderr, "\n  case %zu %s W %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
-                            ci, sched_kind_name(cfg.sched), ws[wi], eq, ek, ev, tol);
+                            ci, sched_kind_name(cfg.sched), ws[wi], e[0], e[1], e[2], tol);
                     bad++;
                 }
             }
-        free(out);
-        free(lse);
-        free(dq);
-        free(dk);
-        free(dv);
+        refs_free(&R);
         gattn_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
@@ -402,28 +437,20 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
     struct eng_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
-    double *dq = malloc(sizeof(double) * (size_t)a.nq);
-    double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
-    CU_ASSERT_FATAL(dq && dk && dv);
-    CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq, dk,
-                                 dv) == 0);
+    struct refs R;
+    refs_compute(&R, &p, &a);
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-    const double tol = tolerance(p.dtype);
     struct eng_config cfg = {SCHED_ATOMIC, 0, 0, 0};
     for (int rep = 0; rep < 3; rep++) {
         CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, rep == 2 ? 7 : 0, NULL), 0);
-        double eq = rel_err(a.dq, p.dtype, dq, a.nq);
-        double ek = rel_err(a.dk, p.dtype, dk, a.nk);
-        double ev = rel_err(a.dv, p.dtype, dv, a.nk);
-        if (!(eq < tol && ek < tol && ev < tol))
-            fprintf(stderr, "\n  atomic: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)", eq, ek, ev, tol);
-        CU_ASSERT(eq < tol);
-        CU_ASSERT(ek < tol);
-        CU_ASSERT(ev < tol);
+        double e[3];
+        const int close = grads_close(&a, &R, e);
+        if (!close)
+            fprintf(stderr, "\n  atomic: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)", e[0], e[1],
+                    e[2], tolerance(p.dtype));
+        CU_ASSERT(close);
     }
-    free(dq);
-    free(dk);
-    free(dv);
+    refs_free(&R);
     gattn_free(&a);
     cuattn_free(ca);
 }
@@ -521,13 +548,8 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
         struct eng_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
-        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
-        double *dq = malloc(sizeof(double) * (size_t)a.nq);
-        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
-        CU_ASSERT_FATAL(out && lse && dq && dk && dv);
-        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), out, lse) == 0);
-        CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq,
-                                     dk, dv) == 0);
+        struct refs R;
+        refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
         for (size_t ii = 0; ii < sizeof impls / sizeof impls[0]; ii++) {
             const int32_t impl = impls[ii];
@@ -535,12 +557,9 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             CU_ASSERT_EQUAL(cuattn_impl(ca), impl);
             CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-            double err = rel_err(a.out, p.dtype, out, a.nq);
-            int lse_bad = 0;
-            for (int64_t i = 0; i < a.nlse; i++)
-                lse_bad += isinf(lse[i]) ? !(isinf(a.lse[i]) && a.lse[i] > 0)
-                                         : !(fabs(a.lse[i] - lse[i]) <= 1e-4 * (1 + fabs(lse[i])));
-            if (!(err < tol) || lse_bad) {
+            double err;
+            int lse_bad;
+            if (!forward_close(&a, &R, &err, &lse_bad)) {
                 fprintf(stderr, "\n  case %zu impl %d forward: rel error %.3g (limit %.0g), %d bad lse", ci,
                         impl, err, tol, lse_bad);
                 bad++;
@@ -566,12 +585,10 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                     const int32_t w = ws[wi % 2];
                     struct eng_config cfg = {(enum sched_kind)kind, w, 0, bn};
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
-                    double eq = rel_err(a.dq, p.dtype, dq, a.nq);
-                    double ek = rel_err(a.dk, p.dtype, dk, a.nk);
-                    double ev = rel_err(a.dv, p.dtype, dv, a.nk);
-                    if (!(eq < tol && ek < tol && ev < tol)) {
+                    double e[3];
+                    if (!grads_close(&a, &R, e)) {
                         fprintf(stderr, "\n  case %zu impl %d %s W %d bn %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
-                                ci, impl, sched_kind_name(cfg.sched), w, bn, eq, ek, ev, tol);
+                                ci, impl, sched_kind_name(cfg.sched), w, bn, e[0], e[1], e[2], tol);
                         bad++;
                     }
                     if (!tc)
@@ -591,11 +608,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                     grads_free(&base);
                 }
         }
-        free(out);
-        free(lse);
-        free(dq);
-        free(dk);
-        free(dv);
+        refs_free(&R);
         gattn_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
@@ -689,18 +702,13 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
         struct eng_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
-        double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
-        double *dq = malloc(sizeof(double) * (size_t)a.nq);
-        double *dk = malloc(sizeof(double) * (size_t)a.nk), *dv = malloc(sizeof(double) * (size_t)a.nk);
-        CU_ASSERT_FATAL(out && lse && dq && dk && dv);
-        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), out, lse) == 0);
-        CU_ASSERT_FATAL(ref_backward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), tq(&a, a.dout), dq,
-                                     dk, dv) == 0);
+        struct refs R;
+        refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
         for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_TENSOR_CORES; impl++) {
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-            if (!(rel_err(a.out, p.dtype, out, a.nq) < tol)) {
+            if (!(rel_err(a.out, p.dtype, R.out, a.nq) < tol)) {
                 fprintf(stderr, "\n  case %zu impl %d forward: too far from float64", ci, impl);
                 bad++;
             }
@@ -711,23 +719,17 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                     struct eng_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0};
                     cuattn__force_interleaved(ca, inter);
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
-                    double eq = rel_err(a.dq, p.dtype, dq, a.nq);
-                    double ek = rel_err(a.dk, p.dtype, dk, a.nk);
-                    double ev = rel_err(a.dv, p.dtype, dv, a.nk);
-                    if (!(eq < tol && ek < tol && ev < tol)) {
+                    double e[3];
+                    if (!grads_close(&a, &R, e)) {
                         fprintf(stderr, "\n  case %zu impl %d %s%s: rel error dq %.3g dk %.3g dv %.3g",
                                 ci, impl, sched_kind_name(cfg.sched), inter ? " interleaved" : "",
-                                eq, ek, ev);
+                                e[0], e[1], e[2]);
                         bad++;
                     }
                 }
             cuattn__force_interleaved(ca, 0);
         }
-        free(out);
-        free(lse);
-        free(dq);
-        free(dk);
-        free(dv);
+        refs_free(&R);
         gattn_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
