@@ -490,12 +490,6 @@ static int32_t cuda_threads(void *impl)
     return c->sms;
 }
 
-/* The head dims the kernels serve (attn_cuda.h). */
-static int cuda_head_dim_ok(int32_t d)
-{
-    return d == 64 || d == 96 || d == 128 || d == 256;
-}
-
 /* A kernel code as a protocol code, with a reason. */
 static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size_t msglen)
 {
@@ -507,7 +501,7 @@ static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size
         snprintf(msg, msglen, "the shape is too large for the CUDA kernels' 32-bit indices");
         return DASH_ESHAPE;
     case -ENOTSUP:
-        if (!cuda_head_dim_ok(p->head_dim)) {
+        if (!cuattn_serves_head_dim(p->head_dim)) {
             snprintf(msg, msglen, "the CUDA kernels serve head dims 64, 96, 128 and 256, not %d",
                      p->head_dim);
             return DASH_EHEADDIM;
@@ -539,7 +533,7 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     const struct eng_problem *p = &plan->prob;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
-    if (!cuda_head_dim_ok(p->head_dim))
+    if (!cuattn_serves_head_dim(p->head_dim))
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
     int rc = eng_check_problem(p);
     if (rc == -EOVERFLOW || rc == -ENOMEM)
@@ -885,7 +879,7 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     int mps = 0;
     if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device) != cudaSuccess) {
         (void)cudaGetLastError();
-        mps = 0;
+        mps = 0; /* the driver cannot say: assume separate contexts */
     }
     b->gpu_sharing = mps ? "mps" : "contexts";
     /* the kernel implementation is part of what the bits depend on: say which, per head

@@ -173,6 +173,11 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
     return a->impl;
 }
 
+int cuattn_serves_head_dim(int32_t head_dim)
+{
+    return ATTN_V1_HEAD_DIM(head_dim);
+}
+
 void cuattn__limit_smem(struct cuattn *a, size_t bytes)
 {
     if (a && bytes < a->smem_optin)

@@ -87,10 +87,15 @@ int cuattn_set_impl(struct cuattn *a, int32_t impl);
 /* The implementation calls on `a` use; -EINVAL for NULL. */
 int32_t cuattn_impl(const struct cuattn *a);
 
-/* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128,
- * CUATTN_IMPL_CUDA_CORES for any other (v2 has no kernels for them). -EINVAL for NULL.
- * Whoever records what the bits depend on records this, not cuattn_impl. */
+/* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128
+ * where v2's kernels fit the device's shared memory per block, CUATTN_IMPL_CUDA_CORES
+ * otherwise (v2 has no kernels for other dims). -EINVAL for NULL. Whoever records what
+ * the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
+
+/* 1 if the kernels have a head dim (64, 96, 128, 256), else 0. A device may still lack
+ * the shared memory for one (a call then returns -ENOTSUP). */
+int cuattn_serves_head_dim(int32_t head_dim);
 
 /* on != 0: later calls return as soon as their kernels are launched on the object's
  * stream (cuattn_stream), reporting launch failures only; the caller orders its own work
