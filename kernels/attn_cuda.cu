@@ -251,12 +251,12 @@ static int prepare(const struct eng_problem *p, const struct eng_config *cfg,
     sh.block_n = c.block_n;
     sh.mask = p->mask;
     /* auto: the fastest deterministic schedule of these kernels as measured on an H200 at
-     * every seqlen from 1k to 16k and both head dims (bench/results/gpu-v2-128-2026-11-29.md):
-     * shift for full masks, spt for causal ones. A fixed function of the mask, so the bits
-     * never depend on the machine. dag_auto's model (the CPU engine's auto) prefers shift
-     * for causal masks too, which these kernels do not bear out. */
+     * every seqlen from 1k to 16k, both head dims and both masks: shift
+     * (bench/results/gpu-full-2026-11-29.md; for causal masks spt is within 0.5% at head
+     * dim 64 and 1-4% slower at 128). A fixed choice, so the bits never depend on the
+     * machine; dag_auto's model (the CPU engine's auto) names shift for these shapes too. */
     if (c.sched == SCHED_AUTO)
-        c.sched = p->mask == SCHED_MASK_CAUSAL ? SCHED_SPT : SCHED_SHIFT;
+        c.sched = SCHED_SHIFT;
     struct sched s;
     if ((rc = sched_init(&s, c.sched, &sh, c.w)))
         return rc;
