@@ -542,11 +542,11 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
         snprintf(msg, msglen, "the CUDA kernels refused the problem's shapes");
         return DASH_ESHAPE;
     }
-    /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2 backward (its default),
-     * so the block_n an OpResult reported can always be sent back. Head dims 96 and 256
-     * run v1 (64 x 64) whatever the implementation chosen. */
+    /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2/v3 backward (its
+     * default), so the block_n an OpResult reported can always be sent back. Head dims 96
+     * and 256 run v1 (64 x 64) whatever the implementation chosen. */
     const int wide = plan->backward &&
-                     cuattn_impl_for(c->ca, p->head_dim) == CUATTN_IMPL_TENSOR_CORES;
+                     cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     const int32_t bn_default = wide ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
         (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK &&
@@ -884,13 +884,16 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     b->gpu_sharing = mps ? "mps" : "contexts";
     /* the kernel implementation is part of what the bits depend on: say which, per head
      * dim (v2 needs more shared memory than some GPUs give, cuattn_impl_for) */
-    const int v2_64 = cuattn_impl_for(c->ca, 64) == CUATTN_IMPL_TENSOR_CORES;
-    const int v2_128 = cuattn_impl_for(c->ca, 128) == CUATTN_IMPL_TENSOR_CORES;
+    const int32_t i64 = cuattn_impl_for(c->ca, 64), i128 = cuattn_impl_for(c->ca, 128);
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,
-             v2_64 && v2_128 ? "v2 tensor cores (v1 for head dims 96, 256)"
-             : v2_64         ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256"
-                             : "v1 CUDA cores");
+             i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA
+                 ? "v3 wgmma backward, v2 tensor-core forward (v1 for head dims 96, 256)"
+             : i64 == CUATTN_IMPL_TENSOR_CORES && i128 == CUATTN_IMPL_TENSOR_CORES
+                 ? "v2 tensor cores (v1 for head dims 96, 256)"
+             : i64 != CUATTN_IMPL_CUDA_CORES
+                 ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256"
+                 : "v1 CUDA cores");
     b->limits = (struct val_limits){.head_dim_min = 64,
                                     .head_dim_max = 256, /* cuda_check narrows it */
                                     .block_max = CUATTN_TC_BLOCK_N, /* cuda_check narrows it */

@@ -95,6 +95,7 @@
  * accumulator only, not on its position in the fragment.
  */
 #include "attn_cuda_int.h"
+#include "attn_wgmma.h"
 
 #include <math.h>
 
@@ -107,6 +108,7 @@
 
 template <int D, int BN>
 struct bwd_tc_smem {
+    static constexpr bool swizzled = false;                /* padded rows, read by ldmatrix */
     uint16_t k_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) K tile of the unit */
     uint16_t v_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) V tile of the unit */
     uint16_t q_smem[2][BWD_TC_BM * attn_tc_ld<D>::v];      /* (2, 64, D + 8) Q of the step, of the next */
@@ -149,59 +151,74 @@ static __device__ __forceinline__ void bwd_tc_fence(void)
  * 16-byte chunk t % (D/8) of rows t / (D/8) + k (256 / (D/8)), so each chunk is one
  * cp.async at a fixed offset from two pointers formed once, instead of a loop that divides
  * and multiplies per chunk (about 29 instructions a chunk in ptxas 13.0's code). Unaligned sources take the general loop; the bytes that land are the same. */
-template <int D, int ROWS>
+template <int D, int ROWS, bool SW>
 static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                         int64_t base, int64_t row_stride, int32_t rows)
 {
     const int32_t CH = D / 8, RP = ATTN_THREADS / CH; /* chunks per row, rows per pass */
+    /* elements from a row to the row RP below: RP is a multiple of 8, so in the swizzled
+     * layout the chunk keeps its place within the row */
+    const int32_t STEP = RP * (SW ? 64 : attn_tc_ld<D>::v);
     const uint16_t *g = src + base;
     if (((((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) != 0)) {
-        attn_tc_load_tile<D, ROWS>(tile_smem, src, base, row_stride, rows, ATTN_THREADS);
+        attn_tc_load_tile<D, ROWS, SW>(tile_smem, src, base, row_stride, rows, ATTN_THREADS);
         return;
     }
     const int32_t r = threadIdx.x / CH, c = threadIdx.x % CH;
     const uint16_t *from = g + r * row_stride + c * 8;
-    uint16_t *to = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+    uint16_t *to = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
 #pragma unroll
     for (int32_t k = 0; k < ROWS / RP; k++) {
         if (r + k * RP < rows)
-            attn_cp_async16(to + k * RP * attn_tc_ld<D>::v, from + k * RP * row_stride);
+            attn_cp_async16(to + k * STEP, from + k * RP * row_stride);
         else
-            *reinterpret_cast<uint4 *>(to + k * RP * attn_tc_ld<D>::v) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4 *>(to + k * STEP) = make_uint4(0u, 0u, 0u, 0u);
     }
 }
 
+/* Copies into shared memory that the thread has waited for become visible to v3's wgmma
+ * reads (the async proxy) once a barrier follows; v2 reads through the generic proxy and
+ * needs nothing. */
+template <bool SW>
+static __device__ __forceinline__ void bwd_tc_async_visible(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (SW)
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 /* Load the unit's K and V tiles and wait for them. */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p,
-                                                      bwd_tc_smem<D, BN> &sm, int32_t bh, int32_t n)
+template <int D, int BN, typename SM>
+static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, SM &sm, int32_t bh,
+                                                      int32_t n)
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    bwd_tc_load_tile<D, BN>(sm.k_smem, static_cast<const uint16_t *>(p.k),
+    bwd_tc_load_tile<D, BN, SM::swizzled>(sm.k_smem, static_cast<const uint16_t *>(p.k),
                             b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
                             p.k_stride[1], rn);
-    bwd_tc_load_tile<D, BN>(sm.v_smem, static_cast<const uint16_t *>(p.v),
+    bwd_tc_load_tile<D, BN, SM::swizzled>(sm.v_smem, static_cast<const uint16_t *>(p.v),
                             b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
                             p.v_stride[1], rn);
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
+    bwd_tc_async_visible<SM::swizzled>();
     __syncthreads(); /* K and V are complete before the unit's first step reads them */
 }
 
 /* Start loading Q, dO, LSE and Dsum of q-tile m of head bh into buffer `buf`, as one
  * committed cp.async group (rows past Sq: Q, dO 0, LSE +inf, Dsum 0). */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_params &p,
-                                                     bwd_tc_smem<D, BN> &sm, int32_t buf, int32_t bh,
-                                                     int32_t m)
+template <int D, int BN, typename SM>
+static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_params &p, SM &sm, int32_t buf,
+                                                     int32_t bh, int32_t m)
 {
     const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    bwd_tc_load_tile<D, BWD_TC_BM>(sm.q_smem[buf], static_cast<const uint16_t *>(p.q),
+    bwd_tc_load_tile<D, BWD_TC_BM, SM::swizzled>(sm.q_smem[buf], static_cast<const uint16_t *>(p.q),
                                    b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
                                    p.q_stride[1], rm);
-    bwd_tc_load_tile<D, BWD_TC_BM>(sm.dout_smem[buf], static_cast<const uint16_t *>(p.dout),
+    bwd_tc_load_tile<D, BWD_TC_BM, SM::swizzled>(sm.dout_smem[buf], static_cast<const uint16_t *>(p.dout),
                                    b * p.dout_stride[0] + (int64_t)i0 * p.dout_stride[1] + h * p.dout_stride[2],
                                    p.dout_stride[1], rm);
     const int32_t tid = threadIdx.x;
@@ -357,10 +374,9 @@ static __device__ __forceinline__ void bwd_tc_release(int32_t *ctr, int32_t rank
 
 /* Add and pass on at once (interleaved mode, and wherever nothing is deferred): the same
  * sequence on both paths, ending with the tile passed on (rank >= 0, thread 0). */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_add_release(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
-                                                          const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t m,
-                                                          int32_t *ctr, int32_t rank)
+template <int D, int BN, typename SM, typename REGS>
+static __device__ __forceinline__ void bwd_tc_add_release(const struct attn_bwd_params &p, SM &sm, const REGS &x,
+                                                          int32_t bh, int32_t m, int32_t *ctr, int32_t rank)
 {
 #if BWD_TC_BULK
     bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
@@ -725,6 +741,311 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
                     x.dq_reg[mt][t][e] = data[(2 * KV + (mt * (D / 32) + t) * 4 + e) * ATTN_THREADS];
 }
 
+/* ---- v3: the step on Hopper warpgroup products (sm_90a) ---------------------------------
+ *
+ * The same units, steps, schedules, turns and dQ hand-off as v2 (the drivers below are
+ * shared), 64 x 128 tiles only; the five products are wgmma.mma_async with both operands
+ * in shared memory (attn_wgmma.h), so no thread loads fragments. Two warpgroups of four
+ * warps (wg = warp / 4, wi = warp % 4):
+ *   S, dP (64 x 128):  warpgroup wg forms kv columns 64 wg .. +64 (m64n64, k = d);
+ *   dV, dK (128 x D):  warpgroup wg owns kv rows 64 wg .. +64 (m64nD, k = i, P^T and
+ *                      dS^T read MN-major from the tiles P and dS - its own columns);
+ *   dQp (64 x D):      warpgroup wg forms d columns (D/2) wg .. +D/2 (m64n(D/2), k = j).
+ * Every input tile (K, V, Q, dO, P, dS) is 16-bit in the 128-byte swizzled layout, so the
+ * one copy serves the K-major and the MN-major reads. Each element of each product is one
+ * chain of wgmma over its k in ascending k16 steps, a fixed function of the operands: the
+ * bits repeat, and do not depend on the grid or the mode, as in v2 (they differ from
+ * v2's: the tensor cores group their sums differently). Registers per thread: dK, dV
+ * D/2 floats each, dQp D/4 (the same count as v2's, so the interleaved scratch is too).
+ */
+template <int D>
+struct bwd_wg_smem {
+    static constexpr bool swizzled = true;
+    uint16_t k_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) K of the unit, swizzled */
+    uint16_t v_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) V */
+    uint16_t q_smem[2][BWD_TC_BM * D];          /* (2, 64, D) Q of the step, of the next */
+    uint16_t dout_smem[2][BWD_TC_BM * D];       /* (2, 64, D) dO likewise */
+    uint16_t p_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N];  /* (64, 128) P, input dtype */
+    uint16_t ds_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N]; /* (64, 128) dS */
+    float dq_smem[BWD_TC_BM * D];               /* (64, D) dQ partial, dQacc's layout */
+    float lse_smem[2][BWD_TC_BM];
+    float dsum_smem[2][BWD_TC_BM];
+    int32_t visit_smem[BWD_TC_TAB + 1];
+    int32_t rank_smem[BWD_TC_TAB + 1];
+    int32_t flag_smem;
+};
+/* Every tile above is a multiple of 1024 bytes and starts the struct's 1024-aligned block:
+ * the swizzle is a function of address bits, so the kernel aligns the struct (below). */
+#define BWD_WG_ALIGN 1024
+
+template <int D>
+struct bwd_wg_regs {
+    float dk_reg[D / 2]; /* m64nD accumulators: kv rows 64 wg + 16 wi + g (+8) */
+    float dv_reg[D / 2];
+    float dq_reg[D / 4]; /* m64n(D/2): q rows 16 wi + g (+8), columns (D/2) wg + .. */
+
+    /* Accumulator element e of a thread: row 16 wi + g + 8 (e % 4 / 2) of the
+     * warpgroup's rows, column 8 (e / 4) + 2 t4 + e % 2 (attn_wgmma.h). */
+    static __device__ __forceinline__ int32_t row(int32_t e)
+    {
+        const int32_t lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3;
+        return 16 * wi + (lane >> 2) + 8 * ((e >> 1) & 1);
+    }
+    static __device__ __forceinline__ int32_t col(int32_t e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }
+};
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_wg_regs<D> &x)
+{
+#pragma unroll
+    for (int e = 0; e < D / 2; e++) {
+        x.dk_reg[e] = 0.0f;
+        x.dv_reg[e] = 0.0f;
+    }
+}
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd_wg_regs<D> &x)
+{
+    const int32_t d0 = (D / 2) * (threadIdx.x >> 7);
+#pragma unroll
+    for (int e = 0; e < D / 4; e += 2) {
+        const int32_t i = bwd_wg_regs<D>::row(e), d = d0 + bwd_wg_regs<D>::col(e);
+        *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) = make_float2(x.dq_reg[e], x.dq_reg[e + 1]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* sm_80 never runs v3 (its kernels trap there); this only lets the shared driver compile. */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &, const bwd_wg_regs<D> &,
+                                                     int32_t, int32_t)
+{
+    __trap();
+}
+
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_params &p, const bwd_wg_regs<D> &x,
+                                                         int32_t bh, int32_t n)
+{
+    const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    const int32_t r0 = 64 * (threadIdx.x >> 7);
+    uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
+#pragma unroll
+    for (int e = 0; e < D / 2; e += 2) {
+        const int32_t j = r0 + bwd_wg_regs<D>::row(e), d = bwd_wg_regs<D>::col(e);
+        if (j >= rn)
+            continue;
+        const float dk0 = __fmul_rn(x.dk_reg[e], p.scale), dk1 = __fmul_rn(x.dk_reg[e + 1], p.scale);
+        const float dv0 = x.dv_reg[e], dv1 = x.dv_reg[e + 1];
+        if (p.group == 1) {
+            attn_st_pair(dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] + hk * p.dk_stride[2] + d,
+                         DT::pack2(dk0, dk1));
+            attn_st_pair(dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] + hk * p.dv_stride[2] + d,
+                         DT::pack2(dv0, dv1));
+        } else {
+            const int64_t at = ((int64_t)bh * p.seqlen_k + j0 + j) * D + d;
+            *reinterpret_cast<float2 *>(p.dk_acc + at) = make_float2(dk0, dk1);
+            *reinterpret_cast<float2 *>(p.dv_acc + at) = make_float2(dv0, dv1);
+        }
+    }
+}
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_params &p, int32_t v,
+                                                       const int32_t *st, const bwd_wg_regs<D> &x)
+{
+    float *data = bwd_tc_vsm_data<D, BN>(p, v);
+    if (threadIdx.x == 0)
+        for (int i = 0; i < VSM_SLOTS; i++)
+            p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
+    if (st[VSM_LOADED])
+#pragma unroll
+        for (int e = 0; e < D / 2; e++) {
+            data[e * ATTN_THREADS] = x.dk_reg[e];
+            data[(D / 2 + e) * ATTN_THREADS] = x.dv_reg[e];
+        }
+    if (st[VSM_PENDING])
+#pragma unroll
+        for (int e = 0; e < D / 4; e++)
+            data[(D + e) * ATTN_THREADS] = x.dq_reg[e];
+}
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_params &p, int32_t v,
+                                                          const int32_t *st, bwd_wg_regs<D> &x)
+{
+    const float *data = bwd_tc_vsm_data<D, BN>(p, v);
+    if (st[VSM_LOADED])
+#pragma unroll
+        for (int e = 0; e < D / 2; e++) {
+            x.dk_reg[e] = data[e * ATTN_THREADS];
+            x.dv_reg[e] = data[(D / 2 + e) * ATTN_THREADS];
+        }
+    if (st[VSM_PENDING])
+#pragma unroll
+        for (int e = 0; e < D / 4; e++)
+            x.dq_reg[e] = data[(D + e) * ATTN_THREADS];
+}
+
+#if ATTN_WGMMA
+/* Keep the compiler from moving reads or writes of accumulator registers across a wgmma
+ * fence or wait: to it, the asynchronous product's registers change only at the asm. */
+template <int N>
+static __device__ __forceinline__ void bwd_wg_pin(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        asm volatile("" : "+f"(d[e])::"memory");
+}
+
+/* Descriptors of the tiles (attn_wgmma.h): a K-major operand at rows r0 .. (a multiple
+ * of 8), k16 slice from k0; an MN-major one at k rows k0 .., output index from c0. */
+static __device__ __forceinline__ uint64_t bwd_wg_kmajor(const uint16_t *tile, int32_t rows, int32_t r0, int32_t k0)
+{
+    return attn_wg_desc(tile + ((k0 >> 6) * rows * 64 + r0 * 64 + (k0 & 63)), 16, 1024);
+}
+static __device__ __forceinline__ uint64_t bwd_wg_mnmajor(const uint16_t *tile, int32_t rows, int32_t k0, int32_t c0)
+{
+    return attn_wg_desc(tile + ((c0 >> 6) * rows * 64 + k0 * 64 + (c0 & 63)), (uint32_t)rows * 128, 1024);
+}
+
+/* P and dS of the warpgroup's 64 x 64 block from its S and dP accumulators, rounded to
+ * the input dtype into the swizzled P and dS tiles; MASK as in bwd_tc_pds (the values are
+ * the same either way where the caller passes false). S becomes P on the way; dP is read
+ * only after the caller's wait for it, given as `wait_dp`. */
+template <typename DT, bool MASK>
+static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem, uint16_t *ds_smem, const float *lse_smem,
+                                                  const float *dsum_smem, float (&s)[32], float (&dp)[32],
+                                                  int32_t i0, int32_t rm, int32_t j0, int32_t rn)
+{
+    const int32_t c0 = 64 * (threadIdx.x >> 7); /* the warpgroup's first column */
+    const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
+    const int causal = p.s.mask == SCHED_MASK_CAUSAL;
+    const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
+    int32_t lim[2]; /* row r's columns c0 + c with c < lim[r] are visible (MASK only) */
+    float lse2[2], dsum[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int32_t i = bwd_wg_regs<64>::row(2 * r);
+        lse2[r] = __fmul_rn(lse_smem[i], ATTN_LOG2E);
+        dsum[r] = dsum_smem[i];
+        lim[r] = 0;
+        if (MASK) {
+            const int64_t diag = (int64_t)i0 + i + offset - j0 + 1; /* past the last visible j */
+            const int64_t end = causal && diag < rn ? diag : rn;
+            lim[r] = i < rm && end > 0 ? (int32_t)end - c0 : -c0;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+        const int r = (e >> 1) & 1;
+        const float pr = attn_ex2(fmaf(s[e], scale2, -lse2[r]));
+        s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
+    }
+    attn_wg_wait<0>(); /* dP has landed */
+    bwd_wg_pin<32>(dp);
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+        const int r = (e >> 1) & 1;
+        dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
+        *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
+        *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
+    }
+}
+#endif
+
+/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, deferred pass-on,
+ * registers), on wgmma. Every product has been waited for on return. */
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+                                                   bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
+                                                   int32_t buf, int loaded, int32_t next_m,
+                                                   int32_t *rel_ctr, int32_t rel_rank)
+{
+#if ATTN_WGMMA
+    static_assert(BN == CUATTN_TC_BLOCK_N && BN == 128, "v3 runs 64 x 128 tiles");
+    const int32_t tid = threadIdx.x, wg = tid >> 7;
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+
+    if (!loaded)
+        bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
+    if (next_m >= 0)
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+    if (!loaded) {
+        if (next_m >= 0)
+            attn_cp_async_wait<1>();
+        else
+            attn_cp_async_wait<0>();
+        bwd_tc_async_visible<true>();
+        __syncthreads(); /* Q, dO, LSE and Dsum of the step are complete before anyone reads them */
+    }
+    const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
+
+    /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
+    float s[32], dp[32];
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 64, 0, 0>(s, bwd_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
+                                  bwd_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 64, 0, 0>(dp, bwd_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
+                                  bwd_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<1>(); /* S has landed; dP may still be running */
+    bwd_wg_pin<32>(s);
+
+    const bool whole = rm == BWD_TC_BM && rn == BN &&
+                       (p.s.mask != SCHED_MASK_CAUSAL ||
+                        (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+    if (whole)
+        bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
+                              j0, rn);
+    else
+        bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
+                             j0, rn);
+    bwd_tc_async_visible<true>();
+    __syncthreads(); /* P and dS are complete before the products below read them */
+    if (rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+
+    /* dV += P^T dO and dK += dS^T Q (i ascending), then dQp = dS K (j ascending) */
+    bwd_wg_pin<D / 2>(x.dv_reg);
+    bwd_wg_pin<D / 2>(x.dk_reg);
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, bwd_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 bwd_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, bwd_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 bwd_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+#pragma unroll
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, bwd_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
+                                     bwd_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<0>();
+    bwd_wg_pin<D / 2>(x.dv_reg);
+    bwd_wg_pin<D / 2>(x.dk_reg);
+    bwd_wg_pin<D / 4>(x.dq_reg);
+#else
+    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
+    (void)rel_ctr, (void)rel_rank;
+    __trap();
+#endif
+}
+
 /* Persistent mode: the q-tiles and ranks of steps base .. base + BWD_TC_TAB of the job's
  * stage (those below `steps`), one entry per thread, into the visit table. A step then
  * reads its q-tile, its successor's and its rank instead of forming them: the shift
@@ -745,12 +1066,11 @@ static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s,
 
 /* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
  * the next step's Q/dO are already on their way. */
-template <typename DT, int D, int BN>
-static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p,
-                                                         bwd_tc_smem<D, BN> &sm)
+template <typename DT, int D, int BN, typename SM, typename REGS>
+static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, SM &sm)
 {
     const struct sched *s = &p.s;
-    bwd_tc_regs<D, BN> x;
+    REGS x;
     for (;;) {
         if (threadIdx.x == 0)
             sm.flag_smem = atomicAdd(p.job_next, 1);
@@ -818,6 +1138,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     bwd_tc_bulk_wait_read(); /* the last reduction has read the staging buffer */
 #endif
                 attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                bwd_tc_async_visible<SM::swizzled>();
                 __syncthreads(); /* ... and is visible to all; our turn has come, for the whole
                                     CTA; every warp is done with the step's buffer, P, dS and
                                     K before the next step or unit overwrites them, and thread
@@ -866,12 +1187,11 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
 
 /* Interleaved mode: virtual SMs blockIdx.x, blockIdx.x + gridDim.x, ... in turn (v1's
  * bookkeeping, v2's step; no prefetch, since the next step may belong to another one). */
-template <typename DT, int D, int BN>
-static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_params &p,
-                                                          bwd_tc_smem<D, BN> &sm)
+template <typename DT, int D, int BN, typename SM, typename REGS>
+static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_params &p, SM &sm)
 {
     const struct sched *s = &p.s;
-    bwd_tc_regs<D, BN> x;
+    REGS x;
     int32_t st[VSM_SLOTS]; /* the held virtual SM's state; VSM_RANK is valid in thread 0 only */
     int32_t held = -1;     /* the virtual SM whose registers and K/V are on chip */
 
@@ -965,18 +1285,62 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
  * its own register allocation: one kernel holding both needs more than 255 registers at
  * D = 128 and spills. Which kernel runs changes nothing but the bookkeeping around the
  * steps. */
-template <typename DT, int D, int BN>
+/* v3's shared memory starts on a BWD_WG_ALIGN boundary: the kernel asks for that much more
+ * and rounds the dynamic block's address up. */
+template <int D, int BN, int V>
+struct bwd_kern {
+    typedef bwd_tc_smem<D, BN> smem;
+    typedef bwd_tc_regs<D, BN> regs;
+    static constexpr size_t bytes = sizeof(smem);
+};
+template <int D, int BN>
+struct bwd_kern<D, BN, 3> {
+    typedef bwd_wg_smem<D> smem;
+    typedef bwd_wg_regs<D> regs;
+    static constexpr size_t bytes = sizeof(smem) + BWD_WG_ALIGN;
+};
+
+template <int D, int BN, int V>
+static __device__ __forceinline__ typename bwd_kern<D, BN, V>::smem &bwd_kern_smem(unsigned char *raw)
+{
+    if (V == 3) {
+        const uint32_t at = attn_smem_u32(raw);
+        raw += ((at + BWD_WG_ALIGN - 1) & ~(uint32_t)(BWD_WG_ALIGN - 1)) - at;
+    }
+    return *reinterpret_cast<typename bwd_kern<D, BN, V>::smem *>(raw);
+}
+
+/* V: 2 runs v2's step (mma.sync), 3 v3's (wgmma; sm_90a only, the sm_80 build traps). */
+#if ATTN_WGMMA
+#define BWD_KERN_RUNS(V) 1
+#else
+#define BWD_KERN_RUNS(V) ((V) != 3)
+#endif
+
+/* The two modes are two kernels around the same inlined bwd_tc_step, so that each gets
+ * its own register allocation: one kernel holding both needs more than 255 registers at
+ * D = 128 and spills. Which kernel runs changes nothing but the bookkeeping around the
+ * steps. */
+template <typename DT, int D, int BN, int V>
 __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_persistent_kernel(const struct attn_bwd_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bwd_tc_persistent<DT, D, BN>(p, *reinterpret_cast<bwd_tc_smem<D, BN> *>(smem_raw));
+    typedef bwd_kern<D, BN, V> K;
+    if constexpr (BWD_KERN_RUNS(V))
+        bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, bwd_kern_smem<D, BN, V>(smem_raw));
+    else
+        __trap();
 }
 
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, int V>
 __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_interleaved_kernel(const struct attn_bwd_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bwd_tc_interleaved<DT, D, BN>(p, *reinterpret_cast<bwd_tc_smem<D, BN> *>(smem_raw));
+    typedef bwd_kern<D, BN, V> K;
+    if constexpr (BWD_KERN_RUNS(V))
+        bwd_tc_interleaved<DT, D, BN, typename K::smem, typename K::regs>(p, bwd_kern_smem<D, BN, V>(smem_raw));
+    else
+        __trap();
 }
 
 /* Dsum_i = sum_d dO_id O_id, as the diagonal of dO O^T on tensor cores: one warp per 16
@@ -1085,7 +1449,7 @@ static uint32_t tc_rows_grid(int64_t work, int64_t per_block, int32_t sms)
     return (uint32_t)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
                                  cudaStream_t stream)
 {
@@ -1103,11 +1467,11 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->mode == ATTN_MODE_INTERLEAVED)
-        attn_bwd_tc_interleaved_kernel<DT, D, BN>
-            <<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>), stream>>>(*p);
+        attn_bwd_tc_interleaved_kernel<DT, D, BN, V>
+            <<<(uint32_t)grid, ATTN_THREADS, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     else
-        attn_bwd_tc_persistent_kernel<DT, D, BN>
-            <<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>), stream>>>(*p);
+        attn_bwd_tc_persistent_kernel<DT, D, BN, V>
+            <<<(uint32_t)grid, ATTN_THREADS, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_tc_postprocess_kernel<DT, D>
@@ -1124,95 +1488,116 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     return cudaSuccess;
 }
 
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_attr(size_t smem_optin)
 {
-    if (sizeof(bwd_tc_smem<D, BN>) > smem_optin)
-        return cudaSuccess; /* unusable here: cuattn_impl_for sends this dim to v1 */
-    cudaError_t err = cudaFuncSetAttribute(attn_bwd_tc_persistent_kernel<DT, D, BN>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)sizeof(bwd_tc_smem<D, BN>));
+    const size_t bytes = bwd_kern<D, BN, V>::bytes;
+    if (bytes > smem_optin)
+        return cudaSuccess; /* unusable here: cuattn_impl_for sends this dim elsewhere */
+    cudaError_t err = cudaFuncSetAttribute(attn_bwd_tc_persistent_kernel<DT, D, BN, V>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (err != cudaSuccess)
         return err;
-    return cudaFuncSetAttribute(attn_bwd_tc_interleaved_kernel<DT, D, BN>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(bwd_tc_smem<D, BN>));
+    return cudaFuncSetAttribute(attn_bwd_tc_interleaved_kernel<DT, D, BN, V>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
 /* The smaller of the two kernels' figures: the host picks the grid before the mode. */
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_occupancy(int32_t *ret)
 {
+    const size_t bytes = bwd_kern<D, BN, V>::bytes;
     int a = 0, b = 0;
     cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &a, attn_bwd_tc_persistent_kernel<DT, D, BN>, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>));
+        &a, attn_bwd_tc_persistent_kernel<DT, D, BN, V>, ATTN_THREADS, bytes);
     if (err == cudaSuccess)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &b, attn_bwd_tc_interleaved_kernel<DT, D, BN>, ATTN_THREADS, sizeof(bwd_tc_smem<D, BN>));
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_tc_interleaved_kernel<DT, D, BN, V>,
+                                                            ATTN_THREADS, bytes);
     if (err == cudaSuccess)
         *ret = a < b ? a : b;
     return err;
 }
 
+/* v2 at both tile widths; v3 (64 x 128 only) where the device is sm_90 (wg). */
 template <typename DT, int D>
-static cudaError_t bwd_tc_attr2(size_t smem_optin)
+static cudaError_t bwd_tc_attr_all(size_t smem_optin, int wg)
 {
-    cudaError_t err = bwd_tc_attr<DT, D, 64>(smem_optin);
-    return err != cudaSuccess ? err : bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N>(smem_optin);
+    cudaError_t err = bwd_tc_attr<DT, D, 64, 2>(smem_optin);
+    if (err == cudaSuccess)
+        err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 2>(smem_optin);
+    if (err == cudaSuccess && wg)
+        err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 3>(smem_optin);
+    return err;
 }
 
-cudaError_t cuattn__bwd_tc_init(size_t smem_optin)
+cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg)
 {
     cudaError_t err;
-    if ((err = bwd_tc_attr2<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
-        (err = bwd_tc_attr2<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
-        (err = bwd_tc_attr2<attn_f16, 64>(smem_optin)) != cudaSuccess ||
-        (err = bwd_tc_attr2<attn_f16, 128>(smem_optin)) != cudaSuccess)
+    if ((err = bwd_tc_attr_all<attn_bf16, 64>(smem_optin, wg)) != cudaSuccess ||
+        (err = bwd_tc_attr_all<attn_bf16, 128>(smem_optin, wg)) != cudaSuccess ||
+        (err = bwd_tc_attr_all<attn_f16, 64>(smem_optin, wg)) != cudaSuccess ||
+        (err = bwd_tc_attr_all<attn_f16, 128>(smem_optin, wg)) != cudaSuccess)
         return err;
     return cudaSuccess;
 }
 
-/* The larger of the two tile widths: if it fits, so does the other. */
+/* The larger of v2's two tile widths: if it fits, so does the other. */
 size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim)
 {
-    return head_dim == 64    ? sizeof(bwd_tc_smem<64, CUATTN_TC_BLOCK_N>)
-           : head_dim == 128 ? sizeof(bwd_tc_smem<128, CUATTN_TC_BLOCK_N>)
+    return head_dim == 64    ? bwd_kern<64, CUATTN_TC_BLOCK_N, 2>::bytes
+           : head_dim == 128 ? bwd_kern<128, CUATTN_TC_BLOCK_N, 2>::bytes
+                             : 0;
+}
+
+size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64    ? bwd_kern<64, CUATTN_TC_BLOCK_N, 3>::bytes
+           : head_dim == 128 ? bwd_kern<128, CUATTN_TC_BLOCK_N, 3>::bytes
                              : 0;
 }
 
 size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n)
 {
-    return (size_t)BWD_TC_VSM_FLOATS(head_dim, block_n);
+    return (size_t)BWD_TC_VSM_FLOATS(head_dim, block_n); /* v3's registers: the same count */
 }
 
-/* One switch for the (dtype, head dim, kv-tile) kernels; anything else is refused. */
-#define BWD_TC_DISPATCH(dt, head_dim, block_n, CALL)                                            \
+/* One switch for the (dtype, head dim, kv-tile, v2/v3) kernels; anything else is refused.
+ * wg asks for v3, which has 64 x 128 tiles only. */
+#define BWD_TC_DISPATCH(dt, head_dim, block_n, wg, CALL)                                        \
     do {                                                                                        \
         const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
-        if ((block_n) != 64 && !wide_)                                                          \
+        if (((block_n) != 64 && !wide_) || ((wg) && !wide_))                                    \
             return cudaErrorInvalidValue;                                                       \
         switch (head_dim) {                                                                     \
         case 64:                                                                                \
-            return bf_ ? (wide_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 64, 64))     \
-                       : (wide_ ? CALL(attn_f16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 64, 64));      \
+            if (wg)                                                                             \
+                return bf_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N, 3)                          \
+                           : CALL(attn_f16, 64, CUATTN_TC_BLOCK_N, 3);                          \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N, 2) : CALL(attn_bf16, 64, 64, 2)) \
+                       : (wide_ ? CALL(attn_f16, 64, CUATTN_TC_BLOCK_N, 2) : CALL(attn_f16, 64, 64, 2));  \
         case 128:                                                                               \
-            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 128, 64))   \
-                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 128, 64));    \
+            if (wg)                                                                             \
+                return bf_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, 3)                         \
+                           : CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, 3);                         \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, 2) : CALL(attn_bf16, 128, 64, 2)) \
+                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, 2) : CALL(attn_f16, 128, 64, 2));  \
         default:                                                                                \
             return cudaErrorInvalidValue;                                                       \
         }                                                                                       \
     } while (0)
 
-cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int32_t *ret)
+cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
+                                         int32_t *ret)
 {
-#define BWD_TC_OCC(T, D, BN) bwd_tc_occupancy<T, D, BN>(ret)
-    BWD_TC_DISPATCH(dt, head_dim, block_n, BWD_TC_OCC);
+#define BWD_TC_OCC(T, D, BN, V) bwd_tc_occupancy<T, D, BN, V>(ret)
+    BWD_TC_DISPATCH(dt, head_dim, block_n, wg, BWD_TC_OCC);
 #undef BWD_TC_OCC
 }
 
 cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                   int32_t grid, int32_t sms, cudaStream_t stream)
 {
-#define BWD_TC_RUN(T, D, BN) bwd_tc_launch<T, D, BN>(p, grid, sms, stream)
-    BWD_TC_DISPATCH(dt, p->head_dim, p->s.block_n, BWD_TC_RUN);
+#define BWD_TC_RUN(T, D, BN, V) bwd_tc_launch<T, D, BN, V>(p, grid, sms, stream)
+    BWD_TC_DISPATCH(dt, p->head_dim, p->s.block_n, p->wg, BWD_TC_RUN);
 #undef BWD_TC_RUN
 }

@@ -36,7 +36,8 @@ struct cuattn {
     cudaStream_t stream;
     unsigned char *scratch; /* device memory, scratch_cap bytes */
     size_t scratch_cap;
-    int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1) or CUATTN_IMPL_TENSOR_CORES (v2) */
+    int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1), _TENSOR_CORES (v2) or _WGMMA (v3) */
+    int hopper;   /* sm_90: v3's kernels can run */
     size_t smem_optin; /* the device's shared memory per block, opted in */
     int force_interleaved;
     int async; /* cuattn_set_async: calls return once launched */
@@ -61,28 +62,27 @@ static int err_code(cudaError_t err)
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-/* DASH_CUATTN_IMPL: "0" -> v1, "1", unset or empty -> v2 (validated on an H200,
- * bench/results/gpu-2026-11-29.md), else -EINVAL. */
-static int env_impl(int32_t *ret)
+/* DASH_CUATTN_IMPL: "0" -> v1, "1" -> v2, "2" -> v3 (sm_90 only, else -ENOTSUP); unset
+ * or empty -> v3 on sm_90, v2 elsewhere; anything else -EINVAL. */
+static int env_impl(int hopper, int32_t *ret)
 {
     const char *env = getenv("DASH_CUATTN_IMPL");
-    if (env && strcmp(env, "0") == 0) {
+    if (!env || !*env)
+        *ret = hopper ? CUATTN_IMPL_WGMMA : CUATTN_IMPL_TENSOR_CORES;
+    else if (strcmp(env, "0") == 0)
         *ret = CUATTN_IMPL_CUDA_CORES;
-        return 0;
-    }
-    if (!env || !*env || strcmp(env, "1") == 0) {
+    else if (strcmp(env, "1") == 0)
         *ret = CUATTN_IMPL_TENSOR_CORES;
-        return 0;
-    }
-    return -EINVAL;
+    else if (strcmp(env, "2") == 0)
+        *ret = CUATTN_IMPL_WGMMA;
+    else
+        return -EINVAL;
+    return *ret == CUATTN_IMPL_WGMMA && !hopper ? -ENOTSUP : 0;
 }
 
 int cuattn_new(int device, struct cuattn **ret)
 {
     if (!ret)
-        return -EINVAL;
-    int32_t impl;
-    if (env_impl(&impl))
         return -EINVAL;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count)
@@ -95,11 +95,17 @@ int cuattn_new(int device, struct cuattn **ret)
         return err_code(err);
     if (prop.major < 8) /* bf16 conversions and the smem we ask for need sm_80 or later */
         return -ENODEV;
+    const int hopper = prop.major == 9; /* wgmma is sm_90a's, not a later architecture's */
+    int32_t impl;
+    int rc = env_impl(hopper, &impl);
+    if (rc)
+        return rc;
     struct cuattn *a = static_cast<struct cuattn *>(calloc(1, sizeof(*a)));
     if (!a)
         return -ENOMEM;
     a->device = device;
     a->impl = impl;
+    a->hopper = hopper;
     a->sms = prop.multiProcessorCount;
     a->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(a->name, sizeof a->name, "%s", prop.name);
@@ -110,7 +116,7 @@ int cuattn_new(int device, struct cuattn **ret)
     if ((err = cuattn__fwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__bwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__fwd_tc_init(a->smem_optin)) != cudaSuccess ||
-        (err = cuattn__bwd_tc_init(a->smem_optin)) != cudaSuccess)
+        (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess)
         goto free_stream;
     *ret = a;
     return 0;
@@ -146,8 +152,10 @@ int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_s
 
 int cuattn_set_impl(struct cuattn *a, int32_t impl)
 {
-    if (!a || (impl != CUATTN_IMPL_CUDA_CORES && impl != CUATTN_IMPL_TENSOR_CORES))
+    if (!a || (impl != CUATTN_IMPL_CUDA_CORES && impl != CUATTN_IMPL_TENSOR_CORES && impl != CUATTN_IMPL_WGMMA))
         return -EINVAL;
+    if (impl == CUATTN_IMPL_WGMMA && !a->hopper)
+        return -ENOTSUP;
     a->impl = impl;
     return 0;
 }
@@ -166,11 +174,16 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
     /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: 205 KiB at head dim
      * 128, more than an A100 (163 KiB) or an sm_86/sm_89 part (99 KiB) gives one block.
      * There the dim runs v1, whose tiles fit; the bits are v1's, as reported. */
-    if (a->impl == CUATTN_IMPL_TENSOR_CORES &&
-        (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin ||
-         cuattn__bwd_tc_smem_bytes(head_dim) > a->smem_optin))
+    if (a->impl == CUATTN_IMPL_CUDA_CORES)
+        return a->impl;
+    /* v3 runs v2's forward; its backward needs about as much shared memory as v2's */
+    if (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin)
         return CUATTN_IMPL_CUDA_CORES;
-    return a->impl;
+    if (a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin)
+        return CUATTN_IMPL_WGMMA;
+    if (cuattn__bwd_tc_smem_bytes(head_dim) > a->smem_optin)
+        return CUATTN_IMPL_CUDA_CORES;
+    return CUATTN_IMPL_TENSOR_CORES;
 }
 
 int cuattn_serves_head_dim(int32_t head_dim)
@@ -351,7 +364,7 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
     int rc = prepare(p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
-    const int tc = cuattn_impl_for(a, p->head_dim) == CUATTN_IMPL_TENSOR_CORES;
+    const int tc = cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     if (!tc && cuattn__fwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
@@ -399,10 +412,13 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
         return -EINVAL;
     struct eng_config c;
     struct sched s;
-    const int tc = p && cuattn_impl_for(a, p->head_dim) == CUATTN_IMPL_TENSOR_CORES;
+    const int32_t impl = p ? cuattn_impl_for(a, p->head_dim) : CUATTN_IMPL_CUDA_CORES;
+    const int tc = impl != CUATTN_IMPL_CUDA_CORES;
     int rc = prepare(p, cfg, tc, &c, &s);
     if (rc)
         return rc;
+    /* v3 has 64 x 128 tiles only: a config asking for block_n 64 runs v2's 64 x 64 kernel */
+    const int wg = impl == CUATTN_IMPL_WGMMA && s.block_n == CUATTN_TC_BLOCK_N;
     if (!tc && cuattn__bwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
@@ -420,7 +436,7 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
 
     /* Grid and mode. Every CTA must be resident at once, so never more than fit. */
     int32_t per_sm = 0;
-    err = tc ? cuattn__bwd_tc_blocks_per_sm(p->dtype, p->head_dim, s.block_n, &per_sm)
+    err = tc ? cuattn__bwd_tc_blocks_per_sm(p->dtype, p->head_dim, s.block_n, wg, &per_sm)
              : cuattn__bwd_blocks_per_sm(p->dtype, p->head_dim, &per_sm);
     if (err != cudaSuccess)
         return err_code(err);
@@ -508,6 +524,7 @@ int cuattn_backward(struct cuattn *a, const struct eng_problem *p, const struct 
      * where units add in lock-step chains (ascending, descending, spt full) it would only
      * lengthen the chain. Measured on an H200 (bench/results/gpu-v2-128-2026-11-29.md). */
     bp.defer = s.kind == SCHED_SHIFT || (s.kind == SCHED_SPT && s.mask == SCHED_MASK_CAUSAL);
+    bp.wg = wg;
 
     rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));

@@ -72,6 +72,7 @@ struct cuattn;
 /* Kernel implementations (see above). */
 #define CUATTN_IMPL_CUDA_CORES 0   /* v1 */
 #define CUATTN_IMPL_TENSOR_CORES 1 /* v2 */
+#define CUATTN_IMPL_WGMMA 2        /* v3: v2 with the backward on Hopper's wgmma (sm_90) */
 
 /* Open `device` (a CUDA device ordinal). The implementation starts as v2, or as the one
  * the environment variable DASH_CUATTN_IMPL names ("0" v1, "1" v2; unset or empty: v2).

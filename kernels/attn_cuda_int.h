@@ -94,7 +94,8 @@ struct attn_bwd_params {
     struct sched s; /* the resolved schedule (64 x 64 tiles; v2 also 64 x 128) */
     int32_t mode;   /* enum attn_mode */
     int32_t nvsm;   /* interleaved mode: virtual SMs, min(W, jobs) */
-    int32_t defer;  /* v2 persistent: 1 passes a dQ tile on during the unit's next step */
+    int32_t defer;  /* v2/v3 persistent: 1 passes a dQ tile on during the unit's next step */
+    int32_t wg;     /* 1: v3's kernels (wgmma, sm_90; 64 x 128 tiles), 0: v2's */
 };
 
 /* v1 serves every head dim of this list; v2 only 64 and 128 (cuattn_impl_for). */
@@ -149,9 +150,10 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
  * p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows). The main kernel also
  * has 256 threads; the interleaved mode's register scratch is (nvsm,
  * cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is v1's. */
-cudaError_t cuattn__bwd_tc_init(size_t smem_optin);
+cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg); /* wg: also v3's kernels */
 size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim); /* for block_n CUATTN_TC_BLOCK_N */
-cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n,
+size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim); /* v3 (64 x 128 only) */
+cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
                                          int32_t *ret);
 size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);
 cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
@@ -166,6 +168,7 @@ cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_ki
 /* Storage type tags: tensors are handled as raw 16-bit words and converted here, so one
  * code path serves both types. */
 struct attn_bf16 {
+    static constexpr int is_bf16 = 1;
     static __device__ __forceinline__ float to_f(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
     static __device__ __forceinline__ uint16_t from_f(float f)
     {
@@ -189,6 +192,7 @@ struct attn_bf16 {
 };
 
 struct attn_f16 {
+    static constexpr int is_bf16 = 0;
     static __device__ __forceinline__ float to_f(uint16_t x) { return __half2float(__ushort_as_half(x)); }
     static __device__ __forceinline__ uint16_t from_f(float f)
     {
@@ -282,6 +286,22 @@ template <int D>
 struct attn_tc_ld {
     static const int32_t v = D + 8;
 };
+
+/* v3 (attn_wgmma.h): byte offset of element (r, c) of a [rows][C] 16-bit tile stored in
+ * the 128-byte swizzled layout: C/64 column blocks of rows x 128 bytes, and in row r of a
+ * block, 16-byte chunk k at chunk k ^ (r % 8). */
+static __device__ __forceinline__ uint32_t attn_sw128(int32_t r, int32_t c, int32_t rows)
+{
+    return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
+}
+
+/* Element offset of 16-byte chunk c of row r of a ROWS x D input tile: v2's padded rows,
+ * or (SW) v3's swizzled layout. */
+template <int D, int ROWS, bool SW>
+static __device__ __forceinline__ int32_t attn_tc_chunk(int32_t r, int32_t c)
+{
+    return SW ? (int32_t)(attn_sw128(r, 8 * c, ROWS) / 2) : r * attn_tc_ld<D>::v + c * 8;
+}
 
 static __device__ __forceinline__ int32_t attn_ldsm_x_row(int32_t lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
 static __device__ __forceinline__ int32_t attn_ldsm_x_col(int32_t lane) { return (lane >> 4) * 8; }
@@ -384,12 +404,12 @@ static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
 }
 
 /* v2: stage rows [0, rows) of a ROWS x D tile (ROWS 64 or 128) of a strided (B, S, H, D)
- * tensor, row 0 at element `base`, into tile_smem (ROWS, D + 8); rows past `rows` are
- * zeroed. Where the source rows are 16-byte aligned (the pointer and the row stride) the
- * copies are cp.async and the caller must commit and wait for them; otherwise they are
- * plain loads, done on return. The bytes that land are the same either way. `threads` is
- * the CTA size. */
-template <int D, int ROWS = ATTN_BM>
+ * tensor, row 0 at element `base`, into tile_smem (ROWS, D + 8), or with SW into v3's
+ * swizzled (ROWS, D); rows past `rows` are zeroed. Where the source rows are 16-byte
+ * aligned (the pointer and the row stride) the copies are cp.async and the caller must
+ * commit and wait for them; otherwise they are plain loads, done on return. The bytes
+ * that land are the same either way. `threads` is the CTA size. */
+template <int D, int ROWS = ATTN_BM, bool SW = false>
 static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                          int64_t base, int64_t row_stride, int32_t rows,
                                                          int32_t threads)
@@ -400,7 +420,7 @@ static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, co
     if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
         for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
             const int32_t r = e / CH, c = e - r * CH;
-            uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+            uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
             if (r < rows)
                 attn_cp_async16(dst, g + r * row_stride + c * 8);
             else
@@ -410,7 +430,7 @@ static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, co
     }
     for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
         const int32_t r = e / CH, c = e - r * CH;
-        uint16_t *dst = tile_smem + r * attn_tc_ld<D>::v + c * 8;
+        uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
         if (r >= rows) {
             *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
         } else {

@@ -6,10 +6,11 @@
  * printed by the runner; replay with DASH_TEST_SEED); outputs are poisoned with 0xff
  * (NaN) on the device before every call, so an element the kernels forget cannot pass.
  *
- * Every test but two runs the implementation cuattn_new() picks (v2 unless
- * DASH_CUATTN_IMPL=0 says v1; head dims 96 and 256 run v1 either way), so the suite
- * checks whichever is active; test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat
- * and test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set both.
+ * Every test but two runs the implementation cuattn_new() picks (v3 on sm_90, v2
+ * elsewhere, unless DASH_CUATTN_IMPL says otherwise; head dims 96 and 256 run v1 either
+ * way), so the suite checks whichever is active;
+ * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat and
+ * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
  */
 #include "gpu_attn.h"
 
@@ -177,6 +178,14 @@ static struct cuattn *open_device(void)
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
     CU_ASSERT_FATAL(ca != NULL);
     return ca;
+}
+
+/* Device 0 is sm_90, where v3 (CUATTN_IMPL_WGMMA) runs. */
+static int gpu_is_hopper(void)
+{
+    int major = 0;
+    CU_ASSERT_EQUAL_FATAL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    return major == 9;
 }
 
 /* Copies of one run's gradients, to compare bytes with. */
@@ -520,10 +529,11 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
     cuattn_free(ca);
 }
 
-/* v1 (CUDA cores) and v2 (tensor cores) on the same inputs, in one object switched with
- * cuattn_set_impl: each against the float64 reference (forward, and every deterministic
- * schedule), and v2's bytes identical over 5 repeats of grids 132, 16 and 1 (shift W 64
- * on one CTA runs interleaved, on 132 persistent). v1 and v2 bits may differ. Case 2's
+/* v1 (CUDA cores), v2 (tensor cores) and, on sm_90, v3 (wgmma) on the same inputs, in one
+ * object switched with cuattn_set_impl: each against the float64 reference (forward, and
+ * every deterministic schedule), and v2's and v3's bytes identical over 5 repeats of
+ * grids 132, 16 and 1 (shift W 64 on one CTA runs interleaved, on 132 persistent). The
+ * implementations' bits may differ from each other. Case 2's
  * dq and dk are exactly zero (one key per row), which only exact arithmetic passes. */
 static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
 {
@@ -533,11 +543,11 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
         {1, 1, 1, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 2000, 2000, 2, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL}, /* shift W 7 in 2+ chunks */
     };
-    const int32_t impls[] = {CUATTN_IMPL_CUDA_CORES, CUATTN_IMPL_TENSOR_CORES};
+    const int32_t impls[] = {CUATTN_IMPL_CUDA_CORES, CUATTN_IMPL_TENSOR_CORES, CUATTN_IMPL_WGMMA};
     const int32_t grids[] = {132, 16, 1};
     const int32_t ws[] = {SCHED_W_DEFAULT, 7};
     struct cuattn *ca = open_device();
-    CU_ASSERT_EQUAL(cuattn_set_impl(ca, 2), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_set_impl(ca, 3), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_set_impl(ca, -1), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_set_impl(NULL, CUATTN_IMPL_TENSOR_CORES), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_impl(NULL), -EINVAL);
@@ -553,7 +563,11 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
         const double tol = tolerance(p.dtype);
         for (size_t ii = 0; ii < sizeof impls / sizeof impls[0]; ii++) {
             const int32_t impl = impls[ii];
-            const int tc = impl == CUATTN_IMPL_TENSOR_CORES;
+            const int tc = impl != CUATTN_IMPL_CUDA_CORES;
+            if (impl == CUATTN_IMPL_WGMMA && !gpu_is_hopper()) {
+                CU_ASSERT_EQUAL(cuattn_set_impl(ca, impl), -ENOTSUP);
+                continue;
+            }
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             CU_ASSERT_EQUAL(cuattn_impl(ca), impl);
             CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
@@ -578,7 +592,8 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
             }
             for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++)
                 for (size_t wi = 0; wi < 2 * sizeof ws / sizeof ws[0]; wi++) {
-                    /* v2 twice: its default 64 x 128 tiles, then 64 x 64 */
+                    /* v2 and v3 twice: their default 64 x 128 tiles, then 64 x 64 (v3
+                     * runs v2's kernel there) */
                     const int32_t bn = wi >= sizeof ws / sizeof ws[0] ? CUATTN_BLOCK : 0;
                     if ((wi % 2 > 0 && kind != SCHED_SHIFT) || (bn && !tc))
                         continue; /* W matters to shift only */
@@ -683,7 +698,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
 }
 
 /* The test compute-sanitizer runs (scripts/gpu_sanitize.sh: memcheck, racecheck,
- * synccheck), small enough for their slowdown: both kernel implementations, every head
+ * synccheck), small enough for their slowdown: every kernel implementation, every head
  * dim, every schedule, persistent and interleaved CTAs, each checked against float64 (so
  * a sanitizer run that changes nothing also says the results are right). */
 static void test_attn_gpu_small_shapes_for_sanitizers(void)
@@ -705,7 +720,9 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
         struct refs R;
         refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
-        for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_TENSOR_CORES; impl++) {
+        for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_WGMMA; impl++) {
+            if (impl == CUATTN_IMPL_WGMMA && !gpu_is_hopper())
+                continue;
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
             if (!(rel_err(a.out, p.dtype, R.out, a.nq) < tol)) {
@@ -745,7 +762,8 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     const struct shape_case c = {1, 200, 150, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL};
     struct cuattn *v1 = open_device(), *small = open_device();
     CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(v1, CUATTN_IMPL_CUDA_CORES), 0);
-    CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_TENSOR_CORES); /* the H200 */
+    const int32_t chosen = cuattn_impl(small);
+    CU_ASSERT_NOT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES); /* the H200 */
     const size_t limits[] = {163 * 1024, 99 * 1024};
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa100);
@@ -760,7 +778,7 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     for (size_t li = 0; li < 2; li++) {
         cuattn__limit_smem(small, limits[li]);
         CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES);
-        CU_ASSERT_EQUAL(cuattn_impl(small), CUATTN_IMPL_TENSOR_CORES); /* the choice stays */
+        CU_ASSERT_EQUAL(cuattn_impl(small), chosen); /* the choice stays */
         CU_ASSERT_EQUAL_FATAL(run_forward(small, &a, NULL, NULL), 0);
         CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
         CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
@@ -809,8 +827,9 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(used.sched, SCHED_ASCENDING);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
-    /* v2's backward defaults to 64 x 128 tiles and runs 64 x 64 when asked; v1 has 64 x 64 */
-    const int32_t wide = cuattn_impl(ca) == CUATTN_IMPL_TENSOR_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
+    /* v2's and v3's backward default to 64 x 128 tiles and run 64 x 64 when asked; v1 has
+     * 64 x 64 */
+    const int32_t wide = cuattn_impl(ca) != CUATTN_IMPL_CUDA_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
     CU_ASSERT(sched_is_deterministic(used.sched) && used.sched != SCHED_AUTO);
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
@@ -874,7 +893,9 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(cuattn_impl_for(NULL, 96), -EINVAL);
     const int32_t v1_dims[] = {96, 256};
     for (size_t i = 0; i < sizeof v1_dims / sizeof v1_dims[0]; i++)
-        for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_TENSOR_CORES; impl++) {
+        for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_WGMMA; impl++) {
+            if (impl == CUATTN_IMPL_WGMMA && !gpu_is_hopper())
+                continue;
             const struct shape_case c2 = {1, 100, 90, 2, 1, v1_dims[i], DTYPE_F16, SCHED_MASK_CAUSAL};
             struct eng_problem p2 = problem_of(&c2);
             gattn_init(&a, &p2, &r);
@@ -885,7 +906,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
-            CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
+            CU_ASSERT_EQUAL(used.sched, SCHED_SHIFT); /* auto */
             CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
             CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
             CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, NULL), 0);
