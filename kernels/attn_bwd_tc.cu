@@ -98,6 +98,7 @@
 #include "attn_wgmma.h"
 
 #include <math.h>
+#include <stddef.h>
 
 /* q-tile rows of every v2 backward; the kv-tile rows BN (64 or 128) are a template
  * parameter, the schedule's block_n. */
@@ -109,6 +110,7 @@
 template <int D, int BN>
 struct bwd_tc_smem {
     static constexpr bool swizzled = false;                /* padded rows, read by ldmatrix */
+    static constexpr bool writer = false;                  /* no dQ writer warp (below) */
     uint16_t k_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) K tile of the unit */
     uint16_t v_smem[BN * attn_tc_ld<D>::v];                /* (BN, D + 8) V tile of the unit */
     uint16_t q_smem[2][BWD_TC_BM * attn_tc_ld<D>::v];      /* (2, 64, D + 8) Q of the step, of the next */
@@ -147,6 +149,31 @@ static __device__ __forceinline__ void bwd_tc_fence(void)
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
+#ifndef BWD_TC_SPIN_MAX
+#define BWD_TC_SPIN_MAX 256 /* ns: the longest sleep between two looks at a dQ tile counter */
+#endif
+#ifndef BWD_WG_PASS_AT
+#define BWD_WG_PASS_AT 1 /* v3's deferred pass-on: 0 under S/dP, 1 after the P/dS barrier, 2 under dQ/dK/dV */
+#endif
+#ifndef BWD_WG_TAKE_EARLY
+#define BWD_WG_TAKE_EARLY 1 /* v3 waits for a turn under the step's last products */
+#endif
+
+/* Thread 0: wait until dQ tile counter ctr reaches `rank` (the tile's turn), then order
+ * what follows after the additions it saw. */
+static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int32_t rank)
+{
+    uint32_t ns = 32;
+    while (attn_ld_acquire(ctr) != rank) {
+        /* Back off to 256 ns at most: a wait usually ends within a step (several
+         * microseconds), and every nanosecond slept past the release is a nanosecond the
+         * whole CTA idles. */
+        __nanosleep(ns);
+        ns = ns < BWD_TC_SPIN_MAX ? ns * 2 : ns;
+    }
+    bwd_tc_fence();
+}
+
 /* attn_tc_load_tile for this kernel's CTA, with the aligned case unrolled: thread t copies
  * 16-byte chunk t % (D/8) of rows t / (D/8) + k (256 / (D/8)), so each chunk is one
  * cp.async at a fixed offset from two pointers formed once, instead of a loop that divides
@@ -174,6 +201,17 @@ static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, con
         else
             *reinterpret_cast<uint4 *>(to + k * STEP) = make_uint4(0u, 0u, 0u, 0u);
     }
+}
+
+/* The CTA's compute warps meet: all of the CTA, or with a dQ writer warp (W) the 256
+ * compute threads at named barrier 1, which the writer never joins. */
+template <bool W>
+static __device__ __forceinline__ void bwd_cta_sync(void)
+{
+    if (W)
+        asm volatile("bar.sync 1, %0;" ::"n"(ATTN_THREADS) : "memory");
+    else
+        __syncthreads();
 }
 
 /* Copies into shared memory that the thread has waited for become visible to v3's wgmma
@@ -204,7 +242,7 @@ static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_para
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     bwd_tc_async_visible<SM::swizzled>();
-    __syncthreads(); /* K and V are complete before the unit's first step reads them */
+    bwd_cta_sync<SM::writer>(); /* K and V are complete before the unit's first step reads them */
 }
 
 /* Start loading Q, dO, LSE and Dsum of q-tile m of head bh into buffer `buf`, as one
@@ -492,7 +530,7 @@ template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
                                                    bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
-                                                   int32_t *rel_ctr, int32_t rel_rank)
+                                                   int32_t *rel_ctr, int32_t rel_rank, int32_t *, int32_t)
 {
     const int32_t LD = attn_tc_ld<D>::v, PLD = BN + 8;
     const int32_t MT = BN / 64;   /* m-tiles of the warp's (BN/4, D/2) slab of dK, dV */
@@ -758,9 +796,13 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
  * v2's: the tensor cores group their sums differently). Registers per thread: dK, dV
  * D/2 floats each, dQp D/4 (the same count as v2's, so the interleaved scratch is too).
  */
+#ifndef BWD_WG_WRITER
+#define BWD_WG_WRITER 1 /* persistent mode: dQ tiles added by a warp of their own (below) */
+#endif
 template <int D>
 struct bwd_wg_smem {
     static constexpr bool swizzled = true;
+    static constexpr bool writer = BWD_WG_WRITER; /* persistent mode: a ninth warp adds dQ */
     uint16_t k_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) K of the unit, swizzled */
     uint16_t v_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) V */
     uint16_t q_smem[2][BWD_TC_BM * D];          /* (2, 64, D) Q of the step, of the next */
@@ -773,10 +815,21 @@ struct bwd_wg_smem {
     int32_t visit_smem[BWD_TC_TAB + 1];
     int32_t rank_smem[BWD_TC_TAB + 1];
     int32_t flag_smem;
+    int32_t ticket[4]; /* compute warps -> writer: bh, m, rank (-1 atomic), 1 at the end */
 };
-/* Every tile above is a multiple of 1024 bytes and starts the struct's 1024-aligned block:
+#define BWD_WG_TILES_ALIGNED(D)                                                                \
+    (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
+     offsetof(bwd_wg_smem<D>, q_smem) % 1024 == 0 && offsetof(bwd_wg_smem<D>, dout_smem) % 1024 == 0 && \
+     offsetof(bwd_wg_smem<D>, p_smem) % 1024 == 0 && offsetof(bwd_wg_smem<D>, ds_smem) % 1024 == 0 && \
+     sizeof(bwd_wg_smem<D>::q_smem[0]) % 1024 == 0 && sizeof(bwd_wg_smem<D>::dout_smem[0]) % 1024 == 0)
+static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles start on 1024-byte boundaries");
+/* Every tile above is a multiple of 1024 bytes and starts the struct's 1024-aligned block
+ * (the tiles come first):
  * the swizzle is a function of address bits, so the kernel aligns the struct (below). */
 #define BWD_WG_ALIGN 1024
+#ifndef BWD_WG_OVERLAP
+#define BWD_WG_OVERLAP 1 /* a step's dK, dV products run on under the dQ hand-off (below) */
+#endif
 
 template <int D>
 struct bwd_wg_regs {
@@ -960,13 +1013,19 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
 }
 #endif
 
-/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, deferred pass-on,
- * registers), on wgmma. Every product has been waited for on return. */
+/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers), on
+ * wgmma. On return dQp has landed; dK and dV have too unless BWD_WG_OVERLAP leaves them
+ * running (see `keep`). Thread 0's hand-off work runs while products are on the tensor
+ * cores instead of in front of them: the deferred pass-on of the previous step's tile
+ * (rel_ctr) under S and dP, and, given take_ctr, the wait for this step's own turn
+ * (take_ctr reaching take_rank, which the caller then skips) under dQp, dK and dV. The
+ * pass-on waits on nothing and comes first, so the order of waits is v2's. */
 template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
-                                                   int32_t *rel_ctr, int32_t rel_rank)
+                                                   int32_t *rel_ctr, int32_t rel_rank, int32_t *take_ctr,
+                                                   int32_t take_rank)
 {
 #if ATTN_WGMMA
     static_assert(BN == CUATTN_TC_BLOCK_N && BN == 128, "v3 runs 64 x 128 tiles");
@@ -974,17 +1033,16 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
 
-    if (!loaded)
-        bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
-    if (next_m >= 0)
-        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+    /* BWD_WG_OVERLAP: a step with a successor in the unit leaves its dK, dV products
+     * running past its return, under the dQ hand-off; the successor's S product, queued
+     * behind them, completes only after them, so everything that waits for S may then
+     * overwrite what they read (the prefetch into buf ^ 1 - their Q and dO - and P, dS). */
+    const int keep = BWD_WG_OVERLAP && next_m >= 0;
     if (!loaded) {
-        if (next_m >= 0)
-            attn_cp_async_wait<1>();
-        else
-            attn_cp_async_wait<0>();
+        bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
+        attn_cp_async_wait<0>();
         bwd_tc_async_visible<true>();
-        __syncthreads(); /* Q, dO, LSE and Dsum of the step are complete before anyone reads them */
+        bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* Q, dO, LSE and Dsum are complete before anyone reads them */
     }
     const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
 
@@ -1001,8 +1059,12 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         attn_wg_mma<DT, 64, 0, 0>(dp, bwd_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
                                   bwd_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
     attn_wg_commit();
-    attn_wg_wait<1>(); /* S has landed; dP may still be running */
+    if (BWD_WG_PASS_AT == 0 && rel_ctr && tid == 0) /* under S and dP */
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+    attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
     bwd_wg_pin<32>(s);
+    if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
 
     const bool whole = rm == BWD_TC_BM && rn == BN &&
                        (p.s.mask != SCHED_MASK_CAUSAL ||
@@ -1014,37 +1076,118 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
                              j0, rn);
     bwd_tc_async_visible<true>();
-    __syncthreads(); /* P and dS are complete before the products below read them */
-    if (rel_ctr && tid == 0)
+    bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
+    if (BWD_WG_PASS_AT == 1 && rel_ctr && tid == 0)
         bwd_tc_pass_on(rel_ctr, rel_rank);
 
-    /* dV += P^T dO and dK += dS^T Q (i ascending), then dQp = dS K (j ascending) */
-    bwd_wg_pin<D / 2>(x.dv_reg);
-    bwd_wg_pin<D / 2>(x.dk_reg);
+    /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
+     * groups, so the dQ hand-off needs only the first */
     attn_wg_fence();
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, bwd_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 bwd_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, bwd_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 bwd_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
 #pragma unroll
     for (int32_t kk = 0; kk < BN / 16; kk++)
         attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, bwd_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
                                      bwd_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
     attn_wg_commit();
-    attn_wg_wait<0>();
-    bwd_wg_pin<D / 2>(x.dv_reg);
-    bwd_wg_pin<D / 2>(x.dk_reg);
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, bwd_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 bwd_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, bwd_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 bwd_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+    attn_wg_commit();
+    if (BWD_WG_PASS_AT == 2 && rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+    if (take_ctr && tid == 0)
+        bwd_tc_take_turn(take_ctr, take_rank);
+    if (keep) {
+        attn_wg_wait<1>();
+    } else {
+        attn_wg_wait<0>();
+        bwd_wg_pin<D / 2>(x.dv_reg);
+        bwd_wg_pin<D / 2>(x.dk_reg);
+    }
     bwd_wg_pin<D / 4>(x.dq_reg);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
-    (void)rel_ctr, (void)rel_rank;
+    (void)rel_ctr, (void)rel_rank, (void)take_ctr, (void)take_rank;
     __trap();
 #endif
 }
+
+
+/* ---- v3's dQ writer warp (BWD_WG_WRITER, persistent mode) ------------------------------
+ *
+ * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
+ * step's partial in sm.dq_smem and hand it over with a ticket (head, q-tile, rank), then
+ * go on with the next step; the writer waits for the tile's turn, adds it with one bulk
+ * reduction, frees the staging buffer as soon as the reduction has read it, and passes the
+ * tile on the moment the addition is performed. The compute warps wait for no turn: only
+ * for the buffer, which the writer frees one turn behind. The additions and their order
+ * are exactly those of the other paths (one bulk reduction per step, in rank order), so
+ * the bits are too. Named barriers: 1, the compute warps among themselves (bwd_cta_sync);
+ * 2, "the buffer is free" (the writer arrives, the compute warps wait); 3, "a ticket is
+ * ready" (the compute warps arrive, the writer waits). */
+#define BWD_WG_HAND_THREADS (ATTN_THREADS + 32)
+
+template <int D>
+static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, int32_t bh, int32_t m, int32_t rank,
+                                                     int32_t end)
+{
+    if (threadIdx.x == 0) {
+        sm.ticket[0] = bh;
+        sm.ticket[1] = m;
+        sm.ticket[2] = rank;
+        sm.ticket[3] = end;
+    }
+    asm volatile("bar.arrive 3, %0;" ::"n"(BWD_WG_HAND_THREADS) : "memory");
+}
+
+/* Compute warps: hand the step's dQ partial of tile m of head bh (rank; -1 for atomic). */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, int32_t bh,
+                                                   int32_t m, int32_t rank)
+{
+    asm volatile("bar.sync 2, %0;" ::"n"(BWD_WG_HAND_THREADS) : "memory"); /* the buffer is free */
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem, x);
+    bwd_wg_ticket(sm, bh, m, rank, 0);
+}
+
+/* Compute warps, at the end: no more tickets. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm)
+{
+    asm volatile("bar.sync 2, %0;" ::"n"(BWD_WG_HAND_THREADS) : "memory");
+    bwd_wg_ticket(sm, 0, 0, 0, 1);
+}
+
+#if BWD_TC_BULK
+template <int D>
+static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
+{
+    const int32_t lane = threadIdx.x & 31;
+    asm volatile("bar.arrive 2, %0;" ::"n"(BWD_WG_HAND_THREADS) : "memory"); /* the buffer starts free */
+    for (;;) {
+        asm volatile("bar.sync 3, %0;" ::"n"(BWD_WG_HAND_THREADS) : "memory"); /* a ticket */
+        const int32_t bh = sm.ticket[0], m = sm.ticket[1], rank = sm.ticket[2];
+        if (sm.ticket[3])
+            return;
+        int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
+        if (lane == 0) {
+            if (rank >= 0)
+                bwd_tc_take_turn(ctr, rank);
+            bwd_tc_bulk_add<D>(p, sm.dq_smem, bh, m);
+            bwd_tc_bulk_wait_read();
+        }
+        __syncwarp();
+        asm volatile("bar.arrive 2, %0;" ::"n"(BWD_WG_HAND_THREADS) : "memory"); /* free again */
+        if (lane == 0)
+            bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
+        __syncwarp();
+    }
+}
+#endif
 
 /* Persistent mode: the q-tiles and ranks of steps base .. base + BWD_TC_TAB of the job's
  * stage (those below `steps`), one entry per thread, into the visit table. A step then
@@ -1070,14 +1213,19 @@ template <typename DT, int D, int BN, typename SM, typename REGS>
 static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, SM &sm)
 {
     const struct sched *s = &p.s;
+    constexpr bool W = SM::writer;
     REGS x;
     for (;;) {
         if (threadIdx.x == 0)
             sm.flag_smem = atomicAdd(p.job_next, 1);
-        __syncthreads(); /* the job index is visible to every thread */
+        bwd_cta_sync<W>(); /* the job index is visible to every thread */
         const int32_t job = sm.flag_smem;
-        __syncthreads(); /* everyone has read it before thread 0 may write the next one */
+        bwd_cta_sync<W>(); /* everyone has read it before thread 0 may write the next one */
         if (job >= s->jobs) {
+            if constexpr (W) { /* tell the writer */
+                bwd_wg_hand_end(sm);
+                return;
+            }
 #if BWD_TC_BULK
             if (threadIdx.x == 0) /* atomic leaves its last reduction in flight: finish it */
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -1107,31 +1255,38 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
                     base = step;
                     bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
-                    __syncthreads(); /* the refill is complete before anyone reads it (every
-                                        read of the old table came before the last turn) */
+                    bwd_cta_sync<W>(); /* the refill is complete before anyone reads it (every
+                                          read of the old table came before the last turn) */
                 }
                 const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
                 const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
-                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
-                pend_ctr = NULL;
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
-                if (threadIdx.x == 0 && s->kind != SCHED_ATOMIC) {
-                    /* The unit whose addition we wait for was taken earlier by a running
-                     * CTA (or, for shift, by one of the >= W resident CTAs), so it comes. */
-                    uint32_t ns = 32;
-                    while (attn_ld_acquire(ctr) != rank) {
-                        /* Back off to 256 ns at most: a wait usually ends within a
-                         * step (several microseconds), and every nanosecond slept past
-                         * the release is a nanosecond the whole CTA idles. */
-                        __nanosleep(ns);
-                        ns = ns < 256 ? ns * 2 : ns;
-                    }
-                    bwd_tc_fence();
-                }
+                /* The unit whose addition we wait for was taken earlier by a running CTA
+                 * (or, for shift, by one of the >= W resident CTAs), so it comes. v3's
+                 * step waits for the turn itself, under its last products. */
+                const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
+                const int early = SM::swizzled && BWD_WG_TAKE_EARLY;
+                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank,
+                                       take && early ? ctr : NULL, rank);
+                pend_ctr = NULL;
+                if (take && !early)
+                    bwd_tc_take_turn(ctr, rank);
                 /* Passing the tile on during the next step lets the reductions complete
                  * under S and dP instead of stalling the fence; the next step waits on
                  * nothing before it passes the tile on, so no wait can form a cycle.
                  * atomic passes nothing on: its additions need no fence. */
+                if constexpr (W) {
+                    /* the writer warp waits for the turn, adds and passes the tile on */
+                    attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                    bwd_tc_async_visible<true>();
+                    bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with the
+                                          step's buffer, P, dS and K */
+                    bwd_wg_hand(sm, x, J.bh, m, s->kind != SCHED_ATOMIC ? sm.rank_smem[step - base] : -1);
+                    m = next_m;
+                    buf ^= 1;
+                    loaded = 1;
+                    continue;
+                }
                 const int defer = s->kind != SCHED_ATOMIC && p.defer && next_m >= 0;
 #if BWD_TC_BULK
                 if (threadIdx.x == 0)
@@ -1238,7 +1393,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                         st[VSM_LOADED] = 1;
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1, NULL, -1);
                     if (threadIdx.x == 0)
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;
@@ -1292,12 +1447,15 @@ struct bwd_kern {
     typedef bwd_tc_smem<D, BN> smem;
     typedef bwd_tc_regs<D, BN> regs;
     static constexpr size_t bytes = sizeof(smem);
+    static constexpr int persistent_threads = ATTN_THREADS;
 };
 template <int D, int BN>
 struct bwd_kern<D, BN, 3> {
     typedef bwd_wg_smem<D> smem;
     typedef bwd_wg_regs<D> regs;
     static constexpr size_t bytes = sizeof(smem) + BWD_WG_ALIGN;
+    /* with the writer: a third warpgroup, so that registers can move between the groups */
+    static constexpr int persistent_threads = BWD_WG_WRITER ? ATTN_THREADS + 128 : ATTN_THREADS;
 };
 
 template <int D, int BN, int V>
@@ -1322,14 +1480,32 @@ static __device__ __forceinline__ typename bwd_kern<D, BN, V>::smem &bwd_kern_sm
  * D = 128 and spills. Which kernel runs changes nothing but the bookkeeping around the
  * steps. */
 template <typename DT, int D, int BN, int V>
-__global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_persistent_kernel(const struct attn_bwd_params p)
+__global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
+    attn_bwd_tc_persistent_kernel(const struct attn_bwd_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     typedef bwd_kern<D, BN, V> K;
-    if constexpr (BWD_KERN_RUNS(V))
-        bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, bwd_kern_smem<D, BN, V>(smem_raw));
-    else
+    if constexpr (BWD_KERN_RUNS(V)) {
+        typename K::smem &sm = bwd_kern_smem<D, BN, V>(smem_raw);
+#if BWD_TC_BULK
+        if constexpr (K::smem::writer) {
+            /* Registers go where the products are: the third warpgroup (the writer warp
+             * and three idle ones) gives up all but 24 a thread, the two computing ones
+             * take 240 (one writer and two compute warps per SM quarter: 24 + 2 x 240
+             * registers a lane, within the 512 there are). */
+            if (threadIdx.x >= ATTN_THREADS) {
+                asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
+                if (threadIdx.x < ATTN_THREADS + 32)
+                    bwd_wg_writer<D>(p, sm);
+                return;
+            }
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
+        }
+#endif
+        bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm);
+    } else {
         __trap();
+    }
 }
 
 template <typename DT, int D, int BN, int V>
@@ -1471,7 +1647,7 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
             <<<(uint32_t)grid, ATTN_THREADS, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     else
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
-            <<<(uint32_t)grid, ATTN_THREADS, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
+            <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_tc_postprocess_kernel<DT, D>
@@ -1509,7 +1685,7 @@ static cudaError_t bwd_tc_occupancy(int32_t *ret)
     const size_t bytes = bwd_kern<D, BN, V>::bytes;
     int a = 0, b = 0;
     cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &a, attn_bwd_tc_persistent_kernel<DT, D, BN, V>, ATTN_THREADS, bytes);
+        &a, attn_bwd_tc_persistent_kernel<DT, D, BN, V>, bwd_kern<D, BN, V>::persistent_threads, bytes);
     if (err == cudaSuccess)
         err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_tc_interleaved_kernel<DT, D, BN, V>,
                                                             ATTN_THREADS, bytes);

@@ -7,12 +7,17 @@
  *   v1 (CUATTN_IMPL_CUDA_CORES): built for correctness and
  *      determinism, not speed: 64x64 tiles, 256 threads per CTA, fp32 arithmetic on CUDA
  *      cores, inputs staged in shared memory as fp16/bf16.
- *   v2 (CUATTN_IMPL_TENSOR_CORES, the default): the same schedules, masks and modes, with
- *      the products on tensor cores (mma.sync, fp32 accumulators); P and dS are rounded to
- *      the input dtype before the products that take them, as FlashAttention does. Its
- *      backward uses 64 x 128 tiles (block_n = CUATTN_TC_BLOCK_N) unless the config asks
- *      for block_n = 64; its forward's bits are those of 64 x 64 tiles.
- * Head dims: v1 serves 64, 96, 128 and 256; v2 serves 64 and 128. A call with head dim 96
+ *   v2 (CUATTN_IMPL_TENSOR_CORES, the default where v3 cannot run): the same schedules,
+ *      masks and modes, with the products on tensor cores (mma.sync, fp32 accumulators);
+ *      P and dS are rounded to the input dtype before the products that take them, as
+ *      FlashAttention does. Its backward uses 64 x 128 tiles (block_n =
+ *      CUATTN_TC_BLOCK_N) unless the config asks for block_n = 64; its forward's bits are
+ *      those of 64 x 64 tiles.
+ *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): v2's forward, and a
+ *      backward whose products are Hopper warpgroup MMAs (wgmma, operands in shared
+ *      memory) on 64 x 128 tiles, with v2's schedules, turns and modes; a config asking
+ *      for block_n = 64 runs v2's 64 x 64 kernel. Other GPUs refuse it (-ENOTSUP).
+ * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128. A call with head dim 96
  * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
  * which one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
  * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
@@ -21,7 +26,7 @@
  * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
  * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
  * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
- * (v1 and v2 give different bits, both close to the reference) and the GPU architecture
+ * (v1, v2 and v3 give different bits, all close to the reference) and the GPU architecture
  * they run on (on sm_90 v2 adds each dQ tile with one bulk reduction from shared memory,
  * which keeps subnormal sums; sm_80's per-element reductions flush them to zero); struct eng_config does not carry it, so whoever records a config to
  * reproduce bits must record the build and impl beside it. The bits are not those of the
@@ -74,24 +79,27 @@ struct cuattn;
 #define CUATTN_IMPL_TENSOR_CORES 1 /* v2 */
 #define CUATTN_IMPL_WGMMA 2        /* v3: v2 with the backward on Hopper's wgmma (sm_90) */
 
-/* Open `device` (a CUDA device ordinal). The implementation starts as v2, or as the one
- * the environment variable DASH_CUATTN_IMPL names ("0" v1, "1" v2; unset or empty: v2).
- * Returns 0 and *ret, or -ENODEV (no such usable device), -EINVAL (DASH_CUATTN_IMPL is
- * set to anything else), -EIO (CUDA failed) or -ENOMEM. *ret is untouched on failure. */
+/* Open `device` (a CUDA device ordinal). The implementation starts as v3 on an sm_90 GPU
+ * and v2 on others, or as the one the environment variable DASH_CUATTN_IMPL names ("0"
+ * v1, "1" v2, "2" v3; unset or empty: the default). Returns 0 and *ret, or -ENODEV (no
+ * such usable device), -EINVAL (DASH_CUATTN_IMPL is set to anything else), -ENOTSUP (it
+ * names v3 on a GPU other than sm_90), -EIO (CUDA failed) or -ENOMEM. *ret is untouched
+ * on failure. */
 int cuattn_new(int device, struct cuattn **ret);
 
-/* Choose the implementation later calls on `a` use: CUATTN_IMPL_CUDA_CORES or
- * CUATTN_IMPL_TENSOR_CORES. 0, or -EINVAL (a NULL, or another value; nothing changes).
- * Not while a call on `a` runs. */
+/* Choose the implementation later calls on `a` use: CUATTN_IMPL_CUDA_CORES,
+ * CUATTN_IMPL_TENSOR_CORES or CUATTN_IMPL_WGMMA. 0, -ENOTSUP (v3 on a GPU other than
+ * sm_90) or -EINVAL (a NULL, or another value); nothing changes on failure. Not while a
+ * call on `a` runs. */
 int cuattn_set_impl(struct cuattn *a, int32_t impl);
 
 /* The implementation calls on `a` use; -EINVAL for NULL. */
 int32_t cuattn_impl(const struct cuattn *a);
 
 /* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128
- * where v2's kernels fit the device's shared memory per block, CUATTN_IMPL_CUDA_CORES
- * otherwise (v2 has no kernels for other dims). -EINVAL for NULL. Whoever records what
- * the bits depend on records this, not cuattn_impl. */
+ * where its kernels fit the device's shared memory per block (else v2 if that fits, else
+ * v1), CUATTN_IMPL_CUDA_CORES for other dims (only v1 has them). -EINVAL for NULL.
+ * Whoever records what the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
 
 /* 1 if the kernels have a head dim (64, 96, 128, 256), else 0. A device may still lack
@@ -126,8 +134,8 @@ int cuattn_forward(struct cuattn *a, const struct eng_problem *p, const struct e
 
 /*
  * Backward: dq, dk, dv from q, k, v, the forward's out and lse, and dout, run in the
- * schedule's order (SCHED_AUTO becomes shift for a full mask and spt for a causal one,
- * the fastest deterministic schedules of these kernels as measured on an H200; W defaults
+ * schedule's order (SCHED_AUTO becomes shift, the fastest deterministic schedule of these
+ * kernels as measured on an H200; W defaults
  * to SCHED_W_DEFAULT). `grid` is how many CTAs to launch, 0 meaning the
  * device's SM count; it is capped at what can be resident at once. It changes the speed,
  * never the bits. cfg may be NULL; ret_cfg may be NULL (filled only on success).
