@@ -1,5 +1,7 @@
 /*
- * attn_bwd_tc.cu - v2 of the backward kernels: the five products of a step on tensor cores
+ * attn_bwd_tc.cu - v2 and v3 of the backward kernels. v3 (sm_90 only; its own section
+ * below) keeps everything of v2's described here but the products and the dQ hand-off of
+ * the persistent mode. v2: the five products of a step on tensor cores
  * (mma.sync m16n8k16, fp16/bf16 inputs, fp32 accumulators), with the bookkeeping of
  * attn_bwd.cu (v1): the same schedules and ranks (kernels/sched.h), dQ tile counters and
  * release sequence, the same persistent and interleaved modes sharing one step function,
@@ -151,12 +153,6 @@ static __device__ __forceinline__ void bwd_tc_fence(void)
 
 #ifndef BWD_TC_SPIN_MAX
 #define BWD_TC_SPIN_MAX 256 /* ns: the longest sleep between two looks at a dQ tile counter */
-#endif
-#ifndef BWD_WG_PASS_AT
-#define BWD_WG_PASS_AT 1 /* v3's deferred pass-on: 0 under S/dP, 1 after the P/dS barrier, 2 under dQ/dK/dV */
-#endif
-#ifndef BWD_WG_TAKE_EARLY
-#define BWD_WG_TAKE_EARLY 1 /* v3 waits for a turn under the step's last products */
 #endif
 
 /* Thread 0: wait until dQ tile counter ctr reaches `rank` (the tile's turn), then order
@@ -530,7 +526,7 @@ template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
                                                    bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
-                                                   int32_t *rel_ctr, int32_t rel_rank, int32_t *, int32_t)
+                                                   int32_t *rel_ctr, int32_t rel_rank)
 {
     const int32_t LD = attn_tc_ld<D>::v, PLD = BN + 8;
     const int32_t MT = BN / 64;   /* m-tiles of the warp's (BN/4, D/2) slab of dK, dV */
@@ -1023,19 +1019,18 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
 }
 #endif
 
-/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers), on
- * wgmma. On return dQp has landed; dK and dV have too unless BWD_WG_OVERLAP leaves them
- * running (see `keep`). Thread 0's hand-off work runs while products are on the tensor
- * cores instead of in front of them: the deferred pass-on of the previous step's tile
- * (rel_ctr) under S and dP, and, given take_ctr, the wait for this step's own turn
- * (take_ctr reaching take_rank, which the caller then skips) under dQp, dK and dV. The
- * pass-on waits on nothing and comes first, so the order of waits is v2's. */
+/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
+ * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma. On return dQp has
+ * landed; dK and dV have too unless BWD_WG_OVERLAP leaves them running (see `keep`).
+ * With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
+ * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
+ * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
+ * later, under the last products, delays the next adder; both were slower. */
 template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
-                                                   int32_t *rel_ctr, int32_t rel_rank, int32_t *take_ctr,
-                                                   int32_t take_rank)
+                                                   int32_t *rel_ctr, int32_t rel_rank)
 {
 #if ATTN_WGMMA
     static_assert(BN == CUATTN_TC_BLOCK_N && BN == 128, "v3 runs 64 x 128 tiles");
@@ -1069,8 +1064,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         attn_wg_mma<DT, 64, 0, 0>(dp, bwd_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
                                   bwd_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
     attn_wg_commit();
-    if (BWD_WG_PASS_AT == 0 && rel_ctr && tid == 0) /* under S and dP */
-        bwd_tc_pass_on(rel_ctr, rel_rank);
     attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
     bwd_wg_pin<32>(s);
     if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
@@ -1087,7 +1080,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
                              j0, rn);
     bwd_tc_async_visible<true>();
     bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
-    if (BWD_WG_PASS_AT == 1 && rel_ctr && tid == 0)
+    if (rel_ctr && tid == 0)
         bwd_tc_pass_on(rel_ctr, rel_rank);
 
     /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
@@ -1107,10 +1100,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         attn_wg_mma<DT, D, 1, 1>(x.dv_reg, bwd_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
                                  bwd_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
     attn_wg_commit();
-    if (BWD_WG_PASS_AT == 2 && rel_ctr && tid == 0)
-        bwd_tc_pass_on(rel_ctr, rel_rank);
-    if (take_ctr && tid == 0)
-        bwd_tc_take_turn(take_ctr, take_rank);
     if (keep) {
         attn_wg_wait<1>();
     } else {
@@ -1121,7 +1110,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     bwd_wg_pin<D / 4>(x.dq_reg);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
-    (void)rel_ctr, (void)rel_rank, (void)take_ctr, (void)take_rank;
+    (void)rel_ctr, (void)rel_rank;
     __trap();
 #endif
 }
@@ -1290,11 +1279,9 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                  * (or, for shift, by one of the >= W resident CTAs), so it comes. v3's
                  * step waits for the turn itself, under its last products. */
                 const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
-                const int early = SM::swizzled && BWD_WG_TAKE_EARLY;
-                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank,
-                                       take && early ? ctr : NULL, rank);
+                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
                 pend_ctr = NULL;
-                if (take && !early)
+                if (take)
                     bwd_tc_take_turn(ctr, rank);
                 /* Passing the tile on during the next step lets the reductions complete
                  * under S and dP instead of stalling the fence; the next step waits on
@@ -1419,7 +1406,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                         st[VSM_LOADED] = 1;
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1, NULL, -1);
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
                     if (threadIdx.x == 0)
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;

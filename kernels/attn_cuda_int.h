@@ -146,7 +146,7 @@ size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
-/* attn_bwd_tc.cu (v2): the same contracts as the v1 functions above, for kv-tiles of
+/* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions above, for kv-tiles of
  * p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows). The main kernel also
  * has 256 threads; the interleaved mode's register scratch is (nvsm,
  * cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is v1's. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gpu_check_tc.sh - the GPU attention suite under both kernel implementations: v1 (CUDA
-# cores, DASH_CUATTN_IMPL=0) and v2 (tensor cores, DASH_CUATTN_IMPL=1), one seed for both.
+# gpu_check_tc.sh - the GPU attention suite under each kernel implementation: v1 (CUDA
+# cores, DASH_CUATTN_IMPL=0), v2 (tensor cores, DASH_CUATTN_IMPL=1) and on sm_90 v3 (wgmma,
+# DASH_CUATTN_IMPL=2; set IMPLS="0 1 2"), one seed for all.
 #
 #   bash scripts/gpu_check_tc.sh bundle       here (nvcc, no GPU): make the GPU runner and
 #                                             dashd, bundle them into .gpu/ (bin/, lib/)
