@@ -718,15 +718,22 @@ static __device__ __forceinline__ float *bwd_tc_vsm_data(const struct attn_bwd_p
     return p.vsm_data + (int64_t)v * BWD_TC_VSM_FLOATS(D, BN) * ATTN_THREADS + threadIdx.x;
 }
 
+/* Thread 0: virtual SM v's state slots into global scratch. */
+static __device__ __forceinline__ void bwd_tc_vsm_save_state(const struct attn_bwd_params &p, int32_t v,
+                                                             const int32_t *st)
+{
+    if (threadIdx.x == 0)
+        for (int i = 0; i < VSM_SLOTS; i++)
+            p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
+}
+
 template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_params &p, int32_t v,
                                                        const int32_t *st, const bwd_tc_regs<D, BN> &x)
 {
     const int32_t KV = BN * D / 256; /* floats of each of dK, dV */
     float *data = bwd_tc_vsm_data<D, BN>(p, v);
-    if (threadIdx.x == 0)
-        for (int i = 0; i < VSM_SLOTS; i++)
-            p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
+    bwd_tc_vsm_save_state(p, v, st);
     if (st[VSM_LOADED])
 #pragma unroll
         for (int mt = 0; mt < BN / 64; mt++)
@@ -916,9 +923,7 @@ static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_par
                                                        const int32_t *st, const bwd_wg_regs<D> &x)
 {
     float *data = bwd_tc_vsm_data<D, BN>(p, v);
-    if (threadIdx.x == 0)
-        for (int i = 0; i < VSM_SLOTS; i++)
-            p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
+    bwd_tc_vsm_save_state(p, v, st);
     if (st[VSM_LOADED])
 #pragma unroll
         for (int e = 0; e < D / 2; e++) {
