@@ -977,10 +977,11 @@ static __device__ __forceinline__ uint64_t bwd_wg_mnmajor(const uint16_t *tile, 
 
 /* P and dS of the warpgroup's 64 x 64 block from its S and dP accumulators, rounded to
  * the input dtype into the swizzled P and dS tiles; MASK as in bwd_tc_pds (the values are
- * the same either way where the caller passes false). S becomes P on the way; dP is read
- * only after the caller's wait for it, given as `wait_dp`. */
+ * the same either way where the caller passes false). S becomes P on the way. The caller
+ * has waited for S only: dP's group is waited for here, once P is formed. */
 template <typename DT, bool MASK>
-static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem, uint16_t *ds_smem, const float *lse_smem,
+static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
+                                                  uint16_t *ds_smem, const float *lse_smem,
                                                   const float *dsum_smem, float (&s)[32], float (&dp)[32],
                                                   int32_t i0, int32_t rm, int32_t j0, int32_t rn)
 {
@@ -1120,7 +1121,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
-
 /* ---- v3's dQ writer warp (BWD_WG_WRITER, persistent mode) ------------------------------
  *
  * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
@@ -1133,7 +1133,8 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
  * are exactly those of the other paths (one bulk reduction per step, in rank order), so
  * the bits are too. Named barriers: 1, the compute warps among themselves (bwd_cta_sync);
  * per buffer b, 2 + 2b "b is free" (the writer arrives, the compute warps wait) and
- * 3 + 2b "b holds a ticket" (the compute warps arrive, the writer waits). */
+ * 3 + 2b "b holds a ticket" (the writer waits; the compute warps wait too, or only
+ * arrive, as BWD_WG_TICKET_SYNC says). */
 #define BWD_WG_HAND_THREADS (ATTN_THREADS + 32)
 /* 1: the compute warps hand a ticket over by bar.sync, meeting the writer (it is free by
  * then, having passed the last tile on); 0: by bar.arrive, going on at once. bar.arrive
@@ -1226,7 +1227,8 @@ static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s,
 }
 
 /* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
- * the next step's Q/dO are already on their way. */
+ * the next step's Q/dO are already on their way. v3 with the writer warp (W) hands each
+ * step's dQ partial to the writer instead and waits for no turn. */
 template <typename DT, int D, int BN, typename SM, typename REGS>
 static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, SM &sm)
 {
@@ -1281,8 +1283,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
                 /* The unit whose addition we wait for was taken earlier by a running CTA
-                 * (or, for shift, by one of the >= W resident CTAs), so it comes. v3's
-                 * step waits for the turn itself, under its last products. */
+                 * (or, for shift, by one of the >= W resident CTAs), so it comes. With the
+                 * writer warp (W) the writer waits for turns, not thread 0. */
                 const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
                 bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
                 pend_ctr = NULL;

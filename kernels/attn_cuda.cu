@@ -152,7 +152,8 @@ int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_s
 
 int cuattn_set_impl(struct cuattn *a, int32_t impl)
 {
-    if (!a || (impl != CUATTN_IMPL_CUDA_CORES && impl != CUATTN_IMPL_TENSOR_CORES && impl != CUATTN_IMPL_WGMMA))
+    if (!a ||
+        (impl != CUATTN_IMPL_CUDA_CORES && impl != CUATTN_IMPL_TENSOR_CORES && impl != CUATTN_IMPL_WGMMA))
         return -EINVAL;
     if (impl == CUATTN_IMPL_WGMMA && !a->hopper)
         return -ENOTSUP;

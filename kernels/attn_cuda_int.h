@@ -146,10 +146,12 @@ size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
-/* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions above, for kv-tiles of
- * p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows). The main kernel also
- * has 256 threads; the interleaved mode's register scratch is (nvsm,
- * cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is v1's. */
+/* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
+ * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).
+ * The main kernels also have 256 threads, but v3's persistent one, which has a third
+ * warpgroup for its dQ writer warp (384); the interleaved mode's register scratch is
+ * (nvsm, cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is
+ * v1's. */
 cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg); /* wg: also v3's kernels */
 size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim); /* for block_n CUATTN_TC_BLOCK_N */
 size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim); /* v3 (64 x 128 only) */
