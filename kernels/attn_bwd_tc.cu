@@ -803,9 +803,11 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
 #define BWD_WG_WRITER 1 /* persistent mode: dQ tiles added by a warp of their own (below) */
 #endif
 /* dQ staging buffers of v3 with the writer warp, taken in turn. Two (where shared memory
- * allows: head dim 64, BWD_WG_DQBUF64=2) let the compute warps run two turns ahead of
- * the writer instead of one, and measured faster there (H200, 4k: 0.87-0.90 of atomic
- * instead of 0.85-0.88), but one of the GPU tests then hung: off until that is understood. */
+ * allows: head dim 64, BWD_WG_DQBUF64=2) would let the compute warps run two turns ahead
+ * of the writer instead of one, but test_attn_gpu_backward_bits_do_not_depend_on_grid
+ * then hangs (H200: with the named-barrier hand-off, and again with the mbarrier one and
+ * thread 0's rank taken from the top of the step), and it measured no faster in the same
+ * run (bench/results/gpu-v3-mbarrier-2026-11-29.md): off until the hang is understood. */
 #ifndef BWD_WG_DQBUF64
 #define BWD_WG_DQBUF64 1
 #endif
@@ -829,6 +831,8 @@ struct bwd_wg_smem {
     int32_t flag_smem;
     int32_t ticket[BWD_WG_DQBUF(D)][4]; /* compute warps -> writer, per buffer: bh, m, rank (-1
                                            atomic), 1 at the end */
+    uint64_t full_bar[BWD_WG_DQBUF(D)];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
+    uint64_t empty_bar[BWD_WG_DQBUF(D)]; /* buffer b is free again (the writer's one arrival) */
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -1129,81 +1133,118 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
  * reduction, frees the staging buffer as soon as the reduction has read it, and passes the
  * tile on the moment the addition is performed. The compute warps wait for no turn: only
  * for a staging buffer (BWD_WG_DQBUF of them, taken in turn), which the writer frees one
- * turn behind. The additions and their order
- * are exactly those of the other paths (one bulk reduction per step, in rank order), so
- * the bits are too. Named barriers: 1, the compute warps among themselves (bwd_cta_sync);
- * per buffer b, 2 + 2b "b is free" (the writer arrives, the compute warps wait) and
- * 3 + 2b "b holds a ticket" (the writer waits; the compute warps wait too, or only
- * arrive, as BWD_WG_TICKET_SYNC says). */
-#define BWD_WG_HAND_THREADS (ATTN_THREADS + 32)
-/* 1: the compute warps hand a ticket over by bar.sync, meeting the writer (it is free by
- * then, having passed the last tile on); 0: by bar.arrive, going on at once. bar.arrive
- * orders the ticket's stores before the writer's reads as well, but compute-sanitizer's
- * racecheck reports them as hazards, so the default is the form it can check. */
-#ifndef BWD_WG_TICKET_SYNC
-#define BWD_WG_TICKET_SYNC 1
-#endif
+ * turn behind. The additions and their order are exactly those of the other paths (one
+ * bulk reduction per step, in rank order), so the bits are too.
+ *
+ * The hand-off runs on two mbarriers per buffer in shared memory: full_bar[b] completes a
+ * phase when all 256 compute threads have staged their part and arrived (thread 0 writes
+ * the ticket first), empty_bar[b] when the writer has taken the ticket and the reduction
+ * has read the buffer. Arrivals release and waits acquire, so the ticket's and the tile's
+ * stores and loads are ordered by the barriers themselves - a protocol compute-sanitizer's
+ * racecheck follows (it did not follow the named-barrier form this replaced), and whose
+ * state lives in shared memory, set up afresh by each CTA. */
+struct bwd_wg_ring {
+    int32_t b;      /* the buffer of the next ticket */
+    uint32_t phase; /* how often the ring has wrapped, mod 2: the parity of b's phase */
+};
 
 template <int D>
-static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, int32_t b, int32_t bh, int32_t m,
+static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
+{
+    if (++r.b == BWD_WG_DQBUF(D)) {
+        r.b = 0;
+        r.phase ^= 1u;
+    }
+}
+
+#if BWD_TC_BULK
+static __device__ __forceinline__ void bwd_mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(attn_smem_u32(bar)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void bwd_mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(attn_smem_u32(bar)) : "memory");
+}
+
+/* Wait until the phase of parity `parity` has completed (parity 1 passes at once before
+ * the first phase completes: the phase "before" it counts as complete). */
+static __device__ __forceinline__ void bwd_mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(attn_smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Thread 0, before the warps part: the barriers; a CTA-wide barrier must follow. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
+{
+    for (int32_t b = 0; b < BWD_WG_DQBUF(D); b++) {
+        bwd_mbar_init(&sm.full_bar[b], ATTN_THREADS);
+        bwd_mbar_init(&sm.empty_bar[b], 1);
+    }
+}
+
+/* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
+ * (end: no more tickets) and everyone arrive; on to the next buffer. The tile, if any,
+ * must be staged between the wait and the arrival: see bwd_wg_hand. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, bwd_wg_ring &r, int32_t bh, int32_t m,
                                                      int32_t rank, int32_t end)
 {
     if (threadIdx.x == 0) {
-        sm.ticket[b][0] = bh;
-        sm.ticket[b][1] = m;
-        sm.ticket[b][2] = rank;
-        sm.ticket[b][3] = end;
+        sm.ticket[r.b][0] = bh;
+        sm.ticket[r.b][1] = m;
+        sm.ticket[r.b][2] = rank;
+        sm.ticket[r.b][3] = end;
     }
-#if BWD_WG_TICKET_SYNC
-    asm volatile("bar.sync %0, %1;" ::"r"(3 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory");
-#else
-    asm volatile("bar.arrive %0, %1;" ::"r"(3 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory");
-#endif
+    bwd_mbar_arrive(&sm.full_bar[r.b]);
+    bwd_wg_ring_next<D>(r);
 }
 
 /* Compute warps: hand the step's dQ partial of tile m of head bh (rank; -1 for atomic)
- * over in staging buffer b (tickets take the buffers in turn). */
+ * over in the next staging buffer. */
 template <int D>
-static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, int32_t b,
+static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
                                                    int32_t bh, int32_t m, int32_t rank)
 {
-    asm volatile("bar.sync %0, %1;" ::"r"(2 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory"); /* b is free */
-    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + b * BWD_TC_BM * D, x);
-    bwd_wg_ticket(sm, b, bh, m, rank, 0);
+    bwd_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
+    bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
 
 /* Compute warps, at the end: no more tickets. */
 template <int D>
-static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, int32_t b)
+static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_wg_ring &r)
 {
-    asm volatile("bar.sync %0, %1;" ::"r"(2 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory");
-    bwd_wg_ticket(sm, b, 0, 0, 0, 1);
+    bwd_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u);
+    bwd_wg_ticket(sm, r, 0, 0, 0, 1);
 }
 
-#if BWD_TC_BULK
+/* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
 {
-    const int32_t lane = threadIdx.x & 31;
-    for (int32_t b = 0; b < BWD_WG_DQBUF(D); b++) /* the buffers start free */
-        asm volatile("bar.arrive %0, %1;" ::"r"(2 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory");
-    for (int32_t b = 0;; b = b + 1 < BWD_WG_DQBUF(D) ? b + 1 : 0) {
-        asm volatile("bar.sync %0, %1;" ::"r"(3 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory"); /* a ticket */
-        const int32_t bh = sm.ticket[b][0], m = sm.ticket[b][1], rank = sm.ticket[b][2];
-        if (sm.ticket[b][3])
+    for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+        bwd_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
+        if (sm.ticket[r.b][3])
             return;
         int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
-        if (lane == 0) {
-            if (rank >= 0)
-                bwd_tc_take_turn(ctr, rank);
-            bwd_tc_bulk_add<D>(p, sm.dq_smem + b * BWD_TC_BM * D, bh, m);
-            bwd_tc_bulk_wait_read();
-        }
-        __syncwarp();
-        asm volatile("bar.arrive %0, %1;" ::"r"(2 + 2 * b), "n"(BWD_WG_HAND_THREADS) : "memory"); /* free again */
-        if (lane == 0)
-            bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
-        __syncwarp();
+        if (rank >= 0)
+            bwd_tc_take_turn(ctr, rank);
+        bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
+        bwd_tc_bulk_wait_read();
+        bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        bwd_tc_pass_on(ctr, rank);           /* performed, then passed on (atomic: performed) */
     }
 }
 #endif
@@ -1234,7 +1275,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
 {
     const struct sched *s = &p.s;
     constexpr bool W = SM::writer;
-    [[maybe_unused]] int32_t hb = 0; /* W: the staging buffer of the next ticket */
+    [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
     REGS x;
     for (;;) {
         if (threadIdx.x == 0)
@@ -1300,8 +1341,10 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     bwd_tc_async_visible<true>();
                     bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with the
                                           step's buffer, P, dS and K */
-                    bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? sm.rank_smem[step - base] : -1);
-                    hb = hb + 1 < BWD_WG_DQBUF(D) ? hb + 1 : 0;
+                    /* thread 0's rank, read at the top of the step: the table may be
+                     * refilled as soon as the compute warps have handed the tile over
+                     * (nothing makes them wait for each other there) */
+                    bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;
                     buf ^= 1;
                     loaded = 1;
@@ -1509,13 +1552,16 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
         typename K::smem &sm = bwd_kern_smem<D, BN, V>(smem_raw);
 #if BWD_TC_BULK
         if constexpr (K::smem::writer) {
-            /* Registers go where the products are: the third warpgroup (the writer warp
-             * and three idle ones) gives up all but 24 a thread, the two computing ones
+            /* Registers go where the products are: the third warpgroup (the writer, one
+             * thread, and the idle rest) gives up all but 24 a thread, the two computing ones
              * take 240 (one writer and two compute warps per SM quarter: 24 + 2 x 240
              * registers a lane, within the 512 there are). */
+            if (threadIdx.x == 0)
+                bwd_wg_init<D>(sm);
+            __syncthreads(); /* the hand-off's barriers are set up before anyone uses them */
             if (threadIdx.x >= ATTN_THREADS) {
                 asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
-                if (threadIdx.x < ATTN_THREADS + 32)
+                if (threadIdx.x == ATTN_THREADS)
                     bwd_wg_writer<D>(p, sm);
                 return;
             }
