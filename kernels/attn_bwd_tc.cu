@@ -803,11 +803,13 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
 #define BWD_WG_WRITER 1 /* persistent mode: dQ tiles added by a warp of their own (below) */
 #endif
 /* dQ staging buffers of v3 with the writer warp, taken in turn. Two (where shared memory
- * allows: head dim 64, BWD_WG_DQBUF64=2) would let the compute warps run two turns ahead
- * of the writer instead of one, but test_attn_gpu_backward_bits_do_not_depend_on_grid
- * then hangs (H200: with the named-barrier hand-off, and again with the mbarrier one and
- * thread 0's rank taken from the top of the step), and it measured no faster in the same
- * run (bench/results/gpu-v3-mbarrier-2026-11-29.md): off until the hang is understood. */
+ * allows: head dim 64, BWD_WG_DQBUF64=2) let the compute warps run two turns ahead of the
+ * writer instead of one. On the H200 they made test_attn_gpu_backward_bits_do_not_depend_
+ * on_grid hang, and measured no faster there (bench/results/gpu-v3-mbarrier-2026-11-29.md).
+ * A model of the hand-off deadlocks on that test's first shape in 158 of 160 orders with
+ * two buffers (6 with one) unless the compute warps follow the wait-end rule that
+ * bwd_tc_persistent now follows (docs/schedules.md). Two buffers stay off until they have
+ * run on the GPU with the rule. */
 #ifndef BWD_WG_DQBUF64
 #define BWD_WG_DQBUF64 1
 #endif
@@ -1229,6 +1231,15 @@ static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_w
     bwd_wg_ticket(sm, r, 0, 0, 0, 1);
 }
 
+/* Thread 0: wait until the writer has taken the turn of every ticket handed over so far
+ * (it then needs nothing more to finish them): each buffer's last use has been read. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bwd_wg_ring &r)
+{
+    for (int32_t b = 0; b < BWD_WG_DQBUF(D); b++) /* b's next use: in this round, or the next */
+        bwd_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
+}
+
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
@@ -1276,8 +1287,18 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     const struct sched *s = &p.s;
     constexpr bool W = SM::writer;
     [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
+    [[maybe_unused]] int32_t wait_end = 0;     /* W: sched_wait_end of the last job taken */
     REGS x;
     for (;;) {
+        if constexpr (W) {
+            /* The writer may still hold tickets of the last job whose turns wait on a job
+             * nobody has taken yet (shift: the jobs of a chunk wait on each other). Taking
+             * that job now would deadlock: its tiles would wait for a staging buffer, the
+             * buffers for those turns, the turns for its tiles. So unless every job they
+             * may wait on is taken, let the writer take every turn first. */
+            if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
+                bwd_wg_drain(sm, hb);
+        }
         if (threadIdx.x == 0)
             sm.flag_smem = atomicAdd(p.job_next, 1);
         bwd_cta_sync<W>(); /* the job index is visible to every thread */
@@ -1295,6 +1316,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             return;
         }
         struct sched_job J = sched_job_at(s, job);
+        if constexpr (W)
+            wait_end = sched_wait_end(s, job);
         if (s->kind == SCHED_SHIFT) {
             /* Take the jobs of each (chunk, head) in descending slot order. Shift adds
              * into most dQ tiles in descending slot order, so each addition then waits on

@@ -206,6 +206,19 @@ SCHED_FN struct sched_job sched_job_at(const struct sched *s, int32_t j)
     return J;
 }
 
+/* One past the last dispatch index whose job job j's additions may wait for (through the
+ * ranks sched_rank sets). Shift's jobs of one (chunk, head) wait on each other, also on
+ * those dispatched after them; every other schedule waits only on earlier jobs. A worker
+ * that has not finished j's waits must not take a job below this index: it would wait on
+ * itself (the CUDA backward's writer warp checks this before it takes a job). */
+SCHED_FN int32_t sched_wait_end(const struct sched *s, int32_t j)
+{
+    if (s->kind != SCHED_SHIFT)
+        return j + 1;
+    struct sched_job J = sched_job_at(s, j);
+    return j - J.slot + J.len;
+}
+
 /* Units in job k of a head: 2 for a causal-shift pair whose partner exists, else 1. */
 SCHED_FN int32_t sched_job_stages(const struct sched *s, int32_t k)
 {

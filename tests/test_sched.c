@@ -154,6 +154,109 @@ static int simulate(const struct sched *s, int32_t workers)
     return rc;
 }
 
+/*
+ * A model of the CUDA backward's persistent mode with a dQ writer (kernels/attn_bwd_tc.cu,
+ * v3): `ctas` CTAs take jobs from one shared counter in dispatch order (shift: each
+ * (chunk, head) group's jobs in descending slot order, as the kernel remaps them). In a
+ * CTA, the compute side runs a job's steps in order and hands each step's addition (dQ
+ * tile, rank) to the writer through one of `nbuf` staging buffers, waiting only for a
+ * free buffer; the writer takes the handed additions in order, waits for each one's turn,
+ * adds it (freeing its buffer) and passes the tile on. With `rule`, the compute side takes
+ * a new job only if every job up to sched_wait_end of its last job has been taken, or its
+ * writer holds nothing (the kernel's bwd_wg_drain). Steps run in a random order that
+ * favours the compute side, as on the GPU, where the writer waits on turns. Returns 0
+ * when every addition completes, -EDEADLK when nothing can move while work remains.
+ */
+struct hand_cta {
+    struct sched_job J; /* the job being computed, after the remap */
+    int32_t have;       /* a job is being computed */
+    int32_t stage, step;
+    int32_t tile[2], rank[2]; /* handed, not yet added: a ring of nbuf (<= 2) */
+    int32_t head, held;
+    int32_t wait_end; /* sched_wait_end of the last job taken */
+};
+
+static uint64_t hand_rand(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return *x >> 33;
+}
+
+static int simulate_handoff(const struct sched *s, int32_t ctas, int32_t nbuf, int rule, uint64_t seed)
+{
+    int32_t *counter = calloc((size_t)s->bh * s->m_tiles, sizeof(int32_t));
+    struct hand_cta *c = calloc((size_t)ctas, sizeof(*c));
+    int32_t *ready = malloc(sizeof(int32_t) * 2 * (size_t)ctas); /* 2i: compute i, 2i+1: writer i */
+    int32_t next_job = 0, rc = 0;
+    for (;;) {
+        int32_t n_ready = 0, n_compute = 0, busy = 0;
+        for (int32_t i = 0; i < ctas; i++) { /* what can move now; compute sides listed first */
+            struct hand_cta *x = &c[i];
+            if (x->have)
+                busy = 1;
+            if (x->have ? x->held < nbuf
+                        : next_job < s->jobs && (!rule || x->held == 0 || next_job >= x->wait_end))
+                ready[n_ready++] = 2 * i;
+        }
+        n_compute = n_ready;
+        for (int32_t i = 0; i < ctas; i++) {
+            struct hand_cta *x = &c[i];
+            if (!x->held)
+                continue;
+            busy = 1;
+            int32_t r = x->rank[x->head];
+            if (r < 0 || counter[x->tile[x->head]] == r)
+                ready[n_ready++] = 2 * i + 1;
+        }
+        if (!busy && next_job >= s->jobs)
+            break; /* everything taken and added */
+        if (n_ready == 0) {
+            rc = -EDEADLK;
+            break;
+        }
+        int32_t pick = n_compute > 0 && (hand_rand(&seed) % 4 != 0 || n_compute == n_ready)
+                           ? ready[hand_rand(&seed) % (uint64_t)n_compute]
+                           : ready[n_compute + (int32_t)(hand_rand(&seed) % (uint64_t)(n_ready - n_compute))];
+        struct hand_cta *x = &c[pick / 2];
+        if (pick % 2) { /* the writer adds the oldest handed tile */
+            counter[x->tile[x->head]]++;
+            x->head = (x->head + 1) % nbuf;
+            x->held--;
+        } else if (!x->have) { /* the compute side takes a job */
+            int32_t j = next_job++;
+            struct sched_job J = sched_job_at(s, j);
+            x->wait_end = sched_wait_end(s, j);
+            if (s->kind == SCHED_SHIFT)
+                J = sched_job_at(s, j - J.slot + (J.len - 1 - J.slot));
+            x->J = J;
+            x->have = 1;
+            x->stage = x->step = 0;
+        } else { /* the compute side hands its next step over */
+            int32_t m = sched_visit(s, &x->J, x->stage, x->step);
+            int32_t at = (x->head + x->held) % nbuf;
+            x->tile[at] = x->J.bh * s->m_tiles + m;
+            x->rank[at] = sched_rank(s, &x->J, x->stage, m);
+            x->held++;
+            if (++x->step == sched_unit_steps(s, sched_job_unit(s, x->J.k, x->stage))) {
+                x->step = 0;
+                if (++x->stage == sched_job_stages(s, x->J.k))
+                    x->have = 0;
+            }
+        }
+    }
+    free(counter);
+    free(c);
+    free(ready);
+    return rc;
+}
+
+/* The fewest CTAs the CUDA backward runs in persistent mode (attn_cuda.cu): shift needs a
+ * whole chunk resident at once. */
+static int32_t persistent_need(const struct sched *s)
+{
+    return s->kind != SCHED_SHIFT ? 1 : s->chunks > 1 ? s->w : s->jobs_per_head;
+}
+
 static int cmp_int32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -233,6 +336,24 @@ static const char *check_schedule(const struct sched *s, const unsigned char *al
                     fail = why;
                     goto out;
                 }
+        }
+    /* every addition waits only on jobs below sched_wait_end of its own */
+    for (int32_t bh = 0; bh < s->bh; bh++)
+        for (int32_t m = 0; m < M; m++) {
+            for (int32_t i = 0; i < count; i++) /* ranks[r]: the job of m's addition r */
+                if (v[i].bh == bh && v[i].m == m)
+                    ranks[v[i].rank] = v[i].job;
+            for (int32_t i = 0; i < count; i++) {
+                if (v[i].bh != bh || v[i].m != m)
+                    continue;
+                for (int32_t r = 0; r < v[i].rank; r++)
+                    if (ranks[r] >= sched_wait_end(s, v[i].job)) {
+                        snprintf(why, sizeof why, "job %d waits on job %d at q-tile %d, past its wait end %d",
+                                 v[i].job, ranks[r], m, sched_wait_end(s, v[i].job));
+                        fail = why;
+                        goto out;
+                    }
+            }
         }
     if (simulate(s, s->w) != 0) {
         fail = "deadlock with W workers";
@@ -565,6 +686,65 @@ static void test_sched_names_round_trip(void)
     CU_ASSERT(sched_is_deterministic(SCHED_SHIFT));
 }
 
+/* The writer hand-off model (simulate_handoff) on the GPU grid test's first shape, which
+ * hung on an H200 with two staging buffers: with the wait-end rule it completes under any
+ * order tried; without it some orders deadlock - with one buffer too. */
+static void test_sched_writer_handoff_needs_the_wait_end_rule(void)
+{
+    struct sched_shape sh = {.batch = 1, .heads = 2, .seqlen_q = 128, .seqlen_k = 8960,
+                             .block_m = 64, .block_n = 128, .mask = SCHED_MASK_FULL};
+    struct sched s;
+    CU_ASSERT_EQUAL_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 64), 0);
+    const int32_t grids[] = {64, 78, 114, 132};
+    int deadlocks[2] = {0, 0}, failures = 0;
+    for (size_t g = 0; g < sizeof grids / sizeof grids[0]; g++)
+        for (int32_t nbuf = 1; nbuf <= 2; nbuf++)
+            for (uint64_t seed = 1; seed <= 40; seed++) {
+                failures += simulate_handoff(&s, grids[g], nbuf, 1, seed) != 0;
+                deadlocks[nbuf - 1] += simulate_handoff(&s, grids[g], nbuf, 0, seed) != 0;
+            }
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT(deadlocks[0] > 0);
+    CU_ASSERT(deadlocks[1] > 0);
+}
+
+/* The rule is enough everywhere: every schedule of small shapes (both masks, 1-2 heads,
+ * several W), one and two buffers, from the fewest CTAs persistent mode runs to three
+ * more. */
+static void test_sched_writer_handoff_never_deadlocks_with_the_rule(void)
+{
+    const int32_t ws[] = {1, 2, 3, 5, 8};
+    int checked = 0, failures = 0;
+    for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
+        for (int32_t M = 1; M <= 10; M++)
+            for (int32_t N = 1; N <= 10; N++)
+                for (int32_t heads = 1; heads <= 2; heads++)
+                    for (int kind = 0; kind < SCHED_AUTO; kind++)
+                        for (size_t wi = 0; wi < (kind == SCHED_SHIFT ? sizeof ws / sizeof ws[0] : 1); wi++) {
+                            struct sched_shape sh = {.batch = 1, .heads = heads, .block_m = 2, .block_n = 3,
+                                                     .mask = (enum sched_mask)mask};
+                            sh.seqlen_q = seqlen_for(M, sh.block_m, M + N);
+                            sh.seqlen_k = seqlen_for(N, sh.block_n, M + 2 * N);
+                            struct sched s;
+                            if (sched_init(&s, (enum sched_kind)kind, &sh, ws[wi]) != 0) {
+                                CU_FAIL("sched_init rejected a small shape");
+                                return;
+                            }
+                            for (int32_t extra = 0; extra <= 3; extra += 3)
+                                for (int32_t nbuf = 1; nbuf <= 2; nbuf++) {
+                                    int32_t ctas = persistent_need(&s) + extra;
+                                    checked++;
+                                    if (simulate_handoff(&s, ctas, nbuf, 1, (uint64_t)checked) != 0 &&
+                                        failures++ < 5)
+                                        fprintf(stderr, "\n  %s %s M=%d N=%d heads=%d W=%d: deadlock with %d CTAs, %d buffers",
+                                                sched_kind_name(s.kind), sched_mask_name(s.mask), M, N, heads, s.w,
+                                                ctas, nbuf);
+                                }
+                        }
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT(checked > 5000);
+}
+
 int suite_sched(void)
 {
     CU_pSuite s = CU_add_suite("sched", NULL, NULL);
@@ -578,5 +758,7 @@ int suite_sched(void)
     ADD_TEST(s, test_sched_shift_ranks_are_key_order_of_visits);
     ADD_TEST(s, test_sched_large_shape_indices_do_not_overflow);
     ADD_TEST(s, test_sched_properties_hold_for_all_small_shapes);
+    ADD_TEST(s, test_sched_writer_handoff_needs_the_wait_end_rule);
+    ADD_TEST(s, test_sched_writer_handoff_never_deadlocks_with_the_rule);
     return 0;
 }
