@@ -1240,6 +1240,16 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
         bwd_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
 }
 
+/* BWD_WG_FREE_LATE=1 frees a staging buffer only once its tile has been passed on instead
+ * of once the reduction has read it, so the compute warps stay at most one finished
+ * turn ahead of the writer, as with the named-barrier hand-off of b3d0a17, which measured
+ * 0.94-0.95 of atomic at hdim 64, 16k, against 0.86-0.87 for this one in the same run
+ * (bench/results/gpu-v3-mbarrier-2026-11-29.md). A build knob to test that guess; not yet
+ * measured. */
+#ifndef BWD_WG_FREE_LATE
+#define BWD_WG_FREE_LATE 0
+#endif
+
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
@@ -1254,8 +1264,11 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
             bwd_tc_take_turn(ctr, rank);
         bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
-        bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
-        bwd_tc_pass_on(ctr, rank);           /* performed, then passed on (atomic: performed) */
+        if (!BWD_WG_FREE_LATE)
+            bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        bwd_tc_pass_on(ctr, rank);               /* performed, then passed on (atomic: performed) */
+        if (BWD_WG_FREE_LATE)
+            bwd_mbar_arrive(&sm.empty_bar[r.b]);
     }
 }
 #endif

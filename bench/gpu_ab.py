@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""gpu_ab.py - compare bench_gpu builds measured in one run (scripts/gpu_ab.sh): per shape,
+each build's atomic backward, its best deterministic schedule and their ratio, as Markdown.
+
+    python3 bench/gpu_ab.py NAME=FILE [NAME=FILE ...]
+
+Each FILE holds bench_gpu JSON documents, one after another (one per --only shape); rows
+of a shape that a build did not report are left out.
+"""
+import json
+import sys
+
+DET = ("ascending", "descending", "spt", "shift")
+
+
+def rows_of(path):
+    """Every row of every JSON document in the file (documents may simply follow each other)."""
+    text, dec, at, rows = open(path).read(), json.JSONDecoder(), 0, []
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            return rows
+        try:
+            doc, at = dec.raw_decode(text, at)
+        except ValueError:
+            return rows  # a document cut short (a timeout): keep what came before
+        rows.extend(doc.get("rows", []))
+
+
+def main():
+    builds = [a.split("=", 1) for a in sys.argv[1:]]
+    if not builds or any(len(b) != 2 for b in builds):
+        sys.exit(__doc__)
+    table = {}
+    for name, path in builds:
+        for r in rows_of(path):
+            key = (r["D"], r["S"], "causal" if r["causal"] else "full")
+            table.setdefault(key, {})[name] = {b["schedule"]: b["tflops"] for b in r["bwd"]}
+    print("| hdim | seqlen | mask | build | atomic | best det (schedule) | det / atomic |")
+    print("| ---: | ---: | --- | --- | ---: | --- | ---: |")
+    for key in sorted(table):
+        for name, _ in builds:
+            b = table[key].get(name)
+            if not b or "atomic" not in b:
+                continue
+            best = max((s for s in DET if s in b), key=lambda s: b[s], default=None)
+            if best is None:
+                continue
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {b['atomic']:.1f} | "
+                  f"{b[best]:.1f} ({best}) | {b[best] / b['atomic']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
