@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # gpu_final_check.sh - on the GPU machine (device tool, carrying .gpu): every GPU suite,
 # the Python binding's GPU tests, the daemon benchmark at 4k without and with auditing,
-# and compute-sanitizer (scripts/gpu_sanitize.sh). Logs under $OUT (or /tmp).
+# and compute-sanitizer (scripts/gpu_sanitize.sh). Prints a summary; the logs end up in
+# one archive, $OUT/final-check.tgz (OUT default /tmp): the device tool returns at most 8
+# files.
 #   bash scripts/gpu_final_check.sh
 set -uo pipefail
-out=${OUT:-/tmp}
+dest=${OUT:-/tmp}
+out=$(mktemp -d)
+trap 'tar -C "$out" -czf "$dest/final-check.tgz" . && rm -rf "$out"' EXIT
 root=$(cd "$(dirname "$0")/.." && pwd)
 export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 status=0
