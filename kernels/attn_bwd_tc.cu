@@ -156,18 +156,24 @@ static __device__ __forceinline__ void bwd_tc_fence(void)
 #endif
 
 /* Thread 0: wait until dQ tile counter ctr reaches `rank` (the tile's turn), then order
- * what follows after the additions it saw. */
+ * what follows after the additions it saw. MAX_NS caps the back-off; FENCE = false leaves
+ * the ordering to the acquire load alone, for a thread that adds the tile itself (v3's
+ * writer): the fence extends it to the threads of the CTA that add after a barrier. */
+template <uint32_t MAX_NS = BWD_TC_SPIN_MAX, bool FENCE = true>
 static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int32_t rank)
 {
-    uint32_t ns = 32;
+    [[maybe_unused]] uint32_t ns = MAX_NS < 32 ? MAX_NS : 32;
     while (attn_ld_acquire(ctr) != rank) {
         /* Back off to 256 ns at most: a wait usually ends within a step (several
          * microseconds), and every nanosecond slept past the release is a nanosecond the
          * whole CTA idles. */
-        __nanosleep(ns);
-        ns = ns < BWD_TC_SPIN_MAX ? ns * 2 : ns;
+        if constexpr (MAX_NS > 0) {
+            __nanosleep(ns);
+            ns = ns < MAX_NS ? ns * 2 : ns;
+        }
     }
-    bwd_tc_fence();
+    if (FENCE)
+        bwd_tc_fence();
 }
 
 /* attn_tc_load_tile for this kernel's CTA, with the aligned case unrolled: thread t copies
@@ -357,13 +363,15 @@ static __device__ __forceinline__ void bwd_tc_bulk_wait_read(void)
 /* Thread 0: the tail of an addition: wait until the reduction has been performed (not only
  * read: wait_group without .read), order it with generic accesses at GPU scope, then pass
  * the tile on. rank < 0 (atomic): only the wait. */
+template <bool FENCE = true>
 static __device__ __forceinline__ void bwd_tc_pass_on(int32_t *ctr, int32_t rank)
 {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     if (rank < 0)
         return;
     asm volatile("fence.proxy.async.global;" ::: "memory");
-    bwd_tc_fence();
+    if (FENCE) /* (the release store alone orders this thread's own reduction) */
+        bwd_tc_fence();
     attn_st_release(ctr, rank + 1);
 }
 #endif
@@ -1250,6 +1258,17 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
 #define BWD_WG_FREE_LATE 0
 #endif
 
+/* Knobs of the writer's turn-taking, not yet measured: BWD_WG_SPIN_MAX caps its back-off
+ * (ns; 0 spins without sleeping: the writer thread idles nothing else while it polls),
+ * BWD_WG_LEAN=1 drops its two acquire-release fences, leaving the ordering of its own
+ * reductions to the acquire load and the release store (it adds every tile itself). */
+#ifndef BWD_WG_SPIN_MAX
+#define BWD_WG_SPIN_MAX BWD_TC_SPIN_MAX
+#endif
+#ifndef BWD_WG_LEAN
+#define BWD_WG_LEAN 0
+#endif
+
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
@@ -1261,12 +1280,12 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
             return;
         int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
         if (rank >= 0)
-            bwd_tc_take_turn(ctr, rank);
+            bwd_tc_take_turn<BWD_WG_SPIN_MAX, !BWD_WG_LEAN>(ctr, rank);
         bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
         if (!BWD_WG_FREE_LATE)
             bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
-        bwd_tc_pass_on(ctr, rank);               /* performed, then passed on (atomic: performed) */
+        bwd_tc_pass_on<!BWD_WG_LEAN>(ctr, rank); /* performed, then passed on (atomic: performed) */
         if (BWD_WG_FREE_LATE)
             bwd_mbar_arrive(&sm.empty_bar[r.b]);
     }
