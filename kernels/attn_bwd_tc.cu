@@ -164,7 +164,7 @@ static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int3
 {
     [[maybe_unused]] uint32_t ns = MAX_NS < 32 ? MAX_NS : 32;
     while (attn_ld_acquire(ctr) != rank) {
-        /* Back off to 256 ns at most: a wait usually ends within a step (several
+        /* Back off to MAX_NS at most: a wait usually ends within a step (several
          * microseconds), and every nanosecond slept past the release is a nanosecond the
          * whole CTA idles. */
         if constexpr (MAX_NS > 0) {
@@ -1347,17 +1347,9 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
 #endif
             return;
         }
-        struct sched_job J = sched_job_at(s, job);
+        const struct sched_job J = sched_job_taken(s, job);
         if constexpr (W)
             wait_end = sched_wait_end(s, job);
-        if (s->kind == SCHED_SHIFT) {
-            /* Take the jobs of each (chunk, head) in descending slot order. Shift adds
-             * into most dQ tiles in descending slot order, so each addition then waits on
-             * a job that started earlier, not later. The group stays contiguous in
-             * dispatch order, which is all shift's deadlock freedom needs; the ranks,
-             * and so the bits, do not depend on who takes which job when. */
-            J = sched_job_at(s, job - J.slot + (J.len - 1 - J.slot));
-        }
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);

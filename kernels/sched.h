@@ -206,6 +206,19 @@ SCHED_FN struct sched_job sched_job_at(const struct sched *s, int32_t j)
     return J;
 }
 
+/* The job a persistent worker runs when it takes dispatch index j. Shift: each (chunk,
+ * head) group's jobs in descending slot order. Shift adds into most dQ tiles in descending
+ * slot order, so each addition then waits on a job that started earlier, not later. The
+ * group stays contiguous in dispatch order, which is all shift's deadlock freedom needs;
+ * the ranks, and so the bits, do not depend on who takes which job when. Others: job j. */
+SCHED_FN struct sched_job sched_job_taken(const struct sched *s, int32_t j)
+{
+    struct sched_job J = sched_job_at(s, j);
+    if (s->kind == SCHED_SHIFT)
+        J = sched_job_at(s, j - J.slot + (J.len - 1 - J.slot));
+    return J;
+}
+
 /* One past the last dispatch index whose job job j's additions may wait for (through the
  * ranks sched_rank sets). Shift's jobs of one (chunk, head) wait on each other, also on
  * those dispatched after them; every other schedule waits only on earlier jobs. A worker

@@ -156,16 +156,16 @@ static int simulate(const struct sched *s, int32_t workers)
 
 /*
  * A model of the CUDA backward's persistent mode with a dQ writer (kernels/attn_bwd_tc.cu,
- * v3): `ctas` CTAs take jobs from one shared counter in dispatch order (shift: each
- * (chunk, head) group's jobs in descending slot order, as the kernel remaps them). In a
- * CTA, the compute side runs a job's steps in order and hands each step's addition (dQ
- * tile, rank) to the writer through one of `nbuf` staging buffers, waiting only for a
- * free buffer; the writer takes the handed additions in order, waits for each one's turn,
- * adds it (freeing its buffer) and passes the tile on. With `rule`, the compute side takes
- * a new job only if every job up to sched_wait_end of its last job has been taken, or its
- * writer holds nothing (the kernel's bwd_wg_drain). Steps run in a random order that
- * favours the compute side, as on the GPU, where the writer waits on turns. Returns 0
- * when every addition completes, -EDEADLK when nothing can move while work remains.
+ * v3): `ctas` CTAs take jobs from one shared counter in dispatch order, running the jobs
+ * sched_job_taken names. In a CTA, the compute side runs a job's steps in order and hands
+ * each step's addition (dQ tile, rank) to the writer through one of `nbuf` staging
+ * buffers, waiting only for a free buffer; the writer takes the handed additions in order,
+ * waits for each one's turn, adds it (freeing its buffer) and passes the tile on. With
+ * `rule`, the compute side takes a new job only if every job up to sched_wait_end of its
+ * last job has been taken, or its writer holds nothing (the kernel's bwd_wg_drain). Steps
+ * run in a random order that favours the compute side, as on the GPU, where the writer
+ * waits on turns. Returns 0 when every addition completes, -EDEADLK when nothing can move
+ * while work remains.
  */
 struct hand_cta {
     struct sched_job J; /* the job being computed, after the remap */
@@ -224,11 +224,8 @@ static int simulate_handoff(const struct sched *s, int32_t ctas, int32_t nbuf, i
             x->held--;
         } else if (!x->have) { /* the compute side takes a job */
             int32_t j = next_job++;
-            struct sched_job J = sched_job_at(s, j);
+            x->J = sched_job_taken(s, j);
             x->wait_end = sched_wait_end(s, j);
-            if (s->kind == SCHED_SHIFT)
-                J = sched_job_at(s, j - J.slot + (J.len - 1 - J.slot));
-            x->J = J;
             x->have = 1;
             x->stage = x->step = 0;
         } else { /* the compute side hands its next step over */
