@@ -814,8 +814,8 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
  * allows: head dim 64, BWD_WG_DQBUF64=2) let the compute warps run two turns ahead of the
  * writer instead of one. On the H200 they made test_attn_gpu_backward_bits_do_not_depend_
  * on_grid hang, and measured no faster there (bench/results/gpu-v3-mbarrier-2026-11-29.md).
- * A model of the hand-off deadlocks on that test's first shape in 158 of 160 orders with
- * two buffers (6 with one) unless the compute warps follow the wait-end rule that
+ * A model of the hand-off deadlocks on that test's first shape in 159 of 160 orders with
+ * two buffers (3 with one) unless the compute warps follow the wait-end rule that
  * bwd_tc_persistent now follows (docs/schedules.md). Two buffers stay off until they have
  * run on the GPU with the rule. */
 #ifndef BWD_WG_DQBUF64

@@ -5,6 +5,7 @@
  * arrival order of its (chunk, step, slot) keys, and large shapes do not overflow.
  */
 #include "suites.h"
+#include "testutil.h"
 #include "../kernels/sched.h"
 
 #include <CUnit/CUnit.h>
@@ -176,14 +177,10 @@ struct hand_cta {
     int32_t wait_end; /* sched_wait_end of the last job taken */
 };
 
-static uint64_t hand_rand(uint64_t *x)
-{
-    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
-    return *x >> 33;
-}
-
 static int simulate_handoff(const struct sched *s, int32_t ctas, int32_t nbuf, int rule, uint64_t seed)
 {
+    struct tu_rng rng;
+    tu_rng_init(&rng, seed);
     int32_t *counter = calloc((size_t)s->bh * s->m_tiles, sizeof(int32_t));
     struct hand_cta *c = calloc((size_t)ctas, sizeof(*c));
     int32_t *ready = malloc(sizeof(int32_t) * 2 * (size_t)ctas); /* 2i: compute i, 2i+1: writer i */
@@ -214,9 +211,9 @@ static int simulate_handoff(const struct sched *s, int32_t ctas, int32_t nbuf, i
             rc = -EDEADLK;
             break;
         }
-        int32_t pick = n_compute > 0 && (hand_rand(&seed) % 4 != 0 || n_compute == n_ready)
-                           ? ready[hand_rand(&seed) % (uint64_t)n_compute]
-                           : ready[n_compute + (int32_t)(hand_rand(&seed) % (uint64_t)(n_ready - n_compute))];
+        int32_t pick = n_compute > 0 && (tu_next(&rng) % 4 != 0 || n_compute == n_ready)
+                           ? ready[tu_next(&rng) % (uint64_t)n_compute]
+                           : ready[n_compute + (int32_t)(tu_next(&rng) % (uint64_t)(n_ready - n_compute))];
         struct hand_cta *x = &c[pick / 2];
         if (pick % 2) { /* the writer adds the oldest handed tile */
             counter[x->tile[x->head]]++;
