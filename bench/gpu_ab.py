@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """gpu_ab.py - compare bench_gpu builds measured in one run (scripts/gpu_ab.sh): per shape,
-each build's atomic backward, its best deterministic schedule and their ratio, as Markdown.
+each build's atomic backward, its best deterministic schedule and their ratio, as Markdown,
+and whether its deterministic schedules repeated their bits and computed the same bits as
+the first build's (bench_gpu's digests: its inputs come from a fixed seed, so builds that
+compute the same bits print the same digests).
 
     python3 bench/gpu_ab.py NAME=FILE [NAME=FILE ...]
 
@@ -28,6 +31,17 @@ def rows_of(path):
         rows.extend(doc.get("rows", []))
 
 
+def bits(b, first):
+    """'same', or what differs, of build b's deterministic schedules against the first build's."""
+    bad = [s for s in DET if s in b and not b[s]["bitwise_repeat"]]
+    if bad:
+        return "REPEAT DIFFERS: " + ", ".join(bad)
+    if first is None or first is b:
+        return "repeat"
+    other = [s for s in DET if s in b and s in first and b[s]["digest"] != first[s]["digest"]]
+    return "DIFFER: " + ", ".join(other) if other else "same"
+
+
 def main():
     builds = [a.split("=", 1) for a in sys.argv[1:]]
     if not builds or any(len(b) != 2 for b in builds):
@@ -36,19 +50,21 @@ def main():
     for name, path in builds:
         for r in rows_of(path):
             key = (r["D"], r["S"], "causal" if r["causal"] else "full")
-            table.setdefault(key, {})[name] = {b["schedule"]: b["tflops"] for b in r["bwd"]}
-    print("| hdim | seqlen | mask | build | atomic | best det (schedule) | det / atomic |")
-    print("| ---: | ---: | --- | --- | ---: | --- | ---: |")
+            table.setdefault(key, {})[name] = {b["schedule"]: b for b in r["bwd"]}
+    print("| hdim | seqlen | mask | build | atomic | best det (schedule) | det / atomic | det bits |")
+    print("| ---: | ---: | --- | --- | ---: | --- | ---: | --- |")
     for key in sorted(table):
+        first = table[key].get(builds[0][0])
         for name, _ in builds:
             b = table[key].get(name)
             if not b or "atomic" not in b:
                 continue
-            best = max((s for s in DET if s in b), key=lambda s: b[s], default=None)
+            best = max((s for s in DET if s in b), key=lambda s: b[s]["tflops"], default=None)
             if best is None:
                 continue
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {b['atomic']:.1f} | "
-                  f"{b[best]:.1f} ({best}) | {b[best] / b['atomic']:.3f} |")
+            at, det = b["atomic"]["tflops"], b[best]["tflops"]
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {at:.1f} | "
+                  f"{det:.1f} ({best}) | {det / at:.3f} | {bits(b, first)} |")
 
 
 if __name__ == "__main__":

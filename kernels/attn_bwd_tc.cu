@@ -83,10 +83,12 @@
  * order), and the tile is passed on (release-store of rank + 1) only once the addition has
  * been performed: on sm_90 every thread stages its partial in shared memory and thread 0
  * adds the tile with one bulk reduction (cp.reduce.async.bulk .add.f32), waits for its
- * completion (cp.async.bulk.wait_group, not .read), fences and stores; on sm_80 every
- * thread adds by red, fences, the CTA meets at a barrier, thread 0 fences and stores.
- * Either at once, or deferred into the next step as above: the same sequence, later. Nothing depends on which CTA runs what or when, so the bits do not
- * depend on the grid or the mode.
+ * completion (cp.async.bulk.wait_group, not .read) and stores (the thread that added is
+ * the one that acquires and releases, so its acquire load and release store order the
+ * reduction without a fence); on sm_80 every thread adds by red, fences, the CTA meets at
+ * a barrier, thread 0 fences and stores. Either at once, or deferred into the next step
+ * as above: the same sequence, later. Nothing depends on which CTA runs what or when, so
+ * the bits do not depend on the grid or the mode.
  *
  * Dsum and exact zeros. Where a row's softmax puts all its weight on one key j, O_i = V_j
  * exactly, and dP_ij - Dsum_i must be exactly 0 (dQ and dK are then exactly 0; the tests
@@ -142,38 +144,49 @@ struct bwd_tc_regs {
 /* Floats per thread of one virtual SM's registers in the interleaved mode's scratch. */
 #define BWD_TC_VSM_FLOATS(D, BN) (2 * (BN) * (D) / 256 + (D) / 4)
 
+/* sm_90 adds a dQ tile with one bulk reduction issued by one thread; sm_80 with red by
+ * every thread. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define BWD_TC_BULK 1
+#else
+#define BWD_TC_BULK 0
+#endif
+
 /* A GPU-scope acquire-release fence: the thread's earlier reductions are performed at GPU
  * scope before anything it does later. A release needs no more than this (the sequential
  * consistency of __threadfence, fence.sc, adds a global ordering point and an L1
- * invalidation that the dQ hand-off never uses). */
+ * invalidation that the dQ hand-off never uses). sm_80 only: see bwd_tc_take_turn. */
+#if !BWD_TC_BULK
 static __device__ __forceinline__ void bwd_tc_fence(void)
 {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
+#endif
 
 #ifndef BWD_TC_SPIN_MAX
 #define BWD_TC_SPIN_MAX 256 /* ns: the longest sleep between two looks at a dQ tile counter */
 #endif
 
 /* Thread 0: wait until dQ tile counter ctr reaches `rank` (the tile's turn), then order
- * what follows after the additions it saw. MAX_NS caps the back-off; FENCE = false leaves
- * the ordering to the acquire load alone, for a thread that adds the tile itself (v3's
- * writer): the fence extends it to the threads of the CTA that add after a barrier. */
-template <uint32_t MAX_NS = BWD_TC_SPIN_MAX, bool FENCE = true>
+ * what follows after the additions it saw. With bulk reductions (sm_90) thread 0 issues
+ * the tile's addition itself, so the acquire load orders it; with red (sm_80) every thread
+ * adds after a barrier, and the fence extends the order to them. The fence costs: v3's
+ * writer taking its turns with it (and passing them on with another) ran hdim 64's
+ * deterministic backward at 0.83-0.91 of atomic, without them at 0.97-1.00, in one A/B run
+ * on the H200 (bench/results/gpu-v3-lean-writer-2026-11-29.md). */
 static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int32_t rank)
 {
-    [[maybe_unused]] uint32_t ns = MAX_NS < 32 ? MAX_NS : 32;
+    uint32_t ns = 32;
     while (attn_ld_acquire(ctr) != rank) {
-        /* Back off to MAX_NS at most: a wait usually ends within a step (several
+        /* Back off to BWD_TC_SPIN_MAX at most: a wait usually ends within a step (several
          * microseconds), and every nanosecond slept past the release is a nanosecond the
          * whole CTA idles. */
-        if constexpr (MAX_NS > 0) {
-            __nanosleep(ns);
-            ns = ns < MAX_NS ? ns * 2 : ns;
-        }
+        __nanosleep(ns);
+        ns = ns < BWD_TC_SPIN_MAX ? ns * 2 : ns;
     }
-    if (FENCE)
-        bwd_tc_fence();
+#if !BWD_TC_BULK
+    bwd_tc_fence();
+#endif
 }
 
 /* attn_tc_load_tile for this kernel's CTA, with the aligned case unrolled: thread t copies
@@ -302,11 +315,6 @@ static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
     return (((d >> 2) ^ (i & 7)) << 2) + (d & 3); /* offset of column d within row i */
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define BWD_TC_BULK 1
-#else
-#define BWD_TC_BULK 0
-#endif
 #ifndef BWD_TC_ARRIVE
 #define BWD_TC_ARRIVE 0 /* persistent mode: warps 1-7 arrive at the staging barrier and go on */
 #endif
@@ -360,18 +368,16 @@ static __device__ __forceinline__ void bwd_tc_bulk_wait_read(void)
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
-/* Thread 0: the tail of an addition: wait until the reduction has been performed (not only
- * read: wait_group without .read), order it with generic accesses at GPU scope, then pass
- * the tile on. rank < 0 (atomic): only the wait. */
-template <bool FENCE = true>
+/* Thread 0: the tail of its addition: wait until the reduction has been performed (not
+ * only read: wait_group without .read), order it with generic accesses, then pass the tile
+ * on. The release store orders the thread's own reduction; no fence is needed (see
+ * bwd_tc_take_turn). rank < 0 (atomic): only the wait. */
 static __device__ __forceinline__ void bwd_tc_pass_on(int32_t *ctr, int32_t rank)
 {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     if (rank < 0)
         return;
     asm volatile("fence.proxy.async.global;" ::: "memory");
-    if (FENCE) /* (the release store alone orders this thread's own reduction) */
-        bwd_tc_fence();
     attn_st_release(ctr, rank + 1);
 }
 #endif
@@ -1258,17 +1264,6 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
 #define BWD_WG_FREE_LATE 0
 #endif
 
-/* Knobs of the writer's turn-taking, not yet measured: BWD_WG_SPIN_MAX caps its back-off
- * (ns; 0 spins without sleeping: the writer thread idles nothing else while it polls),
- * BWD_WG_LEAN=1 drops its two acquire-release fences, leaving the ordering of its own
- * reductions to the acquire load and the release store (it adds every tile itself). */
-#ifndef BWD_WG_SPIN_MAX
-#define BWD_WG_SPIN_MAX BWD_TC_SPIN_MAX
-#endif
-#ifndef BWD_WG_LEAN
-#define BWD_WG_LEAN 0
-#endif
-
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
@@ -1280,12 +1275,12 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
             return;
         int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
         if (rank >= 0)
-            bwd_tc_take_turn<BWD_WG_SPIN_MAX, !BWD_WG_LEAN>(ctr, rank);
+            bwd_tc_take_turn(ctr, rank);
         bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
         if (!BWD_WG_FREE_LATE)
             bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
-        bwd_tc_pass_on<!BWD_WG_LEAN>(ctr, rank); /* performed, then passed on (atomic: performed) */
+        bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
         if (BWD_WG_FREE_LATE)
             bwd_mbar_arrive(&sm.empty_bar[r.b]);
     }
@@ -1512,8 +1507,10 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + st[VSM_M];
                 if (threadIdx.x == 0) {
                     const int go = st[VSM_RANK] < 0 || attn_ld_acquire(ctr) == st[VSM_RANK];
+#if !BWD_TC_BULK /* (sm_90: thread 0 adds the tile itself; see bwd_tc_take_turn) */
                     if (go)
                         __threadfence();
+#endif
                     sm.flag_smem = go;
                 }
                 __syncthreads(); /* thread 0's verdict on the turn is visible to all */
