@@ -818,12 +818,12 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
 #endif
 /* dQ staging buffers of v3 with the writer warp, taken in turn. Two (where shared memory
  * allows: head dim 64, BWD_WG_DQBUF64=2) let the compute warps run two turns ahead of the
- * writer instead of one. On the H200 they made test_attn_gpu_backward_bits_do_not_depend_
- * on_grid hang, and measured no faster there (bench/results/gpu-v3-mbarrier-2026-11-29.md).
- * A model of the hand-off deadlocks on that test's first shape in 159 of 160 orders with
- * two buffers (3 with one) unless the compute warps follow the wait-end rule that
- * bwd_tc_persistent now follows (docs/schedules.md). Two buffers stay off until they have
- * run on the GPU with the rule. */
+ * writer instead of one. They need the wait-end rule that bwd_tc_persistent follows (a
+ * model of the hand-off deadlocks on the grid test's first shape in 159 of 160 orders with
+ * two buffers, 3 with one, without it: docs/schedules.md); with it, and with the writer
+ * taking its turns without fences, two buffers measured no faster than one on the H200
+ * (0.964-1.007 of atomic against 0.964-0.997 at hdim 64, the same bits:
+ * bench/results/gpu-v3-lean-writer-2026-11-29.md), so one it is. */
 #ifndef BWD_WG_DQBUF64
 #define BWD_WG_DQBUF64 1
 #endif
@@ -1254,16 +1254,6 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
         bwd_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
 }
 
-/* BWD_WG_FREE_LATE=1 frees a staging buffer only once its tile has been passed on instead
- * of once the reduction has read it, so the compute warps stay at most one finished
- * turn ahead of the writer, as with the named-barrier hand-off of b3d0a17, which measured
- * 0.94-0.95 of atomic at hdim 64, 16k, against 0.86-0.87 for this one in the same run
- * (bench/results/gpu-v3-mbarrier-2026-11-29.md). A build knob to test that guess; not yet
- * measured. */
-#ifndef BWD_WG_FREE_LATE
-#define BWD_WG_FREE_LATE 0
-#endif
-
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
@@ -1278,11 +1268,8 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
             bwd_tc_take_turn(ctr, rank);
         bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
-        if (!BWD_WG_FREE_LATE)
-            bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
-        if (BWD_WG_FREE_LATE)
-            bwd_mbar_arrive(&sm.empty_bar[r.b]);
     }
 }
 #endif
