@@ -15,6 +15,7 @@ import dash_attn
 from dash_attn import _lib
 
 from conftest import Daemon, dashctl_path
+import random_cases
 
 SEED = int.from_bytes(os.urandom(4), "little")
 
@@ -210,3 +211,8 @@ def test_no_daemon_is_a_clear_error(tmp_path):
     with pytest.raises(dash_attn.DashError) as e:
         dash_attn.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=300)
     assert e.value.name == "DASH_ETIMEDOUT"
+
+
+def test_random_shapes_layouts_and_schedules_match_float64(client):
+    random_cases.check(dash_attn, SEED ^ 5, 12, "cpu", [torch.float32, torch.bfloat16],
+                       {torch.float32: 1e-4, torch.bfloat16: 2e-2}, max_seqlen=300)

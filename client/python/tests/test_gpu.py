@@ -15,6 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import Daemon  # noqa: E402
+import random_cases  # noqa: E402
 
 import dash_attn  # noqa: E402
 
@@ -135,6 +136,11 @@ def test_gpu_stream_order_holds_when_the_producer_is_still_running():
     dash_attn.flash_attn_func(q2, k, v, causal=True).backward(dout)
     torch.cuda.synchronize()
     assert torch.equal(q.grad, q2.grad)
+
+
+def test_gpu_random_shapes_layouts_and_schedules_match_float64():
+    random_cases.check(dash_attn, SEED ^ 4, 24, "cuda", [torch.bfloat16, torch.float16],
+                       {torch.bfloat16: 1e-2, torch.float16: 5e-3})
 
 
 def _run_as_script():
