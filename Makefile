@@ -74,7 +74,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
-	daemon/evring.c daemon/job.c
+	daemon/evring.c daemon/job.c daemon/log.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c bench/benchrng.c
 DEMO_SRC := examples/engine_demo.c
@@ -171,6 +171,7 @@ $(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libdash.so.0 -Wl,--version-script=client/libdash.map -Wl,--exclude-libs,ALL -o $@ $^ \
 		$(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(Q)ln -sf libdash.so $(BUILD)/libdash.so.0 # what programs linked with -Lbuild -ldash look for
 
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")

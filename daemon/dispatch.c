@@ -155,6 +155,7 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
         s->requests = 1;
         s->last_ns = uv_hrtime();
         s->peer_uid = m->peer_uid;
+        s->peer_pid = m->peer_pid;
     }
     if (created || h->client_name)
         copy_clean(s->name, sizeof s->name, h->client_name);
@@ -455,6 +456,7 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
     j->request_id = req->id;
     j->session_id = s->id;
     j->received_ns = uv_hrtime();
+    j->peer_pid = s->peer_pid;
     j->queue = d->queue;
     if (d->cfg.audit) {
         struct timespec ts;

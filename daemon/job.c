@@ -8,9 +8,12 @@
 #include "kernels/digest.h"
 #include "proto/errors.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #define JOB_ALIGN 64
 /* A larger arena is given back after the job, so one big request does not pin memory. */
@@ -252,6 +255,13 @@ int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *don
 {
     j->started_ns = uv_hrtime();
     j->msg[0] = '\0';
+    if (j->peer_pid > 0 && kill((pid_t)j->peer_pid, 0) != 0 && errno == ESRCH) {
+        j->rc = DASH_ECANCELED;
+        snprintf(j->msg, sizeof j->msg, "not run: the client process (pid %lld) is gone",
+                 (long long)j->peer_pid);
+        j->finished_ns = j->started_ns;
+        return 0;
+    }
     int rc = run(r, j, done, done_ctx);
     if (r->scratch_cap > JOB_SCRATCH_KEEP) {
         free(r->scratch);

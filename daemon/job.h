@@ -64,6 +64,10 @@ struct job {
     uint64_t wall_unix_ns;
     uint32_t pid;
     int64_t uid;
+    /* The client's process in dashd's pid namespace (the connection's credentials; -1:
+     * unknown). A job whose client is gone when its turn comes is not run (DASH_ECANCELED):
+     * a client killed with requests queued would otherwise hold the worker for nothing. */
+    int64_t peer_pid;
     char client_name[128], run_tag[128], label[128];
     int has_step;
     uint64_t step;

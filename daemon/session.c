@@ -6,11 +6,17 @@
  */
 #include "session.h"
 
+#include "log.h"
 #include "proto/errors.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
 
 #define SESS_BUCKETS 256
 
@@ -69,6 +75,7 @@ int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct se
     memcpy(s->rid, rid, rid_len);
     s->rid_len = rid_len;
     s->peer_uid = -1;
+    s->peer_pid = -1;
     size_t b = hash_rid(rid, rid_len);
     s->hash_next = t->bucket[b];
     t->bucket[b] = s;
@@ -81,8 +88,31 @@ int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct se
     return 0;
 }
 
+/* See sess_drop. kill(pid, 0) fails with ESRCH only when no such process exists (EPERM:
+ * it exists, as another user's). A pid reused since is taken for the client: nothing is
+ * unlinked, as before. */
+static void reclaim_if_client_gone(const struct session *s)
+{
+    if (s->peer_pid <= 0 || s->pid == 0 || kill((pid_t)s->peer_pid, 0) == 0 || errno != ESRCH)
+        return;
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "/dash-%u-", s->pid);
+    for (size_t i = 0; i < s->n_bufs; i++) {
+        const char *name = shmbuf_name(s->bufs[i].buf);
+        if (!name || strncmp(name, prefix, (size_t)n) != 0)
+            continue;
+        if (shm_unlink(name) == 0)
+            log_info("session %llu: client pid %u is gone; unlinked its shared memory %s",
+                     (unsigned long long)s->id, s->pid, name);
+        else if (errno != ENOENT)
+            log_warn("session %llu: cannot unlink %s of gone client pid %u: %s",
+                     (unsigned long long)s->id, name, s->pid, strerror(errno));
+    }
+}
+
 void sess_drop(struct sess_table *t, struct session *s)
 {
+    reclaim_if_client_gone(s);
     struct session **pp = &t->bucket[hash_rid(s->rid, s->rid_len)];
     while (*pp != s)
         pp = &(*pp)->hash_next;

@@ -36,6 +36,7 @@ struct session {
     char run_tag[SESS_NAME_MAX];
     uint32_t pid;        /* what Hello said, else the peer's pid if known, else 0 */
     int64_t peer_uid;    /* from the connection's credentials; -1 if unknown */
+    int64_t peer_pid;    /* likewise, in dashd's pid namespace; -1 if unknown */
     uint64_t last_ns;    /* uv_hrtime() of the last message */
     uint32_t in_flight;  /* queued or running ops */
     uint64_t requests, errors, forwards, backwards;
@@ -67,7 +68,11 @@ struct session *sess_find(struct sess_table *t, const void *rid, size_t rid_len)
 int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct session **ret_sess);
 
 /* Remove and free a session, dropping its references on its buffers (a mapping lives on
- * while a job still holds it). */
+ * while a job still holds it). If the client process is gone (peer_pid known and no
+ * longer running), the shared memory objects it registered under libdash's names
+ * ("/dash-<pid>-...", pid as Hello said) are unlinked first: a client that crashed or was
+ * killed left them behind, and nobody else would remove them. A live client's stay (an
+ * idle session that expired, a daemon shutting down): it registers them again. */
 void sess_drop(struct sess_table *t, struct session *s);
 
 /* Iterate: sess_first(t), then sess_next(s) until NULL. Do not drop the current one

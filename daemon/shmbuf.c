@@ -21,6 +21,7 @@ struct shmbuf {
     enum shmbuf_kind kind;
     void (*release)(void *ctx); /* NULL: munmap (shared memory we mapped) */
     void *release_ctx;
+    char name[SHMBUF_NAME_MAX + 1]; /* SHMBUF_SHM: the object's name; else "" */
 };
 
 int shmbuf_check_name(const char *name, char *msg, size_t msglen)
@@ -107,6 +108,7 @@ int shmbuf_open(const char *name, uint64_t size, int64_t owner_uid, char *msg, s
     b->kind = SHMBUF_SHM;
     b->release = NULL;
     b->release_ctx = NULL;
+    memcpy(b->name, name, strlen(name) + 1); /* checked: at most SHMBUF_NAME_MAX bytes */
     *ret_buf = b;
     return 0;
 
@@ -129,6 +131,7 @@ int shmbuf_wrap(enum shmbuf_kind kind, unsigned char *data, uint64_t size,
     b->kind = kind;
     b->release = release;
     b->release_ctx = release_ctx;
+    b->name[0] = '\0';
     *ret_buf = b;
     return 0;
 }
@@ -162,6 +165,11 @@ uint64_t shmbuf_size(const struct shmbuf *b)
 enum shmbuf_kind shmbuf_kind(const struct shmbuf *b)
 {
     return b->kind;
+}
+
+const char *shmbuf_name(const struct shmbuf *b)
+{
+    return b->kind == SHMBUF_SHM ? b->name : NULL;
 }
 
 const char *shmbuf_kind_name(enum shmbuf_kind kind)

@@ -58,6 +58,9 @@ void shmbuf_ref(struct shmbuf *b);
 void shmbuf_unref(struct shmbuf *b);
 
 unsigned char *shmbuf_data(const struct shmbuf *b);
+
+/* The shm_open name a SHMBUF_SHM buffer was opened by; NULL for other kinds. */
+const char *shmbuf_name(const struct shmbuf *b);
 uint64_t shmbuf_size(const struct shmbuf *b);
 enum shmbuf_kind shmbuf_kind(const struct shmbuf *b);
 

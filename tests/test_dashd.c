@@ -734,6 +734,133 @@ static void test_dashd_client_killed_mid_request(void)
     shm_drop(&s);
 }
 
+/* The daemon's error count (Stats). */
+static int64_t daemon_errors(void)
+{
+    struct raw_client *r = raw_connect(D.endpoint);
+    Dash__Stats st = DASH__STATS__INIT;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = next_id++;
+    req.body_case = DASH__REQUEST__BODY_STATS;
+    req.stats = &st;
+    Dash__Reply *rep = raw_call(r, &req, 5000);
+    int64_t n = rep && rep->stats && rep->stats->has_errors ? (int64_t)rep->stats->errors : -1;
+    wire_free_reply(rep);
+    raw_close(r);
+    return n;
+}
+
+/* A client killed with backwards still queued: those that had not started when it died
+ * are not run (they end as DASH_ECANCELED errors, with nobody to tell), so the worker is
+ * soon free for the others. */
+static void test_dashd_queued_work_of_a_killed_client_is_not_run(void)
+{
+    struct layout L;
+    layout_init(&L, 1, 2048, 2048, 4, 4, 64, DTYPE_F32); /* a backward of about a second */
+    struct shm s;
+    shm_with_inputs(&s, &L, 0);
+    const int64_t errors_before = daemon_errors();
+    CU_ASSERT_FATAL(errors_before >= 0);
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+        struct raw_client *r = session();
+        int64_t id = r ? register_shm(r, &s, L.total) : -1;
+        if (id <= 0)
+            _exit(1);
+        struct refs R;
+        refs_init(&R, &L, (uint64_t)id);
+        Dash__AttnParams p = params_for(&L, SCHED_MASK_FULL);
+        for (int i = 0; i < 4; i++)
+            send_backward(r, &p, &R);
+        usleep(100000); /* on their way: one runs, three wait; now die */
+        kill(getpid(), SIGKILL);
+        _exit(2);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    CU_ASSERT(WIFSIGNALED(status));
+    int gone = 0; /* the running one finishes; the session expires */
+    for (int i = 0; i < 300 && !(gone = sessions_of_pid((uint32_t)child) == 0); i++)
+        usleep(100000);
+    CU_ASSERT(gone);
+    /* at least the three that were still queued were refused, not run */
+    CU_ASSERT(daemon_errors() - errors_before >= 3);
+    CU_ASSERT(daemon_serves());
+    shm_drop(&s);
+}
+
+/* A shm object named as libdash names them, /dash-<pid>-<tag>, of `size` bytes. */
+static int shm_make_libdash_named(struct shm *s, const char *tag, size_t size)
+{
+    snprintf(s->name, sizeof s->name, "/dash-%d-%s", (int)getpid(), tag);
+    int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0)
+        return -1;
+    s->data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    s->size = size;
+    return s->data == MAP_FAILED ? -1 : 0;
+}
+
+static int shm_exists(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+/* A client killed before it could unlink its buffers (no goodbye, no dash_close) leaves
+ * them in /dev/shm; when its session ends, dashd sees the process gone and unlinks them.
+ * A live client whose idle session expired keeps its buffer (it would register it again). */
+static void test_dashd_gone_clients_buffers_are_unlinked_live_clients_are_kept(void)
+{
+    int pipefd[2];
+    CU_ASSERT_FATAL(pipe(pipefd) == 0);
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+        struct shm s;
+        struct raw_client *r = session();
+        char name[64] = "";
+        if (r && shm_make_libdash_named(&s, "crash", 1 << 20) == 0 && register_shm(r, &s, 1 << 20) > 0)
+            snprintf(name, sizeof name, "%s", s.name);
+        if (write(pipefd[1], name, sizeof name) != (ssize_t)sizeof name)
+            _exit(1);
+        kill(getpid(), SIGKILL); /* no goodbye, no unlink */
+        _exit(2);
+    }
+    close(pipefd[1]);
+    char name[64] = "";
+    CU_ASSERT_FATAL(read(pipefd[0], name, sizeof name) == (ssize_t)sizeof name);
+    close(pipefd[0]);
+    int status;
+    waitpid(child, &status, 0);
+    CU_ASSERT_FATAL(name[0] == '/');
+    CU_ASSERT(shm_exists(name)); /* left behind by the dead client ... */
+
+    struct shm live;
+    CU_ASSERT_FATAL(shm_make_libdash_named(&live, "alive", 4096) == 0);
+    struct raw_client *r = session();
+    CU_ASSERT_FATAL(r != NULL);
+    CU_ASSERT(register_shm(r, &live, 4096) > 0);
+    raw_close(r); /* abandoned, not closed: the session expires while we live */
+
+    int gone = 0; /* ... until its session expires (3 s here) */
+    for (int i = 0; i < 150 && !(gone = !shm_exists(name)); i++)
+        usleep(100000);
+    CU_ASSERT(gone);
+    for (int i = 0; i < 150 && sessions_of_pid((uint32_t)getpid()) > 0; i++)
+        usleep(100000);
+    CU_ASSERT_EQUAL(sessions_of_pid((uint32_t)getpid()), 0);
+    CU_ASSERT(shm_exists(live.name)); /* ours, alive: kept */
+    shm_drop(&live);
+    if (!gone)
+        shm_unlink(name);
+    CU_ASSERT(daemon_serves());
+}
+
 static void test_dashd_second_daemon_on_same_endpoint_fails_loudly(void)
 {
     char cmd[512];
@@ -815,6 +942,8 @@ int suite_dashd(void)
     ADD_TEST(s, test_dashd_goodbye_ends_the_session_at_once);
     ADD_TEST(s, test_dashd_one_gib_message_is_refused);
     ADD_TEST(s, test_dashd_client_killed_mid_request);
+    ADD_TEST(s, test_dashd_gone_clients_buffers_are_unlinked_live_clients_are_kept);
+    ADD_TEST(s, test_dashd_queued_work_of_a_killed_client_is_not_run);
     ADD_TEST(s, test_dashd_second_daemon_on_same_endpoint_fails_loudly);
     ADD_TEST(s, test_dashd_sigterm_exits_cleanly_and_removes_socket);
     ADD_TEST(s, test_dashd_unit_file_verifies);

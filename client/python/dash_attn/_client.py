@@ -13,10 +13,12 @@ GPU), and the outputs are copied out into new arrays of the caller's kind.
 A libdash client is not thread-safe (dash.h): every call here holds the client's lock, so
 one Client may serve several threads (PyTorch runs backward on its own threads).
 """
+import atexit
 import ctypes
 import os
 import sys
 import threading
+import weakref
 
 from . import _lib
 
@@ -86,6 +88,24 @@ def pop_audit():
         _audit.stack.pop()
 
 
+_open = weakref.WeakSet()  # this process's open clients, closed at exit (below)
+
+
+@atexit.register
+def _close_at_exit():
+    """Close every client this process opened, so that its session ends and its shared
+    memory is unlinked now: __del__ is not promised to run at exit, and an autograd graph
+    that still holds a client (a backward's context does) kept the buffer in /dev/shm and
+    the session open until dashd's idle timeout. A forked child's inherited clients are the
+    parent's and stay untouched (dash.h)."""
+    for c in list(_open):
+        if c._pid == os.getpid():
+            try:
+                c.close()
+            except Exception:
+                pass
+
+
 class Client:
     """A connection to dashd. endpoint None: $DASHD_ENDPOINT or the default one
     (dash_default_endpoint). run_tag None: $DASH_RUN_TAG."""
@@ -104,10 +124,13 @@ class Client:
         rc = _lib.dash_connect(endpoint.encode() if endpoint else None, ctypes.byref(self._opts),
                                ctypes.byref(self._c))
         if rc:
-            raise DashError(rc, f"cannot connect to dashd at {endpoint or 'the default endpoint'}")
+            where = endpoint or (f"{os.environ['DASHD_ENDPOINT']} ($DASHD_ENDPOINT)"
+                                 if os.environ.get("DASHD_ENDPOINT") else "the default endpoint")
+            raise DashError(rc, f"cannot connect to dashd at {where}")
         self._shm = None
         self._shm_size = 0
         self.last_result = None
+        _open.add(self)
 
     # ---- lifetime -----------------------------------------------------------------------
 
@@ -300,7 +323,7 @@ class Client:
         """out, lse for q (batch, seqlen_q, heads_q, d), k, v (batch, seqlen_k, heads_kv,
         d); lse is float32 (batch, heads_q, seqlen_q). Tensors on a GPU stay there;
         host tensors (torch or numpy) go through shared memory."""
-        _same_kind(q, k, v)
+        _check_inputs([("q", q), ("k", k), ("v", v)])
         attn = self._attn(_dtype_code(q), causal, scale, schedule, wave)
         if _is_torch(q) and q.is_cuda:
             return self._forward_cuda(q, k, v, attn)
@@ -309,21 +332,48 @@ class Client:
     def backward(self, dout, q, k, v, out, lse, causal=False, scale=None, schedule="auto",
                  wave=0):
         """dq, dk, dv from the forward's out and lse and the output gradient dout."""
-        _same_kind(q, k, v, out, dout)
+        _check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
         attn = self._attn(_dtype_code(q), causal, scale, schedule, wave)
         if _is_torch(q) and q.is_cuda:
             return self._backward_cuda(dout, q, k, v, out, lse, attn)
         return self._backward_host(dout, q, k, v, out, lse, attn)
 
 
-def _same_kind(*xs):
-    kinds = {(_is_torch(x), _is_torch(x) and x.is_cuda) for x in xs}
-    if len(kinds) != 1:
+def _check_inputs(named, lse=None):
+    """Refuse what the daemon cannot tell from a good call: named is [(name, tensor)] with
+    q first; every tensor 4-D, of one kind (torch on the CPU, torch on one CUDA device, or
+    numpy) and of q's dtype; lse (backward) float32 and 3-D. The request carries one dtype
+    for all its tensors, so a mismatch would be read as q's dtype, not refused."""
+    every = named + ([("lse", lse)] if lse is not None else [])
+    for name, x in every:
+        if _is_torch(x):
+            if x.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"dash_attn: {name} is on device '{x.device}'; dashd serves "
+                                 "tensors on the CPU or on a CUDA device")
+        elif np is None or not isinstance(x, np.ndarray):
+            raise TypeError(f"dash_attn: {name} is a {type(x).__name__}; expected a torch "
+                            "tensor or a numpy array")
+    if len({_is_torch(x) for _, x in every}) != 1:
+        raise TypeError("dash_attn: pass all torch tensors or all numpy arrays, not a mix")
+    if len({_is_torch(x) and x.is_cuda for _, x in every}) != 1:
         raise ValueError("dash_attn: all tensors must be of one kind (all CUDA, or all host)")
-    if _is_torch(xs[0]) and xs[0].is_cuda and len({x.device for x in xs}) != 1:
+    if _is_torch(every[0][1]) and every[0][1].is_cuda and len({x.device for _, x in every}) != 1:
         raise ValueError("dash_attn: all tensors must be on one device")
-    if not _is_torch(xs[0]) and np is None:
-        raise TypeError("dash_attn: expected torch tensors or numpy arrays")
+    for name, x in named:
+        if x.ndim != 4:
+            raise ValueError(f"dash_attn: {name} must be 4-D (batch, seqlen, heads, head_dim); "
+                             f"got shape {tuple(x.shape)}")
+    want = named[0][1].dtype
+    for name, x in named[1:]:
+        if x.dtype != want:
+            raise TypeError(f"dash_attn: {name} is {x.dtype} but q is {want}; all of q, k, v, "
+                            "out and dout must have one dtype")
+    if lse is not None:
+        if lse.ndim != 3:
+            raise ValueError("dash_attn: lse must be 3-D (batch, heads_q, seqlen_q); got shape "
+                             f"{tuple(lse.shape)}")
+        if str(lse.dtype).split(".")[-1] != "float32":
+            raise TypeError(f"dash_attn: lse must be float32 (the forward's), not {lse.dtype}")
 
 
 _default = None

@@ -1,6 +1,7 @@
 """ctypes declarations of libdash (client/dash.h), and where to find the library.
 
-The library is looked for, in order: $DASH_LIBRARY; a libdash.so.0 shipped inside this
+The library is $DASH_LIBRARY when that is set (an error if it cannot be loaded); otherwise
+it is looked for, in order: a libdash.so.0 shipped inside this
 package (setup.py copies the one `make` built); the build/ directory of the source tree
 this package sits in (running from a checkout); the system's (`make install`, ldconfig).
 Every structure below mirrors dash.h field for field; a mismatch would be a silent memory
@@ -62,9 +63,6 @@ class DashConnectOpts(ctypes.Structure):
 
 
 def _candidates():
-    env = os.environ.get("DASH_LIBRARY")
-    if env:
-        yield env
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, "libdash.so.0")
     # a checkout: client/python/dash_attn -> build/
@@ -76,6 +74,12 @@ def _candidates():
 
 
 def _load():
+    env = os.environ.get("DASH_LIBRARY")
+    if env:  # an override: load that one or fail, never fall back to another build
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError(f"dash_attn: cannot load DASH_LIBRARY={env}: {e}") from None
     errors = []
     for path in _candidates():
         if os.sep in path and not os.path.exists(path):

@@ -6,6 +6,7 @@ import ctypes
 import math
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -148,11 +149,62 @@ def test_errors_carry_the_daemons_message(client):
         dash_attn.flash_attn_func(q, k, k, softmax_scale=-1.0)
     with pytest.raises(TypeError):
         dash_attn.flash_attn_func(q.double(), k.double(), k.double())
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="not a mix"):
         dash_attn.flash_attn_func(q, k, k.numpy())
     # the client still works after all that
     out = dash_attn.flash_attn_func(q, k, k)
     assert out.shape == q.shape and torch.isfinite(out).all()
+
+
+def test_inputs_the_request_cannot_describe_are_refused_before_sending(client):
+    # the request carries one dtype: a k, v, out or dout of another would be misread
+    q = torch.randn(1, 16, 2, 32)
+    for k, v in ((q.half(), q), (q, q.bfloat16()), (q.half(), q.half())):
+        with pytest.raises(TypeError, match="q is torch.float32"):
+            dash_attn.flash_attn_func(q, k, v)
+    r = rng()
+    qn, kn, vn, dn = (r.standard_normal((1, 20, 2, 32), dtype=np.float32) for _ in range(4))
+    out, lse = dash_attn.forward(qn, kn, vn)
+    with pytest.raises(TypeError, match="lse must be float32"):
+        dash_attn.backward(dn, qn, kn, vn, out, lse.astype(np.float16))
+    with pytest.raises(TypeError, match="out is float16"):
+        dash_attn.backward(dn, qn, kn, vn, out.astype(np.float16), lse)
+    with pytest.raises(ValueError, match="lse must be 3-D"):
+        dash_attn.backward(dn, qn, kn, vn, out, lse[0])
+    # tensors without host memory (meta) or on another device kind: no pointer to read
+    m = torch.empty(1, 16, 2, 32, device="meta")
+    for args in ((m, m, m), (q, q, m)):
+        with pytest.raises(ValueError, match="meta"):
+            dash_attn.flash_attn_func(*args)
+    with pytest.raises(ValueError, match="must be 4-D"):
+        dash_attn.flash_attn_func(q[0], q[0], q[0])
+    with pytest.raises(TypeError, match="list"):
+        dash_attn.forward(q, q, [1.0])
+    out = dash_attn.flash_attn_func(q, q, q)  # and the client still works
+    assert torch.isfinite(out).all()
+
+
+def test_a_process_that_exits_after_a_backward_leaves_no_shared_memory(daemon):
+    code = ("import torch, dash_attn\n"
+            f"dash_attn.connect({daemon.endpoint!r}, client_name='exit-test')\n"
+            "q = torch.randn(1, 64, 2, 32, requires_grad=True)\n"
+            "dash_attn.flash_attn_func(q, q, q, causal=True).sum().backward()\n"
+            "import os; print(os.getpid())\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dash_attn.__file__)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    pid = done.stdout.split()[-1]
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(f"dash-{pid}-")]
+    assert left == [], f"left in /dev/shm: {left}"
+
+
+def test_dash_library_that_cannot_load_is_an_error_not_a_fallback(tmp_path):
+    env = dict(os.environ, DASH_LIBRARY=str(tmp_path / "missing" / "libdash.so"),
+               PYTHONPATH=os.path.dirname(os.path.dirname(dash_attn.__file__)))
+    done = subprocess.run([sys.executable, "-c", "import dash_attn"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode != 0 and "DASH_LIBRARY" in done.stderr, done.stderr
 
 
 def test_non_deterministic_asks_for_atomic(client):
