@@ -44,10 +44,10 @@ struct shm {
     size_t size;
 };
 
-static int shm_make(struct shm *s, size_t size)
+/* A new shm object `name` of `size` bytes, mapped. */
+static int shm_make_named(struct shm *s, const char *name, size_t size)
 {
-    static int n;
-    snprintf(s->name, sizeof s->name, "/dash-test-%d-%d", (int)getpid(), n++);
+    snprintf(s->name, sizeof s->name, "%s", name);
     int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0)
         return -1;
@@ -55,6 +55,14 @@ static int shm_make(struct shm *s, size_t size)
     close(fd);
     s->size = size;
     return s->data == MAP_FAILED ? -1 : 0;
+}
+
+static int shm_make(struct shm *s, size_t size)
+{
+    static int n;
+    char name[64];
+    snprintf(name, sizeof name, "/dash-test-%d-%d", (int)getpid(), n++);
+    return shm_make_named(s, name, size);
 }
 
 static void shm_drop(struct shm *s)
@@ -636,8 +644,8 @@ static void test_dashd_shrunk_shm_gets_error_not_sigbus(void)
     raw_close(r);
 }
 
-/* Stats entries of sessions whose client pid is `pid`. */
-static int sessions_of_pid(uint32_t pid)
+/* The daemon's Stats reply (the caller frees it with wire_free_reply), or NULL. */
+static Dash__Reply *stats_call(void)
 {
     struct raw_client *r = raw_connect(D.endpoint);
     Dash__Stats st = DASH__STATS__INIT;
@@ -645,7 +653,15 @@ static int sessions_of_pid(uint32_t pid)
     req.id = next_id++;
     req.body_case = DASH__REQUEST__BODY_STATS;
     req.stats = &st;
-    Dash__Reply *rep = raw_call(r, &req, 5000);
+    Dash__Reply *rep = r ? raw_call(r, &req, 5000) : NULL;
+    raw_close(r);
+    return rep;
+}
+
+/* Stats entries of sessions whose client pid is `pid`. */
+static int sessions_of_pid(uint32_t pid)
+{
+    Dash__Reply *rep = stats_call();
     int n = -1;
     if (rep && rep->stats) {
         n = 0;
@@ -653,7 +669,6 @@ static int sessions_of_pid(uint32_t pid)
             n += rep->stats->clients[c]->has_pid && rep->stats->clients[c]->pid == pid;
     }
     wire_free_reply(rep);
-    raw_close(r);
     return n;
 }
 
@@ -701,52 +716,60 @@ static void test_dashd_one_gib_message_is_refused(void)
     CU_ASSERT(daemon_serves());
 }
 
+/* Fork a client that registers L's buffer s, sends `backwards` backwards and, once they
+ * are on their way, dies by SIGKILL without a word; returns its pid once it is dead. */
+static pid_t client_that_dies_with_work_sent(const struct layout *L, const struct shm *s, int backwards)
+{
+    pid_t child = fork();
+    if (child == 0) {
+        struct raw_client *r = session();
+        int64_t id = r ? register_shm(r, s, L->total) : -1;
+        if (id <= 0)
+            _exit(1);
+        struct refs R;
+        refs_init(&R, L, (uint64_t)id);
+        Dash__AttnParams p = params_for(L, SCHED_MASK_FULL);
+        for (int i = 0; i < backwards; i++)
+            send_backward(r, &p, &R);
+        usleep(100000); /* the requests are on their way; now die */
+        kill(getpid(), SIGKILL);
+        _exit(2);
+    }
+    int status = 0;
+    if (child > 0)
+        waitpid(child, &status, 0);
+    CU_ASSERT(child > 0 && WIFSIGNALED(status));
+    return child;
+}
+
+/* Wait up to `tenths` tenths of a second for the sessions of pid to end; 1 if they did. */
+static int sessions_end(pid_t pid, int tenths)
+{
+    for (int i = 0; i < tenths; i++, usleep(100000))
+        if (sessions_of_pid((uint32_t)pid) == 0)
+            return 1;
+    return 0;
+}
+
 static void test_dashd_client_killed_mid_request(void)
 {
     struct layout L;
     layout_init(&L, 1, 1024, 1024, 4, 4, 64, DTYPE_F32);
     struct shm s;
     shm_with_inputs(&s, &L, 0);
-    pid_t child = fork();
-    CU_ASSERT_FATAL(child >= 0);
-    if (child == 0) {
-        struct raw_client *r = session();
-        int64_t id = r ? register_shm(r, &s, L.total) : -1;
-        if (id <= 0)
-            _exit(1);
-        struct refs R;
-        refs_init(&R, &L, (uint64_t)id);
-        Dash__AttnParams p = params_for(&L, SCHED_MASK_FULL);
-        send_backward(r, &p, &R);
-        usleep(100000); /* the request is on its way; now die without a word */
-        kill(getpid(), SIGKILL);
-        _exit(2);
-    }
-    int status;
-    waitpid(child, &status, 0);
-    CU_ASSERT(WIFSIGNALED(status));
+    pid_t child = client_that_dies_with_work_sent(&L, &s, 1);
     /* the daemon finishes the orphaned work, keeps serving, and forgets the session */
     CU_ASSERT(daemon_serves());
-    int gone = 0;
-    for (int i = 0; i < 100 && !(gone = sessions_of_pid((uint32_t)child) == 0); i++)
-        usleep(100000);
-    CU_ASSERT(gone);
+    CU_ASSERT(sessions_end(child, 100));
     shm_drop(&s);
 }
 
 /* The daemon's error count (Stats). */
 static int64_t daemon_errors(void)
 {
-    struct raw_client *r = raw_connect(D.endpoint);
-    Dash__Stats st = DASH__STATS__INIT;
-    Dash__Request req = DASH__REQUEST__INIT;
-    req.id = next_id++;
-    req.body_case = DASH__REQUEST__BODY_STATS;
-    req.stats = &st;
-    Dash__Reply *rep = raw_call(r, &req, 5000);
+    Dash__Reply *rep = stats_call();
     int64_t n = rep && rep->stats && rep->stats->has_errors ? (int64_t)rep->stats->errors : -1;
     wire_free_reply(rep);
-    raw_close(r);
     return n;
 }
 
@@ -761,29 +784,8 @@ static void test_dashd_queued_work_of_a_killed_client_is_not_run(void)
     shm_with_inputs(&s, &L, 0);
     const int64_t errors_before = daemon_errors();
     CU_ASSERT_FATAL(errors_before >= 0);
-    pid_t child = fork();
-    CU_ASSERT_FATAL(child >= 0);
-    if (child == 0) {
-        struct raw_client *r = session();
-        int64_t id = r ? register_shm(r, &s, L.total) : -1;
-        if (id <= 0)
-            _exit(1);
-        struct refs R;
-        refs_init(&R, &L, (uint64_t)id);
-        Dash__AttnParams p = params_for(&L, SCHED_MASK_FULL);
-        for (int i = 0; i < 4; i++)
-            send_backward(r, &p, &R);
-        usleep(100000); /* on their way: one runs, three wait; now die */
-        kill(getpid(), SIGKILL);
-        _exit(2);
-    }
-    int status;
-    waitpid(child, &status, 0);
-    CU_ASSERT(WIFSIGNALED(status));
-    int gone = 0; /* the running one finishes; the session expires */
-    for (int i = 0; i < 300 && !(gone = sessions_of_pid((uint32_t)child) == 0); i++)
-        usleep(100000);
-    CU_ASSERT(gone);
+    pid_t child = client_that_dies_with_work_sent(&L, &s, 4); /* one runs, three wait */
+    CU_ASSERT(sessions_end(child, 300)); /* the running one finishes; the session expires */
     /* at least the three that were still queued were refused, not run */
     CU_ASSERT(daemon_errors() - errors_before >= 3);
     CU_ASSERT(daemon_serves());
@@ -793,14 +795,9 @@ static void test_dashd_queued_work_of_a_killed_client_is_not_run(void)
 /* A shm object named as libdash names them, /dash-<pid>-<tag>, of `size` bytes. */
 static int shm_make_libdash_named(struct shm *s, const char *tag, size_t size)
 {
-    snprintf(s->name, sizeof s->name, "/dash-%d-%s", (int)getpid(), tag);
-    int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ftruncate(fd, (off_t)size) != 0)
-        return -1;
-    s->data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    s->size = size;
-    return s->data == MAP_FAILED ? -1 : 0;
+    char name[64];
+    snprintf(name, sizeof name, "/dash-%d-%s", (int)getpid(), tag);
+    return shm_make_named(s, name, size);
 }
 
 static int shm_exists(const char *name)
@@ -851,9 +848,7 @@ static void test_dashd_gone_clients_buffers_are_unlinked_live_clients_are_kept(v
     for (int i = 0; i < 150 && !(gone = !shm_exists(name)); i++)
         usleep(100000);
     CU_ASSERT(gone);
-    for (int i = 0; i < 150 && sessions_of_pid((uint32_t)getpid()) > 0; i++)
-        usleep(100000);
-    CU_ASSERT_EQUAL(sessions_of_pid((uint32_t)getpid()), 0);
+    CU_ASSERT(sessions_end(getpid(), 150));
     CU_ASSERT(shm_exists(live.name)); /* ours, alive: kept */
     shm_drop(&live);
     if (!gone)
