@@ -53,6 +53,10 @@ struct backend_op {
     void *record_event; /* recorded on the device once the outputs are written */
     backend_done_fn done; /* non-NULL: the backend may return BACKEND_QUEUED */
     void *done_ctx;
+    /* Host ops: polled while the op runs (a backend that can stop midway does, and then
+     * returns DASH_ECANCELED); nonzero: nobody wants the result any more. NULL: never. */
+    int (*stop)(void *ctx);
+    void *stop_ctx;
     /* Audit, device ops only: digest views[i] (kernels/digest.h) into digests[i] - the
      * inputs (is_output 0) before the op runs, the outputs after - so that they are in
      * digests[] when the op has completed. n_digests 0: none. */

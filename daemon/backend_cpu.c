@@ -47,6 +47,9 @@ static int map_engine_error(int rc, const struct eng_problem *p, char *msg, size
     case -EINVAL:
         snprintf(msg, msglen, "the CPU engine refused the shapes or strides");
         return DASH_ESHAPE;
+    case -ECANCELED:
+        snprintf(msg, msglen, "stopped midway: the client process is gone");
+        return DASH_ECANCELED;
     default:
         snprintf(msg, msglen, "the CPU engine failed: %s", dash_strerror(rc));
         return rc < 0 ? rc : DASH_EIO;
@@ -87,7 +90,9 @@ static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_
                        struct eng_config *ret_cfg)
 {
     struct cpu *c = impl;
+    eng_set_stop(c->eng, op->stop, op->stop_ctx);
     int rc = eng_forward(c->eng, op->prob, op->cfg, op->out, op->lse, op->q, op->k, op->v, ret_cfg);
+    eng_set_stop(c->eng, NULL, NULL);
     return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
 }
 
@@ -95,8 +100,10 @@ static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size
                         struct eng_config *ret_cfg)
 {
     struct cpu *c = impl;
+    eng_set_stop(c->eng, op->stop, op->stop_ctx);
     int rc = eng_backward(c->eng, op->prob, op->cfg, op->dq, op->dk, op->dv, op->q, op->k, op->v,
                           op->out, op->lse, op->dout, ret_cfg);
+    eng_set_stop(c->eng, NULL, NULL);
     return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
 }
 

@@ -180,6 +180,14 @@ static int run_in_place(struct job_runner *r, struct job *j, backend_done_fn don
     return r->backend->backward(r->backend->impl, &op, j->msg, sizeof j->msg, &j->used);
 }
 
+/* Is the job's client process gone (so nobody will read its result)? kill(pid, 0) fails
+ * with ESRCH only when no such process exists; an unknown pid is never gone. */
+static int client_gone(void *job)
+{
+    const struct job *j = job;
+    return j->peer_pid > 0 && kill((pid_t)j->peer_pid, 0) != 0 && errno == ESRCH;
+}
+
 static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *done_ctx)
 {
     const struct val_plan *p = &j->plan;
@@ -223,7 +231,7 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
         }
 
     struct backend_op op = {.host = 1, .prob = &p->prob, .cfg = &p->cfg,
-                            .lse = (float *)dense[VAL_LSE]};
+                            .lse = (float *)dense[VAL_LSE], .stop = client_gone, .stop_ctx = j};
     op.q = dense_tensor(&p->t[VAL_Q], dense[VAL_Q]);
     op.k = dense_tensor(&p->t[VAL_K], dense[VAL_K]);
     op.v = dense_tensor(&p->t[VAL_V], dense[VAL_V]);
@@ -255,7 +263,7 @@ int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *don
 {
     j->started_ns = uv_hrtime();
     j->msg[0] = '\0';
-    if (j->peer_pid > 0 && kill((pid_t)j->peer_pid, 0) != 0 && errno == ESRCH) {
+    if (client_gone(j)) {
         j->rc = DASH_ECANCELED;
         snprintf(j->msg, sizeof j->msg, "not run: the client process (pid %lld) is gone",
                  (long long)j->peer_pid);

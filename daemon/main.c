@@ -118,8 +118,9 @@ static void usage(FILE *f)
             "requests in flight, write their audit records, remove the socket and its lock,\n"
             "exit 0; a second SIGTERM or SIGINT exits at once, abandoning what is in flight.\n"
             "SIGHUP: reopen the audit log (after logrotate moved it). Requests of a client\n"
-            "process that has died are not started; when its session ends, the shared memory\n"
-            "it registered under libdash's names (/dash-PID-...) is unlinked.\n",
+            "process that has died are not started (on the CPU engine, stopped midway); when\n"
+            "its session ends, the shared memory it registered under libdash's names\n"
+            "(/dash-PID-...) is unlinked.\n",
             ep, POOL_THREADS_MAX, online_cpus(), DEFAULT_QUEUE, DEFAULT_SESSION_TIMEOUT_S,
             DEFAULT_AUDIT_KEEP);
 }

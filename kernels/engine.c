@@ -41,6 +41,12 @@ void eng_free(struct eng *e)
     free(e);
 }
 
+void eng_set_stop(struct eng *e, eng_stop_fn stop, void *ctx)
+{
+    e->stop = stop;
+    e->stop_ctx = ctx;
+}
+
 int32_t eng_threads(const struct eng *e)
 {
     return pool_threads(e->pool);
@@ -182,6 +188,7 @@ int eng_resolve(struct eng *e, const struct eng_problem *p, const struct eng_con
 /* ---- parallel for ----------------------------------------------------------------- */
 
 struct for_each_ctx {
+    struct eng *e;
     eng__task_fn fn;
     void *ctx;
     int64_t tasks, chunk;
@@ -197,14 +204,17 @@ static void for_each_worker(void *arg, int32_t thread, int32_t threads)
         if (first >= c->tasks)
             break;
         int64_t last = first + c->chunk < c->tasks ? first + c->chunk : c->tasks;
-        for (int64_t t = first; t < last; t++)
+        for (int64_t t = first; t < last; t++) {
+            if (eng__stopping(c->e))
+                return;
             c->fn(c->ctx, t, thread);
+        }
     }
 }
 
 void eng__for_each(struct eng *e, int64_t tasks, eng__task_fn fn, void *ctx)
 {
-    struct for_each_ctx c = {.fn = fn, .ctx = ctx, .tasks = tasks};
+    struct for_each_ctx c = {.e = e, .fn = fn, .ctx = ctx, .tasks = tasks};
     int64_t per = tasks / ((int64_t)pool_threads(e->pool) * 8);
     c.chunk = per < 1 ? 1 : per > 256 ? 256 : per;
     atomic_init(&c.next, 0);
@@ -362,7 +372,10 @@ int eng_forward(struct eng *e, const struct eng_problem *p, const struct eng_con
     f.thread_mem = eng__arena(e, f.per_thread * (size_t)eng_threads(e));
     if (!f.thread_mem)
         return -ENOMEM;
+    eng__op_begin(e);
     eng__for_each(e, (int64_t)f.geo.bh * f.geo.m_tiles, fwd_task, &f);
+    if ((rc = eng__op_end(e)))
+        return rc;
     if (ret_cfg)
         *ret_cfg = c;
     return 0;

@@ -43,6 +43,7 @@ struct vsm {
 };
 
 struct bwd {
+    struct eng *e;
     const struct eng_problem *p;
     struct sched s;
     int32_t bm, bn, D, group, nvsm, threads;
@@ -295,6 +296,8 @@ static void units_worker(void *arg, int32_t thread, int32_t threads)
             /* Keep stepping this virtual SM until it must wait: its tiles stay in cache,
              * and every switch is then forced by a real dependency. */
             while (x->job < w->s.jobs) {
+                if (eng__stopping(w->e))
+                    return; /* every worker leaves: no turn is waited for again */
                 if (!x->pending) {
                     unit_step(w, x, thread);
                     progress = 1;
@@ -327,7 +330,7 @@ int eng_backward(struct eng *e, const struct eng_problem *p, const struct eng_co
 {
     if (!e || !lse)
         return -EINVAL;
-    struct bwd w = {.p = p, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v,
+    struct bwd w = {.e = e, .p = p, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v,
                     .out = out, .dout = dout, .lse = lse};
     struct eng_config c;
     int rc = eng__prepare(e, p, cfg, &c, &w.s);
@@ -391,11 +394,14 @@ int eng_backward(struct eng *e, const struct eng_problem *p, const struct eng_co
     for (size_t t = 0; t < tiles; t++)
         atomic_init(&w.counter[t], 0);
 
+    eng__op_begin(e);
     eng__for_each(e, (int64_t)rows_q, pre_row, &w);
     pool_run(e->pool, units_worker, &w);
     eng__for_each(e, (int64_t)rows_q, post_dq_row, &w);
     if (w.group > 1)
         eng__for_each(e, (int64_t)p->batch * p->heads_kv * p->seqlen_k, post_dkv_row, &w);
+    if ((rc = eng__op_end(e)))
+        return rc; /* stopped midway (eng_set_stop): the phases after it ran no task */
     if (ret_cfg)
         *ret_cfg = c;
     return 0;

@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "pool.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,7 +20,35 @@ struct eng {
     unsigned char *scratch; /* grow-only arena, reused by every call */
     size_t scratch_cap;
     struct dag_auto_cache auto_cache;
+    eng_stop_fn stop; /* eng_set_stop */
+    void *stop_ctx;
+    int stopped;         /* the op in progress was told to stop: workers leave (read and
+                          * written with __atomic builtins: this header is C and C++) */
+    uint32_t polls;      /* tasks of the op so far, while a stop is set (__atomic) */
 };
+
+/* A worker between two tasks of an op: 1 if the op is to stop (eng_set_stop). Every
+ * ENG__POLL_EVERY-th task of the op, counted over all workers, asks stop(); the others
+ * only read the flag. */
+#define ENG__POLL_EVERY 16
+static inline int eng__stopping(struct eng *e)
+{
+    if (e->stop && __atomic_add_fetch(&e->polls, 1, __ATOMIC_RELAXED) % ENG__POLL_EVERY == 0 &&
+        e->stop(e->stop_ctx))
+        __atomic_store_n(&e->stopped, 1, __ATOMIC_RELAXED);
+    return __atomic_load_n(&e->stopped, __ATOMIC_RELAXED);
+}
+
+/* At the start of an op: not stopped; at its end: 0, or -ECANCELED if it was. */
+static inline void eng__op_begin(struct eng *e)
+{
+    __atomic_store_n(&e->stopped, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->polls, 0, __ATOMIC_RELAXED);
+}
+static inline int eng__op_end(struct eng *e)
+{
+    return __atomic_load_n(&e->stopped, __ATOMIC_RELAXED) ? -ECANCELED : 0;
+}
 
 /* Carves aligned pieces out of the engine's arena. First pass (base == NULL) only counts. */
 struct eng__carver {

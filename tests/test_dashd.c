@@ -672,6 +672,15 @@ static int sessions_of_pid(uint32_t pid)
     return n;
 }
 
+/* The daemon's error count (Stats). */
+static int64_t daemon_errors(void)
+{
+    Dash__Reply *rep = stats_call();
+    int64_t n = rep && rep->stats && rep->stats->has_errors ? (int64_t)rep->stats->errors : -1;
+    wire_free_reply(rep);
+    return n;
+}
+
 static void test_dashd_goodbye_ends_the_session_at_once(void)
 {
     struct raw_client *r = session();
@@ -751,26 +760,21 @@ static int sessions_end(pid_t pid, int tenths)
     return 0;
 }
 
+/* A client killed while its backward runs: the engine stops it midway (the op ends as
+ * DASH_ECANCELED, with nobody to tell), the daemon keeps serving and forgets the session. */
 static void test_dashd_client_killed_mid_request(void)
 {
     struct layout L;
-    layout_init(&L, 1, 1024, 1024, 4, 4, 64, DTYPE_F32);
+    layout_init(&L, 1, 2048, 2048, 4, 4, 64, DTYPE_F32); /* a backward of about a second */
     struct shm s;
     shm_with_inputs(&s, &L, 0);
+    const int64_t errors_before = daemon_errors();
+    CU_ASSERT_FATAL(errors_before >= 0);
     pid_t child = client_that_dies_with_work_sent(&L, &s, 1);
-    /* the daemon finishes the orphaned work, keeps serving, and forgets the session */
     CU_ASSERT(daemon_serves());
     CU_ASSERT(sessions_end(child, 100));
+    CU_ASSERT(daemon_errors() - errors_before >= 1);
     shm_drop(&s);
-}
-
-/* The daemon's error count (Stats). */
-static int64_t daemon_errors(void)
-{
-    Dash__Reply *rep = stats_call();
-    int64_t n = rep && rep->stats && rep->stats->has_errors ? (int64_t)rep->stats->errors : -1;
-    wire_free_reply(rep);
-    return n;
 }
 
 /* A client killed with backwards still queued: those that had not started when it died

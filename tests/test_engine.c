@@ -360,6 +360,66 @@ static void test_engine_strided_views_give_same_bits(void)
     eng_free(e);
 }
 
+/* eng_set_stop's poll: stop once it has been asked `after` times (any worker asks). */
+struct stop_after {
+    int asked, after;
+};
+
+static int stop_after_polls(void *ctx)
+{
+    struct stop_after *st = ctx;
+    return __atomic_add_fetch(&st->asked, 1, __ATOMIC_RELAXED) > st->after;
+}
+
+/* Told to stop midway, the forward and every backward schedule (the deterministic ones
+ * with virtual SMs waiting for their turns) return -ECANCELED without hanging; the
+ * engine then runs the next op whole, with the bits of an engine never stopped. */
+static void test_engine_stop_ends_an_op_midway_and_the_next_runs_whole(void)
+{
+    struct eng *e = eng_new(3), *fresh = eng_new(3);
+    CU_ASSERT_FATAL(e != NULL && fresh != NULL);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5709);
+    const struct shape_case c = {2, 300, 300, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL, 16, 16, 4};
+    struct eng_problem p = problem_of(&c);
+    struct attn a;
+    attn_init(&a, &p, &r);
+    struct eng_config cfg = {SCHED_ASCENDING, c.w, c.bm, c.bn};
+    CU_ASSERT_EQUAL_FATAL(run_forward(fresh, &a, &cfg), 0);
+    struct stop_after st = {0, 2};
+    eng_set_stop(e, stop_after_polls, &st);
+    CU_ASSERT_EQUAL(run_forward(e, &a, &cfg), -ECANCELED);
+    CU_ASSERT(st.asked > st.after);
+    eng_set_stop(e, NULL, NULL);
+    CU_ASSERT_EQUAL_FATAL(run_forward(fresh, &a, &cfg), 0); /* the forward's outputs again */
+    for (int kind = SCHED_ATOMIC; kind < SCHED_AUTO; kind++) {
+        cfg.sched = (enum sched_kind)kind;
+        /* stops early and later: in the row phases, and among virtual SMs that wait for
+         * their turns (the polls' share of each phase depends on the threads' timing) */
+        int stopped = 0;
+        for (int after = 2; after <= 1024; after *= 2) {
+            st = (struct stop_after){0, after};
+            eng_set_stop(e, stop_after_polls, &st);
+            int rc = run_backward(e, &a, &cfg, NULL);
+            CU_ASSERT(rc == -ECANCELED || (rc == 0 && st.asked <= after));
+            stopped += rc == -ECANCELED;
+        }
+        CU_ASSERT(stopped >= 2);
+        eng_set_stop(e, NULL, NULL);
+        if (kind == SCHED_ATOMIC)
+            continue; /* its bits may differ run to run */
+        CU_ASSERT_EQUAL_FATAL(run_backward(fresh, &a, &cfg, NULL), 0);
+        struct grads want;
+        grads_take(&want, &a);
+        CU_ASSERT_EQUAL_FATAL(run_backward(e, &a, &cfg, NULL), 0);
+        CU_ASSERT(grads_equal(&want, &a));
+        grads_free(&want);
+    }
+    attn_free(&a);
+    eng_free(e);
+    eng_free(fresh);
+}
+
 static void test_engine_reports_resolved_config(void)
 {
     struct eng *e = eng_new(1);
@@ -478,5 +538,6 @@ int suite_engine(void)
     ADD_TEST(s, test_engine_forward_bits_identical_across_threads);
     ADD_TEST(s, test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats);
     ADD_TEST(s, test_engine_strided_views_give_same_bits);
+    ADD_TEST(s, test_engine_stop_ends_an_op_midway_and_the_next_runs_whole);
     return 0;
 }
