@@ -229,9 +229,14 @@ static int read_file(struct log *L, const char *path)
                     it.length, it.offset + it.length);
             break;
         case AUDITFILE_TORN:
-            problem(L, path, it.offset, it.length, 1, "torn tail: the last %" PRIu64 " bytes "
-                    "hold no complete frame (a write cut short, e.g. by a crash); everything "
-                    "before offset %" PRIu64 " is valid", it.length, it.offset);
+            if (it.offset == 0) /* nothing valid before it: say so, not "valid up to 0" */
+                problem(L, path, 0, it.length, 1, "the file's %" PRIu64 " bytes hold no "
+                        "complete frame: not a dashd audit log, or its first write was cut "
+                        "short", it.length);
+            else
+                problem(L, path, it.offset, it.length, 1, "torn tail: the last %" PRIu64
+                        " bytes hold no complete frame (a write cut short, e.g. by a crash); "
+                        "everything before offset %" PRIu64 " is valid", it.length, it.offset);
             break;
         default:
             break;

@@ -86,7 +86,8 @@ int ctl_status(int argc, char **argv)
     for (size_t i = 0; i < s->n_clients; i++)
         in_flight += s->clients[i].in_flight;
     printf("dashd is running at %s: version %s, backend %s, up %s; %u client session%s with "
-           "%zu request%s in flight, queue %u of %u; %llu requests served, %llu failed; "
+           "%zu request%s in flight, queue %u of %u; %llu requests answered (of every kind, "
+           "dashctl's own included), %llu failed; "
            "ping %llu us.\n",
            endpoint, ver, be, up, s->sessions, s->sessions == 1 ? "" : "s", in_flight,
            in_flight == 1 ? "" : "s", s->queue_depth, s->queue_capacity,

@@ -292,6 +292,15 @@ static void test_audit_verify_catches_flip_truncation_and_splice(void)
     CU_ASSERT(out && strstr(out, "11 records (seq 1..11)"));
     free(out);
 
+    /* a file that is no audit log at all: said so, not "valid up to offset 0" */
+    static const char not_a_log[] = "root:x:0:0:root:/root:/bin/sh\n";
+    CU_ASSERT_EQUAL_FATAL(spit(bad, (const unsigned char *)not_a_log, sizeof not_a_log - 1), 0);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "offset 0: the file's 30 bytes hold no complete frame: not a "
+                                 "dashd audit log"));
+    CU_ASSERT(out && !strstr(out, "before offset 0"));
+    free(out);
+
     /* record 3 of log B spliced in after record 6 of log A */
     size_t len3 = (size_t)(fb[4] - fb[3]);
     unsigned char *sp = malloc(na + len3);
