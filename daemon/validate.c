@@ -231,6 +231,60 @@ static int check_no_overlap(const struct val_tensor *t, enum val_slot slot, char
     return 0;
 }
 
+/* Can delta (bytes) be written as sum d_k stride_k with |d_k| <= size_k - 1, dims k..n-1
+ * sorted by descending stride, each stride at least the span of the dims after it (what
+ * check_no_overlap admits)? Only floor and ceil of the quotient can leave a remainder the
+ * smaller dims reach, so two branches per dim. */
+static int reachable(const struct dim *d, int k, int n, int64_t delta)
+{
+    if (k == n)
+        return delta == 0;
+    int64_t q = delta / d[k].stride; /* toward zero: try it and the next one away from 0 */
+    int64_t c[2] = {q, delta < 0 ? q - 1 : q + 1};
+    for (int i = 0; i < 2; i++) {
+        if (c[i] > d[k].size - 1 || c[i] < -(d[k].size - 1))
+            continue;
+        if (reachable(d, k + 1, n, delta - c[i] * d[k].stride))
+            return 1;
+    }
+    return 0;
+}
+
+/* Two outputs must not share a byte either. Apart (other buffers, disjoint byte ranges):
+ * fine. Interleaved in one range - dq, dk, dv unbound from one packed (b, s, 3, h, d)
+ * tensor - only as the same shape and strides, and then exactly: no element of one may
+ * start inside an element of the other (the layout in bytes, the last dim a run of bytes,
+ * shifted by the offsets' difference). Anything else that shares a range is refused. */
+static int check_outputs_apart(const struct val_tensor *a, enum val_slot sa,
+                               const struct val_tensor *b, enum val_slot sb, char *msg,
+                               size_t msglen)
+{
+    if (a->buffer_id != b->buffer_id || a->offset + a->extent <= b->offset ||
+        b->offset + b->extent <= a->offset)
+        return 0;
+    int same = a->ndim == b->ndim && a->elem_size == b->elem_size;
+    for (int i = 0; same && i < a->ndim; i++)
+        same = a->shape[i] == b->shape[i] && a->stride[i] == b->stride[i];
+    if (same) {
+        struct dim d[4];
+        int n = 0;
+        for (int i = 0; i < a->ndim; i++)
+            if (a->shape[i] > 1 || i == a->ndim - 1)
+                d[n++] = i == a->ndim - 1 ? (struct dim){(int64_t)a->shape[i] * a->elem_size, 1}
+                                          : (struct dim){a->shape[i], a->stride[i] * a->elem_size};
+        qsort(d, (size_t)n, sizeof d[0], cmp_dim); /* ascending: walk it from the end */
+        struct dim desc[4];
+        for (int i = 0; i < n; i++)
+            desc[i] = d[n - 1 - i];
+        if (!reachable(desc, 0, n, (int64_t)(b->offset - a->offset)))
+            return 0;
+    }
+    return fail(msg, msglen, DASH_ESHAPE,
+                "%s and %s overlap in buffer %llu (outputs may share a byte range only as "
+                "same-shaped interleavings whose elements stay apart)", slot_names[sa],
+                slot_names[sb], (unsigned long long)a->buffer_id);
+}
+
 static int same_dim(const struct val_tensor *t, enum val_slot slot, int dim, int32_t want,
                     const char *what, char *msg, size_t msglen)
 {
@@ -316,6 +370,12 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
     for (int s = 0; s < r->slots; s++)
         if (p.t[s].output && (rc = check_no_overlap(&p.t[s], (enum val_slot)s, msg, msglen)))
             return rc;
+    for (int s = 0; s < r->slots; s++)
+        for (int u = s + 1; u < r->slots; u++)
+            if (p.t[s].output && p.t[u].output &&
+                (rc = check_outputs_apart(&p.t[s], (enum val_slot)s, &p.t[u], (enum val_slot)u,
+                                          msg, msglen)))
+                return rc;
 
     enum sched_kind kind = SCHED_AUTO;
     if (par->has_schedule && map_schedule(par->schedule, &kind) != 0)

@@ -601,6 +601,59 @@ static void test_validate_overlapping_output_is_eshape(void)
     EXPECT(&x, 0);
 }
 
+/* Two outputs must not share a byte: lse inside out is refused, dq, dk, dv unbound from
+ * one packed (b, s, 3, h, d) tensor are fine, and the same packing shifted by as little
+ * as one element (or not at all) is refused. */
+static void test_validate_outputs_must_not_overlap_each_other(void)
+{
+    struct fx x;
+    fx_fwd(&x); /* out (2, 16, 8, 64) f16 = 32 KiB, lse (2, 8, 16) f32 = 1 KiB */
+    const uint64_t out_bytes = 2 * 16 * 8 * 64 * 2;
+    x.t[VAL_LSE].buffer_id = x.t[VAL_OUT].buffer_id;
+    set_size(&x, VAL_OUT, out_bytes + 4096);
+    x.t[VAL_LSE].offset = out_bytes / 2; /* inside out */
+    EXPECT(&x, DASH_ESHAPE);
+    CU_ASSERT(strstr(x.msg, "out and lse overlap") != NULL);
+    x.t[VAL_LSE].offset = out_bytes; /* near miss: right after it */
+    EXPECT(&x, 0);
+    x.t[VAL_LSE].offset = out_bytes - 4; /* its last element's 2 bytes... and one more pair */
+    EXPECT(&x, DASH_ESHAPE);
+
+    const int64_t B = 2, S = 16, H = 4, D = 64, es = 2;
+    const int outs[] = {VAL_DQ, VAL_DK, VAL_DV};
+    /* shift: where dk and dv start after dq, in elements (one packed tensor: H*D apart) */
+    const struct {
+        int64_t dk, dv;
+        int rc;
+    } cases[] = {
+        {H * D, 2 * H * D, 0},                     /* dq, dk, dv = packed.unbind(dim=2) */
+        {H * D + 1, 2 * H * D, DASH_ESHAPE},       /* dk one element into dv's rows */
+        {H * D - 1, 2 * H * D, DASH_ESHAPE},       /* dk one element into dq's rows */
+        {0, 2 * H * D, DASH_ESHAPE},               /* dk is dq */
+        {3 * H * D * S, 2 * H * D, DASH_ESHAPE},   /* dk's batch 0 is dq's batch 1 */
+        {B * S * 3 * H * D, 2 * B * S * 3 * H * D, 0}, /* three packed tensors apart */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fx_init(&x, 1, DASH__DTYPE__F16, (int)B, (int)S, (int)S, (int)H, (int)H, (int)D);
+        const int64_t shift[3] = {0, cases[c].dk, cases[c].dv};
+        for (int i = 0; i < 3; i++) {
+            x.t[outs[i]].buffer_id = x.t[VAL_DQ].buffer_id;
+            x.t[outs[i]].offset = (uint64_t)(shift[i] * es);
+            set_strides(&x, outs[i], 4, S * 3 * H * D, 3 * H * D, D, 1);
+        }
+        set_size(&x, VAL_DQ, (uint64_t)(B * S * 3 * H * D * es) * 3);
+        EXPECT(&x, cases[c].rc);
+    }
+    /* sharing a range with another layout: refused (dk transposed over dq's bytes) */
+    fx_init(&x, 1, DASH__DTYPE__F16, (int)B, (int)S, (int)S, (int)H, (int)H, (int)D);
+    x.t[VAL_DK].buffer_id = x.t[VAL_DQ].buffer_id;
+    set_size(&x, VAL_DQ, (uint64_t)(B * S * H * D * es) * 2);
+    x.t[VAL_DK].offset = (uint64_t)(B * S * H * D * es) / 2;
+    set_strides(&x, VAL_DK, 4, H * S * D, D, S * D, 1);
+    EXPECT(&x, DASH_ESHAPE);
+    CU_ASSERT(strstr(x.msg, "dq and dk overlap") != NULL);
+}
+
 /* ---- EBADDTYPE, EHEADDIM, ESCHED, EINVAL --------------------------------------------------- */
 
 static void test_validate_dtype(void)
@@ -784,6 +837,7 @@ int suite_validate(void)
     ADD_TEST(s, test_validate_last_stride_must_be_one);
     ADD_TEST(s, test_validate_lse_must_be_dense);
     ADD_TEST(s, test_validate_overlapping_output_is_eshape);
+    ADD_TEST(s, test_validate_outputs_must_not_overlap_each_other);
     ADD_TEST(s, test_validate_dtype);
     ADD_TEST(s, test_validate_head_dim_range);
     ADD_TEST(s, test_validate_schedule_wave_blocks);
