@@ -204,11 +204,10 @@ static void for_each_worker(void *arg, int32_t thread, int32_t threads)
         if (first >= c->tasks)
             break;
         int64_t last = first + c->chunk < c->tasks ? first + c->chunk : c->tasks;
-        for (int64_t t = first; t < last; t++) {
-            if (eng__stopping(c->e))
-                return;
+        if (eng__stopping(c->e, (uint32_t)(last - first)))
+            return;
+        for (int64_t t = first; t < last; t++)
             c->fn(c->ctx, t, thread);
-        }
     }
 }
 

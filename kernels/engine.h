@@ -65,9 +65,10 @@ struct eng *eng_new(int32_t threads);
 /* Accepts NULL. */
 void eng_free(struct eng *e);
 
-/* A way to stop an op midway: the workers poll stop(ctx) between tasks (every 16th task
- * of the op, from whichever worker runs it, so stop must be thread-safe); once it returns
- * nonzero every worker leaves after its current task and the op returns -ECANCELED,
+/* A way to stop an op midway: the workers poll stop(ctx) between tasks (about every 16th
+ * task of the op, from whichever worker runs it, so stop must be thread-safe); once it
+ * returns nonzero every worker leaves after its current task or chunk of row tasks, and
+ * the op returns -ECANCELED,
  * outputs unspecified. For a caller whose result nobody will read any more (dashd: the
  * client process died). NULL: never stop. Set between calls, not during one. */
 typedef int (*eng_stop_fn)(void *ctx);

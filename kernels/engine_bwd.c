@@ -296,7 +296,7 @@ static void units_worker(void *arg, int32_t thread, int32_t threads)
             /* Keep stepping this virtual SM until it must wait: its tiles stay in cache,
              * and every switch is then forced by a real dependency. */
             while (x->job < w->s.jobs) {
-                if (eng__stopping(w->e))
+                if (eng__stopping(w->e, 1))
                     return; /* every worker leaves: no turn is waited for again */
                 if (!x->pending) {
                     unit_step(w, x, thread);

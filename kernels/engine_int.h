@@ -27,15 +27,18 @@ struct eng {
     uint32_t polls;      /* tasks of the op so far, while a stop is set (__atomic) */
 };
 
-/* A worker between two tasks of an op: 1 if the op is to stop (eng_set_stop). Every
- * ENG__POLL_EVERY-th task of the op, counted over all workers, asks stop(); the others
- * only read the flag. */
+/* A worker about to run `n` more tasks of an op: 1 if the op is to stop (eng_set_stop).
+ * Tasks are counted over all workers, and stop() is asked whenever the count passes a
+ * multiple of ENG__POLL_EVERY. Row phases count a whole chunk at once: one shared
+ * read-modify-write per task would cost more than their tasks (a row's dot product). */
 #define ENG__POLL_EVERY 16
-static inline int eng__stopping(struct eng *e)
+static inline int eng__stopping(struct eng *e, uint32_t n)
 {
-    if (e->stop && __atomic_add_fetch(&e->polls, 1, __ATOMIC_RELAXED) % ENG__POLL_EVERY == 0 &&
-        e->stop(e->stop_ctx))
-        __atomic_store_n(&e->stopped, 1, __ATOMIC_RELAXED);
+    if (e->stop) {
+        uint32_t was = __atomic_fetch_add(&e->polls, n, __ATOMIC_RELAXED);
+        if (was / ENG__POLL_EVERY != (was + n) / ENG__POLL_EVERY && e->stop(e->stop_ctx))
+            __atomic_store_n(&e->stopped, 1, __ATOMIC_RELAXED);
+    }
     return __atomic_load_n(&e->stopped, __ATOMIC_RELAXED);
 }
 
