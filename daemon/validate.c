@@ -231,20 +231,20 @@ static int check_no_overlap(const struct val_tensor *t, enum val_slot slot, char
     return 0;
 }
 
-/* Can delta (bytes) be written as sum d_k stride_k with |d_k| <= size_k - 1, dims k..n-1
- * sorted by descending stride, each stride at least the span of the dims after it (what
- * check_no_overlap admits)? Only floor and ceil of the quotient can leave a remainder the
- * smaller dims reach, so two branches per dim. */
-static int reachable(const struct dim *d, int k, int n, int64_t delta)
+/* Can delta (bytes) be written as sum d_k stride_k with |d_k| <= size_k - 1 over dims
+ * 0..k, sorted by ascending stride, each stride at least the span of the dims before it
+ * (what check_no_overlap admits)? Only the quotient toward zero and the next one away from
+ * zero can leave a remainder the smaller dims reach, so two branches per dim. */
+static int reachable(const struct dim *d, int k, int64_t delta)
 {
-    if (k == n)
+    if (k < 0)
         return delta == 0;
-    int64_t q = delta / d[k].stride; /* toward zero: try it and the next one away from 0 */
+    int64_t q = delta / d[k].stride;
     int64_t c[2] = {q, delta < 0 ? q - 1 : q + 1};
     for (int i = 0; i < 2; i++) {
         if (c[i] > d[k].size - 1 || c[i] < -(d[k].size - 1))
             continue;
-        if (reachable(d, k + 1, n, delta - c[i] * d[k].stride))
+        if (reachable(d, k - 1, delta - c[i] * d[k].stride))
             return 1;
     }
     return 0;
@@ -272,11 +272,8 @@ static int check_outputs_apart(const struct val_tensor *a, enum val_slot sa,
             if (a->shape[i] > 1 || i == a->ndim - 1)
                 d[n++] = i == a->ndim - 1 ? (struct dim){(int64_t)a->shape[i] * a->elem_size, 1}
                                           : (struct dim){a->shape[i], a->stride[i] * a->elem_size};
-        qsort(d, (size_t)n, sizeof d[0], cmp_dim); /* ascending: walk it from the end */
-        struct dim desc[4];
-        for (int i = 0; i < n; i++)
-            desc[i] = d[n - 1 - i];
-        if (!reachable(desc, 0, n, (int64_t)(b->offset - a->offset)))
+        qsort(d, (size_t)n, sizeof d[0], cmp_dim);
+        if (!reachable(d, n - 1, (int64_t)(b->offset - a->offset)))
             return 0;
     }
     return fail(msg, msglen, DASH_ESHAPE,
