@@ -10,7 +10,8 @@
 #
 # Knobs: OPT (optimisation flags; -O3 because gcc 12 vectorises the engine's inner loops
 # only there - they sum nothing out of order, so the bits do not depend on it beyond the
-# build id), CUDA=0 (skip CUDA parts), V=1 (show commands).
+# build id), CUDA=0 (skip CUDA parts), BUILD=dir (build there instead of build/; `make test`
+# runs that folder's dashd and libdash), V=1 (show commands).
 #
 # With nvcc, dashd gets the CUDA backend (the kernels linked in) and libdash its CUDA
 # buffers; both are compiled with -DDASH_HAVE_CUDA and link the CUDA runtime STATICALLY,
@@ -21,7 +22,7 @@ OPT ?= -O3
 V ?= 0
 CUDA ?= auto
 PREFIX ?= /usr/local
-BUILD := build
+BUILD ?= build
 
 CC ?= cc
 ifeq ($(origin CC),default)
@@ -72,11 +73,13 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
-	tests/test_digest.c tests/test_audit.c \
+	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c bench/benchrng.c
+BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
+	tests/testutil.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
 CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu \
@@ -100,19 +103,20 @@ DASHCTL := $(BUILD)/dashctl
 TESTS := $(BUILD)/test_dash
 BENCH := $(BUILD)/bench_engine
 BENCH_DAEMON := $(BUILD)/bench_daemon
+BENCH_CHURN := $(BUILD)/bench_churn
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff)
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_DAEMON) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
+	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
 
 .PHONY: all deps test test-gpu bench demo install clean help
 all: deps $(ALL)
 
 help:
-	@sed -n '2,12p' Makefile
+	@sed -n '2,14p' Makefile
 
 # Installs missing Debian packages when run as root, else prints the apt-get line.
 deps:
@@ -193,6 +197,10 @@ $(BENCH_DAEMON): $(call obj,$(BENCH_DAEMON_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
+$(BENCH_CHURN): $(call obj,$(BENCH_CHURN_SRC)) $(LIBPROTO) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
 $(DEMO): $(call obj,$(DEMO_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -249,10 +257,11 @@ endif
 # PyTorch SDPA (needs python3 with torch), dashd's overhead with and without auditing, and
 # the cross-process hand-off floor under it (as the machine is set up: with MPS if dashd
 # and this shell run under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
-bench: deps $(BENCH) $(BENCH_DAEMON) $(DASHD) $(BENCH_GPU)
+bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
 	$(Q)./$(BENCH_DAEMON) --out bench/results
+	$(Q)./$(BENCH_CHURN) --seconds 60 --out bench/results
 	$(Q)if [ -n "$(BENCH_GPU)" ] && nvidia-smi -L >/dev/null 2>&1; then \
 		d=$$(date -u +%F); c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); \
 		o=$$(mktemp -d); OUT=$$o BIN=$(BUILD) bash scripts/gpu_bench.sh $$c && \

@@ -105,6 +105,11 @@ int ctl__connect_failed(const char *cmd, const char *endpoint, int timeout_ms, i
     if (rc == DASH_EINVAL)
         return ctl__usage_error(cmd, "cannot connect to '%s': not a usable ZeroMQ endpoint",
                                 endpoint);
+    char why[1024];
+    if (rc == DASH_EPERM && dash_endpoint_check(endpoint, why, sizeof why) == DASH_EPERM) {
+        fprintf(stderr, "dashctl %s: %s\n", cmd, why);
+        return CTL_EXIT_FAIL;
+    }
     fprintf(stderr, "dashctl %s: cannot connect to %s: %s\n", cmd, endpoint, dash_strerror(rc));
     return CTL_EXIT_FAIL;
 }

@@ -23,7 +23,9 @@ static const char usage_text[] =
     "  --timeout MS     wait at most MS milliseconds for each reply, and for the daemon\n"
     "                   to answer at all (default 2000)\n"
     "  --endpoint E     the daemon's ZeroMQ endpoint (default: $DASHD_ENDPOINT, else\n"
-    "                   ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>.sock)\n"
+    "                   ipc://$XDG_RUNTIME_DIR/dashd.sock, else\n"
+    "                   ipc:///tmp/dashd-<uid>/dashd.sock; refused when another user\n"
+    "                   could have put its socket there: docs/libdash.md)\n"
     "  -h, --help       this text\n"
     "\n"
     "Exit status: 0 every ping answered, 1 a ping lost or no daemon, 2 bad option or value.\n";

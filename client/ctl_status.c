@@ -19,7 +19,9 @@ static const char usage_text[] =
     "\n"
     "  --timeout MS     how long the daemon has to answer (default 2000)\n"
     "  --endpoint E     the daemon's ZeroMQ endpoint (default: $DASHD_ENDPOINT, else\n"
-    "                   ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>.sock)\n"
+    "                   ipc://$XDG_RUNTIME_DIR/dashd.sock, else\n"
+    "                   ipc:///tmp/dashd-<uid>/dashd.sock; refused when another user\n"
+    "                   could have put its socket there: docs/libdash.md)\n"
     "  -h, --help       this text\n"
     "\n"
     "Exit status: 0 running, 1 not running (or not answering), 2 bad option or value.\n";

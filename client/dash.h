@@ -79,7 +79,8 @@ extern "C" {
     X(EBOUNDS, -4008, "tensor reaches outside its buffer")                       \
     X(EVERSION, -4009, "unsupported protocol version")                           \
     X(EMALFORMED, -4010, "malformed message")                                    \
-    X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")
+    X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")             \
+    X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")
 
 #ifndef DASH_ERRORS_H
 #define DASH_ERRORS_H
@@ -119,9 +120,10 @@ struct dash_connect_opts {
 };
 
 /* Write the endpoint dash_connect(NULL, ...) uses into buf: $DASHD_ENDPOINT, else the
- * per-user endpoint (ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>.sock)
- * if a daemon's socket is there, else the system daemon's ipc:///run/dashd/dashd.sock if
- * its socket exists, else the per-user endpoint.
+ * per-user endpoint (ipc://$XDG_RUNTIME_DIR/dashd.sock, else
+ * ipc:///tmp/dashd-<uid>/dashd.sock, in a directory dashd makes with mode 0700) if a
+ * daemon's socket is there, else the system daemon's ipc:///run/dashd/dashd.sock if its
+ * socket exists, else the per-user endpoint.
  * Returns 0, DASH_EINVAL (buf NULL) or -ENAMETOOLONG. Thread-safe (reads the environment). */
 int dash_default_endpoint(char *buf, size_t len);
 
@@ -129,13 +131,35 @@ int dash_default_endpoint(char *buf, size_t len);
  * endpoint above) and open a session (Hello with protocol version 1, the client name, this
  * process's pid and the run tag). opts may be NULL (all defaults); its strings are copied.
  *
+ * An ipc:// endpoint must be trusted (docs/libdash.md, "Whose daemon"): before connecting,
+ * its socket file must belong to the caller or root in a directory others cannot tamper
+ * with, or to a service in a directory root made for it; and the daemon that answers
+ * must run as the caller, root, that owner, or $DASHD_ENDPOINT_OWNER (a uid or user name
+ * the caller chooses to trust). The same check applies to every later reply, so a daemon
+ * that replaces ours (a restart on an abstract name or in /tmp) is refused before anything
+ * needing the session is sent to it.
+ *
  * Returns 0 and *ret_client, to be freed with dash_close(); or DASH_EINVAL (bad argument or
- * endpoint, a name or run tag over 255 bytes, unknown flags), DASH_ETIMEDOUT (no daemon
- * answered within the timeout), DASH_EVERSION (the daemon does not speak our protocol
- * version), DASH_ENOMEM, or another code the daemon replied. The new client belongs to the
- * calling thread (see the top of this file). */
+ * endpoint, a name or run tag over 255 bytes, unknown flags, a DASHD_ENDPOINT_OWNER that
+ * names nobody), DASH_EPERM (the endpoint or the daemon is not trusted: nothing but a Hello
+ * was sent; dash_endpoint_check() says why), DASH_ETIMEDOUT (no daemon answered within the
+ * timeout), DASH_EVERSION (the daemon does not speak our protocol version), DASH_ENOMEM,
+ * -errno (the socket's path cannot be looked at), or another code the daemon replied. The
+ * new client belongs to the calling thread (see the top of this file). */
 int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
                  struct dash_client **ret_client);
+
+/* The decision dash_connect(endpoint, ...) makes about whom it may talk to, and why
+ * (endpoint NULL: the default endpoint). First the socket file's owner and directories
+ * (nothing is sent when they fail); then, if they pass, whoever answers at the endpoint is
+ * asked for a Ping without a session, waiting at most 2 s, and must run as a trusted user.
+ *
+ * Writes a sentence into why (at most len bytes, NUL-terminated; "" when nothing is
+ * refused) that names the socket or daemon, its owner's uid and what to do. Returns 0
+ * (nothing refuses it: a trusted file and daemon, or no daemon answering), DASH_EPERM (not
+ * trusted), DASH_EINVAL (why NULL with len > 0, an empty endpoint, a bad
+ * $DASHD_ENDPOINT_OWNER) or -errno (the path cannot be looked at). Thread-safe. */
+int dash_endpoint_check(const char *endpoint, char *why, size_t len);
 
 /* Close the connection and free the client with every buffer it still owns: the buffers
  * are unregistered when the daemon is reachable (waiting at most 1 s); shared-memory ones

@@ -30,13 +30,14 @@
  */
 #include "client/dash_internal.h"
 
+#include <stdlib.h> /* both variants free() */
+
 #ifdef DASH_HAVE_CUDA
 
 #include <cuda.h> /* types only (CUresult, CUdeviceptr) */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == DASH__IPC_HANDLE_BYTES,

@@ -22,7 +22,17 @@
  *        +--Hello refused-----+   +---- session lost ---+-------------------------+
  *
  * A session is lost when a reply says DASH_ENOSESSION or carries a session_id that is not
- * ours (0 included): the daemon restarted, expired the session, or sees a new connection.
+ * ours (0 included): the daemon restarted, expired the session, or sees a new connection;
+ * or when the socket monitor reports that the connection dropped, noticed before the next
+ * request that needs the session is sent, so that it is not sent to whoever answers the
+ * reconnection: that peer gets a Hello first.
+ *
+ * Trust (proto/wire.h). dash_connect() checks an ipc endpoint's file before connecting, and
+ * every message received on an ipc endpoint must come from a daemon running as the caller,
+ * root, the socket's owner the file check vouched for, or $DASHD_ENDPOINT_OWNER. A reply
+ * from anyone else is handled as DASH_EPERM (its contents unread), and a session it seems
+ * to belong to is lost, so the Hello that follows is refused too: nothing that needs a
+ * session is ever sent to such a peer.
  *
  * The event ring (stream-ordered ops, dash_cuda.c) is registered like one more buffer:
  * RegisterEvents in REGISTERING, counted in regs_in_flight, its state in c->events->reg.
@@ -46,6 +56,8 @@
 /* Silence after which the daemon is probed (a Ping, or Hello again while one is pending). */
 #define DASH__PROBE_MS 1000
 #define DASH__DEFAULT_TIMEOUT_MS 30000
+/* How long dash_endpoint_check() waits for a daemon's answer to check who it runs as. */
+#define DASH__CHECK_TIMEOUT_MS 2000
 /* Sessions lost in a row (without an op or a ping surviving in between) before the library
  * stops restoring and fails what waits: a daemon that drops every session must not keep us
  * busy forever. */
@@ -218,6 +230,14 @@ struct dash_client {
 
     int64_t last_rx_ms; /* the daemon's last sign of life */
     int64_t last_probe_ms;
+
+    /* Trust (see the top of this file) */
+    int check_peer;      /* an ipc endpoint: every message's credentials are checked */
+    int64_t owner;       /* the uid the endpoint's file vouched for, -1: none */
+    char peer_ok[128];   /* the last Peer-Address that passed, "" if none */
+    char refusal[256];   /* why the last peer (or endpoint) was refused, "" if none */
+    void *monitor;       /* PAIR receiving the DEALER's disconnect events; NULL: none */
+    int peer_gone;       /* a disconnect reported since the last Hello was sent */
 };
 
 /* CLOCK_MONOTONIC, in milliseconds and microseconds. */

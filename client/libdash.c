@@ -326,12 +326,45 @@ free_buf:
 
 /* ---- the session state machine -------------------------------------------------------- */
 
+/* Read the monitor's events: a disconnect sets c->peer_gone. */
+static void drain_monitor(struct dash_client *c)
+{
+    if (!c->monitor)
+        return;
+    for (;;) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, c->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            if (zmq_errno() == EINTR)
+                continue;
+            return;
+        }
+        /* An event is two frames: 2 bytes of event id and 4 of value, then the address. */
+        uint16_t event = 0;
+        if (zmq_msg_size(&msg) >= sizeof event)
+            memcpy(&event, zmq_msg_data(&msg), sizeof event);
+        if (event & ZMQ_EVENT_DISCONNECTED)
+            c->peer_gone = 1;
+        int more = zmq_msg_more(&msg);
+        zmq_msg_close(&msg);
+        while (more) {
+            zmq_msg_init(&msg);
+            more = zmq_msg_recv(&msg, c->monitor, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&msg);
+            zmq_msg_close(&msg);
+        }
+    }
+}
+
 /* Send (or send again) the Hello. */
 static int start_hello(struct dash_client *c)
 {
     struct dash__req *r = c->hello;
     if (!r && !(r = dash__req_new(c, DASH__HELLO)))
         return DASH_ENOMEM;
+    /* Whoever answers this Hello is checked; disconnects before it are settled by it. */
+    drain_monitor(c);
+    c->peer_gone = 0;
     int rc = send_req(c, r);
     if (rc) {
         if (r->state != DASH__SENT)
@@ -348,12 +381,16 @@ static int start_hello(struct dash_client *c)
  * fails with code, and the next call that needs a session tries again. */
 static void fail_waiting(struct dash_client *c, int code)
 {
+    /* A refused daemon: the ops say why (dash_last_error) */
+    Dash__Reply refused = DASH__REPLY__INIT;
+    refused.message = c->refusal;
+    const Dash__Reply *why = code == DASH_EPERM && c->refusal[0] ? &refused : NULL;
     c->state = DASH__S_LOST;
     c->session_id = 0;
     c->hello_code = code;
     for (struct dash__req *r = c->reqs; r; r = r->next)
         if (is_op(r->kind) && r->state == DASH__QUEUED)
-            dash__op_finish(c, r, code, NULL);
+            dash__op_finish(c, r, code, why);
     for (struct dash_buffer *b = c->bufs; b; b = b->next) {
         if (b->reg != DASH__REG_OK) {
             b->reg = DASH__REG_FAILED;
@@ -448,6 +485,26 @@ static void lose_session(struct dash_client *c)
     int rc = start_hello(c);
     if (rc)
         fail_waiting(c, rc);
+}
+
+/* Before sending what needs the session: if the connection dropped since the Hello, the
+ * daemon that answers now may be another one (an abstract name or a path in a sticky
+ * directory can be taken over when ours exits); it gets a Hello, checked, first. */
+static void notice_disconnect(struct dash_client *c)
+{
+    drain_monitor(c);
+    if (c->peer_gone && (c->state == DASH__S_OK || c->state == DASH__S_REGISTERING))
+        lose_session(c);
+}
+
+/* A message came from a peer we do not trust (its reply was handled as DASH_EPERM): a
+ * session it seems to answer for is given up, and the Hello that follows is refused. */
+static void refuse_peer(struct dash_client *c)
+{
+    snprintf(c->last_error, sizeof c->last_error, "%s", c->refusal);
+    if (!(c->flags & DASH_CONNECT_NO_SESSION) &&
+        (c->state == DASH__S_OK || c->state == DASH__S_REGISTERING))
+        lose_session(c);
 }
 
 static void on_hello(struct dash_client *c, struct dash__req *r, const Dash__Reply *rep)
@@ -617,6 +674,25 @@ static void dispatch(struct dash_client *c, Dash__Reply *rep)
 
 /* ---- reading and waiting -------------------------------------------------------------- */
 
+/* Whether msg comes from a daemon we may believe (wire_peer_check); the reason of a
+ * refusal goes to c->refusal. One connection's messages share their Peer-Address, so the
+ * last one that passed is remembered. */
+static int peer_trusted(struct dash_client *c, zmq_msg_t *msg)
+{
+    if (!c->check_peer)
+        return 1;
+    const char *addr = zmq_msg_gets(msg, "Peer-Address");
+    if (addr && c->peer_ok[0] && strcmp(addr, c->peer_ok) == 0)
+        return 1;
+    char why[sizeof c->refusal];
+    if (wire_peer_check(addr, c->endpoint, c->owner, why, sizeof why) != 0) {
+        snprintf(c->refusal, sizeof c->refusal, "%s", why);
+        return 0;
+    }
+    snprintf(c->peer_ok, sizeof c->peer_ok, "%s", addr ? addr : "");
+    return 1;
+}
+
 /* Wait up to timeout_ms for the socket, then handle every message that has arrived. */
 static int pump(struct dash_client *c, long timeout_ms)
 {
@@ -636,12 +712,16 @@ static int pump(struct dash_client *c, long timeout_ms)
                 continue;
             return e == EAGAIN ? 0 : zmq_code(e);
         }
-        c->last_rx_ms = dash__now_ms();
+        int trusted = peer_trusted(c, &msg);
+        if (trusted)
+            c->last_rx_ms = dash__now_ms(); /* an untrusted peer is no sign of our daemon */
         int more = zmq_msg_more(&msg);
         Dash__Reply *rep = NULL;
         if (!more)
             rep = wire_decode_reply(zmq_msg_data(&msg), zmq_msg_size(&msg), WIRE_DECODE_BUDGET);
         zmq_msg_close(&msg);
+        if (rep && !trusted)
+            rep->code = DASH_EPERM; /* every handler reads nothing else of a failed reply */
         /* A reply is one frame; the rest of a multi-frame message is dropped with it. */
         while (more) {
             zmq_msg_init(&msg);
@@ -653,6 +733,8 @@ static int pump(struct dash_client *c, long timeout_ms)
         }
         if (rep)
             dispatch(c, rep);
+        if (!trusted)
+            refuse_peer(c);
     }
 }
 
@@ -711,7 +793,10 @@ int dash__pump_now(struct dash_client *c)
 
 int dash__submit(struct dash_client *c, struct dash__req *r)
 {
-    if (!needs_session(r->kind) || c->state == DASH__S_OK)
+    if (!needs_session(r->kind))
+        return send_req(c, r);
+    notice_disconnect(c);
+    if (c->state == DASH__S_OK)
         return send_req(c, r);
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return DASH_ENOSESSION;
@@ -730,6 +815,7 @@ int dash__submit(struct dash_client *c, struct dash__req *r)
  * result of starting a session (on_hello() again), or DASH_ENOSESSION. */
 static int may_register_now(struct dash_client *c)
 {
+    notice_disconnect(c);
     switch (c->state) {
     case DASH__S_OK:
     case DASH__S_REGISTERING:
@@ -818,8 +904,12 @@ static void client_free(struct dash_client *c, int say_goodbye)
         }
         /* with LINGER, zmq_ctx_term() gives the Unregisters that long to get out */
         (void)zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+        if (c->monitor)
+            (void)zmq_socket_monitor(c->sock, NULL, 0);
         zmq_close(c->sock);
     }
+    if (c->monitor && same_process)
+        zmq_close(c->monitor);
     if (c->zctx && same_process)
         zmq_ctx_term(c->zctx); /* in a forked child the context is not ours to end */
     while (c->reqs)
@@ -854,6 +944,16 @@ static int open_socket(struct dash_client *c)
         zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo) != 0 ||
         zmq_setsockopt(c->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm) != 0)
         return zmq_code(zmq_errno());
+    /* Disconnects, for notice_disconnect(); the context is this client's, so the name is
+     * free. A client without a session sends nothing that a new peer must not see. */
+    if (c->check_peer && !(c->flags & DASH_CONNECT_NO_SESSION)) {
+        if (zmq_socket_monitor(c->sock, "inproc://dash-monitor", ZMQ_EVENT_DISCONNECTED) != 0)
+            return zmq_code(zmq_errno());
+        if (!(c->monitor = zmq_socket(c->zctx, ZMQ_PAIR)) ||
+            zmq_setsockopt(c->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+            zmq_connect(c->monitor, "inproc://dash-monitor") != 0)
+            return zmq_code(zmq_errno());
+    }
     if (zmq_connect(c->sock, c->endpoint) != 0) {
         int e = zmq_errno();
         /* a malformed endpoint or an unknown transport is the caller's mistake */
@@ -863,8 +963,9 @@ static int open_socket(struct dash_client *c)
     return 0;
 }
 
-int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
-                 struct dash_client **ret_client)
+/* dash_connect(), and on failure why it was refused (when why is not NULL). */
+static int client_connect(const char *endpoint, const struct dash_connect_opts *opts,
+                          struct dash_client **ret_client, char *why, size_t why_len)
 {
     static const struct dash_connect_opts defaults;
     char ep[512];
@@ -905,6 +1006,10 @@ int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
         rc = DASH_ENOMEM;
         goto free_client;
     }
+    /* Before anything is sent: whose socket is this? */
+    if ((rc = wire_endpoint_check(c->endpoint, &c->owner, c->refusal, sizeof c->refusal)) != 0)
+        goto free_client;
+    c->check_peer = wire_ipc_path(c->endpoint) != NULL;
     if ((rc = open_socket(c)) != 0)
         goto free_client;
 
@@ -932,8 +1037,45 @@ int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
     return 0;
 
 free_client:
+    if (why && why_len)
+        snprintf(why, why_len, "%s", rc == DASH_EPERM ? c->refusal : "");
     client_free(c, 0);
     return rc;
+}
+
+int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
+                 struct dash_client **ret_client)
+{
+    return client_connect(endpoint, opts, ret_client, NULL, 0);
+}
+
+int dash_endpoint_check(const char *endpoint, char *why, size_t len)
+{
+    char ep[512];
+    int64_t owner;
+    int rc;
+
+    if ((!why && len) || (endpoint && !*endpoint))
+        return DASH_EINVAL;
+    if (why && len)
+        why[0] = '\0';
+    if (!endpoint) {
+        if ((rc = wire_client_endpoint(ep, sizeof ep)) != 0)
+            return rc;
+        endpoint = ep;
+    }
+    if ((rc = wire_endpoint_check(endpoint, &owner, why, len)) != 0 || !wire_ipc_path(endpoint))
+        return rc;
+    /* The file passes: ask whoever answers there, as dash_connect() would, without a
+     * session (nothing but a Ping is sent). */
+    struct dash_connect_opts o = {.client_name = "dash_endpoint_check",
+                                  .timeout_ms = DASH__CHECK_TIMEOUT_MS,
+                                  .flags = DASH_CONNECT_NO_SESSION};
+    struct dash_client *c;
+    rc = client_connect(endpoint, &o, &c, why, len);
+    if (rc == 0)
+        dash_close(c);
+    return rc == DASH_EPERM ? rc : 0; /* silence, or any other failure, refuses nothing */
 }
 
 void dash_close(struct dash_client *c)

@@ -91,6 +91,8 @@ static void send_reply(struct dispatch *d, const void *rid, size_t rid_len, Dash
     }
     rc = server_send(d->srv, rid, rid_len, buf, len);
     free(buf);
+    /* The send may have ended the connection, and the gone callback its session. */
+    s = sess_find(d->sessions, rid, rid_len);
     if (rc == -EHOSTUNREACH) {
         if (s) {
             log_info("session %llu (\"%s\"): the client is gone, dropping the session",
@@ -804,11 +806,11 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
         s->requests++;
         s->last_ns = uv_hrtime();
     }
-    if (m->frames != 1) {
-        log_warn("a message with %d payload frames (session %llu): answering DASH_EMALFORMED",
-                 m->frames, (unsigned long long)(s ? s->id : 0));
-        reply_error(d, m->rid, m->rid_len, 0, DASH_EMALFORMED,
-                    "expected 1 payload frame, got %d", m->frames);
+    if (m->multipart) {
+        /* The server disconnects the peer after this reply: nothing of the message is kept. */
+        reply_error(d, m->rid, m->rid_len, wire_peek_id(m->data, m->len), DASH_EMALFORMED,
+                    "a message of more than one frame: dashd's protocol has one frame per "
+                    "message; disconnecting");
         return;
     }
     Dash__Request *req = wire_decode_request(m->data, m->len, WIRE_DECODE_BUDGET);
@@ -881,6 +883,7 @@ static void on_sweep(uv_timer_t *t)
 {
     struct dispatch *d = t->data;
     uint64_t now = uv_hrtime(), limit = (uint64_t)d->cfg.session_timeout_ms * 1000000;
+    sess_reclaim_poll(d->sessions, now);
     struct session *next;
     for (struct session *s = sess_first(d->sessions); s; s = next) {
         next = sess_next(s);
@@ -931,6 +934,17 @@ free_d:
 void dispatch_set_server(struct dispatch *d, struct server *srv)
 {
     d->srv = srv;
+}
+
+void dispatch_on_gone(void *ctx, const unsigned char *rid, size_t rid_len)
+{
+    struct dispatch *d = ctx;
+    struct session *s = sess_find(d->sessions, rid, rid_len);
+    if (!s)
+        return;
+    log_info("session %llu (\"%s\"): the client closed its connection, dropping the session",
+             (unsigned long long)s->id, s->name);
+    sess_drop_disconnected(d->sessions, s, uv_hrtime());
 }
 
 void dispatch_stop(struct dispatch *d, void (*on_idle)(void *arg), void *arg)

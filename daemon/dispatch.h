@@ -43,6 +43,10 @@ void dispatch_set_server(struct dispatch *d, struct server *srv);
 /* The server's message callback (ctx is the dispatch). */
 void dispatch_on_message(void *ctx, const struct server_msg *m);
 
+/* The server's connection-gone callback: the connection's session (if any) ends now; its
+ * ops in flight finish, and their replies have nowhere to go. */
+void dispatch_on_gone(void *ctx, const unsigned char *rid, size_t rid_len);
+
 /* Stop taking new work: from now on Forward, Backward, Hello and buffer requests get
  * DASH_ECANCELED, while ops already accepted finish and are answered. on_idle(arg) is
  * called (once, from the loop) when nothing is in flight any more - possibly at once. */

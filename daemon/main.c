@@ -1,7 +1,8 @@
 /*
  * main.c - dashd's command line, start-up and shutdown.
  *
- * Threads: the main thread runs the libuv loop, which owns the ZeroMQ socket, the
+ * Threads: the main thread runs the libuv loop, which owns the listening socket, every
+ * client connection (server.c speaks ZeroMQ's ZMTP to the clients' DEALER sockets), the
  * sessions and every reply; one worker thread (queue.c) runs the ops, on the engine's own
  * pool of --threads workers (CPU backend) or on the GPU (CUDA backend, --device N).
  *
@@ -10,8 +11,10 @@
  * the CUDA backend when it starts, else the CPU engine, logging which and why. A build
  * without nvcc has no CUDA code at all.
  *
- * Start-up order matters for the ipc endpoint: take the lock file, only then remove a
- * stale socket file and bind, then tell systemd we are ready.
+ * Start-up order matters for the ipc endpoint: take the lock file (unless it is another
+ * user's: then go on without it), only then remove a stale socket file of ours and bind
+ * (bind fails where a file exists, so a live socket is never taken over), then tell
+ * systemd we are ready.
  * Shutdown (SIGTERM/SIGINT): stop taking work, answer everything in flight, close the
  * socket (with a short linger so those answers leave), remove the socket file, then the
  * lock, exit 0. A second signal exits at once, abandoning what is in flight.
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -49,6 +53,10 @@
 #define EXIT_USAGE 2
 #define DEFAULT_AUDIT_MAX_BYTES ((uint64_t)1 << 30)
 #define DEFAULT_AUDIT_KEEP 8
+#define MAX_CONNECTIONS 1000000
+/* File descriptors kept free of connections: the log, the audit file, shm objects while
+ * they are mapped, the GPU driver's, libuv's own. */
+#define FD_RESERVE_MIN 64
 
 enum backend_choice { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
 
@@ -66,6 +74,7 @@ struct options {
     enum audit_sync audit_sync;
     uint64_t audit_max_bytes;
     int audit_keep;
+    uint32_t max_connections; /* 0: as many as the file descriptor limit allows */
 };
 
 struct app {
@@ -111,6 +120,9 @@ static void usage(FILE *f)
             "  --audit-max-size N     rotate the log before it passes N bytes; suffixes K, M,\n"
             "                         G (default 1G; 0: never)\n"
             "  --audit-keep N         rotated logs kept, PATH.1..PATH.N (default %d)\n"
+            "  --max-connections N    client connections served at once; more are refused\n"
+            "                         (default %d, or fewer if the file descriptor limit,\n"
+            "                         raised to its hard limit at start, is lower)\n"
             "  --help                 show this help and exit\n"
             "  --version              show the version and exit\n"
             "\n"
@@ -122,7 +134,7 @@ static void usage(FILE *f)
             "its session ends, the shared memory it registered under libdash's names\n"
             "(/dash-PID-...) is unlinked.\n",
             ep, POOL_THREADS_MAX, online_cpus(), DEFAULT_QUEUE, DEFAULT_SESSION_TIMEOUT_S,
-            DEFAULT_AUDIT_KEEP);
+            DEFAULT_AUDIT_KEEP, SERVER_DEFAULT_CONNECTIONS);
 }
 
 static int bad_value(const char *opt, const char *value, const char *want)
@@ -171,7 +183,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_DEVICE, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT,
            OPT_LEVEL, OPT_HELP, OPT_VERSION, OPT_AUDIT, OPT_AUDIT_LEVEL, OPT_AUDIT_SYNC,
-           OPT_AUDIT_MAX, OPT_AUDIT_KEEP };
+           OPT_AUDIT_MAX, OPT_AUDIT_KEEP, OPT_MAX_CONNECTIONS };
     static const struct option longopts[] = {
         {"endpoint", required_argument, NULL, OPT_ENDPOINT},
         {"backend", required_argument, NULL, OPT_BACKEND},
@@ -183,6 +195,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"audit-max-size", required_argument, NULL, OPT_AUDIT_MAX},
         {"audit-keep", required_argument, NULL, OPT_AUDIT_KEEP},
         {"queue", required_argument, NULL, OPT_QUEUE},
+        {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
         {"session-timeout", required_argument, NULL, OPT_TIMEOUT},
         {"log-level", required_argument, NULL, OPT_LEVEL},
         {"help", no_argument, NULL, OPT_HELP},
@@ -202,6 +215,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->audit_sync = AUDIT_SYNC_BATCH;
     o->audit_max_bytes = DEFAULT_AUDIT_MAX_BYTES;
     o->audit_keep = DEFAULT_AUDIT_KEEP;
+    o->max_connections = 0;
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -275,6 +289,11 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (parse_long(optarg, 1, 1000, &v))
                 return bad_value("--audit-keep", optarg, "an integer in 1..1000");
             o->audit_keep = (int)v;
+            break;
+        case OPT_MAX_CONNECTIONS:
+            if (parse_long(optarg, 1, MAX_CONNECTIONS, &v))
+                return bad_value("--max-connections", optarg, "an integer in 1..1000000");
+            o->max_connections = (uint32_t)v;
             break;
         case OPT_HELP:
             usage(stdout);
@@ -363,6 +382,39 @@ static void on_signal(uv_signal_t *h, int signum)
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
+/* Raise the soft limit on open files to the hard one (services start at 1024), then size the
+ * connection limit so that connections can never use up the descriptors: accept() failing
+ * with EMFILE would refuse everyone, and what else needs a descriptor would fail. */
+static uint32_t connection_limit(uint32_t asked)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        log_warn("cannot read the open-file limit: %s", strerror(errno));
+        return asked ? asked : SERVER_DEFAULT_CONNECTIONS;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            log_warn("cannot raise the open-file limit from %llu to %llu: %s",
+                     (unsigned long long)was, (unsigned long long)rl.rlim_max, strerror(errno));
+            rl.rlim_cur = was;
+        }
+    }
+    uint64_t fds = rl.rlim_cur == RLIM_INFINITY ? UINT32_MAX : (uint64_t)rl.rlim_cur;
+    uint64_t reserve = FD_RESERVE_MIN + fds / 8;
+    uint64_t fit = fds > reserve ? fds - reserve : 1;
+    uint64_t want = asked ? asked : SERVER_DEFAULT_CONNECTIONS;
+    if (want > fit) {
+        if (asked)
+            log_warn("--max-connections %u: the open-file limit is %llu, so at most %llu "
+                     "connections are served", asked, (unsigned long long)fds,
+                     (unsigned long long)fit);
+        want = fit;
+    }
+    return (uint32_t)want;
+}
+
 /* The backend --backend asks for, or NULL having logged why. */
 static struct backend *start_backend(const struct options *o)
 {
@@ -392,6 +444,53 @@ static struct backend *start_backend(const struct options *o)
     return b;
 }
 
+/* The private directory of the default endpoint (wire_private_dir), when path is in it:
+ * made with mode 0700 if missing, and refused unless it is a real directory of ours that
+ * only we can enter, since whoever controls it controls the socket clients trust. Returns
+ * 0, or -1 having said why. */
+static int make_private_dir(const char *path)
+{
+    char dir[64], why[512];
+    if (wire_private_dir(dir, sizeof dir) != 0)
+        return 0;
+    size_t n = strlen(dir);
+    if (strncmp(path, dir, n) != 0 || path[n] != '/' || strchr(path + n + 1, '/'))
+        return 0;
+    if (mkdir(dir, 0700) == 0)
+        log_info("made %s (mode 0700) for the socket", dir);
+    else if (errno != EEXIST) {
+        fprintf(stderr, "dashd: cannot make %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    if (wire_private_dir_check(dir, getuid(), why, sizeof why) != 0) {
+        fprintf(stderr, "dashd: refusing to serve in %s: %s\n", dir, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* lockfile_acquire() left another user's lock file alone: say so, and whose it is. */
+static void warn_foreign_lock(const char *lock_path)
+{
+    struct stat st;
+    if (lstat(lock_path, &st) == 0)
+        log_warn("the lock file %s belongs to uid %u, not to us (uid %u): not using it, serving "
+                 "without a lock; have its owner or root remove it", lock_path,
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+    else
+        log_warn("the lock file %s is not ours: not using it, serving without a lock", lock_path);
+}
+
+/* Bound where libdash refuses to connect (wire_endpoint_check: a directory others can
+ * write), the daemon would serve nobody: say so at start. */
+static void warn_if_clients_refuse(const char *endpoint)
+{
+    char why[1024];
+    int64_t owner;
+    if (wire_endpoint_check(endpoint, &owner, why, sizeof why) == DASH_EPERM)
+        log_warn("libdash clients will refuse this endpoint: %s", why);
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -417,6 +516,8 @@ int main(int argc, char **argv)
     /* An abstract ("@name") socket has no file to steal or leave behind: a second bind
      * fails by itself. */
     if (path && path[0] != '@') {
+        if (make_private_dir(path) != 0)
+            return 1;
         snprintf(lock_path, sizeof lock_path, "%s.lock", path);
         rc = lockfile_acquire(lock_path, &a.lock);
         if (rc == -EWOULDBLOCK) {
@@ -424,13 +525,24 @@ int main(int argc, char **argv)
                     lock_path);
             return 1;
         }
-        if (rc) {
+        if (rc == -EPERM) {
+            warn_foreign_lock(lock_path);
+        } else if (rc) {
             fprintf(stderr, "dashd: cannot lock %s: %s\n", lock_path, strerror(-rc));
             return 1;
         }
-        /* We hold the lock, so a socket file here is a dead daemon's. */
-        if (unlink(path) == 0)
-            log_info("removed the stale socket %s", path);
+        /* With or without the lock, binding must take nothing from anyone: only a socket of
+         * ours on which nothing answers (a dead daemon's) is removed. */
+        char why[512];
+        int removed;
+        if (lockfile_claim_socket(path, &removed, why, sizeof why) != 0) {
+            fprintf(stderr, "dashd: cannot serve %s: %s\n", o.endpoint, why);
+            lockfile_release(a.lock);
+            return 1;
+        }
+        if (removed)
+            log_info("removed the stale socket %s (nothing answered on it)", path);
+        warn_if_clients_refuse(o.endpoint);
         a.sock_path = path;
     }
 
@@ -483,7 +595,12 @@ int main(int argc, char **argv)
         goto close_loop;
     }
     char err[512];
-    a.srv = server_new(&a.loop, o.endpoint, dispatch_on_message, a.disp, err, sizeof err);
+    struct server_config sc = {.endpoint = o.endpoint,
+                               .max_connections = connection_limit(o.max_connections),
+                               .on_msg = dispatch_on_message,
+                               .on_gone = dispatch_on_gone,
+                               .ctx = a.disp};
+    a.srv = server_new(&a.loop, &sc, err, sizeof err);
     if (!a.srv) {
         log_error("%s", err);
         dispatch_close(a.disp);
@@ -503,8 +620,9 @@ int main(int argc, char **argv)
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
                  "checked against the registering user", o.endpoint);
-    log_info("dashd " DASHD_VERSION " serving %s (backend %s: %s; queue %u; session timeout %g s)",
-             o.endpoint, b->name, b->device, o.queue, o.session_timeout_s);
+    log_info("dashd " DASHD_VERSION " serving %s (backend %s: %s; queue %u; session timeout %g s; "
+             "at most %u connections)", o.endpoint, b->name, b->device, o.queue,
+             o.session_timeout_s, sc.max_connections);
     if (b->gpu_sharing && strcmp(b->gpu_sharing, "mps") == 0)
         log_info("GPU sharing: MPS (clients that also run under MPS hand work to dashd without "
                  "a GPU context switch)");

@@ -1,16 +1,33 @@
 /*
- * server.h - the transport: one ZeroMQ ROUTER socket driven by a libuv loop.
+ * server.h - the transport: the ROUTER side of ZeroMQ's wire protocol (ZMTP 3.x, NULL
+ * mechanism) on libuv streams, on the loop thread.
  *
- * The socket is touched only on the loop thread. ZMQ_FD is edge-triggered and may wake us
- * for nothing, so every wake-up (and the loop iteration after any send, which can consume
- * an edge) reads ZMQ_EVENTS and drains messages with ZMQ_DONTWAIT until the socket is no
- * longer readable. At most SERVER_BATCH messages are handled per loop iteration; if more
- * are waiting, a uv_idle handle brings us back without blocking, so completions and
- * timers run in between.
+ * Clients use libzmq DEALER sockets, unchanged; the daemon speaks ZMTP itself instead of
+ * using a libzmq ROUTER socket, because four defects of the libzmq socket could not be fixed
+ * from outside it: an edge-triggered ZMQ_FD whose edge a failed send can swallow (a request
+ * then waits forever), an assert on EMFILE in its ipc listener (running out of file
+ * descriptors aborts the daemon), no bound on an unfinished multipart message (one peer can
+ * take all memory), and peer-chosen routing ids (a peer can present another's id). Here:
  *
- * Socket options: ROUTER_MANDATORY (a reply to a departed peer fails with EHOSTUNREACH
- * instead of vanishing), MAXMSGSIZE = WIRE_MAX_MESSAGE, explicit send/receive high-water
- * marks, LINGER 0 while serving, and ZMTP heartbeats so dead peers are noticed.
+ *   accept ──> greeting + READY (deadline SERVER_HANDSHAKE_MS) ──> open: one frame = one
+ *   message; a frame with MORE set, a frame over WIRE_MAX_MESSAGE, a bad flag, a command
+ *   other than PING/PONG: the peer is told (what dispatch replies) and disconnected
+ *
+ * - Memory: a connection buffers at most one frame (WIRE_MAX_MESSAGE plus its header) on
+ *   input; on output, reading from a peer pauses while more than SERVER_WQ_PAUSE bytes of
+ *   replies wait for it, so a client that does not read cannot make replies pile up.
+ * - Connections: at most max_connections (the rest are accepted and closed at once, so
+ *   libzmq retries them later); the caller sizes it below the file descriptor limit.
+ *   libuv turns EMFILE on accept into an error we log, never an abort.
+ * - Routing ids are 8 bytes chosen by the daemon, one per connection, never reused in the
+ *   daemon's life; a peer's own "Identity" is ignored. A session keyed by routing id
+ *   therefore belongs to one connection, and so to the credentials (SO_PEERCRED) of the
+ *   process that opened it.
+ * - Ordering: messages of one connection are handed over in order, replies leave in the
+ *   order server_send() was called.
+ *
+ * Endpoints: ipc://PATH (a socket file; bind fails if PATH exists), ipc://@NAME (Linux
+ * abstract socket), tcp://HOST:PORT (HOST an address or *; peers have no credentials).
  */
 #ifndef DASHD_SERVER_H
 #define DASHD_SERVER_H
@@ -19,42 +36,69 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define SERVER_BATCH 256
-#define SERVER_HWM 4096
-#define SERVER_HEARTBEAT_IVL_MS 1000
-#define SERVER_HEARTBEAT_TIMEOUT_MS 5000
+#define SERVER_RID_LEN 8
+#define SERVER_HANDSHAKE_MS 5000        /* greeting and READY must arrive within this */
+#define SERVER_WQ_PAUSE (1u << 20)      /* stop reading a peer with this much unsent */
+#define SERVER_WQ_DROP (64u << 20)      /* a reply to a peer this far behind is dropped */
+#define SERVER_DEFAULT_CONNECTIONS 4096
 
-/* One message as received: [routing id][payload frames...]. */
+/* One message as received. */
 struct server_msg {
-    const unsigned char *rid;
+    const unsigned char *rid; /* SERVER_RID_LEN bytes: the connection */
     size_t rid_len;
-    const void *data; /* the first payload frame (NULL when frames == 0) */
+    const void *data; /* the frame */
     size_t len;
-    int frames;       /* payload frames; a well-formed message has exactly 1 */
+    int multipart;    /* the frame had MORE set: the connection closes after the reply */
     int64_t peer_uid; /* from the ipc peer's credentials; -1 when unknown */
     int64_t peer_pid;
 };
 
 /* Called on the loop thread for every message; may call server_send(). */
 typedef void (*server_msg_fn)(void *ctx, const struct server_msg *m);
+/* Called on the loop thread when an open connection ends (peer closed it, broke the
+ * protocol or stopped being writable); its routing id is unknown from then on. */
+typedef void (*server_gone_fn)(void *ctx, const unsigned char *rid, size_t rid_len);
+
+struct server_config {
+    const char *endpoint;
+    uint32_t max_connections; /* 0: SERVER_DEFAULT_CONNECTIONS */
+    server_msg_fn on_msg;
+    server_gone_fn on_gone; /* may be NULL */
+    void *ctx;
+};
+
+/* Counters, for Stats and the tests. */
+struct server_stats {
+    uint32_t connections;     /* open now, handshake or not */
+    uint32_t max_connections;
+    uint64_t accepted;        /* since start */
+    uint64_t refused;         /* over max_connections, or accept() failed */
+    uint64_t dropped;         /* closed for breaking the protocol or the handshake deadline */
+};
 
 struct server;
 
-/* Create the socket, bind it to `endpoint` and start polling. NULL on failure, with the
- * reason in err. The caller handles the ipc lock file and stale socket beforehand. */
-struct server *server_new(uv_loop_t *loop, const char *endpoint, server_msg_fn fn, void *ctx,
-                          char *err, size_t errlen);
+/* Bind the endpoint and start accepting. NULL on failure, with the reason in err (the
+ * loop must then run before it is closed: a handle may be closing). The caller handles the
+ * ipc lock file and a stale socket file beforehand. */
+struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, char *err,
+                          size_t errlen);
 
-/* Send [rid][data]. Returns 0, -EHOSTUNREACH (the peer is gone), -EAGAIN (its queue is at
- * the high-water mark; the message is dropped) or another -errno. */
+/* Send data as one frame to the connection rid. Returns 0 (sent or queued), -EHOSTUNREACH
+ * (no such connection: it is gone), -EAGAIN (the peer has not read SERVER_WQ_DROP bytes;
+ * the reply is dropped), or -ENOTCONN after server_close(). */
 int server_send(struct server *s, const void *rid, size_t rid_len, const void *data, size_t len);
 
-/* Stop reading, give pending replies up to linger_ms to leave, close the socket and the
- * loop handles. Idempotent. */
+/* End one connection (after what was queued for it has left). */
+void server_disconnect(struct server *s, const void *rid, size_t rid_len);
+
+void server_get_stats(const struct server *s, struct server_stats *ret_stats);
+
+/* Stop accepting and reading, give queued replies up to linger_ms to leave, then close
+ * every connection and handle. Idempotent. */
 void server_close(struct server *s, int linger_ms);
 
-/* Terminate the ZeroMQ context (waits for the linger) and free. After server_close() and
- * after the loop has run the close callbacks. Accepts NULL. */
+/* Free, after server_close() and after the loop has run the close callbacks. Accepts NULL. */
 void server_free(struct server *s);
 
 #endif

@@ -20,8 +20,21 @@
 
 #define SESS_BUCKETS 256
 
+/* The libdash-named objects of a session whose connection ended while its process had not
+ * yet gone (sess_drop_disconnected). */
+struct sess_reclaim {
+    uint64_t session_id;
+    uint32_t pid;     /* as Hello said: the names' */
+    int64_t peer_pid; /* the connection's */
+    uint64_t until_ns;
+    char **names;
+    size_t n;
+    struct sess_reclaim *next;
+};
+
 struct sess_table {
     struct session *bucket[SESS_BUCKETS];
+    struct sess_reclaim *reclaim;
     struct session *head;
     uint32_t count;
     uint64_t next_session_id;
@@ -53,6 +66,7 @@ void sess_table_free(struct sess_table *t)
         return;
     while (t->head)
         sess_drop(t, t->head);
+    sess_reclaim_poll(t, UINT64_MAX); /* what has gone by now, and forget the rest */
     free(t);
 }
 
@@ -88,31 +102,74 @@ int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct se
     return 0;
 }
 
-/* See sess_drop. kill(pid, 0) fails with ESRCH only when no such process exists (EPERM:
- * it exists, as another user's). A pid reused since is taken for the client: nothing is
- * unlinked, as before. */
-static void reclaim_if_client_gone(const struct session *s)
+/* Whether a process is gone: kill(pid, 0) fails with ESRCH only when no such process
+ * exists (EPERM: it exists, as another user's); a zombie has exited too. A pid reused since
+ * is taken for the client: nothing is unlinked, as before. */
+static int process_gone(int64_t pid)
 {
-    if (s->peer_pid <= 0 || s->pid == 0 || kill((pid_t)s->peer_pid, 0) == 0 || errno != ESRCH)
-        return;
+    if (pid <= 0)
+        return 0;
+    if (kill((pid_t)pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* The shm objects s registered under libdash's names ("/dash-<pid>-..."), as a malloc'd
+ * array of strdup'd names; 0 if none (or no memory: then nothing is reclaimed). */
+static size_t libdash_names(const struct session *s, char ***ret_names)
+{
+    *ret_names = NULL;
+    if (s->pid == 0 || s->n_bufs == 0)
+        return 0;
     char prefix[32];
     int n = snprintf(prefix, sizeof prefix, "/dash-%u-", s->pid);
+    char **names = calloc(s->n_bufs, sizeof *names);
+    if (!names)
+        return 0;
+    size_t k = 0;
     for (size_t i = 0; i < s->n_bufs; i++) {
         const char *name = shmbuf_name(s->bufs[i].buf);
-        if (!name || strncmp(name, prefix, (size_t)n) != 0)
-            continue;
-        if (shm_unlink(name) == 0)
+        if (name && strncmp(name, prefix, (size_t)n) == 0 && (names[k] = strdup(name)))
+            k++;
+    }
+    if (!k) {
+        free(names);
+        return 0;
+    }
+    *ret_names = names;
+    return k;
+}
+
+static void unlink_names(uint64_t session_id, uint32_t pid, char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (shm_unlink(names[i]) == 0)
             log_info("session %llu: client pid %u is gone; unlinked its shared memory %s",
-                     (unsigned long long)s->id, s->pid, name);
+                     (unsigned long long)session_id, pid, names[i]);
         else if (errno != ENOENT)
             log_warn("session %llu: cannot unlink %s of gone client pid %u: %s",
-                     (unsigned long long)s->id, name, s->pid, strerror(errno));
+                     (unsigned long long)session_id, names[i], pid, strerror(errno));
     }
 }
 
-void sess_drop(struct sess_table *t, struct session *s)
+static void free_names(char **names, size_t n)
 {
-    reclaim_if_client_gone(s);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static void unlink_table(struct sess_table *t, struct session *s)
+{
     struct session **pp = &t->bucket[hash_rid(s->rid, s->rid_len)];
     while (*pp != s)
         pp = &(*pp)->hash_next;
@@ -129,6 +186,54 @@ void sess_drop(struct sess_table *t, struct session *s)
         shmbuf_unref(s->bufs[i].buf);
     free(s->bufs);
     free(s);
+}
+
+void sess_drop(struct sess_table *t, struct session *s)
+{
+    if (process_gone(s->peer_pid)) {
+        char **names;
+        size_t n = libdash_names(s, &names);
+        unlink_names(s->id, s->pid, names, n);
+        free_names(names, n);
+    }
+    unlink_table(t, s);
+}
+
+void sess_drop_disconnected(struct sess_table *t, struct session *s, uint64_t now_ns)
+{
+    if (s->peer_pid <= 0 || process_gone(s->peer_pid)) {
+        sess_drop(t, s);
+        return;
+    }
+    struct sess_reclaim *r = calloc(1, sizeof *r);
+    if (r && (r->n = libdash_names(s, &r->names)) > 0) {
+        r->session_id = s->id;
+        r->pid = s->pid;
+        r->peer_pid = s->peer_pid;
+        r->until_ns = now_ns + (uint64_t)SESS_RECLAIM_WAIT_MS * 1000000u;
+        r->next = t->reclaim;
+        t->reclaim = r;
+    } else {
+        free(r);
+    }
+    unlink_table(t, s);
+}
+
+void sess_reclaim_poll(struct sess_table *t, uint64_t now_ns)
+{
+    for (struct sess_reclaim **pp = &t->reclaim; *pp;) {
+        struct sess_reclaim *r = *pp;
+        int gone = process_gone(r->peer_pid);
+        if (!gone && now_ns < r->until_ns) {
+            pp = &r->next;
+            continue;
+        }
+        if (gone)
+            unlink_names(r->session_id, r->pid, r->names, r->n);
+        *pp = r->next;
+        free_names(r->names, r->n);
+        free(r);
+    }
 }
 
 struct session *sess_first(struct sess_table *t)

@@ -72,8 +72,21 @@ int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct se
  * longer running), the shared memory objects it registered under libdash's names
  * ("/dash-<pid>-...", pid as Hello said) are unlinked first: a client that crashed or was
  * killed left them behind, and nobody else would remove them. A live client's stay (an
- * idle session that expired, a daemon shutting down): it registers them again. */
+ * idle session that expired, a daemon shutting down): it registers them again. A zombie
+ * (exited, not yet reaped) counts as gone. */
 void sess_drop(struct sess_table *t, struct session *s);
+
+/* Like sess_drop, for a session whose connection has just ended. A client that dies
+ * closes its connection while it exits, before the kernel reports the process gone, so
+ * if it is not gone yet, the names are kept for SESS_RECLAIM_WAIT_MS: sess_reclaim_poll()
+ * unlinks them if the process goes within that time, and forgets them otherwise (a live
+ * client that closed its connection keeps its memory). */
+#define SESS_RECLAIM_WAIT_MS 5000
+void sess_drop_disconnected(struct sess_table *t, struct session *s, uint64_t now_ns);
+
+/* Unlink the shared memory of the clients that have gone since their connection ended;
+ * call now and then (the idle sweep does). */
+void sess_reclaim_poll(struct sess_table *t, uint64_t now_ns);
 
 /* Iterate: sess_first(t), then sess_next(s) until NULL. Do not drop the current one
  * without taking its successor first. */

@@ -76,7 +76,7 @@ int shmbuf_open(const char *name, uint64_t size, int64_t owner_uid, char *msg, s
         goto close_fd;
     }
     if (owner_uid >= 0 && (int64_t)st.st_uid != owner_uid) {
-        rc = -EACCES;
+        rc = DASH_EPERM;
         snprintf(msg, msglen, "the shared memory object belongs to another user");
         goto close_fd;
     }

@@ -42,7 +42,8 @@ int shmbuf_check_name(const char *name, char *msg, size_t msglen);
  * -1, the object must belong to that uid (so a client cannot map another user's memory
  * through us). Returns 0 and *ret_buf with one reference, or a DASH_* code with a reason
  * in msg: DASH_EINVAL (name, size), DASH_EBOUNDS (the object is smaller than size),
- * -EACCES, DASH_ENOENT, DASH_ENOMEM or another -errno. The fd is closed after mapping. */
+ * DASH_EPERM (another user's object), DASH_ENOENT, DASH_ENOMEM or another -errno. The fd
+ * is closed after mapping. */
 int shmbuf_open(const char *name, uint64_t size, int64_t owner_uid, char *msg, size_t msglen,
                 struct shmbuf **ret_buf);
 

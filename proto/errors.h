@@ -42,7 +42,8 @@
     X(EBOUNDS, -4008, "tensor reaches outside its buffer")                       \
     X(EVERSION, -4009, "unsupported protocol version")                           \
     X(EMALFORMED, -4010, "malformed message")                                    \
-    X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")
+    X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")             \
+    X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")
 
 enum dash_err {
 #define DASH_ERR_ENUM_(name, value, msg) DASH_##name = (value),

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,11 @@ static int spawn(struct dashd_proc *d)
         return -1;
     if (pid == 0) {
         setpgid(0, 0);
+        if (d->nofile_hard) {
+            struct rlimit rl = {(rlim_t)d->nofile_soft, (rlim_t)d->nofile_hard};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(126);
+        }
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -68,6 +74,20 @@ int dashd_start(struct dashd_proc *d, const char *extra)
     snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/dashd-test-%d-%d.sock", (int)getpid(), n);
     snprintf(d->log_path, sizeof d->log_path, "/tmp/dashd-test-%d-%d.log", (int)getpid(), n++);
     snprintf(d->extra, sizeof d->extra, "%s", extra ? extra : "");
+    unlink(d->log_path);
+    return spawn(d);
+}
+
+int dashd_start_limited(struct dashd_proc *d, const char *extra, long nofile_soft,
+                        long nofile_hard)
+{
+    static int n;
+    memset(d, 0, sizeof *d);
+    snprintf(d->endpoint, sizeof d->endpoint, "ipc:///tmp/dashd-test-%d-l%d.sock", (int)getpid(), n);
+    snprintf(d->log_path, sizeof d->log_path, "/tmp/dashd-test-%d-l%d.log", (int)getpid(), n++);
+    snprintf(d->extra, sizeof d->extra, "%s", extra ? extra : "");
+    d->nofile_soft = nofile_soft;
+    d->nofile_hard = nofile_hard;
     unlink(d->log_path);
     return spawn(d);
 }

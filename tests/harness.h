@@ -17,11 +17,16 @@ struct dashd_proc {
     char endpoint[128];
     char log_path[128];
     char extra[256]; /* extra command-line arguments, kept for restarts */
+    long nofile_soft, nofile_hard; /* RLIMIT_NOFILE it starts with; 0: inherited */
 };
 
 /* Start dashd on a new temporary endpoint with `extra` arguments (may be NULL) and wait
  * until it answers a Ping (at most 10 s). Returns 0 or -1. */
 int dashd_start(struct dashd_proc *d, const char *extra);
+
+/* dashd_start with the open-file limits soft/hard (as a service manager would set them). */
+int dashd_start_limited(struct dashd_proc *d, const char *extra, long nofile_soft,
+                        long nofile_hard);
 
 /* Start again on the same endpoint (after a stop or kill). */
 int dashd_restart(struct dashd_proc *d);

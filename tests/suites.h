@@ -29,5 +29,7 @@ int suite_job(void);
 int suite_client(void);
 int suite_digest(void);
 int suite_audit(void);
+int suite_server(void);
+int suite_endpoint(void);
 
 #endif

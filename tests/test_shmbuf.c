@@ -81,7 +81,7 @@ static void test_shmbuf_open_checks_size_and_owner(void)
     CU_ASSERT_EQUAL(shmbuf_open(name, 8193, -1, msg, sizeof msg, &none), DASH_EBOUNDS);
     CU_ASSERT_EQUAL(shmbuf_open(name, 0, -1, msg, sizeof msg, &none), DASH_EINVAL);
     CU_ASSERT_EQUAL(shmbuf_open(name, UINT64_MAX, -1, msg, sizeof msg, &none), DASH_EINVAL);
-    CU_ASSERT_EQUAL(shmbuf_open(name, 10, (int64_t)getuid() + 1, msg, sizeof msg, &none), -EACCES);
+    CU_ASSERT_EQUAL(shmbuf_open(name, 10, (int64_t)getuid() + 1, msg, sizeof msg, &none), DASH_EPERM);
     CU_ASSERT_EQUAL(shmbuf_open("/dashd-test-no-such-object", 10, -1, msg, sizeof msg, &none),
                     DASH_ENOENT);
     CU_ASSERT_EQUAL(shmbuf_open("no-slash", 10, -1, msg, sizeof msg, &none), DASH_EINVAL);

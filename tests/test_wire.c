@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 /* A Forward request with every field set, encoded. Caller frees *buf. */
@@ -163,9 +166,14 @@ static void test_wire_default_endpoint_follows_environment(void)
     unsetenv("DASHD_ENDPOINT");
     unsetenv("XDG_RUNTIME_DIR");
     CU_ASSERT_EQUAL(wire_default_endpoint(buf, sizeof buf), 0);
-    char want[64];
-    snprintf(want, sizeof want, "ipc:///tmp/dashd-%u.sock", (unsigned)getuid());
+    /* the socket sits in a directory of its own, not in /tmp itself */
+    char want[64], dir[64], want_dir[64];
+    snprintf(want, sizeof want, "ipc:///tmp/dashd-%u/dashd.sock", (unsigned)getuid());
     CU_ASSERT_STRING_EQUAL(buf, want);
+    snprintf(want_dir, sizeof want_dir, "/tmp/dashd-%u", (unsigned)getuid());
+    CU_ASSERT_EQUAL(wire_private_dir(dir, sizeof dir), 0);
+    CU_ASSERT_STRING_EQUAL(dir, want_dir);
+    CU_ASSERT_EQUAL(wire_private_dir(dir, 8), -ENAMETOOLONG);
     setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
     CU_ASSERT_EQUAL(wire_default_endpoint(buf, sizeof buf), 0);
     CU_ASSERT_STRING_EQUAL(buf, "ipc:///run/user/1000/dashd.sock");
@@ -192,6 +200,152 @@ static void test_wire_default_endpoint_follows_environment(void)
     free(old_xdg);
 }
 
+static void test_wire_peer_creds_are_the_last_three_fields(void)
+{
+    int64_t uid = 7, pid = 7;
+    CU_ASSERT_EQUAL(wire_peer_creds("/tmp/x.sock:1000:1001:4242", &uid, &pid), 0);
+    CU_ASSERT_EQUAL(uid, 1000);
+    CU_ASSERT_EQUAL(pid, 4242);
+    CU_ASSERT_EQUAL(wire_peer_creds("@dash:x:y:0:0:1", &uid, &pid), 0);
+    CU_ASSERT_EQUAL(uid, 0);
+    CU_ASSERT_EQUAL(pid, 1);
+    CU_ASSERT_EQUAL(wire_peer_creds(NULL, &uid, &pid), -ENOENT);
+    CU_ASSERT_EQUAL(wire_peer_creds("", &uid, &pid), -ENOENT);
+    CU_ASSERT_EQUAL(wire_peer_creds("127.0.0.1", &uid, &pid), -ENOENT);
+    CU_ASSERT_EQUAL(wire_peer_creds("a:1:2:", &uid, &pid), -ENOENT);
+    CU_ASSERT_EQUAL(wire_peer_creds("a:x:2:3", &uid, &pid), -ENOENT);
+}
+
+/* Set DASHD_ENDPOINT_OWNER (NULL: unset it). */
+static void put_owner_env(const char *v)
+{
+    if (v)
+        setenv("DASHD_ENDPOINT_OWNER", v, 1);
+    else
+        unsetenv("DASHD_ENDPOINT_OWNER");
+}
+
+/* Unset DASHD_ENDPOINT_OWNER, returning what it was, for restore_owner_env(). */
+static char *clear_owner_env(void)
+{
+    const char *old = getenv("DASHD_ENDPOINT_OWNER");
+    char *saved = old ? strdup(old) : NULL;
+    put_owner_env(NULL);
+    return saved;
+}
+
+static void restore_owner_env(char *saved)
+{
+    put_owner_env(saved);
+    free(saved);
+}
+
+static void test_wire_peer_check_trusts_the_caller_root_and_the_named_owner(void)
+{
+    char *saved = clear_owner_env();
+    char addr[64], why[512];
+    const char *ep = "ipc://@dash-wire-test";
+    snprintf(addr, sizeof addr, "@x:%u:%u:99", (unsigned)geteuid(), (unsigned)getegid());
+    CU_ASSERT_EQUAL(wire_peer_check(addr, ep, -1, why, sizeof why), 0);
+    CU_ASSERT_STRING_EQUAL(why, "");
+    CU_ASSERT_EQUAL(wire_peer_check("@x:0:0:1", ep, -1, why, sizeof why), 0);
+    if (geteuid() != 54321) {
+        CU_ASSERT_EQUAL(wire_peer_check("@x:54321:54321:77", ep, -1, why, sizeof why), DASH_EPERM);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "uid 54321"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, ep));
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "pid 77"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "DASHD_ENDPOINT_OWNER=54321"));
+        /* the socket's owner, as the file check found it */
+        CU_ASSERT_EQUAL(wire_peer_check("@x:54321:54321:77", ep, 54321, why, sizeof why), 0);
+        put_owner_env("54321");
+        CU_ASSERT_EQUAL(wire_peer_check("@x:54321:54321:77", ep, -1, why, sizeof why), 0);
+        CU_ASSERT_EQUAL(wire_peer_check("@x:54322:54322:77", ep, -1, why, sizeof why), DASH_EPERM);
+    }
+    put_owner_env("no-such-user-dash-test");
+    CU_ASSERT_EQUAL(wire_peer_check("@x:0:0:1", ep, -1, why, sizeof why), DASH_EPERM);
+    put_owner_env(NULL);
+    /* no credentials: nothing to believe */
+    CU_ASSERT_EQUAL(wire_peer_check(NULL, ep, -1, why, sizeof why), DASH_EPERM);
+    CU_ASSERT_EQUAL(wire_peer_check("127.0.0.1", ep, -1, why, sizeof why), DASH_EPERM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "no credentials"));
+    restore_owner_env(saved);
+}
+
+static void test_wire_endpoint_check_judges_the_socket_and_its_directory(void)
+{
+    char *saved = clear_owner_env();
+    char dir[] = "/tmp/dash-wire-ep-XXXXXX", ep[128], link_ep[128], why[1024];
+    int64_t owner = 7;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    snprintf(ep, sizeof ep, "ipc://%s/s.sock", dir);
+    snprintf(link_ep, sizeof link_ep, "ipc://%s/l.sock", dir);
+
+    /* nothing there yet, in a directory of ours: fine, and no file vouches for anyone */
+    CU_ASSERT_EQUAL(wire_endpoint_check(ep, &owner, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(owner, -1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/s.sock", dir);
+    CU_ASSERT_EQUAL_FATAL(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    CU_ASSERT_EQUAL(wire_endpoint_check(ep, &owner, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(owner, (int64_t)geteuid());
+
+    /* our socket, but anyone may replace it */
+    CU_ASSERT_EQUAL(chmod(dir, 0777), 0);
+    CU_ASSERT_EQUAL(wire_endpoint_check(ep, &owner, why, sizeof why), DASH_EPERM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, dir));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "written by others"));
+    /* sticky, as /tmp: others cannot remove or rename our socket */
+    CU_ASSERT_EQUAL(chmod(dir, 01777), 0);
+    CU_ASSERT_EQUAL(wire_endpoint_check(ep, &owner, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(chmod(dir, 0700), 0);
+
+    /* a link in place of the socket is not followed */
+    CU_ASSERT_EQUAL(symlink(sa.sun_path, link_ep + 6), 0);
+    CU_ASSERT_EQUAL(wire_endpoint_check(link_ep, &owner, why, sizeof why), DASH_EPERM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "symbolic link"));
+
+    /* no file to judge */
+    CU_ASSERT_EQUAL(wire_endpoint_check("ipc://@dash-wire-test", &owner, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(owner, -1);
+    CU_ASSERT_EQUAL(wire_endpoint_check("tcp://127.0.0.1:1", &owner, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(wire_endpoint_check("ipc:///nonexistent-dash/dir/s.sock", &owner, why,
+                                        sizeof why), 0);
+    CU_ASSERT_EQUAL(wire_endpoint_check("ipc://", &owner, why, sizeof why), -EINVAL);
+
+    put_owner_env("no-such-user-dash-test");
+    CU_ASSERT_EQUAL(wire_endpoint_check(ep, &owner, why, sizeof why), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "DASHD_ENDPOINT_OWNER=no-such-user-dash-test"));
+    put_owner_env("root");
+    CU_ASSERT_EQUAL(wire_endpoint_check(ep, &owner, why, sizeof why), 0);
+
+    close(fd);
+    unlink(link_ep + 6);
+    unlink(ep + 6);
+    rmdir(dir);
+    restore_owner_env(saved);
+}
+
+static void test_wire_private_dir_check_wants_a_real_private_directory(void)
+{
+    char dir[] = "/tmp/dash-wire-priv-XXXXXX", link[64], why[512];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    CU_ASSERT_EQUAL(wire_private_dir_check(dir, geteuid(), why, sizeof why), 0);
+    CU_ASSERT_EQUAL(chmod(dir, 0750), 0);
+    CU_ASSERT_EQUAL(wire_private_dir_check(dir, geteuid(), why, sizeof why), DASH_EPERM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "0750"));
+    CU_ASSERT_EQUAL(chmod(dir, 0700), 0);
+    CU_ASSERT_EQUAL(wire_private_dir_check(dir, geteuid() + 1, why, sizeof why), DASH_EPERM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "belongs to"));
+    snprintf(link, sizeof link, "%s.link", dir);
+    CU_ASSERT_EQUAL(symlink(dir, link), 0);
+    CU_ASSERT_EQUAL(wire_private_dir_check(link, geteuid(), why, sizeof why), DASH_EPERM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "symbolic link"));
+    unlink(link);
+    CU_ASSERT_EQUAL(wire_private_dir_check(link, geteuid(), why, sizeof why), -ENOENT);
+    rmdir(dir);
+}
+
 int suite_wire(void)
 {
     CU_pSuite s = CU_add_suite("wire", NULL, NULL);
@@ -203,5 +357,9 @@ int suite_wire(void)
     ADD_TEST(s, test_wire_peek_id_reads_only_a_leading_id);
     ADD_TEST(s, test_wire_encode_refuses_oversized_message);
     ADD_TEST(s, test_wire_default_endpoint_follows_environment);
+    ADD_TEST(s, test_wire_peer_creds_are_the_last_three_fields);
+    ADD_TEST(s, test_wire_peer_check_trusts_the_caller_root_and_the_named_owner);
+    ADD_TEST(s, test_wire_endpoint_check_judges_the_socket_and_its_directory);
+    ADD_TEST(s, test_wire_private_dir_check_wants_a_real_private_directory);
     return 0;
 }

@@ -123,3 +123,18 @@ int tu_run(const char *cmd, char **ret_out)
         return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+long tu_rss_kib(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}

@@ -36,6 +36,9 @@ void tu_to_double(const void *buf, enum dtype_kind t, int64_t n, double *out);
 /* Directory holding the test binary (build/), where dashctl also lives. */
 const char *tu_build_dir(void);
 
+/* Resident memory of a process in KiB (VmRSS), or -1. */
+long tu_rss_kib(int pid);
+
 /* Run a shell command, capturing stdout into *ret_out (malloc'd, NUL-terminated; may be
  * NULL to discard). Returns the exit status, or -1 if it could not run. */
 int tu_run(const char *cmd, char **ret_out);

@@ -106,6 +106,16 @@ def _close_at_exit():
                 pass
 
 
+def _refusal(endpoint, rc):
+    """Why libdash refused the endpoint or its daemon (DASH_EPERM), as ": <reason>"; else ""."""
+    if _lib.dash_errname(rc) != b"DASH_EPERM":
+        return ""
+    why = ctypes.create_string_buffer(1024)
+    if _lib.dash_endpoint_check(endpoint.encode() if endpoint else None, why, len(why)) == 0:
+        return ""
+    return ": " + why.value.decode(errors="replace") if why.value else ""
+
+
 class Client:
     """A connection to dashd. endpoint None: $DASHD_ENDPOINT or the default one
     (dash_default_endpoint). run_tag None: $DASH_RUN_TAG."""
@@ -126,7 +136,7 @@ class Client:
         if rc:
             where = endpoint or (f"{os.environ['DASHD_ENDPOINT']} ($DASHD_ENDPOINT)"
                                  if os.environ.get("DASHD_ENDPOINT") else "the default endpoint")
-            raise DashError(rc, f"cannot connect to dashd at {where}")
+            raise DashError(rc, f"cannot connect to dashd at {where}{_refusal(endpoint, rc)}")
         self._shm = None
         self._shm_size = 0
         self.last_result = None

@@ -110,6 +110,8 @@ def _fn(name, restype, *argtypes):
 
 
 dash_connect = _fn("dash_connect", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(DashConnectOpts), _pc)
+dash_endpoint_check = _fn("dash_endpoint_check", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                          ctypes.c_size_t)
 dash_close = _fn("dash_close", None, _c)
 dash_shm_alloc = _fn("dash_shm_alloc", ctypes.c_int, _c, ctypes.c_size_t, _pc)
 dash_buffer_free = _fn("dash_buffer_free", ctypes.c_int, _c, _c)

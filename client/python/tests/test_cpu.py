@@ -5,6 +5,7 @@ fresh random draws (seed printed on failure through pytest's output)."""
 import ctypes
 import math
 import os
+import socket
 import subprocess
 import sys
 
@@ -263,6 +264,24 @@ def test_no_daemon_is_a_clear_error(tmp_path):
     with pytest.raises(dash_attn.DashError) as e:
         dash_attn.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=300)
     assert e.value.name == "DASH_ETIMEDOUT"
+
+
+def test_refused_endpoint_error_says_why(tmp_path):
+    # our own socket, but in a directory anyone may write: libdash refuses it, and the error
+    # carries libdash's reason
+    d = tmp_path / "open"
+    d.mkdir()
+    d.chmod(0o777)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(str(d / "dashd.sock"))
+        s.listen(1)
+        with pytest.raises(dash_attn.DashError) as e:
+            dash_attn.Client(f"ipc://{d}/dashd.sock", timeout_ms=300)
+        assert e.value.name == "DASH_EPERM"
+        assert str(d) in str(e.value) and "written by others" in str(e.value)
+    finally:
+        s.close()
 
 
 def test_random_shapes_layouts_and_schedules_match_float64(client):
