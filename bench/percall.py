@@ -1,0 +1,172 @@
+"""percall.py - what one attention call costs the caller, through dashd and in process.
+
+A host-bound loop (the shape of issue 20: causal, bf16, batch 8, seqlen 1024, 12 heads, head
+dim 64, small enough that the call's fixed cost dominates): N calls back to back on the
+current stream, one synchronise at the end. For each way of computing attention it reports
+
+  ms/call   wall time of the loop / N: what a training step pays per call
+  host us   the median time for the call to return to Python (no synchronise): the part
+            the host cannot overlap with the GPU
+
+for dash_attn.flash_attn_func (forward; forward + backward) through a dashd on the same GPU,
+and PyTorch SDPA's flash and cuDNN backends in process.
+
+    python3 bench/percall.py --dashd build/dashd [--iters 200] [--out FILE]
+
+Starts its own dashd on a private endpoint (CUDA backend) and stops it at the end. Writes a
+Markdown table to stdout (and FILE).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def timed_loop(step, iters, warmup=20):
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    host = []
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        h0 = time.perf_counter()
+        step()
+        host.append(time.perf_counter() - h0)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    return wall / iters * 1e3, statistics.median(host) * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dashd", required=True)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seqlen", type=int, default=1024)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--hdim", type=int, default=64)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="dash-percall-")
+    endpoint = f"ipc://{work}/d.sock"
+    log = open(os.path.join(work, "dashd.log"), "w")
+    d = subprocess.Popen([a.dashd, "--endpoint", endpoint, "--backend", "cuda"], stderr=log)
+    for _ in range(400):
+        if os.path.exists(f"{work}/d.sock"):
+            break
+        time.sleep(0.05)
+    os.environ["DASHD_ENDPOINT"] = endpoint
+    import dash_attn
+
+    dev = "cuda"
+    shape = (a.batch, a.seqlen, a.heads, a.hdim)
+    g = torch.Generator(device=dev).manual_seed(0)
+    q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+    qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    doutt = dout.transpose(1, 2).contiguous()
+
+    def dash_fwd():
+        with torch.no_grad():
+            dash_attn.flash_attn_func(q, k, v, causal=True)
+
+    def dash_fwd_bwd():
+        o = dash_attn.flash_attn_func(q, k, v, causal=True)
+        o.backward(dout)
+
+    def sdpa(backend):
+        def step():
+            with torch.nn.attention.sdpa_kernel(backend):
+                o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+                o.backward(doutt)
+        return step
+
+    def sdpa_fwd(backend):
+        def step():
+            with torch.no_grad(), torch.nn.attention.sdpa_kernel(backend):
+                F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+        return step
+
+    def breakdown():
+        """Where a dash_attn forward's host time goes: the parts timed one by one."""
+        from dash_attn import _client, _lib
+        import ctypes
+        c = _client.default_client()
+        n = a.iters
+        rtt = ctypes.c_uint64()
+        pings = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            c._check(_lib.dash_ping(c._c, -1, ctypes.byref(rtt)))
+            pings.append(time.perf_counter() - t0)
+        out = torch.empty_like(q)
+        lse = torch.empty((a.batch, a.heads, a.seqlen), dtype=torch.float32, device=dev)
+        views, calls, queue = [], [], []
+        attn = c._attn(2, True, 0.0, "auto", 0)  # bf16, causal
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ts = [c._cuda_tensor(x, 4) for x in (q, k, v, out)] + [c._cuda_tensor(lse, 3)]
+            t1 = time.perf_counter()
+            res = _lib.DashResult()
+            stream = torch.cuda.current_stream().cuda_stream
+            c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn),
+                                              *[ctypes.byref(x) for x in ts],
+                                              ctypes.c_void_p(stream), ctypes.byref(res)))
+            t2 = time.perf_counter()
+            views.append(t1 - t0)
+            calls.append(t2 - t1)
+            queue.append(res.queue_us)
+        torch.cuda.synchronize()
+        med = lambda xs: statistics.median(xs) * 1e6
+        return [f"| dash_ping round trip (our transport, no GPU work) | {med(pings):.0f} |",
+                f"| 5 x dash_cuda_view (find each tensor's registered allocation) | {med(views):.0f} |",
+                f"| dash_forward_stream (send, daemon queues the op, reply, stream wait) | {med(calls):.0f} |",
+                f"| of which the daemon's queue_us (received to the worker starting it) | "
+                f"{statistics.median(queue):.0f} |"]
+
+    B = torch.nn.attention.SDPBackend
+    rows = []
+    parts = []
+    try:
+        for name, fn in [("dash_attn forward", dash_fwd),
+                         ("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
+                         ("SDPA cuDNN forward", sdpa_fwd(B.CUDNN_ATTENTION)),
+                         ("dash_attn forward + backward", dash_fwd_bwd),
+                         ("SDPA flash forward + backward", sdpa(B.FLASH_ATTENTION)),
+                         ("SDPA cuDNN forward + backward", sdpa(B.CUDNN_ATTENTION))]:
+            try:
+                ms, host_us = timed_loop(fn, a.iters)
+                rows.append(f"| {name} | {ms:.3f} | {host_us:.0f} |")
+            except Exception as e:  # a backend missing on this build: say so, go on
+                rows.append(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | |")
+        parts = breakdown()
+    finally:
+        d.terminate()
+        d.wait(timeout=30)
+    mps = "yes" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
+    text = "\n".join([
+        f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "
+        f"warm-ups; torch {torch.__version__}; {torch.cuda.get_device_name()}; MPS env: {mps}",
+        "",
+        "| call | ms per call (loop) | host us per call (median) |",
+        "| --- | ---: | ---: |",
+        *rows, "",
+        "Where a dash_attn forward's host time goes (median us, same shape):", "",
+        "| part | us |", "| --- | ---: |", *parts, ""])
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
