@@ -57,7 +57,9 @@ def main():
     work = tempfile.mkdtemp(prefix="dash-percall-")
     endpoint = f"ipc://{work}/d.sock"
     log = open(os.path.join(work, "dashd.log"), "w")
-    d = subprocess.Popen([a.dashd, "--endpoint", endpoint, "--backend", "cuda"], stderr=log)
+    # debug: the daemon logs where each early reply's time went (parsed below)
+    d = subprocess.Popen([a.dashd, "--endpoint", endpoint, "--backend", "cuda",
+                          "--log-level", "debug"], stderr=log)
     for _ in range(400):
         if os.path.exists(f"{work}/d.sock"):
             break
@@ -151,6 +153,21 @@ def main():
     finally:
         d.terminate()
         d.wait(timeout=30)
+    log.close()
+    # the daemon's side of the breakdown's forwards: the last iters "forward queued" lines
+    import re
+    pat = re.compile(r"forward queued on the device; us from receipt: validated (\d+), "
+                     r"worker started (\d+), on the device (\d+), replying (\d+)")
+    got = [tuple(map(int, m.groups())) for m in
+           (pat.search(line) for line in open(os.path.join(work, "dashd.log"))) if m]
+    got = got[-a.iters:]
+    if got:
+        names = ["validated and queued for the worker", "the worker started it",
+                 "queued on the device (wait event, kernels, record event)",
+                 "the loop sends the reply"]
+        for i, nm in enumerate(names):
+            parts.append(f"| daemon, from receipt until {nm} | "
+                         f"{statistics.median(x[i] for x in got):.0f} |")
     mps = "yes" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
     text = "\n".join([
         f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "

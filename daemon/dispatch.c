@@ -483,6 +483,7 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
         j->events = s->events;
         evring_ref(j->events);
     }
+    j->pushed_ns = uv_hrtime();
     rc = queue_push(d->queue, &j->item);
     if (rc) {
         for (int slot = 0; slot < j->plan.slots; slot++)
@@ -540,8 +541,10 @@ static int run_job(void *ctx, struct queue_item *it)
     if (job_run(d->runner, j, job_gpu_done, j) != BACKEND_QUEUED)
         return QUEUE_DONE;
     /* From here on j may complete at any moment: touch it no more, except to announce. */
-    if (j->reply_when_queued)
+    if (j->reply_when_queued) {
+        j->launched_ns = uv_hrtime(); /* the completion reads no field written here */
         queue_early(j->queue, it);
+    }
     return QUEUE_LATER;
 }
 
@@ -579,9 +582,15 @@ static void job_early(void *ctx, struct queue_item *it)
     r.id = j->request_id;
     fill_op_result(d, j, 0, &op);
     r.op = &op;
-    log_debug("request %llu of session %llu: %s queued on the device",
+    const uint64_t now = uv_hrtime();
+    log_debug("request %llu of session %llu: %s queued on the device; us from receipt: "
+              "validated %llu, worker started %llu, on the device %llu, replying %llu",
               (unsigned long long)j->request_id, (unsigned long long)j->session_id,
-              j->plan.backward ? "backward" : "forward");
+              j->plan.backward ? "backward" : "forward",
+              (unsigned long long)(j->pushed_ns - j->received_ns) / 1000,
+              (unsigned long long)(j->started_ns - j->received_ns) / 1000,
+              (unsigned long long)(j->launched_ns - j->received_ns) / 1000,
+              (unsigned long long)(now - j->received_ns) / 1000);
     send_reply(d, j->rid, j->rid_len, &r);
     j->replied = 1;
 }

@@ -59,6 +59,9 @@ struct job {
     /* uv_hrtime() stamps: request received, run started, run finished (for an op that
      * completes later: queued); run_ns: the time it ran, when the backend measured it. */
     uint64_t received_ns, started_ns, finished_ns, run_ns;
+    /* For the debug log of an early reply: validated (pushed on the queue), and queued on
+     * the device by the worker. */
+    uint64_t pushed_ns, launched_ns;
     /* Audit: who asked, and what they said about it (copied: the session may be gone by
      * the time the record is written). */
     uint64_t wall_unix_ns;
