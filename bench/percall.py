@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--hdim", type=int, default=64)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="also print where Python spends a forward + backward (cProfile)")
     a = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="dash-percall-")
@@ -126,13 +128,29 @@ def main():
             views.append(t1 - t0)
             calls.append(t2 - t1)
             queue.append(res.queue_us)
+        bviews, bcalls = [], []
+        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ts = [c._cuda_tensor(x, 4) for x in (q, k, v, out)] + [c._cuda_tensor(lse, 3)]
+            ts += [c._cuda_tensor(x, 4) for x in (dout, dq, dk, dv)]
+            t1 = time.perf_counter()
+            stream = torch.cuda.current_stream().cuda_stream
+            c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn),
+                                               *[ctypes.byref(x) for x in ts],
+                                               ctypes.c_void_p(stream), None))
+            t2 = time.perf_counter()
+            bviews.append(t1 - t0)
+            bcalls.append(t2 - t1)
         torch.cuda.synchronize()
         med = lambda xs: statistics.median(xs) * 1e6
         return [f"| dash_ping round trip (our transport, no GPU work) | {med(pings):.0f} |",
                 f"| 5 x dash_cuda_view (find each tensor's registered allocation) | {med(views):.0f} |",
                 f"| dash_forward_stream (send, daemon queues the op, reply, stream wait) | {med(calls):.0f} |",
                 f"| of which the daemon's queue_us (received to the worker starting it) | "
-                f"{statistics.median(queue):.0f} |"]
+                f"{statistics.median(queue):.0f} |",
+                f"| 9 x dash_cuda_view (a backward's tensors) | {med(bviews):.0f} |",
+                f"| dash_backward_stream | {med(bcalls):.0f} |"]
 
     B = torch.nn.attention.SDPBackend
     rows = []
@@ -150,6 +168,16 @@ def main():
             except Exception as e:  # a backend missing on this build: say so, go on
                 rows.append(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | |")
         parts = breakdown()
+        if a.profile:
+            import cProfile
+            import pstats
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(100):
+                dash_fwd_bwd()
+            torch.cuda.synchronize()
+            pr.disable()
+            pstats.Stats(pr).sort_stats("tottime").print_stats(18)
     finally:
         d.terminate()
         d.wait(timeout=30)

@@ -109,6 +109,9 @@ struct dash_client;
 /* Connect without a session: dash_ping() and dash_stats() work, nothing else does (it
  * returns DASH_ENOSESSION). For monitoring tools, which should not show up as clients. */
 #define DASH_CONNECT_NO_SESSION 1u
+/* Order stream ops (dash_forward_stream...) with interprocess events and one round trip
+ * per call, as daemons without semaphores need, even where semaphores could be used. */
+#define DASH_CONNECT_STREAM_EVENTS 2u
 
 /* Options of dash_connect(). Zero-initialise the struct: fields may be added at the end. */
 struct dash_connect_opts {
@@ -354,6 +357,15 @@ int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
                          const struct dash_tensor *dq, const struct dash_tensor *dk,
                          const struct dash_tensor *dv, uint64_t *ret_ticket);
 
+/* Wait until every stream-ordered op of c (dash_forward_stream, dash_backward_stream)
+ * has been answered by the daemon - not until the GPU has run it: synchronise the stream
+ * for that. Such ops return as soon as they are sent, so a failure the daemon finds
+ * reaches the caller later: here, or as the return value of the next stream-ordered call.
+ * Returns 0, or the first failure not yet returned (dash_last_error() says which op and
+ * why), or DASH_ETIMEDOUT when the daemon stopped answering (the ops still in flight are
+ * then failed, and their streams released). */
+int dash_sync(struct dash_client *c);
+
 /* Wait for a ticket of c. timeout_ms: how long to wait at most; -1: as long as the daemon
  * stays responsive, giving up after the client's timeout without any sign of life. Replies
  * for other tickets that arrive meanwhile are kept for their own dash_wait()/dash_poll().
@@ -392,23 +404,38 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label);
 /* Forward on CUDA buffers, ordered on the GPU against the caller's CUDA stream instead of
  * on the host: the daemon's kernels start only after everything queued on `stream` before
  * the call, and whatever the caller queues on `stream` after the call starts only after
- * the daemon's kernels have written the outputs. The call returns as soon as the daemon
- * has queued the work - one round trip, usually long before the GPU is done - so a
- * training loop stays ahead of the GPU as it does with in-process kernels.
+ * the daemon's kernels have written the outputs - as an in-process kernel launch would be.
  *
- * stream is a cudaStream_t of the buffers' device (NULL: the legacy default stream). The
- * ordering uses CUDA interprocess events: on the first such call the library makes a ring
- * of them on that device and registers it with the daemon (again by itself after a daemon
- * restart); dash_close() waits for the daemon's last use before destroying them. A client
- * uses one device for its stream-ordered ops. Do not read the outputs on the host, or
- * from another stream, without first synchronising with `stream`.
+ * How, when the daemon offers semaphores (HelloReply.signals: the CUDA backend on a GPU
+ * with 64-bit stream memory operations, such as Hopper) and this process can use them:
+ * the call writes a sequence number into a ready word behind the caller's work on
+ * `stream`, sends the op and makes `stream` wait (on the GPU) for the daemon to write it
+ * into a done word behind its kernels; it returns once the request is sent, without
+ * waiting for the daemon. The words live in 4 KiB of device memory the library allocates
+ * and registers on the first such call (256 slots; the 257th op in flight waits for the
+ * first's answer). The daemon answers each op when it has run: a failure it finds (a shape
+ * it refuses, a full session) never leaves `stream` waiting - the done word is written
+ * all the same, the outputs are then not computed - and reaches the caller as the return
+ * value of the next stream-ordered call or of dash_sync(), with dash_last_error() naming
+ * the op. If the daemon's process goes away with ops in flight, a watchdog thread of the
+ * library writes their done words, so a caller blocked in a CUDA synchronise is released,
+ * and the next call or dash_sync() fails with DASH_EIO. Otherwise (or with
+ * DASH_CONNECT_STREAM_EVENTS), interprocess events: the call records one on `stream`,
+ * sends the op naming a second one for the daemon to record, and returns after the
+ * daemon's answer that the op is queued (one round trip).
  *
- * Returns 0 and *ret_result (may be NULL; run_us is 0: the op has not run yet); the
- * errors of dash_forward(); DASH_EINVAL also for a tensor that is not in a CUDA buffer of
- * c, tensors on different devices, or a stream the event cannot be recorded on;
- * DASH_ENOGPU (libdash built without CUDA, no usable device); DASH_ENOTSUP (a daemon
- * without interprocess events: the CPU backend). On failure nothing was queued on
- * `stream` except the library's own event record. */
+ * stream is a cudaStream_t of the buffers' device (NULL: the legacy default stream). A
+ * client uses one device for its stream-ordered ops. Do not read the outputs on the host,
+ * or from another stream, without first synchronising with `stream`. dash_close() waits
+ * for the ops still in flight (or releases them).
+ *
+ * Returns 0 and *ret_result (may be NULL; run_us is 0: the op has not run yet; with
+ * semaphores, the schedule is the one asked for, queue_us 0); a failure of an earlier
+ * stream-ordered op not yet reported (this op is then not sent); the errors of
+ * dash_forward() (with semaphores: those found before sending); DASH_EINVAL also for a
+ * tensor that is not in a CUDA buffer of c, tensors on different devices, or a stream that
+ * cannot be waited on; DASH_ENOGPU (libdash built without CUDA, no usable device);
+ * DASH_ENOTSUP (a daemon without interprocess events: the CPU backend). */
 int dash_forward_stream(struct dash_client *c, const struct dash_attn *a,
                         const struct dash_tensor *q, const struct dash_tensor *k,
                         const struct dash_tensor *v, const struct dash_tensor *out,

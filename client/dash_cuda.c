@@ -37,16 +37,32 @@
 #include <cuda.h> /* types only (CUresult, CUdeviceptr) */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WATCHDOG_TICK_MS 100
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == DASH__IPC_HANDLE_BYTES,
                "the wire's handle size is cudaIpcMemHandle_t's");
 
 typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+typedef CUresult (*stream_value_fn)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                    unsigned int flags);
+typedef CUresult (*pointer_attrs_fn)(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                     CUdeviceptr ptr);
 
 static pthread_once_t mem_range_once = PTHREAD_ONCE_INIT;
 static mem_range_fn mem_range;
+/* 64-bit stream memory operations (NULL when the driver lacks them; a device must also
+ * say it can use them) */
+static stream_value_fn wait_value, write_value;
+/* cuPointerGetAttributes: the fast path of dash_cuda_view (NULL: none) */
+static pointer_attrs_fn pointer_attrs;
 
 static void find_mem_range(void)
 {
@@ -58,6 +74,25 @@ static void find_mem_range(void)
         mem_range = (mem_range_fn)fn;
     else
         (void)cudaGetLastError();
+    void *pa = NULL;
+    enum cudaDriverEntryPointQueryResult fpa = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &pa, 12000, cudaEnableDefault,
+                                         &fpa) == cudaSuccess && fpa == cudaDriverEntryPointSuccess)
+        pointer_attrs = (pointer_attrs_fn)pa;
+    else
+        (void)cudaGetLastError();
+    void *w = NULL, *v = NULL;
+    enum cudaDriverEntryPointQueryResult fw = cudaDriverEntryPointSymbolNotFound, fv = fw;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault,
+                                         &fw) == cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &v, 12000, cudaEnableDefault,
+                                         &fv) == cudaSuccess &&
+        fw == cudaDriverEntryPointSuccess && fv == cudaDriverEntryPointSuccess) {
+        wait_value = (stream_value_fn)w;
+        write_value = (stream_value_fn)v;
+    } else {
+        (void)cudaGetLastError();
+    }
 }
 
 /* The same text dashd compares against: "GPU-" and the 16 bytes as 8-4-4-4-12 hex. */
@@ -178,11 +213,54 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
 
 /* ---- whole-allocation views (dash_cuda_view) ---------------------------------------------- */
 
+/* The allocation holding ptr, in one driver call: its unique id (0: none or unknown), start
+ * and size; only device memory that is not managed counts. */
+static uint64_t alloc_of(const void *ptr, CUdeviceptr *ret_base, size_t *ret_size)
+{
+    (void)pthread_once(&mem_range_once, find_mem_range);
+    if (!pointer_attrs)
+        return 0;
+    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    unsigned int type = 0;
+    unsigned int managed = 0;
+    unsigned long long id = 0;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    void *data[] = {&type, &managed, &id, &base, &size};
+    if (pointer_attrs(sizeof at / sizeof at[0], at, data, (CUdeviceptr)(uintptr_t)ptr) !=
+            CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE || managed)
+        return 0;
+    *ret_base = base;
+    *ret_size = size;
+    return id;
+}
+
 int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
                    uint64_t *ret_offset)
 {
     if (!c || !ptr || !ret_buf || !ret_offset || bytes == 0)
         return DASH_EINVAL;
+    /* Fast path: an allocation registered before, known by its id (which the driver never
+     * gives to another allocation), so no handle need be asked for. */
+    CUdeviceptr fbase = 0;
+    size_t fsize = 0;
+    const uint64_t alloc_id = alloc_of(ptr, &fbase, &fsize);
+    const CUdeviceptr fp = (CUdeviceptr)(uintptr_t)ptr;
+    for (int i = 0; alloc_id && i < c->n_views; i++) {
+        struct dash_buffer *b = c->views[i].buf;
+        if (c->views[i].alloc_id == alloc_id && b->data == (void *)(uintptr_t)fbase &&
+            b->size == fsize) {
+            if (bytes > fsize - (size_t)(fp - fbase))
+                return DASH_EBOUNDS;
+            c->views[i].last_use = ++c->view_clock;
+            *ret_buf = b;
+            *ret_offset = (uint64_t)(fp - fbase);
+            return 0;
+        }
+    }
     int device, old, rc = device_of(ptr, &device);
     if (rc)
         return rc;
@@ -214,6 +292,8 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
         if (b->data == (void *)(uintptr_t)base && b->size == size &&
             memcmp(c->views[i].handle, &h, sizeof h) == 0) {
             c->views[i].last_use = ++c->view_clock;
+            if (alloc_id && fbase == base)
+                c->views[i].alloc_id = alloc_id;
             *ret_buf = b;
             *ret_offset = (uint64_t)(p - base);
             goto out;
@@ -243,6 +323,7 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
         goto out;
     }
     memcpy(c->views[slot].handle, &h, sizeof h);
+    c->views[slot].alloc_id = alloc_id && fbase == base ? alloc_id : 0;
     c->views[slot].buf = b;
     c->views[slot].last_use = ++c->view_clock;
     if (slot == c->n_views)
@@ -333,6 +414,320 @@ static int events_make(struct dash_client *c, int device)
     return 0;
 }
 
+/* ---- semaphores (signals) -------------------------------------------------------------- */
+
+static uint64_t *ready_word(const struct dash__signals *g, int32_t slot)
+{
+    return (uint64_t *)g->mem + slot;
+}
+
+static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
+{
+    return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
+}
+
+void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
+{
+    struct dash__signals *g = c->signals;
+    if (!g || c->pid != getpid())
+        return;
+    int old;
+    if (switch_device(g->device, &old) == 0 &&
+        write_value((CUstream)g->release_stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
+                    CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS)
+        (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
+    (void)cudaGetLastError();
+    restore_device(old, g->device);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The largest sequence number <= issued that uses slot, or 0. */
+static uint64_t last_seq_of_slot(uint64_t issued, int32_t slot)
+{
+    if (issued < (uint64_t)slot)
+        return 0;
+    return issued - (issued - (uint64_t)slot) % DASH__SIGNAL_SLOTS;
+}
+
+/* Whether to give up on the ops in flight: the daemon's process is gone, or none of them
+ * has moved for ten timeouts (a daemon that stopped serving us, whatever its state). */
+static int daemon_gone(struct dash__signals *g, int64_t quiet_ms)
+{
+    const int64_t pid = atomic_load(&g->daemon_pid);
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    return quiet_ms > 10 * g->patience_ms;
+}
+
+static int64_t peer_pid(const struct dash_client *c)
+{
+    int64_t uid, pid;
+    return wire_peer_creds(c->peer_ok, &uid, &pid) == 0 ? pid : -1;
+}
+
+void dash__signals_new_daemon(struct dash_client *c, int answered)
+{
+    if (c->signals)
+        atomic_store(&c->signals->daemon_pid, answered ? peer_pid(c) : -1);
+}
+
+/* See struct dash__signals. */
+static void *watchdog_main(void *arg)
+{
+    struct dash__signals *g = arg;
+    uint64_t *seen = calloc(2 * DASH__SIGNAL_SLOTS, sizeof *seen);
+    if (!seen || cudaSetDevice(g->device) != cudaSuccess) {
+        free(seen);
+        return NULL;
+    }
+    uint64_t *now_done = seen + DASH__SIGNAL_SLOTS;
+    int64_t progress_ms = mono_ms();
+    cudaStream_t st = (cudaStream_t)g->release_stream;
+    const struct timespec tick = {0, WATCHDOG_TICK_MS * 1000000L};
+    while (!atomic_load(&g->stop)) {
+        nanosleep(&tick, NULL);
+        if (atomic_load(&g->outstanding) == 0 || atomic_load(&g->released)) {
+            progress_ms = mono_ms();
+            continue;
+        }
+        if (cudaMemcpyAsync(now_done, done_word(g, 0), DASH__SIGNAL_SLOTS * sizeof *now_done,
+                            cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+            cudaStreamSynchronize(st) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (memcmp(now_done, seen, DASH__SIGNAL_SLOTS * sizeof *seen) != 0) {
+            memcpy(seen, now_done, DASH__SIGNAL_SLOTS * sizeof *seen);
+            progress_ms = mono_ms();
+            continue;
+        }
+        if (!daemon_gone(g, mono_ms() - progress_ms))
+            continue;
+        const uint64_t issued = atomic_load(&g->issued);
+        for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++) {
+            uint64_t target = last_seq_of_slot(issued, i);
+            if (target > now_done[i])
+                (void)write_value((CUstream)st, (CUdeviceptr)(uintptr_t)done_word(g, i), target,
+                                  CU_STREAM_WRITE_VALUE_DEFAULT);
+        }
+        (void)cudaStreamSynchronize(st);
+        (void)cudaGetLastError();
+        atomic_store(&g->released, 1);
+    }
+    free(seen);
+    return NULL;
+}
+
+/* The watchdog released the ops in flight: fail them here (the next call reports it). */
+static void take_release(struct dash_client *c)
+{
+    struct dash__signals *g = c->signals;
+    if (!g || !atomic_load(&g->released))
+        return;
+    Dash__Reply why = DASH__REPLY__INIT;
+    char msg[160];
+    snprintf(msg, sizeof msg, "dashd (pid %lld) went away with this op in flight: its outputs "
+             "were not computed", (long long)atomic_load(&g->daemon_pid));
+    why.message = msg;
+    for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
+        if (g->slot_req[i])
+            dash__op_finish(c, g->slot_req[i], DASH_EIO, &why);
+    atomic_store(&g->released, 0);
+}
+
+static int signals_idle(struct dash_client *c, const void *arg)
+{
+    (void)arg;
+    return !c->signals || atomic_load(&c->signals->outstanding) == 0;
+}
+
+int dash__signals_settle(struct dash_client *c)
+{
+    struct dash__signals *g = c->signals;
+    if (!g)
+        return 0;
+    take_release(c);
+    int rc = dash__wait(c, signals_idle, NULL, -1, dash__now_ms());
+    if (rc) {
+        Dash__Reply why = DASH__REPLY__INIT;
+        why.message = (char *)"dashd did not answer: the op's outputs were not computed";
+        for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
+            if (g->slot_req[i])
+                dash__op_finish(c, g->slot_req[i], rc, &why);
+    }
+    dash__reap_detached(c);
+    return rc;
+}
+
+int dash_sync(struct dash_client *c)
+{
+    if (!c)
+        return DASH_EINVAL;
+    int rc = dash__signals_settle(c);
+    if (c->async_code) {
+        rc = c->async_code;
+        c->async_code = 0;
+        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
+    }
+    return rc;
+}
+
+void dash__signals_destroy(struct dash_client *c, int in_child)
+{
+    struct dash__signals *g = c->signals;
+    c->signals = NULL;
+    if (!g)
+        return;
+    if (g->watchdog_started && !in_child) {
+        atomic_store(&g->stop, 1);
+        pthread_join(g->watchdog, NULL);
+    }
+    if (!in_child) {
+        int old;
+        if (switch_device(g->device, &old) == 0) {
+            (void)cudaStreamDestroy((cudaStream_t)g->release_stream);
+            (void)cudaFree(g->mem);
+        }
+        (void)cudaGetLastError();
+        restore_device(old, g->device);
+    }
+    if (g->buf)
+        g->buf->users = 0; /* client_free destroys the buffer itself */
+    free(g);
+}
+
+/* Make the semaphores on `device` (current) and register them, waiting for the daemon.
+ * DASH_ENOTSUP when this process's driver or GPU cannot use them. */
+static int signals_make(struct dash_client *c, int device)
+{
+    int ok = 0;
+    if (!wait_value || !write_value ||
+        cudaDeviceGetAttribute(&ok, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                               device) != cudaSuccess || !ok) {
+        (void)cudaGetLastError();
+        return DASH_ENOTSUP;
+    }
+    struct dash__signals *g = calloc(1, sizeof *g);
+    if (!g)
+        return DASH_ENOMEM;
+    g->device = device;
+    const size_t bytes = 2 * DASH__SIGNAL_SLOTS * sizeof(uint64_t);
+    cudaStream_t rs = NULL;
+    if (cudaMalloc(&g->mem, bytes) != cudaSuccess || cudaMemset(g->mem, 0, bytes) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (g->mem)
+            (void)cudaFree(g->mem);
+        free(g);
+        return DASH_ENOMEM;
+    }
+    g->release_stream = rs;
+    int rc = dash_cuda_register(c, g->mem, bytes, &g->buf);
+    if (rc) {
+        (void)cudaStreamDestroy(rs);
+        (void)cudaFree(g->mem);
+        free(g);
+        return rc;
+    }
+    g->buf->users = 1; /* not the caller's to free, nor the view cache's */
+    atomic_store(&g->daemon_pid, peer_pid(c));
+    g->patience_ms = c->timeout_ms;
+    g->watchdog_started = pthread_create(&g->watchdog, NULL, watchdog_main, g) == 0;
+    c->signals = g;
+    return 0;
+}
+
+static int slot_free(struct dash_client *c, const void *arg)
+{
+    return !c->signals || !c->signals->slot_req[*(const int32_t *)arg];
+}
+
+static int op_sent(struct dash_client *c, const void *arg)
+{
+    (void)c;
+    return ((const struct dash__req *)arg)->state != DASH__QUEUED;
+}
+
+/* The op without a round trip: the caller's stream writes ready[slot] = seq behind its own
+ * work, the request goes out, and the stream waits for done[slot] >= seq, which the
+ * daemon's stream writes after the op (or the library, if the op cannot run). Nothing
+ * here waits for the daemon unless 256 ops are in flight. An earlier such op's failure is
+ * returned by the next call. */
+static int signal_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
+                     const struct dash_tensor *const *ts, int nt, void *stream,
+                     struct dash_result *ret_result)
+{
+    struct dash__signals *g = c->signals;
+    int rc = dash__pump_now(c);
+    take_release(c);
+    dash__reap_detached(c);
+    if (rc)
+        return rc;
+    if (c->async_code) {
+        rc = c->async_code;
+        c->async_code = 0;
+        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
+        return rc;
+    }
+    /* The op is answered without the caller, who may block in CUDA next, so it must reach
+     * a live session now: a session idle for a third of its timeout (the daemon may be about
+     * to drop it) is refreshed by a round trip first, and a restore the op waits for is
+     * carried through here (below). */
+    if (c->session_timeout_ms && dash__now_ms() - c->last_rx_ms > c->session_timeout_ms / 3 &&
+        (rc = dash_ping(c, -1, NULL)) != 0)
+        return rc;
+    const uint64_t seq = ++g->seq; /* burnt even if this call fails: ready may be written */
+    const int32_t slot = (int32_t)(seq % DASH__SIGNAL_SLOTS);
+    if (g->slot_req[slot] &&
+        (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
+        return rc;
+    dash__reap_detached(c);
+    if (write_value((CUstream)stream, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
+                    CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+        (void)cudaGetLastError();
+        return DASH_EINVAL; /* a stream of another device, or not a stream */
+    }
+    atomic_store(&g->issued, seq);
+    struct dash__op_sync sync = DASH__NO_SYNC;
+    sync.signal_slot = slot;
+    sync.signal_seq = seq;
+    uint64_t ticket;
+    struct dash__req *r;
+    if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, &r)) != 0)
+        return rc;
+    /* nobody waits for it: the next calls read its reply */
+    dash__map_del(&c->by_ticket, r->ticket);
+    r->ticket = 0;
+    r->detached = 1;
+    if (r->state != DASH__DONE)
+        g->slot_req[slot] = r;
+    if (r->state == DASH__QUEUED && (rc = dash__wait(c, op_sent, r, -1, dash__now_ms())) != 0) {
+        /* never sent, nor waited for: the caller hears of it now, not later */
+        g->slot_req[slot] = NULL;
+        r->signal_slot = -1;
+        atomic_fetch_sub(&g->outstanding, 1);
+        dash__op_finish(c, r, rc, NULL);
+        return rc;
+    }
+    if (wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
+                   CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+        (void)cudaGetLastError();
+        return DASH_EIO;
+    }
+    if (ret_result) {
+        memset(ret_result, 0, sizeof *ret_result);
+        ret_result->schedule = a->schedule; /* as asked: the reply is not read here */
+        snprintf(ret_result->backend, sizeof ret_result->backend, "cuda");
+    }
+    return 0;
+}
+
 static int stream_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
                      const struct dash_tensor *const *ts, int nt, void *stream,
                      struct dash_result *ret_result)
@@ -350,9 +745,25 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         return DASH_ENOSESSION;
     if (c->events && c->events->device != device)
         return DASH_EINVAL; /* one client, one GPU */
+    if (c->signals && c->signals->device != device)
+        return DASH_EINVAL; /* one client, one GPU */
     int old, rc = switch_device(device, &old);
     if (rc)
         goto out;
+    if (!c->signals && c->daemon_signals && !c->no_signals && !c->events &&
+        !(c->flags & DASH_CONNECT_STREAM_EVENTS)) {
+        rc = signals_make(c, device);
+        if (rc == DASH_ENOTSUP) {
+            c->no_signals = 1; /* this process cannot: events, for good */
+            rc = 0;
+        } else if (rc) {
+            goto out;
+        }
+    }
+    if (c->signals && c->daemon_signals) {
+        rc = signal_op(c, kind, a, ts, nt, stream, ret_result);
+        goto out;
+    }
     if (!c->events && (rc = events_make(c, device)) != 0)
         goto out;
     struct dash__events *e = c->events;
@@ -365,7 +776,11 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         goto out;
     }
     uint64_t ticket;
-    if ((rc = dash__op_submit(c, kind, a, ts, nt, w, r, 1, &ticket)) != 0)
+    struct dash__op_sync sync = DASH__NO_SYNC;
+    sync.wait_slot = w;
+    sync.record_slot = r;
+    sync.when_queued = 1;
+    if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, NULL)) != 0)
         goto out;
     if ((rc = dash__op_run(c, ticket, ret_result)) != 0)
         goto out;
@@ -417,6 +832,38 @@ void dash__events_destroy(struct dash_client *c, int in_child)
     (void)in_child;
     free(c->events);
     c->events = NULL;
+}
+
+void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
+{
+    (void)c, (void)slot, (void)seq;
+}
+
+void dash__signals_destroy(struct dash_client *c, int in_child)
+{
+    (void)in_child;
+    free(c->signals);
+    c->signals = NULL;
+}
+
+int dash__signals_settle(struct dash_client *c)
+{
+    (void)c;
+    return 0;
+}
+
+void dash__signals_new_daemon(struct dash_client *c, int answered)
+{
+    (void)c, (void)answered;
+}
+
+int dash_sync(struct dash_client *c)
+{
+    if (!c)
+        return DASH_EINVAL;
+    int rc = c->async_code;
+    c->async_code = 0;
+    return rc;
 }
 
 int dash_forward_stream(struct dash_client *c, const struct dash_attn *a,

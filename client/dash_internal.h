@@ -50,6 +50,8 @@
 #include "client/dash.h"
 #include "proto/wire.h"
 
+#include <pthread.h>
+
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -69,6 +71,9 @@
 #define DASH__UUID_MAX 48 /* "GPU-" + 36 characters + NUL */
 #define DASH__EVENT_RING 16 /* interprocess events per client (2 per stream-ordered op) */
 #define DASH__VIEW_CACHE 64 /* whole-allocation registrations kept by dash_cuda_view() */
+/* Semaphore slots per client (stream-ordered ops in flight without a round trip); a slot
+ * is used again only once the daemon has answered its last op. */
+#define DASH__SIGNAL_SLOTS 256
 
 /* Internal functions shared across libdash's files stay out of libdash.so's interface. */
 #define DASH__HIDDEN __attribute__((visibility("hidden")))
@@ -163,9 +168,12 @@ struct dash__req {
     /* audit tag at submission (dash_set_audit) */
     int64_t audit_step; /* -1: none */
     char audit_label[128];
-    /* EventSync: slots of the event ring (-1: none), and reply when queued */
+    /* EventSync: slots of the event ring (-1: none), and reply when queued; or a slot of
+     * the semaphores (c->signals, -1: none) with this op's sequence number */
     int32_t wait_slot, record_slot;
     int when_queued;
+    int32_t signal_slot;
+    uint64_t signal_seq;
 
     /* PING */
     uint64_t token;
@@ -195,6 +203,31 @@ struct dash__events {
     int32_t last_record;           /* the slot the daemon recorded last, -1: none */
 };
 
+/* The client's semaphores (dash_cuda.c makes them on the first stream-ordered op, when the
+ * daemon offers signals): one device allocation of ready[SLOTS] then done[SLOTS], 8-byte
+ * words, registered like a buffer. The caller's stream writes ready[slot] = seq, then
+ * waits for done[slot] >= seq, which the daemon's stream writes after the op. */
+struct dash__signals {
+    int device;
+    void *mem;                /* device memory: 2 * DASH__SIGNAL_SLOTS words, zeroed */
+    struct dash_buffer *buf;  /* its registration (users held at 1: never an op's) */
+    void *release_stream;     /* where the library writes a done word itself */
+    uint64_t seq;             /* the last sequence number used */
+    struct dash__req *slot_req[DASH__SIGNAL_SLOTS]; /* the op in flight per slot, or NULL */
+    /* The watchdog (dash_cuda.c): a thread that, while ops are in flight, watches the done
+     * words, and if the daemon's process is gone (or, with no pid known, nothing moved for
+     * ten timeouts) writes every done word up to `issued` itself, so that a caller blocked
+     * in a CUDA synchronise is released even when it never calls us again; `released`
+     * then tells the next call to fail those ops. Shared with it: these atomics only. */
+    pthread_t watchdog;
+    int watchdog_started;
+    _Atomic int64_t daemon_pid; /* from the daemon's credentials (at each Hello); -1 unknown */
+    int64_t patience_ms;
+    _Atomic int stop, released;
+    _Atomic uint64_t issued;     /* the last seq whose ready word the caller's stream writes */
+    _Atomic uint32_t outstanding; /* ops sent and not answered */
+};
+
 struct dash_client {
     void *zctx, *sock;
     char *endpoint, *name, *run_tag;
@@ -216,6 +249,12 @@ struct dash_client {
     struct dash__req *reqs, *reqs_tail; /* oldest first */
     struct dash_buffer *bufs;
     struct dash__events *events; /* NULL until the first stream-ordered op */
+    struct dash__signals *signals; /* likewise, when the daemon offers signals */
+    int daemon_signals;          /* the last HelloReply offered signals */
+    uint32_t session_timeout_ms; /* the last HelloReply's, 0: unknown */
+    int no_signals;              /* this process cannot use them: events instead */
+    int async_code;              /* the first failure of a signal-ordered op not yet told */
+    char async_msg[256];
     int64_t audit_step;          /* dash_set_audit: -1 none */
     char audit_label[128];
     char last_error[256];        /* dash_last_error() */
@@ -223,6 +262,7 @@ struct dash_client {
     struct {
         struct dash_buffer *buf;
         unsigned char handle[DASH__IPC_HANDLE_BYTES];
+        uint64_t alloc_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID (never reused), 0: unknown */
         uint64_t last_use;
     } views[DASH__VIEW_CACHE];
     int n_views;
@@ -284,13 +324,43 @@ struct dash__op_storage {
 DASH__HIDDEN int dash__op_encode(const struct dash_client *c, struct dash__req *r,
                                  Dash__Request *m, struct dash__op_storage *st);
 
+/* How an op is ordered on the GPU: nothing (all -1, 0), the event ring's slots, or a
+ * semaphore slot of c->signals with its sequence number. */
+struct dash__op_sync {
+    int32_t wait_slot, record_slot;
+    int when_queued;
+    int32_t signal_slot;
+    uint64_t signal_seq;
+};
+#define DASH__NO_SYNC ((struct dash__op_sync){-1, -1, 0, -1, 0})
+
 /* dash_ops.c: validate and submit an op (kind FORWARD or BACKWARD; ts: nt tensors, lse
- * at 4) with an optional EventSync (slots of c->events, -1: none). 0 and *ret_ticket,
- * or a code (nothing sent). */
+ * at 4) ordered by sync. 0 and *ret_ticket and *ret_req (the request, which the caller
+ * may detach), or a code (nothing sent). */
 DASH__HIDDEN int dash__op_submit(struct dash_client *c, enum dash__kind kind,
                                  const struct dash_attn *a, const struct dash_tensor *const *ts,
-                                 int nt, int32_t wait_slot, int32_t record_slot, int when_queued,
-                                 uint64_t *ret_ticket);
+                                 int nt, const struct dash__op_sync *sync,
+                                 uint64_t *ret_ticket, struct dash__req **ret_req);
+
+/* dash_ops.c: free the detached ops that have finished (signal-ordered ones). */
+DASH__HIDDEN void dash__reap_detached(struct dash_client *c);
+
+/* dash_cuda.c: write done[slot] = seq from here (an op the daemon will not finish), so
+ * that the caller's stream waiting for it goes on. */
+DASH__HIDDEN void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq);
+
+/* dash_cuda.c: a Hello went out (answered 0: not yet) or succeeded (1): the watchdog
+ * watches the process that answered it, and none in between. */
+DASH__HIDDEN void dash__signals_new_daemon(struct dash_client *c, int answered);
+
+/* dash_cuda.c: wait (as long as the daemon shows signs of life) until every
+ * signal-ordered op is answered; those that cannot be are failed here (their done words
+ * written). 0 or why the wait ended. */
+DASH__HIDDEN int dash__signals_settle(struct dash_client *c);
+
+/* dash_cuda.c: free c->signals (after its ops are answered or released); nothing CUDA in
+ * a forked child. */
+DASH__HIDDEN void dash__signals_destroy(struct dash_client *c, int in_child);
 
 /* dash_ops.c: wait for a ticket the caller keeps to itself, and drop it. */
 DASH__HIDDEN int dash__op_run(struct dash_client *c, uint64_t ticket,

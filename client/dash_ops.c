@@ -12,6 +12,7 @@
 #include "client/dash_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -109,7 +110,19 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
         if (b->reg != DASH__REG_OK)
             return b->reg == DASH__REG_FAILED ? b->reg_code : DASH_ENOBUF;
     }
-    if (r->wait_slot >= 0 || r->record_slot >= 0) {
+    if (r->signal_slot >= 0) {
+        const struct dash__signals *g = c->signals;
+        if (!g || g->buf->reg != DASH__REG_OK)
+            return g && g->buf->reg == DASH__REG_FAILED ? g->buf->reg_code : DASH_ENOBUF;
+        dash__event_sync__init(&st->sync);
+        st->sync.has_signal_buffer = st->sync.has_ready_offset = 1;
+        st->sync.has_done_offset = st->sync.has_signal_seq = 1;
+        st->sync.signal_buffer = g->buf->id;
+        st->sync.ready_offset = 8 * (uint64_t)r->signal_slot;
+        st->sync.done_offset = 8 * (uint64_t)(DASH__SIGNAL_SLOTS + r->signal_slot);
+        st->sync.signal_seq = r->signal_seq;
+        m->sync = &st->sync;
+    } else if (r->wait_slot >= 0 || r->record_slot >= 0) {
         const struct dash__events *e = c->events;
         if (!e || e->reg != DASH__REG_OK)
             return e && e->reg == DASH__REG_FAILED ? e->reg_code : DASH_ENOENT;
@@ -189,7 +202,6 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
 
 void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const Dash__Reply *rep)
 {
-    (void)c;
     if (r->state == DASH__DONE)
         return;
     if (!code) {
@@ -216,13 +228,42 @@ void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const
     }
     for (int i = 0; i < r->nt; i++)
         r->t[i].buf->users--;
+    if (r->signal_slot >= 0) {
+        if (c->signals)
+            atomic_fetch_sub(&c->signals->outstanding, 1);
+        /* The daemon writes the done word of every op it answers, but a failure may come
+         * from us (no session to be had) or before it knew the word: write it too, so the
+         * caller's stream goes on; the next call reports the failure. */
+        if (code) {
+            dash__signal_release(c, r->signal_slot, r->signal_seq);
+            if (!c->async_code) {
+                c->async_code = code;
+                snprintf(c->async_msg, sizeof c->async_msg, "an earlier stream-ordered %s "
+                         "failed: %.200s", r->kind == DASH__FORWARD ? "forward" : "backward",
+                         r->message);
+            }
+        }
+        if (c->signals && c->signals->slot_req[r->signal_slot] == r)
+            c->signals->slot_req[r->signal_slot] = NULL;
+    }
+}
+
+void dash__reap_detached(struct dash_client *c)
+{
+    struct dash__req *next;
+    for (struct dash__req *r = c->reqs; r; r = next) {
+        next = r->next;
+        if (r->detached && r->state == DASH__DONE &&
+            (r->kind == DASH__FORWARD || r->kind == DASH__BACKWARD))
+            dash__req_free(c, r);
+    }
 }
 
 /* ---- submitting and waiting ----------------------------------------------------------- */
 
 int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
-                    const struct dash_tensor *const *ts, int nt, int32_t wait_slot,
-                    int32_t record_slot, int when_queued, uint64_t *ret_ticket)
+                    const struct dash_tensor *const *ts, int nt, const struct dash__op_sync *sync,
+                    uint64_t *ret_ticket, struct dash__req **ret_req)
 {
     int rc;
     if (!c || !a || !ret_ticket)
@@ -248,9 +289,11 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     r->attn = *a;
     r->audit_step = c->audit_step;
     memcpy(r->audit_label, c->audit_label, sizeof r->audit_label);
-    r->wait_slot = wait_slot;
-    r->record_slot = record_slot;
-    r->when_queued = when_queued;
+    r->wait_slot = sync->wait_slot;
+    r->record_slot = sync->record_slot;
+    r->when_queued = sync->when_queued;
+    r->signal_slot = sync->signal_slot;
+    r->signal_seq = sync->signal_seq;
     r->nt = nt;
     for (int i = 0; i < nt; i++)
         r->t[i] = *ts[i];
@@ -264,10 +307,15 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     for (int i = 0; i < nt; i++)
         r->t[i].buf->users++;
     if ((rc = dash__submit(c, r)) != 0) {
+        r->signal_slot = -1; /* never sent: the caller hears of it now, not later */
         dash__req_free(c, r); /* gives the buffers back */
         return rc;
     }
+    if (r->signal_slot >= 0 && c->signals)
+        atomic_fetch_add(&c->signals->outstanding, 1);
     *ret_ticket = r->ticket;
+    if (ret_req)
+        *ret_req = r;
     return 0;
 }
 
@@ -277,7 +325,7 @@ int dash_forward_submit(struct dash_client *c, const struct dash_attn *a,
                         const struct dash_tensor *lse, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse};
-    return dash__op_submit(c, DASH__FORWARD, a, ts, 5, -1, -1, 0, ret_ticket);
+    return dash__op_submit(c, DASH__FORWARD, a, ts, 5, &DASH__NO_SYNC, ret_ticket, NULL);
 }
 
 int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
@@ -288,7 +336,7 @@ int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
                          const struct dash_tensor *dv, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse, dout, dq, dk, dv};
-    return dash__op_submit(c, DASH__BACKWARD, a, ts, 9, -1, -1, 0, ret_ticket);
+    return dash__op_submit(c, DASH__BACKWARD, a, ts, 9, &DASH__NO_SYNC, ret_ticket, NULL);
 }
 
 static int op_done(struct dash_client *c, const void *arg)

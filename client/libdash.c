@@ -171,6 +171,7 @@ struct dash__req *dash__req_new(struct dash_client *c, enum dash__kind kind)
     r->kind = kind;
     r->state = DASH__QUEUED;
     r->born_ms = dash__now_ms();
+    r->wait_slot = r->record_slot = r->signal_slot = -1;
     r->prev = c->reqs_tail;
     if (c->reqs_tail)
         c->reqs_tail->next = r;
@@ -373,6 +374,7 @@ static int start_hello(struct dash_client *c)
     }
     c->hello = r;
     c->state = DASH__S_HELLO;
+    dash__signals_new_daemon(c, 0);
     c->last_probe_ms = dash__now_ms();
     return 0;
 }
@@ -526,6 +528,9 @@ static void on_hello(struct dash_client *c, struct dash__req *r, const Dash__Rep
     }
     c->hello_code = 0;
     c->session_id = sid;
+    c->daemon_signals = h->has_signals && h->signals;
+    c->session_timeout_ms = h->has_session_timeout_ms ? h->session_timeout_ms : 0;
+    dash__signals_new_daemon(c, 1);
     c->gen++;
     c->state = DASH__S_REGISTERING;
     for (struct dash_buffer *b = c->bufs; b; b = b->next) {
@@ -889,6 +894,10 @@ static void client_free(struct dash_client *c, int say_goodbye)
     int same_process = c->pid == getpid();
     if (c->sock && same_process) {
         int linger = 0;
+        /* Signal-ordered ops still in flight: their answers first (the daemon writes
+         * their done words), then what is left is released here. */
+        if (say_goodbye && c->signals)
+            (void)dash__signals_settle(c);
         if (say_goodbye && c->state == DASH__S_OK) {
             for (struct dash_buffer *b = c->bufs; b; b = b->next)
                 if (b->reg == DASH__REG_OK)
@@ -916,6 +925,8 @@ static void client_free(struct dash_client *c, int say_goodbye)
         dash__req_free(c, c->reqs);
     if (c->events)
         dash__events_destroy(c, !same_process);
+    if (c->signals)
+        dash__signals_destroy(c, !same_process);
     while (c->bufs)
         dash__buffer_destroy(c, c->bufs, same_process);
     dash__map_free(&c->by_wire);
@@ -975,7 +986,8 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
         return DASH_EINVAL;
     if (!opts)
         opts = &defaults;
-    if (opts->timeout_ms < 0 || (opts->flags & ~DASH_CONNECT_NO_SESSION) ||
+    if (opts->timeout_ms < 0 ||
+        (opts->flags & ~(DASH_CONNECT_NO_SESSION | DASH_CONNECT_STREAM_EVENTS)) ||
         (opts->client_name && strlen(opts->client_name) > DASH__NAME_MAX) ||
         (opts->run_tag && strlen(opts->run_tag) > DASH__NAME_MAX))
         return DASH_EINVAL;

@@ -69,6 +69,10 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) == BACKEND_IPC_HANDLE_BYTES,
 
 typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 typedef CUresult (*pointer_attr_fn)(void *data, CUpointer_attribute attr, CUdeviceptr ptr);
+typedef CUresult (*wait_value_fn)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                  unsigned int flags);
+typedef CUresult (*write_value_fn)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                   unsigned int flags);
 
 struct cuda;
 
@@ -115,6 +119,11 @@ struct cuda {
     int stop;
     void *dig_scratch; /* device scratch of the digests (worker thread, stream-ordered) */
     size_t dig_cap;
+    /* Semaphores (stream memory operations; NULL when the driver or GPU lacks 64-bit
+     * ones): waits and writes on cuattn's stream, releases on a stream of their own. */
+    wait_value_fn wait_value;
+    write_value_fn write_value;
+    cudaStream_t release_stream;
 };
 
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it; libdash sends
@@ -334,6 +343,19 @@ static void *completer_main(void *arg)
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
+}
+
+/* Queue on `st`: *word = seq. With the default flags the write follows a memory barrier:
+ * once the client's stream sees the value, it sees everything queued before it. 0 or
+ * DASH_EIO. */
+static int signal_write(struct cuda *c, cudaStream_t st, uint64_t *word, uint64_t seq)
+{
+    if (c->write_value((CUstream)st, (CUdeviceptr)(uintptr_t)word, seq,
+                       CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+        (void)cudaGetLastError();
+        return DASH_EIO;
+    }
+    return 0;
 }
 
 /* A pending entry from the pool, or a new one (its event and pinned digests made once). */
@@ -698,6 +720,15 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     while (n_in < op->n_digests && !op->digest_is_output[n_in])
         n_in++;
     int rc = 0;
+    /* Neither waits on the host: the device holds the op until the client's stream has
+     * written its inputs (an interprocess event's wait would block this thread). */
+    if (op->signal_ready &&
+        c->wait_value((CUstream)st, (CUdeviceptr)(uintptr_t)op->signal_ready, op->signal_seq,
+                      CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+        snprintf(msg, msglen, "cannot wait for the client's ready signal");
+        rc = DASH_EIO;
+        goto fail;
+    }
     if (op->wait_event && cudaStreamWaitEvent(st, (cudaEvent_t)op->wait_event, 0) != cudaSuccess) {
         snprintf(msg, msglen, "cannot wait for the client's event: %s",
                  cudaGetErrorString(cudaGetLastError()));
@@ -726,6 +757,11 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = DASH_EIO;
         goto fail;
     }
+    if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) != 0) {
+        snprintf(msg, msglen, "cannot write the client's done signal");
+        rc = DASH_EIO;
+        goto fail;
+    }
     p->dst = op->n_digests ? op->digests : NULL;
     p->n_digests = op->n_digests;
     if (op->done && track(c, p, op->done, op->done_ctx) == 0)
@@ -745,7 +781,20 @@ fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
     (void)cudaStreamSynchronize(st);
     pending_put(c, p);
+    /* The client's stream waits for the done signal whatever happened to the op. */
+    if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) == 0)
+        (void)cudaStreamSynchronize(st);
     return rc;
+}
+
+static int cuda_signal_release(void *impl, uint64_t *done, uint64_t seq)
+{
+    struct cuda *c = impl;
+    if (cudaSetDevice(c->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_EIO;
+    }
+    return signal_write(c, c->release_stream, done, seq);
 }
 
 static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
@@ -783,6 +832,10 @@ static void cuda_free(void *impl)
         pending_destroy(p);
     }
     (void)cudaFree(c->dig_scratch);
+    if (c->release_stream) {
+        (void)cudaStreamSynchronize(c->release_stream);
+        (void)cudaStreamDestroy(c->release_stream);
+    }
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     /* Sessions are dropped before the backend is freed, so the table is empty; close
@@ -799,6 +852,31 @@ static void cuda_free(void *impl)
 }
 
 /* ---- start ----------------------------------------------------------------------------- */
+
+/* 64-bit stream memory operations, if the driver and the GPU have them (Hopper does);
+ * otherwise the backend offers no semaphores and clients use events. */
+static void find_stream_memops(struct cuda *c)
+{
+    int ok = 0;
+    if (cudaDeviceGetAttribute(&ok, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                               c->device) != cudaSuccess || !ok) {
+        (void)cudaGetLastError();
+        return;
+    }
+    void *w = NULL, *v = NULL;
+    enum cudaDriverEntryPointQueryResult fw = cudaDriverEntryPointSymbolNotFound, fv = fw;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault,
+                                         &fw) != cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &v, 12000, cudaEnableDefault,
+                                         &fv) != cudaSuccess ||
+        fw != cudaDriverEntryPointSuccess || fv != cudaDriverEntryPointSuccess || !w || !v ||
+        cudaStreamCreateWithFlags(&c->release_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    c->wait_value = (wait_value_fn)w;
+    c->write_value = (write_value_fn)v;
+}
 
 struct backend *backend_cuda_new(int device, char *why, size_t whylen)
 {
@@ -871,6 +949,7 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     c->completer_started = 1;
     c->mem_range = (mem_range_fn)fn;
     c->pointer_attr = (pointer_attr_fn)attr_fn;
+    find_stream_memops(c);
     (void)cuattn_device(c->ca, NULL, 0, &c->sms);
     format_uuid(&prop.uuid, c->uuid);
 
@@ -908,6 +987,7 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     b->cuda_import = cuda_import;
     b->events_open = cuda_events_open;
     b->event_close = cuda_event_close;
+    b->signal_release = c->wait_value ? cuda_signal_release : NULL;
     b->free = cuda_free;
     return b;
 }

@@ -179,6 +179,8 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
     hr.has_session_timeout_ms = 1;
     hr.session_timeout_ms = d->cfg.session_timeout_ms;
     hr.device = d->backend->device;
+    hr.has_signals = 1;
+    hr.signals = d->backend->signal_release != NULL;
     Dash__Reply r = DASH__REPLY__INIT;
     r.id = req->id;
     r.hello = &hr;
@@ -413,26 +415,99 @@ static int check_sync(const struct session *s, const Dash__EventSync *sync, enum
     return 0;
 }
 
+/* EventSync's semaphores: 0 and the words (device pointers into the buffer, on which the
+ * job is to take a reference), or a code with the reason. */
+static int check_signals(const struct session *s, const Dash__EventSync *sync, char *msg,
+                         size_t msglen, struct shmbuf **ret_buf, uint64_t **ret_ready,
+                         uint64_t **ret_done)
+{
+    if (!sync->has_signal_buffer || !sync->has_ready_offset || !sync->has_done_offset ||
+        !sync->has_signal_seq || sync->signal_seq == 0) {
+        snprintf(msg, msglen, "signals need signal_buffer, ready_offset, done_offset and a "
+                 "signal_seq above 0");
+        return DASH_EINVAL;
+    }
+    if (sync->has_wait_event || sync->has_record_event || sync->reply_when_queued) {
+        snprintf(msg, msglen, "an op is ordered by events or by signals, not both");
+        return DASH_EINVAL;
+    }
+    struct shmbuf *b = sess_buf_find(s, sync->signal_buffer);
+    if (!b) {
+        snprintf(msg, msglen, "signal buffer %llu is not registered in this session",
+                 (unsigned long long)sync->signal_buffer);
+        return DASH_ENOBUF;
+    }
+    const uint64_t size = shmbuf_size(b), r = sync->ready_offset, dn = sync->done_offset;
+    if (shmbuf_kind(b) != SHMBUF_CUDA || (r | dn) % 8 != 0 || r > size - 8 || dn > size - 8 ||
+        size < 8 || r == dn) {
+        snprintf(msg, msglen, "signals are two distinct 8-byte aligned words inside a CUDA "
+                 "buffer (ready at %llu, done at %llu, buffer of %llu bytes, %s)",
+                 (unsigned long long)r, (unsigned long long)dn, (unsigned long long)size,
+                 shmbuf_kind_name(shmbuf_kind(b)));
+        return DASH_EINVAL;
+    }
+    *ret_buf = b;
+    *ret_ready = (uint64_t *)(void *)(shmbuf_data(b) + r);
+    *ret_done = (uint64_t *)(void *)(shmbuf_data(b) + dn);
+    return 0;
+}
+
+/* An op that will not run: write its done word, if it names valid semaphores. */
+static void release_signals(struct dispatch *d, const struct session *s, const Dash__Request *req)
+{
+    char msg[MSG_MAX];
+    struct shmbuf *b;
+    uint64_t *ready, *done;
+    if (s && req->sync && req->sync->has_signal_buffer && d->backend->signal_release &&
+        check_signals(s, req->sync, msg, sizeof msg, &b, &ready, &done) == 0)
+        (void)d->backend->signal_release(d->backend->impl, done, req->sync->signal_seq);
+}
+
 static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
                   struct session *s, int backward)
 {
     const Dash__EventSync *sync = req->sync;
     const int want_sync = sync && (sync->has_wait_event || sync->has_record_event ||
                                    (sync->has_reply_when_queued && sync->reply_when_queued));
-    if (want_sync && !d->backend->events_open) {
+    const int want_signals = sync && (sync->has_signal_buffer || sync->has_ready_offset ||
+                                      sync->has_done_offset || sync->has_signal_seq);
+    if ((want_sync && !d->backend->events_open) ||
+        (want_signals && !d->backend->signal_release)) {
         reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
-                    "event sync needs the CUDA backend; this daemon runs the %s backend (its "
-                    "replies come after the outputs are written)", d->backend->name);
+                    "%s sync needs the CUDA backend%s; this daemon runs the %s backend (its "
+                    "replies come after the outputs are written)",
+                    want_signals ? "signal" : "event",
+                    want_signals ? " on a GPU with 64-bit stream memory operations" : "",
+                    d->backend->name);
+        return;
+    }
+    char msg[MSG_MAX];
+    /* Semaphores first: once they are known, every way this op ends writes its done word,
+     * so the client's stream that waits for it goes on. */
+    struct shmbuf *sig_buf = NULL;
+    uint64_t *sig_ready = NULL, *sig_done = NULL;
+    int rc = want_signals ? check_signals(s, sync, msg, sizeof msg, &sig_buf, &sig_ready,
+                                          &sig_done) : 0;
+    if (rc) {
+        reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return;
+    }
+    if (sig_done && s->signal_ops >= DISPATCH_SIGNAL_OPS_MAX) {
+        (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
+        reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
+                    "a session may have at most %d signal-ordered ops in flight",
+                    DISPATCH_SIGNAL_OPS_MAX);
         return;
     }
     struct job *j = calloc(1, sizeof *j);
     if (!j) {
+        if (sig_done)
+            (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
         reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
         return;
     }
-    char msg[MSG_MAX];
     const struct val_limits *lim = &d->backend->limits;
-    int rc = backward ? val_backward(req->backward, lim, lookup_size, s, msg, sizeof msg, &j->plan)
+    rc = backward ? val_backward(req->backward, lim, lookup_size, s, msg, sizeof msg, &j->plan)
                       : val_forward(req->forward, lim, lookup_size, s, msg, sizeof msg, &j->plan);
     if (!rc)
         rc = d->backend->check(d->backend->impl, &j->plan, msg, sizeof msg);
@@ -448,10 +523,24 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
         snprintf(msg, sizeof msg, "the request needs %llu bytes of scratch, more than %llu",
                  (unsigned long long)need, (unsigned long long)d->cfg.scratch_max);
     }
+    if (!rc && sig_done && kind != SHMBUF_CUDA) {
+        rc = DASH_EINVAL;
+        snprintf(msg, sizeof msg, "signals order work on device buffers; this op's tensors "
+                 "are in %s", shmbuf_kind_name(kind));
+    }
     if (rc) {
         free(j);
+        if (sig_done)
+            (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
         reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
         return;
+    }
+    if (sig_done) {
+        j->signal_buf = sig_buf;
+        shmbuf_ref(sig_buf);
+        j->signal_ready = sig_ready;
+        j->signal_done = sig_done;
+        j->signal_seq = sync->signal_seq;
     }
     memcpy(j->rid, m->rid, m->rid_len);
     j->rid_len = m->rid_len;
@@ -484,8 +573,13 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
         evring_ref(j->events);
     }
     j->pushed_ns = uv_hrtime();
-    rc = queue_push(d->queue, &j->item);
-    if (rc) {
+    /* An op the client's stream already waits for is not refused for a full queue: that
+     * would stall the client's GPU work; each session holds at most
+     * DISPATCH_SIGNAL_OPS_MAX of them. */
+    if (j->signal_done) {
+        queue_push_any(d->queue, &j->item);
+        s->signal_ops++;
+    } else if ((rc = queue_push(d->queue, &j->item)) != 0) {
         for (int slot = 0; slot < j->plan.slots; slot++)
             shmbuf_unref(j->buf[slot]);
         evring_unref(j->events);
@@ -669,6 +763,8 @@ static void job_done(void *ctx, struct queue_item *it)
     struct session *s = job_session(d, j);
     if (s) {
         s->in_flight--;
+        if (j->signal_done)
+            s->signal_ops--;
         s->last_ns = now; /* the idle clock starts when the client has its answer */
         if (j->plan.backward)
             s->backwards++;
@@ -705,6 +801,7 @@ static void job_done(void *ctx, struct queue_item *it)
     }
     for (int slot = 0; slot < j->plan.slots; slot++)
         shmbuf_unref(j->buf[slot]);
+    shmbuf_unref(j->signal_buf);
     evring_unref(j->events);
     free(j);
     check_idle(d);
@@ -857,6 +954,7 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
     case DASH__REQUEST__BODY_FORWARD:
     case DASH__REQUEST__BODY_BACKWARD:
         if (d->stopping && req->body_case != DASH__REQUEST__BODY_UNREGISTER_BUFFER) {
+            release_signals(d, s, req);
             reply_error(d, m->rid, m->rid_len, id, DASH_ECANCELED, "dashd is shutting down");
             break;
         }

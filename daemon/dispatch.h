@@ -21,6 +21,9 @@
 #include <uv.h>
 
 #define DASHD_VERSION "0.1.0"
+/* Signal-ordered ops (EventSync semaphores) a session may have in flight: they bypass the
+ * queue's capacity (refusing one would stall the client's stream), so this bounds them. */
+#define DISPATCH_SIGNAL_OPS_MAX 4096
 
 struct dispatch_config {
     uint32_t queue_capacity;     /* queued + running ops before DASH_EBUSY */

@@ -128,15 +128,20 @@ free_q:
     return NULL;
 }
 
-int queue_push(struct queue *q, struct queue_item *item)
+void queue_push_any(struct queue *q, struct queue_item *item)
 {
-    if (q->depth >= q->capacity)
-        return DASH_EBUSY;
     q->depth++;
     pthread_mutex_lock(&q->mu);
     list_push(&q->todo, item);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
+}
+
+int queue_push(struct queue *q, struct queue_item *item)
+{
+    if (q->depth >= q->capacity)
+        return DASH_EBUSY;
+    queue_push_any(q, item);
     return 0;
 }
 

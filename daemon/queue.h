@@ -57,6 +57,10 @@ void queue_finish(struct queue *q, struct queue_item *item);
 /* Loop thread. 0, or DASH_EBUSY when full (the item is not taken). */
 int queue_push(struct queue *q, struct queue_item *item);
 
+/* queue_push without the capacity check, for work the caller bounds itself (an op that a
+ * client's GPU stream already waits for, which must not be refused: see dispatch.c). */
+void queue_push_any(struct queue *q, struct queue_item *item);
+
 /* Loop thread: items accepted and not yet passed to done. */
 uint32_t queue_depth(const struct queue *q);
 uint32_t queue_capacity(const struct queue *q);

@@ -39,6 +39,7 @@ struct session {
     int64_t peer_pid;    /* likewise, in dashd's pid namespace; -1 if unknown */
     uint64_t last_ns;    /* uv_hrtime() of the last message */
     uint32_t in_flight;  /* queued or running ops */
+    uint32_t signal_ops; /* of which ordered by semaphores (dispatch.h) */
     uint64_t requests, errors, forwards, backwards;
     uint64_t bytes_registered; /* sum of the sizes of the buffers held now */
     /* Ring of the last SESS_LATENCIES op latencies in microseconds. */

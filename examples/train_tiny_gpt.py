@@ -47,7 +47,7 @@ class Block(nn.Module):
     def attention(self, x, step):
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).unbind(dim=2)
-        if self.args.attn == "sdpa":
+        if self.args.attn.startswith("sdpa"):
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                v.transpose(1, 2), is_causal=True)
             o = o.transpose(1, 2)
@@ -107,7 +107,9 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--attn", choices=["dash", "sdpa"], default="dash")
+    ap.add_argument("--attn", choices=["dash", "sdpa", "sdpa-strict"], default="dash",
+                    help="dash_attn through dashd; PyTorch SDPA; or SDPA with PyTorch's strict "
+                         "deterministic mode (a deterministic FA2 backward)")
     ap.add_argument("--schedule", default="auto",
                     help="dash schedule: auto, ascending, descending, spt, shift, or atomic")
     ap.add_argument("--endpoint", default=None, help="dashd endpoint (default: the usual one)")
@@ -121,6 +123,9 @@ def main():
     # SDPA's own backward kernels are not deterministic: let them run (with a warning) so
     # that the same model can be timed against it
     torch.use_deterministic_algorithms(True, warn_only=args.attn == "sdpa")
+    if args.attn == "sdpa-strict":
+        # no flash_attn deterministic flag short of this in PyTorch: strict mode everywhere
+        torch.backends.cuda.enable_cudnn_sdp(False)
     device = torch.device(args.device)
     # bf16 on the GPU (dashd's kernels); fp32 on the CPU engine
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

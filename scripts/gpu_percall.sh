@@ -2,8 +2,12 @@
 # gpu_percall.sh - on the GPU machine (device tool, carrying .gpu): what a call costs the
 # caller (bench/percall.py: dash_attn beside PyTorch SDPA in process, host-bound loop) and
 # a training step of examples/train_tiny_gpt.py at the two models of issue 20, attention
-# through dashd against SDPA. Logs and reports under $OUT (default /tmp).
-#   bash scripts/gpu_percall.sh [STEPS]
+# through dashd against SDPA - with separate GPU contexts, then (where
+# nvidia-cuda-mps-control exists) under an MPS control daemon this script starts in a
+# private pipe directory. Reports under $OUT (default /tmp): percall-contexts.md,
+# percall-mps.md, steps.md.
+#   bash scripts/gpu_percall.sh [STEPS]     (NO_MPS=1: contexts only; ATTNS: the attentions
+#                                            of the steps, default "sdpa sdpa-strict dash")
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -11,24 +15,38 @@ steps=${1:-20}
 export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export DASH_LIBRARY=$root/.gpu/lib/libdash.so PYTHONPATH=$root/client/python PYTHONUNBUFFERED=1
 status=0
-python3 "$root/bench/percall.py" --dashd "$root/.gpu/bin/dashd" --out "$out/percall.md" \
-  > "$out/percall.log" 2>&1 || status=1
-cat "$out/percall.log"
-work=$(mktemp -d /tmp/dash-step-XXXXXX)
-"$root/.gpu/bin/dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
-dpid=$!
-for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
-for model in "--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8" \
-             "--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2"; do
-  for a in sdpa dash; do
-    python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model --attn $a --quiet \
-      --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
-    python3 -c "import json,sys; s=json.load(open('$work/$a.json')); print('| %s | %s | %.2f |' % ('$model', '$a', s['median_step_ms']))" \
-      || tail -5 "$work/$a.log"
-  done
-done | tee "$out/steps.md"
-"$root/.gpu/bin/dashctl" stats --endpoint "ipc://$work/d.sock" > "$out/stats.txt" 2>&1
-kill -TERM $dpid; wait $dpid
-cp "$work/dashd.log" "$out/dashd-steps.log"
-grep -c "warn\|error" "$out/dashd-steps.log"
+
+pass() { # name
+  local name=$1 work
+  python3 "$root/bench/percall.py" --dashd "$root/.gpu/bin/dashd" --out "$out/percall-$name.md" \
+    > "$out/percall-$name.log" 2>&1 || status=1
+  cat "$out/percall-$name.log"
+  work=$(mktemp -d /tmp/dash-step-XXXXXX)
+  "$root/.gpu/bin/dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
+  local dpid=$!
+  for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
+  for model in "--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8" \
+               "--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2"; do
+    for a in ${ATTNS:-sdpa sdpa-strict dash}; do
+      python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model --attn $a --quiet \
+        --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
+      python3 -c "import json; s=json.load(open('$work/$a.json')); print('| %s | %s | %s | %.2f |' % ('$name', '$model', '$a', s['median_step_ms']))" \
+        || tail -5 "$work/$a.log"
+    done
+  done | tee -a "$out/steps.md"
+  "$root/.gpu/bin/dashctl" stats --endpoint "ipc://$work/d.sock" > "$out/stats-$name.txt" 2>&1
+  kill -TERM $dpid; wait $dpid
+  cp "$work/dashd.log" "$out/dashd-steps-$name.log"
+}
+
+pass contexts
+mps=$(command -v nvidia-cuda-mps-control || true)
+if [ -n "$mps" ] && [ -z "${NO_MPS:-}" ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/dash-mps-pipe-XXXXXX)
+  export CUDA_MPS_LOG_DIRECTORY=$(mktemp -d /tmp/dash-mps-log-XXXXXX)
+  "$mps" -d && sleep 1
+  pass mps
+  echo quit | "$mps"
+  sleep 1
+fi
 exit $status

@@ -277,7 +277,8 @@ static void test_client_forward_message_carries_ids_and_params(void)
 {
     struct fixture f;
     fixture_init(&f);
-    struct dash__req r = {.kind = DASH__FORWARD, .nt = 5, .wait_slot = -1, .record_slot = -1};
+    struct dash__req r = {.kind = DASH__FORWARD, .nt = 5, .wait_slot = -1, .record_slot = -1,
+                          .signal_slot = -1};
     r.attn = (struct dash_attn){.dtype = DASH_F16, .mask = DASH_MASK_CAUSAL, .scale = 0.125f,
                                 .schedule = DASH_SCHED_SHIFT, .wave = 32};
     for (int i = 0; i < 5; i++)
@@ -324,7 +325,7 @@ static void test_client_event_sync_names_ring_slots_after_the_base(void)
     struct dash__events ev = {.reg = DASH__REG_OK, .base = 32, .last_record = -1};
     f.c.events = &ev;
     struct dash__req r = {.kind = DASH__BACKWARD, .nt = 9, .wait_slot = 4, .record_slot = 5,
-                          .when_queued = 1};
+                          .when_queued = 1, .signal_slot = -1};
     r.attn = (struct dash_attn){.dtype = DASH_BF16};
     for (int i = 0; i < 9; i++)
         r.t[i] = dash_tensor_dense(&f.b, 0, 1, 4, 2, 32);
@@ -345,6 +346,41 @@ static void test_client_event_sync_names_ring_slots_after_the_base(void)
     CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOTSUP);
     f.c.events = NULL;
     CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOENT);
+}
+
+/* A signal-ordered op names its slot's two words in the semaphore buffer (ready at
+ * 8 * slot, done at 8 * (slots + slot)) with its sequence number, and cannot be sent
+ * while that buffer is not registered in this session. */
+static void test_client_signal_sync_names_the_words_of_its_slot(void)
+{
+    struct fixture f;
+    fixture_init(&f);
+    struct dash_buffer sigbuf = {.owner = &f.c, .kind = DASH__BUF_CUDA, .reg = DASH__REG_OK,
+                                 .id = 77, .size = 2 * DASH__SIGNAL_SLOTS * 8};
+    struct dash__signals g = {.buf = &sigbuf};
+    f.c.signals = &g;
+    struct dash__req r = {.kind = DASH__FORWARD, .nt = 5, .wait_slot = -1, .record_slot = -1,
+                          .signal_slot = 9, .signal_seq = 265};
+    r.attn = (struct dash_attn){.dtype = DASH_BF16};
+    for (int i = 0; i < 5; i++)
+        r.t[i] = dash_tensor_dense(&f.b, 0, 1, 4, 2, 32);
+    r.t[4] = dash_tensor_lse(&f.b, 0, 1, 2, 4);
+    Dash__Request m = DASH__REQUEST__INIT;
+    struct dash__op_storage st;
+    CU_ASSERT_EQUAL_FATAL(dash__op_encode(&f.c, &r, &m, &st), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m.sync);
+    CU_ASSERT(m.sync->has_signal_buffer && m.sync->signal_buffer == 77);
+    CU_ASSERT(m.sync->has_ready_offset && m.sync->ready_offset == 72);
+    CU_ASSERT(m.sync->has_done_offset && m.sync->done_offset == 8 * (DASH__SIGNAL_SLOTS + 9));
+    CU_ASSERT(m.sync->has_signal_seq && m.sync->signal_seq == 265);
+    CU_ASSERT(!m.sync->has_wait_event && !m.sync->has_record_event && !m.sync->reply_when_queued);
+    Dash__Request m2 = DASH__REQUEST__INIT;
+    sigbuf.reg = DASH__REG_PENDING;
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOBUF);
+    sigbuf.reg = DASH__REG_FAILED;
+    sigbuf.reg_code = DASH_ENOTSUP;
+    CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOTSUP);
+    f.c.signals = NULL;
 }
 
 static void test_client_error_table_matches_proto(void)
@@ -445,6 +481,7 @@ int suite_client(void)
     ADD_TEST(s, test_client_tensor_helpers_fill_dense_strides);
     ADD_TEST(s, test_client_forward_message_carries_ids_and_params);
     ADD_TEST(s, test_client_event_sync_names_ring_slots_after_the_base);
+    ADD_TEST(s, test_client_signal_sync_names_the_words_of_its_slot);
     ADD_TEST(s, test_client_error_table_matches_proto);
     ADD_TEST(s, test_client_default_endpoint_follows_environment);
     ADD_TEST(s, test_client_request_table_matches_a_reference);

@@ -401,20 +401,38 @@ static void test_dashd_event_sync_on_cpu_backend_is_refused_clearly(void)
     op.body_case = DASH__REQUEST__BODY_FORWARD;
     op.forward = &f;
     op.sync = &sync;
-    /* each way of asking for ordering is refused */
-    for (int ask = 0; ask < 3; ask++) {
+    /* each way of asking for ordering is refused: events, and the semaphores (signals),
+     * which a CPU daemon's Hello does not offer */
+    for (int ask = 0; ask < 4; ask++) {
         sync.has_wait_event = ask == 0;
         sync.has_record_event = ask == 1;
         sync.has_reply_when_queued = sync.reply_when_queued = ask == 2;
+        sync.has_signal_buffer = sync.has_ready_offset = sync.has_done_offset =
+            sync.has_signal_seq = ask == 3;
+        sync.signal_buffer = (uint64_t)id;
+        sync.done_offset = 8;
+        sync.signal_seq = 1;
         op.id = next_id++;
         rep = raw_call(r, &op, 5000);
         CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
         CU_ASSERT_EQUAL(rep->code, DASH_ENOTSUP);
         CU_ASSERT(rep->message && strstr(rep->message, "CUDA backend"));
+        CU_ASSERT(ask < 3 || (rep->message && strstr(rep->message, "signal sync")));
         wire_free_reply(rep);
     }
+    Dash__Hello hl = DASH__HELLO__INIT;
+    hl.protocol_version = WIRE_PROTOCOL_VERSION;
+    Dash__Request hello = DASH__REQUEST__INIT;
+    hello.id = next_id++;
+    hello.body_case = DASH__REQUEST__BODY_HELLO;
+    hello.hello = &hl;
+    rep = raw_call(r, &hello, 5000);
+    CU_ASSERT(rep && rep->hello && rep->hello->has_signals && !rep->hello->signals);
+    wire_free_reply(rep);
     /* an EventSync that asks for nothing changes nothing */
     sync.has_wait_event = sync.has_record_event = 0;
+    sync.has_signal_buffer = sync.has_ready_offset = sync.has_done_offset = 0;
+    sync.has_signal_seq = 0;
     sync.has_reply_when_queued = 1;
     sync.reply_when_queued = 0;
     op.id = next_id++;

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the problem and where its tensors live ------------------------------------------ */
@@ -406,9 +407,12 @@ static int suite_clean(void)
     return status == 0 ? 0 : -1;
 }
 
+static unsigned connect_flags; /* DASH_CONNECT_* for the next connect_client() */
+
 static struct dash_client *connect_client(const char *name)
 {
-    struct dash_connect_opts o = {.client_name = name, .timeout_ms = 20000};
+    struct dash_connect_opts o = {.client_name = name, .timeout_ms = 20000,
+                                  .flags = connect_flags};
     struct dash_client *c = NULL;
     int rc = dash_connect(D.endpoint, &o, &c);
     if (rc)
@@ -918,12 +922,129 @@ static void test_dashd_gpu_garbage_handle_is_an_error_reply(void)
  * the daemon's; bits equal the in-process kernels', and synchronous calls mix freely. */
 static void test_dashd_gpu_stream_ops_follow_the_callers_stream(void)
 {
+    /* both ways of ordering: semaphores (the default on this GPU) and events */
+    for (int events = 0; events < 2; events++) {
+        struct fixture f;
+        connect_flags = events ? DASH_CONNECT_STREAM_EVENTS : 0;
+        fixture_open(&f, "gpu-stream");
+        connect_flags = 0;
+        check_stream(&f, 300000000ull, "stream-ordered behind a 300 ms producer");
+        check_bits(&f, "synchronous after stream-ordered");
+        check_stream(&f, 0, "stream-ordered again");
+        CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+        fixture_close(&f, "gpu-stream");
+    }
+}
+
+/* Wait for a stream at most ms milliseconds: 0 when it finished, -1 when it did not. */
+static int stream_done_within(cudaStream_t s, int ms)
+{
+    for (int i = 0; i < ms; i++, usleep(1000)) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e != cudaErrorNotReady)
+            return e == cudaSuccess ? 0 : -1;
+    }
+    return -1;
+}
+
+/* Semaphore-ordered ops: a failure the daemon finds (a tile size it refuses) never leaves
+ * the caller's stream waiting; it reaches the caller at the next call, naming the op;
+ * the calls after it work. */
+static void test_dashd_gpu_signal_op_failure_releases_the_stream_and_is_told_later(void)
+{
     struct fixture f;
-    fixture_open(&f, "gpu-stream");
-    check_stream(&f, 300000000ull, "stream-ordered behind a 300 ms producer");
-    check_bits(&f, "synchronous after stream-ordered");
-    check_stream(&f, 0, "stream-ordered again");
-    fixture_close(&f, "gpu-stream");
+    fixture_open(&f, "gpu-signal-errors");
+    CU_ASSERT_FATAL(view_load(dash_buffer_data(f.b), inputs) == 0);
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .block_n = 96};
+    CU_ASSERT_EQUAL(dash_backward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE],
+                                         &t[DOUT], &t[DQ], &t[DK], &t[DV], s, NULL), 0);
+    CU_ASSERT_EQUAL(stream_done_within(s, 10000), 0); /* released, not hung */
+    a.block_n = 0;
+    int rc = dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL);
+    CU_ASSERT_EQUAL(rc, DASH_ESCHED);
+    CU_ASSERT(strstr(dash_last_error(f.c), "earlier stream-ordered backward") != NULL);
+    CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL), 0);
+    CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+    CU_ASSERT(cudaStreamSynchronize(s) == cudaSuccess);
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    fixture_close(&f, "gpu-signal-errors");
+}
+
+/* More ops in flight than there are semaphore slots, back to back on one stream with no
+ * host wait: every slot is used again, the stream keeps its order, and the last forward's
+ * outputs equal the in-process kernels'. */
+static void test_dashd_gpu_signal_ops_reuse_every_slot_in_order(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-signal-slots");
+    unsigned char *view = dash_buffer_data(f.b);
+    CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    enum { N = 1000 };
+    int failed = 0;
+    double t0 = (double)clock();
+    for (int i = 0; i < N && !failed; i++) {
+        /* poison the outputs before each: only the op itself can write them back */
+        failed |= cudaMemsetAsync(view + off[OUT], 0xff, QB, s) != cudaSuccess;
+        failed |= dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL) != 0;
+    }
+    double cpu_us = ((double)clock() - t0) / CLOCKS_PER_SEC * 1e6 / N;
+    CU_ASSERT_EQUAL(failed, 0);
+    CU_ASSERT(cudaStreamSynchronize(s) == cudaSuccess);
+    CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+    unsigned char *got = malloc(QB + LB);
+    CU_ASSERT_FATAL(got != NULL);
+    CU_ASSERT(fetch(got, view, OUT) == 0 && fetch(got + QB, view, LSE) == 0);
+    CU_ASSERT(memcmp(got, expected, QB + LB) == 0);
+    fprintf(stderr, "\n    %d forwards in flight through 256 slots; %.0f us of CPU per call ", N,
+            cpu_us);
+    free(got);
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    fixture_close(&f, "gpu-signal-slots");
+}
+
+/* The daemon dies (SIGKILL) with semaphore-ordered ops in flight behind a slow producer:
+ * the library's watchdog writes their done words, so the caller's stream finishes without
+ * any call into the library; the next dash_sync() says what happened; after a restart the
+ * client works again. */
+static void test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-signal-kill");
+    unsigned char *view = dash_buffer_data(f.b), *stage = NULL;
+    CU_ASSERT_FATAL(cudaMalloc((void **)&stage, view_bytes) == cudaSuccess);
+    CU_ASSERT_FATAL(view_load(stage, inputs) == 0);
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    /* the daemon's ops wait (on the GPU) for a producer of 2 s */
+    CU_ASSERT_FATAL(gpu_test_delayed_copy(view, stage, view_bytes, 2000000000ull, s) == cudaSuccess);
+    int sent = 0;
+    for (int i = 0; i < 20; i++)
+        sent += dash_backward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                     &t[DQ], &t[DK], &t[DV], s, NULL) == 0;
+    CU_ASSERT_EQUAL(sent, 20);
+    usleep(200000); /* the requests have arrived */
+    dashd_kill(&D);
+    CU_ASSERT_EQUAL(stream_done_within(s, 15000), 0); /* released: no call of ours needed */
+    int rc = dash_sync(f.c);
+    CU_ASSERT(rc == DASH_EIO || rc == DASH_ETIMEDOUT);
+    CU_ASSERT(strstr(dash_last_error(f.c), "went away") || strstr(dash_last_error(f.c), "answer"));
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
+    check_stream(&f, 0, "stream-ordered after the daemon was killed and restarted");
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    CU_ASSERT(cudaFree(stage) == cudaSuccess);
+    fixture_close(&f, "gpu-signal-kill");
 }
 
 /* The configuration an OpResult reports can be sent back and reproduces the bits: the v2
@@ -1257,6 +1378,12 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_garbage_handle_is_an_error_reply) ||
         !CU_add_test(s, "test_dashd_gpu_stream_ops_follow_the_callers_stream",
                      test_dashd_gpu_stream_ops_follow_the_callers_stream) ||
+        !CU_add_test(s, "test_dashd_gpu_signal_op_failure_releases_the_stream_and_is_told_later",
+                     test_dashd_gpu_signal_op_failure_releases_the_stream_and_is_told_later) ||
+        !CU_add_test(s, "test_dashd_gpu_signal_ops_reuse_every_slot_in_order",
+                     test_dashd_gpu_signal_ops_reuse_every_slot_in_order) ||
+        !CU_add_test(s, "test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream",
+                     test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream) ||
         !CU_add_test(s, "test_dashd_gpu_reported_config_reproduces_the_bits",
                      test_dashd_gpu_reported_config_reproduces_the_bits) ||
         !CU_add_test(s, "test_dashd_gpu_event_sync_errors_are_replies",

@@ -20,7 +20,7 @@ from ._client import Client, DashError, connect, default_client
 from ._func import flash_attn_func
 
 __all__ = ["flash_attn_func", "forward", "backward", "audit", "set_audit", "connect",
-           "Client", "DashError", "default_client", "last_result"]
+           "Client", "DashError", "default_client", "last_result", "synchronize"]
 __version__ = "0.1.0"
 
 
@@ -51,6 +51,12 @@ def audit(step=None, label=None):
 def set_audit(step=None, label=None):
     """Set this thread's step and label for the ops that follow (outside any audit block)."""
     _client._audit.stack[0] = (step, label)
+
+
+def synchronize(client=None):
+    """Wait for dashd's answers to every op on CUDA tensors so far; raise DashError for the
+    first that failed (without this, the next call raises it)."""
+    (client or default_client()).synchronize()
 
 
 def last_result(client=None):

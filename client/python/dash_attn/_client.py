@@ -161,6 +161,13 @@ class Client:
             msg = _lib.dash_last_error(self._c)
             raise DashError(rc, msg.decode(errors="replace") if msg else "")
 
+    def synchronize(self):
+        """Wait until dashd has answered every op of this client on CUDA tensors (ordered on
+        a CUDA stream, they return before the daemon answers) and raise DashError for the
+        first one that failed; otherwise such a failure is raised by the next call."""
+        with self._lock:
+            self._check(_lib.dash_sync(self._c))
+
     def ping(self):
         rtt = ctypes.c_uint64()
         with self._lock:

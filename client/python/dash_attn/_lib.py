@@ -130,4 +130,5 @@ dash_set_audit = _fn("dash_set_audit", ctypes.c_int, _c, ctypes.c_int64, ctypes.
 dash_last_error = _fn("dash_last_error", ctypes.c_char_p, _c)
 dash_strerror = _fn("dash_strerror", ctypes.c_char_p, ctypes.c_int)
 dash_errname = _fn("dash_errname", ctypes.c_char_p, ctypes.c_int)
+dash_sync = _fn("dash_sync", ctypes.c_int, _c)
 dash_ping = _fn("dash_ping", ctypes.c_int, _c, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))

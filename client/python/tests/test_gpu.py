@@ -138,6 +138,24 @@ def test_gpu_stream_order_holds_when_the_producer_is_still_running():
     assert torch.equal(q.grad, q2.grad)
 
 
+def test_gpu_a_failure_the_daemon_finds_is_raised_later_and_never_hangs():
+    # head dim 80: the CUDA backend refuses it, after the call has returned (the call only
+    # sends the op); the stream goes on, and synchronize() (or the next call) raises
+    q, k, v, _ = inputs((1, 128, 128, 2, 2, 80), torch.bfloat16, SEED ^ 5)
+    dash_attn.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    try:
+        dash_attn.synchronize()
+        raised = None
+    except dash_attn.DashError as e:
+        raised = e
+    assert raised is not None, "the daemon's refusal was lost"
+    assert "head" in str(raised).lower(), str(raised)
+    q, k, v, _ = inputs((1, 128, 128, 2, 2, 64), torch.bfloat16, SEED ^ 6)
+    dash_attn.flash_attn_func(q, k, v, causal=True)  # and the client goes on working
+    dash_attn.synchronize()
+
+
 def test_gpu_random_shapes_layouts_and_schedules_match_float64():
     random_cases.check(dash_attn, SEED ^ 4, 24, "cuda", [torch.bfloat16, torch.float16],
                        {torch.bfloat16: 1e-2, torch.float16: 5e-3})
