@@ -270,7 +270,10 @@ bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DASHD) $(BENCH_GPU)
 			./$(BUILD)/bench_gpu_daemon --reps 10 --seqlen $$s $$a; done; done \
 			> bench/results/gpu-daemon-make-bench-$$d.md && \
 		./$(BUILD)/bench_gpu_handoff >> bench/results/gpu-daemon-make-bench-$$d.md && \
-		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md and gpu-daemon-make-bench-$$d.md"; \
+		o2=$$(mktemp -d) && DASHD_BIN=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
+			OUT=$$o2 bash scripts/gpu_percall.sh 20 > /dev/null && \
+		cat $$o2/percall-*.md $$o2/steps.md > bench/results/gpu-percall-make-bench-$$d.md && \
+		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md, gpu-daemon-make-bench-$$d.md and gpu-percall-make-bench-$$d.md"; \
 	else echo "bench: no GPU here (or no CUDA build): GPU benchmarks skipped"; fi
 
 demo: deps all

@@ -12,17 +12,21 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
 steps=${1:-20}
+# the bundle (.gpu) by default; make bench passes its own build (DASHD_BIN, DASH_LIBRARY)
 export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export DASH_LIBRARY=$root/.gpu/lib/libdash.so PYTHONPATH=$root/client/python PYTHONUNBUFFERED=1
+dashd=${DASHD_BIN:-$root/.gpu/bin/dashd}
+dashctl=$(dirname "$dashd")/dashctl
+export DASH_LIBRARY=${DASH_LIBRARY:-$root/.gpu/lib/libdash.so}
+export PYTHONPATH=$root/client/python PYTHONUNBUFFERED=1
 status=0
 
 pass() { # name
   local name=$1 work
-  python3 "$root/bench/percall.py" --dashd "$root/.gpu/bin/dashd" --out "$out/percall-$name.md" \
+  python3 "$root/bench/percall.py" --dashd "$dashd" --out "$out/percall-$name.md" \
     > "$out/percall-$name.log" 2>&1 || status=1
   cat "$out/percall-$name.log"
   work=$(mktemp -d /tmp/dash-step-XXXXXX)
-  "$root/.gpu/bin/dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
+  "$dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
   local dpid=$!
   for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
   for model in "--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8" \
@@ -34,7 +38,7 @@ pass() { # name
         || tail -5 "$work/$a.log"
     done
   done | tee -a "$out/steps.md"
-  "$root/.gpu/bin/dashctl" stats --endpoint "ipc://$work/d.sock" > "$out/stats-$name.txt" 2>&1
+  "$dashctl" stats --endpoint "ipc://$work/d.sock" > "$out/stats-$name.txt" 2>&1
   kill -TERM $dpid; wait $dpid
   cp "$work/dashd.log" "$out/dashd-steps-$name.log"
 }
