@@ -34,7 +34,7 @@ PKGS := libzmq libuv libprotobuf-c libsystemd libxxhash
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd -lxxhash)
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -fPIC -MMD -MP \
-	-I. -I$(GEN) $(PKG_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
+	$(call inc_flags,$(PART)) -I$(GEN) $(PKG_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread
 
 ifeq ($(V),1)
@@ -50,7 +50,7 @@ NVCC :=
 endif
 ifneq ($(NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCCFLAGS := -std=c++17 -O2 -g -MMD -MP -Xcompiler -Wall,-Wextra,-Werror \
+NVCCFLAGS = -std=c++17 -O2 -g -MMD -MP -Xcompiler -Wall,-Wextra,-Werror $(call inc_flags,$(PART)) \
 	-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 CUDA_CFLAGS := -DDASH_HAVE_CUDA -I$(CUDA_HOME)/include
 # The static runtime: no libcudart.so needed where the binaries run. It finds libcuda.so.1
@@ -58,17 +58,53 @@ CUDA_CFLAGS := -DDASH_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 endif
 
+# ---- which part may include which (docs/architecture.md) ----------------------------------
+# Every #include names a path from the repository root ("kernels/sched/sched.h"), and each
+# part of the tree compiles against an include root of its own, $(BUILD)/inc/PART/, that
+# holds links to the folders it may use and nothing else: a forbidden include does not
+# compile. Parts not listed (tests, bench, examples) may use everything (the root itself).
+INC_sched := kernels/sched
+INC_attn := kernels/sched kernels/attn
+INC_cpu := kernels/sched kernels/attn kernels/cpu
+INC_cuda := kernels/sched kernels/attn kernels/cuda
+INC_digest := kernels/digest
+INC_proto := proto
+INC_libdash := proto client
+INC_dashctl := proto client kernels/sched
+INC_daemon := proto kernels daemon
+PARTS := sched attn cpu cuda digest proto libdash dashctl daemon
+$(BUILD)/obj/kernels/sched/%: PART := sched
+$(BUILD)/obj/kernels/attn/%: PART := attn
+$(BUILD)/obj/kernels/cpu/%: PART := cpu
+$(BUILD)/obj/kernels/cuda/%: PART := cuda
+$(BUILD)/obj/kernels/digest/%: PART := digest
+$(BUILD)/obj/proto/%: PART := proto
+$(BUILD)/obj/client/%: PART := libdash
+$(BUILD)/obj/client/dashctl/%: PART := dashctl
+$(BUILD)/obj/daemon/%: PART := daemon
+inc_flags = $(if $(1),-I$(BUILD)/inc/$(1),-I.)
+INC_STAMPS := $(foreach p,$(PARTS),$(BUILD)/inc/$(p)/.made)
+.SECONDARY: $(INC_STAMPS)
+# A part's root: a link per allowed folder, at the same path as in the tree.
+$(BUILD)/inc/%/.made: Makefile
+	$(Q)rm -rf $(dir $@) && mkdir -p $(dir $@)
+	$(Q)for d in $(INC_$*); do mkdir -p $(dir $@)$$(dirname $$d) && \
+		ln -s $(abspath .)/$$d $(dir $@)$$d; done
+	$(Q)touch $@
+
 # ---- sources ------------------------------------------------------------------------------
-KERNELS_SRC := kernels/sched.c kernels/dag.c kernels/dtype.c kernels/pool.c \
-	kernels/engine.c kernels/engine_bwd.c kernels/ref.c kernels/digest.c
+KERNELS_SRC := kernels/sched/sched.c kernels/sched/dag.c kernels/attn/dtype.c kernels/attn/problem.c \
+	kernels/attn/ref.c kernels/cpu/pool.c kernels/cpu/engine.c kernels/cpu/engine_bwd.c \
+	kernels/digest/digest.c
 PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
 LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
-DASHCTL_SRC := client/dashctl.c client/ctl_sched.c client/ctl_daemon.c client/ctl_ping.c client/ctl_stats.c client/ctl_status.c \
-	client/ctl_audit.c
+DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
+	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
+	client/dashctl/ctl_audit.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
@@ -82,8 +118,8 @@ BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/har
 	tests/testutil.c
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
-CUDA_KERNELS_CU := kernels/attn_cuda.cu kernels/attn_fwd.cu kernels/attn_bwd.cu \
-	kernels/attn_fwd_tc.cu kernels/attn_bwd_tc.cu kernels/digest_cuda.cu
+CUDA_KERNELS_CU := kernels/cuda/attn_cuda.cu kernels/cuda/attn_fwd.cu kernels/cuda/attn_bwd.cu \
+	kernels/cuda/attn_fwd_tc.cu kernels/cuda/attn_bwd_tc.cu kernels/digest/digest_cuda.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
 GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_dashd_gpu.c \
 	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c tests/gpu/test_audit_gpu.c \
@@ -146,12 +182,12 @@ $(GEN)/proto/audit.pb-c.c $(GEN)/proto/audit.pb-c.h: proto/audit.proto proto/das
 	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=$(GEN) $<
 
-$(BUILD)/obj/%.o: %.c | $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/buildid.h
+$(BUILD)/obj/%.o: %.c | $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/buildid.h $(INC_STAMPS)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu | $(INC_STAMPS)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@

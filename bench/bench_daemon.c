@@ -38,7 +38,7 @@
  * 2 bad usage.
  */
 #include "../client/dash.h"
-#include "../kernels/engine.h"
+#include "kernels/cpu/engine.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -438,12 +438,12 @@ static int latency_in_process(struct bench *b, const char *shm, const struct lay
                               double *t)
 {
     const struct shape *s = &tiny;
-    struct eng_problem p = {.batch = s->batch, .seqlen_q = s->seqlen, .seqlen_k = s->seqlen,
+    struct attn_problem p = {.batch = s->batch, .seqlen_q = s->seqlen, .seqlen_k = s->seqlen,
                             .heads_q = s->heads, .heads_kv = s->heads, .head_dim = s->head_dim,
                             .dtype = DTYPE_BF16, .mask = SCHED_MASK_FULL,
                             .scale = (float)(1.0 / sqrt((double)s->head_dim))};
     /* All defaults and schedule auto: what the daemon makes of attn's zeros. */
-    const struct eng_config cfg = {.sched = SCHED_AUTO};
+    const struct attn_config cfg = {.sched = SCHED_AUTO};
     int rc = DASH_ENOMEM;
     char *mine = malloc(L->total);
     struct eng *e = eng_new(DAEMON_THREADS);
@@ -455,7 +455,7 @@ static int latency_in_process(struct bench *b, const char *shm, const struct lay
     /* Outputs NaN until written (dout, an input, lies between lse and dq). */
     memset(mine + L->out, 0xff, L->dout - L->out);
     memset(mine + L->dq, 0xff, L->total - L->dq);
-#define T(off) eng_dense(mine + (off), s->seqlen, s->heads, s->head_dim)
+#define T(off) attn_dense(mine + (off), s->seqlen, s->heads, s->head_dim)
     for (int i = 0; i < b->op_warmup + b->op_n; i++) {
         double t0 = now_us();
         rc = eng_forward(e, &p, &cfg, T(L->out), (float *)(mine + L->lse), T(L->q), T(L->k),

@@ -1,5 +1,5 @@
 /*
- * bench_engine.c - CPU throughput of the attention engine (kernels/engine.h), written up
+ * bench_engine.c - CPU throughput of the attention engine (kernels/cpu/engine.h), written up
  * as a Markdown report.
  *
  *   bench_engine [--quick] [--reps N] [--out DIR]
@@ -27,7 +27,7 @@
  * (UTC date; an existing file of that day is overwritten). Progress goes to stderr.
  * Exit status: 0 success, 1 an engine call, I/O or bit-identity check failed, 2 bad usage.
  */
-#include "../kernels/engine.h"
+#include "kernels/cpu/engine.h"
 #include "../proto/errors.h"
 
 #include <errno.h>
@@ -125,9 +125,9 @@ static int cmp_double(const void *a, const void *b)
 }
 
 
-static struct eng_problem problem_of(const struct shape *s, enum sched_mask mask)
+static struct attn_problem problem_of(const struct shape *s, enum sched_mask mask)
 {
-    struct eng_problem p = {
+    struct attn_problem p = {
         .batch = s->batch,
         .seqlen_q = s->seqlen,
         .seqlen_k = s->seqlen,
@@ -162,14 +162,14 @@ static const char *mask_label(enum sched_mask m)
 /* The call under test. Returns 0 or a negative code; *ret_cfg gets the resolved config. */
 struct call {
     struct eng *eng;
-    const struct eng_problem *p;
-    struct eng_config cfg;
+    const struct attn_problem *p;
+    struct attn_config cfg;
     int backward;
-    struct eng_tensor q, k, v, out, dout, dq, dk, dv;
+    struct attn_tensor q, k, v, out, dout, dq, dk, dv;
     float *lse;
 };
 
-static int call_run(const struct call *c, struct eng_config *ret_cfg)
+static int call_run(const struct call *c, struct attn_config *ret_cfg)
 {
     if (c->backward)
         return eng_backward(c->eng, c->p, &c->cfg, c->dq, c->dk, c->dv, c->q, c->k, c->v,
@@ -179,7 +179,7 @@ static int call_run(const struct call *c, struct eng_config *ret_cfg)
 
 /* One warm-up (it also grows the engine's arena and fills the auto cache, neither of
  * which a serving daemon pays per request), then the median of b->reps timed calls. */
-static int time_call(struct bench *b, const struct call *c, struct eng_config *ret_cfg,
+static int time_call(struct bench *b, const struct call *c, struct attn_config *ret_cfg,
                      double *ret_ms)
 {
     int rc = call_run(c, ret_cfg);
@@ -203,22 +203,22 @@ static int time_call(struct bench *b, const struct call *c, struct eng_config *r
 static int bench_one(struct bench *b, int si, enum sched_mask mask, int ti)
 {
     const struct shape *s = &shapes[si];
-    const struct eng_problem p = problem_of(s, mask);
+    const struct attn_problem p = problem_of(s, mask);
     const size_t bytes = elems_of(s) * sizeof(uint16_t);
     struct call c = {
         .eng = b->eng[ti],
         .p = &p,
-        .q = eng_dense(b->q, s->seqlen, s->heads, s->head_dim),
-        .k = eng_dense(b->k, s->seqlen, s->heads, s->head_dim),
-        .v = eng_dense(b->v, s->seqlen, s->heads, s->head_dim),
-        .out = eng_dense(b->out, s->seqlen, s->heads, s->head_dim),
-        .dout = eng_dense(b->dout, s->seqlen, s->heads, s->head_dim),
-        .dq = eng_dense(b->dq, s->seqlen, s->heads, s->head_dim),
-        .dk = eng_dense(b->dk, s->seqlen, s->heads, s->head_dim),
-        .dv = eng_dense(b->dv, s->seqlen, s->heads, s->head_dim),
+        .q = attn_dense(b->q, s->seqlen, s->heads, s->head_dim),
+        .k = attn_dense(b->k, s->seqlen, s->heads, s->head_dim),
+        .v = attn_dense(b->v, s->seqlen, s->heads, s->head_dim),
+        .out = attn_dense(b->out, s->seqlen, s->heads, s->head_dim),
+        .dout = attn_dense(b->dout, s->seqlen, s->heads, s->head_dim),
+        .dq = attn_dense(b->dq, s->seqlen, s->heads, s->head_dim),
+        .dk = attn_dense(b->dk, s->seqlen, s->heads, s->head_dim),
+        .dv = attn_dense(b->dv, s->seqlen, s->heads, s->head_dim),
         .lse = b->lse,
     };
-    struct eng_config got;
+    struct attn_config got;
     double ms, atomic_ms = 0;
     int rc;
 

@@ -1,5 +1,5 @@
 /*
- * bench_gpu.c - forward and backward TFLOPS of our CUDA kernels (kernels/attn_cuda.h) for
+ * bench_gpu.c - forward and backward TFLOPS of our CUDA kernels (kernels/cuda/attn_cuda.h) for
  * every schedule, at the shapes of the anchors (bf16, 16384 tokens per batch, heads *
  * head_dim = 2048, seqlen 1k..16k, hdim 64 and 128, full and causal), plus a bitwise
  * repeat check of every deterministic schedule. Prints one JSON object; bench/gpu_report.py
@@ -18,8 +18,8 @@
  * "digest" is XXH64 of the bytes of dQ, dK and dV (in that order) of the repeat-check call:
  * two builds whose deterministic schedules print the same digest compute the same bits.
  */
-#include "kernels/attn_cuda.h"
-#include "kernels/xxh64.h"
+#include "kernels/cuda/attn_cuda.h"
+#include "kernels/digest/xxh64.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -147,14 +147,14 @@ int main(int argc, char **argv)
                 if ((only_d && d != only_d) || (only_causal >= 0 && causal != only_causal))
                     continue;
                 int32_t S = seqlens[si], B = TOKENS / S, H = HIDDEN / d;
-                struct eng_problem p = {B, S, S, H, H, d, DTYPE_BF16,
+                struct attn_problem p = {B, S, S, H, H, d, DTYPE_BF16,
                                         causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
                                         (float)(1.0 / sqrt((double)d))};
                 double flops = 4.0 * B * H * (double)S * S * d / (causal ? 2 : 1);
-                struct eng_tensor tq = eng_dense(b.q, S, H, d), tk = eng_dense(b.k, S, H, d);
-                struct eng_tensor tv = eng_dense(b.v, S, H, d), to = eng_dense(b.out, S, H, d);
-                struct eng_tensor tdo = eng_dense(b.dout, S, H, d), tdq = eng_dense(b.dq, S, H, d);
-                struct eng_tensor tdk = eng_dense(b.dk, S, H, d), tdv = eng_dense(b.dv, S, H, d);
+                struct attn_tensor tq = attn_dense(b.q, S, H, d), tk = attn_dense(b.k, S, H, d);
+                struct attn_tensor tv = attn_dense(b.v, S, H, d), to = attn_dense(b.out, S, H, d);
+                struct attn_tensor tdo = attn_dense(b.dout, S, H, d), tdq = attn_dense(b.dq, S, H, d);
+                struct attn_tensor tdk = attn_dense(b.dk, S, H, d), tdv = attn_dense(b.dv, S, H, d);
                 double t[101];
                 for (int r = 0; r <= reps; r++) {
                     double t0 = now_ms();
@@ -174,7 +174,7 @@ int main(int argc, char **argv)
                 for (size_t ki = 0, shown = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
                     if (only_sched >= 0 && (int)kinds[ki] != only_sched)
                         continue;
-                    struct eng_config cfg = {kinds[ki], 0, 0, 0}, used;
+                    struct attn_config cfg = {kinds[ki], 0, 0, 0}, used;
                     for (int r = 0; r <= reps; r++) {
                         double t0 = now_ms();
                         rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse,

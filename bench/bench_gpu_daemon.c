@@ -22,8 +22,8 @@
  * The header says whether this process's GPU context goes through MPS (docs/mps.md).
  */
 #include "client/dash.h"
-#include "kernels/attn_cuda.h"
-#include "kernels/digest_cuda.h"
+#include "kernels/cuda/attn_cuda.h"
+#include "kernels/digest/digest_cuda.h"
 #include "tests/gpu/gpu_delay.h"
 
 #include <cuda_runtime.h>
@@ -72,8 +72,8 @@ static double median(double *t, int n)
 struct bench_op {
     struct dash_tensor t[9];
     struct dash_attn at;
-    struct eng_problem p;
-    struct eng_tensor e[8];
+    struct attn_problem p;
+    struct attn_tensor e[8];
     float *lse;
 };
 
@@ -82,20 +82,20 @@ static void bench_op_init(struct bench_op *b, int causal, struct dash_buffer *bu
 {
     for (int i = 0; i < 8; i++) {
         b->t[i] = dash_tensor_dense(buf, (uint64_t)i * tb, B, S, H, D);
-        b->e[i] = eng_dense(mem + (size_t)i * tb, S, H, D);
+        b->e[i] = attn_dense(mem + (size_t)i * tb, S, H, D);
     }
     b->t[8] = dash_tensor_lse(buf, 8 * tb, B, H, S);
     b->lse = (float *)(void *)(mem + 8 * tb);
     b->at = (struct dash_attn){.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
                                .schedule = DASH_SCHED_AUTO};
-    b->p = (struct eng_problem){B, S, S, H, H, D, DTYPE_BF16,
+    b->p = (struct attn_problem){B, S, S, H, H, D, DTYPE_BF16,
                                 causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, (float)(1.0 / sqrt((double)D))};
 }
 
 /* The op (0 forward, 1 backward) with the kernels in this process. */
 static int in_process(struct cuattn *a, const struct bench_op *b, int op)
 {
-    const struct eng_tensor *e = b->e;
+    const struct attn_tensor *e = b->e;
     return op == 0 ? cuattn_forward(a, &b->p, NULL, e[3], b->lse, e[0], e[1], e[2], NULL)
                    : cuattn_backward(a, &b->p, NULL, 0, e[5], e[6], e[7], e[0], e[1], e[2], e[3],
                                      b->lse, e[4], NULL);

@@ -3,7 +3,7 @@
  */
 #include "benchrng.h"
 
-#include "kernels/dtype.h"
+#include "kernels/attn/dtype.h"
 
 #include <math.h>
 

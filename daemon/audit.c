@@ -6,7 +6,7 @@
 #include "log.h"
 
 #include "proto/auditfile.h"
-#include "kernels/digest.h"
+#include "kernels/digest/digest.h"
 
 #include <errno.h>
 #include <fcntl.h>

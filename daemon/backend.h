@@ -25,8 +25,8 @@
 #include "shmbuf.h"
 #include "validate.h"
 
-#include "kernels/digest_cuda.h"
-#include "kernels/engine.h"
+#include "kernels/digest/digest_cuda.h"
+#include "kernels/cpu/engine.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,13 +40,13 @@ typedef void (*backend_done_fn)(void *ctx, int rc, uint64_t run_ns);
 #define BACKEND_QUEUED 1
 
 /* One op's arguments. Forward uses q, k, v (in) and out, lse (out); backward uses
- * q, k, v, out, lse, dout (in) and dq, dk, dv (out). Shapes as in kernels/engine.h. */
+ * q, k, v, out, lse, dout (in) and dq, dk, dv (out). Shapes as in kernels/cpu/engine.h. */
 struct backend_op {
     int host; /* 1: the tensors are the daemon's dense host copies (shared memory), 0: in
                * place in the client's device memory */
-    const struct eng_problem *prob;
-    const struct eng_config *cfg; /* as requested; zeros and SCHED_AUTO mean defaults */
-    struct eng_tensor q, k, v, out, dout, dq, dk, dv;
+    const struct attn_problem *prob;
+    const struct attn_config *cfg; /* as requested; zeros and SCHED_AUTO mean defaults */
+    struct attn_tensor q, k, v, out, dout, dq, dk, dv;
     float *lse; /* (batch, heads_q, seqlen_q), dense */
     /* Device ops only (host == 0) on a backend with events_open; NULL otherwise. */
     void *wait_event;   /* the device waits for it before reading the inputs */
@@ -63,7 +63,7 @@ struct backend_op {
      * returns DASH_ECANCELED); nonzero: nobody wants the result any more. NULL: never. */
     int (*stop)(void *ctx);
     void *stop_ctx;
-    /* Audit, device ops only: digest views[i] (kernels/digest.h) into digests[i] - the
+    /* Audit, device ops only: digest views[i] (kernels/digest/digest.h) into digests[i] - the
      * inputs (is_output 0) before the op runs, the outputs after - so that they are in
      * digests[] when the op has completed. n_digests 0: none. */
     int32_t n_digests;
@@ -102,9 +102,9 @@ struct backend {
      * op with op->done set, BACKEND_QUEUED (and *ret_cfg): the op is queued behind every
      * op queued before it, and done() says when it has completed. */
     int (*forward)(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                   struct eng_config *ret_cfg);
+                   struct attn_config *ret_cfg);
     int (*backward)(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                    struct eng_config *ret_cfg);
+                    struct attn_config *ret_cfg);
     /* CUDA memory (NULL on a backend without it): open (or share the cached mapping of)
      * the IPC handle and check the buffer lies inside the allocation. Loop thread only.
      * 0 and *ret_buf (kind SHMBUF_CUDA, one reference), or a DASH_* code with a reason in
@@ -132,7 +132,7 @@ struct backend {
 /* The CPU engine with `threads` workers (1..POOL_THREADS_MAX), or NULL. */
 struct backend *backend_cpu_new(int32_t threads);
 
-/* The CUDA kernels (kernels/attn_cuda.h) on device `device` as a dashd backend, or NULL
+/* The CUDA kernels (kernels/cuda/attn_cuda.h) on device `device` as a dashd backend, or NULL
  * with the reason in why (no driver, no such device, a GPU older than sm_80...). Sets
  * the calling thread's current device, so call it on the loop thread: buffers are opened
  * and closed there. Only in builds with CUDA (DASH_HAVE_CUDA). */

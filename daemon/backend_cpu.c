@@ -1,5 +1,5 @@
 /*
- * backend_cpu.c - the CPU engine (kernels/engine.h) as a dashd backend.
+ * backend_cpu.c - the CPU engine (kernels/cpu/engine.h) as a dashd backend.
  *
  * The engine validates its arguments itself, but the daemon has already checked them
  * against the protocol's rules; what can still fail here is the engine's own limits
@@ -27,7 +27,7 @@ static int32_t cpu_threads(void *impl)
 }
 
 /* An engine code as a protocol code, with a reason. */
-static int map_engine_error(int rc, const struct eng_problem *p, char *msg, size_t msglen)
+static int map_engine_error(int rc, const struct attn_problem *p, char *msg, size_t msglen)
 {
     switch (rc) {
     case -ENOMEM:
@@ -59,7 +59,7 @@ static int map_engine_error(int rc, const struct eng_problem *p, char *msg, size
 static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t msglen)
 {
     (void)impl;
-    const struct eng_problem *p = &plan->prob;
+    const struct attn_problem *p = &plan->prob;
     int rc = eng_check_problem(p);
     if (rc)
         return map_engine_error(rc, p, msg, msglen);
@@ -87,7 +87,7 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
 }
 
 static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                       struct eng_config *ret_cfg)
+                       struct attn_config *ret_cfg)
 {
     struct cpu *c = impl;
     eng_set_stop(c->eng, op->stop, op->stop_ctx);
@@ -97,7 +97,7 @@ static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_
 }
 
 static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                        struct eng_config *ret_cfg)
+                        struct attn_config *ret_cfg)
 {
     struct cpu *c = impl;
     eng_set_stop(c->eng, op->stop, op->stop_ctx);

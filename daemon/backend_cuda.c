@@ -1,5 +1,5 @@
 /*
- * backend_cuda.c - the CUDA kernels (kernels/attn_cuda.h) as a dashd backend, and the
+ * backend_cuda.c - the CUDA kernels (kernels/cuda/attn_cuda.h) as a dashd backend, and the
  * daemon's table of CUDA IPC mappings.
  *
  * One struct cuattn, made at start (kernels loaded, scratch grown on first use): the
@@ -48,8 +48,8 @@
  */
 #include "backend.h"
 
-#include "kernels/attn_cuda.h"
-#include "kernels/digest_cuda.h"
+#include "kernels/cuda/attn_cuda.h"
+#include "kernels/digest/digest_cuda.h"
 #include "proto/errors.h"
 
 #include <cuda.h> /* types only (CUresult, CUdeviceptr): nothing here links libcuda */
@@ -513,7 +513,7 @@ static int32_t cuda_threads(void *impl)
 }
 
 /* A kernel code as a protocol code, with a reason. */
-static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size_t msglen)
+static int map_kernel_error(int rc, const struct attn_problem *p, char *msg, size_t msglen)
 {
     switch (rc) {
     case -ENOMEM:
@@ -552,7 +552,7 @@ static int map_kernel_error(int rc, const struct eng_problem *p, char *msg, size
 static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t msglen)
 {
     const struct cuda *c = impl;
-    const struct eng_problem *p = &plan->prob;
+    const struct attn_problem *p = &plan->prob;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
     if (!cuattn_serves_head_dim(p->head_dim))
@@ -618,7 +618,7 @@ struct stage_slot {
 
 static int stage_slots(const struct backend_op *op, int backward, struct stage_slot s[9])
 {
-    const struct eng_problem *p = op->prob;
+    const struct attn_problem *p = op->prob;
     size_t es = (size_t)dtype_size(p->dtype);
     size_t qb = es * (size_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim;
     size_t kb = es * (size_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim;
@@ -635,7 +635,7 @@ static int stage_slots(const struct backend_op *op, int backward, struct stage_s
 
 /* Copy the op's inputs to device scratch, run it there, copy the outputs back. */
 static int run_staged(struct cuda *c, const struct backend_op *op, int backward, char *msg,
-                      size_t msglen, struct eng_config *ret_cfg)
+                      size_t msglen, struct attn_config *ret_cfg)
 {
     struct stage_slot s[9];
     int n = stage_slots(op, backward, s);
@@ -668,12 +668,12 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
             return DASH_EIO;
         }
     }
-    const struct eng_problem *p = op->prob;
+    const struct attn_problem *p = op->prob;
     /* device views of slots 0..8: q k v out lse dout dq dk dv */
-    struct eng_tensor t[9];
+    struct attn_tensor t[9];
     for (int i = 0; i < n; i++) {
         int kv = i == 1 || i == 2 || i == 7 || i == 8;
-        t[i] = eng_dense(s[i].dev, kv ? p->seqlen_k : p->seqlen_q, kv ? p->heads_kv : p->heads_q,
+        t[i] = attn_dense(s[i].dev, kv ? p->seqlen_k : p->seqlen_q, kv ? p->heads_kv : p->heads_q,
                          p->head_dim);
     }
     int rc;
@@ -708,7 +708,7 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
  * completion (BACKEND_QUEUED) or wait for it here. Inputs come first in op->digest_views
  * (slot order), so the two digest calls fill one array. */
 static int run_device(struct cuda *c, const struct backend_op *op, int backward, char *msg,
-                      size_t msglen, struct eng_config *ret_cfg)
+                      size_t msglen, struct attn_config *ret_cfg)
 {
     cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
     struct pending *p = pending_get(c);
@@ -798,7 +798,7 @@ static int cuda_signal_release(void *impl, uint64_t *done, uint64_t seq)
 }
 
 static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                        struct eng_config *ret_cfg)
+                        struct attn_config *ret_cfg)
 {
     struct cuda *c = impl;
     if (op->host)
@@ -807,7 +807,7 @@ static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size
 }
 
 static int cuda_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                         struct eng_config *ret_cfg)
+                         struct attn_config *ret_cfg)
 {
     struct cuda *c = impl;
     if (op->host)

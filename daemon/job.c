@@ -5,7 +5,7 @@
 
 #include "guard.h"
 
-#include "kernels/digest.h"
+#include "kernels/digest/digest.h"
 #include "proto/errors.h"
 
 #include <errno.h>
@@ -119,20 +119,20 @@ static int copy_slot(struct job *j, int slot, unsigned char *dense, int to_clien
     return DASH_EBUFGONE;
 }
 
-static struct eng_tensor dense_tensor(const struct val_tensor *t, unsigned char *data)
+static struct attn_tensor dense_tensor(const struct val_tensor *t, unsigned char *data)
 {
-    struct eng_tensor e = {data, {0, 0, 0, 1}};
+    struct attn_tensor e = {data, {0, 0, 0, 1}};
     if (t->ndim == 4)
-        e = eng_dense(data, t->shape[1], t->shape[2], t->shape[3]);
+        e = attn_dense(data, t->shape[1], t->shape[2], t->shape[3]);
     return e;
 }
 
 /* A tensor in place in device memory: the buffer's device pointer + offset, the request's
  * strides. */
-static struct eng_tensor device_tensor(const struct job *j, int slot)
+static struct attn_tensor device_tensor(const struct job *j, int slot)
 {
     const struct val_tensor *t = &j->plan.t[slot];
-    struct eng_tensor e = {shmbuf_data(j->buf[slot]) + t->offset,
+    struct attn_tensor e = {shmbuf_data(j->buf[slot]) + t->offset,
                            {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
     return e;
 }

@@ -82,7 +82,7 @@ struct job {
     /* Result, set by the worker. */
     int rc;
     char msg[JOB_MSG_MAX];
-    struct eng_config used; /* what the backend ran with (rc == 0) */
+    struct attn_config used; /* what the backend ran with (rc == 0) */
 };
 
 struct job_runner;

@@ -28,7 +28,7 @@
 #include "log.h"
 #include "server.h"
 
-#include "kernels/pool.h"
+#include "kernels/cpu/pool.h"
 #include "proto/errors.h"
 #include "proto/wire.h"
 

@@ -399,10 +399,10 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
         scale = par->scale;
     }
 
-    p.prob = (struct eng_problem){.batch = B, .seqlen_q = Sq, .seqlen_k = Sk, .heads_q = Hq,
+    p.prob = (struct attn_problem){.batch = B, .seqlen_q = Sq, .seqlen_k = Sk, .heads_q = Hq,
                                   .heads_kv = Hkv, .head_dim = D, .dtype = dtype, .mask = mask,
                                   .scale = scale};
-    p.cfg = (struct eng_config){.sched = kind, .w = wave, .block_m = bm, .block_n = bn};
+    p.cfg = (struct attn_config){.sched = kind, .w = wave, .block_m = bm, .block_n = bn};
     *ret_plan = p;
     return 0;
 }

@@ -23,7 +23,7 @@
 #ifndef DASHD_VALIDATE_H
 #define DASHD_VALIDATE_H
 
-#include "kernels/engine.h"
+#include "kernels/cpu/engine.h"
 #include "proto/wire.h"
 
 #include <stddef.h>
@@ -54,8 +54,8 @@ struct val_tensor {
 struct val_plan {
     int32_t backward; /* 0: forward (slots q..lse), 1: backward (all slots) */
     int32_t slots;    /* VAL_LSE + 1 or VAL_SLOTS */
-    struct eng_problem prob;
-    struct eng_config cfg; /* as requested: sched may be SCHED_AUTO, 0 = the default */
+    struct attn_problem prob;
+    struct attn_config cfg; /* as requested: sched may be SCHED_AUTO, 0 = the default */
     struct val_tensor t[VAL_SLOTS];
 };
 

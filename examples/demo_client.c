@@ -10,9 +10,9 @@
  *   demo_client [ENDPOINT]     (default: the endpoint dashd uses by default)
  */
 #include "client/dash.h"
-#include "kernels/digest.h"
-#include "kernels/engine.h"
-#include "kernels/ref.h"
+#include "kernels/digest/digest.h"
+#include "kernels/cpu/engine.h"
+#include "kernels/attn/ref.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -120,8 +120,8 @@ int main(int argc, char **argv)
     uint64_t digest = digest_bytes(base + L.dq, L.total - L.dq);
 
     /* Values: against float64 attention on the same (bf16) inputs. */
-    struct eng_problem p = {B, SQ, SK, HQ, HKV, D, DTYPE_BF16, SCHED_MASK_CAUSAL, 0.125f};
-#define T(mem, off, s, h) eng_dense((mem) + (off), s, h, D)
+    struct attn_problem p = {B, SQ, SK, HQ, HKV, D, DTYPE_BF16, SCHED_MASK_CAUSAL, 0.125f};
+#define T(mem, off, s, h) attn_dense((mem) + (off), s, h, D)
     {
         int64_t nq = (int64_t)B * SQ * HQ * D, nk = (int64_t)B * SK * HKV * D;
         double *ro = malloc(sizeof(double) * nq), *rq = malloc(sizeof(double) * nq);
@@ -155,11 +155,11 @@ int main(int argc, char **argv)
         char *mine = malloc(L.total);
         memcpy(mine, base, L.total);
         struct eng *e = eng_new(2);
-        struct eng_config cfg = {(enum sched_kind)0, br.wave, br.block_m, br.block_n};
+        struct attn_config cfg = {(enum sched_kind)0, br.wave, br.block_m, br.block_n};
         const enum sched_kind kinds[] = {SCHED_AUTO,       SCHED_ATOMIC, SCHED_ASCENDING,
                                          SCHED_DESCENDING, SCHED_SPT,    SCHED_SHIFT};
         cfg.sched = kinds[br.schedule];
-        struct eng_config fcfg = {SCHED_ASCENDING, fr.wave, fr.block_m, fr.block_n};
+        struct attn_config fcfg = {SCHED_ASCENDING, fr.wave, fr.block_m, fr.block_n};
         rc = e ? eng_forward(e, &p, &fcfg, T(mine, L.out, SQ, HQ), (float *)(mine + L.lse),
                              T(mine, L.q, SQ, HQ), T(mine, L.k, SK, HKV), T(mine, L.v, SK, HKV), NULL)
                : -1;

@@ -17,8 +17,8 @@
  *      to run: its additions into dQ happen in arrival order) against the reference.
  * Exit status 0 when every check passes, 1 otherwise.
  */
-#include "../kernels/engine.h"
-#include "../kernels/ref.h"
+#include "kernels/cpu/engine.h"
+#include "kernels/attn/ref.h"
 #include "../proto/errors.h"
 
 #include <errno.h>
@@ -41,7 +41,7 @@
 static const int32_t demo_threads[DEMO_NENGINES] = {1, 2, 4};
 
 struct demo {
-    struct eng_problem p;
+    struct attn_problem p;
     size_t nq, nk; /* elements of a q-shaped and of a k-shaped tensor */
     struct eng *eng[DEMO_NENGINES];
     uint16_t *q, *k, *v, *dout;      /* inputs, bf16 */
@@ -111,14 +111,14 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static struct eng_tensor dense_q(const struct demo *d, void *data)
+static struct attn_tensor dense_q(const struct demo *d, void *data)
 {
-    return eng_dense(data, d->p.seqlen_q, d->p.heads_q, d->p.head_dim);
+    return attn_dense(data, d->p.seqlen_q, d->p.heads_q, d->p.head_dim);
 }
 
-static struct eng_tensor dense_k(const struct demo *d, void *data)
+static struct attn_tensor dense_k(const struct demo *d, void *data)
 {
-    return eng_dense(data, d->p.seqlen_k, d->p.heads_kv, d->p.head_dim);
+    return attn_dense(data, d->p.seqlen_k, d->p.heads_kv, d->p.head_dim);
 }
 
 /* ---- the steps -------------------------------------------------------------------------- */
@@ -127,7 +127,7 @@ static struct eng_tensor dense_k(const struct demo *d, void *data)
 static int run_backward(struct demo *d, int ei, enum sched_kind sched, enum sched_kind *ret_kind,
                         double *ret_ms)
 {
-    struct eng_config cfg = {.sched = sched}, got;
+    struct attn_config cfg = {.sched = sched}, got;
     double t0 = now_ms();
     int rc = eng_backward(d->eng[ei], &d->p, &cfg, dense_q(d, d->dq), dense_k(d, d->dk),
                           dense_k(d, d->dv), dense_q(d, d->q), dense_k(d, d->k),
@@ -155,7 +155,7 @@ static void check_grads(struct demo *d)
 
 static int demo_run(struct demo *d)
 {
-    const struct eng_problem *p = &d->p;
+    const struct attn_problem *p = &d->p;
     enum sched_kind kind;
     double ms;
     int rc;

@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 #include "client/dash.h"
-#include "kernels/digest.h"
+#include "kernels/digest/digest.h"
 #include "proto/auditfile.h"
 
 #include <CUnit/CUnit.h>

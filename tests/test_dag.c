@@ -3,7 +3,7 @@
  * its DOT output, and the `auto` rule.
  */
 #include "suites.h"
-#include "../kernels/dag.h"
+#include "kernels/sched/dag.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>

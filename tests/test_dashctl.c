@@ -1,15 +1,15 @@
 /*
  * test_dashctl.c - the dashctl binary, run as a user runs it: exit statuses, what goes to
  * stdout, and, for `dashctl sched`, that the numbers it prints are the DAG model's own
- * (recomputed here in-process with kernels/dag.h) and the closed forms of kernels.md §4.
+ * (recomputed here in-process with kernels/sched/dag.h) and the closed forms of kernels.md §4.
  *
  * The binary is build/dashctl, next to the test runner (tu_build_dir()); `make test`
  * builds it first.
  */
 #include "suites.h"
 #include "testutil.h"
-#include "../kernels/dag.h"
-#include "../kernels/sched.h"
+#include "kernels/sched/dag.h"
+#include "kernels/sched/sched.h"
 
 #include <CUnit/CUnit.h>
 #include <stdio.h>

@@ -1,12 +1,12 @@
 /*
- * test_digest.c - the tensor digest (kernels/digest.h): its definition, and the XXH64
- * that the GPU side uses (kernels/xxh64.h) against libxxhash.
+ * test_digest.c - the tensor digest (kernels/digest/digest.h): its definition, and the XXH64
+ * that the GPU side uses (kernels/digest/xxh64.h) against libxxhash.
  */
 #include "suites.h"
 #include "testutil.h"
 
-#include "kernels/digest.h"
-#include "kernels/xxh64.h"
+#include "kernels/digest/digest.h"
+#include "kernels/digest/xxh64.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>

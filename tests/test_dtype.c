@@ -4,7 +4,7 @@
  */
 #include "suites.h"
 #include "testutil.h"
-#include "../kernels/dtype.h"
+#include "kernels/attn/dtype.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>

@@ -6,8 +6,8 @@
  */
 #include "suites.h"
 #include "testutil.h"
-#include "../kernels/engine.h"
-#include "../kernels/ref.h"
+#include "kernels/cpu/engine.h"
+#include "kernels/attn/ref.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -19,23 +19,23 @@
 /* ---- fixtures ---------------------------------------------------------------------- */
 
 struct attn {
-    struct eng_problem p;
+    struct attn_problem p;
     int64_t nq, nk, nlse; /* elements of q-shaped, k-shaped tensors, and of lse */
     void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
     float *lse;
 };
 
-static struct eng_tensor dense_q(const struct attn *a, void *data)
+static struct attn_tensor dense_q(const struct attn *a, void *data)
 {
-    return eng_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
+    return attn_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
 }
 
-static struct eng_tensor dense_k(const struct attn *a, void *data)
+static struct attn_tensor dense_k(const struct attn *a, void *data)
 {
-    return eng_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
+    return attn_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
 }
 
-static void attn_init(struct attn *a, const struct eng_problem *p, struct tu_rng *r)
+static void attn_init(struct attn *a, const struct attn_problem *p, struct tu_rng *r)
 {
     memset(a, 0, sizeof *a);
     a->p = *p;
@@ -73,14 +73,14 @@ static void attn_free(struct attn *a)
     free(a->lse);
 }
 
-static int run_forward(struct eng *e, struct attn *a, const struct eng_config *cfg)
+static int run_forward(struct eng *e, struct attn *a, const struct attn_config *cfg)
 {
     return eng_forward(e, &a->p, cfg, dense_q(a, a->out), a->lse, dense_q(a, a->q),
                        dense_k(a, a->k), dense_k(a, a->v), NULL);
 }
 
-static int run_backward(struct eng *e, struct attn *a, const struct eng_config *cfg,
-                        struct eng_config *ret_cfg)
+static int run_backward(struct eng *e, struct attn *a, const struct attn_config *cfg,
+                        struct attn_config *ret_cfg)
 {
     size_t es = (size_t)dtype_size(a->p.dtype);
     tu_poison(a->dq, es * (size_t)a->nq);
@@ -127,9 +127,9 @@ static const struct shape_case cases[] = {
     {1, 33, 33, 4, 2, 256, DTYPE_BF16, SCHED_MASK_CAUSAL, 16, 24, 2},
 };
 
-static struct eng_problem problem_of(const struct shape_case *c)
+static struct attn_problem problem_of(const struct shape_case *c)
 {
-    struct eng_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
+    struct attn_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
                             (float)(1.0 / sqrt((double)c->d))};
     return p;
 }
@@ -144,7 +144,7 @@ static void test_engine_matches_float64_reference_for_every_schedule(void)
     tu_rng_init(&r, tu_seed() ^ 0x1234);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const struct shape_case *c = &cases[ci];
-        struct eng_problem p = problem_of(c);
+        struct attn_problem p = problem_of(c);
         struct attn a;
         attn_init(&a, &p, &r);
         double *out = malloc(sizeof(double) * (size_t)a.nq), *lse = malloc(sizeof(double) * (size_t)a.nlse);
@@ -153,7 +153,7 @@ static void test_engine_matches_float64_reference_for_every_schedule(void)
         CU_ASSERT_FATAL(ref_forward(&p, dense_q(&a, a.q), dense_k(&a, a.k), dense_k(&a, a.v), out, lse) == 0);
         CU_ASSERT_FATAL(ref_backward(&p, dense_q(&a, a.q), dense_k(&a, a.k), dense_k(&a, a.v),
                                      dense_q(&a, a.dout), dq, dk, dv) == 0);
-        struct eng_config cfg = {SCHED_AUTO, c->w, c->bm, c->bn};
+        struct attn_config cfg = {SCHED_AUTO, c->w, c->bm, c->bn};
         CU_ASSERT_EQUAL_FATAL(run_forward(e, &a, &cfg), 0);
         double tol = tolerance(p.dtype), err = rel_err(a.out, p.dtype, out, a.nq);
         if (!(err < tol))
@@ -167,7 +167,7 @@ static void test_engine_matches_float64_reference_for_every_schedule(void)
 
         for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
             cfg.sched = (enum sched_kind)kind;
-            struct eng_config used;
+            struct attn_config used;
             CU_ASSERT_EQUAL_FATAL(run_backward(e, &a, &cfg, &used), 0);
             CU_ASSERT(used.sched != SCHED_AUTO);
             double eq = rel_err(a.dq, p.dtype, dq, a.nq);
@@ -239,10 +239,10 @@ static void test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats(v
     };
     int mismatches = 0;
     for (size_t ci = 0; ci < sizeof det_cases / sizeof det_cases[0]; ci++) {
-        struct eng_problem p = problem_of(&det_cases[ci]);
+        struct attn_problem p = problem_of(&det_cases[ci]);
         struct attn a;
         attn_init(&a, &p, &r);
-        struct eng_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn};
+        struct attn_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn};
         CU_ASSERT_EQUAL_FATAL(run_forward(engines[0], &a, &cfg), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
             cfg.sched = (enum sched_kind)kind;
@@ -272,7 +272,7 @@ static void test_engine_forward_bits_identical_across_threads(void)
     CU_ASSERT_FATAL(e1 && e5);
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x9abc);
-    struct eng_problem p = problem_of(&cases[3]);
+    struct attn_problem p = problem_of(&cases[3]);
     struct attn a;
     attn_init(&a, &p, &r);
     size_t qb = (size_t)dtype_size(p.dtype) * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
@@ -300,18 +300,18 @@ static void test_engine_strided_views_give_same_bits(void)
     CU_ASSERT_FATAL(e != NULL);
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xdef0);
-    struct eng_problem p = problem_of(&cases[1]);
+    struct attn_problem p = problem_of(&cases[1]);
     struct attn a;
     attn_init(&a, &p, &r);
-    struct eng_config cfg = {SCHED_SHIFT, 3, 16, 8};
+    struct attn_config cfg = {SCHED_SHIFT, 3, 16, 8};
     CU_ASSERT_EQUAL_FATAL(run_forward(e, &a, &cfg), 0);
     CU_ASSERT_EQUAL_FATAL(run_backward(e, &a, &cfg, NULL), 0);
 
     /* strided copies: (b, h, s, d) with 5 padding elements per row */
     const int32_t D = p.head_dim, pad = 5;
-    struct eng_tensor tq, tk, tv, tout, tdout, tdq, tdk, tdv;
+    struct attn_tensor tq, tk, tv, tout, tdout, tdq, tdk, tdv;
     const struct {
-        struct eng_tensor *t;
+        struct attn_tensor *t;
         void *src;
         int32_t seqlen, heads;
     } views[] = {{&tq, a.q, p.seqlen_q, p.heads_q},    {&tk, a.k, p.seqlen_k, p.heads_kv},
@@ -322,10 +322,10 @@ static void test_engine_strided_views_give_same_bits(void)
         int64_t row = D + pad, n = (int64_t)p.batch * views[i].heads * views[i].seqlen * row;
         float *buf = malloc(sizeof(float) * (size_t)n);
         tu_poison(buf, sizeof(float) * (size_t)n);
-        struct eng_tensor t = {buf, {views[i].heads * views[i].seqlen * row, row,
+        struct attn_tensor t = {buf, {views[i].heads * views[i].seqlen * row, row,
                                      views[i].seqlen * row, 1}};
         if (views[i].src) {
-            struct eng_tensor src = eng_dense(views[i].src, views[i].seqlen, views[i].heads, D);
+            struct attn_tensor src = attn_dense(views[i].src, views[i].seqlen, views[i].heads, D);
             for (int32_t b = 0; b < p.batch; b++)
                 for (int32_t s = 0; s < views[i].seqlen; s++)
                     for (int32_t h = 0; h < views[i].heads; h++)
@@ -338,13 +338,13 @@ static void test_engine_strided_views_give_same_bits(void)
     CU_ASSERT_EQUAL_FATAL(eng_backward(e, &p, &cfg, tdq, tdk, tdv, tq, tk, tv, tout, a.lse, tdout, NULL), 0);
     int diff = 0;
     const struct {
-        struct eng_tensor *t;
+        struct attn_tensor *t;
         void *dense;
         int32_t seqlen, heads;
     } outs[] = {{&tdq, a.dq, p.seqlen_q, p.heads_q}, {&tdk, a.dk, p.seqlen_k, p.heads_kv},
                 {&tdv, a.dv, p.seqlen_k, p.heads_kv}};
     for (size_t i = 0; i < 3; i++) {
-        struct eng_tensor d = eng_dense(outs[i].dense, outs[i].seqlen, outs[i].heads, D);
+        struct attn_tensor d = attn_dense(outs[i].dense, outs[i].seqlen, outs[i].heads, D);
         for (int32_t b = 0; b < p.batch; b++)
             for (int32_t s = 0; s < outs[i].seqlen; s++)
                 for (int32_t h = 0; h < outs[i].heads; h++)
@@ -381,10 +381,10 @@ static void test_engine_stop_ends_an_op_midway_and_the_next_runs_whole(void)
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x5709);
     const struct shape_case c = {2, 300, 300, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL, 16, 16, 4};
-    struct eng_problem p = problem_of(&c);
+    struct attn_problem p = problem_of(&c);
     struct attn a;
     attn_init(&a, &p, &r);
-    struct eng_config cfg = {SCHED_ASCENDING, c.w, c.bm, c.bn};
+    struct attn_config cfg = {SCHED_ASCENDING, c.w, c.bm, c.bn};
     CU_ASSERT_EQUAL_FATAL(run_forward(fresh, &a, &cfg), 0);
     struct stop_after st = {0, 2};
     eng_set_stop(e, stop_after_polls, &st);
@@ -424,14 +424,14 @@ static void test_engine_reports_resolved_config(void)
 {
     struct eng *e = eng_new(1);
     CU_ASSERT_FATAL(e != NULL);
-    struct eng_problem p = problem_of(&cases[3]);
-    struct eng_config used;
+    struct attn_problem p = problem_of(&cases[3]);
+    struct attn_config used;
     CU_ASSERT_EQUAL(eng_resolve(e, &p, NULL, &used), 0);
     CU_ASSERT(sched_is_deterministic(used.sched) && used.sched != SCHED_AUTO);
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
     CU_ASSERT_EQUAL(used.block_m, ENG_BLOCK_DEFAULT);
     CU_ASSERT_EQUAL(used.block_n, ENG_BLOCK_DEFAULT);
-    struct eng_config pinned = {SCHED_SPT, 7, 32, 16};
+    struct attn_config pinned = {SCHED_SPT, 7, 32, 16};
     CU_ASSERT_EQUAL(eng_resolve(e, &p, &pinned, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT_EQUAL(used.w, 7);
@@ -449,16 +449,16 @@ static void test_engine_rejects_bad_arguments(void)
     eng_free(NULL);
     struct tu_rng r;
     tu_rng_init(&r, tu_seed());
-    struct eng_problem good = problem_of(&cases[0]);
+    struct attn_problem good = problem_of(&cases[0]);
     struct attn a;
     attn_init(&a, &good, &r);
-    struct eng_config used;
-    struct eng_tensor q = dense_q(&a, a.q), k = dense_k(&a, a.k), v = dense_k(&a, a.v);
-    struct eng_tensor o = dense_q(&a, a.out);
+    struct attn_config used;
+    struct attn_tensor q = dense_q(&a, a.q), k = dense_k(&a, a.k), v = dense_k(&a, a.v);
+    struct attn_tensor o = dense_q(&a, a.out);
 
     CU_ASSERT_EQUAL(eng_check_problem(&good), 0);
     CU_ASSERT_EQUAL(eng_check_problem(NULL), -EINVAL);
-    struct eng_problem p;
+    struct attn_problem p;
 #define EXPECT_PROBLEM(field, value, code)                    \
     do {                                                      \
         p = good;                                             \
@@ -483,7 +483,7 @@ static void test_engine_rejects_bad_arguments(void)
     p.seqlen_q = INT32_MAX; /* well-formed, but its tile indices would not fit */
     CU_ASSERT_EQUAL(eng_resolve(e, &p, NULL, &used), -EOVERFLOW);
 
-    const struct eng_config bad_cfgs[] = {{(enum sched_kind)99, 0, 0, 0},
+    const struct attn_config bad_cfgs[] = {{(enum sched_kind)99, 0, 0, 0},
                                           {SCHED_SHIFT, -1, 0, 0},
                                           {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
                                           {SCHED_SHIFT, 0, ENG_BLOCK_MAX + 1, 0},
@@ -493,7 +493,7 @@ static void test_engine_rejects_bad_arguments(void)
 
     CU_ASSERT_EQUAL(eng_forward(NULL, &good, NULL, o, a.lse, q, k, v, NULL), -EINVAL);
     CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, NULL, q, k, v, NULL), -EINVAL);
-    struct eng_tensor t = q;
+    struct attn_tensor t = q;
     t.data = NULL;
     CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, t, k, v, NULL), -EINVAL);
     t = q;
@@ -513,13 +513,13 @@ static void test_engine_rejects_bad_arguments(void)
     CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, a.lse, t, k, v, NULL), 0);
 
     CU_ASSERT_EQUAL(run_forward(e, &a, NULL), 0);
-    struct eng_tensor dq = dense_q(&a, a.dq), dk = dense_k(&a, a.dk), dv = dense_k(&a, a.dv);
-    struct eng_tensor dout = dense_q(&a, a.dout);
+    struct attn_tensor dq = dense_q(&a, a.dq), dk = dense_k(&a, a.dk), dv = dense_k(&a, a.dv);
+    struct attn_tensor dout = dense_q(&a, a.dout);
     CU_ASSERT_EQUAL(eng_backward(e, &good, NULL, dq, dk, dv, q, k, v, o, NULL, dout, NULL), -EINVAL);
     t = dk;
     t.stride[2] = 1; /* heads overlap each other's rows */
     CU_ASSERT_EQUAL(eng_backward(e, &good, NULL, dq, t, dv, q, k, v, o, a.lse, dout, NULL), -EINVAL);
-    struct eng_problem bad = good;
+    struct attn_problem bad = good;
     bad.head_dim = 8;
     CU_ASSERT_EQUAL(eng_backward(e, &bad, NULL, dq, dk, dv, q, k, v, o, a.lse, dout, NULL), -ENOTSUP);
     CU_ASSERT_EQUAL(eng_backward(e, &good, NULL, dq, dk, dv, q, k, v, o, a.lse, dout, &used), 0);

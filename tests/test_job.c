@@ -28,26 +28,26 @@ static int fake_check(void *impl, const struct val_plan *plan, char *msg, size_t
     return 0;
 }
 
-static size_t rows_bytes(const struct eng_problem *p, int kv)
+static size_t rows_bytes(const struct attn_problem *p, int kv)
 {
     return (size_t)p->batch * (size_t)(kv ? p->seqlen_k : p->seqlen_q) *
            (size_t)(kv ? p->heads_kv : p->heads_q) * (size_t)p->head_dim *
            (size_t)dtype_size(p->dtype);
 }
 
-static void fake_cfg(struct eng_config *ret_cfg)
+static void fake_cfg(struct attn_config *ret_cfg)
 {
-    *ret_cfg = (struct eng_config){SCHED_DESCENDING, 32, 16, 48};
+    *ret_cfg = (struct attn_config){SCHED_DESCENDING, 32, 16, 48};
 }
 
 /* out = q, lse[i] = i */
 static int fake_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                        struct eng_config *ret_cfg)
+                        struct attn_config *ret_cfg)
 {
     (void)impl;
     (void)msg;
     (void)msglen;
-    const struct eng_problem *p = op->prob;
+    const struct attn_problem *p = op->prob;
     memcpy(op->out.data, op->q.data, rows_bytes(p, 0));
     for (int64_t i = 0; i < (int64_t)p->batch * p->heads_q * p->seqlen_q; i++)
         op->lse[i] = (float)i;
@@ -57,12 +57,12 @@ static int fake_forward(void *impl, const struct backend_op *op, char *msg, size
 
 /* dq = dout, dk = k, dv = v */
 static int fake_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
-                         struct eng_config *ret_cfg)
+                         struct attn_config *ret_cfg)
 {
     (void)impl;
     (void)msg;
     (void)msglen;
-    const struct eng_problem *p = op->prob;
+    const struct attn_problem *p = op->prob;
     memcpy(op->dq.data, op->dout.data, rows_bytes(p, 0));
     memcpy(op->dk.data, op->k.data, rows_bytes(p, 1));
     memcpy(op->dv.data, op->v.data, rows_bytes(p, 1));

@@ -8,7 +8,7 @@
 #include "harness.h"
 #include "testutil.h"
 #include "client/dash.h"
-#include "kernels/engine.h"
+#include "kernels/cpu/engine.h"
 
 #include <CUnit/CUnit.h>
 #include <math.h>
@@ -106,10 +106,10 @@ static int run_both(struct dash_client *c, const struct prob *P, struct dash_buf
 static int run_in_process(const struct prob *P, char *mem, const struct dash_result *res)
 {
     struct eng *e = eng_new(1);
-    struct eng_problem p = {P->b, P->sq, P->sk, P->hq, P->hkv, P->d, DTYPE_BF16, SCHED_MASK_CAUSAL,
+    struct attn_problem p = {P->b, P->sq, P->sk, P->hq, P->hkv, P->d, DTYPE_BF16, SCHED_MASK_CAUSAL,
                             (float)(1.0 / sqrt((double)P->d))};
-    struct eng_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n};
-#define T(off, s, h) eng_dense(mem + (off), s, h, P->d)
+    struct attn_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n};
+#define T(off, s, h) attn_dense(mem + (off), s, h, P->d)
     int rc = eng_forward(e, &p, &cfg, T(P->out, P->sq, P->hq), (float *)(mem + P->lse),
                          T(P->q, P->sq, P->hq), T(P->k, P->sk, P->hkv), T(P->v, P->sk, P->hkv), NULL);
     if (rc == 0)

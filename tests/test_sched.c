@@ -1,12 +1,12 @@
 /*
- * test_sched.c - properties of the schedule library (kernels/sched.h), each checked over
+ * test_sched.c - properties of the schedule library (kernels/sched/sched.h), each checked over
  * every small shape rather than a few examples: visits cover the mask exactly once, ranks
  * are permutations, workers following the ranks never deadlock, shift's ranks are the
  * arrival order of its (chunk, step, slot) keys, and large shapes do not overflow.
  */
 #include "suites.h"
 #include "testutil.h"
-#include "../kernels/sched.h"
+#include "kernels/sched/sched.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -156,7 +156,7 @@ static int simulate(const struct sched *s, int32_t workers)
 }
 
 /*
- * A model of the CUDA backward's persistent mode with a dQ writer (kernels/attn_bwd_tc.cu,
+ * A model of the CUDA backward's persistent mode with a dQ writer (kernels/cuda/attn_bwd_tc.cu,
  * v3): `ctas` CTAs take jobs from one shared counter in dispatch order, running the jobs
  * sched_job_taken names. In a CTA, the compute side runs a job's steps in order and hands
  * each step's addition (dQ tile, rank) to the writer through one of `nbuf` staging

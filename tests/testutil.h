@@ -5,7 +5,7 @@
 #ifndef DASH_TESTUTIL_H
 #define DASH_TESTUTIL_H
 
-#include "../kernels/dtype.h"
+#include "kernels/attn/dtype.h"
 
 #include <stddef.h>
 #include <stdint.h>

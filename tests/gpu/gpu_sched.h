@@ -4,7 +4,7 @@
 #ifndef DASH_GPU_SCHED_H
 #define DASH_GPU_SCHED_H
 
-#include "../../kernels/sched.h"
+#include "kernels/sched/sched.h"
 
 #include <stddef.h>
 #include <stdint.h>

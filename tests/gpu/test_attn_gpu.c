@@ -1,5 +1,5 @@
 /*
- * test_attn_gpu.c - the CUDA attention backend (kernels/attn_cuda.h) against the float64
+ * test_attn_gpu.c - the CUDA attention backend (kernels/cuda/attn_cuda.h) against the float64
  * reference, and its determinism as bytes: every deterministic schedule gives identical
  * dQ/dK/dV on every repeat and for every grid (132, 114, 78, 16, 1 CTAs, persistent and
  * interleaved modes), with W 64 and W 7. Inputs are fresh random draws each run (seed
@@ -16,8 +16,8 @@
 
 #include "gpu_check.h"
 #include "../testutil.h"
-#include "../../kernels/attn_cuda.h"
-#include "../../kernels/ref.h"
+#include "kernels/cuda/attn_cuda.h"
+#include "kernels/attn/ref.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -31,7 +31,7 @@
 
 /* One problem's buffers: host inputs and output copies, and their device twins. */
 struct gattn {
-    struct eng_problem p;
+    struct attn_problem p;
     int64_t nq, nk, nlse; /* elements of q-shaped, k-shaped tensors, and of lse */
     size_t es;            /* bytes per element */
     void *q, *k, *v, *dout;          /* host inputs */
@@ -49,7 +49,7 @@ static void *dev_alloc(size_t bytes)
     return ptr;
 }
 
-static void gattn_init(struct gattn *a, const struct eng_problem *p, struct tu_rng *r)
+static void gattn_init(struct gattn *a, const struct attn_problem *p, struct tu_rng *r)
 {
     memset(a, 0, sizeof *a);
     a->p = *p;
@@ -98,19 +98,19 @@ static void gattn_free(struct gattn *a)
         CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
 }
 
-static struct eng_tensor tq(const struct gattn *a, void *data)
+static struct attn_tensor tq(const struct gattn *a, void *data)
 {
-    return eng_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
+    return attn_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
 }
 
-static struct eng_tensor tk(const struct gattn *a, void *data)
+static struct attn_tensor tk(const struct gattn *a, void *data)
 {
-    return eng_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
+    return attn_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
 }
 
 /* Forward on the device into poisoned outputs; copies out and lse back. */
-static int run_forward(struct cuattn *ca, struct gattn *a, const struct eng_config *cfg,
-                       struct eng_config *ret_cfg)
+static int run_forward(struct cuattn *ca, struct gattn *a, const struct attn_config *cfg,
+                       struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
     CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
@@ -126,8 +126,8 @@ static int run_forward(struct cuattn *ca, struct gattn *a, const struct eng_conf
 
 /* Backward on the device (after run_forward) into poisoned outputs; copies the
  * gradients back. */
-static int run_backward(struct cuattn *ca, struct gattn *a, const struct eng_config *cfg,
-                        int32_t grid, struct eng_config *ret_cfg)
+static int run_backward(struct cuattn *ca, struct gattn *a, const struct attn_config *cfg,
+                        int32_t grid, struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
@@ -165,9 +165,9 @@ struct shape_case {
     enum sched_mask mask;
 };
 
-static struct eng_problem problem_of(const struct shape_case *c)
+static struct attn_problem problem_of(const struct shape_case *c)
 {
-    struct eng_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
+    struct attn_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
                             (float)(1.0 / sqrt((double)c->d))};
     return p;
 }
@@ -225,7 +225,7 @@ struct refs {
     double *out, *lse, *dq, *dk, *dv;
 };
 
-static void refs_compute(struct refs *R, const struct eng_problem *p, const struct gattn *a)
+static void refs_compute(struct refs *R, const struct attn_problem *p, const struct gattn *a)
 {
     R->out = malloc(sizeof(double) * (size_t)a->nq);
     R->lse = malloc(sizeof(double) * (size_t)a->nlse);
@@ -299,7 +299,7 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
     tu_rng_init(&r, tu_seed() ^ 0x6a77);
     int bad = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct eng_problem p = problem_of(&cases[ci]);
+        struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
         struct refs R;
@@ -319,7 +319,7 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
             for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
                 if (wi > 0 && kind != SCHED_SHIFT && kind != SCHED_AUTO)
                     continue; /* W matters to shift (and to what auto picks) only */
-                struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT(used.sched != SCHED_AUTO && used.w == ws[wi]);
                 double e[3];
@@ -349,12 +349,12 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
     tu_rng_init(&r, tu_seed() ^ 0x3e9);
     int mismatches = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct eng_problem p = problem_of(&cases[ci]);
+        struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
-            struct eng_config cfg = {(enum sched_kind)kind, 0, 0, 0};
+            struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0};
             CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
             struct grads base;
             grads_take(&base, &a);
@@ -396,13 +396,13 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
     tu_rng_init(&r, tu_seed() ^ 0x91d);
     int mismatches = 0, shift_modes = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct eng_problem p = problem_of(&cases[ci]);
+        struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
             for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
-                struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0};
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0};
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, NULL), 0);
                 struct grads base;
@@ -443,13 +443,13 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
     struct cuattn *ca = open_device();
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa70);
-    struct eng_problem p = problem_of(&c);
+    struct attn_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
     struct refs R;
     refs_compute(&R, &p, &a);
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-    struct eng_config cfg = {SCHED_ATOMIC, 0, 0, 0};
+    struct attn_config cfg = {SCHED_ATOMIC, 0, 0, 0};
     for (int rep = 0; rep < 3; rep++) {
         CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, rep == 2 ? 7 : 0, NULL), 0);
         double e[3];
@@ -472,10 +472,10 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
     struct cuattn *ca = open_device();
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x57d);
-    struct eng_problem p = problem_of(&c);
+    struct attn_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
-    struct eng_config cfg = {SCHED_SHIFT, 3, 0, 0};
+    struct attn_config cfg = {SCHED_SHIFT, 3, 0, 0};
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, &cfg, NULL), 0);
     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
 
@@ -487,7 +487,7 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
                                    p.seqlen_q, p.seqlen_k, p.seqlen_k};
     const int32_t heads[VIEWS] = {p.heads_q, p.heads_kv, p.heads_kv, p.heads_q, p.heads_q,
                                   p.heads_q, p.heads_kv, p.heads_kv};
-    struct eng_tensor t[VIEWS];
+    struct attn_tensor t[VIEWS];
     void *host[VIEWS];
     size_t bytes[VIEWS];
     for (int i = 0; i < VIEWS; i++) {
@@ -496,7 +496,7 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
         host[i] = malloc(bytes[i]);
         CU_ASSERT_FATAL(host[i] != NULL);
         memset(host[i], 0xff, bytes[i]);
-        struct eng_tensor view = {dev_alloc(bytes[i]), {heads[i] * seqlen[i] * row, row, seqlen[i] * row, 1}};
+        struct attn_tensor view = {dev_alloc(bytes[i]), {heads[i] * seqlen[i] * row, row, seqlen[i] * row, 1}};
         t[i] = view;
         if (i < DQ) { /* inputs, and the forward's out: copy the dense values in */
             for (int32_t b = 0; b < p.batch; b++)
@@ -555,7 +555,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     tu_rng_init(&r, tu_seed() ^ 0x7c2);
     int bad = 0, mismatches = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct eng_problem p = problem_of(&cases[ci]);
+        struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
         struct refs R;
@@ -598,7 +598,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                     if ((wi % 2 > 0 && kind != SCHED_SHIFT) || (bn && !tc))
                         continue; /* W matters to shift only */
                     const int32_t w = ws[wi % 2];
-                    struct eng_config cfg = {(enum sched_kind)kind, w, 0, bn};
+                    struct attn_config cfg = {(enum sched_kind)kind, w, 0, bn};
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
                     double e[3];
                     if (!grads_close(&a, &R, e)) {
@@ -652,7 +652,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
     tu_rng_init(&r, tu_seed() ^ 0x96256);
     int mismatches = 0, modes_seen = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct eng_problem p = problem_of(&cases[ci]);
+        struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
         CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_CUDA_CORES);
@@ -661,7 +661,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
             for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
                 if (wi > 0 && kind != SCHED_SHIFT)
                     continue; /* W matters to shift only */
-                struct eng_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_TENSOR_CORES), 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, &used), 0);
@@ -714,7 +714,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
     tu_rng_init(&r, tu_seed() ^ 0x5a71);
     int bad = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct eng_problem p = problem_of(&cases[ci]);
+        struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
         struct refs R;
@@ -733,7 +733,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                 for (int inter = 0; inter < 2; inter++) {
                     if (inter && kind != SCHED_SHIFT)
                         continue; /* interleaving is shift's answer to a small grid */
-                    struct eng_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0};
+                    struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0};
                     cuattn__force_interleaved(ca, inter);
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
                     double e[3];
@@ -767,11 +767,11 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     const size_t limits[] = {163 * 1024, 99 * 1024};
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa100);
-    struct eng_problem p = problem_of(&c);
+    struct attn_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
     CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
-    struct eng_config cfg = {SCHED_SHIFT, 0, 0, 0}, used;
+    struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0}, used;
     CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
     struct grads want;
     grads_take(&want, &a);
@@ -783,14 +783,14 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
         CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
         CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
         CU_ASSERT(grads_equal(&want, &a));
-        struct eng_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N};
+        struct attn_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N};
         CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* v1 has no 128 */
     }
     grads_free(&want);
     gattn_free(&a);
     /* 99 KiB: v1's head-dim-256 backward (about 162 KiB) cannot run */
     const struct shape_case big = {1, 70, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL};
-    struct eng_problem pb = problem_of(&big);
+    struct attn_problem pb = problem_of(&big);
     gattn_init(&a, &pb, &r);
     CU_ASSERT_EQUAL(run_backward(small, &a, &cfg, 0, NULL), -ENOTSUP);
     gattn_free(&a);
@@ -817,11 +817,11 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xbad);
     const struct shape_case c = {1, 100, 90, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL};
-    struct eng_problem p = problem_of(&c);
+    struct attn_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
 
-    struct eng_config used;
+    struct attn_config used;
     memset(&used, 0, sizeof used);
     CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_ASCENDING);
@@ -835,19 +835,19 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
     CU_ASSERT_EQUAL(used.block_n, wide);
-    struct eng_config pinned = {SCHED_SPT, 7, 64, 0};
+    struct attn_config pinned = {SCHED_SPT, 7, 64, 0};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &pinned, 5, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT_EQUAL(used.w, 7);
     CU_ASSERT_EQUAL(used.block_n, wide);
-    struct eng_config narrow = {SCHED_SPT, 0, 0, CUATTN_BLOCK};
+    struct attn_config narrow = {SCHED_SPT, 0, 0, CUATTN_BLOCK};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, &used), 0);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
-    struct eng_config widest = {SCHED_SPT, 0, 0, CUATTN_TC_BLOCK_N};
+    struct attn_config widest = {SCHED_SPT, 0, 0, CUATTN_TC_BLOCK_N};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, &used), wide == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
 
     /* the kernels' limits */
-    struct eng_problem q = p;
+    struct attn_problem q = p;
     q.dtype = DTYPE_F32;
     CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
                                    tk(&a, a.d_v), NULL), -ENOTSUP);
@@ -858,7 +858,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
         CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q),
                                        tk(&a, a.d_k), tk(&a, a.d_v), NULL), -ENOTSUP);
     }
-    const struct eng_config bad_cfgs[] = {
+    const struct attn_config bad_cfgs[] = {
         {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 96}, {SCHED_ASCENDING, 0, 128, 0},
         {SCHED_ASCENDING, -1, 0, 0},
         {(enum sched_kind)99, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
@@ -873,11 +873,11 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
                                    tk(&a, a.d_v), NULL), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, tq(&a, a.d_out), NULL, tq(&a, a.d_q), tk(&a, a.d_k),
                                    tk(&a, a.d_v), NULL), -EINVAL);
-    struct eng_tensor overlap = tq(&a, a.d_out);
+    struct attn_tensor overlap = tq(&a, a.d_out);
     overlap.stride[1] = 1; /* rows of the output would overlap */
     CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, overlap, a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
                                    tk(&a, a.d_v), NULL), -EINVAL);
-    struct eng_tensor odd = tq(&a, (char *)a.d_q + 1); /* 16-bit elements need 2-byte alignment */
+    struct attn_tensor odd = tq(&a, (char *)a.d_q + 1); /* 16-bit elements need 2-byte alignment */
     CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, tq(&a, a.d_out), a.d_lse, odd, tk(&a, a.d_k),
                                    tk(&a, a.d_v), NULL), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_forward(NULL, &p, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
@@ -897,7 +897,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             if (impl == CUATTN_IMPL_WGMMA && !gpu_is_hopper())
                 continue;
             const struct shape_case c2 = {1, 100, 90, 2, 1, v1_dims[i], DTYPE_F16, SCHED_MASK_CAUSAL};
-            struct eng_problem p2 = problem_of(&c2);
+            struct attn_problem p2 = problem_of(&c2);
             gattn_init(&a, &p2, &r);
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), CUATTN_IMPL_CUDA_CORES);

@@ -14,7 +14,7 @@
 #include "../harness.h"
 #include "../testutil.h"
 #include "../../client/dash.h"
-#include "../../kernels/digest.h"
+#include "kernels/digest/digest.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>

@@ -23,7 +23,7 @@
 #include "../harness.h"
 #include "../testutil.h"
 #include "../../client/dash.h"
-#include "../../kernels/attn_cuda.h"
+#include "kernels/cuda/attn_cuda.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -140,17 +140,17 @@ static int poison_grads(unsigned char *view)
 
 /* ---- the kernels in this process (the bits to match) ---------------------------------- */
 
-static struct eng_problem problem(void)
+static struct attn_problem problem(void)
 {
-    struct eng_problem p = {1, SEQ, SEQ, HQ, HKV, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
+    struct attn_problem p = {1, SEQ, SEQ, HQ, HKV, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
                             (float)(1.0 / sqrt((double)HD))};
     return p;
 }
 
-static struct eng_tensor kt(unsigned char *view, int slot)
+static struct attn_tensor kt(unsigned char *view, int slot)
 {
     int heads = slot == K || slot == V || slot == DK || slot == DV ? HKV : HQ;
-    return eng_dense(view + off[slot], SEQ, heads, HD);
+    return attn_dense(view + off[slot], SEQ, heads, HD);
 }
 
 /* Forward and both backwards with cuattn on a fresh allocation laid out like the view.
@@ -169,7 +169,7 @@ static int run_in_process(const struct inputs *in, unsigned char *res, char *why
         snprintf(why, len, "cannot set up the reference copies");
         goto free_all;
     }
-    const struct eng_problem p = problem();
+    const struct attn_problem p = problem();
     if ((rc = cuattn_forward(ca, &p, NULL, kt(view, OUT), (float *)(void *)(view + off[LSE]),
                              kt(view, Q), kt(view, K), kt(view, V), NULL))) {
         snprintf(why, len, "cuattn_forward: %d", rc);
@@ -180,7 +180,7 @@ static int run_in_process(const struct inputs *in, unsigned char *res, char *why
         goto free_all;
     unsigned char *g = res + QB + LB;
     for (int i = 0; i < NSCHED; i++, g += QB + 2 * KB) {
-        struct eng_config cfg = {kernel_sched[i], 0, 0, 0};
+        struct attn_config cfg = {kernel_sched[i], 0, 0, 0};
         if (poison_grads(view))
             goto free_all;
         if ((rc = cuattn_backward(ca, &p, &cfg, 0, kt(view, DQ), kt(view, DK), kt(view, DV),
@@ -1275,13 +1275,13 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
             CUDA_OK(cudaMemcpy(mem[w], host, total, cudaMemcpyHostToDevice));
         }
         /* in process */
-        struct eng_problem p = {1, SEQ, SEQ, HQ, HKV, d, DTYPE_BF16, SCHED_MASK_CAUSAL,
+        struct attn_problem p = {1, SEQ, SEQ, HQ, HKV, d, DTYPE_BF16, SCHED_MASK_CAUSAL,
                                 (float)(1.0 / sqrt((double)d))};
-        struct eng_tensor e[8];
+        struct attn_tensor e[8];
         for (int i = 0; i < 8; i++)
-            e[i] = eng_dense(mem[0] + at[i], SEQ, heads[i], d);
+            e[i] = attn_dense(mem[0] + at[i], SEQ, heads[i], d);
         float *lse = (float *)(void *)(mem[0] + at[8]);
-        struct eng_config cfg = {SCHED_SHIFT, 0, 0, 0};
+        struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0};
         CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, e[3], lse, e[0], e[1], e[2], NULL), 0);
         CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, &cfg, 0, e[5], e[6], e[7], e[0], e[1], e[2],
                                               e[3], lse, e[4], NULL),

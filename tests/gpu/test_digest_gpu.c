@@ -1,6 +1,6 @@
 /*
- * test_digest_gpu.c - digests computed on the GPU (kernels/digest_cuda.h) equal the CPU's
- * (kernels/digest.h, libxxhash) for the same bytes: random tensors of odd sizes (below,
+ * test_digest_gpu.c - digests computed on the GPU (kernels/digest/digest_cuda.h) equal the CPU's
+ * (kernels/digest/digest.h, libxxhash) for the same bytes: random tensors of odd sizes (below,
  * around the 4 KiB chunk and the 256 KiB group, and 96 MiB), misaligned starts, strided and broadcast
  * views, many views in one call; and one flipped bit on the device changes the digest.
  * Fresh random bytes every run (the runner's seed).
@@ -9,8 +9,8 @@
 
 #include "gpu_check.h"
 #include "../testutil.h"
-#include "../../kernels/digest.h"
-#include "../../kernels/digest_cuda.h"
+#include "kernels/digest/digest.h"
+#include "kernels/digest/digest_cuda.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>

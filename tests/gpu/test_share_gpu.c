@@ -18,7 +18,7 @@
 
 #include "gpu_check.h"
 #include "../testutil.h"
-#include "../../kernels/attn_cuda.h"
+#include "kernels/cuda/attn_cuda.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -42,7 +42,7 @@ static void sleep_ms(int ms)
 static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(void)
 {
     const size_t n = (size_t)S * H * HD, tb = n * 2, lb = (size_t)H * S * sizeof(float);
-    const struct eng_problem p = {1, S, S, H, H, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
+    const struct attn_problem p = {1, S, S, H, H, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
                                   (float)(1.0 / sqrt((double)HD))};
     struct cuattn *a = NULL;
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &a), 0);
@@ -59,7 +59,7 @@ static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(v
         tu_fill(host, DTYPE_BF16, (int64_t)n, &rng, 1.0);
         CUDA_OK(cudaMemcpy(mem + (size_t)inputs[i] * tb, host, tb, cudaMemcpyHostToDevice));
     }
-#define T(i) eng_dense(mem + (size_t)(i) * tb, S, H, HD)
+#define T(i) attn_dense(mem + (size_t)(i) * tb, S, H, HD)
     float *lse = (float *)(void *)(mem + 8 * tb);
     CU_ASSERT_EQUAL_FATAL(cuattn_forward(a, &p, NULL, T(3), lse, T(0), T(1), T(2), NULL), 0);
     cudaStream_t other;
@@ -68,7 +68,7 @@ static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(v
     const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_DESCENDING};
     const int held[] = {66, 120, 131};
     for (int ki = 0; ki < 2; ki++) {
-        struct eng_config cfg = {kinds[ki], 0, 0, 0};
+        struct attn_config cfg = {kinds[ki], 0, 0, 0};
         for (int h = -1; h < 3; h++) { /* -1: the idle GPU, the bits to match */
             CUDA_OK(cudaMemset(mem + 5 * tb, 0xff, 3 * tb));
             CUDA_OK(cudaDeviceSynchronize());

@@ -1,0 +1,641 @@
+/*
+ * ctl_sched.c - `dashctl sched`: what each backward-pass schedule does on one shape, and
+ * how long the DAG model of kernels/sched/dag.h says it takes. Offline: no daemon is involved.
+ *
+ * The command runs in phases so that a bad request writes nothing to stdout and a good
+ * one writes one complete document:
+ *
+ *   parse      options -> struct sched_opts; every value is range-checked here
+ *   resolve    sched_init() for each selected schedule, dag_auto() when `auto` is wanted
+ *   model      dag_model() for each, and the visit/order grids of head 0
+ *   print      text, JSON, or (for one schedule) the DAG as Graphviz DOT
+ *
+ * A schedule that deadlocks on the modelled SM count (shift with fewer SMs than jobs in a
+ * chunk) is a result, not an error: it is reported as such and the exit status stays 0.
+ */
+#include "client/dashctl/ctl.h"
+#include "kernels/sched/dag.h"
+#include "kernels/sched/sched.h"
+#include "proto/errors.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCHED_ALL (-1) /* sched_opts.kind: every schedule */
+
+#define CTL_STR_(x) #x
+#define CTL_STR(x) CTL_STR_(x)
+
+struct sched_opts {
+    enum sched_mask mask;
+    int32_t tiles, q_tiles, kv_tiles; /* q_tiles/kv_tiles 0: take `tiles` */
+    int32_t block_m, block_n;
+    int32_t heads, batch;
+    int32_t w, sms; /* sms 0: take w */
+    double c, r;
+    int kind; /* enum sched_kind, or SCHED_ALL */
+    int json, dot, help;
+};
+
+/* One modelled schedule. The grids describe head 0 only: every head runs the same
+ * pattern, and one head is what a reader can take in. */
+struct sched_row {
+    int on;        /* selected for output */
+    struct sched s;
+    int deadlock;  /* dag_model() said -EDEADLK; st.makespan is then meaningless */
+    struct dag_stats st;
+    int32_t *visits; /* (N, M): visits[n*M + step] = q-tile kv-tile n visits at that step */
+    int32_t *orders; /* (M, N): orders[m*N + i] = i-th kv-tile added into dQ tile m */
+};
+
+static const char usage_text[] =
+    "usage: dashctl sched [options]\n"
+    "\n"
+    "Model the backward-pass schedules of one attention shape with the DAG model\n"
+    "(kernels/sched/dag.h): makespan, which q-tile each kv-tile visits at each step, and the\n"
+    "order in which each dQ tile's partial sums are added. Offline; no daemon is used.\n"
+    "\n"
+    "shape:\n"
+    "  --mask full|causal   attention mask (default full)\n"
+    "  --tiles N            q-tiles and kv-tiles per head (default 8)\n"
+    "  --q-tiles N          q-tiles per head (overrides --tiles)\n"
+    "  --kv-tiles N         kv-tiles per head (overrides --tiles)\n"
+    "  --block-m R          rows per q-tile (default 64); seqlen_q = q-tiles * R\n"
+    "  --block-n R          rows per kv-tile (default 64); seqlen_k = kv-tiles * R\n"
+    "  --heads H            query heads (default 1)\n"
+    "  --batch B            batch size (default 1)\n"
+    "model:\n"
+    "  --w W                virtual wave size of shift (default " CTL_STR(SCHED_W_DEFAULT)
+    ", at most " CTL_STR(SCHED_W_MAX) ")\n"
+    "  --sms P              SMs modelled (default W)\n"
+    "  --c C                cost of one compute node (default 1)\n"
+    "  --r R                cost of one dQ reduction node (default 0.25)\n"
+    "output:\n"
+    "  --schedule NAME      only atomic|ascending|descending|spt|shift|auto (default: all)\n"
+    "  --json               one JSON object instead of text\n"
+    "  --dot                the DAG of one schedule as Graphviz DOT: --schedule's, or the\n"
+    "                       one auto chooses\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "auto picks the deterministic schedule with the smallest makespan modelled on W SMs\n"
+    "with c = 1, r = 0.25 (so the choice is the same on every GPU); its makespan is then\n"
+    "shown on --sms SMs with --c and --r. A schedule that cannot finish on --sms SMs is\n"
+    "reported as a deadlock.\n"
+    "Exit status: 0 success, 1 failure, 2 bad option or value.\n";
+
+/* Report a usage problem as the one line the caller promises, and give the status. */
+static int sched_bad(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("dashctl sched: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return CTL_EXIT_USAGE;
+}
+
+/* ---- parsing ---------------------------------------------------------------------- */
+
+static int parse_int(const char *opt, const char *arg, int32_t lo, int32_t hi, int32_t *ret)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(arg, &end, 10);
+    if (end == arg || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        return sched_bad("--%s must be an integer from %d to %d, not '%s'", opt, lo, hi, arg);
+    *ret = (int32_t)v;
+    return 0;
+}
+
+/* Costs must be finite (they end up in JSON, which has no inf or nan) and >= 0. */
+static int parse_cost(const char *opt, const char *arg, double *ret)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (end == arg || *end != '\0' || errno == ERANGE || !isfinite(v) || v < 0)
+        return sched_bad("--%s must be a finite number >= 0, not '%s'", opt, arg);
+    *ret = v;
+    return 0;
+}
+
+enum {
+    OPT_MASK = 256,
+    OPT_TILES,
+    OPT_Q_TILES,
+    OPT_KV_TILES,
+    OPT_BLOCK_M,
+    OPT_BLOCK_N,
+    OPT_HEADS,
+    OPT_BATCH,
+    OPT_W,
+    OPT_SMS,
+    OPT_C,
+    OPT_R,
+    OPT_SCHEDULE,
+    OPT_JSON,
+    OPT_DOT,
+};
+
+static const struct option long_opts[] = {
+    {"mask", required_argument, NULL, OPT_MASK},
+    {"tiles", required_argument, NULL, OPT_TILES},
+    {"q-tiles", required_argument, NULL, OPT_Q_TILES},
+    {"kv-tiles", required_argument, NULL, OPT_KV_TILES},
+    {"block-m", required_argument, NULL, OPT_BLOCK_M},
+    {"block-n", required_argument, NULL, OPT_BLOCK_N},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"w", required_argument, NULL, OPT_W},
+    {"sms", required_argument, NULL, OPT_SMS},
+    {"c", required_argument, NULL, OPT_C},
+    {"r", required_argument, NULL, OPT_R},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"dot", no_argument, NULL, OPT_DOT},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* Fill *ret from argv. Returns 0, or CTL_EXIT_USAGE after reporting the problem. */
+static int sched_parse(int argc, char **argv, struct sched_opts *ret)
+{
+    struct sched_opts o = {
+        .mask = SCHED_MASK_FULL,
+        .tiles = 8,
+        .block_m = 64,
+        .block_n = 64,
+        .heads = 1,
+        .batch = 1,
+        .w = SCHED_W_DEFAULT,
+        .c = 1.0,
+        .r = 0.25,
+        .kind = SCHED_ALL,
+    };
+    int opt, rc = 0, v;
+
+    /* We print our own one-line messages. optind = 0 makes glibc's getopt start afresh,
+     * whatever parsed argv before us. */
+    opterr = 0;
+    optind = 0;
+    while (rc == 0 && (opt = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        /* getopt leaves the offending word just before optind for both error kinds */
+        const char *word = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+        switch (opt) {
+        case OPT_MASK:
+            if ((v = sched_mask_parse(optarg)) < 0)
+                rc = sched_bad("unknown mask '%s' (full or causal)", optarg);
+            else
+                o.mask = (enum sched_mask)v;
+            break;
+        case OPT_TILES:
+            rc = parse_int("tiles", optarg, 1, INT32_MAX, &o.tiles);
+            break;
+        case OPT_Q_TILES:
+            rc = parse_int("q-tiles", optarg, 1, INT32_MAX, &o.q_tiles);
+            break;
+        case OPT_KV_TILES:
+            rc = parse_int("kv-tiles", optarg, 1, INT32_MAX, &o.kv_tiles);
+            break;
+        case OPT_BLOCK_M:
+            rc = parse_int("block-m", optarg, 1, INT32_MAX, &o.block_m);
+            break;
+        case OPT_BLOCK_N:
+            rc = parse_int("block-n", optarg, 1, INT32_MAX, &o.block_n);
+            break;
+        case OPT_HEADS:
+            rc = parse_int("heads", optarg, 1, INT32_MAX, &o.heads);
+            break;
+        case OPT_BATCH:
+            rc = parse_int("batch", optarg, 1, INT32_MAX, &o.batch);
+            break;
+        case OPT_W:
+            rc = parse_int("w", optarg, 1, SCHED_W_MAX, &o.w);
+            break;
+        case OPT_SMS:
+            rc = parse_int("sms", optarg, 1, INT32_MAX, &o.sms);
+            break;
+        case OPT_C:
+            rc = parse_cost("c", optarg, &o.c);
+            break;
+        case OPT_R:
+            rc = parse_cost("r", optarg, &o.r);
+            break;
+        case OPT_SCHEDULE:
+            if ((v = sched_kind_parse(optarg)) < 0)
+                rc = sched_bad("unknown schedule '%s' "
+                               "(atomic, ascending, descending, spt, shift or auto)", optarg);
+            else
+                o.kind = v;
+            break;
+        case OPT_JSON:
+            o.json = 1;
+            break;
+        case OPT_DOT:
+            o.dot = 1;
+            break;
+        case 'h':
+            o.help = 1;
+            break;
+        case ':':
+            rc = sched_bad("option '%s' needs a value", word);
+            break;
+        default:
+            /* optopt: the short option, a long option's value when it was given a value
+             * it does not take, or 0 for an unknown or ambiguous long option */
+            if (optopt >= OPT_MASK)
+                rc = sched_bad("option '%s' takes no value", word);
+            else if (optopt > 0)
+                rc = sched_bad("unknown option '-%c'", optopt);
+            else
+                rc = sched_bad("unknown or ambiguous option '%s'", word);
+            break;
+        }
+    }
+    if (rc)
+        return rc;
+    if (o.help) {
+        *ret = o;
+        return 0;
+    }
+    if (optind < argc)
+        return sched_bad("unexpected argument '%s'", argv[optind]);
+    if (o.json && o.dot)
+        return sched_bad("--json and --dot cannot be combined");
+
+    if (!o.q_tiles)
+        o.q_tiles = o.tiles;
+    if (!o.kv_tiles)
+        o.kv_tiles = o.tiles;
+    if (!o.sms)
+        o.sms = o.w;
+    /* sched_init() sees only the sequence lengths, so their overflow is ours to catch. */
+    if ((int64_t)o.q_tiles * o.block_m > INT32_MAX || (int64_t)o.kv_tiles * o.block_n > INT32_MAX)
+        return sched_bad("sequence length (tiles x block rows): %s", dash_strerror(-EOVERFLOW));
+    *ret = o;
+    return 0;
+}
+
+/* ---- modelling -------------------------------------------------------------------- */
+
+static struct sched_shape shape_of(const struct sched_opts *o)
+{
+    return (struct sched_shape){
+        .batch = o->batch,
+        .heads = o->heads,
+        .seqlen_q = o->q_tiles * o->block_m,
+        .seqlen_k = o->kv_tiles * o->block_n,
+        .block_m = o->block_m,
+        .block_n = o->block_n,
+        .mask = o->mask,
+    };
+}
+
+/* SMs beyond the job count never take a job, so the DAG on min(sms, jobs) SMs is the same
+ * DAG; clamping keeps a huge --sms from allocating per-SM state for nothing. */
+static int32_t modelled_sms(const struct sched *s, int32_t sms)
+{
+    return sms < s->jobs ? sms : s->jobs;
+}
+
+/* Fill the grids of head 0 and model the schedule. Returns 0 (deadlock included) or a
+ * negative code. */
+static int sched_row_model(struct sched_row *row, int32_t sms, double c, double r)
+{
+    const struct sched *s = &row->s;
+    size_t M = (size_t)s->m_tiles, N = (size_t)s->n_tiles;
+    if (M > SIZE_MAX / sizeof(int32_t) / N)
+        return -ENOMEM;
+    row->visits = malloc(sizeof(int32_t) * M * N);
+    row->orders = malloc(sizeof(int32_t) * M * N);
+    if (!row->visits || !row->orders)
+        return -ENOMEM; /* the caller frees both */
+    memset(row->visits, 0xff, sizeof(int32_t) * M * N);
+    memset(row->orders, 0xff, sizeof(int32_t) * M * N);
+
+    for (int32_t j = 0; j < s->jobs; j++) {
+        struct sched_job J = sched_job_at(s, j);
+        if (J.bh != 0)
+            continue;
+        for (int32_t st = 0; st < sched_job_stages(s, J.k); st++) {
+            int32_t n = sched_job_unit(s, J.k, st);
+            for (int32_t step = 0; step < sched_unit_steps(s, n); step++) {
+                int32_t m = sched_visit(s, &J, st, step);
+                row->visits[(size_t)n * M + (size_t)step] = m;
+                int32_t rank = sched_rank(s, &J, st, m);
+                if (rank < 0)
+                    continue; /* atomic: no order */
+                assert(rank < sched_contributors(s, m));
+                row->orders[(size_t)m * N + (size_t)rank] = n;
+            }
+        }
+    }
+
+    int rc = dag_model(s, modelled_sms(s, sms), c, r, NULL, NULL, &row->st);
+    if (rc == -EDEADLK) {
+        /* dag_model() leaves the stats alone here, but the work is still known: every
+         * addition costs c + r. Summed one by one, as dag_model() does, so a deadlocked
+         * schedule reports the same bits as the others. */
+        row->deadlock = 1;
+        memset(&row->st, 0, sizeof row->st);
+        for (int32_t n = 0; n < s->n_tiles; n++)
+            row->st.additions += sched_unit_steps(s, n);
+        row->st.additions *= s->bh;
+        for (int64_t i = 0; i < row->st.additions; i++)
+            row->st.work += c + r;
+        rc = 0;
+    }
+    return rc;
+}
+
+static void sched_row_free(struct sched_row *row)
+{
+    free(row->visits);
+    free(row->orders);
+    row->visits = NULL;
+    row->orders = NULL;
+}
+
+/* ---- output ----------------------------------------------------------------------- */
+
+/* The shortest of %g, %.7g, ..., %.17g that reads back as x, so 11.75 prints as 11.75
+ * and a JSON reader recovers the model's exact double. x is finite (costs are checked,
+ * and makespans and work are sums of them). */
+static const char *fmt_num(char buf[32], double x)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, 32, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return buf;
+}
+
+/* Text is for reading: ten significant digits hide the last-bit noise of sums such as
+ * 0.1 + 0.07 + ... that fmt_num() would spell out in full. */
+static const char *fmt_text(char buf[32], double x)
+{
+    snprintf(buf, 32, "%.10g", x);
+    return buf;
+}
+
+static int digits(int32_t v)
+{
+    int d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+static void print_visits_text(const struct sched_row *row)
+{
+    const struct sched *s = &row->s;
+    int32_t M = s->m_tiles, N = s->n_tiles;
+    int cw = digits((M > N ? M : N) - 1);
+    int lw = digits(M - 1) + 6; /* "step " + number + ":" */
+    if (lw < 8)
+        lw = 8;                 /* "kv-tile:" */
+
+    printf("  visits, head 0: the q-tile each kv-tile (column) visits at each step (row)\n");
+    printf("    %-*s", lw, "kv-tile:");
+    for (int32_t n = 0; n < N; n++)
+        printf(" %*d", cw, n);
+    printf("\n");
+    for (int32_t step = 0; step < M; step++) {
+        /* trailing units that have no such step would only add trailing blanks */
+        int32_t last = -1;
+        for (int32_t n = 0; n < N; n++)
+            if (step < sched_unit_steps(s, n))
+                last = n;
+        if (last < 0)
+            break;
+        printf("    step %*d:", lw - 6, step);
+        for (int32_t n = 0; n <= last; n++) {
+            if (step < sched_unit_steps(s, n))
+                printf(" %*d", cw, row->visits[(size_t)n * M + (size_t)step]);
+            else
+                printf(" %*s", cw, "");
+        }
+        printf("\n");
+    }
+}
+
+static void print_orders_text(const struct sched_row *row)
+{
+    const struct sched *s = &row->s;
+    int32_t M = s->m_tiles, N = s->n_tiles;
+    if (!sched_is_deterministic(s->kind)) {
+        printf("  order, head 0: any order (atomic adds race, so sums are not reproducible)\n");
+        return;
+    }
+    int cw = digits((M > N ? M : N) - 1);
+    int lw = digits(M - 1) + 8; /* "q-tile " + number + ":" */
+
+    printf("  order, head 0: the kv-tiles in the order their dQ partials are added, per q-tile\n");
+    printf("    %-*s", lw, "rank:");
+    for (int32_t i = 0; i < N; i++)
+        printf(" %*d", cw, i);
+    printf("\n");
+    for (int32_t m = 0; m < M; m++) {
+        int32_t k = sched_contributors(s, m);
+        printf("    q-tile %*d:", lw - 8, m);
+        if (k == 0)
+            printf(" (sees no key)");
+        for (int32_t i = 0; i < k; i++)
+            printf(" %*d", cw, row->orders[(size_t)m * N + (size_t)i]);
+        printf("\n");
+    }
+}
+
+static void print_makespan_text(const char *name, const struct sched_row *row,
+                                const struct sched_opts *o)
+{
+    char a[32], b[32];
+    if (row->deadlock)
+        printf("%s: deadlock: cannot finish on %d SMs", name, o->sms);
+    else
+        printf("%s: makespan %s", name, fmt_text(a, row->st.makespan));
+    /* only SMs that can get a job count towards the bound */
+    printf("  (work bound %s)", fmt_text(b, row->st.work / modelled_sms(&row->s, o->sms)));
+}
+
+static void print_text(const struct sched_opts *o, const struct sched_row *rows, int auto_on,
+                       enum sched_kind auto_kind)
+{
+    char c[32], r[32];
+    printf("shape: mask %s, q-tiles %d x %d rows, kv-tiles %d x %d rows, heads %d, batch %d; "
+           "W %d, SMs %d, c %s, r %s\n",
+           sched_mask_name(o->mask), o->q_tiles, o->block_m, o->kv_tiles, o->block_n, o->heads,
+           o->batch, o->w, o->sms, fmt_text(c, o->c), fmt_text(r, o->r));
+    for (int k = 0; k < SCHED_AUTO; k++) {
+        if (!rows[k].on)
+            continue;
+        printf("\n");
+        print_makespan_text(sched_kind_name((enum sched_kind)k), &rows[k], o);
+        printf("\n");
+        print_visits_text(&rows[k]);
+        print_orders_text(&rows[k]);
+    }
+    if (auto_on) {
+        printf("\n");
+        print_makespan_text("auto", &rows[auto_kind], o);
+        printf("  -> %s, the fastest deterministic schedule modelled on W = %d SMs\n",
+               sched_kind_name(auto_kind), o->w);
+    }
+}
+
+/* A list of int32 lists as one JSON line: [[a,b],[c],[]]. */
+static void print_lists_json(const int32_t *base, size_t stride, int32_t lists,
+                             int32_t (*len)(const struct sched *, int32_t), const struct sched *s,
+                             int empty)
+{
+    printf("[");
+    for (int32_t i = 0; i < lists; i++) {
+        printf(i ? ",[" : "[");
+        int32_t k = empty ? 0 : len(s, i);
+        for (int32_t x = 0; x < k; x++)
+            printf(x ? ",%d" : "%d", base[(size_t)i * stride + (size_t)x]);
+        printf("]");
+    }
+    printf("]");
+}
+
+static void print_json(const struct sched_opts *o, const struct sched_row *rows, int auto_on,
+                       enum sched_kind auto_kind)
+{
+    char a[32], b[32];
+    printf("{\n  \"shape\": {\"mask\": \"%s\", \"q_tiles\": %d, \"kv_tiles\": %d, "
+           "\"block_m\": %d, \"block_n\": %d, \"heads\": %d, \"batch\": %d, \"w\": %d, "
+           "\"sms\": %d, \"c\": %s, \"r\": %s}",
+           sched_mask_name(o->mask), o->q_tiles, o->kv_tiles, o->block_m, o->block_n, o->heads,
+           o->batch, o->w, o->sms, fmt_num(a, o->c), fmt_num(b, o->r));
+    for (int k = 0; k < SCHED_AUTO; k++) {
+        const struct sched_row *row = &rows[k];
+        if (!row->on)
+            continue;
+        printf(",\n  \"%s\": {\"makespan\": %s, \"deadlock\": %s, \"work\": %s,\n"
+               "    \"visits\": ",
+               sched_kind_name((enum sched_kind)k),
+               row->deadlock ? "null" : fmt_num(a, row->st.makespan),
+               row->deadlock ? "true" : "false", fmt_num(b, row->st.work));
+        print_lists_json(row->visits, (size_t)row->s.m_tiles, row->s.n_tiles, sched_unit_steps,
+                         &row->s, 0);
+        printf(",\n    \"orders\": ");
+        print_lists_json(row->orders, (size_t)row->s.n_tiles, row->s.m_tiles, sched_contributors,
+                         &row->s, !sched_is_deterministic(row->s.kind));
+        printf("}");
+    }
+    if (auto_on) {
+        const struct sched_row *row = &rows[auto_kind];
+        printf(",\n  \"auto\": {\"chosen\": \"%s\", \"makespan\": %s}", sched_kind_name(auto_kind),
+               row->deadlock ? "null" : fmt_num(a, row->st.makespan));
+    }
+    printf("\n}\n");
+}
+
+/* DOT goes through a memory stream: dag_write_dot() starts writing before it knows whether
+ * the schedule completes, and a half graph on stdout is worse than none. */
+static int print_dot(const struct sched_opts *o, const struct sched *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    if (!mf) {
+        fprintf(stderr, "dashctl sched: %s\n", dash_strerror(-ENOMEM));
+        return CTL_EXIT_FAIL;
+    }
+    int rc = dag_write_dot(mf, s, modelled_sms(s, o->sms), o->c, o->r);
+    if (fclose(mf) != 0 && rc == 0)
+        rc = -ENOMEM;
+    if (rc == 0)
+        fwrite(buf, 1, len, stdout); /* errors surface in main()'s check of stdout */
+    free(buf);
+    if (rc == -EDEADLK) {
+        fprintf(stderr, "dashctl sched: %s cannot finish on %d SMs (%s); no graph to draw\n",
+                sched_kind_name(s->kind), o->sms, dash_strerror(rc));
+        return CTL_EXIT_FAIL;
+    }
+    if (rc) {
+        fprintf(stderr, "dashctl sched: %s: %s\n", sched_kind_name(s->kind), dash_strerror(rc));
+        return CTL_EXIT_FAIL;
+    }
+    return CTL_EXIT_OK;
+}
+
+/* ---- the command ------------------------------------------------------------------ */
+
+int ctl_sched(int argc, char **argv)
+{
+    struct sched_opts o = {0}; /* filled by sched_parse(); zeroed so -O3 sees it set */
+    struct sched_row rows[SCHED_AUTO];
+    int rc, status = CTL_EXIT_USAGE;
+
+    memset(rows, 0, sizeof rows);
+    if ((rc = sched_parse(argc, argv, &o)) != 0)
+        return rc;
+    if (o.help) {
+        fputs(usage_text, stdout);
+        return CTL_EXIT_OK;
+    }
+
+    struct sched_shape shape = shape_of(&o);
+    /* auto is modelled when listed, and when --dot has to pick the schedule it draws */
+    int auto_on = o.kind == SCHED_ALL || o.kind == SCHED_AUTO;
+    enum sched_kind auto_kind = SCHED_ASCENDING;
+    /* Every schedule accepts the same shapes, so one probe tells a bad shape (a usage
+     * error) apart from a failure of the model below. */
+    struct sched probe;
+    if ((rc = sched_init(&probe, SCHED_ASCENDING, &shape, o.w)) != 0)
+        return sched_bad("shape rejected: %s", dash_strerror(rc));
+    if (auto_on && (rc = dag_auto(&shape, o.w, &auto_kind)) != 0) {
+        fprintf(stderr, "dashctl sched: auto: %s\n", dash_strerror(rc));
+        return CTL_EXIT_FAIL;
+    }
+
+    if (o.dot) {
+        struct sched s;
+        enum sched_kind kind = auto_on ? auto_kind : (enum sched_kind)o.kind;
+        if ((rc = sched_init(&s, kind, &shape, o.w)) != 0)
+            return sched_bad("%s: %s", sched_kind_name(kind), dash_strerror(rc));
+        return print_dot(&o, &s);
+    }
+
+    for (int k = 0; k < SCHED_AUTO; k++)
+        rows[k].on = o.kind == SCHED_ALL || o.kind == k || (o.kind == SCHED_AUTO && k == (int)auto_kind);
+    for (int k = 0; k < SCHED_AUTO; k++) {
+        if (rows[k].on && (rc = sched_init(&rows[k].s, (enum sched_kind)k, &shape, o.w)) != 0) {
+            sched_bad("%s: %s", sched_kind_name((enum sched_kind)k), dash_strerror(rc));
+            goto free_rows;
+        }
+    }
+
+    status = CTL_EXIT_FAIL;
+    for (int k = 0; k < SCHED_AUTO; k++) {
+        if (rows[k].on && (rc = sched_row_model(&rows[k], o.sms, o.c, o.r)) != 0) {
+            fprintf(stderr, "dashctl sched: modelling %s: %s\n",
+                    sched_kind_name((enum sched_kind)k), dash_strerror(rc));
+            goto free_rows;
+        }
+    }
+
+    if (o.json)
+        print_json(&o, rows, auto_on, auto_kind);
+    else
+        print_text(&o, rows, auto_on, auto_kind);
+    status = CTL_EXIT_OK;
+
+free_rows:
+    for (int k = 0; k < SCHED_AUTO; k++)
+        sched_row_free(&rows[k]);
+    return status;
+}

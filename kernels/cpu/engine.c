@@ -1,0 +1,328 @@
+/*
+ * engine.c - the CPU engine's API: engine lifetime, argument validation, schedule
+ * resolution, the parallel-for helper, and the forward pass.
+ *
+ * Forward. One task is one q-tile of one (batch, head): its block_m rows walk the
+ * kv-tiles that the mask lets them see, in ascending order, with the online softmax
+ * (running row max m, running denominator l, output rescaled when m grows):
+ *     S = scale * Q K^T,  m' = max(m, rowmax S),  l' = l e^(m-m') + rowsum e^(S-m'),
+ *     O' = O e^(m-m') + e^(S-m') V,   and at the end O = O / l,  LSE = m + log l.
+ * A task writes only its own rows, so the result does not depend on who runs it.
+ */
+#include "kernels/cpu/engine_int.h"
+
+#include "kernels/sched/dag.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct eng *eng_new(int32_t threads)
+{
+    struct eng *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->pool = pool_new(threads);
+    if (!e->pool) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void eng_free(struct eng *e)
+{
+    if (!e)
+        return;
+    pool_free(e->pool);
+    free(e->scratch);
+    free(e);
+}
+
+void eng_set_stop(struct eng *e, eng_stop_fn stop, void *ctx)
+{
+    e->stop = stop;
+    e->stop_ctx = ctx;
+}
+
+int32_t eng_threads(const struct eng *e)
+{
+    return pool_threads(e->pool);
+}
+
+unsigned char *eng__arena(struct eng *e, size_t bytes)
+{
+    if (bytes <= e->scratch_cap)
+        return e->scratch;
+    size_t cap = (bytes + 4095) & ~(size_t)4095;
+    unsigned char *mem = aligned_alloc(ENG__ALIGN, cap);
+    if (!mem)
+        return NULL;
+    free(e->scratch);
+    e->scratch = mem;
+    e->scratch_cap = cap;
+    return mem;
+}
+
+/* ---- validation ------------------------------------------------------------------- */
+
+int eng_check_problem(const struct attn_problem *p)
+{
+    int rc = attn_check_problem(p);
+    if (rc)
+        return rc;
+    if (p->head_dim < ENG_HEAD_DIM_MIN || p->head_dim > ENG_HEAD_DIM_MAX)
+        return -ENOTSUP;
+    return 0;
+}
+
+int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
+                 struct attn_config *ret_cfg, struct sched *ret_geo)
+{
+    int rc = eng_check_problem(p);
+    if (rc)
+        return rc;
+    struct attn_config c = {SCHED_AUTO, 0, 0, 0};
+    if (cfg)
+        c = *cfg;
+    if ((int)c.sched < 0 || c.sched >= SCHED_KIND_COUNT || c.w < 0 || c.w > SCHED_W_MAX ||
+        c.block_m < 0 || c.block_m > ENG_BLOCK_MAX || c.block_n < 0 || c.block_n > ENG_BLOCK_MAX)
+        return -EINVAL;
+    if (!c.w)
+        c.w = SCHED_W_DEFAULT;
+    if (!c.block_m)
+        c.block_m = ENG_BLOCK_DEFAULT;
+    if (!c.block_n)
+        c.block_n = ENG_BLOCK_DEFAULT;
+    /* Copy field by field so padding bytes are zero: the auto cache compares memory. */
+    struct sched_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.batch = p->batch;
+    sh.heads = p->heads_q;
+    sh.seqlen_q = p->seqlen_q;
+    sh.seqlen_k = p->seqlen_k;
+    sh.block_m = c.block_m;
+    sh.block_n = c.block_n;
+    sh.mask = p->mask;
+    if (c.sched == SCHED_AUTO && (rc = dag_auto_cached(&e->auto_cache, &sh, c.w, &c.sched)))
+        return rc;
+    struct sched geo;
+    if ((rc = sched_init(&geo, c.sched, &sh, c.w)))
+        return rc;
+    /* Element indices within one (batch, head) slice of the fp32 scratch must fit too. */
+    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+        return -EOVERFLOW;
+    *ret_cfg = c;
+    *ret_geo = geo;
+    return 0;
+}
+
+int eng_resolve(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
+                struct attn_config *ret_cfg)
+{
+    struct sched geo;
+    struct attn_config c;
+    if (!e || !ret_cfg)
+        return -EINVAL;
+    int rc = eng__prepare(e, p, cfg, &c, &geo);
+    if (rc == 0)
+        *ret_cfg = c;
+    return rc;
+}
+
+/* ---- parallel for ----------------------------------------------------------------- */
+
+struct for_each_ctx {
+    struct eng *e;
+    eng__task_fn fn;
+    void *ctx;
+    int64_t tasks, chunk;
+    _Atomic int64_t next;
+};
+
+static void for_each_worker(void *arg, int32_t thread, int32_t threads)
+{
+    struct for_each_ctx *c = arg;
+    (void)threads;
+    for (;;) {
+        int64_t first = atomic_fetch_add_explicit(&c->next, c->chunk, memory_order_relaxed);
+        if (first >= c->tasks)
+            break;
+        int64_t last = first + c->chunk < c->tasks ? first + c->chunk : c->tasks;
+        if (eng__stopping(c->e, (uint32_t)(last - first)))
+            return;
+        for (int64_t t = first; t < last; t++)
+            c->fn(c->ctx, t, thread);
+    }
+}
+
+void eng__for_each(struct eng *e, int64_t tasks, eng__task_fn fn, void *ctx)
+{
+    struct for_each_ctx c = {.e = e, .fn = fn, .ctx = ctx, .tasks = tasks};
+    int64_t per = tasks / ((int64_t)pool_threads(e->pool) * 8);
+    c.chunk = per < 1 ? 1 : per > 256 ? 256 : per;
+    atomic_init(&c.next, 0);
+    if (tasks > 0)
+        pool_run(e->pool, for_each_worker, &c);
+}
+
+/* ---- forward ---------------------------------------------------------------------- */
+
+struct fwd {
+    const struct attn_problem *p;
+    struct sched geo;
+    int32_t bm, bn, group;
+    struct attn_tensor out, q, k, v;
+    float *lse;
+    unsigned char *thread_mem;
+    size_t per_thread;
+};
+
+/* Per-thread scratch of the forward, carved in this order. */
+static size_t fwd_thread_bytes(int32_t bm, int32_t bn, int32_t d, struct eng__carver *c)
+{
+    eng__carve(c, sizeof(float) * (size_t)bm * d);  /* Q */
+    eng__carve(c, sizeof(float) * (size_t)bm * d);  /* O */
+    eng__carve(c, sizeof(float) * (size_t)bm * bn); /* S, then P */
+    eng__carve(c, sizeof(float) * (size_t)d * bn);  /* K^T */
+    eng__carve(c, sizeof(float) * (size_t)bn * d);  /* V */
+    eng__carve(c, sizeof(float) * (size_t)bm * 2);  /* row max, row sum */
+    return c->used;
+}
+
+static void fwd_task(void *arg, int64_t task, int32_t thread)
+{
+    const struct fwd *f = arg;
+    const struct attn_problem *p = f->p;
+    const int32_t D = p->head_dim, bm = f->bm, bn = f->bn;
+    struct eng__carver c = {f->thread_mem + (size_t)thread * f->per_thread, 0};
+    float *Q = eng__carve(&c, sizeof(float) * (size_t)bm * D);
+    float *O = eng__carve(&c, sizeof(float) * (size_t)bm * D);
+    float *S = eng__carve(&c, sizeof(float) * (size_t)bm * bn);
+    float *Kt = eng__carve(&c, sizeof(float) * (size_t)D * bn);
+    float *V = eng__carve(&c, sizeof(float) * (size_t)bn * D);
+    float *rmax = eng__carve(&c, sizeof(float) * (size_t)bm * 2);
+    float *rsum = rmax + bm;
+
+    const int32_t M = f->geo.m_tiles;
+    const int32_t m = (int32_t)(task % M), bh = (int32_t)(task / M);
+    const int32_t b = bh / p->heads_q, h = bh % p->heads_q, hk = h / f->group;
+    const int32_t i0 = m * bm, rm = p->seqlen_q - i0 < bm ? p->seqlen_q - i0 : bm;
+    const int64_t offset = (int64_t)p->seqlen_k - p->seqlen_q; /* causal: key j <= i + offset */
+
+    for (int32_t i = 0; i < rm; i++) {
+        int64_t at = eng__row(&f->q, b, i0 + i, h);
+        for (int32_t d = 0; d < D; d++)
+            Q[i * D + d] = dtype_load(f->q.data, p->dtype, at + d);
+        rmax[i] = -INFINITY;
+        rsum[i] = 0.0f;
+    }
+    memset(O, 0, sizeof(float) * (size_t)rm * D);
+
+    const int32_t n_hi = sched_n_hi(&f->geo, m);
+    for (int32_t n = sched_n_lo(&f->geo, m); n < n_hi; n++) {
+        const int32_t j0 = n * bn, rn = p->seqlen_k - j0 < bn ? p->seqlen_k - j0 : bn;
+        for (int32_t j = 0; j < rn; j++) {
+            int64_t ka = eng__row(&f->k, b, j0 + j, hk), va = eng__row(&f->v, b, j0 + j, hk);
+            for (int32_t d = 0; d < D; d++) {
+                Kt[d * bn + j] = dtype_load(f->k.data, p->dtype, ka + d);
+                V[j * D + d] = dtype_load(f->v.data, p->dtype, va + d);
+            }
+        }
+        for (int32_t i = 0; i < rm; i++) {
+            float *s = S + (size_t)i * bn;
+            memset(s, 0, sizeof(float) * (size_t)rn);
+            /* d outer, j inner: the inner loop is independent per j, so it vectorises
+             * without reassociating any sum. */
+            for (int32_t d = 0; d < D; d++) {
+                const float qd = Q[i * D + d], *kt = Kt + (size_t)d * bn;
+                for (int32_t j = 0; j < rn; j++)
+                    s[j] += qd * kt[j];
+            }
+            int32_t visible = rn;
+            if (p->mask == SCHED_MASK_CAUSAL) {
+                int64_t last = (int64_t)i0 + i + offset - j0; /* last visible j in tile */
+                visible = last < 0 ? 0 : last + 1 < rn ? (int32_t)(last + 1) : rn;
+            }
+            if (visible == 0)
+                continue;
+            float mx = rmax[i];
+            for (int32_t j = 0; j < visible; j++) {
+                s[j] *= p->scale;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            const float corr = expf(rmax[i] - mx); /* 0 when the row had no key yet */
+            float sum = 0.0f;
+            for (int32_t j = 0; j < visible; j++) {
+                s[j] = expf(s[j] - mx);
+                sum += s[j];
+            }
+            rsum[i] = rsum[i] * corr + sum;
+            rmax[i] = mx;
+            float *o = O + (size_t)i * D;
+            for (int32_t d = 0; d < D; d++)
+                o[d] *= corr;
+            for (int32_t j = 0; j < visible; j++) {
+                const float pj = s[j], *vj = V + (size_t)j * D;
+                for (int32_t d = 0; d < D; d++)
+                    o[d] += pj * vj[d];
+            }
+        }
+    }
+
+    for (int32_t i = 0; i < rm; i++) {
+        int64_t at = eng__row(&f->out, b, i0 + i, h);
+        float *lse = &f->lse[((int64_t)bh) * p->seqlen_q + i0 + i];
+        if (rsum[i] == 0.0f) { /* the row sees no key */
+            for (int32_t d = 0; d < D; d++)
+                dtype_store(f->out.data, p->dtype, at + d, 0.0f);
+            *lse = INFINITY;
+            continue;
+        }
+        const float inv = 1.0f / rsum[i];
+        for (int32_t d = 0; d < D; d++)
+            dtype_store(f->out.data, p->dtype, at + d, O[i * D + d] * inv);
+        *lse = rmax[i] + logf(rsum[i]);
+    }
+}
+
+int eng_forward(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
+                struct attn_tensor out, float *lse, struct attn_tensor q, struct attn_tensor k,
+                struct attn_tensor v, struct attn_config *ret_cfg)
+{
+    if (!e || !lse)
+        return -EINVAL;
+    struct fwd f = {.p = p, .out = out, .q = q, .k = k, .v = v, .lse = lse};
+    /* The forward has no schedule; only the tile sizes matter. Never run auto for it. */
+    struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0};
+    if (cfg) {
+        fc = *cfg;
+        fc.sched = SCHED_ASCENDING;
+    }
+    int rc = eng__prepare(e, p, &fc, &c, &f.geo);
+    if (rc)
+        return rc;
+    if (attn_check_tensor(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
+        attn_check_tensor(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
+        attn_check_tensor(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
+        attn_check_tensor(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1))
+        return -EINVAL;
+    f.bm = c.block_m;
+    f.bn = c.block_n;
+    f.group = p->heads_q / p->heads_kv;
+    struct eng__carver count = {NULL, 0};
+    f.per_thread = (fwd_thread_bytes(f.bm, f.bn, p->head_dim, &count) + ENG__ALIGN - 1) &
+                   ~(size_t)(ENG__ALIGN - 1);
+    f.thread_mem = eng__arena(e, f.per_thread * (size_t)eng_threads(e));
+    if (!f.thread_mem)
+        return -ENOMEM;
+    eng__op_begin(e);
+    eng__for_each(e, (int64_t)f.geo.bh * f.geo.m_tiles, fwd_task, &f);
+    if ((rc = eng__op_end(e)))
+        return rc;
+    if (ret_cfg)
+        *ret_cfg = c;
+    return 0;
+}

@@ -1,0 +1,88 @@
+/*
+ * engine_int.h - what engine.c (API, validation, forward) and engine_bwd.c (backward)
+ * share. Not a public header.
+ */
+#ifndef DASH_ENGINE_INT_H
+#define DASH_ENGINE_INT_H
+
+#include "kernels/sched/dag.h"
+#include "kernels/cpu/engine.h"
+#include "kernels/cpu/pool.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENG__ALIGN 64
+
+struct eng {
+    struct pool *pool;
+    unsigned char *scratch; /* grow-only arena, reused by every call */
+    size_t scratch_cap;
+    struct dag_auto_cache auto_cache;
+    eng_stop_fn stop; /* eng_set_stop */
+    void *stop_ctx;
+    int stopped;         /* the op in progress was told to stop: workers leave (read and
+                          * written with __atomic builtins: this header is C and C++) */
+    uint32_t polls;      /* tasks of the op so far, while a stop is set (__atomic) */
+};
+
+/* A worker about to run `n` more tasks of an op: 1 if the op is to stop (eng_set_stop).
+ * Tasks are counted over all workers, and stop() is asked whenever the count passes a
+ * multiple of ENG__POLL_EVERY. Row phases count a whole chunk at once: one shared
+ * read-modify-write per task would cost more than their tasks (a row's dot product). */
+#define ENG__POLL_EVERY 16
+static inline int eng__stopping(struct eng *e, uint32_t n)
+{
+    if (e->stop) {
+        uint32_t was = __atomic_fetch_add(&e->polls, n, __ATOMIC_RELAXED);
+        if (was / ENG__POLL_EVERY != (was + n) / ENG__POLL_EVERY && e->stop(e->stop_ctx))
+            __atomic_store_n(&e->stopped, 1, __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&e->stopped, __ATOMIC_RELAXED);
+}
+
+/* At the start of an op: not stopped; at its end: 0, or -ECANCELED if it was. */
+static inline void eng__op_begin(struct eng *e)
+{
+    __atomic_store_n(&e->stopped, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->polls, 0, __ATOMIC_RELAXED);
+}
+static inline int eng__op_end(struct eng *e)
+{
+    return __atomic_load_n(&e->stopped, __ATOMIC_RELAXED) ? -ECANCELED : 0;
+}
+
+/* Carves aligned pieces out of the engine's arena. First pass (base == NULL) only counts. */
+struct eng__carver {
+    unsigned char *base;
+    size_t used;
+};
+
+static inline void *eng__carve(struct eng__carver *c, size_t bytes)
+{
+    size_t at = (c->used + ENG__ALIGN - 1) & ~(size_t)(ENG__ALIGN - 1);
+    c->used = at + bytes;
+    return c->base ? c->base + at : NULL;
+}
+
+/* Make the arena at least `bytes` long. Returns it, or NULL (the old arena is kept). */
+unsigned char *eng__arena(struct eng *e, size_t bytes);
+
+/* Validate everything both passes need and fill *ret_cfg and *ret_geo (a schedule of the
+ * resolved kind, whose tile geometry both passes use). */
+int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
+                 struct attn_config *ret_cfg, struct sched *ret_geo);
+
+/* Element offset of (b, s, h, 0). */
+static inline int64_t eng__row(const struct attn_tensor *t, int64_t b, int64_t s, int64_t h)
+{
+    return b * t->stride[0] + s * t->stride[1] + h * t->stride[2];
+}
+
+/* Run fn(ctx, task, thread) for every task in [0, tasks) on the engine's threads; tasks
+ * are handed out dynamically, so fn must not care which thread runs which task. */
+typedef void (*eng__task_fn)(void *ctx, int64_t task, int32_t thread);
+void eng__for_each(struct eng *e, int64_t tasks, eng__task_fn fn, void *ctx);
+
+#endif

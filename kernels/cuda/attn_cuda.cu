@@ -1,0 +1,539 @@
+/*
+ * attn_cuda.cu - the CUDA backend's host side: device and stream, argument validation
+ * (the CPU engine's rules plus the kernels' limits), schedule resolution, grow-only
+ * device scratch, the choice of implementation (v1: attn_fwd.cu, attn_bwd.cu; v2, tensor
+ * cores: attn_fwd_tc.cu, attn_bwd_tc.cu) and of backward mode, launches and error checks.
+ * Both implementations take the same params structs, scratch layout and modes; only the
+ * launchers called differ. Head dims 96 and 256 have v1 kernels only, so calls with them
+ * run v1 whatever the object's choice (cuattn_impl_for).
+ *
+ * Backward mode. The kernel's CTAs must all be resident at once (they wait on each
+ * other), so the grid is capped at blocks-per-SM x SMs. Then:
+ *   - fixed-order schedules (ascending, descending, spt) and atomic: persistent, any grid;
+ *   - shift: persistent when grid >= min(W, jobs per chunk), the most jobs of one chunk
+ *     that may wait on each other; otherwise interleaved over min(W, jobs) virtual SMs.
+ * Both modes give the same bits (attn_bwd.cu, attn_bwd_tc.cu), so the choice is only
+ * about speed.
+ *
+ * Scratch (one device allocation, grown when a call needs more, never shrunk):
+ *   dQacc (bh, Sq, D) f32 | Dsum (bh, Sq) f32 | counters (bh, M) i32 | job counter i32 |
+ *   GQA: dKacc, dVacc (bh, Sk, D) f32 | interleaved: states (nvsm, 8) i32, registers
+ *   (nvsm, 3, D/4, 256) f32 (v1), (nvsm, cuattn__bwd_tc_vsm_floats, 256) f32 (v2).
+ */
+#include "kernels/cuda/attn_cuda_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUATTN_ALIGN 256
+
+struct cuattn {
+    int device;
+    int32_t sms;
+    char name[256];
+    cudaStream_t stream;
+    unsigned char *scratch; /* device memory, scratch_cap bytes */
+    size_t scratch_cap;
+    int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1), _TENSOR_CORES (v2) or _WGMMA (v3) */
+    int hopper;   /* sm_90: v3's kernels can run */
+    size_t smem_optin; /* the device's shared memory per block, opted in */
+    int force_interleaved;
+    int async; /* cuattn_set_async: calls return once launched */
+    int32_t last_mode, last_grid;
+};
+
+static int err_code(cudaError_t err)
+{
+    switch (err) {
+    case cudaSuccess:
+        return 0;
+    case cudaErrorMemoryAllocation:
+        return -ENOMEM;
+    case cudaErrorNoDevice:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInsufficientDriver:
+        return -ENODEV;
+    default:
+        return -EIO;
+    }
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+/* DASH_CUATTN_IMPL: "0" -> v1, "1" -> v2, "2" -> v3 (sm_90 only, else -ENOTSUP); unset
+ * or empty -> v3 on sm_90, v2 elsewhere; anything else -EINVAL. */
+static int env_impl(int hopper, int32_t *ret)
+{
+    const char *env = getenv("DASH_CUATTN_IMPL");
+    if (!env || !*env)
+        *ret = hopper ? CUATTN_IMPL_WGMMA : CUATTN_IMPL_TENSOR_CORES;
+    else if (strcmp(env, "0") == 0)
+        *ret = CUATTN_IMPL_CUDA_CORES;
+    else if (strcmp(env, "1") == 0)
+        *ret = CUATTN_IMPL_TENSOR_CORES;
+    else if (strcmp(env, "2") == 0)
+        *ret = CUATTN_IMPL_WGMMA;
+    else
+        return -EINVAL;
+    return *ret == CUATTN_IMPL_WGMMA && !hopper ? -ENOTSUP : 0;
+}
+
+int cuattn_new(int device, struct cuattn **ret)
+{
+    if (!ret)
+        return -EINVAL;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count)
+        return -ENODEV;
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess)
+        return -ENODEV;
+    cudaDeviceProp prop;
+    if ((err = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return err_code(err);
+    if (prop.major < 8) /* bf16 conversions and the smem we ask for need sm_80 or later */
+        return -ENODEV;
+    const int hopper = prop.major == 9; /* wgmma is sm_90a's, not a later architecture's */
+    int32_t impl;
+    int rc = env_impl(hopper, &impl);
+    if (rc)
+        return rc;
+    struct cuattn *a = static_cast<struct cuattn *>(calloc(1, sizeof(*a)));
+    if (!a)
+        return -ENOMEM;
+    a->device = device;
+    a->impl = impl;
+    a->hopper = hopper;
+    a->sms = prop.multiProcessorCount;
+    a->smem_optin = prop.sharedMemPerBlockOptin;
+    snprintf(a->name, sizeof a->name, "%s", prop.name);
+    if ((err = cudaStreamCreateWithFlags(&a->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        goto free_a;
+    /* Load the kernels (both implementations: the choice may change between calls) and
+     * raise their shared-memory limits now, so calls start warm. */
+    if ((err = cuattn__fwd_init(a->smem_optin)) != cudaSuccess ||
+        (err = cuattn__bwd_init(a->smem_optin)) != cudaSuccess ||
+        (err = cuattn__fwd_tc_init(a->smem_optin)) != cudaSuccess ||
+        (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess)
+        goto free_stream;
+    *ret = a;
+    return 0;
+
+free_stream:
+    cudaStreamDestroy(a->stream);
+free_a:
+    free(a);
+    return err_code(err);
+}
+
+void cuattn_free(struct cuattn *a)
+{
+    if (!a)
+        return;
+    (void)cudaSetDevice(a->device);
+    if (a->scratch)
+        (void)cudaFree(a->scratch);
+    (void)cudaStreamDestroy(a->stream);
+    free(a);
+}
+
+int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_sms)
+{
+    if (!a || (!name && len))
+        return -EINVAL;
+    if (len)
+        snprintf(name, len, "%s", a->name);
+    if (ret_sms)
+        *ret_sms = a->sms;
+    return 0;
+}
+
+int cuattn_set_impl(struct cuattn *a, int32_t impl)
+{
+    if (!a ||
+        (impl != CUATTN_IMPL_CUDA_CORES && impl != CUATTN_IMPL_TENSOR_CORES && impl != CUATTN_IMPL_WGMMA))
+        return -EINVAL;
+    if (impl == CUATTN_IMPL_WGMMA && !a->hopper)
+        return -ENOTSUP;
+    a->impl = impl;
+    return 0;
+}
+
+int32_t cuattn_impl(const struct cuattn *a)
+{
+    return a ? a->impl : -EINVAL;
+}
+
+int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
+{
+    if (!a)
+        return -EINVAL;
+    if (head_dim != 64 && head_dim != 128)
+        return CUATTN_IMPL_CUDA_CORES;
+    /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: 205 KiB at head dim
+     * 128, more than an A100 (163 KiB) or an sm_86/sm_89 part (99 KiB) gives one block.
+     * There the dim runs v1, whose tiles fit; the bits are v1's, as reported. */
+    if (a->impl == CUATTN_IMPL_CUDA_CORES)
+        return a->impl;
+    /* v3 runs v2's forward; its backward needs about as much shared memory as v2's */
+    if (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin)
+        return CUATTN_IMPL_CUDA_CORES;
+    if (a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin)
+        return CUATTN_IMPL_WGMMA;
+    if (cuattn__bwd_tc_smem_bytes(head_dim) > a->smem_optin)
+        return CUATTN_IMPL_CUDA_CORES;
+    return CUATTN_IMPL_TENSOR_CORES;
+}
+
+int cuattn_serves_head_dim(int32_t head_dim)
+{
+    return ATTN_V1_HEAD_DIM(head_dim);
+}
+
+void cuattn__limit_smem(struct cuattn *a, size_t bytes)
+{
+    if (a && bytes < a->smem_optin)
+        a->smem_optin = bytes;
+}
+
+int cuattn_set_async(struct cuattn *a, int on)
+{
+    if (!a)
+        return -EINVAL;
+    a->async = on != 0;
+    return 0;
+}
+
+void *cuattn_stream(const struct cuattn *a)
+{
+    return a ? (void *)a->stream : NULL;
+}
+
+void cuattn__force_interleaved(struct cuattn *a, int on)
+{
+    if (a)
+        a->force_interleaved = on != 0;
+}
+
+void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid)
+{
+    if (ret_mode)
+        *ret_mode = a ? a->last_mode : 0;
+    if (ret_grid)
+        *ret_grid = a ? a->last_grid : 0;
+}
+
+/* ---- validation ---------------------------------------------------------------------- */
+
+
+/* eng__prepare's rules (defaults; SCHED_AUTO as below, not by dag_auto) plus the
+ * kernels' limits: fp16/bf16, head dim 64, 96, 128 or 256 (v1's list; the caller has
+ * picked the implementation with cuattn_impl_for), 64-row q-tiles; kv-tiles of 64 rows,
+ * or for v2's backward (wide_n) 128 by default and 64 when asked. */
+static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
+                   int wide_n, struct attn_config *ret_cfg, struct sched *ret_s)
+{
+    int rc = attn_check_problem(p);
+    if (rc)
+        return rc;
+    if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
+        return -ENOTSUP;
+    if (!ATTN_V1_HEAD_DIM(p->head_dim))
+        return -ENOTSUP;
+    struct attn_config c = {SCHED_AUTO, 0, 0, 0};
+    if (cfg)
+        c = *cfg;
+    if ((int)c.sched < 0 || c.sched >= SCHED_KIND_COUNT || c.w < 0 || c.w > SCHED_W_MAX)
+        return -EINVAL;
+    if ((c.block_m != 0 && c.block_m != CUATTN_BLOCK) ||
+        (c.block_n != 0 && c.block_n != CUATTN_BLOCK && !(wide_n && c.block_n == CUATTN_TC_BLOCK_N)))
+        return -EINVAL;
+    if (!c.w)
+        c.w = SCHED_W_DEFAULT;
+    c.block_m = CUATTN_BLOCK;
+    if (!c.block_n)
+        c.block_n = wide_n ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
+    struct sched_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.batch = p->batch;
+    sh.heads = p->heads_q;
+    sh.seqlen_q = p->seqlen_q;
+    sh.seqlen_k = p->seqlen_k;
+    sh.block_m = c.block_m;
+    sh.block_n = c.block_n;
+    sh.mask = p->mask;
+    /* auto: the fastest deterministic schedule of these kernels as measured on an H200 at
+     * every seqlen from 1k to 16k, both head dims and both masks: shift
+     * (bench/results/gpu-full-2026-11-29.md; for causal masks spt is within 0.5% at head
+     * dim 64 and 1-4% slower at 128). A fixed choice, so the bits never depend on the
+     * machine; dag_auto's model (the CPU engine's auto) names shift for these shapes too. */
+    if (c.sched == SCHED_AUTO)
+        c.sched = SCHED_SHIFT;
+    struct sched s;
+    if ((rc = sched_init(&s, c.sched, &sh, c.w)))
+        return rc;
+    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+        return -EOVERFLOW;
+    *ret_cfg = c;
+    *ret_s = s;
+    return 0;
+}
+
+/* The engine's view checks, plus the 2-byte alignment the kernels' 16-bit loads need. */
+static int check_view(const struct attn_tensor *t, int32_t batch, int32_t seqlen, int32_t heads,
+                      int32_t head_dim, int output)
+{
+    if (attn_check_tensor(t, batch, seqlen, heads, head_dim, output))
+        return -EINVAL;
+    return ((uintptr_t)t->data & 1u) ? -EINVAL : 0;
+}
+
+static void strides3(int64_t dst[3], const struct attn_tensor *t)
+{
+    dst[0] = t->stride[0];
+    dst[1] = t->stride[1];
+    dst[2] = t->stride[2];
+}
+
+/* Make the scratch at least `bytes` long; the old contents are not kept. */
+static int scratch_reserve(struct cuattn *a, size_t bytes)
+{
+    if (bytes <= a->scratch_cap)
+        return 0;
+    size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    if (a->scratch) {
+        /* Work still queued may use it (cuattn_set_async): finish that first. */
+        cudaError_t err = cudaStreamSynchronize(a->stream);
+        if (err == cudaSuccess)
+            err = cudaFree(a->scratch);
+        a->scratch = NULL;
+        a->scratch_cap = 0;
+        if (err != cudaSuccess)
+            return err_code(err);
+    }
+    void *mem = NULL;
+    cudaError_t err = cudaMalloc(&mem, cap);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        return err_code(err);
+    }
+    a->scratch = static_cast<unsigned char *>(mem);
+    a->scratch_cap = cap;
+    return 0;
+}
+
+static size_t carve(size_t *used, size_t bytes)
+{
+    const size_t at = (*used + CUATTN_ALIGN - 1) & ~(size_t)(CUATTN_ALIGN - 1);
+    *used = at + bytes;
+    return at;
+}
+
+/* Wait for the stream (unless the object is asynchronous) and turn any failure (launch
+ * or execution) into a code. */
+static int finish(struct cuattn *a, cudaError_t launch_err)
+{
+    if (launch_err != cudaSuccess) {
+        (void)cudaStreamSynchronize(a->stream);
+        return err_code(launch_err);
+    }
+    if (a->async)
+        return err_code(cudaGetLastError());
+    cudaError_t err = cudaStreamSynchronize(a->stream);
+    if (err == cudaSuccess)
+        err = cudaGetLastError();
+    return err_code(err);
+}
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
+                   struct attn_tensor out, float *lse, struct attn_tensor q, struct attn_tensor k,
+                   struct attn_tensor v, struct attn_config *ret_cfg)
+{
+    if (!a || !lse || ((uintptr_t)lse & 3u))
+        return -EINVAL;
+    /* The forward has no schedule; only the tile sizes matter. Never run auto for it. */
+    struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0};
+    if (cfg) {
+        fc = *cfg;
+        fc.sched = SCHED_ASCENDING;
+    }
+    struct sched geo;
+    int rc = prepare(p, &fc, 0, &c, &geo);
+    if (rc)
+        return rc;
+    const int tc = cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
+    if (!tc && cuattn__fwd_smem_bytes(p->head_dim) > a->smem_optin)
+        return -ENOTSUP;
+    if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
+        check_view(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
+        check_view(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
+        check_view(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1))
+        return -EINVAL;
+    cudaError_t err = cudaSetDevice(a->device);
+    if (err != cudaSuccess)
+        return err_code(err);
+
+    struct attn_fwd_params fp;
+    memset(&fp, 0, sizeof fp);
+    fp.out = out.data;
+    fp.lse = lse;
+    fp.q = q.data;
+    fp.k = k.data;
+    fp.v = v.data;
+    strides3(fp.out_stride, &out);
+    strides3(fp.q_stride, &q);
+    strides3(fp.k_stride, &k);
+    strides3(fp.v_stride, &v);
+    fp.seqlen_q = p->seqlen_q;
+    fp.seqlen_k = p->seqlen_k;
+    fp.heads_q = p->heads_q;
+    fp.group = p->heads_q / p->heads_kv;
+    fp.scale = p->scale;
+    fp.geo = geo;
+    rc = finish(a, tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
+                       : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+    if (rc == 0 && ret_cfg)
+        *ret_cfg = c;
+    return rc;
+}
+
+/* ---- backward ---------------------------------------------------------------------- */
+
+int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
+                    int32_t grid, struct attn_tensor dq, struct attn_tensor dk, struct attn_tensor dv,
+                    struct attn_tensor q, struct attn_tensor k, struct attn_tensor v,
+                    struct attn_tensor out, const float *lse, struct attn_tensor dout,
+                    struct attn_config *ret_cfg)
+{
+    if (!a || !lse || ((uintptr_t)lse & 3u) || grid < 0)
+        return -EINVAL;
+    struct attn_config c;
+    struct sched s;
+    const int32_t impl = p ? cuattn_impl_for(a, p->head_dim) : CUATTN_IMPL_CUDA_CORES;
+    const int tc = impl != CUATTN_IMPL_CUDA_CORES;
+    int rc = prepare(p, cfg, tc, &c, &s);
+    if (rc)
+        return rc;
+    /* v3 has 64 x 128 tiles only: a config asking for block_n 64 runs v2's 64 x 64 kernel */
+    const int wg = impl == CUATTN_IMPL_WGMMA && s.block_n == CUATTN_TC_BLOCK_N;
+    if (!tc && cuattn__bwd_smem_bytes(p->head_dim) > a->smem_optin)
+        return -ENOTSUP;
+    if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
+        check_view(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
+        check_view(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
+        check_view(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
+        check_view(&dout, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
+        check_view(&dq, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1) ||
+        check_view(&dk, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 1) ||
+        check_view(&dv, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 1))
+        return -EINVAL;
+    cudaError_t err = cudaSetDevice(a->device);
+    if (err != cudaSuccess)
+        return err_code(err);
+
+    /* Grid and mode. Every CTA must be resident at once, so never more than fit. */
+    int32_t per_sm = 0;
+    err = tc ? cuattn__bwd_tc_blocks_per_sm(p->dtype, p->head_dim, s.block_n, wg, &per_sm)
+             : cuattn__bwd_blocks_per_sm(p->dtype, p->head_dim, &per_sm);
+    if (err != cudaSuccess)
+        return err_code(err);
+    if (per_sm < 1)
+        return -EIO; /* the kernel cannot run on this device at all */
+    int64_t g = grid ? grid : a->sms;
+    if (g > (int64_t)per_sm * a->sms)
+        g = (int64_t)per_sm * a->sms;
+    /* shift: jobs of one chunk may wait on each other, so a chunk's jobs must all run at
+     * once; the largest chunk has min(W, jobs per head) jobs. Others wait only backwards. */
+    const int32_t need = s.kind != SCHED_SHIFT ? 1 : s.chunks > 1 ? s.w : s.jobs_per_head;
+    const int mode = (a->force_interleaved || g < need) ? ATTN_MODE_INTERLEAVED : ATTN_MODE_PERSISTENT;
+    const int32_t nvsm = s.jobs < c.w ? s.jobs : c.w;
+    if (mode == ATTN_MODE_PERSISTENT && g > s.jobs)
+        g = s.jobs; /* more CTAs than jobs would only fetch nothing */
+    if (mode == ATTN_MODE_INTERLEAVED && g > nvsm)
+        g = nvsm;
+
+    /* Scratch layout: count, then point. */
+    const int32_t D = p->head_dim, group = p->heads_q / p->heads_kv;
+    const size_t rows_q = (size_t)s.bh * (size_t)p->seqlen_q;
+    const size_t rows_k = (size_t)s.bh * (size_t)p->seqlen_k;
+    size_t used = 0;
+    const size_t o_dq = carve(&used, sizeof(float) * rows_q * (size_t)D);
+    const size_t o_dsum = carve(&used, sizeof(float) * rows_q);
+    const size_t o_ctr = carve(&used, sizeof(int32_t) * (size_t)s.bh * (size_t)s.m_tiles);
+    const size_t o_job = carve(&used, sizeof(int32_t));
+    size_t o_dk = 0, o_dv = 0, o_state = 0, o_data = 0;
+    if (group > 1) {
+        o_dk = carve(&used, sizeof(float) * rows_k * (size_t)D);
+        o_dv = carve(&used, sizeof(float) * rows_k * (size_t)D);
+    }
+    if (mode == ATTN_MODE_INTERLEAVED) {
+        o_state = carve(&used, sizeof(int32_t) * VSM_SLOTS * (size_t)nvsm);
+        const size_t floats = tc ? cuattn__bwd_tc_vsm_floats(D, s.block_n) : 3 * (size_t)(D / 4);
+        o_data = carve(&used, sizeof(float) * (size_t)nvsm * floats * ATTN_THREADS);
+    }
+    if ((rc = scratch_reserve(a, used)))
+        return rc;
+    unsigned char *base = a->scratch;
+
+    struct attn_bwd_params bp;
+    memset(&bp, 0, sizeof bp);
+    bp.dq = dq.data;
+    bp.dk = dk.data;
+    bp.dv = dv.data;
+    bp.q = q.data;
+    bp.k = k.data;
+    bp.v = v.data;
+    bp.out = out.data;
+    bp.dout = dout.data;
+    bp.lse = lse;
+    strides3(bp.dq_stride, &dq);
+    strides3(bp.dk_stride, &dk);
+    strides3(bp.dv_stride, &dv);
+    strides3(bp.q_stride, &q);
+    strides3(bp.k_stride, &k);
+    strides3(bp.v_stride, &v);
+    strides3(bp.out_stride, &out);
+    strides3(bp.dout_stride, &dout);
+    bp.dq_acc = reinterpret_cast<float *>(base + o_dq);
+    bp.dsum = reinterpret_cast<float *>(base + o_dsum);
+    bp.counter = reinterpret_cast<int32_t *>(base + o_ctr);
+    bp.job_next = reinterpret_cast<int32_t *>(base + o_job);
+    if (group > 1) {
+        bp.dk_acc = reinterpret_cast<float *>(base + o_dk);
+        bp.dv_acc = reinterpret_cast<float *>(base + o_dv);
+    }
+    if (mode == ATTN_MODE_INTERLEAVED) {
+        bp.vsm_state = reinterpret_cast<int32_t *>(base + o_state);
+        bp.vsm_data = reinterpret_cast<float *>(base + o_data);
+    }
+    bp.seqlen_q = p->seqlen_q;
+    bp.seqlen_k = p->seqlen_k;
+    bp.heads_q = p->heads_q;
+    bp.heads_kv = p->heads_kv;
+    bp.group = group;
+    bp.head_dim = D;
+    bp.scale = p->scale;
+    bp.s = s;
+    bp.mode = mode;
+    bp.nvsm = nvsm;
+    /* v2: pass dQ tiles on during the next step where the successor is at least a step
+     * behind in the schedule's own timing (shift: the next slot; spt, causal: two steps);
+     * where units add in lock-step chains (ascending, descending, spt full) it would only
+     * lengthen the chain. Measured on an H200 (bench/results/gpu-v2-128-2026-11-29.md). */
+    bp.defer = s.kind == SCHED_SHIFT || (s.kind == SCHED_SPT && s.mask == SCHED_MASK_CAUSAL);
+    bp.wg = wg;
+
+    rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
+                      : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));
+    if (rc)
+        return rc;
+    a->last_mode = mode;
+    a->last_grid = (int32_t)g;
+    if (ret_cfg)
+        *ret_cfg = c;
+    return 0;
+}

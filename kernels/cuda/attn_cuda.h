@@ -1,0 +1,166 @@
+/*
+ * attn_cuda.h - the CUDA attention backend: forward (O, LSE) and backward (dQ, dK, dV) on
+ * one GPU, with the same API structs, masks, GQA mapping and schedules as the CPU engine
+ * (kernels/attn/problem.h).
+ *
+ * Two implementations of the kernels, chosen per object (cuattn_set_impl):
+ *   v1 (CUATTN_IMPL_CUDA_CORES): built for correctness and
+ *      determinism, not speed: 64x64 tiles, 256 threads per CTA, fp32 arithmetic on CUDA
+ *      cores, inputs staged in shared memory as fp16/bf16.
+ *   v2 (CUATTN_IMPL_TENSOR_CORES, the default where v3 cannot run): the same schedules,
+ *      masks and modes, with the products on tensor cores (mma.sync, fp32 accumulators);
+ *      P and dS are rounded to the input dtype before the products that take them, as
+ *      FlashAttention does. Its backward uses 64 x 128 tiles (block_n =
+ *      CUATTN_TC_BLOCK_N) unless the config asks for block_n = 64; its forward's bits are
+ *      those of 64 x 64 tiles.
+ *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): v2's forward, and a
+ *      backward whose products are Hopper warpgroup MMAs (wgmma, operands in shared
+ *      memory) on 64 x 128 tiles, with v2's schedules, turns and modes; a config asking
+ *      for block_n = 64 runs v2's 64 x 64 kernel. Other GPUs refuse it (-ENOTSUP).
+ * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128. A call with head dim 96
+ * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
+ * which one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
+ * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
+ * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
+ * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
+ * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
+ * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
+ * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
+ * (v1, v2 and v3 give different bits, all close to the reference) and the GPU architecture
+ * they run on (on sm_90 v2 adds each dQ tile with one bulk reduction from shared memory,
+ * which keeps subnormal sums; sm_80's per-element reductions flush them to zero); struct attn_config does not carry it, so whoever records a config to
+ * reproduce bits must record the build and impl beside it. The bits are not those of the
+ * CPU engine (sums inside a tile are grouped differently) but all are close to the
+ * float64 reference.
+ *
+ * All tensor data and lse pointers are DEVICE pointers of the object's device, laid out
+ * as struct attn_tensor describes (element strides, stride[3] == 1). Every call launches
+ * on the object's own stream and, unless the object is asynchronous (cuattn_set_async),
+ * waits for it. One call at a time per object; separate objects may be used from
+ * separate threads.
+ *
+ * One backward per device at a time. A shift backward's CTAs wait on each other, so they
+ * must all be resident together (the grid is capped so that they fit an idle GPU). Two
+ * backward kernels sharing the SMs - two objects on one device, or two processes - can
+ * each hold SMs the other needs and never finish. Callers (the daemon) serialise backward
+ * calls per device; forward calls and other work may overlap a backward, since they never
+ * wait and so always free their SMs. The fixed-order schedules are safe even then.
+ *
+ * Errors: -EINVAL (malformed arguments), -ENOTSUP (dtype other than F16/BF16, head dim
+ * other than 64/96/128/256, or one the GPU lacks the shared memory for), -EOVERFLOW (shape too large), -ENOMEM (device memory), -ENODEV (no
+ * such device), -EIO (any other CUDA failure, including a kernel fault; the object should
+ * then be freed).
+ */
+#ifndef DASH_ATTN_CUDA_H
+#define DASH_ATTN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* problem.h has no C++ guards of its own: give its functions C linkage here. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "kernels/attn/problem.h"
+
+/* Rows per q-tile, and per kv-tile of v1; cfg->block_m must be 0 or this. */
+#define CUATTN_BLOCK 64
+/* Rows per kv-tile of v2's backward by default (cfg->block_n 0); v2 also runs block_n =
+ * CUATTN_BLOCK when asked. v1 (and so head dims 96 and 256) runs CUATTN_BLOCK only. */
+#define CUATTN_TC_BLOCK_N 128
+
+/* One device, one stream, kernels loaded at creation, grow-only device scratch. */
+struct cuattn;
+
+/* Kernel implementations (see above). */
+#define CUATTN_IMPL_CUDA_CORES 0   /* v1 */
+#define CUATTN_IMPL_TENSOR_CORES 1 /* v2 */
+#define CUATTN_IMPL_WGMMA 2        /* v3: v2 with the backward on Hopper's wgmma (sm_90) */
+
+/* Open `device` (a CUDA device ordinal). The implementation starts as v3 on an sm_90 GPU
+ * and v2 on others, or as the one the environment variable DASH_CUATTN_IMPL names ("0"
+ * v1, "1" v2, "2" v3; unset or empty: the default). Returns 0 and *ret, or -ENODEV (no
+ * such usable device), -EINVAL (DASH_CUATTN_IMPL is set to anything else), -ENOTSUP (it
+ * names v3 on a GPU other than sm_90), -EIO (CUDA failed) or -ENOMEM. *ret is untouched
+ * on failure. */
+int cuattn_new(int device, struct cuattn **ret);
+
+/* Choose the implementation later calls on `a` use: CUATTN_IMPL_CUDA_CORES,
+ * CUATTN_IMPL_TENSOR_CORES or CUATTN_IMPL_WGMMA. 0, -ENOTSUP (v3 on a GPU other than
+ * sm_90) or -EINVAL (a NULL, or another value); nothing changes on failure. Not while a
+ * call on `a` runs. */
+int cuattn_set_impl(struct cuattn *a, int32_t impl);
+
+/* The implementation calls on `a` use; -EINVAL for NULL. */
+int32_t cuattn_impl(const struct cuattn *a);
+
+/* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128
+ * where its kernels fit the device's shared memory per block (else v2 if that fits, else
+ * v1), CUATTN_IMPL_CUDA_CORES for other dims (only v1 has them). -EINVAL for NULL.
+ * Whoever records what the bits depend on records this, not cuattn_impl. */
+int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
+
+/* 1 if the kernels have a head dim (64, 96, 128, 256), else 0. A device may still lack
+ * the shared memory for one (a call then returns -ENOTSUP). */
+int cuattn_serves_head_dim(int32_t head_dim);
+
+/* on != 0: later calls return as soon as their kernels are launched on the object's
+ * stream (cuattn_stream), reporting launch failures only; the caller orders its own work
+ * on that stream (events, cudaStreamSynchronize). Calls stay ordered among themselves,
+ * and growing the scratch waits for what is queued. 0, or -EINVAL for NULL. */
+int cuattn_set_async(struct cuattn *a, int on);
+
+/* The object's stream (a cudaStream_t), or NULL for NULL. */
+void *cuattn_stream(const struct cuattn *a);
+
+/* Frees the scratch and the stream. Accepts NULL. */
+void cuattn_free(struct cuattn *a);
+
+/* The device's name (NUL-terminated, truncated to len) and its SM count. name may be NULL
+ * when len is 0; ret_sms may be NULL. 0 or -EINVAL. */
+int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_sms);
+
+/*
+ * Forward: out = softmax(scale q k^T, mask) v and lse (batch, heads_q, seqlen_q) fp32,
+ * contiguous, +inf for rows that see no key (whose out is 0). Shapes as eng_forward. The
+ * forward has no schedule: like eng_forward it reports sched = SCHED_ASCENDING. cfg may be
+ * NULL; ret_cfg may be NULL (filled only on success). 0 or a negative code.
+ */
+int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
+                   struct attn_tensor out, float *lse, struct attn_tensor q, struct attn_tensor k,
+                   struct attn_tensor v, struct attn_config *ret_cfg);
+
+/*
+ * Backward: dq, dk, dv from q, k, v, the forward's out and lse, and dout, run in the
+ * schedule's order (SCHED_AUTO becomes shift, the fastest deterministic schedule of these
+ * kernels as measured on an H200; W defaults
+ * to SCHED_W_DEFAULT). `grid` is how many CTAs to launch, 0 meaning the
+ * device's SM count; it is capped at what can be resident at once. It changes the speed,
+ * never the bits. cfg may be NULL; ret_cfg may be NULL (filled only on success).
+ * 0 or a negative code; outputs are unspecified on failure.
+ */
+int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
+                    int32_t grid, struct attn_tensor dq, struct attn_tensor dk, struct attn_tensor dv,
+                    struct attn_tensor q, struct attn_tensor k, struct attn_tensor v,
+                    struct attn_tensor out, const float *lse, struct attn_tensor dout,
+                    struct attn_config *ret_cfg);
+
+/* For tests: 1 makes every later backward on `a` run the interleaved mode (W virtual SMs
+ * stepped in turn by the CTAs, state in global scratch) whatever the grid; 0 restores the
+ * automatic choice. The bits are the same either way; this lets a test prove it. */
+void cuattn__force_interleaved(struct cuattn *a, int on);
+/* Tests: behave as a GPU with at most `bytes` of shared memory per block would (which
+ * kernels fit, which head dims are served); only ever lowers the device's figure. */
+void cuattn__limit_smem(struct cuattn *a, size_t bytes);
+
+/* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
+ * successful backward on `a`; 0 before any. */
+void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,452 @@
+/*
+ * attn_cuda_int.h - what the CUDA backend's files share: the launch parameter structs,
+ * the launchers of attn_fwd.cu and attn_bwd.cu (v1, CUDA cores) and of attn_fwd_tc.cu and
+ * attn_bwd_tc.cu (v2, tensor cores), and the device helpers the kernels use (dtype
+ * conversion, tile loads, acquire/release; for v2 also mma.sync, ldmatrix, cp.async and
+ * the fp32 reduction). Not a public header; C++ only.
+ *
+ * v1 and v2 take the same params structs and the same scratch; the host (attn_cuda.cu)
+ * picks one per call from struct cuattn's impl. Everything below the v1 thread-layout
+ * note is v1's; v2's layouts are described in attn_fwd_tc.cu and attn_bwd_tc.cu.
+ *
+ * Thread layout, shared by every kernel of the backend (256 threads, 64x64 tiles):
+ *   ty = tid / 16 (0..15), tx = tid % 16 (0..15).
+ *   64x64 tiles (S, P, dP, dS): thread owns rows ty + 16r, columns tx + 16c (r, c < 4).
+ *   64xD tiles (O, dQ, dK, dV):  thread owns rows ty + 16r (r < 4) and the column pairs
+ *                                 2tx + 32c + {0, 1} (c < D/32); element [r][2c + e].
+ * The 16 threads of one row group are 16 consecutive lanes of one warp, so row
+ * reductions are fixed xor-shuffle trees inside a half warp.
+ */
+#ifndef DASH_ATTN_CUDA_INT_H
+#define DASH_ATTN_CUDA_INT_H
+
+#include "kernels/cuda/attn_cuda.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kernels/sched/dag.h"
+#include "kernels/attn/problem.h"
+}
+
+#define ATTN_BM CUATTN_BLOCK /* q-tile rows */
+#define ATTN_BN CUATTN_BLOCK /* kv-tile rows */
+#define ATTN_THREADS 256
+#define ATTN_PS (ATTN_BN + 1) /* row stride (floats) of P and dS in shared memory */
+
+/* Backward execution modes. */
+enum attn_mode {
+    ATTN_MODE_PERSISTENT = 1,  /* CTAs take jobs in dispatch order from a job counter */
+    ATTN_MODE_INTERLEAVED = 2, /* W virtual SMs stepped in turn, state in global scratch */
+};
+
+/* Slots of one virtual SM's state in global scratch (int32 each). */
+enum attn_vsm_slot {
+    VSM_JOB = 0, /* next job in dispatch order (>= s.jobs: done) */
+    VSM_STAGE,   /* stage within the job */
+    VSM_STEP,    /* step within the stage's unit */
+    VSM_PENDING, /* 1: the dQ partial of (stage, step) is computed, not yet added */
+    VSM_LOADED,  /* 1: the unit's dK/dV accumulators are live */
+    VSM_M,       /* q-tile of the pending partial */
+    VSM_RANK,    /* its rank */
+    VSM_SLOTS = 8
+};
+
+/* Forward launch: one CTA per (q-tile, batch*head). */
+struct attn_fwd_params {
+    void *out;        /* (B, Sq, Hq, D) fp16/bf16, strides out_stride */
+    float *lse;       /* (B, Hq, Sq) contiguous */
+    const void *q;    /* (B, Sq, Hq, D) */
+    const void *k;    /* (B, Sk, Hkv, D) */
+    const void *v;    /* (B, Sk, Hkv, D) */
+    int64_t out_stride[3], q_stride[3], k_stride[3], v_stride[3]; /* elements: b, s, h */
+    int32_t seqlen_q, seqlen_k, heads_q, group; /* group = Hq / Hkv */
+    float scale;
+    struct sched geo; /* 64x64 tile geometry and mask */
+};
+
+/* Backward launch: preprocess, the scheduled main kernel, postprocess. */
+struct attn_bwd_params {
+    void *dq;          /* (B, Sq, Hq, D) output */
+    void *dk, *dv;     /* (B, Sk, Hkv, D) outputs */
+    const void *q;     /* (B, Sq, Hq, D) */
+    const void *k, *v; /* (B, Sk, Hkv, D) */
+    const void *out;   /* (B, Sq, Hq, D) the forward's output */
+    const void *dout;  /* (B, Sq, Hq, D) */
+    const float *lse;  /* (B, Hq, Sq) contiguous */
+    int64_t dq_stride[3], dk_stride[3], dv_stride[3], q_stride[3], k_stride[3], v_stride[3],
+        out_stride[3], dout_stride[3]; /* elements: b, s, h */
+
+    /* device scratch */
+    float *dq_acc;     /* (B*Hq, Sq, D) fp32 dQ accumulator (unscaled) */
+    float *dsum;       /* (B*Hq, Sq) rowsum(dO * O) */
+    float *dk_acc;     /* (B*Hq, Sk, D) per-q-head dK * scale; GQA only, else NULL */
+    float *dv_acc;     /* (B*Hq, Sk, D) per-q-head dV; GQA only, else NULL */
+    int32_t *counter;  /* (B*Hq, M) dQ tile counters, zero at launch */
+    int32_t *job_next; /* (1) persistent mode's job counter, zero at launch */
+    int32_t *vsm_state; /* (nvsm, VSM_SLOTS) interleaved mode only */
+    float *vsm_data;    /* v1: (nvsm, 3, D/4, 256), v2: (nvsm, cuattn__bwd_tc_vsm_floats, 256)
+                           dK, dV, dQ-partial registers; interleaved only */
+
+    int32_t seqlen_q, seqlen_k, heads_q, heads_kv, group, head_dim;
+    float scale;
+    struct sched s; /* the resolved schedule (64 x 64 tiles; v2 also 64 x 128) */
+    int32_t mode;   /* enum attn_mode */
+    int32_t nvsm;   /* interleaved mode: virtual SMs, min(W, jobs) */
+    int32_t defer;  /* v2/v3 persistent: 1 passes a dQ tile on during the unit's next step */
+    int32_t wg;     /* 1: v3's kernels (wgmma, sm_90; 64 x 128 tiles), 0: v2's */
+};
+
+/* v1 serves every head dim of this list; v2 only 64 and 128 (cuattn_impl_for). */
+#define ATTN_V1_HEAD_DIM(d) ((d) == 64 || (d) == 96 || (d) == 128 || (d) == 256)
+
+/* One switch from (dtype, head dim) to a v1 template instance: CALL(T, D) for the
+ * ATTN_V1_HEAD_DIM dims, cudaErrorInvalidValue for any other. */
+#define ATTN_V1_DISPATCH(dt, head_dim, CALL)                                                  \
+    do {                                                                                      \
+        const int bf_ = (dt) == DTYPE_BF16;                                                   \
+        switch (head_dim) {                                                                   \
+        case 64:                                                                              \
+            return bf_ ? CALL(attn_bf16, 64) : CALL(attn_f16, 64);                            \
+        case 96:                                                                              \
+            return bf_ ? CALL(attn_bf16, 96) : CALL(attn_f16, 96);                            \
+        case 128:                                                                             \
+            return bf_ ? CALL(attn_bf16, 128) : CALL(attn_f16, 128);                          \
+        case 256:                                                                             \
+            return bf_ ? CALL(attn_bf16, 256) : CALL(attn_f16, 256);                          \
+        default:                                                                              \
+            return cudaErrorInvalidValue;                                                     \
+        }                                                                                     \
+    } while (0)
+
+/* attn_fwd.cu. init raises the shared-memory limit of every kernel whose tile needs no
+ * more than smem_optin bytes (the device's opt-in maximum per block) and leaves the others
+ * unusable: the backward's 64 x 256 tiles need about 162 KiB, more than sm_86/sm_89 give.
+ * smem_bytes is what a head dim's kernel needs (0 for a dim v1 does not serve); callers
+ * refuse a call that needs more than smem_optin. */
+cudaError_t cuattn__fwd_init(size_t smem_optin);
+size_t cuattn__fwd_smem_bytes(int32_t head_dim);
+cudaError_t cuattn__fwd_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                               int32_t head_dim, cudaStream_t stream);
+
+/* attn_bwd.cu: init and smem_bytes as for the forward, for the main backward kernel. */
+cudaError_t cuattn__bwd_init(size_t smem_optin);
+size_t cuattn__bwd_smem_bytes(int32_t head_dim);
+/* CTAs of the main backward kernel that fit on one SM at once (>= 1 when it can run). */
+cudaError_t cuattn__bwd_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t *ret);
+/* Zero the counters, run preprocess, main (grid CTAs) and postprocess kernels. */
+cudaError_t cuattn__bwd_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
+                               int32_t grid, int32_t sms, cudaStream_t stream);
+
+/* attn_fwd_tc.cu (v2): init and smem_bytes as for v1 (0 for a dim v2 does not serve). A
+ * dim whose v2 kernels do not fit the device runs v1 (cuattn_impl_for). */
+cudaError_t cuattn__fwd_tc_init(size_t smem_optin);
+size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
+cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                                  int32_t head_dim, cudaStream_t stream);
+
+/* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
+ * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).
+ * The main kernels also have 256 threads, but v3's persistent one, which has a third
+ * warpgroup for its dQ writer warp (384); the interleaved mode's register scratch is
+ * (nvsm, cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is
+ * v1's. */
+cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg); /* wg: also v3's kernels */
+size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim); /* for block_n CUATTN_TC_BLOCK_N */
+size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim); /* v3 (64 x 128 only) */
+cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
+                                         int32_t *ret);
+size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);
+cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
+                                  int32_t grid, int32_t sms, cudaStream_t stream);
+
+/* ---- device helpers ---------------------------------------------------------------- */
+#ifdef __CUDACC__
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* Storage type tags: tensors are handled as raw 16-bit words and converted here, so one
+ * code path serves both types. */
+struct attn_bf16 {
+    static constexpr int is_bf16 = 1;
+    static __device__ __forceinline__ float to_f(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
+    static __device__ __forceinline__ uint16_t from_f(float f)
+    {
+        return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+    }
+    /* v2: lo and hi rounded to nearest even (as from_f), lo in the low half - the order
+     * mma.sync fragments and little-endian memory both want. */
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+    {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return (uint32_t)__bfloat16_as_ushort(v.x) | ((uint32_t)__bfloat16_as_ushort(v.y) << 16);
+    }
+    /* v2: c += a b on tensor cores, one m16n8k16 product (fp32 accumulate). */
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+struct attn_f16 {
+    static constexpr int is_bf16 = 0;
+    static __device__ __forceinline__ float to_f(uint16_t x) { return __half2float(__ushort_as_half(x)); }
+    static __device__ __forceinline__ uint16_t from_f(float f)
+    {
+        return __half_as_ushort(__float2half_rn(f));
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+    {
+        const __half2 v = __floats2half2_rn(lo, hi);
+        return (uint32_t)__half_as_ushort(v.x) | ((uint32_t)__half_as_ushort(v.y) << 16);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+/* Two adjacent 16-bit elements (even column) of a shared-memory tile, as floats. */
+template <typename DT>
+static __device__ __forceinline__ float2 attn_pair(const uint16_t *row_smem, int32_t col)
+{
+    const uint32_t w = *reinterpret_cast<const uint32_t *>(row_smem + col);
+    return make_float2(DT::to_f((uint16_t)(w & 0xffffu)), DT::to_f((uint16_t)(w >> 16)));
+}
+
+/* Row stride (16-bit elements) of a 64xD input tile in shared memory: D + 2 keeps rows
+ * 4-byte aligned for pair loads and makes the stride an odd number of words, so 16
+ * threads reading one column of 16 different rows hit 16 different banks. */
+template <int D>
+struct attn_ld {
+    static const int32_t v = D + 2;
+};
+
+/* Copy `rows` rows (of 64) of a strided (B, S, H, D) tensor, starting at element `base`
+ * (row 0) with `row_stride` elements between rows, into tile_smem (64, D + 2); rows past
+ * `rows` are zero so that no later read sees uninitialised memory. */
+template <int D>
+static __device__ __forceinline__ void attn_load_tile(uint16_t *tile_smem, const uint16_t *src,
+                                                      int64_t base, int64_t row_stride,
+                                                      int32_t rows)
+{
+    for (int32_t e = threadIdx.x; e < ATTN_BM * D; e += ATTN_THREADS) {
+        const int32_t r = e / D, c = e - r * D;
+        tile_smem[r * attn_ld<D>::v + c] = r < rows ? src[base + r * row_stride + c] : (uint16_t)0;
+    }
+}
+
+static __device__ __forceinline__ int32_t attn_ld_acquire(const int32_t *p)
+{
+    int32_t v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+static __device__ __forceinline__ void attn_st_release(int32_t *p, int32_t v)
+{
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* ---- v2 (tensor cores) helpers ------------------------------------------------------ */
+/*
+ * Fragments of mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), with
+ * g = lane / 4 and t = lane % 4:
+ *   A (16 x 16, row-major, 4 regs of 2 x 16 bit): a0 (g, 2t..2t+1), a1 (g+8, 2t..),
+ *                                                   a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+ *   B (16 x 8, k x n, 2 regs):                      b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+ *   C (16 x 8 fp32, 4 regs):                        c0, c1 (g, 2t..2t+1), c2, c3 (g+8, 2t..)
+ * ldmatrix.x4 loads four 8 x 8 16-bit matrices, matrix r's 8 row addresses coming from
+ * lanes 8r .. 8r+7; lane l receives (row l/4, columns 2(l%4), +1) of each matrix, or with
+ * .trans (rows 2(l%4), +1 of column l/4). Two lane -> address patterns cover every use:
+ *   attn_ldsm_x: row (l & 7) + 8 ((l >> 3) & 1), column 8 (l >> 4)
+ *       - an A fragment from a row-major (m, k) tile (plain ldmatrix), or
+ *       - B fragments of two n-tiles from a (k, n) tile stored k-major (.trans);
+ *   attn_ldsm_y: row (l & 7) + 8 (l >> 4), column 8 ((l >> 3) & 1)
+ *       - B fragments of two n-tiles from an (n, k) tile stored n-major (plain), or
+ *       - an A fragment of X^T from X stored (k, m) row-major (.trans).
+ * For two n-tiles, regs 0, 1 are b0, b1 of the first and regs 2, 3 those of the second.
+ */
+
+#define ATTN_LOG2E 1.44269504088896340736f /* log2(e) */
+#define ATTN_LN2 0.69314718055994530942f   /* ln(2) */
+#define ATTN_TC_PLD (ATTN_BN + 8)          /* v2: row stride (16-bit) of P and dS in smem */
+
+/* v2: row stride (16-bit elements) of a 64 x D input tile in shared memory: D + 8, a
+ * 16-byte pad, so the 8 rows one ldmatrix matrix reads fall in 8 different 16-byte bank
+ * groups (row strides of 144 and 272 bytes are 16 mod 128), and every row starts 16-byte
+ * aligned for cp.async. */
+template <int D>
+struct attn_tc_ld {
+    static const int32_t v = D + 8;
+};
+
+/* v3 (attn_wgmma.h): byte offset of element (r, c) of a [rows][C] 16-bit tile stored in
+ * the 128-byte swizzled layout: C/64 column blocks of rows x 128 bytes, and in row r of a
+ * block, 16-byte chunk k at chunk k ^ (r % 8). */
+static __device__ __forceinline__ uint32_t attn_sw128(int32_t r, int32_t c, int32_t rows)
+{
+    return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
+}
+
+/* Element offset of 16-byte chunk c of row r of a ROWS x D input tile: v2's padded rows,
+ * or (SW) v3's swizzled layout. */
+template <int D, int ROWS, bool SW>
+static __device__ __forceinline__ int32_t attn_tc_chunk(int32_t r, int32_t c)
+{
+    return SW ? (int32_t)(attn_sw128(r, 8 * c, ROWS) / 2) : r * attn_tc_ld<D>::v + c * 8;
+}
+
+static __device__ __forceinline__ int32_t attn_ldsm_x_row(int32_t lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+static __device__ __forceinline__ int32_t attn_ldsm_x_col(int32_t lane) { return (lane >> 4) * 8; }
+static __device__ __forceinline__ int32_t attn_ldsm_y_row(int32_t lane) { return (lane & 7) + (lane >> 4) * 8; }
+static __device__ __forceinline__ int32_t attn_ldsm_y_col(int32_t lane) { return ((lane >> 3) & 1) * 8; }
+
+static __device__ __forceinline__ uint32_t attn_smem_u32(const void *smem)
+{
+    return (uint32_t)__cvta_generic_to_shared(smem);
+}
+
+/* The "memory" clobbers keep the compiler from moving shared-memory reads and the
+ * asynchronous copies across the barriers and the plain stores they are ordered with. */
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const uint16_t *smem)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(attn_smem_u32(smem))
+                 : "memory");
+}
+
+static __device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], const uint16_t *smem)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(attn_smem_u32(smem))
+                 : "memory");
+}
+
+/* 2^x in one MUFU.EX2 (ex2.approx.ftz: about 2 ulp, the accuracy of exp2f, results below
+ * 2^-126 flushed to 0; 2^0 = 1 and 2^-inf = +0 exactly). exp2f adds range fixups around
+ * the same instruction that cost issue slots in the softmax loops. */
+static __device__ __forceinline__ float attn_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* 16 bytes global -> shared, asynchronously (L2 only); both addresses 16-byte aligned. */
+static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(attn_smem_u32(smem)),
+                 "l"(__cvta_generic_to_global(gmem))
+                 : "memory");
+}
+
+/* 4 bytes global -> shared, asynchronously; both addresses 4-byte aligned. */
+static __device__ __forceinline__ void attn_cp_async4(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(attn_smem_u32(smem)),
+                 "l"(__cvta_generic_to_global(gmem))
+                 : "memory");
+}
+
+static __device__ __forceinline__ void attn_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Wait until at most N of this thread's committed groups are still in flight. The data is
+ * visible to the other threads only after a barrier that follows. */
+template <int N>
+static __device__ __forceinline__ void attn_cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* gmem[0] += a, gmem[1] += b at L2 (relaxed, gpu scope; rounded to nearest even).
+ * gmem 8-byte aligned. No value comes back, so nothing waits for it here; the caller's
+ * fence orders it before the tile is passed on. */
+static __device__ __forceinline__ void attn_red_add2(float *gmem, float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(__cvta_generic_to_global(gmem)), "f"(a),
+                 "f"(b)
+                 : "memory");
+#else
+    atomicAdd(gmem, a);
+    atomicAdd(gmem + 1, b);
+#endif
+}
+
+/* Two 16-bit elements (lo at ptr[0]) packed into one register; 2-byte alignment suffices. */
+static __device__ __forceinline__ uint32_t attn_ld_pair(const uint16_t *ptr)
+{
+    return (uint32_t)ptr[0] | ((uint32_t)ptr[1] << 16);
+}
+
+/* Store a packed pair to ptr[0], ptr[1]: one 32-bit store where ptr is 4-byte aligned
+ * (dense tensors), two 16-bit stores where it is not (odd strides). */
+static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
+{
+    if (((uintptr_t)ptr & 3u) == 0) {
+        *reinterpret_cast<uint32_t *>(ptr) = v;
+    } else {
+        ptr[0] = (uint16_t)(v & 0xffffu);
+        ptr[1] = (uint16_t)(v >> 16);
+    }
+}
+
+/* v2: stage rows [0, rows) of a ROWS x D tile (ROWS 64 or 128) of a strided (B, S, H, D)
+ * tensor, row 0 at element `base`, into tile_smem (ROWS, D + 8), or with SW into v3's
+ * swizzled (ROWS, D); rows past `rows` are zeroed. Where the source rows are 16-byte
+ * aligned (the pointer and the row stride) the copies are cp.async and the caller must
+ * commit and wait for them; otherwise they are plain loads, done on return. The bytes
+ * that land are the same either way. `threads` is the CTA size. */
+template <int D, int ROWS = ATTN_BM, bool SW = false>
+static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
+                                                         int64_t base, int64_t row_stride, int32_t rows,
+                                                         int32_t threads)
+{
+    const int32_t CH = D / 8; /* 16-byte chunks per row, a power of two */
+    const uint16_t *g = src + base;
+    const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
+    if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
+        for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+            const int32_t r = e / CH, c = e - r * CH;
+            uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
+            if (r < rows)
+                attn_cp_async16(dst, g + r * row_stride + c * 8);
+            else
+                *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
+    for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+        const int32_t r = e / CH, c = e - r * CH;
+        uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
+        if (r >= rows) {
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        } else {
+            const uint16_t *s = g + r * row_stride + c * 8;
+            uint4 w;
+            w.x = attn_ld_pair(s);
+            w.y = attn_ld_pair(s + 2);
+            w.z = attn_ld_pair(s + 4);
+            w.w = attn_ld_pair(s + 6);
+            *reinterpret_cast<uint4 *>(dst) = w;
+        }
+    }
+}
+
+#endif /* __CUDACC__ */
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * attn_wgmma.h - Hopper (sm_90a) warpgroup products for the v3 backward: shared-memory
+ * tiles in the 128-byte swizzled layout, their matrix descriptors, and wgmma.mma_async
+ * m64nNk16 (N = 32, 64, 128; fp16/bf16 inputs, fp32 accumulators, both operands in shared
+ * memory). Not a public header; C++ only, included after attn_cuda_int.h.
+ *
+ * The tile layout (attn_sw128 in attn_cuda_int.h). A [rows][C] tile of 16-bit elements (C a multiple of 64) is stored as
+ * C/64 column blocks of rows x 128 bytes, one after another; in row r of a block, 16-byte
+ * chunk c (elements 8c .. 8c+7 of the block) sits at chunk c ^ (r % 8). This is the
+ * hardware's 128-byte swizzle as long as every tile starts on a 1024-byte boundary, so
+ * one layout serves both ways a product reads a tile:
+ *   K-major (the reduction index runs along the 128-byte rows: Q, dO, K, V, dS as the
+ *     left factor of S, dP, dQ): 8-row groups 1024 bytes apart (SBO); a k16 slice starts
+ *     32 bytes further along the row per step, the next column block rows x 128 bytes on.
+ *   MN-major (the output index runs along the rows: P^T, dS^T, dO, Q, K as factors of
+ *     dV, dK, dQ): k16 = two 8-row groups 1024 bytes apart (SBO), column blocks of 64
+ *     output indices rows x 128 bytes apart (LBO); the instruction's transpose flag is set.
+ *
+ * Accumulators: m64nN gives each thread of the warpgroup N/2 floats; warp w of the group
+ * holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), and d[4 j + e] is column
+ * 8 j + 2 (lane % 4) + (e & 1) of row 16 w + g + 8 (e >> 1) - mma.sync's C fragment,
+ * repeated over the N/8 column blocks.
+ *
+ * Every product here is one fixed sequence of wgmma instructions, each a fixed function
+ * of its operands: nothing depends on timing, so the bits repeat.
+ */
+#ifndef DASH_ATTN_WGMMA_H
+#define DASH_ATTN_WGMMA_H
+
+#include "kernels/cuda/attn_cuda_int.h"
+
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_WGMMA 1 /* this compilation pass can emit wgmma (sm_90a) */
+#else
+#define ATTN_WGMMA 0
+#endif
+
+/* The matrix descriptor of a 128-byte swizzled operand starting at smem (see above). */
+static __device__ __forceinline__ uint64_t attn_wg_desc(const void *smem, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((attn_smem_u32(smem) & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+#if ATTN_WGMMA
+/* Registers a product reads or writes are settled before the next wgmma uses them. */
+static __device__ __forceinline__ void attn_wg_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void attn_wg_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+/* Wait until at most N committed groups of this warpgroup are still running. */
+template <int N>
+static __device__ __forceinline__ void attn_wg_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Generic-proxy writes of shared memory (stores, cp.async) become visible to wgmma. */
+static __device__ __forceinline__ void attn_wg_smem_fence(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* One wgmma.mma_async m64nNk16 with fp32 accumulators d (N/2 a thread), both operands by
+ * descriptor, scale-d from a register (0: d's old value is ignored), transposes TA, TB.
+ * The operand numbers after the N/2 accumulators - A, B, scale-d, TA, TB - are spelled
+ * out per N, since asm text takes literals only. */
+#define ATTN_WG_MMA_FN(NAME, SHAPE, TY, NREG, DREGS, DOUTS, A, B, SC, TA_, TB_)                  \
+    template <int TA, int TB>                                                                \
+    static __device__ __forceinline__ void NAME(float (&d)[NREG], uint64_t da, uint64_t db, int32_t scale_d) \
+    {                                                                                        \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                        \
+                     "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" DREGS "}, %" #A \
+                     ", %" #B ", p, 1, 1, %" #TA_ ", %" #TB_ ";\n}\n"                            \
+                     : DOUTS                                                                 \
+                     : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                    \
+    }
+
+/* The accumulator operands of m64n32/64/128: each list extends the one before. */
+#define ATTN_WG_DREGS_16 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define ATTN_WG_DREGS_32 \
+    ATTN_WG_DREGS_16 ", " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define ATTN_WG_DREGS_64 \
+    ATTN_WG_DREGS_32 ", " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define ATTN_WG_DOUTS_16 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define ATTN_WG_DOUTS_32 \
+    ATTN_WG_DOUTS_16, \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define ATTN_WG_DOUTS_64 \
+    ATTN_WG_DOUTS_32, \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+ATTN_WG_MMA_FN(attn_wg_bf16_n32, "m64n32k16", "bf16", 16, ATTN_WG_DREGS_16, ATTN_WG_DOUTS_16, 16, 17, 18, 19, 20)
+ATTN_WG_MMA_FN(attn_wg_bf16_n64, "m64n64k16", "bf16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36)
+ATTN_WG_MMA_FN(attn_wg_bf16_n128, "m64n128k16", "bf16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68)
+ATTN_WG_MMA_FN(attn_wg_f16_n32, "m64n32k16", "f16", 16, ATTN_WG_DREGS_16, ATTN_WG_DOUTS_16, 16, 17, 18, 19, 20)
+ATTN_WG_MMA_FN(attn_wg_f16_n64, "m64n64k16", "f16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36)
+ATTN_WG_MMA_FN(attn_wg_f16_n128, "m64n128k16", "f16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68)
+
+/* d (+)= A B over one k16 slice: m64nN, TA/TB 1 for an MN-major operand; scale_d 0
+ * ignores d's old value (the first slice of a product). */
+template <typename DT, int N, int TA, int TB>
+static __device__ __forceinline__ void attn_wg_mma(float (&d)[N / 2], uint64_t da, uint64_t db, int32_t scale_d)
+{
+    static_assert(N == 32 || N == 64 || N == 128, "m64nNk16 with N 32, 64 or 128");
+    if constexpr (DT::is_bf16) {
+        if constexpr (N == 32)
+            attn_wg_bf16_n32<TA, TB>(d, da, db, scale_d);
+        else if constexpr (N == 64)
+            attn_wg_bf16_n64<TA, TB>(d, da, db, scale_d);
+        else
+            attn_wg_bf16_n128<TA, TB>(d, da, db, scale_d);
+    } else {
+        if constexpr (N == 32)
+            attn_wg_f16_n32<TA, TB>(d, da, db, scale_d);
+        else if constexpr (N == 64)
+            attn_wg_f16_n64<TA, TB>(d, da, db, scale_d);
+        else
+            attn_wg_f16_n128<TA, TB>(d, da, db, scale_d);
+    }
+}
+#endif /* ATTN_WGMMA */
+
+#endif

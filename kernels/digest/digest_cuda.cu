@@ -1,0 +1,323 @@
+/*
+ * digest_cuda.cu - see digest_cuda.h. The definition is digest.h's; XXH64 is xxh64.h's,
+ * checked against libxxhash by the tests.
+ */
+#include "kernels/digest/digest_cuda.h"
+
+#include "kernels/digest/digest.h"
+#include "kernels/digest/xxh64.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+
+#define ALIGN 256
+
+/* What the kernels need per view, passed by value. */
+struct dview {
+    const unsigned char *data; /* dense bytes: the tensor itself, or its packed copy */
+    uint64_t bytes;
+    uint64_t first_leaf; /* its first leaf's global index: a multiple of LEAF_BLOCK / 2 */
+    uint64_t leaves;
+    uint64_t first_group; /* index of its first group hash in the scratch */
+    uint64_t groups;
+};
+
+struct dtable {
+    int32_t n;
+    struct dview v[DIGEST_CUDA_MAX_VIEWS];
+};
+
+static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_dense)
+{
+    if (!v->base || v->ndim < 1 || v->ndim > 4 || v->elem < 1 || v->elem > 16 ||
+        (v->elem & (v->elem - 1)))
+        return 0;
+    uint64_t bytes = (uint64_t)v->elem;
+    int dense = 1;
+    int64_t expect = 1;
+    for (int32_t i = v->ndim - 1; i >= 0; i--) {
+        if (v->shape[i] < 1 || __builtin_mul_overflow(bytes, (uint64_t)v->shape[i], &bytes))
+            return 0;
+        if (v->shape[i] > 1 && v->strides[i] != expect)
+            dense = 0;
+        expect *= v->shape[i];
+    }
+    *ret_bytes = bytes;
+    *ret_dense = dense;
+    return 1;
+}
+
+static uint64_t leaves_of(uint64_t bytes)
+{
+    return (bytes + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+}
+
+static uint64_t groups_of(uint64_t leaves)
+{
+    return (leaves + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
+}
+
+static size_t align_up(size_t x)
+{
+    return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
+{
+    if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
+        return 0;
+    uint64_t hashes = 0, packed = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes;
+        int dense;
+        if (!view_ok(&v[i], &bytes, &dense))
+            return 0;
+        hashes += groups_of(leaves_of(bytes));
+        if (!dense)
+            packed += align_up((size_t)bytes);
+    }
+    return align_up((size_t)hashes * 8) + (size_t)packed;
+}
+
+/* ---- kernels -------------------------------------------------------------------------- */
+
+/* Gather a strided view into dense bytes, one element per thread-iteration. */
+static __global__ void pack_kernel(unsigned char *dst, struct digest_view v, uint64_t elems)
+{
+    int64_t d[4] = {1, 1, 1, 1}, s[4] = {0, 0, 0, 0};
+    for (int32_t i = 0; i < v.ndim; i++) {
+        d[4 - v.ndim + i] = v.shape[i];
+        s[4 - v.ndim + i] = v.strides[i];
+    }
+    const unsigned char *src = static_cast<const unsigned char *>(v.base);
+    for (uint64_t e = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; e < elems;
+         e += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t r = e;
+        const int64_t i3 = (int64_t)(r % (uint64_t)d[3]);
+        r /= (uint64_t)d[3];
+        const int64_t i2 = (int64_t)(r % (uint64_t)d[2]);
+        r /= (uint64_t)d[2];
+        const int64_t i1 = (int64_t)(r % (uint64_t)d[1]);
+        const int64_t i0 = (int64_t)(r / (uint64_t)d[1]);
+        const int64_t at = (i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3]) * v.elem;
+        for (int32_t b = 0; b < v.elem; b++)
+            dst[e * (uint64_t)v.elem + (uint64_t)b] = src[at + b];
+    }
+}
+
+/* One 32-byte stripe (two 16-byte loads) into the four lanes. */
+static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
+{
+    v[0] = xxh64_round(v[0], (uint64_t)a.x | (uint64_t)a.y << 32);
+    v[1] = xxh64_round(v[1], (uint64_t)a.z | (uint64_t)a.w << 32);
+    v[2] = xxh64_round(v[2], (uint64_t)b.x | (uint64_t)b.y << 32);
+    v[3] = xxh64_round(v[3], (uint64_t)b.z | (uint64_t)b.w << 32);
+}
+
+/* XXH64 of a whole number of 32-byte stripes at a 16-byte aligned address: the stripe
+ * loop of xxh64() with two 16-byte loads per stripe, so each thread reads whole sectors
+ * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
+static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t seed)
+{
+    uint64_t v[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
+    /* Four stripes' loads are issued before their rounds: the rounds of one thread are a
+     * serial chain, so memory must be in flight ahead of them (a thread's neighbours read
+     * other chunks, so there is little else to hide the latency behind). */
+    const uint64_t stripes = len / 32;
+    uint64_t s = 0;
+    for (; s + 4 <= stripes; s += 4) {
+        uint4 x[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            x[i] = __ldg(p + 2 * s + i);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            stripe(v, x[2 * i], x[2 * i + 1]);
+        }
+    }
+    for (; s < stripes; s++) {
+        const uint4 a = __ldg(p + 2 * s), b = __ldg(p + 2 * s + 1);
+        stripe(v, a, b);
+    }
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + len);
+}
+
+#define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
+#define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block: two groups */
+#ifndef DIGEST_LEAF_SLICES
+#define DIGEST_LEAF_SLICES 2 /* a build knob, to measure other depths */
+#endif
+#define LEAF_SLICES DIGEST_LEAF_SLICES /* 128-byte slices of each chunk staged per step */
+#define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
+#define ROOT_THREADS 256
+#define ROOT_TILE 256 /* group hashes per tile of the root kernel (a multiple of 4; the 96 MiB
+                        * tensor of the GPU digest test spans two tiles) */
+
+#if LEAF_BLOCK != 2 * DIGEST_FANOUT
+#error "a leaf block must cover exactly two groups"
+#endif
+
+/* Which view global leaf index g belongs to (views' leaves start at multiples of 64). */
+static __device__ int32_t view_of(const struct dtable *t, uint64_t g)
+{
+    int32_t i = 0;
+    while (i + 1 < t->n && g >= t->v[i + 1].first_leaf)
+        i++;
+    return i;
+}
+
+/* The j-th load of a warp's step at uint4 offset `at` of its 32 chunks: 8 lanes take one
+ * 128-byte slice (a whole line) of chunk (j % 8) * 4 + lane / 8. */
+static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t lane, uint32_t at, uint32_t j)
+{
+    const uint32_t chunk = (j & 7u) * 4 + (lane >> 3), part = (j >> 3) * 8 + (lane & 7u);
+    return __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
+}
+
+/* The hash of the warp's 32 whole, aligned chunks at base, one per lane. If every thread
+ * loaded its own bytes, one load instruction of a warp would touch 32 lines 4 KiB apart;
+ * instead the warp loads 128-byte slices of four chunks per instruction (8 threads per
+ * slice, whole lines), LEAF_SLICES slices of every chunk per step, stages them in shared
+ * memory (rows padded against bank conflicts) and each thread hashes its row: the same
+ * bytes in the same order, read at full line width. Software pipelined: the next step's
+ * slices are loaded into registers while the rounds run on the staged ones, so memory is
+ * always in flight behind the rounds' long serial chains. */
+static __device__ uint64_t leaf_warp(const uint4 *base, uint4 (*stage)[LEAF_ROW], uint32_t lane)
+{
+    uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
+    uint4 x[8 * LEAF_SLICES];
+#pragma unroll
+    for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+        x[j] = leaf_load(base, lane, 0, j);
+    for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
+#pragma unroll
+        for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+            stage[(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
+        __syncwarp();
+        if (at + 8 * LEAF_SLICES < DIGEST_CHUNK / 16)
+#pragma unroll
+            for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+                x[j] = leaf_load(base, lane, at + 8 * LEAF_SLICES, j);
+#pragma unroll
+        for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
+            const uint4 a = stage[lane][2 * i], b = stage[lane][2 * i + 1];
+            stripe(v, a, b);
+        }
+        __syncwarp();
+    }
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + DIGEST_CHUNK);
+}
+
+/* Leaves and groups in one pass: one thread per leaf (4 KiB chunk), LEAF_BLOCK leaves per
+ * block, which are two whole groups (each view's leaves start at a multiple of
+ * DIGEST_FANOUT, so a group never spans two views; indices in the padding hash nothing). The leaf hashes stay in shared
+ * memory and two threads hash the block's groups from there: no second kernel, and no
+ * global round trip for the leaves. */
+static __global__ void __launch_bounds__(LEAF_BLOCK)
+    leaf_group_kernel(struct dtable t, uint64_t *groups)
+{
+    __shared__ uint4 stage[LEAF_WARPS][32][LEAF_ROW];
+    __shared__ uint64_t hashes[LEAF_BLOCK];
+    const uint32_t lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    const uint64_t g = blockIdx.x * (uint64_t)LEAF_BLOCK + threadIdx.x; /* global leaf index */
+    const struct dview *v = &t.v[view_of(&t, g - (threadIdx.x & (DIGEST_FANOUT - 1)))];
+    const uint64_t k = g - v->first_leaf; /* this thread's leaf in its view */
+    const uint64_t k0 = k - lane;                          /* the warp's first */
+    if (k0 + 32 <= v->bytes / DIGEST_CHUNK && ((uintptr_t)v->data & 15u) == 0) {
+        /* uniform across the warp: 32 whole, aligned chunks */
+        hashes[threadIdx.x] = leaf_warp(reinterpret_cast<const uint4 *>(v->data + k0 * DIGEST_CHUNK),
+                                        stage[w], lane);
+    } else if (k < v->leaves) {
+        const uint64_t at = k * DIGEST_CHUNK;
+        const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
+        const unsigned char *p = v->data + at;
+        hashes[threadIdx.x] = len == DIGEST_CHUNK && ((uintptr_t)p & 15u) == 0
+                                  ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), len, 0)
+                                  : xxh64(p, (size_t)len, 0);
+    }
+    __syncthreads(); /* the block's leaf hashes are all in shared memory */
+    if ((threadIdx.x & (DIGEST_FANOUT - 1)) == 0 && k < v->leaves) {
+        const uint64_t n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
+        groups[v->first_group + k / DIGEST_FANOUT] = xxh64(hashes + threadIdx.x, (size_t)n * 8, 0);
+    }
+}
+
+/* One block per view: the root over its group hashes, seeded with its length - XXH64 run
+ * by thread 0 over tiles that the whole block loads into shared memory (one thread
+ * loading a view's hashes itself paid a memory latency every few stripes). */
+static __global__ void __launch_bounds__(ROOT_THREADS)
+    root_kernel(struct dtable t, const uint64_t *groups, uint64_t *out)
+{
+    __shared__ uint64_t tile[ROOT_TILE];
+    const struct dview *v = &t.v[blockIdx.x];
+    const uint64_t n = v->groups, seed = v->bytes, striped = n / 4 * 4;
+    const uint64_t *g = groups + v->first_group;
+    uint64_t acc[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
+    for (uint64_t base = 0; base < n; base += ROOT_TILE) {
+        const uint64_t cnt = n - base < ROOT_TILE ? n - base : ROOT_TILE;
+        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS)
+            tile[i] = __ldcg(g + base + i);
+        __syncthreads(); /* the tile is loaded */
+        if (threadIdx.x == 0) {
+            const uint64_t end = base + cnt < striped ? base + cnt : striped;
+            for (uint64_t w = base; w + 4 <= end; w += 4)
+                for (int i = 0; i < 4; i++)
+                    acc[i] = xxh64_round(acc[i], tile[w - base + i]);
+            if (base + cnt == n) { /* the last tile holds every word past the stripes */
+                uint64_t h = n >= 4 ? xxh64_converge(acc[0], acc[1], acc[2], acc[3]) : seed + XXH64_P5;
+                h += 8 * n;
+                for (uint64_t w = striped; w < n; w++) {
+                    h ^= xxh64_round(0, tile[w - base]);
+                    h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
+                }
+                out[blockIdx.x] = xxh64_avalanche(h);
+            }
+        }
+        __syncthreads(); /* thread 0 is done with the tile before it is overwritten */
+    }
+}
+
+/* ---- host ----------------------------------------------------------------------------- */
+
+int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t scratch_bytes,
+                uint64_t *out, void *stream)
+{
+    const size_t need = digest_cuda_scratch_bytes(v, n);
+    if (!need || !scratch || !out || scratch_bytes < need)
+        return -EINVAL;
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    struct dtable t;
+    t.n = n;
+    uint64_t total = 0, total_groups = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes;
+        int dense;
+        (void)view_ok(&v[i], &bytes, &dense);
+        t.v[i].bytes = bytes;
+        t.v[i].first_leaf = total;
+        t.v[i].leaves = leaves_of(bytes);
+        t.v[i].first_group = total_groups;
+        t.v[i].groups = groups_of(t.v[i].leaves);
+        total += t.v[i].groups * DIGEST_FANOUT; /* the next view starts at a whole group */
+        total_groups += t.v[i].groups;
+    }
+    uint64_t *groups = static_cast<uint64_t *>(scratch);
+    unsigned char *packed = static_cast<unsigned char *>(scratch) + align_up((size_t)total_groups * 8);
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes;
+        int dense;
+        (void)view_ok(&v[i], &bytes, &dense);
+        if (dense) {
+            t.v[i].data = static_cast<const unsigned char *>(v[i].base);
+            continue;
+        }
+        const uint64_t elems = bytes / (uint64_t)v[i].elem;
+        const uint64_t blocks = (elems + 255) / 256;
+        pack_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, st>>>(packed, v[i], elems);
+        t.v[i].data = packed;
+        packed += align_up((size_t)bytes);
+    }
+    leaf_group_kernel<<<(unsigned)((total + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t, groups);
+    root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, groups, out);
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}

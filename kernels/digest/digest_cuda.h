@@ -1,0 +1,49 @@
+/*
+ * digest_cuda.h - the digests of kernels/digest/digest.h computed on the GPU, for tensors in
+ * device memory: the same value as digest_strided() on a host copy of the same bytes.
+ *
+ * Two kernels: one thread hashes each 4 KiB chunk (leaf) and, from shared memory, one
+ * thread of each 64 hashes their group; then a block per tensor hashes its group hashes
+ * (root). A dense view is hashed in place; a strided one is first gathered into dense
+ * scratch. Everything is queued on the caller's stream, so digests of an op's
+ * outputs queued right after the op are ready when the stream reaches them.
+ */
+#ifndef DASH_DIGEST_CUDA_H
+#define DASH_DIGEST_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DIGEST_CUDA_MAX_VIEWS 16
+
+/* A tensor in device memory: ndim (1..4) dims, strides in elements, elem bytes (1, 2, 4,
+ * 8 or 16). */
+struct digest_view {
+    const void *base;
+    int32_t ndim;
+    int64_t shape[4];
+    int64_t strides[4];
+    int32_t elem;
+};
+
+/* Device scratch digest_cuda() needs for these views (group hashes, and dense copies of
+ * the strided ones); 0 for a bad argument. */
+size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n);
+
+/* Queue on `stream` (a cudaStream_t; NULL: the legacy default stream) the digests of
+ * v[0..n) (n <= DIGEST_CUDA_MAX_VIEWS) into out[0..n), which the device writes (device
+ * memory, or pinned/mapped host memory). scratch: device memory of at least
+ * digest_cuda_scratch_bytes(v, n) bytes, used until the stream has passed the digests.
+ * Returns 0, -EINVAL (bad views, too little scratch) or -EIO (a launch failed). */
+int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t scratch_bytes,
+                uint64_t *out, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
