@@ -133,10 +133,13 @@ struct backend {
 struct backend *backend_cpu_new(int32_t threads);
 
 /* The CUDA kernels (kernels/cuda/attn_cuda.h) on device `device` as a dashd backend, or NULL
- * with the reason in why (no driver, no such device, a GPU older than sm_80...). Sets
- * the calling thread's current device, so call it on the loop thread: buffers are opened
- * and closed there. Only in builds with CUDA (DASH_HAVE_CUDA). */
-struct backend *backend_cuda_new(int device, char *why, size_t whylen);
+ * with the reason in why (no driver, no such device, a GPU older than sm_80, kernels this
+ * GPU cannot run...). kernels: a CUATTN_IMPL_* or BACKEND_KERNELS_AUTO; the choice is part
+ * of the device description (and so of every audit record). Sets the calling thread's
+ * current device, so call it on the loop thread: buffers are opened and closed there.
+ * Only in builds with CUDA (DASH_HAVE_CUDA). */
+#define BACKEND_KERNELS_AUTO (-1) /* the implementation the GPU runs best (attn_cuda.h) */
+struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t whylen);
 
 /* Accepts NULL. */
 static inline void backend_free(struct backend *b)

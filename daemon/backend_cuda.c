@@ -64,6 +64,9 @@
 
 #define UUID_STR_MAX 48 /* "GPU-" + 36 + NUL */
 
+_Static_assert(CUATTN_IMPL_CUDA_CORES == 0 && CUATTN_IMPL_TENSOR_CORES == 1 &&
+                   CUATTN_IMPL_WGMMA == 2,
+               "dashd --kernels vN names CUATTN_IMPL N - 1");
 _Static_assert(sizeof(cudaIpcMemHandle_t) == BACKEND_IPC_HANDLE_BYTES,
                "the wire's handle size is cudaIpcMemHandle_t's");
 
@@ -878,7 +881,7 @@ static void find_stream_memops(struct cuda *c)
     c->write_value = (write_value_fn)v;
 }
 
-struct backend *backend_cuda_new(int device, char *why, size_t whylen)
+struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t whylen)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -933,6 +936,13 @@ struct backend *backend_cuda_new(int device, char *why, size_t whylen)
     }
     if ((err = cudaSetDevice(device)) != cudaSuccess) {
         describe_init_error(err, why, whylen);
+        cuattn_free(c->ca);
+        free(c);
+        return NULL;
+    }
+    if (kernels != BACKEND_KERNELS_AUTO && (rc = cuattn_set_impl(c->ca, kernels)) != 0) {
+        snprintf(why, whylen, "--kernels v%d: %s", (int)kernels + 1,
+                 rc == -ENOTSUP ? "v3 (wgmma) runs on sm_90 GPUs only" : dash_strerror(rc));
         cuattn_free(c->ca);
         free(c);
         return NULL;

@@ -75,6 +75,7 @@ struct options {
     uint64_t audit_max_bytes;
     int audit_keep;
     uint32_t max_connections; /* 0: as many as the file descriptor limit allows */
+    int32_t kernels;          /* --kernels: a CUATTN_IMPL_* or BACKEND_KERNELS_AUTO */
 };
 
 struct app {
@@ -108,6 +109,10 @@ static void usage(FILE *f)
             "  --backend B            cpu, cuda or auto (default auto: CUDA when a usable GPU\n"
             "                         is there, else the CPU engine)\n"
             "  --device N             the CUDA device the cuda backend uses (default 0)\n"
+            "  --kernels K            the cuda backend's kernels: auto (v3 on sm_90 GPUs, v2\n"
+            "                         elsewhere), v1 (CUDA cores), v2 (mma.sync) or v3\n"
+            "                         (wgmma backward, sm_90); they change the bits, and audit\n"
+            "                         records say which ran (default auto)\n"
             "  --threads N            CPU engine threads, 1..%d (default: online CPUs, %d)\n"
             "  --queue N              requests queued or running before DASH_EBUSY (default %d)\n"
             "  --session-timeout S    drop a session idle for S seconds (default %g)\n"
@@ -183,11 +188,12 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_DEVICE, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT,
            OPT_LEVEL, OPT_HELP, OPT_VERSION, OPT_AUDIT, OPT_AUDIT_LEVEL, OPT_AUDIT_SYNC,
-           OPT_AUDIT_MAX, OPT_AUDIT_KEEP, OPT_MAX_CONNECTIONS };
+           OPT_AUDIT_MAX, OPT_AUDIT_KEEP, OPT_MAX_CONNECTIONS, OPT_KERNELS };
     static const struct option longopts[] = {
         {"endpoint", required_argument, NULL, OPT_ENDPOINT},
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"kernels", required_argument, NULL, OPT_KERNELS},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"audit", required_argument, NULL, OPT_AUDIT},
         {"audit-level", required_argument, NULL, OPT_AUDIT_LEVEL},
@@ -216,6 +222,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->audit_max_bytes = DEFAULT_AUDIT_MAX_BYTES;
     o->audit_keep = DEFAULT_AUDIT_KEEP;
     o->max_connections = 0;
+    o->kernels = BACKEND_KERNELS_AUTO;
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -290,6 +297,14 @@ static int parse_options(int argc, char **argv, struct options *o)
                 return bad_value("--audit-keep", optarg, "an integer in 1..1000");
             o->audit_keep = (int)v;
             break;
+        case OPT_KERNELS:
+            if (!strcmp(optarg, "auto"))
+                o->kernels = BACKEND_KERNELS_AUTO;
+            else if (!strcmp(optarg, "v1") || !strcmp(optarg, "v2") || !strcmp(optarg, "v3"))
+                o->kernels = optarg[1] - '1'; /* CUATTN_IMPL_CUDA_CORES, _TENSOR_CORES, _WGMMA */
+            else
+                return bad_value("--kernels", optarg, "auto, v1, v2 or v3");
+            break;
         case OPT_MAX_CONNECTIONS:
             if (parse_long(optarg, 1, MAX_CONNECTIONS, &v))
                 return bad_value("--max-connections", optarg, "an integer in 1..1000000");
@@ -309,6 +324,11 @@ static int parse_options(int argc, char **argv, struct options *o)
     if (optind < argc) {
         fprintf(stderr, "dashd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (o->kernels != BACKEND_KERNELS_AUTO && o->backend == BACKEND_CPU) {
+        fprintf(stderr, "dashd: --kernels chooses the cuda backend's kernels; --backend cpu "
+                "runs the CPU engine\n");
         return EXIT_USAGE;
     }
     if (o->audit_level_set && o->audit_level != AUDIT_OFF && !o->audit_path[0]) {
@@ -422,7 +442,7 @@ static struct backend *start_backend(const struct options *o)
 #ifdef DASH_HAVE_CUDA
     if (o->backend != BACKEND_CPU) {
         char why[256];
-        b = backend_cuda_new(o->device, why, sizeof why);
+        b = backend_cuda_new(o->device, o->kernels, why, sizeof why);
         if (b) {
             if (o->backend == BACKEND_AUTO)
                 log_info("backend auto: serving from the GPU: %s", b->device);

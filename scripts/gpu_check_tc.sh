@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check_tc.sh - the GPU attention suite under each kernel implementation: v1 (CUDA
-# cores, DASH_CUATTN_IMPL=0), v2 (tensor cores, DASH_CUATTN_IMPL=1) and on sm_90 v3 (wgmma,
-# DASH_CUATTN_IMPL=2; set IMPLS="0 1 2"), one seed for all.
+# cores, DASH_GPU_IMPL=v1), v2 (tensor cores, DASH_GPU_IMPL=v2) and on sm_90 v3 (wgmma,
+# DASH_GPU_IMPL=v3; set IMPLS="0 1 2"), one seed for all.
 #
 #   bash scripts/gpu_check_tc.sh bundle       here (nvcc, no GPU): make the GPU runner and
 #                                             dashd, bundle them into .gpu/ (bin/, lib/)
@@ -46,9 +46,9 @@ logs=$(mktemp -d)
 status=0
 for impl in ${IMPLS:-0 1}; do
   name=$([ $impl = 0 ] && echo "v1 (CUDA cores)" || echo "v2 (tensor cores)")
-  echo "== DASH_CUATTN_IMPL=$impl: $name"
+  echo "== DASH_GPU_IMPL=v$((impl + 1)): $name"
   start=$(date +%s)
-  DASH_CUATTN_IMPL=$impl DASH_GPU_SUITE=$suite timeout "${T:-280}" "$bin" >"$logs/impl$impl.log" 2>&1
+  DASH_GPU_IMPL=v$((impl + 1)) DASH_GPU_SUITE=$suite timeout "${T:-280}" "$bin" >"$logs/impl$impl.log" 2>&1
   rc=$?
   # the verbose CUnit lines of interest: each test's verdict, failures, and the summary
   grep -E "Test: |FAILED|passed|failed|case [0-9]|differs|rel error|Run Summary|suites|tests  |asserts|seed|device 0" \

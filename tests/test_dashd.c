@@ -931,6 +931,20 @@ static void test_dashd_command_line(void)
     CU_ASSERT_EQUAL(tu_run(cmd, NULL), 2);
     snprintf(cmd, sizeof cmd, "%s/dashd --threads zero 2>/dev/null", tu_build_dir());
     CU_ASSERT_EQUAL(tu_run(cmd, NULL), 2);
+    /* the kernels are chosen by an option (never by the environment), for the cuda
+     * backend only */
+    snprintf(cmd, sizeof cmd, "%s/dashd --kernels v4 2>&1", tu_build_dir());
+    CU_ASSERT_EQUAL(tu_run(cmd, &out), 2);
+    CU_ASSERT(out && strstr(out, "auto, v1, v2 or v3"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/dashd --backend cpu --kernels v2 2>&1", tu_build_dir());
+    CU_ASSERT_EQUAL(tu_run(cmd, &out), 2);
+    CU_ASSERT(out && strstr(out, "--backend cpu"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/dashd --help", tu_build_dir());
+    CU_ASSERT_EQUAL(tu_run(cmd, &out), 0);
+    CU_ASSERT(out && strstr(out, "--kernels"));
+    free(out);
 }
 
 /* The unit file passes `systemd-analyze verify` (with ExecStart pointing at this build). */

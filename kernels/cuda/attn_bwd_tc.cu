@@ -163,9 +163,7 @@ static __device__ __forceinline__ void bwd_tc_fence(void)
 }
 #endif
 
-#ifndef BWD_TC_SPIN_MAX
 #define BWD_TC_SPIN_MAX 256 /* ns: the longest sleep between two looks at a dQ tile counter */
-#endif
 
 /* Thread 0: wait until dQ tile counter ctr reaches `rank` (the tile's turn), then order
  * what follows after the additions it saw. With bulk reductions (sm_90) thread 0 issues
@@ -314,10 +312,6 @@ static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
 {
     return (((d >> 2) ^ (i & 7)) << 2) + (d & 3); /* offset of column d within row i */
 }
-
-#ifndef BWD_TC_ARRIVE
-#define BWD_TC_ARRIVE 0 /* persistent mode: warps 1-7 arrive at the staging barrier and go on */
-#endif
 
 #if BWD_TC_BULK
 /* sm_90: the dQ partial goes from registers to sm.dq_smem (every thread), then thread 0
@@ -813,42 +807,32 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
  * v2's: the tensor cores group their sums differently). Registers per thread: dK, dV
  * D/2 floats each, dQp D/4 (the same count as v2's, so the interleaved scratch is too).
  */
-#ifndef BWD_WG_WRITER
-#define BWD_WG_WRITER 1 /* persistent mode: dQ tiles added by a warp of their own (below) */
-#endif
-/* dQ staging buffers of v3 with the writer warp, taken in turn. Two (where shared memory
- * allows: head dim 64, BWD_WG_DQBUF64=2) let the compute warps run two turns ahead of the
- * writer instead of one. They need the wait-end rule that bwd_tc_persistent follows (a
- * model of the hand-off deadlocks on the grid test's first shape in 159 of 160 orders with
- * two buffers, 3 with one, without it: docs/schedules.md); with it, and with the writer
- * taking its turns without fences, two buffers measured no faster than one on the H200
- * (0.964-1.007 of atomic against 0.964-0.997 at hdim 64, the same bits:
- * bench/results/gpu-v3-lean-writer-2026-11-29.md), so one it is. */
-#ifndef BWD_WG_DQBUF64
-#define BWD_WG_DQBUF64 1
-#endif
-#define BWD_WG_DQBUF(D) (BWD_WG_WRITER && (D) == 64 ? BWD_WG_DQBUF64 : 1)
+/* dQ staging buffers of v3's writer warp, taken in turn: one. (Two at head dim 64, which
+ * the shared memory allows, measured no faster: bench/results/gpu-v3-lean-writer-2026-11-29.md;
+ * the ring below stays general, and the wait-end rule of bwd_tc_persistent is what makes
+ * more than one safe: docs/schedules.md.) */
+#define BWD_WG_DQBUFS 1
 
 template <int D>
 struct bwd_wg_smem {
     static constexpr bool swizzled = true;
-    static constexpr bool writer = BWD_WG_WRITER; /* persistent mode: a ninth warp adds dQ */
+    static constexpr bool writer = true; /* persistent mode: a ninth warp adds dQ (below) */
     uint16_t k_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) K of the unit, swizzled */
     uint16_t v_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) V */
     uint16_t q_smem[2][BWD_TC_BM * D];          /* (2, 64, D) Q of the step, of the next */
     uint16_t dout_smem[2][BWD_TC_BM * D];       /* (2, 64, D) dO likewise */
     uint16_t p_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N];  /* (64, 128) P, input dtype */
     uint16_t ds_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N]; /* (64, 128) dS */
-    float dq_smem[BWD_WG_DQBUF(D) * BWD_TC_BM * D]; /* (BWD_WG_DQBUF, 64, D) dQ partials, dQacc's layout */
+    float dq_smem[BWD_WG_DQBUFS * BWD_TC_BM * D]; /* (BWD_WG_DQBUFS, 64, D) dQ partials, dQacc's layout */
     float lse_smem[2][BWD_TC_BM];
     float dsum_smem[2][BWD_TC_BM];
     int32_t visit_smem[BWD_TC_TAB + 1];
     int32_t rank_smem[BWD_TC_TAB + 1];
     int32_t flag_smem;
-    int32_t ticket[BWD_WG_DQBUF(D)][4]; /* compute warps -> writer, per buffer: bh, m, rank (-1
+    int32_t ticket[BWD_WG_DQBUFS][4]; /* compute warps -> writer, per buffer: bh, m, rank (-1
                                            atomic), 1 at the end */
-    uint64_t full_bar[BWD_WG_DQBUF(D)];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
-    uint64_t empty_bar[BWD_WG_DQBUF(D)]; /* buffer b is free again (the writer's one arrival) */
+    uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
+    uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -860,9 +844,6 @@ static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles
  * (the tiles come first):
  * the swizzle is a function of address bits, so the kernel aligns the struct (below). */
 #define BWD_WG_ALIGN 1024
-#ifndef BWD_WG_OVERLAP
-#define BWD_WG_OVERLAP 1 /* a step's dK, dV products run on under the dQ hand-off (below) */
-#endif
 
 template <int D>
 struct bwd_wg_regs {
@@ -1047,7 +1028,7 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
 
 /* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
  * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma. On return dQp has
- * landed; dK and dV have too unless BWD_WG_OVERLAP leaves them running (see `keep`).
+ * landed; dK and dV have too, unless they are left running under the hand-off (`keep`).
  * With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
  * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
  * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
@@ -1064,11 +1045,11 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
 
-    /* BWD_WG_OVERLAP: a step with a successor in the unit leaves its dK, dV products
+    /* A step with a successor in the unit leaves its dK, dV products
      * running past its return, under the dQ hand-off; the successor's S product, queued
      * behind them, completes only after them, so everything that waits for S may then
      * overwrite what they read (the prefetch into buf ^ 1 - their Q and dO - and P, dS). */
-    const int keep = BWD_WG_OVERLAP && next_m >= 0;
+    const int keep = next_m >= 0;
     if (!loaded) {
         bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
         attn_cp_async_wait<0>();
@@ -1141,14 +1122,14 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
-/* ---- v3's dQ writer warp (BWD_WG_WRITER, persistent mode) ------------------------------
+/* ---- v3's dQ writer warp (persistent mode) -----------------------------------------------
  *
  * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
  * step's partial in sm.dq_smem and hand it over with a ticket (head, q-tile, rank), then
  * go on with the next step; the writer waits for the tile's turn, adds it with one bulk
  * reduction, frees the staging buffer as soon as the reduction has read it, and passes the
  * tile on the moment the addition is performed. The compute warps wait for no turn: only
- * for a staging buffer (BWD_WG_DQBUF of them, taken in turn), which the writer frees one
+ * for a staging buffer (BWD_WG_DQBUFS of them, taken in turn), which the writer frees one
  * turn behind. The additions and their order are exactly those of the other paths (one
  * bulk reduction per step, in rank order), so the bits are too.
  *
@@ -1167,7 +1148,7 @@ struct bwd_wg_ring {
 template <int D>
 static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
 {
-    if (++r.b == BWD_WG_DQBUF(D)) {
+    if (++r.b == BWD_WG_DQBUFS) {
         r.b = 0;
         r.phase ^= 1u;
     }
@@ -1203,7 +1184,7 @@ static __device__ __forceinline__ void bwd_mbar_wait(uint64_t *bar, uint32_t par
 template <int D>
 static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
 {
-    for (int32_t b = 0; b < BWD_WG_DQBUF(D); b++) {
+    for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) {
         bwd_mbar_init(&sm.full_bar[b], ATTN_THREADS);
         bwd_mbar_init(&sm.empty_bar[b], 1);
     }
@@ -1250,7 +1231,7 @@ static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_w
 template <int D>
 static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bwd_wg_ring &r)
 {
-    for (int32_t b = 0; b < BWD_WG_DQBUF(D); b++) /* b's next use: in this round, or the next */
+    for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) /* b's next use: in this round, or the next */
         bwd_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
 }
 
@@ -1392,28 +1373,12 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                                     0 with the staging buffer */
 #if BWD_TC_BULK
                 bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
-#if BWD_TC_ARRIVE
-                if (threadIdx.x < 32) {
-                    /* warp 0 waits for the whole staged tile; the others arrive and go on
-                     * (compute-sanitizer's racecheck then reports hazards on flag_smem
-                     * that the barriers rule out: a build knob, off by default) */
-                    asm volatile("bar.sync 1, %0;" ::"n"(ATTN_THREADS) : "memory");
-                    if (threadIdx.x == 0) {
-                        bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
-                        if (s->kind != SCHED_ATOMIC && !defer)
-                            bwd_tc_pass_on(ctr, rank);
-                    }
-                } else {
-                    asm volatile("bar.arrive 1, %0;" ::"n"(ATTN_THREADS) : "memory");
-                }
-#else
                 __syncthreads(); /* the staged tile is complete before thread 0 hands it on */
                 if (threadIdx.x == 0) {
                     bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
                     if (s->kind != SCHED_ATOMIC && !defer)
                         bwd_tc_pass_on(ctr, rank);
                 }
-#endif
 #else
                 bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
                 if (s->kind != SCHED_ATOMIC && !defer)
@@ -1549,7 +1514,7 @@ struct bwd_kern<D, BN, 3> {
     typedef bwd_wg_regs<D> regs;
     static constexpr size_t bytes = sizeof(smem) + BWD_WG_ALIGN;
     /* with the writer: a third warpgroup, so that registers can move between the groups */
-    static constexpr int persistent_threads = BWD_WG_WRITER ? ATTN_THREADS + 128 : ATTN_THREADS;
+    static constexpr int persistent_threads = ATTN_THREADS + 128;
 };
 
 template <int D, int BN, int V>

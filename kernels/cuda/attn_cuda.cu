@@ -21,6 +21,7 @@
  *   (nvsm, 3, D/4, 256) f32 (v1), (nvsm, cuattn__bwd_tc_vsm_floats, 256) f32 (v2).
  */
 #include "kernels/cuda/attn_cuda_int.h"
+#include "kernels/cuda/attn_cuda_test.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -62,24 +63,6 @@ static int err_code(cudaError_t err)
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-/* DASH_CUATTN_IMPL: "0" -> v1, "1" -> v2, "2" -> v3 (sm_90 only, else -ENOTSUP); unset
- * or empty -> v3 on sm_90, v2 elsewhere; anything else -EINVAL. */
-static int env_impl(int hopper, int32_t *ret)
-{
-    const char *env = getenv("DASH_CUATTN_IMPL");
-    if (!env || !*env)
-        *ret = hopper ? CUATTN_IMPL_WGMMA : CUATTN_IMPL_TENSOR_CORES;
-    else if (strcmp(env, "0") == 0)
-        *ret = CUATTN_IMPL_CUDA_CORES;
-    else if (strcmp(env, "1") == 0)
-        *ret = CUATTN_IMPL_TENSOR_CORES;
-    else if (strcmp(env, "2") == 0)
-        *ret = CUATTN_IMPL_WGMMA;
-    else
-        return -EINVAL;
-    return *ret == CUATTN_IMPL_WGMMA && !hopper ? -ENOTSUP : 0;
-}
-
 int cuattn_new(int device, struct cuattn **ret)
 {
     if (!ret)
@@ -96,10 +79,7 @@ int cuattn_new(int device, struct cuattn **ret)
     if (prop.major < 8) /* bf16 conversions and the smem we ask for need sm_80 or later */
         return -ENODEV;
     const int hopper = prop.major == 9; /* wgmma is sm_90a's, not a later architecture's */
-    int32_t impl;
-    int rc = env_impl(hopper, &impl);
-    if (rc)
-        return rc;
+    const int32_t impl = hopper ? CUATTN_IMPL_WGMMA : CUATTN_IMPL_TENSOR_CORES;
     struct cuattn *a = static_cast<struct cuattn *>(calloc(1, sizeof(*a)));
     if (!a)
         return -ENOMEM;

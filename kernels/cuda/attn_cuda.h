@@ -80,11 +80,8 @@ struct cuattn;
 #define CUATTN_IMPL_WGMMA 2        /* v3: v2 with the backward on Hopper's wgmma (sm_90) */
 
 /* Open `device` (a CUDA device ordinal). The implementation starts as v3 on an sm_90 GPU
- * and v2 on others, or as the one the environment variable DASH_CUATTN_IMPL names ("0"
- * v1, "1" v2, "2" v3; unset or empty: the default). Returns 0 and *ret, or -ENODEV (no
- * such usable device), -EINVAL (DASH_CUATTN_IMPL is set to anything else), -ENOTSUP (it
- * names v3 on a GPU other than sm_90), -EIO (CUDA failed) or -ENOMEM. *ret is untouched
- * on failure. */
+ * and v2 on others (cuattn_set_impl chooses another). Returns 0 and *ret, or -ENODEV (no
+ * such usable device), -EIO (CUDA failed) or -ENOMEM. *ret is untouched on failure. */
 int cuattn_new(int device, struct cuattn **ret);
 
 /* Choose the implementation later calls on `a` use: CUATTN_IMPL_CUDA_CORES,
@@ -146,18 +143,6 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
                     struct attn_tensor q, struct attn_tensor k, struct attn_tensor v,
                     struct attn_tensor out, const float *lse, struct attn_tensor dout,
                     struct attn_config *ret_cfg);
-
-/* For tests: 1 makes every later backward on `a` run the interleaved mode (W virtual SMs
- * stepped in turn by the CTAs, state in global scratch) whatever the grid; 0 restores the
- * automatic choice. The bits are the same either way; this lets a test prove it. */
-void cuattn__force_interleaved(struct cuattn *a, int on);
-/* Tests: behave as a GPU with at most `bytes` of shared memory per block would (which
- * kernels fit, which head dims are served); only ever lowers the device's figure. */
-void cuattn__limit_smem(struct cuattn *a, size_t bytes);
-
-/* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
- * successful backward on `a`; 0 before any. */
-void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid);
 
 #ifdef __cplusplus
 }

@@ -144,10 +144,7 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
 
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
 #define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block: two groups */
-#ifndef DIGEST_LEAF_SLICES
-#define DIGEST_LEAF_SLICES 2 /* a build knob, to measure other depths */
-#endif
-#define LEAF_SLICES DIGEST_LEAF_SLICES /* 128-byte slices of each chunk staged per step */
+#define LEAF_SLICES 2 /* 128-byte slices of each chunk staged per step */
 #define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
 #define ROOT_THREADS 256
 #define ROOT_TILE 256 /* group hashes per tile of the root kernel (a multiple of 4; the 96 MiB

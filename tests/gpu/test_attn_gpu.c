@@ -7,7 +7,7 @@
  * (NaN) on the device before every call, so an element the kernels forget cannot pass.
  *
  * Every test but two runs the implementation cuattn_new() picks (v3 on sm_90, v2
- * elsewhere, unless DASH_CUATTN_IMPL says otherwise; head dims 96 and 256 run v1 either
+ * elsewhere, unless DASH_GPU_IMPL says otherwise; head dims 96 and 256 run v1 either
  * way), so the suite checks whichever is active;
  * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat and
  * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
@@ -16,7 +16,7 @@
 
 #include "gpu_check.h"
 #include "../testutil.h"
-#include "kernels/cuda/attn_cuda.h"
+#include "kernels/cuda/attn_cuda_test.h"
 #include "kernels/attn/ref.h"
 
 #include <CUnit/CUnit.h>
@@ -172,11 +172,18 @@ static struct attn_problem problem_of(const struct shape_case *c)
     return p;
 }
 
+/* Device 0 with the implementation DASH_GPU_IMPL names (v1, v2, v3; unset: the default),
+ * so that scripts/gpu_check_tc.sh can run the suite once per implementation. */
 static struct cuattn *open_device(void)
 {
     struct cuattn *ca = NULL;
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
     CU_ASSERT_FATAL(ca != NULL);
+    const char *impl = getenv("DASH_GPU_IMPL");
+    if (impl && *impl) {
+        CU_ASSERT_FATAL(impl[0] == 'v' && impl[1] >= '1' && impl[1] <= '3' && !impl[2]);
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl[1] - '1'), 0);
+    }
     return ca;
 }
 

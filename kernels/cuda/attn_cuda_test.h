@@ -1,0 +1,31 @@
+/*
+ * attn_cuda_test.h - what only the tests may ask of the CUDA backend (attn_cuda.h): forcing
+ * a mode, pretending to be a smaller GPU, reading back what the last launch did. Not for
+ * dashd or any other caller: these change speed or coverage, never the bits.
+ */
+#ifndef DASH_ATTN_CUDA_TEST_H
+#define DASH_ATTN_CUDA_TEST_H
+
+#include "kernels/cuda/attn_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* For tests: 1 makes every later backward on `a` run the interleaved mode (W virtual SMs
+ * stepped in turn by the CTAs, state in global scratch) whatever the grid; 0 restores the
+ * automatic choice. The bits are the same either way; this lets a test prove it. */
+void cuattn__force_interleaved(struct cuattn *a, int on);
+/* Tests: behave as a GPU with at most `bytes` of shared memory per block would (which
+ * kernels fit, which head dims are served); only ever lowers the device's figure. */
+void cuattn__limit_smem(struct cuattn *a, size_t bytes);
+
+/* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
+ * successful backward on `a`; 0 before any. */
+void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
