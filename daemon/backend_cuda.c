@@ -64,9 +64,9 @@
 
 #define UUID_STR_MAX 48 /* "GPU-" + 36 + NUL */
 
-_Static_assert(CUATTN_IMPL_CUDA_CORES == 0 && CUATTN_IMPL_TENSOR_CORES == 1 &&
-                   CUATTN_IMPL_WGMMA == 2,
-               "dashd --kernels vN names CUATTN_IMPL N - 1");
+_Static_assert(CUATTN_IMPL_CUDA_CORES == 1 && CUATTN_IMPL_TENSOR_CORES == 2 &&
+                   CUATTN_IMPL_WGMMA == 3,
+               "dashd --kernels vN is the CUATTN_IMPL of value N");
 _Static_assert(sizeof(cudaIpcMemHandle_t) == BACKEND_IPC_HANDLE_BYTES,
                "the wire's handle size is cudaIpcMemHandle_t's");
 
@@ -941,7 +941,7 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
         return NULL;
     }
     if (kernels != BACKEND_KERNELS_AUTO && (rc = cuattn_set_impl(c->ca, kernels)) != 0) {
-        snprintf(why, whylen, "--kernels v%d: %s", (int)kernels + 1,
+        snprintf(why, whylen, "--kernels v%d: %s", (int)kernels,
                  rc == -ENOTSUP ? "v3 (wgmma) runs on sm_90 GPUs only" : dash_strerror(rc));
         cuattn_free(c->ca);
         free(c);

@@ -301,7 +301,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (!strcmp(optarg, "auto"))
                 o->kernels = BACKEND_KERNELS_AUTO;
             else if (!strcmp(optarg, "v1") || !strcmp(optarg, "v2") || !strcmp(optarg, "v3"))
-                o->kernels = optarg[1] - '1'; /* CUATTN_IMPL_CUDA_CORES, _TENSOR_CORES, _WGMMA */
+                o->kernels = optarg[1] - '0'; /* CUATTN_IMPL_CUDA_CORES, _TENSOR_CORES, _WGMMA */
             else
                 return bad_value("--kernels", optarg, "auto, v1, v2 or v3");
             break;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check_tc.sh - the GPU attention suite under each kernel implementation: v1 (CUDA
 # cores, DASH_GPU_IMPL=v1), v2 (tensor cores, DASH_GPU_IMPL=v2) and on sm_90 v3 (wgmma,
-# DASH_GPU_IMPL=v3; set IMPLS="0 1 2"), one seed for all.
+# DASH_GPU_IMPL=v3; set IMPLS="1 2 3"), one seed for all.
 #
 #   bash scripts/gpu_check_tc.sh bundle       here (nvcc, no GPU): make the GPU runner and
 #                                             dashd, bundle them into .gpu/ (bin/, lib/)
@@ -44,11 +44,11 @@ echo "seed $DASH_TEST_SEED, suite ${suite:-all}"
 
 logs=$(mktemp -d)
 status=0
-for impl in ${IMPLS:-0 1}; do
-  name=$([ $impl = 0 ] && echo "v1 (CUDA cores)" || echo "v2 (tensor cores)")
-  echo "== DASH_GPU_IMPL=v$((impl + 1)): $name"
+for impl in ${IMPLS:-1 2}; do
+  name=$(case $impl in 1) echo "v1 (CUDA cores)";; 2) echo "v2 (tensor cores)";; *) echo "v3 (wgmma)";; esac)
+  echo "== DASH_GPU_IMPL=v$impl: $name"
   start=$(date +%s)
-  DASH_GPU_IMPL=v$((impl + 1)) DASH_GPU_SUITE=$suite timeout "${T:-280}" "$bin" >"$logs/impl$impl.log" 2>&1
+  DASH_GPU_IMPL=v$impl DASH_GPU_SUITE=$suite timeout "${T:-280}" "$bin" >"$logs/impl$impl.log" 2>&1
   rc=$?
   # the verbose CUnit lines of interest: each test's verdict, failures, and the summary
   grep -E "Test: |FAILED|passed|failed|case [0-9]|differs|rel error|Run Summary|suites|tests  |asserts|seed|device 0" \

@@ -75,9 +75,9 @@ extern "C" {
 struct cuattn;
 
 /* Kernel implementations (see above). */
-#define CUATTN_IMPL_CUDA_CORES 0   /* v1 */
-#define CUATTN_IMPL_TENSOR_CORES 1 /* v2 */
-#define CUATTN_IMPL_WGMMA 2        /* v3: v2 with the backward on Hopper's wgmma (sm_90) */
+#define CUATTN_IMPL_CUDA_CORES 1   /* v1 (the value is the version: one name, vN, throughout) */
+#define CUATTN_IMPL_TENSOR_CORES 2 /* v2 */
+#define CUATTN_IMPL_WGMMA 3        /* v3: v2 with the backward on Hopper's wgmma (sm_90) */
 
 /* Open `device` (a CUDA device ordinal). The implementation starts as v3 on an sm_90 GPU
  * and v2 on others (cuattn_set_impl chooses another). Returns 0 and *ret, or -ENODEV (no

@@ -182,7 +182,7 @@ static struct cuattn *open_device(void)
     const char *impl = getenv("DASH_GPU_IMPL");
     if (impl && *impl) {
         CU_ASSERT_FATAL(impl[0] == 'v' && impl[1] >= '1' && impl[1] <= '3' && !impl[2]);
-        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl[1] - '1'), 0);
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl[1] - '0'), 0);
     }
     return ca;
 }
@@ -554,8 +554,8 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     const int32_t grids[] = {132, 16, 1};
     const int32_t ws[] = {SCHED_W_DEFAULT, 7};
     struct cuattn *ca = open_device();
-    CU_ASSERT_EQUAL(cuattn_set_impl(ca, 3), -EINVAL);
-    CU_ASSERT_EQUAL(cuattn_set_impl(ca, -1), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_set_impl(ca, 4), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_set_impl(ca, 0), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_set_impl(NULL, CUATTN_IMPL_TENSOR_CORES), -EINVAL);
     CU_ASSERT_EQUAL(cuattn_impl(NULL), -EINVAL);
     struct tu_rng r;
