@@ -160,7 +160,7 @@ deps:
 
 # protoc-c writes the C for proto/dash.proto under $(GEN)/proto/; every object waits for it
 # (order-only), since proto/wire.h includes the generated header.
-$(GEN)/proto/dash.pb-c.c $(GEN)/proto/dash.pb-c.h: proto/dash.proto
+$(GEN)/proto/dash.pb-c.c $(GEN)/proto/dash.pb-c.h: proto/dash.proto | deps
 	@mkdir -p $(GEN)
 	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=$(GEN) $<
@@ -177,17 +177,19 @@ $(GEN)/buildid.h: FORCE
 FORCE:
 
 # audit.proto imports proto/dash.proto (paths from the repository root).
-$(GEN)/proto/audit.pb-c.c $(GEN)/proto/audit.pb-c.h: proto/audit.proto proto/dash.proto
+$(GEN)/proto/audit.pb-c.c $(GEN)/proto/audit.pb-c.h: proto/audit.proto proto/dash.proto | deps
 	@mkdir -p $(GEN)
 	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=$(GEN) $<
 
-$(BUILD)/obj/%.o: %.c | $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/buildid.h $(INC_STAMPS)
+# Every compile waits for deps (order-only): with make -j, the packages it installs and the
+# pkg-config flags read after it must be there before the first compile starts.
+$(BUILD)/obj/%.o: %.c | deps $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/buildid.h $(INC_STAMPS)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu | $(INC_STAMPS)
+$(BUILD)/obj/%.cu.o: %.cu | deps $(INC_STAMPS)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@

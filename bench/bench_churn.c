@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * bench_churn.c - dashd under churn: clients quitting mid-request while others ping, for
  * minutes (tests/churn.h says what each does). Issue 14's check that no request is left

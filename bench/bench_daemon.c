@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * bench_daemon.c - what a request through dashd costs: the round trip of a Ping and of a
  * tiny forward and backward through the daemon, set beside the same forward and backward

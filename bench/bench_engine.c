@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * bench_engine.c - CPU throughput of the attention engine (kernels/cpu/engine.h), written up
  * as a Markdown report.

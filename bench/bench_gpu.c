@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * bench_gpu.c - forward and backward TFLOPS of our CUDA kernels (kernels/cuda/attn_cuda.h) for
  * every schedule, at the shapes of the anchors (bf16, 16384 tokens per batch, heads *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * bench_gpu_daemon.c - what serving through dashd costs on the GPU: the same forward and
  * backward (bf16, hdim 128, 16 heads, causal and full, 16384 tokens) timed through a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * bench_gpu_handoff.c - what passing GPU work between two processes costs, apart from
  * dashd: the floor under the daemon's per-op overhead (issue 4's "within 3%" target).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * benchmeta.c - the metadata block every benchmark report starts with: CPU model, load
  * average, git commit, command line. See benchmeta.h.

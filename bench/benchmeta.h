@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * benchmeta.h - what every benchmark report records about where and how it ran, so a
  * figure in bench/results/ can be traced to a machine, a commit and a command.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * benchrng.h - the inputs the benchmarks time on: random normal values (never zeros, which
  * can run faster than real data), from a seed so a run can be repeated.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """gpu_ab.py - compare bench_gpu builds measured in one run (scripts/gpu_ab.sh): per shape,
 each build's atomic backward, its best deterministic schedule and their ratio, as Markdown,
 and whether its deterministic schedules repeated their bits and computed the same bits as

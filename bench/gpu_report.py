@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """gpu_report.py - join bench_gpu's JSON (ours) and sdpa_peers.py's JSON (PyTorch, same
 run, same GPU) into the Markdown report kept in bench/results/.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_train_step.sh - a training step of examples/train_tiny_gpt.py with its attention
 # through dashd (dash_attn, stream-ordered) against the same model with PyTorch SDPA in
 # process, on the GPU, in one run; then the two-trainings reproducibility script. Writes a

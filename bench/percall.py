@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """percall.py - what one attention call costs the caller, through dashd and in process.
 
 A host-bound loop (the shape of issue 20: causal, bf16, batch 8, seqlen 1024, 12 heads, head

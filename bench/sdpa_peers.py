@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sdpa_peers.py - the peers of `bench_gpu`, measured in the same run on the same GPU:
 PyTorch's scaled_dot_product_attention with its flash (FA2) and cuDNN backends, forward
 and backward TFLOPS, and whether two identical backwards give identical gradient bits.

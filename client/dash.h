@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dash.h - libdash, the client library of dashd: attention forward and backward computed by
  * a daemon, on tensors that live in memory this process shares with it: POSIX shared

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dash_cuda.c - CUDA buffers: a view of the caller's cudaMalloc memory, shared with the
  * daemon by CUDA IPC handle.

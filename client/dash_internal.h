@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dash_internal.h - what the files of libdash share; not installed, not for users.
  *

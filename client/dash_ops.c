@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dash_ops.c - forward and backward: tensor helpers, argument checks, the Forward/Backward
  * messages, and tickets.

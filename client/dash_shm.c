@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dash_shm.c - buffers: POSIX shared-memory objects the daemon maps too, and what every
  * kind of buffer shares (registering, freeing; dash_cuda.c makes the CUDA ones).

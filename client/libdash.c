@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * libdash.c - the client's connection to dashd: the DEALER socket, the table of requests in
  * flight, the session state machine that survives daemon restarts, and waiting.

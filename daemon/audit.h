@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * audit.h - dashd's audit log: one record per Forward/Backward, appended by a writer
  * thread to a file of CRC-checked frames (proto/auditfile.h; docs/audit.md).

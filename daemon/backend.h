@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * backend.h - what the daemon needs from whatever computes attention.
  *

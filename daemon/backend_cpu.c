@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * backend_cpu.c - the CPU engine (kernels/cpu/engine.h) as a dashd backend.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * backend_cuda.c - the CUDA kernels (kernels/cuda/attn_cuda.h) as a dashd backend, and the
  * daemon's table of CUDA IPC mappings.

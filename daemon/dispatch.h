@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dispatch.h - requests to replies: the daemon's protocol logic on the loop thread.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * evring.h - a session's interprocess events (CUDA backend): the event handles a client
  * registered (RegisterEvents), opened by the backend, in registration order.

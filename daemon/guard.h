@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * guard.h - run code that touches client shared memory without letting a SIGBUS kill us.
  *

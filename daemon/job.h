@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * job.h - one Forward or Backward on its way through the worker.
  *

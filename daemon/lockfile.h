@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * lockfile.h - what keeps a second dashd off an ipc:// endpoint, and keeps other users
  * from keeping dashd off it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * log.h - the daemon's leveled log: one line per event on stderr,
  * "<ISO 8601 UTC time> <level> <message>".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * main.c - dashd's command line, start-up and shutdown.
  *

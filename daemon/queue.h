@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * queue.h - the bounded work queue between the event loop and the one worker thread.
  *

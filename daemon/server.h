@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * server.h - the transport: the ROUTER side of ZeroMQ's wire protocol (ZMTP 3.x, NULL
  * mechanism) on libuv streams, on the loop thread.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * session.h - client sessions: who is connected, their buffers, their counters.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * shmbuf.c - see shmbuf.h.
  */

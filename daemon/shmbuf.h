@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * shmbuf.h - a client's registered buffer: POSIX shared memory opened and mapped once, or
  * (CUDA backend) a view into a CUDA IPC mapping that the backend opened.

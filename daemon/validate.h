@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * validate.h - checking a Forward or Backward request before any memory is touched.
  *

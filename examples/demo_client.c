@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * demo_client.c - what `make demo` runs against a live dashd: a client that puts random
  * bf16 attention inputs in shared memory, asks the daemon for the forward and the
@@ -67,6 +68,17 @@ static const char *sched_name(enum dash_schedule s)
 
 int main(int argc, char **argv)
 {
+    if (argc > 2 || (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))) {
+        int help = argc == 2;
+        fprintf(help ? stdout : stderr,
+                "Usage: demo_client [ENDPOINT]\n"
+                "Asks a running dashd (at ENDPOINT, default: where dashd listens by default)\n"
+                "for a forward and a backward on random bf16 inputs in shared memory, checks\n"
+                "them against a float64 reference (and, on the CPU engine, bit for bit\n"
+                "against this process), and repeats the backward to show the same bits.\n"
+                "Exit status 0 when every check passes.\n");
+        return help ? 0 : 2;
+    }
     const char *endpoint = argc > 1 ? argv[1] : NULL;
     struct dash_connect_opts opts = {.client_name = "demo_client", .run_tag = "make-demo",
                                      .timeout_ms = 10000};

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # repro_two_trainings.sh - the promise end to end. Two trainings of examples/train_tiny_gpt.py
 # share one GPU (or the CPU engine) through one dashd that keeps an audit log; the pair is
 # run twice with a deterministic schedule and twice with "atomic". It prints whether each

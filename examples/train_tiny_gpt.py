@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """train_tiny_gpt.py - a small causal transformer whose attention goes through dashd.
 
     python3 examples/train_tiny_gpt.py --steps 20 --seqlen 1024 --device cuda

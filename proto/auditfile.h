@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * auditfile.h - the audit log's file format: frames, and a reader that classifies every
  * byte of a file (docs/audit.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * crc32c.c - see crc32c.h. A byte-at-a-time table: the audit writer checksums a few
  * kilobytes per record, far below what would make a faster method matter.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * crc32c.h - CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of the
  * audit log's frames: chosen over CRC-32 for its better error detection on the short

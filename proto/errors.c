@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * errors.c - messages for the codes in errors.h, generated from the same table.
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * wire.c - decoding with a budget, encoding, the default endpoint, and the rules that say
  * whose daemon may be behind an endpoint.

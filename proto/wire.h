@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * wire.h - what dashd and libdash share about the wire besides the schema: the protocol
  * version, size limits, the default endpoint and who may be behind it, and protobuf-c

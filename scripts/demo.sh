@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # demo.sh - what `make demo` runs: start dashd on a private endpoint (the GPU when one is
 # usable, else the CPU engine), run the example client against it, stop the daemon.
 set -euo pipefail

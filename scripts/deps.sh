@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # deps.sh - make sure the Debian packages the build needs are installed.
 #   scripts/deps.sh [--gpu]   check; as root install what is missing, otherwise print the
 #                             one apt-get line to run and exit 1.

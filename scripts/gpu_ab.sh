@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_ab.sh - on the GPU machine: several bench_gpu builds (say, one with a -D knob) in one
 # run, taking turns per shape so that drift falls on all alike, then bench/gpu_ab.py's table.
 # Everything goes to ONE file, $OUT/ab.md (the device tool returns at most 8 files, and a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_bench.sh - run on the GPU machine (the device tool's `run`, after bundle.sh): our
 # kernels and PyTorch's SDPA peers in one run, joined into one Markdown report under $OUT.
 #   bash scripts/gpu_bench.sh COMMIT [--quick]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_check_tc.sh - the GPU attention suite under each kernel implementation: v1 (CUDA
 # cores, DASH_GPU_IMPL=v1), v2 (tensor cores, DASH_GPU_IMPL=v2) and on sm_90 v3 (wgmma,
 # DASH_GPU_IMPL=v3; set IMPLS="1 2 3"), one seed for all.

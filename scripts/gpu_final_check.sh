@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_final_check.sh - on the GPU machine (device tool, carrying .gpu): every GPU suite,
 # the Python binding's GPU tests, the daemon benchmark at 4k without and with auditing,
 # and compute-sanitizer (scripts/gpu_sanitize.sh). Prints a summary; the logs end up in

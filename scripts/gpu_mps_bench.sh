@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_mps_bench.sh - on a GPU machine: what handing work between processes costs with and
 # without NVIDIA MPS (docs/mps.md). Runs bench_gpu_handoff (two plain processes, no dashd)
 # and bench_gpu_daemon (dashd vs the kernels in process, without and with auditing) first

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_ncu_fwd.sh - on the GPU machine (device tool, carrying .gpu): Nsight Compute on the
 # v2 forward (attn_fwd_tc) at seqlen 4k, hdim 64 and 128: throughput, occupancy, pipe
 # use and the stall reasons per issued instruction. One log per shape under $OUT; the

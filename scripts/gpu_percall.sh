@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_percall.sh - on the GPU machine (device tool, carrying .gpu): what a call costs the
 # caller (bench/percall.py: dash_attn beside PyTorch SDPA in process, host-bound loop) and
 # a training step of examples/train_tiny_gpt.py at the two models of issue 20, attention

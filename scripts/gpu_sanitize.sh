@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_sanitize.sh - compute-sanitizer on the GPU suites' sanitizer targets: memcheck,
 # racecheck and synccheck on test_attn_gpu_small_shapes_for_sanitizers (every kernel
 # implementation, head dims 64/96/128/256, every schedule, persistent and interleaved

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * churn.h - clients that quit mid-request while others ping: the load under which a lost
  * wake-up would leave a request unanswered (issue 14, item 1). Used by the server suite

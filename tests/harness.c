@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * harness.c - starting and stopping a real dashd, and a raw protocol client; see harness.h.
  */
@@ -119,7 +120,12 @@ int dashd_stop(struct dashd_proc *d)
         int status;
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
             d->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            if (rc == 0)
+                unlink(d->log_path); /* a clean stop: nothing to look at */
+            else
+                fprintf(stderr, "\n  dashd exited with %d; its log: %s", rc, d->log_path);
+            return rc;
         }
         sleep_ms(10);
     }

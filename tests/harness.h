@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * harness.h - a real dashd for the integration suites: started from build/ on a fresh
  * temporary ipc:// endpoint, stopped with SIGTERM (or killed), its stderr kept in a log
@@ -32,7 +33,8 @@ int dashd_start_limited(struct dashd_proc *d, const char *extra, long nofile_sof
 int dashd_restart(struct dashd_proc *d);
 
 /* SIGTERM and wait; returns the exit status (or -1 if it did not exit within 10 s, in
- * which case it is killed). */
+ * which case it is killed). The log is removed after a clean exit (status 0), and its path
+ * printed otherwise. */
 int dashd_stop(struct dashd_proc *d);
 
 /* SIGKILL and reap. */

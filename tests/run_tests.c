@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * run_tests.c - the CUnit runner for every CPU suite. `test_dash [suite...]` runs the
  * named suites only. Exit status 0 when every test passed. The CUnit summary is the last
@@ -24,6 +25,18 @@ static const struct {
 
 int main(int argc, char **argv)
 {
+    for (int a = 1; a < argc; a++) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
+            known |= strcmp(argv[a], suites[i].name) == 0;
+        if (!known) {
+            fprintf(stderr, "test_dash: no suite named '%s'; the suites are:", argv[a]);
+            for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
+                fprintf(stderr, " %s", suites[i].name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+    }
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

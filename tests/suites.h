@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * suites.h - the CUnit suites of the test runner (tests/run_tests.c), one per module.
  * Each suite_<module>() registers its tests and returns 0, or -1 if CUnit failed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_audit.c - the audit log end to end on the CPU backend: a real dashd with --audit,
  * a real client (libdash) running a small "training script", and `dashctl audit` on the

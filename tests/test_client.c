@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_client.c - libdash without a daemon: argument checks that fail before anything is
  * sent, connecting to an endpoint where nobody listens, the tensor helpers, the error table

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_dag.c - the DAG model against the paper's closed forms, its deadlock detection,
  * its DOT output, and the `auto` rule.

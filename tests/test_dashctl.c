@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_dashctl.c - the dashctl binary, run as a user runs it: exit statuses, what goes to
  * stdout, and, for `dashctl sched`, that the numbers it prints are the DAG model's own

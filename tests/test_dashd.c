@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_dashd.c - a real dashd, spoken to over the raw wire protocol: every kind of bad
  * input gets a clear error reply and the daemon goes on serving everyone else. Also the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_digest.c - the tensor digest (kernels/digest/digest.h): its definition, and the XXH64
  * that the GPU side uses (kernels/digest/xxh64.h) against libxxhash.

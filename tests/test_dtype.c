@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_dtype.c - fp16/bf16 conversions: exact round trips for every 16-bit pattern, and
  * round-to-nearest-even against the compiler's own _Float16 on random and edge values.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_endpoint.c - whose daemon a client talks to, and who can keep dashd from starting
  * (issue 14, item 5). Real processes only: a second Unix user is a forked child that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_engine.c - the CPU engine against the float64 reference, and its determinism as
  * bytes: every deterministic schedule gives identical dQ/dK/dV for 1..8 threads and on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_errors.c - the error table: every code has a distinct value, a name and a message.
  */

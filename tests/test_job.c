@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_job.c - moving tensors between client memory and the backend (daemon/job.c), with
  * a fake backend that copies inputs to outputs so every byte can be traced: strided and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_libdash.c - libdash against a real dashd: several client processes at once, each
  * getting the in-process engine's bits; 64 requests in flight; a daemon that restarts (or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_sched.c - properties of the schedule library (kernels/sched/sched.h), each checked over
  * every small shape rather than a few examples: visits cover the mask exactly once, ranks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_server.c - the transport (daemon/server.c) against a real dashd: what hostile or
  * careless peers do to it, with raw ZMTP peers where a libzmq socket would not misbehave

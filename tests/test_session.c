@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_session.c - the session table (daemon/session.c): sessions found by routing id,
  * session and buffer ids never reused, a buffer id valid only in the session that

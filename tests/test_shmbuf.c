@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_shmbuf.c - client shared memory in the daemon (daemon/shmbuf.c) and the SIGBUS
  * guard around every access to it (daemon/guard.c): names are checked, sizes must fit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_validate.c - the daemon's request validation (daemon/validate.c): every rule of the
  * table in docs/protocol.md, each with a request that must be refused with the right code

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_wire.c - the shared wire helpers: messages survive a round trip; random, truncated
  * and oversized inputs are refused without crashing; decoding respects its memory budget;

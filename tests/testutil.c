@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * testutil.c - helpers for the suites; see testutil.h.
  */

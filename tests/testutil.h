@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * testutil.h - what the test suites share: fresh random inputs, poisoned outputs,
  * conversions to double, and running the programs under test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl.h - the commands of dashctl (client/dashctl/dashctl.c dispatches to them).
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl_audit.c - `dashctl audit`: read dashd's audit logs (docs/audit.md) offline.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl_daemon.c - what the dashctl commands that talk to dashd (ping, stats, status) share:
  * option errors in the house format, the endpoint, connecting without a session, and

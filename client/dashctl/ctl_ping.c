@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl_ping.c - `dashctl ping`: N round trips to dashd, each printed as it comes back, then
  * one summary line. Pings need no session, so this works against a daemon whatever its

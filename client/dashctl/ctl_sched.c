@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl_sched.c - `dashctl sched`: what each backward-pass schedule does on one shape, and
  * how long the DAG model of kernels/sched/dag.h says it takes. Offline: no daemon is involved.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl_stats.c - `dashctl stats`: the daemon's counters, and one row per client session.
  *

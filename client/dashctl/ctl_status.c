@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ctl_status.c - `dashctl status`: is dashd up, and how is it doing, in one paragraph.
  *

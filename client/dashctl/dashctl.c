@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dashctl.c - the command-line tool: `dashctl <command> [options]`.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # setup.py - only here to put the libdash.so that `make` built (../../build/libdash.so.0, or
 # $DASH_LIBDASH) into the package when one exists, so that `pip install ./client/python`
 # after `make` gives a package that works without setting DASH_LIBRARY. Nothing is

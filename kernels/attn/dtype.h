@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dtype.h - storage types of attention tensors and their conversions to and from fp32.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * problem.h - what every implementation of attention is asked: the problem (shapes, dtype,
  * mask, scale), the tensors (strided views in flash-attn's (batch, seqlen, heads, head_dim)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ref.c - the float64 reference. Deliberately the simplest correct code: one query row at
  * a time, the full row of scores, no tiling, no online softmax.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * ref.h - naive float64 attention, the yardstick for the engine and the GPU kernels.
  *

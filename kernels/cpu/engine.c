@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * engine.c - the CPU engine's API: engine lifetime, argument validation, schedule
  * resolution, the parallel-for helper, and the forward pass.

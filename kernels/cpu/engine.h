@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * engine.h - the CPU attention engine: forward (O, LSE) and backward (dQ, dK, dV).
  *

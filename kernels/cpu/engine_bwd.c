@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * engine_bwd.c - the CPU engine's backward pass, run as the schedule prescribes.
  *

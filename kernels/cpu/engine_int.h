@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * engine_int.h - what engine.c (API, validation, forward) and engine_bwd.c (backward)
  * share. Not a public header.

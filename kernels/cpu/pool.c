@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * pool.c - worker threads parked on a condition variable. Each region has a generation
  * number; a worker runs the region whose generation it has not seen yet, then counts

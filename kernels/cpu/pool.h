@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * pool.h - a fixed set of worker threads that run one parallel region at a time.
  *

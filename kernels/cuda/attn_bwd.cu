@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_bwd.cu - the backward kernels, run in the order the schedule (kernels/sched/sched.h)
  * prescribes.

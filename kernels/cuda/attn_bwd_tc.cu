@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_bwd_tc.cu - v2 and v3 of the backward kernels. v3 (sm_90 only; its own section
  * below) keeps everything of v2's described here but the products and the dQ hand-off of

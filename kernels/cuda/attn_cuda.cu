@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_cuda.cu - the CUDA backend's host side: device and stream, argument validation
  * (the CPU engine's rules plus the kernels' limits), schedule resolution, grow-only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_cuda.h - the CUDA attention backend: forward (O, LSE) and backward (dQ, dK, dV) on
  * one GPU, with the same API structs, masks, GQA mapping and schedules as the CPU engine

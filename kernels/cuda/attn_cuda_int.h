@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_cuda_int.h - what the CUDA backend's files share: the launch parameter structs,
  * the launchers of attn_fwd.cu and attn_bwd.cu (v1, CUDA cores) and of attn_fwd_tc.cu and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_cuda_test.h - what only the tests may ask of the CUDA backend (attn_cuda.h): forcing
  * a mode, pretending to be a smaller GPU, reading back what the last launch did. Not for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_fwd.cu - the forward kernel: one CTA per (q-tile m, batch*head), 256 threads.
  *

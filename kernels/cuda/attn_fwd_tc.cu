@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_fwd_tc.cu - v2 of the forward kernel: tensor cores (mma.sync m16n8k16, fp16/bf16
  * inputs, fp32 accumulators), one CTA of 128 threads (4 warps) per (128-row q-tile,

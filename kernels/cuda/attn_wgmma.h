@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_wgmma.h - Hopper (sm_90a) warpgroup products for the v3 backward: shared-memory
  * tiles in the 128-byte swizzled layout, their matrix descriptors, and wgmma.mma_async

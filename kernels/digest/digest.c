@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * digest.c - see digest.h. Leaves, groups and the root are hashed as they complete: a
  * group collects up to 64 leaf hashes, and each finished group's hash is fed into a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * digest.h - the 64-bit digest of a tensor's bytes, identical on the CPU (this file,
  * libxxhash) and on the GPU (digest_cuda.h): what the audit log records so that two runs

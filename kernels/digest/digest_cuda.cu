@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * digest_cuda.cu - see digest_cuda.h. The definition is digest.h's; XXH64 is xxh64.h's,
  * checked against libxxhash by the tests.

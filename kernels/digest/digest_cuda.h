@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * digest_cuda.h - the digests of kernels/digest/digest.h computed on the GPU, for tensors in
  * device memory: the same value as digest_strided() on a host copy of the same bytes.

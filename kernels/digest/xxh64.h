@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * xxh64.h - XXH64 (the 64-bit xxHash, as specified by its reference documentation) as
  * inline functions for host and device code.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dag.c - evaluating the DAG model by discrete-event simulation.
  *

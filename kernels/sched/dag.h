@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * dag.h - the DASH paper's DAG model of the attention backward, and the `auto` rule.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * sched.c - the host-only part of the schedule library: validating a shape into a
  * struct sched, and the names of schedules and masks. The schedule functions themselves

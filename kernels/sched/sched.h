@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * sched.h - backward-pass schedules: who visits which dQ tile when, and in which order the
  * partial sums of each dQ tile are added.

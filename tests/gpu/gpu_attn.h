@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_attn.h - the CUDA attention suite of the GPU runner (tests/gpu/test_attn_gpu.c).
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_audit.h - suite gpu_audit: dashd --backend cuda with an audit log
  * (tests/gpu/test_audit_gpu.c).

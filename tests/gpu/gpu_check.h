@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_check.h - CUDA_OK(call) for the GPU suites: a CUDA call that must succeed, failing
  * the test (fatally) with the call, the line and CUDA's error string otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_dashd.h - the end-to-end suite of the GPU runner: dashd --backend cuda serving CUDA
  * buffers through libdash (tests/gpu/test_dashd_gpu.c).

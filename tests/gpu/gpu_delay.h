@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_delay.h - deliberately slow kernels for the tests: a producer that waits on the
  * GPU's clock and only then copies (work queued behind it on a stream is provably still

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_digest.h - suite gpu_digest: the GPU digests against the CPU's
  * (tests/gpu/test_digest_gpu.c).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_sched.h - host entry points of tests/gpu/test_sched_device.cu, callable from C.
  */

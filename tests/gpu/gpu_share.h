@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_share.h - suite gpu_share: the backward kernels while other work holds SMs
  * (tests/gpu/test_share_gpu.c).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * run_gpu_tests.c - the CUnit runner for GPU suites (`make test-gpu`). Without a usable
  * CUDA device it says so and exits 0 having run nothing; CI has no GPU.

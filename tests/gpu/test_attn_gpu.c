@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_attn_gpu.c - the CUDA attention backend (kernels/cuda/attn_cuda.h) against the float64
  * reference, and its determinism as bytes: every deterministic schedule gives identical

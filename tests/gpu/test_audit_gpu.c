@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_audit_gpu.c - the audit log on the GPU: dashd --backend cuda --audit-level all,
  * a client on device buffers (libdash, stream-ordered and blocking calls). The digests the

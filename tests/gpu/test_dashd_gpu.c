@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_dashd_gpu.c - dashd on the GPU, end to end: a real `dashd --backend cuda` (harness.c)
  * serving this process and its children through libdash's CUDA buffers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_digest_gpu.c - digests computed on the GPU (kernels/digest/digest_cuda.h) equal the CPU's
  * (kernels/digest/digest.h, libxxhash) for the same bytes: random tensors of odd sizes (below,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_sched_device.cu - the schedule library compiled as CUDA device code: one thread per
  * job walks the job exactly as a backward kernel will, so the test can compare every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_share_gpu.c - the deterministic backward when other work holds SMs.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """dash_attn - deterministic attention served by dashd, for PyTorch and NumPy.
 
     import dash_attn

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """One connection to dashd, and the two ways tensors reach it.
 
 CUDA tensors (torch) are passed in place: each tensor's allocation is registered once

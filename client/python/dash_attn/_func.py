@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """flash_attn_func: flash-attn's call, differentiable, computed by dashd."""
 import math
 

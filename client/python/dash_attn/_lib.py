@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ctypes declarations of libdash (client/dash.h), and where to find the library.
 
 The library is $DASH_LIBRARY when that is set (an error if it cannot be loaded); otherwise

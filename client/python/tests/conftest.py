@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A real dashd for the tests: started from the build directory on a fresh ipc://
 endpoint, CPU backend unless DASH_TEST_BACKEND says otherwise, stopped with SIGTERM.
 The dashd binary: $DASHD, else build/dashd of this checkout."""

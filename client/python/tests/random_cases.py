@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Random calls of flash_attn_func checked against float64: shapes drawn around the tile
 edges (1, 2, 63-65, 127, 129 and anything up to max_seqlen), GQA/MQA, seqlen_q !=
 seqlen_k, causal or not, every head dim and deterministic schedule, a softmax scale or

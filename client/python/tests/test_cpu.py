@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """dash_attn on the CPU engine through a real dashd: values against a float64 reference,
 gradients against PyTorch autograd of the same attention in float64, bitwise repeats,
 numpy and torch inputs, the audit tag, and every error path a user can hit. Inputs are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """dash_attn on the GPU through a real `dashd --backend cuda` (DASH_TEST_BACKEND=cuda, as
 `make test-gpu` sets it): values and gradients against PyTorch's math attention in
 float64, bitwise repeats, tensors that are pieces of the caching allocator's blocks and
