@@ -716,7 +716,9 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
     r.mask = p->prob.mask == SCHED_MASK_CAUSAL ? DASH__MASK__CAUSAL : DASH__MASK__FULL;
     r.scale = p->prob.scale;
     if (j->rc == 0) {
-        r.has_schedule = r.has_wave = r.has_block_m = r.has_block_n = 1;
+        /* a forward has no backward schedule nor wave: only its tile sizes are recorded */
+        r.has_schedule = r.has_wave = p->backward;
+        r.has_block_m = r.has_block_n = 1;
         r.schedule = proto_schedule(j->used.sched);
         r.wave = j->used.w;
         r.block_m = j->used.block_m;

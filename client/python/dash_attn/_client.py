@@ -191,9 +191,11 @@ class Client:
                                  label.encode() if label else None)
         self._check(rc)
 
-    def _record(self, res):
+    def _record(self, res, backward):
+        # a forward has no backward schedule (nor a wave): None, not what the wire carries
         self.last_result = {
-            "schedule": _lib.SCHEDULE_NAMES.get(res.schedule, "?"), "wave": res.wave,
+            "schedule": _lib.SCHEDULE_NAMES.get(res.schedule, "?") if backward else None,
+            "wave": res.wave if backward else None,
             "block_m": res.block_m, "block_n": res.block_n, "queue_us": res.queue_us,
             "run_us": res.run_us, "backend": res.backend.decode(errors="replace"),
         }
@@ -232,7 +234,7 @@ class Client:
             self._check(_lib.dash_forward_stream(self._c, ctypes.byref(attn),
                                                  *[ctypes.byref(x) for x in ts],
                                                  ctypes.c_void_p(stream), ctypes.byref(res)))
-            self._record(res)
+            self._record(res, False)
         return out, lse
 
     def _backward_cuda(self, dout, q, k, v, out, lse, attn):
@@ -249,7 +251,7 @@ class Client:
             self._check(_lib.dash_backward_stream(self._c, ctypes.byref(attn),
                                                   *[ctypes.byref(x) for x in ts],
                                                   ctypes.c_void_p(stream), ctypes.byref(res)))
-            self._record(res)
+            self._record(res, True)
         return dq, dk, dv
 
     # ---- CPU: through shared memory -------------------------------------------------------
@@ -316,7 +318,7 @@ class Client:
                 rc = _lib.dash_forward(self._c, ctypes.byref(attn),
                                        *[ctypes.byref(x) for x in ts], ctypes.byref(res))
             self._check(rc)
-            self._record(res)
+            self._record(res, backward)
             for x, o in zip(outs, offs[len(ins):]):
                 ctypes.memmove(self._addr(x), base + o, self._nbytes(x))
         return outs

@@ -107,7 +107,9 @@ def test_numpy_forward_and_backward(client):
     assert lse.shape == (1, 2, 50) and lse.dtype == np.float32
     ref = ref_attention(*(torch.from_numpy(x).double() for x in (q, k, v)), False)
     assert rel(out, ref) < 1e-5
+    assert dash_attn.last_result()["schedule"] is None  # a forward has none
     dq, dk, dv = dash_attn.backward(dout, q, k, v, out, lse)
+    assert dash_attn.last_result()["schedule"] is not None
     q64, k64, v64 = (torch.from_numpy(x).double().requires_grad_() for x in (q, k, v))
     ref_attention(q64, k64, v64, False).backward(torch.from_numpy(dout).double())
     assert rel(dq, q64.grad) < 1e-4 and rel(dk, k64.grad) < 1e-4 and rel(dv, v64.grad) < 1e-4
@@ -236,6 +238,11 @@ def test_audit_tag_reaches_the_log_for_forward_and_backward():
     assert all("py-audit" in l and "run=tagged" in l and "step=7" in l and "label=blk3.attn" in l
                for l in lines)
     assert "forward" in lines[0] and "backward" in lines[1]
+    # a forward has no backward schedule: the record carries none, the summary says "-"
+    summary = subprocess.run([dashctl_path(), "audit", "summary", log], capture_output=True,
+                             text=True, check=True).stdout
+    fwd = [l for l in summary.splitlines() if l.lstrip().startswith("forward")]
+    assert fwd and all("ascending" not in l for l in fwd), summary
 
 
 def test_a_daemon_crash_and_restart_is_transparent():
