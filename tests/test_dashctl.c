@@ -110,6 +110,10 @@ static void test_dashctl_version_help_and_unknown_command(void)
     free(out);
     CU_ASSERT_EQUAL(dashctl_run("2>/dev/null", &out), 2);
     free(out);
+    /* help after a subcommand is help, not a file name */
+    CU_ASSERT_EQUAL(dashctl_run("audit summary --help", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "dashctl audit summary"));
+    free(out);
 }
 
 static void test_dashctl_sched_prints_every_schedule(void)

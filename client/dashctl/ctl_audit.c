@@ -819,10 +819,12 @@ int ctl_audit(int argc, char **argv)
     if (argc < 2)
         return ctl__usage_error("audit", "missing subcommand: dump, verify, diff or summary");
     const char *sub = argv[1];
-    if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-        fputs(usage_text, stdout);
-        return CTL_EXIT_OK;
-    }
+    /* `dashctl audit SUB --help` too: the one usage covers every subcommand */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        }
     if (!strcmp(sub, "dump"))
         return cmd_dump(argc - 1, argv + 1);
     if (!strcmp(sub, "verify"))
