@@ -96,16 +96,6 @@ static void find_mem_range(void)
     }
 }
 
-/* The same text dashd compares against: "GPU-" and the 16 bytes as 8-4-4-4-12 hex. */
-static void format_uuid(const cudaUUID_t *u, char buf[DASH__UUID_MAX])
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(buf, DASH__UUID_MAX,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
-}
-
 /* Fill b's handle, UUID and alloc_offset for [dev_ptr, dev_ptr + size) on `device`, which
  * is current. */
 static int describe(struct dash_buffer *b, int device)
@@ -129,7 +119,7 @@ static int describe(struct dash_buffer *b, int device)
         return DASH_ENOGPU;
     }
     memcpy(b->ipc_handle, &h, sizeof h);
-    format_uuid(&prop.uuid, b->device_uuid);
+    wire_format_uuid((const unsigned char *)prop.uuid.bytes, b->device_uuid);
     b->alloc_offset = off;
     return 0;
 }
@@ -383,7 +373,7 @@ static int events_make(struct dash_client *c, int device)
         free(e);
         return DASH_ENOGPU;
     }
-    format_uuid(&prop.uuid, e->device_uuid);
+    wire_format_uuid((const unsigned char *)prop.uuid.bytes, e->device_uuid);
     c->events = e;
     for (int i = 0; i < DASH__EVENT_RING; i++) {
         cudaEvent_t ev;

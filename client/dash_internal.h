@@ -69,7 +69,7 @@
 #define DASH__NT_MAX 9 /* tensors of a backward */
 #define DASH__NAME_MAX 255 /* client name and run tag, bytes */
 #define DASH__IPC_HANDLE_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
-#define DASH__UUID_MAX 48 /* "GPU-" + 36 characters + NUL */
+#define DASH__UUID_MAX WIRE_UUID_MAX /* "GPU-" + 36 characters + NUL */
 #define DASH__EVENT_RING 16 /* interprocess events per client (2 per stream-ordered op) */
 #define DASH__VIEW_CACHE 64 /* whole-allocation registrations kept by dash_cuda_view() */
 /* Semaphore slots per client (stream-ordered ops in flight without a round trip); a slot

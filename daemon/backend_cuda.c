@@ -52,6 +52,7 @@
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/digest_cuda.h"
 #include "proto/errors.h"
+#include "proto/wire.h"
 
 #include <cuda.h> /* types only (CUresult, CUdeviceptr): nothing here links libcuda */
 #include <cuda_runtime_api.h>
@@ -63,7 +64,6 @@
 #include <strings.h>
 #include <time.h>
 
-#define UUID_STR_MAX 48 /* "GPU-" + 36 + NUL */
 
 _Static_assert(CUATTN_IMPL_CUDA_CORES == 1 && CUATTN_IMPL_TENSOR_CORES == 2 &&
                    CUATTN_IMPL_WGMMA == 3,
@@ -107,7 +107,7 @@ struct cuda {
     struct cuattn *ca;
     int device;
     int32_t sms;
-    char uuid[UUID_STR_MAX];
+    char uuid[WIRE_UUID_MAX];
     mem_range_fn mem_range;
     pointer_attr_fn pointer_attr; /* NULL if the driver lacks it: a second opinion only */
     struct cuda_map *maps; /* loop thread only */
@@ -129,17 +129,6 @@ struct cuda {
     write_value_fn write_value;
     cudaStream_t release_stream;
 };
-
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it; libdash sends
- * the same. */
-static void format_uuid(const cudaUUID_t *u, char buf[UUID_STR_MAX])
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(buf, UUID_STR_MAX,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
-}
 
 /* Why the CUDA runtime cannot be used, in words. */
 static void describe_init_error(cudaError_t err, char *buf, size_t len)
@@ -962,7 +951,7 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     c->pointer_attr = (pointer_attr_fn)attr_fn;
     find_stream_memops(c);
     (void)cuattn_device(c->ca, NULL, 0, &c->sms);
-    format_uuid(&prop.uuid, c->uuid);
+    wire_format_uuid((const unsigned char *)prop.uuid.bytes, c->uuid);
 
     struct backend *b = &c->base;
     b->name = "cuda";

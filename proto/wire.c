@@ -428,3 +428,12 @@ int wire_peer_check(const char *peer_address, const char *endpoint, int64_t owne
                endpoint, user_text(uid, who, sizeof who), (long long)pid, (unsigned)geteuid(),
                own, (long long)uid);
 }
+
+void wire_format_uuid(const unsigned char bytes[16], char buf[WIRE_UUID_MAX])
+{
+    const unsigned char *b = bytes;
+    snprintf(buf, WIRE_UUID_MAX,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}

@@ -38,6 +38,12 @@ int wire_default_endpoint(char *buf, size_t len);
 #define WIRE_SYSTEM_ENDPOINT "ipc:///run/dashd/dashd.sock"
 int wire_client_endpoint(char *buf, size_t len);
 
+/* The text by which the wire names a GPU (RegisterBuffer.device_uuid, RegisterEvents, the
+ * device in audit records): "GPU-" and the 16 bytes of its UUID as 8-4-4-4-12 hex digits, as
+ * nvidia-smi -L prints it. buf holds WIRE_UUID_MAX bytes. */
+#define WIRE_UUID_MAX 48
+void wire_format_uuid(const unsigned char bytes[16], char buf[WIRE_UUID_MAX]);
+
 /* For an ipc:// endpoint, the socket's file path (a pointer into endpoint); NULL for any
  * other transport. */
 const char *wire_ipc_path(const char *endpoint);

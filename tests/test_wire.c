@@ -347,6 +347,16 @@ static void test_wire_private_dir_check_wants_a_real_private_directory(void)
     rmdir(dir);
 }
 
+/* The one definition of how the wire names a GPU: as nvidia-smi -L prints its UUID. */
+static void test_wire_formats_a_gpu_uuid_as_nvidia_smi_does(void)
+{
+    const unsigned char b[16] = {0x17, 0x98, 0x1e, 0x79, 0x18, 0x15, 0xa2, 0xc3,
+                                 0x6a, 0xca, 0x89, 0x44, 0x90, 0x5e, 0x5b, 0x99};
+    char buf[WIRE_UUID_MAX];
+    wire_format_uuid(b, buf);
+    CU_ASSERT_STRING_EQUAL(buf, "GPU-17981e79-1815-a2c3-6aca-8944905e5b99");
+}
+
 int suite_wire(void)
 {
     CU_pSuite s = CU_add_suite("wire", NULL, NULL);
@@ -362,5 +372,6 @@ int suite_wire(void)
     ADD_TEST(s, test_wire_peer_check_trusts_the_caller_root_and_the_named_owner);
     ADD_TEST(s, test_wire_endpoint_check_judges_the_socket_and_its_directory);
     ADD_TEST(s, test_wire_private_dir_check_wants_a_real_private_directory);
+    ADD_TEST(s, test_wire_formats_a_gpu_uuid_as_nvidia_smi_does);
     return 0;
 }
