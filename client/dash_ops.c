@@ -103,6 +103,19 @@ static int check_tensor(const struct dash_client *c, const struct dash_tensor *t
 
 /* ---- messages ------------------------------------------------------------------------- */
 
+/* The API's enums are the wire's, value for value: messages cast one into the other. */
+_Static_assert((int)DASH_F32 == (int)DASH__DTYPE__F32 && (int)DASH_F16 == (int)DASH__DTYPE__F16 &&
+                   (int)DASH_BF16 == (int)DASH__DTYPE__BF16,
+               "enum dash_dtype is the wire's DType");
+_Static_assert((int)DASH_MASK_FULL == (int)DASH__MASK__FULL && (int)DASH_MASK_CAUSAL == (int)DASH__MASK__CAUSAL,
+               "enum dash_mask is the wire's Mask");
+_Static_assert((int)DASH_SCHED_AUTO == (int)DASH__SCHEDULE__AUTO &&
+                   (int)DASH_SCHED_ATOMIC == (int)DASH__SCHEDULE__ATOMIC &&
+                   (int)DASH_SCHED_ASCENDING == (int)DASH__SCHEDULE__ASCENDING &&
+                   (int)DASH_SCHED_DESCENDING == (int)DASH__SCHEDULE__DESCENDING &&
+                   (int)DASH_SCHED_SPT == (int)DASH__SCHEDULE__SPT && (int)DASH_SCHED_SHIFT == (int)DASH__SCHEDULE__SHIFT,
+               "enum dash_schedule is the wire's Schedule");
+
 int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Request *m,
                     struct dash__op_storage *st)
 {

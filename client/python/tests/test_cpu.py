@@ -268,6 +268,26 @@ def test_struct_layouts_match_dash_h():
     assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4
 
 
+def test_constants_equal_dash_h():
+    # The binding cannot include the C header: its constants are checked against it.
+    import re
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "dash.h")).read()
+
+    def enum(name):
+        body = re.search(r"enum " + name + r" \{(.*?)\};", header, re.S).group(1)
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        return {k: int(v) for k, v in re.findall(r"(DASH_\w+)\s*=\s*(\d+)", body)}
+
+    dtypes, masks, scheds = enum("dash_dtype"), enum("dash_mask"), enum("dash_schedule")
+    assert (dtypes["DASH_F32"], dtypes["DASH_F16"], dtypes["DASH_BF16"]) == \
+        (_lib.DASH_F32, _lib.DASH_F16, _lib.DASH_BF16)
+    assert (masks["DASH_MASK_FULL"], masks["DASH_MASK_CAUSAL"]) == \
+        (_lib.DASH_MASK_FULL, _lib.DASH_MASK_CAUSAL)
+    assert {k[len("DASH_SCHED_"):].lower(): v for k, v in scheds.items()} == _lib.SCHEDULES
+    flag = re.search(r"#define DASH_CONNECT_NO_SESSION (\d+)u", header).group(1)
+    assert int(flag) == _lib.DASH_CONNECT_NO_SESSION
+
+
 def test_no_daemon_is_a_clear_error(tmp_path):
     with pytest.raises(dash_attn.DashError) as e:
         dash_attn.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=300)
