@@ -523,6 +523,35 @@ static void test_server_client_that_does_not_read_is_paused_and_loses_nothing(vo
     CU_ASSERT(daemon_serves(&D));
 }
 
+/* Random bytes - before the greeting, after a valid handshake, as frame headers and
+ * bodies - from hundreds of connections: each is answered or closed, and the daemon
+ * serves on. (Run under ASan/UBSan too: build-asan in the session notes.) */
+static void test_server_random_bytes_never_hurt_it(void)
+{
+    struct tu_rng rng;
+    tu_rng_init(&rng, tu_seed() ^ 0x2a7d);
+    static unsigned char junk[70000];
+    for (int i = 0; i < 400; i++) {
+        int handshake = (int)(tu_next(&rng) % 2);
+        int fd = handshake ? zmtp_open(D.endpoint) : unix_connect(D.endpoint);
+        CU_ASSERT_FATAL(fd >= 0);
+        size_t n = 1 + (size_t)(tu_next(&rng) % (tu_next(&rng) % 4 == 0 ? sizeof junk : 300));
+        for (size_t j = 0; j < n; j++)
+            junk[j] = (unsigned char)tu_next(&rng);
+        if (handshake && tu_next(&rng) % 2) {
+            /* a plausible frame header: short or long, any flags */
+            junk[0] = (unsigned char)(tu_next(&rng) % 8);
+            if (junk[0] & 0x02)
+                memset(junk + 1, 0, 6);
+        }
+        (void)write_all(fd, junk, n); /* may fail once the daemon has hung up */
+        (void)closed_by_peer(fd, 0);
+        close(fd);
+    }
+    CU_ASSERT(dashd_alive(&D));
+    CU_ASSERT(daemon_serves(&D));
+}
+
 /* ---- 4. sessions and credentials ---------------------------------------------------------------- */
 
 #define VICTIM_UID 54321
@@ -687,6 +716,7 @@ int suite_server(void)
     ADD_TEST(s, test_server_two_frame_message_gets_malformed_with_its_id);
     ADD_TEST(s, test_server_foreign_peers_are_closed_and_pings_ponged);
     ADD_TEST(s, test_server_client_that_does_not_read_is_paused_and_loses_nothing);
+    ADD_TEST(s, test_server_random_bytes_never_hurt_it);
     ADD_TEST(s, test_server_routing_id_of_a_gone_client_gives_no_session_to_another_user);
     return 0;
 }
