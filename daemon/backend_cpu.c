@@ -64,27 +64,16 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
     int rc = eng_check_problem(p);
     if (rc)
         return map_engine_error(rc, p, msg, msglen);
-    /* The geometry the engine will build (eng__prepare): defaults filled in, then the
-     * schedule's tile counts, which sched_init bounds to 32 bits. */
-    struct sched_shape sh = {.batch = p->batch, .heads = p->heads_q, .seqlen_q = p->seqlen_q,
-                             .seqlen_k = p->seqlen_k, .mask = p->mask};
-    sh.block_m = plan->cfg.block_m ? plan->cfg.block_m : ENG_BLOCK_DEFAULT;
-    sh.block_n = plan->cfg.block_n ? plan->cfg.block_n : ENG_BLOCK_DEFAULT;
-    int32_t w = plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT;
-    enum sched_kind kind = plan->cfg.sched == SCHED_AUTO ? SCHED_ASCENDING : plan->cfg.sched;
-    struct sched geo;
-    rc = sched_init(&geo, kind, &sh, w);
-    if (rc == -EOVERFLOW)
-        return map_engine_error(rc, p, msg, msglen);
-    if (rc) {
-        snprintf(msg, msglen, "the schedule refuses wave %d with blocks %dx%d", w, sh.block_m,
-                 sh.block_n);
+    /* the engine's own checks of the configuration, by its own code (eng__prepare's) */
+    rc = eng_check_config(p, &plan->cfg);
+    if (rc == -EINVAL) {
+        snprintf(msg, msglen, "the schedule refuses wave %d with blocks %dx%d",
+                 plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT,
+                 plan->cfg.block_m ? plan->cfg.block_m : ENG_BLOCK_DEFAULT,
+                 plan->cfg.block_n ? plan->cfg.block_n : ENG_BLOCK_DEFAULT);
         return DASH_ESCHED;
     }
-    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX ||
-        (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
-        return map_engine_error(-EOVERFLOW, p, msg, msglen);
-    return 0;
+    return rc ? map_engine_error(rc, p, msg, msglen) : 0;
 }
 
 static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,

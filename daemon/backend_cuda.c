@@ -550,10 +550,11 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
     if (!cuattn_serves_head_dim(p->head_dim))
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
-    int rc = eng_check_problem(p);
-    if (rc == -EOVERFLOW || rc == -ENOMEM)
-        return map_kernel_error(rc, p, msg, msglen);
-    if (rc) {
+    /* the kernels' own checks, by their own code (attn_cuda.cu's prepare) */
+    int rc = cuattn_check_config(c->ca, p, &plan->cfg, plan->backward);
+    if (rc != -EINVAL)
+        return rc ? map_kernel_error(rc, p, msg, msglen) : 0;
+    if (attn_check_problem(p) != 0) {
         snprintf(msg, msglen, "the CUDA kernels refused the problem's shapes");
         return DASH_ESHAPE;
     }
@@ -562,7 +563,6 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
      * and 256 run v1 (64 x 64) whatever the implementation chosen. */
     const int wide = plan->backward &&
                      cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
-    const int32_t bn_default = wide ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
         (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK &&
          !(wide && plan->cfg.block_n == CUATTN_TC_BLOCK_N))) {
@@ -575,26 +575,9 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
                      "must be 0 or %d", CUATTN_BLOCK, CUATTN_BLOCK, CUATTN_BLOCK);
         return DASH_ESCHED;
     }
-    const int32_t bn = plan->cfg.block_n ? plan->cfg.block_n : bn_default;
-    /* The geometry the kernels will build (attn_cuda.cu's prepare), bounded to 32 bits by
-     * sched_init. */
-    struct sched_shape sh = {.batch = p->batch, .heads = p->heads_q, .seqlen_q = p->seqlen_q,
-                             .seqlen_k = p->seqlen_k, .block_m = CUATTN_BLOCK,
-                             .block_n = bn, .mask = p->mask};
-    int32_t w = plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT;
-    enum sched_kind kind = plan->cfg.sched == SCHED_AUTO ? SCHED_ASCENDING : plan->cfg.sched;
-    struct sched geo;
-    rc = sched_init(&geo, kind, &sh, w);
-    if (rc == -EOVERFLOW)
-        return map_kernel_error(rc, p, msg, msglen);
-    if (rc) {
-        snprintf(msg, msglen, "the schedule refuses wave %d with %dx%d tiles", w, CUATTN_BLOCK, bn);
-        return DASH_ESCHED;
-    }
-    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX ||
-        (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
-        return map_kernel_error(-EOVERFLOW, p, msg, msglen);
-    return 0;
+    snprintf(msg, msglen, "the schedule refuses wave %d with these tiles",
+             plan->cfg.w ? plan->cfg.w : SCHED_W_DEFAULT);
+    return DASH_ESCHED;
 }
 
 /* ---- shared memory, staged through the device ------------------------------------------ */

@@ -483,14 +483,19 @@ static void test_engine_rejects_bad_arguments(void)
     p = good;
     p.seqlen_q = INT32_MAX; /* well-formed, but its tile indices would not fit */
     CU_ASSERT_EQUAL(eng_resolve(e, &p, NULL, &used), -EOVERFLOW);
+    /* the engine-free check says the same, for any thread (dashd's validation) */
+    CU_ASSERT_EQUAL(eng_check_config(&p, NULL), -EOVERFLOW);
 
     const struct attn_config bad_cfgs[] = {{(enum sched_kind)99, 0, 0, 0},
                                           {SCHED_SHIFT, -1, 0, 0},
                                           {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
                                           {SCHED_SHIFT, 0, ENG_BLOCK_MAX + 1, 0},
                                           {SCHED_SHIFT, 0, 0, -8}};
-    for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
+    for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++) {
         CU_ASSERT_EQUAL(eng_resolve(e, &good, &bad_cfgs[i], &used), -EINVAL);
+        CU_ASSERT_EQUAL(eng_check_config(&good, &bad_cfgs[i]), -EINVAL);
+    }
+    CU_ASSERT_EQUAL(eng_check_config(&good, NULL), 0);
 
     CU_ASSERT_EQUAL(eng_forward(NULL, &good, NULL, o, a.lse, q, k, v, NULL), -EINVAL);
     CU_ASSERT_EQUAL(eng_forward(e, &good, NULL, o, NULL, q, k, v, NULL), -EINVAL);

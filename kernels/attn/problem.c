@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int attn_check_problem(const struct attn_problem *p)
 {
@@ -65,5 +66,31 @@ int attn_check_tensor(const struct attn_tensor *t, int32_t batch, int32_t seqlen
             return -EINVAL;
         extent = d[i].stride * d[i].size;
     }
+    return 0;
+}
+
+void attn_sched_shape(const struct attn_problem *p, const struct attn_config *c,
+                      struct sched_shape *ret_shape)
+{
+    /* Field by field after a memset, so padding bytes are zero. */
+    memset(ret_shape, 0, sizeof *ret_shape);
+    ret_shape->batch = p->batch;
+    ret_shape->heads = p->heads_q;
+    ret_shape->seqlen_q = p->seqlen_q;
+    ret_shape->seqlen_k = p->seqlen_k;
+    ret_shape->block_m = c->block_m;
+    ret_shape->block_n = c->block_n;
+    ret_shape->mask = p->mask;
+}
+
+int attn_geometry(const struct attn_problem *p, const struct attn_config *c, struct sched *ret_geo)
+{
+    struct sched_shape sh;
+    attn_sched_shape(p, c, &sh);
+    int rc = sched_init(ret_geo, c->sched == SCHED_AUTO ? SCHED_ASCENDING : c->sched, &sh, c->w);
+    if (rc)
+        return rc;
+    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
+        return -EOVERFLOW;
     return 0;
 }

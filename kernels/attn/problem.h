@@ -51,6 +51,18 @@ int attn_check_problem(const struct attn_problem *p);
 int attn_check_tensor(const struct attn_tensor *t, int32_t batch, int32_t seqlen, int32_t heads,
                       int32_t head_dim, int output);
 
+/* The schedule's view of a problem at a configuration's tile sizes, padding zeroed (caches
+ * compare it as memory). */
+void attn_sched_shape(const struct attn_problem *p, const struct attn_config *c,
+                      struct sched_shape *ret_shape);
+
+/* The schedule's tile geometry for a problem at a configuration whose sizes are all set
+ * (w, block_m, block_n > 0): sched_init for c->sched (SCHED_AUTO stands for any: the
+ * geometry is checked as for ascending), then the bound every implementation's element
+ * indices share, seqlen * head_dim within 32 bits. 0 and *ret_geo; -EINVAL (the schedule
+ * refuses the sizes) or -EOVERFLOW (tile counts or indices past 32 bits). */
+int attn_geometry(const struct attn_problem *p, const struct attn_config *c, struct sched *ret_geo);
+
 /* Strides of a dense (batch, seqlen, heads, head_dim) tensor. */
 static inline struct attn_tensor attn_dense(void *data, int32_t seqlen, int32_t heads,
                                             int32_t head_dim)

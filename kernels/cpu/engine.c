@@ -79,12 +79,10 @@ int eng_check_problem(const struct attn_problem *p)
     return 0;
 }
 
-int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
-                 struct attn_config *ret_cfg, struct sched *ret_geo)
+/* cfg's values checked against the engine's ranges, defaults filled in (SCHED_AUTO kept).
+ * 0 or -EINVAL. */
+static int fill_config(const struct attn_config *cfg, struct attn_config *ret)
 {
-    int rc = eng_check_problem(p);
-    if (rc)
-        return rc;
     struct attn_config c = {SCHED_AUTO, 0, 0, 0};
     if (cfg)
         c = *cfg;
@@ -97,24 +95,36 @@ int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_
         c.block_m = ENG_BLOCK_DEFAULT;
     if (!c.block_n)
         c.block_n = ENG_BLOCK_DEFAULT;
-    /* Copy field by field so padding bytes are zero: the auto cache compares memory. */
-    struct sched_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.batch = p->batch;
-    sh.heads = p->heads_q;
-    sh.seqlen_q = p->seqlen_q;
-    sh.seqlen_k = p->seqlen_k;
-    sh.block_m = c.block_m;
-    sh.block_n = c.block_n;
-    sh.mask = p->mask;
-    if (c.sched == SCHED_AUTO && (rc = dag_auto_cached(&e->auto_cache, &sh, c.w, &c.sched)))
-        return rc;
+    *ret = c;
+    return 0;
+}
+
+int eng_check_config(const struct attn_problem *p, const struct attn_config *cfg)
+{
+    struct attn_config c;
     struct sched geo;
-    if ((rc = sched_init(&geo, c.sched, &sh, c.w)))
+    int rc = fill_config(cfg, &c);
+    return rc ? rc : attn_geometry(p, &c, &geo);
+}
+
+int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
+                 struct attn_config *ret_cfg, struct sched *ret_geo)
+{
+    int rc = eng_check_problem(p);
+    if (rc)
         return rc;
-    /* Element indices within one (batch, head) slice of the fp32 scratch must fit too. */
-    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
-        return -EOVERFLOW;
+    struct attn_config c;
+    if ((rc = fill_config(cfg, &c)) != 0)
+        return rc;
+    if (c.sched == SCHED_AUTO) {
+        struct sched_shape sh;
+        attn_sched_shape(p, &c, &sh); /* padding zeroed: the auto cache compares memory */
+        if ((rc = dag_auto_cached(&e->auto_cache, &sh, c.w, &c.sched)) != 0)
+            return rc;
+    }
+    struct sched geo;
+    if ((rc = attn_geometry(p, &c, &geo)) != 0)
+        return rc;
     *ret_cfg = c;
     *ret_geo = geo;
     return 0;

@@ -56,6 +56,12 @@ int32_t eng_threads(const struct eng *e);
  * outside ENG_HEAD_DIM_MIN..MAX. */
 int eng_check_problem(const struct attn_problem *p);
 
+/* Check a configuration for a problem eng_check_problem accepts, without an engine (so
+ * from any thread): what eng_forward and eng_backward would refuse of it - sizes out of
+ * range (-EINVAL), a schedule that refuses them (-EINVAL), tile counts or indices past 32
+ * bits (-EOVERFLOW). 0 when they would run it. */
+int eng_check_config(const struct attn_problem *p, const struct attn_config *cfg);
+
 /* Resolve defaults and SCHED_AUTO for a problem into *ret_cfg (untouched on failure).
  * Returns 0 or a negative code (-EINVAL, -ENOTSUP, -EOVERFLOW, -ENOMEM). */
 int eng_resolve(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,

@@ -236,15 +236,6 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
     c.block_m = CUATTN_BLOCK;
     if (!c.block_n)
         c.block_n = wide_n ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
-    struct sched_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.batch = p->batch;
-    sh.heads = p->heads_q;
-    sh.seqlen_q = p->seqlen_q;
-    sh.seqlen_k = p->seqlen_k;
-    sh.block_m = c.block_m;
-    sh.block_n = c.block_n;
-    sh.mask = p->mask;
     /* auto: the fastest deterministic schedule of these kernels as measured on an H200 at
      * every seqlen from 1k to 16k, both head dims and both masks: shift
      * (bench/results/gpu-full-2026-11-29.md; for causal masks spt is within 0.5% at head
@@ -253,13 +244,28 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
     if (c.sched == SCHED_AUTO)
         c.sched = SCHED_SHIFT;
     struct sched s;
-    if ((rc = sched_init(&s, c.sched, &sh, c.w)))
+    if ((rc = attn_geometry(p, &c, &s)))
         return rc;
-    if ((int64_t)p->seqlen_q * p->head_dim > INT32_MAX || (int64_t)p->seqlen_k * p->head_dim > INT32_MAX)
-        return -EOVERFLOW;
     *ret_cfg = c;
     *ret_s = s;
     return 0;
+}
+
+int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
+                        const struct attn_config *cfg, int backward)
+{
+    if (!a || !p)
+        return -EINVAL;
+    /* what cuattn_forward / cuattn_backward ask of prepare */
+    const int tc = backward && cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
+    struct attn_config c, fc;
+    struct sched s;
+    if (!backward) {
+        fc = cfg ? *cfg : (struct attn_config){SCHED_ASCENDING, 0, 0, 0};
+        fc.sched = SCHED_ASCENDING;
+        cfg = &fc;
+    }
+    return prepare(p, cfg, tc, &c, &s);
 }
 
 /* The engine's view checks, plus the 2-byte alignment the kernels' 16-bit loads need. */

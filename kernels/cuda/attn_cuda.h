@@ -120,6 +120,14 @@ void cuattn_free(struct cuattn *a);
  * when len is 0; ret_sms may be NULL. 0 or -EINVAL. */
 int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_sms);
 
+/* What cuattn_forward (backward 0) or cuattn_backward (1) would say of a problem and
+ * configuration before launching anything - the same checks, made by the same code - so a
+ * caller can refuse a request early: 0, -EINVAL (bad values, tile sizes these kernels do
+ * not have, a schedule that refuses them), -ENOTSUP (dtype or head dim), -EOVERFLOW
+ * (indices past 32 bits). Reads `a` only; any thread. */
+int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
+                        const struct attn_config *cfg, int backward);
+
 /*
  * Forward: out = softmax(scale q k^T, mask) v and lse (batch, heads_q, seqlen_q) fp32,
  * contiguous, +inf for rows that see no key (whose out is 0). Shapes as eng_forward. The
