@@ -417,25 +417,23 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
     return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
 }
 
+/* Queue done[slot] = seq on the library's own stream (any thread; no wait). */
+static int queue_done(const struct dash__signals *g, int32_t slot, uint64_t seq)
+{
+    return write_value((CUstream)g->release_stream, (CUdeviceptr)(uintptr_t)done_word(g, slot),
+                       seq, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS ? 0 : DASH_EIO;
+}
+
 void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
 {
     struct dash__signals *g = c->signals;
     if (!g || c->pid != getpid())
         return;
     int old;
-    if (switch_device(g->device, &old) == 0 &&
-        write_value((CUstream)g->release_stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
-                    CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS)
+    if (switch_device(g->device, &old) == 0 && queue_done(g, slot, seq) == 0)
         (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
     (void)cudaGetLastError();
     restore_device(old, g->device);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* The largest sequence number <= issued that uses slot, or 0. */
@@ -478,13 +476,13 @@ static void *watchdog_main(void *arg)
         return NULL;
     }
     uint64_t *now_done = seen + DASH__SIGNAL_SLOTS;
-    int64_t progress_ms = mono_ms();
+    int64_t progress_ms = dash__now_ms();
     cudaStream_t st = (cudaStream_t)g->release_stream;
     const struct timespec tick = {0, WATCHDOG_TICK_MS * 1000000L};
     while (!atomic_load(&g->stop)) {
         nanosleep(&tick, NULL);
         if (atomic_load(&g->outstanding) == 0 || atomic_load(&g->released)) {
-            progress_ms = mono_ms();
+            progress_ms = dash__now_ms();
             continue;
         }
         if (cudaMemcpyAsync(now_done, done_word(g, 0), DASH__SIGNAL_SLOTS * sizeof *now_done,
@@ -495,17 +493,16 @@ static void *watchdog_main(void *arg)
         }
         if (memcmp(now_done, seen, DASH__SIGNAL_SLOTS * sizeof *seen) != 0) {
             memcpy(seen, now_done, DASH__SIGNAL_SLOTS * sizeof *seen);
-            progress_ms = mono_ms();
+            progress_ms = dash__now_ms();
             continue;
         }
-        if (!daemon_gone(g, mono_ms() - progress_ms))
+        if (!daemon_gone(g, dash__now_ms() - progress_ms))
             continue;
         const uint64_t issued = atomic_load(&g->issued);
         for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++) {
             uint64_t target = last_seq_of_slot(issued, i);
             if (target > now_done[i])
-                (void)write_value((CUstream)st, (CUdeviceptr)(uintptr_t)done_word(g, i), target,
-                                  CU_STREAM_WRITE_VALUE_DEFAULT);
+                (void)queue_done(g, i, target);
         }
         (void)cudaStreamSynchronize(st);
         (void)cudaGetLastError();

@@ -493,19 +493,17 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
         reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
         return;
     }
+    struct job *j = NULL;
     if (sig_done && s->signal_ops >= DISPATCH_SIGNAL_OPS_MAX) {
-        (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
-        reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
-                    "a session may have at most %d signal-ordered ops in flight",
-                    DISPATCH_SIGNAL_OPS_MAX);
-        return;
+        rc = DASH_EBUSY;
+        snprintf(msg, sizeof msg, "a session may have at most %d signal-ordered ops in flight",
+                 DISPATCH_SIGNAL_OPS_MAX);
+        goto refuse;
     }
-    struct job *j = calloc(1, sizeof *j);
-    if (!j) {
-        if (sig_done)
-            (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
-        reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
-        return;
+    if (!(j = calloc(1, sizeof *j))) {
+        rc = DASH_ENOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto refuse;
     }
     const struct val_limits *lim = &d->backend->limits;
     rc = backward ? val_backward(req->backward, lim, lookup_size, s, msg, sizeof msg, &j->plan)
@@ -529,13 +527,8 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
         snprintf(msg, sizeof msg, "signals order work on device buffers; this op's tensors "
                  "are in %s", shmbuf_kind_name(kind));
     }
-    if (rc) {
-        free(j);
-        if (sig_done)
-            (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
-        reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
-        return;
-    }
+    if (rc)
+        goto refuse;
     if (sig_done) {
         j->signal_buf = sig_buf;
         shmbuf_ref(sig_buf);
@@ -591,6 +584,13 @@ static void on_op(struct dispatch *d, const struct server_msg *m, const Dash__Re
     }
     s->in_flight++;
     d->in_flight++;
+    return;
+
+refuse:
+    free(j);
+    if (sig_done) /* the client's stream waits for this op: let it go on */
+        (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
+    reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
 }
 
 static Dash__Schedule proto_schedule(enum sched_kind k)

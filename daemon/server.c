@@ -96,8 +96,7 @@ struct server {
     uint32_t n_conns; /* in the list: each holds a file descriptor */
     uint32_t max_conns;
     uint64_t next_id;
-    uint64_t accepted, refused, dropped;
-    uint64_t refused_logged, last_refusal_log_ns;
+    uint64_t refused, refused_logged, last_refusal_log_ns; /* for the log */
     int closed;
 };
 
@@ -184,7 +183,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 /* Take c out of service. graceful: what is queued for it leaves first. The gone callback
  * runs for a connection that had finished its handshake. `why` (may be NULL: the peer
- * closed) is logged; `broke_rules` counts it as dropped. */
+ * closed) is logged, as a warning when the peer broke the protocol (`broke_rules`). */
 __attribute__((format(printf, 4, 5))) static void conn_end(struct conn *c, int graceful,
                                                           int broke_rules, const char *why, ...)
 {
@@ -206,8 +205,6 @@ __attribute__((format(printf, 4, 5))) static void conn_end(struct conn *c, int g
         else
             log_debug("connection %" PRIu64 ": %s", c->id, msg);
     }
-    if (broke_rules)
-        s->dropped++;
     (void)uv_read_stop(&c->h.stream);
     int closed = 0;
     if (graceful && uv_stream_get_write_queue_size(&c->h.stream) > 0) {
@@ -587,7 +584,6 @@ static void on_connection(uv_stream_t *l, int status)
         s->head->prev = c;
     s->head = c;
     s->n_conns++;
-    s->accepted++;
     if (s->is_tcp) {
         (void)uv_tcp_nodelay(&c->h.tcp, 1);
         (void)uv_tcp_keepalive(&c->h.tcp, 1, 10);
@@ -757,22 +753,6 @@ int server_send(struct server *s, const void *rid, size_t rid_len, const void *d
         (void)uv_read_stop(&c->h.stream);
     }
     return 0;
-}
-
-void server_disconnect(struct server *s, const void *rid, size_t rid_len)
-{
-    struct conn *c = find(s, rid, rid_len);
-    if (c)
-        conn_end(c, 1, 0, "disconnected by the daemon");
-}
-
-void server_get_stats(const struct server *s, struct server_stats *ret_stats)
-{
-    *ret_stats = (struct server_stats){.connections = s->n_conns,
-                                       .max_connections = s->max_conns,
-                                       .accepted = s->accepted,
-                                       .refused = s->refused,
-                                       .dropped = s->dropped};
 }
 
 static void on_linger(uv_timer_t *t)

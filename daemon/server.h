@@ -68,15 +68,6 @@ struct server_config {
     void *ctx;
 };
 
-/* Counters, for Stats and the tests. */
-struct server_stats {
-    uint32_t connections;     /* open now, handshake or not */
-    uint32_t max_connections;
-    uint64_t accepted;        /* since start */
-    uint64_t refused;         /* over max_connections, or accept() failed */
-    uint64_t dropped;         /* closed for breaking the protocol or the handshake deadline */
-};
-
 struct server;
 
 /* Bind the endpoint and start accepting. NULL on failure, with the reason in err (the
@@ -89,11 +80,6 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, char
  * (no such connection: it is gone), -EAGAIN (the peer has not read SERVER_WQ_DROP bytes;
  * the reply is dropped), or -ENOTCONN after server_close(). */
 int server_send(struct server *s, const void *rid, size_t rid_len, const void *data, size_t len);
-
-/* End one connection (after what was queued for it has left). */
-void server_disconnect(struct server *s, const void *rid, size_t rid_len);
-
-void server_get_stats(const struct server *s, struct server_stats *ret_stats);
 
 /* Stop accepting and reading, give queued replies up to linger_ms to leave, then close
  * every connection and handle. Idempotent. */
