@@ -100,8 +100,8 @@ PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
-	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c $(if $(NVCC),daemon/backend_cuda.c)
-LIBDASH_SRC := client/libdash.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
+	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c $(if $(NVCC),daemon/backend_cuda.c)
+LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c

@@ -290,6 +290,16 @@ DASH__HIDDEN struct dash__req *dash__req_new(struct dash_client *c, enum dash__k
 /* Unlink r from c and every map and free it (and its reply). */
 DASH__HIDDEN void dash__req_free(struct dash_client *c, struct dash__req *r);
 
+/* libdash.c's session machinery, used by dash_connect.c. */
+/* A zmq failure as one of our codes: its own errno values (ETERM...) are not ours. */
+DASH__HIDDEN int dash__zmq_code(int e);
+/* Encode r with a fresh wire id and send it: 0 (r is SENT) or a failure (r unchanged). */
+DASH__HIDDEN int dash__send(struct dash_client *c, struct dash__req *r);
+/* Send (or send again) the Hello. */
+DASH__HIDDEN int dash__start_hello(struct dash_client *c);
+/* If the connection dropped since the Hello, start a new one before what needs a session. */
+DASH__HIDDEN void dash__notice_disconnect(struct dash_client *c);
+
 /* Send r now if the session allows it, else queue it for the restore (starting one if the
  * client is LOST). Returns 0 or a local failure (r is then untouched and not sent). */
 DASH__HIDDEN int dash__submit(struct dash_client *c, struct dash__req *r);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * libdash.c - the client's connection to dashd: the DEALER socket, the table of requests in
- * flight, the session state machine that survives daemon restarts, and waiting.
+ * libdash.c - the client's session with dashd: the table of requests in flight, the
+ * session state machine that survives daemon restarts, and waiting. dash_connect.c opens
+ * and closes a client, dash_map.c holds the id maps.
  *
  * Nothing here runs in the background: the library only reads the socket inside a call
  * that waits (dash_wait, a synchronous op, dash_shm_alloc...). Whatever arrives during such
@@ -23,7 +24,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -47,108 +47,6 @@ int64_t dash__now_us(void)
 static int64_t max64(int64_t a, int64_t b)
 {
     return a > b ? a : b;
-}
-
-/* ---- the map -------------------------------------------------------------------------- */
-
-static size_t map_home(uint64_t key, size_t cap)
-{
-    /* splitmix64's finaliser: ids are sequential, so spread them */
-    key ^= key >> 30;
-    key *= 0xbf58476d1ce4e5b9ull;
-    key ^= key >> 27;
-    key *= 0x94d049bb133111ebull;
-    key ^= key >> 31;
-    return (size_t)key & (cap - 1);
-}
-
-static int map_grow(struct dash__map *m)
-{
-    size_t cap = m->cap ? m->cap * 2 : 16;
-    uint64_t *keys = calloc(cap, sizeof *keys);
-    void **vals = calloc(cap, sizeof *vals);
-    if (!keys || !vals) {
-        free(keys);
-        free(vals);
-        return DASH_ENOMEM;
-    }
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->keys[i])
-            continue;
-        size_t j = map_home(m->keys[i], cap);
-        while (keys[j])
-            j = (j + 1) & (cap - 1);
-        keys[j] = m->keys[i];
-        vals[j] = m->vals[i];
-    }
-    free(m->keys);
-    free(m->vals);
-    m->keys = keys;
-    m->vals = vals;
-    m->cap = cap;
-    return 0;
-}
-
-int dash__map_put(struct dash__map *m, uint64_t key, void *val)
-{
-    if ((m->n + 1) * 2 > m->cap) {
-        int rc = map_grow(m);
-        if (rc)
-            return rc;
-    }
-    size_t i = map_home(key, m->cap);
-    while (m->keys[i] && m->keys[i] != key)
-        i = (i + 1) & (m->cap - 1);
-    if (!m->keys[i])
-        m->n++;
-    m->keys[i] = key;
-    m->vals[i] = val;
-    return 0;
-}
-
-void *dash__map_get(const struct dash__map *m, uint64_t key)
-{
-    if (!m->cap || !key)
-        return NULL;
-    for (size_t i = map_home(key, m->cap); m->keys[i]; i = (i + 1) & (m->cap - 1))
-        if (m->keys[i] == key)
-            return m->vals[i];
-    return NULL;
-}
-
-void dash__map_del(struct dash__map *m, uint64_t key)
-{
-    if (!m->cap || !key)
-        return;
-    size_t mask = m->cap - 1, i = map_home(key, m->cap);
-    while (m->keys[i] != key) {
-        if (!m->keys[i])
-            return;
-        i = (i + 1) & mask;
-    }
-    /* Backward-shift deletion: pull later members of the probe run into the hole unless
-     * their home lies cyclically in (hole, their slot], so every lookup still finds them. */
-    m->keys[i] = 0;
-    m->vals[i] = NULL;
-    m->n--;
-    for (size_t j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
-        size_t home = map_home(m->keys[j], m->cap);
-        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (stays)
-            continue;
-        m->keys[i] = m->keys[j];
-        m->vals[i] = m->vals[j];
-        m->keys[j] = 0;
-        m->vals[j] = NULL;
-        i = j;
-    }
-}
-
-void dash__map_free(struct dash__map *m)
-{
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
 }
 
 /* ---- requests ------------------------------------------------------------------------- */
@@ -209,14 +107,14 @@ void dash__req_free(struct dash_client *c, struct dash__req *r)
 }
 
 /* A zmq failure as one of our codes: its own errno values (ETERM...) are not ours. */
-static int zmq_code(int e)
+int dash__zmq_code(int e)
 {
     return e > 0 && e < ZMQ_HAUSNUMERO ? -e : DASH_EIO;
 }
 
 /* Encode r with a fresh wire id and send it. On success r is SENT under the new id (the
  * previous one, if any, is forgotten); on failure r is unchanged. */
-static int send_req(struct dash_client *c, struct dash__req *r)
+int dash__send(struct dash_client *c, struct dash__req *r)
 {
     Dash__Request m = DASH__REQUEST__INIT;
     Dash__Hello hello = DASH__HELLO__INIT;
@@ -310,7 +208,7 @@ static int send_req(struct dash_client *c, struct dash__req *r)
         ;
     if (rc < 0) {
         int e = zmq_errno();
-        rc = e == EAGAIN ? DASH_ETIMEDOUT : zmq_code(e);
+        rc = e == EAGAIN ? DASH_ETIMEDOUT : dash__zmq_code(e);
         dash__map_del(&c->by_wire, id);
         goto free_buf;
     }
@@ -359,7 +257,7 @@ static void drain_monitor(struct dash_client *c)
 }
 
 /* Send (or send again) the Hello. */
-static int start_hello(struct dash_client *c)
+int dash__start_hello(struct dash_client *c)
 {
     struct dash__req *r = c->hello;
     if (!r && !(r = dash__req_new(c, DASH__HELLO)))
@@ -367,7 +265,7 @@ static int start_hello(struct dash_client *c)
     /* Whoever answers this Hello is checked; disconnects before it are settled by it. */
     drain_monitor(c);
     c->peer_gone = 0;
-    int rc = send_req(c, r);
+    int rc = dash__send(c, r);
     if (rc) {
         if (r->state != DASH__SENT)
             dash__req_free(c, r);
@@ -412,7 +310,7 @@ static int send_register(struct dash_client *c, struct dash_buffer *b)
     if (!r)
         return DASH_ENOMEM;
     r->buf = b;
-    int rc = send_req(c, r);
+    int rc = dash__send(c, r);
     if (rc) {
         dash__req_free(c, r);
         return rc;
@@ -428,7 +326,7 @@ static int send_register_events(struct dash_client *c)
     struct dash__req *r = dash__req_new(c, DASH__REGISTER_EVENTS);
     if (!r)
         return DASH_ENOMEM;
-    int rc = send_req(c, r);
+    int rc = dash__send(c, r);
     if (rc) {
         dash__req_free(c, r);
         return rc;
@@ -446,7 +344,7 @@ static void finish_restore(struct dash_client *c)
     for (struct dash__req *r = c->reqs; r; r = r->next) {
         if (!is_op(r->kind) || r->state != DASH__QUEUED)
             continue;
-        int rc = send_req(c, r); /* a buffer the daemon refused fails the op here */
+        int rc = dash__send(c, r); /* a buffer the daemon refused fails the op here */
         if (rc)
             dash__op_finish(c, r, rc, NULL);
     }
@@ -485,7 +383,7 @@ static void lose_session(struct dash_client *c)
         fail_waiting(c, DASH_EPROTO);
         return;
     }
-    int rc = start_hello(c);
+    int rc = dash__start_hello(c);
     if (rc)
         fail_waiting(c, rc);
 }
@@ -493,7 +391,7 @@ static void lose_session(struct dash_client *c)
 /* Before sending what needs the session: if the connection dropped since the Hello, the
  * daemon that answers now may be another one (an abstract name or a path in a sticky
  * directory can be taken over when ours exits); it gets a Hello, checked, first. */
-static void notice_disconnect(struct dash_client *c)
+void dash__notice_disconnect(struct dash_client *c)
 {
     drain_monitor(c);
     if (c->peer_gone && (c->state == DASH__S_OK || c->state == DASH__S_REGISTERING))
@@ -705,7 +603,7 @@ static int pump(struct dash_client *c, long timeout_ms)
     zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
     int n = zmq_poll(&it, 1, timeout_ms);
     if (n < 0)
-        return zmq_errno() == EINTR ? 0 : zmq_code(zmq_errno());
+        return zmq_errno() == EINTR ? 0 : dash__zmq_code(zmq_errno());
     if (n == 0)
         return 0;
     for (;;) {
@@ -716,7 +614,7 @@ static int pump(struct dash_client *c, long timeout_ms)
             zmq_msg_close(&msg);
             if (e == EINTR)
                 continue;
-            return e == EAGAIN ? 0 : zmq_code(e);
+            return e == EAGAIN ? 0 : dash__zmq_code(e);
         }
         int trusted = peer_trusted(c, &msg);
         if (trusted)
@@ -753,14 +651,14 @@ static int64_t probe(struct dash_client *c, int64_t now)
         return due;
     if (c->state == DASH__S_HELLO && c->hello) {
         /* the Hello may have gone down with the daemon it was sent to */
-        (void)send_req(c, c->hello);
+        (void)dash__send(c, c->hello);
     } else {
         size_t own = c->probe && c->probe->state == DASH__SENT;
         if (c->by_wire.n <= own)
             return now + DASH__PROBE_MS; /* nothing awaited */
         if (!c->probe)
             c->probe = dash__req_new(c, DASH__PROBE);
-        if (c->probe && send_req(c, c->probe) != 0 && c->probe->state != DASH__SENT)
+        if (c->probe && dash__send(c, c->probe) != 0 && c->probe->state != DASH__SENT)
             dash__req_free(c, c->probe);
     }
     c->last_probe_ms = now;
@@ -800,15 +698,15 @@ int dash__pump_now(struct dash_client *c)
 int dash__submit(struct dash_client *c, struct dash__req *r)
 {
     if (!needs_session(r->kind))
-        return send_req(c, r);
-    notice_disconnect(c);
+        return dash__send(c, r);
+    dash__notice_disconnect(c);
     if (c->state == DASH__S_OK)
-        return send_req(c, r);
+        return dash__send(c, r);
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return DASH_ENOSESSION;
     if (c->state == DASH__S_LOST) {
         c->lost_streak = 0;
-        int rc = start_hello(c);
+        int rc = dash__start_hello(c);
         if (rc)
             return rc;
     }
@@ -821,7 +719,7 @@ int dash__submit(struct dash_client *c, struct dash__req *r)
  * result of starting a session (on_hello() again), or DASH_ENOSESSION. */
 static int may_register_now(struct dash_client *c)
 {
-    notice_disconnect(c);
+    dash__notice_disconnect(c);
     switch (c->state) {
     case DASH__S_OK:
     case DASH__S_REGISTERING:
@@ -834,7 +732,7 @@ static int may_register_now(struct dash_client *c)
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return DASH_ENOSESSION;
     c->lost_streak = 0;
-    return start_hello(c);
+    return dash__start_hello(c);
 }
 
 int dash__register(struct dash_client *c, struct dash_buffer *b)
@@ -856,361 +754,6 @@ void dash__unregister_detached(struct dash_client *c, uint64_t id)
         return; /* the daemon releases it with the session */
     r->detached = 1;
     r->buffer_id = id;
-    if (send_req(c, r) != 0)
+    if (dash__send(c, r) != 0)
         dash__req_free(c, r);
-}
-
-/* ---- connect and close ---------------------------------------------------------------- */
-
-int dash_default_endpoint(char *buf, size_t len)
-{
-    if (!buf || !len)
-        return DASH_EINVAL;
-    return wire_client_endpoint(buf, len);
-}
-
-static int req_done(struct dash_client *c, const void *arg)
-{
-    (void)c;
-    return ((const struct dash__req *)arg)->state == DASH__DONE;
-}
-
-static int hello_settled(struct dash_client *c, const void *arg)
-{
-    (void)arg;
-    return c->state == DASH__S_OK || c->state == DASH__S_LOST;
-}
-
-static uint64_t random_u64(void)
-{
-    uint64_t v;
-    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
-        v = (uint64_t)dash__now_us() ^ ((uint64_t)getpid() << 40);
-    return v;
-}
-
-/* Free c and what it holds. Talks to the daemon only when say_goodbye. */
-static void client_free(struct dash_client *c, int say_goodbye)
-{
-    int same_process = c->pid == getpid();
-    if (c->sock && same_process) {
-        int linger = 0;
-        /* Signal-ordered ops still in flight: their answers first (the daemon writes
-         * their done words), then what is left is released here. */
-        if (say_goodbye && c->signals)
-            (void)dash__signals_settle(c);
-        if (say_goodbye && c->state == DASH__S_OK) {
-            for (struct dash_buffer *b = c->bufs; b; b = b->next)
-                if (b->reg == DASH__REG_OK)
-                    dash__unregister_detached(c, b->id);
-            /* end the session now rather than at the daemon's idle timeout */
-            struct dash__req *bye = dash__req_new(c, DASH__GOODBYE);
-            if (bye) {
-                bye->detached = 1;
-                if (send_req(c, bye) != 0)
-                    dash__req_free(c, bye);
-            }
-            linger = c->timeout_ms < 1000 ? c->timeout_ms : 1000;
-        }
-        /* with LINGER, zmq_ctx_term() gives the Unregisters that long to get out */
-        (void)zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
-        if (c->monitor)
-            (void)zmq_socket_monitor(c->sock, NULL, 0);
-        zmq_close(c->sock);
-    }
-    if (c->monitor && same_process)
-        zmq_close(c->monitor);
-    if (c->zctx && same_process)
-        zmq_ctx_term(c->zctx); /* in a forked child the context is not ours to end */
-    while (c->reqs)
-        dash__req_free(c, c->reqs);
-    if (c->events)
-        dash__events_destroy(c, !same_process);
-    if (c->signals)
-        dash__signals_destroy(c, !same_process);
-    while (c->bufs)
-        dash__buffer_destroy(c, c->bufs, same_process);
-    dash__map_free(&c->by_wire);
-    dash__map_free(&c->by_ticket);
-    free(c->endpoint);
-    free(c->name);
-    free(c->run_tag);
-    free(c);
-}
-
-static int open_socket(struct dash_client *c)
-{
-    int64_t maxmsg = WIRE_MAX_MESSAGE;
-    /* Every reply answers a request of ours, so what can pile up here is bounded by what we
-     * sent: no receive limit, so the daemon never finds us "full" (and drops a reply) while
-     * the caller is busy elsewhere and not reading. */
-    int linger = 0, ivl = 100, sndtimeo = c->timeout_ms, rcvhwm = 0;
-
-    if (!(c->zctx = zmq_ctx_new()))
-        return zmq_code(zmq_errno());
-    if (!(c->sock = zmq_socket(c->zctx, ZMQ_DEALER)))
-        return zmq_code(zmq_errno());
-    if (zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
-        zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-        zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl) != 0 ||
-        zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo) != 0 ||
-        zmq_setsockopt(c->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm) != 0)
-        return zmq_code(zmq_errno());
-    /* Disconnects, for notice_disconnect(); the context is this client's, so the name is
-     * free. A client without a session sends nothing that a new peer must not see. */
-    if (c->check_peer && !(c->flags & DASH_CONNECT_NO_SESSION)) {
-        if (zmq_socket_monitor(c->sock, "inproc://dash-monitor", ZMQ_EVENT_DISCONNECTED) != 0)
-            return zmq_code(zmq_errno());
-        if (!(c->monitor = zmq_socket(c->zctx, ZMQ_PAIR)) ||
-            zmq_setsockopt(c->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-            zmq_connect(c->monitor, "inproc://dash-monitor") != 0)
-            return zmq_code(zmq_errno());
-    }
-    if (zmq_connect(c->sock, c->endpoint) != 0) {
-        int e = zmq_errno();
-        /* a malformed endpoint or an unknown transport is the caller's mistake */
-        return e == EINVAL || e == EPROTONOSUPPORT || e == ENOCOMPATPROTO ? DASH_EINVAL
-                                                                          : zmq_code(e);
-    }
-    return 0;
-}
-
-/* dash_connect(), and on failure why it was refused (when why is not NULL). */
-static int client_connect(const char *endpoint, const struct dash_connect_opts *opts,
-                          struct dash_client **ret_client, char *why, size_t why_len)
-{
-    static const struct dash_connect_opts defaults;
-    char ep[512];
-    int rc;
-
-    if (!ret_client)
-        return DASH_EINVAL;
-    if (!opts)
-        opts = &defaults;
-    if (opts->timeout_ms < 0 ||
-        (opts->flags & ~(DASH_CONNECT_NO_SESSION | DASH_CONNECT_STREAM_EVENTS)) ||
-        (opts->client_name && strlen(opts->client_name) > DASH__NAME_MAX) ||
-        (opts->run_tag && strlen(opts->run_tag) > DASH__NAME_MAX))
-        return DASH_EINVAL;
-    if (!endpoint) {
-        if ((rc = wire_client_endpoint(ep, sizeof ep)) != 0)
-            return rc;
-        endpoint = ep;
-    }
-    if (!*endpoint)
-        return DASH_EINVAL;
-
-    struct dash_client *c = calloc(1, sizeof *c);
-    if (!c)
-        return DASH_ENOMEM;
-    c->pid = getpid();
-    c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DASH__DEFAULT_TIMEOUT_MS;
-    c->audit_step = -1;
-    c->flags = opts->flags;
-    c->state = DASH__S_LOST;
-    c->next_wire = 1;
-    c->next_ticket = 1;
-    c->ping_seed = random_u64();
-    const char *name = opts->client_name ? opts->client_name : program_invocation_short_name;
-    c->endpoint = strdup(endpoint);
-    c->name = strndup(name ? name : "", DASH__NAME_MAX);
-    c->run_tag = opts->run_tag ? strdup(opts->run_tag) : NULL;
-    if (!c->endpoint || !c->name || (opts->run_tag && !c->run_tag)) {
-        rc = DASH_ENOMEM;
-        goto free_client;
-    }
-    /* Before anything is sent: whose socket is this? */
-    if ((rc = wire_endpoint_check(c->endpoint, &c->owner, c->refusal, sizeof c->refusal)) != 0)
-        goto free_client;
-    c->check_peer = wire_ipc_path(c->endpoint) != NULL;
-    if ((rc = open_socket(c)) != 0)
-        goto free_client;
-
-    int64_t now = dash__now_ms();
-    if (c->flags & DASH_CONNECT_NO_SESSION) {
-        /* No Hello, but a round trip: connecting must still find out whether anyone is
-         * there. */
-        c->state = DASH__S_OK;
-        struct dash__req *r = dash__req_new(c, DASH__PING);
-        if (!r) {
-            rc = DASH_ENOMEM;
-            goto free_client;
-        }
-        r->token = c->ping_seed;
-        if ((rc = send_req(c, r)) == 0 && (rc = dash__wait(c, req_done, r, -1, now)) == 0)
-            rc = r->code;
-        dash__req_free(c, r);
-    } else {
-        if ((rc = start_hello(c)) == 0 && (rc = dash__wait(c, hello_settled, NULL, -1, now)) == 0)
-            rc = c->state == DASH__S_OK ? 0 : c->hello_code;
-    }
-    if (rc)
-        goto free_client;
-    *ret_client = c;
-    return 0;
-
-free_client:
-    if (why && why_len)
-        snprintf(why, why_len, "%s", rc == DASH_EPERM ? c->refusal : "");
-    client_free(c, 0);
-    return rc;
-}
-
-int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
-                 struct dash_client **ret_client)
-{
-    return client_connect(endpoint, opts, ret_client, NULL, 0);
-}
-
-int dash_endpoint_check(const char *endpoint, char *why, size_t len)
-{
-    char ep[512];
-    int64_t owner;
-    int rc;
-
-    if ((!why && len) || (endpoint && !*endpoint))
-        return DASH_EINVAL;
-    if (why && len)
-        why[0] = '\0';
-    if (!endpoint) {
-        if ((rc = wire_client_endpoint(ep, sizeof ep)) != 0)
-            return rc;
-        endpoint = ep;
-    }
-    if ((rc = wire_endpoint_check(endpoint, &owner, why, len)) != 0 || !wire_ipc_path(endpoint))
-        return rc;
-    /* The file passes: ask whoever answers there, as dash_connect() would, without a
-     * session (nothing but a Ping is sent). */
-    struct dash_connect_opts o = {.client_name = "dash_endpoint_check",
-                                  .timeout_ms = DASH__CHECK_TIMEOUT_MS,
-                                  .flags = DASH_CONNECT_NO_SESSION};
-    struct dash_client *c;
-    rc = client_connect(endpoint, &o, &c, why, len);
-    if (rc == 0)
-        dash_close(c);
-    return rc == DASH_EPERM ? rc : 0; /* silence, or any other failure, refuses nothing */
-}
-
-void dash_close(struct dash_client *c)
-{
-    if (c)
-        client_free(c, 1);
-}
-
-/* ---- ping and stats ------------------------------------------------------------------- */
-
-int dash_ping(struct dash_client *c, int timeout_ms, uint64_t *ret_rtt_us)
-{
-    if (!c || timeout_ms < -1)
-        return DASH_EINVAL;
-    struct dash__req *r = dash__req_new(c, DASH__PING);
-    if (!r)
-        return DASH_ENOMEM;
-    int64_t now = dash__now_ms();
-    int64_t deadline = now + (timeout_ms < 0 ? c->timeout_ms : timeout_ms);
-    r->token = c->ping_seed + c->next_wire; /* differs for every ping of c */
-    int rc = send_req(c, r);
-    if (rc == 0 && (rc = dash__wait(c, req_done, r, deadline, now)) == 0)
-        rc = r->code;
-    uint64_t rtt = r->rtt_us;
-    dash__req_free(c, r);
-    if (rc == 0 && ret_rtt_us)
-        *ret_rtt_us = rtt;
-    return rc;
-}
-
-static const char *str_or_empty(const char *s)
-{
-    return s ? s : "";
-}
-
-void dash_stats_free(struct dash_stats *s)
-{
-    if (!s)
-        return;
-    for (size_t i = 0; i < s->n_clients; i++) {
-        free((char *)s->clients[i].client_name);
-        free((char *)s->clients[i].run_tag);
-    }
-    free(s->clients);
-    free((char *)s->server_version);
-    free((char *)s->backend);
-    free((char *)s->audit_path);
-    free((char *)s->audit_level);
-    free((char *)s->gpu_sharing);
-    free(s);
-}
-
-static struct dash_stats *stats_convert(const Dash__StatsReply *m, uint64_t own_session)
-{
-    struct dash_stats *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->server_version = strdup(str_or_empty(m->server_version));
-    s->backend = strdup(str_or_empty(m->backend));
-    s->uptime_ms = m->uptime_ms;
-    s->queue_depth = m->queue_depth;
-    s->queue_capacity = m->queue_capacity;
-    s->requests = m->requests;
-    s->errors = m->errors;
-    s->threads = m->threads;
-    s->own_session_id = own_session;
-    s->sessions = m->has_sessions ? m->sessions : (uint32_t)m->n_clients;
-    s->audit_path = strdup(str_or_empty(m->audit_path));
-    s->audit_level = strdup(str_or_empty(m->audit_level));
-    s->audit_written = m->audit_written;
-    s->audit_dropped = m->audit_dropped;
-    s->audit_write_errors = m->audit_write_errors;
-    s->gpu_sharing = strdup(str_or_empty(m->gpu_sharing));
-    if (!s->server_version || !s->backend || !s->audit_path || !s->audit_level || !s->gpu_sharing)
-        goto fail;
-    if (m->n_clients) {
-        if (!(s->clients = calloc(m->n_clients, sizeof *s->clients)))
-            goto fail;
-    }
-    for (size_t i = 0; i < m->n_clients; i++) {
-        const Dash__ClientStats *in = m->clients[i];
-        struct dash_client_stats *out = &s->clients[i];
-        s->n_clients = i + 1; /* so a failure below frees what is filled */
-        out->session_id = in->session_id;
-        out->pid = in->pid;
-        out->requests = in->requests;
-        out->errors = in->errors;
-        out->forwards = in->forwards;
-        out->backwards = in->backwards;
-        out->bytes_registered = in->bytes_registered;
-        out->buffers = in->buffers;
-        out->latency_p50_us = in->latency_p50_us;
-        out->latency_p99_us = in->latency_p99_us;
-        out->in_flight = in->in_flight;
-        out->client_name = strdup(str_or_empty(in->client_name));
-        out->run_tag = strdup(str_or_empty(in->run_tag));
-        if (!out->client_name || !out->run_tag)
-            goto fail;
-    }
-    return s;
-
-fail:
-    dash_stats_free(s);
-    return NULL;
-}
-
-int dash_stats(struct dash_client *c, struct dash_stats **ret_stats)
-{
-    if (!c || !ret_stats)
-        return DASH_EINVAL;
-    struct dash__req *r = dash__req_new(c, DASH__STATS);
-    if (!r)
-        return DASH_ENOMEM;
-    int64_t now = dash__now_ms();
-    int rc = send_req(c, r);
-    if (rc == 0 && (rc = dash__wait(c, req_done, r, -1, now)) == 0)
-        rc = r->code;
-    struct dash_stats *s = NULL;
-    if (rc == 0 && !(s = stats_convert(r->reply->stats, c->session_id)))
-        rc = DASH_ENOMEM;
-    dash__req_free(c, r);
-    if (rc == 0)
-        *ret_stats = s;
-    return rc;
 }

@@ -1,0 +1,493 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * dispatch_op.c - Forward and Backward: validated on the loop thread (buffers, kinds,
+ * event and signal syncs), queued, run by the worker (job.c), answered, audited. The rest
+ * of the protocol is dispatch.c's; dispatch_int.h is what the two share.
+ */
+#include "dispatch_int.h"
+
+#include "audit.h"
+#include "job.h"
+#include "log.h"
+#include "queue.h"
+#include "session.h"
+#include "shmbuf.h"
+#include "validate.h"
+
+#include "proto/errors.h"
+#include "proto/wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int lookup_size(void *ctx, uint64_t id, uint64_t *ret_size)
+{
+    struct shmbuf *b = sess_buf_find(ctx, id);
+    if (!b)
+        return DASH_ENOBUF;
+    *ret_size = shmbuf_size(b);
+    return 0;
+}
+
+/* Every tensor of one op lives in the same kind of buffer, one the backend computes on
+ * (the backend reads them all the same way: copied from shared memory, or in place on
+ * the device). 0 and *ret_kind, or DASH_EINVAL / DASH_ENOTSUP with a reason. */
+static int check_kinds(struct dispatch *d, struct session *s, const struct val_plan *plan,
+                       char *msg, size_t msglen, enum shmbuf_kind *ret_kind)
+{
+    enum shmbuf_kind kind = shmbuf_kind(sess_buf_find(s, plan->t[0].buffer_id));
+    for (int slot = 1; slot < plan->slots; slot++) {
+        enum shmbuf_kind k = shmbuf_kind(sess_buf_find(s, plan->t[slot].buffer_id));
+        if (k != kind) {
+            snprintf(msg, msglen, "%s is in %s but %s is in %s: every tensor of one op must be "
+                     "on the same kind of buffer", val_slot_name(VAL_Q), shmbuf_kind_name(kind),
+                     val_slot_name((enum val_slot)slot), shmbuf_kind_name(k));
+            return DASH_EINVAL;
+        }
+    }
+    if (!(d->backend->buffer_kinds & (1u << kind))) {
+        snprintf(msg, msglen, "the %s backend cannot compute on %s", d->backend->name,
+                 shmbuf_kind_name(kind));
+        return DASH_ENOTSUP;
+    }
+    *ret_kind = kind;
+    return 0;
+}
+
+/* The slots an audit level digests: the outputs, and with "all" the inputs too. */
+static unsigned audit_digest_mask(enum audit_level level, int backward)
+{
+    unsigned out = backward ? (1u << VAL_DQ) | (1u << VAL_DK) | (1u << VAL_DV)
+                            : (1u << VAL_OUT) | (1u << VAL_LSE);
+    unsigned in = backward ? (1u << VAL_Q) | (1u << VAL_K) | (1u << VAL_V) | (1u << VAL_OUT) |
+                                 (1u << VAL_LSE) | (1u << VAL_DOUT)
+                           : (1u << VAL_Q) | (1u << VAL_K) | (1u << VAL_V);
+    return level == AUDIT_ALL ? in | out : level == AUDIT_OUTPUTS ? out : 0;
+}
+
+/* EventSync of an op on buffers of `kind`: fill j's events (no reference taken yet).
+ * 0, or a DASH_* code with a reason. */
+static int check_sync(const struct session *s, const Dash__EventSync *sync, enum shmbuf_kind kind,
+                      char *msg, size_t msglen, struct job *j)
+{
+    if (kind != SHMBUF_CUDA) {
+        snprintf(msg, msglen, "event sync orders work on device buffers; this op's tensors are "
+                 "in %s, and its reply comes once the outputs are written", shmbuf_kind_name(kind));
+        return DASH_EINVAL;
+    }
+    uint32_t n = s->events ? evring_count(s->events) : 0;
+    if ((sync->has_wait_event && sync->wait_event >= n) ||
+        (sync->has_record_event && sync->record_event >= n)) {
+        snprintf(msg, msglen, "event %u is not registered: the session has %u (RegisterEvents)",
+                 sync->has_wait_event && sync->wait_event >= n ? sync->wait_event
+                                                               : sync->record_event, n);
+        return DASH_ENOENT;
+    }
+    j->reply_when_queued = sync->has_reply_when_queued && sync->reply_when_queued;
+    if (j->reply_when_queued && !sync->has_record_event) {
+        snprintf(msg, msglen, "reply_when_queued needs record_event: without it nothing says "
+                 "when the outputs are ready");
+        return DASH_EINVAL;
+    }
+    j->wait_event = sync->has_wait_event ? evring_get(s->events, sync->wait_event) : NULL;
+    j->record_event = sync->has_record_event ? evring_get(s->events, sync->record_event) : NULL;
+    return 0;
+}
+
+/* EventSync's semaphores: 0 and the words (device pointers into the buffer, on which the
+ * job is to take a reference), or a code with the reason. */
+static int check_signals(const struct session *s, const Dash__EventSync *sync, char *msg,
+                         size_t msglen, struct shmbuf **ret_buf, uint64_t **ret_ready,
+                         uint64_t **ret_done)
+{
+    if (!sync->has_signal_buffer || !sync->has_ready_offset || !sync->has_done_offset ||
+        !sync->has_signal_seq || sync->signal_seq == 0) {
+        snprintf(msg, msglen, "signals need signal_buffer, ready_offset, done_offset and a "
+                 "signal_seq above 0");
+        return DASH_EINVAL;
+    }
+    if (sync->has_wait_event || sync->has_record_event || sync->reply_when_queued) {
+        snprintf(msg, msglen, "an op is ordered by events or by signals, not both");
+        return DASH_EINVAL;
+    }
+    struct shmbuf *b = sess_buf_find(s, sync->signal_buffer);
+    if (!b) {
+        snprintf(msg, msglen, "signal buffer %llu is not registered in this session",
+                 (unsigned long long)sync->signal_buffer);
+        return DASH_ENOBUF;
+    }
+    const uint64_t size = shmbuf_size(b), r = sync->ready_offset, dn = sync->done_offset;
+    if (shmbuf_kind(b) != SHMBUF_CUDA || (r | dn) % 8 != 0 || r > size - 8 || dn > size - 8 ||
+        size < 8 || r == dn) {
+        snprintf(msg, msglen, "signals are two distinct 8-byte aligned words inside a CUDA "
+                 "buffer (ready at %llu, done at %llu, buffer of %llu bytes, %s)",
+                 (unsigned long long)r, (unsigned long long)dn, (unsigned long long)size,
+                 shmbuf_kind_name(shmbuf_kind(b)));
+        return DASH_EINVAL;
+    }
+    *ret_buf = b;
+    *ret_ready = (uint64_t *)(void *)(shmbuf_data(b) + r);
+    *ret_done = (uint64_t *)(void *)(shmbuf_data(b) + dn);
+    return 0;
+}
+
+/* An op that will not run: write its done word, if it names valid semaphores. */
+void dispatch__release_signals(struct dispatch *d, const struct session *s,
+                                         const Dash__Request *req)
+          {
+    char msg[MSG_MAX];
+    struct shmbuf *b;
+    uint64_t *ready, *done;
+    if (s && req->sync && req->sync->has_signal_buffer && d->backend->signal_release &&
+        check_signals(s, req->sync, msg, sizeof msg, &b, &ready, &done) == 0)
+        (void)d->backend->signal_release(d->backend->impl, done, req->sync->signal_seq);
+}
+
+void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
+                               struct session *s, int backward)
+          {
+    const Dash__EventSync *sync = req->sync;
+    const int want_sync = sync && (sync->has_wait_event || sync->has_record_event ||
+                                   (sync->has_reply_when_queued && sync->reply_when_queued));
+    const int want_signals = sync && (sync->has_signal_buffer || sync->has_ready_offset ||
+                                      sync->has_done_offset || sync->has_signal_seq);
+    if ((want_sync && !d->backend->events_open) ||
+        (want_signals && !d->backend->signal_release)) {
+        dispatch__reply_error(
+            d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
+            "%s sync needs the CUDA backend%s; this daemon runs the %s backend (its "
+            "replies come after the outputs are written)",
+            want_signals ? "signal" : "event",
+            want_signals ? " on a GPU with 64-bit stream memory operations" : "", d->backend->name);
+        return;
+    }
+    char msg[MSG_MAX];
+    /* Semaphores first: once they are known, every way this op ends writes its done word,
+     * so the client's stream that waits for it goes on. */
+    struct shmbuf *sig_buf = NULL;
+    uint64_t *sig_ready = NULL, *sig_done = NULL;
+    int rc = want_signals ? check_signals(s, sync, msg, sizeof msg, &sig_buf, &sig_ready,
+                                          &sig_done) : 0;
+    if (rc) {
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return;
+    }
+    struct job *j = NULL;
+    if (sig_done && s->signal_ops >= DISPATCH_SIGNAL_OPS_MAX) {
+        rc = DASH_EBUSY;
+        snprintf(msg, sizeof msg, "a session may have at most %d signal-ordered ops in flight",
+                 DISPATCH_SIGNAL_OPS_MAX);
+        goto refuse;
+    }
+    if (!(j = calloc(1, sizeof *j))) {
+        rc = DASH_ENOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto refuse;
+    }
+    const struct val_limits *lim = &d->backend->limits;
+    rc = backward ? val_backward(req->backward, lim, lookup_size, s, msg, sizeof msg, &j->plan)
+                      : val_forward(req->forward, lim, lookup_size, s, msg, sizeof msg, &j->plan);
+    if (!rc)
+        rc = d->backend->check(d->backend->impl, &j->plan, msg, sizeof msg);
+    enum shmbuf_kind kind = SHMBUF_SHM;
+    if (!rc)
+        rc = check_kinds(d, s, &j->plan, msg, sizeof msg, &kind);
+    if (!rc && want_sync)
+        rc = check_sync(s, sync, kind, msg, sizeof msg, j);
+    /* Only shared memory is copied through host scratch. */
+    uint64_t need = rc || kind != SHMBUF_SHM ? 0 : job_scratch_bytes(&j->plan);
+    if (!rc && need > d->cfg.scratch_max) {
+        rc = DASH_ENOMEM;
+        snprintf(msg, sizeof msg, "the request needs %llu bytes of scratch, more than %llu",
+                 (unsigned long long)need, (unsigned long long)d->cfg.scratch_max);
+    }
+    if (!rc && sig_done && kind != SHMBUF_CUDA) {
+        rc = DASH_EINVAL;
+        snprintf(msg, sizeof msg, "signals order work on device buffers; this op's tensors "
+                 "are in %s", shmbuf_kind_name(kind));
+    }
+    if (rc)
+        goto refuse;
+    if (sig_done) {
+        j->signal_buf = sig_buf;
+        shmbuf_ref(sig_buf);
+        j->signal_ready = sig_ready;
+        j->signal_done = sig_done;
+        j->signal_seq = sync->signal_seq;
+    }
+    memcpy(j->rid, m->rid, m->rid_len);
+    j->rid_len = m->rid_len;
+    j->request_id = req->id;
+    j->session_id = s->id;
+    j->received_ns = uv_hrtime();
+    j->peer_pid = s->peer_pid;
+    j->queue = d->queue;
+    if (d->cfg.audit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        j->wall_unix_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        j->pid = s->pid;
+        j->uid = s->peer_uid;
+        snprintf(j->client_name, sizeof j->client_name, "%s", s->name);
+        snprintf(j->run_tag, sizeof j->run_tag, "%s", s->run_tag);
+        if (req->audit) {
+            j->has_step = req->audit->has_step;
+            j->step = req->audit->step;
+            dispatch__copy_clean(j->label, sizeof j->label, req->audit->label);
+        }
+        j->digest_mask = audit_digest_mask(audit_level(d->cfg.audit), backward);
+    }
+    for (int slot = 0; slot < j->plan.slots; slot++) {
+        j->buf[slot] = sess_buf_find(s, j->plan.t[slot].buffer_id);
+        shmbuf_ref(j->buf[slot]);
+    }
+    if (j->wait_event || j->record_event) {
+        j->events = s->events;
+        evring_ref(j->events);
+    }
+    j->pushed_ns = uv_hrtime();
+    /* An op the client's stream already waits for is not refused for a full queue: that
+     * would stall the client's GPU work; each session holds at most
+     * DISPATCH_SIGNAL_OPS_MAX of them. */
+    if (j->signal_done) {
+        queue_push_any(d->queue, &j->item);
+        s->signal_ops++;
+    } else if ((rc = queue_push(d->queue, &j->item)) != 0) {
+        for (int slot = 0; slot < j->plan.slots; slot++)
+            shmbuf_unref(j->buf[slot]);
+        evring_unref(j->events);
+        free(j);
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
+                              "the queue is full (%u requests waiting or running)",
+                              queue_capacity(d->queue));
+        return;
+    }
+    s->in_flight++;
+    d->in_flight++;
+    return;
+
+refuse:
+    free(j);
+    if (sig_done) /* the client's stream waits for this op: let it go on */
+        (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
+    dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+}
+
+static Dash__Schedule proto_schedule(enum sched_kind k)
+{
+    switch (k) {
+    case SCHED_ATOMIC:
+        return DASH__SCHEDULE__ATOMIC;
+    case SCHED_ASCENDING:
+        return DASH__SCHEDULE__ASCENDING;
+    case SCHED_DESCENDING:
+        return DASH__SCHEDULE__DESCENDING;
+    case SCHED_SPT:
+        return DASH__SCHEDULE__SPT;
+    case SCHED_SHIFT:
+        return DASH__SCHEDULE__SHIFT;
+    default:
+        /* Backends never report AUTO (backend.h); this would be a bug. */
+        return DASH__SCHEDULE__AUTO;
+    }
+}
+
+/* Completion of a job the backend queued on the device (a backend thread). */
+static void job_gpu_done(void *ctx, int rc, uint64_t run_ns)
+{
+    struct job *j = ctx;
+    if (rc) {
+        j->rc = rc;
+        snprintf(j->msg, sizeof j->msg, "the GPU failed while running the op (%s); dashd "
+                 "needs a restart", dash_strerror(rc));
+    }
+    j->run_ns = run_ns;
+    j->finished_ns = uv_hrtime();
+    queue_finish(j->queue, &j->item);
+}
+
+int dispatch__run_job(void *ctx, struct queue_item *it)
+{
+    struct job *j = (struct job *)it;
+    struct dispatch *d = ctx;
+    if (j->reply_when_queued)
+        queue_expect_early(j->queue, it);
+    j->rc = 0;
+    if (job_run(d->runner, j, job_gpu_done, j) != BACKEND_QUEUED)
+        return QUEUE_DONE;
+    /* From here on j may complete at any moment: touch it no more, except to announce. */
+    if (j->reply_when_queued) {
+        j->launched_ns = uv_hrtime(); /* the completion reads no field written here */
+        queue_early(j->queue, it);
+    }
+    return QUEUE_LATER;
+}
+
+static void fill_op_result(const struct dispatch *d, const struct job *j, int with_run,
+                           Dash__OpResult *op)
+{
+    op->schedule = proto_schedule(j->used.sched);
+    op->wave = j->used.w;
+    op->block_m = j->used.block_m;
+    op->block_n = j->used.block_n;
+    op->has_queue_us = 1;
+    op->queue_us = (j->started_ns - j->received_ns) / 1000;
+    op->has_run_us = with_run;
+    op->run_us = (j->run_ns ? j->run_ns : j->finished_ns - j->started_ns) / 1000;
+    op->backend = (char *)d->backend->name;
+}
+
+/* Count a finished reply in the session's latency (and the idle clock). */
+static struct session *job_session(struct dispatch *d, const struct job *j)
+{
+    struct session *s = sess_find(d->sessions, j->rid, j->rid_len);
+    return s && s->id == j->session_id ? s : NULL;
+}
+
+/* The op is queued on the device (reply_when_queued): answer now, finish in dispatch__job_done. */
+void dispatch__job_early(void *ctx, struct queue_item *it)
+{
+    struct dispatch *d = ctx;
+    struct job *j = (struct job *)it;
+    struct session *s = job_session(d, j);
+    if (s)
+        sess_latency_add(s, (uv_hrtime() - j->received_ns) / 1000);
+    Dash__Reply r = DASH__REPLY__INIT;
+    Dash__OpResult op = DASH__OP_RESULT__INIT;
+    r.id = j->request_id;
+    fill_op_result(d, j, 0, &op);
+    r.op = &op;
+    const uint64_t now = uv_hrtime();
+    log_debug("request %llu of session %llu: %s queued on the device; us from receipt: "
+              "validated %llu, worker started %llu, on the device %llu, replying %llu",
+              (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+              j->plan.backward ? "backward" : "forward",
+              (unsigned long long)(j->pushed_ns - j->received_ns) / 1000,
+              (unsigned long long)(j->started_ns - j->received_ns) / 1000,
+              (unsigned long long)(j->launched_ns - j->received_ns) / 1000,
+              (unsigned long long)(now - j->received_ns) / 1000);
+    dispatch__send_reply(d, j->rid, j->rid_len, &r);
+    j->replied = 1;
+}
+
+/* One audit record for a finished job (loop thread). */
+static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
+{
+    const struct val_plan *p = &j->plan;
+    Dash__AuditRecord r = DASH__AUDIT_RECORD__INIT;
+    Dash__AuditTensor tens[VAL_SLOTS], *ins[VAL_SLOTS], *outs[VAL_SLOTS];
+    int64_t shapes[VAL_SLOTS][4];
+    r.has_wall_unix_ns = r.has_session_id = r.has_pid = r.has_request_id = 1;
+    r.wall_unix_ns = j->wall_unix_ns;
+    r.session_id = j->session_id;
+    r.pid = j->pid;
+    r.has_uid = j->uid >= 0;
+    r.uid = j->uid;
+    r.client_name = (char *)j->client_name;
+    r.run_tag = (char *)j->run_tag;
+    r.has_step = j->has_step;
+    r.step = j->step;
+    r.label = (char *)j->label;
+    r.request_id = j->request_id;
+    r.op = p->backward ? "backward" : "forward";
+    r.has_dtype = r.has_mask = r.has_scale = 1;
+    r.dtype = p->prob.dtype == DTYPE_F32 ? DASH__DTYPE__F32
+              : p->prob.dtype == DTYPE_F16 ? DASH__DTYPE__F16 : DASH__DTYPE__BF16;
+    r.mask = p->prob.mask == SCHED_MASK_CAUSAL ? DASH__MASK__CAUSAL : DASH__MASK__FULL;
+    r.scale = p->prob.scale;
+    if (j->rc == 0) {
+        /* a forward has no backward schedule nor wave: only its tile sizes are recorded */
+        r.has_schedule = r.has_wave = p->backward;
+        r.has_block_m = r.has_block_n = 1;
+        r.schedule = proto_schedule(j->used.sched);
+        r.wave = j->used.w;
+        r.block_m = j->used.block_m;
+        r.block_n = j->used.block_n;
+    }
+    r.backend = (char *)d->backend->name;
+    r.kernel_build = (char *)(d->cfg.kernel_build ? d->cfg.kernel_build : "");
+    r.device = d->backend->device;
+    r.has_sm_count = 1;
+    r.sm_count = d->backend->threads(d->backend->impl);
+    /* every tensor with its shape; digests where the level asked for them */
+    for (int s = 0; s < p->slots; s++) {
+        Dash__AuditTensor *t = &tens[s];
+        dash__audit_tensor__init(t);
+        t->name = (char *)val_slot_name((enum val_slot)s);
+        for (int k = 0; k < p->t[s].ndim; k++)
+            shapes[s][k] = p->t[s].shape[k];
+        t->n_shape = (size_t)p->t[s].ndim;
+        t->shape = shapes[s];
+        t->has_digest = (j->digest_ok >> s) & 1u;
+        t->digest = j->digest[s];
+        if (p->t[s].output)
+            outs[r.n_outputs++] = t;
+        else
+            ins[r.n_inputs++] = t;
+    }
+    r.inputs = ins;
+    r.outputs = outs;
+    r.has_duration_us = r.has_code = 1;
+    r.duration_us = (now - j->received_ns) / 1000;
+    r.code = j->rc;
+    audit_submit(d->cfg.audit, &r);
+}
+
+void dispatch__job_done(void *ctx, struct queue_item *it)
+{
+    struct dispatch *d = ctx;
+    struct job *j = (struct job *)it;
+    uint64_t now = uv_hrtime();
+    d->in_flight--;
+    if (j->device_op && j->rc == 0)
+        job_device_digests(j);
+    if (d->cfg.audit)
+        audit_job(d, j, now);
+    struct session *s = job_session(d, j);
+    if (s) {
+        s->in_flight--;
+        if (j->signal_done)
+            s->signal_ops--;
+        s->last_ns = now; /* the idle clock starts when the client has its answer */
+        if (j->plan.backward)
+            s->backwards++;
+        else
+            s->forwards++;
+        if (!j->replied)
+            sess_latency_add(s, (now - j->received_ns) / 1000);
+    }
+    if (j->replied) {
+        /* The client was told "queued"; a failure now can only be logged (and the
+         * device is unusable anyway: every later op fails too). */
+        if (j->rc)
+            log_error("request %llu of session %llu failed after its reply: %s",
+                      (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+                      j->msg[0] ? j->msg : dash_strerror(j->rc));
+    } else {
+        Dash__Reply r = DASH__REPLY__INIT;
+        Dash__OpResult op = DASH__OP_RESULT__INIT;
+        r.id = j->request_id;
+        r.code = j->rc;
+        if (j->rc == 0) {
+            fill_op_result(d, j, 1, &op);
+            r.op = &op;
+            log_debug("request %llu of session %llu: %s done in %llu us (queued %llu us)",
+                      (unsigned long long)j->request_id, (unsigned long long)j->session_id,
+                      j->plan.backward ? "backward" : "forward", (unsigned long long)op.run_us,
+                      (unsigned long long)op.queue_us);
+        } else {
+            r.message = j->msg[0] ? j->msg : (char *)dash_strerror(j->rc);
+            log_debug("request %llu of session %llu: %s: %s", (unsigned long long)j->request_id,
+                      (unsigned long long)j->session_id, dash_errname(j->rc), r.message);
+        }
+        dispatch__send_reply(d, j->rid, j->rid_len, &r);
+    }
+    for (int slot = 0; slot < j->plan.slots; slot++)
+        shmbuf_unref(j->buf[slot]);
+    shmbuf_unref(j->signal_buf);
+    evring_unref(j->events);
+    free(j);
+    dispatch__check_idle(d);
+}

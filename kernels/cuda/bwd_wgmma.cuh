@@ -1,0 +1,475 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * bwd_wgmma.cuh - v3's step of the backward on Hopper warpgroup products (sm_90a) and its
+ * dQ writer warp: overloads of bwd_mma.cuh's per-step functions for v3's registers, used by
+ * the shared drivers in attn_bwd_tc.cu. Included by attn_bwd_tc.cu only, after bwd_mma.cuh.
+ */
+#ifndef DASH_KERNELS_CUDA_BWD_WGMMA_CUH
+#define DASH_KERNELS_CUDA_BWD_WGMMA_CUH
+
+/* ---- v3: the step on Hopper warpgroup products (sm_90a) ---------------------------------
+ *
+ * The same units, steps, schedules, turns and dQ hand-off as v2 (the drivers below are
+ * shared), 64 x 128 tiles only; the five products are wgmma.mma_async with both operands
+ * in shared memory (attn_wgmma.h), so no thread loads fragments. Two warpgroups of four
+ * warps (wg = warp / 4, wi = warp % 4):
+ *   S, dP (64 x 128):  warpgroup wg forms kv columns 64 wg .. +64 (m64n64, k = d);
+ *   dV, dK (128 x D):  warpgroup wg owns kv rows 64 wg .. +64 (m64nD, k = i, P^T and
+ *                      dS^T read MN-major from the tiles P and dS - its own columns);
+ *   dQp (64 x D):      warpgroup wg forms d columns (D/2) wg .. +D/2 (m64n(D/2), k = j).
+ * Every input tile (K, V, Q, dO, P, dS) is 16-bit in the 128-byte swizzled layout, so the
+ * one copy serves the K-major and the MN-major reads. Each element of each product is one
+ * chain of wgmma over its k in ascending k16 steps, a fixed function of the operands: the
+ * bits repeat, and do not depend on the grid or the mode, as in v2 (they differ from
+ * v2's: the tensor cores group their sums differently). Registers per thread: dK, dV
+ * D/2 floats each, dQp D/4 (the same count as v2's, so the interleaved scratch is too).
+ */
+/* dQ staging buffers of v3's writer warp, taken in turn: one. (Two at head dim 64, which
+ * the shared memory allows, measured no faster: bench/results/gpu-v3-lean-writer-2026-11-29.md;
+ * the ring below stays general, and the wait-end rule of bwd_tc_persistent is what makes
+ * more than one safe: docs/schedules.md.) */
+#define BWD_WG_DQBUFS 1
+
+template <int D>
+struct bwd_wg_smem {
+    static constexpr bool swizzled = true;
+    static constexpr bool writer = true; /* persistent mode: a ninth warp adds dQ (below) */
+    uint16_t k_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) K of the unit, swizzled */
+    uint16_t v_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) V */
+    uint16_t q_smem[2][BWD_TC_BM * D];          /* (2, 64, D) Q of the step, of the next */
+    uint16_t dout_smem[2][BWD_TC_BM * D];       /* (2, 64, D) dO likewise */
+    uint16_t p_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N];  /* (64, 128) P, input dtype */
+    uint16_t ds_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N]; /* (64, 128) dS */
+    float dq_smem[BWD_WG_DQBUFS * BWD_TC_BM * D]; /* (BWD_WG_DQBUFS, 64, D) dQ partials, dQacc's layout */
+    float lse_smem[2][BWD_TC_BM];
+    float dsum_smem[2][BWD_TC_BM];
+    int32_t visit_smem[BWD_TC_TAB + 1];
+    int32_t rank_smem[BWD_TC_TAB + 1];
+    int32_t flag_smem;
+    int32_t ticket[BWD_WG_DQBUFS][4]; /* compute warps -> writer, per buffer: bh, m, rank (-1
+                                           atomic), 1 at the end */
+    uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
+    uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
+};
+#define BWD_WG_TILES_ALIGNED(D)                                                                \
+    (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
+     offsetof(bwd_wg_smem<D>, q_smem) % 1024 == 0 && offsetof(bwd_wg_smem<D>, dout_smem) % 1024 == 0 && \
+     offsetof(bwd_wg_smem<D>, p_smem) % 1024 == 0 && offsetof(bwd_wg_smem<D>, ds_smem) % 1024 == 0 && \
+     sizeof(bwd_wg_smem<D>::q_smem[0]) % 1024 == 0 && sizeof(bwd_wg_smem<D>::dout_smem[0]) % 1024 == 0)
+static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles start on 1024-byte boundaries");
+/* Every tile above is a multiple of 1024 bytes and starts the struct's 1024-aligned block
+ * (the tiles come first):
+ * the swizzle is a function of address bits, so the kernel aligns the struct (below). */
+#define BWD_WG_ALIGN 1024
+
+template <int D>
+struct bwd_wg_regs {
+    float dk_reg[D / 2]; /* m64nD accumulators: kv rows 64 wg + 16 wi + g (+8) */
+    float dv_reg[D / 2];
+    float dq_reg[D / 4]; /* m64n(D/2): q rows 16 wi + g (+8), columns (D/2) wg + .. */
+
+    /* Accumulator element e of a thread: row 16 wi + g + 8 (e % 4 / 2) of the
+     * warpgroup's rows, column 8 (e / 4) + 2 t4 + e % 2 (attn_wgmma.h). */
+    static __device__ __forceinline__ int32_t row(int32_t e)
+    {
+        const int32_t lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3;
+        return 16 * wi + (lane >> 2) + 8 * ((e >> 1) & 1);
+    }
+    static __device__ __forceinline__ int32_t col(int32_t e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }
+};
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_wg_regs<D> &x)
+{
+#pragma unroll
+    for (int e = 0; e < D / 2; e++) {
+        x.dk_reg[e] = 0.0f;
+        x.dv_reg[e] = 0.0f;
+    }
+}
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd_wg_regs<D> &x)
+{
+    const int32_t d0 = (D / 2) * (threadIdx.x >> 7);
+#pragma unroll
+    for (int e = 0; e < D / 4; e += 2) {
+        const int32_t i = bwd_wg_regs<D>::row(e), d = d0 + bwd_wg_regs<D>::col(e);
+        *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) = make_float2(x.dq_reg[e], x.dq_reg[e + 1]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* sm_80 never runs v3 (its kernels trap there); this only lets the shared driver compile. */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_params &, const bwd_wg_regs<D> &,
+                                                     int32_t, int32_t)
+{
+    __trap();
+}
+
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_params &p, const bwd_wg_regs<D> &x,
+                                                         int32_t bh, int32_t n)
+{
+    const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    const int32_t r0 = 64 * (threadIdx.x >> 7);
+    uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
+#pragma unroll
+    for (int e = 0; e < D / 2; e += 2) {
+        const int32_t j = r0 + bwd_wg_regs<D>::row(e), d = bwd_wg_regs<D>::col(e);
+        if (j >= rn)
+            continue;
+        const float dk0 = __fmul_rn(x.dk_reg[e], p.scale), dk1 = __fmul_rn(x.dk_reg[e + 1], p.scale);
+        const float dv0 = x.dv_reg[e], dv1 = x.dv_reg[e + 1];
+        if (p.group == 1) {
+            attn_st_pair(dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] + hk * p.dk_stride[2] + d,
+                         DT::pack2(dk0, dk1));
+            attn_st_pair(dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] + hk * p.dv_stride[2] + d,
+                         DT::pack2(dv0, dv1));
+        } else {
+            const int64_t at = ((int64_t)bh * p.seqlen_k + j0 + j) * D + d;
+            *reinterpret_cast<float2 *>(p.dk_acc + at) = make_float2(dk0, dk1);
+            *reinterpret_cast<float2 *>(p.dv_acc + at) = make_float2(dv0, dv1);
+        }
+    }
+}
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_params &p, int32_t v,
+                                                       const int32_t *st, const bwd_wg_regs<D> &x)
+{
+    float *data = bwd_tc_vsm_data<D, BN>(p, v);
+    bwd_tc_vsm_save_state(p, v, st);
+    if (st[VSM_LOADED])
+#pragma unroll
+        for (int e = 0; e < D / 2; e++) {
+            data[e * ATTN_THREADS] = x.dk_reg[e];
+            data[(D / 2 + e) * ATTN_THREADS] = x.dv_reg[e];
+        }
+    if (st[VSM_PENDING])
+#pragma unroll
+        for (int e = 0; e < D / 4; e++)
+            data[(D + e) * ATTN_THREADS] = x.dq_reg[e];
+}
+
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_params &p, int32_t v,
+                                                          const int32_t *st, bwd_wg_regs<D> &x)
+{
+    const float *data = bwd_tc_vsm_data<D, BN>(p, v);
+    if (st[VSM_LOADED])
+#pragma unroll
+        for (int e = 0; e < D / 2; e++) {
+            x.dk_reg[e] = data[e * ATTN_THREADS];
+            x.dv_reg[e] = data[(D / 2 + e) * ATTN_THREADS];
+        }
+    if (st[VSM_PENDING])
+#pragma unroll
+        for (int e = 0; e < D / 4; e++)
+            x.dq_reg[e] = data[(D + e) * ATTN_THREADS];
+}
+
+#if ATTN_WGMMA
+/* Keep the compiler from moving reads or writes of accumulator registers across a wgmma
+ * fence or wait: to it, the asynchronous product's registers change only at the asm. */
+template <int N>
+static __device__ __forceinline__ void bwd_wg_pin(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        asm volatile("" : "+f"(d[e])::"memory");
+}
+
+/* Descriptors of the tiles (attn_wgmma.h): a K-major operand at rows r0 .. (a multiple
+ * of 8), k16 slice from k0; an MN-major one at k rows k0 .., output index from c0. */
+static __device__ __forceinline__ uint64_t bwd_wg_kmajor(const uint16_t *tile, int32_t rows, int32_t r0, int32_t k0)
+{
+    return attn_wg_desc(tile + ((k0 >> 6) * rows * 64 + r0 * 64 + (k0 & 63)), 16, 1024);
+}
+static __device__ __forceinline__ uint64_t bwd_wg_mnmajor(const uint16_t *tile, int32_t rows, int32_t k0, int32_t c0)
+{
+    return attn_wg_desc(tile + ((c0 >> 6) * rows * 64 + k0 * 64 + (c0 & 63)), (uint32_t)rows * 128, 1024);
+}
+
+/* P and dS of the warpgroup's 64 x 64 block from its S and dP accumulators, rounded to
+ * the input dtype into the swizzled P and dS tiles; MASK as in bwd_tc_pds (the values are
+ * the same either way where the caller passes false). S becomes P on the way. The caller
+ * has waited for S only: dP's group is waited for here, once P is formed. */
+template <typename DT, bool MASK>
+static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
+                                                  uint16_t *ds_smem, const float *lse_smem,
+                                                  const float *dsum_smem, float (&s)[32], float (&dp)[32],
+                                                  int32_t i0, int32_t rm, int32_t j0, int32_t rn)
+{
+    const int32_t c0 = 64 * (threadIdx.x >> 7); /* the warpgroup's first column */
+    const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
+    const int causal = p.s.mask == SCHED_MASK_CAUSAL;
+    const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
+    int32_t lim[2]; /* row r's columns c0 + c with c < lim[r] are visible (MASK only) */
+    float lse2[2], dsum[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int32_t i = bwd_wg_regs<64>::row(2 * r);
+        lse2[r] = __fmul_rn(lse_smem[i], ATTN_LOG2E);
+        dsum[r] = dsum_smem[i];
+        lim[r] = 0;
+        if (MASK) {
+            const int64_t diag = (int64_t)i0 + i + offset - j0 + 1; /* past the last visible j */
+            const int64_t end = causal && diag < rn ? diag : rn;
+            lim[r] = i < rm && end > 0 ? (int32_t)end - c0 : -c0;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+        const int r = (e >> 1) & 1;
+        const float pr = attn_ex2(fmaf(s[e], scale2, -lse2[r]));
+        s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
+    }
+    attn_wg_wait<0>(); /* dP has landed */
+    bwd_wg_pin<32>(dp);
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+        const int r = (e >> 1) & 1;
+        dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
+        *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
+        *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
+    }
+}
+#endif
+
+/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
+ * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma. On return dQp has
+ * landed; dK and dV have too, unless they are left running under the hand-off (`keep`).
+ * With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
+ * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
+ * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
+ * later, under the last products, delays the next adder; both were slower. */
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+                                                   bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
+                                                   int32_t buf, int loaded, int32_t next_m,
+                                                   int32_t *rel_ctr, int32_t rel_rank)
+{
+#if ATTN_WGMMA
+    static_assert(BN == CUATTN_TC_BLOCK_N && BN == 128, "v3 runs 64 x 128 tiles");
+    const int32_t tid = threadIdx.x, wg = tid >> 7;
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+
+    /* A step with a successor in the unit leaves its dK, dV products
+     * running past its return, under the dQ hand-off; the successor's S product, queued
+     * behind them, completes only after them, so everything that waits for S may then
+     * overwrite what they read (the prefetch into buf ^ 1 - their Q and dO - and P, dS). */
+    const int keep = next_m >= 0;
+    if (!loaded) {
+        bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
+        attn_cp_async_wait<0>();
+        bwd_tc_async_visible<true>();
+        bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* Q, dO, LSE and Dsum are complete before anyone reads them */
+    }
+    const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
+
+    /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
+    float s[32], dp[32];
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 64, 0, 0>(s, bwd_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
+                                  bwd_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 64, 0, 0>(dp, bwd_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
+                                  bwd_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
+    bwd_wg_pin<32>(s);
+    if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+
+    const bool whole = rm == BWD_TC_BM && rn == BN &&
+                       (p.s.mask != SCHED_MASK_CAUSAL ||
+                        (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+    if (whole)
+        bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
+                              j0, rn);
+    else
+        bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
+                             j0, rn);
+    bwd_tc_async_visible<true>();
+    bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
+    if (rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+
+    /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
+     * groups, so the dQ hand-off needs only the first */
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, bwd_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
+                                     bwd_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, bwd_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 bwd_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, bwd_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 bwd_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+    attn_wg_commit();
+    if (keep) {
+        attn_wg_wait<1>();
+    } else {
+        attn_wg_wait<0>();
+        bwd_wg_pin<D / 2>(x.dv_reg);
+        bwd_wg_pin<D / 2>(x.dk_reg);
+    }
+    bwd_wg_pin<D / 4>(x.dq_reg);
+#else
+    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
+    (void)rel_ctr, (void)rel_rank;
+    __trap();
+#endif
+}
+
+/* ---- v3's dQ writer warp (persistent mode) -----------------------------------------------
+ *
+ * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
+ * step's partial in sm.dq_smem and hand it over with a ticket (head, q-tile, rank), then
+ * go on with the next step; the writer waits for the tile's turn, adds it with one bulk
+ * reduction, frees the staging buffer as soon as the reduction has read it, and passes the
+ * tile on the moment the addition is performed. The compute warps wait for no turn: only
+ * for a staging buffer (BWD_WG_DQBUFS of them, taken in turn), which the writer frees one
+ * turn behind. The additions and their order are exactly those of the other paths (one
+ * bulk reduction per step, in rank order), so the bits are too.
+ *
+ * The hand-off runs on two mbarriers per buffer in shared memory: full_bar[b] completes a
+ * phase when all 256 compute threads have staged their part and arrived (thread 0 writes
+ * the ticket first), empty_bar[b] when the writer has taken the ticket and the reduction
+ * has read the buffer. Arrivals release and waits acquire, so the ticket's and the tile's
+ * stores and loads are ordered by the barriers themselves - a protocol compute-sanitizer's
+ * racecheck follows (it did not follow the named-barrier form this replaced), and whose
+ * state lives in shared memory, set up afresh by each CTA. */
+struct bwd_wg_ring {
+    int32_t b;      /* the buffer of the next ticket */
+    uint32_t phase; /* how often the ring has wrapped, mod 2: the parity of b's phase */
+};
+
+template <int D>
+static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
+{
+    if (++r.b == BWD_WG_DQBUFS) {
+        r.b = 0;
+        r.phase ^= 1u;
+    }
+}
+
+#if BWD_TC_BULK
+static __device__ __forceinline__ void bwd_mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(attn_smem_u32(bar)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void bwd_mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(attn_smem_u32(bar)) : "memory");
+}
+
+/* Wait until the phase of parity `parity` has completed (parity 1 passes at once before
+ * the first phase completes: the phase "before" it counts as complete). */
+static __device__ __forceinline__ void bwd_mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(attn_smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Thread 0, before the warps part: the barriers; a CTA-wide barrier must follow. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
+{
+    for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) {
+        bwd_mbar_init(&sm.full_bar[b], ATTN_THREADS);
+        bwd_mbar_init(&sm.empty_bar[b], 1);
+    }
+}
+
+/* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
+ * (end: no more tickets) and everyone arrive; on to the next buffer. The tile, if any,
+ * must be staged between the wait and the arrival: see bwd_wg_hand. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, bwd_wg_ring &r, int32_t bh, int32_t m,
+                                                     int32_t rank, int32_t end)
+{
+    if (threadIdx.x == 0) {
+        sm.ticket[r.b][0] = bh;
+        sm.ticket[r.b][1] = m;
+        sm.ticket[r.b][2] = rank;
+        sm.ticket[r.b][3] = end;
+    }
+    bwd_mbar_arrive(&sm.full_bar[r.b]);
+    bwd_wg_ring_next<D>(r);
+}
+
+/* Compute warps: hand the step's dQ partial of tile m of head bh (rank; -1 for atomic)
+ * over in the next staging buffer. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
+                                                   int32_t bh, int32_t m, int32_t rank)
+{
+    bwd_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
+    bwd_wg_ticket(sm, r, bh, m, rank, 0);
+}
+
+/* Compute warps, at the end: no more tickets. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_wg_ring &r)
+{
+    bwd_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u);
+    bwd_wg_ticket(sm, r, 0, 0, 0, 1);
+}
+
+/* Thread 0: wait until the writer has taken the turn of every ticket handed over so far
+ * (it then needs nothing more to finish them): each buffer's last use has been read. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bwd_wg_ring &r)
+{
+    for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) /* b's next use: in this round, or the next */
+        bwd_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
+}
+
+/* The writer (one thread): take the tickets in turn until the end. */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
+{
+    for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+        bwd_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
+        if (sm.ticket[r.b][3])
+            return;
+        int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
+        if (rank >= 0)
+            bwd_tc_take_turn(ctr, rank);
+        bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
+        bwd_tc_bulk_wait_read();
+        bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
+    }
+}
+#endif
+
+#endif
