@@ -113,7 +113,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
-BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchmeta.c bench/benchrng.c
+BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c
 BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
 	tests/testutil.c
 DEMO_SRC := examples/engine_demo.c
@@ -255,7 +255,7 @@ $(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # dashd on the GPU vs the kernels in process (the daemon overhead target of issue 4).
-$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
+$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c bench/benchd.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
 		$(LIBDASH_A) $(LIBKERNELS) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter-out $(DASHD),$^) $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)

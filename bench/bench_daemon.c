@@ -48,6 +48,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "bench/benchd.h"
 #include "bench/benchmeta.h"
 #include "bench/benchrng.h"
 
@@ -70,7 +71,6 @@
 #define QUICK_WINDOW_S 1.0
 #define MAX_CLIENTS 4
 #define CLIENT_TIMEOUT_MS 10000 /* how long libdash waits for any sign of life */
-#define PROBE_TIMEOUT_MS 200    /* one readiness probe while dashd starts */
 #define START_WAIT_MS 10000     /* how long dashd may take to answer at all */
 #define STOP_WAIT_MS 5000       /* how long dashd may take to exit after SIGTERM */
 #define CHILD_GRACE_MS 30000    /* beyond the window, before a client process is a hang */
@@ -137,11 +137,7 @@ struct bench {
     int quick;
     int ping_n, ping_warmup, op_n, op_warmup;
     double window_s;
-    char dashd[4096];
-    char endpoint[160]; /* "ipc://" + sock_path */
-    char sock_path[128];
-    pid_t daemon;        /* > 0 while dashd runs */
-    int daemon_status;   /* waitpid's, once stopped */
+    struct benchd d;     /* the dashd measured */
     char backend[16];    /* as dash_result named it */
     struct lat_row lat[5];
     int nlat;
@@ -162,13 +158,6 @@ static double now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -280,145 +269,6 @@ static void fail(const char *what, int rc)
     fprintf(stderr, "bench_daemon: %s: %s (%s)\n", what, dash_strerror(rc), dash_errname(rc));
 }
 
-/* ---- the daemon ----------------------------------------------------------------------- */
-
-/* <dir of argv[0]>/dashd; /proc/self/exe's directory when argv[0] has none (found on
- * $PATH), since dashd is built next to the bench. */
-static int find_dashd(const char *argv0, char *buf, size_t cap)
-{
-    const char *slash = strrchr(argv0, '/');
-    char self[4096];
-    if (!slash) {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            return -errno;
-        self[n] = '\0';
-        slash = strrchr(self, '/');
-        argv0 = self;
-    }
-    int n = snprintf(buf, cap, "%.*s/dashd", (int)(slash - argv0), argv0);
-    if (n < 0 || (size_t)n >= cap)
-        return -ENAMETOOLONG;
-    return access(buf, X_OK) == 0 ? 0 : -errno;
-}
-
-static void describe_status(int status, char *buf, size_t cap)
-{
-    if (WIFEXITED(status))
-        snprintf(buf, cap, "exit status %d", WEXITSTATUS(status));
-    else if (WIFSIGNALED(status))
-        snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
-    else
-        snprintf(buf, cap, "wait status 0x%x", status);
-}
-
-static int daemon_start(struct bench *b)
-{
-    char threads[16];
-    snprintf(threads, sizeof threads, "%d", DAEMON_THREADS);
-    pid_t parent = getpid();
-    fflush(NULL); /* or the child's copy of unwritten stdio output could be written twice */
-    pid_t pid = fork();
-    if (pid < 0)
-        return -errno;
-    if (pid == 0) {
-        /* A bench killed without a chance to clean up must not leave a daemon behind; the
-         * getppid() check closes the race with a parent that died before prctl(). */
-        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
-            _exit(127);
-        execl(b->dashd, "dashd", "--endpoint", b->endpoint, "--threads", threads,
-              "--log-level", "warn", (char *)NULL);
-        fprintf(stderr, "bench_daemon: cannot run %s: %s\n", b->dashd, strerror(errno));
-        _exit(127);
-    }
-    b->daemon = pid;
-    return 0;
-}
-
-/* Polls with short no-session connects (which do one Ping) until dashd answers. */
-static int daemon_wait_ready(struct bench *b)
-{
-    struct dash_connect_opts opts = {.client_name = "bench_daemon-probe",
-                                     .timeout_ms = PROBE_TIMEOUT_MS,
-                                     .flags = DASH_CONNECT_NO_SESSION};
-    double deadline = now_us() + START_WAIT_MS * 1e3;
-    int rc;
-    for (;;) {
-        int status;
-        pid_t w = waitpid(b->daemon, &status, WNOHANG);
-        if (w == b->daemon) {
-            char how[96];
-            describe_status(status, how, sizeof how);
-            fprintf(stderr, "bench_daemon: dashd exited while starting (%s)\n", how);
-            b->daemon = -1;
-            return DASH_ECONNREFUSED;
-        }
-        struct dash_client *probe = NULL;
-        rc = dash_connect(b->endpoint, &opts, &probe);
-        if (rc == 0) {
-            dash_close(probe);
-            return 0;
-        }
-        if (rc != DASH_ETIMEDOUT && rc != DASH_ECONNREFUSED && rc != -ENOENT)
-            break;
-        if (now_us() > deadline)
-            break;
-        sleep_ms(20);
-    }
-    char what[256];
-    snprintf(what, sizeof what, "dashd (pid %d) did not answer on %s within %d ms",
-             (int)b->daemon, b->endpoint, START_WAIT_MS);
-    fail(what, rc);
-    return rc;
-}
-
-/* SIGTERM, then wait for it to exit. Returns 0 if it exited with status 0 in time. */
-static int daemon_stop(struct bench *b)
-{
-    if (b->daemon <= 0)
-        return 0;
-    pid_t pid = b->daemon;
-    b->daemon = -1;
-    if (kill(pid, SIGTERM) != 0) {
-        fprintf(stderr, "bench_daemon: kill(dashd %d, SIGTERM): %s\n", (int)pid,
-                strerror(errno));
-        return -1;
-    }
-    double deadline = now_us() + STOP_WAIT_MS * 1e3;
-    int status;
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0) {
-            fprintf(stderr, "bench_daemon: waitpid(dashd): %s\n", strerror(errno));
-            return -1;
-        }
-        if (now_us() > deadline) {
-            fprintf(stderr, "bench_daemon: dashd (pid %d) did not exit within %d ms of "
-                            "SIGTERM; killing it\n", (int)pid, STOP_WAIT_MS);
-            (void)kill(pid, SIGKILL);
-            (void)waitpid(pid, &status, 0);
-            /* A killed dashd cannot remove its socket and lock; nobody else uses them. */
-            char lock[160];
-            snprintf(lock, sizeof lock, "%s.lock", b->sock_path);
-            (void)unlink(b->sock_path);
-            (void)unlink(lock);
-            return -1;
-        }
-        sleep_ms(10);
-    }
-    b->daemon_status = status;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char how[96];
-        describe_status(status, how, sizeof how);
-        fprintf(stderr, "bench_daemon: dashd did not exit cleanly on SIGTERM: %s\n", how);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- latency ---------------------------------------------------------------------------- */
 
 static void add_row(struct bench *b, const char *call, const char *path, const struct shape *s,
@@ -519,7 +369,7 @@ static int measure_latency(struct bench *b)
         fail("latency samples", rc);
         goto free_samples;
     }
-    if ((rc = dash_connect(b->endpoint, &opts, &c))) {
+    if ((rc = dash_connect(b->d.endpoint, &opts, &c))) {
         fail("dash_connect", rc);
         goto free_samples;
     }
@@ -633,7 +483,7 @@ static void child_main(const struct bench *b, const struct shape *s, int idx, in
     struct dash_connect_opts opts = {.client_name = name, .run_tag = "bench",
                                      .timeout_ms = CLIENT_TIMEOUT_MS};
     const struct layout L = layout_of(s);
-    if ((rc = dash_connect(b->endpoint, &opts, &c))) {
+    if ((rc = dash_connect(b->d.endpoint, &opts, &c))) {
         child_fail(&r, "dash_connect", rc);
         goto report;
     }
@@ -822,7 +672,7 @@ reap:
         if (waitpid(pids[i], &status, 0) == pids[i] && !rc &&
             (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
             char how[96];
-            describe_status(status, how, sizeof how);
+            benchd_describe_status(status, how, sizeof how);
             fprintf(stderr, "bench_daemon: client %d of %d: %s after reporting success\n",
                     i + 1, nclients, how);
             rc = DASH_EIO;
@@ -859,7 +709,7 @@ static int read_daemon_stats(struct bench *b)
                                      .flags = DASH_CONNECT_NO_SESSION};
     struct dash_client *c = NULL;
     struct dash_stats *st = NULL;
-    int rc = dash_connect(b->endpoint, &opts, &c);
+    int rc = dash_connect(b->d.endpoint, &opts, &c);
     if (rc) {
         fail("dash_connect (stats)", rc);
         return rc;
@@ -908,7 +758,7 @@ static void per_client(const struct tput_row *r, size_t field_off, int decimals,
 static void write_report(FILE *f, const struct bench *b, const struct meta *m)
 {
     char how[96];
-    describe_status(b->daemon_status, how, sizeof how);
+    benchd_describe_status(b->d.status, how, sizeof how);
     fprintf(f, "# dashd round-trip benchmark\n\n");
     fprintf(f, "- date: %s\n", m->date_iso);
     fprintf(f, "- host CPU: %s\n", m->cpu);
@@ -920,7 +770,7 @@ static void write_report(FILE *f, const struct bench *b, const struct meta *m)
     fprintf(f, "- daemon: `dashd --endpoint %s --threads %d --log-level warn`, started by the "
                "bench; backend `%s`; stopped with SIGTERM: %s; it counted %llu requests, %llu "
                "errors\n",
-            b->endpoint, DAEMON_THREADS, b->backend, how,
+            b->d.endpoint, DAEMON_THREADS, b->backend, how,
             (unsigned long long)b->daemon_requests, (unsigned long long)b->daemon_errors);
     fprintf(f, "- method: client-side time of each blocking call (dash_ping, dash_forward, "
                "dash_backward; eng_forward, eng_backward on an in-process engine of %d "
@@ -1015,7 +865,6 @@ int main(int argc, char **argv)
 
     b.ping_n = PING_N, b.ping_warmup = PING_WARMUP, b.op_n = OP_N, b.op_warmup = OP_WARMUP;
     b.window_s = WINDOW_S;
-    b.daemon = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             b.quick = 1;
@@ -1047,28 +896,29 @@ int main(int argc, char **argv)
     bmeta_git_commit(m.commit, sizeof m.commit);
     bmeta_cmdline(m.cmdline, sizeof m.cmdline, argc, argv);
 
-    if ((rc = find_dashd(argv[0], b.dashd, sizeof b.dashd))) {
+    if ((rc = benchd_init(&b.d, "bench_daemon", argv[0]))) {
         fprintf(stderr, "bench_daemon: no dashd next to %s (%s): %s; build it with "
-                        "`make build/dashd`\n", argv[0], b.dashd, dash_strerror(rc));
+                        "`make build/dashd`\n", argv[0], b.d.path, dash_strerror(rc));
         return 1;
     }
-    snprintf(b.sock_path, sizeof b.sock_path, "/tmp/dashd-bench-%ld.sock", (long)getpid());
-    snprintf(b.endpoint, sizeof b.endpoint, "ipc://%s", b.sock_path);
 
     double wall0 = now_us();
-    fprintf(stderr, "bench_daemon: starting %s on %s\n", b.dashd, b.endpoint);
-    if ((rc = daemon_start(&b))) {
+    fprintf(stderr, "bench_daemon: starting %s on %s\n", b.d.path, b.d.endpoint);
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", DAEMON_THREADS);
+    const char *const args[] = {"--threads", threads, "--log-level", "warn", NULL};
+    if ((rc = benchd_start(&b.d, args))) {
         fail("fork", rc);
         return 1;
     }
-    if ((rc = daemon_wait_ready(&b)) || (rc = measure_latency(&b)) ||
+    if ((rc = benchd_wait_ready(&b.d, START_WAIT_MS)) || (rc = measure_latency(&b)) ||
         (rc = measure_throughput(&b)) || (rc = read_daemon_stats(&b)))
         goto stop_daemon;
     b.measured_s = (now_us() - wall0) * 1e-6;
     fprintf(stderr, "bench_daemon: measured in %.1f s\n", b.measured_s);
 
 stop_daemon:
-    if (daemon_stop(&b) != 0 && !rc)
+    if (benchd_stop(&b.d, STOP_WAIT_MS) != 0 && !rc)
         rc = DASH_EIO;
     if (rc)
         return 1;

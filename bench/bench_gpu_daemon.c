@@ -22,6 +22,7 @@
  *                   the host runs ahead of the GPU; that lead is subtracted).
  * The header says whether this process's GPU context goes through MPS (docs/mps.md).
  */
+#include "bench/benchd.h"
 #include "client/dash.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/digest_cuda.h"
@@ -135,25 +136,15 @@ int main(int argc, char **argv)
     if (reps < 1 || reps > 200 || S < 64 || 16384 % S)
         return 2;
     const int D = 128, H = 16, B = 16384 / S;
-    char dir[PATH_MAX], endpoint[128], cmd[PATH_MAX + 256];
-    snprintf(dir, sizeof dir, "%s", argv[0]);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
-    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/dashd-gpubench-%d.sock", (int)getpid());
-    pid_t daemon = fork();
-    if (daemon == 0) {
-        snprintf(cmd, sizeof cmd, "%s/dashd", dir);
-        if (audit)
-            execl(cmd, "dashd", "--endpoint", endpoint, "--backend", "cuda", "--log-level", "warn",
-                  "--audit", audit, "--audit-level", "outputs", (char *)NULL);
-        else
-            execl(cmd, "dashd", "--endpoint", endpoint, "--backend", "cuda", "--log-level", "warn",
-                  (char *)NULL);
-        _exit(127);
+    struct benchd d;
+    int rc = benchd_init(&d, "bench_gpu_daemon", argv[0]);
+    if (rc) {
+        fprintf(stderr, "bench_gpu_daemon: no dashd at %s: %s\n", d.path, dash_strerror(rc));
+        return 1;
     }
+    const char *const plain[] = {"--backend", "cuda", "--log-level", "warn", NULL};
+    const char *const audited[] = {"--backend", "cuda", "--log-level", "warn", "--audit", audit,
+                                   "--audit-level", "outputs", NULL};
     int ok = 0;
     struct dash_client *c = NULL;
     struct dash_buffer *buf = NULL;
@@ -161,9 +152,11 @@ int main(int argc, char **argv)
     unsigned char *mem = NULL;
     cudaStream_t stream = NULL;
     struct dash_connect_opts o = {.client_name = "bench_gpu_daemon", .timeout_ms = 30000};
-    for (int i = 0; i < 100 && dash_connect(endpoint, &o, &c) != 0; i++)
-        usleep(100000);
-    if (!c) {
+    if ((rc = benchd_start(&d, audit ? audited : plain)) != 0) {
+        fprintf(stderr, "bench_gpu_daemon: cannot start dashd: %s\n", dash_strerror(rc));
+        return 1;
+    }
+    if (benchd_wait_ready(&d, 10000) != 0 || dash_connect(d.endpoint, &o, &c) != 0) {
         fprintf(stderr, "bench_gpu_daemon: dashd did not come up\n");
         goto out;
     }
@@ -182,7 +175,7 @@ int main(int argc, char **argv)
         }
         free(h);
     }
-    int rc = dash_cuda_register(c, mem, 8 * tb + lb, &buf);
+    rc = dash_cuda_register(c, mem, 8 * tb + lb, &buf);
     if (rc == 0)
         rc = cuattn_new(0, &a);
     if (rc) {
@@ -325,7 +318,7 @@ out:
         cudaStreamDestroy(stream);
     if (mem)
         cudaFree(mem);
-    kill(daemon, SIGTERM);
-    waitpid(daemon, NULL, 0);
+    if (benchd_stop(&d, 10000) != 0)
+        ok = 0;
     return ok ? 0 : 1;
 }
