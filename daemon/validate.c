@@ -86,30 +86,22 @@ static int map_mask(Dash__Mask m, enum sched_mask *ret)
     }
 }
 
+_Static_assert((int)SCHED_AUTO == (int)DASH__SCHEDULE__AUTO &&
+                   (int)SCHED_ATOMIC == (int)DASH__SCHEDULE__ATOMIC &&
+                   (int)SCHED_ASCENDING == (int)DASH__SCHEDULE__ASCENDING &&
+                   (int)SCHED_DESCENDING == (int)DASH__SCHEDULE__DESCENDING &&
+                   (int)SCHED_SPT == (int)DASH__SCHEDULE__SPT &&
+                   (int)SCHED_SHIFT == (int)DASH__SCHEDULE__SHIFT &&
+                   SCHED_KIND_COUNT == DASH__SCHEDULE__SHIFT + 1,
+               "enum sched_kind is the wire's Schedule");
+
+/* The wire's Schedule is numbered as sched.h's kinds: a range check and a cast. */
 static int map_schedule(Dash__Schedule s, enum sched_kind *ret)
 {
-    switch (s) {
-    case DASH__SCHEDULE__AUTO:
-        *ret = SCHED_AUTO;
-        return 0;
-    case DASH__SCHEDULE__ATOMIC:
-        *ret = SCHED_ATOMIC;
-        return 0;
-    case DASH__SCHEDULE__ASCENDING:
-        *ret = SCHED_ASCENDING;
-        return 0;
-    case DASH__SCHEDULE__DESCENDING:
-        *ret = SCHED_DESCENDING;
-        return 0;
-    case DASH__SCHEDULE__SPT:
-        *ret = SCHED_SPT;
-        return 0;
-    case DASH__SCHEDULE__SHIFT:
-        *ret = SCHED_SHIFT;
-        return 0;
-    default:
+    if ((int)s < 0 || (int)s >= SCHED_KIND_COUNT)
         return -1;
-    }
+    *ret = (enum sched_kind)s;
+    return 0;
 }
 
 /* One tensor on its own: buffer, dims, strides. Fills *t except extent. */

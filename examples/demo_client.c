@@ -167,10 +167,8 @@ int main(int argc, char **argv)
         char *mine = malloc(L.total);
         memcpy(mine, base, L.total);
         struct eng *e = eng_new(2);
-        struct attn_config cfg = {(enum sched_kind)0, br.wave, br.block_m, br.block_n};
-        const enum sched_kind kinds[] = {SCHED_AUTO,       SCHED_ATOMIC, SCHED_ASCENDING,
-                                         SCHED_DESCENDING, SCHED_SPT,    SCHED_SHIFT};
-        cfg.sched = kinds[br.schedule];
+        /* sched.h numbers the schedules as dash.h does */
+        struct attn_config cfg = {(enum sched_kind)br.schedule, br.wave, br.block_m, br.block_n};
         struct attn_config fcfg = {SCHED_ASCENDING, fr.wave, fr.block_m, fr.block_n};
         rc = e ? eng_forward(e, &p, &fcfg, T(mine, L.out, SQ, HQ), (float *)(mine + L.lse),
                              T(mine, L.q, SQ, HQ), T(mine, L.k, SK, HKV), T(mine, L.v, SK, HKV), NULL)

@@ -65,7 +65,7 @@ static void test_dag_multi_head_descending_matches_estimate(void)
 static void test_dag_makespan_respects_work_bound(void)
 {
     for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
-        for (int kind = 0; kind < SCHED_AUTO; kind++)
+        for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
             for (int32_t sms = 1; sms <= 9; sms += 4) {
                 struct sched_shape sh = {2, 3, 7 * 4 - 1, 5 * 3, 4, 3, (enum sched_mask)mask};
                 struct sched s, a;

@@ -245,7 +245,7 @@ static void test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats(v
         attn_init(&a, &p, &r);
         struct attn_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn};
         CU_ASSERT_EQUAL_FATAL(run_forward(engines[0], &a, &cfg), 0);
-        for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+        for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
             cfg.sched = (enum sched_kind)kind;
             CU_ASSERT_EQUAL_FATAL(run_backward(engines[0], &a, &cfg, NULL), 0);
             struct grads base;
@@ -393,7 +393,7 @@ static void test_engine_stop_ends_an_op_midway_and_the_next_runs_whole(void)
     CU_ASSERT(st.asked > st.after);
     eng_set_stop(e, NULL, NULL);
     CU_ASSERT_EQUAL_FATAL(run_forward(fresh, &a, &cfg), 0); /* the forward's outputs again */
-    for (int kind = SCHED_ATOMIC; kind < SCHED_AUTO; kind++) {
+    for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
         cfg.sched = (enum sched_kind)kind;
         /* stops early and later: in the row phases, and among virtual SMs that wait for
          * their turns (the polls' share of each phase depends on the threads' timing) */

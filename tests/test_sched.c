@@ -399,7 +399,7 @@ static void test_sched_properties_hold_for_all_small_shapes(void)
                     for (int32_t heads = 1; heads <= 4; heads++) {
                         sh.heads = heads;
                         sh.batch = heads == 4 ? 2 : 1; /* also cover batch > 1 */
-                        for (int kind = 0; kind < SCHED_AUTO; kind++) {
+                        for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
                             int32_t w_max = kind == SCHED_SHIFT ? 16 : 1;
                             for (int32_t w = 1; w <= w_max; w++) {
                                 struct sched s;
@@ -604,7 +604,7 @@ static void test_sched_edge_shapes(void)
 static void test_sched_large_shape_indices_do_not_overflow(void)
 {
     struct sched_shape sh = {1, 128, 1 << 20, 1 << 20, 64, 128, SCHED_MASK_CAUSAL};
-    for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+    for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
         struct sched s;
         CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, SCHED_W_DEFAULT) == 0);
         CU_ASSERT_EQUAL(s.m_tiles, 16384);
@@ -714,7 +714,7 @@ static void test_sched_writer_handoff_never_deadlocks_with_the_rule(void)
         for (int32_t M = 1; M <= 10; M++)
             for (int32_t N = 1; N <= 10; N++)
                 for (int32_t heads = 1; heads <= 2; heads++)
-                    for (int kind = 0; kind < SCHED_AUTO; kind++)
+                    for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
                         for (size_t wi = 0; wi < (kind == SCHED_SHIFT ? sizeof ws / sizeof ws[0] : 1); wi++) {
                             struct sched_shape sh = {.batch = 1, .heads = heads, .block_m = 2, .block_n = 3,
                                                      .mask = (enum sched_mask)mask};

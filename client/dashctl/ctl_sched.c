@@ -478,7 +478,7 @@ static void print_text(const struct sched_opts *o, const struct sched_row *rows,
            "W %d, SMs %d, c %s, r %s\n",
            sched_mask_name(o->mask), o->q_tiles, o->block_m, o->kv_tiles, o->block_n, o->heads,
            o->batch, o->w, o->sms, fmt_text(c, o->c), fmt_text(r, o->r));
-    for (int k = 0; k < SCHED_AUTO; k++) {
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
         if (!rows[k].on)
             continue;
         printf("\n");
@@ -520,7 +520,7 @@ static void print_json(const struct sched_opts *o, const struct sched_row *rows,
            "\"sms\": %d, \"c\": %s, \"r\": %s}",
            sched_mask_name(o->mask), o->q_tiles, o->kv_tiles, o->block_m, o->block_n, o->heads,
            o->batch, o->w, o->sms, fmt_num(a, o->c), fmt_num(b, o->r));
-    for (int k = 0; k < SCHED_AUTO; k++) {
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
         const struct sched_row *row = &rows[k];
         if (!row->on)
             continue;
@@ -578,7 +578,7 @@ static int print_dot(const struct sched_opts *o, const struct sched *s)
 int ctl_sched(int argc, char **argv)
 {
     struct sched_opts o = {0}; /* filled by sched_parse(); zeroed so -O3 sees it set */
-    struct sched_row rows[SCHED_AUTO];
+    struct sched_row rows[SCHED_KIND_COUNT]; /* by kind; rows[SCHED_AUTO] unused */
     int rc, status = CTL_EXIT_USAGE;
 
     memset(rows, 0, sizeof rows);
@@ -611,9 +611,9 @@ int ctl_sched(int argc, char **argv)
         return print_dot(&o, &s);
     }
 
-    for (int k = 0; k < SCHED_AUTO; k++)
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++)
         rows[k].on = o.kind == SCHED_ALL || o.kind == k || (o.kind == SCHED_AUTO && k == (int)auto_kind);
-    for (int k = 0; k < SCHED_AUTO; k++) {
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
         if (rows[k].on && (rc = sched_init(&rows[k].s, (enum sched_kind)k, &shape, o.w)) != 0) {
             sched_bad("%s: %s", sched_kind_name((enum sched_kind)k), dash_strerror(rc));
             goto free_rows;
@@ -621,7 +621,7 @@ int ctl_sched(int argc, char **argv)
     }
 
     status = CTL_EXIT_FAIL;
-    for (int k = 0; k < SCHED_AUTO; k++) {
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
         if (rows[k].on && (rc = sched_row_model(&rows[k], o.sms, o.c, o.r)) != 0) {
             fprintf(stderr, "dashctl sched: modelling %s: %s\n",
                     sched_kind_name((enum sched_kind)k), dash_strerror(rc));
@@ -636,7 +636,7 @@ int ctl_sched(int argc, char **argv)
     status = CTL_EXIT_OK;
 
 free_rows:
-    for (int k = 0; k < SCHED_AUTO; k++)
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++)
         sched_row_free(&rows[k]);
     return status;
 }

@@ -59,7 +59,7 @@ int sched_init(struct sched *ret, enum sched_kind kind, const struct sched_shape
 {
     if (!ret || !shape)
         return -EINVAL;
-    if ((int)kind < 0 || kind >= SCHED_AUTO)
+    if ((int)kind <= (int)SCHED_AUTO || kind >= SCHED_KIND_COUNT)
         return -EINVAL;
     if ((int)shape->mask < 0 || shape->mask >= SCHED_MASK_COUNT)
         return -EINVAL;

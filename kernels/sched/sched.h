@@ -61,13 +61,16 @@
 #define SCHED_FN static inline
 #endif
 
+/* Numbered as the protocol's Schedule and dash.h's dash_schedule (dashd asserts it at
+ * compile time and converts by a cast): AUTO first, then the schedules a kernel runs,
+ * SCHED_ATOMIC .. SCHED_KIND_COUNT - 1. */
 enum sched_kind {
-    SCHED_ATOMIC = 0,
+    SCHED_AUTO = 0, /* resolved by dag_auto() before sched_init() */
+    SCHED_ATOMIC,
     SCHED_ASCENDING,
     SCHED_DESCENDING,
     SCHED_SPT,
     SCHED_SHIFT,
-    SCHED_AUTO, /* resolved by dag_auto() before sched_init() */
     SCHED_KIND_COUNT
 };
 

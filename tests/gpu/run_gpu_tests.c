@@ -37,7 +37,7 @@
 
 static void check_shape(const struct sched_shape *sh, int32_t w, int *mismatches, int64_t *total)
 {
-    for (int kind = 0; kind < SCHED_AUTO; kind++) {
+    for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
         struct sched s;
         if (sched_init(&s, (enum sched_kind)kind, sh, w) != 0) {
             (*mismatches)++;

@@ -409,7 +409,7 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
         gattn_init(&a, &p, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
-            for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+            for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0};
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, NULL), 0);
@@ -598,7 +598,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                 free(out1);
                 free(lse1);
             }
-            for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++)
+            for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++)
                 for (size_t wi = 0; wi < 2 * sizeof ws / sizeof ws[0]; wi++) {
                     /* v2 and v3 twice: their default 64 x 128 tiles, then 64 x 64 (v3
                      * runs v2's kernel there) */
@@ -666,7 +666,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
         CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_CUDA_CORES);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
-            for (int kind = SCHED_ASCENDING; kind < SCHED_AUTO; kind++) {
+            for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
                 if (wi > 0 && kind != SCHED_SHIFT)
                     continue; /* W matters to shift only */
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
