@@ -258,7 +258,11 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 {
 #if ATTN_WGMMA
     static_assert(BN == CUATTN_TC_BLOCK_N && BN == 128, "v3 runs 64 x 128 tiles");
-    const int32_t tid = threadIdx.x, wg = tid >> 7;
+    /* wg through a shuffle from lane 0: the compiler then knows it is warp-uniform and
+     * forms the B descriptors below in uniform registers, as it does the A ones; from
+     * threadIdx.x it kept them in ordinary registers and spilled them at hdim 128 (144 B,
+     * refilled between consecutive wgmma: ../shared/docs/hopper.md, B-a). */
+    const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
 
