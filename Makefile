@@ -154,6 +154,16 @@ all: deps $(ALL)
 help:
 	@sed -n '2,14p' Makefile
 
+# The pictures of docs/architecture.md, drawn from the code's #includes by
+# scripts/arch_graph.py: the parts (the include roots above) and the modules. Needs
+# Graphviz (`apt-get install graphviz`); the .dot and .svg files are checked in.
+.PHONY: docs
+docs:
+	$(Q)for g in parts modules; do \
+		python3 scripts/arch_graph.py $$([ $$g = parts ] && echo --parts) > docs/architecture-$$g.dot && \
+		dot -Tsvg docs/architecture-$$g.dot -o docs/architecture-$$g.svg || exit 1; done
+	@echo "  DOCS    docs/architecture-parts.svg docs/architecture-modules.svg"
+
 # Installs missing Debian packages when run as root, else prints the apt-get line.
 deps:
 	$(Q)bash scripts/deps.sh
