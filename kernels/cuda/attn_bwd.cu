@@ -14,7 +14,8 @@
  *                                end of a unit dK (times scale) and dV are stored, or kept
  *                                in fp32 per q-head for GQA.
  *   attn_bwd_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype.
- *   attn_bwd_dkv_sum_kernel      GQA: dK, dV of a kv head = sum over its q-heads, ascending.
+ *   attn_bwd_dkv_sum_kernel      GQA: dK, dV of a kv head = sum over its q-heads, ascending
+ *                                (bwd_rows.cuh, shared with v2 and v3).
  *
  * Determinism. Each dQ tile's additions happen in rank order: thread 0 waits (acquire)
  * until the tile's counter equals the rank, the CTA adds its partial (the turn is
@@ -40,6 +41,7 @@
  * In both, all `grid` CTAs must be able to be resident at once; the host caps grid.
  */
 #include "kernels/cuda/attn_cuda_int.h"
+#include "kernels/cuda/bwd_rows.cuh"
 
 #include <math.h>
 
@@ -538,39 +540,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_postprocess_kernel(cons
     }
 }
 
-/* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. */
-template <typename DT, int D>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const struct attn_bwd_params p)
-{
-    const int32_t batch = p.s.batch;
-    const int64_t total = (int64_t)batch * p.heads_kv * p.seqlen_k * D;
-    uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
-    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < total;
-         e += (int64_t)gridDim.x * ATTN_THREADS) {
-        const int64_t row = e / D; /* (b, hk, j) */
-        const int32_t d = (int32_t)(e - row * D);
-        const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
-        const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-        float sk = 0.0f, sv = 0.0f;
-        for (int32_t g = 0; g < p.group; g++) {
-            const int64_t src = (((int64_t)b * p.heads_q + (int64_t)hk * p.group + g) * p.seqlen_k + j) * D + d;
-            sk = __fadd_rn(sk, p.dk_acc[src]);
-            sv = __fadd_rn(sv, p.dv_acc[src]);
-        }
-        dk_g[b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2] + d] = DT::from_f(sk);
-        dv_g[b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2] + d] = DT::from_f(sv);
-    }
-}
-
 /* ---- host side ---------------------------------------------------------------------- */
-
-/* Blocks for a grid-stride elementwise kernel over `work` items of `per_block` each. */
-static uint32_t rows_grid(int64_t work, int64_t per_block, int32_t sms)
-{
-    int64_t blocks = (work + per_block - 1) / per_block;
-    const int64_t cap = (int64_t)(sms > 0 ? sms : 1) * 16;
-    return (uint32_t)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
-}
 
 template <typename DT, int D>
 static cudaError_t bwd_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
@@ -578,31 +548,20 @@ static cudaError_t bwd_launch(const struct attn_bwd_params *p, int32_t grid, int
 {
     cudaError_t err;
     const int64_t rows_q = (int64_t)p->s.bh * p->seqlen_q;
-    const size_t tiles = (size_t)p->s.bh * (size_t)p->s.m_tiles;
-    /* the dQ accumulator, the counters and the job counter start at 0 on every launch */
-    if ((err = cudaMemsetAsync(p->dq_acc, 0, sizeof(float) * (size_t)rows_q * D, stream)) != cudaSuccess ||
-        (err = cudaMemsetAsync(p->counter, 0, sizeof(int32_t) * tiles, stream)) != cudaSuccess ||
-        (err = cudaMemsetAsync(p->job_next, 0, sizeof(int32_t), stream)) != cudaSuccess)
+    if ((err = attn_bwd_zero_state(p, D, stream)) != cudaSuccess)
         return err;
     attn_bwd_preprocess_kernel<DT, D>
-        <<<rows_grid(rows_q, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_kernel<DT, D><<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_smem<D>), stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_postprocess_kernel<DT, D>
-        <<<rows_grid(rows_q * D, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_q * D, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
-    if (p->group > 1) {
-        const int64_t rows_k = (int64_t)p->s.batch * p->heads_kv * p->seqlen_k;
-        attn_bwd_dkv_sum_kernel<DT, D>
-            <<<rows_grid(rows_k * D, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
-        if ((err = cudaGetLastError()) != cudaSuccess)
-            return err;
-    }
-    return cudaSuccess;
+    return attn_bwd_dkv_sum<DT, D>(p, sms, stream);
 }
 
 /* Raise the main kernel's shared-memory limit where the device has room for its tiles. */

@@ -24,7 +24,8 @@
  *                                       dV += P^T dO,  dK += dS^T Q,  dQp = dS K
  *                                   and dQp is added into dQacc[m] when counter[m] == rank.
  *   attn_bwd_tc_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype.
- *   attn_bwd_tc_dkv_sum_kernel      GQA: dK, dV of a kv head = sum over its q-heads, ascending.
+ *   attn_bwd_dkv_sum_kernel         GQA: dK, dV of a kv head = sum over its q-heads, ascending
+ *                                   (bwd_rows.cuh, shared with v1).
  *
  * Rounding P and dS to fp16/bf16 before the three products that take them is what
  * FlashAttention 2 and 3 do; it is the one place v2 rounds an intermediate that v1 keeps
@@ -78,6 +79,7 @@
 #include <stddef.h>
 
 #include "kernels/cuda/bwd_mma.cuh"
+#include "kernels/cuda/bwd_rows.cuh"
 #include "kernels/cuda/bwd_wgmma.cuh"
 
 /* Persistent mode: the q-tiles and ranks of steps base .. base + BWD_TC_TAB of the job's
@@ -479,38 +481,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
     }
 }
 
-/* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. */
-template <typename DT, int D>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_dkv_sum_kernel(const struct attn_bwd_params p)
-{
-    const int64_t total = (int64_t)p.s.batch * p.heads_kv * p.seqlen_k * D;
-    uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
-    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < total;
-         e += (int64_t)gridDim.x * ATTN_THREADS) {
-        const int64_t row = e / D; /* (b, hk, j) */
-        const int32_t d = (int32_t)(e - row * D);
-        const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
-        const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-        float sk = 0.0f, sv = 0.0f;
-        for (int32_t g = 0; g < p.group; g++) {
-            const int64_t src = (((int64_t)b * p.heads_q + (int64_t)hk * p.group + g) * p.seqlen_k + j) * D + d;
-            sk = __fadd_rn(sk, p.dk_acc[src]);
-            sv = __fadd_rn(sv, p.dv_acc[src]);
-        }
-        dk_g[b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2] + d] = DT::from_f(sk);
-        dv_g[b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2] + d] = DT::from_f(sv);
-    }
-}
-
 /* ---- host side ---------------------------------------------------------------------- */
-
-/* Blocks for a grid-stride kernel over `work` items of `per_block` each. */
-static uint32_t tc_rows_grid(int64_t work, int64_t per_block, int32_t sms)
-{
-    int64_t blocks = (work + per_block - 1) / per_block;
-    const int64_t cap = (int64_t)(sms > 0 ? sms : 1) * 16;
-    return (uint32_t)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
-}
 
 template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
@@ -518,15 +489,11 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
 {
     cudaError_t err;
     const int64_t rows_q = (int64_t)p->s.bh * p->seqlen_q;
-    const size_t tiles = (size_t)p->s.bh * (size_t)p->s.m_tiles;
-    /* the dQ accumulator, the counters and the job counter start at 0 on every launch */
-    if ((err = cudaMemsetAsync(p->dq_acc, 0, sizeof(float) * (size_t)rows_q * D, stream)) != cudaSuccess ||
-        (err = cudaMemsetAsync(p->counter, 0, sizeof(int32_t) * tiles, stream)) != cudaSuccess ||
-        (err = cudaMemsetAsync(p->job_next, 0, sizeof(int32_t), stream)) != cudaSuccess)
+    if ((err = attn_bwd_zero_state(p, D, stream)) != cudaSuccess)
         return err;
     /* 16 rows per warp, 8 warps per block */
     attn_bwd_tc_preprocess_kernel<DT, D>
-        <<<tc_rows_grid(rows_q, 16 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_q, 16 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->mode == ATTN_MODE_INTERLEAVED)
@@ -538,17 +505,10 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_tc_postprocess_kernel<DT, D>
-        <<<tc_rows_grid(rows_q * (D / 2), ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_q * (D / 2), ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
-    if (p->group > 1) {
-        const int64_t rows_k = (int64_t)p->s.batch * p->heads_kv * p->seqlen_k;
-        attn_bwd_tc_dkv_sum_kernel<DT, D>
-            <<<tc_rows_grid(rows_k * D, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
-        if ((err = cudaGetLastError()) != cudaSuccess)
-            return err;
-    }
-    return cudaSuccess;
+    return attn_bwd_dkv_sum<DT, D>(p, sms, stream);
 }
 
 template <typename DT, int D, int BN, int V>

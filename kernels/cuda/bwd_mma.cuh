@@ -614,7 +614,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 }
 
 /* Store the unit's dK (times scale) and dV: straight to the outputs, or per q-head fp32
- * for GQA (summed by attn_bwd_tc_dkv_sum_kernel). */
+ * for GQA (summed by attn_bwd_dkv_sum_kernel). */
 template <typename DT, int D, int BN>
 static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_params &p,
                                                          const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n)
