@@ -102,7 +102,8 @@ DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
 	daemon/notify.c daemon/warmup.c $(if $(NVCC),daemon/backend_cuda.c)
-LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
+LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c \
+	client/dash_reach.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c
@@ -110,7 +111,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
-	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/test_notify.c tests/churn.c \
+	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/test_notify.c tests/test_reach.c tests/churn.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c

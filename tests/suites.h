@@ -33,5 +33,6 @@ int suite_audit(void);
 int suite_server(void);
 int suite_endpoint(void);
 int suite_notify(void);
+int suite_reach(void);
 
 #endif
