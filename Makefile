@@ -5,7 +5,7 @@
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (binaries, libdash, dash.h, dash.pc, units, man pages)
 #   make clean
 #
 # Knobs: OPT (optimisation flags; -O3 because gcc 12 vectorises the engine's inner loops
@@ -23,6 +23,17 @@ V ?= 0
 CUDA ?= auto
 PREFIX ?= /usr/local
 BUILD ?= build
+# libdash's version: the real name libdash.so.$(VERSION), soname libdash.so.$(SOVERSION).
+VERSION := 0.1.0
+SOVERSION := 0
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 
 CC ?= cc
 ifeq ($(origin CC),default)
@@ -147,10 +158,15 @@ DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff)
 
-ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
+# Man pages: written in scdoc (docs/man/*.scd), turned into roff here.
+MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
+MANPAGES := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 
-.PHONY: all deps test test-gpu bench demo install clean help
+ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
+	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU) \
+	$(MANPAGES)
+
+.PHONY: all deps test test-gpu test-install bench demo install clean help
 all: deps $(ALL)
 
 help:
@@ -227,6 +243,11 @@ $(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 		$(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 	$(Q)ln -sf libdash.so $(BUILD)/libdash.so.0 # what programs linked with -Lbuild -ldash look for
 
+$(BUILD)/man/%: docs/man/%.scd | deps
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(V)),,echo "  SCDOC   $<")
+	$(Q)scdoc < $< > $@
+
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
@@ -291,6 +312,7 @@ PYTHON ?= /usr/bin/python3
 
 test: deps all
 	$(Q)./$(TESTS)
+	$(Q)$(MAKE) --no-print-directory test-install
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
 
@@ -329,14 +351,41 @@ bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DASHD) $(BENCH_GPU)
 demo: deps all
 	$(Q)bash scripts/demo.sh $(BUILD)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
-	install -m 0755 $(DASHCTL) $(DESTDIR)$(PREFIX)/bin/dashctl
-	install -m 0755 $(DASHD) $(DESTDIR)$(PREFIX)/bin/dashd
-	install -m 0644 $(LIBDASH_A) $(DESTDIR)$(PREFIX)/lib/libdash.a
-	install -m 0755 $(LIBDASH_SO) $(DESTDIR)$(PREFIX)/lib/libdash.so.0
-	ln -sf libdash.so.0 $(DESTDIR)$(PREFIX)/lib/libdash.so
-	install -m 0644 client/dash.h $(DESTDIR)$(PREFIX)/include/dash.h
+# The units name $(BINDIR)/dashd; the example config comes with the config file format
+# (systemd/dashd.conf.example) where this tree has it.
+UNITS := systemd/dashd.service systemd/dashd@.service systemd/dashd-mps.service
+CONF_EXAMPLE := $(wildcard systemd/dashd.conf.example)
+install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+		$(DESTDIR)$(DATADIR)/dashd/proto $(DESTDIR)$(DATADIR)/dashd/systemd \
+		$(DESTDIR)$(DATADIR)/doc/dashd $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
+		$(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(DASHD) $(DASHCTL) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(LIBDASH_SO) $(DESTDIR)$(LIBDIR)/libdash.so.$(VERSION)
+	ln -sf libdash.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdash.so.$(SOVERSION)
+	ln -sf libdash.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libdash.so
+	install -m 0644 $(LIBDASH_A) $(DESTDIR)$(LIBDIR)/libdash.a
+	install -m 0644 client/dash.h $(DESTDIR)$(INCLUDEDIR)/dash.h
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+		-e 's|@VERSION@|$(VERSION)|' client/dash.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dash.pc
+	install -m 0644 proto/dash.proto proto/audit.proto $(DESTDIR)$(DATADIR)/dashd/proto/
+	for u in $(UNITS); do sed -e 's|/usr/local/bin/|$(BINDIR)/|g' \
+		-e 's|/usr/local/share/|$(DATADIR)/|g' $$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u#systemd/}; done
+	install -m 0644 systemd/dashd-mps.conf $(DESTDIR)$(DATADIR)/dashd/systemd/dashd-mps.conf
+	install -m 0644 systemd/dashd.sysusers $(DESTDIR)$(SYSUSERSDIR)/dashd.conf
+	install -m 0644 systemd/dashd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/dashd.conf
+	$(if $(CONF_EXAMPLE),install -m 0644 $(CONF_EXAMPLE) $(DESTDIR)$(DATADIR)/dashd/dashd.conf.example)
+	install -m 0644 $(BUILD)/man/dashctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(BUILD)/man/libdash.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 $(BUILD)/man/dashd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DATADIR)/doc/dashd/
+
+# A staged install (DESTDIR) that a C program builds against with pkg-config alone and
+# runs against the installed dashd; the installed units pass `systemd-analyze verify` and
+# score below 5.0 in `systemd-analyze security` where systemd-analyze exists.
+test-install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
+	$(Q)bash tests/install_test.sh "$(MAKE)"
 
 clean:
 	rm -rf $(BUILD)
