@@ -5,7 +5,7 @@
  * naming the path, when the socket file is missing, when nothing listens on it, and when
  * the caller may not open it; it waits only where something accepts connections, and then
  * says so; dash_last_error() has text after a timeout; `dashctl status` tells these apart
- * without waiting; a ping's round trip covers the whole call; a CUDA device's daemon is
+ * without waiting; a ping's round trip is timed from before its send; a CUDA device's daemon is
  * found at /run/dashd/gpuN.sock; and a dashd running as a service user of its own (the
  * units' User=dash) serves shared-memory buffers of clients of another user in its group.
  *
@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #define SERVICE_UID 54331 /* plays dashd.service's user dash; unused uids, no passwd entry */
 #define MEMBER_UID 54332  /* a user in the service's group */
@@ -234,16 +235,55 @@ static void test_reach_dashctl_status_says_not_running_at_once(void)
     rm_rf(dir);
 }
 
-static void test_reach_ping_round_trip_lies_within_the_call(void)
+/* The fastest of n round trips of 8 bytes between a DEALER and a ROUTER over ipc in this
+ * thread: no daemon, ZeroMQ's I/O threads only - the floor under any ping. In us; 0 if
+ * the sockets could not be set up. */
+static uint64_t bare_zmq_floor_us(const char *dir, int n)
 {
+    char ep[128];
+    snprintf(ep, sizeof ep, "ipc://%s/floor.sock", dir);
+    void *ctx = zmq_ctx_new(), *r = zmq_socket(ctx, ZMQ_ROUTER), *d = zmq_socket(ctx, ZMQ_DEALER);
+    uint64_t best = 0;
+    if (zmq_bind(r, ep) != 0 || zmq_connect(d, ep) != 0)
+        goto close;
+    for (int i = 0; i < n; i++) {
+        char id[256], body[8] = {0};
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int idn;
+        if (zmq_send(d, body, sizeof body, 0) < 0 || (idn = zmq_recv(r, id, sizeof id, 0)) < 0 ||
+            zmq_recv(r, body, sizeof body, 0) < 0 || zmq_send(r, id, (size_t)idn, ZMQ_SNDMORE) < 0 ||
+            zmq_send(r, body, sizeof body, 0) < 0 || zmq_recv(d, body, sizeof body, 0) < 0)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        uint64_t us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+        if (i > 0 && (best == 0 || us < best)) /* the first one includes connecting */
+            best = us;
+    }
+close:
+    zmq_close(d);
+    zmq_close(r);
+    zmq_ctx_term(ctx);
+    return best;
+}
+
+static void test_reach_ping_round_trip_is_timed_from_before_the_send(void)
+{
+    /* Read the clock after zmq_send() returned and a ping could look faster than ZeroMQ
+     * itself: its I/O thread delivers the request, and the reply comes back, while the
+     * caller's thread waits to run again (min 1 us against a floor of ~10 us on a loaded
+     * 2-core machine). Timed from before the send, no ping beats the bare round trip by
+     * much, and none takes longer than the call. */
+    char dir[] = "/tmp/dash-reach-XXXXXX";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
     struct dashd_proc d;
     CU_ASSERT_FATAL(dashd_start(&d, "--backend cpu --threads 1") == 0);
     struct dash_client *c = NULL;
     struct dash_connect_opts o = {.client_name = "test", .flags = DASH_CONNECT_NO_SESSION};
     CU_ASSERT_FATAL(dash_connect(d.endpoint, &o, &c) == 0);
-    /* the round trip is timed from before the send to the reply: never more than the
-     * call, and never the few microseconds left when the clock was read after the send */
-    for (int i = 0; i < 200; i++) {
+    uint64_t floor_us = bare_zmq_floor_us(dir, 500), best = UINT64_MAX;
+    CU_ASSERT_FATAL(floor_us > 0);
+    for (int i = 0; i < 2000; i++) {
         struct timespec t0, t1;
         uint64_t rtt = 0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -251,10 +291,16 @@ static void test_reach_ping_round_trip_lies_within_the_call(void)
         clock_gettime(CLOCK_MONOTONIC, &t1);
         uint64_t call_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 +
                                       (t1.tv_nsec - t0.tv_nsec) / 1000);
-        CU_ASSERT(rtt > 0 && rtt <= call_us + 1);
+        CU_ASSERT(rtt <= call_us + 1);
+        best = rtt < best ? rtt : best;
     }
+    CU_ASSERT(best * 2 >= floor_us);
+    if (best * 2 < floor_us)
+        printf("\n    fastest ping %llu us, bare ZeroMQ round trip %llu us ",
+               (unsigned long long)best, (unsigned long long)floor_us);
     dash_close(c);
     CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    rm_rf(dir);
 }
 
 /* ---- per-GPU daemons ------------------------------------------------------------------ */
@@ -451,7 +497,7 @@ int suite_reach(void)
     ADD_TEST(s, test_reach_daemon_that_does_not_answer_times_out_saying_so);
     ADD_TEST(s, test_reach_last_error_has_text_after_a_timeout_and_a_bad_ticket);
     ADD_TEST(s, test_reach_dashctl_status_says_not_running_at_once);
-    ADD_TEST(s, test_reach_ping_round_trip_lies_within_the_call);
+    ADD_TEST(s, test_reach_ping_round_trip_is_timed_from_before_the_send);
     ADD_TEST(s, test_reach_gpu_index_is_the_bus_id_order_of_the_driver_listing);
     ADD_TEST(s, test_reach_gpu_socket_is_chosen_when_there_and_dashd_endpoint_wins);
     ADD_TEST(s, test_reach_service_user_daemon_serves_its_group_and_refuses_others);
