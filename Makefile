@@ -160,7 +160,8 @@ BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/
 
 # Man pages: written in scdoc (docs/man/*.scd), turned into roff here.
 MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
-MANPAGES := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
+# In man's layout (build/man/man8/dashd.8), so MANPATH=build/man finds them.
+MANPAGES := $(BUILD)/man/man8/dashd.8 $(BUILD)/man/man1/dashctl.1 $(BUILD)/man/man3/libdash.3
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
 	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU) \
@@ -243,10 +244,13 @@ $(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 		$(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 	$(Q)ln -sf libdash.so $(BUILD)/libdash.so.0 # what programs linked with -Lbuild -ldash look for
 
-$(BUILD)/man/%: docs/man/%.scd | deps
-	@mkdir -p $(dir $@)
-	@$(if $(filter 1,$(V)),,echo "  SCDOC   $<")
-	$(Q)scdoc < $< > $@
+define man_rule
+$(BUILD)/man/man$(1)/%.$(1): docs/man/%.$(1).scd | deps
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(filter 1,$$(V)),,echo "  SCDOC   $$<")
+	$$(Q)scdoc < $$< > $$@
+endef
+$(foreach s,1 3 8,$(eval $(call man_rule,$(s))))
 
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
@@ -376,9 +380,9 @@ install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
 	install -m 0644 systemd/dashd.sysusers $(DESTDIR)$(SYSUSERSDIR)/dashd.conf
 	install -m 0644 systemd/dashd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/dashd.conf
 	$(if $(CONF_EXAMPLE),install -m 0644 $(CONF_EXAMPLE) $(DESTDIR)$(DATADIR)/dashd/dashd.conf.example)
-	install -m 0644 $(BUILD)/man/dashctl.1 $(DESTDIR)$(MANDIR)/man1/
-	install -m 0644 $(BUILD)/man/libdash.3 $(DESTDIR)$(MANDIR)/man3/
-	install -m 0644 $(BUILD)/man/dashd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 $(BUILD)/man/man1/dashctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(BUILD)/man/man3/libdash.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 $(BUILD)/man/man8/dashd.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DATADIR)/doc/dashd/
 
 # A staged install (DESTDIR) that a C program builds against with pkg-config alone and
