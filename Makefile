@@ -5,7 +5,7 @@
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
-#   make install    PREFIX=/usr/local DESTDIR= (binaries, libdash, dash.h, dash.pc, units, man pages)
+#   make install    PREFIX=/usr/local DESTDIR= (programs, libdash, dash.h, dash.pc, units, man)
 #   make clean
 #
 # Knobs: OPT (optimisation flags; -O3 because gcc 12 vectorises the engine's inner loops
@@ -113,8 +113,8 @@ DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
 	daemon/notify.c daemon/warmup.c $(if $(NVCC),daemon/backend_cuda.c)
-LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c \
-	client/dash_reach.c
+LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \
+	client/dash_ops.c client/dash_cuda.c client/dash_reach.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c
@@ -122,7 +122,8 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
-	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/test_notify.c tests/test_reach.c tests/churn.c \
+	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
+	tests/test_notify.c tests/test_reach.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c

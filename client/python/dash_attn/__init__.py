@@ -66,4 +66,4 @@ def synchronize(client=None):
 
 def last_result(client=None):
     """What the last op of the client ran with: schedule, wave, tile sizes, backend, times."""
-    return (client or default_client()).last_result
+    return (client or _client.last_shared_client() or default_client()).last_result

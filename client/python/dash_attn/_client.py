@@ -391,6 +391,7 @@ def _check_inputs(named, lse=None):
 _default = None        # set by connect(): used for every device
 _by_endpoint = {}      # the shared clients found by themselves, one per endpoint
 _default_lock = threading.Lock()
+_last_shared = None    # what default_client() returned last, for last_result()
 
 
 def _endpoint_for(device):
@@ -406,11 +407,12 @@ def default_client(device=None):
     """The process's shared client, connected on first use (again after a fork): the one
     connect() made, else the daemon of CUDA device `device` (an int; None: the default
     endpoint), one client per endpoint."""
-    global _default
+    global _default, _last_shared
     with _default_lock:
         if _default is not None and _default._pid != os.getpid():
             _default = None  # the parent's; a child must not use it (dash.h)
         if _default is not None:
+            _last_shared = _default
             return _default
         ep = _endpoint_for(device) if device is not None else None
         c = _by_endpoint.get(ep)
@@ -418,7 +420,14 @@ def default_client(device=None):
             c = None
         if c is None:
             c = _by_endpoint[ep] = Client(ep)
+        _last_shared = c
         return c
+
+
+def last_shared_client():
+    """The shared client default_client() gave last (None: none yet in this process)."""
+    c = _last_shared
+    return c if c is not None and c._pid == os.getpid() else None
 
 
 def synchronize_shared():

@@ -332,3 +332,11 @@ def test_refused_endpoint_error_says_why(tmp_path):
 def test_random_shapes_layouts_and_schedules_match_float64(client):
     random_cases.check(dash_attn, SEED ^ 5, 12, "cpu", [torch.float32, torch.bfloat16],
                        {torch.float32: 1e-4, torch.bfloat16: 2e-2}, max_seqlen=300)
+
+
+def test_cuda_device_endpoint_keeps_dashd_endpoint_first(monkeypatch, tmp_path):
+    # with DASHD_ENDPOINT set, a CUDA device's daemon is that one (libdash asks CUDA nothing)
+    monkeypatch.setenv("DASHD_ENDPOINT", f"ipc://{tmp_path}/mine.sock")
+    from dash_attn import _client
+    assert _client._endpoint_for(3) == f"ipc://{tmp_path}/mine.sock"
+    assert _client.device_of(torch.zeros(1)) is None
