@@ -474,8 +474,15 @@ static void test_reach_service_user_daemon_serves_its_group_and_refuses_others(v
         char *out = NULL;
         long ms;
         int rc = dashctl_status(base, ep, &out, &ms);
-        _exit(rc == 0 && out && strstr(out, "dashd cannot be reached: permission denied") &&
-                      strstr(out, "rc=1") && ms < 1000 ? 0 : 1);
+        if (rc != 0 || !out || !strstr(out, "dashd cannot be reached: permission denied") ||
+            !strstr(out, "rc=1") || ms < 0 || ms >= 1000)
+            _exit(1);
+        free(out);
+        out = NULL;
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s/dashctl ping --endpoint '%s' 2>&1", base, ep);
+        _exit(tu_run(cmd, &out) == 1 && out &&
+                      strstr(out, "dashctl ping: permission denied connecting to dashd at") ? 0 : 2);
     }
     int status = -1;
     waitpid(p, &status, 0);
