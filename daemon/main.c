@@ -15,7 +15,8 @@
  * Start-up order matters for the ipc endpoint: take the lock file (unless it is another
  * user's: then go on without it), only then remove a stale socket file of ours and bind
  * (bind fails where a file exists, so a live socket is never taken over), then tell
- * systemd we are ready.
+ * systemd we are ready (notify.c) - after the backend's warm-up (warmup.c), so that the
+ * first client does not pay for loading kernels.
  * Shutdown (SIGTERM/SIGINT): stop taking work, answer everything in flight, close the
  * socket (with a short linger so those answers leave), remove the socket file, then the
  * lock, exit 0. A second signal exits at once, abandoning what is in flight.
