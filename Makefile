@@ -5,7 +5,7 @@
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (programs, libdash, dash.h, dash.pc, units, man)
 #   make clean
 #
 # Knobs: OPT (optimisation flags; -O3 because gcc 12 vectorises the engine's inner loops
@@ -23,6 +23,17 @@ V ?= 0
 CUDA ?= auto
 PREFIX ?= /usr/local
 BUILD ?= build
+# libdash's version: the real name libdash.so.$(VERSION), soname libdash.so.$(SOVERSION).
+VERSION := 0.1.0
+SOVERSION := 0
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 
 CC ?= cc
 ifeq ($(origin CC),default)
@@ -100,8 +111,10 @@ PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
-	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c $(if $(NVCC),daemon/backend_cuda.c)
-LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c client/dash_ops.c client/dash_cuda.c
+	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
+	daemon/notify.c daemon/warmup.c $(if $(NVCC),daemon/backend_cuda.c)
+LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \
+	client/dash_ops.c client/dash_cuda.c client/dash_reach.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c
@@ -110,6 +123,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
+	tests/test_notify.c tests/test_reach.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
@@ -145,10 +159,16 @@ DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff)
 
-ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU)
+# Man pages: written in scdoc (docs/man/*.scd), turned into roff here.
+MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
+# In man's layout (build/man/man8/dashd.8), so MANPATH=build/man finds them.
+MANPAGES := $(BUILD)/man/man8/dashd.8 $(BUILD)/man/man1/dashctl.1 $(BUILD)/man/man3/libdash.3
 
-.PHONY: all deps test test-gpu bench demo install clean help
+ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
+	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU) \
+	$(MANPAGES)
+
+.PHONY: all deps test test-gpu test-install bench demo install clean help
 all: deps $(ALL)
 
 help:
@@ -225,6 +245,14 @@ $(LIBDASH_SO): $(call obj,$(LIBDASH_SRC)) $(call obj,$(PROTO_SRC))
 		$(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 	$(Q)ln -sf libdash.so $(BUILD)/libdash.so.0 # what programs linked with -Lbuild -ldash look for
 
+define man_rule
+$(BUILD)/man/man$(1)/%.$(1): docs/man/%.$(1).scd | deps
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(filter 1,$$(V)),,echo "  SCDOC   $$<")
+	$$(Q)scdoc < $$< > $$@
+endef
+$(foreach s,1 3 8,$(eval $(call man_rule,$(s))))
+
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
@@ -289,6 +317,7 @@ PYTHON ?= /usr/bin/python3
 
 test: deps all
 	$(Q)./$(TESTS)
+	$(Q)$(MAKE) --no-print-directory test-install
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
 
@@ -327,14 +356,41 @@ bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DASHD) $(BENCH_GPU)
 demo: deps all
 	$(Q)bash scripts/demo.sh $(BUILD)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
-	install -m 0755 $(DASHCTL) $(DESTDIR)$(PREFIX)/bin/dashctl
-	install -m 0755 $(DASHD) $(DESTDIR)$(PREFIX)/bin/dashd
-	install -m 0644 $(LIBDASH_A) $(DESTDIR)$(PREFIX)/lib/libdash.a
-	install -m 0755 $(LIBDASH_SO) $(DESTDIR)$(PREFIX)/lib/libdash.so.0
-	ln -sf libdash.so.0 $(DESTDIR)$(PREFIX)/lib/libdash.so
-	install -m 0644 client/dash.h $(DESTDIR)$(PREFIX)/include/dash.h
+# The units name $(BINDIR)/dashd; the example config comes with the config file format
+# (systemd/dashd.conf.example) where this tree has it.
+UNITS := systemd/dashd.service systemd/dashd@.service systemd/dashd-mps.service
+CONF_EXAMPLE := $(wildcard systemd/dashd.conf.example)
+install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+		$(DESTDIR)$(DATADIR)/dashd/proto $(DESTDIR)$(DATADIR)/dashd/systemd \
+		$(DESTDIR)$(DATADIR)/doc/dashd $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
+		$(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(DASHD) $(DASHCTL) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(LIBDASH_SO) $(DESTDIR)$(LIBDIR)/libdash.so.$(VERSION)
+	ln -sf libdash.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdash.so.$(SOVERSION)
+	ln -sf libdash.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libdash.so
+	install -m 0644 $(LIBDASH_A) $(DESTDIR)$(LIBDIR)/libdash.a
+	install -m 0644 client/dash.h $(DESTDIR)$(INCLUDEDIR)/dash.h
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+		-e 's|@VERSION@|$(VERSION)|' client/dash.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dash.pc
+	install -m 0644 proto/dash.proto proto/audit.proto $(DESTDIR)$(DATADIR)/dashd/proto/
+	for u in $(UNITS); do sed -e 's|/usr/local/bin/|$(BINDIR)/|g' \
+		-e 's|/usr/local/share/|$(DATADIR)/|g' $$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u#systemd/}; done
+	install -m 0644 systemd/dashd-mps.conf $(DESTDIR)$(DATADIR)/dashd/systemd/dashd-mps.conf
+	install -m 0644 systemd/dashd.sysusers $(DESTDIR)$(SYSUSERSDIR)/dashd.conf
+	install -m 0644 systemd/dashd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/dashd.conf
+	$(if $(CONF_EXAMPLE),install -m 0644 $(CONF_EXAMPLE) $(DESTDIR)$(DATADIR)/dashd/dashd.conf.example)
+	install -m 0644 $(BUILD)/man/man1/dashctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(BUILD)/man/man3/libdash.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 $(BUILD)/man/man8/dashd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DATADIR)/doc/dashd/
+
+# A staged install (DESTDIR) that a C program builds against with pkg-config alone and
+# runs against the installed dashd; the installed units pass `systemd-analyze verify` and
+# score below 5.0 in `systemd-analyze security` where systemd-analyze exists.
+test-install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
+	$(Q)bash tests/install_test.sh "$(MAKE)"
 
 clean:
 	rm -rf $(BUILD)

@@ -81,7 +81,8 @@ extern "C" {
     X(EVERSION, -4009, "unsupported protocol version")                           \
     X(EMALFORMED, -4010, "malformed message")                                    \
     X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")             \
-    X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")
+    X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")            \
+    X(EACCES, -EACCES, "permission denied (the daemon's socket or its directory)")
 
 #ifndef DASH_ERRORS_H
 #define DASH_ERRORS_H
@@ -128,8 +129,19 @@ struct dash_connect_opts {
  * ipc:///tmp/dashd-<uid>/dashd.sock, in a directory dashd makes with mode 0700) if a
  * daemon's socket is there, else the system daemon's ipc:///run/dashd/dashd.sock if its
  * socket exists, else the per-user endpoint.
+ * A system socket the caller may not look at (its directory is only for group dash) counts
+ * as there, so that connecting says "permission denied" on it.
  * Returns 0, DASH_EINVAL (buf NULL) or -ENAMETOOLONG. Thread-safe (reads the environment). */
 int dash_default_endpoint(char *buf, size_t len);
+
+/* The endpoint for tensors on CUDA device cuda_device of this process (an ordinal as
+ * cudaSetDevice takes it, under this process's CUDA_VISIBLE_DEVICES): $DASHD_ENDPOINT,
+ * else the per-user endpoint if a daemon's socket is there, else the daemon of that GPU,
+ * ipc:///run/dashd/gpuN.sock (dashd@N.service; N is the GPU's index in PCI bus order, as
+ * nvidia-smi numbers it), if its socket exists, else as dash_default_endpoint().
+ * Returns 0, DASH_EINVAL (buf NULL, cuda_device < 0), -ENAMETOOLONG, or DASH_ENOGPU (no
+ * such device, or libdash built without CUDA). Thread-safe. */
+int dash_default_endpoint_cuda(int cuda_device, char *buf, size_t len);
 
 /* Connect to the daemon at endpoint (a ZeroMQ endpoint, "ipc://..."; NULL: the default
  * endpoint above) and open a session (Hello with protocol version 1, the client name, this
@@ -143,15 +155,32 @@ int dash_default_endpoint(char *buf, size_t len);
  * that replaces ours (a restart on an abstract name or in /tmp) is refused before anything
  * needing the session is sent to it.
  *
+ * An ipc:// socket file that is missing, that nothing listens on, or that the caller may
+ * not open fails at once; only a socket where something accepts connections is waited on.
+ *
  * Returns 0 and *ret_client, to be freed with dash_close(); or DASH_EINVAL (bad argument or
  * endpoint, a name or run tag over 255 bytes, unknown flags, a DASHD_ENDPOINT_OWNER that
- * names nobody), DASH_EPERM (the endpoint or the daemon is not trusted: nothing but a Hello
- * was sent; dash_endpoint_check() says why), DASH_ETIMEDOUT (no daemon answered within the
- * timeout), DASH_EVERSION (the daemon does not speak our protocol version), DASH_ENOMEM,
- * -errno (the socket's path cannot be looked at), or another code the daemon replied. The
- * new client belongs to the calling thread (see the top of this file). */
+ * names nobody), DASH_ENOENT (no socket file at the endpoint: no daemon), DASH_ECONNREFUSED
+ * (a socket file nothing listens on: a daemon that died), DASH_EACCES (the caller may not
+ * open the socket: not in the daemon's group), DASH_EPERM (the endpoint or the daemon is not
+ * trusted: nothing but a Hello was sent; dash_endpoint_check() says why), DASH_ETIMEDOUT
+ * (something accepts connections there but no daemon answered within the timeout),
+ * DASH_EVERSION (the daemon does not speak our protocol version), DASH_ENOMEM, -errno (the
+ * socket's path cannot be looked at), or another code the daemon replied. The new client
+ * belongs to the calling thread (see the top of this file). dash_connect_explain() says
+ * which in words. */
 int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
                  struct dash_client **ret_client);
+
+/* dash_connect(), and on failure a sentence for people into why (at most len bytes,
+ * NUL-terminated; "" on success) that names the endpoint and says what is wrong there:
+ * "no dashd at ipc:///run/dashd/gpu0.sock: /run/dashd/gpu0.sock does not exist (...)",
+ * "... nothing listens on ...", "permission denied connecting to dashd at ... (you are uid
+ * 1000; <the socket's and its directory's owner, group and mode>) ...", "no answer from
+ * dashd at ... within 30000 ms ...", or the reason a daemon is not trusted. Same returns
+ * as dash_connect(), and DASH_EINVAL for why NULL with len > 0. */
+int dash_connect_explain(const char *endpoint, const struct dash_connect_opts *opts,
+                         struct dash_client **ret_client, char *why, size_t len);
 
 /* The decision dash_connect(endpoint, ...) makes about whom it may talk to, and why
  * (endpoint NULL: the default endpoint). First the socket file's owner and directories
@@ -385,10 +414,12 @@ int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
  * the request was sent (the ticket is kept). */
 int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_result);
 
-/* The daemon's explanation of the last op of c that failed (dash_forward, dash_backward,
- * their stream forms, or a dash_wait/dash_poll that returned an error): e.g. "k has
- * seqlen 100 but v has 99". The library's own text for the code when the daemon gave none;
- * "" before any failure. Valid until the next call on c. */
+/* Why the last call on c that failed did (dash_forward, dash_backward, their stream
+ * forms, dash_wait, dash_poll, dash_ping, dash_stats): the daemon's explanation (e.g. "k
+ * has seqlen 100 but v has 99"), else the library's own sentence, naming the endpoint where
+ * the daemon is concerned ("no sign of life from dashd at ipc://... for 30000 ms"); never
+ * "" after a failure of those calls; "" before any failure. Valid until the next call on
+ * c. */
 const char *dash_last_error(const struct dash_client *c);
 
 /* ---- audit ---------------------------------------------------------------------------- */

@@ -171,7 +171,13 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
         goto free_client;
     }
     /* Before anything is sent: whose socket is this? */
-    if ((rc = wire_endpoint_check(c->endpoint, &c->owner, c->refusal, sizeof c->refusal)) != 0)
+    if ((rc = wire_endpoint_check(c->endpoint, &c->owner, c->refusal, sizeof c->refusal)) != 0) {
+        if (rc == DASH_EACCES) /* a directory we may not enter: say whose, and its mode */
+            (void)dash__reach(c->endpoint, c->last_error, sizeof c->last_error);
+        goto free_client;
+    }
+    /* Is anything there to wait for? Missing, dead and forbidden sockets fail now. */
+    if ((rc = dash__reach(c->endpoint, c->last_error, sizeof c->last_error)) != 0)
         goto free_client;
     c->check_peer = wire_ipc_path(c->endpoint) != NULL;
     if ((rc = open_socket(c)) != 0)
@@ -202,8 +208,21 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
     return 0;
 
 free_client:
-    if (why && why_len)
-        snprintf(why, why_len, "%s", rc == DASH_EPERM ? c->refusal : "");
+    if (why && why_len) {
+        if (rc == DASH_EPERM && c->refusal[0])
+            snprintf(why, why_len, "%s", c->refusal);
+        else if (rc == DASH_ETIMEDOUT)
+            snprintf(why, why_len, "no answer from dashd at %s within %d ms (something accepts "
+                     "connections on it: a dashd that is stopped, stuck or still starting?)",
+                     c->endpoint, c->timeout_ms);
+        else if (c->last_error[0])
+            snprintf(why, why_len, "%s", c->last_error);
+        else if (c->refusal[0])
+            snprintf(why, why_len, "cannot connect to dashd at %s: %s", c->endpoint, c->refusal);
+        else
+            snprintf(why, why_len, "cannot connect to dashd at %s: %s", c->endpoint,
+                     dash_strerror(rc));
+    }
     client_free(c, 0);
     return rc;
 }
@@ -212,6 +231,20 @@ int dash_connect(const char *endpoint, const struct dash_connect_opts *opts,
                  struct dash_client **ret_client)
 {
     return client_connect(endpoint, opts, ret_client, NULL, 0);
+}
+
+int dash_connect_explain(const char *endpoint, const struct dash_connect_opts *opts,
+                         struct dash_client **ret_client, char *why, size_t len)
+{
+    if (!why && len)
+        return DASH_EINVAL;
+    if (why && len)
+        why[0] = '\0';
+    int rc = client_connect(endpoint, opts, ret_client, why, len);
+    if (rc && why && len && !why[0]) /* failed before there was a client to say why */
+        snprintf(why, len, "cannot connect to dashd at %s: %s",
+                 endpoint ? endpoint : "the default endpoint", dash_strerror(rc));
+    return rc;
 }
 
 int dash_endpoint_check(const char *endpoint, char *why, size_t len)
@@ -240,7 +273,11 @@ int dash_endpoint_check(const char *endpoint, char *why, size_t len)
     rc = client_connect(endpoint, &o, &c, why, len);
     if (rc == 0)
         dash_close(c);
-    return rc == DASH_EPERM ? rc : 0; /* silence, or any other failure, refuses nothing */
+    if (rc == DASH_EPERM)
+        return rc;
+    if (why && len)
+        why[0] = '\0'; /* silence, or any other failure, refuses nothing */
+    return 0;
 }
 
 void dash_close(struct dash_client *c)
@@ -262,8 +299,12 @@ int dash_ping(struct dash_client *c, int timeout_ms, uint64_t *ret_rtt_us)
     int64_t deadline = now + (timeout_ms < 0 ? c->timeout_ms : timeout_ms);
     r->token = c->ping_seed + c->next_wire; /* differs for every ping of c */
     int rc = dash__send(c, r);
-    if (rc == 0 && (rc = dash__wait(c, req_done, r, deadline, now)) == 0)
-        rc = r->code;
+    if (rc)
+        (void)dash__fail(c, rc, "cannot send a ping to dashd at %s: %s", c->endpoint,
+                         dash_strerror(rc));
+    else if ((rc = dash__wait(c, req_done, r, deadline, now)) == 0 && (rc = r->code) != 0)
+        (void)dash__fail(c, rc, "dashd at %s answered the ping with %s", c->endpoint,
+                         dash_strerror(rc));
     uint64_t rtt = r->rtt_us;
     dash__req_free(c, r);
     if (rc == 0 && ret_rtt_us)
@@ -356,8 +397,12 @@ int dash_stats(struct dash_client *c, struct dash_stats **ret_stats)
         return DASH_ENOMEM;
     int64_t now = dash__now_ms();
     int rc = dash__send(c, r);
-    if (rc == 0 && (rc = dash__wait(c, req_done, r, -1, now)) == 0)
-        rc = r->code;
+    if (rc)
+        (void)dash__fail(c, rc, "cannot send a stats request to dashd at %s: %s", c->endpoint,
+                         dash_strerror(rc));
+    else if ((rc = dash__wait(c, req_done, r, -1, now)) == 0 && (rc = r->code) != 0)
+        (void)dash__fail(c, rc, "dashd at %s answered the stats request with %s", c->endpoint,
+                         dash_strerror(rc));
     struct dash_stats *s = NULL;
     if (rc == 0 && !(s = stats_convert(r->reply->stats, c->session_id)))
         rc = DASH_ENOMEM;

@@ -805,7 +805,22 @@ int dash_backward_stream(struct dash_client *c, const struct dash_attn *a,
     return stream_op(c, DASH__BACKWARD, a, ts, 9, stream, ret_result);
 }
 
+int dash__cuda_busid(int cuda_device, char *buf, size_t len)
+{
+    if (cudaDeviceGetPCIBusId(buf, (int)len, cuda_device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_ENOGPU;
+    }
+    return 0;
+}
+
 #else /* no CUDA in this build */
+
+int dash__cuda_busid(int cuda_device, char *buf, size_t len)
+{
+    (void)cuda_device, (void)buf, (void)len;
+    return DASH_ENOGPU;
+}
 
 int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
                    uint64_t *ret_offset)

@@ -281,6 +281,21 @@ struct dash_client {
     int peer_gone;       /* a disconnect reported since the last Hello was sent */
 };
 
+/* dash_reach.c: whether anything listens at an ipc endpoint's socket file, by one
+ * connect(2) of our own. 0 (something does, or there is no file to look at: an abstract
+ * name, another transport), or with a sentence naming the endpoint in why: DASH_ENOENT (no
+ * socket file), DASH_ECONNREFUSED (nothing listens on it, or it is not a socket) or
+ * DASH_EACCES (the caller may not open it, with its and its directory's owner and mode). */
+DASH__HIDDEN int dash__reach(const char *endpoint, char *why, size_t len);
+
+/* dash_cuda.c: the PCI bus id ("0000:3B:00.0") of CUDA device cuda_device. 0, or
+ * DASH_ENOGPU (no such device, no driver, or a build without CUDA). */
+DASH__HIDDEN int dash__cuda_busid(int cuda_device, char *buf, size_t len);
+
+/* Write a failure's text for dash_last_error() and return code. */
+DASH__HIDDEN int dash__fail(struct dash_client *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* CLOCK_MONOTONIC, in milliseconds and microseconds. */
 DASH__HIDDEN int64_t dash__now_ms(void);
 DASH__HIDDEN int64_t dash__now_us(void);

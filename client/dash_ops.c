@@ -13,6 +13,7 @@
 #include "client/dash_internal.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -295,11 +296,12 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
             return rc;
         }
     if (c->flags & DASH_CONNECT_NO_SESSION)
-        return DASH_ENOSESSION;
+        return dash__fail(c, DASH_ENOSESSION, "this client connected without a session "
+                          "(DASH_CONNECT_NO_SESSION): ping and stats only");
 
     struct dash__req *r = dash__req_new(c, kind);
     if (!r)
-        return DASH_ENOMEM;
+        return dash__fail(c, DASH_ENOMEM, "out of memory for a request");
     r->attn = *a;
     r->audit_step = c->audit_step;
     memcpy(r->audit_label, c->audit_label, sizeof r->audit_label);
@@ -316,14 +318,16 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
         r->ticket = 0;
         r->state = DASH__DONE; /* nothing to give back yet */
         dash__req_free(c, r);
-        return rc;
+        return dash__fail(c, rc, "out of memory for a request");
     }
     for (int i = 0; i < nt; i++)
         r->t[i].buf->users++;
     if ((rc = dash__submit(c, r)) != 0) {
         r->signal_slot = -1; /* never sent: the caller hears of it now, not later */
         dash__req_free(c, r); /* gives the buffers back */
-        return rc;
+        return dash__fail(c, rc, "cannot send the request to dashd at %s: %s%s%s", c->endpoint,
+                          dash_strerror(rc), rc == DASH_EPERM ? ": " : "",
+                          rc == DASH_EPERM ? c->refusal : "");
     }
     if (r->signal_slot >= 0 && c->signals)
         atomic_fetch_add(&c->signals->outstanding, 1);
@@ -365,8 +369,11 @@ static int take(struct dash_client *c, struct dash__req *r, struct dash_result *
     int code = r->code;
     if (code == 0 && ret_result)
         *ret_result = r->result;
-    if (code)
+    if (code && r->message[0])
         snprintf(c->last_error, sizeof c->last_error, "%s", r->message);
+    else if (code) /* no text from the daemon (or a failure of ours): the library's own */
+        snprintf(c->last_error, sizeof c->last_error, "%s (%s, dashd at %s)",
+                 dash_strerror(code), dash_errname(code), c->endpoint);
     dash__req_free(c, r);
     return code;
 }
@@ -378,7 +385,8 @@ int dash_wait(struct dash_client *c, uint64_t ticket, int timeout_ms,
         return DASH_EINVAL;
     struct dash__req *r = dash__map_get(&c->by_ticket, ticket);
     if (!r)
-        return DASH_EINVAL;
+        return dash__fail(c, DASH_EINVAL, "no ticket %llu in flight (already taken, or never "
+                          "given)", (unsigned long long)ticket);
     int64_t now = dash__now_ms();
     int rc = dash__wait(c, op_done, r, timeout_ms < 0 ? -1 : now + timeout_ms, now);
     return rc ? rc : take(c, r, ret_result);
@@ -390,16 +398,21 @@ int dash_poll(struct dash_client *c, uint64_t ticket, struct dash_result *ret_re
         return DASH_EINVAL;
     struct dash__req *r = dash__map_get(&c->by_ticket, ticket);
     if (!r)
-        return DASH_EINVAL;
+        return dash__fail(c, DASH_EINVAL, "no ticket %llu in flight (already taken, or never "
+                          "given)", (unsigned long long)ticket);
     if (r->state != DASH__DONE) {
         int rc = dash__pump_now(c);
         if (rc < 0)
-            return rc;
+            return dash__fail(c, rc, "reading from dashd at %s: %s", c->endpoint,
+                              dash_strerror(rc));
     }
     if (r->state == DASH__DONE)
         return take(c, r, ret_result);
     int64_t quiet = c->last_rx_ms > r->born_ms ? c->last_rx_ms : r->born_ms;
-    return dash__now_ms() - quiet >= c->timeout_ms ? DASH_ETIMEDOUT : DASH_EAGAIN;
+    if (dash__now_ms() - quiet >= c->timeout_ms)
+        return dash__fail(c, DASH_ETIMEDOUT, "no sign of life from dashd at %s for %d ms (the "
+                          "client's timeout)", c->endpoint, c->timeout_ms);
+    return DASH_EAGAIN;
 }
 
 /* The synchronous ops: a ticket nobody else sees, dropped if the wait fails. */
@@ -446,4 +459,13 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label)
 const char *dash_last_error(const struct dash_client *c)
 {
     return c ? c->last_error : "";
+}
+
+int dash__fail(struct dash_client *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+    va_end(ap);
+    return code;
 }

@@ -4,20 +4,24 @@
  * kind of buffer shares (registering, freeing; dash_cuda.c makes the CUDA ones).
  *
  * A buffer is created here (shm_open with O_EXCL under a name nobody else can have picked,
- * mode 0600), mapped, and registered with the daemon. The daemon's id for it lives in the
+ * mode 0600, plus an ACL entry for the daemon's user when that is a service's, not ours or root),
+ * mapped, and registered with the daemon. The daemon's id for it lives in the
  * struct dash_buffer and is replaced whenever the session is restored (libdash.c); callers
  * only ever hold the handle. The object is unlinked when the buffer is freed, so nothing is
  * left in /dev/shm once the client has closed, whatever the daemon did.
  */
 #include "client/dash_internal.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/xattr.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,9 +37,47 @@ static void shm_make_name(char name[DASH__SHM_NAME_MAX])
              atomic_fetch_add(&shm_counter, 1), (unsigned long long)rnd);
 }
 
-/* Create, size, reserve and map the object. Returns 0 or -errno; nothing remains on
- * failure. */
-static int shm_create(struct dash_buffer *b)
+/* The uid the daemon runs as, from the credentials of its last trusted message; -1 when
+ * unknown (no ipc endpoint). */
+static int64_t daemon_uid(const struct dash_client *c)
+{
+    int64_t uid = -1, pid;
+    if (!c->peer_ok[0] || wire_peer_creds(c->peer_ok, &uid, &pid) != 0)
+        return c->owner;
+    return uid;
+}
+
+/* The object is ours, mode 0600; a daemon running as a service user (dashd.service's
+ * dash) must open it too, and no one else: a POSIX ACL entry for that user alone, as
+ * setfacl -m u:<uid>:rw would write it (the xattr's little-endian layout of
+ * <linux/posix_acl_xattr.h>: a version, then tag, permissions, id for each entry in tag
+ * order; the group's own entry stays empty and the mask admits only the named user).
+ * Needs a tmpfs with ACLs (Debian's /dev/shm has them); 0 or -errno. */
+static int grant_daemon(int fd, uint32_t uid)
+{
+    enum { USER_OBJ = 0x01, USER = 0x02, GROUP_OBJ = 0x04, MASK = 0x10, OTHER = 0x20 };
+    const struct { uint16_t tag, perm; uint32_t id; } entries[] = {
+        {USER_OBJ, 6, UINT32_MAX}, {USER, 6, uid}, {GROUP_OBJ, 0, UINT32_MAX},
+        {MASK, 6, UINT32_MAX}, {OTHER, 0, UINT32_MAX},
+    };
+    unsigned char x[4 + 8 * 5], *p = x;
+    uint32_t version = htole32(2);
+    memcpy(p, &version, 4);
+    p += 4;
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+        uint16_t tag = htole16(entries[i].tag), perm = htole16(entries[i].perm);
+        uint32_t id = htole32(entries[i].id);
+        memcpy(p, &tag, 2);
+        memcpy(p + 2, &perm, 2);
+        memcpy(p + 4, &id, 4);
+        p += 8;
+    }
+    return fsetxattr(fd, "system.posix_acl_access", x, sizeof x, 0) == 0 ? 0 : -errno;
+}
+
+/* Create, size, reserve and map the object, open to the daemon's user grant_uid (-1:
+ * the daemon needs no entry: it is us or root). Returns 0 or -errno; nothing remains on failure. */
+static int shm_create(struct dash_buffer *b, int64_t grant_uid)
 {
     int fd = -1, rc, e;
     for (int tries = 0; fd < 0; tries++) {
@@ -44,6 +86,8 @@ static int shm_create(struct dash_buffer *b)
         if (fd < 0 && (errno != EEXIST || tries == 8))
             return -errno;
     }
+    if (grant_uid >= 0 && (rc = grant_daemon(fd, (uint32_t)grant_uid)) != 0)
+        goto unlink;
     if (ftruncate(fd, (off_t)b->size) != 0) {
         rc = -errno;
         goto unlink;
@@ -129,10 +173,16 @@ int dash_shm_alloc(struct dash_client *c, size_t size, struct dash_buffer **ret_
     b->owner = c;
     b->kind = DASH__BUF_SHM;
     b->size = size;
-    int rc = shm_create(b);
+    /* A daemon of another user (a service's) needs an ACL entry to open the object. */
+    int64_t uid = daemon_uid(c);
+    if (uid == 0 || uid == (int64_t)geteuid())
+        uid = -1;
+    int rc = shm_create(b, uid);
     if (rc) {
         free(b);
-        return rc;
+        return dash__fail(c, rc, "cannot create a shared-memory buffer of %zu bytes%s: %s", size,
+                          uid >= 0 ? " open to the daemon's user (an ACL entry on /dev/shm)" : "",
+                          dash_strerror(rc));
     }
     if ((rc = dash__buffer_adopt(c, b)) != 0)
         return rc;

@@ -203,6 +203,10 @@ int dash__send(struct dash_client *c, struct dash__req *r)
         return rc;
     if ((rc = dash__map_put(&c->by_wire, id, r)) != 0)
         goto free_buf;
+    /* A ping's round trip starts before the send: zmq_send() hands the message to
+     * ZeroMQ's I/O thread, which may deliver it, and the reply come back, before this
+     * thread runs again. */
+    int64_t sent_us = dash__now_us();
     /* Blocks only while the pipe to the daemon is full (ZMQ_SNDTIMEO bounds it). */
     while ((rc = zmq_send(c->sock, buf, len, 0)) < 0 && zmq_errno() == EINTR)
         ;
@@ -218,7 +222,7 @@ int dash__send(struct dash_client *c, struct dash__req *r)
     r->gen = c->gen;
     r->state = DASH__SENT;
     if (r->kind == DASH__PING)
-        r->sent_us = dash__now_us();
+        r->sent_us = sent_us;
 free_buf:
     free(buf);
     return rc;
@@ -472,6 +476,9 @@ static void on_register(struct dash_client *c, struct dash__req *r, const Dash__
         b->reg = DASH__REG_FAILED;
         b->reg_code = code;
         b->reg_req = NULL;
+        /* what dash_shm_alloc() and dash_cuda_register() leave in dash_last_error() */
+        (void)dash__fail(c, code, "dashd at %s refused the buffer: %s", c->endpoint,
+                         rep->message && *rep->message ? rep->message : dash_strerror(code));
     }
     dash__req_free(c, r);
     if (c->state == DASH__S_REGISTERING && c->regs_in_flight == 0)
@@ -675,15 +682,22 @@ int dash__wait(struct dash_client *c, int (*done)(struct dash_client *, const vo
         int64_t give_up = max64(since_ms, c->last_rx_ms) + c->timeout_ms;
         if (deadline_ms >= 0 && deadline_ms < give_up)
             give_up = deadline_ms;
-        if (now >= give_up)
-            return DASH_ETIMEDOUT;
+        if (now >= give_up) {
+            if (deadline_ms >= 0 && give_up == deadline_ms)
+                return dash__fail(c, DASH_ETIMEDOUT, "no answer from dashd at %s within the "
+                                  "%lld ms asked for", c->endpoint,
+                                  (long long)(deadline_ms - since_ms));
+            return dash__fail(c, DASH_ETIMEDOUT, "no sign of life from dashd at %s for %d ms "
+                              "(the client's timeout)", c->endpoint, c->timeout_ms);
+        }
         int64_t wake = probe(c, now);
         if (wake > give_up)
             wake = give_up;
         int64_t t = wake - now;
         int rc = pump(c, t < 1 ? 1 : t > INT_MAX ? INT_MAX : (long)t);
         if (rc < 0)
-            return rc;
+            return dash__fail(c, rc, "reading from dashd at %s: %s", c->endpoint,
+                              dash_strerror(rc));
     }
 }
 

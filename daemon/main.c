@@ -15,7 +15,8 @@
  * Start-up order matters for the ipc endpoint: take the lock file (unless it is another
  * user's: then go on without it), only then remove a stale socket file of ours and bind
  * (bind fails where a file exists, so a live socket is never taken over), then tell
- * systemd we are ready.
+ * systemd we are ready (notify.c) - after the backend's warm-up (warmup.c), so that the
+ * first client does not pay for loading kernels.
  * Shutdown (SIGTERM/SIGINT): stop taking work, answer everything in flight, close the
  * socket (with a short linger so those answers leave), remove the socket file, then the
  * lock, exit 0. A second signal exits at once, abandoning what is in flight.
@@ -27,7 +28,9 @@
 #include "guard.h"
 #include "lockfile.h"
 #include "log.h"
+#include "notify.h"
 #include "server.h"
+#include "warmup.h"
 
 #include "kernels/cpu/pool.h"
 #include "proto/errors.h"
@@ -42,7 +45,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -88,6 +90,7 @@ struct app {
     const char *sock_path; /* the ipc socket file we bound, or NULL */
     struct stat sock_st;   /* its identity once bound (st_ino 0: not bound) */
     struct lockfile *lock;
+    struct notify *notify;
     int stopping;
 };
 
@@ -369,6 +372,7 @@ static void on_idle(void *arg)
     log_info("nothing in flight; closing");
     server_close(a->srv, SHUTDOWN_LINGER_MS);
     dispatch_close(a->disp);
+    notify_close(a->notify);
     uv_close((uv_handle_t *)&a->sigterm, NULL);
     uv_close((uv_handle_t *)&a->sigint, NULL);
     uv_close((uv_handle_t *)&a->sighup, NULL);
@@ -397,7 +401,8 @@ static void on_signal(uv_signal_t *h, int signum)
     a->stopping = 1;
     log_info("%s: stopping; %u requests in flight to finish", strsignal(signum),
              dispatch_in_flight(a->disp));
-    (void)sd_notify(0, "STOPPING=1");
+    notify_stopping(a->notify, "stopping: %u requests in flight to finish",
+                    dispatch_in_flight(a->disp));
     dispatch_stop(a->disp, on_idle, a);
 }
 
@@ -573,13 +578,26 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
 
+    notify_status(NULL, "starting the backend");
     struct backend *b = start_backend(&o);
     if (!b)
         goto release_lock;
+    /* Before READY: the first client must not pay for loading kernels. */
+    notify_status(NULL, "warming up the %s backend", b->name);
+    char warm_why[512];
+    int64_t warm_t0 = (int64_t)uv_hrtime();
+    if ((rc = warmup_run(b, warm_why, sizeof warm_why)) < 0)
+        log_warn("warm-up failed (%s); serving anyway, each request says what fails", warm_why);
+    else
+        log_info("warm-up: %d ops in %.1f ms", rc, (double)((int64_t)uv_hrtime() - warm_t0) / 1e6);
 
     if ((rc = uv_loop_init(&a.loop)) != 0) {
         log_error("cannot create the event loop: %s", uv_strerror(rc));
         goto free_backend;
+    }
+    if (!(a.notify = notify_new(&a.loop))) {
+        log_error("out of memory");
+        goto close_loop;
     }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (o.audit_path[0] && o.audit_level != AUDIT_OFF) {
@@ -625,6 +643,7 @@ int main(int argc, char **argv)
     if (!a.srv) {
         log_error("%s", err);
         dispatch_close(a.disp);
+        notify_close(a.notify);
         goto run_closes;
     }
     dispatch_set_server(a.disp, a.srv);
@@ -651,7 +670,10 @@ int main(int argc, char **argv)
         log_info("GPU sharing: no MPS; the GPU time-slices between dashd's context and each "
                  "client's, so every stream-ordered op costs two context switches (about 0.26 ms "
                  "on an H200). For full speed run dashd and its clients under MPS: docs/mps.md");
-    (void)sd_notifyf(0, "READY=1\nSTATUS=serving %s", o.endpoint);
+    if (notify_watchdog_usec(a.notify))
+        log_info("systemd watchdog: pinging every %llu ms",
+                 (unsigned long long)(notify_watchdog_usec(a.notify) / 2000));
+    notify_ready(a.notify, "serving %s (backend %s)", o.endpoint, b->name);
     uv_run(&a.loop, UV_RUN_DEFAULT);
     status = 0;
 
@@ -661,6 +683,10 @@ run_closes:
     server_free(a.srv);
     dispatch_free(a.disp);
 close_loop:
+    /* a failure before the loop ran leaves the timer open: close it first */
+    notify_close(a.notify);
+    (void)uv_run(&a.loop, UV_RUN_DEFAULT);
+    notify_free(a.notify);
     /* every job is done and audited by now: the close writes and syncs the last records */
     audit_close(a.audit);
     if (uv_loop_close(&a.loop) != 0)

@@ -44,7 +44,8 @@
     X(EVERSION, -4009, "unsupported protocol version")                           \
     X(EMALFORMED, -4010, "malformed message")                                    \
     X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")             \
-    X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")
+    X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")            \
+    X(EACCES, -EACCES, "permission denied (the daemon's socket or its directory)")
 
 enum dash_err {
 #define DASH_ERR_ENUM_(name, value, msg) DASH_##name = (value),

@@ -14,6 +14,7 @@
 
 #include "errors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,7 +156,24 @@ int wire_default_endpoint(char *buf, size_t len)
     return 0;
 }
 
-int wire_client_endpoint(char *buf, size_t len)
+/* A socket file at the ipc endpoint ep, or one we may not look at (EACCES). */
+static int socket_there(const char *ep)
+{
+    struct stat st;
+    if (stat(wire_ipc_path(ep), &st) == 0)
+        return S_ISSOCK(st.st_mode);
+    return errno == EACCES;
+}
+
+static int use_endpoint(const char *ep, char *buf, size_t len)
+{
+    if (strlen(ep) >= len)
+        return -ENAMETOOLONG;
+    strcpy(buf, ep);
+    return 0;
+}
+
+int wire_client_endpoint_gpu(int gpu, char *buf, size_t len)
 {
     int rc = wire_default_endpoint(buf, len);
     if (rc || getenv("DASHD_ENDPOINT"))
@@ -162,11 +181,42 @@ int wire_client_endpoint(char *buf, size_t len)
     struct stat st;
     if (stat(wire_ipc_path(buf), &st) == 0 && S_ISSOCK(st.st_mode))
         return 0;
-    if (stat(wire_ipc_path(WIRE_SYSTEM_ENDPOINT), &st) == 0 && S_ISSOCK(st.st_mode)) {
-        if (strlen(WIRE_SYSTEM_ENDPOINT) >= len)
-            return -ENAMETOOLONG;
-        strcpy(buf, WIRE_SYSTEM_ENDPOINT);
+    if (gpu >= 0) {
+        char ep[64];
+        snprintf(ep, sizeof ep, WIRE_GPU_ENDPOINT_FMT, gpu);
+        if (socket_there(ep))
+            return use_endpoint(ep, buf, len);
     }
+    if (socket_there(WIRE_SYSTEM_ENDPOINT))
+        return use_endpoint(WIRE_SYSTEM_ENDPOINT, buf, len);
+    return 0;
+}
+
+int wire_client_endpoint(char *buf, size_t len)
+{
+    return wire_client_endpoint_gpu(-1, buf, len);
+}
+
+int wire_gpu_index(const char *busid, const char *dir, int *ret_index)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -ENOENT;
+    int below = 0, found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        int cmp = strcasecmp(e->d_name, busid);
+        if (cmp == 0)
+            found = 1;
+        else if (cmp < 0)
+            below++;
+    }
+    closedir(d);
+    if (!found)
+        return -ENOENT;
+    *ret_index = below;
     return 0;
 }
 

@@ -38,6 +38,22 @@ int wire_default_endpoint(char *buf, size_t len);
 #define WIRE_SYSTEM_ENDPOINT "ipc:///run/dashd/dashd.sock"
 int wire_client_endpoint(char *buf, size_t len);
 
+/* The endpoint for a client whose tensors are on GPU `gpu` (its index in PCI bus order, as
+ * nvidia-smi and dashd@<gpu>.service number it; -1: none): as wire_client_endpoint(), but
+ * after the per-user socket and before the system one, ipc:///run/dashd/gpu<gpu>.sock
+ * (WIRE_GPU_ENDPOINT_FMT) if its socket exists. A socket the caller may not look at (its
+ * directory is not searchable: not in the daemon's group) counts as existing, so that
+ * connecting says "permission denied" on it rather than "not running" elsewhere. */
+#define WIRE_GPU_ENDPOINT_FMT "ipc:///run/dashd/gpu%d.sock"
+int wire_client_endpoint_gpu(int gpu, char *buf, size_t len);
+
+/* The index of the GPU at PCI bus id busid ("0000:3b:00.0", any case) among the GPUs the
+ * NVIDIA driver lists in dir (/proc/driver/nvidia/gpus: one entry per GPU named by its bus
+ * id, whatever CUDA_VISIBLE_DEVICES hides), in bus id order. 0 and *ret_index; -ENOENT
+ * when dir cannot be read or has no such entry. */
+#define WIRE_NVIDIA_GPUS_DIR "/proc/driver/nvidia/gpus"
+int wire_gpu_index(const char *busid, const char *dir, int *ret_index);
+
 /* The text by which the wire names a GPU (RegisterBuffer.device_uuid, RegisterEvents, the
  * device in audit records): "GPU-" and the 16 bytes of its UUID as 8-4-4-4-12 hex digits, as
  * nvidia-smi -L prints it. buf holds WIRE_UUID_MAX bytes. */

@@ -20,7 +20,8 @@ static const struct {
     {"wire", suite_wire},     {"dashd", suite_dashd},   {"client", suite_client},
     {"validate", suite_validate}, {"shmbuf", suite_shmbuf}, {"session", suite_session},
     {"job", suite_job},       {"libdash", suite_libdash}, {"digest", suite_digest}, {"audit", suite_audit},
-    {"server", suite_server}, {"endpoint", suite_endpoint},
+    {"server", suite_server}, {"endpoint", suite_endpoint}, {"notify", suite_notify},
+    {"reach", suite_reach},
 };
 
 int main(int argc, char **argv)

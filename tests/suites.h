@@ -32,5 +32,7 @@ int suite_digest(void);
 int suite_audit(void);
 int suite_server(void);
 int suite_endpoint(void);
+int suite_notify(void);
+int suite_reach(void);
 
 #endif

@@ -67,23 +67,22 @@ static int fwd(struct fixture *f, const struct dash_attn *a, const struct dash_t
 
 /* ---- tests ---------------------------------------------------------------------------- */
 
-static void test_client_connect_without_daemon_times_out(void)
+static void test_client_connect_without_daemon_fails_at_once(void)
 {
     char ep[128];
     snprintf(ep, sizeof ep, "ipc:///tmp/dash-test-nobody-%ld.sock", (long)getpid());
     unlink(ep + 6);
-    struct dash_connect_opts o = {.client_name = "test", .timeout_ms = 300};
+    struct dash_connect_opts o = {.client_name = "test", .timeout_ms = 3000};
     struct dash_client *c = (struct dash_client *)&o; /* must stay untouched */
     int64_t t0 = dash__now_ms();
-    CU_ASSERT_EQUAL(dash_connect(ep, &o, &c), DASH_ETIMEDOUT);
-    int64_t dt = dash__now_ms() - t0;
-    CU_ASSERT(dt >= 290);
-    CU_ASSERT(dt < 3000); /* generous: valgrind and loaded CI machines */
+    /* no socket file: nothing to wait for (tests/test_reach.c has the other cases) */
+    CU_ASSERT_EQUAL(dash_connect(ep, &o, &c), DASH_ENOENT);
+    CU_ASSERT(dash__now_ms() - t0 < 1000);
     CU_ASSERT_PTR_EQUAL(c, (struct dash_client *)&o);
 
-    /* the same without a session: connecting still needs an answer */
+    /* the same without a session */
     o.flags = DASH_CONNECT_NO_SESSION;
-    CU_ASSERT_EQUAL(dash_connect(ep, &o, &c), DASH_ETIMEDOUT);
+    CU_ASSERT_EQUAL(dash_connect(ep, &o, &c), DASH_ENOENT);
     CU_ASSERT_PTR_EQUAL(c, (struct dash_client *)&o);
 }
 
@@ -473,7 +472,7 @@ int suite_client(void)
     CU_pSuite s = CU_add_suite("client", NULL, NULL);
     if (!s)
         return -1;
-    ADD_TEST(s, test_client_connect_without_daemon_times_out);
+    ADD_TEST(s, test_client_connect_without_daemon_fails_at_once);
     ADD_TEST(s, test_client_connect_rejects_bad_arguments);
     ADD_TEST(s, test_client_null_handles_are_einval_and_close_null_is_fine);
     ADD_TEST(s, test_client_bad_tensors_are_einval_before_sending);

@@ -61,8 +61,12 @@ int ctl__parse_int(const char *cmd, const char *opt, const char *arg, int lo, in
  * (reported). */
 int ctl__endpoint(const char *cmd, const char *arg, char *buf, size_t len);
 
-/* dash_connect() without a session, as "dashctl". Returns 0 or its code; reports nothing. */
+/* dash_connect() without a session, as "dashctl". Returns 0 or its code; reports nothing
+ * (ctl__connect_why() has the sentence). A missing or dead socket fails at once. */
 int ctl__connect(const char *endpoint, int timeout_ms, struct dash_client **ret_client);
+
+/* Why the last ctl__connect() failed, naming the endpoint ("" after a success). */
+const char *ctl__connect_why(void);
 
 /* What every daemon command does once getopt is done: returns an exit status to return
  * with (the parse failed: rc; --help: usage printed, CTL_EXIT_OK; a stray argument:
@@ -70,8 +74,10 @@ int ctl__connect(const char *endpoint, int timeout_ms, struct dash_client **ret_
 int ctl__after_options(const char *cmd, int rc, int help, const char *usage, int argc,
                        char **argv, const char *endpoint_arg, char *buf, size_t len);
 
-/* Report a failed ctl__connect() on stderr ("dashd is not running at E" for a timeout);
- * returns the exit status: CTL_EXIT_USAGE for an unusable endpoint, else CTL_EXIT_FAIL. */
+/* Report a failed ctl__connect() on stderr: "dashd is not running: <why>" (no socket, or
+ * nothing listening), "dashd is not answering: <why>" (timeout), else the sentence itself
+ * (permission denied, not trusted); returns the exit status: CTL_EXIT_USAGE for an
+ * unusable endpoint, else CTL_EXIT_FAIL. */
 int ctl__connect_failed(const char *cmd, const char *endpoint, int timeout_ms, int rc);
 
 /* Copy s into dst (len bytes) for a text table: at most max_cols characters, control

@@ -86,6 +86,9 @@ int ctl__after_options(const char *cmd, int rc, int help, const char *usage, int
     return -1;
 }
 
+/* Why the last ctl__connect() failed (dashctl runs one command, on one thread). */
+static char connect_why[1024];
+
 int ctl__connect(const char *endpoint, int timeout_ms, struct dash_client **ret_client)
 {
     struct dash_connect_opts o = {
@@ -93,25 +96,26 @@ int ctl__connect(const char *endpoint, int timeout_ms, struct dash_client **ret_
         .timeout_ms = timeout_ms,
         .flags = DASH_CONNECT_NO_SESSION,
     };
-    return dash_connect(endpoint, &o, ret_client);
+    return dash_connect_explain(endpoint, &o, ret_client, connect_why, sizeof connect_why);
+}
+
+const char *ctl__connect_why(void)
+{
+    return connect_why;
 }
 
 int ctl__connect_failed(const char *cmd, const char *endpoint, int timeout_ms, int rc)
 {
-    if (rc == DASH_ETIMEDOUT) {
-        fprintf(stderr, "dashctl %s: dashd is not running at %s (no answer within %d ms)\n", cmd,
-                endpoint, timeout_ms);
-        return CTL_EXIT_FAIL;
-    }
+    (void)timeout_ms; /* the sentence says how long it waited */
     if (rc == DASH_EINVAL)
         return ctl__usage_error(cmd, "cannot connect to '%s': not a usable ZeroMQ endpoint",
                                 endpoint);
-    char why[1024];
-    if (rc == DASH_EPERM && dash_endpoint_check(endpoint, why, sizeof why) == DASH_EPERM) {
-        fprintf(stderr, "dashctl %s: %s\n", cmd, why);
-        return CTL_EXIT_FAIL;
-    }
-    fprintf(stderr, "dashctl %s: cannot connect to %s: %s\n", cmd, endpoint, dash_strerror(rc));
+    if (rc == DASH_ENOENT || rc == DASH_ECONNREFUSED)
+        fprintf(stderr, "dashctl %s: dashd is not running: %s\n", cmd, connect_why);
+    else if (rc == DASH_ETIMEDOUT)
+        fprintf(stderr, "dashctl %s: dashd is not answering: %s\n", cmd, connect_why);
+    else /* permission denied, not trusted, ...: the sentence names it */
+        fprintf(stderr, "dashctl %s: %s\n", cmd, connect_why);
     return CTL_EXIT_FAIL;
 }
 

@@ -25,7 +25,8 @@ static const char usage_text[] =
     "                   could have put its socket there: docs/libdash.md)\n"
     "  -h, --help       this text\n"
     "\n"
-    "Exit status: 0 running, 1 not running (or not answering), 2 bad option or value.\n";
+    "Exit status: 0 running, 1 not running, not answering or not permitted (the line says\n"
+    "which), 2 bad option or value.\n";
 
 enum { OPT_TIMEOUT = 256, OPT_ENDPOINT };
 
@@ -66,9 +67,16 @@ int ctl_status(int argc, char **argv)
 
     struct dash_client *c;
     if ((rc = ctl__connect(endpoint, timeout_ms, &c)) != 0) {
-        if (rc != DASH_ETIMEDOUT)
+        /* The answer, not a usage problem: on stdout. Only a socket where something accepts
+         * connections is waited on; a missing or dead one is told at once. */
+        if (rc == DASH_ENOENT || rc == DASH_ECONNREFUSED)
+            printf("dashd is not running: %s\n", ctl__connect_why());
+        else if (rc == DASH_ETIMEDOUT)
+            printf("dashd is not answering: %s\n", ctl__connect_why());
+        else if (rc == DASH_EACCES)
+            printf("dashd cannot be reached: %s\n", ctl__connect_why());
+        else
             return ctl__connect_failed("status", endpoint, timeout_ms, rc);
-        printf("dashd is not running at %s (no answer within %d ms)\n", endpoint, timeout_ms);
         return CTL_EXIT_FAIL;
     }
     uint64_t rtt = 0;

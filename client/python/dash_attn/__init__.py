@@ -27,15 +27,16 @@ __version__ = "0.1.0"
 
 def forward(q, k, v, causal=False, softmax_scale=None, schedule="auto", client=None):
     """(out, lse) for torch tensors or numpy arrays (batch, seqlen, heads, head_dim)."""
-    return (client or default_client()).forward(q, k, v, causal=causal, scale=softmax_scale,
-                                                schedule=schedule)
+    c = client or default_client(_client.device_of(q))
+    return c.forward(q, k, v, causal=causal, scale=softmax_scale, schedule=schedule)
 
 
 def backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, schedule="auto",
              client=None):
     """(dq, dk, dv) from the forward's out and lse and the output gradient dout."""
-    return (client or default_client()).backward(dout, q, k, v, out, lse, causal=causal,
-                                                 scale=softmax_scale, schedule=schedule)
+    c = client or default_client(_client.device_of(q))
+    return c.backward(dout, q, k, v, out, lse, causal=causal, scale=softmax_scale,
+                      schedule=schedule)
 
 
 @contextlib.contextmanager
@@ -57,9 +58,12 @@ def set_audit(step=None, label=None):
 def synchronize(client=None):
     """Wait for dashd's answers to every op on CUDA tensors so far; raise DashError for the
     first that failed (without this, the next call raises it)."""
-    (client or default_client()).synchronize()
+    if client is not None:
+        client.synchronize()
+    else:
+        _client.synchronize_shared()
 
 
 def last_result(client=None):
     """What the last op of the client ran with: schedule, wave, tile sizes, backend, times."""
-    return (client or default_client()).last_result
+    return (client or _client.last_shared_client() or default_client()).last_result

@@ -107,16 +107,6 @@ def _close_at_exit():
                 pass
 
 
-def _refusal(endpoint, rc):
-    """Why libdash refused the endpoint or its daemon (DASH_EPERM), as ": <reason>"; else ""."""
-    if _lib.dash_errname(rc) != b"DASH_EPERM":
-        return ""
-    why = ctypes.create_string_buffer(1024)
-    if _lib.dash_endpoint_check(endpoint.encode() if endpoint else None, why, len(why)) == 0:
-        return ""
-    return ": " + why.value.decode(errors="replace") if why.value else ""
-
-
 class Client:
     """A connection to dashd. endpoint None: $DASHD_ENDPOINT or the default one
     (dash_default_endpoint). run_tag None: $DASH_RUN_TAG."""
@@ -132,12 +122,14 @@ class Client:
                                           run_tag.encode()[:255] if run_tag else None,
                                           int(timeout_ms), 0)
         self._c = ctypes.c_void_p()
-        rc = _lib.dash_connect(endpoint.encode() if endpoint else None, ctypes.byref(self._opts),
-                               ctypes.byref(self._c))
+        why = ctypes.create_string_buffer(1024)
+        rc = _lib.dash_connect_explain(endpoint.encode() if endpoint else None,
+                                       ctypes.byref(self._opts), ctypes.byref(self._c), why,
+                                       len(why))
         if rc:
-            where = endpoint or (f"{os.environ['DASHD_ENDPOINT']} ($DASHD_ENDPOINT)"
-                                 if os.environ.get("DASHD_ENDPOINT") else "the default endpoint")
-            raise DashError(rc, f"cannot connect to dashd at {where}{_refusal(endpoint, rc)}")
+            # libdash's sentence names the endpoint and what is wrong there (no socket,
+            # nothing listening, permission denied, no answer, not trusted)
+            raise DashError(rc, why.value.decode(errors="replace"))
         self._shm = None
         self._shm_size = 0
         self.last_result = None
@@ -396,19 +388,61 @@ def _check_inputs(named, lse=None):
             raise TypeError(f"dash_attn: lse must be float32 (the forward's), not {lse.dtype}")
 
 
-_default = None
+_default = None        # set by connect(): used for every device
+_by_endpoint = {}      # the shared clients found by themselves, one per endpoint
 _default_lock = threading.Lock()
+_last_shared = None    # what default_client() returned last, for last_result()
 
 
-def default_client():
-    """The process's shared client, connected on first use (again after a fork)."""
-    global _default
+def _endpoint_for(device):
+    """The endpoint libdash picks for CUDA device `device` (an index of this process):
+    $DASHD_ENDPOINT, a per-user daemon, or that GPU's dashd@N (/run/dashd/gpuN.sock)."""
+    buf = ctypes.create_string_buffer(512)
+    if _lib.dash_default_endpoint_cuda(int(device), buf, len(buf)) != 0:
+        return None  # no CUDA in this libdash: the default endpoint
+    return buf.value.decode()
+
+
+def default_client(device=None):
+    """The process's shared client, connected on first use (again after a fork): the one
+    connect() made, else the daemon of CUDA device `device` (an int; None: the default
+    endpoint), one client per endpoint."""
+    global _default, _last_shared
     with _default_lock:
         if _default is not None and _default._pid != os.getpid():
             _default = None  # the parent's; a child must not use it (dash.h)
-        if _default is None:
-            _default = Client()
-        return _default
+        if _default is not None:
+            _last_shared = _default
+            return _default
+        ep = _endpoint_for(device) if device is not None else None
+        c = _by_endpoint.get(ep)
+        if c is not None and c._pid != os.getpid():
+            c = None
+        if c is None:
+            c = _by_endpoint[ep] = Client(ep)
+        _last_shared = c
+        return c
+
+
+def last_shared_client():
+    """The shared client default_client() gave last (None: none yet in this process)."""
+    c = _last_shared
+    return c if c is not None and c._pid == os.getpid() else None
+
+
+def synchronize_shared():
+    """synchronize() every shared client of this process (one per GPU's daemon)."""
+    with _default_lock:
+        shared = [_default] if _default is not None else list(_by_endpoint.values())
+    for c in shared:
+        if c is not None and c._pid == os.getpid():
+            c.synchronize()
+
+
+def device_of(x):
+    """The CUDA device index of a torch tensor on the GPU; None for anything else."""
+    dev = getattr(x, "device", None)
+    return dev.index if getattr(dev, "type", None) == "cuda" else None
 
 
 def connect(endpoint=None, client_name=None, run_tag=None, timeout_ms=0):

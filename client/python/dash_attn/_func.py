@@ -74,7 +74,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     if softmax_scale is not None and not (softmax_scale > 0 and math.isfinite(softmax_scale)):
         raise ValueError("dash_attn: softmax_scale must be finite and > 0")
     sched = _schedule(deterministic, schedule)
-    c = client or _client.default_client()
+    c = client or _client.default_client(_client.device_of(q))
     out, lse = DashAttnFunction.apply(q, k, v, softmax_scale, bool(causal), sched, c)
     if return_attn_probs:
         return out, lse, None

@@ -111,6 +111,10 @@ def _fn(name, restype, *argtypes):
 
 
 dash_connect = _fn("dash_connect", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(DashConnectOpts), _pc)
+dash_connect_explain = _fn("dash_connect_explain", ctypes.c_int, ctypes.c_char_p,
+                           ctypes.POINTER(DashConnectOpts), _pc, ctypes.c_char_p, ctypes.c_size_t)
+dash_default_endpoint_cuda = _fn("dash_default_endpoint_cuda", ctypes.c_int, ctypes.c_int,
+                                 ctypes.c_char_p, ctypes.c_size_t)
 dash_endpoint_check = _fn("dash_endpoint_check", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
                           ctypes.c_size_t)
 dash_close = _fn("dash_close", None, _c)

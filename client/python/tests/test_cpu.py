@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -288,10 +289,26 @@ def test_constants_equal_dash_h():
     assert int(flag) == _lib.DASH_CONNECT_NO_SESSION
 
 
-def test_no_daemon_is_a_clear_error(tmp_path):
+def test_no_daemon_is_a_clear_error_at_once(tmp_path):
+    t0 = time.monotonic()
     with pytest.raises(dash_attn.DashError) as e:
-        dash_attn.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=300)
-    assert e.value.name == "DASH_ETIMEDOUT"
+        dash_attn.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=5000)
+    assert time.monotonic() - t0 < 1.0  # not the 5 s timeout
+    assert e.value.name == "DASH_ENOENT"
+    assert f"{tmp_path}/nobody.sock does not exist" in str(e.value)
+
+
+def test_dead_daemons_socket_is_a_clear_error_at_once(tmp_path):
+    # what a killed dashd leaves: the socket file, and nothing listening on it
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(tmp_path / "dashd.sock"))
+    s.close()
+    t0 = time.monotonic()
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.Client(f"ipc://{tmp_path}/dashd.sock", timeout_ms=5000)
+    assert time.monotonic() - t0 < 1.0
+    assert e.value.name == "DASH_ECONNREFUSED"
+    assert "nothing listens on" in str(e.value)
 
 
 def test_refused_endpoint_error_says_why(tmp_path):
@@ -315,3 +332,11 @@ def test_refused_endpoint_error_says_why(tmp_path):
 def test_random_shapes_layouts_and_schedules_match_float64(client):
     random_cases.check(dash_attn, SEED ^ 5, 12, "cpu", [torch.float32, torch.bfloat16],
                        {torch.float32: 1e-4, torch.bfloat16: 2e-2}, max_seqlen=300)
+
+
+def test_cuda_device_endpoint_keeps_dashd_endpoint_first(monkeypatch, tmp_path):
+    # with DASHD_ENDPOINT set, a CUDA device's daemon is that one (libdash asks CUDA nothing)
+    monkeypatch.setenv("DASHD_ENDPOINT", f"ipc://{tmp_path}/mine.sock")
+    from dash_attn import _client
+    assert _client._endpoint_for(3) == f"ipc://{tmp_path}/mine.sock"
+    assert _client.device_of(torch.zeros(1)) is None
