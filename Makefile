@@ -287,7 +287,7 @@ $(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 
 # The GPU runner: the kernels in-process, and (test_dashd_gpu.c) a real dashd, which it
 # finds next to itself, driven through libdash and the raw protocol (harness.c).
-# Our kernels on the GPU; scripts/gpu_bench.sh runs it beside PyTorch's SDPA.
+# Our kernels on the GPU; scripts/gpu_bench.sh runs it beside PyTorch's SDPA and cuDNN's.
 $(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
@@ -318,6 +318,7 @@ PYTHON ?= /usr/bin/python3
 test: deps all
 	$(Q)./$(TESTS)
 	$(Q)$(MAKE) --no-print-directory test-install
+	$(Q)for t in bench/test_gpu_report.py bench/test_cudnn_peers.py; do $(PYTHON) $$t || exit 1; done
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
 
@@ -331,9 +332,11 @@ else
 endif
 
 # On a machine with a GPU (and a CUDA build), also the GPU benchmarks: the kernels against
-# PyTorch SDPA (needs python3 with torch), dashd's overhead with and without auditing, and
-# the cross-process hand-off floor under it (as the machine is set up: with MPS if dashd
-# and this shell run under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
+# PyTorch SDPA (needs python3 with torch) and cuDNN's own SDPA (the cuDNN frontend, where
+# installed or its wheel is in .gpu/wheels: scripts/gpu_wheels.sh; skipped with a note in
+# the report otherwise), dashd's overhead with and without auditing, and the cross-process
+# hand-off floor under it (as the machine is set up: with MPS if dashd and this shell run
+# under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
 bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results

@@ -1,17 +1,46 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # gpu_bench.sh - run on the GPU machine (the device tool's `run`, after bundle.sh): our
-# kernels and PyTorch's SDPA peers in one run, joined into one Markdown report under $OUT.
-#   bash scripts/gpu_bench.sh COMMIT [--quick]
+# kernels, PyTorch's SDPA peers and cuDNN's own SDPA (cuDNN frontend) in one run, joined
+# into one Markdown report under $OUT.
+#   bash scripts/gpu_bench.sh COMMIT [--quick] [--reps N] [--only D,S,MASK[,SCHED]]
+# The cuDNN frontend (module `cudnn`) is used as installed; where `import cudnn` fails and
+# $WHEELS (default .gpu/wheels, see scripts/gpu_wheels.sh) holds its wheel, the wheel is
+# installed into a temporary directory first, as the GPU machine has no network. Without
+# either, the report says cuDNN's own SDPA was not measured, and the rest runs as before.
 set -euo pipefail
 commit=$1; shift
 out=${OUT:-/tmp}
+wheels=${WHEELS:-.gpu/wheels}
 # the bundled binaries on the device machine, else those `make` built here
 bin=${BIN:-$( [ -x .gpu/bin/bench_gpu ] && echo .gpu/bin || echo build )}
 [ -d .gpu/lib ] && export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
 python3 bench/sdpa_peers.py "$@" > "$out/peers.json"
+
+# torch first, so that the frontend finds torch's libcudnn
+pylib=
+if ! python3 -c 'import torch, cudnn' 2>/dev/null && [ -d "$wheels" ]; then
+  if ! python3 -m pip --version > /dev/null 2>&1; then  # no pip: a wheel is a zip
+    for w in "$wheels"/*.whl; do python3 -m zipfile -e "$w" "$tmp/pylib"; done
+    pylib=$tmp/pylib
+  elif python3 -m pip install -q --no-deps --no-index --target "$tmp/pylib" "$wheels"/*.whl; then
+    pylib=$tmp/pylib
+  else
+    echo "gpu_bench: the wheels in $wheels do not install for $(python3 -V)" >&2
+  fi
+fi
+rc=0
+PYTHONPATH=$pylib${pylib:+${PYTHONPATH:+:}}${PYTHONPATH:-} \
+  python3 bench/cudnn_peers.py "$@" > "$out/cudnn.json" 2> "$out/cudnn-stderr.txt" || rc=$?
+if [ "$rc" -ne 0 ]; then  # a peer that failed is a line in the report, not a lost run
+  python3 -c 'import json, sys; json.dump({"note": sys.argv[1], "rows": []}, sys.stdout)' \
+    "bench/cudnn_peers.py exited $rc: $(tail -n 1 "$out/cudnn-stderr.txt")" > "$out/cudnn.json"
+fi
+
 "$bin/bench_gpu" "$@" > "$out/ours.json"
-python3 bench/gpu_report.py "$out/ours.json" "$out/peers.json" --commit "$commit" \
-  --command "bash scripts/gpu_bench.sh $commit $*" > "$out/gpu-report.md"
+python3 bench/gpu_report.py "$out/ours.json" "$out/peers.json" --cudnn "$out/cudnn.json" \
+  --commit "$commit" --command "bash scripts/gpu_bench.sh $commit $*" > "$out/gpu-report.md"
 cat "$out/gpu-report.md"
