@@ -112,7 +112,10 @@ PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROT
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
-	daemon/notify.c daemon/warmup.c $(if $(NVCC),daemon/backend_cuda.c)
+	daemon/notify.c daemon/warmup.c daemon/limits.c daemon/config.c daemon/memcap.c \
+	$(if $(NVCC),daemon/backend_cuda.c)
+# dashd alone reads a config file (inih, Debian's libinih-dev).
+DASHD_LIBS := -linih
 LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \
 	client/dash_ops.c client/dash_cuda.c client/dash_reach.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
@@ -123,9 +126,9 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
-	tests/test_notify.c tests/test_reach.c \
+	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
-	daemon/evring.c daemon/job.c daemon/log.c
+	daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c
 BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
@@ -255,7 +258,7 @@ $(foreach s,1 3 8,$(eval $(call man_rule,$(s))))
 
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(DASHD_LIBS) $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
 
 $(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
