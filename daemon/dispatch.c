@@ -364,11 +364,15 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
         dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
         goto free_all;
     }
-    uint32_t i = 0;
+    /* Who is connected, under which name and run, is for root and for the same user only:
+     * another user's sessions are counted (sessions) but not listed, not even by id. An
+     * asker without credentials (tcp://) sees none. */
+    uint32_t i = 0, listed = 0;
     for (struct session *s = sess_first(d->sessions); s; s = sess_next(s))
-        ss[i++] = s;
-    qsort(ss, n, sizeof *ss, cmp_session_id);
-    for (i = 0; i < n; i++) {
+        if (m->peer_uid == 0 || (m->peer_uid > 0 && s->peer_uid == m->peer_uid))
+            ss[listed++] = s;
+    qsort(ss, listed, sizeof *ss, cmp_session_id);
+    for (i = 0; i < listed; i++) {
         const struct session *s = ss[i];
         Dash__ClientStats *c = &cs[i];
         dash__client_stats__init(c);
@@ -401,7 +405,7 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
     st.requests = d->requests;
     st.errors = d->errors;
     st.threads = (uint32_t)d->backend->threads(d->backend->impl);
-    st.n_clients = n;
+    st.n_clients = listed;
     st.clients = cps;
     st.has_sessions = 1;
     st.sessions = (uint32_t)n;

@@ -396,6 +396,8 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
     r.pid = j->pid;
     r.has_uid = j->uid >= 0;
     r.uid = j->uid;
+    r.has_peer_pid = j->peer_pid >= 0;
+    r.peer_pid = j->peer_pid;
     r.client_name = (char *)j->client_name;
     r.run_tag = (char *)j->run_tag;
     r.has_step = j->has_step;

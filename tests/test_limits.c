@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -406,6 +407,57 @@ static void test_limits_queue_takes_turns_between_clients(void)
     CU_ASSERT_EQUAL(dashd_stop(&d), 0);
 }
 
+/* ---- who sees whom ------------------------------------------------------------------- */
+
+/* In a child running as nobody: its stats list its own session only (not root's name or
+ * run tag, nor its session id), and count both. */
+static int nobody_sees_only_itself(const struct dashd_proc *d)
+{
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+        return 20;
+    struct dash_connect_opts o = {.client_name = "nobody-client", .timeout_ms = 10000};
+    struct dash_client *c = NULL;
+    struct dash_stats *st = NULL;
+    int rc = dash_connect(d->endpoint, &o, &c);
+    if (rc) {
+        fprintf(stderr, "\n    nobody: dash_connect: %s", dash_errname(rc));
+        return 21;
+    }
+    if (dash_stats(c, &st) != 0)
+        return 22;
+    int bad = st->sessions < 2 || st->n_clients != 1 ||
+              strcmp(st->clients[0].client_name, "nobody-client") != 0 ||
+              st->clients[0].session_id != st->own_session_id;
+    dash_stats_free(st);
+    dash_close(c);
+    return bad ? 23 : 0;
+}
+
+/* dashctl stats (StatsReply) lists a session's client name, pid, run tag and id only to
+ * root and to the session's own user: another user's are counted, not shown. (Before:
+ * any peer saw every session's name, pid and run tag.) Needs root (to be someone else). */
+static void test_limits_stats_show_other_users_sessions_only_to_root(void)
+{
+    if (geteuid() != 0) {
+        printf("\n    skipped: needs root to run a client as another user ");
+        return;
+    }
+    struct dashd_proc d;
+    CU_ASSERT_FATAL(dashd_start(&d, "--threads 1") == 0);
+    CU_ASSERT_FATAL(chmod(d.endpoint + strlen("ipc://"), 0777) == 0);
+    struct dash_connect_opts o = {.client_name = "root-secret", .run_tag = "secret-run",
+                                  .timeout_ms = 10000};
+    struct dash_client *a = NULL;
+    CU_ASSERT_FATAL(dash_connect(d.endpoint, &o, &a) == 0);
+    CU_ASSERT_EQUAL(in_child(nobody_sees_only_itself, &d), 0);
+    struct dash_stats *st = NULL;
+    CU_ASSERT_FATAL(dash_stats(a, &st) == 0);
+    CU_ASSERT(st->n_clients >= 1); /* root sees its own (nobody's session has ended) */
+    dash_stats_free(st);
+    dash_close(a);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+}
+
 int suite_limits(void)
 {
     CU_pSuite s = CU_add_suite("limits", NULL, NULL);
@@ -418,5 +470,6 @@ int suite_limits(void)
     ADD_TEST(s, test_limits_full_queue_makes_libdash_wait_not_fail);
     ADD_TEST(s, test_limits_queue_full_past_the_timeout_gives_ebusy);
     ADD_TEST(s, test_limits_queue_takes_turns_between_clients);
+    ADD_TEST(s, test_limits_stats_show_other_users_sessions_only_to_root);
     return 0;
 }

@@ -365,6 +365,8 @@ static void dump_json_record(const Dash__AuditRecord *r)
     printf(",\"time\":\"%s\",\"session\":%" PRIu64 ",\"pid\":%u", tbuf, r->session_id, r->pid);
     if (r->has_uid)
         printf(",\"uid\":%" PRId64, r->uid);
+    if (r->has_peer_pid) /* the kernel's word; pid, client and run_tag are the client's */
+        printf(",\"peer_pid\":%" PRId64, r->peer_pid);
     printf(",\"client\":");
     ctl__json_string(str(r->client_name));
     printf(",\"run_tag\":");
