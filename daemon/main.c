@@ -28,6 +28,7 @@
 #include "dispatch.h"
 #include "guard.h"
 #include "lockfile.h"
+#include "memcap.h"
 #include "log.h"
 #include "notify.h"
 #include "server.h"
@@ -522,7 +523,8 @@ int main(int argc, char **argv)
         log_error("out of memory");
         goto close_loop;
     }
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    char mem_why[1200];
+    const uint64_t mem = memcap_bytes(mem_why, sizeof mem_why);
     if (o.audit_path[0] && o.audit_level != AUDIT_OFF && !(a.audit = open_audit(&o)))
         goto close_loop;
     char kernel_build[96];
@@ -531,9 +533,10 @@ int main(int argc, char **argv)
     struct dispatch_config cfg = {
         .queue_capacity = o.queue,
         .session_timeout_ms = (uint32_t)llround(o.session_timeout_s * 1000.0),
-        /* One op's scratch may take up to half the memory: a sparse shm object must not
-         * make us allocate what we do not have. */
-        .scratch_max = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX,
+        /* One op's scratch may take up to half the memory we may use (the RAM, or a
+         * cgroup's limit when lower): a sparse shm object or broadcast inputs must not make
+         * us allocate what we do not have and get killed for it. */
+        .scratch_max = mem == UINT64_MAX ? UINT64_MAX : mem / 2,
         .max_buffers = MAX_BUFFERS_PER_SESSION,
         .limits = o.limits,
         .audit = a.audit,
@@ -571,6 +574,9 @@ int main(int argc, char **argv)
     uv_signal_start(&a.sigint, on_signal, SIGINT);
     uv_signal_start(&a.sighup, on_sighup, SIGHUP);
 
+    if (mem != UINT64_MAX)
+        log_info("memory: %llu MiB (%s); one op's scratch is capped at %llu MiB",
+                 (unsigned long long)(mem >> 20), mem_why, (unsigned long long)(mem >> 21));
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
                  "checked against the registering user", o.endpoint);

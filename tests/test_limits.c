@@ -407,6 +407,107 @@ static void test_limits_queue_takes_turns_between_clients(void)
     CU_ASSERT_EQUAL(dashd_stop(&d), 0);
 }
 
+/* ---- memory -------------------------------------------------------------------------- */
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* This process's memory cgroup directory (v1 memory controller, or v2), or -1. */
+static int own_memory_cgroup(char *dir, size_t len, int *ret_v2)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[1024];
+    int found = -1;
+    while (f && found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        char ctl[256];
+        snprintf(ctl, sizeof ctl, ",%s,", c1 + 1);
+        if (strstr(ctl, ",memory,")) {
+            snprintf(dir, len, "/sys/fs/cgroup/memory%s", strcmp(c2 + 1, "/") ? c2 + 1 : "");
+            *ret_v2 = 0;
+            found = 0;
+        } else if (!c1[1]) {
+            snprintf(dir, len, "/sys/fs/cgroup%s", strcmp(c2 + 1, "/") ? c2 + 1 : "");
+            *ret_v2 = 1;
+            found = 0;
+        }
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* dashd in a cgroup limited to 256 MiB, asked for a forward whose stride-0 k and v (one
+ * 4 KiB buffer) are 512 MiB each dense: it answers DASH_ENOMEM, since it caps one op's
+ * scratch at half the cgroup's limit, and goes on serving. (Before: the cap was half the
+ * RAM; the op's scratch was allocated and the kernel killed dashd.) Needs a writable
+ * cgroup (root); skipped otherwise. */
+static void test_limits_memory_cap_follows_the_cgroup_limit(void)
+{
+    char own[512], dir[600], path[700], pid[32];
+    int v2 = 0;
+    if (own_memory_cgroup(own, sizeof own, &v2) != 0) {
+        printf("\n    skipped: no memory cgroup ");
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/dash-test-%d", own, (int)getpid());
+    snprintf(path, sizeof path, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+    if (mkdir(dir, 0755) != 0 || write_file(path, "268435456") != 0) {
+        printf("\n    skipped: cannot make a memory-limited cgroup under %s ", own);
+        rmdir(dir);
+        return;
+    }
+    /* dashd starts inside it; this process goes back where it was */
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    struct dashd_proc d;
+    int joined = write_file(path, pid) == 0;
+    int started = joined ? dashd_start(&d, "--threads 1") : -1;
+    snprintf(path, sizeof path, "%s/cgroup.procs", own);
+    CU_ASSERT_FATAL(!joined || write_file(path, pid) == 0);
+    if (!joined) {
+        printf("\n    skipped: cannot join %s ", dir);
+        rmdir(dir);
+        return;
+    }
+    CU_ASSERT_FATAL(started == 0);
+    struct dash_client *c = client(&d, "big", NULL);
+    CU_ASSERT_FATAL(c != NULL);
+    const int64_t Sq = 16, Sk = (int64_t)1 << 21, D = 64;
+    struct dash_buffer *in = NULL, *outb = NULL;
+    CU_ASSERT_FATAL(dash_shm_alloc(c, 4096, &in) == 0);
+    CU_ASSERT_FATAL(dash_shm_alloc(c, (size_t)(Sq * D * 4 + Sq * 4), &outb) == 0);
+    memset(dash_buffer_data(in), 0, 4096);
+    struct dash_tensor q = {in, 0, 4, {1, Sq, 1, D}, {0, 0, D, 1}};
+    struct dash_tensor k = {in, 0, 4, {1, Sk, 1, D}, {0, 0, D, 1}}; /* 512 MiB dense */
+    struct dash_tensor o = dash_tensor_dense(outb, 0, 1, Sq, 1, D);
+    struct dash_tensor l = dash_tensor_lse(outb, (uint64_t)(Sq * D * 4), 1, 1, Sq);
+    struct dash_attn at = {.dtype = DASH_F32};
+    int rc = dash_forward(c, &at, &q, &k, &k, &o, &l, NULL);
+    printf("\n    %s: %s ", dash_errname(rc), dash_last_error(c));
+    CU_ASSERT_EQUAL(rc, DASH_ENOMEM);
+    CU_ASSERT(dashd_alive(&d));
+    /* and it still serves */
+    struct fwd f;
+    struct dash_result res;
+    CU_ASSERT_FATAL(fwd_make(c, &f, 64, 2, 64, 9) == 0);
+    CU_ASSERT_EQUAL(fwd_run(c, &f, &res), 0);
+    dash_close(c);
+    if (dashd_alive(&d))
+        CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    rmdir(dir);
+}
+
 /* ---- who sees whom ------------------------------------------------------------------- */
 
 /* In a child running as nobody: its stats list its own session only (not root's name or
@@ -471,5 +572,6 @@ int suite_limits(void)
     ADD_TEST(s, test_limits_queue_full_past_the_timeout_gives_ebusy);
     ADD_TEST(s, test_limits_queue_takes_turns_between_clients);
     ADD_TEST(s, test_limits_stats_show_other_users_sessions_only_to_root);
+    ADD_TEST(s, test_limits_memory_cap_follows_the_cgroup_limit);
     return 0;
 }
