@@ -11,9 +11,12 @@
 #include "harness.h"
 #include "testutil.h"
 #include "client/dash.h"
+#include "proto/errors.h"
 #include "kernels/cpu/engine.h"
 
 #include <CUnit/CUnit.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +280,47 @@ static void test_limits_request_over_size_cap_gets_elimit(void)
     CU_ASSERT_EQUAL(fwd_run(a, &small, &res), 0);
     CU_ASSERT(fwd_matches_engine(&small, &res));
     dash_close(a);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+}
+
+/* One process registering one 4 KiB object over and over (each registration is one of
+ * the daemon's memory maps, and vm.max_map_count - 65530 by default - is shared by every
+ * client): with the default config the 8193rd is refused with DASH_ELIMIT, and another
+ * process registers and computes as before. (Before: nothing stopped it short of the
+ * kernel's limit, and then other clients' registrations failed.) */
+static void test_limits_one_process_cannot_take_the_daemons_memory_maps(void)
+{
+    struct dashd_proc d;
+    CU_ASSERT_FATAL(dashd_start(&d, "--threads 1") == 0);
+    char name[64];
+    snprintf(name, sizeof name, "/dash-test-maps-%d", (int)getpid());
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CU_ASSERT_FATAL(fd >= 0 && ftruncate(fd, 4096) == 0);
+    close(fd);
+    struct raw_client *r = raw_connect(d.endpoint);
+    CU_ASSERT_FATAL(r && raw_hello(r, WIRE_PROTOCOL_VERSION) == 0);
+    int ok = 0, code = 0;
+    for (int i = 0; i < 8193 && code == 0; i++) {
+        Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
+        rb.size = 4096;
+        rb.shm_name = name;
+        Dash__Request req = DASH__REQUEST__INIT;
+        req.id = 1000 + (uint64_t)i;
+        req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+        req.register_buffer = &rb;
+        Dash__Reply *rep = raw_call(r, &req, 5000);
+        code = rep ? rep->code : -1;
+        if (code == 0)
+            ok++;
+        else if (rep)
+            printf("\n    registration %d: %s: %s ", i + 1, dash_errname(code), rep->message);
+        wire_free_reply(rep);
+    }
+    CU_ASSERT_EQUAL(ok, 8192);
+    CU_ASSERT_EQUAL(code, DASH_ELIMIT);
+    CU_ASSERT_EQUAL(in_child(other_process_is_served, &d), 0);
+    raw_close(r);
+    shm_unlink(name);
     CU_ASSERT_EQUAL(dashd_stop(&d), 0);
 }
 
@@ -568,6 +612,7 @@ int suite_limits(void)
     ADD_TEST(s, test_limits_buffers_and_bytes_over_cap_get_elimit_others_served);
     ADD_TEST(s, test_limits_requests_in_flight_over_cap_get_elimit_others_served);
     ADD_TEST(s, test_limits_request_over_size_cap_gets_elimit);
+    ADD_TEST(s, test_limits_one_process_cannot_take_the_daemons_memory_maps);
     ADD_TEST(s, test_limits_full_queue_makes_libdash_wait_not_fail);
     ADD_TEST(s, test_limits_queue_full_past_the_timeout_gives_ebusy);
     ADD_TEST(s, test_limits_queue_takes_turns_between_clients);
