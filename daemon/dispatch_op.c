@@ -456,7 +456,8 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
     d->in_flight--;
     if (j->device_op && j->rc == 0)
         job_device_digests(j);
-    if (d->cfg.audit)
+    /* only an op that arrived while auditing was on (SIGHUP may have switched it on) */
+    if (d->cfg.audit && j->wall_unix_ns)
         audit_job(d, j, now);
     struct session *s = job_session(d, j);
     if (s) {

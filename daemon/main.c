@@ -153,7 +153,7 @@ static int parse_options(int argc, char **argv, struct config *o, int quiet)
     char err[1024];
     int c;
     config_defaults(o);
-    optind = 1;
+    optind = 0; /* glibc: start afresh (a reload parses the same argv again) */
     opterr = !quiet;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         if (c == CONFIG_OPT_HELP) {
@@ -184,7 +184,7 @@ static int parse_options(int argc, char **argv, struct config *o, int quiet)
         fprintf(stderr, "dashd: %s\n", err);
         return EXIT_USAGE;
     }
-    optind = 1;
+    optind = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *name = config_option_name(c);
