@@ -112,7 +112,10 @@ PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROT
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
-	daemon/notify.c daemon/warmup.c $(if $(NVCC),daemon/backend_cuda.c)
+	daemon/notify.c daemon/warmup.c daemon/limits.c daemon/config.c daemon/memcap.c \
+	$(if $(NVCC),daemon/backend_cuda.c)
+# dashd alone reads a config file (inih, Debian's libinih-dev).
+DASHD_LIBS := -linih
 LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \
 	client/dash_ops.c client/dash_cuda.c client/dash_reach.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
@@ -123,11 +126,12 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
-	tests/test_notify.c tests/test_reach.c \
+	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
-	daemon/evring.c daemon/job.c daemon/log.c
+	daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c
+BENCH_FAIR_SRC := bench/bench_fair.c bench/benchd.c bench/benchmeta.c
 BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
 	tests/testutil.c
 DEMO_SRC := examples/engine_demo.c
@@ -154,6 +158,7 @@ TESTS := $(BUILD)/test_dash
 BENCH := $(BUILD)/bench_engine
 BENCH_DAEMON := $(BUILD)/bench_daemon
 BENCH_CHURN := $(BUILD)/bench_churn
+BENCH_FAIR := $(BUILD)/bench_fair
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
@@ -165,7 +170,8 @@ MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
 MANPAGES := $(BUILD)/man/man8/dashd.8 $(BUILD)/man/man1/dashctl.1 $(BUILD)/man/man3/libdash.3
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) $(BENCH_GPU) \
+	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) \
+	$(BENCH_GPU) \
 	$(MANPAGES)
 
 .PHONY: all deps test test-gpu test-install bench demo install clean help
@@ -255,7 +261,7 @@ $(foreach s,1 3 8,$(eval $(call man_rule,$(s))))
 
 $(DASHD): $(call obj,$(DAEMON_SRC)) $(DASHD_CUDA_OBJ) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(DASHD_LIBS) $(PKG_LIBS) $(CUDA_LIBS) $(if $(NVCC),-lstdc++) $(LDLIBS)
 
 $(DASHCTL): $(call obj,$(DASHCTL_SRC)) $(LIBDASH_A) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
@@ -270,6 +276,10 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BENCH_DAEMON): $(call obj,$(BENCH_DAEMON_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BENCH_FAIR): $(call obj,$(BENCH_FAIR_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
@@ -337,11 +347,12 @@ endif
 # the report otherwise), dashd's overhead with and without auditing, and the cross-process
 # hand-off floor under it (as the machine is set up: with MPS if dashd and this shell run
 # under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
-bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(DASHD) $(BENCH_GPU)
+bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
 	$(Q)./$(BENCH_DAEMON) --out bench/results
 	$(Q)./$(BENCH_CHURN) --seconds 60 --out bench/results
+	$(Q)./$(BENCH_FAIR) --seconds 10 --out bench/results
 	$(Q)if [ -n "$(BENCH_GPU)" ] && nvidia-smi -L >/dev/null 2>&1; then \
 		d=$$(date -u +%F); c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); \
 		o=$$(mktemp -d); OUT=$$o BIN=$(BUILD) bash scripts/gpu_bench.sh $$c && \

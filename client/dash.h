@@ -81,6 +81,7 @@ extern "C" {
     X(EVERSION, -4009, "unsupported protocol version")                           \
     X(EMALFORMED, -4010, "malformed message")                                    \
     X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")             \
+    X(ELIMIT, -4012, "over a per-client limit of this daemon")                   \
     X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")            \
     X(EACCES, -EACCES, "permission denied (the daemon's socket or its directory)")
 
@@ -366,6 +367,12 @@ int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct
                   const struct dash_tensor *dout, const struct dash_tensor *dq,
                   const struct dash_tensor *dk, const struct dash_tensor *dv,
                   struct dash_result *ret_result);
+
+/* A full daemon queue (DASH_EBUSY) is waited out: the op is sent again, backing off up to
+ * 50 ms, until the client's timeout since it was submitted; only then does it fail with
+ * DASH_EBUSY. DASH_ELIMIT: this process is over one of the daemon's per-client caps
+ * (sessions, buffers, registered bytes, ops in flight, tensor bytes per op), named by
+ * dash_last_error(). */
 
 /* Asynchronous forms: send the request and return at once with a ticket for dash_wait()
  * or dash_poll(). Any number may be in flight. The tensors are copied; their buffers must

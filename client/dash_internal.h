@@ -58,6 +58,8 @@
 
 /* Silence after which the daemon is probed (a Ping, or Hello again while one is pending). */
 #define DASH__PROBE_MS 1000
+/* Longest wait between two sends of an op the daemon refused with a full queue. */
+#define DASH__BUSY_BACKOFF_MAX_MS 50
 #define DASH__DEFAULT_TIMEOUT_MS 30000
 /* How long dash_endpoint_check() waits for a daemon's answer to check who it runs as. */
 #define DASH__CHECK_TIMEOUT_MS 2000
@@ -175,6 +177,11 @@ struct dash__req {
     int when_queued;
     int32_t signal_slot;
     uint64_t signal_seq;
+    /* The daemon's queue was full (DASH_EBUSY): QUEUED until retry_ms, then sent again,
+     * backing off from 1 to DASH__BUSY_BACKOFF_MAX_MS, for as long as the client's timeout
+     * from born_ms allows (0: no retry due). */
+    int64_t retry_ms;
+    int busy_backoff_ms;
 
     /* PING */
     uint64_t token;

@@ -221,6 +221,7 @@ int dash__send(struct dash_client *c, struct dash__req *r)
     r->wire_id = id;
     r->gen = c->gen;
     r->state = DASH__SENT;
+    r->retry_ms = 0;
     if (r->kind == DASH__PING)
         r->sent_us = sent_us;
 free_buf:
@@ -505,6 +506,47 @@ static void on_register_events(struct dash_client *c, struct dash__req *r,
         finish_restore(c);
 }
 
+/* The daemon's queue was full: send r again later, if the client's timeout leaves time
+ * for it (a full queue is a wait, not a failure). Only ops whose caller waits for the
+ * reply: a stream-ordered op is ordered against others that a resend would overtake.
+ * Returns 1 if r will be resent. */
+static int busy_retry(struct dash_client *c, struct dash__req *r)
+{
+    if (r->wait_slot >= 0 || r->record_slot >= 0 || r->signal_slot >= 0)
+        return 0;
+    int64_t now = dash__now_ms();
+    int backoff = r->busy_backoff_ms ? r->busy_backoff_ms : 1;
+    if (now + backoff >= r->born_ms + c->timeout_ms)
+        return 0;
+    r->busy_backoff_ms = backoff * 2 > DASH__BUSY_BACKOFF_MAX_MS ? DASH__BUSY_BACKOFF_MAX_MS
+                                                                 : backoff * 2;
+    r->retry_ms = now + backoff;
+    r->state = DASH__QUEUED;
+    return 1;
+}
+
+/* Send the ops whose retry is due (the session must be there: otherwise the restore sends
+ * every queued op). Returns when the next one is due, or INT64_MAX. */
+static int64_t send_due_retries(struct dash_client *c, int64_t now)
+{
+    int64_t next = INT64_MAX;
+    if (c->state != DASH__S_OK)
+        return next;
+    for (struct dash__req *r = c->reqs; r; r = r->next) {
+        if (!is_op(r->kind) || r->state != DASH__QUEUED || !r->retry_ms)
+            continue;
+        if (r->retry_ms > now) {
+            next = r->retry_ms < next ? r->retry_ms : next;
+            continue;
+        }
+        r->retry_ms = 0;
+        int rc = dash__send(c, r);
+        if (rc)
+            dash__op_finish(c, r, rc, NULL);
+    }
+    return next;
+}
+
 /* Returns whether r took ownership of rep. */
 static int on_reply(struct dash_client *c, struct dash__req *r, Dash__Reply *rep)
 {
@@ -542,6 +584,8 @@ static int on_reply(struct dash_client *c, struct dash__req *r, Dash__Reply *rep
         return 0;
     case DASH__FORWARD:
     case DASH__BACKWARD:
+        if (rep->code == DASH_EBUSY && busy_retry(c, r))
+            return 0;
         dash__op_finish(c, r, rep->code, rep);
         return 0;
     }
@@ -691,6 +735,9 @@ int dash__wait(struct dash_client *c, int (*done)(struct dash_client *, const vo
                               "(the client's timeout)", c->endpoint, c->timeout_ms);
         }
         int64_t wake = probe(c, now);
+        int64_t retry = send_due_retries(c, now);
+        if (wake > retry)
+            wake = retry;
         if (wake > give_up)
             wake = give_up;
         int64_t t = wake - now;
@@ -704,6 +751,7 @@ int dash__wait(struct dash_client *c, int (*done)(struct dash_client *, const vo
 int dash__pump_now(struct dash_client *c)
 {
     (void)probe(c, dash__now_ms());
+    (void)send_due_retries(c, dash__now_ms());
     return pump(c, 0);
 }
 

@@ -21,6 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* After a write error, the writer tries the file again at most this often. */
+#define AUDIT_RETRY_NS 1000000000ull
+
 /* One encoded record waiting for the writer. */
 struct pending {
     struct pending *next;
@@ -34,8 +37,13 @@ struct audit {
     char *path;
     char *server_version;
     uint64_t log_id;
-    int fd;            /* writer thread only (after open) */
+    int fd;            /* writer thread only (after open); -1 after a write error */
     uint64_t fd_bytes; /* the open file's size */
+    /* Writer thread only: records that could not be written since the last header (the
+     * next header says how many: lost_before), and whether the failure was logged. */
+    uint64_t lost;
+    int failing;
+    uint64_t retry_ns; /* after a write error, when to try the file again */
     pthread_t writer;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -114,7 +122,9 @@ static int append(struct audit *a, const unsigned char *p, size_t n)
     return 0;
 }
 
-static int write_header(struct audit *a, uint64_t first_seq)
+/* The header frame of a file whose first record is first_seq (malloc'd). */
+static int encode_header(struct audit *a, uint64_t first_seq, unsigned char **ret_buf,
+                         size_t *ret_len)
 {
     char host[256] = "";
     (void)gethostname(host, sizeof host - 1);
@@ -129,16 +139,36 @@ static int write_header(struct audit *a, uint64_t first_seq)
     h.has_digest_version = 1;
     h.digest_version = DIGEST_VERSION;
     h.level = (char *)audit_level_name(a->cfg.level);
+    h.has_lost_before = a->lost > 0;
+    h.lost_before = a->lost;
     Dash__AuditFrame f = DASH__AUDIT_FRAME__INIT;
     f.body_case = DASH__AUDIT_FRAME__BODY_HEADER;
     f.header = &h;
+    return auditfile_encode(&f, ret_buf, ret_len);
+}
+
+/* A header, and with it (one write: both or neither) the first record if given. */
+static int write_header(struct audit *a, uint64_t first_seq, const struct pending *first)
+{
     unsigned char *buf;
     size_t len;
-    int rc = auditfile_encode(&f, &buf, &len);
-    if (!rc) {
-        rc = append(a, buf, len);
-        free(buf);
+    int rc = encode_header(a, first_seq, &buf, &len);
+    if (rc)
+        return rc;
+    if (first) {
+        unsigned char *both = realloc(buf, len + first->len);
+        if (!both) {
+            free(buf);
+            return -ENOMEM;
+        }
+        memcpy(both + len, first->frame, first->len);
+        buf = both;
+        len += first->len;
     }
+    rc = append(a, buf, len);
+    free(buf);
+    if (!rc)
+        a->lost = 0;
     return rc;
 }
 
@@ -169,17 +199,33 @@ static int open_file(struct audit *a, char *why, size_t whylen)
             snprintf(why, whylen, "cannot read %s: %s", a->path, strerror(e));
             return -e;
         }
-        size_t pos = 0;
+        struct auditfile_reader rd;
+        auditfile_reader_init(&rd, map, (size_t)size);
         struct auditfile_item it;
         uint64_t torn_at = size;
+        int first = 1, ours = 0;
         do {
-            if (auditfile_next(map, (size_t)size, &pos, &it) != 0)
+            if (auditfile_read(&rd, &it) != 0)
                 break;
+            if (first)
+                ours = it.kind == AUDITFILE_HEADER ||
+                       (it.kind == AUDITFILE_TORN && auditfile_torn_header(map, (size_t)size));
+            first = 0;
             if (it.kind == AUDITFILE_TORN)
                 torn_at = it.offset;
             auditfile_item_free(&it);
-        } while (it.kind != AUDITFILE_END);
+        } while (ours && it.kind != AUDITFILE_END);
+        auditfile_reader_free(&rd);
         munmap(map, (size_t)size);
+        if (!ours) {
+            /* Someone else's file (a typo in --audit, a path reused): appending frames to
+             * it, or cutting a "torn tail" off it, would destroy it. */
+            close(fd);
+            snprintf(why, whylen, "%s is not an audit log (it does not start with an audit "
+                     "header) and has %llu bytes: refusing to write to it; give --audit a new "
+                     "path or an existing dashd audit log", a->path, (unsigned long long)size);
+            return -EEXIST;
+        }
         if (torn_at < size) {
             log_warn("audit: %s ends in a torn frame (%llu bytes at offset %llu, from an "
                      "interrupted write); cutting it off", a->path,
@@ -207,17 +253,44 @@ static void close_file(struct audit *a)
     }
 }
 
-/* Open the path again and start it with a header: after a rotation or a reopen (`what`
- * names which, for the log). */
-static int start_file(struct audit *a, uint64_t next_seq, const char *what)
+/* The writer could not write: from now on records are lost (counted) until a file can be
+ * started again with a header that says how many. Logged once per failure, not once per
+ * record or batch. */
+static void write_failed(struct audit *a, const char *what, int rc)
 {
-    char why[256];
+    if (!a->failing)
+        log_error("audit: %s %s failed (%s): records are lost until it can be written again; "
+                  "the next header says how many", what, a->path, strerror(-rc));
+    a->failing = 1;
+}
+
+/* Open the path again and start it with a header: after a rotation, a reopen or a write
+ * error (`what` names which, for the log). A header that cannot be written whole is cut
+ * off again (append) and the file closed, so that no record is ever written to a file
+ * without its header. */
+static int start_file(struct audit *a, uint64_t next_seq, const struct pending *first,
+                      const char *what)
+{
+    char why[512];
     int rc = open_file(a, why, sizeof why);
     if (rc) {
-        log_error("audit: %s: %s", what, why);
+        if (!a->failing)
+            log_error("audit: %s: %s", what, why);
+        a->failing = 1;
         return rc;
     }
-    return write_header(a, next_seq);
+    uint64_t lost = a->lost;
+    if ((rc = write_header(a, next_seq, first)) != 0) {
+        write_failed(a, "writing a header to", rc);
+        close_file(a);
+        return rc;
+    }
+    if (a->failing)
+        log_warn("audit: writing to %s again; %llu records were lost before record %llu (its "
+                 "header says so)", a->path, (unsigned long long)lost,
+                 (unsigned long long)next_seq);
+    a->failing = 0;
+    return 0;
 }
 
 /* path -> path.1 -> ... -> path.keep (the oldest falls off), then a fresh path. */
@@ -242,14 +315,14 @@ static int rotate(struct audit *a, uint64_t next_seq)
     free(from);
     free(to);
     a->stats.rotations++;
-    return start_file(a, next_seq, "rotation");
+    return start_file(a, next_seq, NULL, "rotation");
 }
 
 static int reopen(struct audit *a, uint64_t next_seq)
 {
     close_file(a);
     log_info("audit: reopening %s", a->path);
-    return start_file(a, next_seq, "reopen");
+    return start_file(a, next_seq, NULL, "reopen");
 }
 
 /* ---- the writer --------------------------------------------------------------------------- */
@@ -276,11 +349,36 @@ static void *writer_main(void *arg)
         while (batch) {
             struct pending *p = batch;
             batch = p->next;
+            int rc;
+            if (a->fd < 0 && unix_ns() >= a->retry_ns) {
+                /* After a write error: the file again, its header written together with
+                 * this record (a header alone may fit where the record does not: that
+                 * would only pile up headers). At most once per AUDIT_RETRY_NS, since
+                 * opening scans the file. */
+                a->retry_ns = unix_ns() + AUDIT_RETRY_NS;
+                if ((rc = start_file(a, p->seq, p, "resuming after a write error")) == 0) {
+                    written++;
+                } else {
+                    errors++;
+                    a->lost++;
+                }
+                free(p->frame);
+                free(p);
+                continue;
+            }
             if (a->fd >= 0 && a->cfg.max_bytes && a->fd_bytes + p->len > a->cfg.max_bytes &&
                 a->fd_bytes > 0)
                 errors += rotate(a, p->seq) != 0;
-            if (a->fd < 0 || append(a, p->frame, p->len) != 0) {
+            rc = a->fd < 0 ? -EBADF : append(a, p->frame, p->len);
+            if (rc) {
                 errors++;
+                a->lost++;
+                if (a->fd >= 0) {
+                    /* the next record that can be written starts with a header */
+                    write_failed(a, "writing a record to", rc);
+                    close_file(a);
+                    a->retry_ns = unix_ns() + AUDIT_RETRY_NS;
+                }
             } else {
                 written++;
                 if (a->cfg.sync == AUDIT_SYNC_EVERY)
@@ -289,11 +387,16 @@ static void *writer_main(void *arg)
             free(p->frame);
             free(p);
         }
+        if (stopping && a->lost > 0 && !batch) {
+            /* The last records could not be written: a header of its own says so, if the
+             * file takes that much, so the loss is not silent. */
+            if (a->fd < 0)
+                (void)start_file(a, next_seq, NULL, "closing");
+            else
+                (void)write_header(a, next_seq, NULL);
+        }
         if (a->fd >= 0 && (a->cfg.sync == AUDIT_SYNC_BATCH || stopping))
             (void)fdatasync(a->fd);
-        if (errors)
-            log_error("audit: %llu records or headers could not be written to %s",
-                      (unsigned long long)errors, a->path);
 
         pthread_mutex_lock(&a->mu);
         a->stats.written += written;
@@ -329,7 +432,7 @@ int audit_open(const struct audit_config *cfg, struct audit **ret, char *why, si
     if (getrandom(&a->log_id, sizeof a->log_id, 0) != (ssize_t)sizeof a->log_id)
         a->log_id = unix_ns() ^ ((uint64_t)getpid() << 32);
     int rc = open_file(a, why, whylen);
-    if (!rc && (rc = write_header(a, a->next_seq)) != 0)
+    if (!rc && (rc = write_header(a, a->next_seq, NULL)) != 0)
         snprintf(why, whylen, "cannot write to %s: %s", a->path, strerror(-rc));
     if (!rc && cfg->sync != AUDIT_SYNC_NONE)
         (void)fdatasync(a->fd);

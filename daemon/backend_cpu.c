@@ -76,6 +76,11 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
     return rc ? map_engine_error(rc, p, msg, msglen) : 0;
 }
 
+/* The engine's working memory kept between ops; more (a large op's) is given back after
+ * the op, as the worker's scratch is (job.c), so a client that came and went with large
+ * ops does not leave the daemon holding their memory. */
+#define CPU_ARENA_KEEP ((size_t)64 << 20)
+
 static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
                        struct attn_config *ret_cfg)
 {
@@ -83,6 +88,7 @@ static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_
     eng_set_stop(c->eng, op->stop, op->stop_ctx);
     int rc = eng_forward(c->eng, op->prob, op->cfg, op->out, op->lse, op->q, op->k, op->v, ret_cfg);
     eng_set_stop(c->eng, NULL, NULL);
+    eng_trim(c->eng, CPU_ARENA_KEEP);
     return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
 }
 
@@ -94,6 +100,7 @@ static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size
     int rc = eng_backward(c->eng, op->prob, op->cfg, op->dq, op->dk, op->dv, op->q, op->k, op->v,
                           op->out, op->lse, op->dout, ret_cfg);
     eng_set_stop(c->eng, NULL, NULL);
+    eng_trim(c->eng, CPU_ARENA_KEEP);
     return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
 }
 

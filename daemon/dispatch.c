@@ -125,11 +125,25 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
     }
     int created = !s;
     if (created) {
-        int rc = sess_create(d->sessions, m->rid, m->rid_len, &s);
+        char msg[MSG_MAX];
+        struct lim_client *c = limits_client(d->limits, m->peer_uid, m->peer_pid);
+        int rc = c ? limits_session_begin(c, msg, sizeof msg) : DASH_ENOMEM;
         if (rc) {
+            if (c)
+                log_info("Hello refused: %s", msg);
+            limits_unref(c);
+            dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s",
+                                  c ? msg : "out of memory");
+            return;
+        }
+        rc = sess_create(d->sessions, m->rid, m->rid_len, &s);
+        if (rc) {
+            limits_session_end(c, 0, 0);
+            limits_unref(c);
             dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "cannot create a session");
             return;
         }
+        s->client = c;
         s->requests = 1;
         s->last_ns = uv_hrtime();
         s->peer_uid = m->peer_uid;
@@ -183,48 +197,38 @@ static int register_cuda(struct dispatch *d, const Dash__RegisterBuffer *rb, cha
     return d->backend->cuda_import(d->backend->impl, &req, msg, msglen, ret_buf);
 }
 
-static void on_register(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
-                        struct session *s)
+/* RegisterBuffer once counted against the client's caps: 0 (answered with the id), or
+ * the code of a refusal already answered. */
+static int register_buffer(struct dispatch *d, const struct server_msg *m,
+                           const Dash__Request *req, struct session *s)
 {
     const Dash__RegisterBuffer *rb = req->register_buffer;
     char msg[MSG_MAX];
     struct shmbuf *b;
     int rc;
-    if (rb->has_cuda_ipc_handle && rb->shm_name) {
-        dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL,
-                              "RegisterBuffer names both shm_name and cuda_ipc_handle: set one");
-        return;
-    }
     if (rb->has_cuda_ipc_handle) {
         rc = register_cuda(d, rb, msg, sizeof msg, &b);
-        if (rc) {
+        if (rc)
             log_info("session %llu: CUDA buffer refused: %s", (unsigned long long)s->id, msg);
-            dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
-            return;
-        }
+    } else if (!rb->shm_name) {
+        rc = DASH_EINVAL;
+        snprintf(msg, sizeof msg, "RegisterBuffer needs shm_name or cuda_ipc_handle");
+    } else if (!(d->backend->buffer_kinds & (1u << SHMBUF_SHM))) {
+        rc = DASH_ENOTSUP;
+        snprintf(msg, sizeof msg,
+                 "the %s backend computes on device memory only: register CUDA memory "
+                 "(cuda_ipc_handle; dash_cuda_register), or run dashd --backend cpu for "
+                 "shared memory",
+                 d->backend->name);
     } else {
-        if (!rb->shm_name) {
-            dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL,
-                                  "RegisterBuffer needs shm_name or cuda_ipc_handle");
-            return;
-        }
-        if (!(d->backend->buffer_kinds & (1u << SHMBUF_SHM))) {
-            dispatch__reply_error(
-                d, m->rid, m->rid_len, req->id, DASH_ENOTSUP,
-                "the %s backend computes on device memory only: register CUDA memory "
-                "(cuda_ipc_handle; dash_cuda_register), or run dashd --backend cpu for "
-                "shared memory",
-                d->backend->name);
-            return;
-        }
         /* A peer other than root may only map objects it owns: the daemon may be able to
          * open other users' memory, and must not lend that ability out. */
         int64_t owner = s->peer_uid > 0 ? s->peer_uid : -1;
         rc = shmbuf_open(rb->shm_name, rb->size, owner, msg, sizeof msg, &b);
-        if (rc) {
-            dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
-            return;
-        }
+    }
+    if (rc) {
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return rc;
     }
     uint64_t id;
     rc = sess_buf_add(d->sessions, s, b, d->cfg.max_buffers, &id);
@@ -234,7 +238,7 @@ static void on_register(struct dispatch *d, const struct server_msg *m, const Da
                               rc == DASH_ENOSPC ? "a session may hold at most %u buffers"
                                                 : "out of memory (%u buffers)",
                               d->cfg.max_buffers);
-        return;
+        return rc;
     }
     log_debug("session %llu registered buffer %llu (%llu bytes of %s)", (unsigned long long)s->id,
               (unsigned long long)id, (unsigned long long)rb->size,
@@ -244,6 +248,29 @@ static void on_register(struct dispatch *d, const struct server_msg *m, const Da
     r.has_buffer_id = 1;
     r.buffer_id = id;
     dispatch__send_reply(d, m->rid, m->rid_len, &r);
+    return 0;
+}
+
+static void on_register(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
+                        struct session *s)
+{
+    const Dash__RegisterBuffer *rb = req->register_buffer;
+    char msg[MSG_MAX];
+    int rc;
+    if (rb->has_cuda_ipc_handle && rb->shm_name) {
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL,
+                              "RegisterBuffer names both shm_name and cuda_ipc_handle: set one");
+        return;
+    }
+    /* Counted before anything is opened or mapped: a client over its caps maps nothing
+     * (mappings are a resource of the whole daemon: vm.max_map_count). */
+    if ((rc = limits_buffer_begin(s->client, rb->size, msg, sizeof msg)) != 0) {
+        log_info("session %llu: buffer refused: %s", (unsigned long long)s->id, msg);
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
+        return;
+    }
+    if (register_buffer(d, m, req, s) != 0)
+        limits_buffer_end(s->client, rb->size);
 }
 
 static void on_unregister(struct dispatch *d, const struct server_msg *m,
@@ -337,11 +364,15 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
         dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
         goto free_all;
     }
-    uint32_t i = 0;
+    /* Who is connected, under which name and run, is for root and for the same user only:
+     * another user's sessions are counted (sessions) but not listed, not even by id. An
+     * asker without credentials (tcp://) sees none. */
+    uint32_t i = 0, listed = 0;
     for (struct session *s = sess_first(d->sessions); s; s = sess_next(s))
-        ss[i++] = s;
-    qsort(ss, n, sizeof *ss, cmp_session_id);
-    for (i = 0; i < n; i++) {
+        if (m->peer_uid == 0 || (m->peer_uid > 0 && s->peer_uid == m->peer_uid))
+            ss[listed++] = s;
+    qsort(ss, listed, sizeof *ss, cmp_session_id);
+    for (i = 0; i < listed; i++) {
         const struct session *s = ss[i];
         Dash__ClientStats *c = &cs[i];
         dash__client_stats__init(c);
@@ -374,7 +405,7 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
     st.requests = d->requests;
     st.errors = d->errors;
     st.threads = (uint32_t)d->backend->threads(d->backend->impl);
-    st.n_clients = n;
+    st.n_clients = listed;
     st.clients = cps;
     st.has_sessions = 1;
     st.sessions = (uint32_t)n;
@@ -526,9 +557,12 @@ struct dispatch *dispatch_new(uv_loop_t *loop, struct backend *b, const struct d
     d->backend = b;
     d->cfg = *cfg;
     d->start_ns = uv_hrtime();
+    d->limits = limits_new(&cfg->limits);
+    if (!d->limits)
+        goto free_d;
     d->sessions = sess_table_new();
     if (!d->sessions)
-        goto free_d;
+        goto free_limits;
     d->runner = job_runner_new(b, cfg->scratch_max);
     if (!d->runner)
         goto free_sessions;
@@ -549,6 +583,8 @@ free_runner:
     job_runner_free(d->runner);
 free_sessions:
     sess_table_free(d->sessions);
+free_limits:
+    limits_free(d->limits);
 free_d:
     free(d);
     return NULL;
@@ -598,6 +634,18 @@ void dispatch_free(struct dispatch *d)
         return;
     queue_free(d->queue);
     sess_table_free(d->sessions);
+    limits_free(d->limits);
     job_runner_free(d->runner);
     free(d);
+}
+
+void dispatch_set_audit(struct dispatch *d, struct audit *a)
+{
+    d->cfg.audit = a;
+}
+
+void dispatch_set_limits(struct dispatch *d, const struct limits_config *cfg)
+{
+    d->cfg.limits = *cfg;
+    limits_set(d->limits, cfg);
 }

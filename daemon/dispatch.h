@@ -15,6 +15,7 @@
 #define DASHD_DISPATCH_H
 
 #include "backend.h"
+#include "limits.h"
 #include "server.h"
 
 #include <stddef.h>
@@ -31,6 +32,7 @@ struct dispatch_config {
     uint32_t session_timeout_ms; /* idle sessions with nothing in flight are dropped */
     uint64_t scratch_max;        /* largest scratch one op may need */
     uint32_t max_buffers;        /* per session */
+    struct limits_config limits; /* per client (limits.h) */
     struct audit *audit;         /* the audit log (borrowed), or NULL */
     const char *kernel_build;    /* what audit records say computed the op */
 };
@@ -55,6 +57,13 @@ void dispatch_on_gone(void *ctx, const unsigned char *rid, size_t rid_len);
  * DASH_ECANCELED, while ops already accepted finish and are answered. on_idle(arg) is
  * called (once, from the loop) when nothing is in flight any more - possibly at once. */
 void dispatch_stop(struct dispatch *d, void (*on_idle)(void *arg), void *arg);
+
+/* Change the per-client caps (SIGHUP); what clients hold already stays. */
+void dispatch_set_limits(struct dispatch *d, const struct limits_config *cfg);
+
+/* Audit to a (borrowed; NULL: no audit) from now on: ops finishing from now on are
+ * recorded there (config reload). */
+void dispatch_set_audit(struct dispatch *d, struct audit *a);
 
 /* Ops accepted and not yet answered. */
 uint32_t dispatch_in_flight(const struct dispatch *d);

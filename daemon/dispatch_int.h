@@ -23,6 +23,7 @@ struct dispatch {
     struct server *srv;
     struct backend *backend; /* borrowed */
     struct sess_table *sessions;
+    struct limits *limits;
     struct queue *queue;
     struct job_runner *runner; /* used by the worker thread only */
     uv_timer_t sweep;

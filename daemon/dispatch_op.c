@@ -22,12 +22,15 @@
 #include <string.h>
 #include <time.h>
 
-static int lookup_size(void *ctx, uint64_t id, uint64_t *ret_size)
+_Static_assert(SHMBUF_OBJECT_DEVICE == VAL_OBJECT_DEVICE, "one name for device memory");
+
+static int lookup_size(void *ctx, uint64_t id, struct val_buffer *ret)
 {
     struct shmbuf *b = sess_buf_find(ctx, id);
     if (!b)
         return DASH_ENOBUF;
-    *ret_size = shmbuf_size(b);
+    ret->size = shmbuf_size(b);
+    shmbuf_object(b, ret->object, &ret->base);
     return 0;
 }
 
@@ -145,6 +148,19 @@ void dispatch__release_signals(struct dispatch *d, const struct session *s,
         (void)d->backend->signal_release(d->backend->impl, done, req->sync->signal_seq);
 }
 
+/* What limits.h calls a request's size: the dense bytes of every tensor it names. */
+static uint64_t plan_tensor_bytes(const struct val_plan *p)
+{
+    uint64_t sum = 0;
+    for (int slot = 0; slot < p->slots; slot++) {
+        uint64_t n = val_dense_bytes(&p->t[slot]);
+        if (n > UINT64_MAX - sum)
+            return UINT64_MAX;
+        sum += n;
+    }
+    return sum;
+}
+
 void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
                                struct session *s, int backward)
           {
@@ -208,8 +224,13 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
         snprintf(msg, sizeof msg, "signals order work on device buffers; this op's tensors "
                  "are in %s", shmbuf_kind_name(kind));
     }
+    if (!rc)
+        rc = limits_op_begin(s->client, plan_tensor_bytes(&j->plan), msg, sizeof msg);
     if (rc)
         goto refuse;
+    j->client = s->client;
+    limits_ref(j->client);
+    j->item.flow = j->client->key;
     if (sig_done) {
         j->signal_buf = sig_buf;
         shmbuf_ref(sig_buf);
@@ -258,6 +279,8 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
         for (int slot = 0; slot < j->plan.slots; slot++)
             shmbuf_unref(j->buf[slot]);
         evring_unref(j->events);
+        limits_op_end(j->client);
+        limits_unref(j->client);
         free(j);
         dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
                               "the queue is full (%u requests waiting or running)",
@@ -373,6 +396,8 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
     r.pid = j->pid;
     r.has_uid = j->uid >= 0;
     r.uid = j->uid;
+    r.has_peer_pid = j->peer_pid >= 0;
+    r.peer_pid = j->peer_pid;
     r.client_name = (char *)j->client_name;
     r.run_tag = (char *)j->run_tag;
     r.has_step = j->has_step;
@@ -431,7 +456,8 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
     d->in_flight--;
     if (j->device_op && j->rc == 0)
         job_device_digests(j);
-    if (d->cfg.audit)
+    /* only an op that arrived while auditing was on (SIGHUP may have switched it on) */
+    if (d->cfg.audit && j->wall_unix_ns)
         audit_job(d, j, now);
     struct session *s = job_session(d, j);
     if (s) {
@@ -476,6 +502,8 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
         shmbuf_unref(j->buf[slot]);
     shmbuf_unref(j->signal_buf);
     evring_unref(j->events);
+    limits_op_end(j->client);
+    limits_unref(j->client);
     free(j);
     dispatch__check_idle(d);
 }

@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "evring.h"
+#include "limits.h"
 #include "queue.h"
 #include "shmbuf.h"
 #include "validate.h"
@@ -43,6 +44,7 @@ struct job {
     size_t rid_len;
     uint64_t request_id;
     uint64_t session_id;
+    struct lim_client *client; /* one reference: counted in its in_flight until done */
     /* EventSync (device ops): the events to wait for and to record (NULL: none), from
      * `events`, which the job holds a reference on; reply when queued. */
     struct evring *events;

@@ -24,9 +24,11 @@
 #include "audit.h"
 #include "backend.h"
 #include "buildid.h"
+#include "config.h"
 #include "dispatch.h"
 #include "guard.h"
 #include "lockfile.h"
+#include "memcap.h"
 #include "log.h"
 #include "notify.h"
 #include "server.h"
@@ -48,40 +50,17 @@
 #include <unistd.h>
 #include <uv.h>
 
-#define DEFAULT_QUEUE 256
-#define DEFAULT_SESSION_TIMEOUT_S 30.0
-#define MAX_QUEUE 1000000
-#define MAX_BUFFERS_PER_SESSION 65536
 #define SHUTDOWN_LINGER_MS 1000
 #define EXIT_USAGE 2
-#define DEFAULT_AUDIT_MAX_BYTES ((uint64_t)1 << 30)
-#define DEFAULT_AUDIT_KEEP 8
-#define MAX_CONNECTIONS 1000000
 /* File descriptors kept free of connections: the log, the audit file, shm objects while
  * they are mapped, the GPU driver's, libuv's own. */
 #define FD_RESERVE_MIN 64
-
-enum backend_choice { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA };
-
-struct options {
-    char endpoint[256];
-    enum backend_choice backend;
-    int device;
-    int32_t threads;
-    uint32_t queue;
-    double session_timeout_s;
-    enum log_level level;
-    char audit_path[4096];
-    enum audit_level audit_level;
-    int audit_level_set;
-    enum audit_sync audit_sync;
-    uint64_t audit_max_bytes;
-    int audit_keep;
-    uint32_t max_connections; /* 0: as many as the file descriptor limit allows */
-    int32_t kernels;          /* --kernels: a CUATTN_IMPL_* or BACKEND_KERNELS_AUTO */
-};
+#define MAX_BUFFERS_PER_SESSION 65536
 
 struct app {
+    struct config cfg; /* what runs now */
+    int argc;          /* the command line, applied again over the file on SIGHUP */
+    char **argv;
     uv_loop_t loop;
     uv_signal_t sigterm, sigint, sighup;
     struct audit *audit;
@@ -105,10 +84,16 @@ static void usage(FILE *f)
     char ep[256];
     if (wire_default_endpoint(ep, sizeof ep) != 0)
         snprintf(ep, sizeof ep, "(none: the default path is too long)");
+    struct config d;
+    config_defaults(&d);
     fprintf(f,
             "Usage: dashd [OPTION]...\n"
             "Serve attention forward and backward to client processes over ZeroMQ.\n"
             "\n"
+            "  --config FILE          read settings from an INI file ([dashd]: any option below\n"
+            "                         by name, e.g. queue = 512; [limits]: the per-client caps,\n"
+            "                         e.g. in_flight = 64); the command line wins over it.\n"
+            "                         docs/config.md\n"
             "  --endpoint E           ZeroMQ endpoint to bind (default: %s)\n"
             "  --backend B            cpu, cuda or auto (default auto: CUDA when a usable GPU\n"
             "                         is there, else the CPU engine)\n"
@@ -118,7 +103,7 @@ static void usage(FILE *f)
             "                         (wgmma backward, sm_90); they change the bits, and audit\n"
             "                         records say which ran (default auto)\n"
             "  --threads N            CPU engine threads, 1..%d (default: online CPUs, %d)\n"
-            "  --queue N              requests queued or running before DASH_EBUSY (default %d)\n"
+            "  --queue N              requests queued or running before DASH_EBUSY (default %u)\n"
             "  --session-timeout S    drop a session idle for S seconds (default %g)\n"
             "  --log-level L          error, warn, info or debug (default info)\n"
             "  --audit PATH           append a record of every forward and backward to PATH\n"
@@ -132,224 +117,93 @@ static void usage(FILE *f)
             "  --max-connections N    client connections served at once; more are refused\n"
             "                         (default %d, or fewer if the file descriptor limit,\n"
             "                         raised to its hard limit at start, is lower)\n"
+            "  --max-reply-bytes N    replies waiting for clients that do not read them, all\n"
+            "                         connections together, before those stop being read\n"
+            "                         (default %lluM)\n"
+            "  --limit-sessions N     per client (a process: the connection's uid and pid),\n"
+            "  --limit-buffers N      0 for no limit: sessions (default %u), registered\n"
+            "  --limit-registered-bytes N  buffers (default %u) and their bytes, Forward/\n"
+            "  --limit-in-flight N    Backward ops accepted and not answered, and the tensor\n"
+            "  --limit-request-bytes N     bytes one op names (defaults: no limit); beyond\n"
+            "                         them a request gets DASH_ELIMIT. The queue serves\n"
+            "                         clients in turn (round robin)\n"
             "  --help                 show this help and exit\n"
             "  --version              show the version and exit\n"
             "\n"
             "Runs in the foreground and logs to stderr. SIGTERM or SIGINT: answer the\n"
             "requests in flight, write their audit records, remove the socket and its lock,\n"
             "exit 0; a second SIGTERM or SIGINT exits at once, abandoning what is in flight.\n"
-            "SIGHUP: reopen the audit log (after logrotate moved it). Requests of a client\n"
-            "process that has died are not started (on the CPU engine, stopped midway); when\n"
-            "its session ends, the shared memory it registered under libdash's names\n"
-            "(/dash-PID-...) is unlinked.\n",
-            ep, POOL_THREADS_MAX, online_cpus(), DEFAULT_QUEUE, DEFAULT_SESSION_TIMEOUT_S,
-            DEFAULT_AUDIT_KEEP, SERVER_DEFAULT_CONNECTIONS);
+            "SIGHUP: read the config file again (the command line still wins) and apply the\n"
+            "log level, the limits, --max-reply-bytes and --audit PATH (reopening the audit\n"
+            "log, after logrotate moved it, or opening a new path); other changes are logged\n"
+            "as needing a restart. Requests of a client process that has died are not started\n"
+            "(on the CPU engine, stopped midway); when its session ends, the shared memory it\n"
+            "registered under libdash's names (/dash-PID-...) is unlinked.\n",
+            ep, POOL_THREADS_MAX, online_cpus(), d.queue, d.session_timeout_s, d.audit_keep,
+            SERVER_DEFAULT_CONNECTIONS, (unsigned long long)(d.reply_bytes >> 20),
+            d.limits.sessions, d.limits.buffers);
 }
 
-static int bad_value(const char *opt, const char *value, const char *want)
+/* defaults, then --config FILE, then every other option of the command line, then the
+ * cross-checks. Returns -1 to go on, else the exit status (0 for --help and --version,
+ * EXIT_USAGE for a bad option or file). quiet: no usage text (a reload). */
+static int parse_options(int argc, char **argv, struct config *o, int quiet)
 {
-    fprintf(stderr, "dashd: %s needs %s, not '%s'\n", opt, want, value);
-    usage(stderr);
-    return EXIT_USAGE;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *ret)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *ret = v;
-    return 0;
-}
-
-/* "4096", "64K", "256M", "1G" (powers of 1024): 0 and *ret, or -1. */
-static int parse_size(const char *s, uint64_t *ret)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-')
-        return -1;
-    int shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift)
-        end++;
-    if (*end || v > (UINT64_MAX >> shift))
-        return -1;
-    *ret = (uint64_t)v << shift;
-    return 0;
-}
-
-/* Returns -1 to go on, else the exit status. */
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    enum { OPT_ENDPOINT = 256, OPT_BACKEND, OPT_DEVICE, OPT_THREADS, OPT_QUEUE, OPT_TIMEOUT,
-           OPT_LEVEL, OPT_HELP, OPT_VERSION, OPT_AUDIT, OPT_AUDIT_LEVEL, OPT_AUDIT_SYNC,
-           OPT_AUDIT_MAX, OPT_AUDIT_KEEP, OPT_MAX_CONNECTIONS, OPT_KERNELS };
-    static const struct option longopts[] = {
-        {"endpoint", required_argument, NULL, OPT_ENDPOINT},
-        {"backend", required_argument, NULL, OPT_BACKEND},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"kernels", required_argument, NULL, OPT_KERNELS},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"audit", required_argument, NULL, OPT_AUDIT},
-        {"audit-level", required_argument, NULL, OPT_AUDIT_LEVEL},
-        {"audit-sync", required_argument, NULL, OPT_AUDIT_SYNC},
-        {"audit-max-size", required_argument, NULL, OPT_AUDIT_MAX},
-        {"audit-keep", required_argument, NULL, OPT_AUDIT_KEEP},
-        {"queue", required_argument, NULL, OPT_QUEUE},
-        {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
-        {"session-timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"log-level", required_argument, NULL, OPT_LEVEL},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    o->endpoint[0] = '\0';
-    o->backend = BACKEND_AUTO;
-    o->device = 0;
-    o->threads = 0;
-    o->queue = DEFAULT_QUEUE;
-    o->session_timeout_s = DEFAULT_SESSION_TIMEOUT_S;
-    o->level = LOG_INFO;
-    o->audit_path[0] = '\0';
-    o->audit_level = AUDIT_OUTPUTS;
-    o->audit_level_set = 0;
-    o->audit_sync = AUDIT_SYNC_BATCH;
-    o->audit_max_bytes = DEFAULT_AUDIT_MAX_BYTES;
-    o->audit_keep = DEFAULT_AUDIT_KEEP;
-    o->max_connections = 0;
-    o->kernels = BACKEND_KERNELS_AUTO;
+    const struct option *longopts = config_longopts();
+    char err[1024];
     int c;
-    long v;
+    config_defaults(o);
+    optind = 0; /* glibc: start afresh (a reload parses the same argv again) */
+    opterr = !quiet;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_ENDPOINT:
-            if (!*optarg || strlen(optarg) >= sizeof o->endpoint)
-                return bad_value("--endpoint", optarg, "an endpoint of 1..255 characters");
-            snprintf(o->endpoint, sizeof o->endpoint, "%s", optarg);
-            break;
-        case OPT_BACKEND:
-            if (!strcmp(optarg, "auto"))
-                o->backend = BACKEND_AUTO;
-            else if (!strcmp(optarg, "cpu"))
-                o->backend = BACKEND_CPU;
-            else if (!strcmp(optarg, "cuda"))
-                o->backend = BACKEND_CUDA;
-            else
-                return bad_value("--backend", optarg, "cpu, cuda or auto");
-            break;
-        case OPT_DEVICE:
-            if (parse_long(optarg, 0, 1023, &v))
-                return bad_value("--device", optarg, "a CUDA device ordinal in 0..1023");
-            o->device = (int)v;
-            break;
-        case OPT_THREADS:
-            if (parse_long(optarg, 1, POOL_THREADS_MAX, &v))
-                return bad_value("--threads", optarg, "an integer in 1..256");
-            o->threads = (int32_t)v;
-            break;
-        case OPT_QUEUE:
-            if (parse_long(optarg, 1, MAX_QUEUE, &v))
-                return bad_value("--queue", optarg, "an integer in 1..1000000");
-            o->queue = (uint32_t)v;
-            break;
-        case OPT_TIMEOUT: {
-            char *end;
-            errno = 0;
-            double t = strtod(optarg, &end);
-            /* The timeout travels as uint32 milliseconds in HelloReply. */
-            if (errno || end == optarg || *end || !isfinite(t) || t < 0.001 || t > 4294967.0)
-                return bad_value("--session-timeout", optarg, "seconds in 0.001..4294967");
-            o->session_timeout_s = t;
-            break;
-        }
-        case OPT_LEVEL: {
-            int l = log_level_parse(optarg);
-            if (l < 0)
-                return bad_value("--log-level", optarg, "error, warn, info or debug");
-            o->level = (enum log_level)l;
-            break;
-        }
-        case OPT_AUDIT:
-            if (!*optarg || strlen(optarg) >= sizeof o->audit_path)
-                return bad_value("--audit", optarg, "a file path");
-            snprintf(o->audit_path, sizeof o->audit_path, "%s", optarg);
-            break;
-        case OPT_AUDIT_LEVEL:
-            if (audit_parse_level(optarg, &o->audit_level))
-                return bad_value("--audit-level", optarg, "off, outputs or all");
-            o->audit_level_set = 1;
-            break;
-        case OPT_AUDIT_SYNC:
-            if (audit_parse_sync(optarg, &o->audit_sync))
-                return bad_value("--audit-sync", optarg, "none, batch or every");
-            break;
-        case OPT_AUDIT_MAX:
-            if (parse_size(optarg, &o->audit_max_bytes))
-                return bad_value("--audit-max-size", optarg, "bytes, with an optional K, M or G");
-            break;
-        case OPT_AUDIT_KEEP:
-            if (parse_long(optarg, 1, 1000, &v))
-                return bad_value("--audit-keep", optarg, "an integer in 1..1000");
-            o->audit_keep = (int)v;
-            break;
-        case OPT_KERNELS:
-            if (!strcmp(optarg, "auto"))
-                o->kernels = BACKEND_KERNELS_AUTO;
-            else if (!strcmp(optarg, "v1") || !strcmp(optarg, "v2") || !strcmp(optarg, "v3"))
-                o->kernels = optarg[1] - '0'; /* CUATTN_IMPL_CUDA_CORES, _TENSOR_CORES, _WGMMA */
-            else
-                return bad_value("--kernels", optarg, "auto, v1, v2 or v3");
-            break;
-        case OPT_MAX_CONNECTIONS:
-            if (parse_long(optarg, 1, MAX_CONNECTIONS, &v))
-                return bad_value("--max-connections", optarg, "an integer in 1..1000000");
-            o->max_connections = (uint32_t)v;
-            break;
-        case OPT_HELP:
+        if (c == CONFIG_OPT_HELP) {
             usage(stdout);
             return 0;
-        case OPT_VERSION:
+        }
+        if (c == CONFIG_OPT_VERSION) {
             printf("dashd " DASHD_VERSION "\n");
             return 0;
-        default: /* getopt_long has said what was wrong */
-            usage(stderr);
+        }
+        if (c == CONFIG_OPT_CONFIG) {
+            if (!*optarg || strlen(optarg) >= sizeof o->config_path)
+                goto bad_path;
+            snprintf(o->config_path, sizeof o->config_path, "%s", optarg);
+        } else if (!config_option_name(c)) {
+            if (!quiet)
+                usage(stderr); /* getopt_long has said what was wrong */
             return EXIT_USAGE;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "dashd: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
+        if (!quiet)
+            usage(stderr);
         return EXIT_USAGE;
     }
-    if (o->kernels != BACKEND_KERNELS_AUTO && o->backend == BACKEND_CPU) {
-        fprintf(stderr, "dashd: --kernels chooses the cuda backend's kernels; --backend cpu "
-                "runs the CPU engine\n");
+    if (o->config_path[0] && config_load(o, o->config_path, err, sizeof err) != 0) {
+        fprintf(stderr, "dashd: %s\n", err);
         return EXIT_USAGE;
     }
-    if (o->audit_level_set && o->audit_level != AUDIT_OFF && !o->audit_path[0]) {
-        fprintf(stderr, "dashd: --audit-level %s needs --audit PATH\n",
-                audit_level_name(o->audit_level));
-        return EXIT_USAGE;
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        const char *name = config_option_name(c);
+        if (name && config_set(o, name, optarg, err, sizeof err) != 0) {
+            fprintf(stderr, "dashd: %s\n", err);
+            if (!quiet)
+                usage(stderr);
+            return EXIT_USAGE;
+        }
     }
-    if (!o->endpoint[0] && wire_default_endpoint(o->endpoint, sizeof o->endpoint) != 0) {
-        fprintf(stderr, "dashd: the default endpoint is too long; pass --endpoint\n");
-        return EXIT_USAGE;
-    }
-    const char *path = wire_ipc_path(o->endpoint);
-    if (path && (!*path || strlen(path) > 107)) {
-        fprintf(stderr, "dashd: the ipc path of %s must be 1..107 characters\n", o->endpoint);
+    if (config_check(o, err, sizeof err) != 0) {
+        fprintf(stderr, "dashd: %s\n", err);
         return EXIT_USAGE;
     }
     return -1;
+
+bad_path:
+    fprintf(stderr, "dashd: --config needs a file path\n");
+    return EXIT_USAGE;
 }
 
 /* ---- shutdown ------------------------------------------------------------------------------ */
@@ -378,14 +232,78 @@ static void on_idle(void *arg)
     uv_close((uv_handle_t *)&a->sighup, NULL);
 }
 
+/* Open the audit log of cfg, or NULL (none configured, or it failed: logged). */
+static struct audit *open_audit(const struct config *cfg)
+{
+    if (!cfg->audit_path[0] || cfg->audit_level == AUDIT_OFF)
+        return NULL;
+    struct audit_config ac = {.path = cfg->audit_path,
+                              .level = (enum audit_level)cfg->audit_level,
+                              .sync = (enum audit_sync)cfg->audit_sync,
+                              .max_bytes = cfg->audit_max_bytes,
+                              .keep = cfg->audit_keep,
+                              .server_version = DASHD_VERSION};
+    char why[512];
+    struct audit *au = NULL;
+    if (audit_open(&ac, &au, why, sizeof why) != 0) {
+        log_error("--audit: %s", why);
+        return NULL;
+    }
+    return au;
+}
+
+/* SIGHUP: the config file again, the command line over it; apply what can change live,
+ * say what cannot. The audit log is reopened (logrotate) or, with a new path, replaced. */
 static void on_sighup(uv_signal_t *h, int signum)
 {
     (void)signum;
     struct app *a = h->data;
-    if (a->audit)
+    struct config next;
+    if (parse_options(a->argc, a->argv, &next, 1) >= 0) {
+        log_error("SIGHUP: the configuration is not valid (said above); nothing changed");
+        return;
+    }
+    if (!next.threads)
+        next.threads = a->cfg.threads;
+    struct config_change ch[CONFIG_MAX_CHANGES];
+    size_t n = config_diff(&a->cfg, &next, ch, CONFIG_MAX_CHANGES);
+    int audit_changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        char was[256], now[256];
+        config_format(&a->cfg, ch[i].name, was, sizeof was);
+        config_format(&next, ch[i].name, now, sizeof now);
+        if (!ch[i].live) {
+            log_warn("SIGHUP: %s changed from %s to %s, which needs a restart: still %s",
+                     ch[i].name, was, now, was);
+            continue;
+        }
+        log_info("SIGHUP: %s is now %s (was %s)", ch[i].name, now, was);
+        if (strcmp(ch[i].name, "audit") == 0)
+            audit_changed = 1;
+    }
+    log_set_level((enum log_level)next.level);
+    dispatch_set_limits(a->disp, &next.limits);
+    server_set_reply_bytes(a->srv, next.reply_bytes);
+    /* Only what is live is taken over; the rest keeps running as it started. */
+    a->cfg.level = next.level;
+    a->cfg.limits = next.limits;
+    a->cfg.reply_bytes = next.reply_bytes;
+    if (audit_changed) {
+        snprintf(a->cfg.audit_path, sizeof a->cfg.audit_path, "%s", next.audit_path);
+        struct audit *au = open_audit(&a->cfg);
+        if (!au && a->cfg.audit_path[0] && a->cfg.audit_level != AUDIT_OFF) {
+            log_error("SIGHUP: keeping the audit log %s", a->audit ? audit_path(a->audit) : "(none)");
+            if (a->audit)
+                snprintf(a->cfg.audit_path, sizeof a->cfg.audit_path, "%s", audit_path(a->audit));
+            return;
+        }
+        dispatch_set_audit(a->disp, au);
+        audit_close(a->audit); /* writes and syncs what it had queued */
+        a->audit = au;
+        log_info("SIGHUP: auditing to %s", au ? audit_path(au) : "nothing");
+    } else if (a->audit) {
         audit_reopen(a->audit);
-    else
-        log_info("SIGHUP: no audit log to reopen");
+    }
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -442,26 +360,26 @@ static uint32_t connection_limit(uint32_t asked)
 }
 
 /* The backend --backend asks for, or NULL having logged why. */
-static struct backend *start_backend(const struct options *o)
+static struct backend *start_backend(const struct config *o)
 {
     struct backend *b = NULL;
 #ifdef DASH_HAVE_CUDA
-    if (o->backend != BACKEND_CPU) {
+    if (o->backend != CONFIG_BACKEND_CPU) {
         char why[256];
         b = backend_cuda_new(o->device, o->kernels, why, sizeof why);
         if (b) {
-            if (o->backend == BACKEND_AUTO)
+            if (o->backend == CONFIG_BACKEND_AUTO)
                 log_info("backend auto: serving from the GPU: %s", b->device);
             return b;
         }
-        if (o->backend == BACKEND_CUDA) {
+        if (o->backend == CONFIG_BACKEND_CUDA) {
             log_error("--backend cuda: %s", why);
             return NULL;
         }
         log_info("backend auto: no usable GPU (%s); serving from the CPU engine", why);
     }
 #else
-    if (o->backend == BACKEND_AUTO)
+    if (o->backend == CONFIG_BACKEND_AUTO)
         log_info("backend auto: this build has no CUDA backend; serving from the CPU engine");
 #endif
     b = backend_cpu_new(o->threads);
@@ -519,13 +437,13 @@ static void warn_if_clients_refuse(const char *endpoint)
 
 int main(int argc, char **argv)
 {
-    struct options o;
-    int rc = parse_options(argc, argv, &o);
+    struct config o;
+    int rc = parse_options(argc, argv, &o, 0);
     if (rc >= 0)
         return rc;
-    log_set_level(o.level);
+    log_set_level((enum log_level)o.level);
 #ifndef DASH_HAVE_CUDA
-    if (o.backend == BACKEND_CUDA) {
+    if (o.backend == CONFIG_BACKEND_CUDA) {
         fprintf(stderr, "dashd: --backend cuda: this dashd was built without CUDA (nvcc was not "
                 "found, or CUDA=0); use --backend cpu or auto\n");
         return 1;
@@ -536,6 +454,9 @@ int main(int argc, char **argv)
 
     struct app a;
     memset(&a, 0, sizeof a);
+    a.cfg = o;
+    a.argc = argc;
+    a.argv = argv;
     int status = 1;
     char lock_path[512];
     const char *path = wire_ipc_path(o.endpoint);
@@ -577,6 +498,9 @@ int main(int argc, char **argv)
         goto release_lock;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* A file-size limit (RLIMIT_FSIZE) makes the audit log's write fail with EFBIG, which
+     * the writer handles, instead of killing the daemon. */
+    signal(SIGXFSZ, SIG_IGN);
 
     notify_status(NULL, "starting the backend");
     struct backend *b = start_backend(&o);
@@ -599,30 +523,22 @@ int main(int argc, char **argv)
         log_error("out of memory");
         goto close_loop;
     }
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (o.audit_path[0] && o.audit_level != AUDIT_OFF) {
-        struct audit_config ac = {.path = o.audit_path,
-                                  .level = o.audit_level,
-                                  .sync = o.audit_sync,
-                                  .max_bytes = o.audit_max_bytes,
-                                  .keep = o.audit_keep,
-                                  .server_version = DASHD_VERSION};
-        char why[512];
-        if ((rc = audit_open(&ac, &a.audit, why, sizeof why)) != 0) {
-            log_error("--audit: %s", why);
-            goto close_loop;
-        }
-    }
+    char mem_why[1200];
+    const uint64_t mem = memcap_bytes(mem_why, sizeof mem_why);
+    if (o.audit_path[0] && o.audit_level != AUDIT_OFF && !(a.audit = open_audit(&o)))
+        goto close_loop;
     char kernel_build[96];
     snprintf(kernel_build, sizeof kernel_build, "dashd " DASHD_VERSION " build " DASH_BUILD_ID
              " backend %s", b->name);
     struct dispatch_config cfg = {
         .queue_capacity = o.queue,
         .session_timeout_ms = (uint32_t)llround(o.session_timeout_s * 1000.0),
-        /* One op's scratch may take up to half the memory: a sparse shm object must not
-         * make us allocate what we do not have. */
-        .scratch_max = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX,
+        /* One op's scratch may take up to half the memory we may use (the RAM, or a
+         * cgroup's limit when lower): a sparse shm object or broadcast inputs must not make
+         * us allocate what we do not have and get killed for it. */
+        .scratch_max = mem == UINT64_MAX ? UINT64_MAX : mem / 2,
         .max_buffers = MAX_BUFFERS_PER_SESSION,
+        .limits = o.limits,
         .audit = a.audit,
         .kernel_build = kernel_build,
     };
@@ -636,6 +552,7 @@ int main(int argc, char **argv)
     char err[512];
     struct server_config sc = {.endpoint = o.endpoint,
                                .max_connections = connection_limit(o.max_connections),
+                               .reply_bytes = o.reply_bytes,
                                .on_msg = dispatch_on_message,
                                .on_gone = dispatch_on_gone,
                                .ctx = a.disp};
@@ -657,6 +574,9 @@ int main(int argc, char **argv)
     uv_signal_start(&a.sigint, on_signal, SIGINT);
     uv_signal_start(&a.sighup, on_sighup, SIGHUP);
 
+    if (mem != UINT64_MAX)
+        log_info("memory: %llu MiB (%s); one op's scratch is capped at %llu MiB",
+                 (unsigned long long)(mem >> 20), mem_why, (unsigned long long)(mem >> 21));
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
                  "checked against the registering user", o.endpoint);

@@ -1,6 +1,19 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * queue.c - see queue.h.
+ *
+ * The waiting items form a round of flows without any allocation: the first waiting
+ * item of each flow is linked into the round (flow_next) and knows its flow's last item
+ * (flow_tail); the items of a flow follow each other through next.
+ *
+ *   round: head A1 ──flow_next──> B1 ──flow_next──> C1 (tail)
+ *            │next                 │next
+ *            A2 ── A3              B2
+ *
+ * The worker takes the round's head item; if its flow has more, the next item becomes
+ * the flow's head and goes to the round's end. Pushing scans the round for the item's
+ * flow (the flows with work waiting, usually few) and appends, or opens a new flow at the
+ * round's end.
  */
 #include "queue.h"
 
@@ -18,7 +31,7 @@ struct queue {
     pthread_t worker;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct list todo; /* guarded by mu */
+    struct queue_item *round_head, *round_tail; /* guarded by mu: flows with work waiting */
     struct list done; /* guarded by mu */
     struct queue_item *early_head, *early_tail; /* guarded by mu; linked by early_next */
     int stop;         /* guarded by mu */
@@ -40,19 +53,57 @@ static void list_push(struct list *l, struct queue_item *it)
     l->tail = it;
 }
 
+/* Append an item to its flow, or open the flow at the end of the round. Under mu. */
+static void round_push(struct queue *q, struct queue_item *it)
+{
+    it->next = it->flow_next = NULL;
+    for (struct queue_item *h = q->round_head; h; h = h->flow_next) {
+        if (h->flow == it->flow) {
+            h->flow_tail->next = it;
+            h->flow_tail = it;
+            return;
+        }
+    }
+    it->flow_tail = it;
+    if (q->round_tail)
+        q->round_tail->flow_next = it;
+    else
+        q->round_head = it;
+    q->round_tail = it;
+}
+
+/* The next item in turn: the head of the round's first flow, whose rest (if any) goes to
+ * the end of the round. Under mu, with the round not empty. */
+static struct queue_item *round_take(struct queue *q)
+{
+    struct queue_item *it = q->round_head;
+    q->round_head = it->flow_next;
+    if (!q->round_head)
+        q->round_tail = NULL;
+    struct queue_item *rest = it->next;
+    if (rest) {
+        rest->flow_tail = it->flow_tail;
+        rest->flow_next = NULL;
+        if (q->round_tail)
+            q->round_tail->flow_next = rest;
+        else
+            q->round_head = rest;
+        q->round_tail = rest;
+    }
+    it->next = it->flow_next = it->flow_tail = NULL;
+    return it;
+}
+
 static void *worker_main(void *arg)
 {
     struct queue *q = arg;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        while (!q->todo.head && !q->stop)
+        while (!q->round_head && !q->stop)
             pthread_cond_wait(&q->cv, &q->mu);
         if (q->stop)
             break;
-        struct queue_item *it = q->todo.head;
-        q->todo.head = it->next;
-        if (!q->todo.head)
-            q->todo.tail = NULL;
+        struct queue_item *it = round_take(q);
         it->early_expected = it->early_sent = it->finish_deferred = 0;
         pthread_mutex_unlock(&q->mu);
         int later = q->run(q->ctx, it) == QUEUE_LATER;
@@ -133,7 +184,7 @@ void queue_push_any(struct queue *q, struct queue_item *item)
 {
     q->depth++;
     pthread_mutex_lock(&q->mu);
-    list_push(&q->todo, item);
+    round_push(q, item);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }

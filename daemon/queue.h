@@ -12,8 +12,11 @@
  * runs, e.g. to reply "queued"); done then still comes, always after early, and the item
  * stays accepted (counted against the capacity) until done.
  *
- * One worker is enough: the engine is itself multi-threaded and runs one call at a time,
- * and a single FIFO keeps arrival order. The capacity bounds everything accepted and not
+ * One worker is enough: the engine is itself multi-threaded and runs one call at a time.
+ * Fairness: every item names a flow (its client, limits.h); each flow is a FIFO, and the
+ * worker takes one item from each flow with work in turn (round robin), so a client with
+ * a hundred ops queued delays another's single op by at most one op, not a hundred. Items
+ * of one flow run in arrival order. The capacity bounds everything accepted and not
  * yet handed back to the loop (waiting, running, finished but not delivered), so a full
  * queue answers DASH_EBUSY at once instead of growing without bound. The loop thread
  * keeps serving Ping and Stats while the worker runs.
@@ -26,7 +29,11 @@
 
 /* Embed this in the job; the queue links jobs through it. The fields are the queue's. */
 struct queue_item {
+    uint64_t flow; /* set by the caller before queue_push: items of one flow run in order */
     struct queue_item *next, *early_next;
+    /* The first waiting item of a flow stands for the flow in the round: flow_next links
+     * the round, flow_tail is the flow's last item. */
+    struct queue_item *flow_next, *flow_tail;
     unsigned char early_expected, early_sent, finish_deferred;
 };
 

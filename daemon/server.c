@@ -97,6 +97,9 @@ struct server {
     uint32_t max_conns;
     uint64_t next_id;
     uint64_t refused, refused_logged, last_refusal_log_ns; /* for the log */
+    /* Bytes of replies waiting in our write queues (what the kernel's socket buffers did
+     * not take), all connections together, and the cap on it (0: none). */
+    uint64_t wq_total, reply_bytes;
     int closed;
 };
 
@@ -232,17 +235,36 @@ static void process(struct conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
+/* Whether c should stop being read: too much waits for it, or the replies waiting for
+ * all connections passed the cap and some of them are c's. Read again (with hysteresis)
+ * once its own queue is half the pause mark and the total is under the cap, or its own
+ * queue is empty: a client that reads its replies is never held up for long by those
+ * that do not. */
+static int should_pause(const struct conn *c)
+{
+    size_t q = uv_stream_get_write_queue_size(&c->h.stream);
+    return q > SERVER_WQ_PAUSE || (c->s->reply_bytes && c->s->wq_total > c->s->reply_bytes && q > 0);
+}
+
+static int may_resume(const struct conn *c)
+{
+    size_t q = uv_stream_get_write_queue_size(&c->h.stream);
+    return q == 0 || (q <= SERVER_WQ_PAUSE / 2 &&
+                      (!c->s->reply_bytes || c->s->wq_total <= c->s->reply_bytes));
+}
+
 static void on_written(uv_write_t *req, int status)
 {
     struct conn *c = req->handle->data;
-    free(req);
+    struct wreq *w = (struct wreq *)(void *)req;
+    c->s->wq_total -= w->len;
+    free(w);
     if (status < 0) {
         if (status != UV_ECANCELED)
             conn_end(c, 0, 0, "write failed: %s", uv_strerror(status));
         return;
     }
-    if (c->paused && c->state != C_CLOSING &&
-        uv_stream_get_write_queue_size(&c->h.stream) <= SERVER_WQ_PAUSE / 2) {
+    if (c->paused && c->state != C_CLOSING && may_resume(c)) {
         c->paused = 0;
         process(c); /* what arrived before the pause first */
         if (c->state != C_CLOSING && !c->paused)
@@ -276,6 +298,7 @@ static int conn_write(struct conn *c, const void *a, size_t alen, const void *b,
         free(w);
         return r;
     }
+    c->s->wq_total += w->len;
     return 0;
 }
 
@@ -673,6 +696,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, char
     s->on_gone = cfg->on_gone;
     s->ctx = cfg->ctx;
     s->max_conns = cfg->max_connections ? cfg->max_connections : SERVER_DEFAULT_CONNECTIONS;
+    s->reply_bytes = cfg->reply_bytes;
     s->next_id = 1;
     const char *ep = cfg->endpoint;
     int rc;
@@ -748,11 +772,21 @@ int server_send(struct server *s, const void *rid, size_t rid_len, const void *d
         conn_end(c, 0, 0, "write failed: %s", uv_strerror(rc));
         return -EHOSTUNREACH;
     }
-    if (!c->paused && uv_stream_get_write_queue_size(&c->h.stream) > SERVER_WQ_PAUSE) {
+    if (!c->paused && should_pause(c)) {
         c->paused = 1;
         (void)uv_read_stop(&c->h.stream);
     }
     return 0;
+}
+
+void server_set_reply_bytes(struct server *s, uint64_t bytes)
+{
+    s->reply_bytes = bytes;
+}
+
+uint64_t server_reply_bytes_queued(const struct server *s)
+{
+    return s->wq_total;
 }
 
 static void on_linger(uv_timer_t *t)

@@ -16,7 +16,11 @@
  *
  * - Memory: a connection buffers at most one frame (WIRE_MAX_MESSAGE plus its header) on
  *   input; on output, reading from a peer pauses while more than SERVER_WQ_PAUSE bytes of
- *   replies wait for it, so a client that does not read cannot make replies pile up.
+ *   replies wait for it, so a client that does not read cannot make replies pile up. All
+ *   connections together: once more than reply_bytes wait, every connection with replies
+ *   waiting stops being read until its own have left, so a thousand connections that do
+ *   not read cost reply_bytes plus about one reply each, not a thousand times the pause
+ *   mark.
  * - Connections: at most max_connections (the rest are accepted and closed at once, so
  *   libzmq retries them later); the caller sizes it below the file descriptor limit.
  *   libuv turns EMFILE on accept into an error we log, never an abort.
@@ -63,6 +67,7 @@ typedef void (*server_gone_fn)(void *ctx, const unsigned char *rid, size_t rid_l
 struct server_config {
     const char *endpoint;
     uint32_t max_connections; /* 0: SERVER_DEFAULT_CONNECTIONS */
+    uint64_t reply_bytes;     /* replies waiting, all connections (0: no cap beyond each's) */
     server_msg_fn on_msg;
     server_gone_fn on_gone; /* may be NULL */
     void *ctx;
@@ -80,6 +85,12 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, char
  * (no such connection: it is gone), -EAGAIN (the peer has not read SERVER_WQ_DROP bytes;
  * the reply is dropped), or -ENOTCONN after server_close(). */
 int server_send(struct server *s, const void *rid, size_t rid_len, const void *data, size_t len);
+
+/* Change the cap on replies waiting (config reload); 0: none. */
+void server_set_reply_bytes(struct server *s, uint64_t bytes);
+
+/* Bytes of replies waiting in dashd for their connections now. */
+uint64_t server_reply_bytes_queued(const struct server *s);
 
 /* Stop accepting and reading, give queued replies up to linger_ms to leave, then close
  * every connection and handle. Idempotent. */

@@ -182,6 +182,10 @@ static void unlink_table(struct sess_table *t, struct session *s)
     if (s->next)
         s->next->prev = s->prev;
     t->count--;
+    if (s->client) {
+        limits_session_end(s->client, (uint32_t)s->n_bufs, s->bytes_registered);
+        limits_unref(s->client);
+    }
     evring_unref(s->events);
     for (size_t i = 0; i < s->n_bufs; i++)
         shmbuf_unref(s->bufs[i].buf);
@@ -297,6 +301,8 @@ int sess_buf_remove(struct session *s, uint64_t id)
     if (!e)
         return DASH_ENOBUF;
     s->bytes_registered -= shmbuf_size(e->buf);
+    if (s->client)
+        limits_buffer_end(s->client, shmbuf_size(e->buf));
     shmbuf_unref(e->buf);
     size_t i = (size_t)(e - s->bufs);
     memmove(&s->bufs[i], &s->bufs[i + 1], (s->n_bufs - i - 1) * sizeof *e);

@@ -13,6 +13,7 @@
 #define DASHD_SESSION_H
 
 #include "evring.h"
+#include "limits.h"
 #include "shmbuf.h"
 
 #include <stddef.h>
@@ -49,6 +50,9 @@ struct session {
     /* Buffers, sorted by id (ids only grow, so registering appends). */
     struct sess_buf *bufs;
     size_t n_bufs, cap_bufs;
+    /* The client it belongs to (limits.h; one reference), or NULL: dropping the session
+     * takes its session and buffers off the client's counts. */
+    struct lim_client *client;
     /* Interprocess events (RegisterEvents), NULL until the first; one reference. */
     struct evring *events;
     /* Table links. */

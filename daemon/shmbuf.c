@@ -23,6 +23,7 @@ struct shmbuf {
     void (*release)(void *ctx); /* NULL: munmap (shared memory we mapped) */
     void *release_ctx;
     char name[SHMBUF_NAME_MAX + 1]; /* SHMBUF_SHM: the object's name; else "" */
+    uint64_t dev, ino; /* SHMBUF_SHM: the object's identity (fstat) */
 };
 
 int shmbuf_check_name(const char *name, char *msg, size_t msglen)
@@ -109,6 +110,8 @@ int shmbuf_open(const char *name, uint64_t size, int64_t owner_uid, char *msg, s
     b->kind = SHMBUF_SHM;
     b->release = NULL;
     b->release_ctx = NULL;
+    b->dev = (uint64_t)st.st_dev;
+    b->ino = (uint64_t)st.st_ino;
     memcpy(b->name, name, strlen(name) + 1); /* checked: at most SHMBUF_NAME_MAX bytes */
     *ret_buf = b;
     return 0;
@@ -176,4 +179,17 @@ const char *shmbuf_name(const struct shmbuf *b)
 const char *shmbuf_kind_name(enum shmbuf_kind kind)
 {
     return kind == SHMBUF_CUDA ? "CUDA memory" : "shared memory";
+}
+
+void shmbuf_object(const struct shmbuf *b, uint64_t ret_object[2], uint64_t *ret_base)
+{
+    if (b->kind == SHMBUF_SHM) {
+        ret_object[0] = b->dev;
+        ret_object[1] = b->ino;
+        *ret_base = 0; /* mapped from the object's start */
+    } else {
+        ret_object[0] = SHMBUF_OBJECT_DEVICE;
+        ret_object[1] = 0;
+        *ret_base = (uint64_t)(uintptr_t)b->data;
+    }
 }

@@ -66,6 +66,14 @@ const char *shmbuf_name(const struct shmbuf *b);
 uint64_t shmbuf_size(const struct shmbuf *b);
 enum shmbuf_kind shmbuf_kind(const struct shmbuf *b);
 
+/* The memory b maps, for telling whether two buffers share bytes: an object and b's
+ * start in it. Shared memory: {st_dev, st_ino} of the shm object, start 0 (mapped from its
+ * beginning), so registering one object twice gives the same object. CUDA memory:
+ * {SHMBUF_OBJECT_DEVICE, 0} and the device address, one address space for every mapping
+ * of the backend's GPU. */
+#define SHMBUF_OBJECT_DEVICE UINT64_MAX
+void shmbuf_object(const struct shmbuf *b, uint64_t ret_object[2], uint64_t *ret_base);
+
 /* "shared memory" or "CUDA memory", for messages. */
 const char *shmbuf_kind_name(enum shmbuf_kind kind);
 

@@ -112,7 +112,8 @@ static int check_one(const Dash__TensorRef *r, enum val_slot slot, int32_t elem_
     const char *name = slot_names[slot];
     const int lse = slot == VAL_LSE;
     const size_t ndim = lse ? 3 : 4;
-    if (lookup(ctx, r->buffer_id, ret_size) != 0)
+    struct val_buffer vb;
+    if (lookup(ctx, r->buffer_id, &vb) != 0)
         return fail(msg, msglen, DASH_ENOBUF, "%s: buffer %llu is not registered in this session",
                     name, (unsigned long long)r->buffer_id);
     if (r->n_shape != ndim)
@@ -154,6 +155,10 @@ static int check_one(const Dash__TensorRef *r, enum val_slot slot, int32_t elem_
                             (long long)t->stride[i], (long long)dense[i]);
     t->buffer_id = r->buffer_id;
     t->offset = r->offset;
+    t->object[0] = vb.object[0];
+    t->object[1] = vb.object[1];
+    t->base = vb.base;
+    *ret_size = vb.size;
     t->ndim = (int32_t)ndim;
     t->elem_size = elem_size;
     t->output = 0;
@@ -252,8 +257,10 @@ static int check_outputs_apart(const struct val_tensor *a, enum val_slot sa,
                                const struct val_tensor *b, enum val_slot sb, char *msg,
                                size_t msglen)
 {
-    if (a->buffer_id != b->buffer_id || a->offset + a->extent <= b->offset ||
-        b->offset + b->extent <= a->offset)
+    /* Where they lie in the memory object (bounds are checked: no overflow within one). */
+    const uint64_t ao = a->base + a->offset, bo = b->base + b->offset;
+    if (a->object[0] != b->object[0] || a->object[1] != b->object[1] ||
+        ao + a->extent <= bo || bo + b->extent <= ao)
         return 0;
     int same = a->ndim == b->ndim && a->elem_size == b->elem_size;
     for (int i = 0; same && i < a->ndim; i++)
@@ -266,9 +273,15 @@ static int check_outputs_apart(const struct val_tensor *a, enum val_slot sa,
                 d[n++] = i == a->ndim - 1 ? (struct dim){(int64_t)a->shape[i] * a->elem_size, 1}
                                           : (struct dim){a->shape[i], a->stride[i] * a->elem_size};
         qsort(d, (size_t)n, sizeof d[0], cmp_dim);
-        if (!reachable(d, n - 1, (int64_t)(b->offset - a->offset)))
+        if (!reachable(d, n - 1, (int64_t)(bo - ao)))
             return 0;
     }
+    if (a->buffer_id != b->buffer_id)
+        return fail(msg, msglen, DASH_ESHAPE,
+                    "%s and %s overlap: buffers %llu and %llu map the same memory (outputs may "
+                    "share a byte range only as same-shaped interleavings whose elements stay "
+                    "apart)", slot_names[sa], slot_names[sb], (unsigned long long)a->buffer_id,
+                    (unsigned long long)b->buffer_id);
     return fail(msg, msglen, DASH_ESHAPE,
                 "%s and %s overlap in buffer %llu (outputs may share a byte range only as "
                 "same-shaped interleavings whose elements stay apart)", slot_names[sa],

@@ -50,6 +50,10 @@ struct val_tensor {
     int32_t ndim;      /* 4, or 3 for lse */
     int32_t elem_size; /* bytes */
     int32_t output;    /* the op writes it */
+    /* The memory the buffer maps (struct val_buffer): outputs are compared by object
+     * and base + offset, so two registrations of one object are one memory. */
+    uint64_t object[2];
+    uint64_t base;
 };
 
 struct val_plan {
@@ -60,9 +64,21 @@ struct val_plan {
     struct val_tensor t[VAL_SLOTS];
 };
 
-/* The size of buffer `buffer_id` if the requesting session registered it: 0, or
+/* A registered buffer as validation sees it: its size, and the memory it maps - an object
+ * (two words that name it: a shm object's device and inode, or {VAL_OBJECT_DEVICE, 0} for
+ * the daemon's GPU address space) and where the buffer starts in it. A client may register
+ * one object under several ids; outputs that overlap through two of them are refused like
+ * outputs that overlap in one. */
+#define VAL_OBJECT_DEVICE UINT64_MAX
+struct val_buffer {
+    uint64_t size;
+    uint64_t object[2];
+    uint64_t base;
+};
+
+/* Buffer `buffer_id` if the requesting session registered it: 0 and *ret, or
  * DASH_ENOBUF. */
-typedef int (*val_lookup_fn)(void *ctx, uint64_t buffer_id, uint64_t *ret_size);
+typedef int (*val_lookup_fn)(void *ctx, uint64_t buffer_id, struct val_buffer *ret);
 
 /* Check a request. Returns 0 and fills *ret_plan, or a DASH_* code (table above) with a
  * readable reason in msg (always NUL-terminated when msglen > 0); *ret_plan is untouched

@@ -42,10 +42,33 @@ struct auditfile_item {
     Dash__AuditFrame *frame; /* HEADER/RECORD: free with auditfile_item_free */
 };
 
-/* The item at *pos of data[0..size), advancing *pos past it. Returns 0 (the item, kind
- * END at the end) or -ENOMEM. */
-int auditfile_next(const unsigned char *data, size_t size, size_t *pos, struct auditfile_item *it);
+/* A reader over data[0..size) (a mapped file). The search for the next valid frame after
+ * an invalid one is linear in the bytes searched: a frame's CRC at any candidate offset is
+ * computed from running CRCs of the stretch (CRC-32C's combine), not by reading the
+ * candidate's payload again, so a damaged tail of plausible lengths costs O(its size),
+ * not O(its size x AUDITFILE_FRAME_MAX). The reader keeps those running CRCs for the
+ * stretch being searched (4 bytes per byte of it). */
+struct auditfile_reader {
+    const unsigned char *data;
+    size_t size, pos;
+    uint32_t *crc;  /* crc[i - crc_base]: CRC-32C of data[crc_base, i) */
+    size_t crc_base, crc_len, crc_cap;
+};
+
+void auditfile_reader_init(struct auditfile_reader *r, const unsigned char *data, size_t size);
+
+/* The next item, advancing past it. Returns 0 (the item; kind END at the end) or -ENOMEM. */
+int auditfile_read(struct auditfile_reader *r, struct auditfile_item *it);
+
+/* Frees the running CRCs; the data stays the caller's. */
+void auditfile_reader_free(struct auditfile_reader *r);
 
 void auditfile_item_free(struct auditfile_item *it);
+
+/* Whether data[0..size), holding no valid frame, looks like a header frame cut short by
+ * a crash while it was written (a plausible header length that runs past the end, and
+ * what there is of the payload starts as a header does): 1 or 0. A file that fails this
+ * and has no valid header first is not an audit log. */
+int auditfile_torn_header(const unsigned char *data, size_t size);
 
 #endif

@@ -44,6 +44,7 @@
     X(EVERSION, -4009, "unsupported protocol version")                           \
     X(EMALFORMED, -4010, "malformed message")                                    \
     X(EBUFGONE, -4011, "buffer memory is gone (shrunk or unmapped)")             \
+    X(ELIMIT, -4012, "over a per-client limit of this daemon")                   \
     X(EPERM, -EPERM, "not permitted (an endpoint or daemon that is not trusted)")            \
     X(EACCES, -EACCES, "permission denied (the daemon's socket or its directory)")
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 pkgs=(gcc make libc6-dev pkg-config libcunit1-dev libzmq3-dev libuv1-dev libprotobuf-c-dev
-      protobuf-c-compiler libsystemd-dev libxxhash-dev scdoc systemd
+      protobuf-c-compiler libsystemd-dev libxxhash-dev scdoc systemd libinih-dev
       python3 python3-numpy python3-torch python3-pytest)
 
 missing=()

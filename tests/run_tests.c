@@ -22,6 +22,7 @@ static const struct {
     {"job", suite_job},       {"libdash", suite_libdash}, {"digest", suite_digest}, {"audit", suite_audit},
     {"server", suite_server}, {"endpoint", suite_endpoint}, {"notify", suite_notify},
     {"reach", suite_reach},
+    {"limits", suite_limits}, {"config", suite_config},
 };
 
 int main(int argc, char **argv)

@@ -34,5 +34,7 @@ int suite_server(void);
 int suite_endpoint(void);
 int suite_notify(void);
 int suite_reach(void);
+int suite_limits(void);
+int suite_config(void);
 
 #endif

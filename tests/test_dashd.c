@@ -361,6 +361,41 @@ static void test_dashd_unknown_and_foreign_buffers_are_refused(void)
     raw_close(b);
 }
 
+/* One shm object registered twice: a forward whose lse (through the second id) lies
+ * inside its out (through the first) is refused with DASH_ESHAPE naming both ids, and
+ * the out bytes are untouched; with lse past out it runs. (Before: outputs were compared
+ * by buffer id only, and the two writes raced over the same bytes.) */
+static void test_dashd_outputs_overlapping_through_two_ids_of_one_object_are_refused(void)
+{
+    struct raw_client *a = session();
+    CU_ASSERT_FATAL(a != NULL);
+    struct layout L;
+    layout_init(&L, 1, 16, 16, 2, 2, 32, DTYPE_F32);
+    struct shm s;
+    shm_with_inputs(&s, &L, 0x0b1);
+    int64_t id1 = register_shm(a, &s, L.total), id2 = register_shm(a, &s, L.total);
+    CU_ASSERT_FATAL(id1 > 0 && id2 > 0 && id1 != id2);
+    struct refs R;
+    Dash__AttnParams p = params_for(&L, SCHED_MASK_FULL);
+    refs_init(&R, &L, (uint64_t)id1);
+    R.t[T_LSE].buffer_id = (uint64_t)id2;
+    R.t[T_LSE].offset = L.off[T_OUT] + 64; /* inside out, through the other id */
+    tu_poison((char *)s.data + L.off[T_OUT], L.off[T_LSE] - L.off[T_OUT]);
+    unsigned char before[64];
+    memcpy(before, (char *)s.data + L.off[T_OUT], sizeof before);
+    Dash__Reply *rep = forward(a, &p, &R);
+    CU_ASSERT_FATAL(rep != NULL);
+    CU_ASSERT_EQUAL(rep->code, DASH_ESHAPE);
+    printf("\n    %s ", rep->message);
+    CU_ASSERT(rep->message && strstr(rep->message, "out and lse overlap") != NULL);
+    wire_free_reply(rep);
+    CU_ASSERT(memcmp(before, (char *)s.data + L.off[T_OUT], sizeof before) == 0);
+    R.t[T_LSE].offset = L.off[T_LSE]; /* apart: fine through either id */
+    CU_ASSERT_EQUAL(forward_code(a, &p, &R), 0);
+    shm_drop(&s);
+    raw_close(a);
+}
+
 /* Interprocess events are the CUDA backend's: on the CPU backend RegisterEvents and an
  * op that names events get DASH_ENOTSUP saying why, an empty EventSync is harmless, and
  * the daemon goes on serving. */
@@ -981,6 +1016,7 @@ int suite_dashd(void)
     ADD_TEST(s, test_dashd_garbage_gets_malformed_and_daemon_serves_others);
     ADD_TEST(s, test_dashd_unknown_request_type_gets_protocol_error);
     ADD_TEST(s, test_dashd_unknown_and_foreign_buffers_are_refused);
+    ADD_TEST(s, test_dashd_outputs_overlapping_through_two_ids_of_one_object_are_refused);
     ADD_TEST(s, test_dashd_bad_tensors_get_precise_codes);
     ADD_TEST(s, test_dashd_event_sync_on_cpu_backend_is_refused_clearly);
     ADD_TEST(s, test_dashd_results_equal_in_process_engine);

@@ -125,12 +125,12 @@ static void shm_done(struct shm *s)
     shm_unlink(s->name);
 }
 
-static int lookup(void *ctx, uint64_t id, uint64_t *ret_size)
+static int lookup(void *ctx, uint64_t id, struct val_buffer *ret)
 {
     const struct shm *s = ctx;
     if (id != 1)
         return DASH_ENOBUF;
-    *ret_size = s->size;
+    *ret = (struct val_buffer){.size = s->size, .object = {1, 0}};
     return 0;
 }
 

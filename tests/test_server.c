@@ -526,6 +526,78 @@ static void test_server_client_that_does_not_read_is_paused_and_loses_nothing(vo
 /* Random bytes - before the greeting, after a valid handshake, as frame headers and
  * bodies - from hundreds of connections: each is answered or closed, and the daemon
  * serves on. (Run under ASan/UBSan too: build-asan in the session notes.) */
+/* Send 60 KiB pings on fd (non-blocking) without reading replies, until the daemon stops
+ * reading it (nothing goes out for idle_ms). Returns the pings sent whole. */
+static uint64_t flood_unread_pings(int fd, double idle_ms)
+{
+    static unsigned char payload[60 * 1024];
+    static unsigned char *frame;
+    static size_t frame_len;
+    if (!frame) {
+        Dash__Request req;
+        Dash__Ping p;
+        void *buf;
+        size_t len;
+        ping_request(&req, &p, 1, payload, sizeof payload);
+        if (wire_encode(&req.base, &buf, &len) != 0)
+            return 0;
+        frame = malloc(9 + len);
+        frame[0] = 0x02;
+        for (int i = 0; i < 8; i++)
+            frame[1 + i] = (unsigned char)((uint64_t)len >> (56 - 8 * i));
+        memcpy(frame + 9, buf, len);
+        free(buf);
+        frame_len = 9 + len;
+    }
+    uint64_t sent = 0;
+    size_t off = 0;
+    for (double idle_since = now_ms(); now_ms() - idle_since < idle_ms && sent < 100000;) {
+        ssize_t n = send(fd, frame + off, frame_len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            idle_since = now_ms();
+            if ((off += (size_t)n) == frame_len) {
+                off = 0;
+                sent++;
+            }
+        } else {
+            usleep(1000);
+        }
+    }
+    return sent;
+}
+
+/* Many connections that never read their replies: together they cost the daemon about
+ * --max-reply-bytes, not the per-connection pause mark (1 MiB) times their number, and a
+ * client that does read is answered throughout. (Before: 48 such connections held ~50 MiB
+ * of replies, and nothing bounded the sum: 8 connections of an older transport took 2 GiB.) */
+static void test_server_unread_replies_are_capped_across_connections(void)
+{
+    struct dashd_proc L;
+    CU_ASSERT_FATAL(dashd_start(&L, "--max-reply-bytes 2M") == 0);
+    enum { N = 48 };
+    int fds[N];
+    long rss0 = tu_rss_kib(L.pid);
+    uint64_t sent = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = zmtp_open(L.endpoint);
+        CU_ASSERT_FATAL(fds[i] >= 0);
+        sent += flood_unread_pings(fds[i], 150);
+    }
+    long rss1 = tu_rss_kib(L.pid);
+    double t0 = now_ms();
+    int pong = raw_ping_endpoint(L.endpoint, 3000);
+    double ping_ms = now_ms() - t0;
+    printf("\n    %d connections sent %llu pings of 60 KiB and read nothing: dashd's RSS %ld -> "
+           "%ld KiB; another client's ping took %.1f ms ", N, (unsigned long long)sent, rss0,
+           rss1, ping_ms);
+    CU_ASSERT_EQUAL(pong, 0);
+    CU_ASSERT(rss1 - rss0 < 20 * 1024);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    CU_ASSERT_EQUAL(raw_ping_endpoint(L.endpoint, 3000), 0);
+    CU_ASSERT_EQUAL(dashd_stop(&L), 0);
+}
+
 static void test_server_random_bytes_never_hurt_it(void)
 {
     struct tu_rng rng;
@@ -716,6 +788,7 @@ int suite_server(void)
     ADD_TEST(s, test_server_two_frame_message_gets_malformed_with_its_id);
     ADD_TEST(s, test_server_foreign_peers_are_closed_and_pings_ponged);
     ADD_TEST(s, test_server_client_that_does_not_read_is_paused_and_loses_nothing);
+    ADD_TEST(s, test_server_unread_replies_are_capped_across_connections);
     ADD_TEST(s, test_server_random_bytes_never_hurt_it);
     ADD_TEST(s, test_server_routing_id_of_a_gone_client_gives_no_session_to_another_user);
     return 0;

@@ -29,18 +29,23 @@ static const struct val_limits cpu_limits = {
     .dtypes = (1u << DTYPE_F32) | (1u << DTYPE_F16) | (1u << DTYPE_BF16),
 };
 
-/* The session's buffers: id -> size. */
+/* The session's buffers: id -> size, and the object each maps (obj 0: its own, named by
+ * its id) from base. */
 struct bufs {
-    uint64_t id[VAL_SLOTS + 2], size[VAL_SLOTS + 2];
+    uint64_t id[VAL_SLOTS + 2], size[VAL_SLOTS + 2], obj[VAL_SLOTS + 2], base[VAL_SLOTS + 2];
     int n;
 };
 
-static int lookup(void *ctx, uint64_t id, uint64_t *ret_size)
+/* Each buffer maps the object its fixture says, by default one of its own. */
+static int lookup(void *ctx, uint64_t id, struct val_buffer *ret)
 {
     const struct bufs *b = ctx;
     for (int i = 0; i < b->n; i++)
         if (b->id[i] == id) {
-            *ret_size = b->size[i];
+            ret->size = b->size[i];
+            ret->object[0] = b->obj[i] ? b->obj[i] : id;
+            ret->object[1] = 0;
+            ret->base = b->base[i];
             return 0;
         }
     return DASH_ENOBUF;
@@ -605,6 +610,32 @@ static void test_validate_overlapping_output_is_eshape(void)
 /* Two outputs must not share a byte: lse inside out is refused, dq, dk, dv unbound from
  * one packed (b, s, 3, h, d) tensor are fine, and the same packing shifted by as little
  * as one element (or not at all) is refused. */
+/* Two registrations of one object are one memory: out and lse in buffers 103 and 104 that
+ * map the same object with lse's bytes inside out's are refused, naming both ids; the
+ * same ids mapping disjoint parts of it pass. (Before: only buffer ids were compared.) */
+static void test_validate_outputs_through_two_ids_of_one_object_must_not_overlap(void)
+{
+    struct fx x;
+    fx_fwd(&x);
+    uint64_t out_bytes = x.bufs.size[VAL_OUT];
+    x.bufs.obj[VAL_OUT] = x.bufs.obj[VAL_LSE] = 7;
+    x.bufs.base[VAL_OUT] = 0;
+    x.bufs.base[VAL_LSE] = out_bytes / 2; /* lse starts inside out */
+    EXPECT(&x, DASH_ESHAPE);
+    CU_ASSERT(strstr(x.msg, "out and lse overlap") != NULL);
+    CU_ASSERT(strstr(x.msg, "103") != NULL && strstr(x.msg, "104") != NULL);
+    x.bufs.base[VAL_LSE] = out_bytes; /* right after it */
+    EXPECT(&x, 0);
+    /* a backward's dq and dk through two ids, same shape, the same bytes */
+    struct fx y;
+    fx_init(&y, 1, DASH__DTYPE__F16, 2, 16, 16, 8, 8, 64);
+    y.bufs.obj[VAL_DQ] = y.bufs.obj[VAL_DK] = 9;
+    EXPECT(&y, DASH_ESHAPE);
+    CU_ASSERT(strstr(y.msg, "dq and dk overlap") != NULL);
+    y.bufs.base[VAL_DK] = y.bufs.size[VAL_DQ];
+    EXPECT(&y, 0);
+}
+
 static void test_validate_outputs_must_not_overlap_each_other(void)
 {
     struct fx x;
@@ -839,6 +870,7 @@ int suite_validate(void)
     ADD_TEST(s, test_validate_lse_must_be_dense);
     ADD_TEST(s, test_validate_overlapping_output_is_eshape);
     ADD_TEST(s, test_validate_outputs_must_not_overlap_each_other);
+    ADD_TEST(s, test_validate_outputs_through_two_ids_of_one_object_must_not_overlap);
     ADD_TEST(s, test_validate_dtype);
     ADD_TEST(s, test_validate_head_dim_range);
     ADD_TEST(s, test_validate_schedule_wave_blocks);

@@ -133,9 +133,20 @@ static void check_header(struct log *L, const char *file, uint64_t off, const Da
     if (h->format_version != AUDITFILE_FORMAT_VERSION)
         problem(L, file, off, 0, 0, "header of format version %u; this dashctl reads %u",
                 h->format_version, AUDITFILE_FORMAT_VERSION);
-    if (L->have_header && h->log_id == L->log_id && h->first_seq != L->expect_seq)
-        problem(L, file, off, 0, 0, "header says the next record is %" PRIu64 ", but %" PRIu64
-                " was expected (records missing between files?)", h->first_seq, L->expect_seq);
+    uint64_t lost = h->has_lost_before ? h->lost_before : 0;
+    if (L->have_header && h->log_id == L->log_id && h->first_seq != L->expect_seq) {
+        if (h->first_seq > L->expect_seq && h->first_seq - L->expect_seq == lost)
+            problem(L, file, off, 0, 0, "records %" PRIu64 "..%" PRIu64 " were lost: dashd "
+                    "could not write them (disk full?; said so in this header)", L->expect_seq,
+                    h->first_seq - 1);
+        else
+            problem(L, file, off, 0, 0, "header says the next record is %" PRIu64 ", but %"
+                    PRIu64 " was expected (records missing between files?)", h->first_seq,
+                    L->expect_seq);
+    } else if (lost && !L->have_header) {
+        problem(L, file, off, 0, 0, "%" PRIu64 " records before %" PRIu64 " were lost: dashd "
+                "could not write them (said so in this header)", lost, h->first_seq);
+    }
     L->have_header = 1;
     L->log_id = h->log_id;
     L->expect_seq = h->first_seq;
@@ -191,10 +202,11 @@ static int read_file(struct log *L, const char *path)
         }
     }
     close(fd);
-    size_t pos = 0;
+    struct auditfile_reader rd;
+    auditfile_reader_init(&rd, data, size);
     for (;;) {
         struct auditfile_item it;
-        if (auditfile_next(data, size, &pos, &it) != 0)
+        if (auditfile_read(&rd, &it) != 0)
             L->oom = 1;
         if (L->oom || it.kind == AUDITFILE_END)
             break;
@@ -242,6 +254,7 @@ static int read_file(struct log *L, const char *path)
             break;
         }
     }
+    auditfile_reader_free(&rd);
     if (size > 0)
         munmap(data, size);
     return L->oom ? out_of_memory() : 0;
@@ -352,6 +365,8 @@ static void dump_json_record(const Dash__AuditRecord *r)
     printf(",\"time\":\"%s\",\"session\":%" PRIu64 ",\"pid\":%u", tbuf, r->session_id, r->pid);
     if (r->has_uid)
         printf(",\"uid\":%" PRId64, r->uid);
+    if (r->has_peer_pid) /* the kernel's word; pid, client and run_tag are the client's */
+        printf(",\"peer_pid\":%" PRId64, r->peer_pid);
     printf(",\"client\":");
     ctl__json_string(str(r->client_name));
     printf(",\"run_tag\":");

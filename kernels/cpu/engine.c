@@ -53,6 +53,15 @@ int32_t eng_threads(const struct eng *e)
     return pool_threads(e->pool);
 }
 
+void eng_trim(struct eng *e, size_t keep)
+{
+    if (e->scratch_cap > keep) {
+        free(e->scratch);
+        e->scratch = NULL;
+        e->scratch_cap = 0;
+    }
+}
+
 unsigned char *eng__arena(struct eng *e, size_t bytes)
 {
     if (bytes <= e->scratch_cap)

@@ -52,6 +52,11 @@ void eng_set_stop(struct eng *e, eng_stop_fn stop, void *ctx);
 
 int32_t eng_threads(const struct eng *e);
 
+/* Give back the engine's working memory (kept between calls, sized by the largest call
+ * so far) if it is larger than keep bytes; the next call allocates what it needs. So one
+ * large call does not pin its memory for the engine's life. Between calls only. */
+void eng_trim(struct eng *e, size_t keep);
+
 /* Check a problem without running it: attn_check_problem, then -ENOTSUP for a head dim
  * outside ENG_HEAD_DIM_MIN..MAX. */
 int eng_check_problem(const struct attn_problem *p);
