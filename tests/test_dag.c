@@ -16,7 +16,7 @@
 static double makespan(enum sched_kind kind, enum sched_mask mask, int32_t tiles, int32_t heads,
                        int32_t sms, int32_t w, double c, double r)
 {
-    struct sched_shape sh = {1, heads, tiles, tiles, 1, 1, mask};
+    struct sched_shape sh = {1, heads, tiles, tiles, 1, 1, mask, 0, 0, 0};
     struct sched s;
     struct dag_stats st;
     if (sched_init(&s, kind, &sh, w) != 0)
@@ -67,7 +67,7 @@ static void test_dag_makespan_respects_work_bound(void)
     for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
         for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
             for (int32_t sms = 1; sms <= 9; sms += 4) {
-                struct sched_shape sh = {2, 3, 7 * 4 - 1, 5 * 3, 4, 3, (enum sched_mask)mask};
+                struct sched_shape sh = {2, 3, 7 * 4 - 1, 5 * 3, 4, 3, (enum sched_mask)mask, 0, 0, 0};
                 struct sched s, a;
                 struct dag_stats st, at;
                 CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, 4) == 0);
@@ -100,7 +100,7 @@ static void test_dag_reports_deadlock_only_when_sms_below_chunk(void)
 
 static void test_dag_rejects_bad_arguments(void)
 {
-    struct sched_shape sh = {1, 1, 4, 4, 1, 1, SCHED_MASK_FULL};
+    struct sched_shape sh = {1, 1, 4, 4, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
     struct sched s;
     struct dag_stats st;
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 4) == 0);
@@ -117,7 +117,7 @@ static void test_dag_rejects_bad_arguments(void)
 
 static void test_dag_dot_has_every_node_and_chain(void)
 {
-    struct sched_shape sh = {1, 1, 3, 3, 1, 1, SCHED_MASK_FULL};
+    struct sched_shape sh = {1, 1, 3, 3, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
     struct sched s;
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 3) == 0);
     char *buf = NULL;
@@ -143,14 +143,14 @@ static void test_dag_dot_has_every_node_and_chain(void)
 static void test_dag_auto_picks_fastest_modelled_schedule(void)
 {
     enum sched_kind k;
-    struct sched_shape full = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_FULL};
+    struct sched_shape full = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_FULL, 0, 0, 0};
     CU_ASSERT_EQUAL(dag_auto(&full, 8, &k), 0);
     CU_ASSERT_EQUAL(k, SCHED_SHIFT);
-    struct sched_shape causal = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape causal = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_EQUAL(dag_auto(&causal, 8, &k), 0);
     CU_ASSERT_EQUAL(k, SCHED_DESCENDING); /* ties with spt go to the simpler, listed first */
     /* a big shape still resolves quickly (heads, then tiles, are reduced for the model) */
-    struct sched_shape big = {4, 32, 1 << 16, 1 << 16, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape big = {4, 32, 1 << 16, 1 << 16, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_EQUAL(dag_auto(&big, SCHED_W_DEFAULT, &k), 0);
     CU_ASSERT(sched_is_deterministic(k));
 }

@@ -153,7 +153,7 @@ static void test_dashctl_sched_json_makespans_match_dag_model(void)
     CU_ASSERT_DOUBLE_EQUAL(v, issue_example_makespan(SCHED_SHIFT), 0.0);
 
     /* auto reports dag_auto()'s choice and that schedule's makespan on --sms */
-    struct sched_shape sh = {1, 4, 16 * 64, 16 * 64, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape sh = {1, 4, 16 * 64, 16 * 64, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     enum sched_kind kind;
     char chosen[64];
     CU_ASSERT_FATAL(dag_auto(&sh, SCHED_W_DEFAULT, &kind) == 0);

@@ -107,9 +107,8 @@ static int run_both(struct dash_client *c, const struct prob *P, struct dash_buf
 static int run_in_process(const struct prob *P, char *mem, const struct dash_result *res)
 {
     struct eng *e = eng_new(1);
-    struct attn_problem p = {P->b, P->sq, P->sk, P->hq, P->hkv, P->d, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                            (float)(1.0 / sqrt((double)P->d))};
-    struct attn_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n};
+    struct attn_problem p = {.batch = P->b, .seqlen_q = P->sq, .seqlen_k = P->sk, .heads_q = P->hq, .heads_kv = P->hkv, .head_dim = P->d, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)P->d))};
+    struct attn_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n, 0};
 #define T(off, s, h) attn_dense(mem + (off), s, h, P->d)
     int rc = eng_forward(e, &p, &cfg, T(P->out, P->sq, P->hq), (float *)(mem + P->lse),
                          T(P->q, P->sq, P->hq), T(P->k, P->sk, P->hkv), T(P->v, P->sk, P->hkv), NULL);

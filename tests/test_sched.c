@@ -500,7 +500,7 @@ static void test_sched_shift_reproduces_dash_fork_examples(void)
     char buf[256];
     struct sched s;
     /* full mask, 6 q-tiles, 3 kv-tiles, one wave */
-    struct sched_shape full = {1, 1, 6, 3, 1, 1, SCHED_MASK_FULL};
+    struct sched_shape full = {1, 1, 6, 3, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &full, 64) == 0);
     const char *full_orders[6] = {"0,2,1", "1,0,2", "2,1,0", "2,1,0", "2,1,0", "2,1,0"};
     for (int32_t m = 0; m < 6; m++) {
@@ -511,7 +511,7 @@ static void test_sched_shift_reproduces_dash_fork_examples(void)
     CU_ASSERT_STRING_EQUAL(buf, "2 3 4 5 0 1");
 
     /* causal, 4x4 square tiles */
-    struct sched_shape sq = {1, 1, 4, 4, 1, 1, SCHED_MASK_CAUSAL};
+    struct sched_shape sq = {1, 1, 4, 4, 1, 1, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sq, 64) == 0);
     const char *sq_visits[4] = {"1 2 3 0", "2 3 1", "3 2", "3"};
     for (int32_t n = 0; n < 4; n++) {
@@ -525,7 +525,7 @@ static void test_sched_shift_reproduces_dash_fork_examples(void)
     }
 
     /* causal, 64x128 tiles (stride 2), N = 4, 8 q-tiles */
-    struct sched_shape st2 = {1, 1, 512, 512, 64, 128, SCHED_MASK_CAUSAL};
+    struct sched_shape st2 = {1, 1, 512, 512, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &st2, 64) == 0);
     visits_of(&s, 0, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "2 3 4 5 6 7 0 1");
@@ -543,7 +543,7 @@ static void test_sched_fixed_orders_match_their_definition(void)
 {
     char buf[256];
     struct sched s;
-    struct sched_shape sh = {1, 2, 5 * 3 - 1, 4 * 2, 3, 2, SCHED_MASK_CAUSAL};
+    struct sched_shape sh = {1, 2, 5 * 3 - 1, 4 * 2, 3, 2, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_ASCENDING, &sh, 1) == 0);
     order_of(&s, 4, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "0,1,2,3");
@@ -582,7 +582,7 @@ static void test_sched_fixed_orders_match_their_definition(void)
 static void test_sched_edge_shapes(void)
 {
     struct sched s;
-    struct sched_shape tall = {1, 1, 10, 3, 2, 2, SCHED_MASK_CAUSAL};
+    struct sched_shape tall = {1, 1, 10, 3, 2, 2, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &tall, 4) == 0);
     /* queries 0..6 see no key: tiles 0..2 (rows 0-5) are empty, tile 3 (rows 6,7) is not */
     CU_ASSERT_EQUAL(sched_contributors(&s, 0), 0);
@@ -591,7 +591,7 @@ static void test_sched_edge_shapes(void)
     CU_ASSERT_EQUAL(sched_m_lo(&s, 0), 3);
     for (int32_t n = 0; n < s.n_tiles; n++)
         CU_ASSERT(sched_unit_steps(&s, n) >= 1);
-    struct sched_shape one = {1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape one = {1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &one, 64) == 0);
     CU_ASSERT_EQUAL(s.m_tiles, 1);
     CU_ASSERT_EQUAL(s.n_tiles, 1);
@@ -603,7 +603,7 @@ static void test_sched_edge_shapes(void)
  * permutation (checked on a few q-tiles of the last head). */
 static void test_sched_large_shape_indices_do_not_overflow(void)
 {
-    struct sched_shape sh = {1, 128, 1 << 20, 1 << 20, 64, 128, SCHED_MASK_CAUSAL};
+    struct sched_shape sh = {1, 128, 1 << 20, 1 << 20, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
     for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
         struct sched s;
         CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, SCHED_W_DEFAULT) == 0);
@@ -638,7 +638,7 @@ static void test_sched_large_shape_indices_do_not_overflow(void)
         CU_ASSERT_EQUAL(last.bh, s.bh - 1);
     }
     /* and a shape that cannot be indexed in 32 bits is refused */
-    struct sched_shape huge = {1 << 16, 1 << 10, 1 << 20, 1 << 20, 64, 64, SCHED_MASK_FULL};
+    struct sched_shape huge = {1 << 16, 1 << 10, 1 << 20, 1 << 20, 64, 64, SCHED_MASK_FULL, 0, 0, 0};
     struct sched s;
     CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &huge, 64), -EOVERFLOW);
 }
@@ -646,7 +646,7 @@ static void test_sched_large_shape_indices_do_not_overflow(void)
 static void test_sched_init_rejects_bad_arguments(void)
 {
     struct sched s;
-    struct sched_shape ok = {1, 1, 16, 16, 4, 4, SCHED_MASK_FULL};
+    struct sched_shape ok = {1, 1, 16, 16, 4, 4, SCHED_MASK_FULL, 0, 0, 0};
     CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &ok, 4), 0);
     CU_ASSERT_EQUAL(sched_init(NULL, SCHED_SHIFT, &ok, 4), -EINVAL);
     CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, NULL, 4), -EINVAL);

@@ -50,6 +50,13 @@ typedef void (*dag_visit_fn)(void *ctx, int32_t sm, int32_t bh, int32_t m, int32
 int dag_model(const struct sched *s, int32_t sms, double c, double r, dag_visit_fn visit,
               void *ctx, struct dag_stats *ret);
 
+/* dag_model() for a packed batch: one schedule per sequence (all of one kind, each of
+ * batch 1 with the sequence's lengths), their jobs dispatched sequence after sequence, each
+ * sequence with dQ tiles of its own. visit's bh numbers the (sequence, head) pairs in
+ * order. Same returns, plus -EINVAL for mixed kinds and -EOVERFLOW past 32-bit job counts. */
+int dag_model_seqs(const struct sched *seqs, int32_t nseq, int32_t sms, double c, double r,
+                   dag_visit_fn visit, void *ctx, struct dag_stats *ret);
+
 /* Write the DAG of dag_model() as Graphviz DOT to f, nodes labelled with their start
  * times and SMs. Same returns as dag_model(), plus -EIO if writing fails. On failure f may
  * hold part of a graph: write to a buffer first if that matters. */

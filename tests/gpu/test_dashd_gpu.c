@@ -143,8 +143,7 @@ static int poison_grads(unsigned char *view)
 
 static struct attn_problem problem(void)
 {
-    struct attn_problem p = {1, SEQ, SEQ, HQ, HKV, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                            (float)(1.0 / sqrt((double)HD))};
+    struct attn_problem p = {.batch = 1, .seqlen_q = SEQ, .seqlen_k = SEQ, .heads_q = HQ, .heads_kv = HKV, .head_dim = HD, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)HD))};
     return p;
 }
 
@@ -181,7 +180,7 @@ static int run_in_process(const struct inputs *in, unsigned char *res, char *why
         goto free_all;
     unsigned char *g = res + QB + LB;
     for (int i = 0; i < NSCHED; i++, g += QB + 2 * KB) {
-        struct attn_config cfg = {kernel_sched[i], 0, 0, 0};
+        struct attn_config cfg = {kernel_sched[i], 0, 0, 0, 0};
         if (poison_grads(view))
             goto free_all;
         if ((rc = cuattn_backward(ca, &p, &cfg, 0, kt(view, DQ), kt(view, DK), kt(view, DV),
@@ -1276,13 +1275,12 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
             CUDA_OK(cudaMemcpy(mem[w], host, total, cudaMemcpyHostToDevice));
         }
         /* in process */
-        struct attn_problem p = {1, SEQ, SEQ, HQ, HKV, d, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                                (float)(1.0 / sqrt((double)d))};
+        struct attn_problem p = {.batch = 1, .seqlen_q = SEQ, .seqlen_k = SEQ, .heads_q = HQ, .heads_kv = HKV, .head_dim = d, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)d))};
         struct attn_tensor e[8];
         for (int i = 0; i < 8; i++)
             e[i] = attn_dense(mem[0] + at[i], SEQ, heads[i], d);
         float *lse = (float *)(void *)(mem[0] + at[8]);
-        struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0};
+        struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
         CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, e[3], lse, e[0], e[1], e[2], NULL), 0);
         CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, &cfg, 0, e[5], e[6], e[7], e[0], e[1], e[2],
                                               e[3], lse, e[4], NULL),
