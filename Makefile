@@ -120,7 +120,7 @@ DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashct
 	client/dashctl/ctl_audit.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_varlen.c tests/test_dashctl.c \
-	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
+	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_dashd_varlen.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
 	tests/test_notify.c tests/test_reach.c \

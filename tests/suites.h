@@ -20,6 +20,7 @@ int suite_dag(void);
 int suite_dtype(void);
 int suite_engine(void);
 int suite_varlen(void);
+int suite_dashd_varlen(void);
 int suite_dashctl(void);
 int suite_wire(void);
 int suite_dashd(void);

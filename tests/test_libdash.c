@@ -90,7 +90,8 @@ static struct views views_of(const struct prob *P, struct dash_buffer *buf)
     return w;
 }
 
-static const struct dash_attn ATTN = {DASH_BF16, DASH_MASK_CAUSAL, 0.0f, DASH_SCHED_SHIFT, 5, 0, 0};
+static const struct dash_attn ATTN = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL,
+                                      .schedule = DASH_SCHED_SHIFT, .wave = 5};
 
 /* Forward then backward through the daemon; 0 or the failing code. */
 static int run_both(struct dash_client *c, const struct prob *P, struct dash_buffer *buf,

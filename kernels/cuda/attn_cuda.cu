@@ -221,6 +221,9 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
         return rc;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return -ENOTSUP;
+    /* packed batches, windows and softcap: the CPU engine's for now (issue 17) */
+    if (p->cu_seqlens_q || p->window || p->softcap != 0)
+        return -ENOTSUP;
     if (!ATTN_V1_HEAD_DIM(p->head_dim))
         return -ENOTSUP;
     struct attn_config c = {SCHED_AUTO, 0, 0, 0, 0};
