@@ -83,21 +83,29 @@ static int strides_are_dense(const struct dash_tensor *t)
 
 /* What the library can tell is wrong without the daemon; the daemon checks the rest
  * (shapes agreeing, bounds, head dims...). */
-static int check_attn(const struct dash_attn *a)
+static int check_attn(const struct dash_attn *a, char *why, size_t len)
 {
     if ((unsigned)a->dtype > DASH_BF16 || (unsigned)a->mask > DASH_MASK_CAUSAL ||
-        (unsigned)a->schedule > DASH_SCHED_SHIFT)
+        (unsigned)a->schedule > DASH_SCHED_SHIFT || !(a->scale >= 0.0f) || isinf(a->scale) ||
+        a->wave < 0 || a->block_m < 0 || a->block_n < 0) { /* NaN fails the comparison */
+        snprintf(why, len, "bad attention parameters (dtype, mask, schedule, scale, wave or "
+                 "block sizes out of range)");
         return DASH_EINVAL;
-    if (!(a->scale >= 0.0f) || isinf(a->scale)) /* NaN fails the comparison */
+    }
+    if (a->window && (a->window_left < -1 || a->window_right < -1)) {
+        snprintf(why, len, "window (%d, %d): each side must be >= 0, or -1 for unbounded",
+                 a->window_left, a->window_right);
         return DASH_EINVAL;
-    if (a->wave < 0 || a->block_m < 0 || a->block_n < 0)
+    }
+    if (!(a->softcap >= 0.0f) || isinf(a->softcap)) {
+        snprintf(why, len, "softcap %g must be finite and >= 0 (0: off)", (double)a->softcap);
         return DASH_EINVAL;
-    if (a->window && (a->window_left < -1 || a->window_right < -1))
+    }
+    if (a->cu_seqlens_q.buf && (a->max_seqlen_q < 1 || a->max_seqlen_k < 1)) {
+        snprintf(why, len, "max_seqlen_q %d and max_seqlen_k %d must be >= 1 in a packed batch",
+                 a->max_seqlen_q, a->max_seqlen_k);
         return DASH_EINVAL;
-    if (!(a->softcap >= 0.0f) || isinf(a->softcap))
-        return DASH_EINVAL;
-    if (a->cu_seqlens_q.buf && (a->max_seqlen_q < 1 || a->max_seqlen_k < 1))
-        return DASH_EINVAL;
+    }
     return 0;
 }
 
@@ -311,11 +319,8 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     if (!c || !a || !ret_ticket)
         return DASH_EINVAL;
     c->last_error[0] = '\0';
-    if ((rc = check_attn(a)) != 0) {
-        snprintf(c->last_error, sizeof c->last_error, "bad attention parameters (dtype, mask, "
-                 "schedule, scale, wave, block sizes, window, softcap or max_seqlen out of range)");
+    if ((rc = check_attn(a, c->last_error, sizeof c->last_error)) != 0)
         return rc;
-    }
     const int varlen = a->cu_seqlens_q.buf != NULL;
     for (int i = 0; i < nt; i++) {
         const int32_t ndim = (i == 4 ? 3 : 4) - varlen; /* ts[4] is lse */
