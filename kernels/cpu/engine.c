@@ -107,32 +107,18 @@ int eng_check_config(const struct attn_problem *p, const struct attn_config *cfg
     return rc ? rc : attn_geometry(p, &c, &geo);
 }
 
-/* Packed batches: the shape SCHED_AUTO is resolved on. Batch invariant: a fixed
- * reference sequence (ENG_AUTO_REF_LEN rows, one head), so the choice is a function of the
- * mask, window, tiles and W alone. Otherwise the batch's longest sequence (all heads),
- * which is the one that decides the makespan - and changes with what is packed. */
-#define ENG_AUTO_REF_LEN 4096
+/* Packed batches: the shape SCHED_AUTO is resolved on (dag.h's rule). */
 static void varlen_auto_shape(const struct attn_problem *p, const struct attn_config *c,
                               struct sched_shape *ret)
 {
-    int32_t best = -1;
-    int64_t best_work = -1;
-    for (int32_t b = 0; !c->batch_invariant && b < p->batch; b++) {
-        int32_t q0, k0, sq, sk;
-        attn_seq(p, b, &q0, &k0, &sq, &sk);
-        if (sq > 0 && sk > 0 && (int64_t)sq * sk > best_work) {
-            best_work = (int64_t)sq * sk;
-            best = b;
-        }
-    }
-    if (best >= 0) {
-        attn_sched_shape_of(p, c, best, ret);
+    int32_t b = c->batch_invariant ? -1
+                                   : dag_auto_packed_seq(p->cu_seqlens_q, p->cu_seqlens_k, p->batch);
+    if (b >= 0) {
+        attn_sched_shape_of(p, c, b, ret);
         return;
     }
     attn_sched_shape(p, c, ret);
-    ret->batch = 1;
-    ret->heads = 1;
-    ret->seqlen_q = ret->seqlen_k = ENG_AUTO_REF_LEN;
+    dag_auto_packed_ref(ret);
 }
 
 int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,

@@ -422,3 +422,24 @@ int dag_auto(const struct sched_shape *shape, int32_t w, enum sched_kind *ret_ki
     *ret_kind = best_kind;
     return 0;
 }
+
+int32_t dag_auto_packed_seq(const int32_t *cu_q, const int32_t *cu_k, int32_t batch)
+{
+    int32_t best = -1;
+    int64_t best_work = 0;
+    for (int32_t b = 0; b < batch; b++) {
+        int64_t work = (int64_t)(cu_q[b + 1] - cu_q[b]) * (cu_k[b + 1] - cu_k[b]);
+        if (work > best_work) {
+            best_work = work;
+            best = b;
+        }
+    }
+    return best;
+}
+
+void dag_auto_packed_ref(struct sched_shape *shape)
+{
+    shape->batch = 1;
+    shape->heads = 1;
+    shape->seqlen_q = shape->seqlen_k = DAG_AUTO_REF_LEN;
+}

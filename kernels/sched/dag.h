@@ -72,6 +72,21 @@ int dag_write_dot(FILE *f, const struct sched *s, int32_t sms, double c, double 
  */
 int dag_auto(const struct sched_shape *shape, int32_t w, enum sched_kind *ret_kind);
 
+/*
+ * `auto` for a packed batch (one schedule per sequence, kernels/attn/problem.h): resolved
+ * with dag_auto() on one sequence's shape. By default the sequence with the most work
+ * (seqlen_q * seqlen_k, the first of equals) - which decides the makespan, and changes with
+ * what is packed. Batch invariant: a reference sequence of DAG_AUTO_REF_LEN rows each side
+ * and one head, with the batch's mask, window and tiles, so the choice (and every
+ * sequence's bits) does not depend on the other sequences.
+ */
+#define DAG_AUTO_REF_LEN 4096
+/* The index of the sequence auto models (cu_q, cu_k: batch + 1 offsets each), or -1 when
+ * no sequence has both queries and keys. */
+int32_t dag_auto_packed_seq(const int32_t *cu_q, const int32_t *cu_k, int32_t batch);
+/* *shape as the batch-invariant reference: batch 1, heads 1, DAG_AUTO_REF_LEN each side. */
+void dag_auto_packed_ref(struct sched_shape *shape);
+
 /* The last DAG_AUTO_CACHE answers of dag_auto(), so a backend pays for the model once per
  * shape. Zero-initialise it. Not thread-safe: one per engine. */
 #define DAG_AUTO_CACHE 16
