@@ -15,6 +15,7 @@
 #include "shmbuf.h"
 #include "validate.h"
 
+#include "kernels/digest/digest.h"
 #include "proto/errors.h"
 #include "proto/wire.h"
 
@@ -444,6 +445,25 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
               : p->prob.dtype == DTYPE_F16 ? DASH__DTYPE__F16 : DASH__DTYPE__BF16;
     r.mask = p->prob.mask == SCHED_MASK_CAUSAL ? DASH__MASK__CAUSAL : DASH__MASK__FULL;
     r.scale = p->prob.scale;
+    if (p->prob.window) {
+        r.has_window_left = r.has_window_right = 1;
+        r.window_left = p->prob.window_left;
+        r.window_right = p->prob.window_right;
+    }
+    r.has_softcap = p->prob.softcap != 0;
+    r.softcap = p->prob.softcap;
+    r.has_batch_invariant = p->cfg.batch_invariant != 0;
+    r.batch_invariant = p->cfg.batch_invariant != 0;
+    if (p->varlen && j->cu_seqlens) {
+        const size_t n = (size_t)p->prob.batch + 1;
+        r.has_varlen_batch = r.has_max_seqlen_q = r.has_max_seqlen_k = 1;
+        r.varlen_batch = (uint32_t)p->prob.batch;
+        r.max_seqlen_q = p->prob.seqlen_q;
+        r.max_seqlen_k = p->prob.seqlen_k;
+        r.has_cu_seqlens_q_digest = r.has_cu_seqlens_k_digest = 1;
+        r.cu_seqlens_q_digest = digest_bytes(j->cu_seqlens, n * sizeof(int32_t));
+        r.cu_seqlens_k_digest = digest_bytes(j->cu_seqlens + n, n * sizeof(int32_t));
+    }
     if (j->rc == 0) {
         /* a forward has no backward schedule nor wave: only its tile sizes are recorded */
         r.has_schedule = r.has_wave = p->backward;
