@@ -42,9 +42,11 @@
  * dynamically) cannot deadlock. tests/test_sched.c checks both by exhaustive simulation.
  *
  * Masks: full, and causal aligned to the bottom-right corner as flash-attn >= 2.1 does
- * (query i sees key j iff j <= i + seqlen_k - seqlen_q). Everything below is written in
- * terms of the per-unit q range [m_lo(n), m_hi(n)) and the per-tile contributor range
- * [n_lo(m), n_hi(m)), so a sliding-window mask only has to supply those ranges.
+ * (query i sees key j iff j <= i + seqlen_k - seqlen_q), narrowed by a sliding window to a
+ * band. Everything below is written in terms of the per-unit q range [m_lo(n), m_hi(n))
+ * and the per-tile contributor range [n_lo(m), n_hi(m)), which the band supplies; shift on
+ * a band walks each tile's own range (sched__band_shift_rank). A packed batch is one
+ * schedule per sequence (docs/schedules.md).
  *
  * All indices and counters are 32-bit; sched_init() rejects shapes whose tile or job
  * counts would not fit, so nothing here can overflow. Everything but sched_init() and the
