@@ -192,7 +192,7 @@ static void test_dag_models_ragged_batches_and_windows_without_deadlock(void)
         }
         const int window = trial % 4 != 0;
         const int32_t left = (int32_t)(tu_next(&r) % 200) - 1, right = (int32_t)(tu_next(&r) % 50) - 1;
-        for (int kind = SCHED_ATOMIC; kind < SCHED_AUTO; kind++) {
+        for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
             struct sched seqs[6], rev[6];
             int64_t visits = 0;
             for (int32_t q = 0; q < nseq; q++) {

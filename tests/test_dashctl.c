@@ -240,7 +240,7 @@ static void test_dashctl_sched_packed_batch_makespans_match_dag_model(void)
     CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --mask causal --cu-seqlens 0,100,357,1000,1001,3000 "
                                       "--window 300,-1 --heads 2 --w 8 --json", &out), 0);
     CU_ASSERT_PTR_NOT_NULL(json_member(out, "packed"));
-    for (int k = SCHED_ASCENDING; k < SCHED_AUTO; k++) {
+    for (int k = SCHED_ASCENDING; k < SCHED_KIND_COUNT; k++) {
         struct sched seqs[5];
         for (int32_t b = 0; b < nseq; b++) {
             struct sched_shape sh = {.batch = 1, .heads = 2, .seqlen_q = cu[b + 1] - cu[b],

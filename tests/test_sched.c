@@ -783,7 +783,7 @@ static void test_sched_band_properties_hold_for_all_small_shapes(void)
                                 allowed[m * N + n] = (unsigned char)pair_allowed(&sh, m, n);
                         for (int32_t heads = 1; heads <= 2; heads++) {
                             sh.heads = heads;
-                            for (int kind = 0; kind < SCHED_AUTO; kind++) {
+                            for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
                                 int32_t w_max = kind == SCHED_SHIFT ? 6 : 1;
                                 for (int32_t w = 1; w <= w_max; w++) {
                                     struct sched s;
@@ -921,7 +921,7 @@ static void test_sched_ragged_batches_complete_without_deadlock(void)
         const size_t wi = tu_next(&r) % (sizeof band_windows / sizeof band_windows[0] + 1);
         const int mask = (int)(tu_next(&r) % 2);
         const int32_t w = 1 + (int32_t)(tu_next(&r) % 6);
-        for (int kind = 0; kind < SCHED_AUTO; kind++) {
+        for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
             struct sched seqs[8];
             for (int32_t q = 0; q < nseq; q++) {
                 struct sched_shape sh = {.batch = 1, .heads = 1 + trial % 2, .block_m = bm,

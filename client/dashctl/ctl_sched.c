@@ -718,8 +718,8 @@ static int sched_packed(const struct sched_opts *o)
 {
     struct sched *seqs = malloc(sizeof(struct sched) * (size_t)o->nseq);
     int32_t n = 0, rc, status = CTL_EXIT_FAIL;
-    struct dag_stats st[SCHED_AUTO];
-    int deadlock[SCHED_AUTO] = {0};
+    struct dag_stats st[SCHED_KIND_COUNT]; /* by kind; [SCHED_AUTO] unused */
+    int deadlock[SCHED_KIND_COUNT] = {0};
     enum sched_kind auto_kind = SCHED_ASCENDING, inv_kind = SCHED_ASCENDING;
     if (!seqs) {
         fprintf(stderr, "dashctl sched: %s\n", dash_strerror(-ENOMEM));
@@ -737,7 +737,7 @@ static int sched_packed(const struct sched_opts *o)
         fprintf(stderr, "dashctl sched: auto: %s\n", dash_strerror(rc));
         goto out;
     }
-    for (int k = 0; k < SCHED_AUTO; k++) {
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
         n = 0;
         for (int32_t b = 0; b < o->nseq; b++) {
             struct sched_shape sh = seq_shape(o, b);
@@ -769,7 +769,7 @@ static int sched_packed(const struct sched_opts *o)
                sched_mask_name(o->mask), o->window ? o->window_left : -1,
                o->window ? o->window_right : -1, o->block_m, o->block_n, o->heads, o->w, o->sms,
                fmt_num(a, o->c), fmt_num(b2, o->r));
-        for (int k = 0; k < SCHED_AUTO; k++) {
+        for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
             if (o->kind != SCHED_ALL && o->kind != k && o->kind != SCHED_AUTO)
                 continue;
             printf(",\n  \"%s\": {\"makespan\": %s, \"deadlock\": %s, \"additions\": %lld}",
@@ -788,7 +788,7 @@ static int sched_packed(const struct sched_opts *o)
             printf(", window (%d, %d)", o->window_left, o->window_right);
         printf(", tiles %dx%d rows, heads %d; W %d, SMs %d, c %s, r %s\n", o->block_m, o->block_n,
                o->heads, o->w, o->sms, fmt_text(a, o->c), fmt_text(b2, o->r));
-        for (int k = 0; k < SCHED_AUTO; k++) {
+        for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
             if (o->kind != SCHED_ALL && o->kind != k && o->kind != SCHED_AUTO)
                 continue;
             if (deadlock[k])
