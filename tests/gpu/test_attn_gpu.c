@@ -866,9 +866,9 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
                                        tk(&a, a.d_k), tk(&a, a.d_v), NULL), -ENOTSUP);
     }
     const struct attn_config bad_cfgs[] = {
-        {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 96}, {SCHED_ASCENDING, 0, 128, 0},
-        {SCHED_ASCENDING, -1, 0, 0},
-        {(enum sched_kind)99, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
+        {SCHED_ASCENDING, 0, 32, 0, 0}, {SCHED_ASCENDING, 0, 0, 96, 0},
+        {SCHED_ASCENDING, 0, 128, 0, 0}, {SCHED_ASCENDING, -1, 0, 0, 0},
+        {(enum sched_kind)99, 0, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
         CU_ASSERT_EQUAL(run_backward(ca, &a, &bad_cfgs[i], 0, NULL), -EINVAL);
