@@ -324,13 +324,15 @@ static int check_outputs_apart(const struct val_tensor *a, enum val_slot sa,
                 slot_names[sb], (unsigned long long)a->buffer_id);
 }
 
-static int same_dim(const struct val_tensor *t, enum val_slot slot, int dim, int32_t want,
-                    const char *what, char *msg, size_t msglen)
+/* lead: the dims the plan put in front of the wire's (1 in a packed batch), so messages
+ * name dims as the client sent them. */
+static int same_dim(const struct val_tensor *t, enum val_slot slot, int dim, int lead,
+                    int32_t want, const char *what, char *msg, size_t msglen)
 {
     if (t->shape[dim] == want)
         return 0;
     return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%d]=%d does not match %s %d", slot_names[slot],
-                dim, t->shape[dim], what, want);
+                dim - lead, t->shape[dim], what, want);
 }
 
 static int validate(const struct refs *r, const struct val_limits *lim, val_lookup_fn lookup,
@@ -390,19 +392,21 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
     const struct val_tensor *q = &p.t[VAL_Q], *k = &p.t[VAL_K];
     const int32_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
     const int32_t Sk = k->shape[1], Hkv = k->shape[2];
-    if ((rc = same_dim(k, VAL_K, 0, B, "q batch", msg, msglen)) ||
-        (rc = same_dim(k, VAL_K, 3, D, "q head dim", msg, msglen)))
+    if ((rc = same_dim(k, VAL_K, 0, varlen, B, "q batch", msg, msglen)) ||
+        (rc = same_dim(k, VAL_K, 3, varlen, D, "q head dim", msg, msglen)))
         return rc;
     if (Hq % Hkv != 0)
-        return fail(msg, msglen, DASH_ESHAPE, "k.shape[2]=%d does not divide q heads %d", Hkv, Hq);
+        return fail(msg, msglen, DASH_ESHAPE, "k.shape[%d]=%d does not divide q heads %d",
+                    2 - varlen, Hkv, Hq);
     for (int s = 0; s < r->slots; s++) {
         const struct val_tensor *t = &p.t[s];
         if (s == VAL_Q || s == VAL_K)
             continue;
         if (s == VAL_LSE) {
-            if ((rc = same_dim(t, VAL_LSE, 0, B, "q batch", msg, msglen)) ||
-                (rc = same_dim(t, VAL_LSE, 1, Hq, "q heads", msg, msglen)) ||
-                (rc = same_dim(t, VAL_LSE, 2, Sq, "q seqlen", msg, msglen)))
+            if ((rc = same_dim(t, VAL_LSE, 0, varlen, B, "q batch", msg, msglen)) ||
+                (rc = same_dim(t, VAL_LSE, 1, varlen, Hq, "q heads", msg, msglen)) ||
+                (rc = same_dim(t, VAL_LSE, 2, varlen, Sq, varlen ? "q tokens" : "q seqlen", msg,
+                               msglen)))
                 return rc;
             continue;
         }
@@ -411,7 +415,7 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
         for (int i = 0; i < 4; i++)
             if (t->shape[i] != like->shape[i])
                 return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%d]=%d does not match %s.shape[%d]=%d",
-                            slot_names[s], i, t->shape[i], src, i, like->shape[i]);
+                            slot_names[s], i - varlen, t->shape[i], src, i - varlen, like->shape[i]);
     }
 
     if (D < lim->head_dim_min || D > lim->head_dim_max)

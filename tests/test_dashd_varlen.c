@@ -313,7 +313,7 @@ static void test_dashd_varlen_each_bad_request_gets_its_own_clear_error(void)
     packed_reset(&P, &p);
     int64_t kshort[3] = {P.tk - 1, HKV, HD};
     P.ref[T_V].shape = kshort;
-    CU_ASSERT_EQUAL(refused(r, &P, &p, 0, "v.shape[1]="), DASH_ESHAPE);
+    CU_ASSERT_EQUAL(refused(r, &P, &p, 0, "v.shape[0]=66 does not match k.shape[0]=67"), DASH_ESHAPE);
 
     /* window and softcap */
     packed_reset(&P, &p);

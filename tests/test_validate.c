@@ -877,6 +877,7 @@ static void test_validate_packed_batch_gives_plan_and_refuses_bad_offsets(void)
     vfx_init(&v, 0);
     set_shape(&v.x, VAL_LSE, 2, 8, 41, 0, 0);
     EXPECT(&v.x, DASH_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "lse.shape[1]=41 does not match q tokens 40"));
     vfx_init(&v, 1);
     v.x.params.has_window_right = 1;
     v.x.params.window_right = -5;
