@@ -122,14 +122,15 @@ DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashct
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
-	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_dashctl.c \
-	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_libdash.c tests/test_client.c \
+	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_varlen.c tests/test_dashctl.c \
+	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_dashd_varlen.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
 	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
+BENCH_VARLEN_SRC := bench/bench_varlen.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c
 BENCH_FAIR_SRC := bench/bench_fair.c bench/benchd.c bench/benchmeta.c
 BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
@@ -156,6 +157,7 @@ DASHD := $(BUILD)/dashd
 DASHCTL := $(BUILD)/dashctl
 TESTS := $(BUILD)/test_dash
 BENCH := $(BUILD)/bench_engine
+BENCH_VARLEN := $(BUILD)/bench_varlen
 BENCH_DAEMON := $(BUILD)/bench_daemon
 BENCH_CHURN := $(BUILD)/bench_churn
 BENCH_FAIR := $(BUILD)/bench_fair
@@ -170,9 +172,8 @@ MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
 MANPAGES := $(BUILD)/man/man8/dashd.8 $(BUILD)/man/man1/dashctl.1 $(BUILD)/man/man3/libdash.3
 
 ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DEMO) $(DEMO_CLIENT) $(GPU_TESTS) \
-	$(BENCH_GPU) \
-	$(MANPAGES)
+	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DEMO) $(DEMO_CLIENT) \
+	$(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
 
 .PHONY: all deps test test-gpu test-install bench demo install clean help
 all: deps $(ALL)
@@ -275,6 +276,10 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BENCH_VARLEN): $(call obj,$(BENCH_VARLEN_SRC)) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BENCH_DAEMON): $(call obj,$(BENCH_DAEMON_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
@@ -347,9 +352,10 @@ endif
 # the report otherwise), dashd's overhead with and without auditing, and the cross-process
 # hand-off floor under it (as the machine is set up: with MPS if dashd and this shell run
 # under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
-bench: deps $(BENCH) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DASHD) $(BENCH_GPU)
+bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
+	$(Q)./$(BENCH_VARLEN) --out bench/results
 	$(Q)./$(BENCH_DAEMON) --out bench/results
 	$(Q)./$(BENCH_CHURN) --seconds 60 --out bench/results
 	$(Q)./$(BENCH_FAIR) --seconds 10 --out bench/results

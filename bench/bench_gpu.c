@@ -148,9 +148,7 @@ int main(int argc, char **argv)
                 if ((only_d && d != only_d) || (only_causal >= 0 && causal != only_causal))
                     continue;
                 int32_t S = seqlens[si], B = TOKENS / S, H = HIDDEN / d;
-                struct attn_problem p = {B, S, S, H, H, d, DTYPE_BF16,
-                                        causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
-                                        (float)(1.0 / sqrt((double)d))};
+                struct attn_problem p = {.batch = B, .seqlen_q = S, .seqlen_k = S, .heads_q = H, .heads_kv = H, .head_dim = d, .dtype = DTYPE_BF16, .mask = causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, .scale = (float)(1.0 / sqrt((double)d))};
                 double flops = 4.0 * B * H * (double)S * S * d / (causal ? 2 : 1);
                 struct attn_tensor tq = attn_dense(b.q, S, H, d), tk = attn_dense(b.k, S, H, d);
                 struct attn_tensor tv = attn_dense(b.v, S, H, d), to = attn_dense(b.out, S, H, d);
@@ -175,7 +173,7 @@ int main(int argc, char **argv)
                 for (size_t ki = 0, shown = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
                     if (only_sched >= 0 && (int)kinds[ki] != only_sched)
                         continue;
-                    struct attn_config cfg = {kinds[ki], 0, 0, 0}, used;
+                    struct attn_config cfg = {kinds[ki], 0, 0, 0, 0}, used;
                     for (int r = 0; r <= reps; r++) {
                         double t0 = now_ms();
                         rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse,

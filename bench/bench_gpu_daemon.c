@@ -90,8 +90,7 @@ static void bench_op_init(struct bench_op *b, int causal, struct dash_buffer *bu
     b->lse = (float *)(void *)(mem + 8 * tb);
     b->at = (struct dash_attn){.dtype = DASH_BF16, .mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL,
                                .schedule = DASH_SCHED_AUTO};
-    b->p = (struct attn_problem){B, S, S, H, H, D, DTYPE_BF16,
-                                causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, (float)(1.0 / sqrt((double)D))};
+    b->p = (struct attn_problem){.batch = B, .seqlen_q = S, .seqlen_k = S, .heads_q = H, .heads_kv = H, .head_dim = D, .dtype = DTYPE_BF16, .mask = causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, .scale = (float)(1.0 / sqrt((double)D))};
 }
 
 /* The op (0 forward, 1 backward) with the kernels in this process. */

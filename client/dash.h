@@ -284,7 +284,8 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes,
 
 /* A view into a buffer. q, k, v, out and their gradients have ndim 4, shape
  * (batch, seqlen, heads, head_dim) as flash-attn uses; lse has ndim 3, shape
- * (batch, heads_q, seqlen_q), float32 and dense. strides are in elements, one per
+ * (batch, heads_q, seqlen_q), float32 and dense. In a packed batch (dash_attn's
+ * cu_seqlens) the batch dim is gone: (total, heads, head_dim) and (heads_q, total_q). strides are in elements, one per
  * dimension (entries past ndim ignored); all zero means dense. The element type is the
  * op's dash_attn.dtype (lse: always float32). */
 struct dash_tensor {
@@ -331,7 +332,26 @@ struct dash_attn {
     float scale; /* 0: 1/sqrt(head_dim); else finite and > 0 */
     enum dash_schedule schedule;
     int32_t wave;             /* virtual wave size W; 0: the default (64) */
-    int32_t block_m, block_n; /* tile sizes; 0: the backend's defaults */
+    int32_t block_m, block_n; /* tile sizes; 0: the backends' defaults */
+    /* A sliding window, flash-attn's window_size: with `window` set, query i of a sequence
+     * sees key j only if i + off - window_left <= j <= i + off + window_right, where
+     * off = seqlen_k - seqlen_q of the sequence, -1 meaning unbounded on that side. The
+     * causal mask forces window_right to 0 (flash-attn's causal with a window). */
+    int32_t window;                    /* 0: no window; 1: window_left/right apply */
+    int32_t window_left, window_right; /* >= -1 */
+    float softcap;                     /* 0: off; else scores become softcap tanh(s/softcap) */
+    /* A packed variable-length batch (flash-attn's varlen), when cu_seqlens_q.buf is set:
+     * cu_seqlens_q and cu_seqlens_k are int32 tensors of ndim 1, shape (batch + 1), dense,
+     * in shared-memory buffers of the client - offsets from 0 to the token count that
+     * never decrease; q, k, v, out and the gradients have ndim 3, (total, heads, head_dim),
+     * and lse ndim 2, (heads_q, total_q). No sequence may be longer than max_seqlen_q /
+     * max_seqlen_k (>= 1). */
+    struct dash_tensor cu_seqlens_q, cu_seqlens_k;
+    int32_t max_seqlen_q, max_seqlen_k;
+    /* A packed batch's `auto` schedule then ignores the other sequences: a sequence's bits
+     * never depend on what it is packed with (every explicit schedule already gives that;
+     * docs/schedules.md). */
+    int32_t batch_invariant;
 };
 
 /* What an op ran with: everything its output bits depend on besides the inputs. */

@@ -68,7 +68,7 @@
  * busy forever. */
 #define DASH__MAX_LOST_STREAK 16
 #define DASH__SHM_NAME_MAX 64
-#define DASH__NT_MAX 9 /* tensors of a backward */
+#define DASH__NT_MAX 11 /* tensors of a backward, and a packed batch's two offsets */
 #define DASH__NAME_MAX 255 /* client name and run tag, bytes */
 #define DASH__IPC_HANDLE_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
 #define DASH__UUID_MAX WIRE_UUID_MAX /* "GPU-" + 36 characters + NUL */
@@ -164,7 +164,7 @@ struct dash__req {
 
     /* FORWARD, BACKWARD */
     struct dash_attn attn;
-    struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] */
+    struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] [cu_q cu_k] */
     int nt;
     struct dash_result result;
     char message[256]; /* DONE with an error: the daemon's words, if it said any */
@@ -351,6 +351,7 @@ struct dash__op_storage {
     Dash__EventSync sync;
     Dash__AttnParams params;
     Dash__TensorRef refs[DASH__NT_MAX];
+    Dash__Varlen varlen;
     Dash__Forward fwd;
     Dash__Backward bwd;
 };

@@ -83,15 +83,29 @@ static int strides_are_dense(const struct dash_tensor *t)
 
 /* What the library can tell is wrong without the daemon; the daemon checks the rest
  * (shapes agreeing, bounds, head dims...). */
-static int check_attn(const struct dash_attn *a)
+static int check_attn(const struct dash_attn *a, char *why, size_t len)
 {
     if ((unsigned)a->dtype > DASH_BF16 || (unsigned)a->mask > DASH_MASK_CAUSAL ||
-        (unsigned)a->schedule > DASH_SCHED_SHIFT)
+        (unsigned)a->schedule > DASH_SCHED_SHIFT || !(a->scale >= 0.0f) || isinf(a->scale) ||
+        a->wave < 0 || a->block_m < 0 || a->block_n < 0) { /* NaN fails the comparison */
+        snprintf(why, len, "bad attention parameters (dtype, mask, schedule, scale, wave or "
+                 "block sizes out of range)");
         return DASH_EINVAL;
-    if (!(a->scale >= 0.0f) || isinf(a->scale)) /* NaN fails the comparison */
+    }
+    if (a->window && (a->window_left < -1 || a->window_right < -1)) {
+        snprintf(why, len, "window (%d, %d): each side must be >= 0, or -1 for unbounded",
+                 a->window_left, a->window_right);
         return DASH_EINVAL;
-    if (a->wave < 0 || a->block_m < 0 || a->block_n < 0)
+    }
+    if (!(a->softcap >= 0.0f) || isinf(a->softcap)) {
+        snprintf(why, len, "softcap %g must be finite and >= 0 (0: off)", (double)a->softcap);
         return DASH_EINVAL;
+    }
+    if (a->cu_seqlens_q.buf && (a->max_seqlen_q < 1 || a->max_seqlen_k < 1)) {
+        snprintf(why, len, "max_seqlen_q %d and max_seqlen_k %d must be >= 1 in a packed batch",
+                 a->max_seqlen_q, a->max_seqlen_k);
+        return DASH_EINVAL;
+    }
     return 0;
 }
 
@@ -171,6 +185,15 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
     st->params.block_m = r->attn.block_m;
     st->params.has_block_n = r->attn.block_n != 0;
     st->params.block_n = r->attn.block_n;
+    if (r->attn.window) {
+        st->params.has_window_left = st->params.has_window_right = 1;
+        st->params.window_left = r->attn.window_left;
+        st->params.window_right = r->attn.window_right;
+    }
+    st->params.has_softcap = r->attn.softcap != 0.0f;
+    st->params.softcap = r->attn.softcap;
+    st->params.has_batch_invariant = r->attn.batch_invariant != 0;
+    st->params.batch_invariant = r->attn.batch_invariant != 0;
 
     for (int i = 0; i < r->nt; i++) {
         struct dash_tensor *t = &r->t[i];
@@ -187,6 +210,16 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
     }
 
     Dash__TensorRef *ref = st->refs;
+    Dash__Varlen *varlen = NULL;
+    if (r->attn.cu_seqlens_q.buf) { /* the offsets follow the op's tensors */
+        const int body = r->kind == DASH__FORWARD ? 5 : 9;
+        varlen = &st->varlen;
+        dash__varlen__init(varlen);
+        varlen->cu_seqlens_q = &ref[body];
+        varlen->cu_seqlens_k = &ref[body + 1];
+        varlen->max_seqlen_q = r->attn.max_seqlen_q;
+        varlen->max_seqlen_k = r->attn.max_seqlen_k;
+    }
     if (r->kind == DASH__FORWARD) {
         dash__forward__init(&st->fwd);
         st->fwd.params = &st->params;
@@ -195,6 +228,7 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
         st->fwd.v = &ref[2];
         st->fwd.out = &ref[3];
         st->fwd.lse = &ref[4];
+        st->fwd.varlen = varlen;
         m->body_case = DASH__REQUEST__BODY_FORWARD;
         m->forward = &st->fwd;
     } else {
@@ -209,6 +243,7 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
         st->bwd.dq = &ref[6];
         st->bwd.dk = &ref[7];
         st->bwd.dv = &ref[8];
+        st->bwd.varlen = varlen;
         m->body_case = DASH__REQUEST__BODY_BACKWARD;
         m->backward = &st->bwd;
     }
@@ -284,17 +319,23 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     if (!c || !a || !ret_ticket)
         return DASH_EINVAL;
     c->last_error[0] = '\0';
-    if ((rc = check_attn(a)) != 0) {
-        snprintf(c->last_error, sizeof c->last_error, "bad attention parameters (dtype, mask, "
-                 "schedule, scale, wave or block sizes out of range)");
+    if ((rc = check_attn(a, c->last_error, sizeof c->last_error)) != 0)
         return rc;
-    }
-    for (int i = 0; i < nt; i++)
-        if ((rc = check_tensor(c, ts[i], i == 4 ? 3 : 4)) != 0) { /* ts[4] is lse */
+    const int varlen = a->cu_seqlens_q.buf != NULL;
+    for (int i = 0; i < nt; i++) {
+        const int32_t ndim = (i == 4 ? 3 : 4) - varlen; /* ts[4] is lse */
+        if ((rc = check_tensor(c, ts[i], ndim)) != 0) {
             snprintf(c->last_error, sizeof c->last_error, "tensor %d: no buffer of this client, "
-                     "or ndim is not %d", i, i == 4 ? 3 : 4);
+                     "or ndim is not %d%s", i, ndim, varlen ? " (a packed batch)" : "");
             return rc;
         }
+    }
+    if (varlen && ((rc = check_tensor(c, &a->cu_seqlens_q, 1)) != 0 ||
+                   (rc = check_tensor(c, &a->cu_seqlens_k, 1)) != 0)) {
+        snprintf(c->last_error, sizeof c->last_error, "cu_seqlens_q and cu_seqlens_k must both be "
+                 "tensors of ndim 1 in buffers of this client");
+        return rc;
+    }
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return dash__fail(c, DASH_ENOSESSION, "this client connected without a session "
                           "(DASH_CONNECT_NO_SESSION): ping and stats only");
@@ -313,6 +354,10 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     r->nt = nt;
     for (int i = 0; i < nt; i++)
         r->t[i] = *ts[i];
+    if (varlen) { /* registered and held like the op's tensors */
+        r->t[r->nt++] = a->cu_seqlens_q;
+        r->t[r->nt++] = a->cu_seqlens_k;
+    }
     r->ticket = c->next_ticket++;
     if ((rc = dash__map_put(&c->by_ticket, r->ticket, r)) != 0) {
         r->ticket = 0;

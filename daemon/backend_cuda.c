@@ -546,6 +546,12 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
 {
     const struct cuda *c = impl;
     const struct attn_problem *p = &plan->prob;
+    if (plan->varlen || p->window || p->softcap != 0) {
+        snprintf(msg, msglen, "the CUDA kernels do not serve %s yet (issue 17); a dashd with "
+                 "--backend cpu does", plan->varlen ? "packed variable-length batches"
+                 : p->window ? "sliding windows" : "softcap");
+        return DASH_ENOTSUP;
+    }
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
     if (!cuattn_serves_head_dim(p->head_dim))

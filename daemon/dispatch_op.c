@@ -7,6 +7,7 @@
 #include "dispatch_int.h"
 
 #include "audit.h"
+#include "guard.h"
 #include "job.h"
 #include "log.h"
 #include "queue.h"
@@ -14,6 +15,7 @@
 #include "shmbuf.h"
 #include "validate.h"
 
+#include "kernels/digest/digest.h"
 #include "proto/errors.h"
 #include "proto/wire.h"
 
@@ -56,6 +58,59 @@ static int check_kinds(struct dispatch *d, struct session *s, const struct val_p
         return DASH_ENOTSUP;
     }
     *ret_kind = kind;
+    return 0;
+}
+
+struct copy_in {
+    const unsigned char *from;
+    int32_t *to;
+    size_t bytes;
+};
+
+static void copy_in_fn(void *arg)
+{
+    const struct copy_in *c = arg;
+    memcpy(c->to, c->from, c->bytes);
+}
+
+/* A packed batch: copy its offsets out of the client's shared memory (under the SIGBUS
+ * guard) into the job, and check their values - before any tensor is touched. 0, or a
+ * DASH_* code with a reason: DASH_EINVAL (offsets not in shared memory), DASH_EBUFGONE,
+ * DASH_ENOMEM, DASH_ESHAPE (values: attn_explain_problem's words). */
+static int read_offsets(struct session *s, struct job *j, char *msg, size_t msglen)
+{
+    struct val_plan *p = &j->plan;
+    if (!p->varlen)
+        return 0;
+    const size_t n = (size_t)p->cu[VAL_CU_Q].shape[0];
+    if (!(j->cu_seqlens = malloc(2 * n * sizeof(int32_t)))) {
+        snprintf(msg, msglen, "out of memory for %zu offsets", 2 * n);
+        return DASH_ENOMEM;
+    }
+    static const char *const names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
+    for (int side = 0; side < 2; side++) {
+        const struct val_tensor *t = &p->cu[side];
+        struct shmbuf *b = sess_buf_find(s, t->buffer_id);
+        if (shmbuf_kind(b) != SHMBUF_SHM) {
+            snprintf(msg, msglen, "%s: buffer %llu is %s; offsets must be in shared memory",
+                     names[side], (unsigned long long)t->buffer_id, shmbuf_kind_name(shmbuf_kind(b)));
+            return DASH_EINVAL;
+        }
+        struct copy_in c = {shmbuf_data(b) + t->offset, j->cu_seqlens + (size_t)side * n,
+                            n * sizeof(int32_t)};
+        if (guard_call(copy_in_fn, &c) != 0) {
+            snprintf(msg, msglen, "%s: buffer %llu lost memory while being read (shrunk?)",
+                     names[side], (unsigned long long)t->buffer_id);
+            return DASH_EBUFGONE;
+        }
+    }
+    p->prob.cu_seqlens_q = j->cu_seqlens;
+    p->prob.cu_seqlens_k = j->cu_seqlens + n;
+    char why[200];
+    if (attn_explain_problem(&p->prob, why, sizeof why) != 0) {
+        snprintf(msg, msglen, "%s", why);
+        return DASH_ESHAPE;
+    }
     return 0;
 }
 
@@ -206,6 +261,8 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
     rc = backward ? val_backward(req->backward, lim, lookup_size, s, msg, sizeof msg, &j->plan)
                       : val_forward(req->forward, lim, lookup_size, s, msg, sizeof msg, &j->plan);
     if (!rc)
+        rc = read_offsets(s, j, msg, sizeof msg);
+    if (!rc)
         rc = d->backend->check(d->backend->impl, &j->plan, msg, sizeof msg);
     enum shmbuf_kind kind = SHMBUF_SHM;
     if (!rc)
@@ -281,6 +338,7 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
         evring_unref(j->events);
         limits_op_end(j->client);
         limits_unref(j->client);
+        free(j->cu_seqlens);
         free(j);
         dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EBUSY,
                               "the queue is full (%u requests waiting or running)",
@@ -292,6 +350,8 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
     return;
 
 refuse:
+    if (j)
+        free(j->cu_seqlens);
     free(j);
     if (sig_done) /* the client's stream waits for this op: let it go on */
         (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
@@ -410,6 +470,25 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
               : p->prob.dtype == DTYPE_F16 ? DASH__DTYPE__F16 : DASH__DTYPE__BF16;
     r.mask = p->prob.mask == SCHED_MASK_CAUSAL ? DASH__MASK__CAUSAL : DASH__MASK__FULL;
     r.scale = p->prob.scale;
+    if (p->prob.window) {
+        r.has_window_left = r.has_window_right = 1;
+        r.window_left = p->prob.window_left;
+        r.window_right = p->prob.window_right;
+    }
+    r.has_softcap = p->prob.softcap != 0;
+    r.softcap = p->prob.softcap;
+    r.has_batch_invariant = p->cfg.batch_invariant != 0;
+    r.batch_invariant = p->cfg.batch_invariant != 0;
+    if (p->varlen && j->cu_seqlens) {
+        const size_t n = (size_t)p->prob.batch + 1;
+        r.has_varlen_batch = r.has_max_seqlen_q = r.has_max_seqlen_k = 1;
+        r.varlen_batch = (uint32_t)p->prob.batch;
+        r.max_seqlen_q = p->prob.seqlen_q;
+        r.max_seqlen_k = p->prob.seqlen_k;
+        r.has_cu_seqlens_q_digest = r.has_cu_seqlens_k_digest = 1;
+        r.cu_seqlens_q_digest = digest_bytes(j->cu_seqlens, n * sizeof(int32_t));
+        r.cu_seqlens_k_digest = digest_bytes(j->cu_seqlens + n, n * sizeof(int32_t));
+    }
     if (j->rc == 0) {
         /* a forward has no backward schedule nor wave: only its tile sizes are recorded */
         r.has_schedule = r.has_wave = p->backward;
@@ -504,6 +583,7 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
     evring_unref(j->events);
     limits_op_end(j->client);
     limits_unref(j->client);
+    free(j->cu_seqlens);
     free(j);
     dispatch__check_idle(d);
 }

@@ -38,6 +38,10 @@ struct job {
     struct queue_item item; /* first: the queue hands back this pointer */
     struct queue *queue;    /* the queue it is on (a device completion hands it back) */
     struct val_plan plan;
+    /* A packed batch's offsets, q's then k's (2 * (batch + 1), malloc'd, freed with the
+     * job): copied out of the client's memory at validation, so the values checked are
+     * the values used; plan.prob's cu_seqlens point here. NULL: a dense batch. */
+    int32_t *cu_seqlens;
     struct shmbuf *buf[VAL_SLOTS]; /* one reference per used slot (the same buffer may repeat) */
     /* Where the reply goes. */
     unsigned char rid[JOB_RID_MAX];

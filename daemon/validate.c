@@ -53,6 +53,7 @@ struct refs {
     const Dash__AttnParams *params;
     const Dash__TensorRef *t[VAL_SLOTS];
     int32_t slots;
+    const Dash__Varlen *varlen; /* NULL: a dense batch */
 };
 
 static int map_dtype(Dash__DType d, enum dtype_kind *ret)
@@ -106,12 +107,12 @@ static int map_schedule(Dash__Schedule s, enum sched_kind *ret)
 
 /* One tensor on its own: buffer, dims, strides. Fills *t except extent. */
 static int check_one(const Dash__TensorRef *r, enum val_slot slot, int32_t elem_size,
-                     val_lookup_fn lookup, void *ctx, uint64_t *ret_size, char *msg,
+                     int varlen, val_lookup_fn lookup, void *ctx, uint64_t *ret_size, char *msg,
                      size_t msglen, struct val_tensor *t)
 {
     const char *name = slot_names[slot];
     const int lse = slot == VAL_LSE;
-    const size_t ndim = lse ? 3 : 4;
+    const size_t ndim = (lse ? 3 : 4) - (varlen ? 1 : 0);
     struct val_buffer vb;
     if (lookup(ctx, r->buffer_id, &vb) != 0)
         return fail(msg, msglen, DASH_ENOBUF, "%s: buffer %llu is not registered in this session",
@@ -119,7 +120,9 @@ static int check_one(const Dash__TensorRef *r, enum val_slot slot, int32_t elem_
     if (r->n_shape != ndim)
         return fail(msg, msglen, DASH_ESHAPE, "%s: shape has %zu dims, expected %zu%s", name,
                     r->n_shape, ndim,
-                    lse ? " (batch, heads_q, seqlen_q)" : " (batch, seqlen, heads, head_dim)");
+                    varlen ? (lse ? " (heads_q, total_q) in a packed batch"
+                                  : " (total, heads, head_dim) in a packed batch")
+                    : lse ? " (batch, heads_q, seqlen_q)" : " (batch, seqlen, heads, head_dim)");
     for (size_t i = 0; i < ndim; i++) {
         if (r->shape[i] < 1)
             return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%zu]=%lld is < 1", name, i,
@@ -162,6 +165,57 @@ static int check_one(const Dash__TensorRef *r, enum val_slot slot, int32_t elem_
     t->ndim = (int32_t)ndim;
     t->elem_size = elem_size;
     t->output = 0;
+    if (varlen) { /* a batch of one in front: the view every implementation indexes */
+        for (int i = (int)ndim; i > 0; i--) {
+            t->shape[i] = t->shape[i - 1];
+            t->stride[i] = t->stride[i - 1];
+        }
+        t->shape[0] = 1;
+        t->stride[0] = 0;
+        t->ndim++;
+    }
+    return 0;
+}
+
+/* A packed batch's offsets: a dense int32 vector of batch + 1 >= 2 entries inside its
+ * buffer. */
+static int check_offsets(const Dash__TensorRef *r, const char *name, val_lookup_fn lookup,
+                         void *ctx, char *msg, size_t msglen, struct val_tensor *t)
+{
+    struct val_buffer vb;
+    uint64_t size, end;
+    if (!r)
+        return fail(msg, msglen, DASH_EMALFORMED, "varlen.%s is missing", name);
+    if (lookup(ctx, r->buffer_id, &vb) != 0)
+        return fail(msg, msglen, DASH_ENOBUF, "%s: buffer %llu is not registered in this session",
+                    name, (unsigned long long)r->buffer_id);
+    if (r->n_shape != 1)
+        return fail(msg, msglen, DASH_ESHAPE, "%s: shape has %zu dims, expected 1 (batch + 1)",
+                    name, r->n_shape);
+    if (r->shape[0] < 2 || r->shape[0] > (int64_t)ATTN_VARLEN_MAX_BATCH + 1)
+        return fail(msg, msglen, DASH_ESHAPE, "%s.shape[0]=%lld, expected batch + 1 with 1 <= "
+                    "batch <= %d", name, (long long)r->shape[0], ATTN_VARLEN_MAX_BATCH);
+    if (r->n_strides > 1 || (r->n_strides == 1 && r->strides[0] != 1))
+        return fail(msg, msglen, DASH_ESHAPE, "%s must be dense (stride 1)", name);
+    size = vb.size;
+    memset(t, 0, sizeof *t);
+    t->buffer_id = r->buffer_id;
+    t->offset = r->offset;
+    t->object[0] = vb.object[0];
+    t->object[1] = vb.object[1];
+    t->base = vb.base;
+    t->ndim = 1;
+    t->shape[0] = (int32_t)r->shape[0];
+    t->stride[0] = 1;
+    t->elem_size = (int32_t)sizeof(int32_t);
+    t->extent = (uint64_t)t->shape[0] * sizeof(int32_t);
+    if (t->offset >= size || __builtin_add_overflow(t->offset, t->extent, &end) || end > size)
+        return fail(msg, msglen, DASH_EBOUNDS, "%s: offset %llu + %llu bytes > buffer size %llu",
+                    name, (unsigned long long)t->offset, (unsigned long long)t->extent,
+                    (unsigned long long)size);
+    if (t->offset % sizeof(int32_t))
+        return fail(msg, msglen, DASH_ESHAPE, "%s: offset %llu is not a multiple of 4", name,
+                    (unsigned long long)t->offset);
     return 0;
 }
 
@@ -288,13 +342,15 @@ static int check_outputs_apart(const struct val_tensor *a, enum val_slot sa,
                 slot_names[sb], (unsigned long long)a->buffer_id);
 }
 
-static int same_dim(const struct val_tensor *t, enum val_slot slot, int dim, int32_t want,
-                    const char *what, char *msg, size_t msglen)
+/* lead: the dims the plan put in front of the wire's (1 in a packed batch), so messages
+ * name dims as the client sent them. */
+static int same_dim(const struct val_tensor *t, enum val_slot slot, int dim, int lead,
+                    int32_t want, const char *what, char *msg, size_t msglen)
 {
     if (t->shape[dim] == want)
         return 0;
     return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%d]=%d does not match %s %d", slot_names[slot],
-                dim, t->shape[dim], what, want);
+                dim - lead, t->shape[dim], what, want);
 }
 
 static int validate(const struct refs *r, const struct val_limits *lim, val_lookup_fn lookup,
@@ -325,11 +381,26 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
     if (map_mask(par->mask, &mask) != 0)
         return fail(msg, msglen, DASH_EINVAL, "mask %d is unknown", (int)par->mask);
 
+    const int varlen = r->varlen != NULL;
     for (int s = 0; s < r->slots; s++) {
         int32_t es = s == VAL_LSE ? (int32_t)sizeof(float) : dtype_size(dtype);
-        if ((rc = check_one(r->t[s], (enum val_slot)s, es, lookup, ctx, &sizes[s], msg, msglen,
-                            &p.t[s])))
+        if ((rc = check_one(r->t[s], (enum val_slot)s, es, varlen, lookup, ctx, &sizes[s], msg,
+                            msglen, &p.t[s])))
             return rc;
+    }
+    if (varlen) {
+        if ((rc = check_offsets(r->varlen->cu_seqlens_q, "cu_seqlens_q", lookup, ctx, msg, msglen,
+                                &p.cu[VAL_CU_Q])) ||
+            (rc = check_offsets(r->varlen->cu_seqlens_k, "cu_seqlens_k", lookup, ctx, msg, msglen,
+                                &p.cu[VAL_CU_K])))
+            return rc;
+        if (p.cu[VAL_CU_Q].shape[0] != p.cu[VAL_CU_K].shape[0])
+            return fail(msg, msglen, DASH_ESHAPE, "cu_seqlens_q has %d entries, cu_seqlens_k %d: "
+                        "both are batch + 1", p.cu[VAL_CU_Q].shape[0], p.cu[VAL_CU_K].shape[0]);
+        if (r->varlen->max_seqlen_q < 1 || r->varlen->max_seqlen_k < 1)
+            return fail(msg, msglen, DASH_ESHAPE, "max_seqlen_q %d and max_seqlen_k %d must be >= 1",
+                        r->varlen->max_seqlen_q, r->varlen->max_seqlen_k);
+        p.varlen = 1;
     }
     p.t[VAL_OUT].output = p.t[VAL_LSE].output = !p.backward;
     if (p.backward)
@@ -339,19 +410,21 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
     const struct val_tensor *q = &p.t[VAL_Q], *k = &p.t[VAL_K];
     const int32_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
     const int32_t Sk = k->shape[1], Hkv = k->shape[2];
-    if ((rc = same_dim(k, VAL_K, 0, B, "q batch", msg, msglen)) ||
-        (rc = same_dim(k, VAL_K, 3, D, "q head dim", msg, msglen)))
+    if ((rc = same_dim(k, VAL_K, 0, varlen, B, "q batch", msg, msglen)) ||
+        (rc = same_dim(k, VAL_K, 3, varlen, D, "q head dim", msg, msglen)))
         return rc;
     if (Hq % Hkv != 0)
-        return fail(msg, msglen, DASH_ESHAPE, "k.shape[2]=%d does not divide q heads %d", Hkv, Hq);
+        return fail(msg, msglen, DASH_ESHAPE, "k.shape[%d]=%d does not divide q heads %d",
+                    2 - varlen, Hkv, Hq);
     for (int s = 0; s < r->slots; s++) {
         const struct val_tensor *t = &p.t[s];
         if (s == VAL_Q || s == VAL_K)
             continue;
         if (s == VAL_LSE) {
-            if ((rc = same_dim(t, VAL_LSE, 0, B, "q batch", msg, msglen)) ||
-                (rc = same_dim(t, VAL_LSE, 1, Hq, "q heads", msg, msglen)) ||
-                (rc = same_dim(t, VAL_LSE, 2, Sq, "q seqlen", msg, msglen)))
+            if ((rc = same_dim(t, VAL_LSE, 0, varlen, B, "q batch", msg, msglen)) ||
+                (rc = same_dim(t, VAL_LSE, 1, varlen, Hq, "q heads", msg, msglen)) ||
+                (rc = same_dim(t, VAL_LSE, 2, varlen, Sq, varlen ? "q tokens" : "q seqlen", msg,
+                               msglen)))
                 return rc;
             continue;
         }
@@ -360,7 +433,7 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
         for (int i = 0; i < 4; i++)
             if (t->shape[i] != like->shape[i])
                 return fail(msg, msglen, DASH_ESHAPE, "%s.shape[%d]=%d does not match %s.shape[%d]=%d",
-                            slot_names[s], i, t->shape[i], src, i, like->shape[i]);
+                            slot_names[s], i - varlen, t->shape[i], src, i - varlen, like->shape[i]);
     }
 
     if (D < lim->head_dim_min || D > lim->head_dim_max)
@@ -408,7 +481,25 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
     p.prob = (struct attn_problem){.batch = B, .seqlen_q = Sq, .seqlen_k = Sk, .heads_q = Hq,
                                   .heads_kv = Hkv, .head_dim = D, .dtype = dtype, .mask = mask,
                                   .scale = scale};
-    p.cfg = (struct attn_config){.sched = kind, .w = wave, .block_m = bm, .block_n = bn};
+    if (par->has_window_left || par->has_window_right) {
+        p.prob.window = 1;
+        p.prob.window_left = par->has_window_left ? par->window_left : -1;
+        p.prob.window_right = par->has_window_right ? par->window_right : -1;
+    }
+    p.prob.softcap = par->has_softcap ? par->softcap : 0.0f;
+    if (p.varlen) { /* the tensors' seqlen is the token count; sequences come later */
+        p.prob.batch = p.cu[VAL_CU_Q].shape[0] - 1;
+        p.prob.total_q = Sq;
+        p.prob.total_k = Sk;
+        p.prob.seqlen_q = r->varlen->max_seqlen_q;
+        p.prob.seqlen_k = r->varlen->max_seqlen_k;
+    }
+    /* the rules every implementation shares (window, softcap), in their own words */
+    char why[200];
+    if (attn_explain_problem(&p.prob, why, sizeof why) != 0)
+        return fail(msg, msglen, DASH_EINVAL, "%s", why);
+    p.cfg = (struct attn_config){.sched = kind, .w = wave, .block_m = bm, .block_n = bn,
+                                 .batch_invariant = par->has_batch_invariant && par->batch_invariant};
     *ret_plan = p;
     return 0;
 }
@@ -418,7 +509,7 @@ int val_forward(const Dash__Forward *m, const struct val_limits *lim, val_lookup
 {
     if (!m)
         return fail(msg, msglen, DASH_EMALFORMED, "forward is missing");
-    struct refs r = {m->params, {m->q, m->k, m->v, m->out, m->lse}, VAL_LSE + 1};
+    struct refs r = {m->params, {m->q, m->k, m->v, m->out, m->lse}, VAL_LSE + 1, m->varlen};
     return validate(&r, lim, lookup, ctx, msg, msglen, ret_plan);
 }
 
@@ -429,6 +520,6 @@ int val_backward(const Dash__Backward *m, const struct val_limits *lim, val_look
         return fail(msg, msglen, DASH_EMALFORMED, "backward is missing");
     struct refs r = {m->params,
                      {m->q, m->k, m->v, m->out, m->lse, m->dout, m->dq, m->dk, m->dv},
-                     VAL_SLOTS};
+                     VAL_SLOTS, m->varlen};
     return validate(&r, lim, lookup, ctx, msg, msglen, ret_plan);
 }

@@ -18,7 +18,12 @@
  *   DASH_EBADDTYPE  dtype unknown or not served
  *   DASH_EHEADDIM   head dim outside the backend's range
  *   DASH_ESCHED     unknown schedule, wave outside 1..4096, block size outside 1..max
- *   DASH_EINVAL     unknown mask, scale not finite or <= 0
+ *   DASH_EINVAL     unknown mask, scale not finite or <= 0, a window side below -1, a
+ *                   softcap not finite or < 0 (attn_explain_problem's words)
+ * A packed batch (Varlen) adds: DASH_ESHAPE for offsets that are not a dense int32 vector
+ * of batch + 1 >= 2 entries (the same count on both sides, at most
+ * ATTN_VARLEN_MAX_BATCH sequences), max_seqlen below 1; the offsets' buffers follow the
+ * tensors' rules (DASH_ENOBUF, DASH_EBOUNDS). Their values are checked once read.
  *   DASH_EMALFORMED a required sub-message is missing
  */
 #ifndef DASHD_VALIDATE_H
@@ -56,9 +61,19 @@ struct val_tensor {
     uint64_t base;
 };
 
+/* A packed batch's offsets: cu[0] for q, cu[1] for k, each (batch + 1) int32, dense. */
+enum { VAL_CU_Q, VAL_CU_K };
+
 struct val_plan {
     int32_t backward; /* 0: forward (slots q..lse), 1: backward (all slots) */
     int32_t slots;    /* VAL_LSE + 1 or VAL_SLOTS */
+    /* Packed batch: the tensors are (total, heads, head_dim) - kept as (1, total, heads,
+     * head_dim), lse (heads_q, total_q) as (1, heads_q, total_q) - and the offsets are in
+     * cu[]. prob then has batch, seqlen_q/k (the max_seqlen bounds) and total_q/k set, but
+     * not yet its cu_seqlens pointers: whoever reads the offsets (dispatch) sets them and
+     * checks their values with attn_explain_problem. */
+    int32_t varlen;
+    struct val_tensor cu[2];
     struct attn_problem prob;
     struct attn_config cfg; /* as requested: sched may be SCHED_AUTO, 0 = the default */
     struct val_tensor t[VAL_SLOTS];

@@ -132,7 +132,7 @@ int main(int argc, char **argv)
     uint64_t digest = digest_bytes(base + L.dq, L.total - L.dq);
 
     /* Values: against float64 attention on the same (bf16) inputs. */
-    struct attn_problem p = {B, SQ, SK, HQ, HKV, D, DTYPE_BF16, SCHED_MASK_CAUSAL, 0.125f};
+    struct attn_problem p = {.batch = B, .seqlen_q = SQ, .seqlen_k = SK, .heads_q = HQ, .heads_kv = HKV, .head_dim = D, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = 0.125f};
 #define T(mem, off, s, h) attn_dense((mem) + (off), s, h, D)
     {
         int64_t nq = (int64_t)B * SQ * HQ * D, nk = (int64_t)B * SK * HKV * D;
@@ -168,8 +168,8 @@ int main(int argc, char **argv)
         memcpy(mine, base, L.total);
         struct eng *e = eng_new(2);
         /* sched.h numbers the schedules as dash.h does */
-        struct attn_config cfg = {(enum sched_kind)br.schedule, br.wave, br.block_m, br.block_n};
-        struct attn_config fcfg = {SCHED_ASCENDING, fr.wave, fr.block_m, fr.block_n};
+        struct attn_config cfg = {(enum sched_kind)br.schedule, br.wave, br.block_m, br.block_n, 0};
+        struct attn_config fcfg = {SCHED_ASCENDING, fr.wave, fr.block_m, fr.block_n, 0};
         rc = e ? eng_forward(e, &p, &fcfg, T(mine, L.out, SQ, HQ), (float *)(mine + L.lse),
                              T(mine, L.q, SQ, HQ), T(mine, L.k, SK, HKV), T(mine, L.v, SK, HKV), NULL)
                : -1;

@@ -16,8 +16,10 @@ static const struct {
     int (*add)(void);
 } suites[] = {
     {"errors", suite_errors}, {"sched", suite_sched},   {"dag", suite_dag},
-    {"dtype", suite_dtype},   {"engine", suite_engine}, {"dashctl", suite_dashctl},
-    {"wire", suite_wire},     {"dashd", suite_dashd},   {"client", suite_client},
+    {"dtype", suite_dtype},   {"engine", suite_engine}, {"varlen", suite_varlen},
+    {"dashctl", suite_dashctl},
+    {"wire", suite_wire},     {"dashd", suite_dashd},   {"dashd_varlen", suite_dashd_varlen},
+    {"client", suite_client},
     {"validate", suite_validate}, {"shmbuf", suite_shmbuf}, {"session", suite_session},
     {"job", suite_job},       {"libdash", suite_libdash}, {"digest", suite_digest}, {"audit", suite_audit},
     {"server", suite_server}, {"endpoint", suite_endpoint}, {"notify", suite_notify},

@@ -19,6 +19,8 @@ int suite_sched(void);
 int suite_dag(void);
 int suite_dtype(void);
 int suite_engine(void);
+int suite_varlen(void);
+int suite_dashd_varlen(void);
 int suite_dashctl(void);
 int suite_wire(void);
 int suite_dashd(void);

@@ -268,6 +268,97 @@ static void test_audit_diff_calls_same_inputs_other_outputs_only_outputs(void)
     free(out);
 }
 
+/* A packed batch through libdash (S tokens, 3-d tensors, 2-d lse, offsets after lse in the
+ * same buffer): forward and backward of the same tokens cut at `cut` into two sequences,
+ * with `window_left` (-2: no window) and softcap 30. 0 or a libdash code. */
+static int run_packed(const char *endpoint, int32_t cut, int32_t window_left)
+{
+    struct dash_connect_opts o = {.client_name = "packer", .run_tag = "p", .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    struct dash_buffer *b = NULL;
+    int rc = dash_connect(endpoint, &o, &c);
+    if (!rc)
+        rc = dash_shm_alloc(c, 8 * TB + LB + 64, &b);
+    if (rc) {
+        dash_close(c);
+        return rc;
+    }
+    unsigned char *mem = dash_buffer_data(b);
+    struct dash_tensor t[9];
+    for (int i = 0; i < 8; i++) {
+        t[i] = dash_tensor_dense(b, off(i), 1, S, H, D);
+        t[i].ndim = 3; /* (total, heads, head_dim) */
+        t[i].shape[0] = S, t[i].shape[1] = H, t[i].shape[2] = D, t[i].shape[3] = 0;
+        memset(t[i].strides, 0, sizeof t[i].strides);
+    }
+    t[8] = dash_tensor_lse(b, off(8), 1, H, S);
+    t[8].ndim = 2;
+    t[8].shape[0] = H, t[8].shape[1] = S, t[8].shape[2] = 0;
+    memset(t[8].strides, 0, sizeof t[8].strides);
+    int32_t *cu = (int32_t *)(void *)(mem + off(8) + LB);
+    cu[0] = 0, cu[1] = cut, cu[2] = S;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .schedule = DASH_SCHED_SHIFT,
+                          .softcap = 30.0f, .max_seqlen_q = S, .max_seqlen_k = S};
+    a.cu_seqlens_q = (struct dash_tensor){.buf = b, .offset = off(8) + LB, .ndim = 1, .shape = {3}};
+    a.cu_seqlens_k = a.cu_seqlens_q;
+    if (window_left >= -1) {
+        a.window = 1;
+        a.window_left = window_left;
+        a.window_right = -1;
+    }
+    struct tu_rng r;
+    tu_rng_init(&r, 0x7061636bULL); /* the same tokens in every run */
+    for (int i = 0; i < 5; i++)
+        tu_fill(mem + off(i == 3 ? 4 : i), DTYPE_BF16, (int64_t)NT, &r, 1.0);
+    dash_set_audit(c, 0, "packed.attn");
+    rc = dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], NULL);
+    if (!rc)
+        rc = dash_backward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5], &t[6], &t[7],
+                           NULL);
+    dash_close(c);
+    return rc;
+}
+
+/* Records carry the packing (sequences, offsets' digests), window and softcap; diff tells
+ * the same tokens packed differently from other tokens, and names a changed window. */
+static void test_audit_diff_tells_same_tokens_different_packing_apart(void)
+{
+    char a[256], b[256], c[256], args[900], *out = NULL;
+    path_of(a, sizeof a, "pk-a.log");
+    path_of(b, sizeof b, "pk-b.log");
+    path_of(c, sizeof c, "pk-c.log");
+    const char *logs[3] = {a, b, c};
+    const int32_t cuts[3] = {20, 41, 20}, lefts[3] = {16, 16, 8};
+    for (int i = 0; i < 3; i++) {
+        struct dashd_proc d;
+        snprintf(args, sizeof args, "--backend cpu --threads 2 --audit %s --audit-level all", logs[i]);
+        CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+        CU_ASSERT_EQUAL(run_packed(d.endpoint, cuts[i], lefts[i]), 0);
+        CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    }
+    snprintf(args, sizeof args, "dump %s", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "window=(16,-1) softcap=30 varlen=2 cu_q="));
+    free(out);
+    snprintf(args, sizeof args, "dump --json %s | tail -n 1", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "\"varlen\":{\"batch\":2,\"max_seqlen_q\":64,"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s", a, b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "label \"packed.attn\" forward"));
+    CU_ASSERT(out && strstr(out, "same tokens, different packing: q, k, v and dout are the same bytes"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s", a, c);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "parameters differ: window (16, -1) softcap 30 vs window (8, -1) softcap 30"));
+    CU_ASSERT(out && !strstr(out, "packing"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s", a, a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    free(out);
+}
+
 /* verify: a flipped byte inside a record, a cut-off tail, and a record spliced in from
  * another log are each reported with their offset. */
 static void test_audit_verify_catches_flip_truncation_and_splice(void)
@@ -787,6 +878,7 @@ int suite_audit(void)
         return -1;
     ADD_TEST(s, test_audit_runs_diff_identical_and_a_flipped_input_is_named);
     ADD_TEST(s, test_audit_diff_calls_same_inputs_other_outputs_only_outputs);
+    ADD_TEST(s, test_audit_diff_tells_same_tokens_different_packing_apart);
     ADD_TEST(s, test_audit_verify_catches_flip_truncation_and_splice);
     ADD_TEST(s, test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix);
     ADD_TEST(s, test_audit_rotation_and_sighup_keep_one_sequence);

@@ -4,6 +4,7 @@
  * its DOT output, and the `auto` rule.
  */
 #include "suites.h"
+#include "testutil.h"
 #include "kernels/sched/dag.h"
 
 #include <CUnit/CUnit.h>
@@ -16,7 +17,7 @@
 static double makespan(enum sched_kind kind, enum sched_mask mask, int32_t tiles, int32_t heads,
                        int32_t sms, int32_t w, double c, double r)
 {
-    struct sched_shape sh = {1, heads, tiles, tiles, 1, 1, mask};
+    struct sched_shape sh = {1, heads, tiles, tiles, 1, 1, mask, 0, 0, 0};
     struct sched s;
     struct dag_stats st;
     if (sched_init(&s, kind, &sh, w) != 0)
@@ -67,7 +68,7 @@ static void test_dag_makespan_respects_work_bound(void)
     for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
         for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
             for (int32_t sms = 1; sms <= 9; sms += 4) {
-                struct sched_shape sh = {2, 3, 7 * 4 - 1, 5 * 3, 4, 3, (enum sched_mask)mask};
+                struct sched_shape sh = {2, 3, 7 * 4 - 1, 5 * 3, 4, 3, (enum sched_mask)mask, 0, 0, 0};
                 struct sched s, a;
                 struct dag_stats st, at;
                 CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, 4) == 0);
@@ -100,7 +101,7 @@ static void test_dag_reports_deadlock_only_when_sms_below_chunk(void)
 
 static void test_dag_rejects_bad_arguments(void)
 {
-    struct sched_shape sh = {1, 1, 4, 4, 1, 1, SCHED_MASK_FULL};
+    struct sched_shape sh = {1, 1, 4, 4, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
     struct sched s;
     struct dag_stats st;
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 4) == 0);
@@ -117,7 +118,7 @@ static void test_dag_rejects_bad_arguments(void)
 
 static void test_dag_dot_has_every_node_and_chain(void)
 {
-    struct sched_shape sh = {1, 1, 3, 3, 1, 1, SCHED_MASK_FULL};
+    struct sched_shape sh = {1, 1, 3, 3, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
     struct sched s;
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, 3) == 0);
     char *buf = NULL;
@@ -143,14 +144,14 @@ static void test_dag_dot_has_every_node_and_chain(void)
 static void test_dag_auto_picks_fastest_modelled_schedule(void)
 {
     enum sched_kind k;
-    struct sched_shape full = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_FULL};
+    struct sched_shape full = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_FULL, 0, 0, 0};
     CU_ASSERT_EQUAL(dag_auto(&full, 8, &k), 0);
     CU_ASSERT_EQUAL(k, SCHED_SHIFT);
-    struct sched_shape causal = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape causal = {1, 1, 8 * 64, 8 * 64, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_EQUAL(dag_auto(&causal, 8, &k), 0);
     CU_ASSERT_EQUAL(k, SCHED_DESCENDING); /* ties with spt go to the simpler, listed first */
     /* a big shape still resolves quickly (heads, then tiles, are reduced for the model) */
-    struct sched_shape big = {4, 32, 1 << 16, 1 << 16, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape big = {4, 32, 1 << 16, 1 << 16, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_EQUAL(dag_auto(&big, SCHED_W_DEFAULT, &k), 0);
     CU_ASSERT(sched_is_deterministic(k));
 }
@@ -174,6 +175,57 @@ static void test_dag_auto_cache_gives_dag_auto_answers(void)
     CU_ASSERT_EQUAL(dag_auto_cached(NULL, NULL, 4, NULL), -EINVAL);
 }
 
+/* Packed batches and windows in the model: on W SMs (any SM count for the fixed orders)
+ * every schedule completes; the model executes exactly the visits the schedules list
+ * (tiles outside a band are not visited), never beats the work bound, and a batch packed
+ * in another order has the same additions. */
+static void test_dag_models_ragged_batches_and_windows_without_deadlock(void)
+{
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x646167ULL);
+    for (int trial = 0; trial < 60; trial++) {
+        const int32_t nseq = 1 + (int32_t)(tu_next(&r) % 6), w = 1 + (int32_t)(tu_next(&r) % 8);
+        int32_t lq[6], lk[6];
+        for (int32_t q = 0; q < nseq; q++) {
+            lq[q] = 1 + (int32_t)(tu_next(&r) % 300);
+            lk[q] = trial % 3 ? lq[q] : 1 + (int32_t)(tu_next(&r) % 300);
+        }
+        const int window = trial % 4 != 0;
+        const int32_t left = (int32_t)(tu_next(&r) % 200) - 1, right = (int32_t)(tu_next(&r) % 50) - 1;
+        for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
+            struct sched seqs[6], rev[6];
+            int64_t visits = 0;
+            for (int32_t q = 0; q < nseq; q++) {
+                struct sched_shape sh = {.batch = 1, .heads = 2, .seqlen_q = lq[q], .seqlen_k = lk[q],
+                                         .block_m = 32, .block_n = 16,
+                                         .mask = trial % 2 ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
+                                         .window = window, .window_left = left,
+                                         .window_right = right};
+                CU_ASSERT_FATAL(sched_init(&seqs[q], (enum sched_kind)kind, &sh, w) == 0);
+                rev[nseq - 1 - q] = seqs[q];
+                for (int32_t n = 0; n < seqs[q].n_tiles; n++)
+                    visits += (int64_t)seqs[q].bh * sched_unit_steps(&seqs[q], n);
+            }
+            for (int32_t sms = kind == SCHED_SHIFT ? w : 1; sms <= w + 2; sms += 3) {
+                struct dag_stats st, st2;
+                CU_ASSERT_FATAL(dag_model_seqs(seqs, nseq, sms, 1, 0.25, NULL, NULL, &st) == 0);
+                CU_ASSERT_FATAL(dag_model_seqs(rev, nseq, sms, 1, 0.25, NULL, NULL, &st2) == 0);
+                CU_ASSERT_EQUAL(st.additions, visits);
+                CU_ASSERT_EQUAL(st2.additions, visits);
+                CU_ASSERT(st.makespan >= st.work / sms - 1e-9);
+            }
+        }
+    }
+    /* mixed kinds are refused */
+    struct sched_shape sh = {.batch = 1, .heads = 1, .seqlen_q = 10, .seqlen_k = 10, .block_m = 4,
+                             .block_n = 4};
+    struct sched two[2];
+    struct dag_stats st;
+    CU_ASSERT_FATAL(sched_init(&two[0], SCHED_SPT, &sh, 4) == 0);
+    CU_ASSERT_FATAL(sched_init(&two[1], SCHED_SHIFT, &sh, 4) == 0);
+    CU_ASSERT_EQUAL(dag_model_seqs(two, 2, 4, 1, 0.25, NULL, NULL, &st), -EINVAL);
+}
+
 int suite_dag(void)
 {
     CU_pSuite s = CU_add_suite("dag", NULL, NULL);
@@ -187,5 +239,6 @@ int suite_dag(void)
     ADD_TEST(s, test_dag_dot_has_every_node_and_chain);
     ADD_TEST(s, test_dag_auto_picks_fastest_modelled_schedule);
     ADD_TEST(s, test_dag_auto_cache_gives_dag_auto_answers);
+    ADD_TEST(s, test_dag_models_ragged_batches_and_windows_without_deadlock);
     return 0;
 }

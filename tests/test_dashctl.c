@@ -153,7 +153,7 @@ static void test_dashctl_sched_json_makespans_match_dag_model(void)
     CU_ASSERT_DOUBLE_EQUAL(v, issue_example_makespan(SCHED_SHIFT), 0.0);
 
     /* auto reports dag_auto()'s choice and that schedule's makespan on --sms */
-    struct sched_shape sh = {1, 4, 16 * 64, 16 * 64, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape sh = {1, 4, 16 * 64, 16 * 64, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     enum sched_kind kind;
     char chosen[64];
     CU_ASSERT_FATAL(dag_auto(&sh, SCHED_W_DEFAULT, &kind) == 0);
@@ -229,6 +229,69 @@ static void test_dashctl_sched_reports_shift_deadlock(void)
     free(out);
 }
 
+/* --cu-seqlens: the packed batch's makespans are dag_model_seqs' own on the sequences'
+ * schedules; auto names the sequence it modelled and the batch-invariant choice. */
+static void test_dashctl_sched_packed_batch_makespans_match_dag_model(void)
+{
+    static const int32_t cu[] = {0, 100, 357, 1000, 1001, 3000};
+    const int32_t nseq = 5;
+    char *out;
+    double v;
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --mask causal --cu-seqlens 0,100,357,1000,1001,3000 "
+                                      "--window 300,-1 --heads 2 --w 8 --json", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(json_member(out, "packed"));
+    for (int k = SCHED_ASCENDING; k < SCHED_KIND_COUNT; k++) {
+        struct sched seqs[5];
+        for (int32_t b = 0; b < nseq; b++) {
+            struct sched_shape sh = {.batch = 1, .heads = 2, .seqlen_q = cu[b + 1] - cu[b],
+                                     .seqlen_k = cu[b + 1] - cu[b], .block_m = 64, .block_n = 64,
+                                     .mask = SCHED_MASK_CAUSAL, .window = 1, .window_left = 300,
+                                     .window_right = -1};
+            CU_ASSERT_FATAL(sched_init(&seqs[b], (enum sched_kind)k, &sh, 8) == 0);
+        }
+        struct dag_stats st;
+        CU_ASSERT_FATAL(dag_model_seqs(seqs, nseq, 8, 1.0, 0.25, NULL, NULL, &st) == 0);
+        CU_ASSERT_EQUAL(json_number(out, sched_kind_name((enum sched_kind)k), "makespan", &v), 0);
+        CU_ASSERT_DOUBLE_EQUAL(v, st.makespan, 0.0);
+        CU_ASSERT_EQUAL(json_number(out, sched_kind_name((enum sched_kind)k), "additions", &v), 0);
+        CU_ASSERT_DOUBLE_EQUAL(v, (double)st.additions, 0.0);
+    }
+    CU_ASSERT_EQUAL(json_number(out, "auto", "decided_by", &v), 0);
+    CU_ASSERT_DOUBLE_EQUAL(v, 4, 0.0); /* 1999 x 1999 rows */
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"batch_invariant\": \""));
+    free(out);
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --cu-seqlens 0,100,357 --cu-seqlens-k 0,50,60", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "packed batch: 2 sequences"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "batch-invariant auto -> "));
+    free(out);
+}
+
+/* --window: tiles outside the band are not visited (kv-tile 0 of a 6x6 causal grid with a
+ * 1-tile window visits q-tiles 0 and 1 only). */
+static void test_dashctl_sched_window_visits_only_the_band(void)
+{
+    char *out;
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --mask causal --window 32,0 --tiles 6 --block-m 32 "
+                                      "--block-n 32 --schedule ascending --json", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"visits\": [[0,1],[1,2],[2,3],[3,4],[4,5],[5]]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"orders\": [[0],[0,1],[1,2],[2,3],[3,4],[4,5]]"));
+    free(out);
+    static const char *const bad[] = {"--window 3", "--window -2,0", "--window 1,x",
+                                      "--cu-seqlens 1,5", "--cu-seqlens 0,5,3", "--cu-seqlens 0",
+                                      "--cu-seqlens 0,5 --tiles 2", "--cu-seqlens-k 0,4",
+                                      "--cu-seqlens 0,5 --cu-seqlens-k 0,4,8",
+                                      "--cu-seqlens 0,5 --dot"};
+    char args[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "sched %s 2>&1 >/dev/null", bad[i]);
+        CU_ASSERT_EQUAL(dashctl_run(args, &out), 2);
+        CU_ASSERT_EQUAL(strncmp(out, "dashctl sched: ", 15), 0);
+        const char *nl = strchr(out, '\n');
+        CU_ASSERT(nl != NULL && nl[1] == '\0');
+        free(out);
+    }
+}
+
 int suite_dashctl(void)
 {
     CU_pSuite s = CU_add_suite("dashctl", NULL, NULL);
@@ -241,5 +304,7 @@ int suite_dashctl(void)
     ADD_TEST(s, test_dashctl_sched_dot_is_one_whole_digraph);
     ADD_TEST(s, test_dashctl_sched_rejects_bad_options_with_exit_2);
     ADD_TEST(s, test_dashctl_sched_reports_shift_deadlock);
+    ADD_TEST(s, test_dashctl_sched_packed_batch_makespans_match_dag_model);
+    ADD_TEST(s, test_dashctl_sched_window_visits_only_the_band);
     return 0;
 }

@@ -612,15 +612,14 @@ static void test_dashd_results_equal_in_process_engine(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(rep->op);
     CU_ASSERT_EQUAL(rep->op->schedule, DASH__SCHEDULE__SHIFT);
     CU_ASSERT_EQUAL(rep->op->wave, 3);
-    struct attn_config cfg = {SCHED_SHIFT, 3, rep->op->block_m, rep->op->block_n};
+    struct attn_config cfg = {SCHED_SHIFT, 3, rep->op->block_m, rep->op->block_n, 0};
     wire_free_reply(rep);
 
     /* the same in process, into a copy */
     unsigned char *mine = malloc(L.total);
     memcpy(mine, s.data, L.total);
     struct eng *e = eng_new(3);
-    struct attn_problem pr = {L.b, L.sq, L.sk, L.hq, L.hkv, L.d, L.dt, SCHED_MASK_CAUSAL,
-                             (float)(1.0 / sqrt((double)L.d))};
+    struct attn_problem pr = {.batch = L.b, .seqlen_q = L.sq, .seqlen_k = L.sk, .heads_q = L.hq, .heads_kv = L.hkv, .head_dim = L.d, .dtype = L.dt, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)L.d))};
 #define T(x, s_, h_) attn_dense(mine + L.off[x], s_, h_, L.d)
     CU_ASSERT_EQUAL(eng_forward(e, &pr, &cfg, T(T_OUT, L.sq, L.hq), (float *)(mine + L.off[T_LSE]),
                                 T(T_Q, L.sq, L.hq), T(T_K, L.sk, L.hkv), T(T_V, L.sk, L.hkv), NULL), 0);

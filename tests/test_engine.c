@@ -130,8 +130,7 @@ static const struct shape_case cases[] = {
 
 static struct attn_problem problem_of(const struct shape_case *c)
 {
-    struct attn_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
-                            (float)(1.0 / sqrt((double)c->d))};
+    struct attn_problem p = {.batch = c->batch, .seqlen_q = c->sq, .seqlen_k = c->sk, .heads_q = c->hq, .heads_kv = c->hkv, .head_dim = c->d, .dtype = c->dtype, .mask = c->mask, .scale = (float)(1.0 / sqrt((double)c->d))};
     return p;
 }
 
@@ -154,7 +153,7 @@ static void test_engine_matches_float64_reference_for_every_schedule(void)
         CU_ASSERT_FATAL(ref_forward(&p, dense_q(&a, a.q), dense_k(&a, a.k), dense_k(&a, a.v), out, lse) == 0);
         CU_ASSERT_FATAL(ref_backward(&p, dense_q(&a, a.q), dense_k(&a, a.k), dense_k(&a, a.v),
                                      dense_q(&a, a.dout), dq, dk, dv) == 0);
-        struct attn_config cfg = {SCHED_AUTO, c->w, c->bm, c->bn};
+        struct attn_config cfg = {SCHED_AUTO, c->w, c->bm, c->bn, 0};
         CU_ASSERT_EQUAL_FATAL(run_forward(e, &a, &cfg), 0);
         double tol = tolerance(p.dtype), err = rel_err(a.out, p.dtype, out, a.nq);
         if (!(err < tol))
@@ -243,7 +242,7 @@ static void test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats(v
         struct attn_problem p = problem_of(&det_cases[ci]);
         struct attn a;
         attn_init(&a, &p, &r);
-        struct attn_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn};
+        struct attn_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn, 0};
         CU_ASSERT_EQUAL_FATAL(run_forward(engines[0], &a, &cfg), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
             cfg.sched = (enum sched_kind)kind;
@@ -304,7 +303,7 @@ static void test_engine_strided_views_give_same_bits(void)
     struct attn_problem p = problem_of(&cases[1]);
     struct attn a;
     attn_init(&a, &p, &r);
-    struct attn_config cfg = {SCHED_SHIFT, 3, 16, 8};
+    struct attn_config cfg = {SCHED_SHIFT, 3, 16, 8, 0};
     CU_ASSERT_EQUAL_FATAL(run_forward(e, &a, &cfg), 0);
     CU_ASSERT_EQUAL_FATAL(run_backward(e, &a, &cfg, NULL), 0);
 
@@ -385,7 +384,7 @@ static void test_engine_stop_ends_an_op_midway_and_the_next_runs_whole(void)
     struct attn_problem p = problem_of(&c);
     struct attn a;
     attn_init(&a, &p, &r);
-    struct attn_config cfg = {SCHED_ASCENDING, c.w, c.bm, c.bn};
+    struct attn_config cfg = {SCHED_ASCENDING, c.w, c.bm, c.bn, 0};
     CU_ASSERT_EQUAL_FATAL(run_forward(fresh, &a, &cfg), 0);
     struct stop_after st = {0, 2};
     eng_set_stop(e, stop_after_polls, &st);
@@ -432,7 +431,7 @@ static void test_engine_reports_resolved_config(void)
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
     CU_ASSERT_EQUAL(used.block_m, ENG_BLOCK_DEFAULT);
     CU_ASSERT_EQUAL(used.block_n, ENG_BLOCK_DEFAULT);
-    struct attn_config pinned = {SCHED_SPT, 7, 32, 16};
+    struct attn_config pinned = {SCHED_SPT, 7, 32, 16, 0};
     CU_ASSERT_EQUAL(eng_resolve(e, &p, &pinned, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT_EQUAL(used.w, 7);
@@ -486,11 +485,11 @@ static void test_engine_rejects_bad_arguments(void)
     /* the engine-free check says the same, for any thread (dashd's validation) */
     CU_ASSERT_EQUAL(eng_check_config(&p, NULL), -EOVERFLOW);
 
-    const struct attn_config bad_cfgs[] = {{(enum sched_kind)99, 0, 0, 0},
-                                          {SCHED_SHIFT, -1, 0, 0},
-                                          {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
-                                          {SCHED_SHIFT, 0, ENG_BLOCK_MAX + 1, 0},
-                                          {SCHED_SHIFT, 0, 0, -8}};
+    const struct attn_config bad_cfgs[] = {{(enum sched_kind)99, 0, 0, 0, 0},
+                                          {SCHED_SHIFT, -1, 0, 0, 0},
+                                          {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0, 0},
+                                          {SCHED_SHIFT, 0, ENG_BLOCK_MAX + 1, 0, 0},
+                                          {SCHED_SHIFT, 0, 0, -8, 0}};
     for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++) {
         CU_ASSERT_EQUAL(eng_resolve(e, &good, &bad_cfgs[i], &used), -EINVAL);
         CU_ASSERT_EQUAL(eng_check_config(&good, &bad_cfgs[i]), -EINVAL);

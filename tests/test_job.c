@@ -38,7 +38,7 @@ static size_t rows_bytes(const struct attn_problem *p, int kv)
 
 static void fake_cfg(struct attn_config *ret_cfg)
 {
-    *ret_cfg = (struct attn_config){SCHED_DESCENDING, 32, 16, 48};
+    *ret_cfg = (struct attn_config){SCHED_DESCENDING, 32, 16, 48, 0};
 }
 
 /* out = q, lse[i] = i */

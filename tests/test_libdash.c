@@ -90,7 +90,8 @@ static struct views views_of(const struct prob *P, struct dash_buffer *buf)
     return w;
 }
 
-static const struct dash_attn ATTN = {DASH_BF16, DASH_MASK_CAUSAL, 0.0f, DASH_SCHED_SHIFT, 5, 0, 0};
+static const struct dash_attn ATTN = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL,
+                                      .schedule = DASH_SCHED_SHIFT, .wave = 5};
 
 /* Forward then backward through the daemon; 0 or the failing code. */
 static int run_both(struct dash_client *c, const struct prob *P, struct dash_buffer *buf,
@@ -107,9 +108,8 @@ static int run_both(struct dash_client *c, const struct prob *P, struct dash_buf
 static int run_in_process(const struct prob *P, char *mem, const struct dash_result *res)
 {
     struct eng *e = eng_new(1);
-    struct attn_problem p = {P->b, P->sq, P->sk, P->hq, P->hkv, P->d, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                            (float)(1.0 / sqrt((double)P->d))};
-    struct attn_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n};
+    struct attn_problem p = {.batch = P->b, .seqlen_q = P->sq, .seqlen_k = P->sk, .heads_q = P->hq, .heads_kv = P->hkv, .head_dim = P->d, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)P->d))};
+    struct attn_config cfg = {SCHED_SHIFT, res->wave, res->block_m, res->block_n, 0};
 #define T(off, s, h) attn_dense(mem + (off), s, h, P->d)
     int rc = eng_forward(e, &p, &cfg, T(P->out, P->sq, P->hq), (float *)(mem + P->lse),
                          T(P->q, P->sq, P->hq), T(P->k, P->sk, P->hkv), T(P->v, P->sk, P->hkv), NULL);

@@ -35,7 +35,8 @@ struct fwd {
     struct dash_buffer *buf;
 };
 
-static const struct dash_attn ATTN = {DASH_BF16, DASH_MASK_CAUSAL, 0.0f, DASH_SCHED_AUTO, 0, 0, 0};
+static const struct dash_attn ATTN = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL,
+                                      .schedule = DASH_SCHED_AUTO};
 
 static void fwd_layout(struct fwd *f, int32_t s, int32_t h, int32_t d)
 {
@@ -95,9 +96,11 @@ static int fwd_matches_engine(const struct fwd *f, const struct dash_result *res
     memcpy(mine, mem, f->total);
     tu_poison(mine + f->out, f->total - f->out);
     struct eng *e = eng_new(1);
-    struct attn_problem p = {1, f->s, f->s, f->h, f->h, f->d, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                            (float)(1.0 / sqrt((double)f->d))};
-    struct attn_config cfg = {SCHED_ASCENDING, res->wave, res->block_m, res->block_n};
+    struct attn_problem p = {.batch = 1, .seqlen_q = f->s, .seqlen_k = f->s, .heads_q = f->h,
+                             .heads_kv = f->h, .head_dim = f->d, .dtype = DTYPE_BF16,
+                             .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)f->d))};
+    struct attn_config cfg = {.sched = SCHED_ASCENDING, .w = res->wave, .block_m = res->block_m,
+                              .block_n = res->block_n};
 #define T(off) attn_dense(mine + (off), f->s, f->h, f->d)
     int rc = eng_forward(e, &p, &cfg, T(f->out), (float *)(void *)(mine + f->lse), T(f->q),
                          T(f->k), T(f->v), NULL);

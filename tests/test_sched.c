@@ -25,15 +25,18 @@ static int32_t seqlen_for(int32_t tiles, int32_t block, int32_t salt)
     return tiles * block - (salt % block);
 }
 
-/* Brute force over elements: may any query of q-tile m see any key of kv-tile n? */
+/* Brute force over elements: may any query of q-tile m see any key of kv-tile n? The
+ * window straight from its definition (flash-attn's: -1 unbounded, causal is right 0). */
 static int pair_allowed(const struct sched_shape *sh, int32_t m, int32_t n)
 {
-    if (sh->mask == SCHED_MASK_FULL)
-        return 1;
+    const int64_t left = sh->window ? sh->window_left : -1;
+    const int64_t right = sh->mask == SCHED_MASK_CAUSAL ? 0 : sh->window ? sh->window_right : -1;
     for (int32_t i = m * sh->block_m; i < (m + 1) * sh->block_m && i < sh->seqlen_q; i++)
-        for (int32_t j = n * sh->block_n; j < (n + 1) * sh->block_n && j < sh->seqlen_k; j++)
-            if (j <= i + sh->seqlen_k - sh->seqlen_q)
+        for (int32_t j = n * sh->block_n; j < (n + 1) * sh->block_n && j < sh->seqlen_k; j++) {
+            const int64_t diag = (int64_t)i + sh->seqlen_k - sh->seqlen_q;
+            if ((left < 0 || j >= diag - left) && (right < 0 || j <= diag + right))
                 return 1;
+        }
     return 0;
 }
 
@@ -127,6 +130,14 @@ static int simulate(const struct sched *s, int32_t workers)
             busy = 1;
             struct sched_job J = sched_job_at(s, job[w]);
             int32_t n = sched_job_unit(s, J.k, stage[w]);
+            if (sched_unit_steps(s, n) == 0) { /* a band left the kv-tile unseen */
+                progress = 1;
+                if (++stage[w] == sched_job_stages(s, J.k)) {
+                    stage[w] = 0;
+                    job[w] += workers;
+                }
+                continue;
+            }
             int32_t m = sched_visit(s, &J, stage[w], step[w]);
             int32_t r = sched_rank(s, &J, stage[w], m);
             int32_t *ctr = &counter[(int64_t)J.bh * s->m_tiles + m];
@@ -274,7 +285,7 @@ static const char *check_schedule(const struct sched *s, const unsigned char *al
 
     for (int32_t i = 0; i < count; i++) {
         struct visit *x = &v[i];
-        if (s->kind == SCHED_SHIFT && x->bh == 0) {
+        if (s->kind == SCHED_SHIFT && !s->band && x->bh == 0) {
             struct sched_job J = sched_job_at(s, x->job);
             int32_t want = oracle_shift_rank(s, &J, x->stage, x->m);
             if (x->rank != want) {
@@ -500,7 +511,7 @@ static void test_sched_shift_reproduces_dash_fork_examples(void)
     char buf[256];
     struct sched s;
     /* full mask, 6 q-tiles, 3 kv-tiles, one wave */
-    struct sched_shape full = {1, 1, 6, 3, 1, 1, SCHED_MASK_FULL};
+    struct sched_shape full = {1, 1, 6, 3, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &full, 64) == 0);
     const char *full_orders[6] = {"0,2,1", "1,0,2", "2,1,0", "2,1,0", "2,1,0", "2,1,0"};
     for (int32_t m = 0; m < 6; m++) {
@@ -511,7 +522,7 @@ static void test_sched_shift_reproduces_dash_fork_examples(void)
     CU_ASSERT_STRING_EQUAL(buf, "2 3 4 5 0 1");
 
     /* causal, 4x4 square tiles */
-    struct sched_shape sq = {1, 1, 4, 4, 1, 1, SCHED_MASK_CAUSAL};
+    struct sched_shape sq = {1, 1, 4, 4, 1, 1, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sq, 64) == 0);
     const char *sq_visits[4] = {"1 2 3 0", "2 3 1", "3 2", "3"};
     for (int32_t n = 0; n < 4; n++) {
@@ -525,7 +536,7 @@ static void test_sched_shift_reproduces_dash_fork_examples(void)
     }
 
     /* causal, 64x128 tiles (stride 2), N = 4, 8 q-tiles */
-    struct sched_shape st2 = {1, 1, 512, 512, 64, 128, SCHED_MASK_CAUSAL};
+    struct sched_shape st2 = {1, 1, 512, 512, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &st2, 64) == 0);
     visits_of(&s, 0, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "2 3 4 5 6 7 0 1");
@@ -543,7 +554,7 @@ static void test_sched_fixed_orders_match_their_definition(void)
 {
     char buf[256];
     struct sched s;
-    struct sched_shape sh = {1, 2, 5 * 3 - 1, 4 * 2, 3, 2, SCHED_MASK_CAUSAL};
+    struct sched_shape sh = {1, 2, 5 * 3 - 1, 4 * 2, 3, 2, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_ASCENDING, &sh, 1) == 0);
     order_of(&s, 4, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "0,1,2,3");
@@ -582,7 +593,7 @@ static void test_sched_fixed_orders_match_their_definition(void)
 static void test_sched_edge_shapes(void)
 {
     struct sched s;
-    struct sched_shape tall = {1, 1, 10, 3, 2, 2, SCHED_MASK_CAUSAL};
+    struct sched_shape tall = {1, 1, 10, 3, 2, 2, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &tall, 4) == 0);
     /* queries 0..6 see no key: tiles 0..2 (rows 0-5) are empty, tile 3 (rows 6,7) is not */
     CU_ASSERT_EQUAL(sched_contributors(&s, 0), 0);
@@ -591,7 +602,7 @@ static void test_sched_edge_shapes(void)
     CU_ASSERT_EQUAL(sched_m_lo(&s, 0), 3);
     for (int32_t n = 0; n < s.n_tiles; n++)
         CU_ASSERT(sched_unit_steps(&s, n) >= 1);
-    struct sched_shape one = {1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL};
+    struct sched_shape one = {1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0};
     CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &one, 64) == 0);
     CU_ASSERT_EQUAL(s.m_tiles, 1);
     CU_ASSERT_EQUAL(s.n_tiles, 1);
@@ -603,7 +614,7 @@ static void test_sched_edge_shapes(void)
  * permutation (checked on a few q-tiles of the last head). */
 static void test_sched_large_shape_indices_do_not_overflow(void)
 {
-    struct sched_shape sh = {1, 128, 1 << 20, 1 << 20, 64, 128, SCHED_MASK_CAUSAL};
+    struct sched_shape sh = {1, 128, 1 << 20, 1 << 20, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
     for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
         struct sched s;
         CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, SCHED_W_DEFAULT) == 0);
@@ -638,7 +649,7 @@ static void test_sched_large_shape_indices_do_not_overflow(void)
         CU_ASSERT_EQUAL(last.bh, s.bh - 1);
     }
     /* and a shape that cannot be indexed in 32 bits is refused */
-    struct sched_shape huge = {1 << 16, 1 << 10, 1 << 20, 1 << 20, 64, 64, SCHED_MASK_FULL};
+    struct sched_shape huge = {1 << 16, 1 << 10, 1 << 20, 1 << 20, 64, 64, SCHED_MASK_FULL, 0, 0, 0};
     struct sched s;
     CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &huge, 64), -EOVERFLOW);
 }
@@ -646,7 +657,7 @@ static void test_sched_large_shape_indices_do_not_overflow(void)
 static void test_sched_init_rejects_bad_arguments(void)
 {
     struct sched s;
-    struct sched_shape ok = {1, 1, 16, 16, 4, 4, SCHED_MASK_FULL};
+    struct sched_shape ok = {1, 1, 16, 16, 4, 4, SCHED_MASK_FULL, 0, 0, 0};
     CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, &ok, 4), 0);
     CU_ASSERT_EQUAL(sched_init(NULL, SCHED_SHIFT, &ok, 4), -EINVAL);
     CU_ASSERT_EQUAL(sched_init(&s, SCHED_SHIFT, NULL, 4), -EINVAL);
@@ -740,6 +751,214 @@ static void test_sched_writer_handoff_never_deadlocks_with_the_rule(void)
     CU_ASSERT(checked > 5000);
 }
 
+/* ---- windows (bands) and packed batches ------------------------------------------------ */
+
+/* Windows in rows, both sides from 0 to past the length, -1 unbounded. */
+static const int32_t band_windows[][2] = {{-1, 0}, {0, 0},  {1, -1}, {-1, 2}, {3, 1}, {0, 5},
+                                          {7, 7},   {2, 0}, {5, 3},  {40, 40}, {0, -1}, {9, 2}};
+
+/* Every schedule on every small banded shape: visits are the band's pairs exactly once
+ * (tiles outside it are never visited), a dQ tile's contributors are the kv-tiles of its
+ * band, ranks are permutations, waits stay below the wait end, no deadlock for W workers
+ * (and 1..3 for the fixed orders), causal and full, q longer or shorter than k. */
+static void test_sched_band_properties_hold_for_all_small_shapes(void)
+{
+    int checked = 0, failures = 0;
+    for (size_t bp = 0; bp < sizeof block_pairs / sizeof block_pairs[0]; bp++)
+        for (size_t wi = 0; wi < sizeof band_windows / sizeof band_windows[0]; wi++)
+            for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
+                for (int32_t M = 1; M <= 10; M++)
+                    for (int32_t N = 1; N <= 10; N++) {
+                        struct sched_shape sh = {
+                            .batch = 1, .heads = 1,
+                            .block_m = block_pairs[bp][0], .block_n = block_pairs[bp][1],
+                            .mask = (enum sched_mask)mask, .window = 1,
+                            .window_left = band_windows[wi][0], .window_right = band_windows[wi][1],
+                        };
+                        sh.seqlen_q = seqlen_for(M, sh.block_m, M + 2 * N + (int32_t)wi);
+                        sh.seqlen_k = seqlen_for(N, sh.block_n, 3 * M + N);
+                        unsigned char allowed[10 * 10];
+                        for (int32_t m = 0; m < M; m++)
+                            for (int32_t n = 0; n < N; n++)
+                                allowed[m * N + n] = (unsigned char)pair_allowed(&sh, m, n);
+                        for (int32_t heads = 1; heads <= 2; heads++) {
+                            sh.heads = heads;
+                            for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
+                                int32_t w_max = kind == SCHED_SHIFT ? 6 : 1;
+                                for (int32_t w = 1; w <= w_max; w++) {
+                                    struct sched s;
+                                    if (sched_init(&s, (enum sched_kind)kind, &sh,
+                                                   kind == SCHED_SHIFT ? w : 7) != 0) {
+                                        CU_FAIL("sched_init rejected a small banded shape");
+                                        return;
+                                    }
+                                    const char *why = check_schedule(&s, allowed);
+                                    checked++;
+                                    if (why && failures++ < 5)
+                                        fprintf(stderr, "\n  %s %s window (%d,%d) M=%d N=%d blocks=%dx%d "
+                                                "Sq=%d Sk=%d W=%d: %s", sched_kind_name(s.kind),
+                                                sched_mask_name((enum sched_mask)mask), sh.window_left,
+                                                sh.window_right, M, N, sh.block_m, sh.block_n,
+                                                sh.seqlen_q, sh.seqlen_k, s.w, why);
+                                }
+                            }
+                        }
+                    }
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT(checked > 50000);
+}
+
+/* Shift on a band: ranks are the order of the (chunk, step, slot) keys of the visits. */
+static void test_sched_band_shift_ranks_are_key_order_of_visits(void)
+{
+    for (size_t wi = 0; wi < sizeof band_windows / sizeof band_windows[0]; wi++)
+        for (int32_t w = 1; w <= 9; w += 4)
+            for (int32_t N = 1; N <= 13; N += 3) {
+                struct sched_shape sh = {.batch = 1, .heads = 2, .block_m = 2, .block_n = 3,
+                                         .mask = SCHED_MASK_FULL, .window = 1,
+                                         .window_left = band_windows[wi][0] < 0 ? -1 : band_windows[wi][0] * 2,
+                                         .window_right = band_windows[wi][1] < 0 ? -1 : band_windows[wi][1] * 2};
+                sh.seqlen_q = seqlen_for(11, 2, N);
+                sh.seqlen_k = seqlen_for(N, 3, 1);
+                struct sched s;
+                CU_ASSERT_FATAL(sched_init(&s, SCHED_SHIFT, &sh, w) == 0);
+                if (!s.band)
+                    continue; /* a window that is the plain mask: the test above */
+                int32_t count;
+                struct visit *v = list_visits(&s, &count);
+                for (int32_t a = 0; a < count; a++) {
+                    struct sched_job Ja = sched_job_at(&s, v[a].job);
+                    int32_t before = 0;
+                    for (int32_t b = 0; b < count; b++) {
+                        if (v[b].bh != v[a].bh || v[b].m != v[a].m || b == a)
+                            continue;
+                        struct sched_job Jb = sched_job_at(&s, v[b].job);
+                        if (Jb.chunk != Ja.chunk ? Jb.chunk < Ja.chunk
+                            : v[b].step != v[a].step ? v[b].step < v[a].step
+                                                     : Jb.slot < Ja.slot)
+                            before++;
+                    }
+                    CU_ASSERT_EQUAL(v[a].rank, before);
+                }
+                free(v);
+            }
+}
+
+/* A packed batch: one schedule per sequence, jobs dispatched sequence after sequence,
+ * each sequence with dQ counters of its own. Workers take jobs w, w + P, ... of the
+ * concatenated list and add only in turn. 0, or -EDEADLK. */
+static int simulate_seqs(const struct sched *seqs, int32_t nseq, int32_t workers)
+{
+    int32_t jobs = 0, tiles = 0, job0[32], tile0[32];
+    for (int32_t q = 0; q < nseq; q++) {
+        job0[q] = jobs;
+        tile0[q] = tiles;
+        jobs += seqs[q].jobs;
+        tiles += seqs[q].bh * seqs[q].m_tiles;
+    }
+    int32_t *counter = calloc((size_t)tiles + 1, sizeof(int32_t));
+    int32_t *job = malloc(sizeof(int32_t) * (size_t)workers);
+    int32_t *stage = calloc((size_t)workers, sizeof(int32_t));
+    int32_t *step = calloc((size_t)workers, sizeof(int32_t));
+    for (int32_t w = 0; w < workers; w++)
+        job[w] = w;
+    int rc = 0;
+    for (;;) {
+        int progress = 0, busy = 0;
+        for (int32_t w = 0; w < workers; w++) {
+            if (job[w] >= jobs)
+                continue;
+            busy = 1;
+            int32_t q = nseq - 1;
+            while (job0[q] > job[w])
+                q--;
+            const struct sched *s = &seqs[q];
+            struct sched_job J = sched_job_at(s, job[w] - job0[q]);
+            int32_t n = sched_job_unit(s, J.k, stage[w]);
+            if (sched_unit_steps(s, n) > 0) {
+                int32_t m = sched_visit(s, &J, stage[w], step[w]);
+                int32_t r = sched_rank(s, &J, stage[w], m);
+                int32_t *ctr = &counter[tile0[q] + J.bh * s->m_tiles + m];
+                if (r >= 0 && *ctr != r)
+                    continue;
+                (*ctr)++;
+            }
+            progress = 1;
+            if (sched_unit_steps(s, n) == 0 || ++step[w] == sched_unit_steps(s, n)) {
+                step[w] = 0;
+                if (++stage[w] == sched_job_stages(s, J.k)) {
+                    stage[w] = 0;
+                    job[w] += workers;
+                }
+            }
+        }
+        if (!busy)
+            break;
+        if (!progress) {
+            rc = -EDEADLK;
+            break;
+        }
+    }
+    free(counter);
+    free(job);
+    free(stage);
+    free(step);
+    return rc;
+}
+
+/* Packed batches of random ragged lengths (1 to a few tiles, empty sequences left out as
+ * the engine does), with and without windows, every schedule: each sequence's schedule
+ * has the properties above on its own, and the batch run together completes for W
+ * workers (shift) or 1..3 (the fixed orders) - and in the DAG model on W SMs. */
+static void test_sched_ragged_batches_complete_without_deadlock(void)
+{
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x72616767ULL);
+    int failures = 0, checked = 0;
+    for (int trial = 0; trial < 120; trial++) {
+        const int32_t nseq = 1 + (int32_t)(tu_next(&r) % 8);
+        const int32_t bm = 1 + (int32_t)(tu_next(&r) % 4), bn = 1 + (int32_t)(tu_next(&r) % 4);
+        const size_t wi = tu_next(&r) % (sizeof band_windows / sizeof band_windows[0] + 1);
+        const int mask = (int)(tu_next(&r) % 2);
+        const int32_t w = 1 + (int32_t)(tu_next(&r) % 6);
+        for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++) {
+            struct sched seqs[8];
+            for (int32_t q = 0; q < nseq; q++) {
+                struct sched_shape sh = {.batch = 1, .heads = 1 + trial % 2, .block_m = bm,
+                                         .block_n = bn, .mask = (enum sched_mask)mask};
+                if (wi < sizeof band_windows / sizeof band_windows[0]) {
+                    sh.window = 1;
+                    sh.window_left = band_windows[wi][0];
+                    sh.window_right = band_windows[wi][1];
+                }
+                sh.seqlen_q = 1 + (int32_t)(tu_next(&r) % (uint64_t)(6 * bm));
+                sh.seqlen_k = tu_next(&r) % 3 ? sh.seqlen_q : 1 + (int32_t)(tu_next(&r) % (uint64_t)(6 * bn));
+                CU_ASSERT_FATAL(sched_init(&seqs[q], (enum sched_kind)kind, &sh, w) == 0);
+                unsigned char allowed[64 * 64];
+                const int32_t M = seqs[q].m_tiles, N = seqs[q].n_tiles;
+                for (int32_t m = 0; m < M; m++)
+                    for (int32_t n = 0; n < N; n++)
+                        allowed[m * N + n] = (unsigned char)pair_allowed(&sh, m, n);
+                const char *why = check_schedule(&seqs[q], allowed);
+                if (why && failures++ < 5)
+                    fprintf(stderr, "\n  ragged trial %d sequence %d %s: %s", trial, q,
+                            sched_kind_name((enum sched_kind)kind), why);
+            }
+            if (kind == SCHED_ATOMIC)
+                continue;
+            const int32_t lo = kind == SCHED_SHIFT ? w : 1, hi = kind == SCHED_SHIFT ? w + 2 : 3;
+            for (int32_t p = lo; p <= hi; p++) {
+                checked++;
+                if (simulate_seqs(seqs, nseq, p) != 0 && failures++ < 5)
+                    fprintf(stderr, "\n  ragged trial %d: %s deadlocks with %d workers", trial,
+                            sched_kind_name((enum sched_kind)kind), p);
+            }
+        }
+    }
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT(checked > 500);
+}
+
 int suite_sched(void)
 {
     CU_pSuite s = CU_add_suite("sched", NULL, NULL);
@@ -753,6 +972,9 @@ int suite_sched(void)
     ADD_TEST(s, test_sched_shift_ranks_are_key_order_of_visits);
     ADD_TEST(s, test_sched_large_shape_indices_do_not_overflow);
     ADD_TEST(s, test_sched_properties_hold_for_all_small_shapes);
+    ADD_TEST(s, test_sched_band_properties_hold_for_all_small_shapes);
+    ADD_TEST(s, test_sched_band_shift_ranks_are_key_order_of_visits);
+    ADD_TEST(s, test_sched_ragged_batches_complete_without_deadlock);
     ADD_TEST(s, test_sched_writer_handoff_needs_the_wait_end_rule);
     ADD_TEST(s, test_sched_writer_handoff_never_deadlocks_with_the_rule);
     return 0;

@@ -815,6 +815,125 @@ static void test_validate_dense_bytes_saturates(void)
 
 /* ---- the CPU backend's own limits ---------------------------------------------------------- */
 
+/* A packed batch: fx_bwd's tensors re-shaped (total, heads, dim), lse (heads, total), two
+ * offset vectors of 4 entries (3 sequences) in buffers 200 and 201. */
+struct vfx {
+    struct fx x;
+    Dash__Varlen varlen;
+    Dash__TensorRef cu[2];
+    int64_t cu_shape[2][1];
+};
+
+static void vfx_init(struct vfx *v, int backward)
+{
+    memset(v, 0, sizeof *v);
+    fx_init(&v->x, backward, DASH__DTYPE__F16, 1, 40, 50, 8, 2, 64);
+    struct fx *x = &v->x;
+    for (int s = 0; s < (backward ? VAL_SLOTS : VAL_LSE + 1); s++) {
+        int kv = s == VAL_K || s == VAL_V || s == VAL_DK || s == VAL_DV;
+        if (s == VAL_LSE)
+            set_shape(x, s, 2, 8, 40, 0, 0);
+        else
+            set_shape(x, s, 3, kv ? 50 : 40, kv ? 2 : 8, 64, 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        dash__tensor_ref__init(&v->cu[i]);
+        v->cu[i].buffer_id = 200 + (uint64_t)i;
+        v->cu_shape[i][0] = 4;
+        v->cu[i].n_shape = 1;
+        v->cu[i].shape = v->cu_shape[i];
+        x->bufs.id[x->bufs.n] = 200 + (uint64_t)i;
+        x->bufs.size[x->bufs.n++] = 16;
+    }
+    dash__varlen__init(&v->varlen);
+    v->varlen.cu_seqlens_q = &v->cu[0];
+    v->varlen.cu_seqlens_k = &v->cu[1];
+    v->varlen.max_seqlen_q = 30;
+    v->varlen.max_seqlen_k = 30;
+    x->fwd.varlen = x->bwd.varlen = &v->varlen;
+}
+
+static void test_validate_packed_batch_gives_plan_and_refuses_bad_offsets(void)
+{
+    struct vfx v;
+    vfx_init(&v, 1);
+    v.x.params.has_window_left = 1;
+    v.x.params.window_left = 7;
+    v.x.params.has_softcap = 1;
+    v.x.params.softcap = 50.0f;
+    EXPECT(&v.x, 0);
+    const struct val_plan *p = &v.x.plan;
+    CU_ASSERT_EQUAL(p->varlen, 1);
+    CU_ASSERT_EQUAL(p->prob.batch, 3);
+    CU_ASSERT_EQUAL(p->prob.total_q, 40);
+    CU_ASSERT_EQUAL(p->prob.total_k, 50);
+    CU_ASSERT_EQUAL(p->prob.seqlen_q, 30);
+    CU_ASSERT_EQUAL(p->prob.window, 1);
+    CU_ASSERT_EQUAL(p->prob.window_left, 7);
+    CU_ASSERT_EQUAL(p->prob.window_right, -1); /* the absent side */
+    CU_ASSERT_EQUAL(p->prob.softcap, 50.0f);
+    CU_ASSERT_PTR_NULL(p->prob.cu_seqlens_q); /* set by whoever reads the values */
+    CU_ASSERT_EQUAL(p->t[VAL_Q].ndim, 4);      /* (1, total, heads, dim) */
+    CU_ASSERT_EQUAL(p->t[VAL_Q].shape[0], 1);
+    CU_ASSERT_EQUAL(p->t[VAL_Q].shape[1], 40);
+    CU_ASSERT_EQUAL(p->t[VAL_LSE].shape[2], 40);
+    CU_ASSERT_EQUAL(p->cu[VAL_CU_K].buffer_id, 201);
+    CU_ASSERT_EQUAL(p->cu[VAL_CU_Q].extent, 16);
+
+    vfx_init(&v, 0);
+    v.x.bufs.size[VAL_LSE + 1] = 15; /* cu_seqlens_q's buffer one byte short */
+    EXPECT(&v.x, DASH_EBOUNDS);
+    vfx_init(&v, 0);
+    v.cu[1].buffer_id = 999;
+    EXPECT(&v.x, DASH_ENOBUF);
+    vfx_init(&v, 0);
+    v.cu_shape[1][0] = 3;
+    EXPECT(&v.x, DASH_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "cu_seqlens_q has 4 entries, cu_seqlens_k 3"));
+    vfx_init(&v, 0);
+    v.cu_shape[0][0] = v.cu_shape[1][0] = 1;
+    EXPECT(&v.x, DASH_ESHAPE);
+    vfx_init(&v, 0);
+    v.cu[0].offset = 2;
+    v.x.bufs.size[VAL_LSE + 1] = 32;
+    EXPECT(&v.x, DASH_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "multiple of 4"));
+    vfx_init(&v, 0);
+    v.varlen.max_seqlen_q = 0;
+    EXPECT(&v.x, DASH_ESHAPE);
+    vfx_init(&v, 0);
+    set_shape(&v.x, VAL_Q, 4, 1, 40, 8, 64); /* the dense rank under a packed batch */
+    EXPECT(&v.x, DASH_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "(total, heads, head_dim) in a packed batch"));
+    vfx_init(&v, 0);
+    set_shape(&v.x, VAL_LSE, 2, 8, 41, 0, 0);
+    EXPECT(&v.x, DASH_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "lse.shape[1]=41 does not match q tokens 40"));
+    vfx_init(&v, 1);
+    v.x.params.has_window_right = 1;
+    v.x.params.window_right = -5;
+    EXPECT(&v.x, DASH_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "window (-1, -5)"));
+    vfx_init(&v, 1);
+    v.x.params.has_softcap = 1;
+    v.x.params.softcap = NAN;
+    EXPECT(&v.x, DASH_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(v.x.msg, "softcap"));
+    /* the same window and softcap rules without a packed batch */
+    struct fx x;
+    fx_fwd(&x);
+    x.params.has_window_left = 1;
+    x.params.window_left = -2;
+    EXPECT(&x, DASH_EINVAL);
+    fx_fwd(&x);
+    x.params.has_window_right = 1;
+    x.params.window_right = 3;
+    EXPECT(&x, 0);
+    CU_ASSERT_EQUAL(x.plan.prob.window_left, -1);
+    CU_ASSERT_EQUAL(x.plan.prob.window_right, 3);
+    CU_ASSERT_EQUAL(x.plan.varlen, 0);
+}
+
 static void test_validate_cpu_backend_check(void)
 {
     struct backend *b = backend_cpu_new(1);
@@ -848,6 +967,7 @@ int suite_validate(void)
     if (!s)
         return -1;
     ADD_TEST(s, test_validate_valid_forward_gives_plan);
+    ADD_TEST(s, test_validate_packed_batch_gives_plan_and_refuses_bad_offsets);
     ADD_TEST(s, test_validate_valid_backward_gives_plan);
     ADD_TEST(s, test_validate_schedules_map_explicitly);
     ADD_TEST(s, test_validate_failure_leaves_plan_untouched);

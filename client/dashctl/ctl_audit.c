@@ -381,6 +381,17 @@ static void dump_json_record(const Dash__AuditRecord *r)
            r->mask == DASH__MASK__CAUSAL ? "causal" : "full", (double)r->scale, sched_name(r));
     if (r->has_wave)
         printf(",\"wave\":%d,\"block_m\":%d,\"block_n\":%d", r->wave, r->block_m, r->block_n);
+    if (r->has_window_left)
+        printf(",\"window\":[%d,%d]", r->window_left, r->window_right);
+    if (r->has_softcap)
+        printf(",\"softcap\":%.9g", (double)r->softcap);
+    if (r->has_varlen_batch)
+        printf(",\"varlen\":{\"batch\":%u,\"max_seqlen_q\":%d,\"max_seqlen_k\":%d,"
+               "\"cu_seqlens_q\":\"%016" PRIx64 "\",\"cu_seqlens_k\":\"%016" PRIx64 "\"}",
+               r->varlen_batch, r->max_seqlen_q, r->max_seqlen_k, r->cu_seqlens_q_digest,
+               r->cu_seqlens_k_digest);
+    if (r->has_batch_invariant && r->batch_invariant)
+        printf(",\"batch_invariant\":true");
     printf(",\"backend\":");
     ctl__json_string(str(r->backend));
     printf(",\"kernel_build\":");
@@ -440,6 +451,13 @@ static void dump_text_record(const Dash__AuditRecord *r)
            r->mask == DASH__MASK__CAUSAL ? "causal" : "full", sched_name(r));
     if (r->has_wave)
         printf("(W=%d %dx%d)", r->wave, r->block_m, r->block_n);
+    if (r->has_window_left)
+        printf(" window=(%d,%d)", r->window_left, r->window_right);
+    if (r->has_softcap)
+        printf(" softcap=%g", (double)r->softcap);
+    if (r->has_varlen_batch)
+        printf(" varlen=%u cu_q=%016" PRIx64 " cu_k=%016" PRIx64, r->varlen_batch,
+               r->cu_seqlens_q_digest, r->cu_seqlens_k_digest);
     if (r->n_outputs && r->outputs[0]->n_shape == 4) {
         const int64_t *s = r->outputs[0]->shape;
         printf(" %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64, s[0], s[1], s[2], s[3]);
@@ -635,6 +653,18 @@ static int params_differ(const Dash__AuditRecord *a, const Dash__AuditRecord *b,
                  a->block_m, a->block_n, sched_name(b), b->wave, b->block_m, b->block_n);
         return 1;
     }
+    if (a->has_window_left != b->has_window_left || a->window_left != b->window_left ||
+        a->window_right != b->window_right || a->softcap != b->softcap) {
+        snprintf(buf, len, "window (%d, %d) softcap %g vs window (%d, %d) softcap %g",
+                 a->has_window_left ? a->window_left : -1, a->has_window_left ? a->window_right : -1,
+                 (double)a->softcap, b->has_window_left ? b->window_left : -1,
+                 b->has_window_left ? b->window_right : -1, (double)b->softcap);
+        return 1;
+    }
+    if (a->batch_invariant != b->batch_invariant) {
+        snprintf(buf, len, "batch_invariant %d vs %d", a->batch_invariant, b->batch_invariant);
+        return 1;
+    }
     if (strcmp(str(a->kernel_build), str(b->kernel_build)) || strcmp(str(a->device), str(b->device))) {
         snprintf(buf, len, "kernel build or device differ: \"%s\" on \"%s\" vs \"%s\" on \"%s\"",
                  str(a->kernel_build), str(a->device), str(b->kernel_build), str(b->device));
@@ -642,6 +672,30 @@ static int params_differ(const Dash__AuditRecord *a, const Dash__AuditRecord *b,
     }
     if (a->code != b->code) {
         snprintf(buf, len, "result code %d vs %d", a->code, b->code);
+        return 1;
+    }
+    return 0;
+}
+
+/* A packed batch's layout: 1 and a description when the two records' sequences differ
+ * (one packed and one not, another count, bounds or offsets), else 0. */
+static int packing_differs(const Dash__AuditRecord *a, const Dash__AuditRecord *b, char *buf,
+                           size_t len)
+{
+    if (a->has_varlen_batch != b->has_varlen_batch) {
+        snprintf(buf, len, "A is %s, B is %s", a->has_varlen_batch ? "a packed batch" : "dense",
+                 b->has_varlen_batch ? "a packed batch" : "dense");
+        return 1;
+    }
+    if (!a->has_varlen_batch)
+        return 0;
+    if (a->varlen_batch != b->varlen_batch || a->cu_seqlens_q_digest != b->cu_seqlens_q_digest ||
+        a->cu_seqlens_k_digest != b->cu_seqlens_k_digest || a->max_seqlen_q != b->max_seqlen_q ||
+        a->max_seqlen_k != b->max_seqlen_k) {
+        snprintf(buf, len, "%u sequences, cu_seqlens_q %016" PRIx64 " cu_seqlens_k %016" PRIx64
+                 " vs %u, %016" PRIx64 " %016" PRIx64, a->varlen_batch, a->cu_seqlens_q_digest,
+                 a->cu_seqlens_k_digest, b->varlen_batch, b->cu_seqlens_q_digest,
+                 b->cu_seqlens_k_digest);
         return 1;
     }
     return 0;
@@ -712,13 +766,14 @@ static int cmd_diff(int argc, char **argv)
         }
         hit->matched = 1;
         matched++;
-        char in_why[300] = "", out_why[300] = "", par_why[200] = "";
+        char in_why[300] = "", out_why[300] = "", par_why[200] = "", pack_why[200] = "";
         int pd = params_differ(ka[i].r, hit->r, par_why, sizeof par_why);
+        int kd = packing_differs(ka[i].r, hit->r, pack_why, sizeof pack_why);
         int id = cmp_tensors(ka[i].r->inputs, ka[i].r->n_inputs, hit->r->inputs, hit->r->n_inputs,
                              in_why, sizeof in_why);
         int od = cmp_tensors(ka[i].r->outputs, ka[i].r->n_outputs, hit->r->outputs,
                              hit->r->n_outputs, out_why, sizeof out_why);
-        if (!pd && id <= 0 && od <= 0)
+        if (!pd && !kd && id <= 0 && od <= 0)
             continue;
         diverged = 1;
         printf("first divergent record: client \"%s\" step %s%" PRIu64 " label \"%s\" %s "
@@ -729,7 +784,15 @@ static int cmd_diff(int argc, char **argv)
         describe("B", hit->r);
         if (pd)
             printf("  parameters differ: %s\n", par_why);
-        if (id == 1)
+        if (kd && id == 0)
+            printf("  same tokens, different packing: q, k, v and dout are the same bytes, the "
+                   "sequences are cut differently (%s)\n", pack_why);
+        else if (kd && id == 1)
+            printf("  different tokens and different packing (%s)\n", pack_why);
+        else if (kd)
+            printf("  different packing (%s); inputs not recorded on both sides (--audit-level "
+                   "all tells same tokens from different ones)\n", pack_why);
+        else if (id == 1)
             printf("  inputs differ: %s\n  (the divergence came in with the inputs: look at what "
                    "the client computed before this op)\n", in_why);
         else if (od == 1 && id == 0)

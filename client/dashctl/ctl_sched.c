@@ -34,8 +34,15 @@
 #define CTL_STR_(x) #x
 #define CTL_STR(x) CTL_STR_(x)
 
+#define CTL_SEQS_MAX 4096 /* sequences --cu-seqlens may list */
+
 struct sched_opts {
     enum sched_mask mask;
+    int32_t window, window_left, window_right; /* --window L,R */
+    /* --cu-seqlens (and --cu-seqlens-k): a packed batch; nseq 0: one dense shape */
+    int32_t nseq;
+    int32_t *cu_q, *cu_k; /* nseq + 1 offsets each (malloc'd; cu_k may be cu_q) */
+    int batch_invariant;
     int32_t tiles, q_tiles, kv_tiles; /* q_tiles/kv_tiles 0: take `tiles` */
     int32_t block_m, block_n;
     int32_t heads, batch;
@@ -72,6 +79,14 @@ static const char usage_text[] =
     "  --block-n R          rows per kv-tile (default 64); seqlen_k = kv-tiles * R\n"
     "  --heads H            query heads (default 1)\n"
     "  --batch B            batch size (default 1)\n"
+    "  --window L,R         sliding window, flash-attn's window_size in rows (-1: unbounded;\n"
+    "                       causal forces R = 0); tiles outside the band are not visited\n"
+    "  --cu-seqlens 0,A,B,..  a packed batch: sequence i has rows [cu[i], cu[i+1]), each\n"
+    "                       tiled and scheduled alone, their jobs dispatched one sequence\n"
+    "                       after another (replaces --tiles, --q-tiles, --kv-tiles, --batch;\n"
+    "                       shows makespans, not grids)\n"
+    "  --cu-seqlens-k LIST  the keys' offsets when they differ from the queries'\n"
+    "  --batch-invariant    auto as a batch-invariant request resolves it (packed batch)\n"
     "model:\n"
     "  --w W                virtual wave size of shift (default " CTL_STR(SCHED_W_DEFAULT)
     ", at most " CTL_STR(SCHED_W_MAX) ")\n"
@@ -144,6 +159,10 @@ enum {
     OPT_SCHEDULE,
     OPT_JSON,
     OPT_DOT,
+    OPT_WINDOW,
+    OPT_CU,
+    OPT_CU_K,
+    OPT_BATCH_INVARIANT,
 };
 
 static const struct option long_opts[] = {
@@ -162,9 +181,73 @@ static const struct option long_opts[] = {
     {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"json", no_argument, NULL, OPT_JSON},
     {"dot", no_argument, NULL, OPT_DOT},
+    {"window", required_argument, NULL, OPT_WINDOW},
+    {"cu-seqlens", required_argument, NULL, OPT_CU},
+    {"cu-seqlens-k", required_argument, NULL, OPT_CU_K},
+    {"batch-invariant", no_argument, NULL, OPT_BATCH_INVARIANT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
+
+/* "L,R" with each side >= -1. */
+static int parse_window(const char *arg, struct sched_opts *o)
+{
+    char *end, *end2;
+    errno = 0;
+    long long l = strtoll(arg, &end, 10);
+    if (end == arg || *end != ',')
+        return sched_bad("--window must be L,R (e.g. 1024,0), not '%s'", arg);
+    long long r = strtoll(end + 1, &end2, 10);
+    if (end2 == end + 1 || *end2 != '\0' || errno == ERANGE || l < -1 || r < -1 || l > INT32_MAX ||
+        r > INT32_MAX)
+        return sched_bad("--window L,R: each side an integer >= -1 (-1: unbounded), not '%s'", arg);
+    o->window = 1;
+    o->window_left = (int32_t)l;
+    o->window_right = (int32_t)r;
+    return 0;
+}
+
+/* "0,A,B,...": offsets from 0, never decreasing, at most CTL_SEQS_MAX sequences. */
+static int parse_offsets(const char *opt, const char *arg, int32_t **ret, int32_t *ret_n)
+{
+    int32_t *cu = malloc(sizeof(int32_t) * (CTL_SEQS_MAX + 1));
+    int32_t n = 0;
+    const char *at = arg;
+    if (!cu)
+        return sched_bad("%s", dash_strerror(-ENOMEM));
+    for (;;) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(at, &end, 10);
+        if (end == at || (*end != ',' && *end != '\0') || errno == ERANGE || v < 0 || v > INT32_MAX) {
+            free(cu);
+            return sched_bad("--%s: '%s' is not a list of offsets 0,A,B,...", opt, arg);
+        }
+        if (n > CTL_SEQS_MAX) {
+            free(cu);
+            return sched_bad("--%s: at most %d sequences", opt, CTL_SEQS_MAX);
+        }
+        if ((n == 0 && v != 0) || (n > 0 && v < cu[n - 1])) {
+            int32_t prev = n ? cu[n - 1] : 0;
+            free(cu);
+            return n == 0 ? sched_bad("--%s must start at 0", opt)
+                          : sched_bad("--%s: offset %lld is below the one before it (%d)", opt, v,
+                                      prev);
+        }
+        cu[n++] = (int32_t)v;
+        if (*end == '\0')
+            break;
+        at = end + 1;
+    }
+    if (n < 2) {
+        free(cu);
+        return sched_bad("--%s needs at least two offsets (one sequence)", opt);
+    }
+    free(*ret);
+    *ret = cu;
+    *ret_n = n - 1;
+    return 0;
+}
 
 /* Fill *ret from argv. Returns 0, or CTL_EXIT_USAGE after reporting the problem. */
 static int sched_parse(int argc, char **argv, struct sched_opts *ret)
@@ -181,7 +264,8 @@ static int sched_parse(int argc, char **argv, struct sched_opts *ret)
         .r = 0.25,
         .kind = SCHED_ALL,
     };
-    int opt, rc = 0, v;
+    int opt, rc = 0, v, shape_given = 0;
+    int32_t nk = 0;
 
     /* We print our own one-line messages. optind = 0 makes glibc's getopt start afresh,
      * whatever parsed argv before us. */
@@ -198,13 +282,28 @@ static int sched_parse(int argc, char **argv, struct sched_opts *ret)
                 o.mask = (enum sched_mask)v;
             break;
         case OPT_TILES:
+            shape_given = 1;
             rc = parse_int("tiles", optarg, 1, INT32_MAX, &o.tiles);
             break;
         case OPT_Q_TILES:
+            shape_given = 1;
             rc = parse_int("q-tiles", optarg, 1, INT32_MAX, &o.q_tiles);
             break;
         case OPT_KV_TILES:
+            shape_given = 1;
             rc = parse_int("kv-tiles", optarg, 1, INT32_MAX, &o.kv_tiles);
+            break;
+        case OPT_WINDOW:
+            rc = parse_window(optarg, &o);
+            break;
+        case OPT_CU:
+            rc = parse_offsets("cu-seqlens", optarg, &o.cu_q, &o.nseq);
+            break;
+        case OPT_CU_K:
+            rc = parse_offsets("cu-seqlens-k", optarg, &o.cu_k, &nk);
+            break;
+        case OPT_BATCH_INVARIANT:
+            o.batch_invariant = 1;
             break;
         case OPT_BLOCK_M:
             rc = parse_int("block-m", optarg, 1, INT32_MAX, &o.block_m);
@@ -216,6 +315,7 @@ static int sched_parse(int argc, char **argv, struct sched_opts *ret)
             rc = parse_int("heads", optarg, 1, INT32_MAX, &o.heads);
             break;
         case OPT_BATCH:
+            shape_given = 1;
             rc = parse_int("batch", optarg, 1, INT32_MAX, &o.batch);
             break;
         case OPT_W:
@@ -261,16 +361,39 @@ static int sched_parse(int argc, char **argv, struct sched_opts *ret)
             break;
         }
     }
-    if (rc)
+    if (!rc && o.cu_k && !o.cu_q)
+        rc = sched_bad("--cu-seqlens-k needs --cu-seqlens");
+    if (!rc && o.cu_k && nk != o.nseq)
+        rc = sched_bad("--cu-seqlens-k lists %d sequences, --cu-seqlens %d", nk, o.nseq);
+    if (!rc && o.cu_q && shape_given)
+        rc = sched_bad("--cu-seqlens gives the lengths: drop --tiles, --q-tiles, --kv-tiles "
+                       "and --batch");
+    if (!rc && o.cu_q && o.dot)
+        rc = sched_bad("--dot draws one shape, not a packed batch");
+    if (rc) {
+        free(o.cu_q);
+        free(o.cu_k);
         return rc;
+    }
+    if (o.cu_q && !o.cu_k) {
+        o.cu_k = malloc(sizeof(int32_t) * ((size_t)o.nseq + 1));
+        if (!o.cu_k) {
+            free(o.cu_q);
+            return sched_bad("%s", dash_strerror(-ENOMEM));
+        }
+        memcpy(o.cu_k, o.cu_q, sizeof(int32_t) * ((size_t)o.nseq + 1));
+    }
     if (o.help) {
         *ret = o;
         return 0;
     }
-    if (optind < argc)
-        return sched_bad("unexpected argument '%s'", argv[optind]);
-    if (o.json && o.dot)
+    if (optind < argc || (o.json && o.dot)) {
+        free(o.cu_q);
+        free(o.cu_k);
+        if (optind < argc)
+            return sched_bad("unexpected argument '%s'", argv[optind]);
         return sched_bad("--json and --dot cannot be combined");
+    }
 
     if (!o.q_tiles)
         o.q_tiles = o.tiles;
@@ -297,7 +420,22 @@ static struct sched_shape shape_of(const struct sched_opts *o)
         .block_m = o->block_m,
         .block_n = o->block_n,
         .mask = o->mask,
+        .window = o->window,
+        .window_left = o->window_left,
+        .window_right = o->window_right,
     };
+}
+
+/* Sequence b of a packed batch as a shape (batch 1). */
+static struct sched_shape seq_shape(const struct sched_opts *o, int32_t b)
+{
+    struct sched_shape sh;
+    memset(&sh, 0, sizeof sh); /* dag_auto's cache compares padding too */
+    sh = shape_of(o);
+    sh.batch = 1;
+    sh.seqlen_q = o->cu_q[b + 1] - o->cu_q[b];
+    sh.seqlen_k = o->cu_k[b + 1] - o->cu_k[b];
+    return sh;
 }
 
 /* SMs beyond the job count never take a job, so the DAG on min(sms, jobs) SMs is the same
@@ -573,6 +711,104 @@ static int print_dot(const struct sched_opts *o, const struct sched *s)
     return CTL_EXIT_OK;
 }
 
+/* A packed batch: every schedule's makespan on the batch (dag_model_seqs), and auto as a
+ * plain and as a batch-invariant request resolve it. Sequences without queries or keys have
+ * no jobs (the engine's rule) and are left out of the model. */
+static int sched_packed(const struct sched_opts *o)
+{
+    struct sched *seqs = malloc(sizeof(struct sched) * (size_t)o->nseq);
+    int32_t n = 0, rc, status = CTL_EXIT_FAIL;
+    struct dag_stats st[SCHED_KIND_COUNT]; /* by kind; [SCHED_AUTO] unused */
+    int deadlock[SCHED_KIND_COUNT] = {0};
+    enum sched_kind auto_kind = SCHED_ASCENDING, inv_kind = SCHED_ASCENDING;
+    if (!seqs) {
+        fprintf(stderr, "dashctl sched: %s\n", dash_strerror(-ENOMEM));
+        return CTL_EXIT_FAIL;
+    }
+    int32_t pick = dag_auto_packed_seq(o->cu_q, o->cu_k, o->nseq);
+    struct sched_shape ash = pick >= 0 ? seq_shape(o, pick) : shape_of(o);
+    if (pick < 0) {
+        fprintf(stderr, "dashctl sched: no sequence has both queries and keys\n");
+        goto out;
+    }
+    struct sched_shape ref = shape_of(o);
+    dag_auto_packed_ref(&ref);
+    if ((rc = dag_auto(&ash, o->w, &auto_kind)) != 0 || (rc = dag_auto(&ref, o->w, &inv_kind)) != 0) {
+        fprintf(stderr, "dashctl sched: auto: %s\n", dash_strerror(rc));
+        goto out;
+    }
+    for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
+        n = 0;
+        for (int32_t b = 0; b < o->nseq; b++) {
+            struct sched_shape sh = seq_shape(o, b);
+            if (sh.seqlen_q == 0 || sh.seqlen_k == 0)
+                continue;
+            if ((rc = sched_init(&seqs[n++], (enum sched_kind)k, &sh, o->w)) != 0) {
+                status = sched_bad("sequence %d: %s", b, dash_strerror(rc));
+                goto out;
+            }
+        }
+        rc = dag_model_seqs(seqs, n, o->sms, o->c, o->r, NULL, NULL, &st[k]);
+        deadlock[k] = rc == -EDEADLK;
+        if (rc && !deadlock[k]) {
+            fprintf(stderr, "dashctl sched: modelling %s: %s\n",
+                    sched_kind_name((enum sched_kind)k), dash_strerror(rc));
+            goto out;
+        }
+    }
+    char a[32], b2[32];
+    if (o->json) {
+        printf("{\n  \"packed\": {\"sequences\": %d, \"cu_seqlens_q\": [", o->nseq);
+        for (int32_t b = 0; b <= o->nseq; b++)
+            printf(b ? ",%d" : "%d", o->cu_q[b]);
+        printf("], \"cu_seqlens_k\": [");
+        for (int32_t b = 0; b <= o->nseq; b++)
+            printf(b ? ",%d" : "%d", o->cu_k[b]);
+        printf("], \"mask\": \"%s\", \"window\": [%d, %d], \"block_m\": %d, \"block_n\": %d, "
+               "\"heads\": %d, \"w\": %d, \"sms\": %d, \"c\": %s, \"r\": %s}",
+               sched_mask_name(o->mask), o->window ? o->window_left : -1,
+               o->window ? o->window_right : -1, o->block_m, o->block_n, o->heads, o->w, o->sms,
+               fmt_num(a, o->c), fmt_num(b2, o->r));
+        for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
+            if (o->kind != SCHED_ALL && o->kind != k && o->kind != SCHED_AUTO)
+                continue;
+            printf(",\n  \"%s\": {\"makespan\": %s, \"deadlock\": %s, \"additions\": %lld}",
+                   sched_kind_name((enum sched_kind)k), deadlock[k] ? "null" : fmt_num(a, st[k].makespan),
+                   deadlock[k] ? "true" : "false", (long long)st[k].additions);
+        }
+        printf(",\n  \"auto\": {\"chosen\": \"%s\", \"decided_by\": %d, "
+               "\"batch_invariant\": \"%s\"}\n}\n", sched_kind_name(auto_kind), pick,
+               sched_kind_name(inv_kind));
+    } else {
+        printf("packed batch: %d sequences (%d modelled), q rows", o->nseq, n);
+        for (int32_t b = 0; b < o->nseq && b < 16; b++)
+            printf(b ? ",%d" : " %d", o->cu_q[b + 1] - o->cu_q[b]);
+        printf(o->nseq > 16 ? ",...; mask %s" : "; mask %s", sched_mask_name(o->mask));
+        if (o->window)
+            printf(", window (%d, %d)", o->window_left, o->window_right);
+        printf(", tiles %dx%d rows, heads %d; W %d, SMs %d, c %s, r %s\n", o->block_m, o->block_n,
+               o->heads, o->w, o->sms, fmt_text(a, o->c), fmt_text(b2, o->r));
+        for (int k = SCHED_ATOMIC; k < SCHED_KIND_COUNT; k++) {
+            if (o->kind != SCHED_ALL && o->kind != k && o->kind != SCHED_AUTO)
+                continue;
+            if (deadlock[k])
+                printf("%-10s deadlock: cannot finish on %d SMs\n", sched_kind_name((enum sched_kind)k),
+                       o->sms);
+            else
+                printf("%-10s makespan %s  (work bound %s, %lld additions)\n",
+                       sched_kind_name((enum sched_kind)k), fmt_text(a, st[k].makespan),
+                       fmt_text(b2, st[k].work / o->sms), (long long)st[k].additions);
+        }
+        printf("auto       -> %s (modelled on sequence %d, the one with the most work); "
+               "batch-invariant auto -> %s\n", sched_kind_name(auto_kind), pick,
+               sched_kind_name(inv_kind));
+    }
+    status = CTL_EXIT_OK;
+out:
+    free(seqs);
+    return status;
+}
+
 /* ---- the command ------------------------------------------------------------------ */
 
 int ctl_sched(int argc, char **argv)
@@ -585,8 +821,16 @@ int ctl_sched(int argc, char **argv)
     if ((rc = sched_parse(argc, argv, &o)) != 0)
         return rc;
     if (o.help) {
+        free(o.cu_q);
+        free(o.cu_k);
         fputs(usage_text, stdout);
         return CTL_EXIT_OK;
+    }
+    if (o.cu_q) {
+        rc = sched_packed(&o);
+        free(o.cu_q);
+        free(o.cu_k);
+        return rc;
     }
 
     struct sched_shape shape = shape_of(&o);

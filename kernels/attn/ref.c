@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * ref.c - the float64 reference. Deliberately the simplest correct code: one query row at
- * a time, the full row of scores, no tiling, no online softmax.
+ * a time, the full row of scores, no tiling, no online softmax; a packed batch sequence by
+ * sequence, and the window and softcap from their definitions.
  */
 #include "kernels/attn/ref.h"
 
@@ -16,41 +17,76 @@ static double at(const struct attn_tensor *t, enum dtype_kind dt, int64_t b, int
     return dtype_load(t->data, dt, b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d);
 }
 
-static int visible(const struct attn_problem *p, int64_t i, int64_t j)
+/* One sequence of the problem: where its rows are in the tensors' view (vb, q0 + i) and
+ * (vb, k0 + j), and its lengths. */
+struct seq {
+    int64_t vb, q0, k0, sq, sk;
+};
+
+static struct seq seq_of(const struct attn_problem *p, int32_t b)
 {
-    return p->mask == SCHED_MASK_FULL || j <= i + p->seqlen_k - p->seqlen_q;
+    int32_t q0, k0, sq, sk;
+    attn_seq(p, b, &q0, &k0, &sq, &sk);
+    struct seq s = {p->cu_seqlens_q ? 0 : b, q0, k0, sq, sk};
+    return s;
 }
 
-/* Softmax row of query (b, i, h) into prob[seqlen_k]; returns the log-sum-exp, or +inf
- * when the row sees no key (prob all zero). */
+/* The definition, straight from flash-attn's documentation: causal is right = 0, -1 is
+ * unbounded, aligned to the bottom-right corner of the sequence's own (sq, sk) matrix. */
+static int visible(const struct attn_problem *p, const struct seq *s, int64_t i, int64_t j)
+{
+    const int64_t left = p->window ? p->window_left : -1;
+    const int64_t right = p->mask == SCHED_MASK_CAUSAL ? 0 : p->window ? p->window_right : -1;
+    const int64_t diag = i + s->sk - s->sq;
+    return (left < 0 || j >= diag - left) && (right < 0 || j <= diag + right);
+}
+
+/* The score of (i, j) and, with a softcap, d(score)/d(scale q.k) in *ret_dcap (else 1). */
+static double score(const struct attn_problem *p, double qk, double *ret_dcap)
+{
+    const double s = qk * (double)p->scale;
+    if (p->softcap > 0) {
+        const double t = tanh(s / (double)p->softcap);
+        *ret_dcap = 1 - t * t;
+        return (double)p->softcap * t;
+    }
+    *ret_dcap = 1;
+    return s;
+}
+
+/* Softmax row of query i of sequence s, head h, into prob[sk] (and the softcap's
+ * derivative into dcap[sk], if not NULL); returns the log-sum-exp, or +inf when the row
+ * sees no key (prob all zero). */
 static double softmax_row(const struct attn_problem *p, const struct attn_tensor *q,
-                          const struct attn_tensor *k, int64_t b, int64_t i, int64_t h,
-                          double *prob)
+                          const struct attn_tensor *k, const struct seq *sq, int64_t i,
+                          int64_t h, double *prob, double *dcap)
 {
     const int64_t hk = h / (p->heads_q / p->heads_kv);
     double mx = -INFINITY;
-    for (int64_t j = 0; j < p->seqlen_k; j++) {
-        if (!visible(p, i, j)) {
+    for (int64_t j = 0; j < sq->sk; j++) {
+        if (!visible(p, sq, i, j)) {
             prob[j] = -INFINITY;
             continue;
         }
-        double s = 0;
+        double s = 0, dc;
         for (int64_t d = 0; d < p->head_dim; d++)
-            s += at(q, p->dtype, b, i, h, d) * at(k, p->dtype, b, j, hk, d);
-        prob[j] = s * (double)p->scale;
+            s += at(q, p->dtype, sq->vb, sq->q0 + i, h, d) * at(k, p->dtype, sq->vb, sq->k0 + j, hk, d);
+        prob[j] = score(p, s, &dc);
+        if (dcap)
+            dcap[j] = dc;
         if (prob[j] > mx)
             mx = prob[j];
     }
     if (mx == -INFINITY) {
-        memset(prob, 0, sizeof(double) * (size_t)p->seqlen_k);
+        memset(prob, 0, sizeof(double) * (size_t)sq->sk);
         return INFINITY;
     }
     double sum = 0;
-    for (int64_t j = 0; j < p->seqlen_k; j++) {
+    for (int64_t j = 0; j < sq->sk; j++) {
         prob[j] = prob[j] == -INFINITY ? 0 : exp(prob[j] - mx);
         sum += prob[j];
     }
-    for (int64_t j = 0; j < p->seqlen_k; j++)
+    for (int64_t j = 0; j < sq->sk; j++)
         prob[j] /= sum;
     return mx + log(sum);
 }
@@ -63,24 +99,28 @@ int ref_forward(const struct attn_problem *p, struct attn_tensor q, struct attn_
         return rc;
     if (!out)
         return -EINVAL;
-    double *prob = malloc(sizeof(double) * (size_t)p->seqlen_k);
+    double *prob = malloc(sizeof(double) * (size_t)p->seqlen_k + 1);
     if (!prob)
         return -ENOMEM;
     const int64_t D = p->head_dim, G = p->heads_q / p->heads_kv;
-    for (int64_t b = 0; b < p->batch; b++)
+    const int64_t Rq = attn_view_rows_q(p);
+    for (int32_t b = 0; b < p->batch; b++) {
+        const struct seq sq = seq_of(p, b);
         for (int64_t h = 0; h < p->heads_q; h++)
-            for (int64_t i = 0; i < p->seqlen_q; i++) {
-                double l = softmax_row(p, &q, &k, b, i, h, prob);
+            for (int64_t i = 0; i < sq.sq; i++) {
+                double l = softmax_row(p, &q, &k, &sq, i, h, prob, NULL);
+                const int64_t row = sq.q0 + i;
                 if (lse)
-                    lse[(b * p->heads_q + h) * p->seqlen_q + i] = l;
-                double *o = out + ((b * p->seqlen_q + i) * p->heads_q + h) * D;
+                    lse[(sq.vb * p->heads_q + h) * Rq + row] = l;
+                double *o = out + ((sq.vb * Rq + row) * p->heads_q + h) * D;
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
-                    for (int64_t j = 0; j < p->seqlen_k; j++)
-                        acc += prob[j] * at(&v, p->dtype, b, j, h / G, d);
+                    for (int64_t j = 0; j < sq.sk; j++)
+                        acc += prob[j] * at(&v, p->dtype, sq.vb, sq.k0 + j, h / G, d);
                     o[d] = acc;
                 }
             }
+    }
     free(prob);
     return 0;
 }
@@ -95,54 +135,63 @@ int ref_backward(const struct attn_problem *p, struct attn_tensor q, struct attn
     if (!dq || !dk || !dv)
         return -EINVAL;
     const int64_t D = p->head_dim, G = p->heads_q / p->heads_kv, Sk = p->seqlen_k;
-    double *prob = malloc(sizeof(double) * (size_t)Sk);
-    double *dp = malloc(sizeof(double) * (size_t)Sk);
+    const int64_t VB = attn_view_batch(p), Rq = attn_view_rows_q(p), Rk = attn_view_rows_k(p);
+    double *prob = malloc(sizeof(double) * (size_t)Sk + 1);
+    double *dcap = malloc(sizeof(double) * (size_t)Sk + 1);
+    double *dp = malloc(sizeof(double) * (size_t)Sk + 1);
     double *o = malloc(sizeof(double) * (size_t)D);
-    if (!prob || !dp || !o) {
+    if (!prob || !dcap || !dp || !o) {
         free(prob);
+        free(dcap);
         free(dp);
         free(o);
         return -ENOMEM;
     }
-    memset(dq, 0, sizeof(double) * (size_t)(p->batch * p->seqlen_q * p->heads_q * D));
-    memset(dk, 0, sizeof(double) * (size_t)(p->batch * Sk * p->heads_kv * D));
-    memset(dv, 0, sizeof(double) * (size_t)(p->batch * Sk * p->heads_kv * D));
+    memset(dq, 0, sizeof(double) * (size_t)(VB * Rq * p->heads_q * D));
+    memset(dk, 0, sizeof(double) * (size_t)(VB * Rk * p->heads_kv * D));
+    memset(dv, 0, sizeof(double) * (size_t)(VB * Rk * p->heads_kv * D));
     const double scale = p->scale;
-    for (int64_t b = 0; b < p->batch; b++)
+    for (int32_t b = 0; b < p->batch; b++) {
+        const struct seq sq = seq_of(p, b);
+        const int64_t vb = sq.vb;
         for (int64_t h = 0; h < p->heads_q; h++)
-            for (int64_t i = 0; i < p->seqlen_q; i++) {
-                const int64_t hk = h / G;
-                softmax_row(p, &q, &k, b, i, h, prob);
+            for (int64_t i = 0; i < sq.sq; i++) {
+                const int64_t hk = h / G, qi = sq.q0 + i;
+                softmax_row(p, &q, &k, &sq, i, h, prob, dcap);
                 /* O row, dP row and Dsum = dO . O, all in double */
                 double dsum = 0;
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
-                    for (int64_t j = 0; j < Sk; j++)
-                        acc += prob[j] * at(&v, p->dtype, b, j, hk, d);
+                    for (int64_t j = 0; j < sq.sk; j++)
+                        acc += prob[j] * at(&v, p->dtype, vb, sq.k0 + j, hk, d);
                     o[d] = acc;
-                    dsum += acc * at(&dout, p->dtype, b, i, h, d);
+                    dsum += acc * at(&dout, p->dtype, vb, qi, h, d);
                 }
-                for (int64_t j = 0; j < Sk; j++) {
+                for (int64_t j = 0; j < sq.sk; j++) {
                     double acc = 0;
                     for (int64_t d = 0; d < D; d++)
-                        acc += at(&dout, p->dtype, b, i, h, d) * at(&v, p->dtype, b, j, hk, d);
+                        acc += at(&dout, p->dtype, vb, qi, h, d) * at(&v, p->dtype, vb, sq.k0 + j, hk, d);
                     dp[j] = acc;
                 }
-                double *dqi = dq + ((b * p->seqlen_q + i) * p->heads_q + h) * D;
-                for (int64_t j = 0; j < Sk; j++) {
+                double *dqi = dq + ((vb * Rq + qi) * p->heads_q + h) * D;
+                for (int64_t j = 0; j < sq.sk; j++) {
                     if (prob[j] == 0)
                         continue;
-                    const double ds = prob[j] * (dp[j] - dsum);
-                    double *dkj = dk + ((b * Sk + j) * p->heads_kv + hk) * D;
-                    double *dvj = dv + ((b * Sk + j) * p->heads_kv + hk) * D;
+                    /* d(loss)/d(score), then through the softcap to d/d(scale q.k) */
+                    const double ds = prob[j] * (dp[j] - dsum) * dcap[j];
+                    const int64_t kj = sq.k0 + j;
+                    double *dkj = dk + ((vb * Rk + kj) * p->heads_kv + hk) * D;
+                    double *dvj = dv + ((vb * Rk + kj) * p->heads_kv + hk) * D;
                     for (int64_t d = 0; d < D; d++) {
-                        dqi[d] += scale * ds * at(&k, p->dtype, b, j, hk, d);
-                        dkj[d] += scale * ds * at(&q, p->dtype, b, i, h, d);
-                        dvj[d] += prob[j] * at(&dout, p->dtype, b, i, h, d);
+                        dqi[d] += scale * ds * at(&k, p->dtype, vb, kj, hk, d);
+                        dkj[d] += scale * ds * at(&q, p->dtype, vb, qi, h, d);
+                        dvj[d] += prob[j] * at(&dout, p->dtype, vb, qi, h, d);
                     }
                 }
             }
+    }
     free(prob);
+    free(dcap);
     free(dp);
     free(o);
     return 0;

@@ -6,9 +6,12 @@
  * dtype), converts each element to double and computes everything in double with the
  * textbook formulas: P = softmax(scale q k^T) over visible keys, O = P v,
  * dP = dO v^T, dS = P o (dP - rowsum(dO o O)), dQ = scale dS k, dK = scale dS^T q,
- * dV = P^T dO. O(batch * heads * seqlen_q * seqlen_k * head_dim) time; for tests.
+ * dV = P^T dO; with a softcap the scores are cap tanh(scale q.k / cap) and dS is taken
+ * through the tanh. Windows and packed batches as kernels/attn/problem.h defines them,
+ * sequence by sequence. O(batch * heads * seqlen_q * seqlen_k * head_dim) time; for tests.
  * Outputs are dense doubles: out/dq (batch, seqlen_q, heads_q, head_dim),
- * dk/dv (batch, seqlen_k, heads_kv, head_dim), lse (batch, heads_q, seqlen_q).
+ * dk/dv (batch, seqlen_k, heads_kv, head_dim), lse (batch, heads_q, seqlen_q); for a packed
+ * batch (total_q, heads_q, head_dim), (total_k, heads_kv, head_dim), (heads_q, total_q).
  */
 #ifndef DASH_REF_H
 #define DASH_REF_H

@@ -92,7 +92,7 @@ int eng_check_problem(const struct attn_problem *p)
  * 0 or -EINVAL. */
 static int fill_config(const struct attn_config *cfg, struct attn_config *ret)
 {
-    struct attn_config c = {SCHED_AUTO, 0, 0, 0};
+    struct attn_config c = {SCHED_AUTO, 0, 0, 0, 0};
     if (cfg)
         c = *cfg;
     if ((int)c.sched < 0 || c.sched >= SCHED_KIND_COUNT || c.w < 0 || c.w > SCHED_W_MAX ||
@@ -116,6 +116,20 @@ int eng_check_config(const struct attn_problem *p, const struct attn_config *cfg
     return rc ? rc : attn_geometry(p, &c, &geo);
 }
 
+/* Packed batches: the shape SCHED_AUTO is resolved on (dag.h's rule). */
+static void varlen_auto_shape(const struct attn_problem *p, const struct attn_config *c,
+                              struct sched_shape *ret)
+{
+    int32_t b = c->batch_invariant ? -1
+                                   : dag_auto_packed_seq(p->cu_seqlens_q, p->cu_seqlens_k, p->batch);
+    if (b >= 0) {
+        attn_sched_shape_of(p, c, b, ret);
+        return;
+    }
+    attn_sched_shape(p, c, ret);
+    dag_auto_packed_ref(ret);
+}
+
 int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
                  struct attn_config *ret_cfg, struct sched *ret_geo)
 {
@@ -127,7 +141,11 @@ int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_
         return rc;
     if (c.sched == SCHED_AUTO) {
         struct sched_shape sh;
-        attn_sched_shape(p, &c, &sh); /* padding zeroed: the auto cache compares memory */
+        /* padding zeroed: the auto cache compares memory */
+        if (p->cu_seqlens_q)
+            varlen_auto_shape(p, &c, &sh);
+        else
+            attn_sched_shape(p, &c, &sh);
         if ((rc = dag_auto_cached(&e->auto_cache, &sh, c.w, &c.sched)) != 0)
             return rc;
     }
@@ -137,6 +155,82 @@ int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_
     *ret_cfg = c;
     *ret_geo = geo;
     return 0;
+}
+
+int eng__segments(const struct attn_problem *p, const struct attn_config *c,
+                  struct eng__carver *a, struct eng__segs *ret)
+{
+    struct eng__segs g = {0};
+    g.rows_q = attn_view_rows_q(p);
+    g.rows_k = attn_view_rows_k(p);
+    int32_t count = 0;
+    for (int32_t b = 0; b < (p->cu_seqlens_q ? p->batch : 1); b++) {
+        int32_t q0, k0, sq, sk;
+        attn_seq(p, b, &q0, &k0, &sq, &sk);
+        count += sq > 0;
+    }
+    g.seg = eng__carve(a, sizeof(struct eng__seg) * (size_t)(count > 0 ? count : 1));
+    g.count = count;
+    int64_t jobs = 0;
+    int32_t at = 0;
+    for (int32_t b = 0; b < (p->cu_seqlens_q ? p->batch : 1); b++) {
+        struct eng__seg x;
+        memset(&x, 0, sizeof x);
+        attn_seq(p, b, &x.q0, &x.k0, &x.sq, &x.sk);
+        if (x.sq == 0)
+            continue;
+        struct sched_shape sh;
+        attn_sched_shape_of(p, c, b, &sh);
+        if (x.sk == 0)
+            sh.seqlen_k = 1; /* no key: only the q tiles matter */
+        int rc = sched_init(&x.s, c->sched, &sh, c->w);
+        if (rc)
+            return rc;
+        x.task0 = g.tasks;
+        x.tile0 = g.tiles;
+        x.job0 = (int32_t)jobs;
+        g.tasks += (int64_t)x.s.bh * x.s.m_tiles;
+        g.tiles += (int64_t)x.s.bh * x.s.m_tiles;
+        if (x.sk > 0)
+            jobs += x.s.jobs;
+        if (jobs > INT32_MAX)
+            return -EOVERFLOW;
+        if (a->base)
+            g.seg[at] = x;
+        at++;
+    }
+    g.jobs = (int32_t)jobs;
+    *ret = g;
+    return 0;
+}
+
+int32_t eng__seg_of_task(const struct eng__segs *g, int64_t t)
+{
+    int32_t lo = 0, hi = g->count - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (g->seg[mid].task0 <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+int32_t eng__seg_of_job(const struct eng__segs *g, int32_t j)
+{
+    /* the last segment whose first job is <= j and that has jobs */
+    int32_t lo = 0, hi = g->count - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (g->seg[mid].job0 <= j)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    while (lo > 0 && (g->seg[lo].sk == 0 || g->seg[lo].job0 > j))
+        lo--;
+    return lo;
 }
 
 int eng_resolve(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
@@ -192,7 +286,7 @@ void eng__for_each(struct eng *e, int64_t tasks, eng__task_fn fn, void *ctx)
 
 struct fwd {
     const struct attn_problem *p;
-    struct sched geo;
+    struct eng__segs g;
     int32_t bm, bn, group;
     struct attn_tensor out, q, k, v;
     float *lse;
@@ -226,14 +320,16 @@ static void fwd_task(void *arg, int64_t task, int32_t thread)
     float *rmax = eng__carve(&c, sizeof(float) * (size_t)bm * 2);
     float *rsum = rmax + bm;
 
-    const int32_t M = f->geo.m_tiles;
-    const int32_t m = (int32_t)(task % M), bh = (int32_t)(task / M);
+    const struct eng__seg *g = &f->g.seg[eng__seg_of_task(&f->g, task)];
+    const int32_t M = g->s.m_tiles;
+    const int32_t m = (int32_t)((task - g->task0) % M), bh = (int32_t)((task - g->task0) / M);
     const int32_t b = bh / p->heads_q, h = bh % p->heads_q, hk = h / f->group;
-    const int32_t i0 = m * bm, rm = p->seqlen_q - i0 < bm ? p->seqlen_q - i0 : bm;
-    const int64_t offset = (int64_t)p->seqlen_k - p->seqlen_q; /* causal: key j <= i + offset */
+    const int32_t i0 = m * bm, rm = g->sq - i0 < bm ? g->sq - i0 : bm;
+    /* softcap: s = cap tanh(scale q.k / cap) */
+    const float cap = p->softcap, capscale = cap > 0 ? p->scale / cap : 0.0f;
 
     for (int32_t i = 0; i < rm; i++) {
-        int64_t at = eng__row(&f->q, b, i0 + i, h);
+        int64_t at = eng__row(&f->q, b, g->q0 + i0 + i, h);
         for (int32_t d = 0; d < D; d++)
             Q[i * D + d] = dtype_load(f->q.data, p->dtype, at + d);
         rmax[i] = -INFINITY;
@@ -241,11 +337,12 @@ static void fwd_task(void *arg, int64_t task, int32_t thread)
     }
     memset(O, 0, sizeof(float) * (size_t)rm * D);
 
-    const int32_t n_hi = sched_n_hi(&f->geo, m);
-    for (int32_t n = sched_n_lo(&f->geo, m); n < n_hi; n++) {
-        const int32_t j0 = n * bn, rn = p->seqlen_k - j0 < bn ? p->seqlen_k - j0 : bn;
+    const int32_t n_hi = g->sk > 0 ? sched_n_hi(&g->s, m) : 0;
+    for (int32_t n = g->sk > 0 ? sched_n_lo(&g->s, m) : 0; n < n_hi; n++) {
+        const int32_t j0 = n * bn, rn = g->sk - j0 < bn ? g->sk - j0 : bn;
         for (int32_t j = 0; j < rn; j++) {
-            int64_t ka = eng__row(&f->k, b, j0 + j, hk), va = eng__row(&f->v, b, j0 + j, hk);
+            int64_t ka = eng__row(&f->k, b, g->k0 + j0 + j, hk);
+            int64_t va = eng__row(&f->v, b, g->k0 + j0 + j, hk);
             for (int32_t d = 0; d < D; d++) {
                 Kt[d * bn + j] = dtype_load(f->k.data, p->dtype, ka + d);
                 V[j * D + d] = dtype_load(f->v.data, p->dtype, va + d);
@@ -261,21 +358,18 @@ static void fwd_task(void *arg, int64_t task, int32_t thread)
                 for (int32_t j = 0; j < rn; j++)
                     s[j] += qd * kt[j];
             }
-            int32_t visible = rn;
-            if (p->mask == SCHED_MASK_CAUSAL) {
-                int64_t last = (int64_t)i0 + i + offset - j0; /* last visible j in tile */
-                visible = last < 0 ? 0 : last + 1 < rn ? (int32_t)(last + 1) : rn;
-            }
-            if (visible == 0)
+            int32_t lo, hi;
+            eng__visible(g, i0 + i, j0, rn, &lo, &hi);
+            if (lo == hi)
                 continue;
             float mx = rmax[i];
-            for (int32_t j = 0; j < visible; j++) {
-                s[j] *= p->scale;
+            for (int32_t j = lo; j < hi; j++) {
+                s[j] = cap > 0 ? cap * tanhf(s[j] * capscale) : s[j] * p->scale;
                 mx = s[j] > mx ? s[j] : mx;
             }
             const float corr = expf(rmax[i] - mx); /* 0 when the row had no key yet */
             float sum = 0.0f;
-            for (int32_t j = 0; j < visible; j++) {
+            for (int32_t j = lo; j < hi; j++) {
                 s[j] = expf(s[j] - mx);
                 sum += s[j];
             }
@@ -284,7 +378,7 @@ static void fwd_task(void *arg, int64_t task, int32_t thread)
             float *o = O + (size_t)i * D;
             for (int32_t d = 0; d < D; d++)
                 o[d] *= corr;
-            for (int32_t j = 0; j < visible; j++) {
+            for (int32_t j = lo; j < hi; j++) {
                 const float pj = s[j], *vj = V + (size_t)j * D;
                 for (int32_t d = 0; d < D; d++)
                     o[d] += pj * vj[d];
@@ -293,8 +387,8 @@ static void fwd_task(void *arg, int64_t task, int32_t thread)
     }
 
     for (int32_t i = 0; i < rm; i++) {
-        int64_t at = eng__row(&f->out, b, i0 + i, h);
-        float *lse = &f->lse[((int64_t)bh) * p->seqlen_q + i0 + i];
+        int64_t at = eng__row(&f->out, b, g->q0 + i0 + i, h);
+        float *lse = &f->lse[((int64_t)b * p->heads_q + h) * f->g.rows_q + g->q0 + i0 + i];
         if (rsum[i] == 0.0f) { /* the row sees no key */
             for (int32_t d = 0; d < D; d++)
                 dtype_store(f->out.data, p->dtype, at + d, 0.0f);
@@ -316,18 +410,20 @@ int eng_forward(struct eng *e, const struct attn_problem *p, const struct attn_c
         return -EINVAL;
     struct fwd f = {.p = p, .out = out, .q = q, .k = k, .v = v, .lse = lse};
     /* The forward has no schedule; only the tile sizes matter. Never run auto for it. */
-    struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0};
+    struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0, 0};
     if (cfg) {
         fc = *cfg;
         fc.sched = SCHED_ASCENDING;
     }
-    int rc = eng__prepare(e, p, &fc, &c, &f.geo);
+    struct sched geo;
+    int rc = eng__prepare(e, p, &fc, &c, &geo);
     if (rc)
         return rc;
-    if (attn_check_tensor(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        attn_check_tensor(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        attn_check_tensor(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        attn_check_tensor(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1))
+    const int32_t VB = attn_view_batch(p), Rq = attn_view_rows_q(p), Rk = attn_view_rows_k(p);
+    if (attn_check_tensor(&q, VB, Rq, p->heads_q, p->head_dim, 0) ||
+        attn_check_tensor(&k, VB, Rk, p->heads_kv, p->head_dim, 0) ||
+        attn_check_tensor(&v, VB, Rk, p->heads_kv, p->head_dim, 0) ||
+        attn_check_tensor(&out, VB, Rq, p->heads_q, p->head_dim, 1))
         return -EINVAL;
     f.bm = c.block_m;
     f.bn = c.block_n;
@@ -335,11 +431,18 @@ int eng_forward(struct eng *e, const struct attn_problem *p, const struct attn_c
     struct eng__carver count = {NULL, 0};
     f.per_thread = (fwd_thread_bytes(f.bm, f.bn, p->head_dim, &count) + ENG__ALIGN - 1) &
                    ~(size_t)(ENG__ALIGN - 1);
-    f.thread_mem = eng__arena(e, f.per_thread * (size_t)eng_threads(e));
-    if (!f.thread_mem)
-        return -ENOMEM;
+    /* count, then carve: the segments, then each thread's scratch */
+    unsigned char *base = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        struct eng__carver a = {base, 0};
+        if ((rc = eng__segments(p, &c, &a, &f.g)) != 0)
+            return rc;
+        f.thread_mem = eng__carve(&a, f.per_thread * (size_t)eng_threads(e));
+        if (!base && !(base = eng__arena(e, a.used)))
+            return -ENOMEM;
+    }
     eng__op_begin(e);
-    eng__for_each(e, (int64_t)f.geo.bh * f.geo.m_tiles, fwd_task, &f);
+    eng__for_each(e, f.g.tasks, fwd_task, &f);
     if ((rc = eng__op_end(e)))
         return rc;
     if (ret_cfg)

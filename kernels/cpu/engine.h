@@ -16,8 +16,11 @@
  * the output bytes depend on the inputs, shape, dtype, mask, scale and the engine
  * configuration below - never on T, timing or the machine's load.
  *
- * Masks: full, or causal aligned to the bottom-right corner (flash-attn >= 2.1). Query
- * rows that see no key get O = 0, LSE = +inf, dQ = 0.
+ * Masks: full, or causal aligned to the bottom-right corner (flash-attn >= 2.1), narrowed
+ * by a sliding window; scores optionally soft-capped; a dense batch or a packed
+ * variable-length one, each sequence tiled and scheduled alone (kernels/attn/problem.h,
+ * docs/schedules.md). Query rows that see no key get O = 0, LSE = +inf, dQ = 0; keys no
+ * query sees get dK = dV = 0.
  * GQA/MQA: heads_kv divides heads_q; query head h reads kv head h / (heads_q / heads_kv),
  * and dK/dV of a kv head are the sum over its query heads in ascending order.
  */
@@ -75,7 +78,8 @@ int eng_resolve(struct eng *e, const struct attn_problem *p, const struct attn_c
 /*
  * Forward: out = softmax(scale * q k^T, mask) v, and lse (natural log of the softmax
  * denominator, scaled scores) as float (batch, heads_q, seqlen_q), contiguous.
- * q, out: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim).
+ * q, out: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim);
+ * a packed batch: views of batch 1 and seqlen total_q / total_k, lse (1, heads_q, total_q).
  * cfg may be NULL (defaults); ret_cfg may be NULL. One call at a time per engine.
  * Returns 0 or a negative code; outputs are unspecified on failure.
  */

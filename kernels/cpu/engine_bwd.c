@@ -15,6 +15,11 @@
  *   3. rows:   dQ = scale dQacc; GQA: dK, dV = sum over the group's query heads in
  *              ascending order.
  *
+ * Softcap: P comes from the capped scores c = cap tanh(scale S / cap), and dS is taken
+ * through the cap: dS = P o (dP - Dsum) o (1 - tanh^2), the tanh recomputed exactly as the
+ * forward computed it. Windows and packed batches only change which (q-tile, kv-tile)
+ * pairs the schedule visits and which keys of a tile a row sees (engine_int.h's segments).
+ *
  * Step 2 is where determinism is won or lost. An addition into dQacc happens only when
  * the tile's counter equals the schedule's rank (acquire), and the counter moves on only
  * after the addition (release), so each dQ tile is summed in the schedule's order whatever
@@ -34,6 +39,7 @@
 /* State of one virtual SM; its buffers live in the engine's arena. */
 struct vsm {
     int32_t job, stage, step;
+    int32_t seg;     /* the segment of job */
     int32_t loaded;  /* K/V of the current unit are in k, kt, v, vt */
     int32_t pending; /* dq holds a partial waiting for its turn */
     int32_t m, rank; /* of the pending partial */
@@ -46,14 +52,14 @@ struct vsm {
 struct bwd {
     struct eng *e;
     const struct attn_problem *p;
-    struct sched s;
+    struct eng__segs g;
     int32_t bm, bn, D, group, nvsm, threads;
     struct attn_tensor dq, dk, dv, q, k, v, out, dout;
-    const float *lse;     /* (bh, seqlen_q) */
-    float *dsum;          /* (bh, seqlen_q) */
-    float *dq_acc;        /* (bh, seqlen_q, D) */
-    float *dk_acc, *dv_acc; /* (bh, seqlen_k, D), GQA only */
-    _Atomic int32_t *counter; /* (bh, M) */
+    const float *lse;     /* (view batch * heads_q, rows_q) */
+    float *dsum;          /* (view batch * heads_q, rows_q) */
+    float *dq_acc;        /* (view batch * heads_q, rows_q, D) */
+    float *dk_acc, *dv_acc; /* (view batch * heads_q, rows_k, D), GQA only */
+    _Atomic int32_t *counter; /* every segment's (bh, M) */
     struct vsm *vsm;
     unsigned char *thread_mem;
     size_t per_thread;
@@ -66,7 +72,7 @@ static void pre_row(void *arg, int64_t row, int32_t thread)
     struct bwd *w = arg;
     const struct attn_problem *p = w->p;
     (void)thread;
-    const int32_t bh = (int32_t)(row / p->seqlen_q), i = (int32_t)(row % p->seqlen_q);
+    const int32_t bh = (int32_t)(row / w->g.rows_q), i = (int32_t)(row % w->g.rows_q);
     const int32_t b = bh / p->heads_q, h = bh % p->heads_q;
     const int64_t oa = eng__row(&w->out, b, i, h), da = eng__row(&w->dout, b, i, h);
     float sum = 0.0f;
@@ -81,7 +87,7 @@ static void post_dq_row(void *arg, int64_t row, int32_t thread)
     struct bwd *w = arg;
     const struct attn_problem *p = w->p;
     (void)thread;
-    const int32_t bh = (int32_t)(row / p->seqlen_q), i = (int32_t)(row % p->seqlen_q);
+    const int32_t bh = (int32_t)(row / w->g.rows_q), i = (int32_t)(row % w->g.rows_q);
     const int32_t b = bh / p->heads_q, h = bh % p->heads_q;
     const int64_t at = eng__row(&w->dq, b, i, h);
     const float *acc = w->dq_acc + row * w->D;
@@ -95,14 +101,14 @@ static void post_dkv_row(void *arg, int64_t row, int32_t thread)
     struct bwd *w = arg;
     const struct attn_problem *p = w->p;
     (void)thread;
-    const int32_t j = (int32_t)(row % p->seqlen_k);
-    const int32_t bhk = (int32_t)(row / p->seqlen_k);
+    const int32_t j = (int32_t)(row % w->g.rows_k);
+    const int32_t bhk = (int32_t)(row / w->g.rows_k);
     const int32_t b = bhk / p->heads_kv, hk = bhk % p->heads_kv;
     const int64_t ka = eng__row(&w->dk, b, j, hk), va = eng__row(&w->dv, b, j, hk);
     for (int32_t d = 0; d < w->D; d++) {
         float sk = 0.0f, sv = 0.0f;
         for (int32_t g = 0; g < w->group; g++) {
-            int64_t src = (((int64_t)b * p->heads_q + hk * w->group + g) * p->seqlen_k + j) * w->D + d;
+            int64_t src = (((int64_t)b * p->heads_q + hk * w->group + g) * w->g.rows_k + j) * w->D + d;
             sk += w->dk_acc[src];
             sv += w->dv_acc[src];
         }
@@ -116,11 +122,13 @@ static void post_dkv_row(void *arg, int64_t row, int32_t thread)
 static void unit_load(struct bwd *w, struct vsm *x, int32_t bh, int32_t n)
 {
     const struct attn_problem *p = w->p;
+    const struct eng__seg *g = &w->g.seg[x->seg];
     const int32_t D = w->D, bn = w->bn;
     const int32_t b = bh / p->heads_q, hk = (bh % p->heads_q) / w->group;
-    const int32_t j0 = n * bn, rn = p->seqlen_k - j0 < bn ? p->seqlen_k - j0 : bn;
+    const int32_t j0 = n * bn, rn = g->sk - j0 < bn ? g->sk - j0 : bn;
     for (int32_t j = 0; j < rn; j++) {
-        int64_t ka = eng__row(&w->k, b, j0 + j, hk), va = eng__row(&w->v, b, j0 + j, hk);
+        int64_t ka = eng__row(&w->k, b, g->k0 + j0 + j, hk);
+        int64_t va = eng__row(&w->v, b, g->k0 + j0 + j, hk);
         for (int32_t d = 0; d < D; d++) {
             float kv = dtype_load(w->k.data, p->dtype, ka + d);
             float vv = dtype_load(w->v.data, p->dtype, va + d);
@@ -138,19 +146,21 @@ static void unit_load(struct bwd *w, struct vsm *x, int32_t bh, int32_t n)
 static void unit_store(struct bwd *w, struct vsm *x, int32_t bh, int32_t n)
 {
     const struct attn_problem *p = w->p;
+    const struct eng__seg *g = &w->g.seg[x->seg];
     const int32_t D = w->D, bn = w->bn;
     const int32_t b = bh / p->heads_q, h = bh % p->heads_q, hk = h / w->group;
-    const int32_t j0 = n * bn, rn = p->seqlen_k - j0 < bn ? p->seqlen_k - j0 : bn;
+    const int32_t j0 = n * bn, rn = g->sk - j0 < bn ? g->sk - j0 : bn;
     for (int32_t j = 0; j < rn; j++) {
         const float *dk = x->dk + (size_t)j * D, *dv = x->dv + (size_t)j * D;
         if (w->group == 1) {
-            int64_t ka = eng__row(&w->dk, b, j0 + j, hk), va = eng__row(&w->dv, b, j0 + j, hk);
+            int64_t ka = eng__row(&w->dk, b, g->k0 + j0 + j, hk);
+            int64_t va = eng__row(&w->dv, b, g->k0 + j0 + j, hk);
             for (int32_t d = 0; d < D; d++) {
                 dtype_store(w->dk.data, p->dtype, ka + d, dk[d] * p->scale);
                 dtype_store(w->dv.data, p->dtype, va + d, dv[d]);
             }
         } else {
-            int64_t at = ((int64_t)bh * p->seqlen_k + j0 + j) * D;
+            int64_t at = ((int64_t)bh * w->g.rows_k + g->k0 + j0 + j) * D;
             for (int32_t d = 0; d < D; d++) {
                 w->dk_acc[at + d] = dk[d] * p->scale;
                 w->dv_acc[at + d] = dv[d];
@@ -164,7 +174,8 @@ static void unit_store(struct bwd *w, struct vsm *x, int32_t bh, int32_t n)
 static void unit_step(struct bwd *w, struct vsm *x, int32_t thread)
 {
     const struct attn_problem *p = w->p;
-    const struct sched *s = &w->s;
+    const struct eng__seg *g = &w->g.seg[x->seg];
+    const struct sched *s = &g->s;
     const int32_t D = w->D, bm = w->bm, bn = w->bn;
     struct eng__carver c = {w->thread_mem + (size_t)thread * w->per_thread, 0};
     float *Q = eng__carve(&c, sizeof(float) * (size_t)bm * D);
@@ -172,20 +183,21 @@ static void unit_step(struct bwd *w, struct vsm *x, int32_t thread)
     float *P = eng__carve(&c, sizeof(float) * (size_t)bm * bn);
     float *dS = eng__carve(&c, sizeof(float) * (size_t)bm * bn);
 
-    const struct sched_job J = sched_job_at(s, x->job);
+    const struct sched_job J = sched_job_at(s, x->job - g->job0);
     const int32_t n = sched_job_unit(s, J.k, x->stage);
     if (!x->loaded)
         unit_load(w, x, J.bh, n);
     const int32_t m = sched_visit(s, &J, x->stage, x->step);
     const int32_t b = J.bh / p->heads_q, h = J.bh % p->heads_q;
-    const int32_t i0 = m * bm, rm = p->seqlen_q - i0 < bm ? p->seqlen_q - i0 : bm;
-    const int32_t j0 = n * bn, rn = p->seqlen_k - j0 < bn ? p->seqlen_k - j0 : bn;
-    const int64_t offset = (int64_t)p->seqlen_k - p->seqlen_q;
-    const float *lse = w->lse + (int64_t)J.bh * p->seqlen_q + i0;
-    const float *dsum = w->dsum + (int64_t)J.bh * p->seqlen_q + i0;
+    const int32_t i0 = m * bm, rm = g->sq - i0 < bm ? g->sq - i0 : bm;
+    const int32_t j0 = n * bn, rn = g->sk - j0 < bn ? g->sk - j0 : bn;
+    const int64_t lrow = ((int64_t)b * p->heads_q + h) * w->g.rows_q + g->q0 + i0;
+    const float *lse = w->lse + lrow, *dsum = w->dsum + lrow;
+    const float cap = p->softcap, capscale = cap > 0 ? p->scale / cap : 0.0f;
 
     for (int32_t i = 0; i < rm; i++) {
-        int64_t qa = eng__row(&w->q, b, i0 + i, h), da = eng__row(&w->dout, b, i0 + i, h);
+        int64_t qa = eng__row(&w->q, b, g->q0 + i0 + i, h);
+        int64_t da = eng__row(&w->dout, b, g->q0 + i0 + i, h);
         for (int32_t d = 0; d < D; d++) {
             Q[i * D + d] = dtype_load(w->q.data, p->dtype, qa + d);
             dO[i * D + d] = dtype_load(w->dout.data, p->dtype, da + d);
@@ -197,27 +209,32 @@ static void unit_step(struct bwd *w, struct vsm *x, int32_t thread)
         float *pr = P + (size_t)i * bn, *ds = dS + (size_t)i * bn;
         memset(pr, 0, sizeof(float) * (size_t)rn);
         memset(ds, 0, sizeof(float) * (size_t)rn);
-        int32_t visible = rn;
-        if (p->mask == SCHED_MASK_CAUSAL) {
-            int64_t last = (int64_t)i0 + i + offset - j0;
-            visible = last < 0 ? 0 : last + 1 < rn ? (int32_t)(last + 1) : rn;
-        }
-        if (visible == 0)
+        int32_t lo, hi;
+        eng__visible(g, i0 + i, j0, rn, &lo, &hi);
+        if (lo == hi)
             continue;
         for (int32_t d = 0; d < D; d++) {
             const float qd = Q[i * D + d], od = dO[i * D + d];
             const float *kt = x->kt + (size_t)d * bn, *vt = x->vt + (size_t)d * bn;
-            for (int32_t j = 0; j < visible; j++) {
+            for (int32_t j = lo; j < hi; j++) {
                 pr[j] += qd * kt[j];
                 ds[j] += od * vt[j];
             }
         }
-        for (int32_t j = 0; j < visible; j++) {
-            pr[j] = expf(pr[j] * p->scale - lse[i]);
-            ds[j] = pr[j] * (ds[j] - dsum[i]);
+        if (cap > 0) {
+            for (int32_t j = lo; j < hi; j++) {
+                const float t = tanhf(pr[j] * capscale);
+                pr[j] = expf(cap * t - lse[i]);
+                ds[j] = pr[j] * (ds[j] - dsum[i]) * (1.0f - t * t);
+            }
+        } else {
+            for (int32_t j = lo; j < hi; j++) {
+                pr[j] = expf(pr[j] * p->scale - lse[i]);
+                ds[j] = pr[j] * (ds[j] - dsum[i]);
+            }
         }
     }
-    /* dV += P^T dO, dK += dS^T Q  (rows of the unit's accumulators, i ascending) */
+/* dV += P^T dO, dK += dS^T Q  (rows of the unit's accumulators, i ascending) */
     for (int32_t i = 0; i < rm; i++) {
         const float *pr = P + (size_t)i * bn, *ds = dS + (size_t)i * bn;
         const float *qi = Q + (size_t)i * D, *oi = dO + (size_t)i * D;
@@ -246,14 +263,40 @@ static void unit_step(struct bwd *w, struct vsm *x, int32_t thread)
     x->pending = 1;
 }
 
+/* Move the virtual SM past a finished stage: store the unit, go to the next stage or job
+ * (and its segment). Stages that visit no q-tile (a band can leave a kv-tile unseen)
+ * are stored at once, their dK and dV zero. */
+static void unit_advance(struct bwd *w, struct vsm *x)
+{
+    for (;;) {
+        const struct sched *s = &w->g.seg[x->seg].s;
+        const struct sched_job J = sched_job_at(s, x->job - w->g.seg[x->seg].job0);
+        const int32_t n = sched_job_unit(s, J.k, x->stage);
+        if (x->step < sched_unit_steps(s, n))
+            return;
+        if (!x->loaded)
+            unit_load(w, x, J.bh, n);
+        unit_store(w, x, J.bh, n);
+        x->step = 0;
+        if (++x->stage < sched_job_stages(s, J.k))
+            continue;
+        x->stage = 0;
+        x->job += w->nvsm;
+        if (x->job >= w->g.jobs)
+            return;
+        x->seg = eng__seg_of_job(&w->g, x->job);
+    }
+}
+
 /* Add the pending partial if it is its turn; then move the virtual SM on. Returns 1 if
  * the partial was added. */
 static int unit_publish(struct bwd *w, struct vsm *x)
 {
     const struct attn_problem *p = w->p;
-    const struct sched *s = &w->s;
-    const struct sched_job J = sched_job_at(s, x->job);
-    _Atomic int32_t *ctr = &w->counter[(int64_t)J.bh * s->m_tiles + x->m];
+    const struct eng__seg *g = &w->g.seg[x->seg];
+    const struct sched *s = &g->s;
+    const struct sched_job J = sched_job_at(s, x->job - g->job0);
+    _Atomic int32_t *ctr = &w->counter[g->tile0 + (int64_t)J.bh * s->m_tiles + x->m];
     if (x->rank >= 0) {
         if (atomic_load_explicit(ctr, memory_order_acquire) != x->rank)
             return 0;
@@ -263,23 +306,16 @@ static int unit_publish(struct bwd *w, struct vsm *x)
                                                      memory_order_relaxed))
             return 0;
     }
-    const int32_t i0 = x->m * w->bm, rm = p->seqlen_q - i0 < w->bm ? p->seqlen_q - i0 : w->bm;
-    float *acc = w->dq_acc + ((int64_t)J.bh * p->seqlen_q + i0) * w->D;
+    const int32_t i0 = x->m * w->bm, rm = g->sq - i0 < w->bm ? g->sq - i0 : w->bm;
+    const int32_t b = J.bh / p->heads_q, h = J.bh % p->heads_q;
+    float *acc = w->dq_acc + (((int64_t)b * p->heads_q + h) * w->g.rows_q + g->q0 + i0) * w->D;
     const int64_t len = (int64_t)rm * w->D;
     for (int64_t t = 0; t < len; t++)
         acc[t] += x->dq[t];
     atomic_store_explicit(ctr, x->rank >= 0 ? x->rank + 1 : 0, memory_order_release);
     x->pending = 0;
-
-    const int32_t n = sched_job_unit(s, J.k, x->stage);
-    if (++x->step < sched_unit_steps(s, n))
-        return 1;
-    unit_store(w, x, J.bh, n);
-    x->step = 0;
-    if (++x->stage < sched_job_stages(s, J.k))
-        return 1;
-    x->stage = 0;
-    x->job += w->nvsm;
+    x->step++;
+    unit_advance(w, x);
     return 1;
 }
 
@@ -291,12 +327,12 @@ static void units_worker(void *arg, int32_t thread, int32_t threads)
         int active = 0, progress = 0;
         for (int32_t v = thread; v < w->nvsm; v += threads) {
             struct vsm *x = &w->vsm[v];
-            if (x->job >= w->s.jobs)
+            if (x->job >= w->g.jobs)
                 continue;
             active = 1;
             /* Keep stepping this virtual SM until it must wait: its tiles stay in cache,
              * and every switch is then forced by a real dependency. */
-            while (x->job < w->s.jobs) {
+            while (x->job < w->g.jobs) {
                 if (eng__stopping(w->e, 1))
                     return; /* every worker leaves: no turn is waited for again */
                 if (!x->pending) {
@@ -321,6 +357,35 @@ static void units_worker(void *arg, int32_t thread, int32_t threads)
     }
 }
 
+/* A packed sequence without queries has no segment, and its keys no unit: their dK and
+ * dV are zero. */
+static void zero_unqueried_keys(struct bwd *w)
+{
+    const struct attn_problem *p = w->p;
+    for (int32_t b = 0; p->cu_seqlens_q && b < p->batch; b++) {
+        int32_t q0, k0, sq, sk;
+        attn_seq(p, b, &q0, &k0, &sq, &sk);
+        if (sq > 0)
+            continue;
+        for (int32_t j = k0; j < k0 + sk; j++)
+            for (int32_t hk = 0; hk < p->heads_kv; hk++) {
+                if (w->group == 1) {
+                    int64_t ka = eng__row(&w->dk, 0, j, hk), va = eng__row(&w->dv, 0, j, hk);
+                    for (int32_t d = 0; d < w->D; d++) {
+                        dtype_store(w->dk.data, p->dtype, ka + d, 0.0f);
+                        dtype_store(w->dv.data, p->dtype, va + d, 0.0f);
+                    }
+                    continue;
+                }
+                for (int32_t g = 0; g < w->group; g++) {
+                    int64_t at = ((int64_t)(hk * w->group + g) * w->g.rows_k + j) * w->D;
+                    memset(w->dk_acc + at, 0, sizeof(float) * (size_t)w->D);
+                    memset(w->dv_acc + at, 0, sizeof(float) * (size_t)w->D);
+                }
+            }
+    }
+}
+
 /* ---- entry point ------------------------------------------------------------------- */
 
 int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
@@ -334,29 +399,29 @@ int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_
     struct bwd w = {.e = e, .p = p, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v,
                     .out = out, .dout = dout, .lse = lse};
     struct attn_config c;
-    int rc = eng__prepare(e, p, cfg, &c, &w.s);
+    struct sched geo;
+    int rc = eng__prepare(e, p, cfg, &c, &geo);
     if (rc)
         return rc;
-    if (attn_check_tensor(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        attn_check_tensor(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        attn_check_tensor(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        attn_check_tensor(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        attn_check_tensor(&dout, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        attn_check_tensor(&dq, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1) ||
-        attn_check_tensor(&dk, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 1) ||
-        attn_check_tensor(&dv, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 1))
+    const int32_t VB = attn_view_batch(p), Rq = attn_view_rows_q(p), Rk = attn_view_rows_k(p);
+    if (attn_check_tensor(&q, VB, Rq, p->heads_q, p->head_dim, 0) ||
+        attn_check_tensor(&k, VB, Rk, p->heads_kv, p->head_dim, 0) ||
+        attn_check_tensor(&v, VB, Rk, p->heads_kv, p->head_dim, 0) ||
+        attn_check_tensor(&out, VB, Rq, p->heads_q, p->head_dim, 0) ||
+        attn_check_tensor(&dout, VB, Rq, p->heads_q, p->head_dim, 0) ||
+        attn_check_tensor(&dq, VB, Rq, p->heads_q, p->head_dim, 1) ||
+        attn_check_tensor(&dk, VB, Rk, p->heads_kv, p->head_dim, 1) ||
+        attn_check_tensor(&dv, VB, Rk, p->heads_kv, p->head_dim, 1))
         return -EINVAL;
     w.bm = c.block_m;
     w.bn = c.block_n;
     w.D = p->head_dim;
     w.group = p->heads_q / p->heads_kv;
     w.threads = eng_threads(e);
-    w.nvsm = w.s.jobs < c.w ? w.s.jobs : c.w; /* virtual SMs beyond the job count stay idle */
 
     const size_t D = (size_t)w.D, bm = (size_t)w.bm, bn = (size_t)w.bn;
-    const size_t rows_q = (size_t)w.s.bh * (size_t)p->seqlen_q;
-    const size_t rows_k = (size_t)w.s.bh * (size_t)p->seqlen_k;
-    const size_t tiles = (size_t)w.s.bh * (size_t)w.s.m_tiles;
+    const size_t rows_q = (size_t)VB * (size_t)p->heads_q * (size_t)Rq;
+    const size_t rows_k = (size_t)VB * (size_t)p->heads_q * (size_t)Rk;
     struct eng__carver tc = {NULL, 0};
     eng__carve(&tc, sizeof(float) * bm * D * 2 + sizeof(float) * bm * bn * 2);
     w.per_thread = (tc.used + ENG__ALIGN - 1) & ~(size_t)(ENG__ALIGN - 1);
@@ -365,14 +430,18 @@ int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_
     unsigned char *base = NULL;
     for (int pass = 0; pass < 2; pass++) {
         struct eng__carver a = {base, 0};
+        if ((rc = eng__segments(p, &c, &a, &w.g)) != 0)
+            return rc;
+        /* virtual SMs beyond the job count stay idle */
+        w.nvsm = w.g.jobs < c.w ? w.g.jobs : c.w;
         w.dsum = eng__carve(&a, sizeof(float) * rows_q);
         w.dq_acc = eng__carve(&a, sizeof(float) * rows_q * D);
         if (w.group > 1) {
             w.dk_acc = eng__carve(&a, sizeof(float) * rows_k * D);
             w.dv_acc = eng__carve(&a, sizeof(float) * rows_k * D);
         }
-        w.counter = eng__carve(&a, sizeof(_Atomic int32_t) * tiles);
-        w.vsm = eng__carve(&a, sizeof(struct vsm) * (size_t)w.nvsm);
+        w.counter = eng__carve(&a, sizeof(_Atomic int32_t) * (size_t)(w.g.tiles > 0 ? w.g.tiles : 1));
+        w.vsm = eng__carve(&a, sizeof(struct vsm) * (size_t)(w.nvsm > 0 ? w.nvsm : 1));
         for (int32_t i = 0; i < w.nvsm; i++) {
             float *buf = eng__carve(&a, sizeof(float) * (bn * D * 6 + bm * D));
             if (base) {
@@ -392,15 +461,20 @@ int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_
         if (!base && !(base = eng__arena(e, a.used)))
             return -ENOMEM;
     }
-    for (size_t t = 0; t < tiles; t++)
+    for (int64_t t = 0; t < w.g.tiles; t++)
         atomic_init(&w.counter[t], 0);
+    zero_unqueried_keys(&w);
+    for (int32_t i = 0; i < w.nvsm; i++) {
+        w.vsm[i].seg = eng__seg_of_job(&w.g, i);
+        unit_advance(&w, &w.vsm[i]); /* past leading stages that visit nothing */
+    }
 
     eng__op_begin(e);
     eng__for_each(e, (int64_t)rows_q, pre_row, &w);
     pool_run(e->pool, units_worker, &w);
     eng__for_each(e, (int64_t)rows_q, post_dq_row, &w);
     if (w.group > 1)
-        eng__for_each(e, (int64_t)p->batch * p->heads_kv * p->seqlen_k, post_dkv_row, &w);
+        eng__for_each(e, (int64_t)VB * p->heads_kv * Rk, post_dkv_row, &w);
     if ((rc = eng__op_end(e)))
         return rc; /* stopped midway (eng_set_stop): the phases after it ran no task */
     if (ret_cfg)

@@ -75,6 +75,58 @@ unsigned char *eng__arena(struct eng *e, size_t bytes);
 int eng__prepare(struct eng *e, const struct attn_problem *p, const struct attn_config *cfg,
                  struct attn_config *ret_cfg, struct sched *ret_geo);
 
+/*
+ * What the passes run over: segments, each with a schedule of its own. A dense batch is one
+ * segment (the problem's schedule, batch B); a packed batch one per sequence with rows
+ * (batch 1, the sequence's lengths), tiled and scheduled alone, so nothing of a sequence's
+ * arithmetic depends on the others (docs/schedules.md). Forward tasks, backward jobs (in
+ * the schedule's dispatch order, segment after segment) and dQ counters are numbered over
+ * all segments in order.
+ */
+struct eng__seg {
+    struct sched s;     /* its schedule; for a sequence without keys only m_tiles is used */
+    int32_t q0, k0;     /* its first q and k row in the tensors' seqlen dim */
+    int32_t sq, sk;     /* its lengths */
+    int64_t task0;      /* forward tasks before it (s.bh * s.m_tiles each) */
+    int32_t job0;       /* backward jobs before it (none for a sequence without keys) */
+    int64_t tile0;      /* dQ counters before it (s.bh * s.m_tiles each) */
+};
+
+struct eng__segs {
+    struct eng__seg *seg;
+    int32_t count;
+    int64_t tasks;      /* forward tasks */
+    int32_t jobs;       /* backward jobs */
+    int64_t tiles;      /* dQ tiles */
+    int64_t rows_q, rows_k; /* rows per head of the q-side and k-side views (lse's last dim) */
+};
+
+/* Segments of problem p under resolved config c into *ret (seg carved from the carver,
+ * filled when it has a base). 0, -EINVAL or -EOVERFLOW (job counts past 32 bits). */
+int eng__segments(const struct attn_problem *p, const struct attn_config *c,
+                  struct eng__carver *a, struct eng__segs *ret);
+
+/* The segment holding forward task t / backward job j (binary search). */
+int32_t eng__seg_of_task(const struct eng__segs *g, int64_t t);
+int32_t eng__seg_of_job(const struct eng__segs *g, int32_t j);
+
+/* Keys [*lo, *hi) of kv-tile rows [j0, j0 + rn) that row i of a segment sees. */
+static inline void eng__visible(const struct eng__seg *g, int32_t i, int32_t j0, int32_t rn,
+                                int32_t *lo, int32_t *hi)
+{
+    const int64_t off = (int64_t)g->sk - g->sq;
+    int64_t a = g->s.wl < 0 ? 0 : i + off - g->s.wl - j0;
+    int64_t b = g->s.wr < 0 ? rn : i + off + g->s.wr - j0 + 1;
+    if (a < 0)
+        a = 0;
+    if (b > rn)
+        b = rn;
+    if (b < a)
+        b = a;
+    *lo = (int32_t)a;
+    *hi = (int32_t)b;
+}
+
 /* Element offset of (b, s, h, 0). */
 static inline int64_t eng__row(const struct attn_tensor *t, int64_t b, int64_t s, int64_t h)
 {

@@ -221,9 +221,12 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
         return rc;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return -ENOTSUP;
+    /* packed batches, windows and softcap: the CPU engine's for now (issue 17) */
+    if (p->cu_seqlens_q || p->window || p->softcap != 0)
+        return -ENOTSUP;
     if (!ATTN_V1_HEAD_DIM(p->head_dim))
         return -ENOTSUP;
-    struct attn_config c = {SCHED_AUTO, 0, 0, 0};
+    struct attn_config c = {SCHED_AUTO, 0, 0, 0, 0};
     if (cfg)
         c = *cfg;
     if ((int)c.sched < 0 || c.sched >= SCHED_KIND_COUNT || c.w < 0 || c.w > SCHED_W_MAX)
@@ -261,7 +264,7 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     struct attn_config c, fc;
     struct sched s;
     if (!backward) {
-        fc = cfg ? *cfg : (struct attn_config){SCHED_ASCENDING, 0, 0, 0};
+        fc = cfg ? *cfg : (struct attn_config){SCHED_ASCENDING, 0, 0, 0, 0};
         fc.sched = SCHED_ASCENDING;
         cfg = &fc;
     }
@@ -343,7 +346,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     if (!a || !lse || ((uintptr_t)lse & 3u))
         return -EINVAL;
     /* The forward has no schedule; only the tile sizes matter. Never run auto for it. */
-    struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0};
+    struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0, 0};
     if (cfg) {
         fc = *cfg;
         fc.sched = SCHED_ASCENDING;

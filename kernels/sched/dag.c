@@ -19,14 +19,20 @@ struct sm_state {
     double clock;  /* time at which the SM is free for its next node */
     double c_end;  /* when parked: end of the compute node waiting on its reduction */
     double c_start;
-    int32_t job;   /* -1: none yet */
+    int32_t job;   /* -1: none yet; else a job index over all sequences */
+    int32_t seq;   /* the sequence (schedule) the job belongs to */
     int32_t stage, step;
     int32_t rank;  /* when parked: the counter value it waits for */
     int32_t next;  /* next SM in the same tile's wait list, -1 ends it */
 };
 
 struct model {
-    const struct sched *s;
+    const struct sched *seqs; /* one schedule per sequence; jobs run sequence after sequence */
+    int32_t nseq;
+    int32_t *job0;     /* per sequence: jobs before it (nseq + 1 entries) */
+    int64_t *tile0;    /* per sequence: dQ tiles before it */
+    int32_t *bh0;      /* per sequence: (batch, head) pairs before it */
+    int32_t jobs;      /* all sequences' */
     double c, r;
     struct sm_state *sm;
     int32_t nsm;
@@ -83,26 +89,50 @@ static int32_t heap_pop(struct model *md)
     return top;
 }
 
-/* Move the SM to its next addition, taking a new job when the current one is done.
- * Returns 0 when it has nothing left to do. */
-static int advance(struct model *md, struct sm_state *x)
+static int32_t seq_of_job(const struct model *md, int32_t j)
 {
-    const struct sched *s = md->s;
-    if (x->job >= 0) {
-        struct sched_job J = sched_job_at(s, x->job);
-        int32_t n = sched_job_unit(s, J.k, x->stage);
-        if (++x->step < sched_unit_steps(s, n))
+    int32_t lo = 0, hi = md->nseq - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (md->job0[mid] <= j)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The SM's current job, as its schedule numbers it. */
+static struct sched_job job_of(const struct model *md, const struct sm_state *x)
+{
+    return sched_job_at(&md->seqs[x->seq], x->job - md->job0[x->seq]);
+}
+
+/* Move the SM to its next addition (`done`: past the current one), taking a new job when
+ * the current one is done and passing over stages that visit no q-tile (a band can leave a
+ * kv-tile unseen). Returns 0 when it has nothing left to do. */
+static int advance(struct model *md, struct sm_state *x, int done)
+{
+    if (x->job >= 0 && done)
+        x->step++;
+    for (;;) {
+        if (x->job < 0) {
+            if (md->next_job >= md->jobs)
+                return 0;
+            x->job = md->next_job++;
+            x->seq = seq_of_job(md, x->job);
+            x->stage = 0;
+            x->step = 0;
+        }
+        const struct sched *s = &md->seqs[x->seq];
+        struct sched_job J = job_of(md, x);
+        if (x->step < sched_unit_steps(s, sched_job_unit(s, J.k, x->stage)))
             return 1;
         x->step = 0;
         if (++x->stage < sched_job_stages(s, J.k))
-            return 1;
+            continue;
+        x->job = -1;
     }
-    if (md->next_job >= s->jobs)
-        return 0;
-    x->job = md->next_job++;
-    x->stage = 0;
-    x->step = 0;
-    return 1;
 }
 
 /* Execute the reduction of SM i's current addition into tile t, put the SM back in the
@@ -110,9 +140,9 @@ static int advance(struct model *md, struct sm_state *x)
  * tile's new counter value: its reduction can start right when this one ends. */
 static void reduce(struct model *md, int32_t i, int64_t t, int32_t m)
 {
-    const struct sched *s = md->s;
     while (i >= 0) {
         struct sm_state *x = &md->sm[i];
+        const struct sched *s = &md->seqs[x->seq];
         double r_start = x->c_end;
         if (sched_is_deterministic(s->kind) && md->last_end[t] > r_start)
             r_start = md->last_end[t];
@@ -123,14 +153,14 @@ static void reduce(struct model *md, int32_t i, int64_t t, int32_t m)
         md->st.additions++;
         md->st.wait += r_start - x->c_end;
         if (md->visit) {
-            struct sched_job J = sched_job_at(s, x->job);
-            md->visit(md->ctx, i, J.bh, m, sched_job_unit(s, J.k, x->stage), x->c_start,
-                      r_start, r_end);
+            struct sched_job J = job_of(md, x);
+            md->visit(md->ctx, i, md->bh0[x->seq] + J.bh, m, sched_job_unit(s, J.k, x->stage),
+                      x->c_start, r_start, r_end);
         }
         x->clock = r_end;
         if (r_end > md->st.makespan)
             md->st.makespan = r_end;
-        if (advance(md, x))
+        if (advance(md, x, 1))
             heap_push(md, i);
 
         int32_t *link = &md->waiters[t];
@@ -146,37 +176,61 @@ static void reduce(struct model *md, int32_t i, int64_t t, int32_t m)
     }
 }
 
-int dag_model(const struct sched *s, int32_t sms, double c, double r, dag_visit_fn visit,
-              void *ctx, struct dag_stats *ret)
+int dag_model_seqs(const struct sched *seqs, int32_t nseq, int32_t sms, double c, double r,
+                   dag_visit_fn visit, void *ctx, struct dag_stats *ret)
 {
-    if (!s || !ret || sms < 1 || !(c >= 0) || !(r >= 0))
+    if (!seqs || nseq < 1 || !ret || sms < 1 || !(c >= 0) || !(r >= 0))
         return -EINVAL;
-    /* SMs beyond the job count never take a job: same result, no per-SM cost. */
-    if (sms > s->jobs)
-        sms = s->jobs;
-    struct model md = {.s = s, .c = c, .r = r, .nsm = sms, .visit = visit, .ctx = ctx};
-    size_t tiles = (size_t)s->bh * (size_t)s->m_tiles;
+    for (int32_t q = 1; q < nseq; q++)
+        if (seqs[q].kind != seqs[0].kind)
+            return -EINVAL;
+    struct model md = {.seqs = seqs, .nseq = nseq, .c = c, .r = r, .visit = visit, .ctx = ctx};
     int rc = -ENOMEM;
+    md.job0 = malloc(sizeof(int32_t) * ((size_t)nseq + 1));
+    md.tile0 = malloc(sizeof(int64_t) * ((size_t)nseq + 1));
+    md.bh0 = malloc(sizeof(int32_t) * ((size_t)nseq + 1));
+    if (!md.job0 || !md.tile0 || !md.bh0)
+        goto out;
+    int64_t jobs = 0, tiles = 0, bh = 0;
+    for (int32_t q = 0; q < nseq; q++) {
+        md.job0[q] = (int32_t)jobs;
+        md.tile0[q] = tiles;
+        md.bh0[q] = (int32_t)bh;
+        jobs += seqs[q].jobs;
+        tiles += (int64_t)seqs[q].bh * seqs[q].m_tiles;
+        bh += seqs[q].bh;
+        if (jobs > INT32_MAX || bh > INT32_MAX) {
+            rc = -EOVERFLOW;
+            goto out;
+        }
+    }
+    md.job0[nseq] = (int32_t)jobs;
+    md.jobs = (int32_t)jobs;
+    /* SMs beyond the job count never take a job: same result, no per-SM cost. */
+    if (sms > md.jobs)
+        sms = md.jobs;
+    md.nsm = sms;
     md.sm = calloc((size_t)sms, sizeof(*md.sm));
     md.heap = malloc(sizeof(int32_t) * (size_t)sms);
-    md.counter = calloc(tiles, sizeof(int32_t));
-    md.last_end = calloc(tiles, sizeof(double));
-    md.waiters = malloc(sizeof(int32_t) * tiles);
+    md.counter = calloc((size_t)tiles, sizeof(int32_t));
+    md.last_end = calloc((size_t)tiles, sizeof(double));
+    md.waiters = malloc(sizeof(int32_t) * (size_t)tiles);
     if (!md.sm || !md.heap || !md.counter || !md.last_end || !md.waiters)
         goto out;
-    memset(md.waiters, 0xff, sizeof(int32_t) * tiles); /* all -1 */
+    memset(md.waiters, 0xff, sizeof(int32_t) * (size_t)tiles); /* all -1 */
     for (int32_t i = 0; i < sms; i++) {
         md.sm[i].job = -1;
         md.sm[i].next = -1;
-        if (advance(&md, &md.sm[i]))
+        if (advance(&md, &md.sm[i], 0))
             heap_push(&md, i);
     }
     while (md.heap_len > 0) {
         int32_t i = heap_pop(&md);
         struct sm_state *x = &md.sm[i];
-        struct sched_job J = sched_job_at(s, x->job);
+        const struct sched *s = &md.seqs[x->seq];
+        struct sched_job J = job_of(&md, x);
         int32_t m = sched_visit(s, &J, x->stage, x->step);
-        int64_t t = (int64_t)J.bh * s->m_tiles + m;
+        int64_t t = md.tile0[x->seq] + (int64_t)J.bh * s->m_tiles + m;
         x->c_start = x->clock;
         x->c_end = x->clock + c;
         md.st.work += c + r;
@@ -190,18 +244,27 @@ int dag_model(const struct sched *s, int32_t sms, double c, double r, dag_visit_
         }
     }
     rc = 0;
-    for (size_t t = 0; t < tiles; t++)
+    for (int64_t t = 0; t < tiles; t++)
         if (md.waiters[t] >= 0)
             rc = -EDEADLK;
     if (rc == 0)
         *ret = md.st;
 out:
+    free(md.job0);
+    free(md.tile0);
+    free(md.bh0);
     free(md.sm);
     free(md.heap);
     free(md.counter);
     free(md.last_end);
     free(md.waiters);
     return rc;
+}
+
+int dag_model(const struct sched *s, int32_t sms, double c, double r, dag_visit_fn visit,
+              void *ctx, struct dag_stats *ret)
+{
+    return dag_model_seqs(s, 1, sms, c, r, visit, ctx, ret);
 }
 
 /* ---- DOT output ------------------------------------------------------------------- */
@@ -358,4 +421,25 @@ int dag_auto(const struct sched_shape *shape, int32_t w, enum sched_kind *ret_ki
         return -EDEADLK;
     *ret_kind = best_kind;
     return 0;
+}
+
+int32_t dag_auto_packed_seq(const int32_t *cu_q, const int32_t *cu_k, int32_t batch)
+{
+    int32_t best = -1;
+    int64_t best_work = 0;
+    for (int32_t b = 0; b < batch; b++) {
+        int64_t work = (int64_t)(cu_q[b + 1] - cu_q[b]) * (cu_k[b + 1] - cu_k[b]);
+        if (work > best_work) {
+            best_work = work;
+            best = b;
+        }
+    }
+    return best;
+}
+
+void dag_auto_packed_ref(struct sched_shape *shape)
+{
+    shape->batch = 1;
+    shape->heads = 1;
+    shape->seqlen_q = shape->seqlen_k = DAG_AUTO_REF_LEN;
 }

@@ -50,6 +50,13 @@ typedef void (*dag_visit_fn)(void *ctx, int32_t sm, int32_t bh, int32_t m, int32
 int dag_model(const struct sched *s, int32_t sms, double c, double r, dag_visit_fn visit,
               void *ctx, struct dag_stats *ret);
 
+/* dag_model() for a packed batch: one schedule per sequence (all of one kind, each of
+ * batch 1 with the sequence's lengths), their jobs dispatched sequence after sequence, each
+ * sequence with dQ tiles of its own. visit's bh numbers the (sequence, head) pairs in
+ * order. Same returns, plus -EINVAL for mixed kinds and -EOVERFLOW past 32-bit job counts. */
+int dag_model_seqs(const struct sched *seqs, int32_t nseq, int32_t sms, double c, double r,
+                   dag_visit_fn visit, void *ctx, struct dag_stats *ret);
+
 /* Write the DAG of dag_model() as Graphviz DOT to f, nodes labelled with their start
  * times and SMs. Same returns as dag_model(), plus -EIO if writing fails. On failure f may
  * hold part of a graph: write to a buffer first if that matters. */
@@ -64,6 +71,21 @@ int dag_write_dot(FILE *f, const struct sched *s, int32_t sms, double c, double 
  * (at least one), then with tiles doubled until one head fits. Returns 0 or a negative code.
  */
 int dag_auto(const struct sched_shape *shape, int32_t w, enum sched_kind *ret_kind);
+
+/*
+ * `auto` for a packed batch (one schedule per sequence, kernels/attn/problem.h): resolved
+ * with dag_auto() on one sequence's shape. By default the sequence with the most work
+ * (seqlen_q * seqlen_k, the first of equals) - which decides the makespan, and changes with
+ * what is packed. Batch invariant: a reference sequence of DAG_AUTO_REF_LEN rows each side
+ * and one head, with the batch's mask, window and tiles, so the choice (and every
+ * sequence's bits) does not depend on the other sequences.
+ */
+#define DAG_AUTO_REF_LEN 4096
+/* The index of the sequence auto models (cu_q, cu_k: batch + 1 offsets each), or -1 when
+ * no sequence has both queries and keys. */
+int32_t dag_auto_packed_seq(const int32_t *cu_q, const int32_t *cu_k, int32_t batch);
+/* *shape as the batch-invariant reference: batch 1, heads 1, DAG_AUTO_REF_LEN each side. */
+void dag_auto_packed_ref(struct sched_shape *shape);
 
 /* The last DAG_AUTO_CACHE answers of dag_auto(), so a backend pays for the model once per
  * shape. Zero-initialise it. Not thread-safe: one per engine. */

@@ -66,6 +66,8 @@ int sched_init(struct sched *ret, enum sched_kind kind, const struct sched_shape
     if (shape->batch < 1 || shape->heads < 1 || shape->seqlen_q < 1 || shape->seqlen_k < 1 ||
         shape->block_m < 1 || shape->block_n < 1 || w < 1 || w > SCHED_W_MAX)
         return -EINVAL;
+    if (shape->window && (shape->window_left < -1 || shape->window_right < -1))
+        return -EINVAL;
 
     /* Every product formed in sched.h is bounded by one of these. Row indices reach
      * (m+1)*block_m < seqlen_q + block_m, and the causal offsets add or subtract a
@@ -95,7 +97,26 @@ int sched_init(struct sched *ret, enum sched_kind kind, const struct sched_shape
     s.m_tiles = (int32_t)m_tiles;
     s.n_tiles = (int32_t)n_tiles;
     s.bh = (int32_t)bh;
-    s.paired = kind == SCHED_SHIFT && shape->mask == SCHED_MASK_CAUSAL;
+    /* The effective window (kernels/attn/problem.c's attn_window_of, the same rule): causal
+     * is right 0, and a side wide enough to see every key is unbounded, so a window past
+     * the length is the plain mask, schedule and bits included. */
+    int32_t wl = shape->window ? shape->window_left : -1;
+    int32_t wr = shape->mask == SCHED_MASK_CAUSAL ? 0 : shape->window ? shape->window_right : -1;
+    if (wl >= shape->seqlen_k - 1)
+        wl = -1;
+    if (wr > 0 && wr >= shape->seqlen_q - 1)
+        wr = -1;
+    s.wl = wl;
+    s.wr = wr;
+    if (shape->window) { /* without one, the mask stays what it was (bits included) */
+        if (wl < 0 && wr < 0)
+            s.mask = SCHED_MASK_FULL;
+        else if (wl < 0 && wr == 0)
+            s.mask = SCHED_MASK_CAUSAL;
+        else
+            s.band = 1;
+    }
+    s.paired = kind == SCHED_SHIFT && s.mask == SCHED_MASK_CAUSAL && !s.band;
     s.jobs_per_head = s.paired ? (s.n_tiles + 1) / 2 : s.n_tiles;
     s.chunks = kind == SCHED_SHIFT ? (s.jobs_per_head + w - 1) / w : 1;
     s.jobs = (int32_t)(bh * s.jobs_per_head);

@@ -42,9 +42,11 @@
  * dynamically) cannot deadlock. tests/test_sched.c checks both by exhaustive simulation.
  *
  * Masks: full, and causal aligned to the bottom-right corner as flash-attn >= 2.1 does
- * (query i sees key j iff j <= i + seqlen_k - seqlen_q). Everything below is written in
- * terms of the per-unit q range [m_lo(n), m_hi(n)) and the per-tile contributor range
- * [n_lo(m), n_hi(m)), so a sliding-window mask only has to supply those ranges.
+ * (query i sees key j iff j <= i + seqlen_k - seqlen_q), narrowed by a sliding window to a
+ * band. Everything below is written in terms of the per-unit q range [m_lo(n), m_hi(n))
+ * and the per-tile contributor range [n_lo(m), n_hi(m)), which the band supplies; shift on
+ * a band walks each tile's own range (sched__band_shift_rank). A packed batch is one
+ * schedule per sequence (docs/schedules.md).
  *
  * All indices and counters are 32-bit; sched_init() rejects shapes whose tile or job
  * counts would not fit, so nothing here can overflow. Everything but sched_init() and the
@@ -81,12 +83,17 @@ enum sched_mask { SCHED_MASK_FULL = 0, SCHED_MASK_CAUSAL, SCHED_MASK_COUNT };
 #define SCHED_W_DEFAULT 64
 #define SCHED_W_MAX 4096
 
-/* What a schedule is a function of. heads counts query heads (a GQA kv head serves several). */
+/* What a schedule is a function of. heads counts query heads (a GQA kv head serves several).
+ * A window (flash-attn's window_size, kernels/attn/problem.h) narrows the mask to a band:
+ * with `window` set, query i sees key j only if i+off-window_left <= j <= i+off+window_right,
+ * off = seqlen_k - seqlen_q, -1 meaning unbounded; causal forces window_right to 0. */
 struct sched_shape {
     int32_t batch, heads;
     int32_t seqlen_q, seqlen_k;
     int32_t block_m, block_n; /* q-tile rows, kv-tile rows */
     enum sched_mask mask;
+    int32_t window;                    /* 0: the mask alone */
+    int32_t window_left, window_right; /* >= -1 */
 };
 
 /* A resolved schedule: the shape plus derived counts. Plain data, copy it freely (it is
@@ -94,7 +101,7 @@ struct sched_shape {
  * is >= 1 and every product the functions form fits in int32_t. */
 struct sched {
     enum sched_kind kind;
-    enum sched_mask mask;
+    enum sched_mask mask; /* full or causal; a band when `band` is set */
     int32_t w;
     int32_t batch, heads, seqlen_q, seqlen_k, block_m, block_n;
     int32_t m_tiles;       /* M: q-tiles per head */
@@ -104,6 +111,9 @@ struct sched {
     int32_t chunks;        /* chunks per head: ceil(jobs_per_head / W) for shift, else 1 */
     int32_t jobs;          /* bh * jobs_per_head */
     int32_t paired;        /* jobs are (long, short) kv-tile pairs (causal shift) */
+    int32_t band;          /* a window narrows the mask: wl, wr below */
+    int32_t wl, wr;        /* the effective window, -1 unbounded (a band: not both -1, and
+                            * not (-1, 0), which is the causal mask) */
 };
 
 /* One job in dispatch order. */
@@ -131,10 +141,45 @@ SCHED_FN int sched_is_deterministic(enum sched_kind kind) { return kind != SCHED
 
 /* ---- mask geometry ---------------------------------------------------------------- */
 
-/* First q-tile that kv-tile n contributes to. Never beyond M-1: with bottom-right causal
- * alignment the last key of every kv-tile is seen by the last query. */
+/* Band masks. Rows that see some key of kv-tile n, keys that some row of q-tile m sees:
+ * each an interval (consecutive rows' windows overlap), clipped to the sequence; an empty
+ * one gives an empty tile range. Both ends never decrease with n (with m). */
+SCHED_FN void sched__band_rows(const struct sched *s, int32_t n, int64_t *lo, int64_t *hi)
+{
+    const int64_t off = (int64_t)s->seqlen_k - s->seqlen_q;
+    const int64_t a = (int64_t)n * s->block_n;
+    const int64_t b = a + s->block_n - 1 < s->seqlen_k - 1 ? a + s->block_n - 1 : s->seqlen_k - 1;
+    *lo = s->wr < 0 ? 0 : a - off - s->wr;
+    *hi = s->wl < 0 ? s->seqlen_q - 1 : b - off + s->wl;
+    if (*lo < 0)
+        *lo = 0;
+    if (*hi > s->seqlen_q - 1)
+        *hi = s->seqlen_q - 1;
+}
+
+SCHED_FN void sched__band_keys(const struct sched *s, int32_t m, int64_t *lo, int64_t *hi)
+{
+    const int64_t off = (int64_t)s->seqlen_k - s->seqlen_q;
+    const int64_t c = (int64_t)m * s->block_m;
+    const int64_t d = c + s->block_m - 1 < s->seqlen_q - 1 ? c + s->block_m - 1 : s->seqlen_q - 1;
+    *lo = s->wl < 0 ? 0 : c + off - s->wl;
+    *hi = s->wr < 0 ? s->seqlen_k - 1 : d + off + s->wr;
+    if (*lo < 0)
+        *lo = 0;
+    if (*hi > s->seqlen_k - 1)
+        *hi = s->seqlen_k - 1;
+}
+
+/* First q-tile that kv-tile n contributes to. Full and causal: never beyond M-1 (with
+ * bottom-right causal alignment the last key of every kv-tile is seen by the last query).
+ * A band may leave a kv-tile unseen: then m_lo == m_hi. */
 SCHED_FN int32_t sched_m_lo(const struct sched *s, int32_t n)
 {
+    if (s->band) {
+        int64_t lo, hi;
+        sched__band_rows(s, n, &lo, &hi);
+        return lo > hi ? 0 : (int32_t)(lo / s->block_m);
+    }
     if (s->mask == SCHED_MASK_FULL)
         return 0;
     /* smallest m whose last row i satisfies i + (Sk - Sq) >= n*Bn */
@@ -144,20 +189,32 @@ SCHED_FN int32_t sched_m_lo(const struct sched *s, int32_t n)
 
 SCHED_FN int32_t sched_m_hi(const struct sched *s, int32_t n)
 {
-    (void)n;
+    if (s->band) {
+        int64_t lo, hi;
+        sched__band_rows(s, n, &lo, &hi);
+        return lo > hi ? 0 : (int32_t)(hi / s->block_m + 1);
+    }
     return s->m_tiles;
 }
 
 SCHED_FN int32_t sched_n_lo(const struct sched *s, int32_t m)
 {
-    (void)s;
-    (void)m;
+    if (s->band) {
+        int64_t lo, hi;
+        sched__band_keys(s, m, &lo, &hi);
+        return lo > hi ? 0 : (int32_t)(lo / s->block_n);
+    }
     return 0;
 }
 
-/* One past the last kv-tile that contributes to q-tile m (0: the tile sees no key). */
+/* One past the last kv-tile that contributes to q-tile m (== n_lo: the tile sees no key). */
 SCHED_FN int32_t sched_n_hi(const struct sched *s, int32_t m)
 {
+    if (s->band) {
+        int64_t lo, hi;
+        sched__band_keys(s, m, &lo, &hi);
+        return lo > hi ? 0 : (int32_t)(hi / s->block_n + 1);
+    }
     if (s->mask == SCHED_MASK_FULL)
         return s->n_tiles;
     int32_t last_row = (m + 1) * s->block_m;
@@ -270,8 +327,12 @@ SCHED_FN int32_t sched_visit(const struct sched *s, const struct sched_job *J, i
     int32_t lo = sched_m_lo(s, n);
     switch (s->kind) {
     case SCHED_DESCENDING:
-        return s->m_tiles - 1 - step;
+        return sched_m_hi(s, n) - 1 - step;
     case SCHED_SHIFT: {
+        if (s->band) { /* its own range, rotated by the slot */
+            int32_t len = sched_m_hi(s, n) - lo;
+            return lo + (J->slot % len + step) % len;
+        }
         if (stage == 1)
             return s->m_tiles - 1 - step;
         int32_t rs = sched__rect_lo(s, J);
@@ -351,6 +412,31 @@ SCHED_FN int32_t sched__shift_rank(const struct sched *s, const struct sched_job
            sched__overlap(lt_x - first, i, 0, i);
 }
 
+/*
+ * Shift on a band: every job is one kv-tile n, which walks its own q range [m_lo, m_hi)
+ * starting at m_lo + (slot mod its length) and wrapping. The key of an addition is
+ * (chunk, step within the job, slot), as for the dense masks: all additions of earlier
+ * chunks come first, then this chunk's in (step, slot) order - a total order that agrees
+ * with every job's program order, so W concurrent jobs cannot wait in a cycle. O(R) per
+ * rank (R <= W jobs in the chunk).
+ */
+SCHED_FN int32_t sched__band_shift_rank(const struct sched *s, const struct sched_job *J,
+                                        int32_t m)
+{
+    const int32_t n_lo = sched_n_lo(s, m), n_hi = sched_n_hi(s, m);
+    const int32_t first = J->chunk * s->w;
+    int32_t rank = sched__overlap(0, first, n_lo, n_hi);
+    const int32_t lo = sched_m_lo(s, J->k), len = sched_m_hi(s, J->k) - lo;
+    const int32_t step = ((m - lo - J->slot % len) % len + len) % len;
+    const int32_t a = first > n_lo ? first : n_lo, b = first + J->len < n_hi ? first + J->len : n_hi;
+    for (int32_t n = a; n < b; n++) {
+        const int32_t i = n - first, lo2 = sched_m_lo(s, n), len2 = sched_m_hi(s, n) - lo2;
+        const int32_t step2 = ((m - lo2 - i % len2) % len2 + len2) % len2;
+        rank += step2 < step || (step2 == step && i < J->slot);
+    }
+    return rank;
+}
+
 /* The counter value dQ tile m must show before the job's stage may add into it; the
  * ranks of all contributors of m are a permutation of [0, sched_contributors(m)).
  * -1 for SCHED_ATOMIC (no order). m must be a tile the unit visits. */
@@ -365,7 +451,7 @@ SCHED_FN int32_t sched_rank(const struct sched *s, const struct sched_job *J, in
     case SCHED_SPT:
         return sched_n_hi(s, m) - 1 - n;
     case SCHED_SHIFT:
-        return sched__shift_rank(s, J, stage, m);
+        return s->band ? sched__band_shift_rank(s, J, m) : sched__shift_rank(s, J, stage, m);
     default:
         return -1;
     }

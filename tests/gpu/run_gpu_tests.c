@@ -80,11 +80,11 @@ static void test_gpu_sched_device_matches_host(void)
         struct sched_shape sh;
         int32_t w;
     } shapes[] = {
-        {{1, 16, 16384, 16384, 64, 128, SCHED_MASK_CAUSAL}, SCHED_W_DEFAULT},
-        {{2, 8, 4096, 4096, 128, 128, SCHED_MASK_FULL}, SCHED_W_DEFAULT},
-        {{1, 4, 3000, 2000, 64, 96, SCHED_MASK_CAUSAL}, 7},
-        {{3, 2, 1000, 1500, 64, 96, SCHED_MASK_FULL}, 5},
-        {{1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL}, 1},
+        {{1, 16, 16384, 16384, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0}, SCHED_W_DEFAULT},
+        {{2, 8, 4096, 4096, 128, 128, SCHED_MASK_FULL, 0, 0, 0}, SCHED_W_DEFAULT},
+        {{1, 4, 3000, 2000, 64, 96, SCHED_MASK_CAUSAL, 0, 0, 0}, 7},
+        {{3, 2, 1000, 1500, 64, 96, SCHED_MASK_FULL, 0, 0, 0}, 5},
+        {{1, 1, 1, 1, 64, 64, SCHED_MASK_CAUSAL, 0, 0, 0}, 1},
     };
     int mismatches = 0;
     int64_t total = 0;

@@ -168,8 +168,7 @@ struct shape_case {
 
 static struct attn_problem problem_of(const struct shape_case *c)
 {
-    struct attn_problem p = {c->batch, c->sq, c->sk, c->hq, c->hkv, c->d, c->dtype, c->mask,
-                            (float)(1.0 / sqrt((double)c->d))};
+    struct attn_problem p = {.batch = c->batch, .seqlen_q = c->sq, .seqlen_k = c->sk, .heads_q = c->hq, .heads_kv = c->hkv, .head_dim = c->d, .dtype = c->dtype, .mask = c->mask, .scale = (float)(1.0 / sqrt((double)c->d))};
     return p;
 }
 
@@ -327,7 +326,7 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
             for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
                 if (wi > 0 && kind != SCHED_SHIFT && kind != SCHED_AUTO)
                     continue; /* W matters to shift (and to what auto picks) only */
-                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0}, used;
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT(used.sched != SCHED_AUTO && used.w == ws[wi]);
                 double e[3];
@@ -362,7 +361,7 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
         gattn_init(&a, &p, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
-            struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0};
+            struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
             CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
             struct grads base;
             grads_take(&base, &a);
@@ -410,7 +409,7 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
-                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0};
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0};
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, NULL), 0);
                 struct grads base;
@@ -457,7 +456,7 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
     struct refs R;
     refs_compute(&R, &p, &a);
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-    struct attn_config cfg = {SCHED_ATOMIC, 0, 0, 0};
+    struct attn_config cfg = {SCHED_ATOMIC, 0, 0, 0, 0};
     for (int rep = 0; rep < 3; rep++) {
         CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, rep == 2 ? 7 : 0, NULL), 0);
         double e[3];
@@ -483,7 +482,7 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
     struct attn_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
-    struct attn_config cfg = {SCHED_SHIFT, 3, 0, 0};
+    struct attn_config cfg = {SCHED_SHIFT, 3, 0, 0, 0};
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, &cfg, NULL), 0);
     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
 
@@ -606,7 +605,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                     if ((wi % 2 > 0 && kind != SCHED_SHIFT) || (bn && !tc))
                         continue; /* W matters to shift only */
                     const int32_t w = ws[wi % 2];
-                    struct attn_config cfg = {(enum sched_kind)kind, w, 0, bn};
+                    struct attn_config cfg = {(enum sched_kind)kind, w, 0, bn, 0};
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
                     double e[3];
                     if (!grads_close(&a, &R, e)) {
@@ -669,7 +668,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
                 if (wi > 0 && kind != SCHED_SHIFT)
                     continue; /* W matters to shift only */
-                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0}, used;
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0}, used;
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_TENSOR_CORES), 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, &used), 0);
@@ -741,7 +740,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                 for (int inter = 0; inter < 2; inter++) {
                     if (inter && kind != SCHED_SHIFT)
                         continue; /* interleaving is shift's answer to a small grid */
-                    struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0};
+                    struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0, 0};
                     cuattn__force_interleaved(ca, inter);
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
                     double e[3];
@@ -779,7 +778,7 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     struct gattn a;
     gattn_init(&a, &p, &r);
     CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
-    struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0}, used;
+    struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0}, used;
     CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
     struct grads want;
     grads_take(&want, &a);
@@ -791,7 +790,7 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
         CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
         CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
         CU_ASSERT(grads_equal(&want, &a));
-        struct attn_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N};
+        struct attn_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N, 0};
         CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* v1 has no 128 */
     }
     grads_free(&want);
@@ -843,15 +842,15 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
     CU_ASSERT_EQUAL(used.block_n, wide);
-    struct attn_config pinned = {SCHED_SPT, 7, 64, 0};
+    struct attn_config pinned = {SCHED_SPT, 7, 64, 0, 0};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &pinned, 5, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT_EQUAL(used.w, 7);
     CU_ASSERT_EQUAL(used.block_n, wide);
-    struct attn_config narrow = {SCHED_SPT, 0, 0, CUATTN_BLOCK};
+    struct attn_config narrow = {SCHED_SPT, 0, 0, CUATTN_BLOCK, 0};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, &used), 0);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
-    struct attn_config widest = {SCHED_SPT, 0, 0, CUATTN_TC_BLOCK_N};
+    struct attn_config widest = {SCHED_SPT, 0, 0, CUATTN_TC_BLOCK_N, 0};
     CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, &used), wide == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
 
     /* the kernels' limits */
@@ -867,9 +866,9 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
                                        tk(&a, a.d_k), tk(&a, a.d_v), NULL), -ENOTSUP);
     }
     const struct attn_config bad_cfgs[] = {
-        {SCHED_ASCENDING, 0, 32, 0}, {SCHED_ASCENDING, 0, 0, 96}, {SCHED_ASCENDING, 0, 128, 0},
-        {SCHED_ASCENDING, -1, 0, 0},
-        {(enum sched_kind)99, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0},
+        {SCHED_ASCENDING, 0, 32, 0, 0}, {SCHED_ASCENDING, 0, 0, 96, 0},
+        {SCHED_ASCENDING, 0, 128, 0, 0}, {SCHED_ASCENDING, -1, 0, 0, 0},
+        {(enum sched_kind)99, 0, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
         CU_ASSERT_EQUAL(run_backward(ca, &a, &bad_cfgs[i], 0, NULL), -EINVAL);

@@ -143,8 +143,7 @@ static int poison_grads(unsigned char *view)
 
 static struct attn_problem problem(void)
 {
-    struct attn_problem p = {1, SEQ, SEQ, HQ, HKV, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                            (float)(1.0 / sqrt((double)HD))};
+    struct attn_problem p = {.batch = 1, .seqlen_q = SEQ, .seqlen_k = SEQ, .heads_q = HQ, .heads_kv = HKV, .head_dim = HD, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)HD))};
     return p;
 }
 
@@ -181,7 +180,7 @@ static int run_in_process(const struct inputs *in, unsigned char *res, char *why
         goto free_all;
     unsigned char *g = res + QB + LB;
     for (int i = 0; i < NSCHED; i++, g += QB + 2 * KB) {
-        struct attn_config cfg = {kernel_sched[i], 0, 0, 0};
+        struct attn_config cfg = {kernel_sched[i], 0, 0, 0, 0};
         if (poison_grads(view))
             goto free_all;
         if ((rc = cuattn_backward(ca, &p, &cfg, 0, kt(view, DQ), kt(view, DK), kt(view, DV),
@@ -1276,13 +1275,12 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
             CUDA_OK(cudaMemcpy(mem[w], host, total, cudaMemcpyHostToDevice));
         }
         /* in process */
-        struct attn_problem p = {1, SEQ, SEQ, HQ, HKV, d, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                                (float)(1.0 / sqrt((double)d))};
+        struct attn_problem p = {.batch = 1, .seqlen_q = SEQ, .seqlen_k = SEQ, .heads_q = HQ, .heads_kv = HKV, .head_dim = d, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)d))};
         struct attn_tensor e[8];
         for (int i = 0; i < 8; i++)
             e[i] = attn_dense(mem[0] + at[i], SEQ, heads[i], d);
         float *lse = (float *)(void *)(mem[0] + at[8]);
-        struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0};
+        struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
         CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, e[3], lse, e[0], e[1], e[2], NULL), 0);
         CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, &cfg, 0, e[5], e[6], e[7], e[0], e[1], e[2],
                                               e[3], lse, e[4], NULL),
@@ -1348,6 +1346,59 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
     dash_close(c);
 }
 
+/* The CUDA kernels do not serve windows, softcap or packed batches yet (issue 17): each is
+ * an error reply that says so, on device buffers and on shared memory the daemon would
+ * stage, and the daemon goes on serving. */
+static void test_dashd_gpu_windows_softcap_and_packed_batches_are_refused(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-issue17");
+    struct dash_tensor t[SLOTS];
+    for (int s = 0; s < SLOTS; s++) {
+        int kv = s == K || s == V || s == DK || s == DV;
+        t[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, SEQ)
+                        : dash_tensor_dense(f.b, off[s], 1, SEQ, kv ? HKV : HQ, HD);
+    }
+    struct dash_attn win = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .window = 1,
+                            .window_left = 64, .window_right = 0};
+    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL),
+                    DASH_ENOTSUP);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "sliding windows"));
+    struct dash_attn cap = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .softcap = 30.0f};
+    CU_ASSERT_EQUAL(dash_backward(f.c, &cap, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
+                                  &t[DQ], &t[DK], &t[DV], NULL), DASH_ENOTSUP);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "softcap"));
+    /* a packed batch: offsets in shared memory, tensors (total, heads, dim) on the device */
+    struct dash_buffer *sb = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(f.c, 4096, &sb), 0);
+    int32_t *cu = dash_buffer_data(sb);
+    cu[0] = 0, cu[1] = 77, cu[2] = SEQ;
+    struct dash_attn pk = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .max_seqlen_q = SEQ,
+                           .max_seqlen_k = SEQ};
+    pk.cu_seqlens_q = (struct dash_tensor){.buf = sb, .offset = 0, .ndim = 1, .shape = {3}};
+    pk.cu_seqlens_k = pk.cu_seqlens_q;
+    struct dash_tensor p3[SLOTS];
+    for (int s = 0; s < SLOTS; s++) {
+        int kv = s == K || s == V || s == DK || s == DV;
+        p3[s] = (struct dash_tensor){.buf = f.b, .offset = off[s], .ndim = s == LSE ? 2 : 3};
+        if (s == LSE) {
+            p3[s].shape[0] = HQ, p3[s].shape[1] = SEQ;
+        } else {
+            p3[s].shape[0] = SEQ, p3[s].shape[1] = kv ? HKV : HQ, p3[s].shape[2] = HD;
+        }
+    }
+    CU_ASSERT_EQUAL(dash_forward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], NULL),
+                    DASH_ENOTSUP);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "packed variable-length batches"));
+    /* and a plain request still runs */
+    struct dash_attn plain = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dash_forward(f.c, &plain, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL), 0);
+    CU_ASSERT_EQUAL(dash_buffer_free(f.c, sb), 0);
+    CU_ASSERT_EQUAL(dash_buffer_free(f.c, f.b), 0);
+    CU_ASSERT(cudaFree(f.alloc) == cudaSuccess);
+    dash_close(f.c);
+}
+
 static void test_dashd_gpu_cpu_backend_refuses_cuda_buffers(void)
 {
     struct dashd_proc cpu;
@@ -1395,6 +1446,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_client_recovers_from_daemon_restart) ||
         !CU_add_test(s, "test_dashd_gpu_head_dims_96_and_256_match_in_process",
                      test_dashd_gpu_head_dims_96_and_256_match_in_process) ||
+        !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_are_refused",
+                     test_dashd_gpu_windows_softcap_and_packed_batches_are_refused) ||
         !CU_add_test(s, "test_dashd_gpu_cpu_backend_refuses_cuda_buffers",
                      test_dashd_gpu_cpu_backend_refuses_cuda_buffers))
         return -1;

@@ -43,8 +43,7 @@ static void sleep_ms(int ms)
 static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(void)
 {
     const size_t n = (size_t)S * H * HD, tb = n * 2, lb = (size_t)H * S * sizeof(float);
-    const struct attn_problem p = {1, S, S, H, H, HD, DTYPE_BF16, SCHED_MASK_CAUSAL,
-                                  (float)(1.0 / sqrt((double)HD))};
+    const struct attn_problem p = {.batch = 1, .seqlen_q = S, .seqlen_k = S, .heads_q = H, .heads_kv = H, .head_dim = HD, .dtype = DTYPE_BF16, .mask = SCHED_MASK_CAUSAL, .scale = (float)(1.0 / sqrt((double)HD))};
     struct cuattn *a = NULL;
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &a), 0);
     int32_t sms = 0;
@@ -69,7 +68,7 @@ static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(v
     const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_DESCENDING};
     const int held[] = {66, 120, 131};
     for (int ki = 0; ki < 2; ki++) {
-        struct attn_config cfg = {kinds[ki], 0, 0, 0};
+        struct attn_config cfg = {kinds[ki], 0, 0, 0, 0};
         for (int h = -1; h < 3; h++) { /* -1: the idle GPU, the bits to match */
             CUDA_OK(cudaMemset(mem + 5 * tb, 0xff, 3 * tb));
             CUDA_OK(cudaDeviceSynchronize());

@@ -8,6 +8,10 @@
     with dash_attn.audit(step=step, label="layer3.attn"):     # fields of dashd's audit log
         out = dash_attn.flash_attn_func(q, k, v, causal=True)
 
+    out = dash_attn.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                           max_seqlen_q, max_seqlen_k, causal=True,
+                                           window_size=(1024, 0), softcap=30.0)  # packed
+
     out, lse = dash_attn.forward(q, k, v, causal=True)        # numpy or torch, no autograd
     dq, dk, dv = dash_attn.backward(dout, q, k, v, out, lse, causal=True)
 
@@ -19,24 +23,32 @@ import contextlib
 from . import _client
 from ._client import Client, DashError, connect, default_client
 from ._func import flash_attn_func
+from ._varlen import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                      flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                      flash_attn_varlen_qkvpacked_func, varlen_backward, varlen_forward)
 
-__all__ = ["flash_attn_func", "forward", "backward", "audit", "set_audit", "connect",
-           "Client", "DashError", "default_client", "last_result", "synchronize"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
+           "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func", "varlen_forward", "varlen_backward", "forward",
+           "backward", "audit", "set_audit", "connect", "Client", "DashError",
+           "default_client", "last_result", "synchronize"]
 __version__ = "0.1.0"
 
 
-def forward(q, k, v, causal=False, softmax_scale=None, schedule="auto", client=None):
+def forward(q, k, v, causal=False, softmax_scale=None, schedule="auto", client=None,
+            window_size=(-1, -1), softcap=0.0):
     """(out, lse) for torch tensors or numpy arrays (batch, seqlen, heads, head_dim)."""
     c = client or default_client(_client.device_of(q))
-    return c.forward(q, k, v, causal=causal, scale=softmax_scale, schedule=schedule)
+    return c.forward(q, k, v, causal=causal, scale=softmax_scale, schedule=schedule,
+                     window_size=window_size, softcap=softcap)
 
 
 def backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, schedule="auto",
-             client=None):
+             client=None, window_size=(-1, -1), softcap=0.0):
     """(dq, dk, dv) from the forward's out and lse and the output gradient dout."""
     c = client or default_client(_client.device_of(q))
     return c.backward(dout, q, k, v, out, lse, causal=causal, scale=softmax_scale,
-                      schedule=schedule)
+                      schedule=schedule, window_size=window_size, softcap=softcap)
 
 
 @contextlib.contextmanager

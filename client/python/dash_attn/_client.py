@@ -170,12 +170,17 @@ class Client:
     # ---- parameters ---------------------------------------------------------------------
 
     @staticmethod
-    def _attn(dtype, causal, scale, schedule, wave):
+    def _attn(dtype, causal, scale, schedule, wave, window_size=None, softcap=None):
         if schedule not in _lib.SCHEDULES:
             raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
                              + ", ".join(_lib.SCHEDULES))
-        return _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
-                             float(scale or 0.0), _lib.SCHEDULES[schedule], int(wave or 0), 0, 0)
+        a = _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
+                          float(scale or 0.0), _lib.SCHEDULES[schedule], int(wave or 0), 0, 0)
+        left, right = window_pair(window_size)
+        if (left, right) != (-1, -1):
+            a.window, a.window_left, a.window_right = 1, left, right
+        a.softcap = float(softcap or 0.0)
+        return a
 
     def _tag(self):
         step, label = current_audit()
@@ -281,9 +286,11 @@ class Client:
             return torch.empty(shape, dtype=torch.float32 if float32 else x.dtype)
         return np.empty(shape, dtype=np.float32 if float32 else x.dtype)
 
-    def _host_op(self, ins, outs, backward, attn):
-        """ins: contiguous host arrays q k v [out lse dout]; outs: empty arrays to fill."""
-        every = list(ins) + list(outs)
+    def _host_op(self, ins, outs, backward, attn, offsets=()):
+        """ins: contiguous host arrays q k v [out lse dout]; outs: empty arrays to fill;
+        offsets: a packed batch's (cu_seqlens_q, cu_seqlens_k) as contiguous int32 arrays,
+        which go into the same buffer and into attn."""
+        every = list(ins) + list(outs) + list(offsets)
         offs, at = [], 0
         for x in every:
             offs.append(at)
@@ -293,8 +300,15 @@ class Client:
             self._tag()
             self._shm_reserve(at)
             base = _lib.dash_buffer_data(self._shm)
-            for x, o in zip(ins, offs):
+            for x, o in list(zip(ins, offs)) + list(zip(offsets, offs[len(ins) + len(outs):])):
                 ctypes.memmove(base + o, self._addr(x), self._nbytes(x))
+            if offsets:
+                cu = offs[len(ins) + len(outs):]
+                attn.cu_seqlens_q = _lib.DashTensor(self._shm.value, cu[0], 1)
+                attn.cu_seqlens_q.shape[0] = offsets[0].shape[0]
+                attn.cu_seqlens_k = _lib.DashTensor(self._shm.value, cu[1], 1)
+                attn.cu_seqlens_k.shape[0] = offsets[1].shape[0]
+                every = every[:len(every) - len(offsets)]
             ts = []
             for x, o in zip(every, offs):
                 d = _lib.DashTensor(self._shm.value, o, x.ndim)
@@ -331,24 +345,38 @@ class Client:
 
     # ---- the ops --------------------------------------------------------------------------
 
-    def forward(self, q, k, v, causal=False, scale=None, schedule="auto", wave=0):
+    def forward(self, q, k, v, causal=False, scale=None, schedule="auto", wave=0,
+                window_size=None, softcap=None):
         """out, lse for q (batch, seqlen_q, heads_q, d), k, v (batch, seqlen_k, heads_kv,
         d); lse is float32 (batch, heads_q, seqlen_q). Tensors on a GPU stay there;
-        host tensors (torch or numpy) go through shared memory."""
+        host tensors (torch or numpy) go through shared memory. window_size: flash-attn's
+        (left, right), -1 unbounded; softcap: 0 or None is off."""
         _check_inputs([("q", q), ("k", k), ("v", v)])
-        attn = self._attn(_dtype_code(q), causal, scale, schedule, wave)
+        attn = self._attn(_dtype_code(q), causal, scale, schedule, wave, window_size, softcap)
         if _is_torch(q) and q.is_cuda:
             return self._forward_cuda(q, k, v, attn)
         return self._forward_host(q, k, v, attn)
 
     def backward(self, dout, q, k, v, out, lse, causal=False, scale=None, schedule="auto",
-                 wave=0):
+                 wave=0, window_size=None, softcap=None):
         """dq, dk, dv from the forward's out and lse and the output gradient dout."""
         _check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
-        attn = self._attn(_dtype_code(q), causal, scale, schedule, wave)
+        attn = self._attn(_dtype_code(q), causal, scale, schedule, wave, window_size, softcap)
         if _is_torch(q) and q.is_cuda:
             return self._backward_cuda(dout, q, k, v, out, lse, attn)
         return self._backward_host(dout, q, k, v, out, lse, attn)
+
+
+def window_pair(window_size):
+    """(left, right) ints from flash-attn's window_size (None: (-1, -1)); -1 is unbounded."""
+    if window_size is None:
+        return -1, -1
+    try:
+        left, right = window_size
+        return int(left), int(right)
+    except (TypeError, ValueError):
+        raise TypeError(f"dash_attn: window_size must be a pair (left, right), got "
+                        f"{window_size!r}") from None
 
 
 def _check_inputs(named, lse=None):

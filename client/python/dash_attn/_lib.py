@@ -39,6 +39,15 @@ class DashAttn(ctypes.Structure):
         ("wave", ctypes.c_int32),
         ("block_m", ctypes.c_int32),
         ("block_n", ctypes.c_int32),
+        ("window", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("cu_seqlens_q", DashTensor),
+        ("cu_seqlens_k", DashTensor),
+        ("max_seqlen_q", ctypes.c_int32),
+        ("max_seqlen_k", ctypes.c_int32),
+        ("batch_invariant", ctypes.c_int32),
     ]
 
 

@@ -1,0 +1,249 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Packed variable-length batches (flash-attn's varlen), sliding windows and softcap, and
+the qkv-packed / kv-packed forms of flash-attn's functions, computed by dashd.
+
+A packed batch is (total_tokens, heads, head_dim) with int32 offsets cu_seqlens_q and
+cu_seqlens_k of batch + 1 entries: sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. dashd
+checks the offsets (from 0, never decreasing, ending at the token count, no sequence
+longer than max_seqlen) before it touches a tensor, and computes every sequence alone, so a
+sequence's outputs and gradients do not depend on what it is packed with (with a
+deterministic schedule; `auto` too when batch_invariant=True). dashd's CPU engine serves
+packed batches; its CUDA kernels do not yet (issue 17), so CUDA tensors are refused here.
+"""
+import math
+
+from . import _client
+
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+
+def _offsets(name, cu):
+    """A contiguous int32 host copy of cu_seqlens (torch int32/int64 or numpy), 1-D."""
+    if torch is not None and isinstance(cu, torch.Tensor):
+        if cu.is_cuda:
+            raise NotImplementedError(
+                f"dash_attn: {name} is a CUDA tensor: dashd serves packed batches on its CPU "
+                "engine only for now (issue 17); pass CPU tensors")
+        if cu.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's), not {cu.dtype}")
+        a = cu.detach().to(torch.int64).numpy()
+    else:
+        a = np.asarray(cu)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"dash_attn: {name} must be an integer array, not {a.dtype}")
+    if a.ndim != 1 or a.shape[0] < 2:
+        raise ValueError(f"dash_attn: {name} must be 1-D with batch + 1 >= 2 entries; got "
+                         f"shape {tuple(a.shape)}")
+    if a.min() < -2**31 or a.max() >= 2**31:
+        raise ValueError(f"dash_attn: {name} has offsets beyond int32")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _check_packed(named, lse=None):
+    """3-D host tensors of one dtype (q first), lse 2-D float32."""
+    for name, x in named:
+        if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
+            raise NotImplementedError(
+                f"dash_attn: {name} is a CUDA tensor: dashd serves packed batches on its CPU "
+                "engine only for now (issue 17); pass CPU tensors")
+        if x.ndim != 3:
+            raise ValueError(f"dash_attn: {name} must be 3-D (total_tokens, heads, head_dim) "
+                             f"in a packed batch; got shape {tuple(x.shape)}")
+    want = named[0][1].dtype
+    for name, x in named[1:]:
+        if x.dtype != want:
+            raise TypeError(f"dash_attn: {name} is {x.dtype} but q is {want}")
+    if lse is not None and (lse.ndim != 2 or str(lse.dtype).split(".")[-1] != "float32"):
+        raise ValueError("dash_attn: lse must be float32 (heads_q, total_q) in a packed batch; "
+                         f"got {lse.dtype} {tuple(lse.shape)}")
+
+
+def _attn(client, q, causal, scale, schedule, wave, window_size, softcap, max_q, max_k,
+          batch_invariant):
+    a = client._attn(_client._dtype_code(q), causal, scale, schedule, wave, window_size,
+                     softcap)
+    a.max_seqlen_q, a.max_seqlen_k = int(max_q), int(max_k)
+    a.batch_invariant = 1 if batch_invariant else 0
+    return a
+
+
+def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                   schedule="auto", batch_invariant=False, client=None):
+    """(out, lse) of a packed batch: q (total_q, heads_q, d), k, v (total_k, heads_kv, d),
+    torch CPU tensors or numpy arrays; lse float32 (heads_q, total_q). No autograd."""
+    c = client or _client.default_client()
+    _check_packed([("q", q), ("k", k), ("v", v)])
+    cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
+    attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
+                 max_seqlen_k, batch_invariant)
+    q, k, v = (c._host_contiguous(x) for x in (q, k, v))
+    out = c._empty_like(q, q.shape)
+    lse = c._empty_like(q, (q.shape[1], q.shape[0]), float32=True)
+    return tuple(c._host_op([q, k, v], [out, lse], False, attn, (cq, ck)))
+
+
+def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                    max_seqlen_k, causal=False, softmax_scale=None, window_size=(-1, -1),
+                    softcap=0.0, schedule="auto", batch_invariant=False, client=None):
+    """(dq, dk, dv) of a packed batch from its forward's out and lse."""
+    c = client or _client.default_client()
+    _check_packed([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
+    cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
+    attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
+                 max_seqlen_k, batch_invariant)
+    ins = [c._host_contiguous(x) for x in (q, k, v, out, lse, dout)]
+    dq = c._empty_like(ins[0], ins[0].shape)
+    dk = c._empty_like(ins[1], ins[1].shape)
+    dv = c._empty_like(ins[2], ins[2].shape)
+    return tuple(c._host_op(ins, [dq, dk, dv], True, attn, (cq, ck)))
+
+
+def _schedule(deterministic, schedule):
+    if schedule == "atomic" and deterministic:
+        raise ValueError("dash_attn: schedule='atomic' is not deterministic; pass "
+                         "deterministic=False to use it")
+    if not deterministic and schedule == "auto":
+        return "atomic"
+    return schedule
+
+
+def _common(dropout_p, softmax_scale, alibi_slopes, window_size, softcap):
+    if dropout_p:
+        raise NotImplementedError("dash_attn: dropout is not supported (dropout_p must be 0.0)")
+    if alibi_slopes is not None:
+        raise NotImplementedError("dash_attn: alibi_slopes: dashd has no ALiBi bias (pass None)")
+    if softmax_scale is not None and not (softmax_scale > 0 and math.isfinite(softmax_scale)):
+        raise ValueError("dash_attn: softmax_scale must be finite and > 0")
+    _client.window_pair(window_size)  # a pair, or TypeError
+    if softcap is None or not (softcap >= 0 and math.isfinite(softcap)):
+        raise ValueError(f"dash_attn: softcap must be finite and >= 0 (0: off), not {softcap!r}")
+
+
+if torch is not None:
+
+    class DashVarlenFunction(torch.autograd.Function):
+        """out, lse = f(q, k, v) of a packed batch; the backward runs in dashd too."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window, softcap,
+                    schedule, batch_invariant, client):
+            kw = dict(causal=causal, softmax_scale=scale, window_size=window, softcap=softcap,
+                      schedule=schedule, batch_invariant=batch_invariant, client=client)
+            out, lse = varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
+            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+            ctx.kw, ctx.max = kw, (max_q, max_k)
+            ctx.audit = _client.current_audit()
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+            _client.push_audit(*ctx.audit)
+            try:
+                dq, dk, dv = varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.max,
+                                             **ctx.kw)
+            finally:
+                _client.pop_audit()
+            return (dq, dk, dv) + (None,) * 11
+
+
+def _as_offsets_tensor(cu):
+    return cu if isinstance(cu, torch.Tensor) else torch.as_tensor(np.asarray(cu), dtype=torch.int32)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=True,
+                           return_attn_probs=False, block_table=None, *, schedule="auto",
+                           batch_invariant=False, return_softmax_lse=False, client=None):
+    """flash_attn.flash_attn_varlen_func, served by dashd (its CPU engine for now).
+
+    q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim); cu_seqlens_q/k:
+    int32 (batch + 1,) offsets; max_seqlen_q/k: bounds on the sequences' lengths. causal is
+    aligned to each sequence's bottom-right corner; window_size (left, right) with -1
+    unbounded (causal forces right = 0); softcap > 0 caps scores at softcap * tanh(s /
+    softcap). deterministic / schedule as in flash_attn_func; batch_invariant=True makes
+    `auto` ignore the other sequences, so a sequence's bits never depend on its packing.
+    Returns out, or (out, softmax_lse (heads_q, total_q)) with return_softmax_lse, or
+    (out, softmax_lse, None) with return_attn_probs. Differentiable in q, k and v."""
+    _common(dropout_p, softmax_scale, alibi_slopes, window_size, softcap)
+    if block_table is not None:
+        raise NotImplementedError("dash_attn: block_table (paged KV) is not supported")
+    if torch is None or not isinstance(q, torch.Tensor):
+        raise TypeError("dash_attn.flash_attn_varlen_func takes torch tensors; for numpy "
+                        "arrays use dash_attn.varlen_forward / varlen_backward")
+    c = client or _client.default_client()
+    out, lse = DashVarlenFunction.apply(
+        q, k, v, _as_offsets_tensor(cu_seqlens_q), _as_offsets_tensor(cu_seqlens_k),
+        int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal),
+        tuple(_client.window_pair(window_size)), float(softcap),
+        _schedule(deterministic, schedule), bool(batch_invariant), c)
+    if return_attn_probs:
+        return out, lse, None
+    if return_softmax_lse:
+        return out, lse
+    return out
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=True,
+                                     return_attn_probs=False, **kw):
+    """qkv: (total, 3, heads, head_dim); one set of offsets for q and k."""
+    if qkv.ndim != 4 or qkv.shape[1] != 3:
+        raise ValueError(f"dash_attn: qkv must be (total, 3, heads, head_dim); got {tuple(qkv.shape)}")
+    return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens,
+                                  max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
+                                  window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, **kw)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=True,
+                                    return_attn_probs=False, **kw):
+    """kv: (total_k, 2, heads_kv, head_dim)."""
+    if kv.ndim != 4 or kv.shape[1] != 2:
+        raise ValueError(f"dash_attn: kv must be (total_k, 2, heads_kv, head_dim); got {tuple(kv.shape)}")
+    return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k,
+                                  max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                                  window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, **kw)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=True, return_attn_probs=False, **kw):
+    """qkv: (batch, seqlen, 3, heads, head_dim)."""
+    from ._func import flash_attn_func
+    if qkv.ndim != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"dash_attn: qkv must be (batch, seqlen, 3, heads, head_dim); got "
+                         f"{tuple(qkv.shape)}")
+    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale,
+                           causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+                           window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                           **kw)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=True, return_attn_probs=False, **kw):
+    """kv: (batch, seqlen_k, 2, heads_kv, head_dim)."""
+    from ._func import flash_attn_func
+    if kv.ndim != 5 or kv.shape[2] != 2:
+        raise ValueError(f"dash_attn: kv must be (batch, seqlen_k, 2, heads_kv, head_dim); got "
+                         f"{tuple(kv.shape)}")
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal,
+                           deterministic=deterministic, return_attn_probs=return_attn_probs,
+                           window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                           **kw)

@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Packed variable-length batches, sliding windows and softcap through a real dashd on the
+CPU engine: values and gradients against float64 autograd computed sequence by sequence,
+flash-attn's argument order and layouts (varlen, qkv-packed, kv-packed), bits that repeat
+and do not depend on the packing, and the daemon's words for bad offsets and windows.
+Inputs are fresh random draws (the seed is in every assertion message)."""
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import dash_attn
+
+SEED = int.from_bytes(os.urandom(4), "little")
+
+
+def visible(sq, sk, causal, window):
+    """(sq, sk) bool: flash-attn's rule, bottom-right aligned, -1 unbounded."""
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(sq).view(-1, 1)
+    j = torch.arange(sk).view(1, -1)
+    diag = i + (sk - sq)
+    ok = torch.ones(sq, sk, dtype=torch.bool)
+    if left >= 0:
+        ok &= j >= diag - left
+    if right >= 0:
+        ok &= j <= diag + right
+    return ok
+
+
+def ref_seq(q, k, v, causal, window, softcap, scale):
+    """float64 attention of one sequence (s, h, d), as torch ops for autograd; rows that see
+    no key give zeros."""
+    sq, hq, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    if sk == 0:
+        return q * 0
+    kk = k.repeat_interleave(hq // hkv, dim=1)
+    vv = v.repeat_interleave(hq // hkv, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q, kk) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    mask = visible(sq, sk, causal, window).unsqueeze(0)
+    m = s.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    e = torch.exp(s - m) * mask
+    den = e.sum(-1, keepdim=True)
+    p = e / torch.where(den == 0, torch.ones_like(den), den)
+    return torch.einsum("hqk,khd->qhd", p, vv)
+
+
+def ref_varlen(q, k, v, cq, ck, causal, window, softcap, scale):
+    outs = []
+    for b in range(len(cq) - 1):
+        outs.append(ref_seq(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]], causal,
+                            window, softcap, scale))
+    return torch.cat(outs, 0)
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    n = b.norm()
+    return float((a - b).norm() / n) if n > 0 else float((a - b).norm())
+
+
+def offsets(lengths):
+    return torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int32)
+
+
+def packed(lq, lk, hq, hkv, d, g, sigma=1.0, dtype=torch.float32):
+    tq, tk = sum(lq), sum(lk)
+    q = (torch.randn(tq, hq, d, generator=g) * sigma).to(dtype).requires_grad_()
+    k = (torch.randn(tk, hkv, d, generator=g) * sigma).to(dtype).requires_grad_()
+    v = torch.randn(tk, hkv, d, generator=g).to(dtype).requires_grad_()
+    dout = torch.randn(tq, hq, d, generator=g).to(dtype)
+    return q, k, v, dout
+
+
+WINDOWS = [(-1, -1), (0, 0), (5, 0), (13, 4), (3, -1), (-1, 2), (500, 500)]
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("softcap", [0.0, 30.0, 50.0])
+def test_varlen_values_and_gradients_match_float64_sequence_by_sequence(client, window, causal,
+                                                                         softcap):
+    g = torch.Generator().manual_seed(SEED)
+    lq = [1, 70, 0, 33, 5]
+    lk = [1, 70, 9, 40, 0] if window[0] % 2 else lq
+    hq, hkv, d = 4, 2, 32
+    q, k, v, dout = packed(lq, lk, hq, hkv, d, g, sigma=3.0 if softcap else 1.0)
+    cq, ck = offsets(lq), offsets(lk)
+    out = dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), causal=causal,
+                                           window_size=window, softcap=softcap)
+    out.backward(dout)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref = ref_varlen(q64, k64, v64, cq.tolist(), ck.tolist(), causal, window, softcap,
+                     1 / math.sqrt(d))
+    ref.backward(dout.double())
+    msg = f"seed {SEED}"
+    assert not torch.isnan(out).any() and not torch.isnan(q.grad).any(), msg
+    assert rel(out, ref) < 1e-5, msg
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert rel(got, want) < 1e-4, msg
+
+
+@pytest.mark.parametrize("window,softcap", [((8, 0), 0.0), ((-1, -1), 20.0), ((6, 3), 50.0)])
+def test_flash_attn_func_window_and_softcap_match_reference(client, window, softcap):
+    g = torch.Generator().manual_seed(SEED ^ 5)
+    b, sq, sk, hq, hkv, d = 2, 45, 61, 4, 1, 32
+    q = (torch.randn(b, sq, hq, d, generator=g) * 3).requires_grad_()
+    k = (torch.randn(b, sk, hkv, d, generator=g) * 3).requires_grad_()
+    v = torch.randn(b, sk, hkv, d, generator=g).requires_grad_()
+    dout = torch.randn(b, sq, hq, d, generator=g)
+    out = dash_attn.flash_attn_func(q, k, v, causal=window == (8, 0), window_size=window,
+                                    softcap=softcap)
+    out.backward(dout)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref = torch.stack([ref_seq(q64[i], k64[i], v64[i], window == (8, 0), window, softcap,
+                               1 / math.sqrt(d)) for i in range(b)])
+    ref.backward(dout.double())
+    assert rel(out, ref) < 1e-5, f"seed {SEED}"
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert rel(got, want) < 1e-4, f"seed {SEED}"
+
+
+def test_qkvpacked_and_kvpacked_give_the_unpacked_bits(client):
+    g = torch.Generator().manual_seed(SEED ^ 7)
+    b, s, h, d = 2, 40, 2, 32
+    qkv = torch.randn(b, s, 3, h, d, generator=g, dtype=torch.float32).to(torch.bfloat16)
+    dout = torch.randn(b, s, h, d, generator=g).to(torch.bfloat16)
+    kw = dict(causal=True, window_size=(9, 0), softcap=30.0)
+
+    def grads(fn):
+        x = qkv.clone().requires_grad_()
+        out = fn(x)
+        out.backward(dout)
+        return out.detach(), x.grad
+
+    o1, g1 = grads(lambda x: dash_attn.flash_attn_qkvpacked_func(x, **kw))
+    o2, g2 = grads(lambda x: dash_attn.flash_attn_func(x[:, :, 0], x[:, :, 1], x[:, :, 2], **kw))
+    o3, g3 = grads(lambda x: dash_attn.flash_attn_kvpacked_func(x[:, :, 0], x[:, :, 1:], **kw))
+    assert torch.equal(o1, o2) and torch.equal(g1, g2)
+    assert torch.equal(o1, o3) and torch.equal(g1, g3)
+    # varlen forms: (total, 3, h, d) with one set of offsets; kv (total, 2, h, d)
+    lens = [13, 1, 26]
+    cu = offsets(lens)
+    flat = qkv.reshape(b * s, 3, h, d)[:sum(lens)]
+    fd = dout.reshape(b * s, h, d)[:sum(lens)]
+
+    def vgrads(fn):
+        x = flat.clone().requires_grad_()
+        out = fn(x)
+        out.backward(fd)
+        return out.detach(), x.grad
+
+    v1, h1 = vgrads(lambda x: dash_attn.flash_attn_varlen_qkvpacked_func(x, cu, max(lens), **kw))
+    v2, h2 = vgrads(lambda x: dash_attn.flash_attn_varlen_func(x[:, 0], x[:, 1], x[:, 2], cu, cu,
+                                                               max(lens), max(lens), **kw))
+    v3, h3 = vgrads(lambda x: dash_attn.flash_attn_varlen_kvpacked_func(
+        x[:, 0], x[:, 1:], cu, cu, max(lens), max(lens), **kw))
+    assert torch.equal(v1, v2) and torch.equal(h1, h2)
+    assert torch.equal(v1, v3) and torch.equal(h1, h3)
+
+
+def test_varlen_bits_repeat_and_do_not_depend_on_the_packing(client):
+    g = torch.Generator().manual_seed(SEED ^ 11)
+    lens = [1, 77, 130, 50, 9]
+    hq, hkv, d = 4, 2, 32
+    seqs = [packed([n], [n], hq, hkv, d, g, dtype=torch.bfloat16)[:4] for n in lens]
+    kw = dict(causal=True, window_size=(40, 0), softcap=30.0, batch_invariant=True)
+
+    def run(order):
+        q = torch.cat([seqs[i][0].detach() for i in order]).requires_grad_()
+        k = torch.cat([seqs[i][1].detach() for i in order]).requires_grad_()
+        v = torch.cat([seqs[i][2].detach() for i in order]).requires_grad_()
+        dout = torch.cat([seqs[i][3] for i in order])
+        cu = offsets([lens[i] for i in order])
+        out = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 130, 130, **kw)
+        out.backward(dout)
+        res = {}
+        for pos, i in enumerate(order):
+            a, b = int(cu[pos]), int(cu[pos + 1])
+            res[i] = tuple(t[a:b].detach().clone() for t in (out, q.grad, k.grad, v.grad))
+        return res
+
+    first = run([0, 1, 2, 3, 4])
+    again = run([0, 1, 2, 3, 4])
+    shuffled = run([3, 0, 4, 2, 1])
+    alone = run([2])
+    for i in range(len(lens)):
+        assert all(torch.equal(a, b) for a, b in zip(first[i], again[i])), f"seed {SEED}"
+        assert all(torch.equal(a, b) for a, b in zip(first[i], shuffled[i])), f"seed {SEED}"
+    assert all(torch.equal(a, b) for a, b in zip(first[2], alone[2])), f"seed {SEED}"
+
+
+def test_varlen_numpy_forward_and_backward(client):
+    rng = np.random.default_rng(SEED)
+    lq = [3, 17]
+    q = rng.standard_normal((20, 2, 32), dtype=np.float32)
+    k = rng.standard_normal((20, 2, 32), dtype=np.float32)
+    v = rng.standard_normal((20, 2, 32), dtype=np.float32)
+    cu = np.array([0, 3, 20], dtype=np.int32)
+    out, lse = dash_attn.varlen_forward(q, k, v, cu, cu, 17, 17, causal=True)
+    assert isinstance(out, np.ndarray) and out.shape == q.shape and lse.shape == (2, 20)
+    ref = ref_varlen(*(torch.from_numpy(x).double() for x in (q, k, v)), [0, 3, 20], [0, 3, 20],
+                     True, (-1, -1), 0.0, 1 / math.sqrt(32))
+    assert rel(torch.from_numpy(out), ref) < 1e-5
+    dq, dk, dv = dash_attn.varlen_backward(np.ones_like(out), q, k, v, out, lse, cu, cu, 17, 17,
+                                           causal=True)
+    assert dq.shape == q.shape and np.isfinite(dq).all()
+
+
+def test_bad_offsets_windows_and_softcap_raise_clear_errors(client):
+    q = torch.randn(10, 2, 32)
+    good = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_varlen_func(q, q, q, torch.tensor([0, 6, 4, 10], dtype=torch.int32),
+                                         torch.tensor([0, 4, 6, 10], dtype=torch.int32), 10, 10)
+    assert e.value.name == "DASH_ESHAPE" and "must not decrease" in e.value.message
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_varlen_func(q, q, q, good, torch.tensor([0, 4, 9], dtype=torch.int32),
+                                         10, 10)
+    assert e.value.name == "DASH_ESHAPE" and "token count 10" in e.value.message
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_varlen_func(q, q, q, good, good, 5, 10)
+    assert "more than max_seqlen_q=5" in e.value.message
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10, window_size=(-3, 0))
+    assert e.value.name == "DASH_EINVAL" and "window (-3, 0)" in e.value.message
+    with pytest.raises(ValueError, match="softcap"):
+        dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10, softcap=-1.0)
+    with pytest.raises(TypeError, match="int32"):
+        dash_attn.flash_attn_varlen_func(q, q, q, good.float(), good, 10, 10)
+    with pytest.raises(ValueError, match="3-D"):
+        dash_attn.flash_attn_varlen_func(q[None], q, q, good, good, 10, 10)
+    with pytest.raises(TypeError, match="window_size"):
+        dash_attn.flash_attn_func(q[None], q[None], q[None], window_size=5)
+    with pytest.raises(NotImplementedError):
+        dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10, dropout_p=0.1)
+    # the daemon still serves
+    out = dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10)
+    assert out.shape == q.shape
