@@ -219,9 +219,18 @@ $(GEN)/proto/audit.pb-c.c $(GEN)/proto/audit.pb-c.h: proto/audit.proto proto/das
 	@$(if $(filter 1,$(V)),,echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=$(GEN) $<
 
+# The error table, defined once in the installed header: proto/errors.h includes this copy
+# (proto/ may include nothing from client/), DASH_ERROR_TABLE renamed DASH_ERRNO_MAP.
+$(GEN)/proto/error_table.h: client/dash.h
+	@mkdir -p $(dir $@)
+	$(Q)awk '/^#define DASH_ERROR_TABLE\(X\)/ { on = 1; sub(/DASH_ERROR_TABLE/, "DASH_ERRNO_MAP") } \
+		on { print } on && !/\\$$/ { exit }' $< > $@.tmp && \
+		grep -q 'DASH_ERRNO_MAP' $@.tmp && mv $@.tmp $@
+
 # Every compile waits for deps (order-only): with make -j, the packages it installs and the
 # pkg-config flags read after it must be there before the first compile starts.
-$(BUILD)/obj/%.o: %.c | deps $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/buildid.h $(INC_STAMPS)
+$(BUILD)/obj/%.o: %.c | deps $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h $(GEN)/proto/error_table.h \
+		$(GEN)/buildid.h $(INC_STAMPS)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@

@@ -51,9 +51,10 @@ extern "C" {
 
 /* ---- error codes ---------------------------------------------------------------------
  *
- * The same table as proto/errors.h, which is not installed: X(name, value, message). A
- * translation unit may include both headers, in either order (they share the include
- * guard DASH_ERRORS_H for the enum). tests/test_client.c checks that the copies agree. */
+ * X(name, value, message): the one table of the project's error codes (the daemon's
+ * proto/errors.h reads it from here through a copy the build generates). A translation
+ * unit may include both headers, in either order (they share the include guard
+ * DASH_ERRORS_H for the enum). Codes travel on the wire: append, never renumber. */
 #define DASH_ERROR_TABLE(X)                                                      \
     X(EINVAL, -EINVAL, "invalid argument")                                       \
     X(ENOMEM, -ENOMEM, "out of memory")                                          \
