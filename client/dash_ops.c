@@ -365,7 +365,7 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
         dash__req_free(c, r);
         return dash__fail(c, rc, "out of memory for a request");
     }
-    for (int i = 0; i < nt; i++)
+    for (int i = 0; i < r->nt; i++) /* the offsets too: dash__op_finish gives back r->nt */
         r->t[i].buf->users++;
     if ((rc = dash__submit(c, r)) != 0) {
         r->signal_slot = -1; /* never sent: the caller hears of it now, not later */

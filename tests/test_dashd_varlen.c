@@ -9,6 +9,7 @@
 #include "suites.h"
 #include "testutil.h"
 
+#include "client/dash.h"
 #include "kernels/cpu/engine.h"
 #include "proto/errors.h"
 
@@ -411,6 +412,41 @@ static void test_dashd_varlen_window_softcap_results_equal_in_process_engine(voi
     raw_close(r);
 }
 
+/* A packed batch through libdash holds its offsets' buffer only while the op is in
+ * flight: after an op that ran and after one the daemon refused, the buffer frees (the
+ * library once counted the offsets out but not in, and the buffer stayed busy for good). */
+static void test_dashd_varlen_offsets_buffer_frees_after_the_op(void)
+{
+    enum { TQ = 50, H = 2, HD = 64 };
+    struct dash_connect_opts o = {.client_name = "varlen-free", .timeout_ms = 10000};
+    struct dash_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_connect(D.endpoint, &o, &c), 0);
+    const size_t tb = (size_t)TQ * H * HD * 2;
+    struct dash_buffer *b = NULL, *sb = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 4 * tb + (size_t)H * TQ * 4, &b), 0);
+    unsigned char *mem = dash_buffer_data(b);
+    for (size_t i = 0; i < 3 * tb / 2; i++)
+        ((uint16_t *)(void *)mem)[i] = 0x3c00 + (uint16_t)(i % 64); /* bf16 near 1..2 */
+    struct dash_tensor t[5];
+    for (int s = 0; s < 4; s++)
+        t[s] = (struct dash_tensor){.buf = b, .offset = s * tb, .ndim = 3, .shape = {TQ, H, HD}};
+    t[4] = (struct dash_tensor){.buf = b, .offset = 4 * tb, .ndim = 2, .shape = {H, TQ}};
+    for (int refuse = 0; refuse < 2; refuse++) {
+        CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 4096, &sb), 0);
+        int32_t *cu = dash_buffer_data(sb);
+        cu[0] = 0, cu[1] = 13, cu[2] = refuse ? TQ - 1 : TQ; /* refused: not the token count */
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .max_seqlen_q = 37,
+                              .max_seqlen_k = 37};
+        a.cu_seqlens_q = (struct dash_tensor){.buf = sb, .ndim = 1, .shape = {3}};
+        a.cu_seqlens_k = a.cu_seqlens_q;
+        CU_ASSERT_EQUAL(dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[4], NULL),
+                        refuse ? DASH_ESHAPE : 0);
+        CU_ASSERT_EQUAL(dash_buffer_free(c, sb), 0);
+    }
+    CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
+    dash_close(c);
+}
+
 int suite_dashd_varlen(void)
 {
     CU_pSuite s = CU_add_suite("dashd_varlen", suite_init, suite_clean);
@@ -418,5 +454,6 @@ int suite_dashd_varlen(void)
         return -1;
     ADD_TEST(s, test_dashd_varlen_each_bad_request_gets_its_own_clear_error);
     ADD_TEST(s, test_dashd_varlen_window_softcap_results_equal_in_process_engine);
+    ADD_TEST(s, test_dashd_varlen_offsets_buffer_frees_after_the_op);
     return 0;
 }
