@@ -24,7 +24,8 @@ def refuse_unsupported(dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_s
     if alibi_slopes is not None:
         raise NotImplementedError("dash_attn: alibi_slopes: dashd has no ALiBi bias (pass None)")
     window_pair(window_size)
-    if softcap is None or not (softcap >= 0 and math.isfinite(softcap)):
+    # comparisons, not math.isfinite: torch.compile(dynamic=True) may trace the number
+    if softcap is None or not (softcap >= 0 and softcap < math.inf):  # NaN fails too
         raise ValueError(f"dash_attn: softcap must be finite and >= 0 (0: off), not {softcap!r}")
 
 
@@ -42,7 +43,7 @@ def check_scale(softmax_scale):
     except (TypeError, ValueError):
         raise TypeError(f"dash_attn: softmax_scale must be a number, got {softmax_scale!r}") \
             from None
-    if not (s > 0 and math.isfinite(s)):
+    if not (s > 0 and s < math.inf):  # NaN fails too
         raise ValueError("dash_attn: softmax_scale must be finite and > 0")
     return s
 
