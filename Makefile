@@ -1,7 +1,8 @@
 # dashd - the one entry point of the build. Everything built lands in build/.
 #
 #   make            libraries, dashctl, tests, examples (CUDA parts when nvcc is found)
-#   make test       CPU test suites (CUnit); the summary is the last thing printed
+#   make test       CPU test suites (CUnit), then the Python binding's (pytest, in .venv)
+#   make venv       .venv: PyTorch 2, numpy, pytest from PyPI (make test makes it too)
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
@@ -11,7 +12,8 @@
 # Knobs: OPT (optimisation flags; -O3 because gcc 12 vectorises the engine's inner loops
 # only there - they sum nothing out of order, so the bits do not depend on it beyond the
 # build id), CUDA=0 (skip CUDA parts), BUILD=dir (build there instead of build/; `make test`
-# runs that folder's dashd and libdash), V=1 (show commands).
+# runs that folder's dashd and libdash), VENV=dir (the Python tests' environment, default
+# .venv), PYTHON=interpreter (run them with another that has torch >= 2.4), V=1 (show commands).
 #
 # With nvcc, dashd gets the CUDA backend (the kernels linked in) and libdash its CUDA
 # buffers; both are compiled with -DDASH_HAVE_CUDA and link the CUDA runtime STATICALLY,
@@ -105,7 +107,7 @@ $(BUILD)/inc/%/.made: Makefile
 
 # ---- sources ------------------------------------------------------------------------------
 KERNELS_SRC := kernels/sched/sched.c kernels/sched/dag.c kernels/attn/dtype.c kernels/attn/problem.c \
-	kernels/attn/ref.c kernels/cpu/pool.c kernels/cpu/engine.c kernels/cpu/engine_bwd.c \
+	kernels/attn/ref.c kernels/cpu/pool.c kernels/cpu/engine.c kernels/cpu/engine_bwd.c kernels/cpu/engine_f64.c \
 	kernels/digest/digest.c
 PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
@@ -175,11 +177,11 @@ ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) 
 	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DEMO) $(DEMO_CLIENT) \
 	$(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
 
-.PHONY: all deps test test-gpu test-install bench demo install clean help
+.PHONY: all deps venv test test-gpu test-install bench demo install clean help
 all: deps $(ALL)
 
 help:
-	@sed -n '2,14p' Makefile
+	@sed -n '2,16p' Makefile
 
 # The pictures of docs/architecture.md, drawn from the code's #includes by
 # scripts/arch_graph.py: the parts (the include roots above) and the modules. Needs
@@ -332,19 +334,38 @@ $(BUILD)/test_dash_gpu: $(call cuobj,$(GPU_TEST_CU)) $(call obj,$(GPU_TEST_SRC))
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
+# The Python binding's tests run on a current PyTorch 2 from PyPI, in a virtual environment
+# ($(VENV), git-ignored) that Debian's python3 (python3-venv, from deps.sh) makes and pip
+# fills from client/python/requirements-test.txt on first use; it is reused until that file
+# changes (the copy in $(VENV)/.dash-requirements says what it holds). PYTHON=... runs the
+# tests with another interpreter that has torch >= 2.4, numpy and pytest instead.
+VENV ?= .venv
+VENV_BASE ?= /usr/bin/python3
+PY_REQS := client/python/requirements-test.txt
+VENV_STAMP := $(VENV)/.dash-requirements
+PYTHON ?= $(VENV)/bin/python
+PY_ENV := $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV_STAMP))
+
+$(VENV_STAMP): $(PY_REQS) | deps
+	@echo "  VENV    $(VENV): PyTorch and the test tools from PyPI ($(PY_REQS)); a few minutes the first time"
+	$(Q)$(VENV_BASE) -m venv $(VENV)
+	$(Q)$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(PY_REQS)
+	$(Q)cp $(PY_REQS) $@
+
+venv: $(VENV_STAMP)
+
 # Builds everything first, so the CUDA sources are compiled (where nvcc is) even though the
 # CPU suites do not run them. The test runner finds dashctl next to itself (build/).
-# The Python binding's tests run with Debian's interpreter, where deps.sh puts
-# python3-torch, python3-numpy and python3-pytest (a pyenv or venv python3 on PATH may not
-# see them); PYTHON=... to use another one that has them.
-PYTHON ?= /usr/bin/python3
-
-test: deps all
+test: deps all $(PY_ENV)
 	$(Q)./$(TESTS)
 	$(Q)$(MAKE) --no-print-directory test-install
 	$(Q)for t in bench/test_gpu_report.py bench/test_cudnn_peers.py; do $(PYTHON) $$t || exit 1; done
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
+
+# A GPU machine may have no network for pip: the venv's python when there is one, else the
+# python3 on PATH (which must have torch >= 2.4 and pytest).
+GPU_PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 
 test-gpu: deps $(GPU_TESTS)
 ifeq ($(NVCC),)
@@ -352,7 +373,7 @@ ifeq ($(NVCC),)
 else
 	$(Q)./$(BUILD)/test_dash_gpu
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) DASH_TEST_BACKEND=cuda \
-		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests/test_gpu.py
+		$(GPU_PYTHON) -m pytest -q -p no:cacheprovider client/python/tests/test_gpu.py
 endif
 
 # On a machine with a GPU (and a CUDA build), also the GPU benchmarks: the kernels against

@@ -311,7 +311,9 @@ struct dash_tensor dash_tensor_lse(struct dash_buffer *b, uint64_t offset, int64
 /* ---- attention ------------------------------------------------------------------------ */
 
 /* The same numbering as the wire schema's enums. */
-enum dash_dtype { DASH_F32 = 0, DASH_F16 = 1, DASH_BF16 = 2 };
+/* DASH_F64 is served by the CPU engine only (computed in double: for checking gradients);
+ * dashd on a GPU refuses it with DASH_EBADDTYPE. */
+enum dash_dtype { DASH_F32 = 0, DASH_F16 = 1, DASH_BF16 = 2, DASH_F64 = 3 };
 enum dash_mask { DASH_MASK_FULL = 0, DASH_MASK_CAUSAL = 1 /* bottom-right aligned */ };
 enum dash_schedule {
     DASH_SCHED_AUTO = 0, /* the fastest deterministic schedule for the shape */
@@ -322,7 +324,7 @@ enum dash_schedule {
     DASH_SCHED_SHIFT = 5,
 };
 
-/* Bytes per element of t: 4 or 2; 0 for a value outside the enum. */
+/* Bytes per element of t: 8, 4 or 2; 0 for a value outside the enum. */
 size_t dash_dtype_size(enum dash_dtype t);
 
 /* The parameters of one op. Zero-initialise, then set what you need: zero means the

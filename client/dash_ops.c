@@ -28,6 +28,8 @@ size_t dash_dtype_size(enum dash_dtype t)
     case DASH_F16:
     case DASH_BF16:
         return 2;
+    case DASH_F64:
+        return 8;
     }
     return 0;
 }
@@ -85,7 +87,7 @@ static int strides_are_dense(const struct dash_tensor *t)
  * (shapes agreeing, bounds, head dims...). */
 static int check_attn(const struct dash_attn *a, char *why, size_t len)
 {
-    if ((unsigned)a->dtype > DASH_BF16 || (unsigned)a->mask > DASH_MASK_CAUSAL ||
+    if ((unsigned)a->dtype > DASH_F64 || (unsigned)a->mask > DASH_MASK_CAUSAL ||
         (unsigned)a->schedule > DASH_SCHED_SHIFT || !(a->scale >= 0.0f) || isinf(a->scale) ||
         a->wave < 0 || a->block_m < 0 || a->block_n < 0) { /* NaN fails the comparison */
         snprintf(why, len, "bad attention parameters (dtype, mask, schedule, scale, wave or "
@@ -120,7 +122,7 @@ static int check_tensor(const struct dash_client *c, const struct dash_tensor *t
 
 /* The API's enums are the wire's, value for value: messages cast one into the other. */
 _Static_assert((int)DASH_F32 == (int)DASH__DTYPE__F32 && (int)DASH_F16 == (int)DASH__DTYPE__F16 &&
-                   (int)DASH_BF16 == (int)DASH__DTYPE__BF16,
+                   (int)DASH_BF16 == (int)DASH__DTYPE__BF16 && (int)DASH_F64 == (int)DASH__DTYPE__F64,
                "enum dash_dtype is the wire's DType");
 _Static_assert((int)DASH_MASK_FULL == (int)DASH__MASK__FULL && (int)DASH_MASK_CAUSAL == (int)DASH__MASK__CAUSAL,
                "enum dash_mask is the wire's Mask");

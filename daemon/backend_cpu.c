@@ -43,6 +43,11 @@ static int map_engine_error(int rc, const struct attn_problem *p, char *msg, siz
                      ENG_HEAD_DIM_MAX);
             return DASH_EHEADDIM;
         }
+        if (p->dtype == DTYPE_F64 && !eng_f64_serves(p)) {
+            snprintf(msg, msglen, "float64 serves no sliding windows, softcap or packed batches "
+                     "yet (the CPU engine's fp32, fp16 and bf16 do)");
+            return DASH_ENOTSUP;
+        }
         snprintf(msg, msglen, "the CPU engine cannot serve this dtype");
         return DASH_EBADDTYPE;
     case -EINVAL:
@@ -128,7 +133,7 @@ struct backend *backend_cpu_new(int32_t threads)
                                     .head_dim_max = ENG_HEAD_DIM_MAX,
                                     .block_max = ENG_BLOCK_MAX,
                                     .dtypes = (1u << DTYPE_F32) | (1u << DTYPE_F16) |
-                                              (1u << DTYPE_BF16)};
+                                              (1u << DTYPE_BF16) | (1u << DTYPE_F64)};
     b->buffer_kinds = 1u << SHMBUF_SHM; /* cuda_import stays NULL: no CUDA memory here */
     b->impl = c;
     b->threads = cpu_threads;

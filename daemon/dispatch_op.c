@@ -466,8 +466,10 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
     r.request_id = j->request_id;
     r.op = p->backward ? "backward" : "forward";
     r.has_dtype = r.has_mask = r.has_scale = 1;
-    r.dtype = p->prob.dtype == DTYPE_F32 ? DASH__DTYPE__F32
-              : p->prob.dtype == DTYPE_F16 ? DASH__DTYPE__F16 : DASH__DTYPE__BF16;
+    r.dtype = p->prob.dtype == DTYPE_F32   ? DASH__DTYPE__F32
+              : p->prob.dtype == DTYPE_F16 ? DASH__DTYPE__F16
+              : p->prob.dtype == DTYPE_F64 ? DASH__DTYPE__F64
+                                           : DASH__DTYPE__BF16;
     r.mask = p->prob.mask == SCHED_MASK_CAUSAL ? DASH__MASK__CAUSAL : DASH__MASK__FULL;
     r.scale = p->prob.scale;
     if (p->prob.window) {

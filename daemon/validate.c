@@ -68,6 +68,9 @@ static int map_dtype(Dash__DType d, enum dtype_kind *ret)
     case DASH__DTYPE__BF16:
         *ret = DTYPE_BF16;
         return 0;
+    case DASH__DTYPE__F64:
+        *ret = DTYPE_F64;
+        return 0;
     default:
         return -1;
     }
@@ -374,9 +377,17 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
     enum dtype_kind dtype;
     if (map_dtype(par->dtype, &dtype) != 0)
         return fail(msg, msglen, DASH_EBADDTYPE, "dtype %d is unknown", (int)par->dtype);
-    if (!(lim->dtypes & (1u << dtype)))
-        return fail(msg, msglen, DASH_EBADDTYPE, "dtype %s is not served by this backend",
-                    dtype_name(dtype));
+    if (!(lim->dtypes & (1u << dtype))) {
+        char served[64] = "";
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            if (lim->dtypes & (1u << t))
+                snprintf(served + strlen(served), sizeof served - strlen(served), "%s%s",
+                         served[0] ? ", " : "", dtype_name((enum dtype_kind)t));
+        return fail(msg, msglen, DASH_EBADDTYPE,
+                    "dtype %s is not served by this backend (it serves %s)%s", dtype_name(dtype),
+                    served[0] ? served : "none",
+                    dtype == DTYPE_F64 ? "; f64 runs on the CPU engine (dashd --backend cpu)" : "");
+    }
     enum sched_mask mask;
     if (map_mask(par->mask, &mask) != 0)
         return fail(msg, msglen, DASH_EINVAL, "mask %d is unknown", (int)par->mask);

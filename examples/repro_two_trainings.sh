@@ -13,14 +13,15 @@
 # an idle H200, so even `atomic` repeated its bits there; at 4096 (512 jobs, several
 # waves) its additions race and the runs diverge from the first backward.
 #
-# Environment: BIN (where dashd and dashctl are; default build), PYTHON (default python3),
+# Environment: BIN (where dashd and dashctl are; default build), PYTHON (default: the
+# checkout's .venv/bin/python from `make venv` when there is one, else python3),
 # DEVICE (cuda or cpu; default: cuda if torch sees one), MODEL (extra train_tiny_gpt.py
 # arguments, e.g. "--dim 256 --layers 2"). Exit status 0 when the deterministic repeats
 # are identical (whatever atomic did), 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN:-$root/build}
-py=${PYTHON:-python3}
+py=${PYTHON:-$( [ -x "$root/.venv/bin/python" ] && echo "$root/.venv/bin/python" || echo python3)}
 steps=${1:-10}
 seqlen=${2:-4096}
 device=${DEVICE:-$($py -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}

@@ -4,6 +4,7 @@
 
     python3 examples/train_tiny_gpt.py --steps 20 --seqlen 1024 --device cuda
     python3 examples/train_tiny_gpt.py --attn sdpa ...      # the same model, PyTorch SDPA
+    python3 examples/train_tiny_gpt.py --compile ...        # torch.compile(fullgraph=True)
 
 Every other op is made deterministic (torch.use_deterministic_algorithms), so a run's
 losses and final weights are a function of the seed - provided attention is too: with
@@ -118,6 +119,9 @@ def main():
     ap.add_argument("--run-tag", default=None)
     ap.add_argument("--out", default=None, help="write the summary JSON here")
     ap.add_argument("--quiet", action="store_true", help="no per-step lines")
+    ap.add_argument("--compile", action="store_true",
+                    help="run the model through torch.compile(fullgraph=True) (PyTorch >= 2.4; "
+                         "the first steps include the compilation)")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -135,13 +139,14 @@ def main():
                           run_tag=args.run_tag)
     model = TinyGPT(args).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=False)
+    run = torch.compile(model, fullgraph=True) if args.compile else model
     losses, times = [], []
     for step in range(args.steps):
         x, y = batch(args, step, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        logits = model(x, step)
+        logits = run(x, step)
         loss = F.cross_entropy(logits.float().view(-1, args.vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -153,7 +158,8 @@ def main():
             print(json.dumps({"step": step, "loss": lv, "loss_hex": float.hex(lv),
                               "ms": round(times[-1] * 1e3, 3)}), flush=True)
     summary = {
-        "attn": args.attn, "schedule": args.schedule, "seed": args.seed, "steps": args.steps,
+        "attn": args.attn, "schedule": args.schedule, "compile": args.compile,
+        "seed": args.seed, "steps": args.steps,
         "seqlen": args.seqlen, "device": str(device),
         "losses_hex": [float.hex(v) for v in losses],
         "final_loss": losses[-1] if losses else math.nan,

@@ -185,7 +185,7 @@ static void test_client_bad_attention_params_are_einval_before_sending(void)
     struct dash_tensor q = dash_tensor_dense(&f.b, 0, 1, 4, 2, 32);
     struct dash_tensor lse = dash_tensor_lse(&f.b, 0, 1, 2, 4);
     const struct dash_attn bad[] = {
-        {.dtype = (enum dash_dtype)3},
+        {.dtype = (enum dash_dtype)4}, /* past DASH_F64 */
         {.dtype = (enum dash_dtype)-1},
         {.mask = (enum dash_mask)2},
         {.schedule = (enum dash_schedule)6},

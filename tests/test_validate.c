@@ -26,7 +26,7 @@ static const struct val_limits cpu_limits = {
     .head_dim_min = 32,
     .head_dim_max = 256,
     .block_max = 512,
-    .dtypes = (1u << DTYPE_F32) | (1u << DTYPE_F16) | (1u << DTYPE_BF16),
+    .dtypes = (1u << DTYPE_F32) | (1u << DTYPE_F16) | (1u << DTYPE_BF16) | (1u << DTYPE_F64),
 };
 
 /* The session's buffers: id -> size, and the object each maps (obj 0: its own, named by
@@ -67,7 +67,7 @@ struct fx {
 
 static int elem(Dash__DType d)
 {
-    return d == DASH__DTYPE__F32 ? 4 : 2;
+    return d == DASH__DTYPE__F64 ? 8 : d == DASH__DTYPE__F32 ? 4 : 2;
 }
 
 static void set_shape(struct fx *x, int s, int n, int64_t a, int64_t b, int64_t c, int64_t d)
@@ -692,7 +692,7 @@ static void test_validate_dtype(void)
 {
     struct fx x;
     fx_fwd(&x);
-    x.params.dtype = (Dash__DType)3;
+    x.params.dtype = (Dash__DType)4;
     EXPECT(&x, DASH_EBADDTYPE);
     x.params.dtype = (Dash__DType)-1;
     EXPECT(&x, DASH_EBADDTYPE);
@@ -706,6 +706,25 @@ static void test_validate_dtype(void)
     fx_init(&x, 0, DASH__DTYPE__BF16, 2, 16, 24, 8, 2, 64);
     EXPECT(&x, 0);
     CU_ASSERT_EQUAL(x.plan.prob.dtype, DTYPE_BF16);
+}
+
+/* float64: 8-byte elements on the CPU engine (bounds sized for them); a GPU backend's
+ * limits (f16, bf16) refuse it, saying what it serves and where f64 runs. */
+static void test_validate_f64_is_served_by_the_cpu_engine_and_refused_by_a_gpu_backend(void)
+{
+    struct fx x;
+    fx_init(&x, 1, DASH__DTYPE__F64, 2, 16, 24, 8, 2, 64);
+    EXPECT(&x, 0);
+    CU_ASSERT_EQUAL(x.plan.prob.dtype, DTYPE_F64);
+    x.bufs.size[VAL_DQ] -= 1; /* one byte short of the last 8-byte element */
+    EXPECT(&x, DASH_EBOUNDS);
+    struct val_limits gpu = cpu_limits;
+    gpu.dtypes = (1u << DTYPE_F16) | (1u << DTYPE_BF16);
+    fx_init(&x, 0, DASH__DTYPE__F64, 2, 16, 24, 8, 2, 64);
+    CU_ASSERT_EQUAL(run_lim(&x, &gpu), DASH_EBADDTYPE);
+    CU_ASSERT(strstr(x.msg, "f64 is not served") != NULL);
+    CU_ASSERT(strstr(x.msg, "serves f16, bf16") != NULL);
+    CU_ASSERT(strstr(x.msg, "CPU engine") != NULL);
 }
 
 static void test_validate_head_dim_range(void)
@@ -992,6 +1011,7 @@ int suite_validate(void)
     ADD_TEST(s, test_validate_outputs_must_not_overlap_each_other);
     ADD_TEST(s, test_validate_outputs_through_two_ids_of_one_object_must_not_overlap);
     ADD_TEST(s, test_validate_dtype);
+    ADD_TEST(s, test_validate_f64_is_served_by_the_cpu_engine_and_refused_by_a_gpu_backend);
     ADD_TEST(s, test_validate_head_dim_range);
     ADD_TEST(s, test_validate_schedule_wave_blocks);
     ADD_TEST(s, test_validate_scale_and_mask);

@@ -57,6 +57,11 @@ void tu_fill(void *buf, enum dtype_kind t, int64_t n, struct tu_rng *r, double s
 {
     int nonzero = 0;
     for (int64_t i = 0; i < n; i++) {
+        if (t == DTYPE_F64) { /* every bit of a double, not a float's */
+            ((double *)buf)[i] = tu_normal(r) * scale;
+            nonzero |= ((double *)buf)[i] != 0.0;
+            continue;
+        }
         dtype_store(buf, t, i, (float)(tu_normal(r) * scale));
         nonzero |= dtype_load(buf, t, i) != 0.0f;
     }
@@ -72,7 +77,7 @@ void tu_poison(void *buf, size_t bytes)
 void tu_to_double(const void *buf, enum dtype_kind t, int64_t n, double *out)
 {
     for (int64_t i = 0; i < n; i++)
-        out[i] = dtype_load(buf, t, i);
+        out[i] = dtype_load_f64(buf, t, i);
 }
 
 const char *tu_build_dir(void)

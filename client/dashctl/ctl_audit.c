@@ -320,8 +320,11 @@ static const char *sched_name(const Dash__AuditRecord *r)
 
 static const char *dtype_name(const Dash__AuditRecord *r)
 {
-    return !r->has_dtype ? "-" : r->dtype == DASH__DTYPE__F32 ? "f32"
-                               : r->dtype == DASH__DTYPE__F16 ? "f16" : "bf16";
+    return !r->has_dtype                  ? "-"
+           : r->dtype == DASH__DTYPE__F32 ? "f32"
+           : r->dtype == DASH__DTYPE__F16 ? "f16"
+           : r->dtype == DASH__DTYPE__F64 ? "f64"
+                                          : "bf16";
 }
 
 static const char *str(const char *s)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const char *const names[DTYPE_COUNT] = {
-    [DTYPE_F32] = "f32", [DTYPE_F16] = "f16", [DTYPE_BF16] = "bf16"};
+    [DTYPE_F32] = "f32", [DTYPE_F16] = "f16", [DTYPE_BF16] = "bf16", [DTYPE_F64] = "f64"};
 
 const char *dtype_name(enum dtype_kind t)
 {

@@ -2,10 +2,12 @@
 /*
  * dtype.h - storage types of attention tensors and their conversions to and from fp32.
  *
- * All arithmetic happens in fp32; tensors are stored as fp32, fp16 (IEEE binary16) or bf16
- * (the top half of a binary32). Narrowing rounds to nearest, ties to even, keeps NaN a NaN
- * and overflows to infinity - the same as CUDA's __float2half_rn / __float2bfloat16_rn, so
- * the CPU engine and the GPU kernels round identically.
+ * Tensors are stored as fp32, fp16 (IEEE binary16), bf16 (the top half of a binary32) or
+ * fp64. The narrow kinds compute in fp32: narrowing rounds to nearest, ties to even, keeps
+ * NaN a NaN and overflows to infinity - the same as CUDA's __float2half_rn /
+ * __float2bfloat16_rn, so the CPU engine and the GPU kernels round identically. fp64 is
+ * served by the CPU engine only, which computes it in double (kernels/cpu/engine_f64.c);
+ * dtype_load/dtype_store give its fp32 view, dtype_load_f64 its exact value.
  */
 #ifndef DASH_DTYPE_H
 #define DASH_DTYPE_H
@@ -13,15 +15,15 @@
 #include <stdint.h>
 #include <string.h>
 
-enum dtype_kind { DTYPE_F32 = 0, DTYPE_F16, DTYPE_BF16, DTYPE_COUNT };
+enum dtype_kind { DTYPE_F32 = 0, DTYPE_F16, DTYPE_BF16, DTYPE_F64, DTYPE_COUNT };
 
 /* Bytes per element; 0 for an invalid kind. */
 static inline int32_t dtype_size(enum dtype_kind t)
 {
-    return t == DTYPE_F32 ? 4 : (t == DTYPE_F16 || t == DTYPE_BF16) ? 2 : 0;
+    return t == DTYPE_F32 ? 4 : (t == DTYPE_F16 || t == DTYPE_BF16) ? 2 : t == DTYPE_F64 ? 8 : 0;
 }
 
-const char *dtype_name(enum dtype_kind t); /* "f32", "f16", "bf16"; NULL if invalid */
+const char *dtype_name(enum dtype_kind t); /* "f32", "f16", "bf16", "f64"; NULL if invalid */
 int dtype_parse(const char *name);         /* the kind, or -EINVAL */
 
 static inline uint32_t dtype__bits(float f)
@@ -104,9 +106,17 @@ static inline float dtype_load(const void *base, enum dtype_kind t, int64_t idx)
         return dtype_f16_to_f32(((const uint16_t *)base)[idx]);
     case DTYPE_BF16:
         return dtype_bf16_to_f32(((const uint16_t *)base)[idx]);
+    case DTYPE_F64:
+        return (float)((const double *)base)[idx];
     default:
         return ((const float *)base)[idx];
     }
+}
+
+/* Element idx of a tensor of kind t, as double: exact for every kind. */
+static inline double dtype_load_f64(const void *base, enum dtype_kind t, int64_t idx)
+{
+    return t == DTYPE_F64 ? ((const double *)base)[idx] : (double)dtype_load(base, t, idx);
 }
 
 /* Store v rounded to kind t at element idx. */
@@ -118,6 +128,9 @@ static inline void dtype_store(void *base, enum dtype_kind t, int64_t idx, float
         break;
     case DTYPE_BF16:
         ((uint16_t *)base)[idx] = dtype_f32_to_bf16(v);
+        break;
+    case DTYPE_F64:
+        ((double *)base)[idx] = v;
         break;
     default:
         ((float *)base)[idx] = v;

@@ -14,7 +14,7 @@
 static double at(const struct attn_tensor *t, enum dtype_kind dt, int64_t b, int64_t s, int64_t h,
                  int64_t d)
 {
-    return dtype_load(t->data, dt, b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d);
+    return dtype_load_f64(t->data, dt, b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d);
 }
 
 /* One sequence of the problem: where its rows are in the tensors' view (vb, q0 + i) and

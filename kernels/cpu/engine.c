@@ -85,6 +85,8 @@ int eng_check_problem(const struct attn_problem *p)
         return rc;
     if (p->head_dim < ENG_HEAD_DIM_MIN || p->head_dim > ENG_HEAD_DIM_MAX)
         return -ENOTSUP;
+    if (p->dtype == DTYPE_F64 && !eng_f64_serves(p))
+        return -ENOTSUP;
     return 0;
 }
 
@@ -425,6 +427,13 @@ int eng_forward(struct eng *e, const struct attn_problem *p, const struct attn_c
         attn_check_tensor(&v, VB, Rk, p->heads_kv, p->head_dim, 0) ||
         attn_check_tensor(&out, VB, Rq, p->heads_q, p->head_dim, 1))
         return -EINVAL;
+    if (p->dtype == DTYPE_F64) {
+        if ((rc = eng__forward_f64(e, p, out, lse, q, k, v)))
+            return rc;
+        if (ret_cfg)
+            *ret_cfg = c;
+        return 0;
+    }
     f.bm = c.block_m;
     f.bn = c.block_n;
     f.group = p->heads_q / p->heads_kv;

@@ -5,7 +5,10 @@
  * This is both the reference that GPU kernels are checked against and the backend that
  * dashd serves from on a machine without a GPU. Tensors use flash-attn's layout
  * (batch, seqlen, heads, head_dim) with arbitrary element strides, stored as fp32, fp16 or
- * bf16; all arithmetic is fp32.
+ * bf16, with all arithmetic in fp32 - or as fp64, computed in double by a plainer path
+ * (engine_f64.c: for checking gradients; its bits depend on the inputs only, not on the
+ * schedule or tile sizes, which are still resolved and reported). In fp64 the backward
+ * recomputes each row's softmax in double and does not read lse (float).
  *
  * The backward runs the schedule's W virtual SMs on the engine's T worker threads. A
  * virtual SM takes jobs j, j+W, j+2W... (its jobs in the schedule's dispatch order), walks
@@ -61,8 +64,15 @@ int32_t eng_threads(const struct eng *e);
 void eng_trim(struct eng *e, size_t keep);
 
 /* Check a problem without running it: attn_check_problem, then -ENOTSUP for a head dim
- * outside ENG_HEAD_DIM_MIN..MAX. */
+ * outside ENG_HEAD_DIM_MIN..MAX or float64 with an option it does not serve. */
 int eng_check_problem(const struct attn_problem *p);
+
+/* Whether the float64 path (engine_f64.c) serves the problem's options: not yet sliding
+ * windows, softcap or packed batches (eng_check_problem says -ENOTSUP for them in f64). */
+static inline int eng_f64_serves(const struct attn_problem *p)
+{
+    return !p->window && p->softcap == 0.0f && !p->cu_seqlens_q;
+}
 
 /* Check a configuration for a problem eng_check_problem accepts, without an engine (so
  * from any thread): what eng_forward and eng_backward would refuse of it - sizes out of

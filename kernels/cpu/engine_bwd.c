@@ -413,6 +413,13 @@ int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_
         attn_check_tensor(&dk, VB, Rk, p->heads_kv, p->head_dim, 1) ||
         attn_check_tensor(&dv, VB, Rk, p->heads_kv, p->head_dim, 1))
         return -EINVAL;
+    if (p->dtype == DTYPE_F64) {
+        if ((rc = eng__backward_f64(e, p, dq, dk, dv, q, k, v, out, dout)))
+            return rc;
+        if (ret_cfg)
+            *ret_cfg = c;
+        return 0;
+    }
     w.bm = c.block_m;
     w.bn = c.block_n;
     w.D = p->head_dim;

@@ -138,4 +138,13 @@ static inline int64_t eng__row(const struct attn_tensor *t, int64_t b, int64_t s
 typedef void (*eng__task_fn)(void *ctx, int64_t task, int32_t thread);
 void eng__for_each(struct eng *e, int64_t tasks, eng__task_fn fn, void *ctx);
 
+/* float64, computed in double (engine_f64.c): eng_forward and eng_backward hand a DTYPE_F64
+ * problem here once they have checked it and its tensors. 0, -ENOMEM or -ECANCELED. */
+int eng__forward_f64(struct eng *e, const struct attn_problem *p, struct attn_tensor out,
+                     float *lse, struct attn_tensor q, struct attn_tensor k, struct attn_tensor v);
+int eng__backward_f64(struct eng *e, const struct attn_problem *p, struct attn_tensor dq,
+                      struct attn_tensor dk, struct attn_tensor dv, struct attn_tensor q,
+                      struct attn_tensor k, struct attn_tensor v, struct attn_tensor out,
+                      struct attn_tensor dout);
+
 #endif

@@ -890,6 +890,31 @@ static void test_dashd_gpu_bounds_are_checked(void)
     fixture_close(&f, "gpu-bounds");
 }
 
+/* float64 is the CPU engine's: the CUDA backend refuses it, on device memory and on shared
+ * memory it would stage, with a reply that says so and where it runs; the client goes on. */
+static void test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-f64");
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_F64, .mask = DASH_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dash_forward(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL),
+                    DASH_EBADDTYPE);
+    const char *why = dash_last_error(f.c);
+    CU_ASSERT(why && strstr(why, "f64") && strstr(why, "CPU engine"));
+    if (why)
+        fprintf(stderr, "\n  (dashd: %s)", why);
+    struct dash_buffer *shm = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(f.c, view_bytes, &shm), 0);
+    struct tensors hs = tensors_of(shm);
+    CU_ASSERT_EQUAL(dash_forward(f.c, &a, &hs.t[Q], &hs.t[K], &hs.t[V], &hs.t[OUT], &hs.t[LSE], NULL),
+                    DASH_EBADDTYPE);
+    CU_ASSERT_EQUAL(dash_buffer_free(f.c, shm), 0);
+    check_bits(&f, "after refusing float64");
+    fixture_close(&f, "gpu-f64");
+}
+
 static void test_dashd_gpu_garbage_handle_is_an_error_reply(void)
 {
     char uuid[48], msg[256];
@@ -1426,6 +1451,8 @@ int suite_gpu_dashd(void)
         !CU_add_test(s, "test_dashd_gpu_two_client_processes_get_the_same_bits",
                      test_dashd_gpu_two_client_processes_get_the_same_bits) ||
         !CU_add_test(s, "test_dashd_gpu_bounds_are_checked", test_dashd_gpu_bounds_are_checked) ||
+        !CU_add_test(s, "test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error",
+                     test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error) ||
         !CU_add_test(s, "test_dashd_gpu_garbage_handle_is_an_error_reply",
                      test_dashd_gpu_garbage_handle_is_an_error_reply) ||
         !CU_add_test(s, "test_dashd_gpu_stream_ops_follow_the_callers_stream",

@@ -15,6 +15,10 @@
     out, lse = dash_attn.forward(q, k, v, causal=True)        # numpy or torch, no autograd
     dq, dk, dv = dash_attn.backward(dout, q, k, v, out, lse, causal=True)
 
+Drop-ins with flash-attn's exact signatures: dash_attn.flash_attn_interface (flash-attn 2)
+and dash_attn.fa3 (flash-attn 3). The attention is a PyTorch custom op
+(torch.ops.dash_attn.fwd / .bwd, _ops.py), so torch.compile(fullgraph=True) traces it.
+
 The process talks to one dashd (dash_attn.connect(endpoint, client_name, run_tag) to
 choose; by default $DASHD_ENDPOINT or the per-user socket, run tag $DASH_RUN_TAG).
 """
@@ -26,6 +30,8 @@ from ._func import flash_attn_func
 from ._varlen import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                       flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                       flash_attn_varlen_qkvpacked_func, varlen_backward, varlen_forward)
+from . import _ops  # noqa: F401  (registers torch.ops.dash_attn.*)
+from . import fa3, flash_attn_interface  # noqa: F401
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
            "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
@@ -54,7 +60,15 @@ def backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, schedule
 @contextlib.contextmanager
 def audit(step=None, label=None):
     """Ops inside the block (on this thread) carry this step and label into dashd's audit
-    log; blocks nest, the innermost wins."""
+    log; blocks nest, the innermost wins. Works around and inside torch.compile'd code
+    (inside, the traced ops get the tag as arguments)."""
+    if _client.compiling():
+        _client.traced_audit.append((step, label))
+        try:
+            yield
+        finally:
+            _client.traced_audit.pop()
+        return
     _client.push_audit(step, label)
     try:
         yield
@@ -63,7 +77,8 @@ def audit(step=None, label=None):
 
 
 def set_audit(step=None, label=None):
-    """Set this thread's step and label for the ops that follow (outside any audit block)."""
+    """Set this thread's step and label for the ops that follow (outside any audit block).
+    Call it outside torch.compile'd code (inside, use an audit block)."""
     _client._audit.stack[0] = (step, label)
 
 

@@ -16,6 +16,7 @@ one Client may serve several threads (PyTorch runs backward on its own threads).
 """
 import atexit
 import ctypes
+import itertools
 import os
 import sys
 import threading
@@ -54,13 +55,15 @@ def _is_torch(x):
 def _dtype_code(x):
     if _is_torch(x):
         table = {torch.float32: _lib.DASH_F32, torch.float16: _lib.DASH_F16,
-                 torch.bfloat16: _lib.DASH_BF16}
+                 torch.bfloat16: _lib.DASH_BF16, torch.float64: _lib.DASH_F64}
         dt = x.dtype
     else:
-        table = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16}
+        table = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16,
+                 np.dtype(np.float64): _lib.DASH_F64}
         dt = x.dtype
     if dt not in table:
-        raise TypeError(f"dash_attn: dtype {dt} is not served (float32, float16, bfloat16)")
+        raise TypeError(f"dash_attn: dtype {dt} is not served (float16, bfloat16, float32; "
+                        "float64 on the CPU engine)")
     return table[dt]
 
 
@@ -89,7 +92,36 @@ def pop_audit():
         _audit.stack.pop()
 
 
+# audit blocks entered while torch.compile traces: the thread-local stack above would be
+# pushed and popped at trace time only, so the tag would never reach the compiled ops.
+# These blocks are kept here instead, where the traced call (_ops.attention) reads them
+# and passes them to the op as arguments (the label a constant of the graph, the step
+# whatever the traced code made it, e.g. an input). Empty outside tracing.
+traced_audit = []
+
+
+def compiling():
+    """Whether torch.compile is tracing the caller."""
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None) if torch else None
+    return bool(f and f())
+
+
 _open = weakref.WeakSet()  # this process's open clients, closed at exit (below)
+_by_id = weakref.WeakValueDictionary()  # Client.id -> Client, for the torch ops (_ops.py)
+_next_id = itertools.count(1)
+
+
+def client_by_id(cid, like=None):
+    """The client a torch op names: 0 is the process's shared client for the device of
+    tensor `like` (default_client), others a Client's .id (an op cannot take a Python
+    object as an argument)."""
+    if cid == 0:
+        return default_client(device_of(like))
+    c = _by_id.get(cid)
+    if c is None:
+        raise RuntimeError(f"dash_attn: client {cid} is gone (closed and collected); pass a "
+                           "live Client, or none for the default one")
+    return c
 
 
 @atexit.register
@@ -133,6 +165,8 @@ class Client:
         self._shm = None
         self._shm_size = 0
         self.last_result = None
+        self.id = next(_next_id)
+        _by_id[self.id] = self
         _open.add(self)
 
     # ---- lifetime -----------------------------------------------------------------------
@@ -218,7 +252,22 @@ class Client:
     def _last_dim_contiguous(t):
         return t if t.stride(-1) == 1 else t.contiguous()
 
+    @staticmethod
+    def _refuse_capture():
+        """dashd's work on CUDA tensors runs in another process, ordered on the caller's
+        stream by interprocess events and a request over a socket: a CUDA graph records
+        neither, so a captured call would replay as nothing (stale outputs) and the capture
+        would be invalidated by the event wait. Refuse before anything is queued."""
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "dash_attn: cannot be called during CUDA graph capture (torch.cuda.graph, "
+                "CUDA-graph trees): dashd computes in another process, which a graph cannot "
+                "record or replay. Call it outside the captured region; torch.compile's "
+                "mode='reduce-overhead' leaves dash_attn's ops out of its graphs where the "
+                "PyTorch version supports the cudagraph_unsafe tag (docs/python.md)")
+
     def _forward_cuda(self, q, k, v, attn):
+        self._refuse_capture()
         q, k, v = (self._last_dim_contiguous(x) for x in (q, k, v))
         b, s, h, _ = q.shape
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -235,6 +284,7 @@ class Client:
         return out, lse
 
     def _backward_cuda(self, dout, q, k, v, out, lse, attn):
+        self._refuse_capture()
         dout = self._last_dim_contiguous(dout)
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
@@ -353,6 +403,7 @@ class Client:
         (left, right), -1 unbounded; softcap: 0 or None is off."""
         _check_inputs([("q", q), ("k", k), ("v", v)])
         attn = self._attn(_dtype_code(q), causal, scale, schedule, wave, window_size, softcap)
+        _refuse_cuda_f64(q)
         if _is_torch(q) and q.is_cuda:
             return self._forward_cuda(q, k, v, attn)
         return self._forward_host(q, k, v, attn)
@@ -362,6 +413,7 @@ class Client:
         """dq, dk, dv from the forward's out and lse and the output gradient dout."""
         _check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
         attn = self._attn(_dtype_code(q), causal, scale, schedule, wave, window_size, softcap)
+        _refuse_cuda_f64(q)
         if _is_torch(q) and q.is_cuda:
             return self._backward_cuda(dout, q, k, v, out, lse, attn)
         return self._backward_host(dout, q, k, v, out, lse, attn)
@@ -379,15 +431,25 @@ def window_pair(window_size):
                         f"{window_size!r}") from None
 
 
-def _check_inputs(named, lse=None):
+def _refuse_cuda_f64(q):
+    """float64 is the CPU engine's (dashd's GPU backend refuses it): say so at the call
+    rather than from a stream-ordered op's later failure."""
+    if _is_torch(q) and q.is_cuda and q.dtype == torch.float64:
+        raise TypeError("dash_attn: float64 is served by dashd's CPU engine only, not on the "
+                        "GPU: pass CPU tensors (to a dashd with --backend cpu), or float16, "
+                        "bfloat16")
+
+
+def _check_inputs(named, lse=None, devices=("cpu", "cuda")):
     """Refuse what the daemon cannot tell from a good call: named is [(name, tensor)] with
     q first; every tensor 4-D, of one kind (torch on the CPU, torch on one CUDA device, or
     numpy) and of q's dtype; lse (backward) float32 and 3-D. The request carries one dtype
-    for all its tensors, so a mismatch would be read as q's dtype, not refused."""
+    for all its tensors, so a mismatch would be read as q's dtype, not refused. The torch
+    ops' fake implementations (_ops.py) check the same with "meta" among the devices."""
     every = named + ([("lse", lse)] if lse is not None else [])
     for name, x in every:
         if _is_torch(x):
-            if x.device.type not in ("cpu", "cuda"):
+            if x.device.type not in devices:
                 raise ValueError(f"dash_attn: {name} is on device '{x.device}'; dashd serves "
                                  "tensors on the CPU or on a CUDA device")
         elif np is None or not isinstance(x, np.ndarray):
@@ -395,7 +457,7 @@ def _check_inputs(named, lse=None):
                             "tensor or a numpy array")
     if len({_is_torch(x) for _, x in every}) != 1:
         raise TypeError("dash_attn: pass all torch tensors or all numpy arrays, not a mix")
-    if len({_is_torch(x) and x.is_cuda for _, x in every}) != 1:
+    if len({_is_torch(x) and x.device.type for _, x in every}) != 1:
         raise ValueError("dash_attn: all tensors must be of one kind (all CUDA, or all host)")
     if _is_torch(every[0][1]) and every[0][1].is_cuda and len({x.device for _, x in every}) != 1:
         raise ValueError("dash_attn: all tensors must be on one device")

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-DASH_F32, DASH_F16, DASH_BF16 = 0, 1, 2
+DASH_F32, DASH_F16, DASH_BF16, DASH_F64 = 0, 1, 2, 3
 DASH_MASK_FULL, DASH_MASK_CAUSAL = 0, 1
 SCHEDULES = {"auto": 0, "atomic": 1, "ascending": 2, "descending": 3, "spt": 4, "shift": 5}
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULES.items()}

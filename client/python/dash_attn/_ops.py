@@ -1,0 +1,187 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""dashd's attention as PyTorch custom ops (torch.library), so that torch.compile sees one
+opaque op instead of ctypes calls it cannot trace:
+
+    torch.ops.dash_attn.fwd(q, k, v, softmax_scale, causal, window_left, window_right,
+                            softcap, schedule, client, audit_given, audit_step,
+                            audit_label) -> (out, lse, tag)
+    torch.ops.dash_attn.bwd(dout, q, k, v, out, lse, tag, softmax_scale, causal,
+                            window_left, window_right, softcap, schedule, client)
+                            -> (dq, dk, dv)
+
+fwd's autograd formula (register_autograd) calls bwd; both have fake implementations that
+give shapes, dtypes and strides (outputs are contiguous), so compile, meta tensors and
+torch.library.opcheck work. CPU tensors go through shared memory, CUDA tensors are used in
+place, ordered on the current stream (_client.py).
+
+- client is an int: 0 is the process's shared client for the tensors' device (a CUDA
+  device's own dashd, or the one connect() chose), else a Client's .id (an op cannot take
+  a Python object).
+- audit_given False: the forward takes the thread's audit tag (dash_attn.audit) when it
+  runs, so blocks around compiled code work; True: audit_step and audit_label are the tag
+  (what an audit block inside compiled code gives, through _client.traced_audit).
+- tag is a small int64 CPU tensor [has_step, step, label] holding the audit tag the
+  forward ran with; the backward op reads it, so
+  the backward carries its forward's tag whatever thread autograd runs it on, and also
+  under torch.compile (where a tag read while tracing would be frozen into the graph).
+  Labels are interned per process (a label's number only means something here).
+- lse and tag are not differentiable: as flash-attn, a gradient into lse is ignored.
+- window_left/right (-1: unbounded) and softcap (0: off) are flash-attn's; dashd's CPU
+  engine serves them, its CUDA backend refuses them for now (issue 17).
+- The ops need PyTorch >= 2.4 (torch.library.custom_op); `available` says whether they
+  were registered.
+"""
+import threading
+
+from . import _args, _client
+
+try:
+    import torch
+except ImportError:  # numpy-only use
+    torch = None
+
+available = torch is not None and hasattr(torch.library, "custom_op") and \
+    hasattr(torch.library, "register_autograd")
+
+_labels = {}       # label -> number (>= 0), for the tag tensor
+_label_names = []  # number -> label
+_labels_lock = threading.Lock()
+
+
+def _label_id(label):
+    if label is None:
+        return -1
+    with _labels_lock:
+        n = _labels.get(label)
+        if n is None:
+            n = _labels[label] = len(_label_names)
+            _label_names.append(label)
+        return n
+
+
+def _tag_tensor(step, label):
+    return torch.tensor([step is not None, step or 0, _label_id(label)], dtype=torch.int64)
+
+
+def _tag_of(tag):
+    has_step, step, label = tag.tolist()
+    return (step if has_step else None), (_label_names[label] if label >= 0 else None)
+
+
+def require():
+    """Raise unless the ops are registered (torch missing or older than 2.4)."""
+    if not available:
+        have = torch.__version__ if torch is not None else "none"
+        raise RuntimeError("dash_attn.flash_attn_func needs PyTorch >= 2.4 (torch.library "
+                           f"custom ops); this process has {have}. dash_attn.forward and "
+                           "dash_attn.backward work without it.")
+
+
+if available:
+    from torch import Tensor
+    from typing import Optional, Tuple
+
+    # Inductor's CUDA-graph trees (torch.compile mode="reduce-overhead") leave ops with this
+    # tag out of their graphs; a capture of ours could not work (_client._refuse_capture).
+    _unsafe = getattr(torch._C.Tag, "cudagraph_unsafe", None)
+    _tags = (_unsafe,) if _unsafe is not None else ()
+
+    def _custom_op(name):
+        def wrap(fn):
+            try:
+                return torch.library.custom_op(name, mutates_args=(), tags=_tags)(fn)
+            except TypeError:  # a PyTorch without custom_op(tags=)
+                return torch.library.custom_op(name, mutates_args=())(fn)
+        return wrap
+
+    @_custom_op("dash_attn::fwd")
+    def fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: Optional[float], causal: bool,
+            window_left: int, window_right: int, softcap: float, schedule: str, client: int,
+            audit_given: bool, audit_step: Optional[int],
+            audit_label: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
+        step, label = (audit_step, audit_label) if audit_given else _client.current_audit()
+        _client.push_audit(step, label)
+        try:
+            out, lse = _client.client_by_id(client, q).forward(q, k, v, causal=causal,
+                                                            scale=softmax_scale,
+                                                            schedule=schedule,
+                                                            window_size=(window_left,
+                                                                         window_right),
+                                                            softcap=softcap)
+        finally:
+            _client.pop_audit()
+        return out, lse, _tag_tensor(step, label)
+
+    @fwd.register_fake
+    def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
+                  schedule, client, audit_given, audit_step, audit_label):
+        _args.refuse_unsupported(window_size=(window_left, window_right), softcap=softcap)
+        _client._check_inputs([("q", q), ("k", k), ("v", v)], devices=("cpu", "cuda", "meta"))
+        _client._dtype_code(q)
+        b, s, h, _ = q.shape
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = q.new_empty((b, h, s), dtype=torch.float32)
+        return out, lse, torch.empty(3, dtype=torch.int64)
+
+    @_custom_op("dash_attn::bwd")
+    def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+            tag: Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
+            window_right: int, softcap: float, schedule: str,
+            client: int) -> Tuple[Tensor, Tensor, Tensor]:
+        _client.push_audit(*_tag_of(tag))
+        try:
+            return _client.client_by_id(client, q).backward(dout, q, k, v, out, lse,
+                                                         causal=causal, scale=softmax_scale,
+                                                         schedule=schedule,
+                                                         window_size=(window_left,
+                                                                      window_right),
+                                                         softcap=softcap)
+        finally:
+            _client.pop_audit()
+
+    @bwd.register_fake
+    def _bwd_fake(dout, q, k, v, out, lse, tag, softmax_scale, causal, window_left,
+                  window_right, softcap, schedule, client):
+        _client._check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)],
+                              lse, devices=("cpu", "cuda", "meta"))
+        _client._dtype_code(q)
+        return tuple(torch.empty_like(x, memory_format=torch.contiguous_format)
+                     for x in (q, k, v))
+
+    def _setup_context(ctx, inputs, output):
+        q, k, v = inputs[:3]
+        out, lse, tag = output
+        ctx.save_for_backward(q, k, v, out, lse, tag)
+        ctx.params = inputs[3:10]  # the bwd's: the audit tag travels in the tag tensor
+        ctx.n_inputs = len(inputs)
+        ctx.mark_non_differentiable(lse, tag)
+
+    def _backward(ctx, dout, dlse, dtag):
+        q, k, v, out, lse, tag = ctx.saved_tensors
+        dq, dk, dv = bwd(dout, q, k, v, out, lse, tag, *ctx.params)
+        return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
+
+    torch.library.register_autograd("dash_attn::fwd", _backward, setup_context=_setup_context)
+
+
+def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+              schedule="auto", client=None):
+    """(out, lse) through the ops: differentiable in q, k, v. Arguments are checked by the
+    caller (_args); client None is the default client."""
+    require()
+    # the op's schema would refuse a numpy array with a message about positions; this says
+    # what is wrong in dash_attn's words (the fake implementation checks the same again)
+    _client._check_inputs([("q", q), ("k", k), ("v", v)], devices=("cpu", "cuda", "meta"))
+    if not isinstance(q, torch.Tensor):
+        raise TypeError("dash_attn: flash_attn_func takes torch tensors; for numpy arrays use "
+                        "dash_attn.forward / dash_attn.backward")
+    left, right = _args.window_pair(window_size)
+    # an audit block inside compiled code: its tag as arguments (_client.traced_audit);
+    # otherwise the op reads the thread's tag when it runs
+    given = len(_client.traced_audit) > 0  # (torch 2.11 dynamo cannot trace bool(list))
+    step, label = _client.traced_audit[-1] if given else (None, None)
+    out, lse, _ = torch.ops.dash_attn.fwd(q, k, v, softmax_scale, bool(causal), left, right,
+                                          float(softcap), schedule,
+                                          client.id if client is not None else 0,
+                                          given, step, label)
+    return out, lse
