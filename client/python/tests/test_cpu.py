@@ -266,7 +266,7 @@ def test_struct_layouts_match_dash_h():
     assert ctypes.sizeof(_lib.DashTensor) == 8 + 8 + 8 + 32 + 32
     assert ctypes.sizeof(_lib.DashAttn) == 7 * 4
     assert ctypes.sizeof(_lib.DashResult) == 4 * 4 + 8 + 8 + 16
-    assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4
+    assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4 + 4 + 4
 
 
 def test_constants_equal_dash_h():
