@@ -96,8 +96,8 @@ def parser():
     return ap
 
 
-def main():
-    args = parser().parse_args()
+def train(args):
+    """Train as the arguments say; returns the summary (a dict, as --out writes it)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
@@ -137,6 +137,12 @@ def main():
         "weights_sha256": weights_digest(model),
         "median_step_ms": round(sorted(times)[len(times) // 2] * 1e3, 3) if times else None,
     }
+    return summary
+
+
+def main():
+    args = parser().parse_args()
+    summary = train(args)
     print(json.dumps(summary), flush=True)
     if args.out:
         with open(args.out, "w") as f:
