@@ -49,6 +49,15 @@ def test_rank_from_environment_or_arguments_reaches_the_audit_log(monkeypatch):
         monkeypatch.setenv("DASH_WORLD_SIZE", "3")
         one_forward(d.endpoint)                                  # DASH_* win
         one_forward(d.endpoint, rank=0, world_size=2)            # arguments win
+        # dashctl stats --json lists a live session's rank
+        c = dash_attn.Client(d.endpoint, client_name="ranked-stats", rank=1, world_size=4)
+        stats = json.loads(subprocess.run(
+            [dashctl_path(), "stats", "--json", "--endpoint", d.endpoint], capture_output=True,
+            text=True, check=True).stdout)
+        c.close()
+        mine = [x for x in stats["clients"] if x["client_name"] == "ranked-stats"]
+        assert [(x["rank"], x["world_size"]) for x in mine] == [(1, 4)]
+        assert all("rank" not in x for x in stats["clients"] if x["client_name"] != "ranked-stats")
     finally:
         assert d.stop() == 0
     lines = [l for l in dump(log).splitlines() if " forward " in l]
