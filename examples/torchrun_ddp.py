@@ -17,7 +17,7 @@ compared rank by rank: `dashctl audit diff DIR_A DIR_B`.
 
 Every op is deterministic (torch.use_deterministic_algorithms; gloo's and NCCL's
 all-reduce add in a fixed order for a fixed world size), so a repeat gives the same bits
-on every rank. --perturb RANK:STEP:LAYER adds 1e-3 to the input of one attention layer
+on every rank. --perturb RANK:STEP:LAYER adds 0.01 to the input of one attention layer
 on one rank at one step, a divergence for the audit diff to find.
 
 Each rank writes OUT_DIR/rank<r>.json: its losses (float hex, exact), the SHA-256 of its
@@ -59,7 +59,8 @@ def parser():
     ap.add_argument("--batch", type=int, default=2, help="per rank")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=2,
+                    help="head dim = dim / heads (64: served by the CPU and CUDA backends)")
     ap.add_argument("--vocab", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
@@ -73,7 +74,7 @@ def parser():
                          "(default: $DASHD_ENDPOINT or the usual one)")
     ap.add_argument("--run-tag", default=None, help="default: $DASH_RUN_TAG")
     ap.add_argument("--perturb", default=None, metavar="RANK:STEP:LAYER",
-                    help="add 1e-3 to the input of one attention layer on one rank at one step")
+                    help="add 0.01 to the input of one attention layer on one rank at one step")
     ap.add_argument("--out-dir", default=None, help="write rank<r>.json here")
     ap.add_argument("--quiet", action="store_true")
     return ap
@@ -103,7 +104,7 @@ def main():
         p_rank, p_step, p_layer = (int(x) for x in args.perturb.split(":"))
         if p_rank == rank:
             def nudge(module, inputs, output):
-                return output + 1e-3 if model.current_step == p_step else output
+                return output + 0.01 if model.current_step == p_step else output
             model.blocks[p_layer].ln1.register_forward_hook(nudge)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=False)
@@ -123,7 +124,8 @@ def main():
             print(json.dumps({"rank": rank, "step": step, "loss": lv,
                               "ms": round((time.perf_counter() - t0) * 1e3, 3)}), flush=True)
     summary = {"rank": rank, "world_size": world, "steps": args.steps, "device": str(device),
-               "losses_hex": [float.hex(v) for v in losses], "weights_sha256": weights_digest(model)}
+               "losses_hex": [float.hex(v) for v in losses],
+               "weights_sha256": weights_digest(model)}
     if args.out_dir:
         os.makedirs(args.out_dir, exist_ok=True)
         with open(os.path.join(args.out_dir, f"rank{rank}.json"), "w") as f:

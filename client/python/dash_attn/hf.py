@@ -69,6 +69,8 @@ def _mask_is(attention_mask, causal, q_len, kv_len):
         return False
     if m.dtype == torch.bool:
         allowed = m
+    elif not m.is_floating_point():
+        return False  # neither of transformers' kinds of mask
     else:
         allowed = m == 0
         blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)

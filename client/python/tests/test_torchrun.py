@@ -21,6 +21,10 @@ from conftest import ROOT, Daemon, dashctl_path  # noqa: E402
 import dash_attn  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "torchrun_ddp.py")
+# DASH_TEST_BACKEND=cuda (a GPU machine, dashd --backend cuda): the example's ranks put
+# their tensors on the GPU (bf16), both on GPU 0 when there is one; else CPU tensors (fp32)
+CUDA = os.environ.get("DASH_TEST_BACKEND") == "cuda"
+cpu_only = pytest.mark.skipif(CUDA, reason="fp32 CPU tensors: the CUDA backend serves bf16/fp16")
 
 
 def one_forward(endpoint, **kw):
@@ -35,6 +39,7 @@ def dump(log):
                           text=True, check=True).stdout
 
 
+@cpu_only
 def test_rank_from_environment_or_arguments_reaches_the_audit_log(monkeypatch):
     log = os.path.join(tempfile.mkdtemp(prefix="dash-py-rank-"), "audit.log")
     d = Daemon(["--audit", log])
@@ -101,6 +106,7 @@ def torchrun(work, name, *extra):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
            "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), EXAMPLE, "--steps", "3", "--quiet",
+           "--device", "cuda" if CUDA else "cpu",
            "--out-dir", os.path.join(work, name, "out")] + list(extra)
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
