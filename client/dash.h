@@ -169,8 +169,8 @@ int dash_default_endpoint_cuda(int cuda_device, char *buf, size_t len);
  * endpoint, a name or run tag over 255 bytes, unknown flags, rank >= world_size (or a rank
  * without a world size), a DASHD_ENDPOINT_OWNER that names nobody), DASH_ENOENT (no socket
  * file at the endpoint: no daemon), DASH_ECONNREFUSED (a socket file nothing listens on: a
- * daemon that died), DASH_EACCES (the caller may not
- * open the socket: not in the daemon's group), DASH_EPERM (the endpoint or the daemon is not
+ * daemon that died), DASH_EACCES (the caller may not open the socket: not in the daemon's
+ * group), DASH_EPERM (the endpoint or the daemon is not
  * trusted: nothing but a Hello was sent; dash_endpoint_check() says why), DASH_ETIMEDOUT
  * (something accepts connections there but no daemon answered within the timeout),
  * DASH_EVERSION (the daemon does not speak our protocol version), DASH_ENOMEM, -errno (the

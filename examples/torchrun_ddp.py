@@ -4,13 +4,13 @@
 
     torchrun --standalone --nproc-per-node 2 examples/torchrun_ddp.py --steps 5 --out-dir runs/a
     torchrun ... examples/torchrun_ddp.py --device cuda --backend gloo        # 2 ranks, 1 GPU
-    torchrun ... examples/torchrun_ddp.py --device cuda --backend nccl \\
-        --endpoint 'ipc:///run/dashd-gpu{device}/dashd.sock'                # a dashd per GPU
+    torchrun ... examples/torchrun_ddp.py --device cuda --backend nccl        # a dashd per GPU
 
 Each rank trains examples/train_tiny_gpt.py's model on its own shard of synthetic data
 (seeded by rank) under DistributedDataParallel, which averages the gradients, so every
 rank ends each step with the same weights. Attention goes through dashd: the ranks share
-one daemon, or, with {device} in --endpoint, each talks to the daemon of its GPU. The
+one daemon, or each talks to the daemon of its GPU (without --endpoint, the one dash_attn
+picks for the GPU: $DASHD_ENDPOINT, else dashd@N; or --endpoint with {device}). The
 Python binding reads RANK and WORLD_SIZE (set by torchrun; DASH_RANK / DASH_WORLD_SIZE
 override) and dashd writes them into every audit record, so two runs' logs can be
 compared rank by rank: `dashctl audit diff DIR_A DIR_B`.
@@ -93,10 +93,17 @@ def main():
         device = torch.device("cuda", gpu)
     else:
         gpu, device = None, torch.device("cpu")
-    endpoint = args.endpoint.format(device=gpu, rank=rank) if args.endpoint else None
-    # rank and world size come from torchrun's RANK and WORLD_SIZE; passed here to be explicit
-    dash_attn.connect(endpoint, client_name=f"ddp-rank{rank}", run_tag=args.run_tag,
-                      rank=rank, world_size=world)
+    if args.run_tag:
+        os.environ["DASH_RUN_TAG"] = args.run_tag  # also for the clients dash_attn makes
+    if args.endpoint or device.type == "cpu":
+        endpoint = args.endpoint.format(device=gpu, rank=rank) if args.endpoint else None
+        # rank and world size come from torchrun's RANK and WORLD_SIZE anyway; passed here
+        # to be explicit
+        dash_attn.connect(endpoint, client_name=f"ddp-rank{rank}", run_tag=args.run_tag,
+                          rank=rank, world_size=world)
+    # else: no connect(), so that dash_attn sends each GPU's tensors to that GPU's daemon
+    # ($DASHD_ENDPOINT, a per-user daemon, or dashd@N; docs/python.md), with the rank read
+    # from RANK and WORLD_SIZE
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     model = TinyGPT(args).to(device=device, dtype=dtype)
