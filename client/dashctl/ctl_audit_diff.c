@@ -507,15 +507,20 @@ static int differ(const struct ranked *a, const struct ranked *b, struct verdict
     return judge(a->r, b->r, v) || call;
 }
 
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int diff_ranks(const char *a, const char *b, const char *run_a, const char *run_b)
 {
     struct run A = {0}, B = {0};
-    struct stat st;
     int rc = 0;
     for (int side = 0; side < 2 && !rc; side++) {
         const char *arg = side ? b : a;
         struct run *R = side ? &B : &A;
-        if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+        if (is_dir(arg))
             rc = read_dir(R, arg);
         else
             rc = add_log(R, arg, 0);
@@ -584,12 +589,6 @@ static int diff_ranks(const char *a, const char *b, const char *run_a, const cha
 }
 
 /* ---- the command ---------------------------------------------------------------------- */
-
-static int is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 int ctl__audit_diff(int argc, char **argv)
 {
