@@ -122,7 +122,7 @@ LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/d
 	client/dash_ops.c client/dash_cuda.c client/dash_reach.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
-	client/dashctl/ctl_audit.c
+	client/dashctl/ctl_audit.c client/dashctl/ctl_audit_diff.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
 	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_varlen.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_dashd_varlen.c tests/test_libdash.c tests/test_client.c \

@@ -124,6 +124,13 @@ struct dash_connect_opts {
     int timeout_ms;          /* how long connecting, and each call, may wait for the daemon
                               * to show any sign of life; 0: 30000 */
     unsigned flags;          /* DASH_CONNECT_* */
+    /* A process of a distributed run (torchrun, DDP): its rank among world_size processes,
+     * sent in Hello and written by dashd into the audit record of every op of the session
+     * (docs/audit.md), so two runs can be compared rank by rank. world_size 0: none given
+     * (rank must be 0 then); otherwise rank < world_size. libdash reads no environment
+     * variable for these: the caller (the Python binding reads RANK and WORLD_SIZE) says. */
+    unsigned world_size;
+    unsigned rank;
 };
 
 /* Write the endpoint dash_connect(NULL, ...) uses into buf: $DASHD_ENDPOINT, else the
@@ -161,10 +168,11 @@ int dash_default_endpoint_cuda(int cuda_device, char *buf, size_t len);
  * not open fails at once; only a socket where something accepts connections is waited on.
  *
  * Returns 0 and *ret_client, to be freed with dash_close(); or DASH_EINVAL (bad argument or
- * endpoint, a name or run tag over 255 bytes, unknown flags, a DASHD_ENDPOINT_OWNER that
- * names nobody), DASH_ENOENT (no socket file at the endpoint: no daemon), DASH_ECONNREFUSED
- * (a socket file nothing listens on: a daemon that died), DASH_EACCES (the caller may not
- * open the socket: not in the daemon's group), DASH_EPERM (the endpoint or the daemon is not
+ * endpoint, a name or run tag over 255 bytes, unknown flags, rank >= world_size (or a rank
+ * without a world size), a DASHD_ENDPOINT_OWNER that names nobody), DASH_ENOENT (no socket
+ * file at the endpoint: no daemon), DASH_ECONNREFUSED (a socket file nothing listens on: a
+ * daemon that died), DASH_EACCES (the caller may not open the socket: not in the daemon's
+ * group), DASH_EPERM (the endpoint or the daemon is not
  * trusted: nothing but a Hello was sent; dash_endpoint_check() says why), DASH_ETIMEDOUT
  * (something accepts connections there but no daemon answered within the timeout),
  * DASH_EVERSION (the daemon does not speak our protocol version), DASH_ENOMEM, -errno (the
@@ -534,6 +542,7 @@ struct dash_client_stats {
     uint32_t buffers;
     uint64_t latency_p50_us, latency_p99_us;
     uint32_t in_flight;
+    uint32_t rank, world_size; /* as its Hello said; world_size 0: not given */
 };
 
 /* The daemon's counters (StatsReply in the wire schema); 0 or "" for what it did not say. */

@@ -141,7 +141,8 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
     if (opts->timeout_ms < 0 ||
         (opts->flags & ~(DASH_CONNECT_NO_SESSION | DASH_CONNECT_STREAM_EVENTS)) ||
         (opts->client_name && strlen(opts->client_name) > DASH__NAME_MAX) ||
-        (opts->run_tag && strlen(opts->run_tag) > DASH__NAME_MAX))
+        (opts->run_tag && strlen(opts->run_tag) > DASH__NAME_MAX) ||
+        (opts->world_size ? opts->rank >= opts->world_size : opts->rank != 0))
         return DASH_EINVAL;
     if (!endpoint) {
         if ((rc = wire_client_endpoint(ep, sizeof ep)) != 0)
@@ -158,6 +159,8 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
     c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DASH__DEFAULT_TIMEOUT_MS;
     c->audit_step = -1;
     c->flags = opts->flags;
+    c->rank = opts->rank;
+    c->world_size = opts->world_size;
     c->state = DASH__S_LOST;
     c->next_wire = 1;
     c->next_ticket = 1;
@@ -376,6 +379,10 @@ static struct dash_stats *stats_convert(const Dash__StatsReply *m, uint64_t own_
         out->latency_p50_us = in->latency_p50_us;
         out->latency_p99_us = in->latency_p99_us;
         out->in_flight = in->in_flight;
+        if (in->has_world_size && in->has_rank) {
+            out->rank = in->rank;
+            out->world_size = in->world_size;
+        }
         out->client_name = strdup(str_or_empty(in->client_name));
         out->run_tag = strdup(str_or_empty(in->run_tag));
         if (!out->client_name || !out->run_tag)

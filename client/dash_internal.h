@@ -239,6 +239,7 @@ struct dash__signals {
 struct dash_client {
     void *zctx, *sock;
     char *endpoint, *name, *run_tag;
+    unsigned rank, world_size; /* world_size 0: not part of a distributed run */
     int timeout_ms;
     unsigned flags;
     pid_t pid; /* the process that connected (fork check) */

@@ -136,6 +136,9 @@ int dash__send(struct dash_client *c, struct dash__req *r)
         hello.has_pid = 1;
         hello.pid = (uint32_t)getpid();
         hello.run_tag = c->run_tag; /* NULL: absent */
+        hello.has_rank = hello.has_world_size = c->world_size > 0;
+        hello.rank = c->rank;
+        hello.world_size = c->world_size;
         m.body_case = DASH__REQUEST__BODY_HELLO;
         m.hello = &hello;
         break;

@@ -123,6 +123,14 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
                               h->protocol_version, WIRE_PROTOCOL_VERSION);
         return;
     }
+    if (h->has_rank != h->has_world_size ||
+        (h->has_world_size && (h->world_size == 0 || h->rank >= h->world_size))) {
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_EINVAL,
+                              "Hello's rank and world_size go together, with rank < world_size "
+                              "(got rank %s%u, world_size %s%u)", h->has_rank ? "" : "none/",
+                              h->rank, h->has_world_size ? "" : "none/", h->world_size);
+        return;
+    }
     int created = !s;
     if (created) {
         char msg[MSG_MAX];
@@ -153,12 +161,21 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
         dispatch__copy_clean(s->name, sizeof s->name, h->client_name);
     if (created || h->run_tag)
         dispatch__copy_clean(s->run_tag, sizeof s->run_tag, h->run_tag);
+    if (h->has_world_size) {
+        s->rank = h->rank;
+        s->world_size = h->world_size;
+    }
     if (h->has_pid)
         s->pid = h->pid;
     else if (created && m->peer_pid >= 0)
         s->pid = (uint32_t)m->peer_pid;
-    log_info("session %llu %s: client \"%s\" pid %u run \"%s\"", (unsigned long long)s->id,
-             created ? "started" : "said hello again", s->name, s->pid, s->run_tag);
+    if (s->world_size)
+        log_info("session %llu %s: client \"%s\" pid %u run \"%s\" rank %u of %u",
+                 (unsigned long long)s->id, created ? "started" : "said hello again", s->name,
+                 s->pid, s->run_tag, s->rank, s->world_size);
+    else
+        log_info("session %llu %s: client \"%s\" pid %u run \"%s\"", (unsigned long long)s->id,
+                 created ? "started" : "said hello again", s->name, s->pid, s->run_tag);
 
     Dash__HelloReply hr = DASH__HELLO_REPLY__INIT;
     hr.protocol_version = WIRE_PROTOCOL_VERSION;
@@ -383,6 +400,9 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
         c->client_name = (char *)s->name;
         c->pid = s->pid;
         c->run_tag = (char *)s->run_tag;
+        c->has_rank = c->has_world_size = s->world_size > 0;
+        c->rank = s->rank;
+        c->world_size = s->world_size;
         c->requests = s->requests;
         c->errors = s->errors;
         c->forwards = s->forwards;

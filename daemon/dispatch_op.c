@@ -310,6 +310,8 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
         j->uid = s->peer_uid;
         snprintf(j->client_name, sizeof j->client_name, "%s", s->name);
         snprintf(j->run_tag, sizeof j->run_tag, "%s", s->run_tag);
+        j->rank = s->rank;
+        j->world_size = s->world_size;
         if (req->audit) {
             j->has_step = req->audit->has_step;
             j->step = req->audit->step;
@@ -460,6 +462,9 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
     r.peer_pid = j->peer_pid;
     r.client_name = (char *)j->client_name;
     r.run_tag = (char *)j->run_tag;
+    r.has_rank = r.has_world_size = j->world_size > 0;
+    r.rank = j->rank;
+    r.world_size = j->world_size;
     r.has_step = j->has_step;
     r.step = j->step;
     r.label = (char *)j->label;

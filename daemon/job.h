@@ -84,6 +84,7 @@ struct job {
      * a client killed with requests queued would otherwise hold the worker for nothing. */
     int64_t peer_pid;
     char client_name[128], run_tag[128], label[128];
+    uint32_t rank, world_size; /* world_size 0: the client gave none */
     int has_step;
     uint64_t step;
     /* Result, set by the worker. */

@@ -37,6 +37,7 @@ struct session {
     char name[SESS_NAME_MAX];
     char run_tag[SESS_NAME_MAX];
     uint32_t pid;        /* what Hello said, else the peer's pid if known, else 0 */
+    uint32_t rank, world_size; /* a distributed run's, as Hello said; world_size 0: none */
     int64_t peer_uid;    /* from the connection's credentials; -1 if unknown */
     int64_t peer_pid;    /* likewise, in dashd's pid namespace; -1 if unknown */
     uint64_t last_ns;    /* uv_hrtime() of the last message */

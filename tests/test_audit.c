@@ -71,12 +71,15 @@ static int dashctl(const char *args, char **out)
 
 /* The "training script": STEPS steps of two attention layers (forward, backward) with
  * the step and label set; inputs drawn from seed. flip_step/flip_label: flip one bit of
- * q before that layer's forward (-1: none). Returns 0 or a libdash code. *ret_dq_digest:
- * the digest of the last dq the client received. */
-static int run_script(const char *endpoint, const char *run_tag, uint64_t seed, int flip_step,
-                      int flip_layer, uint64_t *ret_dq_digest)
+ * q before that layer's forward (-1: none). rank of world_size (0 of 0: no rank) go to
+ * Hello. Returns 0 or a libdash code. *ret_dq_digest: the digest of the last dq the
+ * client received. */
+static int run_script_ranked(const char *endpoint, const char *run_tag, uint64_t seed,
+                             int flip_step, int flip_layer, unsigned rank, unsigned world_size,
+                             uint64_t *ret_dq_digest)
 {
-    struct dash_connect_opts o = {.client_name = "trainer", .run_tag = run_tag, .timeout_ms = 20000};
+    struct dash_connect_opts o = {.client_name = "trainer", .run_tag = run_tag, .timeout_ms = 20000,
+                                  .rank = rank, .world_size = world_size};
     struct dash_client *c = NULL;
     struct dash_buffer *b = NULL;
     int rc = dash_connect(endpoint, &o, &c);
@@ -112,6 +115,12 @@ static int run_script(const char *endpoint, const char *run_tag, uint64_t seed, 
         *ret_dq_digest = digest_bytes(mem + off(5), TB);
     dash_close(c);
     return rc;
+}
+
+static int run_script(const char *endpoint, const char *run_tag, uint64_t seed, int flip_step,
+                      int flip_layer, uint64_t *ret_dq_digest)
+{
+    return run_script_ranked(endpoint, run_tag, seed, flip_step, flip_layer, 0, 0, ret_dq_digest);
 }
 
 /* Start dashd with an audit log, run the script, stop it with SIGTERM. */
@@ -222,6 +231,88 @@ static void test_audit_runs_diff_identical_and_a_flipped_input_is_named(void)
     snprintf(args, sizeof args, "summary %s", a);
     CU_ASSERT_EQUAL(dashctl(args, &out), 0);
     CU_ASSERT(out && strstr(out, "divergences: 0 of 12"));
+    free(out);
+}
+
+/* Rank by rank: a 2-rank "run" is two clients of ranks 0 and 1 (each its own data) whose
+ * records go to one shared log (dir/shared.log) or to a log per rank (two daemons). The
+ * run repeated, with the ranks in the other order and a log per rank, diffs identical as
+ * directories; a third with one bit of q flipped on rank 1 at step 1 before layer 1 is
+ * named at that rank, step and record (layer0 fwd, bwd, layer1 fwd: record 2), rank 0
+ * staying identical; records carry rank=R/2. */
+static void ranked_run(const char *sub, int per_rank, int reverse, uint64_t seed, int flip)
+{
+    char d[256], log[300], args[512];
+    path_of(d, sizeof d, sub);
+    CU_ASSERT_EQUAL_FATAL(mkdir(d, 0700), 0);
+    struct dashd_proc p[2];
+    for (int i = 0; i < (per_rank ? 2 : 1); i++) {
+        snprintf(log, sizeof log, "%s/%s.log", d, per_rank ? (i ? "rank1" : "rank0") : "shared");
+        snprintf(args, sizeof args, "--backend cpu --threads 2 --audit-level all --audit %s", log);
+        CU_ASSERT_EQUAL_FATAL(dashd_start(&p[i], args), 0);
+    }
+    for (int k = 0; k < 2; k++) {
+        unsigned rank = (unsigned)(reverse ? 1 - k : k);
+        const char *ep = p[per_rank ? rank : 0].endpoint;
+        CU_ASSERT_EQUAL(run_script_ranked(ep, "ddp", seed + rank, flip && rank == 1 ? 1 : -1,
+                                          flip && rank == 1 ? 1 : -1, rank, 2, NULL), 0);
+    }
+    for (int i = 0; i < (per_rank ? 2 : 1); i++)
+        CU_ASSERT_EQUAL(dashd_stop(&p[i]), 0);
+    /* something that is not an audit log in the directory is skipped with a warning */
+    snprintf(log, sizeof log, "%s/notes.txt", d);
+    CU_ASSERT_EQUAL(spit(log, (const unsigned char *)"not a log\n", 10), 0);
+}
+
+static void test_audit_diff_of_directories_names_the_rank_step_and_layer(void)
+{
+    const uint64_t seed = tu_seed() ^ 0x4a7c;
+    ranked_run("ranks-a", 0, 0, seed, 0);
+    ranked_run("ranks-b", 1, 1, seed, 0);
+    ranked_run("ranks-c", 0, 0, seed, 1);
+    char a[256], b[256], c[256], args[900], *out = NULL;
+    path_of(a, sizeof a, "ranks-a");
+    path_of(b, sizeof b, "ranks-b");
+    path_of(c, sizeof c, "ranks-c");
+
+    snprintf(args, sizeof args, "diff %s %s 2>/dev/null", a, b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "rank 0: identical, 12 records matched"));
+    CU_ASSERT(out && strstr(out, "rank 1: identical, 12 records matched"));
+    CU_ASSERT(out && strstr(out, "identical: 2 ranks"));
+    free(out);
+
+    snprintf(args, sizeof args, "diff %s %s 2>/dev/null", a, c);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "rank 0: identical, 12 records matched"));
+    CU_ASSERT(out && strstr(out, "rank 1: first difference at step 1, record 2 of the step "
+                                 "(forward \"layer1.attn\")"));
+    CU_ASSERT(out && strstr(out, "inputs differ: q "));
+    CU_ASSERT(out && strstr(out, "first divergence: rank 1, step 1, record 2 of the step "
+                                 "(forward \"layer1.attn\"); 1 of 2 ranks differ"));
+    free(out);
+
+    /* the same from files with --ranks; a directory against a file is refused */
+    snprintf(args, sizeof args, "diff --ranks %s/shared.log %s/shared.log", a, c);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 1);
+    CU_ASSERT(out && strstr(out, "first divergence: rank 1, step 1, record 2"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s/shared.log 2>&1", a, c);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 2);
+    CU_ASSERT(out && strstr(out, "is a directory but"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s 2>&1 >/dev/null", a, b);
+    dashctl(args, &out);
+    CU_ASSERT(out && strstr(out, "notes.txt holds no audit log header: skipped"));
+    free(out);
+
+    snprintf(args, sizeof args, "dump %s/rank1.log | grep -c 'rank=1/2 step='", b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && atoi(out) == 12);
+    free(out);
+    snprintf(args, sizeof args, "dump --json %s/shared.log | grep -c '\"rank\":0,\"world_size\":2'", a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && atoi(out) == 12);
     free(out);
 }
 
@@ -879,6 +970,7 @@ int suite_audit(void)
     ADD_TEST(s, test_audit_runs_diff_identical_and_a_flipped_input_is_named);
     ADD_TEST(s, test_audit_diff_calls_same_inputs_other_outputs_only_outputs);
     ADD_TEST(s, test_audit_diff_tells_same_tokens_different_packing_apart);
+    ADD_TEST(s, test_audit_diff_of_directories_names_the_rank_step_and_layer);
     ADD_TEST(s, test_audit_verify_catches_flip_truncation_and_splice);
     ADD_TEST(s, test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix);
     ADD_TEST(s, test_audit_rotation_and_sighup_keep_one_sequence);

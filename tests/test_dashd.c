@@ -260,6 +260,65 @@ static void test_dashd_hello_checks_protocol_version(void)
     raw_close(r);
 }
 
+/* Hello with a rank: rank and world_size go together, rank < world_size, else
+ * DASH_EINVAL naming them and no session; a good pair shows in the session's stats. */
+static void test_dashd_hello_rank_needs_a_world_size_above_it(void)
+{
+    struct raw_client *r = raw_connect(D.endpoint);
+    CU_ASSERT_FATAL(r != NULL);
+    const struct {
+        int has_rank, has_world;
+        unsigned rank, world;
+        int want;
+    } cases[] = {
+        {1, 1, 2, 2, DASH_EINVAL}, {1, 1, 0, 0, DASH_EINVAL}, {1, 0, 0, 0, DASH_EINVAL},
+        {0, 1, 0, 4, DASH_EINVAL}, {1, 1, 7, 4, DASH_EINVAL}, {1, 1, 3, 4, 0},
+    };
+    uint64_t session = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Dash__Hello hl = DASH__HELLO__INIT;
+        hl.protocol_version = WIRE_PROTOCOL_VERSION;
+        hl.client_name = "ranked";
+        hl.has_rank = cases[i].has_rank;
+        hl.rank = cases[i].rank;
+        hl.has_world_size = cases[i].has_world;
+        hl.world_size = cases[i].world;
+        Dash__Request req = DASH__REQUEST__INIT;
+        req.id = next_id++;
+        req.body_case = DASH__REQUEST__BODY_HELLO;
+        req.hello = &hl;
+        Dash__Reply *rep = raw_call(r, &req, 5000);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+        CU_ASSERT_EQUAL(rep->code, cases[i].want);
+        if (cases[i].want) {
+            CU_ASSERT(rep->message && strstr(rep->message, "rank and world_size"));
+            CU_ASSERT(!rep->has_session_id || rep->session_id == 0);
+        } else if (rep->hello) {
+            session = rep->hello->session_id;
+        }
+        wire_free_reply(rep);
+    }
+    CU_ASSERT_FATAL(session != 0);
+    Dash__Stats st = DASH__STATS__INIT;
+    Dash__Request req = DASH__REQUEST__INIT;
+    req.id = next_id++;
+    req.body_case = DASH__REQUEST__BODY_STATS;
+    req.stats = &st;
+    Dash__Reply *rep = raw_call(r, &req, 5000);
+    CU_ASSERT_FATAL(rep && rep->stats);
+    int found = 0;
+    for (size_t k = 0; k < rep->stats->n_clients; k++) {
+        const Dash__ClientStats *c = rep->stats->clients[k];
+        if (c->session_id != session)
+            continue;
+        found = 1;
+        CU_ASSERT(c->has_rank && c->rank == 3 && c->has_world_size && c->world_size == 4);
+    }
+    CU_ASSERT(found);
+    wire_free_reply(rep);
+    raw_close(r);
+}
+
 static void test_dashd_requests_before_hello_get_no_session(void)
 {
     struct raw_client *r = raw_connect(D.endpoint);
@@ -1011,6 +1070,7 @@ int suite_dashd(void)
     ADD_TEST(s, test_dashd_command_line);
     ADD_TEST(s, test_dashd_ping_and_stats_need_no_session);
     ADD_TEST(s, test_dashd_hello_checks_protocol_version);
+    ADD_TEST(s, test_dashd_hello_rank_needs_a_world_size_above_it);
     ADD_TEST(s, test_dashd_requests_before_hello_get_no_session);
     ADD_TEST(s, test_dashd_garbage_gets_malformed_and_daemon_serves_others);
     ADD_TEST(s, test_dashd_unknown_request_type_gets_protocol_error);

@@ -314,6 +314,44 @@ static void test_libdash_close_ends_the_session(void)
     dash_close(mon);
 }
 
+/* dash_connect's rank: refused outside the world (nothing sent), else sent in Hello and
+ * shown in the daemon's stats for the session; a client without one shows world size 0. */
+static void test_libdash_connect_rank_reaches_the_daemon(void)
+{
+    const struct {
+        unsigned rank, world;
+    } bad[] = {{2, 2}, {1, 0}, {5, 3}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct dash_connect_opts o = {.client_name = "bad-rank", .timeout_ms = 5000,
+                                      .rank = bad[i].rank, .world_size = bad[i].world};
+        struct dash_client *c = NULL;
+        CU_ASSERT_EQUAL(dash_connect(D.endpoint, &o, &c), DASH_EINVAL);
+        CU_ASSERT_PTR_NULL(c);
+    }
+    struct dash_connect_opts o = {.client_name = "rank-1-of-2", .timeout_ms = 5000,
+                                  .rank = 1, .world_size = 2};
+    struct dash_client *c = NULL, *plain = connect_or_fail("no-rank");
+    CU_ASSERT_FATAL(dash_connect(D.endpoint, &o, &c) == 0 && plain != NULL);
+    struct dash_stats *st = NULL;
+    CU_ASSERT_FATAL(dash_stats(c, &st) == 0);
+    int seen = 0;
+    for (size_t k = 0; k < st->n_clients; k++) {
+        const struct dash_client_stats *cs = &st->clients[k];
+        if (!strcmp(cs->client_name, "rank-1-of-2")) {
+            seen |= 1;
+            CU_ASSERT_EQUAL(cs->session_id, st->own_session_id);
+            CU_ASSERT(cs->rank == 1 && cs->world_size == 2);
+        } else if (!strcmp(cs->client_name, "no-rank")) {
+            seen |= 2;
+            CU_ASSERT(cs->rank == 0 && cs->world_size == 0);
+        }
+    }
+    CU_ASSERT_EQUAL(seen, 3);
+    dash_stats_free(st);
+    dash_close(c);
+    dash_close(plain);
+}
+
 static void test_libdash_daemon_errors_reach_the_caller(void)
 {
     struct dash_client *c = connect_or_fail("errors");
@@ -351,6 +389,7 @@ int suite_libdash(void)
     if (!s)
         return -1;
     ADD_TEST(s, test_libdash_daemon_errors_reach_the_caller);
+    ADD_TEST(s, test_libdash_connect_rank_reaches_the_daemon);
     ADD_TEST(s, test_libdash_close_ends_the_session);
     ADD_TEST(s, test_libdash_clients_in_several_processes_get_engine_bits);
     ADD_TEST(s, test_libdash_64_requests_in_flight);

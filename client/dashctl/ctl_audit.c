@@ -14,6 +14,7 @@
  * Files are mapped read-only; nothing here writes to them.
  */
 #include "client/dashctl/ctl.h"
+#include "client/dashctl/ctl_audit.h"
 
 #include "proto/auditfile.h"
 
@@ -35,7 +36,8 @@
 static const char usage_text[] =
     "usage: dashctl audit dump [--json] FILE...\n"
     "       dashctl audit verify FILE...\n"
-    "       dashctl audit diff [--run-a TAG] [--run-b TAG] A B   (A, B: FILE[,FILE...])\n"
+    "       dashctl audit diff [--run-a TAG] [--run-b TAG] [--ranks] A B\n"
+    "                          (A, B: FILE[,FILE...], or two directories of logs)\n"
     "       dashctl audit summary FILE...\n"
     "\n"
     "Read dashd's audit logs (dashd --audit PATH). Several files are one log read in the\n"
@@ -49,7 +51,10 @@ static const char usage_text[] =
     "  diff      align the records of A and B by client name, step, label, op and occurrence\n"
     "            (optionally only run tag TAG on each side) and print the first one whose\n"
     "            inputs or outputs differ; a side may list several files, comma-separated,\n"
-    "            oldest first (a rotated log). Exit 0 identical, 1 different\n"
+    "            oldest first (a rotated log). Two directories (or --ranks): rank by rank,\n"
+    "            each rank's records of a step aligned by their index within the step; names\n"
+    "            each rank's first difference, then the first rank, step and record (layer)\n"
+    "            that diverged. Exit 0 identical, 1 different\n"
     "  summary   per op and schedule: count, errors, total and mean time; divergences (same\n"
     "            parameters and input digests, different outputs: needs --audit-level all)\n"
     "\n"
@@ -57,39 +62,7 @@ static const char usage_text[] =
 
 /* ---- reading ------------------------------------------------------------------------- */
 
-/* A problem verify reports. */
-struct problem {
-    const char *file;
-    uint64_t offset, length;
-    int torn;
-    char what[200];
-};
-
-struct rec {
-    Dash__AuditRecord *r; /* owned by its frame */
-    Dash__AuditFrame *frame;
-    const char *file;
-    uint64_t offset;
-};
-
-struct log {
-    struct rec *recs;
-    size_t n, cap;
-    Dash__AuditFrame **headers;
-    size_t *header_before; /* header i comes just before record header_before[i] */
-    size_t n_headers, cap_headers;
-    struct problem *problems;
-    size_t n_problems, cap_problems;
-    int oom; /* a problem could not be recorded: out of memory */
-    char *names; /* read_list's copy of its file names, or NULL */
-    /* verify state */
-    int have_header;
-    uint64_t log_id, expect_seq;
-};
-
-/* Room for element n of *arr (capacity *cap, size bytes each), doubling as needed: 0, or
- * -1 when out of memory (*arr and *cap unchanged). */
-static int reserve(void **arr, size_t *cap, size_t n, size_t size)
+int ctl__audit_reserve(void **arr, size_t *cap, size_t n, size_t size)
 {
     if (n < *cap)
         return 0;
@@ -102,21 +75,22 @@ static int reserve(void **arr, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
-static int out_of_memory(void)
+int ctl__audit_out_of_memory(void)
 {
     fprintf(stderr, "dashctl audit: out of memory\n");
     return CTL_EXIT_FAIL;
 }
 
-__attribute__((format(printf, 6, 7))) static void problem(struct log *L, const char *file,
+__attribute__((format(printf, 6, 7))) static void problem(struct ctl_audit_log *L, const char *file,
                                                           uint64_t off, uint64_t len, int torn,
                                                           const char *fmt, ...)
 {
-    if (reserve((void **)&L->problems, &L->cap_problems, L->n_problems, sizeof *L->problems)) {
+    if (ctl__audit_reserve((void **)&L->problems, &L->cap_problems, L->n_problems,
+                           sizeof *L->problems)) {
         L->oom = 1;
         return;
     }
-    struct problem *p = &L->problems[L->n_problems++];
+    struct ctl_audit_problem *p = &L->problems[L->n_problems++];
     p->file = file;
     p->offset = off;
     p->length = len;
@@ -128,7 +102,8 @@ __attribute__((format(printf, 6, 7))) static void problem(struct log *L, const c
 }
 
 /* The log id / sequence rules, applied to each frame in order. */
-static void check_header(struct log *L, const char *file, uint64_t off, const Dash__AuditHeader *h)
+static void check_header(struct ctl_audit_log *L, const char *file, uint64_t off,
+                         const Dash__AuditHeader *h)
 {
     if (h->format_version != AUDITFILE_FORMAT_VERSION)
         problem(L, file, off, 0, 0, "header of format version %u; this dashctl reads %u",
@@ -152,7 +127,8 @@ static void check_header(struct log *L, const char *file, uint64_t off, const Da
     L->expect_seq = h->first_seq;
 }
 
-static void check_record(struct log *L, const char *file, uint64_t off, const Dash__AuditRecord *r)
+static void check_record(struct ctl_audit_log *L, const char *file, uint64_t off,
+                         const Dash__AuditRecord *r)
 {
     if (!L->have_header) {
         problem(L, file, off, 0, 0, "record %" PRIu64 " before any header", r->seq);
@@ -182,7 +158,7 @@ static void check_record(struct log *L, const char *file, uint64_t off, const Da
 
 /* Read one file into L (frames are unpacked copies: the mapping goes at the end). Returns
  * 0, or CTL_EXIT_USAGE when the file cannot be read. */
-static int read_file(struct log *L, const char *path)
+static int read_file(struct ctl_audit_log *L, const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -215,9 +191,10 @@ static int read_file(struct log *L, const char *path)
             check_header(L, path, it.offset, it.frame->header);
             if (L->n_headers == L->cap_headers) {
                 size_t cap = L->cap_headers; /* both arrays grow to the same capacity */
-                if (reserve((void **)&L->headers, &cap, L->n_headers, sizeof *L->headers) ||
-                    reserve((void **)&L->header_before, &L->cap_headers, L->n_headers,
-                            sizeof *L->header_before)) {
+                if (ctl__audit_reserve((void **)&L->headers, &cap, L->n_headers,
+                                       sizeof *L->headers) ||
+                    ctl__audit_reserve((void **)&L->header_before, &L->cap_headers, L->n_headers,
+                                       sizeof *L->header_before)) {
                     auditfile_item_free(&it);
                     L->oom = 1;
                     break;
@@ -228,12 +205,12 @@ static int read_file(struct log *L, const char *path)
             break;
         case AUDITFILE_RECORD:
             check_record(L, path, it.offset, it.frame->record);
-            if (reserve((void **)&L->recs, &L->cap, L->n, sizeof *L->recs)) {
+            if (ctl__audit_reserve((void **)&L->recs, &L->cap, L->n, sizeof *L->recs)) {
                 auditfile_item_free(&it);
                 L->oom = 1;
                 break;
             }
-            L->recs[L->n++] = (struct rec){it.frame->record, it.frame, path, it.offset};
+            L->recs[L->n++] = (struct ctl_audit_rec){it.frame->record, it.frame, path, it.offset};
             break;
         case AUDITFILE_CORRUPT:
             problem(L, path, it.offset, it.length, 0, "%" PRIu64 " corrupt bytes (bad CRC, "
@@ -257,10 +234,10 @@ static int read_file(struct log *L, const char *path)
     auditfile_reader_free(&rd);
     if (size > 0)
         munmap(data, size);
-    return L->oom ? out_of_memory() : 0;
+    return L->oom ? ctl__audit_out_of_memory() : 0;
 }
 
-static int read_files(struct log *L, int n, char **paths)
+int ctl__audit_read_files(struct ctl_audit_log *L, int n, char **paths)
 {
     memset(L, 0, sizeof *L);
     for (int i = 0; i < n; i++) {
@@ -273,20 +250,20 @@ static int read_files(struct log *L, int n, char **paths)
 
 /* A side of `diff`: one file, or several separated by commas read in that order (the
  * files of a rotated log, oldest first). */
-static int read_list(struct log *L, const char *list)
+int ctl__audit_read_list(struct ctl_audit_log *L, const char *list)
 {
     char *copy = strdup(list), *save = NULL;
     char *paths[256];
     int n = 0;
     if (!copy) {
         memset(L, 0, sizeof *L);
-        return out_of_memory();
+        return ctl__audit_out_of_memory();
     }
     for (char *t = strtok_r(copy, ",", &save); t && n < 256; t = strtok_r(NULL, ",", &save))
         paths[n++] = t;
     int rc;
     if (n) {
-        rc = read_files(L, n, paths);
+        rc = ctl__audit_read_files(L, n, paths);
     } else {
         memset(L, 0, sizeof *L);
         rc = ctl__usage_error("audit", "an empty file list");
@@ -295,7 +272,7 @@ static int read_list(struct log *L, const char *list)
     return rc;
 }
 
-static void log_free(struct log *L)
+void ctl__audit_log_free(struct ctl_audit_log *L)
 {
     for (size_t i = 0; i < L->n; i++)
         dash__audit_frame__free_unpacked(L->recs[i].frame, NULL);
@@ -310,7 +287,7 @@ static void log_free(struct log *L)
 
 /* ---- names --------------------------------------------------------------------------- */
 
-static const char *sched_name(const Dash__AuditRecord *r)
+const char *ctl__audit_sched_name(const Dash__AuditRecord *r)
 {
     static const char *names[] = {"auto", "atomic", "ascending", "descending", "spt", "shift"};
     if (!r->has_schedule)
@@ -327,7 +304,7 @@ static const char *dtype_name(const Dash__AuditRecord *r)
                                           : "bf16";
 }
 
-static const char *str(const char *s)
+const char *ctl__audit_str(const char *s)
 {
     return s ? s : "";
 }
@@ -348,7 +325,7 @@ static void json_tensors(const char *key, Dash__AuditTensor **t, size_t n)
     printf(",\"%s\":[", key);
     for (size_t i = 0; i < n; i++) {
         printf("%s{\"name\":", i ? "," : "");
-        ctl__json_string(str(t[i]->name));
+        ctl__json_string(ctl__audit_str(t[i]->name));
         printf(",\"shape\":[");
         for (size_t k = 0; k < t[i]->n_shape; k++)
             printf("%s%" PRId64, k ? "," : "", t[i]->shape[k]);
@@ -362,7 +339,8 @@ static void json_tensors(const char *key, Dash__AuditTensor **t, size_t n)
 
 static void dump_json_record(const Dash__AuditRecord *r)
 {
-    printf("{\"type\":\"record\",\"log_id\":\"%016" PRIx64 "\",\"seq\":%" PRIu64, r->log_id, r->seq);
+    printf("{\"type\":\"record\",\"log_id\":\"%016" PRIx64 "\",\"seq\":%" PRIu64, r->log_id,
+           r->seq);
     char tbuf[64];
     fmt_time(tbuf, sizeof tbuf, r->wall_unix_ns);
     printf(",\"time\":\"%s\",\"session\":%" PRIu64 ",\"pid\":%u", tbuf, r->session_id, r->pid);
@@ -371,17 +349,20 @@ static void dump_json_record(const Dash__AuditRecord *r)
     if (r->has_peer_pid) /* the kernel's word; pid, client and run_tag are the client's */
         printf(",\"peer_pid\":%" PRId64, r->peer_pid);
     printf(",\"client\":");
-    ctl__json_string(str(r->client_name));
+    ctl__json_string(ctl__audit_str(r->client_name));
     printf(",\"run_tag\":");
-    ctl__json_string(str(r->run_tag));
+    ctl__json_string(ctl__audit_str(r->run_tag));
+    if (r->has_rank && r->has_world_size)
+        printf(",\"rank\":%u,\"world_size\":%u", r->rank, r->world_size);
     if (r->has_step)
         printf(",\"step\":%" PRIu64, r->step);
     printf(",\"label\":");
-    ctl__json_string(str(r->label));
+    ctl__json_string(ctl__audit_str(r->label));
     printf(",\"request_id\":%" PRIu64 ",\"op\":", r->request_id);
-    ctl__json_string(str(r->op));
+    ctl__json_string(ctl__audit_str(r->op));
     printf(",\"dtype\":\"%s\",\"mask\":\"%s\",\"scale\":%.9g,\"schedule\":\"%s\"", dtype_name(r),
-           r->mask == DASH__MASK__CAUSAL ? "causal" : "full", (double)r->scale, sched_name(r));
+           r->mask == DASH__MASK__CAUSAL ? "causal" : "full", (double)r->scale,
+           ctl__audit_sched_name(r));
     if (r->has_wave)
         printf(",\"wave\":%d,\"block_m\":%d,\"block_n\":%d", r->wave, r->block_m, r->block_n);
     if (r->has_window_left)
@@ -396,11 +377,11 @@ static void dump_json_record(const Dash__AuditRecord *r)
     if (r->has_batch_invariant && r->batch_invariant)
         printf(",\"batch_invariant\":true");
     printf(",\"backend\":");
-    ctl__json_string(str(r->backend));
+    ctl__json_string(ctl__audit_str(r->backend));
     printf(",\"kernel_build\":");
-    ctl__json_string(str(r->kernel_build));
+    ctl__json_string(ctl__audit_str(r->kernel_build));
     printf(",\"device\":");
-    ctl__json_string(str(r->device));
+    ctl__json_string(ctl__audit_str(r->device));
     printf(",\"sm_count\":%d", r->sm_count);
     json_tensors("inputs", r->inputs, r->n_inputs);
     json_tensors("outputs", r->outputs, r->n_outputs);
@@ -417,11 +398,11 @@ static void dump_json_header(const Dash__AuditHeader *h)
     printf("{\"type\":\"header\",\"format_version\":%u,\"log_id\":\"%016" PRIx64
            "\",\"first_seq\":%" PRIu64 ",\"created\":\"%s\",\"server_version\":",
            h->format_version, h->log_id, h->first_seq, tbuf);
-    ctl__json_string(str(h->server_version));
+    ctl__json_string(ctl__audit_str(h->server_version));
     printf(",\"hostname\":");
-    ctl__json_string(str(h->hostname));
+    ctl__json_string(ctl__audit_str(h->hostname));
     printf(",\"digest_version\":%u,\"level\":", h->digest_version);
-    ctl__json_string(str(h->level));
+    ctl__json_string(ctl__audit_str(h->level));
     printf("}\n");
 }
 
@@ -432,26 +413,28 @@ static void text_tensors(const char *what, Dash__AuditTensor **t, size_t n)
     printf(" %s", what);
     for (size_t i = 0; i < n; i++) {
         if (t[i]->has_digest)
-            printf(" %s=%016" PRIx64, str(t[i]->name), t[i]->digest);
+            printf(" %s=%016" PRIx64, ctl__audit_str(t[i]->name), t[i]->digest);
         else
-            printf(" %s=-", str(t[i]->name));
+            printf(" %s=-", ctl__audit_str(t[i]->name));
     }
 }
 
-static void dump_text_record(const Dash__AuditRecord *r)
+void ctl__audit_dump_text(const Dash__AuditRecord *r)
 {
     char tbuf[64], name[40], tag[40], label[48];
     fmt_time(tbuf, sizeof tbuf, r->wall_unix_ns);
-    ctl__text(name, sizeof name, str(r->client_name), 24);
-    ctl__text(tag, sizeof tag, str(r->run_tag), 24);
-    ctl__text(label, sizeof label, str(r->label), 32);
+    ctl__text(name, sizeof name, ctl__audit_str(r->client_name), 24);
+    ctl__text(tag, sizeof tag, ctl__audit_str(r->run_tag), 24);
+    ctl__text(label, sizeof label, ctl__audit_str(r->label), 32);
     printf("#%" PRIu64 " %s %s/%u run=%s", r->seq, tbuf, name, r->pid, tag[0] ? tag : "-");
+    if (r->has_rank && r->has_world_size)
+        printf(" rank=%u/%u", r->rank, r->world_size);
     if (r->has_step)
         printf(" step=%" PRIu64, r->step);
     if (label[0])
         printf(" label=%s", label);
-    printf(" %s %s %s %s", str(r->op), dtype_name(r),
-           r->mask == DASH__MASK__CAUSAL ? "causal" : "full", sched_name(r));
+    printf(" %s %s %s %s", ctl__audit_str(r->op), dtype_name(r),
+           r->mask == DASH__MASK__CAUSAL ? "causal" : "full", ctl__audit_sched_name(r));
     if (r->has_wave)
         printf("(W=%d %dx%d)", r->wave, r->block_m, r->block_n);
     if (r->has_window_left)
@@ -465,7 +448,7 @@ static void dump_text_record(const Dash__AuditRecord *r)
         const int64_t *s = r->outputs[0]->shape;
         printf(" %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64, s[0], s[1], s[2], s[3]);
     }
-    printf(" %s %" PRIu64 "us", str(r->backend), r->duration_us);
+    printf(" %s %" PRIu64 "us", ctl__audit_str(r->backend), r->duration_us);
     if (r->code)
         printf(" code=%d", r->code);
     text_tensors("in:", r->inputs, r->n_inputs);
@@ -485,10 +468,10 @@ static int cmd_dump(int argc, char **argv)
     if (i >= argc)
         return ctl__usage_error("audit", "dump needs at least one FILE");
     for (; i < argc; i++) {
-        struct log L;
-        int rc = read_files(&L, 1, &argv[i]);
+        struct ctl_audit_log L;
+        int rc = ctl__audit_read_files(&L, 1, &argv[i]);
         if (rc) {
-            log_free(&L);
+            ctl__audit_log_free(&L);
             return rc;
         }
         /* in file order: headers and records interleaved as written */
@@ -499,9 +482,11 @@ static int cmd_dump(int argc, char **argv)
                     dump_json_header(L.headers[h]->header);
                 else
                     printf("# header: log %016" PRIx64 " from record %" PRIu64 ", %s on %s, "
-                           "level %s, digest v%u\n", L.headers[h]->header->log_id,
-                           L.headers[h]->header->first_seq, str(L.headers[h]->header->server_version),
-                           str(L.headers[h]->header->hostname), str(L.headers[h]->header->level),
+                           "level %s, digest v%u\n",
+                           L.headers[h]->header->log_id, L.headers[h]->header->first_seq,
+                           ctl__audit_str(L.headers[h]->header->server_version),
+                           ctl__audit_str(L.headers[h]->header->hostname),
+                           ctl__audit_str(L.headers[h]->header->level),
                            L.headers[h]->header->digest_version);
                 h++;
                 continue;
@@ -509,13 +494,13 @@ static int cmd_dump(int argc, char **argv)
             if (json)
                 dump_json_record(L.recs[r].r);
             else
-                dump_text_record(L.recs[r].r);
+                ctl__audit_dump_text(L.recs[r].r);
             r++;
         }
         for (size_t p = 0; p < L.n_problems; p++)
             fprintf(stderr, "dashctl audit: %s: offset %" PRIu64 ": %s\n", L.problems[p].file,
                     L.problems[p].offset, L.problems[p].what);
-        log_free(&L);
+        ctl__audit_log_free(&L);
     }
     return CTL_EXIT_OK;
 }
@@ -526,15 +511,15 @@ static int cmd_verify(int argc, char **argv)
 {
     if (argc < 2)
         return ctl__usage_error("audit", "verify needs at least one FILE");
-    struct log L;
-    int rc = read_files(&L, argc - 1, argv + 1);
+    struct ctl_audit_log L;
+    int rc = ctl__audit_read_files(&L, argc - 1, argv + 1);
     if (rc) {
-        log_free(&L);
+        ctl__audit_log_free(&L);
         return rc;
     }
     int errors = 0, torn = 0;
     for (size_t p = 0; p < L.n_problems; p++) {
-        const struct problem *q = &L.problems[p];
+        const struct ctl_audit_problem *q = &L.problems[p];
         printf("%s: offset %" PRIu64 ": %s\n", q->file, q->offset, q->what);
         if (q->torn)
             torn = 1;
@@ -552,275 +537,8 @@ static int cmd_verify(int argc, char **argv)
     printf(" in %d file%s, %zu header%s: %s\n", argc - 1, argc > 2 ? "s" : "", L.n_headers,
            L.n_headers == 1 ? "" : "s",
            errors ? "PROBLEMS FOUND" : torn ? "valid up to a torn tail" : "OK");
-    log_free(&L);
+    ctl__audit_log_free(&L);
     return errors ? CTL_EXIT_FAIL : torn ? CTL_EXIT_TORN : CTL_EXIT_OK;
-}
-
-/* ---- diff ---------------------------------------------------------------------------- */
-
-/* The alignment key of a record: who (client name), when (step), where (label), what (op),
- * and its occurrence among records with the same four. */
-struct keyed {
-    const Dash__AuditRecord *r;
-    char key[400];
-    uint32_t occurrence;
-    int matched;
-};
-
-static void key_of(const Dash__AuditRecord *r, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s\x1f%s%" PRIu64 "\x1f%s\x1f%s", str(r->client_name),
-             r->has_step ? "" : "-", r->has_step ? r->step : 0, str(r->label), str(r->op));
-}
-
-static int cmp_key(const void *a, const void *b)
-{
-    const struct keyed *x = a, *y = b;
-    int c = strcmp(x->key, y->key);
-    if (c)
-        return c;
-    return (x->occurrence > y->occurrence) - (x->occurrence < y->occurrence);
-}
-
-static struct keyed *keyed_of(const struct log *L, const char *run, size_t *ret_n)
-{
-    struct keyed *k = calloc(L->n ? L->n : 1, sizeof *k);
-    size_t n = 0;
-    if (!k)
-        return NULL;
-    for (size_t i = 0; i < L->n; i++) {
-        const Dash__AuditRecord *r = L->recs[i].r;
-        if (run && strcmp(str(r->run_tag), run) != 0)
-            continue;
-        k[n].r = r;
-        key_of(r, k[n].key, sizeof k[n].key);
-        n++;
-    }
-    /* occurrences, in seq order (the log's order) */
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(k[i].key, k[j].key) && k[j].occurrence >= k[i].occurrence)
-                k[i].occurrence = k[j].occurrence + 1;
-    *ret_n = n;
-    return k;
-}
-
-/* Whether every tensor of a list carries a digest (level "all" for inputs). */
-static int all_digested(Dash__AuditTensor **t, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!t[i]->has_digest)
-            return 0;
-    return n > 0;
-}
-
-/* Compare tensor lists by name, shape and digest; describe the differences into buf.
- * -1: not comparable (digests not recorded on both sides), 0 same, 1 different. */
-static int cmp_tensors(Dash__AuditTensor **a, size_t na, Dash__AuditTensor **b, size_t nb,
-                       char *buf, size_t len)
-{
-    if (!all_digested(a, na) || !all_digested(b, nb))
-        return -1;
-    if (na != nb) {
-        snprintf(buf, len, "%zu tensors vs %zu", na, nb);
-        return 1;
-    }
-    int diff = 0;
-    size_t at = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < na; i++) {
-        int differs = strcmp(str(a[i]->name), str(b[i]->name)) || a[i]->n_shape != b[i]->n_shape ||
-                      a[i]->has_digest != b[i]->has_digest || a[i]->digest != b[i]->digest;
-        for (size_t k = 0; !differs && k < a[i]->n_shape; k++)
-            differs = a[i]->shape[k] != b[i]->shape[k];
-        if (differs) {
-            diff = 1;
-            if (at < len)
-                at += (size_t)snprintf(buf + at, len - at, "%s%s %016" PRIx64 " vs %016" PRIx64,
-                                       at ? ", " : "", str(a[i]->name), a[i]->digest, b[i]->digest);
-        }
-    }
-    return diff;
-}
-
-static int params_differ(const Dash__AuditRecord *a, const Dash__AuditRecord *b, char *buf,
-                         size_t len)
-{
-    if (a->dtype != b->dtype || a->mask != b->mask || a->scale != b->scale) {
-        snprintf(buf, len, "dtype/mask/scale differ");
-        return 1;
-    }
-    if (a->schedule != b->schedule || a->wave != b->wave || a->block_m != b->block_m ||
-        a->block_n != b->block_n) {
-        snprintf(buf, len, "schedule %s(W=%d %dx%d) vs %s(W=%d %dx%d)", sched_name(a), a->wave,
-                 a->block_m, a->block_n, sched_name(b), b->wave, b->block_m, b->block_n);
-        return 1;
-    }
-    if (a->has_window_left != b->has_window_left || a->window_left != b->window_left ||
-        a->window_right != b->window_right || a->softcap != b->softcap) {
-        snprintf(buf, len, "window (%d, %d) softcap %g vs window (%d, %d) softcap %g",
-                 a->has_window_left ? a->window_left : -1, a->has_window_left ? a->window_right : -1,
-                 (double)a->softcap, b->has_window_left ? b->window_left : -1,
-                 b->has_window_left ? b->window_right : -1, (double)b->softcap);
-        return 1;
-    }
-    if (a->batch_invariant != b->batch_invariant) {
-        snprintf(buf, len, "batch_invariant %d vs %d", a->batch_invariant, b->batch_invariant);
-        return 1;
-    }
-    if (strcmp(str(a->kernel_build), str(b->kernel_build)) || strcmp(str(a->device), str(b->device))) {
-        snprintf(buf, len, "kernel build or device differ: \"%s\" on \"%s\" vs \"%s\" on \"%s\"",
-                 str(a->kernel_build), str(a->device), str(b->kernel_build), str(b->device));
-        return 1;
-    }
-    if (a->code != b->code) {
-        snprintf(buf, len, "result code %d vs %d", a->code, b->code);
-        return 1;
-    }
-    return 0;
-}
-
-/* A packed batch's layout: 1 and a description when the two records' sequences differ
- * (one packed and one not, another count, bounds or offsets), else 0. */
-static int packing_differs(const Dash__AuditRecord *a, const Dash__AuditRecord *b, char *buf,
-                           size_t len)
-{
-    if (a->has_varlen_batch != b->has_varlen_batch) {
-        snprintf(buf, len, "A is %s, B is %s", a->has_varlen_batch ? "a packed batch" : "dense",
-                 b->has_varlen_batch ? "a packed batch" : "dense");
-        return 1;
-    }
-    if (!a->has_varlen_batch)
-        return 0;
-    if (a->varlen_batch != b->varlen_batch || a->cu_seqlens_q_digest != b->cu_seqlens_q_digest ||
-        a->cu_seqlens_k_digest != b->cu_seqlens_k_digest || a->max_seqlen_q != b->max_seqlen_q ||
-        a->max_seqlen_k != b->max_seqlen_k) {
-        snprintf(buf, len, "%u sequences, cu_seqlens_q %016" PRIx64 " cu_seqlens_k %016" PRIx64
-                 " vs %u, %016" PRIx64 " %016" PRIx64, a->varlen_batch, a->cu_seqlens_q_digest,
-                 a->cu_seqlens_k_digest, b->varlen_batch, b->cu_seqlens_q_digest,
-                 b->cu_seqlens_k_digest);
-        return 1;
-    }
-    return 0;
-}
-
-static void describe(const char *side, const Dash__AuditRecord *r)
-{
-    printf("  %s: ", side);
-    dump_text_record(r);
-}
-
-static int cmd_diff(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"run-a", required_argument, NULL, 'a'},
-        {"run-b", required_argument, NULL, 'b'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *run_a = NULL, *run_b = NULL;
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
-        if (c == 'a')
-            run_a = optarg;
-        else if (c == 'b')
-            run_b = optarg;
-        else
-            return ctl__getopt_error("audit diff", c, argc, argv, 'a');
-    }
-    if (argc - optind != 2)
-        return ctl__usage_error("audit", "diff needs two files, A and B");
-    struct log A, B;
-    int rc = read_list(&A, argv[optind]);
-    if (!rc)
-        rc = read_list(&B, argv[optind + 1]);
-    else
-        memset(&B, 0, sizeof B);
-    if (rc) {
-        log_free(&A);
-        log_free(&B);
-        return rc;
-    }
-    for (size_t p = 0; p < A.n_problems; p++)
-        fprintf(stderr, "dashctl audit: warning: %s: offset %" PRIu64 ": %s\n", A.problems[p].file,
-                A.problems[p].offset, A.problems[p].what);
-    for (size_t p = 0; p < B.n_problems; p++)
-        fprintf(stderr, "dashctl audit: warning: %s: offset %" PRIu64 ": %s\n", B.problems[p].file,
-                B.problems[p].offset, B.problems[p].what);
-    size_t na = 0, nb = 0;
-    struct keyed *ka = keyed_of(&A, run_a, &na), *kb = keyed_of(&B, run_b, &nb);
-    if (!ka || !kb) {
-        free(ka);
-        free(kb);
-        log_free(&A);
-        log_free(&B);
-        return out_of_memory();
-    }
-    /* B sorted for lookup; A walked in log order, so the first divergence is the earliest */
-    qsort(kb, nb, sizeof *kb, cmp_key);
-    size_t matched = 0, only_a = 0;
-    int diverged = 0;
-    for (size_t i = 0; i < na && !diverged; i++) {
-        struct keyed *hit = bsearch(&ka[i], kb, nb, sizeof *kb, cmp_key);
-        if (!hit) {
-            only_a++;
-            continue;
-        }
-        hit->matched = 1;
-        matched++;
-        char in_why[300] = "", out_why[300] = "", par_why[200] = "", pack_why[200] = "";
-        int pd = params_differ(ka[i].r, hit->r, par_why, sizeof par_why);
-        int kd = packing_differs(ka[i].r, hit->r, pack_why, sizeof pack_why);
-        int id = cmp_tensors(ka[i].r->inputs, ka[i].r->n_inputs, hit->r->inputs, hit->r->n_inputs,
-                             in_why, sizeof in_why);
-        int od = cmp_tensors(ka[i].r->outputs, ka[i].r->n_outputs, hit->r->outputs,
-                             hit->r->n_outputs, out_why, sizeof out_why);
-        if (!pd && !kd && id <= 0 && od <= 0)
-            continue;
-        diverged = 1;
-        printf("first divergent record: client \"%s\" step %s%" PRIu64 " label \"%s\" %s "
-               "(occurrence %u)\n", str(ka[i].r->client_name), ka[i].r->has_step ? "" : "-",
-               ka[i].r->has_step ? ka[i].r->step : 0, str(ka[i].r->label), str(ka[i].r->op),
-               ka[i].occurrence);
-        describe("A", ka[i].r);
-        describe("B", hit->r);
-        if (pd)
-            printf("  parameters differ: %s\n", par_why);
-        if (kd && id == 0)
-            printf("  same tokens, different packing: q, k, v and dout are the same bytes, the "
-                   "sequences are cut differently (%s)\n", pack_why);
-        else if (kd && id == 1)
-            printf("  different tokens and different packing (%s)\n", pack_why);
-        else if (kd)
-            printf("  different packing (%s); inputs not recorded on both sides (--audit-level "
-                   "all tells same tokens from different ones)\n", pack_why);
-        else if (id == 1)
-            printf("  inputs differ: %s\n  (the divergence came in with the inputs: look at what "
-                   "the client computed before this op)\n", in_why);
-        else if (od == 1 && id == 0)
-            printf("  only outputs differ: %s\n  (same inputs, different result: this op computed "
-                   "different bits)\n", out_why);
-        else if (od == 1)
-            printf("  outputs differ: %s\n  (inputs not recorded on both sides: run dashd with "
-                   "--audit-level all to tell inputs from outputs)\n", out_why);
-    }
-    size_t only_b = 0;
-    if (!diverged)
-        for (size_t i = 0; i < nb; i++)
-            only_b += !kb[i].matched;
-    if (!diverged) {
-        if (only_a || only_b)
-            printf("no divergent record among %zu matched; %zu only in A, %zu only in B\n",
-                   matched, only_a, only_b);
-        else
-            printf("identical: %zu records matched, every digest equal\n", matched);
-    }
-    free(ka);
-    free(kb);
-    log_free(&A);
-    log_free(&B);
-    return diverged || only_a || only_b ? CTL_EXIT_FAIL : CTL_EXIT_OK;
 }
 
 /* ---- summary ------------------------------------------------------------------------- */
@@ -834,10 +552,10 @@ static int cmd_summary(int argc, char **argv)
 {
     if (argc < 2)
         return ctl__usage_error("audit", "summary needs at least one FILE");
-    struct log L;
-    int rc = read_files(&L, argc - 1, argv + 1);
+    struct ctl_audit_log L;
+    int rc = ctl__audit_read_files(&L, argc - 1, argv + 1);
     if (rc) {
-        log_free(&L);
+        ctl__audit_log_free(&L);
         return rc;
     }
     struct group g[64];
@@ -846,12 +564,13 @@ static int cmd_summary(int argc, char **argv)
     for (size_t i = 0; i < L.n; i++) {
         const Dash__AuditRecord *r = L.recs[i].r;
         size_t k = 0;
-        while (k < ng && (strcmp(g[k].op, str(r->op)) || strcmp(g[k].sched, sched_name(r))))
+        while (k < ng && (strcmp(g[k].op, ctl__audit_str(r->op)) ||
+                          strcmp(g[k].sched, ctl__audit_sched_name(r))))
             k++;
         if (k == ng && ng < 64) {
             memset(&g[ng], 0, sizeof g[ng]);
-            snprintf(g[ng].op, sizeof g[ng].op, "%s", str(r->op));
-            snprintf(g[ng].sched, sizeof g[ng].sched, "%s", sched_name(r));
+            snprintf(g[ng].op, sizeof g[ng].op, "%s", ctl__audit_str(r->op));
+            snprintf(g[ng].sched, sizeof g[ng].sched, "%s", ctl__audit_sched_name(r));
             ng++;
         }
         if (k < ng) {
@@ -861,17 +580,20 @@ static int cmd_summary(int argc, char **argv)
         }
         /* divergence: an earlier record with the same parameters and inputs but other
          * outputs (quadratic, but only over records that carry input digests) */
-        if (!all_digested(r->inputs, r->n_inputs) || r->code)
+        if (!ctl__audit_all_digested(r->inputs, r->n_inputs) || r->code)
             continue;
         with_inputs++;
         for (size_t j = 0; j < i; j++) {
             const Dash__AuditRecord *q = L.recs[j].r;
             char why[64];
-            if (!all_digested(q->inputs, q->n_inputs) || q->code || strcmp(str(q->op), str(r->op)) ||
-                params_differ(q, r, why, sizeof why) ||
-                cmp_tensors(q->inputs, q->n_inputs, r->inputs, r->n_inputs, why, sizeof why) != 0)
+            if (!ctl__audit_all_digested(q->inputs, q->n_inputs) || q->code ||
+                strcmp(ctl__audit_str(q->op), ctl__audit_str(r->op)) ||
+                ctl__audit_params_differ(q, r, why, sizeof why) ||
+                ctl__audit_cmp_tensors(q->inputs, q->n_inputs, r->inputs, r->n_inputs, why,
+                                       sizeof why) != 0)
                 continue;
-            if (cmp_tensors(q->outputs, q->n_outputs, r->outputs, r->n_outputs, why, sizeof why) == 1) {
+            if (ctl__audit_cmp_tensors(q->outputs, q->n_outputs, r->outputs, r->n_outputs, why,
+                                       sizeof why) == 1) {
                 divergent++;
                 break;
             }
@@ -889,7 +611,7 @@ static int cmd_summary(int argc, char **argv)
                "and inputs but not its outputs\n", divergent, with_inputs);
     else
         printf("\ndivergences: not known (inputs not recorded: dashd --audit-level all)\n");
-    log_free(&L);
+    ctl__audit_log_free(&L);
     return CTL_EXIT_OK;
 }
 
@@ -911,7 +633,7 @@ int ctl_audit(int argc, char **argv)
     if (!strcmp(sub, "verify"))
         return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(sub, "diff"))
-        return cmd_diff(argc - 1, argv + 1);
+        return ctl__audit_diff(argc - 1, argv + 1);
     if (!strcmp(sub, "summary"))
         return cmd_summary(argc - 1, argv + 1);
     return ctl__usage_error("audit", "unknown subcommand '%s': dump, verify, diff or summary", sub);

@@ -233,6 +233,10 @@ static void print_json(const struct dash_stats *s, const char *endpoint)
         json_str("client_name", c->client_name, 0);
         json_u64("pid", c->pid, 0);
         json_str("run_tag", c->run_tag, 0);
+        if (c->world_size) { /* a rank of a distributed run */
+            json_u64("rank", c->rank, 0);
+            json_u64("world_size", c->world_size, 0);
+        }
         json_u64("requests", c->requests, 0);
         json_u64("errors", c->errors, 0);
         json_u64("forwards", c->forwards, 0);

@@ -141,6 +141,16 @@ SCHED_FN int sched_is_deterministic(enum sched_kind kind) { return kind != SCHED
 
 /* ---- mask geometry ---------------------------------------------------------------- */
 
+/* Whether s is a band (a window narrows its mask). Device code serves no windows yet (the
+ * CUDA backend refuses them, issue 17): there it is a constant 0, so the kernels' schedule
+ * arithmetic stays the dense masks' alone - with the band's branches in it, ptxas spilled
+ * the hdim-128 v3 backward (108/172 B) and serialized its wgmma (C7518). */
+#ifdef __CUDA_ARCH__
+#define SCHED_BAND(s) ((void)(s), 0)
+#else
+#define SCHED_BAND(s) ((s)->band)
+#endif
+
 /* Band masks. Rows that see some key of kv-tile n, keys that some row of q-tile m sees:
  * each an interval (consecutive rows' windows overlap), clipped to the sequence; an empty
  * one gives an empty tile range. Both ends never decrease with n (with m). */
@@ -175,7 +185,7 @@ SCHED_FN void sched__band_keys(const struct sched *s, int32_t m, int64_t *lo, in
  * A band may leave a kv-tile unseen: then m_lo == m_hi. */
 SCHED_FN int32_t sched_m_lo(const struct sched *s, int32_t n)
 {
-    if (s->band) {
+    if (SCHED_BAND(s)) {
         int64_t lo, hi;
         sched__band_rows(s, n, &lo, &hi);
         return lo > hi ? 0 : (int32_t)(lo / s->block_m);
@@ -189,7 +199,7 @@ SCHED_FN int32_t sched_m_lo(const struct sched *s, int32_t n)
 
 SCHED_FN int32_t sched_m_hi(const struct sched *s, int32_t n)
 {
-    if (s->band) {
+    if (SCHED_BAND(s)) {
         int64_t lo, hi;
         sched__band_rows(s, n, &lo, &hi);
         return lo > hi ? 0 : (int32_t)(hi / s->block_m + 1);
@@ -199,7 +209,7 @@ SCHED_FN int32_t sched_m_hi(const struct sched *s, int32_t n)
 
 SCHED_FN int32_t sched_n_lo(const struct sched *s, int32_t m)
 {
-    if (s->band) {
+    if (SCHED_BAND(s)) {
         int64_t lo, hi;
         sched__band_keys(s, m, &lo, &hi);
         return lo > hi ? 0 : (int32_t)(lo / s->block_n);
@@ -210,7 +220,7 @@ SCHED_FN int32_t sched_n_lo(const struct sched *s, int32_t m)
 /* One past the last kv-tile that contributes to q-tile m (== n_lo: the tile sees no key). */
 SCHED_FN int32_t sched_n_hi(const struct sched *s, int32_t m)
 {
-    if (s->band) {
+    if (SCHED_BAND(s)) {
         int64_t lo, hi;
         sched__band_keys(s, m, &lo, &hi);
         return lo > hi ? 0 : (int32_t)(hi / s->block_n + 1);
@@ -329,7 +339,7 @@ SCHED_FN int32_t sched_visit(const struct sched *s, const struct sched_job *J, i
     case SCHED_DESCENDING:
         return sched_m_hi(s, n) - 1 - step;
     case SCHED_SHIFT: {
-        if (s->band) { /* its own range, rotated by the slot */
+        if (SCHED_BAND(s)) { /* its own range, rotated by the slot */
             int32_t len = sched_m_hi(s, n) - lo;
             return lo + (J->slot % len + step) % len;
         }
@@ -451,7 +461,7 @@ SCHED_FN int32_t sched_rank(const struct sched *s, const struct sched_job *J, in
     case SCHED_SPT:
         return sched_n_hi(s, m) - 1 - n;
     case SCHED_SHIFT:
-        return s->band ? sched__band_shift_rank(s, J, m) : sched__shift_rank(s, J, stage, m);
+        return SCHED_BAND(s) ? sched__band_shift_rank(s, J, m) : sched__shift_rank(s, J, stage, m);
     default:
         return -1;
     }

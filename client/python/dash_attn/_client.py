@@ -139,20 +139,63 @@ def _close_at_exit():
                 pass
 
 
+def _env_int(names):
+    """The first of the environment variables names that is set, as (name, int), else None."""
+    for name in names:
+        text = os.environ.get(name)
+        if text is not None and text.strip() != "":
+            try:
+                return name, int(text)
+            except ValueError:
+                raise ValueError(f"dash_attn: ${name}={text!r} is not an integer") from None
+    return None
+
+
+def distributed_rank(rank=None, world_size=None):
+    """(rank, world_size) of this process in a distributed run, or (None, None): the
+    arguments when given, else $DASH_RANK / $DASH_WORLD_SIZE, else torchrun's $RANK /
+    $WORLD_SIZE. Both or neither; 0 <= rank < world_size (ValueError otherwise)."""
+    if rank is None and world_size is None:
+        r = _env_int(("DASH_RANK", "RANK"))
+        w = _env_int(("DASH_WORLD_SIZE", "WORLD_SIZE"))
+        if r is None and w is None:
+            return None, None
+        if r is None or w is None:
+            raise ValueError("dash_attn: $" + (r or w)[0] + " is set but $"
+                             + ("WORLD_SIZE" if w is None else "RANK") + " is not; set both "
+                             "(or DASH_RANK and DASH_WORLD_SIZE)")
+        (rname, rank), (wname, world_size) = r, w
+        where = f" (${rname}, ${wname})"
+    else:
+        where = ""
+    if rank is None or world_size is None:
+        raise ValueError("dash_attn: rank and world_size go together")
+    rank, world_size = int(rank), int(world_size)
+    if not 0 <= rank < world_size or world_size >= 1 << 32:
+        raise ValueError(f"dash_attn: rank {rank} of world size {world_size}{where}: need "
+                         "0 <= rank < world_size")
+    return rank, world_size
+
+
 class Client:
     """A connection to dashd. endpoint None: $DASHD_ENDPOINT or the default one
-    (dash_default_endpoint). run_tag None: $DASH_RUN_TAG."""
+    (dash_default_endpoint). run_tag None: $DASH_RUN_TAG. rank, world_size None: from the
+    environment (distributed_rank: torchrun's RANK and WORLD_SIZE); dashd writes them into
+    the audit record of every op, so runs can be compared rank by rank."""
 
-    def __init__(self, endpoint=None, client_name=None, run_tag=None, timeout_ms=0):
+    def __init__(self, endpoint=None, client_name=None, run_tag=None, timeout_ms=0,
+                 rank=None, world_size=None):
         self._lock = threading.Lock()
         self._pid = os.getpid()
         if client_name is None:
             client_name = "python:" + os.path.basename(sys.argv[0] or "python")
         if run_tag is None:
             run_tag = os.environ.get("DASH_RUN_TAG")
+        self.rank, self.world_size = distributed_rank(rank, world_size)
         self._opts = _lib.DashConnectOpts(client_name.encode()[:255],
                                           run_tag.encode()[:255] if run_tag else None,
-                                          int(timeout_ms), 0)
+                                          int(timeout_ms), 0, self.world_size or 0,
+                                          self.rank or 0)
         self._c = ctypes.c_void_p()
         why = ctypes.create_string_buffer(1024)
         rc = _lib.dash_connect_explain(endpoint.encode() if endpoint else None,
@@ -535,10 +578,11 @@ def device_of(x):
     return dev.index if getattr(dev, "type", None) == "cuda" else None
 
 
-def connect(endpoint=None, client_name=None, run_tag=None, timeout_ms=0):
+def connect(endpoint=None, client_name=None, run_tag=None, timeout_ms=0, rank=None,
+            world_size=None):
     """Replace the process's shared client with one made with these settings."""
     global _default
-    c = Client(endpoint, client_name, run_tag, timeout_ms)
+    c = Client(endpoint, client_name, run_tag, timeout_ms, rank, world_size)
     with _default_lock:
         old, _default = _default, c
     if old is not None and old._pid == os.getpid():

@@ -69,6 +69,8 @@ class DashConnectOpts(ctypes.Structure):
         ("run_tag", ctypes.c_char_p),
         ("timeout_ms", ctypes.c_int),
         ("flags", ctypes.c_uint),
+        ("world_size", ctypes.c_uint),
+        ("rank", ctypes.c_uint),
     ]
 
 

@@ -269,7 +269,7 @@ def test_struct_layouts_match_dash_h():
     # max_seqlen_q/k and batch_invariant (3 x 4), padding to 8
     assert ctypes.sizeof(_lib.DashAttn) == 7 * 4 + 4 * 4 + 4 + 2 * 88 + 3 * 4 + 4
     assert ctypes.sizeof(_lib.DashResult) == 4 * 4 + 8 + 8 + 16
-    assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4
+    assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4 + 4 + 4
 
 
 def test_constants_equal_dash_h():

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""dash_attn.hf - dashd as a Hugging Face transformers attention implementation.
+
+    import dash_attn.hf                      # registers attn_implementation="dash"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="dash")
+
+Importing this module registers `attention_forward` under the name "dash" in
+transformers' AttentionInterface, and transformers' SDPA mask builder under the same name
+in its AttentionMaskInterface (a model asks that interface for the mask of its attention
+implementation, and the SDPA builder returns None when the mask is plain causal or full,
+which is what dashd computes). Every attention layer of a model built with
+attn_implementation="dash" then calls attention_forward, which hands the call to
+dash_attn.flash_attn_func: differentiable, deterministic backward, audit-tagged.
+
+What transformers asks and how it maps:
+- query (batch, heads, seqlen_q, head_dim), key and value (batch, heads_kv, seqlen_k,
+  head_dim): transposed (views, no copy) into flash-attn's (batch, seqlen, heads,
+  head_dim). GQA (module.num_key_value_groups > 1) is passed as it is: dashd serves
+  heads_q a multiple of heads_kv without repeating k and v.
+- scaling: softmax_scale (None: 1/sqrt(head_dim)).
+- causal: the call's is_causal, else module.is_causal (True when the module does not say);
+  aligned bottom-right, as transformers' masks are when a cache holds earlier tokens.
+- attention_mask: None, or a mask that is exactly causal (or all-true for a non-causal
+  module), boolean or additive (0 / -inf). Anything else - padding, packed sequences,
+  sliding windows, a bias - raises NotImplementedError: dashd would compute a different
+  attention, so it is refused rather than ignored.
+- dropout > 0, softcap, sliding_window, attention sinks (s_aux), position_bias, and
+  flash-attn's packed-sequence arguments (cu_seq_lens_*) raise NotImplementedError naming
+  the argument.
+- Returns (out (batch, seqlen_q, heads, head_dim), None): attention weights are never
+  formed, so output_attentions gets None.
+- Audit: the op carries the step of the enclosing dash_attn.audit() block and, unless
+  that block set a label, the label "layer<module.layer_idx>.attn".
+"""
+from transformers import AttentionInterface
+
+from . import _client
+from ._func import flash_attn_func
+
+try:  # transformers >= 4.53 builds masks per attention implementation
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError:  # older ones have no such interface: their SDPA-style mask is used
+    AttentionMaskInterface = sdpa_mask = None
+
+import torch
+
+NAME = "dash"
+
+# keyword arguments transformers may pass that ask for something dashd does not compute
+_REFUSED = {
+    "softcap": "logit soft-capping",
+    "sliding_window": "sliding-window attention",
+    "s_aux": "attention sinks",
+    "cu_seq_lens_q": "packed sequences",
+    "cu_seq_lens_k": "packed sequences",
+}
+
+
+def _refuse(what, fix=""):
+    raise NotImplementedError(f"dash_attn ({NAME!r} attention): {what} is not supported{fix}")
+
+
+def _mask_is(attention_mask, causal, q_len, kv_len):
+    """Whether a transformers attention mask (batch, 1 or heads, q_len, kv_len), boolean
+    (True: attend) or additive (0: attend, -inf or the dtype's minimum: not), allows exactly
+    what dashd computes: bottom-right causal, or everything."""
+    m = attention_mask
+    if m.dim() != 4 or m.shape[-2] != q_len or m.shape[-1] != kv_len:
+        return False
+    if m.dtype == torch.bool:
+        allowed = m
+    elif not m.is_floating_point():
+        return False  # neither of transformers' kinds of mask
+    else:
+        allowed = m == 0
+        blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
+        if not bool((allowed | blocked).all()):
+            return False  # an additive bias, not a mask
+    if not causal:
+        return bool(allowed.all())
+    rows = torch.arange(q_len, device=m.device).unsqueeze(1) + (kv_len - q_len)
+    want = torch.arange(kv_len, device=m.device).unsqueeze(0) <= rows
+    return bool((allowed == want).all())
+
+
+def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                      is_causal=None, **kwargs):
+    """transformers' attention-function contract, computed by dashd (module docstring)."""
+    if dropout:
+        _refuse(f"dropout={dropout}", "; set the config's attention_dropout to 0.0")
+    for name, what in _REFUSED.items():
+        if kwargs.get(name) is not None:
+            _refuse(f"{what} ({name}=...)")
+    if kwargs.get("position_bias") is not None:
+        _refuse("an additive position bias (position_bias=...)")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if attention_mask is not None and not _mask_is(attention_mask, causal, q_len, kv_len):
+        _refuse("an attention mask other than plain " + ("causal" if causal else "full")
+                + " attention (padding, packed sequences, a window or a bias)",
+                "; pass batches without padding (attention_mask None or all ones)")
+    step, label = _client.current_audit()
+    idx = getattr(module, "layer_idx", None)
+    if label is None and idx is not None:
+        label = f"layer{idx}.attn"
+    _client.push_audit(step, label)
+    try:
+        out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2),
+                              value.transpose(1, 2), softmax_scale=scaling,
+                              causal=bool(causal))
+    finally:
+        _client.pop_audit()
+    return out, None
+
+
+def register(name=NAME):
+    """Register attention_forward (and the SDPA mask builder) under name; done for "dash"
+    when this module is imported. Returns name."""
+    AttentionInterface.register(name, attention_forward)
+    if AttentionMaskInterface is not None:
+        AttentionMaskInterface.register(name, sdpa_mask)
+    return name
+
+
+register()
+
+__all__ = ["attention_forward", "register", "NAME"]

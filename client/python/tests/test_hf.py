@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""dash_attn.hf against a real dashd (CPU engine): transformers' Llama with
+attn_implementation="dash" computes what its eager attention computes (outputs and
+gradients against a float64 eager copy), trains twice to the same bits (losses, weights,
+audit digests) and close to the eager model's losses, and refuses what it cannot honour.
+Skipped, with the reason, when transformers is not installed."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip(
+    "transformers", reason="Hugging Face transformers is not installed (pip install "
+    "transformers): the attn_implementation='dash' tests need it")
+
+from conftest import ROOT, Daemon, dashctl_path  # noqa: E402
+
+import dash_attn  # noqa: E402
+import dash_attn.hf  # noqa: E402,F401
+
+EXAMPLE = os.path.join(ROOT, "examples", "train_tiny_llama_hf.py")
+SEED = int(os.environ.get("DASH_TEST_SEED", "0")) ^ 0x11A
+
+
+def tiny_config(**kw):
+    # head_dim 32 (the CPU engine serves 32..256); 4 query heads over 2 kv heads: GQA
+    base = dict(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                attention_dropout=0.0)
+    base.update(kw)
+    return transformers.LlamaConfig(**base)
+
+
+def build(config, attn, dtype=torch.float32, seed=SEED):
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn,
+                                                         dtype=dtype)
+
+
+def test_registered_with_transformers():
+    from transformers import AttentionInterface
+    assert AttentionInterface()["dash"] is dash_attn.hf.attention_forward
+    model = build(tiny_config(), "dash")
+    assert model.config._attn_implementation == "dash"
+
+
+def test_llama_outputs_and_gradients_match_float64_eager(client):
+    """The same weights and tokens through dashd (fp32) and through transformers' eager
+    attention in float64: logits and every parameter's gradient agree to fp32 accuracy."""
+    config = tiny_config()
+    dash = build(config, "dash")
+    ref = build(config, "eager", dtype=torch.float64)
+    ref.load_state_dict({k: v.double() for k, v in dash.state_dict().items()})
+    g = torch.Generator().manual_seed(SEED)
+    tokens = torch.randint(0, config.vocab_size, (2, 48), generator=g)
+    out = dash(input_ids=tokens, labels=tokens)
+    want = ref(input_ids=tokens, labels=tokens)
+    assert torch.isfinite(out.logits).all()
+    torch.testing.assert_close(out.logits.double(), want.logits, rtol=1e-4, atol=1e-4)
+    out.loss.backward()
+    want.loss.backward()
+    for (name, p), (_, q) in zip(dash.named_parameters(), ref.named_parameters()):
+        assert p.grad is not None, name
+        scale = q.grad.abs().max().item() + 1e-12
+        err = (p.grad.double() - q.grad).abs().max().item() / scale
+        assert err < 1e-4, f"{name}: gradient off by {err:.2e} of its largest element"
+
+
+def test_explicit_causal_mask_gives_the_bits_of_no_mask(client):
+    """A boolean causal mask, an additive one (0 / -inf) and an all-ones padding mask all
+    describe causal attention: the same bits as no mask."""
+    model = build(tiny_config(), "dash")
+    attn = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(SEED ^ 1)
+    q = torch.randn(2, 4, 40, 32, generator=g)
+    k, v = (torch.randn(2, 2, 40, 32, generator=g) for _ in range(2))
+    plain, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, scaling=32 ** -0.5)
+    causal = torch.ones(40, 40, dtype=torch.bool).tril().expand(2, 1, 40, 40)
+    additive = torch.zeros(2, 1, 40, 40).masked_fill(~causal, float("-inf"))
+    for mask in (causal, additive):
+        got, weights = dash_attn.hf.attention_forward(attn, q, k, v, mask, scaling=32 ** -0.5)
+        assert weights is None
+        assert got.shape == (2, 40, 4, 32)
+        assert torch.equal(got, plain)
+    tokens = torch.randint(0, 64, (2, 40), generator=g)
+    a = model(input_ids=tokens).logits
+    b = model(input_ids=tokens, attention_mask=torch.ones(2, 40, dtype=torch.long)).logits
+    assert torch.equal(a, b)
+
+
+def test_padding_mask_is_refused(client):
+    model = build(tiny_config(), "dash")
+    tokens = torch.randint(0, 64, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, :5] = 0  # left padding on the second sequence
+    with pytest.raises(NotImplementedError, match="attention mask other than plain causal"):
+        model(input_ids=tokens, attention_mask=mask)
+
+
+def test_dropout_in_training_is_refused(client):
+    model = build(tiny_config(attention_dropout=0.1), "dash")
+    tokens = torch.randint(0, 64, (1, 16))
+    model.train()
+    with pytest.raises(NotImplementedError, match="dropout=0.1.*attention_dropout"):
+        model(input_ids=tokens)
+    model.eval()  # transformers passes dropout 0 outside training: served
+    assert torch.isfinite(model(input_ids=tokens).logits).all()
+
+
+@pytest.mark.parametrize("kwarg", ["softcap", "sliding_window", "s_aux", "cu_seq_lens_q",
+                                   "position_bias"])
+def test_arguments_dashd_cannot_honour_are_refused_by_name(client, kwarg):
+    model = build(tiny_config(), "dash")
+    attn = model.model.layers[0].self_attn
+    q = torch.randn(1, 4, 8, 32)
+    k = v = torch.randn(1, 2, 8, 32)
+    with pytest.raises(NotImplementedError, match=kwarg):
+        dash_attn.hf.attention_forward(attn, q, k, v, None, **{kwarg: torch.ones(1)})
+
+
+def example_args(attn, tag, endpoint=None, out=None):
+    args = ["--steps", "4", "--seqlen", "64", "--batch", "2", "--layers", "2", "--hidden",
+            "128", "--heads", "4", "--kv-heads", "2", "--vocab", "64", "--threads", "1",
+            "--device", "cpu", "--attn", attn, "--run-tag", tag, "--seed",
+            str(SEED & 0xFFFF), "--quiet"]
+    return args + (["--endpoint", endpoint] if endpoint else []) + (["--out", out] if out else [])
+
+
+def test_tiny_llama_trains_twice_to_the_same_bits_and_near_eager():
+    """examples/train_tiny_llama_hf.py as two processes at once on one audited dashd, both
+    with attn_implementation="dash": losses, weights and every attention digest equal, bit
+    for bit. The same training with "eager" (here, in-process) gives losses within fp32
+    noise of dash's."""
+    work = tempfile.mkdtemp(prefix="dash-py-hf-")
+    log = os.path.join(work, "audit.log")
+    d = Daemon(["--audit", log, "--audit-level", "all"])
+    try:
+        runs = {name: subprocess.Popen(
+                    [sys.executable, EXAMPLE] + example_args(
+                        "dash", name, d.endpoint, os.path.join(work, name + ".json")),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                for name in ("one", "two")}
+        for name, p in runs.items():
+            _, err = p.communicate(timeout=600)
+            assert p.returncode == 0, f"{name}: {err[-2000:]}"
+    finally:
+        assert d.stop() == 0
+    one, two = (json.load(open(os.path.join(work, n + ".json"))) for n in ("one", "two"))
+    spec = importlib.util.spec_from_file_location("train_tiny_llama_hf", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    threads = torch.get_num_threads()
+    try:
+        eager = example.train(example.parser().parse_args(example_args("eager", "eager")))
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(False)
+    assert one["losses_hex"] == two["losses_hex"]
+    assert one["weights_sha256"] == two["weights_sha256"]
+    assert len(one["losses"]) == 4 and one["losses"][-1] < one["losses"][0]
+    for got, want in zip(one["losses"], eager["losses"]):
+        assert abs(got - want) <= 1e-4 * abs(want), (one["losses"], eager["losses"])
+    # the audit log: 4 steps x 2 layers x (forward, backward) per run, digests equal
+    diff = subprocess.run([dashctl_path(), "audit", "diff", "--run-a", "one", "--run-b", "two",
+                           log, log], capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert "identical: 16 records matched" in diff.stdout
+    dump = subprocess.run([dashctl_path(), "audit", "dump", log], capture_output=True,
+                          text=True, check=True).stdout
+    for step in range(4):
+        for layer in range(2):
+            want = f"run=one step={step} label=layer{layer}.attn"
+            assert sum(want in line for line in dump.splitlines()) == 2, want
+    assert "run=eager" not in dump  # transformers' own attention never reached dashd
