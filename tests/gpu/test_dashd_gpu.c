@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -748,12 +749,28 @@ static pid_t spawn_child(const char *mode, const char *arg, int extra_fd)
     return pid;
 }
 
-static int wait_child(pid_t pid)
+/* A child's exit status (128 + signal when killed); one still running after timeout_s is
+ * killed, said so, and counts as failed: a stuck child is a failure, not a hang. */
+static int wait_child_for(pid_t pid, int timeout_s)
 {
     int status;
-    if (waitpid(pid, &status, 0) != pid)
-        return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    for (int i = 0; i < timeout_s * 10; i++) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (w < 0)
+            return -1;
+        usleep(100000);
+    }
+    fprintf(stderr, "\n  child %d still running after %d s: killed", (int)pid, timeout_s);
+    kill(pid, SIGKILL);
+    (void)waitpid(pid, &status, 0);
+    return -2;
+}
+
+static int wait_child(pid_t pid)
+{
+    return wait_child_for(pid, 120);
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -795,10 +812,15 @@ static void test_dashd_gpu_two_client_processes_get_the_same_bits(void)
     close(ready[1]);
     close(go[0]);
     /* both registered: let them loose together */
+    /* Each child holds the other's write end of `ready` too: one that failed before it was
+     * ready leaves the other waiting for `go` and this read without an EOF. So bounded. */
     char byte;
     int n_ready = 0;
-    while (n_ready < 2 && read(ready[0], &byte, 1) == 1)
+    struct pollfd pf = {.fd = ready[0], .events = POLLIN};
+    while (n_ready < 2 && poll(&pf, 1, 60000) == 1 && read(ready[0], &byte, 1) == 1)
         n_ready++;
+    if (n_ready < 2)
+        fprintf(stderr, "\n  only %d of 2 children registered within 60 s", n_ready);
     CU_ASSERT_EQUAL(n_ready, 2);
     CU_ASSERT(write(go[1], "gg", 2) == 2);
     close(ready[0]);
