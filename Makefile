@@ -480,7 +480,8 @@ asan: deps
 	$(Q)$(MAKE) --no-print-directory CUDA=0 BUILD=build-asan OPT=-O1 FUZZ_CC= \
 		EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 		LDLIBS="-lm -pthread -fsanitize=address,undefined" \
-		build-asan/test_dash build-asan/dashd build-asan/dashctl
+		build-asan/test_dash build-asan/dashd build-asan/dashctl \
+		$(subst $(BUILD)/,build-asan/,$(MANPAGES))
 	$(Q)$(SAN_ENV) ./build-asan/test_dash
 
 # The daemon's concurrency under ThreadSanitizer: dashd (loop, worker, completer and
@@ -494,7 +495,8 @@ TSAN_SUITES ?= dashd server libdash metrics soak
 tsan: deps
 	$(Q)$(MAKE) --no-print-directory CUDA=0 BUILD=build-tsan OPT=-O2 FUZZ_CC= \
 		EXTRA_CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" KERNELS_EXTRA_CFLAGS= \
-		LDLIBS="-lm -pthread -fsanitize=thread" build-tsan/dashd
+		LDLIBS="-lm -pthread -fsanitize=thread" build-tsan/dashd \
+		$(subst $(BUILD)/,build-tsan/,$(MANPAGES))
 	$(Q)$(MAKE) --no-print-directory CUDA=0 BUILD=build-tsan/driver FUZZ_CC= \
 		build-tsan/driver/test_dash build-tsan/driver/dashctl
 	$(Q)cp build-tsan/driver/test_dash build-tsan/driver/dashctl build-tsan/
