@@ -59,8 +59,8 @@ static void check_tensor(const struct val_tensor *t)
     if (lookup(NULL, t->buffer_id, &vb) != 0)
         fail("a plan names an unregistered buffer");
     uint64_t size = vb.size;
-    if (t->ndim != 3 && t->ndim != 4)
-        fail("a plan tensor without 3 or 4 dims");
+    if (t->ndim < 1 || t->ndim > 4)
+        fail("a plan tensor without 1 to 4 dims");
     if (t->elem_size != 2 && t->elem_size != 4)
         fail("a plan tensor with an element size other than 2 or 4");
     unsigned __int128 last = 0;
@@ -85,16 +85,28 @@ static void check_plan(const struct val_plan *p, int backward)
     if (p->backward != backward || p->slots != (backward ? VAL_SLOTS : VAL_LSE + 1))
         fail("a plan with the wrong slots");
     const struct attn_problem *pr = &p->prob;
+    if (p->varlen) {
+        /* a packed batch: (1, total, heads, head_dim), lse (1, heads_q, total_q), and the
+         * offsets, (batch + 1) int32 each */
+        for (int i = 0; i < 2; i++) {
+            check_tensor(&p->cu[i]);
+            if (p->cu[i].output || p->cu[i].elem_size != 4 ||
+                val_dense_bytes(&p->cu[i]) != 4 * ((uint64_t)pr->batch + 1))
+                fail("a packed batch's offsets are not (batch + 1) int32 inputs");
+        }
+    }
     for (int s = 0; s < p->slots; s++) {
         const struct val_tensor *t = &p->t[s];
         check_tensor(t);
         int kv = s == VAL_K || s == VAL_V || s == VAL_DK || s == VAL_DV;
+        int32_t batch = p->varlen ? 1 : pr->batch;
+        int32_t sq = p->varlen ? pr->total_q : pr->seqlen_q;
+        int32_t sk = p->varlen ? pr->total_k : pr->seqlen_k;
         if (s == VAL_LSE) {
-            if (t->ndim != 3 || t->shape[0] != pr->batch || t->shape[1] != pr->heads_q ||
-                t->shape[2] != pr->seqlen_q)
+            if (t->ndim != 3 || t->shape[0] != batch || t->shape[1] != pr->heads_q ||
+                t->shape[2] != sq)
                 fail("lse's shape disagrees with the problem");
-        } else if (t->ndim != 4 || t->shape[0] != pr->batch ||
-                   t->shape[1] != (kv ? pr->seqlen_k : pr->seqlen_q) ||
+        } else if (t->ndim != 4 || t->shape[0] != batch || t->shape[1] != (kv ? sk : sq) ||
                    t->shape[2] != (kv ? pr->heads_kv : pr->heads_q) ||
                    t->shape[3] != pr->head_dim) {
             fail("a tensor's shape disagrees with the problem");
@@ -138,8 +150,9 @@ static void validate_op(const Dash__Request *req)
     check_plan(&plan, backward);
     for (int s = 0; s < plan.slots; s++)
         (void)val_dense_bytes(&plan.t[s]);
-    /* the CPU backend's check, by the engine's own code */
-    if (eng_check_problem(&plan.prob) == 0)
+    /* the CPU backend's check, by the engine's own code (a packed batch's offsets are read
+     * by dispatch first, which the target has no memory for) */
+    if (!plan.varlen && eng_check_problem(&plan.prob) == 0)
         (void)eng_check_config(&plan.prob, &plan.cfg);
 }
 

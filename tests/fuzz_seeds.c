@@ -3,7 +3,8 @@
  * fuzz_seeds.c - writes the seed corpus of tests/fuzz_request.c: one file per valid
  * request, encoded as libdash sends it (every body kind; Forward and Backward over dtypes,
  * masks, GQA ratios, schedules, waves, tile sizes, dense and strided layouts, shared
- * buffers, event and signal sync, audit tags).
+ * buffers, sliding windows and softcaps, packed variable-length batches, event and signal
+ * sync, audit tags).
  *
  *   fuzz_seeds DIR     writes DIR/seed-NNN, prints how many
  *
@@ -46,6 +47,8 @@ struct op_shape {
     int wave, block_m, block_n;
     int packed;  /* every tensor in buffer 30, one after the other */
     int strided; /* q, k, v with a padded head stride (head_dim + 8) */
+    int window;  /* a sliding window (left 8, right 0) and a softcap of 30 */
+    int varlen;  /* a packed batch of sequences (b of them, sq and sk tokens in all) */
 };
 
 static void op_seed(const struct op_shape *o, int backward, const Dash__EventSync *sync,
@@ -62,6 +65,10 @@ static void op_seed(const struct op_shape *o, int backward, const Dash__EventSyn
     params.block_m = o->block_m;
     params.has_block_n = o->block_n != 0;
     params.block_n = o->block_n;
+    params.has_window_left = params.has_window_right = params.has_softcap = o->window;
+    params.window_left = 8;
+    params.window_right = 0;
+    params.softcap = 30.0f;
     Dash__TensorRef t[VAL_SLOTS];
     int64_t shape[VAL_SLOTS][4], strides[VAL_SLOTS][4];
     int slots = backward ? VAL_SLOTS : VAL_LSE + 1;
@@ -71,12 +78,24 @@ static void op_seed(const struct op_shape *o, int backward, const Dash__EventSyn
         int kv = s == VAL_K || s == VAL_V || s == VAL_DK || s == VAL_DV;
         int64_t seq = kv ? o->sk : o->sq, heads = kv ? o->hkv : o->hq;
         uint64_t bytes;
-        if (s == VAL_LSE) {
+        if (s == VAL_LSE && o->varlen) {
+            int64_t v[2] = {o->hq, o->sq}, st[2] = {o->sq, 1};
+            memcpy(shape[s], v, sizeof v);
+            memcpy(strides[s], st, sizeof st);
+            t[s].n_shape = t[s].n_strides = 2;
+            bytes = 4 * (uint64_t)(o->hq * o->sq);
+        } else if (s == VAL_LSE) {
             int64_t v[3] = {o->b, o->hq, o->sq}, st[3] = {(int64_t)o->hq * o->sq, o->sq, 1};
             memcpy(shape[s], v, sizeof v);
             memcpy(strides[s], st, sizeof st);
             t[s].n_shape = t[s].n_strides = 3;
             bytes = 4 * (uint64_t)(o->b * o->hq * o->sq);
+        } else if (o->varlen) {
+            int64_t v[3] = {seq, heads, o->d}, st[3] = {heads * o->d, o->d, 1};
+            memcpy(shape[s], v, sizeof v);
+            memcpy(strides[s], st, sizeof st);
+            t[s].n_shape = t[s].n_strides = 3;
+            bytes = es * (uint64_t)(seq * heads * o->d);
         } else {
             int64_t dpad = o->strided && s <= VAL_V ? o->d + 8 : o->d;
             int64_t v[4] = {o->b, seq, heads, o->d};
@@ -102,6 +121,23 @@ static void op_seed(const struct op_shape *o, int backward, const Dash__EventSyn
     r.audit = (Dash__AuditTag *)audit;
     Dash__Forward f = DASH__FORWARD__INIT;
     Dash__Backward b = DASH__BACKWARD__INIT;
+    /* the offsets in buffer 20: q's at 0, k's at 256 (b + 1 int32 each) */
+    Dash__TensorRef cu[2];
+    int64_t cu_shape[1] = {o->b + 1}, cu_stride[1] = {1};
+    Dash__Varlen vl = DASH__VARLEN__INIT;
+    for (int i = 0; i < 2; i++) {
+        dash__tensor_ref__init(&cu[i]);
+        cu[i].buffer_id = 20;
+        cu[i].offset = (uint64_t)i * 256;
+        cu[i].n_shape = cu[i].n_strides = 1;
+        cu[i].shape = cu_shape;
+        cu[i].strides = cu_stride;
+    }
+    vl.cu_seqlens_q = &cu[0];
+    vl.cu_seqlens_k = &cu[1];
+    vl.max_seqlen_q = o->sq;
+    vl.max_seqlen_k = o->sk;
+    f.varlen = b.varlen = o->varlen ? &vl : NULL;
     if (backward) {
         b.params = &params;
         b.q = &t[VAL_Q], b.k = &t[VAL_K], b.v = &t[VAL_V], b.out = &t[VAL_OUT];
@@ -201,12 +237,15 @@ int main(int argc, char **argv)
     out_dir = argv[1];
     simple_seeds();
     const struct op_shape shapes[] = {
-        {DASH__DTYPE__F16, DASH__MASK__CAUSAL, 2, 16, 24, 8, 2, 64, DASH__SCHEDULE__AUTO, 0, 0, 0, 0, 0},
-        {DASH__DTYPE__BF16, DASH__MASK__FULL, 1, 64, 64, 4, 4, 128, DASH__SCHEDULE__SHIFT, 0, 0, 0, 0, 0},
-        {DASH__DTYPE__F32, DASH__MASK__CAUSAL, 1, 33, 17, 6, 3, 32, DASH__SCHEDULE__DESCENDING, 8, 32, 32, 0, 0},
-        {DASH__DTYPE__F16, DASH__MASK__FULL, 2, 8, 8, 4, 1, 96, DASH__SCHEDULE__ASCENDING, 1, 16, 64, 1, 0},
-        {DASH__DTYPE__BF16, DASH__MASK__CAUSAL, 1, 40, 40, 2, 2, 256, DASH__SCHEDULE__SPT, 64, 64, 64, 0, 1},
-        {DASH__DTYPE__F32, DASH__MASK__FULL, 3, 5, 7, 2, 1, 48, DASH__SCHEDULE__ATOMIC, 0, 0, 0, 1, 1},
+        {DASH__DTYPE__F16, DASH__MASK__CAUSAL, 2, 16, 24, 8, 2, 64, DASH__SCHEDULE__AUTO, 0, 0, 0, 0, 0, 0, 0},
+        {DASH__DTYPE__BF16, DASH__MASK__FULL, 1, 64, 64, 4, 4, 128, DASH__SCHEDULE__SHIFT, 0, 0, 0, 0, 0, 0, 0},
+        {DASH__DTYPE__F32, DASH__MASK__CAUSAL, 1, 33, 17, 6, 3, 32, DASH__SCHEDULE__DESCENDING, 8, 32, 32, 0, 0, 0, 0},
+        {DASH__DTYPE__F16, DASH__MASK__FULL, 2, 8, 8, 4, 1, 96, DASH__SCHEDULE__ASCENDING, 1, 16, 64, 1, 0, 0, 0},
+        {DASH__DTYPE__BF16, DASH__MASK__CAUSAL, 1, 40, 40, 2, 2, 256, DASH__SCHEDULE__SPT, 64, 64, 64, 0, 1, 0, 0},
+        {DASH__DTYPE__F32, DASH__MASK__FULL, 3, 5, 7, 2, 1, 48, DASH__SCHEDULE__ATOMIC, 0, 0, 0, 1, 1, 0, 0},
+        {DASH__DTYPE__BF16, DASH__MASK__CAUSAL, 1, 64, 64, 4, 2, 64, DASH__SCHEDULE__SHIFT, 0, 0, 0, 0, 0, 1, 0},
+        {DASH__DTYPE__F16, DASH__MASK__CAUSAL, 3, 40, 48, 4, 2, 64, DASH__SCHEDULE__AUTO, 0, 0, 0, 0, 0, 0, 1},
+        {DASH__DTYPE__BF16, DASH__MASK__FULL, 2, 24, 24, 2, 1, 32, DASH__SCHEDULE__DESCENDING, 0, 0, 0, 1, 0, 1, 1},
     };
     Dash__EventSync ev = DASH__EVENT_SYNC__INIT;
     ev.has_wait_event = ev.has_record_event = ev.has_reply_when_queued = 1;

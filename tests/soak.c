@@ -129,10 +129,13 @@ static int prepare(struct client *cl)
         p->want_dv = malloc(p->kb);
         if (!p->want_dq || !p->want_dk || !p->want_dv)
             return -1;
-        struct attn_problem pr = {p->b, p->sq, p->sk, p->hq, p->hkv, p->d, DTYPE_BF16,
-                                  p->mask == DASH_MASK_CAUSAL ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
-                                  (float)(1.0 / sqrt((double)p->d))};
-        struct attn_config cfg = {SCHED_SHIFT, 4, 16, 16};
+        struct attn_problem pr = {.batch = p->b, .seqlen_q = p->sq, .seqlen_k = p->sk,
+                                  .heads_q = p->hq, .heads_kv = p->hkv, .head_dim = p->d,
+                                  .dtype = DTYPE_BF16,
+                                  .mask = p->mask == DASH_MASK_CAUSAL ? SCHED_MASK_CAUSAL
+                                                                      : SCHED_MASK_FULL,
+                                  .scale = (float)(1.0 / sqrt((double)p->d))};
+        struct attn_config cfg = {.sched = SCHED_SHIFT, .w = 4, .block_m = 16, .block_n = 16};
 #define T(ptr, s, h) attn_dense(ptr, s, h, p->d)
         rc = eng_forward(e, &pr, &cfg, T(m + p->out_ref, p->sq, p->hq), (float *)(m + p->lse_ref),
                          T(m + p->q, p->sq, p->hq), T(m + p->k, p->sk, p->hkv),
