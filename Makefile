@@ -6,6 +6,9 @@
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
+#   make fuzz       libFuzzer over request decoding and validation (clang), FUZZ_SECONDS long
+#   make asan       the CPU suites built with ASan+UBSan into build-asan/ (what CI runs)
+#   make tsan       the daemon's concurrency suites built with TSan into build-tsan/
 #   make install    PREFIX=/usr/local DESTDIR= (programs, libdash, dash.h, dash.pc, units, man)
 #   make clean
 #
@@ -42,13 +45,20 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 GEN := $(BUILD)/gen
-PKGS := libzmq libuv libprotobuf-c libsystemd libxxhash
+PKGS := libzmq libuv libprotobuf-c libsystemd libxxhash libmicrohttpd
 # Deferred (=), so they are read after `deps` has installed the packages on a fresh machine.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd -lxxhash)
+PKG_LIBS = $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -luv -lprotobuf-c -lsystemd -lxxhash -lmicrohttpd)
 CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -pthread -fPIC -MMD -MP \
-	$(call inc_flags,$(PART)) -I$(GEN) $(PKG_CFLAGS) $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
+	$(call inc_flags,$(PART)) -I$(GEN) $(PKG_CFLAGS) $(CUDA_CFLAGS) $(OBJ_EXTRA_CFLAGS)
 LDLIBS := -lm -pthread
+# Extra flags for the kernels' objects: EXTRA_CFLAGS unless said otherwise (make tsan leaves
+# the kernels uninstrumented).
+ifeq ($(origin KERNELS_EXTRA_CFLAGS),undefined)
+KERNELS_EXTRA_CFLAGS := $(EXTRA_CFLAGS)
+endif
+OBJ_EXTRA_CFLAGS = $(EXTRA_CFLAGS)
+$(BUILD)/obj/kernels/%: OBJ_EXTRA_CFLAGS = $(KERNELS_EXTRA_CFLAGS)
 
 ifeq ($(V),1)
 Q :=
@@ -70,6 +80,17 @@ CUDA_CFLAGS := -DDASH_HAVE_CUDA -I$(CUDA_HOME)/include
 # with dlopen at the first CUDA call, and reports "no driver" when there is none.
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 endif
+
+# ---- fuzzing (clang's libFuzzer; skipped where clang is missing) ----------------------------
+# tests/fuzz_request.c over wire decoding and daemon/validate.c, those compiled by clang with
+# the fuzzer, ASan and UBSan; the CPU kernels (the engine's checks) link in uninstrumented.
+FUZZ_CC ?= $(shell command -v clang 2>/dev/null)
+FUZZ_SECONDS ?= 600
+FUZZ_TEST_SECONDS ?= 30
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. -I$(GEN) $(PKG_CFLAGS)
+FUZZ_SRC := tests/fuzz_request.c daemon/validate.c proto/wire.c proto/errors.c $(GEN)/proto/dash.pb-c.c
+FUZZ := $(if $(FUZZ_CC),$(BUILD)/fuzz_request)
 
 # ---- which part may include which (docs/architecture.md) ----------------------------------
 # Every #include names a path from the repository root ("kernels/sched/sched.h"), and each
@@ -115,6 +136,7 @@ DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon
 	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
 	daemon/notify.c daemon/warmup.c daemon/limits.c daemon/config.c daemon/memcap.c \
+	daemon/metrics.c daemon/metrics_http.c \
 	$(if $(NVCC),daemon/backend_cuda.c)
 # dashd alone reads a config file (inih, Debian's libinih-dev).
 DASHD_LIBS := -linih
@@ -129,12 +151,15 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
 	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
+	tests/test_metrics.c tests/test_log.c tests/test_soak.c tests/soak.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_VARLEN_SRC := bench/bench_varlen.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c
 BENCH_FAIR_SRC := bench/bench_fair.c bench/benchd.c bench/benchmeta.c
+BENCH_PING_SRC := bench/bench_ping.c bench/benchd.c bench/benchmeta.c
+BENCH_SOAK_SRC := bench/bench_soak.c bench/benchmeta.c tests/soak.c tests/harness.c tests/testutil.c
 BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
 	tests/testutil.c
 DEMO_SRC := examples/engine_demo.c
@@ -163,6 +188,8 @@ BENCH_VARLEN := $(BUILD)/bench_varlen
 BENCH_DAEMON := $(BUILD)/bench_daemon
 BENCH_CHURN := $(BUILD)/bench_churn
 BENCH_FAIR := $(BUILD)/bench_fair
+BENCH_PING := $(BUILD)/bench_ping
+BENCH_SOAK := $(BUILD)/bench_soak
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
@@ -173,15 +200,16 @@ MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
 # In man's layout (build/man/man8/dashd.8), so MANPATH=build/man finds them.
 MANPAGES := $(BUILD)/man/man8/dashd.8 $(BUILD)/man/man1/dashctl.1 $(BUILD)/man/man3/libdash.3
 
-ALL := $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
-	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DEMO) $(DEMO_CLIENT) \
+FUZZ_SEEDS := $(BUILD)/fuzz_seeds
+ALL := $(FUZZ_SEEDS) $(FUZZ) $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
+	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DEMO) $(DEMO_CLIENT) \
 	$(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
 
-.PHONY: all deps venv test test-gpu test-install bench demo install clean help
+.PHONY: all deps venv test test-gpu test-install bench demo install clean help fuzz asan tsan
 all: deps $(ALL)
 
 help:
-	@sed -n '2,16p' Makefile
+	@sed -n '2,19p' Makefile
 
 # The pictures of docs/architecture.md, drawn from the code's #includes by
 # scripts/arch_graph.py: the parts (the include roots above) and the modules. Needs
@@ -283,6 +311,19 @@ $(TESTS): $(call obj,$(TEST_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcunit $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
+$(FUZZ_SEEDS): $(call obj,tests/fuzz_seeds.c) $(LIBPROTO)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(BUILD)/fuzz/%.o: % | deps $(GEN)/proto/dash.pb-c.h
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(V)),,echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(BUILD)/fuzz_request: $(patsubst %,$(BUILD)/fuzz/%.o,$(FUZZ_SRC)) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $^ $(PKG_LIBS) -lm -pthread
+
 $(BENCH): $(call obj,$(BENCH_SRC)) $(LIBKERNELS) $(LIBPROTO)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -292,6 +333,14 @@ $(BENCH_VARLEN): $(call obj,$(BENCH_VARLEN_SRC)) $(LIBKERNELS)
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BENCH_DAEMON): $(call obj,$(BENCH_DAEMON_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BENCH_SOAK): $(call obj,$(BENCH_SOAK_SRC)) $(LIBDASH_A) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BENCH_PING): $(call obj,$(BENCH_PING_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
@@ -356,8 +405,24 @@ venv: $(VENV_STAMP)
 
 # Builds everything first, so the CUDA sources are compiled (where nvcc is) even though the
 # CPU suites do not run them. The test runner finds dashctl next to itself (build/).
+# One fuzz run: seeds fresh from fuzz_seeds, the corpus kept in $(BUILD)/fuzz/corpus between
+# runs, a crashing input saved as $(BUILD)/fuzz/crash-*; the log's tail is shown on failure.
+fuzz_run = mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds && \
+	./$(FUZZ_SEEDS) $(BUILD)/fuzz/seeds > /dev/null && \
+	if ./$(BUILD)/fuzz_request -max_total_time=$(1) -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+		-artifact_prefix=$(BUILD)/fuzz/ -print_final_stats=1 $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds \
+		> $(BUILD)/fuzz/log 2>&1; then \
+		echo "fuzz: $$(grep -o 'stat::number_of_executed_units: *[0-9]*' $(BUILD)/fuzz/log | \
+		grep -o '[0-9]*$$') requests decoded and validated in $(1) s: no crash, no sanitizer report"; \
+	else tail -n 40 $(BUILD)/fuzz/log; echo "fuzz: FAILED (log $(BUILD)/fuzz/log)"; exit 1; fi
+
 test: deps all $(PY_ENV)
 	$(Q)./$(TESTS)
+ifneq ($(FUZZ),)
+	$(Q)$(call fuzz_run,$(FUZZ_TEST_SECONDS))
+else
+	@echo "fuzz: skipped: clang not found"
+endif
 	$(Q)$(MAKE) --no-print-directory test-install
 	$(Q)for t in bench/test_gpu_report.py bench/test_cudnn_peers.py; do $(PYTHON) $$t || exit 1; done
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
@@ -382,11 +447,13 @@ endif
 # the report otherwise), dashd's overhead with and without auditing, and the cross-process
 # hand-off floor under it (as the machine is set up: with MPS if dashd and this shell run
 # under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
-bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(DASHD) $(BENCH_GPU)
+bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DASHD) $(BENCH_GPU)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
 	$(Q)./$(BENCH_VARLEN) --out bench/results
 	$(Q)./$(BENCH_DAEMON) --out bench/results
+	$(Q)./$(BENCH_PING) --out bench/results
+	$(Q)./$(BENCH_SOAK) --out bench/results
 	$(Q)./$(BENCH_CHURN) --seconds 60 --out bench/results
 	$(Q)./$(BENCH_FAIR) --seconds 10 --out bench/results
 	$(Q)if [ -n "$(BENCH_GPU)" ] && nvidia-smi -L >/dev/null 2>&1; then \
@@ -402,6 +469,47 @@ bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR
 		cat $$o2/percall-*.md $$o2/steps.md > bench/results/gpu-percall-make-bench-$$d.md && \
 		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md, gpu-daemon-make-bench-$$d.md and gpu-percall-make-bench-$$d.md"; \
 	else echo "bench: no GPU here (or no CUDA build): GPU benchmarks skipped"; fi
+
+# The CPU suites with ASan+UBSan: dashd, dashctl and the suites rebuilt into build-asan/
+# with both sanitizers, every report fatal (a daemon that reports exits unclean, which the
+# suites check). CI runs it; the Python binding's tests are not part of it (the
+# interpreter would need libasan preloaded).
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+asan: deps
+	$(Q)$(MAKE) --no-print-directory CUDA=0 BUILD=build-asan OPT=-O1 FUZZ_CC= \
+		EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+		LDLIBS="-lm -pthread -fsanitize=address,undefined" \
+		build-asan/test_dash build-asan/dashd build-asan/dashctl \
+		$(subst $(BUILD)/,build-asan/,$(MANPAGES))
+	$(Q)$(SAN_ENV) ./build-asan/test_dash
+
+# The daemon's concurrency under ThreadSanitizer: dashd (loop, worker, completer and
+# metrics threads) built with TSan into build-tsan/ (the kernels left uninstrumented: TSan
+# slows the engine's inner loops past the suites' timeouts; the engine's pool synchronises
+# with pthread calls, which TSan still sees), driven by the suites that exercise it
+# (built without TSan, into build-tsan/driver/ and copied next to it: they fork clients,
+# which TSan does not support in a threaded process). A report makes dashd exit 66, which
+# the suites see as an unclean exit.
+TSAN_SUITES ?= dashd server libdash metrics soak
+tsan: deps
+	$(Q)$(MAKE) --no-print-directory CUDA=0 BUILD=build-tsan OPT=-O2 FUZZ_CC= \
+		EXTRA_CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" KERNELS_EXTRA_CFLAGS= \
+		LDLIBS="-lm -pthread -fsanitize=thread" build-tsan/dashd \
+		$(subst $(BUILD)/,build-tsan/,$(MANPAGES))
+	$(Q)$(MAKE) --no-print-directory CUDA=0 BUILD=build-tsan/driver FUZZ_CC= \
+		build-tsan/driver/test_dash build-tsan/driver/dashctl
+	$(Q)cp build-tsan/driver/test_dash build-tsan/driver/dashctl build-tsan/
+	$(Q)DASH_TEST_SANITIZED_DASHD=tsan \
+		TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(abspath tests/tsan.supp)" \
+		./build-tsan/test_dash $(TSAN_SUITES)
+
+fuzz: deps $(FUZZ_SEEDS) $(FUZZ)
+ifeq ($(FUZZ),)
+	@echo "fuzz: clang not found (scripts/deps.sh installs it)"; exit 1
+else
+	$(Q)$(call fuzz_run,$(FUZZ_SECONDS))
+endif
 
 demo: deps all
 	$(Q)bash scripts/demo.sh $(BUILD)

@@ -11,11 +11,13 @@
 #include "config.h"
 
 #include "backend.h"
+#include "metrics_http.h"
 
 #include "kernels/cpu/pool.h"
 #include "proto/wire.h"
 
 #include <errno.h>
+#include <sys/socket.h>
 #include <getopt.h>
 #include <ini.h>
 #include <math.h>
@@ -34,7 +36,7 @@
 #define DEFAULT_LIMIT_SESSIONS 256
 #define DEFAULT_LIMIT_BUFFERS 8192
 
-enum kind { K_STR, K_INT, K_SIZE, K_SECONDS, K_ENUM };
+enum kind { K_STR, K_ADDR, K_INT, K_SIZE, K_SECONDS, K_ENUM }; /* K_ADDR: a K_STR that metrics_http_parse_addr takes */
 
 struct opt {
     const char *name;    /* long option; the file's key ([limits]: without "limit-") */
@@ -83,6 +85,8 @@ static const struct opt opts[] = {
      "an integer in 1..1000000", 0},
     {"max-reply-bytes", "dashd", K_SIZE, F(reply_bytes), 0, 0, NULL, NULL,
      "bytes, with an optional K, M or G", 1},
+    {"metrics", "dashd", K_ADDR, F(metrics), 0, 0, NULL, NULL,
+     "ADDR:PORT (127.0.0.1:9464, [::1]:9464; port 0: any free one)", 0},
     {"limit-sessions", "limits", K_INT, F(limits.sessions), 0, UINT32_MAX, NULL, NULL,
      "an integer (0: no limit)", 1},
     {"limit-buffers", "limits", K_INT, F(limits.buffers), 0, UINT32_MAX, NULL, NULL,
@@ -168,10 +172,15 @@ static int set_opt(struct config *c, const struct opt *o, const char *v, char *e
     char *end;
     switch (o->kind) {
     case K_STR:
-        if (!*v || strlen(v) >= o->size)
+    case K_ADDR: {
+        struct sockaddr_storage sa;
+        size_t salen;
+        if (!*v || strlen(v) >= o->size ||
+            (o->kind == K_ADDR && metrics_http_parse_addr(v, &sa, &salen) != 0))
             goto bad;
         memcpy(field, v, strlen(v) + 1);
         break;
+    }
     case K_INT: {
         errno = 0;
         long long x = strtoll(v, &end, 10);
@@ -309,7 +318,8 @@ size_t config_diff(const struct config *a, const struct config *b, struct config
         const struct opt *o = &opts[i];
         const unsigned char *x = (const unsigned char *)a + o->off;
         const unsigned char *y = (const unsigned char *)b + o->off;
-        int differ = o->kind == K_STR ? strcmp((const char *)x, (const char *)y) != 0
+        int differ = o->kind == K_STR || o->kind == K_ADDR
+                         ? strcmp((const char *)x, (const char *)y) != 0
                                       : memcmp(x, y, o->size) != 0;
         if (differ)
             ret[n++] = (struct config_change){.name = o->name, .live = o->live};
@@ -331,6 +341,7 @@ void config_format(const struct config *c, const char *name, char *buf, size_t l
     int e;
     switch (o->kind) {
     case K_STR:
+    case K_ADDR:
         snprintf(buf, len, "'%s'", (const char *)field);
         break;
     case K_INT:

@@ -47,6 +47,7 @@ struct config {
     uint32_t max_connections;    /* 0: as many as the file descriptor limit allows */
     int32_t kernels;             /* a CUATTN_IMPL_* or BACKEND_KERNELS_AUTO */
     uint64_t reply_bytes;        /* replies waiting for slow readers, all connections */
+    char metrics[64];            /* Prometheus endpoint ADDR:PORT; "": none */
     struct limits_config limits;
     /* Bookkeeping. */
     char config_path[CONFIG_PATH_MAX]; /* --config, or "" */

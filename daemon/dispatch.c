@@ -56,11 +56,9 @@ void dispatch__send_reply(struct dispatch *d, const void *rid, size_t rid_len, D
         r = &small;
         rc = wire_encode(&r->base, &buf, &len);
     }
-    if (r->code != 0) {
-        d->errors++;
-        if (s)
-            s->errors++;
-    }
+    metrics_count_reply(&d->metrics, r->code);
+    if (r->code != 0 && s)
+        s->errors++;
     if (rc) {
         log_error("cannot encode the reply to request %llu: %s", (unsigned long long)r->id,
                   dash_strerror(rc));
@@ -371,27 +369,46 @@ static int cmp_session_id(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash__Request *req)
+/* The StatsReply of this moment (sessions in id order); the arrays it points into are b's.
+ * Sessions are listed for `asker_uid` alone: root (0) sees all, another user only their
+ * own, an asker without credentials (-1, tcp://) none; all of them are counted in
+ * `sessions`. 0, or DASH_ENOMEM. `dashctl stats` and the metrics endpoint (as root: the
+ * operator's) both read it. */
+struct stats_arrays {
+    struct session **ss;
+    Dash__ClientStats *cs;
+    Dash__ClientStats **cps;
+};
+
+static void stats_arrays_free(struct stats_arrays *b)
+{
+    free(b->cps);
+    free(b->cs);
+    free(b->ss);
+}
+
+static int build_stats(struct dispatch *d, int64_t asker_uid, Dash__StatsReply *st,
+                       struct stats_arrays *b)
 {
     uint32_t n = sess_count(d->sessions);
-    struct session **ss = calloc(n ? n : 1, sizeof *ss);
-    Dash__ClientStats *cs = calloc(n ? n : 1, sizeof *cs);
-    Dash__ClientStats **cps = calloc(n ? n : 1, sizeof *cps);
-    if (!ss || !cs || !cps) {
-        dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
-        goto free_all;
+    b->ss = calloc(n ? n : 1, sizeof *b->ss);
+    b->cs = calloc(n ? n : 1, sizeof *b->cs);
+    b->cps = calloc(n ? n : 1, sizeof *b->cps);
+    if (!b->ss || !b->cs || !b->cps) {
+        stats_arrays_free(b);
+        return DASH_ENOMEM;
     }
     /* Who is connected, under which name and run, is for root and for the same user only:
      * another user's sessions are counted (sessions) but not listed, not even by id. An
      * asker without credentials (tcp://) sees none. */
     uint32_t i = 0, listed = 0;
     for (struct session *s = sess_first(d->sessions); s; s = sess_next(s))
-        if (m->peer_uid == 0 || (m->peer_uid > 0 && s->peer_uid == m->peer_uid))
-            ss[listed++] = s;
-    qsort(ss, listed, sizeof *ss, cmp_session_id);
+        if (asker_uid == 0 || (asker_uid > 0 && s->peer_uid == asker_uid))
+            b->ss[listed++] = s;
+    qsort(b->ss, listed, sizeof *b->ss, cmp_session_id);
     for (i = 0; i < listed; i++) {
-        const struct session *s = ss[i];
-        Dash__ClientStats *c = &cs[i];
+        const struct session *s = b->ss[i];
+        Dash__ClientStats *c = &b->cs[i];
         dash__client_stats__init(c);
         c->has_session_id = c->has_pid = c->has_requests = c->has_errors = 1;
         c->has_forwards = c->has_backwards = c->has_bytes_registered = c->has_buffers = 1;
@@ -412,33 +429,44 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
         c->latency_p50_us = sess_latency_pct(s, 50);
         c->latency_p99_us = sess_latency_pct(s, 99);
         c->in_flight = s->in_flight;
-        cps[i] = c;
+        b->cps[i] = c;
     }
-    Dash__StatsReply st = DASH__STATS_REPLY__INIT;
-    st.server_version = DASHD_VERSION;
-    st.backend = (char *)d->backend->name;
-    st.has_uptime_ms = st.has_queue_depth = st.has_queue_capacity = 1;
-    st.has_requests = st.has_errors = st.has_threads = 1;
-    st.uptime_ms = (uv_hrtime() - d->start_ns) / 1000000;
-    st.queue_depth = queue_depth(d->queue);
-    st.queue_capacity = queue_capacity(d->queue);
-    st.requests = d->requests;
-    st.errors = d->errors;
-    st.threads = (uint32_t)d->backend->threads(d->backend->impl);
-    st.n_clients = listed;
-    st.clients = cps;
-    st.has_sessions = 1;
-    st.sessions = (uint32_t)n;
-    st.gpu_sharing = (char *)d->backend->gpu_sharing; /* NULL: absent */
-    struct audit_stats as;
+    dash__stats_reply__init(st);
+    st->server_version = DASHD_VERSION;
+    st->backend = (char *)d->backend->name;
+    st->has_uptime_ms = st->has_queue_depth = st->has_queue_capacity = 1;
+    st->has_requests = st->has_errors = st->has_threads = 1;
+    st->uptime_ms = (uv_hrtime() - d->start_ns) / 1000000;
+    st->queue_depth = queue_depth(d->queue);
+    st->queue_capacity = queue_capacity(d->queue);
+    st->requests = metrics_requests(&d->metrics);
+    st->errors = metrics_errors(&d->metrics);
+    st->threads = (uint32_t)d->backend->threads(d->backend->impl);
+    st->n_clients = listed;
+    st->clients = b->cps;
+    st->has_sessions = 1;
+    st->sessions = (uint32_t)n;
+    st->gpu_sharing = (char *)d->backend->gpu_sharing; /* NULL: absent */
     if (d->cfg.audit) {
+        struct audit_stats as;
         audit_get_stats(d->cfg.audit, &as);
-        st.audit_path = (char *)audit_path(d->cfg.audit);
-        st.audit_level = (char *)audit_level_name(audit_level(d->cfg.audit));
-        st.has_audit_written = st.has_audit_dropped = st.has_audit_write_errors = 1;
-        st.audit_written = as.written;
-        st.audit_dropped = as.dropped;
-        st.audit_write_errors = as.write_errors;
+        st->audit_path = (char *)audit_path(d->cfg.audit);
+        st->audit_level = (char *)audit_level_name(audit_level(d->cfg.audit));
+        st->has_audit_written = st->has_audit_dropped = st->has_audit_write_errors = 1;
+        st->audit_written = as.written;
+        st->audit_dropped = as.dropped;
+        st->audit_write_errors = as.write_errors;
+    }
+    return 0;
+}
+
+static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash__Request *req)
+{
+    Dash__StatsReply st;
+    struct stats_arrays b = {0};
+    if (build_stats(d, m->peer_uid, &st, &b) != 0) {
+        dispatch__reply_error(d, m->rid, m->rid_len, req->id, DASH_ENOMEM, "out of memory");
+        return;
     }
     Dash__Reply r = DASH__REPLY__INIT;
     r.id = req->id;
@@ -449,10 +477,28 @@ static void on_stats(struct dispatch *d, const struct server_msg *m, const Dash_
            protobuf_c_message_get_packed_size(&r.base) + 16 > (size_t)WIRE_MAX_MESSAGE)
         st.n_clients = st.n_clients * 3 / 4;
     dispatch__send_reply(d, m->rid, m->rid_len, &r);
-free_all:
-    free(cps);
-    free(cs);
-    free(ss);
+    stats_arrays_free(&b);
+}
+
+int dispatch_collect(void *ctx, struct metrics *ret_m, void **ret_stats, size_t *ret_len)
+{
+    struct dispatch *d = ctx;
+    Dash__StatsReply st;
+    struct stats_arrays b = {0};
+    if (build_stats(d, 0, &st, &b) != 0)
+        return DASH_ENOMEM;
+    size_t len = protobuf_c_message_get_packed_size(&st.base);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        stats_arrays_free(&b);
+        return DASH_ENOMEM;
+    }
+    (void)protobuf_c_message_pack(&st.base, buf);
+    stats_arrays_free(&b);
+    *ret_m = d->metrics;
+    *ret_stats = buf;
+    *ret_len = len;
+    return 0;
 }
 
 static void on_ping(struct dispatch *d, const struct server_msg *m, const Dash__Request *req)
@@ -469,26 +515,30 @@ static void on_ping(struct dispatch *d, const struct server_msg *m, const Dash__
 void dispatch_on_message(void *ctx, const struct server_msg *m)
 {
     struct dispatch *d = ctx;
-    d->requests++;
     struct session *s = sess_find(d->sessions, m->rid, m->rid_len);
     if (s) {
         s->requests++;
         s->last_ns = uv_hrtime();
+        log_context_set(s->id, s->name, s->run_tag);
     }
     if (m->multipart) {
+        metrics_count_request(&d->metrics, METRICS_OP_MALFORMED);
         /* The server disconnects the peer after this reply: nothing of the message is kept. */
         dispatch__reply_error(
             d, m->rid, m->rid_len, wire_peek_id(m->data, m->len), DASH_EMALFORMED,
             "a message of more than one frame: dashd's protocol has one frame per "
             "message; disconnecting");
+        log_context_clear();
         return;
     }
     Dash__Request *req = wire_decode_request(m->data, m->len, WIRE_DECODE_BUDGET);
+    metrics_count_request(&d->metrics, req ? metrics_op_of(req) : METRICS_OP_MALFORMED);
     if (!req) {
         /* echo the id when the message at least starts with it, so the client knows which
          * of its requests this is */
         dispatch__reply_error(d, m->rid, m->rid_len, wire_peek_id(m->data, m->len), DASH_EMALFORMED,
                               "%zu bytes that do not decode as a dash.Request", m->len);
+        log_context_clear();
         return;
     }
     const uint64_t id = req->id;
@@ -548,6 +598,7 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
         break;
     }
     wire_free_request(req);
+    log_context_clear();
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "limits.h"
+#include "metrics.h"
 #include "server.h"
 
 #include <stddef.h>
@@ -64,6 +65,10 @@ void dispatch_set_limits(struct dispatch *d, const struct limits_config *cfg);
 /* Audit to a (borrowed; NULL: no audit) from now on: ops finishing from now on are
  * recorded there (config reload). */
 void dispatch_set_audit(struct dispatch *d, struct audit *a);
+
+/* metrics_collect_fn (metrics_http.h) for the metrics endpoint, ctx the dispatch: the
+ * counters and the StatsReply `dashctl stats` gets, all sessions listed. Loop thread. */
+int dispatch_collect(void *ctx, struct metrics *ret_m, void **ret_stats, size_t *ret_len);
 
 /* Ops accepted and not yet answered. */
 uint32_t dispatch_in_flight(const struct dispatch *d);

@@ -9,6 +9,7 @@
 
 #include "dispatch.h"
 #include "job.h"
+#include "metrics.h"
 #include "queue.h"
 #include "session.h"
 
@@ -29,7 +30,7 @@ struct dispatch {
     uv_timer_t sweep;
     struct dispatch_config cfg;
     uint64_t start_ns;
-    uint64_t requests, errors;
+    struct metrics metrics; /* requests, errors, op latencies (metrics.h) */
     uint32_t in_flight; /* ops accepted and not yet answered */
     int stopping;
     int idle_called;

@@ -546,7 +546,14 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
     if (d->cfg.audit && j->wall_unix_ns)
         audit_job(d, j, now);
     struct session *s = job_session(d, j);
+    /* the latency the client saw: to the "queued" reply if it had one, else to this one */
+    uint64_t answered = j->replied ? j->launched_ns : now;
+    metrics_count_op(&d->metrics, j->plan.backward, answered - j->received_ns,
+                     j->started_ns ? j->started_ns - j->received_ns : 0,
+                     j->run_ns ? j->run_ns : j->finished_ns - j->started_ns,
+                     strcmp(d->backend->name, "cuda") == 0);
     if (s) {
+        log_context_set(s->id, s->name, s->run_tag);
         s->in_flight--;
         if (j->signal_done)
             s->signal_ops--;
@@ -592,5 +599,6 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
     limits_unref(j->client);
     free(j->cu_seqlens);
     free(j);
+    log_context_clear();
     dispatch__check_idle(d);
 }

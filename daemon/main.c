@@ -30,6 +30,7 @@
 #include "lockfile.h"
 #include "memcap.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "notify.h"
 #include "server.h"
 #include "warmup.h"
@@ -70,6 +71,7 @@ struct app {
     struct stat sock_st;   /* its identity once bound (st_ino 0: not bound) */
     struct lockfile *lock;
     struct notify *notify;
+    struct metrics_http *metrics; /* NULL without --metrics */
     int stopping;
 };
 
@@ -127,6 +129,9 @@ static void usage(FILE *f)
             "  --limit-request-bytes N     bytes one op names (defaults: no limit); beyond\n"
             "                         them a request gets DASH_ELIMIT. The queue serves\n"
             "                         clients in turn (round robin)\n"
+            "  --metrics ADDR:PORT    serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+            "                         (ADDR an IPv4 address or [IPv6]; e.g. 127.0.0.1:9464;\n"
+            "                         port 0 picks a free one, logged; default: off)\n"
             "  --help                 show this help and exit\n"
             "  --version              show the version and exit\n"
             "\n"
@@ -224,6 +229,8 @@ static void on_idle(void *arg)
 {
     struct app *a = arg;
     log_info("nothing in flight; closing");
+    metrics_http_close(a->metrics);
+    a->metrics = NULL;
     server_close(a->srv, SHUTDOWN_LINGER_MS);
     dispatch_close(a->disp);
     notify_close(a->notify);
@@ -442,6 +449,7 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     log_set_level((enum log_level)o.level);
+    (void)log_init();
 #ifndef DASH_HAVE_CUDA
     if (o.backend == CONFIG_BACKEND_CUDA) {
         fprintf(stderr, "dashd: --backend cuda: this dashd was built without CUDA (nvcc was not "
@@ -564,6 +572,19 @@ int main(int argc, char **argv)
         goto run_closes;
     }
     dispatch_set_server(a.disp, a.srv);
+    if (o.metrics[0]) {
+        a.metrics = metrics_http_new(&a.loop, o.metrics, dispatch_collect, a.disp, err, sizeof err);
+        if (!a.metrics) {
+            log_error("%s", err);
+            server_close(a.srv, 0);
+            dispatch_close(a.disp);
+            notify_close(a.notify);
+            goto run_closes;
+        }
+        const char *colon = strrchr(o.metrics, ':');
+        log_info("metrics at http://%.*s:%u/metrics", (int)(colon - o.metrics), o.metrics,
+                 metrics_http_port(a.metrics));
+    }
     if (a.sock_path && stat(a.sock_path, &a.sock_st) != 0)
         memset(&a.sock_st, 0, sizeof a.sock_st);
     uv_signal_init(&a.loop, &a.sigterm);

@@ -193,9 +193,11 @@ static void unlink_table(struct sess_table *t, struct session *s)
     free(s);
 }
 
-void sess_drop(struct sess_table *t, struct session *s)
+/* Drop s, unlinking its libdash objects if `gone` (asked once by the caller: an exiting
+ * process can read as gone and then, a moment later, not yet). */
+static void drop(struct sess_table *t, struct session *s, int gone)
 {
-    if (process_gone(s->peer_pid)) {
+    if (gone) {
         char **names;
         size_t n = libdash_names(s, &names);
         unlink_names(s->id, s->pid, names, n);
@@ -204,10 +206,16 @@ void sess_drop(struct sess_table *t, struct session *s)
     unlink_table(t, s);
 }
 
+void sess_drop(struct sess_table *t, struct session *s)
+{
+    drop(t, s, process_gone(s->peer_pid));
+}
+
 void sess_drop_disconnected(struct sess_table *t, struct session *s, uint64_t now_ns)
 {
-    if (s->peer_pid <= 0 || process_gone(s->peer_pid)) {
-        sess_drop(t, s);
+    int gone = process_gone(s->peer_pid);
+    if (s->peer_pid <= 0 || gone) {
+        drop(t, s, gone);
         return;
     }
     struct sess_reclaim *r = calloc(1, sizeof *r);

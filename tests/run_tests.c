@@ -25,6 +25,7 @@ static const struct {
     {"server", suite_server}, {"endpoint", suite_endpoint}, {"notify", suite_notify},
     {"reach", suite_reach},
     {"limits", suite_limits}, {"config", suite_config},
+    {"metrics", suite_metrics}, {"log", suite_log}, {"soak", suite_soak},
 };
 
 int main(int argc, char **argv)

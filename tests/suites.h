@@ -38,5 +38,8 @@ int suite_notify(void);
 int suite_reach(void);
 int suite_limits(void);
 int suite_config(void);
+int suite_metrics(void);
+int suite_log(void);
+int suite_soak(void);
 
 #endif
