@@ -272,8 +272,8 @@ static void test_reach_ping_round_trip_is_timed_from_before_the_send(void)
     /* Read the clock after zmq_send() returned and a ping could look faster than ZeroMQ
      * itself: its I/O thread delivers the request, and the reply comes back, while the
      * caller's thread waits to run again (min 1 us against a floor of ~10 us on a loaded
-     * 2-core machine). Timed from before the send, no ping beats the bare round trip by
-     * much, and none takes longer than the call. */
+     * 2-core machine). Timed from before the send, no ping is that fast, and none takes
+     * longer than the call. */
     char dir[] = "/tmp/dash-reach-XXXXXX";
     CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
     struct dashd_proc d;
@@ -294,9 +294,14 @@ static void test_reach_ping_round_trip_is_timed_from_before_the_send(void)
         CU_ASSERT(rtt <= call_us + 1);
         best = rtt < best ? rtt : best;
     }
-    CU_ASSERT(best * 2 >= floor_us);
-    if (best * 2 < floor_us)
-        printf("\n    fastest ping %llu us, bare ZeroMQ round trip %llu us ",
+    /* A request and its reply through a unix socket and dashd's loop take several us on
+     * any machine; the send-time bug measured 1-2 us. Compared with an absolute bound, not
+     * with the bare ZeroMQ floor measured here: that floor is no lower bound (dashd's own
+     * ZMTP answers faster than a libzmq echo, bench/results/ping-floor-2026-12-01.md), and
+     * under ASan it came out at 124 us against a 13 us ping. */
+    CU_ASSERT(best >= 4);
+    if (best < 4)
+        printf("\n    fastest ping %llu us (bare ZeroMQ round trip %llu us) ",
                (unsigned long long)best, (unsigned long long)floor_us);
     dash_close(c);
     CU_ASSERT_EQUAL(dashd_stop(&d), 0);
