@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,19 +24,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-static int say(int code, char *why, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(int code, char *why, size_t len, const char *fmt, ...)
-{
-    if (why && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, len, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* "owner uid 999, group 998, mode 0660" of path, or what stat said. */
 static void describe(const char *path, char *buf, size_t len)
@@ -66,15 +52,15 @@ int dash__reach(const char *endpoint, char *why, size_t len)
     if (rc == 0 || e == EAGAIN || e == EINPROGRESS || e == EINTR)
         return 0;
     if (e == ENOENT || e == ENOTDIR)
-        return say(DASH_ENOENT, why, len,
+        return wire_say(DASH_ENOENT, why, len,
                    "no dashd at %s: %s does not exist (start dashd, `systemctl start dashd` or "
                    "dashd@N for GPU N; or set DASHD_ENDPOINT)", endpoint, path);
     if (e == ECONNREFUSED) {
         struct stat st;
         if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
-            return say(DASH_ECONNREFUSED, why, len,
+            return wire_say(DASH_ECONNREFUSED, why, len,
                        "no dashd at %s: %s is not a socket", endpoint, path);
-        return say(DASH_ECONNREFUSED, why, len,
+        return wire_say(DASH_ECONNREFUSED, why, len,
                    "no dashd at %s: nothing listens on %s (a dashd that was killed left it; "
                    "starting dashd again removes it)", endpoint, path);
     }
@@ -83,7 +69,7 @@ int dash__reach(const char *endpoint, char *why, size_t len)
         memcpy(parent, path, strlen(path) + 1);
         describe(path, sock, sizeof sock);
         describe(dirname(parent), dir, sizeof dir);
-        return say(DASH_EACCES, why, len,
+        return wire_say(DASH_EACCES, why, len,
                    "permission denied connecting to dashd at %s (you are uid %u; %s; %s): "
                    "the system daemon serves the members of its group (usermod -aG dash USER)",
                    endpoint, (unsigned)geteuid(), sock, dir);

@@ -233,10 +233,7 @@ const char *wire_ipc_path(const char *endpoint)
 #define OTHERS_WRITE (S_IWGRP | S_IWOTH)
 #define OTHERS_ANY (S_IRWXG | S_IRWXO)
 
-/* Write the reason into why (if there is room for one) and return code. */
-static int say(int code, char *why, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(int code, char *why, size_t len, const char *fmt, ...)
+int wire_say(int code, char *why, size_t len, const char *fmt, ...)
 {
     if (why && len) {
         va_list ap;
@@ -269,25 +266,25 @@ int wire_private_dir_check(const char *dir, uid_t uid, char *why, size_t len)
 {
     struct stat st;
     char who[96], want[96];
-    say(0, why, len, "%s", "");
+    wire_say(0, why, len, "%s", "");
     if (lstat(dir, &st) != 0)
         return errno == ENOENT ? -ENOENT
-                               : say(-errno, why, len, "cannot look at %s: %s", dir, strerror(errno));
+                               : wire_say(-errno, why, len, "cannot look at %s: %s", dir, strerror(errno));
     if (S_ISLNK(st.st_mode))
-        return say(DASH_EPERM, why, len,
+        return wire_say(DASH_EPERM, why, len,
                    "%s is a symbolic link (made by %s), not a directory: whoever made it decides "
                    "where the socket goes; remove it",
                    dir, user_text(st.st_uid, who, sizeof who));
     if (!S_ISDIR(st.st_mode))
-        return say(DASH_EPERM, why, len, "%s is not a directory (it belongs to %s): remove it",
+        return wire_say(DASH_EPERM, why, len, "%s is not a directory (it belongs to %s): remove it",
                    dir, user_text(st.st_uid, who, sizeof who));
     if (st.st_uid != uid)
-        return say(DASH_EPERM, why, len,
+        return wire_say(DASH_EPERM, why, len,
                    "%s belongs to %s, not to %s: someone else made it, and could replace the "
                    "socket in it; remove it (as root) and start dashd again",
                    dir, user_text(st.st_uid, who, sizeof who), user_text(uid, want, sizeof want));
     if (st.st_mode & OTHERS_ANY)
-        return say(DASH_EPERM, why, len,
+        return wire_say(DASH_EPERM, why, len,
                    "%s has mode %04o: group and others must have no access to it (chmod 700 %s)",
                    dir, (unsigned)(st.st_mode & 07777), dir);
     return 0;
@@ -296,7 +293,7 @@ int wire_private_dir_check(const char *dir, uid_t uid, char *why, size_t len)
 int wire_endpoint_owner(int64_t *ret_uid, char *why, size_t len)
 {
     const char *env = getenv("DASHD_ENDPOINT_OWNER");
-    say(0, why, len, "%s", "");
+    wire_say(0, why, len, "%s", "");
     if (!env || !*env) {
         *ret_uid = -1;
         return 0;
@@ -314,7 +311,7 @@ int wire_endpoint_owner(int64_t *ret_uid, char *why, size_t len)
         *ret_uid = found->pw_uid;
         return 0;
     }
-    return say(-EINVAL, why, len, "DASHD_ENDPOINT_OWNER=%s is neither a uid nor a user name", env);
+    return wire_say(-EINVAL, why, len, "DASHD_ENDPOINT_OWNER=%s is neither a uid nor a user name", env);
 }
 
 static int is_trusted(int64_t uid, int64_t extra)
@@ -330,7 +327,7 @@ int wire_endpoint_check(const char *endpoint, int64_t *ret_owner, char *why, siz
     int64_t extra;
     int rc;
 
-    say(0, why, len, "%s", "");
+    wire_say(0, why, len, "%s", "");
     const char *path = wire_ipc_path(endpoint);
     if (!path) {
         *ret_owner = -1;
@@ -346,7 +343,7 @@ int wire_endpoint_check(const char *endpoint, int64_t *ret_owner, char *why, siz
     const char *base = slash ? slash + 1 : path;
     size_t dlen = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
     if (!*base || dlen >= sizeof dir)
-        return say(-EINVAL, why, len, "%s does not name a socket file", endpoint);
+        return wire_say(-EINVAL, why, len, "%s does not name a socket file", endpoint);
     memcpy(dir, slash ? path : ".", dlen);
     dir[dlen] = '\0';
 
@@ -362,18 +359,18 @@ int wire_endpoint_check(const char *endpoint, int64_t *ret_owner, char *why, siz
             *ret_owner = -1;
             return 0;
         }
-        return say(-errno, why, len, "cannot look at %s: %s", dir, strerror(errno));
+        return wire_say(-errno, why, len, "cannot look at %s: %s", dir, strerror(errno));
     }
     if (stat(real, &d) != 0)
-        return say(-errno, why, len, "cannot look at %s: %s", real, strerror(errno));
+        return wire_say(-errno, why, len, "cannot look at %s: %s", real, strerror(errno));
     int n = snprintf(sock, sizeof sock, "%s/%s", strcmp(real, "/") ? real : "", base);
     if (n < 0 || (size_t)n >= sizeof sock)
-        return say(-ENAMETOOLONG, why, len, "%s: the path is too long", endpoint);
+        return wire_say(-ENAMETOOLONG, why, len, "%s: the path is too long", endpoint);
     int there = lstat(sock, &s) == 0;
     if (!there && errno != ENOENT)
-        return say(-errno, why, len, "cannot look at %s: %s", sock, strerror(errno));
+        return wire_say(-errno, why, len, "cannot look at %s: %s", sock, strerror(errno));
     if (there && S_ISLNK(s.st_mode))
-        return say(DASH_EPERM, why, len,
+        return wire_say(DASH_EPERM, why, len,
                    "refusing %s: %s is a symbolic link (made by %s); connect to the socket it "
                    "points to instead",
                    endpoint, sock, user_text(s.st_uid, who, sizeof who));
@@ -403,7 +400,7 @@ int wire_endpoint_check(const char *endpoint, int64_t *ret_owner, char *why, siz
         else
             snprintf(flaw, sizeof flaw, "%s belongs to %s", real,
                      user_text(d.st_uid, other, sizeof other));
-        return say(DASH_EPERM, why, len,
+        return wire_say(DASH_EPERM, why, len,
                    "refusing %s: %s, so anyone could have put the socket %s there", endpoint,
                    flaw, sock);
     }
@@ -419,7 +416,7 @@ int wire_endpoint_check(const char *endpoint, int64_t *ret_owner, char *why, siz
                  (unsigned)(p.st_mode & 07777));
     else
         snprintf(flaw, sizeof flaw, "%s is that user's directory", real);
-    return say(DASH_EPERM, why, len,
+    return wire_say(DASH_EPERM, why, len,
                "refusing %s: %s %s belongs to %s, not to you (uid %u) or root, and nothing "
                "vouches for it (%s); if you trust that user's daemon, set "
                "DASHD_ENDPOINT_OWNER=%lld",
@@ -459,9 +456,9 @@ int wire_peer_check(const char *peer_address, const char *endpoint, int64_t owne
     int64_t uid, pid, extra;
     int rc;
 
-    say(0, why, len, "%s", "");
+    wire_say(0, why, len, "%s", "");
     if (wire_peer_creds(peer_address, &uid, &pid) != 0)
-        return say(DASH_EPERM, why, len,
+        return wire_say(DASH_EPERM, why, len,
                    "refusing the daemon at %s: its messages carry no credentials to check "
                    "(Peer-Address \"%s\")",
                    endpoint, peer_address ? peer_address : "");
@@ -472,7 +469,7 @@ int wire_peer_check(const char *peer_address, const char *endpoint, int64_t owne
     if (owner >= 0 && !is_trusted(owner, extra))
         snprintf(own, sizeof own, ", nor as %s, who owns its socket",
                  user_text(owner, other, sizeof other));
-    return say(DASH_EPERM, why, len,
+    return wire_say(DASH_EPERM, why, len,
                "refusing the daemon at %s: it runs as %s (pid %lld), not as you (uid %u) or "
                "root%s; if you trust that user's daemon, set DASHD_ENDPOINT_OWNER=%lld",
                endpoint, user_text(uid, who, sizeof who), (long long)pid, (unsigned)geteuid(),

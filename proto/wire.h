@@ -25,6 +25,11 @@
  * recursive, so a valid message needs a small multiple of its size. */
 #define WIRE_DECODE_BUDGET (16 * WIRE_MAX_MESSAGE)
 
+/* Write a reason into why (when there is room: why non-NULL, len > 0) and return code:
+ * `return wire_say(DASH_EPERM, why, len, "...", ...)`. */
+int wire_say(int code, char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Write the default endpoint into buf: $DASHD_ENDPOINT if set, else
  * ipc://$XDG_RUNTIME_DIR/dashd.sock, else ipc:///tmp/dashd-<uid>/dashd.sock (the private
  * directory below). Returns 0, or -ENAMETOOLONG (the path would not fit, or exceeds the
