@@ -470,6 +470,12 @@ void dash__signals_new_daemon(struct dash_client *c, int answered)
 static void *watchdog_main(void *arg)
 {
     struct dash__signals *g = arg;
+    /* A CUDA graph the caller captures in global mode (PyTorch's default) prohibits the
+     * "unsafe" calls of every other thread, and one such call invalidates that capture:
+     * this thread's copies and synchronisations on its own stream belong to no capture,
+     * so it runs in relaxed mode and never breaks a capture elsewhere in the process. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
     uint64_t *seen = calloc(2 * DASH__SIGNAL_SLOTS, sizeof *seen);
     if (!seen || cudaSetDevice(g->device) != cudaSuccess) {
         free(seen);

@@ -13,6 +13,7 @@ Skips without a CUDA device.
 import math
 import os
 import sys
+import time
 
 import torch
 
@@ -233,6 +234,24 @@ def test_gpu_compile_reduce_overhead_leaves_the_op_out_of_cuda_graphs():
         _compiled_matches_eager("reduce-overhead")
     except Exception as e:  # noqa: BLE001 - what matters is the message
         assert "CUDA graph capture" in str(e), str(e)
+
+
+def test_gpu_a_cuda_graph_captured_beside_dash_attn_is_not_broken():
+    """libdash's watchdog thread polls the done words of stream-ordered ops whose replies
+    are unread; a CUDA graph captured meanwhile (global mode, PyTorch's default) must not
+    be invalidated by it."""
+    q, k, v, _ = inputs((1, 256, 256, 4, 4, 64), torch.bfloat16, SEED ^ 12)
+    dash_attn.flash_attn_func(q, k, v, causal=True)  # its reply stays unread for now
+    torch.cuda.synchronize()
+    time.sleep(0.3)  # several watchdog ticks
+    x = torch.ones(1024, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bool((y == 2).all())
+    dash_attn.synchronize()
 
 
 def test_gpu_cuda_graph_capture_is_refused_clearly_and_the_client_goes_on():
