@@ -31,8 +31,11 @@ is missing it prints {"note": why, "rows": []} and exits 0, so `make bench` goes
 import argparse
 import importlib.util
 import json
-import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -I
+import cudatime  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 DIMS = (64, 128, 96, 256)
@@ -173,19 +176,7 @@ def outputs(torch, b, s, h, d):
 
 
 def timed(torch, fn, reps):
-    for _ in range(WARMUPS):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return cudatime.median_ms(torch, fn, reps, WARMUPS)
 
 
 def repeat_check(torch, bwd, grads):

@@ -11,30 +11,21 @@ Shapes and FLOP counting match bench/bench_gpu.c: bf16, 16384 tokens per batch
 causal), bwd = 2.5 * fwd. Timing: CUDA events, median of 10 calls after 3 warm-ups.
 """
 import json
-import statistics
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -I
+import cudatime  # noqa: E402
+
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
 def timed(fn, reps=10, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return cudatime.median_ms(torch, fn, reps, warm)
 
 
 def measure(d, s, causal, backend):
