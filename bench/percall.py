@@ -115,15 +115,16 @@ def main():
         out = torch.empty_like(q)
         lse = torch.empty((a.batch, a.heads, a.seqlen), dtype=torch.float32, device=dev)
         views, calls, queue = [], [], []
+        ts_size = ctypes.sizeof(_lib.DashTensor)
         attn = c._attn(2, True, 0.0, "auto", 0)  # bf16, causal
         for _ in range(n):
             t0 = time.perf_counter()
-            ts = [c._cuda_tensor(x, 4) for x in (q, k, v, out)] + [c._cuda_tensor(lse, 3)]
+            ts = c._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3)])
             t1 = time.perf_counter()
             res = _lib.DashResult()
             stream = torch.cuda.current_stream().cuda_stream
             c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn),
-                                              *[ctypes.byref(x) for x in ts],
+                                              *[ctypes.byref(ts, i * ts_size) for i in range(5)],
                                               ctypes.c_void_p(stream), ctypes.byref(res)))
             t2 = time.perf_counter()
             views.append(t1 - t0)
@@ -133,12 +134,12 @@ def main():
         dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
         for _ in range(n):
             t0 = time.perf_counter()
-            ts = [c._cuda_tensor(x, 4) for x in (q, k, v, out)] + [c._cuda_tensor(lse, 3)]
-            ts += [c._cuda_tensor(x, 4) for x in (dout, dq, dk, dv)]
+            ts = c._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3), (dout, 4),
+                                  (dq, 4), (dk, 4), (dv, 4)])
             t1 = time.perf_counter()
             stream = torch.cuda.current_stream().cuda_stream
             c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn),
-                                               *[ctypes.byref(x) for x in ts],
+                                               *[ctypes.byref(ts, i * ts_size) for i in range(9)],
                                                ctypes.c_void_p(stream), None))
             t2 = time.perf_counter()
             bviews.append(t1 - t0)
@@ -146,11 +147,11 @@ def main():
         torch.cuda.synchronize()
         med = lambda xs: statistics.median(xs) * 1e6
         return [f"| dash_ping round trip (our transport, no GPU work) | {med(pings):.0f} |",
-                f"| 5 x dash_cuda_view (find each tensor's registered allocation) | {med(views):.0f} |",
+                f"| dash_cuda_tensors of 5 tensors (find each one's registered allocation) | {med(views):.0f} |",
                 f"| dash_forward_stream (send, daemon queues the op, reply, stream wait) | {med(calls):.0f} |",
                 f"| of which the daemon's queue_us (received to the worker starting it) | "
                 f"{statistics.median(queue):.0f} |",
-                f"| 9 x dash_cuda_view (a backward's tensors) | {med(bviews):.0f} |",
+                f"| dash_cuda_tensors of 9 tensors (a backward's) | {med(bviews):.0f} |",
                 f"| dash_backward_stream | {med(bcalls):.0f} |"]
 
     B = torch.nn.attention.SDPBackend

@@ -308,6 +308,24 @@ struct dash_tensor {
 /* A dense (batch, seqlen, heads, head_dim) view at byte offset of b, strides filled in
  * (row-major: heads*head_dim*seqlen, heads*head_dim, head_dim, 1). Pure; no checks: the
  * op that uses it checks it. */
+/* A strided view of device memory as a framework holds it: the address of its element 0,
+ * ndim (1..4), shape, strides in elements (non-negative) and the element's size in bytes. */
+struct dash_cuda_ref {
+    const void *ptr;
+    int32_t ndim;
+    int32_t elem_size;
+    int64_t shape[4];
+    int64_t strides[4];
+};
+
+/* The n dash_tensors of n views of device memory, in one call: for each, dash_cuda_view()
+ * of the bytes it spans, then shape and strides copied. What a binding calls per op so that
+ * its tensors cost one crossing into C, not one per tensor. ret[i] is valid when 0 is
+ * returned; the first failure's code otherwise (DASH_EINVAL also for an empty view or a
+ * negative stride), as dash_cuda_view() gives it. */
+int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_ref *refs,
+                      struct dash_tensor *ret);
+
 struct dash_tensor dash_tensor_dense(struct dash_buffer *b, uint64_t offset, int64_t batch,
                                      int64_t seqlen, int64_t heads, int64_t head_dim);
 

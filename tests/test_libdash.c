@@ -376,6 +376,25 @@ static void test_libdash_daemon_errors_reach_the_caller(void)
     CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
     CU_ASSERT_EQUAL(dash_forward_stream(NULL, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL, NULL),
                     DASH_EINVAL);
+    /* dash_cuda_tensors: malformed refs are refused before any driver call; host memory is
+     * not device memory (and with no CUDA in the build, nothing is) */
+    struct dash_cuda_ref ref = {.ptr = dash_buffer_data(buf), .ndim = 4, .elem_size = 4,
+                                .shape = {1, 16, 2, 32}, .strides = {1024, 64, 32, 1}};
+    struct dash_tensor got;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(NULL, 1, &ref, &got), DASH_EINVAL);
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 1, NULL, &got), DASH_EINVAL);
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 0, NULL, NULL), 0);
+    ref.ndim = 0;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 1, &ref, &got), DASH_EINVAL);
+    ref.ndim = 4;
+    ref.strides[2] = -32;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 1, &ref, &got), DASH_EINVAL);
+    ref.strides[2] = 32;
+    ref.shape[0] = INT64_MAX;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 1, &ref, &got), DASH_EINVAL); /* bytes overflow */
+    ref.shape[0] = 1;
+    rc = dash_cuda_tensors(c, 1, &ref, &got);
+    CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
     uint64_t rtt = 0;
     CU_ASSERT_EQUAL(dash_ping(c, 2000, &rtt), 0);
     CU_ASSERT(rtt > 0);

@@ -914,6 +914,63 @@ static void test_dashd_gpu_bounds_are_checked(void)
 
 /* float64 is the CPU engine's: the CUDA backend refuses it, on device memory and on shared
  * memory it would stage, with a reply that says so and where it runs; the client goes on. */
+/* dash_cuda_tensors: many strided views of one allocation in one call - each the buffer and
+ * offset dash_cuda_view gives for the bytes it spans, shape and strides copied; a view
+ * running past the allocation and malformed refs are refused. */
+static void test_dashd_gpu_cuda_tensors_are_the_views_of_their_allocation(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-tensors");
+    unsigned char *m = f.alloc;
+    struct dash_cuda_ref refs[3] = {
+        /* a dense (2, 8, 2, 64) bf16 tensor at 256 bytes */
+        {.ptr = m + 256, .ndim = 4, .elem_size = 2, .shape = {2, 8, 2, 64},
+         .strides = {8 * 2 * 64, 2 * 64, 64, 1}},
+        /* a (2, 2, 8) float32 lse at 64 KiB */
+        {.ptr = m + 65536, .ndim = 3, .elem_size = 4, .shape = {2, 2, 8}, .strides = {16, 8, 1}},
+        /* a transposed view, (batch, seqlen, heads, d) of a (batch, heads, seqlen, d) block */
+        {.ptr = m + 131072, .ndim = 4, .elem_size = 2, .shape = {1, 8, 4, 64},
+         .strides = {4 * 8 * 64, 64, 8 * 64, 1}},
+    };
+    struct dash_tensor t[3];
+    memset(t, 0xab, sizeof t);
+    CU_ASSERT_EQUAL_FATAL(dash_cuda_tensors(f.c, 3, refs, t), 0);
+    const size_t bytes[3] = {2 * 8 * 2 * 64 * 2, 2 * 2 * 8 * 4, 4 * 8 * 64 * 2};
+    for (int i = 0; i < 3; i++) {
+        struct dash_buffer *b = NULL;
+        uint64_t off = 0;
+        CU_ASSERT_EQUAL(dash_cuda_view(f.c, refs[i].ptr, bytes[i], &b, &off), 0);
+        CU_ASSERT_PTR_EQUAL(t[i].buf, b);
+        CU_ASSERT_EQUAL(t[i].offset, off);
+        CU_ASSERT_EQUAL(t[i].offset, (uint64_t)((const unsigned char *)refs[i].ptr - m));
+        CU_ASSERT_EQUAL(t[i].ndim, refs[i].ndim);
+        for (int d = 0; d < refs[i].ndim; d++) {
+            CU_ASSERT_EQUAL(t[i].shape[d], refs[i].shape[d]);
+            CU_ASSERT_EQUAL(t[i].strides[d], refs[i].strides[d]);
+        }
+    }
+    CU_ASSERT_PTR_EQUAL(t[0].buf, t[1].buf); /* one allocation, one registration */
+    CU_ASSERT_PTR_EQUAL(t[0].buf, t[2].buf);
+
+    /* the last byte of the allocation is fine, one more is not */
+    struct dash_cuda_ref edge = {.ptr = m + ALLOC_BYTES - 128, .ndim = 1, .elem_size = 2,
+                                 .shape = {64}, .strides = {1}};
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 1, &edge, t), 0);
+    edge.shape[0] = 65;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 1, &edge, t), DASH_EBOUNDS);
+    struct dash_cuda_ref bad = refs[0];
+    bad.ndim = 5;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 1, &bad, t), DASH_EINVAL);
+    bad = refs[0];
+    bad.strides[1] = -1;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 1, &bad, t), DASH_EINVAL);
+    bad = refs[0];
+    bad.shape[2] = 0;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 1, &bad, t), DASH_EINVAL);
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, -1, refs, t), DASH_EINVAL);
+    fixture_close(&f, "gpu-tensors");
+}
+
 static void test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error(void)
 {
     struct fixture f;
@@ -1473,6 +1530,8 @@ int suite_gpu_dashd(void)
         !CU_add_test(s, "test_dashd_gpu_two_client_processes_get_the_same_bits",
                      test_dashd_gpu_two_client_processes_get_the_same_bits) ||
         !CU_add_test(s, "test_dashd_gpu_bounds_are_checked", test_dashd_gpu_bounds_are_checked) ||
+        !CU_add_test(s, "test_dashd_gpu_cuda_tensors_are_the_views_of_their_allocation",
+                     test_dashd_gpu_cuda_tensors_are_the_views_of_their_allocation) ||
         !CU_add_test(s, "test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error",
                      test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error) ||
         !CU_add_test(s, "test_dashd_gpu_garbage_handle_is_an_error_reply",

@@ -15,9 +15,11 @@ A libdash client is not thread-safe (dash.h): every call here holds the client's
 one Client may serve several threads (PyTorch runs backward on its own threads).
 """
 import atexit
+import contextlib
 import ctypes
 import itertools
 import os
+import struct
 import sys
 import threading
 import weakref
@@ -34,6 +36,7 @@ except ImportError:
     np = None
 
 _ALIGN = 256
+_TS = ctypes.sizeof(_lib.DashTensor)
 
 
 class DashError(RuntimeError):
@@ -187,6 +190,8 @@ class Client:
                  rank=None, world_size=None):
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._refs = self._tensors = None  # _cuda_tensors' arrays, made on first use
+        self._tag_sent = None  # the audit tag libdash holds (dash_set_audit), once set
         if client_name is None:
             client_name = "python:" + os.path.basename(sys.argv[0] or "python")
         if run_tag is None:
@@ -260,10 +265,16 @@ class Client:
         return a
 
     def _tag(self):
-        step, label = current_audit()
+        """Give libdash the thread's audit tag for the next op (it keeps it until changed:
+        a call only when the tag differs from the last one given)."""
+        tag = current_audit()
+        if tag == self._tag_sent:
+            return
+        step, label = tag
         rc = _lib.dash_set_audit(self._c, -1 if step is None else int(step),
                                  label.encode() if label else None)
         self._check(rc)
+        self._tag_sent = tag
 
     def _record(self, res, backward):
         # a forward has no backward schedule (nor a wave): None, not what the wire carries
@@ -276,20 +287,31 @@ class Client:
 
     # ---- CUDA: in place, stream-ordered ---------------------------------------------------
 
-    def _cuda_tensor(self, t, ndim):
-        if t.dim() != ndim:
-            raise ValueError(f"dash_attn: expected a {ndim}-dim tensor, got shape {tuple(t.shape)}")
-        extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-        buf = ctypes.c_void_p()
-        off = ctypes.c_uint64()
-        self._check(_lib.dash_cuda_view(self._c, ctypes.c_void_p(t.data_ptr()),
-                                        extent * t.element_size(), ctypes.byref(buf),
-                                        ctypes.byref(off)))
-        d = _lib.DashTensor(buf.value, off.value, ndim)
-        for i in range(ndim):
-            d.shape[i] = t.shape[i]
-            d.strides[i] = t.stride(i)
-        return d
+    # a ref as dash.h's struct dash_cuda_ref lays it out: ptr, ndim, elem_size, shape[4],
+    # strides[4] (native byte order and alignment, as ctypes has it; test_lib checks the size)
+    _REF = struct.Struct("@Pii4q4q")
+
+    def _cuda_tensors(self, tensors):
+        """The dash_tensors of CUDA tensors [(tensor, ndim)], in one call into libdash
+        (dash_cuda_tensors): each tensor's allocation is looked up by the driver and
+        registered with the daemon the first time. Returns a ctypes array owned by this
+        client, valid until its next call (the caller holds self._lock)."""
+        n = len(tensors)
+        if self._refs is None:
+            self._refs = (_lib.DashCudaRef * 9)()
+            self._tensors = (_lib.DashTensor * 9)()
+        buf = memoryview(self._refs).cast("B")
+        pack = self._REF.pack_into
+        size = self._REF.size
+        for i, (t, ndim) in enumerate(tensors):
+            if t.dim() != ndim:
+                raise ValueError(f"dash_attn: expected a {ndim}-dim tensor, got shape "
+                                 f"{tuple(t.shape)}")
+            shape = (*t.shape, 0, 0, 0, 0)
+            st = (*t.stride(), 0, 0, 0, 0)
+            pack(buf, i * size, t.data_ptr(), ndim, t.element_size(), *shape[:4], *st[:4])
+        self._check(_lib.dash_cuda_tensors(self._c, n, self._refs, self._tensors))
+        return self._tensors
 
     @staticmethod
     def _last_dim_contiguous(t):
@@ -316,12 +338,12 @@ class Client:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         res = _lib.DashResult()
-        with torch.cuda.device(q.device), self._lock:
+        with _on_device(q.device), self._lock:
             self._tag()
-            ts = [self._cuda_tensor(x, 4) for x in (q, k, v, out)] + [self._cuda_tensor(lse, 3)]
+            ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3)])
             stream = torch.cuda.current_stream(q.device).cuda_stream
             self._check(_lib.dash_forward_stream(self._c, ctypes.byref(attn),
-                                                 *[ctypes.byref(x) for x in ts],
+                                                 *[ctypes.byref(ts, i * _TS) for i in range(5)],
                                                  ctypes.c_void_p(stream), ctypes.byref(res)))
             self._record(res, False)
         return out, lse
@@ -333,13 +355,13 @@ class Client:
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         res = _lib.DashResult()
-        with torch.cuda.device(q.device), self._lock:
+        with _on_device(q.device), self._lock:
             self._tag()
-            ts = [self._cuda_tensor(x, 4) for x in (q, k, v, out)] + [self._cuda_tensor(lse, 3)]
-            ts += [self._cuda_tensor(x, 4) for x in (dout, dq, dk, dv)]
+            ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3), (dout, 4),
+                                     (dq, 4), (dk, 4), (dv, 4)])
             stream = torch.cuda.current_stream(q.device).cuda_stream
             self._check(_lib.dash_backward_stream(self._c, ctypes.byref(attn),
-                                                  *[ctypes.byref(x) for x in ts],
+                                                  *[ctypes.byref(ts, i * _TS) for i in range(9)],
                                                   ctypes.c_void_p(stream), ctypes.byref(res)))
             self._record(res, True)
         return dq, dk, dv
@@ -460,6 +482,14 @@ class Client:
         if _is_torch(q) and q.is_cuda:
             return self._backward_cuda(dout, q, k, v, out, lse, attn)
         return self._backward_host(dout, q, k, v, out, lse, attn)
+
+
+def _on_device(dev):
+    """torch.cuda.device(dev), or nothing when dev is already current (the usual case: the
+    context manager switches the device twice, which a call should not pay for)."""
+    if torch.cuda.current_device() == dev.index:
+        return contextlib.nullcontext()
+    return torch.cuda.device(dev)
 
 
 def window_pair(window_size):

@@ -30,6 +30,16 @@ class DashTensor(ctypes.Structure):
     ]
 
 
+class DashCudaRef(ctypes.Structure):
+    _fields_ = [
+        ("ptr", ctypes.c_void_p),
+        ("ndim", ctypes.c_int32),
+        ("elem_size", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * 4),
+        ("strides", ctypes.c_int64 * 4),
+    ]
+
+
 class DashAttn(ctypes.Structure):
     _fields_ = [
         ("dtype", ctypes.c_int),
@@ -135,6 +145,8 @@ dash_buffer_data = _fn("dash_buffer_data", ctypes.c_void_p, _c)
 dash_buffer_size = _fn("dash_buffer_size", ctypes.c_size_t, _c)
 dash_cuda_view = _fn("dash_cuda_view", ctypes.c_int, _c, ctypes.c_void_p, ctypes.c_size_t, _pc,
                      ctypes.POINTER(ctypes.c_uint64))
+dash_cuda_tensors = _fn("dash_cuda_tensors", ctypes.c_int, _c, ctypes.c_int32,
+                        ctypes.POINTER(DashCudaRef), _pt)
 dash_forward = _fn("dash_forward", ctypes.c_int, _c, _pa, _pt, _pt, _pt, _pt, _pt, _pr)
 dash_backward = _fn("dash_backward", ctypes.c_int, _c, _pa, _pt, _pt, _pt, _pt, _pt, _pt, _pt,
                     _pt, _pt, _pr)

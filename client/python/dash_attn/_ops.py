@@ -11,7 +11,10 @@ opaque op instead of ctypes calls it cannot trace:
 
 fwd's autograd formula (register_autograd) calls bwd; both have fake implementations that
 give shapes, dtypes and strides (outputs are contiguous), so compile, meta tensors and
-torch.library.opcheck work. CPU tensors go through shared memory, CUDA tensors are used in
+torch.library.opcheck work. An eager call on plain tensors (attention(), what
+flash_attn_func and the drop-ins call) skips the ops' dispatch and runs the same client code
+through an autograd.Function (_Eager): same arguments, same audit tags, same bits, a
+fraction of the host time; torch.compile, export and fake/meta tensors see the ops. CPU tensors go through shared memory, CUDA tensors are used in
 place, ordered on the current stream (_client.py).
 
 - client is an int: 0 is the process's shared client for the tensors' device (a CUDA
@@ -163,6 +166,45 @@ if available:
 
     torch.library.register_autograd("dash_attn::fwd", _backward, setup_context=_setup_context)
 
+    class _Eager(torch.autograd.Function):
+        """What an eager call runs: the same Client.forward / Client.backward as the ops'
+        implementations, with the same arguments and the same audit tags, without the
+        custom-op dispatch around them (torch.library's Python dispatch and its autograd
+        wrapper cost a GPU call 130-250 us of host time on the H200 machine, more than the
+        call itself: bench/results/percall-host-2026-12-02.md). torch.compile, export and
+        fake or meta tensors go through the ops (attention() below), which give the same
+        bits (test_torch_op.py: the compiled model against eager)."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, softmax_scale, causal, left, right, softcap, schedule,
+                    client):
+            tag = _client.current_audit()
+            c = _client.client_by_id(client, q)
+            out, lse = c.forward(q, k, v, causal=causal, scale=softmax_scale,
+                                 schedule=schedule, window_size=(left, right),
+                                 softcap=softcap)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.params = (softmax_scale, causal, left, right, softcap, schedule, client)
+            ctx.tag = tag  # the backward carries its forward's tag, on whatever thread
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            q, k, v, out, lse = ctx.saved_tensors
+            scale, causal, left, right, softcap, schedule, client = ctx.params
+            _client.push_audit(*ctx.tag)
+            try:
+                dq, dk, dv = _client.client_by_id(client, q).backward(
+                    dout, q, k, v, out, lse, causal=causal, scale=scale, schedule=schedule,
+                    window_size=(left, right), softcap=softcap)
+            finally:
+                _client.pop_audit()
+            return (dq, dk, dv) + (None,) * 7
+
+    # plain tensors only: subclasses (FakeTensor, FunctionalTensor, DTensor...) take the ops
+    _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
 
 def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
               schedule="auto", client=None):
@@ -179,9 +221,13 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     # an audit block inside compiled code: its tag as arguments (_client.traced_audit);
     # otherwise the op reads the thread's tag when it runs
     given = len(_client.traced_audit) > 0  # (torch 2.11 dynamo cannot trace bool(list))
+    cid = client.id if client is not None else 0
+    if not given and type(q) in _PLAIN and type(k) in _PLAIN and type(v) in _PLAIN and \
+            q.device.type != "meta" and not _client.compiling():
+        return _Eager.apply(q, k, v, softmax_scale, bool(causal), left, right, float(softcap),
+                            schedule, cid)
     step, label = _client.traced_audit[-1] if given else (None, None)
     out, lse, _ = torch.ops.dash_attn.fwd(q, k, v, softmax_scale, bool(causal), left, right,
                                           float(softcap), schedule,
-                                          client.id if client is not None else 0,
-                                          given, step, label)
+                                          cid, given, step, label)
     return out, lse

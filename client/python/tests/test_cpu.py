@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import dash_attn
-from dash_attn import _lib
+from dash_attn import _client, _lib
 
 from conftest import Daemon, dashctl_path
 import random_cases
@@ -270,6 +270,9 @@ def test_struct_layouts_match_dash_h():
     assert ctypes.sizeof(_lib.DashAttn) == 7 * 4 + 4 * 4 + 4 + 2 * 88 + 3 * 4 + 4
     assert ctypes.sizeof(_lib.DashResult) == 4 * 4 + 8 + 8 + 16
     assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4 + 4 + 4
+    # pointer, i32, i32, 4 x i64, 4 x i64; the binding packs it with struct (_client._REF)
+    assert ctypes.sizeof(_lib.DashCudaRef) == 8 + 4 + 4 + 32 + 32
+    assert _client.Client._REF.size == ctypes.sizeof(_lib.DashCudaRef)
 
 
 def test_constants_equal_dash_h():
