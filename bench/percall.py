@@ -115,7 +115,6 @@ def main():
         out = torch.empty_like(q)
         lse = torch.empty((a.batch, a.heads, a.seqlen), dtype=torch.float32, device=dev)
         views, calls, queue = [], [], []
-        ts_size = ctypes.sizeof(_lib.DashTensor)
         attn = c._attn(2, True, 0.0, "auto", 0)  # bf16, causal
         for _ in range(n):
             t0 = time.perf_counter()
@@ -124,7 +123,7 @@ def main():
             res = _lib.DashResult()
             stream = torch.cuda.current_stream().cuda_stream
             c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn),
-                                              *[ctypes.byref(ts, i * ts_size) for i in range(5)],
+                                              *[ctypes.byref(ts[i]) for i in range(5)],
                                               ctypes.c_void_p(stream), ctypes.byref(res)))
             t2 = time.perf_counter()
             views.append(t1 - t0)
@@ -139,7 +138,7 @@ def main():
             t1 = time.perf_counter()
             stream = torch.cuda.current_stream().cuda_stream
             c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn),
-                                               *[ctypes.byref(ts, i * ts_size) for i in range(9)],
+                                               *[ctypes.byref(ts[i]) for i in range(9)],
                                                ctypes.c_void_p(stream), None))
             t2 = time.perf_counter()
             bviews.append(t1 - t0)

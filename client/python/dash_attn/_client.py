@@ -36,7 +36,6 @@ except ImportError:
     np = None
 
 _ALIGN = 256
-_TS = ctypes.sizeof(_lib.DashTensor)
 
 
 class DashError(RuntimeError):
@@ -343,7 +342,7 @@ class Client:
             ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3)])
             stream = torch.cuda.current_stream(q.device).cuda_stream
             self._check(_lib.dash_forward_stream(self._c, ctypes.byref(attn),
-                                                 *[ctypes.byref(ts, i * _TS) for i in range(5)],
+                                                 *[ctypes.byref(ts[i]) for i in range(5)],
                                                  ctypes.c_void_p(stream), ctypes.byref(res)))
             self._record(res, False)
         return out, lse
@@ -361,7 +360,7 @@ class Client:
                                      (dq, 4), (dk, 4), (dv, 4)])
             stream = torch.cuda.current_stream(q.device).cuda_stream
             self._check(_lib.dash_backward_stream(self._c, ctypes.byref(attn),
-                                                  *[ctypes.byref(ts, i * _TS) for i in range(9)],
+                                                  *[ctypes.byref(ts[i]) for i in range(9)],
                                                   ctypes.c_void_p(stream), ctypes.byref(res)))
             self._record(res, True)
         return dq, dk, dv
