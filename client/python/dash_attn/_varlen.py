@@ -9,10 +9,25 @@ longer than max_seqlen) before it touches a tensor, and computes every sequence 
 sequence's outputs and gradients do not depend on what it is packed with (with a
 deterministic schedule; `auto` too when batch_invariant=True). dashd's CPU engine serves
 packed batches; its CUDA kernels do not yet (issue 17), so CUDA tensors are refused here.
+
+flash_attn_varlen_func is, like flash_attn_func, a pair of PyTorch custom ops for
+torch.compile (fullgraph), export and fake tensors:
+
+    torch.ops.dash_attn.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                   max_seqlen_k, softmax_scale, causal, window_left,
+                                   window_right, softcap, schedule, batch_invariant, client,
+                                   audit_given, audit_step, audit_label) -> (out, lse, tag)
+    torch.ops.dash_attn.varlen_bwd(dout, q, k, v, out, lse, tag, cu_seqlens_q, cu_seqlens_k,
+                                   max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                                   window_left, window_right, softcap, schedule,
+                                   batch_invariant, client) -> (dq, dk, dv)
+
+with the dense ops' conventions (_ops.py: client ids, the audit tag tensor); eager calls on
+plain tensors run the same code through DashVarlenFunction without the ops' dispatch.
 """
 import math
 
-from . import _client
+from . import _client, _ops
 
 try:
     import torch
@@ -156,6 +171,82 @@ if torch is not None:
             return (dq, dk, dv) + (None,) * 11
 
 
+if torch is not None and _ops.available:
+    from typing import Optional, Tuple
+    from torch import Tensor
+
+    @_ops._custom_op("dash_attn::varlen_fwd")
+    def varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float],
+                   causal: bool, window_left: int, window_right: int, softcap: float,
+                   schedule: str, batch_invariant: bool, client: int, audit_given: bool,
+                   audit_step: Optional[int],
+                   audit_label: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
+        step, label = (audit_step, audit_label) if audit_given else _client.current_audit()
+        _client.push_audit(step, label)
+        try:
+            out, lse = varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                      max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
+                                      window_size=(window_left, window_right), softcap=softcap,
+                                      schedule=schedule, batch_invariant=batch_invariant,
+                                      client=_client.client_by_id(client, q))
+        finally:
+            _client.pop_audit()
+        return out, lse, _ops._tag_tensor(step, label)
+
+    @varlen_fwd.register_fake
+    def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, window_left, window_right, softcap, schedule,
+                         batch_invariant, client, audit_given, audit_step, audit_label):
+        _check_packed([("q", q), ("k", k), ("v", v)])
+        _client._dtype_code(q)
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+        return out, lse, torch.empty(3, dtype=torch.int64)
+
+    @_ops._custom_op("dash_attn::varlen_bwd")
+    def varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                   tag: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
+                   max_seqlen_k: int, softmax_scale: Optional[float], causal: bool,
+                   window_left: int, window_right: int, softcap: float, schedule: str,
+                   batch_invariant: bool, client: int) -> Tuple[Tensor, Tensor, Tensor]:
+        _client.push_audit(*_ops._tag_of(tag))
+        try:
+            return tuple(varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                         max_seqlen_q, max_seqlen_k, causal=causal,
+                                         softmax_scale=softmax_scale,
+                                         window_size=(window_left, window_right),
+                                         softcap=softcap, schedule=schedule,
+                                         batch_invariant=batch_invariant,
+                                         client=_client.client_by_id(client, q)))
+        finally:
+            _client.pop_audit()
+
+    @varlen_bwd.register_fake
+    def _varlen_bwd_fake(dout, q, k, v, out, lse, tag, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+                         schedule, batch_invariant, client):
+        _check_packed([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
+        return tuple(torch.empty_like(x, memory_format=torch.contiguous_format)
+                     for x in (q, k, v))
+
+    def _varlen_setup_context(ctx, inputs, output):
+        q, k, v, cu_q, cu_k = inputs[:5]
+        out, lse, tag = output
+        ctx.save_for_backward(q, k, v, out, lse, tag, cu_q, cu_k)
+        ctx.params = inputs[5:15]  # max_seqlen_q .. client: the bwd's, in its order
+        ctx.n_inputs = len(inputs)
+        ctx.mark_non_differentiable(lse, tag)
+
+    def _varlen_backward(ctx, dout, dlse, dtag):
+        q, k, v, out, lse, tag, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = varlen_bwd(dout, q, k, v, out, lse, tag, cu_q, cu_k, *ctx.params)
+        return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
+
+    torch.library.register_autograd("dash_attn::varlen_fwd", _varlen_backward,
+                                    setup_context=_varlen_setup_context)
+
+
 def _as_offsets_tensor(cu):
     return cu if isinstance(cu, torch.Tensor) else torch.as_tensor(np.asarray(cu), dtype=torch.int32)
 
@@ -181,12 +272,25 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if torch is None or not isinstance(q, torch.Tensor):
         raise TypeError("dash_attn.flash_attn_varlen_func takes torch tensors; for numpy "
                         "arrays use dash_attn.varlen_forward / varlen_backward")
-    c = client or _client.default_client()
-    out, lse = DashVarlenFunction.apply(
-        q, k, v, _as_offsets_tensor(cu_seqlens_q), _as_offsets_tensor(cu_seqlens_k),
-        int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal),
-        tuple(_client.window_pair(window_size)), float(softcap),
-        _schedule(deterministic, schedule), bool(batch_invariant), c)
+    cu_q, cu_k = _as_offsets_tensor(cu_seqlens_q), _as_offsets_tensor(cu_seqlens_k)
+    left, right = _client.window_pair(window_size)
+    sched = _schedule(deterministic, schedule)
+    given = len(_client.traced_audit) > 0
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if not _ops.available or (not given and type(q) in plain and type(k) in plain and
+                              type(v) in plain and q.device.type != "meta" and
+                              not _client.compiling()):
+        # eager: the same code as the ops, without their dispatch (_ops._Eager's reason)
+        c = client or _client.default_client()
+        out, lse = DashVarlenFunction.apply(
+            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
+            bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)
+    else:
+        step, label = _client.traced_audit[-1] if given else (None, None)
+        out, lse, _ = torch.ops.dash_attn.varlen_fwd(
+            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
+            bool(causal), left, right, float(softcap), sched, bool(batch_invariant),
+            client.id if client is not None else 0, given, step, label)
     if return_attn_probs:
         return out, lse, None
     if return_softmax_lse:

@@ -245,3 +245,55 @@ def test_bad_offsets_windows_and_softcap_raise_clear_errors(client):
     # the daemon still serves
     out = dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10)
     assert out.shape == q.shape
+
+
+# ---- the varlen ops: opcheck and torch.compile ----------------------------------------------
+
+def test_varlen_ops_pass_opcheck(client):
+    g = torch.Generator().manual_seed(SEED)
+    lq, lk = [3, 17, 1], [5, 17, 9]
+    q, k, v, dout = packed(lq, lk, 4, 2, 32, g)
+    cq, ck = offsets(lq), offsets(lk)
+    args = (q, k, v, cq, ck, max(lq), max(lk), None, True, 6, 0, 30.0, "auto", False, 0,
+            False, None, None)
+    torch.library.opcheck(torch.ops.dash_attn.varlen_fwd.default, args)
+    torch.library.opcheck(torch.ops.dash_attn.varlen_fwd.default, args[:-3] + (True, 3, "l1"))
+    out, lse, tag = torch.ops.dash_attn.varlen_fwd(*(x.detach() if torch.is_tensor(x) else x
+                                                     for x in args))
+    torch.library.opcheck(torch.ops.dash_attn.varlen_bwd.default,
+                          (dout, q.detach(), k.detach(), v.detach(), out, lse, tag, cq, ck,
+                           max(lq), max(lk), None, True, 6, 0, 30.0, "shift", False, 0))
+
+
+@pytest.mark.parametrize("window,softcap", [((-1, -1), 0.0), ((7, 0), 30.0)])
+def test_varlen_compile_fullgraph_gives_the_eager_bits(client, window, softcap):
+    # eager calls take DashVarlenFunction, compiled ones the ops: the same client code, so
+    # the same bits for outputs and every gradient
+    g = torch.Generator().manual_seed(SEED)
+    lq = [1, 40, 13, 64]
+    q, k, v, dout = packed(lq, lq, 4, 2, 32, g, sigma=2.0)
+    cq = offsets(lq)
+    proj = torch.nn.Linear(32, 32, bias=False)
+
+    def f(q, k, v):
+        out = dash_attn.flash_attn_varlen_func(proj(q), k, v, cq, cq, max(lq), max(lq),
+                                               causal=True, window_size=window, softcap=softcap)
+        return out * 2
+
+    def run(fn):
+        qs, ks, vs = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        proj.weight.grad = None
+        out = fn(qs, ks, vs)
+        out.backward(dout)
+        return [out.detach(), qs.grad, ks.grad, vs.grad, proj.weight.grad.clone()]
+
+    eager = run(f)
+    torch._dynamo.reset()
+    compiled = run(torch.compile(f, fullgraph=True))
+    for name, a, b in zip(["out", "dq", "dk", "dv", "dW"], eager, compiled):
+        assert torch.equal(a, b), f"{name} differs, seed {SEED}"
+    # and the compiled graph holds the op (one graph, no break around it)
+    torch._dynamo.reset()
+    ex = torch._dynamo.explain(f)(q.detach(), k.detach(), v.detach())
+    assert ex.graph_count == 1 and ex.graph_break_count == 0
+    assert "dash_attn.varlen_fwd" in "".join(str(gm.graph) for gm in ex.graphs)
