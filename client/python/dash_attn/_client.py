@@ -340,7 +340,7 @@ class Client:
         with _on_device(q.device), self._lock:
             self._tag()
             ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3)])
-            stream = torch.cuda.current_stream(q.device).cuda_stream
+            stream = _current_stream(q.device)
             self._check(_lib.dash_forward_stream(self._c, ctypes.byref(attn),
                                                  *[ctypes.byref(ts[i]) for i in range(5)],
                                                  ctypes.c_void_p(stream), ctypes.byref(res)))
@@ -358,7 +358,7 @@ class Client:
             self._tag()
             ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3), (dout, 4),
                                      (dq, 4), (dk, 4), (dv, 4)])
-            stream = torch.cuda.current_stream(q.device).cuda_stream
+            stream = _current_stream(q.device)
             self._check(_lib.dash_backward_stream(self._c, ctypes.byref(attn),
                                                   *[ctypes.byref(ts[i]) for i in range(9)],
                                                   ctypes.c_void_p(stream), ctypes.byref(res)))
@@ -466,6 +466,11 @@ class Client:
         host tensors (torch or numpy) go through shared memory. window_size: flash-attn's
         (left, right), -1 unbounded; softcap: 0 or None is off."""
         _check_inputs([("q", q), ("k", k), ("v", v)])
+        return self._forward_checked(q, k, v, causal, scale, schedule, wave, window_size,
+                                     softcap)
+
+    def _forward_checked(self, q, k, v, causal, scale, schedule, wave, window_size, softcap):
+        """forward() once _check_inputs has passed (the torch entry points check first)."""
         attn = self._attn(_dtype_code(q), causal, scale, schedule, wave, window_size, softcap)
         _refuse_cuda_f64(q)
         if _is_torch(q) and q.is_cuda:
@@ -481,6 +486,16 @@ class Client:
         if _is_torch(q) and q.is_cuda:
             return self._backward_cuda(dout, q, k, v, out, lse, attn)
         return self._backward_host(dout, q, k, v, out, lse, attn)
+
+
+def _current_stream(dev):
+    """The raw cudaStream_t of dev's current stream: PyTorch's own accessor (what its
+    extensions and Triton use; a fraction of torch.cuda.current_stream's cost), else the
+    public API."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(dev.index)
+    return torch.cuda.current_stream(dev).cuda_stream
 
 
 def _on_device(dev):

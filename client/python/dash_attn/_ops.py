@@ -180,9 +180,9 @@ if available:
                     client):
             tag = _client.current_audit()
             c = _client.client_by_id(client, q)
-            out, lse = c.forward(q, k, v, causal=causal, scale=softmax_scale,
-                                 schedule=schedule, window_size=(left, right),
-                                 softcap=softcap)
+            # attention() has checked the inputs
+            out, lse = c._forward_checked(q, k, v, causal, softmax_scale, schedule, 0,
+                                          (left, right), softcap)
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.params = (softmax_scale, causal, left, right, softcap, schedule, client)
             ctx.tag = tag  # the backward carries its forward's tag, on whatever thread
