@@ -8,7 +8,9 @@
 # private pipe directory. Reports under $OUT (default /tmp): percall-contexts.md,
 # percall-mps.md, steps.md.
 #   bash scripts/gpu_percall.sh [STEPS]     (NO_MPS=1: contexts only; ATTNS: the attentions
-#                                            of the steps, default "sdpa sdpa-strict dash")
+#                                            of the steps, default "sdpa sdpa-strict dash
+#                                            dash-compile"; NAME-compile runs NAME's model
+#                                            under torch.compile)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -32,8 +34,10 @@ pass() { # name
   for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
   for model in "--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8" \
                "--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2"; do
-    for a in ${ATTNS:-sdpa sdpa-strict dash}; do
-      python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model --attn $a --quiet \
+    for a in ${ATTNS:-sdpa sdpa-strict dash dash-compile}; do
+      local how="--attn $a"  # NAME-compile: the model under torch.compile(fullgraph=True)
+      case $a in *-compile) how="--attn ${a%-compile} --compile" ;; esac
+      python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
         --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
       python3 -c "import json; s=json.load(open('$work/$a.json')); print('| %s | %s | %s | %.2f |' % ('$name', '$model', '$a', s['median_step_ms']))" \
         || tail -5 "$work/$a.log"
