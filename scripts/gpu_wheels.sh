@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# gpu_wheels.sh - here (network, no GPU): download the Python wheels the GPU machine's
-# benchmarks need but cannot fetch, as it has no network; today the cuDNN frontend, which
-# bench/cudnn_peers.py calls (scripts/gpu_bench.sh installs it from .gpu/wheels).
-#   bash scripts/gpu_wheels.sh [DEST]          DEST defaults to .gpu/wheels
+# gpu_wheels.sh - here (network, no GPU): download the Python wheels the GPU machine needs
+# but cannot fetch, as it has no network.
+#   bash scripts/gpu_wheels.sh [DEST]         the cuDNN frontend, which bench/cudnn_peers.py
+#                                             calls (scripts/gpu_bench.sh installs it from
+#                                             DEST, default .gpu/wheels); no dependencies:
+#                                             the SDPA graphs need none
+#   WHAT=hf bash scripts/gpu_wheels.sh [DEST] Hugging Face transformers at the version of
+#                                             client/python/requirements-test.txt, with its
+#                                             dependencies (scripts/gpu_hf.sh installs them
+#                                             from DEST, default .gpu/wheels-hf; ~44 MB: carry
+#                                             them with a bundle of dashd and libdash only)
 # PYVER (default 3.12) is the GPU machine's Python; only its x86_64 manylinux wheels are
-# taken, the first platform tag that resolves. No dependencies: the SDPA graphs need none
-# (the frontend's extras load on demand).
+# taken.
 set -euo pipefail
-dest=${1:-.gpu/wheels}
+root=$(cd "$(dirname "$0")/.." && pwd)
 pyver=${PYVER:-3.12}
+plats=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64)
+if [ "${WHAT:-cudnn}" = hf ]; then
+  dest=${1:-.gpu/wheels-hf}
+  pkg=$(grep -E '^transformers==' "$root/client/python/requirements-test.txt")
+  mkdir -p "$dest"
+  python3 -m pip download -q "$pkg" --only-binary=:all: --python-version "$pyver" \
+    "${plats[@]/#/--platform=}" -d "$dest"
+  du -sh "$dest"
+  exit 0
+fi
+dest=${1:-.gpu/wheels}
 pkg=nvidia-cudnn-frontend==1.32.0
 mkdir -p "$dest"
-for tag in manylinux_2_27_x86_64 manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do
+for tag in "${plats[@]}"; do
   if python3 -m pip download -q "$pkg" --no-deps --only-binary=:all: --python-version "$pyver" \
        --platform "$tag" -d "$dest"; then
     ls -l "$dest"
