@@ -418,11 +418,56 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
     return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
 }
 
-/* Queue done[slot] = seq on the library's own stream (any thread; no wait). */
-static int queue_done(const struct dash__signals *g, int32_t slot, uint64_t seq)
+struct poison_ctx {
+    unsigned char *data;
+    cudaStream_t st;
+};
+
+static int poison_run(void *arg, const struct dash__run *r)
 {
-    return write_value((CUstream)g->release_stream, (CUdeviceptr)(uintptr_t)done_word(g, slot),
-                       seq, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS ? 0 : DASH_EIO;
+    const struct poison_ctx *x = arg;
+    if (cudaMemset2DAsync(x->data + r->offset, r->pitch, 0xff, r->width, r->height, x->st) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_EIO;
+    }
+    return 0;
+}
+
+/* Queue on st: every byte of p's outputs = 0xFF. 0 or DASH_EIO (the rest is still tried). */
+static int poison_outputs(const struct dash__poison *p, cudaStream_t st)
+{
+    int rc = 0;
+    for (int i = 0; i < p->n; i++) {
+        struct poison_ctx x = {p->out[i].data, st};
+        if (dash__tensor_runs(&p->out[i].t, p->out[i].elem, poison_run, &x) != 0)
+            rc = DASH_EIO;
+    }
+    return rc;
+}
+
+/* Release op seq of slot from here (any thread, its device current; no host wait): on the
+ * library's own stream, wait until the caller's stream has written ready[slot] (so the
+ * poison lands after whatever the caller wrote into the outputs before the op), poison the
+ * outputs, then write done[slot] = seq, which lets the caller's stream go on - past the
+ * poison, as a write with the default flags follows a memory barrier. Once per op: a second
+ * release (the watchdog and the call reading the reply both try) does nothing, and never
+ * poisons after the done word. */
+static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->released_seq[slot] < seq) {
+        g->released_seq[slot] = seq;
+        CUstream st = (CUstream)g->release_stream;
+        (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
+                         CU_STREAM_WAIT_VALUE_GEQ);
+        if (g->poison[slot].seq == seq)
+            (void)poison_outputs(&g->poison[slot], (cudaStream_t)st);
+        (void)write_value(st, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
+                          CU_STREAM_WRITE_VALUE_DEFAULT);
+        (void)cudaGetLastError();
+    }
+    pthread_mutex_unlock(&g->mu);
 }
 
 void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
@@ -431,8 +476,8 @@ void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
     if (!g || c->pid != getpid())
         return;
     int old;
-    if (switch_device(g->device, &old) == 0 && queue_done(g, slot, seq) == 0)
-        (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
+    if (switch_device(g->device, &old) == 0)
+        release_slot(g, slot, seq);
     (void)cudaGetLastError();
     restore_device(old, g->device);
 }
@@ -477,14 +522,16 @@ static void *watchdog_main(void *arg)
      * so it runs in relaxed mode and never breaks a capture elsewhere in the process. */
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    uint64_t *seen = calloc(2 * DASH__SIGNAL_SLOTS, sizeof *seen);
+    /* seen and now: the done words then the fail words, as they lie in g->mem */
+    enum { WORDS = 2 * DASH__SIGNAL_SLOTS };
+    uint64_t *seen = calloc(2 * WORDS, sizeof *seen);
     if (!seen || cudaSetDevice(g->device) != cudaSuccess) {
         free(seen);
         return NULL;
     }
-    uint64_t *now_done = seen + DASH__SIGNAL_SLOTS;
+    uint64_t *now_done = seen + WORDS, *now_fail = now_done + DASH__SIGNAL_SLOTS;
     int64_t progress_ms = dash__now_ms();
-    cudaStream_t st = (cudaStream_t)g->release_stream;
+    cudaStream_t st = (cudaStream_t)g->poll_stream;
     const struct timespec tick = {0, WATCHDOG_TICK_MS * 1000000L};
     while (!atomic_load(&g->stop)) {
         nanosleep(&tick, NULL);
@@ -492,26 +539,37 @@ static void *watchdog_main(void *arg)
             progress_ms = dash__now_ms();
             continue;
         }
-        if (cudaMemcpyAsync(now_done, done_word(g, 0), DASH__SIGNAL_SLOTS * sizeof *now_done,
+        if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
                             cudaMemcpyDeviceToHost, st) != cudaSuccess ||
             cudaStreamSynchronize(st) != cudaSuccess) {
             (void)cudaGetLastError();
             continue;
         }
-        if (memcmp(now_done, seen, DASH__SIGNAL_SLOTS * sizeof *seen) != 0) {
-            memcpy(seen, now_done, DASH__SIGNAL_SLOTS * sizeof *seen);
+        /* ops the daemon failed: poison and release them now, not when the caller next
+         * calls us (it may be blocked in a synchronise) */
+        for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
+            if (now_fail[i] > now_done[i])
+                release_slot(g, i, now_fail[i]);
+        if (memcmp(now_done, seen, WORDS * sizeof *seen) != 0) {
+            memcpy(seen, now_done, WORDS * sizeof *seen);
             progress_ms = dash__now_ms();
             continue;
         }
         if (!daemon_gone(g, dash__now_ms() - progress_ms))
             continue;
+        /* the done words again: a daemon that wrote some before it went is not raced */
+        if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
+                            cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+            cudaStreamSynchronize(st) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
         const uint64_t issued = atomic_load(&g->issued);
         for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++) {
             uint64_t target = last_seq_of_slot(issued, i);
             if (target > now_done[i])
-                (void)queue_done(g, i, target);
+                release_slot(g, i, target);
         }
-        (void)cudaStreamSynchronize(st);
         (void)cudaGetLastError();
         atomic_store(&g->released, 1);
     }
@@ -586,7 +644,10 @@ void dash__signals_destroy(struct dash_client *c, int in_child)
     if (!in_child) {
         int old;
         if (switch_device(g->device, &old) == 0) {
+            /* its waits and poison read and write memory freed here */
+            (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
             (void)cudaStreamDestroy((cudaStream_t)g->release_stream);
+            (void)cudaStreamDestroy((cudaStream_t)g->poll_stream);
             (void)cudaFree(g->mem);
         }
         (void)cudaGetLastError();
@@ -594,6 +655,9 @@ void dash__signals_destroy(struct dash_client *c, int in_child)
     }
     if (g->buf)
         g->buf->users = 0; /* client_free destroys the buffer itself */
+    pthread_mutex_destroy(&g->mu);
+    free(g->poison);
+    free(g->released_seq);
     free(g);
 }
 
@@ -612,21 +676,40 @@ static int signals_make(struct dash_client *c, int device)
     if (!g)
         return DASH_ENOMEM;
     g->device = device;
-    const size_t bytes = 2 * DASH__SIGNAL_SLOTS * sizeof(uint64_t);
-    cudaStream_t rs = NULL;
+    const size_t bytes = 3 * DASH__SIGNAL_SLOTS * sizeof(uint64_t);
+    cudaStream_t rs = NULL, ps = NULL;
+    g->poison = calloc(DASH__SIGNAL_SLOTS, sizeof *g->poison);
+    g->released_seq = calloc(DASH__SIGNAL_SLOTS, sizeof *g->released_seq);
+    if (!g->poison || !g->released_seq || pthread_mutex_init(&g->mu, NULL) != 0) {
+        free(g->poison);
+        free(g->released_seq);
+        free(g);
+        return DASH_ENOMEM;
+    }
     if (cudaMalloc(&g->mem, bytes) != cudaSuccess || cudaMemset(g->mem, 0, bytes) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking) != cudaSuccess) {
         (void)cudaGetLastError();
+        if (rs)
+            (void)cudaStreamDestroy(rs);
         if (g->mem)
             (void)cudaFree(g->mem);
+        pthread_mutex_destroy(&g->mu);
+        free(g->poison);
+        free(g->released_seq);
         free(g);
         return DASH_ENOMEM;
     }
     g->release_stream = rs;
+    g->poll_stream = ps;
     int rc = dash_cuda_register(c, g->mem, bytes, &g->buf);
     if (rc) {
         (void)cudaStreamDestroy(rs);
+        (void)cudaStreamDestroy(ps);
         (void)cudaFree(g->mem);
+        pthread_mutex_destroy(&g->mu);
+        free(g->poison);
+        free(g->released_seq);
         free(g);
         return rc;
     }
@@ -656,7 +739,7 @@ static int op_sent(struct dash_client *c, const void *arg)
  * returned by the next call. */
 static int signal_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
                      const struct dash_tensor *const *ts, int nt, void *stream,
-                     struct dash_result *ret_result)
+                     const struct dash__poison *outputs, struct dash_result *ret_result)
 {
     struct dash__signals *g = c->signals;
     int rc = dash__pump_now(c);
@@ -683,6 +766,10 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
         (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
         return rc;
     dash__reap_detached(c);
+    pthread_mutex_lock(&g->mu);
+    g->poison[slot] = *outputs;
+    g->poison[slot].seq = seq;
+    pthread_mutex_unlock(&g->mu);
     if (write_value((CUstream)stream, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                     CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
@@ -723,6 +810,32 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     return 0;
 }
 
+/* The op's outputs into *ret (forward: out and lse; backward: dq, dk, dv), each checked to
+ * lie inside its buffer, so that poisoning them is safe. 0 or a code, with the reason in
+ * c->last_error. */
+static int outputs_of(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
+                      const struct dash_tensor *const *ts, struct dash__poison *ret)
+{
+    static const int fwd[] = {3, 4}, bwd[] = {6, 7, 8};
+    static const char *const fwd_names[] = {"out", "lse"}, *const bwd_names[] = {"dq", "dk", "dv"};
+    const int *which = kind == DASH__FORWARD ? fwd : bwd;
+    const char *const *names = kind == DASH__FORWARD ? fwd_names : bwd_names;
+    memset(ret, 0, sizeof *ret);
+    ret->n = kind == DASH__FORWARD ? 2 : 3;
+    for (int i = 0; i < ret->n; i++) {
+        const struct dash_tensor *t = ts[which[i]];
+        const size_t elem = which[i] == 4 ? sizeof(float) : dash_dtype_size(a->dtype);
+        char why[200];
+        int rc = dash__tensor_check(t, elem, why, sizeof why);
+        if (rc)
+            return dash__fail(c, rc, "%s: %s", names[i], why);
+        ret->out[i].data = t->buf->data;
+        ret->out[i].t = *t;
+        ret->out[i].elem = elem;
+    }
+    return 0;
+}
+
 static int stream_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
                      const struct dash_tensor *const *ts, int nt, void *stream,
                      struct dash_result *ret_result)
@@ -742,8 +855,14 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         return DASH_EINVAL; /* one client, one GPU */
     if (c->signals && c->signals->device != device)
         return DASH_EINVAL; /* one client, one GPU */
-    int old, rc = switch_device(device, &old);
+    struct dash__poison outputs;
+    int old, rc = outputs_of(c, kind, a, ts, &outputs);
     if (rc)
+        return rc;
+    /* From here on, a call that fails poisons the outputs on `stream` before it returns
+     * (the daemon has not queued anything that writes them, or has drained it), unless
+     * `stream` already waits for the done word: the release (release_slot) poisons then. */
+    if ((rc = switch_device(device, &old)) != 0)
         goto out;
     if (!c->signals && c->daemon_signals && !c->no_signals && !c->events &&
         !(c->flags & DASH_CONNECT_STREAM_EVENTS)) {
@@ -756,7 +875,7 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         }
     }
     if (c->signals && c->daemon_signals) {
-        rc = signal_op(c, kind, a, ts, nt, stream, ret_result);
+        rc = signal_op(c, kind, a, ts, nt, stream, &outputs, ret_result);
         goto out;
     }
     if (!c->events && (rc = events_make(c, device)) != 0)
@@ -787,6 +906,10 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
     }
     e->last_record = r;
 out:
+    if (rc && rc != DASH_ENOGPU) { /* ENOGPU: the device could not be made current */
+        (void)poison_outputs(&outputs, (cudaStream_t)stream);
+        (void)cudaGetLastError();
+    }
     restore_device(old, device);
     return rc;
 }
