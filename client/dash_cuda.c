@@ -470,6 +470,16 @@ static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* Op seq of slot will never be released (its call failed before the caller's stream
+ * waited for it): a later release would poison outputs the caller has since reused. */
+static void forget_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->released_seq[slot] < seq)
+        g->released_seq[slot] = seq;
+    pthread_mutex_unlock(&g->mu);
+}
+
 void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
 {
     struct dash__signals *g = c->signals;
@@ -773,6 +783,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (write_value((CUstream)stream, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                     CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
+        forget_slot(g, slot, seq);
         return DASH_EINVAL; /* a stream of another device, or not a stream */
     }
     atomic_store(&g->issued, seq);
@@ -781,8 +792,10 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     sync.signal_seq = seq;
     uint64_t ticket;
     struct dash__req *r;
-    if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, &r)) != 0)
+    if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, &r)) != 0) {
+        forget_slot(g, slot, seq);
         return rc;
+    }
     /* nobody waits for it: the next calls read its reply */
     dash__map_del(&c->by_ticket, r->ticket);
     r->ticket = 0;
@@ -792,6 +805,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (r->state == DASH__QUEUED && (rc = dash__wait(c, op_sent, r, -1, dash__now_ms())) != 0) {
         /* never sent, nor waited for: the caller hears of it now, not later */
         g->slot_req[slot] = NULL;
+        forget_slot(g, slot, seq);
         r->signal_slot = -1;
         atomic_fetch_sub(&g->outstanding, 1);
         dash__op_finish(c, r, rc, NULL);
@@ -800,6 +814,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
+        forget_slot(g, slot, seq); /* the caller's stream does not wait: poisoned there */
         return DASH_EIO;
     }
     if (ret_result) {

@@ -43,11 +43,6 @@ static int map_engine_error(int rc, const struct attn_problem *p, char *msg, siz
                      ENG_HEAD_DIM_MAX);
             return DASH_EHEADDIM;
         }
-        if (p->dtype == DTYPE_F64 && !eng_f64_serves(p)) {
-            snprintf(msg, msglen, "float64 serves no sliding windows, softcap or packed batches "
-                     "yet (the CPU engine's fp32, fp16 and bf16 do)");
-            return DASH_ENOTSUP;
-        }
         snprintf(msg, msglen, "the CPU engine cannot serve this dtype");
         return DASH_EBADDTYPE;
     case -EINVAL:

@@ -321,14 +321,14 @@ static void test_engine_f64_matches_the_reference_to_double_precision_with_the_s
         free(out), free(lse), free(dq), free(dk), free(dv);
         attn_free(&a);
     }
-    /* not yet in float64: windows, softcap, packed batches - refused, not computed wrong */
+    /* float64 serves windows and softcap too (tests/test_varlen.c checks their values) */
     struct attn_problem w = problem_of(&cases[0]);
     CU_ASSERT_EQUAL(eng_check_problem(&w), 0);
     w.window = 1, w.window_left = 4, w.window_right = 0;
-    CU_ASSERT_EQUAL(eng_check_problem(&w), -ENOTSUP);
+    CU_ASSERT_EQUAL(eng_check_problem(&w), 0);
     w = problem_of(&cases[0]);
     w.softcap = 30.0f;
-    CU_ASSERT_EQUAL(eng_check_problem(&w), -ENOTSUP);
+    CU_ASSERT_EQUAL(eng_check_problem(&w), 0);
     eng_free(e1);
     eng_free(e3);
 }

@@ -85,8 +85,6 @@ int eng_check_problem(const struct attn_problem *p)
         return rc;
     if (p->head_dim < ENG_HEAD_DIM_MIN || p->head_dim > ENG_HEAD_DIM_MAX)
         return -ENOTSUP;
-    if (p->dtype == DTYPE_F64 && !eng_f64_serves(p))
-        return -ENOTSUP;
     return 0;
 }
 

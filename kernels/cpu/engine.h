@@ -64,15 +64,9 @@ int32_t eng_threads(const struct eng *e);
 void eng_trim(struct eng *e, size_t keep);
 
 /* Check a problem without running it: attn_check_problem, then -ENOTSUP for a head dim
- * outside ENG_HEAD_DIM_MIN..MAX or float64 with an option it does not serve. */
+ * outside ENG_HEAD_DIM_MIN..MAX. Every dtype serves every option (windows, softcap,
+ * packed batches; float64 included: engine_f64.c). */
 int eng_check_problem(const struct attn_problem *p);
-
-/* Whether the float64 path (engine_f64.c) serves the problem's options: not yet sliding
- * windows, softcap or packed batches (eng_check_problem says -ENOTSUP for them in f64). */
-static inline int eng_f64_serves(const struct attn_problem *p)
-{
-    return !p->window && p->softcap == 0.0f && !p->cu_seqlens_q;
-}
 
 /* Check a configuration for a problem eng_check_problem accepts, without an engine (so
  * from any thread): what eng_forward and eng_backward would refuse of it - sizes out of

@@ -1040,6 +1040,43 @@ static void test_dashd_gpu_stream_ops_follow_the_callers_stream(void)
     }
 }
 
+/* ---- the poison of failed stream-ordered ops ------------------------------------------- */
+
+static const int fwd_outputs[] = {OUT, LSE}, bwd_outputs[] = {DQ, DK, DV};
+
+/* Zero each output of `slots` and the 256 bytes after it (synchronously). 0 or -1. */
+static int zero_outputs(unsigned char *view, const int *slots, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (cudaMemset(view + off[slots[i]], 0, slot_bytes[slots[i]] + 256) != cudaSuccess)
+            return -1;
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+}
+
+/* Whether every byte of each output is 0xFF (NaN in bf16 and f32) while the 256 bytes after
+ * it are still zero: the poison covers the outputs, and nothing else. */
+static int outputs_poisoned(const unsigned char *view, const int *slots, int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = slot_bytes[slots[i]];
+        unsigned char *h = malloc(bytes + 256);
+        if (!h || cudaMemcpy(h, view + off[slots[i]], bytes + 256, cudaMemcpyDeviceToHost) !=
+                      cudaSuccess) {
+            free(h);
+            return 0;
+        }
+        for (size_t j = 0; j < bytes + 256; j++)
+            if (h[j] != (j < bytes ? 0xff : 0)) {
+                fprintf(stderr, "\n    slot %d byte %zu is 0x%02x ", slots[i], j, h[j]);
+                ok = 0;
+                break;
+            }
+        free(h);
+    }
+    return ok;
+}
+
 /* Wait for a stream at most ms milliseconds: 0 when it finished, -1 when it did not. */
 static int stream_done_within(cudaStream_t s, int ms)
 {
@@ -1155,43 +1192,6 @@ static void test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_
     fixture_close(&f, "gpu-signal-kill");
 }
 
-/* ---- the poison of failed stream-ordered ops ------------------------------------------- */
-
-static const int fwd_outputs[] = {OUT, LSE}, bwd_outputs[] = {DQ, DK, DV};
-
-/* Zero each output of `slots` and the 256 bytes after it (synchronously). 0 or -1. */
-static int zero_outputs(unsigned char *view, const int *slots, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (cudaMemset(view + off[slots[i]], 0, slot_bytes[slots[i]] + 256) != cudaSuccess)
-            return -1;
-    return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
-}
-
-/* Whether every byte of each output is 0xFF (NaN in bf16 and f32) while the 256 bytes after
- * it are still zero: the poison covers the outputs, and nothing else. */
-static int outputs_poisoned(const unsigned char *view, const int *slots, int n)
-{
-    int ok = 1;
-    for (int i = 0; i < n; i++) {
-        const size_t bytes = slot_bytes[slots[i]];
-        unsigned char *h = malloc(bytes + 256);
-        if (!h || cudaMemcpy(h, view + off[slots[i]], bytes + 256, cudaMemcpyDeviceToHost) !=
-                      cudaSuccess) {
-            free(h);
-            return 0;
-        }
-        for (size_t j = 0; j < bytes + 256; j++)
-            if (h[j] != (j < bytes ? 0xff : 0)) {
-                fprintf(stderr, "\n    slot %d byte %zu is 0x%02x ", slots[i], j, h[j]);
-                ok = 0;
-                break;
-            }
-        free(h);
-    }
-    return ok;
-}
-
 /* Ops the daemon refuses after the library sent them (a tile size, a head count that does
  * not divide, on both ways of ordering): every output is all 0xFF once the caller's stream
  * has passed the op - although a slow producer queued before the call writes zeros into
@@ -1244,11 +1244,12 @@ static void test_dashd_gpu_failed_stream_ops_poison_their_outputs_before_the_str
             CU_ASSERT(outputs_poisoned(view, outs, n));
             if (!events) { /* told by the next call, which is not sent; or by dash_sync */
                 a = (struct dash_attn){.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
-                if (kind == 1)
+                if (kind == 1) {
                     CU_ASSERT_EQUAL(dash_sync(f.c), want);
-                else
+                } else {
                     CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT],
                                                         &t[LSE], s, NULL), want);
+                }
                 CU_ASSERT(strstr(dash_last_error(f.c), backward ? "earlier stream-ordered backward"
                                                                 : "earlier stream-ordered forward") != NULL);
             }

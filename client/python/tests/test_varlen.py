@@ -297,3 +297,52 @@ def test_varlen_compile_fullgraph_gives_the_eager_bits(client, window, softcap):
     ex = torch._dynamo.explain(f)(q.detach(), k.detach(), v.detach())
     assert ex.graph_count == 1 and ex.graph_break_count == 0
     assert "dash_attn.varlen_fwd" in "".join(str(gm.graph) for gm in ex.graphs)
+
+
+# ---- float64: gradcheck over windows, softcap and packed batches ----------------------------
+
+@pytest.mark.parametrize("causal,window,softcap", [(True, (2, 0), 0.0), (False, (1, 2), 0.0),
+                                                   (False, (-1, -1), 2.0), (True, (3, -1), 4.0)])
+def test_gradcheck_float64_window_and_softcap(client, causal, window, softcap):
+    # the full Jacobian through dashd's CPU engine in float64 (softcap 2 and 4 saturate the
+    # tanh for scores of this size: its derivative is what is checked)
+    g = torch.Generator().manual_seed(SEED ^ 64)
+    q = (torch.randn(1, 5, 2, 32, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    k = (torch.randn(1, 6, 1, 32, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    v = torch.randn(1, 6, 1, 32, generator=g, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: dash_attn.flash_attn_func(a, b, c, causal=causal, window_size=window,
+                                                  softcap=softcap), (q, k, v)), f"seed {SEED}"
+
+
+def test_gradcheck_float64_packed_batch_with_window_and_softcap(client):
+    # three sequences, one without queries and one whose first query sees no key
+    g = torch.Generator().manual_seed(SEED ^ 65)
+    lq, lk = [3, 0, 2], [4, 2, 1]
+    q, k, v, _ = packed(lq, lk, 2, 1, 32, g, sigma=2.0, dtype=torch.float64)
+    cq, ck = offsets(lq), offsets(lk)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: dash_attn.flash_attn_varlen_func(a, b, c, cq, ck, max(lq), max(lk),
+                                                         causal=True, window_size=(1, 0),
+                                                         softcap=3.0), (q, k, v)), f"seed {SEED}"
+
+
+@pytest.mark.parametrize("window,softcap", [((5, 0), 0.0), ((13, 4), 30.0), ((-1, -1), 50.0)])
+def test_varlen_float64_matches_float64_autograd_to_double_precision(client, window, softcap):
+    g = torch.Generator().manual_seed(SEED ^ 66)
+    lq, lk = [1, 40, 0, 17, 5], [1, 33, 9, 20, 0]
+    q, k, v, dout = packed(lq, lk, 4, 2, 32, g, sigma=3.0, dtype=torch.float64)
+    cq, ck = offsets(lq), offsets(lk)
+    out = dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk),
+                                           causal=window[1] == 0, window_size=window,
+                                           softcap=softcap, softmax_scale=0.125)
+    assert out.dtype == torch.float64
+    out.backward(dout)
+    q64, k64, v64 = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    ref = ref_varlen(q64, k64, v64, cq.tolist(), ck.tolist(), window[1] == 0, window, softcap,
+                     0.125)  # 0.125 is exact in float32, the wire's scale
+    ref.backward(dout)
+    msg = f"seed {SEED}"
+    assert (out - ref).abs().max() < 1e-12, msg
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert (got - want).abs().max() < 1e-11, msg
