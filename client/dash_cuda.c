@@ -1055,21 +1055,9 @@ int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_r
         return DASH_EINVAL;
     for (int32_t i = 0; i < n; i++) {
         const struct dash_cuda_ref *r = &refs[i];
-        if (!r->ptr || r->ndim < 1 || r->ndim > 4 || r->elem_size < 1)
-            return DASH_EINVAL;
-        /* the bytes the view spans: its last element's index + 1, in elements */
-        uint64_t last = 0;
-        for (int32_t d = 0; d < r->ndim; d++) {
-            if (r->shape[d] < 1 || r->strides[d] < 0)
-                return DASH_EINVAL;
-            uint64_t step;
-            if (__builtin_mul_overflow((uint64_t)(r->shape[d] - 1), (uint64_t)r->strides[d],
-                                       &step) ||
-                __builtin_add_overflow(last, step, &last))
-                return DASH_EINVAL;
-        }
         uint64_t bytes;
-        if (__builtin_mul_overflow(last + 1, (uint64_t)r->elem_size, &bytes))
+        if (!r->ptr || r->elem_size < 1 ||
+            dash__view_span(r->ndim, r->shape, r->strides, (uint64_t)r->elem_size, &bytes) != 0)
             return DASH_EINVAL;
         struct dash_tensor *t = &ret[i];
         memset(t, 0, sizeof *t);

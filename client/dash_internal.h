@@ -405,6 +405,12 @@ struct dash__run {
     uint64_t offset, width, pitch, height;
 };
 
+/* dash_poison.c: the bytes a strided view spans from its element 0 - (the last element's
+ * index + 1) * elem - for ndim 1..4, shapes >= 1 and strides >= 0 in elements: 0 and
+ * *ret_bytes, or DASH_EINVAL (a bad dim, or past 64 bits). */
+DASH__HIDDEN int dash__view_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
+                                 uint64_t elem, uint64_t *ret_bytes);
+
 /* dash_poison.c: whether every element of t (elem bytes each) lies inside t->buf, strides
  * and shape >= 0: 0, or DASH_EINVAL / DASH_EBOUNDS with the reason in why. */
 DASH__HIDDEN int dash__tensor_check(const struct dash_tensor *t, size_t elem, char *why,

@@ -49,42 +49,56 @@ static int dims_of(const struct dash_tensor *t, size_t elem, int64_t shape[4], i
     return n;
 }
 
+int dash__view_span(int32_t ndim, const int64_t *shape, const int64_t *strides, uint64_t elem,
+                    uint64_t *ret_bytes)
+{
+    if (ndim < 1 || ndim > 4 || elem == 0)
+        return DASH_EINVAL;
+    uint64_t last = 0; /* the last element's index */
+    for (int32_t d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || strides[d] < 0)
+            return DASH_EINVAL;
+        uint64_t step;
+        if (__builtin_mul_overflow((uint64_t)(shape[d] - 1), (uint64_t)strides[d], &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return DASH_EINVAL;
+    }
+    if (__builtin_mul_overflow(last + 1, elem, ret_bytes))
+        return DASH_EINVAL;
+    return 0;
+}
+
 int dash__tensor_check(const struct dash_tensor *t, size_t elem, char *why, size_t len)
 {
     if (!t || !t->buf || t->ndim < 1 || t->ndim > 4 || elem == 0) {
         snprintf(why, len, "no tensor, or ndim %d outside 1..4", t ? t->ndim : 0);
         return DASH_EINVAL;
     }
-    /* the far end, in bytes, with every product checked against overflow */
-    uint64_t last = 0;
+    int zero = 1, empty = 0;
     for (int32_t i = 0; i < t->ndim; i++) {
-        const int64_t s = t->strides[i];
-        if (t->shape[i] < 0 || s < 0) {
+        if (t->shape[i] < 0 || t->strides[i] < 0) {
             snprintf(why, len, "dim %d: shape %lld, stride %lld: both must be >= 0", i,
-                     (long long)t->shape[i], (long long)s);
+                     (long long)t->shape[i], (long long)t->strides[i]);
             return DASH_EINVAL;
         }
+        zero &= t->strides[i] == 0;
+        empty |= t->shape[i] == 0;
     }
-    int64_t shape[4], stride[4];
-    int empty;
-    const int n = dims_of(t, elem, shape, stride, &empty);
     if (empty)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        const uint64_t span = (uint64_t)(shape[i] - 1);
-        if (stride[i] && span > (UINT64_MAX - last) / (uint64_t)stride[i])
-            goto out_of_bounds;
-        last += span * (uint64_t)stride[i];
+        return 0; /* no element: nothing is written */
+    int64_t st[4], dense = 1;
+    for (int32_t i = t->ndim - 1; i >= 0; i--) {
+        st[i] = zero ? dense : t->strides[i];
+        dense *= t->shape[i];
     }
-    if (t->offset > UINT64_MAX - last - elem)
-        goto out_of_bounds;
-    if (t->offset + last + elem > t->buf->size)
-        goto out_of_bounds;
+    uint64_t bytes;
+    if (dash__view_span(t->ndim, t->shape, st, elem, &bytes) != 0 ||
+        t->offset > t->buf->size || bytes > t->buf->size - t->offset) {
+        snprintf(why, len, "a tensor at offset %llu reaches past its buffer of %llu bytes",
+                 (unsigned long long)t->offset, (unsigned long long)t->buf->size);
+        return DASH_EBOUNDS;
+    }
     return 0;
-out_of_bounds:
-    snprintf(why, len, "a tensor at offset %llu reaches past its buffer of %llu bytes",
-             (unsigned long long)t->offset, (unsigned long long)t->buf->size);
-    return DASH_EBOUNDS;
 }
 
 int dash__tensor_runs(const struct dash_tensor *t, size_t elem,
