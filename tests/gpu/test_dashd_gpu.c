@@ -1270,6 +1270,43 @@ static void test_dashd_gpu_failed_stream_ops_poison_their_outputs_before_the_str
     }
 }
 
+/* An output that reaches past its buffer is refused by the call itself (DASH_EBOUNDS,
+ * naming the tensor), before anything is queued: no poison is written anywhere (the other
+ * output keeps its zeros), and the client goes on. */
+static void test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing(void)
+{
+    for (int events = 0; events < 2; events++) {
+        struct fixture f;
+        connect_flags = events ? DASH_CONNECT_STREAM_EVENTS : 0;
+        fixture_open(&f, "gpu-poison-bounds");
+        connect_flags = 0;
+        unsigned char *view = dash_buffer_data(f.b);
+        CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+        CU_ASSERT_FATAL(zero_outputs(view, fwd_outputs, 2) == 0);
+        struct tensors ts = tensors_of(f.b);
+        struct dash_tensor *t = ts.t;
+        struct dash_tensor out = t[OUT];
+        out.offset = view_bytes - QB / 2;
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+        CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &out, &t[LSE], 0, NULL),
+                        DASH_EBOUNDS);
+        CU_ASSERT(strstr(dash_last_error(f.c), "out:") != NULL);
+        CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+        unsigned char *h = malloc(LB);
+        CU_ASSERT_FATAL(h != NULL);
+        CU_ASSERT(fetch(h, view, LSE) == 0);
+        int zero = 1;
+        for (size_t i = 0; i < LB; i++)
+            zero &= h[i] == 0;
+        CU_ASSERT(zero);
+        free(h);
+        CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], 0, NULL), 0);
+        CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+        CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+        fixture_close(&f, "gpu-poison-bounds");
+    }
+}
+
 /* A per-client limit refuses the op after validation (a daemon with --limit-request-bytes
  * below the op's size): the semaphore-ordered forward's out and lse are all 0xFF when the
  * stream has passed it, and the error (DASH_ELIMIT's family: whatever the limit says) is
@@ -1716,6 +1753,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_failed_stream_ops_poison_their_outputs_before_the_stream_goes_on) ||
         !CU_add_test(s, "test_dashd_gpu_op_refused_by_a_client_limit_poisons_its_outputs",
                      test_dashd_gpu_op_refused_by_a_client_limit_poisons_its_outputs) ||
+        !CU_add_test(s, "test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing",
+                     test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing) ||
         !CU_add_test(s, "test_dashd_gpu_signal_ops_reuse_every_slot_in_order",
                      test_dashd_gpu_signal_ops_reuse_every_slot_in_order) ||
         !CU_add_test(s, "test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream",
