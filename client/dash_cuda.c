@@ -418,34 +418,6 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
     return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
 }
 
-struct poison_ctx {
-    unsigned char *data;
-    cudaStream_t st;
-};
-
-static int poison_run(void *arg, const struct dash__run *r)
-{
-    const struct poison_ctx *x = arg;
-    if (cudaMemset2DAsync(x->data + r->offset, r->pitch, 0xff, r->width, r->height, x->st) !=
-        cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_EIO;
-    }
-    return 0;
-}
-
-/* Queue on st: every byte of p's outputs = 0xFF. 0 or DASH_EIO (the rest is still tried). */
-static int poison_outputs(const struct dash__poison *p, cudaStream_t st)
-{
-    int rc = 0;
-    for (int i = 0; i < p->n; i++) {
-        struct poison_ctx x = {p->out[i].data, st};
-        if (dash__tensor_runs(&p->out[i].t, p->out[i].elem, poison_run, &x) != 0)
-            rc = DASH_EIO;
-    }
-    return rc;
-}
-
 /* Release op seq of slot from here (any thread, its device current; no host wait): on the
  * library's own stream, wait until the caller's stream has written ready[slot] (so the
  * poison lands after whatever the caller wrote into the outputs before the op), poison the
@@ -462,7 +434,7 @@ static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
         (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                          CU_STREAM_WAIT_VALUE_GEQ);
         if (g->poison[slot].seq == seq)
-            (void)poison_outputs(&g->poison[slot], (cudaStream_t)st);
+            (void)dash__poison_outputs(&g->poison[slot], st);
         (void)write_value(st, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
                           CU_STREAM_WRITE_VALUE_DEFAULT);
         (void)cudaGetLastError();
@@ -825,32 +797,6 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     return 0;
 }
 
-/* The op's outputs into *ret (forward: out and lse; backward: dq, dk, dv), each checked to
- * lie inside its buffer, so that poisoning them is safe. 0 or a code, with the reason in
- * c->last_error. */
-static int outputs_of(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
-                      const struct dash_tensor *const *ts, struct dash__poison *ret)
-{
-    static const int fwd[] = {3, 4}, bwd[] = {6, 7, 8};
-    static const char *const fwd_names[] = {"out", "lse"}, *const bwd_names[] = {"dq", "dk", "dv"};
-    const int *which = kind == DASH__FORWARD ? fwd : bwd;
-    const char *const *names = kind == DASH__FORWARD ? fwd_names : bwd_names;
-    memset(ret, 0, sizeof *ret);
-    ret->n = kind == DASH__FORWARD ? 2 : 3;
-    for (int i = 0; i < ret->n; i++) {
-        const struct dash_tensor *t = ts[which[i]];
-        const size_t elem = which[i] == 4 ? sizeof(float) : dash_dtype_size(a->dtype);
-        char why[200];
-        int rc = dash__tensor_check(t, elem, why, sizeof why);
-        if (rc)
-            return dash__fail(c, rc, "%s: %s", names[i], why);
-        ret->out[i].data = t->buf->data;
-        ret->out[i].t = *t;
-        ret->out[i].elem = elem;
-    }
-    return 0;
-}
-
 static int stream_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
                      const struct dash_tensor *const *ts, int nt, void *stream,
                      struct dash_result *ret_result)
@@ -871,7 +817,7 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (c->signals && c->signals->device != device)
         return DASH_EINVAL; /* one client, one GPU */
     struct dash__poison outputs;
-    int old, rc = outputs_of(c, kind, a, ts, &outputs);
+    int old, rc = dash__outputs_of(c, kind == DASH__FORWARD, a, ts, &outputs);
     if (rc)
         return rc;
     /* From here on, a call that fails poisons the outputs on `stream` before it returns
@@ -922,7 +868,7 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
     e->last_record = r;
 out:
     if (rc && rc != DASH_ENOGPU) { /* ENOGPU: the device could not be made current */
-        (void)poison_outputs(&outputs, (cudaStream_t)stream);
+        (void)dash__poison_outputs(&outputs, stream);
         (void)cudaGetLastError();
     }
     restore_device(old, device);

@@ -421,6 +421,16 @@ DASH__HIDDEN int dash__tensor_check(const struct dash_tensor *t, size_t elem, ch
 DASH__HIDDEN int dash__tensor_runs(const struct dash_tensor *t, size_t elem,
                                    int (*fn)(void *ctx, const struct dash__run *run), void *ctx);
 
+/* dash_poison.c: a stream-ordered op's outputs (forward: ts[3] out and ts[4] lse; else
+ * ts[6..8] dq, dk, dv) into *ret, each checked to lie inside its buffer so that poisoning
+ * it is safe (dash__tensor_check). 0, or its code with the reason in c->last_error. */
+DASH__HIDDEN int dash__outputs_of(struct dash_client *c, int forward, const struct dash_attn *a,
+                                  const struct dash_tensor *const *ts, struct dash__poison *ret);
+
+/* dash_poison.c (CUDA builds): queue on stream (a cudaStream_t) every byte of p's outputs
+ * = 0xFF, one cudaMemset2DAsync per run. 0 or DASH_EIO (the rest is still tried). */
+DASH__HIDDEN int dash__poison_outputs(const struct dash__poison *p, void *stream);
+
 /* dash_ops.c: free the detached ops that have finished (signal-ordered ones). */
 DASH__HIDDEN void dash__reap_detached(struct dash_client *c);
 

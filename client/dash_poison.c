@@ -15,11 +15,13 @@
  *
  * The same walk checks a stream-ordered op's outputs before anything is queued: strides
  * >= 0, and every element inside the tensor's buffer (DASH_EBOUNDS), so the poison never
- * writes outside memory the caller registered. Pure host code: tested without a GPU.
+ * writes outside memory the caller registered. Host code, tested without a GPU, except
+ * dash__poison_outputs (CUDA builds), which queues the memsets; dash_cuda.c decides when.
  */
 #include "client/dash_internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* t's dims with size > 1, outermost first, as (shape, stride in bytes); dense strides
  * when t's are all zero. Returns the count (0: one element, or empty: see *ret_empty). */
@@ -145,3 +147,59 @@ int dash__tensor_runs(const struct dash_tensor *t, size_t elem,
             return 0;
     }
 }
+
+int dash__outputs_of(struct dash_client *c, int forward, const struct dash_attn *a,
+                     const struct dash_tensor *const *ts, struct dash__poison *ret)
+{
+    static const int fwd[] = {3, 4}, bwd[] = {6, 7, 8};
+    static const char *const fwd_names[] = {"out", "lse"}, *const bwd_names[] = {"dq", "dk", "dv"};
+    const int *which = forward ? fwd : bwd;
+    const char *const *names = forward ? fwd_names : bwd_names;
+    memset(ret, 0, sizeof *ret);
+    ret->n = forward ? 2 : 3;
+    for (int i = 0; i < ret->n; i++) {
+        const struct dash_tensor *t = ts[which[i]];
+        const size_t elem = which[i] == 4 ? sizeof(float) : dash_dtype_size(a->dtype);
+        char why[200];
+        int rc = dash__tensor_check(t, elem, why, sizeof why);
+        if (rc)
+            return dash__fail(c, rc, "%s: %s", names[i], why);
+        ret->out[i].data = t->buf->data;
+        ret->out[i].t = *t;
+        ret->out[i].elem = elem;
+    }
+    return 0;
+}
+
+#ifdef DASH_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+struct poison_ctx {
+    unsigned char *data;
+    cudaStream_t st;
+};
+
+static int poison_run(void *arg, const struct dash__run *r)
+{
+    const struct poison_ctx *x = arg;
+    if (cudaMemset2DAsync(x->data + r->offset, r->pitch, 0xff, r->width, r->height, x->st) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return DASH_EIO;
+    }
+    return 0;
+}
+
+int dash__poison_outputs(const struct dash__poison *p, void *stream)
+{
+    int rc = 0;
+    for (int i = 0; i < p->n; i++) {
+        struct poison_ctx x = {p->out[i].data, (cudaStream_t)stream};
+        if (dash__tensor_runs(&p->out[i].t, p->out[i].elem, poison_run, &x) != 0)
+            rc = DASH_EIO;
+    }
+    return rc;
+}
+
+#endif
