@@ -763,8 +763,11 @@ fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
     (void)cudaStreamSynchronize(st);
     pending_put(c, p);
-    /* The client's stream waits for the done signal whatever happened to the op. */
-    if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) == 0)
+    /* The client's stream waits for the done signal whatever happened to the op: the
+     * fail word, after which the client poisons the outputs and writes the done word (the
+     * stream was drained above: none of the op's kernels can write them after that). */
+    uint64_t *word = op->signal_fail ? op->signal_fail : op->signal_done;
+    if (word && signal_write(c, st, word, op->signal_seq) == 0)
         (void)cudaStreamSynchronize(st);
     return rc;
 }

@@ -160,6 +160,56 @@ def test_gpu_a_failure_the_daemon_finds_is_raised_later_and_never_hangs():
     dash_attn.synchronize()
 
 
+def _raised(fn):
+    try:
+        fn()
+    except dash_attn.DashError as e:
+        return e
+    return None
+
+
+def test_gpu_a_refused_forward_leaves_out_and_lse_all_nan_before_the_stream_goes_on():
+    # head dim 80, refused by the daemon after the call returned: once the stream has passed
+    # the op, out and lse are all NaN (bytes 0xFF), not what the memory held before, and the
+    # refusal is raised by synchronize()
+    q, k, v, _ = inputs((1, 128, 128, 2, 2, 80), torch.bfloat16, SEED ^ 7)
+    # the blocks the caching allocator hands the outputs next held zeros, not NaN
+    z = (torch.zeros_like(q), torch.zeros(1, 2, 128, device="cuda"))
+    del z
+    out, lse = dash_attn.forward(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all() and torch.isnan(lse).all()
+    assert (out.view(torch.int16) == -1).all()  # every byte 0xFF
+    raised = _raised(dash_attn.synchronize)
+    assert raised is not None and "head" in str(raised).lower(), str(raised)
+
+
+def test_gpu_a_refused_backward_leaves_the_gradients_all_nan_and_raises_at_the_next_call():
+    # a daemon whose per-client limit admits the forward's tensor bytes (264 KB here) but
+    # not the backward's (526 KB): dq, dk, dv are all NaN when the stream has passed it
+    d = Daemon(extra=["--limit-request-bytes", "400K"])
+    c = dash_attn.Client(d.endpoint, client_name="pytest-poison")
+    try:
+        q, k, v, dout = inputs((1, 256, 256, 2, 2, 64), torch.bfloat16, SEED ^ 8)
+        out, lse = c.forward(q, k, v, causal=True)
+        c.synchronize()
+        z = tuple(torch.zeros_like(x) for x in (q, k, v))
+        del z
+        dq, dk, dv = c.backward(dout, q, k, v, out, lse, causal=True)
+        torch.cuda.synchronize()
+        for g in (dq, dk, dv):
+            assert torch.isnan(g).all()
+        # the next call raises the refusal (and is not sent: its outputs are NaN too)
+        raised = _raised(lambda: c.forward(q, k, v, causal=True))
+        assert raised is not None and "earlier" in str(raised), str(raised)
+        out2, _ = c.forward(q, k, v, causal=True)  # and the client goes on
+        c.synchronize()
+        assert torch.equal(out2, out)
+    finally:
+        c.close()
+        assert d.stop() == 0
+
+
 def test_gpu_random_shapes_layouts_and_schedules_match_float64():
     random_cases.check(dash_attn, SEED ^ 4, 24, "cuda", [torch.bfloat16, torch.float16],
                        {torch.bfloat16: 1e-2, torch.float16: 5e-3})
