@@ -147,6 +147,13 @@ size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
+/* attn_fwd_wg.cu (v3's forward, sm_90a only: its kernels trap elsewhere): init (call it on
+ * sm_90 only), smem_bytes and launch as for v2, head dims 64 and 128. */
+cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
+size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
+cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                                  int32_t head_dim, cudaStream_t stream);
+
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).
  * The main kernels also have 256 threads, but v3's persistent one, which has a third
