@@ -39,9 +39,11 @@
  * and at the end O = O / l, LSE = ln(2) m + ln l. Each thread holds 64 S floats, D/2 O
  * floats and P as 32 packed pairs. O is stored from registers (4-byte stores).
  *
- * Not yet here (../shared/docs/hopper.md Sec. 7, F2-F5): the next tile's S under this
- * tile's softmax, ping-pong between the consumers, TMA loads and an smem + TMA-store
- * epilogue, a persistent scheduler, wider kv tiles.
+ * Overlap (step F2): the P V product of tile n - 1 runs on the tensor cores while the
+ * softmax of tile n runs (issued right after S(n); see fwd_wg_consume). Not yet here
+ * (../shared/docs/hopper.md Sec. 7, F3-F5): ping-pong between the consumers, TMA loads
+ * and an smem + TMA-store epilogue, a persistent scheduler, wider kv tiles, the
+ * FFMA-only exp2 with the max folded in (done) but the row sum kept per thread (done).
  *
  * Determinism. Every element of S is one chain of wgmma over d ascending; every element
  * of O one chain over kv-tiles ascending and, within a tile, keys ascending in k16 steps;
@@ -148,6 +150,76 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)
     }
 }
 
+/* Issue S = Q_c K^T over one kv-tile (SS wgmma m64n128k16, d ascending), committed as
+ * one group. */
+template <typename DT, int D>
+static __device__ __forceinline__ void fwd_wg_s(float (&s)[64], const uint16_t *q_s, const uint16_t *k_s, int32_t c)
+{
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 128, 0, 0>(s, attn_wg_kmajor(q_s, FWD_WG_BM, 64 * c, 16 * kk),
+                                   attn_wg_kmajor(k_s, FWD_WG_BN, 0, 16 * kk), kk > 0);
+    attn_wg_commit();
+}
+
+/* The softmax of kv-tile n for consumer c: masked where the tile hides some element of
+ * the warpgroup's rows (diagonal, ragged ends), unmasked elsewhere. */
+static __device__ __forceinline__ void fwd_wg_softmax_tile(const struct attn_fwd_params &p, float (&s)[64],
+                                                           float (&m)[2], float (&l)[2], float (&corr)[2],
+                                                           float scale2, int32_t i0, int32_t i0w, int32_t t4,
+                                                           int32_t rm, int32_t n, int32_t c)
+{
+    const int32_t j0 = n * FWD_WG_BN, rn = p.seqlen_k - j0 < FWD_WG_BN ? p.seqlen_k - j0 : FWD_WG_BN;
+    const int causal = p.geo.mask == SCHED_MASK_CAUSAL;
+    /* row i sees key j <= diag + i (causal: key j0 + j <= i0 + i + seqlen_k - seqlen_q) */
+    const int64_t diag = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+    const bool whole = 64 * c + 64 <= rm && rn == FWD_WG_BN && (!causal || diag + 64 * c >= FWD_WG_BN - 1);
+    if (whole)
+        fwd_wg_softmax<false>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
+    else
+        fwd_wg_softmax<true>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
+}
+
+/* O = O corr, and P (s) rounded to the input dtype as the next P V's A fragments. */
+template <typename DT, int D>
+static __device__ __forceinline__ void fwd_wg_rescale(const float (&s)[64], float (&o)[D / 2],
+                                                      uint32_t (&pa)[FWD_WG_BN / 16][4], const float (&corr)[2])
+{
+#pragma unroll
+    for (int e = 0; e < D / 2; e++)
+        o[e] = __fmul_rn(o[e], corr[(e >> 1) & 1]);
+#pragma unroll
+    for (int kk = 0; kk < FWD_WG_BN / 16; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            pa[kk][q] = DT::pack2(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+}
+
+/* Issue O += P V over one kv-tile (RS wgmma m64nDk16, keys ascending), committed as one
+ * group; P's registers and O must not be touched until it has been waited for. */
+template <typename DT, int D>
+static __device__ __forceinline__ void fwd_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[FWD_WG_BN / 16][4],
+                                                 const uint16_t *v_s)
+{
+    attn_wg_fence(); /* O and P were written by ordinary instructions */
+#pragma unroll
+    for (int32_t kk = 0; kk < FWD_WG_BN / 16; kk++)
+        attn_wg_mma_rs<DT, D, 1>(o, pa[kk], attn_wg_mnmajor(v_s, FWD_WG_BN, 16 * kk, 0), 1);
+    attn_wg_commit();
+}
+
+/* Keep P's registers live up to here (after the wait): the product reads them
+ * asynchronously, so nothing else may be given them while it runs. */
+static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[FWD_WG_BN / 16][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < FWD_WG_BN / 16; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            asm volatile("" : "+r"(pa[kk][q])::"memory");
+}
+
 /* Producer warpgroup: Q once, then K and V of tiles 0 .. n_hi - 1 into the ring. */
 template <int D>
 static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
@@ -194,8 +266,6 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
     const int32_t lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3;
     const int32_t g = lane >> 2, t4 = lane & 3;
     const int32_t i0w = 64 * c + 16 * wi + g; /* the thread's rows: i0w, i0w + 8 */
-    const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q; /* causal: key j <= i + offset */
-    const int causal = p.geo.mask == SCHED_MASK_CAUSAL;
     const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
 
     float o[D / 2]; /* m64nD accumulator: element 4 j + e is row i0w + 8 (e / 2), column 8 j + 2 t4 + e % 2 */
@@ -204,51 +274,47 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
     for (int e = 0; e < D / 2; e++)
         o[e] = 0.0f;
 
-    if (n_hi > 0)
+    /* Two products in flight (FA3's intra-warpgroup overlap): at tile n the consumer
+     * issues S(n) = Q K(n)^T, then O += P(n-1) V(n-1), waits for S(n) only, runs tile n's
+     * softmax while the P V product runs, then waits for it, frees stage n - 1, rescales
+     * O and forms P(n). The same operations in the same order as one tile at a time
+     * (O = O corr(n) + P(n) V(n)), so the same bits. */
+    uint32_t pa[FWD_WG_BN / 16][4]; /* P(n-1) as RS A fragments, in flight under softmax(n) */
+    float corr[2];
+    if (n_hi > 0) { /* (else no row of the tile sees a key) */
         attn_mbar_wait(&sm.q_full, 0u);
-    for (int32_t n = 0; n < n_hi; n++) {
-        const int32_t st = n & 1;
-        attn_mbar_wait(&sm.kv_full[st], (uint32_t)(n >> 1) & 1u);
-        const uint16_t *k_s = sm.k_smem[st], *v_s = sm.v_smem[st];
-        const int32_t j0 = n * FWD_WG_BN, rn = p.seqlen_k - j0 < FWD_WG_BN ? p.seqlen_k - j0 : FWD_WG_BN;
-
-        /* S = Q_c K^T, d ascending */
+        /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
+         * compiler sees every product waited for before its registers are touched. */
+        attn_mbar_wait(&sm.kv_full[0], 0u);
         float s[64];
-        attn_wg_fence();
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++)
-            attn_wg_mma<DT, 128, 0, 0>(s, attn_wg_kmajor(sm.q_smem, FWD_WG_BM, 64 * c, 16 * kk),
-                                       attn_wg_kmajor(k_s, FWD_WG_BN, 0, 16 * kk), kk > 0);
-        attn_wg_commit();
+        fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[0], c);
         attn_wg_wait<0>();
         attn_wg_pin<64>(s);
-
-        float corr[2];
-        const int64_t diag = (int64_t)i0 + offset - j0; /* row i sees key j <= diag + i */
-        const bool whole = 64 * c + 64 <= rm && rn == FWD_WG_BN && (!causal || diag + 64 * c >= FWD_WG_BN - 1);
-        if (whole)
-            fwd_wg_softmax<false>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
-        else
-            fwd_wg_softmax<true>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
-
-        /* O = O corr + P V, keys ascending in k16 steps */
-#pragma unroll
-        for (int e = 0; e < D / 2; e++)
-            o[e] = __fmul_rn(o[e], corr[(e >> 1) & 1]);
-        uint32_t pa[FWD_WG_BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < FWD_WG_BN / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                pa[kk][q] = DT::pack2(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
-        attn_wg_fence();
-#pragma unroll
-        for (int32_t kk = 0; kk < FWD_WG_BN / 16; kk++)
-            attn_wg_mma_rs<DT, D, 1>(o, pa[kk], attn_wg_mnmajor(v_s, FWD_WG_BN, 16 * kk, 0), 1);
-        attn_wg_commit();
+        fwd_wg_softmax_tile(p, s, m, l, corr, scale2, i0, i0w, t4, rm, 0, c);
+        fwd_wg_rescale<DT, D>(s, o, pa, corr);
+    }
+    for (int32_t n = 1; n < n_hi; n++) {
+        const int32_t st = n & 1;
+        attn_mbar_wait(&sm.kv_full[st], (uint32_t)(n >> 1) & 1u);
+        float s[64];
+        fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[st], c);
+        fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st ^ 1]);
+        attn_wg_wait<1>(); /* S has landed; P V may still run */
+        attn_wg_pin<64>(s);
+        fwd_wg_softmax_tile(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n, c);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
-        attn_mbar_arrive(&sm.kv_empty[st]); /* this thread's reads of the stage are done */
+        fwd_wg_pin_a(pa); /* its registers were read until here */
+        attn_mbar_arrive(&sm.kv_empty[st ^ 1]); /* this thread's reads of stage n - 1 are done */
+        fwd_wg_rescale<DT, D>(s, o, pa, corr);
+    }
+    if (n_hi > 0) { /* the last tile's P V */
+        const int32_t st = (n_hi - 1) & 1;
+        fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
+        attn_wg_wait<0>();
+        attn_wg_pin<D / 2>(o);
+        fwd_wg_pin_a(pa);
+        attn_mbar_arrive(&sm.kv_empty[st]);
     }
 
     uint16_t *out_g = static_cast<uint16_t *>(p.out);
