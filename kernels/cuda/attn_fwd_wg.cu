@@ -7,24 +7,27 @@
  *
  * Reference: FlashAttention-3 (Shah et al., arXiv 2407.08608, Sec. 3.1 and Algorithm 1:
  * "producer warpgroup", "consumer warpgroups", setmaxnreg); the facts used are collected
- * in ../shared/docs/hopper.md Sec. 2 and 5. This is step F1 of that note's Sec. 7. No code
- * of FA3 or ThunderKittens is reproduced.
+ * in ../shared/docs/hopper.md Sec. 2 and 5. This is steps F1 and F2 of that note's Sec. 7.
+ * No code of FA3 or ThunderKittens is reproduced. FA3's names: kBlockM = FWD_WG_BM,
+ * kBlockN = FWD_WG_BN, kStages = FWD_WG_STAGES; its producer is one warp issuing TMA,
+ * ours four warps issuing cp.async (each lane copies 16 bytes at a time).
  *
  * One CTA of 384 threads (three warpgroups) per (128-row q-tile, batch*head), heaviest
  * q-tiles (the last, under a causal mask) launched first, as v2:
  *   warpgroup 0, the producer ("load"): gives its registers up (setmaxnreg.dec to
- *     FWD_WG_LOAD_REGS) and copies Q once, then K and V tile by tile into a 2-stage ring
- *     (FWD_WG_STAGES), with cp.async (16-byte copies; plain loads where a row is not
- *     16-byte aligned, so every stride works and the same bytes land). Not TMA: a tensor
- *     map per call is a later step (the ring's protocol stays). Rows past the tensor's
- *     end are zero-filled.
+ *     FWD_WG_LOAD_REGS); its warps 0-1 copy Q once and then the K tiles, warps 2-3 the V
+ *     tiles, each into a 2-stage ring of its own (FWD_WG_STAGES), with cp.async (16-byte
+ *     copies; plain loads where a row is not 16-byte aligned, so every stride works and
+ *     the same bytes land). Not TMA: a tensor map per call is a later step (the rings'
+ *     protocol stays). Rows past the tensor's end are zero-filled.
  *   warpgroups 1 and 2, the consumers ("mma"): take the registers (setmaxnreg.inc to
  *     FWD_WG_MMA_REGS); consumer c owns q rows 64 c .. 64 c + 63 of the tile.
- * The ring: kv_full[s] completes when all 128 producer threads have seen their copies of
- * tile n land (cp.async.wait_group), fenced them for the async proxy (wgmma reads shared
- * memory through it) and arrived (release); kv_empty[s] when all 256 consumer threads
- * have finished the tile's products (wgmma.wait_group 0) and arrived. Stage s = n % 2,
- * phase parity (n / 2) % 2. q_full likewise for Q, once.
+ * The rings: k_full[s] (v_full[s]) completes when the 64 threads that copy K (V) have
+ * seen their copies of tile n land (cp.async.wait_group), fenced them for the async
+ * proxy (wgmma reads shared memory through it) and arrived (release); k_empty[s]
+ * (v_empty[s]) when all 256 consumer threads have waited for the product that reads the
+ * tile (S for K, P V for V) and arrived. Stage s = n % 2, phase parity (n / 2) % 2.
+ * q_full likewise for Q, once.
  *
  * Per kv-tile n = 0 .. n_hi - 1 (128 keys, ascending), consumer c (shapes per warpgroup):
  *   S (64 x 128)  = Q_c K_n^T        SS wgmma m64n128k16, d ascending (D/16 steps)
@@ -42,8 +45,7 @@
  * Overlap (step F2): the P V product of tile n - 1 runs on the tensor cores while the
  * softmax of tile n runs (issued right after S(n); see fwd_wg_consume). Not yet here
  * (../shared/docs/hopper.md Sec. 7, F3-F5): ping-pong between the consumers, TMA loads
- * and an smem + TMA-store epilogue, a persistent scheduler, wider kv tiles, the
- * FFMA-only exp2 with the max folded in (done) but the row sum kept per thread (done).
+ * and an smem + TMA-store epilogue, a persistent scheduler, wider kv tiles.
  *
  * Determinism. Every element of S is one chain of wgmma over d ascending; every element
  * of O one chain over kv-tiles ascending and, within a tile, keys ascending in k16 steps;
@@ -75,9 +77,11 @@ struct fwd_wg_smem {
     uint16_t q_smem[FWD_WG_BM * D];                /* (128, D) Q, swizzled (attn_sw128) */
     uint16_t k_smem[FWD_WG_STAGES][FWD_WG_BN * D]; /* (2, 128, D) K tiles */
     uint16_t v_smem[FWD_WG_STAGES][FWD_WG_BN * D]; /* (2, 128, D) V tiles */
-    uint64_t q_full;                  /* Q has landed (128 producer arrivals) */
-    uint64_t kv_full[FWD_WG_STAGES];  /* K, V of the stage have landed (128) */
-    uint64_t kv_empty[FWD_WG_STAGES]; /* the consumers are done with the stage (256) */
+    uint64_t q_full;                 /* Q has landed (64 arrivals: the K loaders) */
+    uint64_t k_full[FWD_WG_STAGES];  /* the stage's K tile has landed (64) */
+    uint64_t v_full[FWD_WG_STAGES];  /* the stage's V tile has landed (64: the V loaders) */
+    uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (256) */
+    uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (256) */
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
                   offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0,
@@ -220,38 +224,41 @@ static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[FWD_WG_BN / 1
             asm volatile("" : "+r"(pa[kk][q])::"memory");
 }
 
-/* Producer warpgroup: Q once, then K and V of tiles 0 .. n_hi - 1 into the ring. */
+/* Producer warpgroup: warps 0-1 copy Q once, then the K tiles; warps 2-3 the V tiles.
+ * Two rings, each at its own pace: K(n + 2) is copied as soon as S(n) is done, V(n + 2)
+ * once P(n) V(n) is, so neither waits behind the other. */
 template <int D>
 static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
                                                       int32_t b, int32_t h, int32_t hk, int32_t i0, int32_t rm,
-                                                      int32_t n_hi)
+                                                      int32_t n_hi, int32_t v_half)
 {
-    attn_tc_load_tile<D, FWD_WG_BM, true>(sm.q_smem, static_cast<const uint16_t *>(p.q),
-                                          b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
-                                          p.q_stride[1], rm, 128);
+    if (!v_half)
+        attn_tc_load_tile<D, FWD_WG_BM, true>(sm.q_smem, static_cast<const uint16_t *>(p.q),
+                                              b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
+                                              p.q_stride[1], rm, 64);
     attn_cp_async_commit();
+    const uint16_t *src = static_cast<const uint16_t *>(v_half ? p.v : p.k);
+    const int64_t *stride = v_half ? p.v_stride : p.k_stride;
     for (int32_t n = 0; n < n_hi; n++) {
         const int32_t st = n & 1;
         const uint32_t ph = (uint32_t)(n >> 1) & 1u;
-        attn_mbar_wait(&sm.kv_empty[st], ph ^ 1u); /* free (at once the first time round) */
+        /* the stage is free (at once the first time round) */
+        attn_mbar_wait(v_half ? &sm.v_empty[st] : &sm.k_empty[st], ph ^ 1u);
         const int32_t j0 = n * FWD_WG_BN, rn = p.seqlen_k - j0 < FWD_WG_BN ? p.seqlen_k - j0 : FWD_WG_BN;
-        attn_tc_load_tile<D, FWD_WG_BN, true>(sm.k_smem[st], static_cast<const uint16_t *>(p.k),
-                                              b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
-                                              p.k_stride[1], rn, 128);
-        attn_tc_load_tile<D, FWD_WG_BN, true>(sm.v_smem[st], static_cast<const uint16_t *>(p.v),
-                                              b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
-                                              p.v_stride[1], rn, 128);
+        attn_tc_load_tile<D, FWD_WG_BN, true>(v_half ? sm.v_smem[st] : sm.k_smem[st], src,
+                                              b * stride[0] + (int64_t)j0 * stride[1] + hk * stride[2], stride[1],
+                                              rn, 64, v_half ? 64 : 0);
         attn_cp_async_commit();
-        if (n == 0) { /* Q's group first */
+        if (n == 0 && !v_half) { /* Q's group first */
             attn_cp_async_wait<1>();
             attn_wg_smem_fence();
             attn_mbar_arrive(&sm.q_full);
         }
         attn_cp_async_wait<0>();
         attn_wg_smem_fence(); /* visible to wgmma (the async proxy) */
-        attn_mbar_arrive(&sm.kv_full[st]);
+        attn_mbar_arrive(v_half ? &sm.v_full[st] : &sm.k_full[st]);
     }
-    if (n_hi == 0) { /* nobody reads Q; keep the copy from outliving the CTA */
+    if (n_hi == 0 && !v_half) { /* nobody reads Q; keep the copy from outliving the CTA */
         attn_cp_async_wait<0>();
         attn_mbar_arrive(&sm.q_full);
     }
@@ -285,36 +292,41 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         attn_mbar_wait(&sm.q_full, 0u);
         /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
          * compiler sees every product waited for before its registers are touched. */
-        attn_mbar_wait(&sm.kv_full[0], 0u);
+        attn_mbar_wait(&sm.k_full[0], 0u);
         float s[64];
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[0], c);
         attn_wg_wait<0>();
         attn_wg_pin<64>(s);
+        attn_mbar_arrive(&sm.k_empty[0]);
         fwd_wg_softmax_tile(p, s, m, l, corr, scale2, i0, i0w, t4, rm, 0, c);
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
     for (int32_t n = 1; n < n_hi; n++) {
-        const int32_t st = n & 1;
-        attn_mbar_wait(&sm.kv_full[st], (uint32_t)(n >> 1) & 1u);
+        const int32_t st = n & 1, pst = st ^ 1; /* stages of tiles n and n - 1 */
+        /* both waits before the products: nothing spins while they are in flight */
+        attn_mbar_wait(&sm.k_full[st], (uint32_t)(n >> 1) & 1u);
+        attn_mbar_wait(&sm.v_full[pst], (uint32_t)((n - 1) >> 1) & 1u);
         float s[64];
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[st], c);
-        fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st ^ 1]);
+        fwd_wg_pv<DT, D>(o, pa, sm.v_smem[pst]);
         attn_wg_wait<1>(); /* S has landed; P V may still run */
         attn_wg_pin<64>(s);
+        attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
         fwd_wg_softmax_tile(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n, c);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
         fwd_wg_pin_a(pa); /* its registers were read until here */
-        attn_mbar_arrive(&sm.kv_empty[st ^ 1]); /* this thread's reads of stage n - 1 are done */
+        attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
     if (n_hi > 0) { /* the last tile's P V */
         const int32_t st = (n_hi - 1) & 1;
+        attn_mbar_wait(&sm.v_full[st], (uint32_t)((n_hi - 1) >> 1) & 1u);
         fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
         fwd_wg_pin_a(pa);
-        attn_mbar_arrive(&sm.kv_empty[st]);
+        attn_mbar_arrive(&sm.v_empty[st]);
     }
 
     uint16_t *out_g = static_cast<uint16_t *>(p.out);
@@ -365,10 +377,12 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1) attn_fwd_wg_kernel(const st
     const int32_t n_hi = (int32_t)((j_end + FWD_WG_BN - 1) / FWD_WG_BN);
 
     if (threadIdx.x == 0) {
-        attn_mbar_init(&sm.q_full, 128);
+        attn_mbar_init(&sm.q_full, 64);
         for (int s = 0; s < FWD_WG_STAGES; s++) {
-            attn_mbar_init(&sm.kv_full[s], 128);
-            attn_mbar_init(&sm.kv_empty[s], 256);
+            attn_mbar_init(&sm.k_full[s], 64);
+            attn_mbar_init(&sm.v_full[s], 64);
+            attn_mbar_init(&sm.k_empty[s], 256);
+            attn_mbar_init(&sm.v_empty[s], 256);
         }
     }
     __syncthreads(); /* the barriers are set up before anyone uses them */
@@ -377,7 +391,8 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1) attn_fwd_wg_kernel(const st
     const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS) : "memory");
-        fwd_wg_produce<D>(p, sm, b, h, hk, i0, rm, n_hi);
+        const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
+        fwd_wg_produce<D>(p, sm, b, h, hk, i0, rm, n_hi, v_half);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FWD_WG_MMA_REGS) : "memory");
