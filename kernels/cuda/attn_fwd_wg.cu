@@ -43,9 +43,11 @@
  * floats and P as 32 packed pairs. O is stored from registers (4-byte stores).
  *
  * Overlap (step F2): the P V product of tile n - 1 runs on the tensor cores while the
- * softmax of tile n runs (issued right after S(n); see fwd_wg_consume). Not yet here
- * (../shared/docs/hopper.md Sec. 7, F3-F5): ping-pong between the consumers, TMA loads
- * and an smem + TMA-store epilogue, a persistent scheduler, wider kv tiles.
+ * softmax of tile n runs (issued right after S(n); see fwd_wg_consume). Ping-pong (step
+ * F3, FWD_WG_PINGPONG): the two consumers take turns issuing their products (named
+ * barriers, FA3's "warp scheduler barriers"), so one's softmax overlaps the other's
+ * products. Not yet here (../shared/docs/hopper.md Sec. 7, F4-F5): TMA loads and an smem
+ * + TMA-store epilogue, a persistent scheduler, wider kv tiles.
  *
  * Determinism. Every element of S is one chain of wgmma over d ascending; every element
  * of O one chain over kv-tiles ascending and, within a tile, keys ascending in k16 steps;
@@ -71,6 +73,14 @@
  * that __launch_bounds__(384, 1) gives. */
 #define FWD_WG_LOAD_REGS 56
 #define FWD_WG_MMA_REGS 224
+/* Ping-pong (step F3): 1 makes the two consumers take turns issuing their products, so
+ * one's softmax runs while the other's products run; 0 lets them issue as they please.
+ * The bits are the same either way (the order of issue changes no arithmetic). */
+#ifndef FWD_WG_PINGPONG
+#define FWD_WG_PINGPONG 1
+#endif
+/* Named barriers 1 and 2 (0 is __syncthreads): consumer 0's and consumer 1's turn. */
+#define FWD_WG_TURN_BAR 1
 
 template <int D>
 struct fwd_wg_smem {
@@ -93,6 +103,27 @@ struct fwd_wg_kern {
 };
 
 #if ATTN_WGMMA
+/* Ping-pong turns: consumer c waits for its turn (its barrier, which the other consumer's
+ * 128 threads arrive at once they have issued), issues, then hands the turn over. */
+static __device__ __forceinline__ void fwd_wg_turn_wait(int32_t c)
+{
+    if (!FWD_WG_PINGPONG)
+        return;
+    if (c == 0) /* immediate ids: ptxas then reserves only the barriers used */
+        asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR) : "memory");
+    else
+        asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR + 1) : "memory");
+}
+static __device__ __forceinline__ void fwd_wg_turn_pass(int32_t c)
+{
+    if (!FWD_WG_PINGPONG)
+        return;
+    if (c == 0)
+        asm volatile("bar.arrive %0, 256;" ::"n"(FWD_WG_TURN_BAR + 1) : "memory");
+    else
+        asm volatile("bar.arrive %0, 256;" ::"n"(FWD_WG_TURN_BAR) : "memory");
+}
+
 /* The online-softmax update of one kv-tile for the thread's two rows (r = 0: row i[0],
  * r = 1: i[0] + 8), in place: S (raw scores) becomes P, m, l (this thread's partial sum)
  * advance, corr = 2^(m - m'). Accumulator element 4 j + e is row r = e / 2, column
@@ -288,13 +319,21 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
      * (O = O corr(n) + P(n) V(n)), so the same bits. */
     uint32_t pa[FWD_WG_BN / 16][4]; /* P(n-1) as RS A fragments, in flight under softmax(n) */
     float corr[2];
+    /* Turns (FWD_WG_PINGPONG): n_hi + 1 issue points per consumer (S(0), S(n) with
+     * P(n-1) V(n-1), the last P V), each between a wait for the turn and its hand-over.
+     * Consumer 0 has the first turn (consumer 1 hands it over unasked), and consumer 1's
+     * last hand-over is left out, so every arrival at a turn barrier is waited for. */
     if (n_hi > 0) { /* (else no row of the tile sees a key) */
+        if (c == 1)
+            fwd_wg_turn_pass(c);
         attn_mbar_wait(&sm.q_full, 0u);
         /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
          * compiler sees every product waited for before its registers are touched. */
         attn_mbar_wait(&sm.k_full[0], 0u);
         float s[64];
+        fwd_wg_turn_wait(c);
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[0], c);
+        fwd_wg_turn_pass(c);
         attn_wg_wait<0>();
         attn_wg_pin<64>(s);
         attn_mbar_arrive(&sm.k_empty[0]);
@@ -307,8 +346,10 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         attn_mbar_wait(&sm.k_full[st], (uint32_t)(n >> 1) & 1u);
         attn_mbar_wait(&sm.v_full[pst], (uint32_t)((n - 1) >> 1) & 1u);
         float s[64];
+        fwd_wg_turn_wait(c);
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[st], c);
         fwd_wg_pv<DT, D>(o, pa, sm.v_smem[pst]);
+        fwd_wg_turn_pass(c);
         attn_wg_wait<1>(); /* S has landed; P V may still run */
         attn_wg_pin<64>(s);
         attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
@@ -322,7 +363,10 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
     if (n_hi > 0) { /* the last tile's P V */
         const int32_t st = (n_hi - 1) & 1;
         attn_mbar_wait(&sm.v_full[st], (uint32_t)((n_hi - 1) >> 1) & 1u);
+        fwd_wg_turn_wait(c);
         fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
+        if (c == 0)
+            fwd_wg_turn_pass(c);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
         fwd_wg_pin_a(pa);
