@@ -1096,6 +1096,48 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
     cuattn_free(ca);
 }
 
+/* The test compute-sanitizer runs on v3's forward (scripts/gpu_sanitize.sh): shapes with 3 to
+ * 5 kv-tiles, so both stages of both rings are reused (phases wrap), full and causal,
+ * both head dims, unequal lengths and a q-tile whose rows see no key; each checked
+ * against float64 (an unchanged result under a sanitizer is also a right one). */
+static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
+{
+    const struct shape_case cases[] = {
+        {1, 200, 600, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 130, 400, 2, 2, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 300, 130, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5af3);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        struct refs R;
+        memset(&R, 0, sizeof R);
+        R.out = malloc(sizeof(double) * (size_t)a.nq);
+        R.lse = malloc(sizeof(double) * (size_t)a.nlse);
+        CU_ASSERT_FATAL(R.out && R.lse);
+        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), R.out, R.lse) == 0);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu: rel error %.3g, %d bad lse", ci, err, lse_bad);
+            bad++;
+        }
+        free(R.out);
+        free(R.lse);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
 int suite_gpu_attn(void)
 {
     CU_pSuite s = CU_add_suite("gpu_attn", NULL, NULL);
@@ -1127,7 +1169,9 @@ int suite_gpu_attn(void)
         !CU_add_test(f, "test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits",
                      test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_bits_do_not_depend_on_strides",
-                     test_attn_gpu_v3_forward_bits_do_not_depend_on_strides))
+                     test_attn_gpu_v3_forward_bits_do_not_depend_on_strides) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
+                     test_attn_gpu_v3_forward_small_shapes_for_sanitizers))
         return -1;
     return 0;
 }
