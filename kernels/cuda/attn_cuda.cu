@@ -3,7 +3,8 @@
  * attn_cuda.cu - the CUDA backend's host side: device and stream, argument validation
  * (the CPU engine's rules plus the kernels' limits), schedule resolution, grow-only
  * device scratch, the choice of implementation (v1: attn_fwd.cu, attn_bwd.cu; v2, tensor
- * cores: attn_fwd_tc.cu, attn_bwd_tc.cu) and of backward mode, launches and error checks.
+ * cores: attn_fwd_tc.cu, attn_bwd_tc.cu; v3, sm_90: attn_fwd_wg.cu and attn_bwd_tc.cu's
+ * wgmma kernels) and of backward mode, launches and error checks.
  * Both implementations take the same params structs, scratch layout and modes; only the
  * launchers called differ. Head dims 96 and 256 have v1 kernels only, so calls with them
  * run v1 whatever the object's choice (cuattn_impl_for).
@@ -97,7 +98,8 @@ int cuattn_new(int device, struct cuattn **ret)
     if ((err = cuattn__fwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__bwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__fwd_tc_init(a->smem_optin)) != cudaSuccess ||
-        (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess)
+        (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess ||
+        (hopper && (err = cuattn__fwd_wg_init(a->smem_optin)) != cudaSuccess))
         goto free_stream;
     *ret = a;
     return 0;
@@ -158,10 +160,12 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
      * There the dim runs v1, whose tiles fit; the bits are v1's, as reported. */
     if (a->impl == CUATTN_IMPL_CUDA_CORES)
         return a->impl;
-    /* v3 runs v2's forward; its backward needs about as much shared memory as v2's */
     if (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin)
         return CUATTN_IMPL_CUDA_CORES;
-    if (a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin)
+    /* v3: its own forward (attn_fwd_wg.cu) and backward, where both fit (an sm_90 GPU's
+     * 227 KiB hold either); else v2's */
+    if (a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin &&
+        cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin)
         return CUATTN_IMPL_WGMMA;
     if (cuattn__bwd_tc_smem_bytes(head_dim) > a->smem_optin)
         return CUATTN_IMPL_CUDA_CORES;
@@ -355,7 +359,8 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     int rc = prepare(p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
-    const int tc = cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
+    const int32_t impl = cuattn_impl_for(a, p->head_dim);
+    const int tc = impl != CUATTN_IMPL_CUDA_CORES;
     if (!tc && cuattn__fwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
     if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
@@ -384,8 +389,9 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     fp.group = p->heads_q / p->heads_kv;
     fp.scale = p->scale;
     fp.geo = geo;
-    rc = finish(a, tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
-                       : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+    rc = finish(a, impl == CUATTN_IMPL_WGMMA ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, a->stream)
+                   : tc                        ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
+                                               : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
     if (rc == 0 && ret_cfg)
         *ret_cfg = c;
     return rc;

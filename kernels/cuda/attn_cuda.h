@@ -14,10 +14,17 @@
  *      FlashAttention does. Its backward uses 64 x 128 tiles (block_n =
  *      CUATTN_TC_BLOCK_N) unless the config asks for block_n = 64; its forward's bits are
  *      those of 64 x 64 tiles.
- *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): v2's forward, and a
- *      backward whose products are Hopper warpgroup MMAs (wgmma, operands in shared
- *      memory) on 64 x 128 tiles, with v2's schedules, turns and modes; a config asking
- *      for block_n = 64 runs v2's 64 x 64 kernel. Other GPUs refuse it (-ENOTSUP).
+ *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): a warp-specialised
+ *      forward (attn_fwd_wg.cu: one producer warpgroup loading Q and a 2-stage K/V ring,
+ *      two consumer warpgroups of 64 q rows each; S = Q K^T and O += P V on Hopper
+ *      warpgroup MMAs (wgmma), 128 x 128 tiles, P from registers), and a backward whose
+ *      products are wgmma (operands in shared memory) on 64 x 128 tiles, with v2's
+ *      schedules, turns and modes; a config asking for block_n = 64 runs v2's 64 x 64
+ *      backward kernel. v3's forward has 128 x 128 tiles only, whatever the config (which
+ *      it reports back as 64 x 64, the forward's config for every implementation): its
+ *      bits are those of 128-key tiles, for every stride of the inputs (rows that are
+ *      not 16-byte aligned are loaded by plain loads; the same bytes land). Other GPUs
+ *      refuse v3 (-ENOTSUP).
  * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128. A call with head dim 96
  * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
  * which one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128

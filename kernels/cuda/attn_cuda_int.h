@@ -147,6 +147,13 @@ size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
+/* attn_fwd_wg.cu (v3's forward, sm_90a only: its kernels trap elsewhere): init (call it on
+ * sm_90 only), smem_bytes and launch as for v2, head dims 64 and 128. */
+cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
+size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
+cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                                  int32_t head_dim, cudaStream_t stream);
+
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).
  * The main kernels also have 256 threads, but v3's persistent one, which has a third
@@ -411,17 +418,19 @@ static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
  * swizzled (ROWS, D); rows past `rows` are zeroed. Where the source rows are 16-byte
  * aligned (the pointer and the row stride) the copies are cp.async and the caller must
  * commit and wait for them; otherwise they are plain loads, done on return. The bytes
- * that land are the same either way. `threads` is the CTA size. */
+ * that land are the same either way. `threads` is the CTA size, or the size of the group
+ * of threads first .. first + threads - 1 that copies the tile. */
 template <int D, int ROWS = ATTN_BM, bool SW = false>
 static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                          int64_t base, int64_t row_stride, int32_t rows,
-                                                         int32_t threads)
+                                                         int32_t threads, int32_t first = 0)
 {
+    const int32_t tid = (int32_t)threadIdx.x - first;
     const int32_t CH = D / 8; /* 16-byte chunks per row, a power of two */
     const uint16_t *g = src + base;
     const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
     if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
-        for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+        for (int32_t e = tid; e < ROWS * CH; e += threads) {
             const int32_t r = e / CH, c = e - r * CH;
             uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
             if (r < rows)
@@ -431,7 +440,7 @@ static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, co
         }
         return;
     }
-    for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+    for (int32_t e = tid; e < ROWS * CH; e += threads) {
         const int32_t r = e / CH, c = e - r * CH;
         uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
         if (r >= rows) {
