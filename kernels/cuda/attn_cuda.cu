@@ -291,17 +291,27 @@ static void vl_plan_free(struct vl_plan *v)
     memset(v, 0, sizeof *v);
 }
 
+/* counts_only: the counts and `need` alone, no table (a check before any launch; a dense
+ * batch's sequences are all alike, so one stands for all). */
 static int vl_plan_make(const struct attn_problem *p, const struct attn_config *c, int backward,
-                        struct vl_plan *ret)
+                        struct vl_plan *ret, int counts_only = 0)
 {
     memset(ret, 0, sizeof *ret);
-    const int32_t B = p->batch, dense = p->cu_seqlens_q == NULL;
-    ret->seq = static_cast<struct attn_vl_seq *>(calloc((size_t)B, sizeof *ret->seq));
-    ret->cu_q = static_cast<int32_t *>(malloc(sizeof(int32_t) * ((size_t)B + 1)));
-    ret->cu_k = static_cast<int32_t *>(malloc(sizeof(int32_t) * ((size_t)B + 1)));
-    if (!ret->seq || !ret->cu_q || !ret->cu_k) {
-        vl_plan_free(ret);
-        return -ENOMEM;
+    const int32_t dense = p->cu_seqlens_q == NULL, B = counts_only && dense ? 1 : p->batch;
+    struct attn_vl_seq one;
+    int32_t cu_one[2][2];
+    if (counts_only) {
+        ret->seq = &one;
+        ret->cu_q = cu_one[0];
+        ret->cu_k = cu_one[1];
+    } else {
+        ret->seq = static_cast<struct attn_vl_seq *>(calloc((size_t)B, sizeof *ret->seq));
+        ret->cu_q = static_cast<int32_t *>(malloc(sizeof(int32_t) * ((size_t)B + 1)));
+        ret->cu_k = static_cast<int32_t *>(malloc(sizeof(int32_t) * ((size_t)B + 1)));
+        if (!ret->seq || !ret->cu_q || !ret->cu_k) {
+            vl_plan_free(ret);
+            return -ENOMEM;
+        }
     }
     int64_t total = 0, tiles = 0, rows_q = 0, rows_k = 0;
     int32_t need = 1;
@@ -309,8 +319,10 @@ static int vl_plan_make(const struct attn_problem *p, const struct attn_config *
         int32_t q0, k0, sq, sk;
         attn_seq(p, b, &q0, &k0, &sq, &sk);
         const int64_t sq0 = dense ? rows_q : q0, sk0 = dense ? rows_k : k0; /* scratch rows */
-        ret->cu_q[b] = (int32_t)sq0;
-        ret->cu_k[b] = (int32_t)sk0;
+        if (!counts_only) {
+            ret->cu_q[b] = (int32_t)sq0;
+            ret->cu_k[b] = (int32_t)sk0;
+        }
         rows_q = sq0 + sq;
         rows_k = sk0 + sk;
         if (sq == 0 || (backward && sk == 0)) {
@@ -329,10 +341,11 @@ static int vl_plan_make(const struct attn_problem *p, const struct attn_config *
             sh.seqlen_k = 1;
             sh.window = 0;
         }
-        struct attn_vl_seq *e = &ret->seq[ret->count];
+        struct attn_vl_seq *e = counts_only ? &one : &ret->seq[ret->count];
         int rc = sched_init(&e->s, cc.sched, &sh, cc.w);
         if (rc) {
-            vl_plan_free(ret);
+            if (!counts_only)
+                vl_plan_free(ret);
             return rc;
         }
         e->q0 = (int32_t)sq0;
@@ -353,10 +366,16 @@ static int vl_plan_make(const struct attn_problem *p, const struct attn_config *
             total += (int64_t)((sq + 127) / 128) * p->heads_q; /* 128-row q-tiles, per head */
         }
         if (total > INT32_MAX || tiles > INT32_MAX) {
-            vl_plan_free(ret);
+            if (!counts_only)
+                vl_plan_free(ret);
             return -EOVERFLOW;
         }
         ret->count++;
+    }
+    if (counts_only) {
+        memset(ret, 0, sizeof *ret);
+        ret->need = need;
+        return 0;
     }
     ret->cu_q[B] = (int32_t)rows_q;
     ret->cu_k[B] = (int32_t)rows_k;
@@ -421,11 +440,9 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     if (rc || !vl)
         return rc;
     struct vl_plan v;
-    if ((rc = vl_plan_make(p, &c, backward, &v)))
+    if ((rc = vl_plan_make(p, &c, backward, &v, 1)))
         return rc;
-    rc = vl_limits(a, p, &c, backward, v.need);
-    vl_plan_free(&v);
-    return rc;
+    return vl_limits(a, p, &c, backward, v.need);
 }
 
 /* The engine's view checks, plus the 2-byte alignment the kernels' 16-bit loads need. */
