@@ -33,6 +33,9 @@
  * that of 64-row q-tiles: the upper rows of a 128-row causal tile also meet a kv-tile they
  * see nothing of, which changes no value (the correction is 2^0 = 1 and P = 0), so the
  * bits are those of 64 x 64 tiles, as reported.
+ *
+ * The kernel's code is in fwd_tc.cuh, which attn_vl.cu instantiates again with windows,
+ * softcap and packed batches; this file instantiates the dense kernel.
  */
 #include "kernels/cuda/attn_cuda_int.h"
 #include "kernels/cuda/fwd_tc.cuh"

@@ -14,8 +14,9 @@
  * NaN) before every call; inputs are fresh random draws (the runner prints the seed).
  *
  * Suite gpu_dashd_varlen: a packed batch with a window and a softcap through dashd
- * --backend cuda (tensors in a registered CUDA allocation, offsets in shared memory) gives
- * the in-process kernels' bits; a head dim these kernels lack is refused clearly.
+ * --backend cuda (tensors in a registered CUDA allocation, and again in shared memory the
+ * daemon stages; offsets in shared memory) gives the in-process kernels' bits; a head dim
+ * these kernels lack is refused clearly.
  */
 #include "gpu_attn_vl.h"
 
@@ -697,6 +698,30 @@ static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels
     CU_ASSERT(memcmp(got + at[5], a.dq, qb) == 0);
     CU_ASSERT(memcmp(got + at[6], a.dk, kb) == 0);
     CU_ASSERT(memcmp(got + at[7], a.dv, kb) == 0);
+
+    /* the same from shared memory, which the daemon stages through the device */
+    struct dash_buffer *sh = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, total, &sh), 0);
+    unsigned char *hm = dash_buffer_data(sh);
+    memset(hm, 0xff, total);
+    memcpy(hm + at[0], a.q, qb);
+    memcpy(hm + at[1], a.k, kb);
+    memcpy(hm + at[2], a.v, kb);
+    memcpy(hm + at[4], a.dout, qb);
+    struct dash_tensor st[9];
+    for (int i = 0; i < 9; i++) {
+        st[i] = t[i];
+        st[i].buf = sh;
+    }
+    CU_ASSERT_EQUAL(dash_forward(c, &da, &st[0], &st[1], &st[2], &st[3], &st[8], &res), 0);
+    CU_ASSERT_EQUAL(dash_backward(c, &da, &st[0], &st[1], &st[2], &st[3], &st[8], &st[4], &st[5], &st[6],
+                                  &st[7], &res), 0);
+    CU_ASSERT_STRING_EQUAL(res.backend, "cuda");
+    CU_ASSERT(memcmp(hm + at[3], a.out, qb) == 0);
+    CU_ASSERT(memcmp(hm + at[8], a.lse, lb) == 0);
+    CU_ASSERT(memcmp(hm + at[5], a.dq, qb) == 0);
+    CU_ASSERT(memcmp(hm + at[6], a.dk, kb) == 0);
+    CU_ASSERT(memcmp(hm + at[7], a.dv, kb) == 0);
 
     /* head dim 96 (a dense batch of 64 rows in the same bytes) with the window: refused
      * before anything runs */
