@@ -311,6 +311,15 @@ static void on_sighup(uv_signal_t *h, int signum)
     } else if (a->audit) {
         audit_reopen(a->audit);
     }
+    /* one line whatever happened, so `systemctl reload` always leaves its trace */
+    size_t applied = 0;
+    for (size_t i = 0; i < n; i++)
+        applied += ch[i].live != 0;
+    log_info("SIGHUP: configuration read again (%s%s): %zu setting%s changed live, %zu need%s a "
+             "restart%s",
+             a->cfg.config_path[0] ? "file " : "no config file, the command line only",
+             a->cfg.config_path, applied, applied == 1 ? "" : "s", n - applied,
+             n - applied == 1 ? "s" : "", a->audit && !audit_changed ? "; audit log reopened" : "");
 }
 
 static void on_signal(uv_signal_t *h, int signum)

@@ -81,3 +81,14 @@ else
   echo "test-install: systemd-analyze not found: units not verified"
 fi
 echo "test-install: staged install, pkg-config build and run against its dashd: passed"
+# the installed units under a real systemd, booted as PID 1 of private namespaces where this
+# machine allows it (scripts/systemd_boot_test.sh; 77: it cannot here)
+set +e
+boot=$(bash scripts/systemd_boot_test.sh "$make" 2>&1)
+rc=$?
+set -e
+case $rc in
+  0) echo "$boot" | sed -n 's/^ok   /test-install: systemd: /p' ;;
+  77) echo "test-install: ${boot##*$'\n'} - units not run under systemd" ;;
+  *) echo "$boot" >&2; fail "the units under a real systemd (scripts/systemd_boot_test.sh)" ;;
+esac

@@ -156,6 +156,8 @@ static void test_config_sighup_applies_live_settings_and_logs_the_rest(void)
     CU_ASSERT(log_has(&d, "SIGHUP: limit-sessions is now 2 (was 1)"));
     CU_ASSERT(log_has(&d, "SIGHUP: threads changed from 1 to 2, which needs a restart"));
     CU_ASSERT(log_has(&d, "SIGHUP: auditing to"));
+    CU_ASSERT(log_has(&d, "SIGHUP: configuration read again (file "));
+    CU_ASSERT(log_has(&d, "2 settings changed live, 1 needs a restart"));
     struct dash_client *b = client(&d, &rc);
     CU_ASSERT_PTR_NOT_NULL(b);
     struct dash_stats *st = NULL;

@@ -1659,27 +1659,38 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
     dash_close(c);
 }
 
-/* The CUDA kernels do not serve windows, softcap or packed batches yet (issue 17): each is
- * an error reply that says so, on device buffers and on shared memory the daemon would
- * stage, and the daemon goes on serving. */
-static void test_dashd_gpu_windows_softcap_and_packed_batches_are_refused(void)
+/* Windows, softcap and packed batches run on the CUDA backend at head dim 64 (their bits
+ * are checked in suite gpu_dashd_varlen), from device buffers; at head dim 96, which their
+ * kernels lack, each is an error reply that says so, and the daemon goes on serving. */
+static void test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused(void)
 {
     struct fixture f;
     fixture_open(&f, "gpu-issue17");
-    struct dash_tensor t[SLOTS];
+    struct dash_tensor t[SLOTS], w[SLOTS];
     for (int s = 0; s < SLOTS; s++) {
         int kv = s == K || s == V || s == DK || s == DV;
         t[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, SEQ)
                         : dash_tensor_dense(f.b, off[s], 1, SEQ, kv ? HKV : HQ, HD);
+        /* head dim 96: fewer rows in the same bytes */
+        w[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, 100)
+                        : dash_tensor_dense(f.b, off[s], 1, 100, kv ? HKV : HQ, 96);
     }
+    struct dash_result r;
     struct dash_attn win = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .window = 1,
                             .window_left = 64, .window_right = 0};
-    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL),
-                    DASH_ENOTSUP);
+    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &r), 0);
+    CU_ASSERT_STRING_EQUAL(r.backend, "cuda");
+    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &w[Q], &w[K], &w[V], &w[OUT], &w[LSE], NULL),
+                    DASH_EHEADDIM);
     CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "sliding windows"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "head dims 64 and 128"));
     struct dash_attn cap = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .softcap = 30.0f};
+    CU_ASSERT_EQUAL(dash_forward(f.c, &cap, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL), 0);
     CU_ASSERT_EQUAL(dash_backward(f.c, &cap, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
-                                  &t[DQ], &t[DK], &t[DV], NULL), DASH_ENOTSUP);
+                                  &t[DQ], &t[DK], &t[DV], &r), 0);
+    CU_ASSERT_STRING_EQUAL(r.backend, "cuda");
+    CU_ASSERT_EQUAL(dash_backward(f.c, &cap, &w[Q], &w[K], &w[V], &w[OUT], &w[LSE], &w[DOUT],
+                                  &w[DQ], &w[DK], &w[DV], NULL), DASH_EHEADDIM);
     CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "softcap"));
     /* a packed batch: offsets in shared memory, tensors (total, heads, dim) on the device */
     struct dash_buffer *sb = NULL;
@@ -1700,9 +1711,10 @@ static void test_dashd_gpu_windows_softcap_and_packed_batches_are_refused(void)
             p3[s].shape[0] = SEQ, p3[s].shape[1] = kv ? HKV : HQ, p3[s].shape[2] = HD;
         }
     }
-    CU_ASSERT_EQUAL(dash_forward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], NULL),
-                    DASH_ENOTSUP);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "packed variable-length batches"));
+    CU_ASSERT_EQUAL(dash_forward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], &r), 0);
+    CU_ASSERT_EQUAL(dash_backward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], &p3[DOUT],
+                                  &p3[DQ], &p3[DK], &p3[DV], &r), 0);
+    CU_ASSERT_STRING_EQUAL(r.backend, "cuda");
     /* and a plain request still runs */
     struct dash_attn plain = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
     CU_ASSERT_EQUAL(dash_forward(f.c, &plain, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL), 0);
@@ -1769,8 +1781,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_client_recovers_from_daemon_restart) ||
         !CU_add_test(s, "test_dashd_gpu_head_dims_96_and_256_match_in_process",
                      test_dashd_gpu_head_dims_96_and_256_match_in_process) ||
-        !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_are_refused",
-                     test_dashd_gpu_windows_softcap_and_packed_batches_are_refused) ||
+        !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused",
+                     test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused) ||
         !CU_add_test(s, "test_dashd_gpu_cpu_backend_refuses_cuda_buffers",
                      test_dashd_gpu_cpu_backend_refuses_cuda_buffers))
         return -1;

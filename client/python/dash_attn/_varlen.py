@@ -8,7 +8,9 @@ checks the offsets (from 0, never decreasing, ending at the token count, no sequ
 longer than max_seqlen) before it touches a tensor, and computes every sequence alone, so a
 sequence's outputs and gradients do not depend on what it is packed with (with a
 deterministic schedule; `auto` too when batch_invariant=True). dashd's CPU engine serves
-packed batches; its CUDA kernels do not yet (issue 17), so CUDA tensors are refused here.
+packed batches, and so do its CUDA kernels (head dims 64 and 128), but this binding does not
+pass CUDA tensors to them yet (the offsets must reach dashd in shared memory), so CUDA
+tensors are refused here.
 
 flash_attn_varlen_func is, like flash_attn_func, a pair of PyTorch custom ops for
 torch.compile (fullgraph), export and fake tensors:
@@ -44,8 +46,8 @@ def _offsets(name, cu):
     if torch is not None and isinstance(cu, torch.Tensor):
         if cu.is_cuda:
             raise NotImplementedError(
-                f"dash_attn: {name} is a CUDA tensor: dashd serves packed batches on its CPU "
-                "engine only for now (issue 17); pass CPU tensors")
+                f"dash_attn: {name} is a CUDA tensor: this binding sends packed batches from "
+                "CPU tensors only for now (issue 17); pass CPU tensors")
         if cu.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's), not {cu.dtype}")
         a = cu.detach().to(torch.int64).numpy()
@@ -66,8 +68,8 @@ def _check_packed(named, lse=None):
     for name, x in named:
         if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
             raise NotImplementedError(
-                f"dash_attn: {name} is a CUDA tensor: dashd serves packed batches on its CPU "
-                "engine only for now (issue 17); pass CPU tensors")
+                f"dash_attn: {name} is a CUDA tensor: this binding sends packed batches from "
+                "CPU tensors only for now (issue 17); pass CPU tensors")
         if x.ndim != 3:
             raise ValueError(f"dash_attn: {name} must be 3-D (total_tokens, heads, head_dim) "
                              f"in a packed batch; got shape {tuple(x.shape)}")

@@ -5,7 +5,8 @@ float64, bitwise repeats, tensors that are pieces of the caching allocator's blo
 strided views, and stream ordering - the result is right when the producer of q is still
 running at submit time, and the call returns before it has finished. And PyTorch 2 on CUDA
 tensors: opcheck of the custom ops, torch.compile (fullgraph, and reduce-overhead) giving
-the eager bits, a CUDA-graph capture refused clearly, float64 refused, the drop-ins.
+the eager bits, a CUDA-graph capture refused clearly, float64 refused, the drop-ins;
+sliding windows and softcap against float64.
 
 Runs under pytest, or as a script (`python3 test_gpu.py`) where pytest is not installed.
 Skips without a CUDA device.
@@ -339,6 +340,55 @@ def test_gpu_float64_is_refused_with_a_clear_error():
         repr(raised)
     qb = q.bfloat16()
     assert torch.isfinite(dash_attn.flash_attn_func(qb, qb, qb)).all()  # still served
+
+
+def ref_window_softcap(q, k, v, causal, window, softcap, scale):
+    """float64 attention with flash-attn's window (bottom-right aligned) and softcap."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(hq // hkv, dim=2)
+    vv = v.repeat_interleave(hq // hkv, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device).view(-1, 1) + (sk - sq)
+    j = torch.arange(sk, device=q.device).view(1, -1)
+    left, right = window
+    if causal:
+        right = 0
+    hide = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        hide |= j < i - left
+    if right >= 0:
+        hide |= j > i + right
+    s = s.masked_fill(hide, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
+    return torch.einsum("bhqk,bkhd->bqhd", p, vv)
+
+
+def test_gpu_window_and_softcap_match_float64():
+    """window_size and softcap on CUDA tensors run on dashd's CUDA backend (issue 17):
+    values and gradients against float64, GQA, causal and not, head dims 64 and 128."""
+    cases = [((2, 300, 300, 8, 2, 64), (128, 0), True, 30.0),
+             ((1, 257, 400, 4, 4, 128), (50, 70), False, 50.0),
+             ((1, 200, 333, 4, 1, 64), (0, 0), False, 0.0)]  # one key a row
+    for n, (shape, window, causal, cap) in enumerate(cases):
+        for dtype, tol in ((torch.bfloat16, 1e-2), (torch.float16, 5e-3)):
+            q, k, v, dout = inputs(shape, dtype, SEED ^ (20 + n))
+            q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+            scale = 3.0 / math.sqrt(shape[5])
+            out = dash_attn.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal,
+                                            window_size=window, softcap=cap)
+            out.backward(dout)
+            assert dash_attn.last_result()["backend"] == "cuda"
+            q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+            ref = ref_window_softcap(q64, k64, v64, causal, window, cap, scale)
+            ref.backward(dout.double())
+            assert rel(out.detach(), ref.detach()) < tol, f"case {n} out, seed {SEED}"
+            for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad),
+                                    ("dv", v.grad, v64.grad)):
+                assert torch.isfinite(got).all(), f"case {n} {name} not finite"
+                assert rel(got, want) < tol, f"case {n} {name}, seed {SEED}"
 
 
 def test_gpu_drop_ins_on_cuda_tensors():
