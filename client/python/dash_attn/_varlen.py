@@ -276,10 +276,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     left, right = _client.window_pair(window_size)
     sched = _schedule(deterministic, schedule)
     given = len(_client.traced_audit) > 0
-    plain = (torch.Tensor, torch.nn.Parameter)
-    if not _ops.available or (not given and type(q) in plain and type(k) in plain and
-                              type(v) in plain and q.device.type != "meta" and
-                              not _client.compiling()):
+    if not _ops.available or (not given and _ops.eager_ok(q, k, v)):
         # eager: the same code as the ops, without their dispatch (_ops._Eager's reason)
         c = client or _client.default_client()
         out, lse = DashVarlenFunction.apply(
