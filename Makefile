@@ -87,7 +87,7 @@ endif
 FUZZ_CC ?= $(shell command -v clang 2>/dev/null)
 FUZZ_SECONDS ?= 600
 FUZZ_TEST_SECONDS ?= 30
-FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer -MMD -MP \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. -I$(GEN) $(PKG_CFLAGS)
 FUZZ_SRC := tests/fuzz_request.c daemon/validate.c proto/wire.c proto/errors.c $(GEN)/proto/dash.pb-c.c
 FUZZ := $(if $(FUZZ_CC),$(BUILD)/fuzz_request)
@@ -555,4 +555,4 @@ test-install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz -name '*.d' 2>/dev/null)

@@ -381,6 +381,13 @@ struct dash_attn {
      * never depend on what it is packed with (every explicit schedule already gives that;
      * docs/schedules.md). */
     int32_t batch_invariant;
+    /* Or the offsets by value, for callers whose offsets are not in a buffer (a
+     * stream-ordered call on CUDA tensors returns before the daemon reads anything, so a
+     * buffer it reuses could change under it): with cu_seqlens_q.buf NULL and n_offsets >=
+     * 2, offsets_q and offsets_k each point to n_offsets int32 (batch + 1) in the caller's
+     * memory, which the call copies into the request; the rest as above. */
+    const int32_t *offsets_q, *offsets_k;
+    int32_t n_offsets;
 };
 
 /* What an op ran with: everything its output bits depend on besides the inputs. */

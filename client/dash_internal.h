@@ -166,6 +166,7 @@ struct dash__req {
     struct dash_attn attn;
     struct dash_tensor t[DASH__NT_MAX]; /* q k v out lse [dout dq dk dv] [cu_q cu_k] */
     int nt;
+    int32_t *offsets; /* the offsets by value, q's then k's (attn.n_offsets each), or NULL */
     struct dash_result result;
     char message[256]; /* DONE with an error: the daemon's words, if it said any */
     /* audit tag at submission (dash_set_audit) */

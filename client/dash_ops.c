@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- tensors -------------------------------------------------------------------------- */
@@ -103,7 +104,18 @@ static int check_attn(const struct dash_attn *a, char *why, size_t len)
         snprintf(why, len, "softcap %g must be finite and >= 0 (0: off)", (double)a->softcap);
         return DASH_EINVAL;
     }
-    if (a->cu_seqlens_q.buf && (a->max_seqlen_q < 1 || a->max_seqlen_k < 1)) {
+    if (a->cu_seqlens_q.buf && a->n_offsets) {
+        snprintf(why, len, "the offsets are given both in buffers (cu_seqlens_q/k) and by value "
+                 "(offsets_q/k); give them one way");
+        return DASH_EINVAL;
+    }
+    if (!a->cu_seqlens_q.buf && a->n_offsets &&
+        (a->n_offsets < 2 || a->n_offsets > (1 << 24) + 1 || !a->offsets_q || !a->offsets_k)) {
+        snprintf(why, len, "offsets by value: n_offsets %d must be batch + 1 >= 2 (batch at most "
+                 "2^24) with offsets_q and offsets_k set", a->n_offsets);
+        return DASH_EINVAL;
+    }
+    if ((a->cu_seqlens_q.buf || a->n_offsets) && (a->max_seqlen_q < 1 || a->max_seqlen_k < 1)) {
         snprintf(why, len, "max_seqlen_q %d and max_seqlen_k %d must be >= 1 in a packed batch",
                  a->max_seqlen_q, a->max_seqlen_k);
         return DASH_EINVAL;
@@ -215,12 +227,19 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
 
     Dash__TensorRef *ref = st->refs;
     Dash__Varlen *varlen = NULL;
-    if (r->attn.cu_seqlens_q.buf) { /* the offsets follow the op's tensors */
+    if (r->attn.cu_seqlens_q.buf || r->offsets) {
         const int body = r->kind == DASH__FORWARD ? 5 : 9;
         varlen = &st->varlen;
         dash__varlen__init(varlen);
-        varlen->cu_seqlens_q = &ref[body];
-        varlen->cu_seqlens_k = &ref[body + 1];
+        if (r->offsets) { /* by value: the request's own copy */
+            varlen->n_cu_seqlens_q_values = varlen->n_cu_seqlens_k_values =
+                (size_t)r->attn.n_offsets;
+            varlen->cu_seqlens_q_values = r->offsets;
+            varlen->cu_seqlens_k_values = r->offsets + r->attn.n_offsets;
+        } else { /* the offsets' tensors follow the op's */
+            varlen->cu_seqlens_q = &ref[body];
+            varlen->cu_seqlens_k = &ref[body + 1];
+        }
         varlen->max_seqlen_q = r->attn.max_seqlen_q;
         varlen->max_seqlen_k = r->attn.max_seqlen_k;
     }
@@ -325,7 +344,8 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     c->last_error[0] = '\0';
     if ((rc = check_attn(a, c->last_error, sizeof c->last_error)) != 0)
         return rc;
-    const int varlen = a->cu_seqlens_q.buf != NULL;
+    const int by_value = !a->cu_seqlens_q.buf && a->n_offsets > 0;
+    const int varlen = a->cu_seqlens_q.buf != NULL || by_value;
     for (int i = 0; i < nt; i++) {
         const int32_t ndim = (i == 4 ? 3 : 4) - varlen; /* ts[4] is lse */
         if ((rc = check_tensor(c, ts[i], ndim)) != 0) {
@@ -334,7 +354,7 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
             return rc;
         }
     }
-    if (varlen && ((rc = check_tensor(c, &a->cu_seqlens_q, 1)) != 0 ||
+    if (varlen && !by_value && ((rc = check_tensor(c, &a->cu_seqlens_q, 1)) != 0 ||
                    (rc = check_tensor(c, &a->cu_seqlens_k, 1)) != 0)) {
         snprintf(c->last_error, sizeof c->last_error, "cu_seqlens_q and cu_seqlens_k must both be "
                  "tensors of ndim 1 in buffers of this client");
@@ -348,6 +368,17 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     if (!r)
         return dash__fail(c, DASH_ENOMEM, "out of memory for a request");
     r->attn = *a;
+    r->attn.offsets_q = r->attn.offsets_k = NULL; /* the caller's: r->offsets is the copy */
+    if (by_value) {
+        const size_t n = (size_t)a->n_offsets;
+        if (!(r->offsets = malloc(2 * n * sizeof(int32_t)))) {
+            r->state = DASH__DONE; /* nothing to give back yet */
+            dash__req_free(c, r);
+            return dash__fail(c, DASH_ENOMEM, "out of memory for %zu offsets", 2 * n);
+        }
+        memcpy(r->offsets, a->offsets_q, n * sizeof(int32_t));
+        memcpy(r->offsets + n, a->offsets_k, n * sizeof(int32_t));
+    }
     r->audit_step = c->audit_step;
     memcpy(r->audit_label, c->audit_label, sizeof r->audit_label);
     r->wait_slot = sync->wait_slot;
@@ -358,7 +389,7 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     r->nt = nt;
     for (int i = 0; i < nt; i++)
         r->t[i] = *ts[i];
-    if (varlen) { /* registered and held like the op's tensors */
+    if (varlen && !by_value) { /* registered and held like the op's tensors */
         r->t[r->nt++] = a->cu_seqlens_q;
         r->t[r->nt++] = a->cu_seqlens_k;
     }

@@ -103,6 +103,7 @@ void dash__req_free(struct dash_client *c, struct dash__req *r)
     else
         c->reqs_tail = r->prev;
     wire_free_reply(r->reply);
+    free(r->offsets);
     free(r);
 }
 

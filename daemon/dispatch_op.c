@@ -74,7 +74,8 @@ static void copy_in_fn(void *arg)
 }
 
 /* A packed batch: copy its offsets out of the client's shared memory (under the SIGBUS
- * guard) into the job, and check their values - before any tensor is touched. 0, or a
+ * guard), or from the request when sent by value, into the job, and check their values -
+ * before any tensor is touched. 0, or a
  * DASH_* code with a reason: DASH_EINVAL (offsets not in shared memory), DASH_EBUFGONE,
  * DASH_ENOMEM, DASH_ESHAPE (values: attn_explain_problem's words). */
 static int read_offsets(struct session *s, struct job *j, char *msg, size_t msglen)
@@ -90,6 +91,11 @@ static int read_offsets(struct session *s, struct job *j, char *msg, size_t msgl
     static const char *const names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
     for (int side = 0; side < 2; side++) {
         const struct val_tensor *t = &p->cu[side];
+        if (p->cu_values[side]) { /* sent by value: in the request, which goes after this */
+            memcpy(j->cu_seqlens + (size_t)side * n, p->cu_values[side], n * sizeof(int32_t));
+            p->cu_values[side] = NULL;
+            continue;
+        }
         struct shmbuf *b = sess_buf_find(s, t->buffer_id);
         if (shmbuf_kind(b) != SHMBUF_SHM) {
             snprintf(msg, msglen, "%s: buffer %llu is %s; offsets must be in shared memory",

@@ -222,6 +222,22 @@ static int check_offsets(const Dash__TensorRef *r, const char *name, val_lookup_
     return 0;
 }
 
+/* A packed batch's offsets sent by value: batch + 1 >= 2 of them. */
+static int check_offset_values(size_t n, const char *name, char *msg, size_t msglen,
+                               struct val_tensor *t)
+{
+    if (n < 2 || n > (size_t)ATTN_VARLEN_MAX_BATCH + 1)
+        return fail(msg, msglen, DASH_ESHAPE, "%s: %zu values, expected batch + 1 with 1 <= "
+                    "batch <= %d", name, n, ATTN_VARLEN_MAX_BATCH);
+    memset(t, 0, sizeof *t);
+    t->ndim = 1;
+    t->shape[0] = (int32_t)n;
+    t->stride[0] = 1;
+    t->elem_size = (int32_t)sizeof(int32_t);
+    t->extent = (uint64_t)n * sizeof(int32_t);
+    return 0;
+}
+
 /* offset + extent <= size, computed without wrapping. Sets t->extent. */
 static int check_bounds(struct val_tensor *t, enum val_slot slot, uint64_t size, char *msg,
                         size_t msglen)
@@ -399,11 +415,25 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
                             msglen, &p.t[s])))
             return rc;
     }
+    const Dash__Varlen *vl = r->varlen;
+    if (varlen && (vl->n_cu_seqlens_q_values || vl->n_cu_seqlens_k_values)) {
+        if (vl->cu_seqlens_q || vl->cu_seqlens_k)
+            return fail(msg, msglen, DASH_EMALFORMED, "varlen: the offsets are given both in "
+                        "buffers and by value; give them one way");
+        if ((rc = check_offset_values(vl->n_cu_seqlens_q_values, "cu_seqlens_q", msg, msglen,
+                                      &p.cu[VAL_CU_Q])) ||
+            (rc = check_offset_values(vl->n_cu_seqlens_k_values, "cu_seqlens_k", msg, msglen,
+                                      &p.cu[VAL_CU_K])))
+            return rc;
+        p.cu_values[VAL_CU_Q] = vl->cu_seqlens_q_values;
+        p.cu_values[VAL_CU_K] = vl->cu_seqlens_k_values;
+    }
     if (varlen) {
-        if ((rc = check_offsets(r->varlen->cu_seqlens_q, "cu_seqlens_q", lookup, ctx, msg, msglen,
-                                &p.cu[VAL_CU_Q])) ||
-            (rc = check_offsets(r->varlen->cu_seqlens_k, "cu_seqlens_k", lookup, ctx, msg, msglen,
-                                &p.cu[VAL_CU_K])))
+        if (!p.cu_values[VAL_CU_Q] &&
+            ((rc = check_offsets(r->varlen->cu_seqlens_q, "cu_seqlens_q", lookup, ctx, msg, msglen,
+                                 &p.cu[VAL_CU_Q])) ||
+             (rc = check_offsets(r->varlen->cu_seqlens_k, "cu_seqlens_k", lookup, ctx, msg, msglen,
+                                 &p.cu[VAL_CU_K]))))
             return rc;
         if (p.cu[VAL_CU_Q].shape[0] != p.cu[VAL_CU_K].shape[0])
             return fail(msg, msglen, DASH_ESHAPE, "cu_seqlens_q has %d entries, cu_seqlens_k %d: "

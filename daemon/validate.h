@@ -74,6 +74,9 @@ struct val_plan {
      * checks their values with attn_explain_problem. */
     int32_t varlen;
     struct val_tensor cu[2];
+    /* Or the offsets sent by value (cu[] then has buffer_id 0 and only the shape): they
+     * point into the request, valid until dispatch has copied them (read_offsets). */
+    const int32_t *cu_values[2];
     struct attn_problem prob;
     struct attn_config cfg; /* as requested: sched may be SCHED_AUTO, 0 = the default */
     struct val_tensor t[VAL_SLOTS];

@@ -88,8 +88,11 @@ static void check_plan(const struct val_plan *p, int backward)
     if (p->varlen) {
         /* a packed batch: (1, total, heads, head_dim), lse (1, heads_q, total_q), and the
          * offsets, (batch + 1) int32 each */
+        if (!p->cu_values[0] != !p->cu_values[1])
+            fail("a packed batch with one side's offsets by value and the other's in a buffer");
         for (int i = 0; i < 2; i++) {
-            check_tensor(&p->cu[i]);
+            if (!p->cu_values[i]) /* by value: no buffer to check them against */
+                check_tensor(&p->cu[i]);
             if (p->cu[i].output || p->cu[i].elem_size != 4 ||
                 val_dense_bytes(&p->cu[i]) != 4 * ((uint64_t)pr->batch + 1))
                 fail("a packed batch's offsets are not (batch + 1) int32 inputs");

@@ -48,7 +48,8 @@ struct op_shape {
     int packed;  /* every tensor in buffer 30, one after the other */
     int strided; /* q, k, v with a padded head stride (head_dim + 8) */
     int window;  /* a sliding window (left 8, right 0) and a softcap of 30 */
-    int varlen;  /* a packed batch of sequences (b of them, sq and sk tokens in all) */
+    int varlen;  /* a packed batch of sequences (b of them, sq and sk tokens in all); 2: its
+                  * offsets by value in the request */
 };
 
 static void op_seed(const struct op_shape *o, int backward, const Dash__EventSync *sync,
@@ -133,8 +134,19 @@ static void op_seed(const struct op_shape *o, int backward, const Dash__EventSyn
         cu[i].shape = cu_shape;
         cu[i].strides = cu_stride;
     }
-    vl.cu_seqlens_q = &cu[0];
-    vl.cu_seqlens_k = &cu[1];
+    int32_t values[2][9];
+    if (o->varlen == 2) { /* even splits of sq and sk tokens over b sequences (b <= 8) */
+        for (int i = 0; i <= o->b && i < 9; i++) {
+            values[0][i] = o->sq * i / o->b;
+            values[1][i] = o->sk * i / o->b;
+        }
+        vl.n_cu_seqlens_q_values = vl.n_cu_seqlens_k_values = (size_t)o->b + 1;
+        vl.cu_seqlens_q_values = values[0];
+        vl.cu_seqlens_k_values = values[1];
+    } else {
+        vl.cu_seqlens_q = &cu[0];
+        vl.cu_seqlens_k = &cu[1];
+    }
     vl.max_seqlen_q = o->sq;
     vl.max_seqlen_k = o->sk;
     f.varlen = b.varlen = o->varlen ? &vl : NULL;
@@ -246,6 +258,7 @@ int main(int argc, char **argv)
         {DASH__DTYPE__BF16, DASH__MASK__CAUSAL, 1, 64, 64, 4, 2, 64, DASH__SCHEDULE__SHIFT, 0, 0, 0, 0, 0, 1, 0},
         {DASH__DTYPE__F16, DASH__MASK__CAUSAL, 3, 40, 48, 4, 2, 64, DASH__SCHEDULE__AUTO, 0, 0, 0, 0, 0, 0, 1},
         {DASH__DTYPE__BF16, DASH__MASK__FULL, 2, 24, 24, 2, 1, 32, DASH__SCHEDULE__DESCENDING, 0, 0, 0, 1, 0, 1, 1},
+        {DASH__DTYPE__F32, DASH__MASK__CAUSAL, 3, 30, 36, 4, 2, 32, DASH__SCHEDULE__SHIFT, 0, 0, 0, 0, 0, 0, 2},
     };
     Dash__EventSync ev = DASH__EVENT_SYNC__INIT;
     ev.has_wait_event = ev.has_record_event = ev.has_reply_when_queued = 1;

@@ -447,6 +447,120 @@ static void test_dashd_varlen_offsets_buffer_frees_after_the_op(void)
     dash_close(c);
 }
 
+/* Offsets sent by value (in the request, no buffer): the bits of the same offsets in shared
+ * memory, forward and backward; given both ways, or with q and k counts that differ, or
+ * values that are not offsets, each a clear refusal that writes nothing; through libdash,
+ * a caller's array that changes right after the call does not change what was sent. */
+static void test_dashd_varlen_offsets_by_value_give_the_buffer_bits(void)
+{
+    struct raw_client *r = session();
+    CU_ASSERT_FATAL(r != NULL);
+    struct packed P;
+    packed_init(&P, r, 0x2101);
+    Dash__AttnParams p;
+    packed_reset(&P, &p);
+    Dash__Reply *rep = call(r, &P, &p, 0);
+    CU_ASSERT_FATAL(rep && rep->code == 0);
+    wire_free_reply(rep);
+    rep = call(r, &P, &p, 1);
+    CU_ASSERT_FATAL(rep && rep->code == 0);
+    wire_free_reply(rep);
+    unsigned char *by_buffer = malloc(P.size);
+    memcpy(by_buffer, P.data, P.size);
+
+    int32_t cq[NSEQ + 1], ck[NSEQ + 1];
+    memcpy(cq, P.data + P.off[T_CUQ], sizeof cq);
+    memcpy(ck, P.data + P.off[T_CUK], sizeof ck);
+    memset(P.data + P.off[T_CUQ], 0x7f, sizeof cq); /* the buffer's copy is not read */
+    memset(P.data + P.off[T_CUK], 0x7f, sizeof ck);
+    const int outs[] = {T_OUT, T_LSE, T_DQ, T_DK, T_DV};
+    for (int i = 0; i < 5; i++) {
+        const int t = outs[i];
+        int64_t n = P.shape[t][0] * P.shape[t][1] * (P.ndim[t] == 3 ? P.shape[t][2] : 1);
+        tu_poison(P.data + P.off[t], 4 * (size_t)n);
+    }
+    packed_reset(&P, &p);
+    P.varlen.cu_seqlens_q = P.varlen.cu_seqlens_k = NULL;
+    P.varlen.n_cu_seqlens_q_values = P.varlen.n_cu_seqlens_k_values = NSEQ + 1;
+    P.varlen.cu_seqlens_q_values = cq;
+    P.varlen.cu_seqlens_k_values = ck;
+    rep = call(r, &P, &p, 0);
+    CU_ASSERT_FATAL(rep && rep->code == 0);
+    wire_free_reply(rep);
+    rep = call(r, &P, &p, 1);
+    CU_ASSERT_FATAL(rep && rep->code == 0);
+    wire_free_reply(rep);
+    memcpy(P.data + P.off[T_CUQ], cq, sizeof cq);
+    memcpy(P.data + P.off[T_CUK], ck, sizeof ck);
+    CU_ASSERT(memcmp(by_buffer, P.data, P.size) == 0);
+
+    /* refusals */
+    P.varlen.cu_seqlens_q = &P.ref[T_CUQ]; /* both ways */
+    CU_ASSERT_EQUAL(refused(r, &P, &p, 0, "both in buffers and by value"), DASH_EMALFORMED);
+    P.varlen.cu_seqlens_q = NULL;
+    P.varlen.n_cu_seqlens_k_values = NSEQ; /* k has one offset fewer */
+    CU_ASSERT_EQUAL(refused(r, &P, &p, 1, "both are batch + 1"), DASH_ESHAPE);
+    P.varlen.n_cu_seqlens_q_values = P.varlen.n_cu_seqlens_k_values = 1;
+    CU_ASSERT_EQUAL(refused(r, &P, &p, 0, "cu_seqlens_q: 1 values"), DASH_ESHAPE);
+    P.varlen.n_cu_seqlens_q_values = P.varlen.n_cu_seqlens_k_values = NSEQ + 1;
+    int32_t bad[NSEQ + 1];
+    memcpy(bad, cq, sizeof bad);
+    bad[2] = bad[1] - 1; /* decreasing */
+    P.varlen.cu_seqlens_q_values = bad;
+    CU_ASSERT_EQUAL(refused(r, &P, &p, 0, "must not decrease"), DASH_ESHAPE);
+    P.varlen.n_cu_seqlens_q_values = P.varlen.n_cu_seqlens_k_values = 0; /* neither way */
+    CU_ASSERT_EQUAL(refused(r, &P, &p, 0, "varlen.cu_seqlens_q is missing"), DASH_EMALFORMED);
+    free(by_buffer);
+    packed_drop(&P);
+    raw_close(r);
+
+    /* through libdash: offsets by value; the caller's array may change after the call */
+    enum { TQ = 50, H = 2, HD2 = 64 };
+    struct dash_connect_opts o = {.client_name = "varlen-values", .timeout_ms = 10000};
+    struct dash_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_connect(D.endpoint, &o, &c), 0);
+    const size_t tb = (size_t)TQ * H * HD2 * 2;
+    struct dash_buffer *b = NULL, *sb = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 5 * tb + 2 * (size_t)H * TQ * 4, &b), 0);
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 4096, &sb), 0);
+    unsigned char *mem = dash_buffer_data(b);
+    for (size_t i = 0; i < 3 * tb / 2; i++)
+        ((uint16_t *)(void *)mem)[i] = (uint16_t)(0x3c00 + (uint16_t)(i * 7 % 61)); /* bf16 1..2 */
+    struct dash_tensor t[7];
+    for (int s = 0; s < 5; s++)
+        t[s] = (struct dash_tensor){.buf = b, .offset = s * tb, .ndim = 3, .shape = {TQ, H, HD2}};
+    t[5] = (struct dash_tensor){.buf = b, .offset = 5 * tb, .ndim = 2, .shape = {H, TQ}};
+    t[6] = t[5];
+    t[6].offset += (size_t)H * TQ * 4;
+    int32_t *shm_cu = dash_buffer_data(sb);
+    shm_cu[0] = 0, shm_cu[1] = 13, shm_cu[2] = 31, shm_cu[3] = TQ;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .max_seqlen_q = 37,
+                          .max_seqlen_k = 37};
+    a.cu_seqlens_q = (struct dash_tensor){.buf = sb, .ndim = 1, .shape = {4}};
+    a.cu_seqlens_k = a.cu_seqlens_q;
+    CU_ASSERT_EQUAL(dash_forward(c, &a, &t[0], &t[1], &t[2], &t[3], &t[5], NULL), 0);
+    int32_t mine[4] = {0, 13, 31, TQ};
+    struct dash_attn av = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .max_seqlen_q = 37,
+                           .max_seqlen_k = 37, .offsets_q = mine, .offsets_k = mine,
+                           .n_offsets = 4};
+    uint64_t ticket;
+    CU_ASSERT_EQUAL_FATAL(dash_forward_submit(c, &av, &t[0], &t[1], &t[2], &t[4], &t[6], &ticket),
+                          0);
+    mine[1] = 40; /* after the call: must not matter */
+    CU_ASSERT_EQUAL(dash_wait(c, ticket, 20000, NULL), 0);
+    CU_ASSERT(memcmp(mem + 3 * tb, mem + 4 * tb, tb) == 0);       /* out */
+    CU_ASSERT(memcmp(mem + 5 * tb, mem + 5 * tb + (size_t)H * TQ * 4, (size_t)H * TQ * 4) == 0);
+    av.cu_seqlens_q = a.cu_seqlens_q; /* both ways: libdash refuses before sending */
+    CU_ASSERT_EQUAL(dash_forward(c, &av, &t[0], &t[1], &t[2], &t[4], &t[6], NULL), DASH_EINVAL);
+    CU_ASSERT(strstr(dash_last_error(c), "give them one way") != NULL);
+    av.cu_seqlens_q = (struct dash_tensor){0};
+    av.n_offsets = 1;
+    CU_ASSERT_EQUAL(dash_forward(c, &av, &t[0], &t[1], &t[2], &t[4], &t[6], NULL), DASH_EINVAL);
+    CU_ASSERT_EQUAL(dash_buffer_free(c, sb), 0);
+    CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
+    dash_close(c);
+}
+
 int suite_dashd_varlen(void)
 {
     CU_pSuite s = CU_add_suite("dashd_varlen", suite_init, suite_clean);
@@ -455,5 +569,6 @@ int suite_dashd_varlen(void)
     ADD_TEST(s, test_dashd_varlen_each_bad_request_gets_its_own_clear_error);
     ADD_TEST(s, test_dashd_varlen_window_softcap_results_equal_in_process_engine);
     ADD_TEST(s, test_dashd_varlen_offsets_buffer_frees_after_the_op);
+    ADD_TEST(s, test_dashd_varlen_offsets_by_value_give_the_buffer_bits);
     return 0;
 }

@@ -331,15 +331,21 @@ class Client:
                 "PyTorch version supports the cudagraph_unsafe tag (docs/python.md)")
 
     def _forward_cuda(self, q, k, v, attn):
+        """out, lse of (batch, seqlen, heads, d) tensors, or of a packed batch's (total,
+        heads, d) ones (attn then carries its offsets by value: _varlen.py)."""
         self._refuse_capture()
         q, k, v = (self._last_dim_contiguous(x) for x in (q, k, v))
-        b, s, h, _ = q.shape
+        nd = q.dim()
+        if nd == 3:  # packed: lse (heads_q, total_q)
+            lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+        else:
+            b, s, h, _ = q.shape
+            lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-        lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
         res = _lib.DashResult()
         with _on_device(q.device), self._lock:
             self._tag()
-            ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3)])
+            ts = self._cuda_tensors([(q, nd), (k, nd), (v, nd), (out, nd), (lse, nd - 1)])
             stream = _current_stream(q.device)
             self._check(_lib.dash_forward_stream(self._c, ctypes.byref(attn),
                                                  *[ctypes.byref(ts[i]) for i in range(5)],
@@ -356,8 +362,9 @@ class Client:
         res = _lib.DashResult()
         with _on_device(q.device), self._lock:
             self._tag()
-            ts = self._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3), (dout, 4),
-                                     (dq, 4), (dk, 4), (dv, 4)])
+            nd = q.dim()  # 3: a packed batch
+            ts = self._cuda_tensors([(q, nd), (k, nd), (v, nd), (out, nd), (lse, nd - 1),
+                                     (dout, nd), (dq, nd), (dk, nd), (dv, nd)])
             stream = _current_stream(q.device)
             self._check(_lib.dash_backward_stream(self._c, ctypes.byref(attn),
                                                   *[ctypes.byref(ts[i]) for i in range(9)],

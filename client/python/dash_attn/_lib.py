@@ -58,6 +58,9 @@ class DashAttn(ctypes.Structure):
         ("max_seqlen_q", ctypes.c_int32),
         ("max_seqlen_k", ctypes.c_int32),
         ("batch_invariant", ctypes.c_int32),
+        ("offsets_q", ctypes.POINTER(ctypes.c_int32)),
+        ("offsets_k", ctypes.POINTER(ctypes.c_int32)),
+        ("n_offsets", ctypes.c_int32),
     ]
 
 

@@ -204,6 +204,20 @@ if available:
 
     # plain tensors only: subclasses (FakeTensor, FunctionalTensor, DTensor...) take the ops
     _PLAIN = (torch.Tensor, torch.nn.Parameter)
+    _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+    def eager_ok(*tensors):
+        """Whether a call on these tensors may take the eager path (_Eager): plain tensors
+        on a real device, not under torch.compile or export. Inside torch.func transforms
+        neither path works (dashd needs the tensors' memory, which functorch's wrappers do
+        not expose): refused with words saying so."""
+        if _functorch_active():
+            raise NotImplementedError(
+                "dash_attn: torch.func transforms (grad, vjp, jacrev, vmap) are not supported: "
+                "dashd computes on the tensors' memory, which functorch's wrapped tensors do not "
+                "expose; use loss.backward() / torch.autograd.grad")
+        return all(type(t) in _PLAIN for t in tensors) and tensors[0].device.type != "meta" \
+            and not _client.compiling()
 
 
 def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -222,8 +236,7 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     # otherwise the op reads the thread's tag when it runs
     given = len(_client.traced_audit) > 0  # (torch 2.11 dynamo cannot trace bool(list))
     cid = client.id if client is not None else 0
-    if not given and type(q) in _PLAIN and type(k) in _PLAIN and type(v) in _PLAIN and \
-            q.device.type != "meta" and not _client.compiling():
+    if not given and eager_ok(q, k, v):
         return _Eager.apply(q, k, v, softmax_scale, bool(causal), left, right, float(softcap),
                             schedule, cid)
     step, label = _client.traced_audit[-1] if given else (None, None)

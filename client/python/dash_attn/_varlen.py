@@ -7,10 +7,11 @@ cu_seqlens_k of batch + 1 entries: sequence b is rows cu_seqlens[b]:cu_seqlens[b
 checks the offsets (from 0, never decreasing, ending at the token count, no sequence
 longer than max_seqlen) before it touches a tensor, and computes every sequence alone, so a
 sequence's outputs and gradients do not depend on what it is packed with (with a
-deterministic schedule; `auto` too when batch_invariant=True). dashd's CPU engine serves
-packed batches, and so do its CUDA kernels (head dims 64 and 128), but this binding does not
-pass CUDA tensors to them yet (the offsets must reach dashd in shared memory), so CUDA
-tensors are refused here.
+deterministic schedule; `auto` too when batch_invariant=True). Host tensors go through
+shared memory with their offsets; CUDA tensors are used in place, ordered on the current
+stream like flash_attn_func's, with the offsets sent by value inside the request (a CUDA
+cu_seqlens is copied to the host first, which waits for the stream). dashd's CUDA kernels
+serve packed batches at head dims 64 and 128 (kernels/cuda/attn_vl.cu).
 
 flash_attn_varlen_func is, like flash_attn_func, a pair of PyTorch custom ops for
 torch.compile (fullgraph), export and fake tensors:
@@ -27,6 +28,7 @@ torch.compile (fullgraph), export and fake tensors:
 with the dense ops' conventions (_ops.py: client ids, the audit tag tensor); eager calls on
 plain tensors run the same code through DashVarlenFunction without the ops' dispatch.
 """
+import ctypes
 import math
 
 from . import _client, _ops
@@ -42,12 +44,10 @@ except ImportError:
 
 
 def _offsets(name, cu):
-    """A contiguous int32 host copy of cu_seqlens (torch int32/int64 or numpy), 1-D."""
+    """A contiguous int32 host copy of cu_seqlens (torch int32/int64 or numpy), 1-D. A CUDA
+    tensor is copied to the host, which waits for the stream to reach it (dashd checks the
+    offsets before it touches a tensor: pass CPU offsets to avoid the wait)."""
     if torch is not None and isinstance(cu, torch.Tensor):
-        if cu.is_cuda:
-            raise NotImplementedError(
-                f"dash_attn: {name} is a CUDA tensor: this binding sends packed batches from "
-                "CPU tensors only for now (issue 17); pass CPU tensors")
         if cu.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's), not {cu.dtype}")
         a = cu.detach().to(torch.int64).numpy()
@@ -64,12 +64,12 @@ def _offsets(name, cu):
 
 
 def _check_packed(named, lse=None):
-    """3-D host tensors of one dtype (q first), lse 2-D float32."""
+    """3-D tensors of one dtype and one kind (q first: all on one CUDA device, or all on the
+    host), lse 2-D float32."""
+    cuda = {torch is not None and isinstance(x, torch.Tensor) and x.is_cuda for _, x in named}
+    if len(cuda) != 1:
+        raise ValueError("dash_attn: all tensors must be of one kind (all CUDA, or all host)")
     for name, x in named:
-        if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
-            raise NotImplementedError(
-                f"dash_attn: {name} is a CUDA tensor: this binding sends packed batches from "
-                "CPU tensors only for now (issue 17); pass CPU tensors")
         if x.ndim != 3:
             raise ValueError(f"dash_attn: {name} must be 3-D (total_tokens, heads, head_dim) "
                              f"in a packed batch; got shape {tuple(x.shape)}")
@@ -80,6 +80,21 @@ def _check_packed(named, lse=None):
     if lse is not None and (lse.ndim != 2 or str(lse.dtype).split(".")[-1] != "float32"):
         raise ValueError("dash_attn: lse must be float32 (heads_q, total_q) in a packed batch; "
                          f"got {lse.dtype} {tuple(lse.shape)}")
+
+
+def _is_cuda(x):
+    return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
+
+
+def _by_value(attn, cq, ck):
+    """Put the offsets in the request itself (dash_attn.offsets_q/k): a call on CUDA tensors
+    returns before dashd reads anything, and libdash copies them into the request."""
+    if len(cq) != len(ck):
+        raise ValueError(f"dash_attn: cu_seqlens_q has {len(cq)} entries and cu_seqlens_k "
+                         f"{len(ck)}; both are batch + 1")
+    attn.offsets_q = cq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+    attn.offsets_k = ck.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+    attn.n_offsets = len(cq)
 
 
 def _attn(client, q, causal, scale, schedule, wave, window_size, softcap, max_q, max_k,
@@ -96,11 +111,14 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
                    schedule="auto", batch_invariant=False, client=None):
     """(out, lse) of a packed batch: q (total_q, heads_q, d), k, v (total_k, heads_kv, d),
     torch CPU tensors or numpy arrays; lse float32 (heads_q, total_q). No autograd."""
-    c = client or _client.default_client()
+    c = client or _client.default_client(_client.device_of(q))
     _check_packed([("q", q), ("k", k), ("v", v)])
     cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
     attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
                  max_seqlen_k, batch_invariant)
+    if _is_cuda(q):
+        _by_value(attn, cq, ck)
+        return c._forward_cuda(q, k, v, attn)
     q, k, v = (c._host_contiguous(x) for x in (q, k, v))
     out = c._empty_like(q, q.shape)
     lse = c._empty_like(q, (q.shape[1], q.shape[0]), float32=True)
@@ -111,11 +129,14 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
                     max_seqlen_k, causal=False, softmax_scale=None, window_size=(-1, -1),
                     softcap=0.0, schedule="auto", batch_invariant=False, client=None):
     """(dq, dk, dv) of a packed batch from its forward's out and lse."""
-    c = client or _client.default_client()
+    c = client or _client.default_client(_client.device_of(q))
     _check_packed([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
     cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
     attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
                  max_seqlen_k, batch_invariant)
+    if _is_cuda(q):
+        _by_value(attn, cq, ck)
+        return c._backward_cuda(dout, q, k, v, out, lse, attn)
     ins = [c._host_contiguous(x) for x in (q, k, v, out, lse, dout)]
     dq = c._empty_like(ins[0], ins[0].shape)
     dk = c._empty_like(ins[1], ins[1].shape)
@@ -278,12 +299,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     left, right = _client.window_pair(window_size)
     sched = _schedule(deterministic, schedule)
     given = len(_client.traced_audit) > 0
-    plain = (torch.Tensor, torch.nn.Parameter)
-    if not _ops.available or (not given and type(q) in plain and type(k) in plain and
-                              type(v) in plain and q.device.type != "meta" and
-                              not _client.compiling()):
+    if not _ops.available or (not given and _ops.eager_ok(q, k, v)):
         # eager: the same code as the ops, without their dispatch (_ops._Eager's reason)
-        c = client or _client.default_client()
+        c = client or _client.default_client(_client.device_of(q))
         out, lse = DashVarlenFunction.apply(
             q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
             bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)

@@ -266,8 +266,9 @@ def test_struct_layouts_match_dash_h():
     # pointer, u64, i32 (+4 padding), 4 x i64, 4 x i64
     assert ctypes.sizeof(_lib.DashTensor) == 8 + 8 + 8 + 32 + 32
     # 7 x i32-sized, window and softcap (4 x 4), padding to 8, two DashTensors (offsets),
-    # max_seqlen_q/k and batch_invariant (3 x 4), padding to 8
-    assert ctypes.sizeof(_lib.DashAttn) == 7 * 4 + 4 * 4 + 4 + 2 * 88 + 3 * 4 + 4
+    # max_seqlen_q/k and batch_invariant (3 x 4), padding to 8, the offsets by value (two
+    # pointers, n_offsets, padding to 8)
+    assert ctypes.sizeof(_lib.DashAttn) == 7 * 4 + 4 * 4 + 4 + 2 * 88 + 3 * 4 + 4 + 2 * 8 + 8
     assert ctypes.sizeof(_lib.DashResult) == 4 * 4 + 8 + 8 + 16
     assert ctypes.sizeof(_lib.DashConnectOpts) == 8 + 8 + 4 + 4 + 4 + 4
     # pointer, i32, i32, 4 x i64, 4 x i64; the binding packs it with struct (_client._REF)

@@ -255,3 +255,21 @@ def test_float64_gradients_repeat_bitwise_for_every_schedule():
         got = [x.grad.clone() for x in (q, k, v)]
         first = first or got
         assert all(torch.equal(a, b) for a, b in zip(first, got))
+
+
+def test_torch_func_transforms_are_refused_in_words_and_autograd_grad_works():
+    # functorch's wrapped tensors expose no memory for dashd to read: a clear refusal, and
+    # torch.autograd.grad - the supported way - gives what loss.backward() gives
+    q, k, v = qkv(1, 20, 24, 2, 1, 32, salt=50, grad=True)
+    dout = torch.randn(1, 20, 2, 32, generator=gen(51))
+
+    def loss(a):
+        return (dash_attn.flash_attn_func(a, k.detach(), v.detach(), causal=True) * dout).sum()
+
+    with pytest.raises(NotImplementedError, match="torch.func transforms"):
+        torch.func.grad(loss)(q.detach())
+    q1 = q.detach().clone().requires_grad_()
+    (got,) = torch.autograd.grad(loss(q1), q1)
+    q2 = q.detach().clone().requires_grad_()
+    loss(q2).backward()
+    assert torch.equal(got, q2.grad), f"seed {SEED}"
