@@ -461,7 +461,10 @@ def torch_varlen(torch, case, x):
     """f(q, k, v) calling torch.nn.attention.varlen.varlen_attn with the case's mask (the
     window as window_size where this PyTorch has it, else causal as is_causal)."""
     import inspect
-    from torch.nn.attention import varlen as tv
+    try:
+        from torch.nn.attention import varlen as tv
+    except ImportError as e:
+        raise NotServed(f"torch {torch.__version__} has no varlen_attn ({describe(e)})")
     left, right = window_bounds(case["window"], case["causal"])
     params = inspect.signature(tv.varlen_attn).parameters
     if "window_size" in params:
