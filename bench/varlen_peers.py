@@ -598,7 +598,12 @@ def start_dashd(path, work):
             break
         time.sleep(0.05)
     if not os.path.exists(f"{work}/d.sock"):
-        raise RuntimeError(f"dashd did not start (see {log.name})")
+        proc.kill()
+        proc.wait()
+        log.close()
+        with open(log.name) as f:
+            last = (f.read().strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"dashd did not start: {last[:200]}")
     os.environ["DASHD_ENDPOINT"] = endpoint
     return proc
 
