@@ -95,7 +95,8 @@ class MaskPairs(unittest.TestCase):
             vp.varlen_pairs([0, 1], [0, 1, 2])
 
     def test_attention_flops_are_four_per_pair_element_and_bwd_two_and_a_half(self):
-        self.assertEqual(vp.attention_flops(10, 16, 128), (4.0 * 10 * 16 * 128, 2.5 * 4 * 10 * 16 * 128))
+        fwd = 4.0 * 10 * 16 * 128
+        self.assertEqual(vp.attention_flops(10, 16, 128), (fwd, 2.5 * fwd))
         self.assertEqual(vp.attention_flops(0, 16, 128), (0.0, 0.0))
         self.assertAlmostEqual(vp.tflops(2e12, 1000.0), 2.0)
         self.assertIsNone(vp.tflops(1e12, 0))
@@ -178,7 +179,8 @@ class Plan(unittest.TestCase):
 
 class Checks(unittest.TestCase):
     def row(self, case, peer, fwd, bwd, d=128):
-        return {"case": case, "D": d, "peer": peer, "fwd_tflops": fwd, "bwd_tflops": bwd}
+        return {"case": case, "D": d, "peer": peer, "fwd_ms": 1.0, "fwd_tflops": fwd,
+                "bwd_ms": 2.0, "bwd_tflops": bwd, "bitwise_repeat": True}
 
     def test_criteria_compare_dashd_to_cudnn_and_windows_to_causal(self):
         rows = [self.row("varlen", "dashd", 300, 400), self.row("varlen", "cudnn-fe", 350, 380),
@@ -197,14 +199,19 @@ class Checks(unittest.TestCase):
         self.assertNotIn(("window-1k fwd TFLOPS / causal", "cudnn-fe"), got)  # its error
 
     def test_criteria_say_not_measured_when_dashd_was_refused(self):
-        rows = [{"case": "varlen", "D": 128, "peer": "dashd", "error": "refused: ..."},
+        rows = [{"case": "varlen", "D": 128, "peer": "dashd", "error": "refused: x"},
                 self.row("varlen", "cudnn-fe", 350, 380)]
         v = vp.criteria(rows)[0]
         self.assertIsNone(v["ratio"])
         self.assertIsNone(v["ok"])
-        self.assertIn("| n/a | n/a |", vp.report({"date": "2026-12-02 03:00 UTC", "device": "d",
-                                                  "commit": "c", "command": "x", "reps": 1,
-                                                  "cases": [], "rows": rows}))
+        case = vp.make_case("varlen", 128)
+        rows[0]["error"] = "refused: DASH_ENOTSUP: a | b"
+        text = vp.report({"date": "2026-12-02 03:00 UTC", "device": "d", "commit": "c",
+                          "command": "x", "reps": 1, "cases": [case], "rows": rows})
+        self.assertIn("| dashd | | | | | | | refused: DASH_ENOTSUP: a / b |", text)
+        self.assertIn("| cudnn-fe | 1.000 | 350.0 | 2.000 | 380.0 | yes | n/a |  |", text)
+        self.assertIn("| varlen det bwd >= cudnn-fe bwd | 128 | dashd / cudnn-fe | n/a | n/a |",
+                      text)
 
 
 class WithoutGpu(unittest.TestCase):

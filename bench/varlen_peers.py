@@ -5,7 +5,8 @@ beside cuDNN's SDPA (through its frontend) and PyTorch's flash kernels, forward 
 time and TFLOPS counted on the work inside the mask, written up as a Markdown report.
 
     python3 bench/varlen_peers.py [--dashd PATH] [--out DIR] [--dims 128[,64]]
-        [--reps N] [--cases varlen,causal,window-1k,window-4k] [--commit C] [--plan]
+        [--reps N] [--cases varlen,causal,window-1k,window-4k] [--commit C]
+        [--command TEXT] [--plan]
 
 scripts/gpu_bench.sh COMMIT --varlen runs it on the GPU machine (the cuDNN frontend from
 the offline wheel, the bundle's dashd). --plan prints the cases, their mask pairs and
@@ -642,8 +643,8 @@ def report(doc):
         for r in doc["rows"]:
             if r["case"] != c["case"] or r["D"] != c["D"]:
                 continue
-            if "error" in r:
-                lines.append(f"| {r['peer']} | | | | | | | {r['error']} |")
+            if "error" in r:  # a '|' in the text would end the cell
+                lines.append(f"| {r['peer']} | | | | | | | {r['error'].replace('|', '/')} |")
                 continue
             err = r.get("o_err")
             err_cell = (fmt(err, ".1e") + ("" if err is not None and err <= O_TOLERANCE
@@ -651,7 +652,7 @@ def report(doc):
             lines.append(f"| {r['peer']} | {r['fwd_ms']:.3f} | {fmt(r['fwd_tflops'], '.1f')} | "
                          f"{r['bwd_ms']:.3f} | {fmt(r['bwd_tflops'], '.1f')} | "
                          f"{'yes' if r['bitwise_repeat'] else 'no'} | {err_cell} | "
-                         f"{r.get('note', '')} |")
+                         f"{r.get('note', '').replace('|', '/')} |")
         lines.append("")
     checks = criteria(doc["rows"])
     if checks:
@@ -670,7 +671,8 @@ def parse_args(argv):
         xs = text.split(",")
         bad = [x for x in xs if x not in CASES]
         if bad:
-            raise argparse.ArgumentTypeError(f"unknown case '{bad[0]}' (one of {', '.join(CASES)})")
+            raise argparse.ArgumentTypeError(
+                f"unknown case '{bad[0]}' (one of {', '.join(CASES)})")
         return xs
 
     def dims(text):
