@@ -459,8 +459,9 @@ def autograd_bwd(torch, f, x):
 
 
 def torch_varlen(torch, case, x):
-    """f(q, k, v) calling torch.nn.attention.varlen.varlen_attn with the case's mask (the
-    window as window_size where this PyTorch has it, else causal as is_causal)."""
+    """(f(q, k, v), how) calling torch.nn.attention.varlen.varlen_attn (public since
+    PyTorch 2.10) with the case's mask: the window as window_size where this PyTorch's
+    varlen_attn has it, else causal as is_causal (and a window is not served)."""
     import inspect
     try:
         from torch.nn.attention import varlen as tv
@@ -474,12 +475,13 @@ def torch_varlen(torch, case, x):
         raise NotServed(f"torch {torch.__version__}'s varlen_attn has no window_size")
     else:
         kw = {"is_causal": True}
-    return lambda q, k, v: tv.varlen_attn(q, k, v, x.cu, x.cu, x.max_len, x.max_len, **kw)
+    f = lambda q, k, v: tv.varlen_attn(q, k, v, x.cu, x.cu, x.max_len, x.max_len, **kw)
+    return f, "varlen_attn(" + ", ".join(f"{k}={v}" for k, v in kw.items()) + ")"
 
 
 def torch_sdpa(torch, case, x):
-    """f(q, k, v) calling F.scaled_dot_product_attention on (1, H, S, D) views: causal as
-    is_causal; a window as a band attn_mask (SDPA has no window argument)."""
+    """(f(q, k, v), how) calling F.scaled_dot_product_attention on (1, H, S, D) views:
+    causal as is_causal; a window as a band attn_mask (SDPA has no window argument)."""
     import torch.nn.functional as F
     if case["case"] == "varlen":
         raise NotServed("SDPA takes no cu_seqlens (padded batches only): "
@@ -495,7 +497,7 @@ def torch_sdpa(torch, case, x):
         qs, ks, vs = (t.unsqueeze(0).transpose(1, 2) for t in (q, k, v))
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=mask is None)
         return o.transpose(1, 2).squeeze(0)
-    return f
+    return f, "is_causal" if mask is None else "band attn_mask"
 
 
 def torch_rows(torch, case, x, reps, ref):
@@ -504,7 +506,7 @@ def torch_rows(torch, case, x, reps, ref):
     rows = []
     for name, make in (("torch-varlen-flash", torch_varlen), ("torch-sdpa-flash", torch_sdpa)):
         try:
-            f = make(torch, case, x)
+            f, note = make(torch, case, x)
 
             def flash(q, k, v, f=f):
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -513,8 +515,9 @@ def torch_rows(torch, case, x, reps, ref):
             def fwd(f=flash):
                 with torch.no_grad():
                     return f(x.q, x.k, x.v)
-            rows.append(measure(torch, case, name, fwd,
-                                lambda f=flash: autograd_bwd(torch, f, x), reps, ref))
+            row = measure(torch, case, name, fwd, lambda f=flash: autograd_bwd(torch, f, x),
+                          reps, ref)
+            rows.append(dict(row, note=note))
         except NotServed as e:
             rows.append(error_row(case, name, f"not served: {e}"))
         except Exception as e:
