@@ -42,7 +42,8 @@ Peers, each in its own try/except (a failure is a line in the report, never a lo
                             dash_attn.flash_attn_varlen_func / flash_attn_func(window_size=)
                             through a dashd this script starts (--backend cuda): the
                             deterministic schedule `auto`, the batch-invariant mode (varlen),
-                            and deterministic=False. A refusal reads "refused: <message>".
+                            and deterministic=False; cu_seqlens on the host (dash_attn's
+                            advice). A refusal reads "refused: <message>".
 Timing: bench/cudatime.py (CUDA events, median of --reps calls after 3 warm-ups). 'repeat':
 3 backwards gave identical dQ, dK, dV bits. 'O err': head 0's output against a float32
 reference computed sequence by sequence, relative to the largest reference element.
@@ -529,8 +530,7 @@ def dashd_rows(torch, dash_attn, case, x, reps, ref):
     """dashd's rows (dash_attn: the module, or why there is none). A refusal - DashError
     (DASH_ENOTSUP from a CUDA backend without these kernels) or the binding's
     NotImplementedError - reads 'refused: <its message>'. A packed batch passes cu_seqlens
-    on the GPU as flash-attn's callers do; where the binding wants them on the host, it
-    passes them there and says so."""
+    on the host (dash_attn copies a CUDA one to the host first, which waits)."""
     left, right = window_bounds(case["window"], case["causal"])
     variants = [("dashd", dict(deterministic=True)),
                 ("dashd-atomic", dict(deterministic=False))]
@@ -557,24 +557,14 @@ def dashd_rows(torch, dash_attn, case, x, reps, ref):
 
 
 def dashd_row(torch, dash_attn, case, x, reps, ref, name, kw):
-    def call(cu):
-        def f(q, k, v):
-            if case["case"] == "varlen":
-                return dash_attn.flash_attn_varlen_func(
-                    q, k, v, cu, cu, x.max_len, x.max_len, causal=True, **kw)
-            return dash_attn.flash_attn_func(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
-                                             causal=True, **kw).squeeze(0)
-        return f
+    cu = x.cu.cpu()  # on the host, as dash_attn advises: a CUDA one is copied, a wait
 
-    f, note = call(x.cu), ""
-    try:
-        with torch.no_grad():
-            f(x.q, x.k, x.v)
-        dash_attn.synchronize()  # a refusal of the forward surfaces here at the latest
-    except (NotImplementedError, TypeError, ValueError) as e:
-        if case["case"] != "varlen" or "cu_seqlens" not in str(e):
-            raise
-        f, note = call(x.cu.cpu()), f"cu_seqlens on the host (on the GPU: {describe(e)})"
+    def f(q, k, v):
+        if case["case"] == "varlen":
+            return dash_attn.flash_attn_varlen_func(
+                q, k, v, cu, cu, x.max_len, x.max_len, causal=True, **kw)
+        return dash_attn.flash_attn_func(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
+                                         causal=True, **kw).squeeze(0)
 
     def fwd():
         with torch.no_grad():
@@ -585,10 +575,10 @@ def dashd_row(torch, dash_attn, case, x, reps, ref, name, kw):
         bwd()
         dash_attn.synchronize()  # a refusal of the backward surfaces here
         return bwd
+    fwd()
+    dash_attn.synchronize()  # a refusal of the forward surfaces here
     row = measure(torch, case, name, fwd, make_bwd, reps, ref)
     dash_attn.synchronize()
-    if note:
-        row["note"] = note
     return row
 
 
