@@ -4,6 +4,11 @@
 # kernels, PyTorch's SDPA peers and cuDNN's own SDPA (cuDNN frontend) in one run, joined
 # into one Markdown report under $OUT.
 #   bash scripts/gpu_bench.sh COMMIT [--quick] [--reps N] [--only D,S,MASK[,SCHED]]
+#   bash scripts/gpu_bench.sh COMMIT --varlen [varlen_peers.py's options]
+#       only issue 17's packed-batch and sliding-window bench (bench/varlen_peers.py):
+#       cuDNN's SDPA with ragged offsets and diagonal bands, PyTorch's flash kernels, and
+#       the bundle's dashd (.gpu/bin/dashd, unpacked from dashd.xz where only that is
+#       there); report $OUT/varlen-report.md (and varlen.json)
 # The cuDNN frontend (module `cudnn`) is used as installed; where `import cudnn` fails and
 # $WHEELS (default .gpu/wheels, see scripts/gpu_wheels.sh) holds its wheel, the wheel is
 # installed into a temporary directory first, as the GPU machine has no network. Without
@@ -18,7 +23,6 @@ bin=${BIN:-$( [ -x .gpu/bin/bench_gpu ] && echo .gpu/bin || echo build )}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
-python3 bench/sdpa_peers.py "$@" > "$out/peers.json"
 
 # torch first, so that the frontend finds torch's libcudnn
 pylib=
@@ -32,6 +36,24 @@ if ! python3 -c 'import torch, cudnn' 2>/dev/null && [ -d "$wheels" ]; then
     echo "gpu_bench: the wheels in $wheels do not install for $(python3 -V)" >&2
   fi
 fi
+
+if [ "${1:-}" = --varlen ]; then
+  shift
+  dbin=${BIN:-build}  # the bundle's dashd where there is one, else this build's
+  if [ -z "${BIN:-}" ] && { [ -e .gpu/bin/dashd ] || [ -e .gpu/bin/dashd.xz ]; }; then
+    dbin=.gpu/bin
+  fi
+  [ -e "$dbin/dashd" ] || [ ! -f "$dbin/dashd.xz" ] || xz -dk "$dbin/dashd.xz"
+  dbin=$(cd "$dbin" && pwd)
+  lib=$( [ -f .gpu/lib/libdash.so ] && echo "$PWD/.gpu/lib" || echo "$dbin" )
+  DASH_LIBRARY=${DASH_LIBRARY:-$lib/libdash.so} \
+  PYTHONPATH=$pylib${pylib:+:}$PWD/client/python${PYTHONPATH:+:$PYTHONPATH} \
+    python3 bench/varlen_peers.py --dashd "$dbin/dashd" --out "$out" --commit "$commit" \
+      --command "bash scripts/gpu_bench.sh $commit --varlen $*" "$@"
+  exit
+fi
+
+python3 bench/sdpa_peers.py "$@" > "$out/peers.json"
 rc=0
 PYTHONPATH=$pylib${pylib:+${PYTHONPATH:+:}}${PYTHONPATH:-} \
   python3 bench/cudnn_peers.py "$@" > "$out/cudnn.json" 2> "$out/cudnn-stderr.txt" || rc=$?
