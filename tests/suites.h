@@ -37,6 +37,8 @@ int suite_endpoint(void);
 int suite_notify(void);
 int suite_reach(void);
 int suite_limits(void);
+/* `test_dash --child NAME ENDPOINT`: a limits test's other process (test_limits.c). */
+int limits_child(const char *name, const char *endpoint);
 int suite_config(void);
 int suite_metrics(void);
 int suite_log(void);
