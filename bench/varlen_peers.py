@@ -62,6 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)  # also under python -I
 import cudatime  # noqa: E402
+import cudnn_peers  # noqa: E402  (its Frontend: handle, graph settings, build-and-run)
 
 TOKENS, HIDDEN = 16384, 2048
 SEED = 0x76617231
@@ -210,10 +211,7 @@ def criteria(rows):
 
 # ---- the GPU side: each peer in its own try/except --------------------------------------
 
-def describe(e):
-    """An exception as one line: its type and the first line of its text."""
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+describe = cudnn_peers.describe  # an exception as one line
 
 
 class NotServed(Exception):
@@ -283,16 +281,12 @@ def measure(torch, case, peer, fwd, make_bwd, reps, ref):
     return row
 
 
-class CudnnFrontend:
+class CudnnFrontend(cudnn_peers.Frontend):
     """cuDNN SDPA graphs for a case on PyTorch's current stream: the packed batch as
     (B, H, max_len, D) with ragged offsets (element offsets of each sequence) and a padding
     mask (seq_len_q/kv); one sequence as (1, H, S, D); strides of the (tokens, heads, D)
-    storage; windows as a top-left diagonal band (left bound W + 1, right bound 0)."""
-
-    def __init__(self, torch, cudnn):
-        self.torch, self.cudnn = torch, cudnn
-        self.handle = cudnn.create_handle()
-        cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
+    storage; windows as a top-left diagonal band (left bound W + 1, right bound 0). The
+    handle, the graphs' data types and their build-and-run are cudnn_peers.Frontend's."""
 
     def prepare(self, case, x, ragged_stats):
         torch, dt = self.torch, self.cudnn.data_type
@@ -323,11 +317,6 @@ class CudnnFrontend:
         elif case["causal"]:
             self.mask = dict(use_causal_mask=True)
         self.dt = dt
-
-    def _graph(self):
-        dt = self.dt
-        return self.cudnn.pygraph(io_data_type=dt.BFLOAT16, intermediate_data_type=dt.FLOAT,
-                                  compute_data_type=dt.FLOAT, handle=self.handle)
 
     def _extras(self, g, pack):
         """The padding-mask and ragged-offset graph tensors of a packed batch."""
@@ -365,17 +354,6 @@ class CudnnFrontend:
             node.set_ragged_offset(soff)
         pack[node] = self.stats
         return node
-
-    def _finish(self, g, pack):
-        cudnn = self.cudnn
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        g.build_plans()
-        ws = self.torch.empty(max(1, g.get_workspace_size()), device="cuda",
-                              dtype=self.torch.uint8)
-        return lambda: g.execute(pack, ws, handle=self.handle)
 
     def forward(self, x, o):
         g, pack = self._graph(), {}

@@ -415,26 +415,25 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
                             msglen, &p.t[s])))
             return rc;
     }
-    const Dash__Varlen *vl = r->varlen;
-    if (varlen && (vl->n_cu_seqlens_q_values || vl->n_cu_seqlens_k_values)) {
-        if (vl->cu_seqlens_q || vl->cu_seqlens_k)
-            return fail(msg, msglen, DASH_EMALFORMED, "varlen: the offsets are given both in "
-                        "buffers and by value; give them one way");
-        if ((rc = check_offset_values(vl->n_cu_seqlens_q_values, "cu_seqlens_q", msg, msglen,
-                                      &p.cu[VAL_CU_Q])) ||
-            (rc = check_offset_values(vl->n_cu_seqlens_k_values, "cu_seqlens_k", msg, msglen,
-                                      &p.cu[VAL_CU_K])))
-            return rc;
-        p.cu_values[VAL_CU_Q] = vl->cu_seqlens_q_values;
-        p.cu_values[VAL_CU_K] = vl->cu_seqlens_k_values;
-    }
     if (varlen) {
-        if (!p.cu_values[VAL_CU_Q] &&
-            ((rc = check_offsets(r->varlen->cu_seqlens_q, "cu_seqlens_q", lookup, ctx, msg, msglen,
-                                 &p.cu[VAL_CU_Q])) ||
-             (rc = check_offsets(r->varlen->cu_seqlens_k, "cu_seqlens_k", lookup, ctx, msg, msglen,
-                                 &p.cu[VAL_CU_K]))))
+        const Dash__Varlen *vl = r->varlen;
+        if (vl->n_cu_seqlens_q_values || vl->n_cu_seqlens_k_values) { /* by value */
+            if (vl->cu_seqlens_q || vl->cu_seqlens_k)
+                return fail(msg, msglen, DASH_EMALFORMED, "varlen: the offsets are given both "
+                            "in buffers and by value; give them one way");
+            if ((rc = check_offset_values(vl->n_cu_seqlens_q_values, "cu_seqlens_q", msg,
+                                          msglen, &p.cu[VAL_CU_Q])) ||
+                (rc = check_offset_values(vl->n_cu_seqlens_k_values, "cu_seqlens_k", msg,
+                                          msglen, &p.cu[VAL_CU_K])))
+                return rc;
+            p.cu_values[VAL_CU_Q] = vl->cu_seqlens_q_values;
+            p.cu_values[VAL_CU_K] = vl->cu_seqlens_k_values;
+        } else if ((rc = check_offsets(vl->cu_seqlens_q, "cu_seqlens_q", lookup, ctx, msg,
+                                       msglen, &p.cu[VAL_CU_Q])) ||
+                   (rc = check_offsets(vl->cu_seqlens_k, "cu_seqlens_k", lookup, ctx, msg,
+                                       msglen, &p.cu[VAL_CU_K]))) {
             return rc;
+        }
         if (p.cu[VAL_CU_Q].shape[0] != p.cu[VAL_CU_K].shape[0])
             return fail(msg, msglen, DASH_ESHAPE, "cu_seqlens_q has %d entries, cu_seqlens_k %d: "
                         "both are batch + 1", p.cu[VAL_CU_Q].shape[0], p.cu[VAL_CU_K].shape[0]);

@@ -25,8 +25,12 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = --inner ]; then
   # ---- PID 1's parent side, inside the namespaces: private mounts, then exec systemd ----
-  w=$2
+  set -e  # a mount or copy that fails stops here, not after a 120 s boot
   mount --make-rprivate /
+  # the work directory may lie under a path masked below (a checkout in /tmp): reach it
+  # through a bind mount on /mnt made before the masks, which they do not cover
+  mount --bind "$2" /mnt
+  w=/mnt
   cp -a /etc "$w/etc"
   mount --bind "$w/etc" /etc
   # /run root's and 0755 as on a real system (a tmpfs defaults to 1777, under which
@@ -80,7 +84,7 @@ fi
 unshare --pid --fork --mount true 2>/dev/null ||
   { echo "systemd_boot_test: this machine does not allow new PID and mount namespaces"; exit 77; }
 make=${1:-make}
-w=$(mktemp -d "$root/.sdboot-XXXXXX")  # not under a path the boot masks (/tmp, /var/tmp)
+w=$(mktemp -d "$root/.sdboot-XXXXXX")  # the boot reaches it as /mnt (--inner)
 trap 'rm -rf "$w"' EXIT
 (cd "$root" && $make --no-print-directory -s install DESTDIR="$w/stage" PREFIX=/usr/local) \
   >/dev/null || { echo "systemd_boot_test: make install failed"; exit 1; }

@@ -287,7 +287,7 @@ class Client:
     # ---- CUDA: in place, stream-ordered ---------------------------------------------------
 
     # a ref as dash.h's struct dash_cuda_ref lays it out: ptr, ndim, elem_size, shape[4],
-    # strides[4] (native byte order and alignment, as ctypes has it; test_lib checks the size)
+    # strides[4] (native byte order and alignment, as ctypes has it; test_cpu.py checks the size)
     _REF = struct.Struct("@Pii4q4q")
 
     def _cuda_tensors(self, tensors):
