@@ -84,21 +84,21 @@
 
 /* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
  * the next step's Q/dO are already on their way. v3 with the writer warp (W) hands each
- * step's dQ partial to the writer inside the step instead and waits for no turn. */
+ * step's dQ partial to the writer instead and waits for no turn. */
 template <typename DT, int D, int BN, typename SM, typename REGS>
 static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, SM &sm)
 {
     const struct sched *s = &p.s;
     constexpr bool W = SM::writer;
-    [[maybe_unused]] bwd_wg_hand hb = {0u, 0u}; /* W: the hand-off's and the prefetches' phases */
-    [[maybe_unused]] int32_t wait_end = 0;      /* W: sched_wait_end of the last job taken */
+    [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
+    [[maybe_unused]] int32_t wait_end = 0;     /* W: sched_wait_end of the last job taken */
     REGS x;
     for (;;) {
         if constexpr (W) {
             /* The writer may still hold tickets of the last job whose turns wait on a job
              * nobody has taken yet (shift: the jobs of a chunk wait on each other). Taking
-             * that job now would deadlock: its tiles would wait for a staging slice, the
-             * slices for those turns, the turns for its tiles. So unless every job they
+             * that job now would deadlock: its tiles would wait for a staging buffer, the
+             * buffers for those turns, the turns for its tiles. So unless every job they
              * may wait on is taken, let the writer take every turn first. */
             if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
                 bwd_wg_drain(sm, hb);
@@ -110,9 +110,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         bwd_cta_sync<W>(); /* everyone has read it before thread 0 may write the next one */
         if (job >= s->jobs) {
             if constexpr (W) { /* tell the writer */
-#if BWD_TC_BULK
-                bwd_wg_hand_over(sm, x, hb, threadIdx.x >> 7, 0, 0, 0, 1);
-#endif
+                bwd_wg_hand_end(sm, hb);
                 return;
             }
 #if BWD_TC_BULK
@@ -139,71 +137,69 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     base = step;
                     bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
                     bwd_cta_sync<W>(); /* the refill is complete before anyone reads it (every
-                                          read of the old table came before the last barrier) */
+                                          read of the old table came before the last turn) */
                 }
                 const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
                 const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
+                int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
+                /* The unit whose addition we wait for was taken earlier by a running CTA
+                 * (or, for shift, by one of the >= W resident CTAs), so it comes. With the
+                 * writer warp (W) the writer waits for turns, not thread 0. */
+                const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
+                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
+                pend_ctr = NULL;
+                if (take)
+                    bwd_tc_take_turn(ctr, rank);
+                /* Passing the tile on during the next step lets the reductions complete
+                 * under S and dP instead of stalling the fence; the next step waits on
+                 * nothing before it passes the tile on, so no wait can form a cycle.
+                 * atomic passes nothing on: its additions need no fence. */
                 if constexpr (W) {
-                    /* the step hands its partial over; the writer warp waits for the turn,
-                     * adds and passes the tile on. Thread 0's rank was read above: the
-                     * table may be refilled once both warpgroups are past the step's
-                     * dS barrier. */
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, &hb,
-                                           s->kind != SCHED_ATOMIC ? rank : -1);
-                    m = next_m;
-                    buf ^= 1;
-                    loaded = 1;
-                } else {
-                    int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
-                    /* The unit whose addition we wait for was taken earlier by a running CTA
-                     * (or, for shift, by one of the >= W resident CTAs), so it comes. */
-                    const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC;
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
-                    pend_ctr = NULL;
-                    if (take)
-                        bwd_tc_take_turn(ctr, rank);
-                    /* Passing the tile on during the next step lets the reductions complete
-                     * under S and dP instead of stalling the fence; the next step waits on
-                     * nothing before it passes the tile on, so no wait can form a cycle.
-                     * atomic passes nothing on: its additions need no fence. */
-                    const int defer = s->kind != SCHED_ATOMIC && p.defer && next_m >= 0;
-#if BWD_TC_BULK
-                    if (threadIdx.x == 0)
-                        bwd_tc_bulk_wait_read(); /* the last reduction has read the staging buffer */
-#endif
+                    /* the writer warp waits for the turn, adds and passes the tile on */
                     attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
-                    bwd_tc_async_visible<SM::swizzled>();
-                    __syncthreads(); /* ... and is visible to all; our turn has come, for the whole
-                                        CTA; every warp is done with the step's buffer, P, dS and
-                                        K before the next step or unit overwrites them, and thread
-                                        0 with the staging buffer */
-#if BWD_TC_BULK
-                    bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
-                    __syncthreads(); /* the staged tile is complete before thread 0 hands it on */
-                    if (threadIdx.x == 0) {
-                        bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
-                        if (s->kind != SCHED_ATOMIC && !defer)
-                            bwd_tc_pass_on(ctr, rank);
-                    }
-#else
-                    bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
-                    if (s->kind != SCHED_ATOMIC && !defer)
-                        bwd_tc_release(ctr, rank);
-#endif
-                    if (defer) {
-                        pend_ctr = ctr;
-                        pend_rank = rank;
-                    }
+                    bwd_tc_async_visible<true>();
+                    bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with the
+                                          step's buffer, P, dS and K */
+                    /* thread 0's rank, read at the top of the step: the table may be
+                     * refilled as soon as the compute warps have handed the tile over
+                     * (nothing makes them wait for each other there) */
+                    bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;
                     buf ^= 1;
                     loaded = 1;
+                    continue;
                 }
-            }
-            if constexpr (W) {
-                bwd_wg_unit_end<D>(x);
-                bwd_cta_sync<W>(); /* both warpgroups are done with the unit's K, V, Q, dO, P, dS
-                                      and table before the next unit overwrites them, and have
-                                      handed over its last partial (bwd_wg_drain) */
+                const int defer = s->kind != SCHED_ATOMIC && p.defer && next_m >= 0;
+#if BWD_TC_BULK
+                if (threadIdx.x == 0)
+                    bwd_tc_bulk_wait_read(); /* the last reduction has read the staging buffer */
+#endif
+                attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                bwd_tc_async_visible<SM::swizzled>();
+                __syncthreads(); /* ... and is visible to all; our turn has come, for the whole
+                                    CTA; every warp is done with the step's buffer, P, dS and
+                                    K before the next step or unit overwrites them, and thread
+                                    0 with the staging buffer */
+#if BWD_TC_BULK
+                bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+                __syncthreads(); /* the staged tile is complete before thread 0 hands it on */
+                if (threadIdx.x == 0) {
+                    bwd_tc_bulk_add<D>(p, sm.dq_smem, J.bh, m);
+                    if (s->kind != SCHED_ATOMIC && !defer)
+                        bwd_tc_pass_on(ctr, rank);
+                }
+#else
+                bwd_tc_add_dq<D, BN>(p, x, J.bh, m);
+                if (s->kind != SCHED_ATOMIC && !defer)
+                    bwd_tc_release(ctr, rank);
+#endif
+                if (defer) {
+                    pend_ctr = ctr;
+                    pend_rank = rank;
+                }
+                m = next_m;
+                buf ^= 1;
+                loaded = 1;
             }
             bwd_tc_store_unit<DT, D, BN>(p, x, J.bh, n);
         }
@@ -449,9 +445,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
     }
 }
 
-/* dQ = scale dQacc, one thread per pair of elements; WG: v3, whose persistent mode adds
- * dQ in its own layout (bwd_wg_dq_at), its interleaved mode in v2's. */
-template <typename DT, int D, bool WG>
+/* dQ = scale dQacc, one thread per pair of elements. */
+template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(const struct attn_bwd_params p)
 {
     const int64_t pairs = (int64_t)p.s.bh * p.seqlen_q * (D / 2);
@@ -462,9 +457,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
         const int32_t d = 2 * (int32_t)(e - row * (D / 2));
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-        const int64_t at = WG && p.mode != ATTN_MODE_INTERLEAVED ? (int64_t)bh * p.seqlen_q * D + bwd_wg_dq_at<D>(p.seqlen_q, i, d)
-                              : row * D + bwd_tc_dq_at(i, d);
-        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + at);
+        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + row * D + bwd_tc_dq_at(i, d));
         attn_st_pair(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2] + d,
                      DT::pack2(__fmul_rn(a.x, p.scale), __fmul_rn(a.y, p.scale)));
     }
@@ -493,7 +486,7 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
-    attn_bwd_tc_postprocess_kernel<DT, D, V == 3>
+    attn_bwd_tc_postprocess_kernel<DT, D>
         <<<attn_bwd_rows_grid(rows_q * (D / 2), ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
