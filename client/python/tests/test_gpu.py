@@ -388,6 +388,13 @@ def test_gpu_window_and_softcap_match_float64():
             for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad),
                                     ("dv", v.grad, v64.grad)):
                 assert torch.isfinite(got).all(), f"case {n} {name} not finite"
+                if window == (0, 0) and name != "dv":
+                    # one key a row: P = 1, dS = P (dP - D) = 0, so dQ and dK are 0 up to the
+                    # rounding of dP - D (relative error against 0 means nothing): small
+                    # beside a gradient of the case (dV's)
+                    size = float(got.double().norm() / v64.grad.norm())
+                    assert size < 1e-3, f"case {n} {name} is {size:.3g} of dV, seed {SEED}"
+                    continue
                 assert rel(got, want) < tol, f"case {n} {name}, seed {SEED}"
 
 
