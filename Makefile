@@ -141,7 +141,7 @@ DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon
 # dashd alone reads a config file (inih, Debian's libinih-dev).
 DASHD_LIBS := -linih
 LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \
-	client/dash_ops.c client/dash_cuda.c client/dash_reach.c
+	client/dash_ops.c client/dash_cuda.c client/dash_reach.c client/dash_poison.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c client/dashctl/ctl_audit_diff.c
@@ -165,9 +165,11 @@ BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/har
 DEMO_SRC := examples/engine_demo.c
 DEMO_CLIENT_SRC := examples/demo_client.c
 CUDA_KERNELS_CU := kernels/cuda/attn_cuda.cu kernels/cuda/attn_fwd.cu kernels/cuda/attn_bwd.cu \
-	kernels/cuda/attn_fwd_tc.cu kernels/cuda/attn_bwd_tc.cu kernels/digest/digest_cuda.cu
+	kernels/cuda/attn_fwd_tc.cu kernels/cuda/attn_fwd_wg.cu kernels/cuda/attn_bwd_tc.cu \
+	kernels/cuda/attn_vl.cu kernels/digest/digest_cuda.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
-GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_dashd_gpu.c \
+GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_attn_vl_gpu.c \
+	tests/gpu/test_dashd_gpu.c \
 	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c tests/gpu/test_audit_gpu.c \
 	tests/testutil.c tests/harness.c
 

@@ -6,12 +6,14 @@
  * repeat check of every deterministic schedule. Prints one JSON object; bench/gpu_report.py
  * joins it with PyTorch's numbers from bench/sdpa_peers.py, measured in the same run.
  *
- *   bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]]
+ *   bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]] [--impl 1|2|3]
  *
  * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
  * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch. Head
  * dims 96 and 256 (v1 kernels only, so no peer comparison is meaningful yet) run only
- * under --only, with H = 2048 / D rounded down (21 heads at 96: 2016 wide).
+ * under --only, with H = 2048 / D rounded down (21 heads at 96: 2016 wide). --impl sets the
+ * kernel implementation (cuattn_set_impl: 1 v1, 2 v2, 3 v3; default: cuattn_new's choice,
+ * v3 on sm_90), so one build can time v2's forward beside v3's.
  *
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
  * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
@@ -82,7 +84,7 @@ struct bufs {
 
 int main(int argc, char **argv)
 {
-    int quick = 0, reps = 3;
+    int quick = 0, reps = 3, impl = 0;
     int32_t only_d = 0, only_s = 0, only_causal = -1, only_sched = -1;
     for (int i = 1; i < argc; i++) {
         char mask[16] = "", sched[16] = "";
@@ -90,13 +92,15 @@ int main(int argc, char **argv)
             quick = 1;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc)
+            impl = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc &&
                  sscanf(argv[++i], "%d,%d,%15[a-z],%15[a-z]", &only_d, &only_s, mask, sched) >= 3 &&
                  sched_mask_parse(mask) >= 0 && (!sched[0] || sched_kind_parse(sched) >= 0)) {
             only_causal = sched_mask_parse(mask) == SCHED_MASK_CAUSAL;
             only_sched = sched[0] ? sched_kind_parse(sched) : -1;
         } else {
-            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]]\n");
+            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]] [--impl 1|2|3]\n");
             return 2;
         }
     }
@@ -107,6 +111,10 @@ int main(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "bench_gpu: no usable GPU (%d)\n", rc);
         return 1;
+    }
+    if (impl && (rc = cuattn_set_impl(a, impl))) {
+        fprintf(stderr, "bench_gpu: --impl %d: %d\n", impl, rc);
+        return 2;
     }
     char name[128];
     int32_t sms = 0;
@@ -128,8 +136,8 @@ int main(int argc, char **argv)
     unsigned char *h1 = malloc(n), *h2 = malloc(n);
 
     printf("{\"device\": \"%s\", \"sms\": %d, \"driver\": %d, \"runtime\": %d, \"reps\": %d, "
-           "\"rows\": [",
-           name, sms, drv, rt, reps);
+           "\"impl\": %d, \"rows\": [",
+           name, sms, drv, rt, reps, (int)cuattn_impl(a));
     const int32_t seqlens_full[] = {1024, 2048, 4096, 8192, 16384}, seqlens_quick[] = {1024, 4096};
     const int32_t *seqlens = quick ? seqlens_quick : seqlens_full;
     int nseq = quick ? 2 : 5, first = 1;

@@ -506,18 +506,39 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label);
  * the call writes a sequence number into a ready word behind the caller's work on
  * `stream`, sends the op and makes `stream` wait (on the GPU) for the daemon to write it
  * into a done word behind its kernels; it returns once the request is sent, without
- * waiting for the daemon. The words live in 4 KiB of device memory the library allocates
+ * waiting for the daemon. The words live in 6 KiB of device memory the library allocates
  * and registers on the first such call (256 slots; the 257th op in flight waits for the
  * first's answer). The daemon answers each op when it has run: a failure it finds (a shape
- * it refuses, a full session) never leaves `stream` waiting - the done word is written
- * all the same, the outputs are then not computed - and reaches the caller as the return
- * value of the next stream-ordered call or of dash_sync(), with dash_last_error() naming
- * the op. If the daemon's process goes away with ops in flight, a watchdog thread of the
- * library writes their done words, so a caller blocked in a CUDA synchronise is released,
- * and the next call or dash_sync() fails with DASH_EIO. Otherwise (or with
+ * it refuses, a limit, a full session, a launch that fails) never leaves `stream` waiting
+ * - the op is released without its outputs computed - and reaches the caller as the
+ * return value of the next stream-ordered call or of dash_sync(), with dash_last_error()
+ * naming the op. If the daemon's process goes away with ops in flight, a watchdog thread
+ * of the library releases them, so a caller blocked in a CUDA synchronise is released, and
+ * the next call or dash_sync() fails with DASH_EIO. Otherwise (or with
  * DASH_CONNECT_STREAM_EVENTS), interprocess events: the call records one on `stream`,
  * sends the op naming a second one for the daemon to record, and returns after the
- * daemon's answer that the op is queued (one round trip).
+ * daemon's answer that the op is queued (one round trip); a failure the daemon finds is
+ * this call's return value.
+ *
+ * Failed ops are poisoned, never silently wrong: whenever a stream-ordered op fails after
+ * its outputs were checked (below) - refused or failed in the daemon, the daemon gone,
+ * not sent, or an earlier op's failure returned by this call - every byte of its outputs
+ * (out and lse; dq, dk and dv for the backward) is set to 0xFF, which is NaN in f16,
+ * bf16, f32 and f64, before `stream` goes on: work the caller queued on `stream` after the
+ * call sees the poison, never the bytes the memory held before, and the poison lands after
+ * whatever the caller queued on `stream` before the call (so a producer still writing the
+ * outputs cannot overwrite it). With semaphores the library writes it on a stream of its
+ * own behind the op's ready word, then the done word (once, whichever of the watchdog -
+ * within about 100 ms - or the call that reads the reply gets there first); with events,
+ * on `stream` before the call returns the error. Only the outputs' elements are written:
+ * the bytes between the elements of a strided output are not. The error itself is still
+ * returned as above: check dash_sync() (or the next call) before trusting any output.
+ * Known limit: when the library gives up on a daemon that is alive but has stopped
+ * answering (ten timeouts without progress, or dash_sync()'s DASH_ETIMEDOUT), a daemon
+ * that later wakes up may still write the outputs after the poison.
+ *
+ * The outputs are checked before anything is queued: each must lie inside its buffer
+ * with strides >= 0 (DASH_EBOUNDS / DASH_EINVAL, nothing queued or poisoned).
  *
  * stream is a cudaStream_t of the buffers' device (NULL: the legacy default stream). A
  * client uses one device for its stream-ordered ops. Do not read the outputs on the host,
@@ -526,8 +547,9 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label);
  *
  * Returns 0 and *ret_result (may be NULL; run_us is 0: the op has not run yet; with
  * semaphores, the schedule is the one asked for, queue_us 0); a failure of an earlier
- * stream-ordered op not yet reported (this op is then not sent); the errors of
- * dash_forward() (with semaphores: those found before sending); DASH_EINVAL also for a
+ * stream-ordered op not yet reported (this op is then not sent, and its outputs are
+ * poisoned); the errors of dash_forward() (with semaphores: those found before sending);
+ * DASH_EBOUNDS for an output reaching past its buffer; DASH_EINVAL also for a
  * tensor that is not in a CUDA buffer of c, tensors on different devices, or a stream that
  * cannot be waited on; DASH_ENOGPU (libdash built without CUDA, no usable device);
  * DASH_ENOTSUP (a daemon without interprocess events: the CPU backend). */

@@ -418,11 +418,38 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
     return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
 }
 
-/* Queue done[slot] = seq on the library's own stream (any thread; no wait). */
-static int queue_done(const struct dash__signals *g, int32_t slot, uint64_t seq)
+/* Release op seq of slot from here (any thread, its device current; no host wait): on the
+ * library's own stream, wait until the caller's stream has written ready[slot] (so the
+ * poison lands after whatever the caller wrote into the outputs before the op), poison the
+ * outputs, then write done[slot] = seq, which lets the caller's stream go on - past the
+ * poison, as a write with the default flags follows a memory barrier. Once per op: a second
+ * release (the watchdog and the call reading the reply both try) does nothing, and never
+ * poisons after the done word. */
+static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
 {
-    return write_value((CUstream)g->release_stream, (CUdeviceptr)(uintptr_t)done_word(g, slot),
-                       seq, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS ? 0 : DASH_EIO;
+    pthread_mutex_lock(&g->mu);
+    if (g->released_seq[slot] < seq) {
+        g->released_seq[slot] = seq;
+        CUstream st = (CUstream)g->release_stream;
+        (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
+                         CU_STREAM_WAIT_VALUE_GEQ);
+        if (g->poison[slot].seq == seq)
+            (void)dash__poison_outputs(&g->poison[slot], st);
+        (void)write_value(st, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
+                          CU_STREAM_WRITE_VALUE_DEFAULT);
+        (void)cudaGetLastError();
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Op seq of slot will never be released (its call failed before the caller's stream
+ * waited for it): a later release would poison outputs the caller has since reused. */
+static void forget_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->released_seq[slot] < seq)
+        g->released_seq[slot] = seq;
+    pthread_mutex_unlock(&g->mu);
 }
 
 void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
@@ -431,8 +458,8 @@ void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
     if (!g || c->pid != getpid())
         return;
     int old;
-    if (switch_device(g->device, &old) == 0 && queue_done(g, slot, seq) == 0)
-        (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
+    if (switch_device(g->device, &old) == 0)
+        release_slot(g, slot, seq);
     (void)cudaGetLastError();
     restore_device(old, g->device);
 }
@@ -477,14 +504,16 @@ static void *watchdog_main(void *arg)
      * so it runs in relaxed mode and never breaks a capture elsewhere in the process. */
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    uint64_t *seen = calloc(2 * DASH__SIGNAL_SLOTS, sizeof *seen);
+    /* seen and now: the done words then the fail words, as they lie in g->mem */
+    enum { WORDS = 2 * DASH__SIGNAL_SLOTS };
+    uint64_t *seen = calloc(2 * WORDS, sizeof *seen);
     if (!seen || cudaSetDevice(g->device) != cudaSuccess) {
         free(seen);
         return NULL;
     }
-    uint64_t *now_done = seen + DASH__SIGNAL_SLOTS;
+    uint64_t *now_done = seen + WORDS, *now_fail = now_done + DASH__SIGNAL_SLOTS;
     int64_t progress_ms = dash__now_ms();
-    cudaStream_t st = (cudaStream_t)g->release_stream;
+    cudaStream_t st = (cudaStream_t)g->poll_stream;
     const struct timespec tick = {0, WATCHDOG_TICK_MS * 1000000L};
     while (!atomic_load(&g->stop)) {
         nanosleep(&tick, NULL);
@@ -492,26 +521,37 @@ static void *watchdog_main(void *arg)
             progress_ms = dash__now_ms();
             continue;
         }
-        if (cudaMemcpyAsync(now_done, done_word(g, 0), DASH__SIGNAL_SLOTS * sizeof *now_done,
+        if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
                             cudaMemcpyDeviceToHost, st) != cudaSuccess ||
             cudaStreamSynchronize(st) != cudaSuccess) {
             (void)cudaGetLastError();
             continue;
         }
-        if (memcmp(now_done, seen, DASH__SIGNAL_SLOTS * sizeof *seen) != 0) {
-            memcpy(seen, now_done, DASH__SIGNAL_SLOTS * sizeof *seen);
+        /* ops the daemon failed: poison and release them now, not when the caller next
+         * calls us (it may be blocked in a synchronise) */
+        for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
+            if (now_fail[i] > now_done[i])
+                release_slot(g, i, now_fail[i]);
+        if (memcmp(now_done, seen, WORDS * sizeof *seen) != 0) {
+            memcpy(seen, now_done, WORDS * sizeof *seen);
             progress_ms = dash__now_ms();
             continue;
         }
         if (!daemon_gone(g, dash__now_ms() - progress_ms))
             continue;
+        /* the done words again: a daemon that wrote some before it went is not raced */
+        if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
+                            cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+            cudaStreamSynchronize(st) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
         const uint64_t issued = atomic_load(&g->issued);
         for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++) {
             uint64_t target = last_seq_of_slot(issued, i);
             if (target > now_done[i])
-                (void)queue_done(g, i, target);
+                release_slot(g, i, target);
         }
-        (void)cudaStreamSynchronize(st);
         (void)cudaGetLastError();
         atomic_store(&g->released, 1);
     }
@@ -586,7 +626,10 @@ void dash__signals_destroy(struct dash_client *c, int in_child)
     if (!in_child) {
         int old;
         if (switch_device(g->device, &old) == 0) {
+            /* its waits and poison read and write memory freed here */
+            (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
             (void)cudaStreamDestroy((cudaStream_t)g->release_stream);
+            (void)cudaStreamDestroy((cudaStream_t)g->poll_stream);
             (void)cudaFree(g->mem);
         }
         (void)cudaGetLastError();
@@ -594,6 +637,9 @@ void dash__signals_destroy(struct dash_client *c, int in_child)
     }
     if (g->buf)
         g->buf->users = 0; /* client_free destroys the buffer itself */
+    pthread_mutex_destroy(&g->mu);
+    free(g->poison);
+    free(g->released_seq);
     free(g);
 }
 
@@ -612,21 +658,40 @@ static int signals_make(struct dash_client *c, int device)
     if (!g)
         return DASH_ENOMEM;
     g->device = device;
-    const size_t bytes = 2 * DASH__SIGNAL_SLOTS * sizeof(uint64_t);
-    cudaStream_t rs = NULL;
+    const size_t bytes = 3 * DASH__SIGNAL_SLOTS * sizeof(uint64_t);
+    cudaStream_t rs = NULL, ps = NULL;
+    g->poison = calloc(DASH__SIGNAL_SLOTS, sizeof *g->poison);
+    g->released_seq = calloc(DASH__SIGNAL_SLOTS, sizeof *g->released_seq);
+    if (!g->poison || !g->released_seq || pthread_mutex_init(&g->mu, NULL) != 0) {
+        free(g->poison);
+        free(g->released_seq);
+        free(g);
+        return DASH_ENOMEM;
+    }
     if (cudaMalloc(&g->mem, bytes) != cudaSuccess || cudaMemset(g->mem, 0, bytes) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking) != cudaSuccess) {
         (void)cudaGetLastError();
+        if (rs)
+            (void)cudaStreamDestroy(rs);
         if (g->mem)
             (void)cudaFree(g->mem);
+        pthread_mutex_destroy(&g->mu);
+        free(g->poison);
+        free(g->released_seq);
         free(g);
         return DASH_ENOMEM;
     }
     g->release_stream = rs;
+    g->poll_stream = ps;
     int rc = dash_cuda_register(c, g->mem, bytes, &g->buf);
     if (rc) {
         (void)cudaStreamDestroy(rs);
+        (void)cudaStreamDestroy(ps);
         (void)cudaFree(g->mem);
+        pthread_mutex_destroy(&g->mu);
+        free(g->poison);
+        free(g->released_seq);
         free(g);
         return rc;
     }
@@ -656,7 +721,7 @@ static int op_sent(struct dash_client *c, const void *arg)
  * returned by the next call. */
 static int signal_op(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
                      const struct dash_tensor *const *ts, int nt, void *stream,
-                     struct dash_result *ret_result)
+                     const struct dash__poison *outputs, struct dash_result *ret_result)
 {
     struct dash__signals *g = c->signals;
     int rc = dash__pump_now(c);
@@ -683,9 +748,14 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
         (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
         return rc;
     dash__reap_detached(c);
+    pthread_mutex_lock(&g->mu);
+    g->poison[slot] = *outputs;
+    g->poison[slot].seq = seq;
+    pthread_mutex_unlock(&g->mu);
     if (write_value((CUstream)stream, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                     CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
+        forget_slot(g, slot, seq);
         return DASH_EINVAL; /* a stream of another device, or not a stream */
     }
     atomic_store(&g->issued, seq);
@@ -694,8 +764,10 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     sync.signal_seq = seq;
     uint64_t ticket;
     struct dash__req *r;
-    if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, &r)) != 0)
+    if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, &r)) != 0) {
+        forget_slot(g, slot, seq);
         return rc;
+    }
     /* nobody waits for it: the next calls read its reply */
     dash__map_del(&c->by_ticket, r->ticket);
     r->ticket = 0;
@@ -705,6 +777,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (r->state == DASH__QUEUED && (rc = dash__wait(c, op_sent, r, -1, dash__now_ms())) != 0) {
         /* never sent, nor waited for: the caller hears of it now, not later */
         g->slot_req[slot] = NULL;
+        forget_slot(g, slot, seq);
         r->signal_slot = -1;
         atomic_fetch_sub(&g->outstanding, 1);
         dash__op_finish(c, r, rc, NULL);
@@ -713,6 +786,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
+        forget_slot(g, slot, seq); /* the caller's stream does not wait: poisoned there */
         return DASH_EIO;
     }
     if (ret_result) {
@@ -742,8 +816,14 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         return DASH_EINVAL; /* one client, one GPU */
     if (c->signals && c->signals->device != device)
         return DASH_EINVAL; /* one client, one GPU */
-    int old, rc = switch_device(device, &old);
+    struct dash__poison outputs;
+    int old, rc = dash__outputs_of(c, kind == DASH__FORWARD, a, ts, &outputs);
     if (rc)
+        return rc;
+    /* From here on, a call that fails poisons the outputs on `stream` before it returns
+     * (the daemon has not queued anything that writes them, or has drained it), unless
+     * `stream` already waits for the done word: the release (release_slot) poisons then. */
+    if ((rc = switch_device(device, &old)) != 0)
         goto out;
     if (!c->signals && c->daemon_signals && !c->no_signals && !c->events &&
         !(c->flags & DASH_CONNECT_STREAM_EVENTS)) {
@@ -756,7 +836,7 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
         }
     }
     if (c->signals && c->daemon_signals) {
-        rc = signal_op(c, kind, a, ts, nt, stream, ret_result);
+        rc = signal_op(c, kind, a, ts, nt, stream, &outputs, ret_result);
         goto out;
     }
     if (!c->events && (rc = events_make(c, device)) != 0)
@@ -787,6 +867,10 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
     }
     e->last_record = r;
 out:
+    if (rc && rc != DASH_ENOGPU) { /* ENOGPU: the device could not be made current */
+        (void)dash__poison_outputs(&outputs, stream);
+        (void)cudaGetLastError();
+    }
     restore_device(old, device);
     return rc;
 }
@@ -917,21 +1001,9 @@ int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_r
         return DASH_EINVAL;
     for (int32_t i = 0; i < n; i++) {
         const struct dash_cuda_ref *r = &refs[i];
-        if (!r->ptr || r->ndim < 1 || r->ndim > 4 || r->elem_size < 1)
-            return DASH_EINVAL;
-        /* the bytes the view spans: its last element's index + 1, in elements */
-        uint64_t last = 0;
-        for (int32_t d = 0; d < r->ndim; d++) {
-            if (r->shape[d] < 1 || r->strides[d] < 0)
-                return DASH_EINVAL;
-            uint64_t step;
-            if (__builtin_mul_overflow((uint64_t)(r->shape[d] - 1), (uint64_t)r->strides[d],
-                                       &step) ||
-                __builtin_add_overflow(last, step, &last))
-                return DASH_EINVAL;
-        }
         uint64_t bytes;
-        if (__builtin_mul_overflow(last + 1, (uint64_t)r->elem_size, &bytes))
+        if (!r->ptr || r->elem_size < 1 ||
+            dash__view_span(r->ndim, r->shape, r->strides, (uint64_t)r->elem_size, &bytes) != 0)
             return DASH_EINVAL;
         struct dash_tensor *t = &ret[i];
         memset(t, 0, sizeof *t);

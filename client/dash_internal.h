@@ -212,17 +212,39 @@ struct dash__events {
     int32_t last_record;           /* the slot the daemon recorded last, -1: none */
 };
 
+/* The outputs a failed stream-ordered op poisons (dash_poison.c): up to 3 tensors (out and
+ * lse; dq, dk and dv), each with its buffer's device address and element size. */
+struct dash__poison {
+    uint64_t seq; /* signal-ordered: the op's sequence number (0: none) */
+    int n;
+    struct {
+        unsigned char *data; /* the buffer's start (t.offset counts from it) */
+        struct dash_tensor t;
+        size_t elem;
+    } out[3];
+};
+
 /* The client's semaphores (dash_cuda.c makes them on the first stream-ordered op, when the
- * daemon offers signals): one device allocation of ready[SLOTS] then done[SLOTS], 8-byte
- * words, registered like a buffer. The caller's stream writes ready[slot] = seq, then
- * waits for done[slot] >= seq, which the daemon's stream writes after the op. */
+ * daemon offers signals): one device allocation of ready[SLOTS], done[SLOTS] and
+ * fail[SLOTS], 8-byte words, registered like a buffer. The caller's stream writes
+ * ready[slot] = seq, then waits for done[slot] >= seq, which the daemon's stream writes
+ * after the op. An op that fails is never released by the daemon: it writes fail[slot] =
+ * seq instead, and the library (the watchdog, or the call that reads the reply, whichever
+ * comes first: release_slot in dash_cuda.c) queues on release_stream a wait for
+ * ready[slot] >= seq, the poison of the op's outputs, then done[slot] = seq. */
 struct dash__signals {
     int device;
-    void *mem;                /* device memory: 2 * DASH__SIGNAL_SLOTS words, zeroed */
+    void *mem;                /* device memory: 3 * DASH__SIGNAL_SLOTS words, zeroed */
     struct dash_buffer *buf;  /* its registration (users held at 1: never an op's) */
-    void *release_stream;     /* where the library writes a done word itself */
+    void *release_stream;     /* where the library poisons and writes a done word itself */
+    void *poll_stream;        /* where the watchdog reads the done and fail words */
     uint64_t seq;             /* the last sequence number used */
     struct dash__req *slot_req[DASH__SIGNAL_SLOTS]; /* the op in flight per slot, or NULL */
+    /* Under mu (the caller's thread and the watchdog): each slot's outputs, and the last
+     * seq released (poisoned and done written) by the library; a release happens once. */
+    pthread_mutex_t mu;
+    struct dash__poison *poison;   /* [DASH__SIGNAL_SLOTS] */
+    uint64_t *released_seq;        /* [DASH__SIGNAL_SLOTS] */
     /* The watchdog (dash_cuda.c): a thread that, while ops are in flight, watches the done
      * words, and if the daemon's process is gone (or, with no pid known, nothing moved for
      * ten timeouts) writes every done word up to `issued` itself, so that a caller blocked
@@ -378,11 +400,44 @@ DASH__HIDDEN int dash__op_submit(struct dash_client *c, enum dash__kind kind,
                                  int nt, const struct dash__op_sync *sync,
                                  uint64_t *ret_ticket, struct dash__req **ret_req);
 
+/* dash_poison.c: a 2-D run of bytes for cudaMemset2DAsync: `height` rows of `width`
+ * bytes, `pitch` (>= width) apart, from `offset` in the tensor's buffer. */
+struct dash__run {
+    uint64_t offset, width, pitch, height;
+};
+
+/* dash_poison.c: the bytes a strided view spans from its element 0 - (the last element's
+ * index + 1) * elem - for ndim 1..4, shapes >= 1 and strides >= 0 in elements: 0 and
+ * *ret_bytes, or DASH_EINVAL (a bad dim, or past 64 bits). */
+DASH__HIDDEN int dash__view_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
+                                 uint64_t elem, uint64_t *ret_bytes);
+
+/* dash_poison.c: whether every element of t (elem bytes each) lies inside t->buf, strides
+ * and shape >= 0: 0, or DASH_EINVAL / DASH_EBOUNDS with the reason in why. */
+DASH__HIDDEN int dash__tensor_check(const struct dash_tensor *t, size_t elem, char *why,
+                                    size_t len);
+
+/* dash_poison.c: call fn for each run covering exactly t's elements (t checked); stops at
+ * fn's first nonzero return, which it returns. */
+DASH__HIDDEN int dash__tensor_runs(const struct dash_tensor *t, size_t elem,
+                                   int (*fn)(void *ctx, const struct dash__run *run), void *ctx);
+
+/* dash_poison.c: a stream-ordered op's outputs (forward: ts[3] out and ts[4] lse; else
+ * ts[6..8] dq, dk, dv) into *ret, each checked to lie inside its buffer so that poisoning
+ * it is safe (dash__tensor_check). 0, or its code with the reason in c->last_error. */
+DASH__HIDDEN int dash__outputs_of(struct dash_client *c, int forward, const struct dash_attn *a,
+                                  const struct dash_tensor *const *ts, struct dash__poison *ret);
+
+/* dash_poison.c (CUDA builds): queue on stream (a cudaStream_t) every byte of p's outputs
+ * = 0xFF, one cudaMemset2DAsync per run. 0 or DASH_EIO (the rest is still tried). */
+DASH__HIDDEN int dash__poison_outputs(const struct dash__poison *p, void *stream);
+
 /* dash_ops.c: free the detached ops that have finished (signal-ordered ones). */
 DASH__HIDDEN void dash__reap_detached(struct dash_client *c);
 
-/* dash_cuda.c: write done[slot] = seq from here (an op the daemon will not finish), so
- * that the caller's stream waiting for it goes on. */
+/* dash_cuda.c: poison the op's outputs and write done[slot] = seq from here (an op the
+ * daemon will not finish, or failed), so that the caller's stream waiting for it goes on
+ * past the poison; once per op, whoever comes first (release_slot). */
 DASH__HIDDEN void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq);
 
 /* dash_cuda.c: a Hello went out (answered 0: not yet) or succeeded (1): the watchdog

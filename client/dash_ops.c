@@ -164,6 +164,8 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
         st->sync.ready_offset = 8 * (uint64_t)r->signal_slot;
         st->sync.done_offset = 8 * (uint64_t)(DASH__SIGNAL_SLOTS + r->signal_slot);
         st->sync.signal_seq = r->signal_seq;
+        st->sync.has_fail_offset = 1;
+        st->sync.fail_offset = 8 * (uint64_t)(2 * DASH__SIGNAL_SLOTS + r->signal_slot);
         m->sync = &st->sync;
     } else if (r->wait_slot >= 0 || r->record_slot >= 0) {
         const struct dash__events *e = c->events;

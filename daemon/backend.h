@@ -54,9 +54,12 @@ struct backend_op {
     void *record_event; /* recorded on the device once the outputs are written */
     /* Device ops on a backend with signal_release: semaphore words in client memory
      * (NULL: none). The device waits until *signal_ready >= signal_seq before reading the
-     * inputs, and writes signal_seq to *signal_done once the outputs are written - also
-     * when the op fails after this call began, so the client's stream never hangs. */
-    uint64_t *signal_ready, *signal_done;
+     * inputs, and writes signal_seq to *signal_done once the outputs are written. When the
+     * op fails after this call began, it writes signal_seq to *signal_fail instead (the
+     * client poisons the outputs, then writes the done word itself), or to *signal_done
+     * when signal_fail is NULL - so the client's stream never hangs. Either way nothing
+     * of the op runs on the device any more once that word is written. */
+    uint64_t *signal_ready, *signal_done, *signal_fail;
     uint64_t signal_seq;
     backend_done_fn done; /* non-NULL: the backend may return BACKEND_QUEUED */
     void *done_ctx;
@@ -122,10 +125,11 @@ struct backend {
                        size_t msglen);
     /* Close one opened event; ops queued before that used it are not disturbed. */
     void (*event_close)(void *impl, void *ev);
-    /* Semaphores (NULL on a backend without them): write seq to *done (device memory of a
-     * client) from the device, behind nothing of ours - for an op that will not run
-     * (refused, cancelled), so that the client's stream waiting for it goes on. Any
-     * thread. 0 or DASH_EIO. */
+    /* Semaphores (NULL on a backend without them): write seq to *word (device memory of a
+     * client: its done word, or its fail word) from the device, behind nothing of ours -
+     * for an op that will not run (refused, cancelled), so that the client's stream
+     * waiting for it goes on (after the client's poison, for a fail word). Any thread.
+     * 0 or DASH_EIO. */
     int (*signal_release)(void *impl, uint64_t *done, uint64_t seq);
     void (*free)(void *impl);
 };

@@ -515,6 +515,11 @@ static int map_kernel_error(int rc, const struct attn_problem *p, char *msg, siz
     case -EOVERFLOW:
         snprintf(msg, msglen, "the shape is too large for the CUDA kernels' 32-bit indices");
         return DASH_ESHAPE;
+    case -ERANGE:
+        snprintf(msg, msglen, "the shift schedule's wave W is more than this GPU runs at once in "
+                 "the backward for sliding windows, softcap and packed batches (it has no "
+                 "interleaved mode): choose a smaller w");
+        return DASH_ESCHED;
     case -ENOTSUP:
         if (!cuattn_serves_head_dim(p->head_dim)) {
             snprintf(msg, msglen, "the CUDA kernels serve head dims 64, 96, 128 and 256, not %d",
@@ -546,11 +551,14 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
 {
     const struct cuda *c = impl;
     const struct attn_problem *p = &plan->prob;
-    if (plan->varlen || p->window || p->softcap != 0) {
-        snprintf(msg, msglen, "the CUDA kernels do not serve %s yet (issue 17); a dashd with "
-                 "--backend cpu does", plan->varlen ? "packed variable-length batches"
-                 : p->window ? "sliding windows" : "softcap");
-        return DASH_ENOTSUP;
+    const int ext = plan->varlen || p->window || p->softcap != 0;
+    if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && p->head_dim != 64 &&
+        p->head_dim != 128) {
+        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims 64 and 128 only, not %d; "
+                 "a dashd with --backend cpu serves the others", plan->varlen ? "packed "
+                 "variable-length batches" : p->window ? "sliding windows" : "softcap",
+                 p->head_dim);
+        return DASH_EHEADDIM;
     }
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return map_kernel_error(-ENOTSUP, p, msg, msglen);
@@ -602,9 +610,12 @@ static int stage_slots(const struct backend_op *op, int backward, struct stage_s
 {
     const struct attn_problem *p = op->prob;
     size_t es = (size_t)dtype_size(p->dtype);
-    size_t qb = es * (size_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim;
-    size_t kb = es * (size_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim;
-    size_t lb = sizeof(float) * (size_t)p->batch * p->heads_q * p->seqlen_q;
+    /* a packed batch: (1, total, heads, head_dim) tensors, lse (1, heads_q, total_q) */
+    const size_t vb = (size_t)attn_view_batch(p), rq = (size_t)attn_view_rows_q(p),
+                 rk = (size_t)attn_view_rows_k(p);
+    size_t qb = es * vb * rq * p->heads_q * p->head_dim;
+    size_t kb = es * vb * rk * p->heads_kv * p->head_dim;
+    size_t lb = sizeof(float) * vb * p->heads_q * rq;
     struct stage_slot all[9] = {
         {op->q.data, qb, 0, NULL},   {op->k.data, kb, 0, NULL},   {op->v.data, kb, 0, NULL},
         {op->out.data, qb, !backward, NULL}, {op->lse, lb, !backward, NULL},
@@ -655,8 +666,8 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
     struct attn_tensor t[9];
     for (int i = 0; i < n; i++) {
         int kv = i == 1 || i == 2 || i == 7 || i == 8;
-        t[i] = attn_dense(s[i].dev, kv ? p->seqlen_k : p->seqlen_q, kv ? p->heads_kv : p->heads_q,
-                         p->head_dim);
+        t[i] = attn_dense(s[i].dev, kv ? attn_view_rows_k(p) : attn_view_rows_q(p),
+                         kv ? p->heads_kv : p->heads_q, p->head_dim);
     }
     int rc;
     if (!backward)
@@ -763,8 +774,11 @@ fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
     (void)cudaStreamSynchronize(st);
     pending_put(c, p);
-    /* The client's stream waits for the done signal whatever happened to the op. */
-    if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) == 0)
+    /* The client's stream waits for the done signal whatever happened to the op: the
+     * fail word, after which the client poisons the outputs and writes the done word (the
+     * stream was drained above: none of the op's kernels can write them after that). */
+    uint64_t *word = op->signal_fail ? op->signal_fail : op->signal_done;
+    if (word && signal_write(c, st, word, op->signal_seq) == 0)
         (void)cudaStreamSynchronize(st);
     return rc;
 }

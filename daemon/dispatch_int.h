@@ -58,7 +58,8 @@ void dispatch__check_idle(struct dispatch *d);
 /* dispatch_op.c: a Forward (backward 0) or Backward of session s. */
 void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash__Request *req,
                      struct session *s, int backward);
-/* Write the done words of an op's signals that will not run (the client's stream waits). */
+/* An op with signals that will not run (the client's stream waits): write its fail word
+ * (the client poisons, then releases), or its done word if it names none. */
 void dispatch__release_signals(struct dispatch *d, const struct session *s,
                                const Dash__Request *req);
 /* The queue's callbacks (worker thread, then loop thread). */

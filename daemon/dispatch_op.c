@@ -161,10 +161,11 @@ static int check_sync(const struct session *s, const Dash__EventSync *sync, enum
 }
 
 /* EventSync's semaphores: 0 and the words (device pointers into the buffer, on which the
- * job is to take a reference), or a code with the reason. */
+ * job is to take a reference; *ret_fail NULL when the client named no fail word), or a
+ * code with the reason. */
 static int check_signals(const struct session *s, const Dash__EventSync *sync, char *msg,
                          size_t msglen, struct shmbuf **ret_buf, uint64_t **ret_ready,
-                         uint64_t **ret_done)
+                         uint64_t **ret_done, uint64_t **ret_fail)
 {
     if (!sync->has_signal_buffer || !sync->has_ready_offset || !sync->has_done_offset ||
         !sync->has_signal_seq || sync->signal_seq == 0) {
@@ -191,22 +192,34 @@ static int check_signals(const struct session *s, const Dash__EventSync *sync, c
                  shmbuf_kind_name(shmbuf_kind(b)));
         return DASH_EINVAL;
     }
+    const uint64_t f = sync->fail_offset;
+    if (sync->has_fail_offset && (f % 8 != 0 || f > size - 8 || f == r || f == dn)) {
+        snprintf(msg, msglen, "the fail word (at %llu) must be an 8-byte aligned word inside "
+                 "the signal buffer of %llu bytes, apart from ready (%llu) and done (%llu)",
+                 (unsigned long long)f, (unsigned long long)size, (unsigned long long)r,
+                 (unsigned long long)dn);
+        return DASH_EINVAL;
+    }
     *ret_buf = b;
     *ret_ready = (uint64_t *)(void *)(shmbuf_data(b) + r);
     *ret_done = (uint64_t *)(void *)(shmbuf_data(b) + dn);
+    *ret_fail = sync->has_fail_offset ? (uint64_t *)(void *)(shmbuf_data(b) + f) : NULL;
     return 0;
 }
 
-/* An op that will not run: write its done word, if it names valid semaphores. */
+/* An op that will not run: write its fail word (the client poisons the outputs and
+ * releases its stream), or its done word when it names none, if it names valid
+ * semaphores. */
 void dispatch__release_signals(struct dispatch *d, const struct session *s,
                                          const Dash__Request *req)
           {
     char msg[MSG_MAX];
     struct shmbuf *b;
-    uint64_t *ready, *done;
+    uint64_t *ready, *done, *fail;
     if (s && req->sync && req->sync->has_signal_buffer && d->backend->signal_release &&
-        check_signals(s, req->sync, msg, sizeof msg, &b, &ready, &done) == 0)
-        (void)d->backend->signal_release(d->backend->impl, done, req->sync->signal_seq);
+        check_signals(s, req->sync, msg, sizeof msg, &b, &ready, &done, &fail) == 0)
+        (void)d->backend->signal_release(d->backend->impl, fail ? fail : done,
+                                         req->sync->signal_seq);
 }
 
 /* What limits.h calls a request's size: the dense bytes of every tensor it names. */
@@ -244,9 +257,9 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
     /* Semaphores first: once they are known, every way this op ends writes its done word,
      * so the client's stream that waits for it goes on. */
     struct shmbuf *sig_buf = NULL;
-    uint64_t *sig_ready = NULL, *sig_done = NULL;
+    uint64_t *sig_ready = NULL, *sig_done = NULL, *sig_fail = NULL;
     int rc = want_signals ? check_signals(s, sync, msg, sizeof msg, &sig_buf, &sig_ready,
-                                          &sig_done) : 0;
+                                          &sig_done, &sig_fail) : 0;
     if (rc) {
         dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
         return;
@@ -299,6 +312,7 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
         shmbuf_ref(sig_buf);
         j->signal_ready = sig_ready;
         j->signal_done = sig_done;
+        j->signal_fail = sig_fail;
         j->signal_seq = sync->signal_seq;
     }
     memcpy(j->rid, m->rid, m->rid_len);
@@ -361,8 +375,11 @@ refuse:
     if (j)
         free(j->cu_seqlens);
     free(j);
-    if (sig_done) /* the client's stream waits for this op: let it go on */
-        (void)d->backend->signal_release(d->backend->impl, sig_done, sync->signal_seq);
+    /* The client's stream waits for this op: let it go on - through the client's poison
+     * of the outputs when it named a fail word (nothing of this op was queued). */
+    if (sig_done)
+        (void)d->backend->signal_release(d->backend->impl, sig_fail ? sig_fail : sig_done,
+                                         sync->signal_seq);
     dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
 }
 

@@ -147,7 +147,8 @@ static int run_in_place(struct job_runner *r, struct job *j, backend_done_fn don
     const struct val_plan *p = &j->plan;
     struct backend_op op = {.prob = &p->prob, .cfg = &p->cfg, .wait_event = j->wait_event,
                             .record_event = j->record_event, .signal_ready = j->signal_ready,
-                            .signal_done = j->signal_done, .signal_seq = j->signal_seq,
+                            .signal_done = j->signal_done, .signal_fail = j->signal_fail,
+                            .signal_seq = j->signal_seq,
                             .done = done,
                             .done_ctx = done_ctx};
     op.lse = (float *)(void *)(shmbuf_data(j->buf[VAL_LSE]) + p->t[VAL_LSE].offset);
@@ -270,8 +271,10 @@ int job_run(struct job_runner *r, struct job *j, backend_done_fn done, void *don
         j->rc = DASH_ECANCELED;
         snprintf(j->msg, sizeof j->msg, "not run: the client process (pid %lld) is gone",
                  (long long)j->peer_pid);
-        if (j->signal_done)
-            (void)r->backend->signal_release(r->backend->impl, j->signal_done, j->signal_seq);
+        if (j->signal_done) /* the client poisons the outputs (or nobody waits any more) */
+            (void)r->backend->signal_release(r->backend->impl,
+                                             j->signal_fail ? j->signal_fail : j->signal_done,
+                                             j->signal_seq);
         j->finished_ns = j->started_ns;
         return 0;
     }

@@ -56,9 +56,11 @@ struct job {
     int reply_when_queued;
     int replied; /* loop thread: the reply went out when the op was queued */
     /* EventSync's semaphores (device ops; NULL: none): words in signal_buf, which the job
-     * holds a reference on. */
+     * holds a reference on. signal_fail: written instead of signal_done when the op fails
+     * (the client poisons the outputs, then writes the done word); NULL: the done word is
+     * written either way. */
     struct shmbuf *signal_buf;
-    uint64_t *signal_ready, *signal_done;
+    uint64_t *signal_ready, *signal_done, *signal_fail;
     uint64_t signal_seq;
     /* Audit: the slots to digest (bit 1 << VAL_*; 0: no audit) and their digests, set by
      * the time the job is done (digest_ok: which ones were computed). */

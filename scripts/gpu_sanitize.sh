@@ -3,7 +3,9 @@
 # gpu_sanitize.sh - compute-sanitizer on the GPU suites' sanitizer targets: memcheck,
 # racecheck and synccheck on test_attn_gpu_small_shapes_for_sanitizers (every kernel
 # implementation, head dims 64/96/128/256, every schedule, persistent and interleaved
-# CTAs, checked against float64), and memcheck on the digest kernels. Logs under $OUT
+# CTAs, checked against float64), the same three on v3's forward
+# (test_attn_gpu_v3_forward_small_shapes_for_sanitizers: its K/V rings wrap), and memcheck
+# on the digest kernels. Logs under $OUT
 # (default /tmp); prints each tool's summary line. Exit 0 when every run passed with no
 # error or hazard reported.
 #   BIN=build bash scripts/gpu_sanitize.sh
@@ -34,6 +36,10 @@ one() { # tool suite test log
 one memcheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers
 one racecheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers "--racecheck-report all"
 one synccheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers
+# v3's forward (sm_90): its K/V rings wrap here; elsewhere the test passes with nothing run
+one memcheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers
+one racecheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers "--racecheck-report all"
+one synccheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers
 one memcheck gpu_digest test_digest_gpu_strided_views_equal_cpu
 one memcheck gpu_digest test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets
 exit $status

@@ -271,6 +271,8 @@ int main(int argc, char **argv)
     sig.ready_offset = 0;
     sig.done_offset = 8;
     sig.signal_seq = 1;
+    sig.has_fail_offset = 1; /* the word a failed op's daemon writes instead of done */
+    sig.fail_offset = 16;
     Dash__AuditTag tag = DASH__AUDIT_TAG__INIT;
     tag.has_step = 1;
     tag.step = 17;

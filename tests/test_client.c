@@ -356,7 +356,7 @@ static void test_client_signal_sync_names_the_words_of_its_slot(void)
     struct fixture f;
     fixture_init(&f);
     struct dash_buffer sigbuf = {.owner = &f.c, .kind = DASH__BUF_CUDA, .reg = DASH__REG_OK,
-                                 .id = 77, .size = 2 * DASH__SIGNAL_SLOTS * 8};
+                                 .id = 77, .size = 3 * DASH__SIGNAL_SLOTS * 8};
     struct dash__signals g = {.buf = &sigbuf};
     f.c.signals = &g;
     struct dash__req r = {.kind = DASH__FORWARD, .nt = 5, .wait_slot = -1, .record_slot = -1,
@@ -373,6 +373,8 @@ static void test_client_signal_sync_names_the_words_of_its_slot(void)
     CU_ASSERT(m.sync->has_ready_offset && m.sync->ready_offset == 72);
     CU_ASSERT(m.sync->has_done_offset && m.sync->done_offset == 8 * (DASH__SIGNAL_SLOTS + 9));
     CU_ASSERT(m.sync->has_signal_seq && m.sync->signal_seq == 265);
+    /* the fail word: the daemon writes it instead of done when the op fails */
+    CU_ASSERT(m.sync->has_fail_offset && m.sync->fail_offset == 8 * (2 * DASH__SIGNAL_SLOTS + 9));
     CU_ASSERT(!m.sync->has_wait_event && !m.sync->has_record_event && !m.sync->reply_when_queued);
     Dash__Request m2 = DASH__REQUEST__INIT;
     sigbuf.reg = DASH__REG_PENDING;
@@ -381,6 +383,149 @@ static void test_client_signal_sync_names_the_words_of_its_slot(void)
     sigbuf.reg_code = DASH_ENOTSUP;
     CU_ASSERT_EQUAL(dash__op_encode(&f.c, &r, &m2, &st), DASH_ENOTSUP);
     f.c.signals = NULL;
+}
+
+/* ---- the poison of a failed stream-ordered op (dash_poison.c) -------------------------- */
+
+struct mark {
+    unsigned char *bytes;
+    size_t size;
+    int bad; /* a run with pitch < width, or outside the buffer */
+};
+
+static int mark_run(void *ctx, const struct dash__run *r)
+{
+    struct mark *m = ctx;
+    if (r->pitch < r->width || r->height == 0 || r->width == 0)
+        m->bad = 1;
+    for (uint64_t row = 0; row < r->height; row++)
+        for (uint64_t i = 0; i < r->width; i++) {
+            uint64_t at = r->offset + row * r->pitch + i;
+            if (at >= m->size)
+                m->bad = 1;
+            else
+                m->bytes[at]++;
+        }
+    return 0;
+}
+
+/* The runs of random strided tensors (permuted dims, padding, stride 0, sizes 0 and 1)
+ * cover exactly the bytes of their elements, and no others: checked byte by byte against
+ * enumerating every element. */
+static void test_client_poison_runs_cover_exactly_the_elements(void)
+{
+    enum { SIZE = 1 << 16 };
+    unsigned char *want = calloc(SIZE, 1), *got = calloc(SIZE, 1);
+    CU_ASSERT_FATAL(want && got);
+    struct dash_buffer b = {.size = SIZE};
+    struct tu_rng rng;
+    tu_rng_init(&rng, 0x90150);
+    int tensors = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        struct dash_tensor t = {.buf = &b, .ndim = 3 + (int32_t)(tu_next(&rng) % 2)};
+        const size_t elem = (size_t)1 << (1 + tu_next(&rng) % 3); /* 2, 4, 8 */
+        t.offset = (tu_next(&rng) % 16) * elem;
+        for (int32_t i = 0; i < t.ndim; i++)
+            t.shape[i] = tu_next(&rng) % 12 == 0 ? 0 : 1 + (int64_t)(tu_next(&rng) % 4);
+        if (tu_next(&rng) % 4 != 0) {
+            /* a layout: dims in a random order, each padded by 0..2 elements */
+            int32_t order[4] = {0, 1, 2, 3};
+            for (int32_t i = t.ndim - 1; i > 0; i--) {
+                int32_t j = (int32_t)(tu_next(&rng) % (uint64_t)(i + 1)), x = order[i];
+                order[i] = order[j];
+                order[j] = x;
+            }
+            int64_t st = 1;
+            for (int32_t i = t.ndim - 1; i >= 0; i--) {
+                const int32_t d = order[i];
+                t.strides[d] = tu_next(&rng) % 6 == 0 ? 0 : st; /* 0: broadcast (overlap) */
+                st = st * (t.shape[d] > 0 ? t.shape[d] : 1) + (int64_t)(tu_next(&rng) % 3);
+            }
+        } /* else all zero: dense */
+        char why[200];
+        if (dash__tensor_check(&t, elem, why, sizeof why) != 0)
+            continue;
+        tensors++;
+        memset(want, 0, SIZE);
+        memset(got, 0, SIZE);
+        int64_t dense[4], n = 1;
+        for (int32_t i = t.ndim - 1; i >= 0; i--) {
+            dense[i] = n;
+            n *= t.shape[i];
+        }
+        int all_zero = 1;
+        for (int32_t i = 0; i < t.ndim; i++)
+            all_zero &= t.strides[i] == 0;
+        for (int64_t e = 0; e < n; e++) {
+            uint64_t at = t.offset;
+            for (int32_t i = 0; i < t.ndim; i++) {
+                const int64_t idx = e / dense[i] % t.shape[i];
+                at += (uint64_t)idx * (uint64_t)(all_zero ? dense[i] : t.strides[i]) * elem;
+            }
+            for (size_t k = 0; k < elem; k++)
+                want[at + k] = 1;
+        }
+        struct mark m = {got, SIZE, 0};
+        CU_ASSERT_EQUAL_FATAL(dash__tensor_runs(&t, elem, mark_run, &m), 0);
+        CU_ASSERT_FALSE(m.bad);
+        for (size_t i = 0; i < SIZE; i++)
+            if ((got[i] != 0) != want[i]) {
+                CU_FAIL("a run missed an element's byte, or covered a byte of no element");
+                break;
+            }
+    }
+    CU_ASSERT(tensors > 1000);
+    /* the layouts that matter are one run: dense, and dq of a packed (b, s, 3, h, d) */
+    int count = 0;
+    struct dash_tensor d = dash_tensor_dense(&b, 64, 2, 8, 4, 16);
+    struct mark m = {got, SIZE, 0};
+    memset(got, 0, SIZE);
+    CU_ASSERT_EQUAL(dash__tensor_runs(&d, 2, mark_run, &m), 0);
+    for (size_t i = 0; i < SIZE; i++)
+        count += got[i] != 0;
+    CU_ASSERT_EQUAL(count, 2 * 8 * 4 * 16 * 2);
+    struct dash_tensor packed = {.buf = &b, .offset = 0, .ndim = 4, .shape = {2, 8, 4, 16},
+                                 .strides = {8 * 3 * 4 * 16, 3 * 4 * 16, 16, 1}};
+    memset(got, 0, SIZE);
+    m = (struct mark){got, SIZE, 0};
+    CU_ASSERT_EQUAL(dash__tensor_runs(&packed, 2, mark_run, &m), 0);
+    count = 0;
+    for (size_t i = 0; i < SIZE; i++)
+        count += got[i] != 0;
+    CU_ASSERT_EQUAL(count, 2 * 8 * 4 * 16 * 2); /* dk and dv, between, untouched */
+    free(want);
+    free(got);
+}
+
+/* Outputs that reach past their buffer, or have negative strides or shapes, are refused
+ * before anything is queued: their poison would write memory the caller never gave. */
+static void test_client_poison_check_refuses_tensors_outside_their_buffer(void)
+{
+    struct dash_buffer b = {.size = 4096};
+    char why[200];
+    struct dash_tensor t = dash_tensor_dense(&b, 0, 1, 8, 4, 32); /* 1024 bf16: 2048 bytes */
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 2, why, sizeof why), 0);
+    t.offset = 2048;
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 2, why, sizeof why), 0); /* ends exactly at the end */
+    t.offset = 2050;
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 2, why, sizeof why), DASH_EBOUNDS);
+    CU_ASSERT(strstr(why, "past its buffer") != NULL);
+    t.offset = 0;
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 4, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 8, why, sizeof why), DASH_EBOUNDS);
+    t.strides[0] = -1;
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 2, why, sizeof why), DASH_EINVAL);
+    t = dash_tensor_dense(&b, 0, 1, 8, 4, 32);
+    t.strides[1] = INT64_MAX / 2; /* overflow, not a wrap into the buffer */
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 2, why, sizeof why), DASH_EBOUNDS);
+    t = dash_tensor_dense(&b, UINT64_MAX - 4, 1, 1, 1, 1);
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 8, why, sizeof why), DASH_EBOUNDS);
+    t = dash_tensor_dense(&b, 5000, 0, 8, 4, 32); /* empty: nothing to write anywhere */
+    CU_ASSERT_EQUAL(dash__tensor_check(&t, 2, why, sizeof why), 0);
+    struct dash_tensor lse = dash_tensor_lse(&b, 4096 - 4 * 4 * 8, 1, 4, 8);
+    CU_ASSERT_EQUAL(dash__tensor_check(&lse, 4, why, sizeof why), 0);
+    lse.offset += 4;
+    CU_ASSERT_EQUAL(dash__tensor_check(&lse, 4, why, sizeof why), DASH_EBOUNDS);
 }
 
 static void test_client_error_table_matches_proto(void)
@@ -482,6 +627,8 @@ int suite_client(void)
     ADD_TEST(s, test_client_forward_message_carries_ids_and_params);
     ADD_TEST(s, test_client_event_sync_names_ring_slots_after_the_base);
     ADD_TEST(s, test_client_signal_sync_names_the_words_of_its_slot);
+    ADD_TEST(s, test_client_poison_runs_cover_exactly_the_elements);
+    ADD_TEST(s, test_client_poison_check_refuses_tensors_outside_their_buffer);
     ADD_TEST(s, test_client_error_table_matches_proto);
     ADD_TEST(s, test_client_default_endpoint_follows_environment);
     ADD_TEST(s, test_client_request_table_matches_a_reference);

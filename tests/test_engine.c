@@ -599,6 +599,59 @@ static void test_engine_rejects_bad_arguments(void)
     eng_free(e);
 }
 
+/* ref_backward_given_out takes Dsum = rowsum(dO o O) from the O it is given: with the
+ * float64 O it is ref_backward; with O moved by delta on one row, that row's dQ moves by
+ * exactly -scale (dO . delta) sum_j P_j k_j and nothing else does (dV never reads O). */
+static void test_ref_backward_given_out_reads_dsum_from_the_stored_output(void)
+{
+    enum { SQ = 6, SK = 2, D = 8, ROW = SQ - 1 };
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x676976656eULL);
+    double q[SQ * D], k[SK * D], v[SK * D], dout[SQ * D], o[SQ * D], lse[SQ];
+    double g[2][3][SQ * D]; /* [plain, given][dq, dk, dv]; dk/dv use the first SK * D */
+    tu_fill(q, DTYPE_F64, SQ * D, &r, 1.0);
+    tu_fill(k, DTYPE_F64, SK * D, &r, 1.0);
+    tu_fill(v, DTYPE_F64, SK * D, &r, 1.0);
+    tu_fill(dout, DTYPE_F64, SQ * D, &r, 1.0);
+    /* causal, bottom-right: rows 4 and 5 see keys (one and two), the rest none */
+    struct attn_problem p = {.batch = 1, .seqlen_q = SQ, .seqlen_k = SK, .heads_q = 1, .heads_kv = 1,
+                             .head_dim = D, .dtype = DTYPE_F64, .mask = SCHED_MASK_CAUSAL, .scale = 0.5f};
+    struct attn_tensor tq = attn_dense(q, SQ, 1, D), tk = attn_dense(k, SK, 1, D), tv = attn_dense(v, SK, 1, D);
+    struct attn_tensor tdo = attn_dense(dout, SQ, 1, D), to = attn_dense(o, SQ, 1, D);
+    CU_ASSERT_EQUAL_FATAL(ref_forward(&p, tq, tk, tv, o, lse), 0);
+    CU_ASSERT_EQUAL_FATAL(ref_backward(&p, tq, tk, tv, tdo, g[0][0], g[0][1], g[0][2]), 0);
+    CU_ASSERT_EQUAL_FATAL(ref_backward_given_out(&p, tq, tk, tv, to, tdo, g[1][0], g[1][1], g[1][2]), 0);
+    for (int e = 0; e < SQ * D; e++)
+        CU_ASSERT(fabs(g[1][0][e] - g[0][0][e]) <= 1e-13 * (1 + fabs(g[0][0][e])));
+    /* move O's last row by delta */
+    double delta[D], dd = 0;
+    for (int d = 0; d < D; d++) {
+        delta[d] = 1e-3 * (d + 1);
+        o[ROW * D + d] += delta[d];
+        dd += dout[ROW * D + d] * delta[d];
+    }
+    CU_ASSERT_EQUAL_FATAL(ref_backward_given_out(&p, tq, tk, tv, to, tdo, g[1][0], g[1][1], g[1][2]), 0);
+    double pr[SK];
+    for (int j = 0; j < SK; j++) {
+        double qk = 0;
+        for (int d = 0; d < D; d++)
+            qk += q[ROW * D + d] * k[j * D + d];
+        pr[j] = exp((double)p.scale * qk - lse[ROW]);
+    }
+    for (int i = 0; i < SQ; i++)
+        for (int d = 0; d < D; d++) {
+            double want = g[0][0][i * D + d];
+            if (i == ROW)
+                for (int j = 0; j < SK; j++)
+                    want -= (double)p.scale * pr[j] * dd * k[j * D + d];
+            CU_ASSERT(fabs(g[1][0][i * D + d] - want) <= 1e-12);
+        }
+    CU_ASSERT(memcmp(g[1][2], g[0][2], sizeof(double) * SK * D) == 0);
+    CU_ASSERT(fabs(g[1][1][0] - g[0][1][0]) > 1e-9); /* dK reads the same dS */
+    struct attn_tensor none = {0};
+    CU_ASSERT_EQUAL(ref_backward_given_out(&p, tq, tk, tv, none, tdo, g[1][0], g[1][1], g[1][2]), -EINVAL);
+}
+
 int suite_engine(void)
 {
     CU_pSuite s = CU_add_suite("engine", NULL, NULL);
@@ -612,5 +665,6 @@ int suite_engine(void)
     ADD_TEST(s, test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats);
     ADD_TEST(s, test_engine_strided_views_give_same_bits);
     ADD_TEST(s, test_engine_stop_ends_an_op_midway_and_the_next_runs_whole);
+    ADD_TEST(s, test_ref_backward_given_out_reads_dsum_from_the_stored_output);
     return 0;
 }

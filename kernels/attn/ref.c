@@ -125,9 +125,10 @@ int ref_forward(const struct attn_problem *p, struct attn_tensor q, struct attn_
     return 0;
 }
 
-int ref_backward(const struct attn_problem *p, struct attn_tensor q, struct attn_tensor k,
-                 struct attn_tensor v, struct attn_tensor dout, double *dq, double *dk,
-                 double *dv)
+/* The gradients; Dsum from the float64 O, or from *given (ref_backward_given_out). */
+static int backward(const struct attn_problem *p, struct attn_tensor q, struct attn_tensor k,
+                    struct attn_tensor v, const struct attn_tensor *given, struct attn_tensor dout,
+                    double *dq, double *dk, double *dv)
 {
     int rc = attn_check_problem(p);
     if (rc)
@@ -158,14 +159,14 @@ int ref_backward(const struct attn_problem *p, struct attn_tensor q, struct attn
             for (int64_t i = 0; i < sq.sq; i++) {
                 const int64_t hk = h / G, qi = sq.q0 + i;
                 softmax_row(p, &q, &k, &sq, i, h, prob, dcap);
-                /* O row, dP row and Dsum = dO . O, all in double */
+                /* O row (or the given one), dP row and Dsum = dO . O, all in double */
                 double dsum = 0;
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
                     for (int64_t j = 0; j < sq.sk; j++)
                         acc += prob[j] * at(&v, p->dtype, vb, sq.k0 + j, hk, d);
-                    o[d] = acc;
-                    dsum += acc * at(&dout, p->dtype, vb, qi, h, d);
+                    o[d] = given ? at(given, p->dtype, vb, qi, h, d) : acc;
+                    dsum += o[d] * at(&dout, p->dtype, vb, qi, h, d);
                 }
                 for (int64_t j = 0; j < sq.sk; j++) {
                     double acc = 0;
@@ -208,4 +209,20 @@ double ref_rel_error(const double *a, const double *b, int64_t n)
     if (den == 0)
         return num == 0 ? 0 : INFINITY;
     return sqrt(num / den);
+}
+
+int ref_backward(const struct attn_problem *p, struct attn_tensor q, struct attn_tensor k,
+                 struct attn_tensor v, struct attn_tensor dout, double *dq, double *dk,
+                 double *dv)
+{
+    return backward(p, q, k, v, NULL, dout, dq, dk, dv);
+}
+
+int ref_backward_given_out(const struct attn_problem *p, struct attn_tensor q,
+                           struct attn_tensor k, struct attn_tensor v, struct attn_tensor out,
+                           struct attn_tensor dout, double *dq, double *dk, double *dv)
+{
+    if (!out.data)
+        return -EINVAL;
+    return backward(p, q, k, v, &out, dout, dq, dk, dv);
 }

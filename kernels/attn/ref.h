@@ -27,6 +27,15 @@ int ref_backward(const struct attn_problem *p, struct attn_tensor q, struct attn
                  struct attn_tensor v, struct attn_tensor dout, double *dq, double *dk,
                  double *dv);
 
+/* As ref_backward, but Dsum = rowsum(dO o O) reads O from `out` (the forward's output as
+ * stored, in p->dtype), as the kernels' backward does, instead of the float64 O. Where a
+ * row's probabilities are peaked (a few keys, one P near 1), dP - Dsum cancels and the
+ * rounding of the stored O reaches dQ and dK amplified by 1/P: the kernel is then right
+ * about the O it was given, and this is the reference that shows its own error. */
+int ref_backward_given_out(const struct attn_problem *p, struct attn_tensor q,
+                           struct attn_tensor k, struct attn_tensor v, struct attn_tensor out,
+                           struct attn_tensor dout, double *dq, double *dk, double *dv);
+
 /* ||a - b|| / ||b|| over n doubles (Frobenius); +inf if b is zero and a is not. */
 double ref_rel_error(const double *a, const double *b, int64_t n);
 

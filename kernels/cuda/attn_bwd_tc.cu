@@ -82,24 +82,6 @@
 #include "kernels/cuda/bwd_rows.cuh"
 #include "kernels/cuda/bwd_wgmma.cuh"
 
-/* Persistent mode: the q-tiles and ranks of steps base .. base + BWD_TC_TAB of the job's
- * stage (those below `steps`), one entry per thread, into the visit table. A step then
- * reads its q-tile, its successor's and its rank instead of forming them: the shift
- * ranks take several integer divisions, and thread 0 forming them every step delayed its
- * warp, and so every barrier, by hundreds of instructions. The caller publishes the
- * table with a barrier, and refills it only once every read of the old one is behind a
- * barrier. */
-static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s, int32_t *visit_smem,
-                                                          int32_t *rank_smem, const struct sched_job *J,
-                                                          int32_t stage, int32_t base, int32_t steps)
-{
-    for (int32_t t = threadIdx.x; t <= BWD_TC_TAB && base + t < steps; t += ATTN_THREADS) {
-        const int32_t m = sched_visit(s, J, stage, base + t);
-        visit_smem[t] = m;
-        rank_smem[t] = sched_rank(s, J, stage, m);
-    }
-}
-
 /* Persistent mode: take jobs in dispatch order; block on each turn. While thread 0 waits,
  * the next step's Q/dO are already on their way. v3 with the writer warp (W) hands each
  * step's dQ partial to the writer instead and waits for no turn. */

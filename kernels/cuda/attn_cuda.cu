@@ -3,7 +3,8 @@
  * attn_cuda.cu - the CUDA backend's host side: device and stream, argument validation
  * (the CPU engine's rules plus the kernels' limits), schedule resolution, grow-only
  * device scratch, the choice of implementation (v1: attn_fwd.cu, attn_bwd.cu; v2, tensor
- * cores: attn_fwd_tc.cu, attn_bwd_tc.cu) and of backward mode, launches and error checks.
+ * cores: attn_fwd_tc.cu, attn_bwd_tc.cu; v3, sm_90: attn_fwd_wg.cu and attn_bwd_tc.cu's
+ * wgmma kernels) and of backward mode, launches and error checks.
  * Both implementations take the same params structs, scratch layout and modes; only the
  * launchers called differ. Head dims 96 and 256 have v1 kernels only, so calls with them
  * run v1 whatever the object's choice (cuattn_impl_for).
@@ -25,6 +26,7 @@
 #include "kernels/cuda/attn_cuda_test.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +99,9 @@ int cuattn_new(int device, struct cuattn **ret)
     if ((err = cuattn__fwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__bwd_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__fwd_tc_init(a->smem_optin)) != cudaSuccess ||
-        (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess)
+        (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess ||
+        (hopper && (err = cuattn__fwd_wg_init(a->smem_optin)) != cudaSuccess) ||
+        (err = cuattn__vl_init(a->smem_optin)) != cudaSuccess)
         goto free_stream;
     *ret = a;
     return 0;
@@ -158,10 +162,12 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
      * There the dim runs v1, whose tiles fit; the bits are v1's, as reported. */
     if (a->impl == CUATTN_IMPL_CUDA_CORES)
         return a->impl;
-    /* v3 runs v2's forward; its backward needs about as much shared memory as v2's */
     if (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin)
         return CUATTN_IMPL_CUDA_CORES;
-    if (a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin)
+    /* v3: its own forward (attn_fwd_wg.cu) and backward, where both fit (an sm_90 GPU's
+     * 227 KiB hold either); else v2's */
+    if (a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin &&
+        cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin)
         return CUATTN_IMPL_WGMMA;
     if (cuattn__bwd_tc_smem_bytes(head_dim) > a->smem_optin)
         return CUATTN_IMPL_CUDA_CORES;
@@ -221,10 +227,10 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
         return rc;
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
         return -ENOTSUP;
-    /* packed batches, windows and softcap: the CPU engine's for now (issue 17) */
-    if (p->cu_seqlens_q || p->window || p->softcap != 0)
-        return -ENOTSUP;
     if (!ATTN_V1_HEAD_DIM(p->head_dim))
+        return -ENOTSUP;
+    /* packed batches, windows and softcap: attn_vl.cu's kernels, head dims 64 and 128 */
+    if ((p->cu_seqlens_q || p->window || p->softcap != 0) && p->head_dim != 64 && p->head_dim != 128)
         return -ENOTSUP;
     struct attn_config c = {SCHED_AUTO, 0, 0, 0, 0};
     if (cfg)
@@ -254,6 +260,170 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
     return 0;
 }
 
+/* Whether a problem runs attn_vl.cu's kernels: a packed batch, a softcap, or a window that
+ * leaves a band (geo: its geometry; a window past the length is the plain mask, which the
+ * dense kernels serve with the plain mask's bits). */
+static int needs_vl(const struct attn_problem *p)
+{
+    if (p->cu_seqlens_q || p->softcap != 0)
+        return 1;
+    if (!p->window)
+        return 0;
+    int32_t l, r;
+    attn_window_of(p, p->seqlen_q, p->seqlen_k, &l, &r);
+    return !(l < 0 && r <= 0); /* not full (-1, -1), not causal (-1, 0) */
+}
+
+/* attn_vl.cu's sequence table for a call (struct attn_vl_seq): the sequences with work, in
+ * order, each at the config's tiles (the forward: 64 x 64, ascending). */
+struct vl_plan {
+    struct attn_vl_seq *seq; /* malloc'd, count entries */
+    int32_t count;
+    int32_t total; /* forward: CTAs; backward: jobs */
+    int32_t tiles; /* backward: dQ tile counters */
+    int32_t need;  /* backward: CTAs that must run at once (shift: a chunk's jobs) */
+    int32_t zero_k; /* backward: a sequence with keys and no query */
+    int32_t *cu_q, *cu_k; /* malloc'd, batch + 1 each: packed offsets, or b S (dense) */
+    int32_t rows_q, rows_k; /* rows of the scratch layout: total_q, total_k (dense: B S) */
+};
+
+static void vl_plan_free(struct vl_plan *v)
+{
+    free(v->seq);
+    free(v->cu_q);
+    free(v->cu_k);
+    memset(v, 0, sizeof *v);
+}
+
+/* counts_only: the counts and `need` alone, no table (a check before any launch; a dense
+ * batch's sequences are all alike, so one stands for all). */
+static int vl_plan_make(const struct attn_problem *p, const struct attn_config *c, int backward,
+                        struct vl_plan *ret, int counts_only = 0)
+{
+    memset(ret, 0, sizeof *ret);
+    const int32_t dense = p->cu_seqlens_q == NULL, B = counts_only && dense ? 1 : p->batch;
+    struct attn_vl_seq one;
+    int32_t cu_one[2][2];
+    if (counts_only) {
+        ret->seq = &one;
+        ret->cu_q = cu_one[0];
+        ret->cu_k = cu_one[1];
+    } else {
+        ret->seq = static_cast<struct attn_vl_seq *>(calloc((size_t)B, sizeof *ret->seq));
+        ret->cu_q = static_cast<int32_t *>(malloc(sizeof(int32_t) * ((size_t)B + 1)));
+        ret->cu_k = static_cast<int32_t *>(malloc(sizeof(int32_t) * ((size_t)B + 1)));
+        if (!ret->seq || !ret->cu_q || !ret->cu_k) {
+            vl_plan_free(ret);
+            return -ENOMEM;
+        }
+    }
+    int64_t total = 0, tiles = 0, rows_q = 0, rows_k = 0;
+    int32_t need = 1;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t q0, k0, sq, sk;
+        attn_seq(p, b, &q0, &k0, &sq, &sk);
+        const int64_t sq0 = dense ? rows_q : q0, sk0 = dense ? rows_k : k0; /* scratch rows */
+        if (!counts_only) {
+            ret->cu_q[b] = (int32_t)sq0;
+            ret->cu_k[b] = (int32_t)sk0;
+        }
+        rows_q = sq0 + sq;
+        rows_k = sk0 + sk;
+        if (sq == 0 || (backward && sk == 0)) {
+            ret->zero_k |= backward && sq == 0 && sk > 0;
+            continue;
+        }
+        struct attn_config cc = *c;
+        if (!backward) {
+            cc.sched = SCHED_ASCENDING;
+            cc.block_m = cc.block_n = CUATTN_BLOCK;
+        }
+        struct sched_shape sh;
+        attn_sched_shape_of(p, &cc, b, &sh);
+        sh.batch = 1;
+        if (sk == 0) { /* the forward of a sequence without keys: O 0, LSE +inf */
+            sh.seqlen_k = 1;
+            sh.window = 0;
+        }
+        struct attn_vl_seq *e = counts_only ? &one : &ret->seq[ret->count];
+        int rc = sched_init(&e->s, cc.sched, &sh, cc.w);
+        if (rc) {
+            if (!counts_only)
+                vl_plan_free(ret);
+            return rc;
+        }
+        e->q0 = (int32_t)sq0;
+        e->k0 = (int32_t)sk0;
+        e->vb = dense ? b : 0;
+        e->vq = dense ? 0 : q0;
+        e->vk = dense ? 0 : k0;
+        e->nokeys = sk == 0;
+        e->lse0 = dense ? (int64_t)b * p->heads_q * p->seqlen_q : q0;
+        e->first = (int32_t)total;
+        e->tile0 = (int32_t)tiles;
+        if (backward) {
+            total += e->s.jobs;
+            tiles += (int64_t)e->s.bh * e->s.m_tiles;
+            const int32_t nd = e->s.kind != SCHED_SHIFT ? 1 : e->s.chunks > 1 ? e->s.w : e->s.jobs_per_head;
+            need = nd > need ? nd : need;
+        } else {
+            total += (int64_t)((sq + 127) / 128) * p->heads_q; /* 128-row q-tiles, per head */
+        }
+        if (total > INT32_MAX || tiles > INT32_MAX) {
+            if (!counts_only)
+                vl_plan_free(ret);
+            return -EOVERFLOW;
+        }
+        ret->count++;
+    }
+    if (counts_only) {
+        memset(ret, 0, sizeof *ret);
+        ret->need = need;
+        return 0;
+    }
+    ret->cu_q[B] = (int32_t)rows_q;
+    ret->cu_k[B] = (int32_t)rows_k;
+    if (rows_q > INT32_MAX / p->heads_q || rows_k > INT32_MAX / p->heads_q) {
+        vl_plan_free(ret);
+        return -EOVERFLOW;
+    }
+    ret->total = (int32_t)total;
+    ret->tiles = (int32_t)tiles;
+    ret->need = need;
+    ret->rows_q = (int32_t)rows_q;
+    ret->rows_k = (int32_t)rows_k;
+    return 0;
+}
+
+/* The kernels' limits for a problem attn_vl.cu runs: their shared memory, and for the
+ * backward (which has no interleaved mode) the CTAs a shift chunk needs at once. 0,
+ * -ENOTSUP or -ERANGE (W more than the GPU holds at once). */
+/* attn_vl.cu's backward runs 64 x 128 tiles by default where they fit the device, else
+ * 64 x 64 (as v2's dims that do not fit run v1). */
+static int vl_wide(const struct cuattn *a, const struct attn_problem *p)
+{
+    return cuattn__bwd_vl_smem_bytes(p->head_dim) <= a->smem_optin;
+}
+
+static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const struct attn_config *c,
+                     int backward, int32_t need)
+{
+    if (cuattn__fwd_vl_smem_bytes(p->head_dim) > a->smem_optin)
+        return -ENOTSUP;
+    if (!backward)
+        return 0;
+    if (cuattn__bwd_vl_smem_bytes(p->head_dim) > a->smem_optin && c->block_n != CUATTN_BLOCK)
+        return -ENOTSUP;
+    int32_t per_sm = 0;
+    if (cuattn__bwd_vl_blocks_per_sm(p->dtype, p->head_dim, c->block_n, &per_sm) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -ENOTSUP;
+    }
+    if (per_sm < 1)
+        return -ENOTSUP;
+    return (int64_t)per_sm * a->sms < need ? -ERANGE : 0;
+}
+
 int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
                         const struct attn_config *cfg, int backward)
 {
@@ -268,7 +438,15 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
         fc.sched = SCHED_ASCENDING;
         cfg = &fc;
     }
-    return prepare(p, cfg, tc, &c, &s);
+    /* attn_vl.cu's kernels are v2's: its tile widths whatever the object's choice */
+    const int vl = needs_vl(p);
+    int rc = prepare(p, cfg, vl ? backward && vl_wide(a, p) : tc, &c, &s);
+    if (rc || !vl)
+        return rc;
+    struct vl_plan v;
+    if ((rc = vl_plan_make(p, &c, backward, &v, 1)))
+        return rc;
+    return vl_limits(a, p, &c, backward, v.need);
 }
 
 /* The engine's view checks, plus the 2-byte alignment the kernels' 16-bit loads need. */
@@ -355,13 +533,18 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     int rc = prepare(p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
-    const int tc = cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
+    const int vl = needs_vl(p);
+    const int32_t impl = cuattn_impl_for(a, p->head_dim);
+    const int tc = vl || impl != CUATTN_IMPL_CUDA_CORES;
     if (!tc && cuattn__fwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
-    if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        check_view(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        check_view(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        check_view(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1))
+    if (vl && (rc = vl_limits(a, p, &c, 0, 1)))
+        return rc;
+    const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
+    if (check_view(&q, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&k, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&v, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&out, vb, vq, p->heads_q, p->head_dim, 1))
         return -EINVAL;
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)
@@ -384,14 +567,170 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     fp.group = p->heads_q / p->heads_kv;
     fp.scale = p->scale;
     fp.geo = geo;
-    rc = finish(a, tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
-                       : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+    if (vl) {
+        struct vl_plan v;
+        if ((rc = vl_plan_make(p, &c, 0, &v)))
+            return rc;
+        size_t used = 0;
+        const size_t o_tab = carve(&used, sizeof(struct attn_vl_seq) * ((size_t)v.count + 1));
+        if ((rc = scratch_reserve(a, used)) == 0) {
+            fp.vl = reinterpret_cast<struct attn_vl_seq *>(a->scratch + o_tab);
+            fp.vl_count = v.count;
+            fp.vl_blocks = v.total;
+            fp.softcap = p->softcap;
+            fp.lse_stride = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
+            /* pageable: the copy is staged before this returns, so v may go */
+            cudaError_t lerr = cudaMemcpyAsync(a->scratch + o_tab, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count,
+                                               cudaMemcpyHostToDevice, a->stream);
+            if (lerr == cudaSuccess && v.total > 0)
+                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, a->stream);
+            rc = finish(a, lerr);
+        }
+        vl_plan_free(&v);
+    } else {
+        rc = finish(a, impl == CUATTN_IMPL_WGMMA ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, a->stream)
+                       : tc                        ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
+                                                   : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+    }
     if (rc == 0 && ret_cfg)
         *ret_cfg = c;
     return rc;
 }
 
 /* ---- backward ---------------------------------------------------------------------- */
+
+/* cuattn_backward for a problem attn_vl.cu runs (c, s resolved by prepare). */
+static int backward_vl(struct cuattn *a, const struct attn_problem *p, const struct attn_config *c,
+                       const struct sched *s, int32_t grid, struct attn_tensor dq, struct attn_tensor dk,
+                       struct attn_tensor dv, struct attn_tensor q, struct attn_tensor k, struct attn_tensor v,
+                       struct attn_tensor out, const float *lse, struct attn_tensor dout,
+                       struct attn_config *ret_cfg)
+{
+    const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
+    if (check_view(&q, vb, vq, p->heads_q, p->head_dim, 0) || check_view(&k, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&v, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&out, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&dout, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&dq, vb, vq, p->heads_q, p->head_dim, 1) || check_view(&dk, vb, vk, p->heads_kv, p->head_dim, 1) ||
+        check_view(&dv, vb, vk, p->heads_kv, p->head_dim, 1))
+        return -EINVAL;
+    cudaError_t err = cudaSetDevice(a->device);
+    if (err != cudaSuccess)
+        return err_code(err);
+    struct vl_plan pl;
+    int rc = vl_plan_make(p, c, 1, &pl);
+    if (rc)
+        return rc;
+    if ((rc = vl_limits(a, p, c, 1, pl.need))) {
+        vl_plan_free(&pl);
+        return rc;
+    }
+    /* Grid: persistent only; never more than fit at once, never fewer than a shift chunk
+     * needs (vl_limits checked that they fit), never more than jobs. No bits change. */
+    int32_t per_sm = 0;
+    err = cuattn__bwd_vl_blocks_per_sm(p->dtype, p->head_dim, s->block_n, &per_sm);
+    if (err != cudaSuccess) {
+        vl_plan_free(&pl);
+        return err_code(err);
+    }
+    int64_t g = grid ? grid : a->sms;
+    if (g > (int64_t)per_sm * a->sms)
+        g = (int64_t)per_sm * a->sms;
+    if (g < pl.need)
+        g = pl.need;
+    if (g > pl.total)
+        g = pl.total > 0 ? pl.total : 1;
+
+    const int32_t D = p->head_dim, group = p->heads_q / p->heads_kv, B = p->batch;
+    const size_t rows_q = (size_t)p->heads_q * (size_t)pl.rows_q, rows_k = (size_t)p->heads_q * (size_t)pl.rows_k;
+    size_t used = 0;
+    const size_t o_dq = carve(&used, sizeof(float) * rows_q * (size_t)D);
+    const size_t o_dsum = carve(&used, sizeof(float) * rows_q);
+    const size_t o_lse = carve(&used, sizeof(float) * rows_q);
+    const size_t o_ctr = carve(&used, sizeof(int32_t) * ((size_t)pl.tiles + 1));
+    const size_t o_job = carve(&used, sizeof(int32_t));
+    const size_t o_tab = carve(&used, sizeof(struct attn_vl_seq) * ((size_t)pl.count + 1));
+    const size_t o_cuq = carve(&used, sizeof(int32_t) * ((size_t)B + 1));
+    const size_t o_cuk = carve(&used, sizeof(int32_t) * ((size_t)B + 1));
+    size_t o_dk = 0, o_dv = 0;
+    if (group > 1) {
+        o_dk = carve(&used, sizeof(float) * rows_k * (size_t)D);
+        o_dv = carve(&used, sizeof(float) * rows_k * (size_t)D);
+    }
+    if ((rc = scratch_reserve(a, used))) {
+        vl_plan_free(&pl);
+        return rc;
+    }
+    unsigned char *base = a->scratch;
+    struct attn_bwd_params bp;
+    memset(&bp, 0, sizeof bp);
+    bp.dq = dq.data;
+    bp.dk = dk.data;
+    bp.dv = dv.data;
+    bp.q = q.data;
+    bp.k = k.data;
+    bp.v = v.data;
+    bp.out = out.data;
+    bp.dout = dout.data;
+    bp.lse = lse;
+    strides3(bp.dq_stride, &dq);
+    strides3(bp.dk_stride, &dk);
+    strides3(bp.dv_stride, &dv);
+    strides3(bp.q_stride, &q);
+    strides3(bp.k_stride, &k);
+    strides3(bp.v_stride, &v);
+    strides3(bp.out_stride, &out);
+    strides3(bp.dout_stride, &dout);
+    bp.dq_acc = reinterpret_cast<float *>(base + o_dq);
+    bp.dsum = reinterpret_cast<float *>(base + o_dsum);
+    bp.lse_vl = reinterpret_cast<float *>(base + o_lse);
+    bp.counter = reinterpret_cast<int32_t *>(base + o_ctr);
+    bp.job_next = reinterpret_cast<int32_t *>(base + o_job);
+    bp.vl = reinterpret_cast<struct attn_vl_seq *>(base + o_tab);
+    bp.cu_q = reinterpret_cast<int32_t *>(base + o_cuq);
+    bp.cu_k = reinterpret_cast<int32_t *>(base + o_cuk);
+    if (group > 1) {
+        bp.dk_acc = reinterpret_cast<float *>(base + o_dk);
+        bp.dv_acc = reinterpret_cast<float *>(base + o_dv);
+    }
+    bp.seqlen_q = p->seqlen_q;
+    bp.seqlen_k = p->seqlen_k;
+    bp.heads_q = p->heads_q;
+    bp.heads_kv = p->heads_kv;
+    bp.group = group;
+    bp.head_dim = D;
+    bp.scale = p->scale;
+    bp.s = *s;
+    bp.mode = ATTN_MODE_PERSISTENT;
+    bp.defer = s->kind == SCHED_SHIFT || (s->kind == SCHED_SPT && s->mask == SCHED_MASK_CAUSAL);
+    bp.softcap = p->softcap;
+    bp.vl_count = pl.count;
+    bp.vl_jobs = pl.total;
+    bp.total_q = pl.rows_q;
+    bp.total_k = pl.rows_k;
+    bp.vl_dense = p->cu_seqlens_q == NULL;
+    bp.vl_tiles = pl.tiles;
+    bp.vl_zero_k = pl.zero_k;
+    /* pageable: each copy is staged before cudaMemcpyAsync returns, so pl may go */
+    err = cudaMemcpyAsync(base + o_tab, pl.seq, sizeof(struct attn_vl_seq) * (size_t)pl.count,
+                          cudaMemcpyHostToDevice, a->stream);
+    if (err == cudaSuccess)
+        err = cudaMemcpyAsync(base + o_cuq, pl.cu_q, sizeof(int32_t) * ((size_t)B + 1), cudaMemcpyHostToDevice,
+                              a->stream);
+    if (err == cudaSuccess)
+        err = cudaMemcpyAsync(base + o_cuk, pl.cu_k, sizeof(int32_t) * ((size_t)B + 1), cudaMemcpyHostToDevice,
+                              a->stream);
+    vl_plan_free(&pl);
+    if (err == cudaSuccess)
+        err = cuattn__bwd_vl_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream);
+    if ((rc = finish(a, err)))
+        return rc;
+    a->last_mode = ATTN_MODE_PERSISTENT;
+    a->last_grid = (int32_t)g;
+    if (ret_cfg)
+        *ret_cfg = *c;
+    return 0;
+}
 
 int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
                     int32_t grid, struct attn_tensor dq, struct attn_tensor dk, struct attn_tensor dv,
@@ -404,22 +743,26 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     struct attn_config c;
     struct sched s;
     const int32_t impl = p ? cuattn_impl_for(a, p->head_dim) : CUATTN_IMPL_CUDA_CORES;
+    const int vl = p && attn_check_problem(p) == 0 && needs_vl(p);
     const int tc = impl != CUATTN_IMPL_CUDA_CORES;
-    int rc = prepare(p, cfg, tc, &c, &s);
+    int rc = prepare(p, cfg, vl ? vl_wide(a, p) : tc, &c, &s);
     if (rc)
         return rc;
+    if (vl)
+        return backward_vl(a, p, &c, &s, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
     /* v3 has 64 x 128 tiles only: a config asking for block_n 64 runs v2's 64 x 64 kernel */
     const int wg = impl == CUATTN_IMPL_WGMMA && s.block_n == CUATTN_TC_BLOCK_N;
     if (!tc && cuattn__bwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
-    if (check_view(&q, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        check_view(&k, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        check_view(&v, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 0) ||
-        check_view(&out, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        check_view(&dout, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 0) ||
-        check_view(&dq, p->batch, p->seqlen_q, p->heads_q, p->head_dim, 1) ||
-        check_view(&dk, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 1) ||
-        check_view(&dv, p->batch, p->seqlen_k, p->heads_kv, p->head_dim, 1))
+    const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
+    if (check_view(&q, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&k, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&v, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&out, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&dout, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&dq, vb, vq, p->heads_q, p->head_dim, 1) ||
+        check_view(&dk, vb, vk, p->heads_kv, p->head_dim, 1) ||
+        check_view(&dv, vb, vk, p->heads_kv, p->head_dim, 1))
         return -EINVAL;
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)

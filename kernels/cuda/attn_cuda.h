@@ -14,16 +14,38 @@
  *      FlashAttention does. Its backward uses 64 x 128 tiles (block_n =
  *      CUATTN_TC_BLOCK_N) unless the config asks for block_n = 64; its forward's bits are
  *      those of 64 x 64 tiles.
- *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): v2's forward, and a
- *      backward whose products are Hopper warpgroup MMAs (wgmma, operands in shared
- *      memory) on 64 x 128 tiles, with v2's schedules, turns and modes; a config asking
- *      for block_n = 64 runs v2's 64 x 64 kernel. Other GPUs refuse it (-ENOTSUP).
+ *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): a warp-specialised
+ *      forward (attn_fwd_wg.cu: one producer warpgroup loading Q and a 2-stage K/V ring,
+ *      two consumer warpgroups of 64 q rows each; S = Q K^T and O += P V on Hopper
+ *      warpgroup MMAs (wgmma), 128 x 128 tiles, P from registers), and a backward whose
+ *      products are wgmma (operands in shared memory) on 64 x 128 tiles, with v2's
+ *      schedules, turns and modes; a config asking for block_n = 64 runs v2's 64 x 64
+ *      backward kernel. v3's forward has 128 x 128 tiles only, whatever the config (which
+ *      it reports back as 64 x 64, the forward's config for every implementation): its
+ *      bits are those of 128-key tiles, for every stride of the inputs (rows that are
+ *      not 16-byte aligned are loaded by plain loads; the same bytes land). Other GPUs
+ *      refuse v3 (-ENOTSUP).
  * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128. A call with head dim 96
  * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
  * which one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
  * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
  * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
  * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
+ * Sliding windows, softcap and packed variable-length batches (struct attn_problem's
+ * window, softcap, cu_seqlens) run kernels of their own, attn_vl.cu: v2's tensor-core
+ * forward and backward (mma.sync) with the window's two sides, the softcap (and its tanh
+ * derivative in the backward) and a per-sequence table, on every GPU - on sm_90 too, where
+ * the dense problems run v3 (the Hopper kernels gain these features later). Head dims 64
+ * and 128 only (others: -ENOTSUP); v2's tiles (64 x 128 by default where they fit the
+ * device, else 64 x 64; block_n 64 on request) whatever cuattn_set_impl chose. Each
+ * sequence is its own problem with its own schedule (docs/schedules.md, "Packed batches"),
+ * so a sequence's bits do not depend on what it is packed with. Their backward has no
+ * interleaved mode: a shift schedule launches at least the CTAs one chunk of a sequence
+ * needs (min(W, its jobs per head)) whatever `grid` says, and a W the GPU cannot hold at
+ * once is refused (-ERANGE). A window wide enough to see every key is the plain mask and
+ * runs the dense kernels, with their bits. Rows that see no key get O = 0, LSE = +inf and
+ * zero gradients; keys no query sees get dK = dV = 0.
+ *
  * For a deterministic schedule the output bytes depend on the inputs, shape, dtype, mask,
  * scale, schedule, W and tile sizes, and on the kernel build - never on `grid`, the SM
  * count or timing. "The kernel build" is the compiled kernels, the implementation chosen
@@ -124,7 +146,8 @@ int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_s
  * configuration before launching anything - the same checks, made by the same code - so a
  * caller can refuse a request early: 0, -EINVAL (bad values, tile sizes these kernels do
  * not have, a schedule that refuses them), -ENOTSUP (dtype or head dim), -EOVERFLOW
- * (indices past 32 bits). Reads `a` only; any thread. */
+ * (indices past 32 bits), -ERANGE (windows, softcap, packed batches: a shift W more than
+ * the GPU runs at once). Reads `a` only; any thread. */
 int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
                         const struct attn_config *cfg, int backward);
 

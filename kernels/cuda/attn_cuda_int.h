@@ -54,6 +54,21 @@ enum attn_vsm_slot {
     VSM_SLOTS = 8
 };
 
+/* Windows, softcap and packed batches (attn_vl.cu): one entry per sequence that has work,
+ * in order, built by the host for each call. The sequence is a problem of its own (batch 1,
+ * heads_q heads, its lengths and normalised window: sched_init on attn_sched_shape_of),
+ * tiled from its first rows q0, k0. `first` is its first CTA (forward: (128-row q-tile,
+ * head) blocks) or its first job in the backward's dispatch order; `tile0` its first dQ
+ * tile counter (backward). nokeys: a forward entry whose sequence has no key (its rows get
+ * O = 0, LSE = +inf; s then describes one key and is not used for masks). */
+struct attn_vl_seq {
+    struct sched s;
+    int32_t q0, k0;      /* first rows in the scratch layout (packed: the offsets; dense: b S) */
+    int32_t vb, vq, vk;  /* where its tensors start: batch vb, rows vq (q-side), vk (k-side) */
+    int32_t first, tile0, nokeys;
+    int64_t lse0;        /* its head 0's first lse element (rows lse_stride apart) */
+};
+
 /* Forward launch: one CTA per (q-tile, batch*head). */
 struct attn_fwd_params {
     void *out;        /* (B, Sq, Hq, D) fp16/bf16, strides out_stride */
@@ -65,6 +80,11 @@ struct attn_fwd_params {
     int32_t seqlen_q, seqlen_k, heads_q, group; /* group = Hq / Hkv */
     float scale;
     struct sched geo; /* 64x64 tile geometry and mask */
+    /* attn_vl.cu only (zero for the dense kernels): */
+    float softcap;                 /* 0: off */
+    const struct attn_vl_seq *vl;  /* device table, vl_count entries (geo: 64 x 64 tiles) */
+    int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
+    int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
 };
 
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
@@ -97,6 +117,18 @@ struct attn_bwd_params {
     int32_t nvsm;   /* interleaved mode: virtual SMs, min(W, jobs) */
     int32_t defer;  /* v2/v3 persistent: 1 passes a dQ tile on during the unit's next step */
     int32_t wg;     /* 1: v3's kernels (wgmma, sm_90; 64 x 128 tiles), 0: v2's */
+    /* attn_vl.cu only (zero for the dense kernels). The scratch rows (dq_acc, dsum, lse_vl;
+     * dk_acc, dv_acc) are laid out sequence by sequence: sequence b's block starts at row
+     * heads_q q0 (k0) and is (heads_q, its length) - each sequence a dense problem of batch 1. */
+    float softcap;                    /* 0: off */
+    const struct attn_vl_seq *vl;     /* device table, vl_count entries, s at the call's tiles */
+    int32_t vl_count, vl_jobs;        /* entries; jobs in all (dispatch order: entry by entry) */
+    const int32_t *cu_q, *cu_k;       /* device copies of the offsets (batch + 1 each) */
+    int32_t total_q, total_k;         /* rows of the packed tensors (a dense batch: B S as one) */
+    float *lse_vl;                    /* (heads_q total_q) f32: lse in the scratch layout */
+    int32_t vl_dense;                 /* 1: a dense batch (view (batch, S); cu_q, cu_k are b S) */
+    int32_t vl_tiles;                 /* dQ tile counters in all */
+    int32_t vl_zero_k;                /* 1: some sequence has keys but no query (dK, dV 0) */
 };
 
 /* v1 serves every head dim of this list; v2 only 64 and 128 (cuattn_impl_for). */
@@ -147,6 +179,13 @@ size_t cuattn__fwd_tc_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, cudaStream_t stream);
 
+/* attn_fwd_wg.cu (v3's forward, sm_90a only: its kernels trap elsewhere): init (call it on
+ * sm_90 only), smem_bytes and launch as for v2, head dims 64 and 128. */
+cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
+size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
+cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                                  int32_t head_dim, cudaStream_t stream);
+
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).
  * The main kernels also have 256 threads, but v3's persistent one, which has a third
@@ -160,6 +199,20 @@ cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, i
                                          int32_t *ret);
 size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);
 cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
+                                  int32_t grid, int32_t sms, cudaStream_t stream);
+
+/* attn_vl.cu: windows, softcap and packed batches on v2's tensor-core kernels (forward and
+ * backward, 64 x 64 and 64 x 128 tiles, persistent mode only; sm_80 and sm_90). The params
+ * carry the per-sequence table (see struct attn_vl_seq). smem_bytes as for the dense v2
+ * kernels (the backward: for block_n CUATTN_TC_BLOCK_N); 0 for a dim it does not serve. */
+cudaError_t cuattn__vl_init(size_t smem_optin);
+size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim);
+size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim);
+cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
+                                  int32_t head_dim, cudaStream_t stream);
+cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n,
+                                         int32_t *ret);
+cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                   int32_t grid, int32_t sms, cudaStream_t stream);
 
 /* ---- device helpers ---------------------------------------------------------------- */
@@ -411,17 +464,19 @@ static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
  * swizzled (ROWS, D); rows past `rows` are zeroed. Where the source rows are 16-byte
  * aligned (the pointer and the row stride) the copies are cp.async and the caller must
  * commit and wait for them; otherwise they are plain loads, done on return. The bytes
- * that land are the same either way. `threads` is the CTA size. */
+ * that land are the same either way. `threads` is the CTA size, or the size of the group
+ * of threads first .. first + threads - 1 that copies the tile. */
 template <int D, int ROWS = ATTN_BM, bool SW = false>
 static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                          int64_t base, int64_t row_stride, int32_t rows,
-                                                         int32_t threads)
+                                                         int32_t threads, int32_t first = 0)
 {
+    const int32_t tid = (int32_t)threadIdx.x - first;
     const int32_t CH = D / 8; /* 16-byte chunks per row, a power of two */
     const uint16_t *g = src + base;
     const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
     if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
-        for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+        for (int32_t e = tid; e < ROWS * CH; e += threads) {
             const int32_t r = e / CH, c = e - r * CH;
             uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
             if (r < rows)
@@ -431,7 +486,7 @@ static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, co
         }
         return;
     }
-    for (int32_t e = threadIdx.x; e < ROWS * CH; e += threads) {
+    for (int32_t e = tid; e < ROWS * CH; e += threads) {
         const int32_t r = e / CH, c = e - r * CH;
         uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
         if (r >= rows) {

@@ -3,7 +3,10 @@
  * attn_wgmma.h - Hopper (sm_90a) warpgroup products for the v3 backward: shared-memory
  * tiles in the 128-byte swizzled layout, their matrix descriptors, and wgmma.mma_async
  * m64nNk16 (N = 32, 64, 128; fp16/bf16 inputs, fp32 accumulators, both operands in shared
- * memory). Not a public header; C++ only, included after attn_cuda_int.h.
+ * memory; or, RS, A from registers: N = 64, 128), the descriptors of K-major and
+ * MN-major tile slices, and the mbarrier wait/arrive the warp-specialised kernels use
+ * (v3's backward: bwd_wgmma.cuh; v3's forward: attn_fwd_wg.cu). Not a public header;
+ * C++ only, included after attn_cuda_int.h.
  *
  * The tile layout (attn_sw128 in attn_cuda_int.h). A [rows][C] tile of 16-bit elements (C a multiple of 64) is stored as
  * C/64 column blocks of rows x 128 bytes, one after another; in row r of a block, 16-byte
@@ -16,6 +19,12 @@
  *   MN-major (the output index runs along the rows: P^T, dS^T, dO, Q, K as factors of
  *     dV, dK, dQ): k16 = two 8-row groups 1024 bytes apart (SBO), column blocks of 64
  *     output indices rows x 128 bytes apart (LBO); the instruction's transpose flag is set.
+ *
+ * RS form (A from registers, B by descriptor): thread (warp w, lane = 4 g + t) holds A's
+ * rows 16 w + g and 16 w + g + 8 of the k16 slice as four 32-bit pairs: a0 (g, 2t..2t+1),
+ * a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..) - mma.sync's A fragment. Element pairs
+ * 8 kk + {0,1}, {2,3}, {4,5}, {6,7} of an m64nN accumulator (columns 16 kk ..) are
+ * exactly a0 .. a3 of k16 slice kk, so a product's output feeds the next as A in place.
  *
  * Accumulators: m64nN gives each thread of the warpgroup N/2 floats; warp w of the group
  * holds rows 16 w + g and 16 w + g + 8 (g = lane / 4), and d[4 j + e] is column
@@ -135,6 +144,93 @@ static __device__ __forceinline__ void attn_wg_mma(float (&d)[N / 2], uint64_t d
             attn_wg_f16_n128<TA, TB>(d, da, db, scale_d);
     }
 }
+/* The RS form: d (+)= A B with A from registers a (4 pairs a thread, above), B by
+ * descriptor (TB 1: MN-major). Operand numbers after the N/2 accumulators: a0..a3, B,
+ * scale-d, TB. */
+#define ATTN_WG_RS_FN(NAME, SHAPE, TY, NREG, DREGS, DOUTS, A0, A1, A2, A3, B, SC, TB_)          \
+    template <int TB>                                                                        \
+    static __device__ __forceinline__ void NAME(float (&d)[NREG], const uint32_t (&a)[4], uint64_t db, \
+                                                int32_t scale_d)                             \
+    {                                                                                        \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                        \
+                     "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" DREGS "}, {%" #A0 \
+                     ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1, %" #TB_ ";\n}\n"           \
+                     : DOUTS                                                                 \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB)); \
+    }
+ATTN_WG_RS_FN(attn_wg_rs_bf16_n64, "m64n64k16", "bf16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36, 37, 38)
+ATTN_WG_RS_FN(attn_wg_rs_bf16_n128, "m64n128k16", "bf16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68, 69, 70)
+ATTN_WG_RS_FN(attn_wg_rs_f16_n64, "m64n64k16", "f16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36, 37, 38)
+ATTN_WG_RS_FN(attn_wg_rs_f16_n128, "m64n128k16", "f16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68, 69, 70)
+
+/* d (+)= A B over one k16 slice, A from registers (RS form): m64nN, TB 1 for an MN-major B. */
+template <typename DT, int N, int TB>
+static __device__ __forceinline__ void attn_wg_mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db,
+                                                      int32_t scale_d)
+{
+    static_assert(N == 64 || N == 128, "RS m64nNk16 with N 64 or 128");
+    if constexpr (DT::is_bf16) {
+        if constexpr (N == 64)
+            attn_wg_rs_bf16_n64<TB>(d, a, db, scale_d);
+        else
+            attn_wg_rs_bf16_n128<TB>(d, a, db, scale_d);
+    } else {
+        if constexpr (N == 64)
+            attn_wg_rs_f16_n64<TB>(d, a, db, scale_d);
+        else
+            attn_wg_rs_f16_n128<TB>(d, a, db, scale_d);
+    }
+}
+
+/* Keep the compiler from moving reads or writes of accumulator registers across a wgmma
+ * fence or wait: to it, the asynchronous product's registers change only at the asm. */
+template <int N>
+static __device__ __forceinline__ void attn_wg_pin(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        asm volatile("" : "+f"(d[e])::"memory");
+}
+
+/* Descriptors of 128-byte swizzled tiles of `rows` rows (above): a K-major operand at
+ * rows r0 .. (a multiple of 8), k16 slice from k0; an MN-major one at k rows k0 ..,
+ * output index from c0. */
+static __device__ __forceinline__ uint64_t attn_wg_kmajor(const uint16_t *tile, int32_t rows, int32_t r0, int32_t k0)
+{
+    return attn_wg_desc(tile + ((k0 >> 6) * rows * 64 + r0 * 64 + (k0 & 63)), 16, 1024);
+}
+static __device__ __forceinline__ uint64_t attn_wg_mnmajor(const uint16_t *tile, int32_t rows, int32_t k0, int32_t c0)
+{
+    return attn_wg_desc(tile + ((c0 >> 6) * rows * 64 + k0 * 64 + (c0 & 63)), (uint32_t)rows * 128, 1024);
+}
 #endif /* ATTN_WGMMA */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* mbarriers in shared memory (sm_90): init by one thread, then a CTA barrier before use. */
+static __device__ __forceinline__ void attn_mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(attn_smem_u32(bar)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void attn_mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(attn_smem_u32(bar)) : "memory");
+}
+
+/* Wait until the phase of parity `parity` has completed (parity 1 passes at once before
+ * the first phase completes: the phase "before" it counts as complete). */
+static __device__ __forceinline__ void attn_mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(attn_smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+#endif
 
 #endif

@@ -174,6 +174,24 @@ static __device__ __forceinline__ void bwd_tc_async_visible(void)
 #endif
 }
 
+/* Persistent mode (attn_bwd_tc.cu, attn_vl.cu): the q-tiles and ranks of steps base .. base + BWD_TC_TAB of the job's
+ * stage (those below `steps`), one entry per thread, into the visit table. A step then
+ * reads its q-tile, its successor's and its rank instead of forming them: the shift
+ * ranks take several integer divisions, and thread 0 forming them every step delayed its
+ * warp, and so every barrier, by hundreds of instructions. The caller publishes the
+ * table with a barrier, and refills it only once every read of the old one is behind a
+ * barrier. */
+static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s, int32_t *visit_smem,
+                                                          int32_t *rank_smem, const struct sched_job *J,
+                                                          int32_t stage, int32_t base, int32_t steps)
+{
+    for (int32_t t = threadIdx.x; t <= BWD_TC_TAB && base + t < steps; t += ATTN_THREADS) {
+        const int32_t m = sched_visit(s, J, stage, base + t);
+        visit_smem[t] = m;
+        rank_smem[t] = sched_rank(s, J, stage, m);
+    }
+}
+
 /* Load the unit's K and V tiles and wait for them. */
 template <int D, int BN, typename SM>
 static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, SM &sm, int32_t bh,
@@ -389,7 +407,7 @@ static __device__ __forceinline__ void bwd_tc_stsm_x4(uint16_t *smem, uint32_t r
  * products, and a masked one is then replaced by +0 (a select, not a branch around the
  * exponential, which cost about as many instructions as the arithmetic itself). Each row
  * sees the columns below one limit, min(Sk, diagonal + 1) - j0, formed once per row. */
-template <typename DT, int BN, bool MASK>
+template <typename DT, int BN, bool MASK, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
                                                   uint16_t *ds_smem, const float *lse_smem,
                                                   const float *dsum_smem, float (&s_reg)[2][BN / 32][4],
@@ -411,7 +429,18 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
             const int32_t i = 32 * wm + 16 * mt + g + 8 * r;
             const float lse2 = __fmul_rn(lse_smem[i], ATTN_LOG2E), dsum = dsum_smem[i];
             int32_t lim = 0; /* columns jt + c with c < lim are visible (MASK only) */
-            if (MASK) {
+            [[maybe_unused]] int32_t lim_lo = 0; /* VL: ... and c >= lim_lo */
+            if constexpr (VL) {
+                /* attn_vl.cu: the sequence's window (wl, wr; -1 unbounded), causal in it */
+                if (MASK) {
+                    const int64_t at = (int64_t)i0 + i + offset - j0; /* the diagonal's column */
+                    const int64_t end = p.s.wr >= 0 && at + p.s.wr + 1 < rn ? at + p.s.wr + 1 : rn;
+                    const int64_t start = p.s.wl >= 0 && at - p.s.wl > 0 ? at - p.s.wl : 0;
+                    const bool any = i < rm && end > start;
+                    lim = any ? (int32_t)end - jt : -jt;
+                    lim_lo = any ? (int32_t)start - jt : -jt;
+                }
+            } else if (MASK) {
                 const int64_t diag = (int64_t)i0 + i + offset - j0 + 1; /* past the last visible j */
                 const int64_t end = causal && diag < rn ? diag : rn;
                 lim = i < rm && end > 0 ? (int32_t)end - jt : -jt;
@@ -421,9 +450,23 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
                 float pv[2], dsv[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float pr = attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2));
-                    const float ds = __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum));
-                    const bool vis = !MASK || 8 * t + e < lim;
+                    float pr, ds;
+                    if constexpr (VL) {
+                        /* softcap: the score cap tanh(scale q.k / cap); dS through the tanh */
+                        if (p.softcap > 0.0f) {
+                            const float th = tanhf(__fmul_rn(s_reg[mt][t][2 * r + e], __fdiv_rn(p.scale, p.softcap)));
+                            pr = attn_ex2(fmaf(th, __fmul_rn(p.softcap, ATTN_LOG2E), -lse2));
+                            ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum)),
+                                           fmaf(-th, th, 1.0f));
+                        } else {
+                            pr = attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2));
+                            ds = __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum));
+                        }
+                    } else {
+                        pr = attn_ex2(fmaf(s_reg[mt][t][2 * r + e], scale2, -lse2));
+                        ds = __fmul_rn(pr, __fsub_rn(dp_reg[mt][t][2 * r + e], dsum));
+                    }
+                    const bool vis = !MASK || (8 * t + e < lim && (!VL || 8 * t + e >= lim_lo));
                     pv[e] = vis ? pr : 0.0f;
                     dsv[e] = vis ? ds : 0.0f;
                 }
@@ -465,7 +508,7 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
  * of this buffer, P, dS and K still in flight in other warps: the caller meets at a
  * barrier (the dQ turn's) before anything overwrites them.
  */
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
                                                    bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
@@ -532,6 +575,18 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     /* P = 2^(S scale log2(e) - LSE log2(e)), 0 where masked; dS = P (dP - Dsum). The
      * masks are skipped where the whole tile is visible: full rows and columns, and for
      * causal the tile's first row sees its last key. */
+    if constexpr (VL) {
+        /* the window (wl, wr; -1 unbounded): every row of the tile sees every column */
+        const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+        const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
+                           (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
+        if (whole)
+            bwd_tc_pds<DT, BN, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf],
+                                            s_reg, dp_reg, i0, rm, j0, rn);
+        else
+            bwd_tc_pds<DT, BN, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf],
+                                           s_reg, dp_reg, i0, rm, j0, rn);
+    } else {
     const bool whole = rm == BWD_TC_BM && rn == BN &&
                        (p.s.mask != SCHED_MASK_CAUSAL ||
                         (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
@@ -541,6 +596,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     else
         bwd_tc_pds<DT, BN, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s_reg,
                                  dp_reg, i0, rm, j0, rn);
+    }
     /* A deferred release of the previous step's dQ turn (rel_ctr, rank rel_rank in thread
      * 0): the sequence of bwd_tc_pass_on (sm_90: thread 0 alone, its bulk reduction was
      * issued before S and dP) or of bwd_tc_release (sm_80: with this step's barrier as its

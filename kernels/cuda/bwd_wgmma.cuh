@@ -172,27 +172,6 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
 }
 
 #if ATTN_WGMMA
-/* Keep the compiler from moving reads or writes of accumulator registers across a wgmma
- * fence or wait: to it, the asynchronous product's registers change only at the asm. */
-template <int N>
-static __device__ __forceinline__ void bwd_wg_pin(float (&d)[N])
-{
-#pragma unroll
-    for (int e = 0; e < N; e++)
-        asm volatile("" : "+f"(d[e])::"memory");
-}
-
-/* Descriptors of the tiles (attn_wgmma.h): a K-major operand at rows r0 .. (a multiple
- * of 8), k16 slice from k0; an MN-major one at k rows k0 .., output index from c0. */
-static __device__ __forceinline__ uint64_t bwd_wg_kmajor(const uint16_t *tile, int32_t rows, int32_t r0, int32_t k0)
-{
-    return attn_wg_desc(tile + ((k0 >> 6) * rows * 64 + r0 * 64 + (k0 & 63)), 16, 1024);
-}
-static __device__ __forceinline__ uint64_t bwd_wg_mnmajor(const uint16_t *tile, int32_t rows, int32_t k0, int32_t c0)
-{
-    return attn_wg_desc(tile + ((c0 >> 6) * rows * 64 + k0 * 64 + (c0 & 63)), (uint32_t)rows * 128, 1024);
-}
-
 /* P and dS of the warpgroup's 64 x 64 block from its S and dP accumulators, rounded to
  * the input dtype into the swizzled P and dS tiles; MASK as in bwd_tc_pds (the values are
  * the same either way where the caller passes false). S becomes P on the way. The caller
@@ -228,7 +207,7 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
         s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
     }
     attn_wg_wait<0>(); /* dP has landed */
-    bwd_wg_pin<32>(dp);
+    attn_wg_pin<32>(dp);
 #pragma unroll
     for (int e = 0; e < 32; e++) {
         const int r = (e >> 1) & 1;
@@ -284,16 +263,16 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     attn_wg_fence();
 #pragma unroll
     for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 64, 0, 0>(s, bwd_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
-                                  bwd_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
+        attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
+                                  attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
     attn_wg_commit();
 #pragma unroll
     for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 64, 0, 0>(dp, bwd_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
-                                  bwd_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
+        attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
+                                  attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
     attn_wg_commit();
     attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
-    bwd_wg_pin<32>(s);
+    attn_wg_pin<32>(s);
     if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
         bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
 
@@ -316,26 +295,26 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     attn_wg_fence();
 #pragma unroll
     for (int32_t kk = 0; kk < BN / 16; kk++)
-        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, bwd_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
-                                     bwd_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, attn_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
+                                     attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
     attn_wg_commit();
 #pragma unroll
     for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, bwd_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 bwd_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, attn_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
 #pragma unroll
     for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, bwd_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 bwd_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, attn_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
     attn_wg_commit();
     if (keep) {
         attn_wg_wait<1>();
     } else {
         attn_wg_wait<0>();
-        bwd_wg_pin<D / 2>(x.dv_reg);
-        bwd_wg_pin<D / 2>(x.dk_reg);
+        attn_wg_pin<D / 2>(x.dv_reg);
+        attn_wg_pin<D / 2>(x.dk_reg);
     }
-    bwd_wg_pin<D / 4>(x.dq_reg);
+    attn_wg_pin<D / 4>(x.dq_reg);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
     (void)rel_ctr, (void)rel_rank;
@@ -376,38 +355,13 @@ static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
 }
 
 #if BWD_TC_BULK
-static __device__ __forceinline__ void bwd_mbar_init(uint64_t *bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(attn_smem_u32(bar)), "r"(count) : "memory");
-}
-
-static __device__ __forceinline__ void bwd_mbar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(attn_smem_u32(bar)) : "memory");
-}
-
-/* Wait until the phase of parity `parity` has completed (parity 1 passes at once before
- * the first phase completes: the phase "before" it counts as complete). */
-static __device__ __forceinline__ void bwd_mbar_wait(uint64_t *bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(attn_smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
 /* Thread 0, before the warps part: the barriers; a CTA-wide barrier must follow. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
 {
     for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) {
-        bwd_mbar_init(&sm.full_bar[b], ATTN_THREADS);
-        bwd_mbar_init(&sm.empty_bar[b], 1);
+        attn_mbar_init(&sm.full_bar[b], ATTN_THREADS);
+        attn_mbar_init(&sm.empty_bar[b], 1);
     }
 }
 
@@ -424,7 +378,7 @@ static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, bwd_wg_
         sm.ticket[r.b][2] = rank;
         sm.ticket[r.b][3] = end;
     }
-    bwd_mbar_arrive(&sm.full_bar[r.b]);
+    attn_mbar_arrive(&sm.full_bar[r.b]);
     bwd_wg_ring_next<D>(r);
 }
 
@@ -434,7 +388,7 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
                                                    int32_t bh, int32_t m, int32_t rank)
 {
-    bwd_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
     bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
@@ -443,7 +397,7 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
 template <int D>
 static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_wg_ring &r)
 {
-    bwd_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u);
+    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u);
     bwd_wg_ticket(sm, r, 0, 0, 0, 1);
 }
 
@@ -453,7 +407,7 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bwd_wg_ring &r)
 {
     for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) /* b's next use: in this round, or the next */
-        bwd_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
+        attn_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
 }
 
 /* The writer (one thread): take the tickets in turn until the end. */
@@ -461,7 +415,7 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
 {
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
-        bwd_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
         const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
         if (sm.ticket[r.b][3])
             return;
@@ -470,7 +424,7 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
             bwd_tc_take_turn(ctr, rank);
         bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
-        bwd_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
     }
 }

@@ -141,11 +141,13 @@ SCHED_FN int sched_is_deterministic(enum sched_kind kind) { return kind != SCHED
 
 /* ---- mask geometry ---------------------------------------------------------------- */
 
-/* Whether s is a band (a window narrows its mask). Device code serves no windows yet (the
- * CUDA backend refuses them, issue 17): there it is a constant 0, so the kernels' schedule
- * arithmetic stays the dense masks' alone - with the band's branches in it, ptxas spilled
- * the hdim-128 v3 backward (108/172 B) and serialized its wgmma (C7518). */
-#ifdef __CUDA_ARCH__
+/* Whether s is a band (a window narrows its mask). In device code it is a constant 0
+ * unless the file defines SCHED_DEVICE_BAND before including this header: the dense
+ * kernels' schedule arithmetic stays the dense masks' alone - with the band's branches in
+ * it, ptxas spilled the hdim-128 v3 backward (108/172 B) and serialized its wgmma (C7518).
+ * Only the kernels for windows and packed batches (kernels/cuda/attn_vl.cu, a file of their
+ * own) define it. */
+#if defined(__CUDA_ARCH__) && !defined(SCHED_DEVICE_BAND)
 #define SCHED_BAND(s) ((void)(s), 0)
 #else
 #define SCHED_BAND(s) ((s)->band)

@@ -5,7 +5,8 @@
 #ifndef DASH_GPU_ATTN_H
 #define DASH_GPU_ATTN_H
 
-/* Registers suite gpu_attn; 0, or -1 if CUnit failed. Call with a usable GPU only. */
+/* Registers suites gpu_attn and gpu_attn_fwd (v3's forward); 0, or -1 if CUnit failed.
+ * Call with a usable GPU only. */
 int suite_gpu_attn(void);
 
 #endif

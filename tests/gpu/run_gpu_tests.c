@@ -13,6 +13,10 @@
  * Suite gpu_dashd: dashd --backend cuda end to end, through libdash's CUDA buffers, from
  * this process and from children that are this binary again (`--dashd-child ...`).
  *
+ * Suites gpu_attn_vl and gpu_dashd_varlen: sliding windows, softcap and packed
+ * variable-length batches on the CUDA kernels against the float64 reference, their bits
+ * over repeats, grids and packings, and through dashd --backend cuda (test_attn_vl_gpu.c).
+ *
  * Suite gpu_share: the backward while other work holds SMs (test_share_gpu.c).
  *
  * Suite gpu_digest: the GPU digests equal the CPU's (test_digest_gpu.c).
@@ -23,6 +27,7 @@
  * (for the slow tools: compute-sanitizer's racecheck on the small cases).
  */
 #include "gpu_attn.h"
+#include "gpu_attn_vl.h"
 #include "gpu_audit.h"
 #include "gpu_dashd.h"
 #include "gpu_digest.h"
@@ -110,7 +115,7 @@ int main(int argc, char **argv)
     CU_pSuite s = CU_add_suite("gpu_sched", NULL, NULL);
     if (!s || !CU_add_test(s, "test_gpu_sched_device_matches_host", test_gpu_sched_device_matches_host))
         return 2;
-    if (suite_gpu_attn() != 0 || suite_gpu_dashd() != 0 || suite_gpu_share() != 0 ||
+    if (suite_gpu_attn() != 0 || suite_gpu_attn_vl() != 0 || suite_gpu_dashd() != 0 || suite_gpu_share() != 0 ||
         suite_gpu_digest() != 0 || suite_gpu_audit() != 0)
         return 2;
     printf("random seed: %llu (replay with DASH_TEST_SEED=%llu)\n", (unsigned long long)tu_seed(),

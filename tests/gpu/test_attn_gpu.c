@@ -12,6 +12,8 @@
  * way), so the suite checks whichever is active;
  * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat and
  * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
+ * Suite gpu_attn_fwd sets v3 (sm_90 only) for its forward (attn_fwd_wg.cu): reference at
+ * short and long shapes, repeats, strides.
  */
 #include "gpu_attn.h"
 
@@ -923,6 +925,219 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     cuattn_free(ca);
 }
 
+/* ---- v3's forward (attn_fwd_wg.cu; suite gpu_attn_fwd) -------------------------------- */
+
+/* An sm_90 object set to v3, or NULL (and v3 refused) on other GPUs. */
+static struct cuattn *open_v3(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    if (!gpu_is_hopper()) {
+        CU_ASSERT_EQUAL(cuattn_set_impl(ca, CUATTN_IMPL_WGMMA), -ENOTSUP);
+        fprintf(stderr, "\n    not an sm_90 GPU: v3's forward cannot run here ");
+        cuattn_free(ca);
+        return NULL;
+    }
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_WGMMA), 0);
+    return ca;
+}
+
+/* v3's forward against the float64 reference (out within the dtype's tolerance, lse
+ * within 1e-4, +inf for rows that see no key), into poisoned outputs: head dims 64 and
+ * 128, full and causal, fp16 and bf16, GQA 2:1 and 4:1 and MHA; lengths 1, 17, 100 and
+ * others that are not multiples of the 128-row tiles, seqlen_q != seqlen_k both ways
+ * (causal rows that see no key, a q-tile whose kv range is empty), and 4096. Each call
+ * is then repeated twice and must give the same bytes (out and lse). */
+static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits(void)
+{
+    const struct shape_case cases[] = {
+        {1, 1, 1, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 1, 1, 2, 1, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {2, 17, 17, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 17, 17, 4, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 100, 100, 4, 4, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 100, 100, 4, 2, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 100, 17, 4, 2, 128, DTYPE_F16, SCHED_MASK_CAUSAL}, /* rows 0-82 see no key */
+        {1, 300, 17, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* whole q-tiles see none */
+        {1, 17, 300, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 1, 200, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 200, 1, 2, 1, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 300, 260, 4, 2, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 257, 385, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 385, 257, 2, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 4096, 4096, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 4096, 4096, 2, 1, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 4096, 4096, 2, 1, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 4096, 4096, 2, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+    };
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xf3d);
+    int bad = 0, mismatches = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_WGMMA);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        struct refs R; /* the forward's only: the long shapes' backward reference is slow */
+        memset(&R, 0, sizeof R);
+        R.out = malloc(sizeof(double) * (size_t)a.nq);
+        R.lse = malloc(sizeof(double) * (size_t)a.nlse);
+        CU_ASSERT_FATAL(R.out && R.lse);
+        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), R.out, R.lse) == 0);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu (%d x %d, d %d, %s, %s): rel error %.3g (limit %.0g), %d bad lse", ci,
+                    p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype == DTYPE_BF16 ? "bf16" : "f16",
+                    p.mask == SCHED_MASK_CAUSAL ? "causal" : "full", err, tolerance(p.dtype), lse_bad);
+            bad++;
+        }
+        const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
+        void *out1 = malloc(qb), *lse1 = malloc(lb);
+        CU_ASSERT_FATAL(out1 && lse1);
+        memcpy(out1, a.out, qb);
+        memcpy(lse1, a.lse, lb);
+        for (int rep = 0; rep < 2; rep++) {
+            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            if ((memcmp(out1, a.out, qb) != 0 || memcmp(lse1, a.lse, lb) != 0) && mismatches++ < 8)
+                fprintf(stderr, "\n  case %zu: repeat %d differs", ci, rep);
+        }
+        free(out1);
+        free(lse1);
+        free(R.out);
+        free(R.lse);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    cuattn_free(ca);
+}
+
+/* v3's forward on (b, h, s, d) views with padded rows gives the dense layout's bytes:
+ * a pad of 8 elements keeps every row 16-byte aligned (the producer's cp.async path), a
+ * pad of 3 does not (its plain-load path); out is written through the same padded views.
+ * Head dims 64 and 128, causal GQA. */
+static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
+{
+    const struct shape_case cases[] = {
+        {2, 150, 290, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 290, 150, 4, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    const int32_t pads[] = {8, 3};
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5f3);
+    int diff = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense bytes */
+        const size_t lb = sizeof(float) * (size_t)a.nlse;
+        float *lse_dense = malloc(lb);
+        CU_ASSERT_FATAL(lse_dense != NULL);
+        memcpy(lse_dense, a.lse, lb);
+        for (size_t pi = 0; pi < sizeof pads / sizeof pads[0]; pi++) {
+            const int32_t D = p.head_dim, row = D + pads[pi];
+            enum { Q, K, V, OUT, VIEWS };
+            const void *src[VIEWS] = {a.q, a.k, a.v, a.out};
+            const int32_t seqlen[VIEWS] = {p.seqlen_q, p.seqlen_k, p.seqlen_k, p.seqlen_q};
+            const int32_t heads[VIEWS] = {p.heads_q, p.heads_kv, p.heads_kv, p.heads_q};
+            struct attn_tensor t[VIEWS];
+            void *host[VIEWS];
+            size_t bytes[VIEWS];
+            for (int i = 0; i < VIEWS; i++) {
+                const int64_t n = (int64_t)p.batch * heads[i] * seqlen[i] * row;
+                bytes[i] = a.es * (size_t)n;
+                host[i] = malloc(bytes[i]);
+                CU_ASSERT_FATAL(host[i] != NULL);
+                memset(host[i], 0xff, bytes[i]); /* out: poisoned */
+                struct attn_tensor view = {dev_alloc(bytes[i]),
+                                           {(int64_t)heads[i] * seqlen[i] * row, row, (int64_t)seqlen[i] * row, 1}};
+                t[i] = view;
+                if (i != OUT)
+                    for (int32_t b = 0; b < p.batch; b++)
+                        for (int32_t s = 0; s < seqlen[i]; s++)
+                            for (int32_t h = 0; h < heads[i]; h++)
+                                memcpy((char *)host[i] + a.es * (size_t)(b * view.stride[0] + s * view.stride[1] + h * view.stride[2]),
+                                       (const char *)src[i] + a.es * (size_t)(((int64_t)(b * seqlen[i] + s) * heads[i] + h) * D),
+                                       a.es * (size_t)D);
+                CUDA_OK(cudaMemcpy(view.data, host[i], bytes[i], cudaMemcpyHostToDevice));
+            }
+            CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
+            CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, t[OUT], a.d_lse, t[Q], t[K], t[V], NULL), 0);
+            CUDA_OK(cudaMemcpy(host[OUT], t[OUT].data, bytes[OUT], cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
+            int d = memcmp(a.lse, lse_dense, lb) != 0;
+            for (int32_t b = 0; b < p.batch; b++)
+                for (int32_t s = 0; s < p.seqlen_q; s++)
+                    for (int32_t h = 0; h < p.heads_q; h++)
+                        d += memcmp((char *)host[OUT] + a.es * (size_t)(b * t[OUT].stride[0] + s * t[OUT].stride[1] + h * t[OUT].stride[2]),
+                                    (const char *)a.out + a.es * (size_t)(((int64_t)(b * p.seqlen_q + s) * p.heads_q + h) * D),
+                                    a.es * (size_t)D) != 0;
+            if (d)
+                fprintf(stderr, "\n  case %zu pad %d: %d rows (or lse) differ", ci, pads[pi], d);
+            diff += d;
+            for (int i = 0; i < VIEWS; i++) {
+                free(host[i]);
+                CU_ASSERT(gpu_cuda_ok(cudaFree(t[i].data), "cudaFree", __LINE__));
+            }
+        }
+        free(lse_dense);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(diff, 0);
+    cuattn_free(ca);
+}
+
+/* The test compute-sanitizer runs on v3's forward (scripts/gpu_sanitize.sh): shapes with 3 to
+ * 5 kv-tiles, so both stages of both rings are reused (phases wrap), full and causal,
+ * both head dims, unequal lengths and a q-tile whose rows see no key; each checked
+ * against float64 (an unchanged result under a sanitizer is also a right one). */
+static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
+{
+    const struct shape_case cases[] = {
+        {1, 200, 600, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 130, 400, 2, 2, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 300, 130, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5af3);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        struct refs R;
+        memset(&R, 0, sizeof R);
+        R.out = malloc(sizeof(double) * (size_t)a.nq);
+        R.lse = malloc(sizeof(double) * (size_t)a.nlse);
+        CU_ASSERT_FATAL(R.out && R.lse);
+        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), R.out, R.lse) == 0);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu: rel error %.3g, %d bad lse", ci, err, lse_bad);
+            bad++;
+        }
+        free(R.out);
+        free(R.lse);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
 int suite_gpu_attn(void)
 {
     CU_pSuite s = CU_add_suite("gpu_attn", NULL, NULL);
@@ -948,6 +1163,15 @@ int suite_gpu_attn(void)
                      test_attn_gpu_smaller_gpus_fall_back_to_v1) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config))
+        return -1;
+    CU_pSuite f = CU_add_suite("gpu_attn_fwd", NULL, NULL);
+    if (!f ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits",
+                     test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_bits_do_not_depend_on_strides",
+                     test_attn_gpu_v3_forward_bits_do_not_depend_on_strides) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
+                     test_attn_gpu_v3_forward_small_shapes_for_sanitizers))
         return -1;
     return 0;
 }

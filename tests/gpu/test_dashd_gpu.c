@@ -1040,6 +1040,43 @@ static void test_dashd_gpu_stream_ops_follow_the_callers_stream(void)
     }
 }
 
+/* ---- the poison of failed stream-ordered ops ------------------------------------------- */
+
+static const int fwd_outputs[] = {OUT, LSE}, bwd_outputs[] = {DQ, DK, DV};
+
+/* Zero each output of `slots` and the 256 bytes after it (synchronously). 0 or -1. */
+static int zero_outputs(unsigned char *view, const int *slots, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (cudaMemset(view + off[slots[i]], 0, slot_bytes[slots[i]] + 256) != cudaSuccess)
+            return -1;
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+}
+
+/* Whether every byte of each output is 0xFF (NaN in bf16 and f32) while the 256 bytes after
+ * it are still zero: the poison covers the outputs, and nothing else. */
+static int outputs_poisoned(const unsigned char *view, const int *slots, int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = slot_bytes[slots[i]];
+        unsigned char *h = malloc(bytes + 256);
+        if (!h || cudaMemcpy(h, view + off[slots[i]], bytes + 256, cudaMemcpyDeviceToHost) !=
+                      cudaSuccess) {
+            free(h);
+            return 0;
+        }
+        for (size_t j = 0; j < bytes + 256; j++)
+            if (h[j] != (j < bytes ? 0xff : 0)) {
+                fprintf(stderr, "\n    slot %d byte %zu is 0x%02x ", slots[i], j, h[j]);
+                ok = 0;
+                break;
+            }
+        free(h);
+    }
+    return ok;
+}
+
 /* Wait for a stream at most ms milliseconds: 0 when it finished, -1 when it did not. */
 static int stream_done_within(cudaStream_t s, int ms)
 {
@@ -1126,6 +1163,9 @@ static void test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_
     unsigned char *view = dash_buffer_data(f.b), *stage = NULL;
     CU_ASSERT_FATAL(cudaMalloc((void **)&stage, view_bytes) == cudaSuccess);
     CU_ASSERT_FATAL(view_load(stage, inputs) == 0);
+    /* the producer writes zeros into the gradients (and after them): the poison must land
+     * after it */
+    CU_ASSERT_FATAL(zero_outputs(stage, bwd_outputs, 3) == 0);
     cudaStream_t s;
     CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
     struct tensors ts = tensors_of(f.b);
@@ -1141,6 +1181,7 @@ static void test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_
     usleep(200000); /* the requests have arrived */
     dashd_kill(&D);
     CU_ASSERT_EQUAL(stream_done_within(s, 15000), 0); /* released: no call of ours needed */
+    CU_ASSERT(outputs_poisoned(view, bwd_outputs, 3)); /* poisoned before the release */
     int rc = dash_sync(f.c);
     CU_ASSERT(rc == DASH_EIO || rc == DASH_ETIMEDOUT);
     CU_ASSERT(strstr(dash_last_error(f.c), "went away") || strstr(dash_last_error(f.c), "answer"));
@@ -1149,6 +1190,157 @@ static void test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_
     CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
     CU_ASSERT(cudaFree(stage) == cudaSuccess);
     fixture_close(&f, "gpu-signal-kill");
+}
+
+/* Ops the daemon refuses after the library sent them (a tile size, a head count that does
+ * not divide, on both ways of ordering): every output is all 0xFF once the caller's stream
+ * has passed the op - although a slow producer queued before the call writes zeros into
+ * them 300 ms later, so the poison is ordered after the caller's earlier work - nothing
+ * else in the buffer is touched, the error is told (at once with events, at the next call
+ * with semaphores), and the calls after it work. */
+static void test_dashd_gpu_failed_stream_ops_poison_their_outputs_before_the_stream_goes_on(void)
+{
+    for (int events = 0; events < 2; events++) {
+        struct fixture f;
+        connect_flags = events ? DASH_CONNECT_STREAM_EVENTS : 0;
+        fixture_open(&f, "gpu-poison");
+        connect_flags = 0;
+        unsigned char *view = dash_buffer_data(f.b), *zeros = NULL;
+        CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+        CU_ASSERT_FATAL(cudaMalloc((void **)&zeros, QB + 256) == cudaSuccess);
+        CU_ASSERT_FATAL(cudaMemset(zeros, 0, QB + 256) == cudaSuccess);
+        cudaStream_t s;
+        CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+        struct tensors ts = tensors_of(f.b);
+        struct dash_tensor *t = ts.t;
+        for (int kind = 0; kind < 3; kind++) {
+            const int backward = kind == 2;
+            const int *outs = backward ? bwd_outputs : fwd_outputs;
+            const int n = backward ? 3 : 2;
+            CU_ASSERT_FATAL(zero_outputs(view, outs, n) == 0);
+            struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+            struct dash_tensor k = t[K];
+            int want;
+            if (kind == 0) {
+                a.block_n = 128; /* the forward's kv-tiles are 64 */
+                want = DASH_ESCHED;
+            } else if (kind == 1) {
+                k.shape[2] = 3; /* 4 query heads over 3 kv heads */
+                want = DASH_ESHAPE;
+            } else {
+                a.block_n = 96;
+                want = DASH_ESCHED;
+            }
+            for (int i = 0; i < n; i++) /* zeros again, 300 ms from now, on the stream */
+                CU_ASSERT(gpu_test_delayed_copy(view + off[outs[i]], zeros, slot_bytes[outs[i]],
+                                                300000000ull, s) == cudaSuccess);
+            int rc = backward ? dash_backward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT],
+                                                     &t[LSE], &t[DOUT], &t[DQ], &t[DK], &t[DV],
+                                                     s, NULL)
+                              : dash_forward_stream(f.c, &a, &t[Q], &k, &t[V], &t[OUT], &t[LSE],
+                                                    s, NULL);
+            CU_ASSERT_EQUAL(rc, events ? want : 0);
+            CU_ASSERT_EQUAL(stream_done_within(s, 10000), 0); /* released, not hung */
+            CU_ASSERT(outputs_poisoned(view, outs, n));
+            if (!events) { /* told by the next call, which is not sent; or by dash_sync */
+                a = (struct dash_attn){.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+                if (kind == 1) {
+                    CU_ASSERT_EQUAL(dash_sync(f.c), want);
+                } else {
+                    CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT],
+                                                        &t[LSE], s, NULL), want);
+                }
+                CU_ASSERT(strstr(dash_last_error(f.c), backward ? "earlier stream-ordered backward"
+                                                                : "earlier stream-ordered forward") != NULL);
+            }
+        }
+        /* and the next op runs, writing real values over the poison */
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+        CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL), 0);
+        CU_ASSERT(cudaStreamSynchronize(s) == cudaSuccess);
+        CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+        unsigned char *got = malloc(QB + LB);
+        CU_ASSERT_FATAL(got != NULL);
+        CU_ASSERT(fetch(got, view, OUT) == 0 && fetch(got + QB, view, LSE) == 0);
+        CU_ASSERT(memcmp(got, expected, QB + LB) == 0);
+        free(got);
+        CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+        CU_ASSERT(cudaFree(zeros) == cudaSuccess);
+        fixture_close(&f, "gpu-poison");
+    }
+}
+
+/* An output that reaches past its buffer is refused by the call itself (DASH_EBOUNDS,
+ * naming the tensor), before anything is queued: no poison is written anywhere (the other
+ * output keeps its zeros), and the client goes on. */
+static void test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing(void)
+{
+    for (int events = 0; events < 2; events++) {
+        struct fixture f;
+        connect_flags = events ? DASH_CONNECT_STREAM_EVENTS : 0;
+        fixture_open(&f, "gpu-poison-bounds");
+        connect_flags = 0;
+        unsigned char *view = dash_buffer_data(f.b);
+        CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+        CU_ASSERT_FATAL(zero_outputs(view, fwd_outputs, 2) == 0);
+        struct tensors ts = tensors_of(f.b);
+        struct dash_tensor *t = ts.t;
+        struct dash_tensor out = t[OUT];
+        out.offset = view_bytes - QB / 2;
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+        CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &out, &t[LSE], 0, NULL),
+                        DASH_EBOUNDS);
+        CU_ASSERT(strstr(dash_last_error(f.c), "out:") != NULL);
+        CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+        unsigned char *h = malloc(LB);
+        CU_ASSERT_FATAL(h != NULL);
+        CU_ASSERT(fetch(h, view, LSE) == 0);
+        int zero = 1;
+        for (size_t i = 0; i < LB; i++)
+            zero &= h[i] == 0;
+        CU_ASSERT(zero);
+        free(h);
+        CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], 0, NULL), 0);
+        CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+        CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+        fixture_close(&f, "gpu-poison-bounds");
+    }
+}
+
+/* A per-client limit refuses the op after validation (a daemon with --limit-request-bytes
+ * below the op's size): the semaphore-ordered forward's out and lse are all 0xFF when the
+ * stream has passed it, and the error (DASH_ELIMIT's family: whatever the limit says) is
+ * told by dash_sync. */
+static void test_dashd_gpu_op_refused_by_a_client_limit_poisons_its_outputs(void)
+{
+    struct dashd_proc L;
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&L, "--backend cuda --limit-request-bytes 64K"), 0);
+    struct dash_connect_opts o = {.client_name = "gpu-poison-limit", .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_connect(L.endpoint, &o, &c), 0);
+    unsigned char *alloc = NULL;
+    CU_ASSERT_FATAL(cudaMalloc((void **)&alloc, ALLOC_BYTES) == cudaSuccess);
+    struct dash_buffer *b = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_cuda_register(c, alloc + VIEW_OFF, view_bytes, &b), 0);
+    unsigned char *view = dash_buffer_data(b);
+    CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+    CU_ASSERT_FATAL(zero_outputs(view, fwd_outputs, 2) == 0);
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dash_forward_stream(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL), 0);
+    CU_ASSERT_EQUAL(stream_done_within(s, 10000), 0);
+    CU_ASSERT(outputs_poisoned(view, fwd_outputs, 2));
+    int rc = dash_sync(c);
+    CU_ASSERT(rc < 0);
+    fprintf(stderr, "\n    refused: %s (%s) ", dash_errname(rc), dash_last_error(c));
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
+    dash_close(c);
+    CU_ASSERT(cudaFree(alloc) == cudaSuccess);
+    CU_ASSERT_EQUAL(dashd_stop(&L), 0);
 }
 
 /* The configuration an OpResult reports can be sent back and reproduces the bits: the v2
@@ -1290,6 +1482,23 @@ static void test_dashd_gpu_event_sync_errors_are_replies(void)
     wire_free_reply(rep);
     CU_ASSERT_EQUAL(raw_forward_sync(r, shm_id, &sync, msg, sizeof msg, &has_run), DASH_EINVAL);
     CU_ASSERT(strstr(msg, "device buffers") != NULL);
+
+    /* semaphores: a fail word that is misaligned, one of the other two, or outside the
+     * buffer is refused before any word is written (nothing waits on these) */
+    Dash__EventSync sig = DASH__EVENT_SYNC__INIT;
+    sig.has_signal_buffer = sig.has_ready_offset = sig.has_done_offset = sig.has_signal_seq = 1;
+    sig.signal_buffer = whole;
+    sig.ready_offset = 0;
+    sig.done_offset = 8;
+    sig.signal_seq = 1;
+    sig.has_fail_offset = 1;
+    const uint64_t bad_fail[] = {4, 0, 8, ALLOC_BYTES, UINT64_MAX - 7};
+    for (size_t i = 0; i < sizeof bad_fail / sizeof bad_fail[0]; i++) {
+        sig.fail_offset = bad_fail[i];
+        msg[0] = '\0';
+        CU_ASSERT_EQUAL(raw_forward_sync(r, whole, &sig, msg, sizeof msg, &has_run), DASH_EINVAL);
+        CU_ASSERT(strstr(msg, "fail word") != NULL);
+    }
 
     raw_goodbye(r);
     raw_close(r);
@@ -1450,27 +1659,38 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
     dash_close(c);
 }
 
-/* The CUDA kernels do not serve windows, softcap or packed batches yet (issue 17): each is
- * an error reply that says so, on device buffers and on shared memory the daemon would
- * stage, and the daemon goes on serving. */
-static void test_dashd_gpu_windows_softcap_and_packed_batches_are_refused(void)
+/* Windows, softcap and packed batches run on the CUDA backend at head dim 64 (their bits
+ * are checked in suite gpu_dashd_varlen), from device buffers; at head dim 96, which their
+ * kernels lack, each is an error reply that says so, and the daemon goes on serving. */
+static void test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused(void)
 {
     struct fixture f;
     fixture_open(&f, "gpu-issue17");
-    struct dash_tensor t[SLOTS];
+    struct dash_tensor t[SLOTS], w[SLOTS];
     for (int s = 0; s < SLOTS; s++) {
         int kv = s == K || s == V || s == DK || s == DV;
         t[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, SEQ)
                         : dash_tensor_dense(f.b, off[s], 1, SEQ, kv ? HKV : HQ, HD);
+        /* head dim 96: fewer rows in the same bytes */
+        w[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, 100)
+                        : dash_tensor_dense(f.b, off[s], 1, 100, kv ? HKV : HQ, 96);
     }
+    struct dash_result r;
     struct dash_attn win = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .window = 1,
                             .window_left = 64, .window_right = 0};
-    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL),
-                    DASH_ENOTSUP);
+    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &r), 0);
+    CU_ASSERT_STRING_EQUAL(r.backend, "cuda");
+    CU_ASSERT_EQUAL(dash_forward(f.c, &win, &w[Q], &w[K], &w[V], &w[OUT], &w[LSE], NULL),
+                    DASH_EHEADDIM);
     CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "sliding windows"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "head dims 64 and 128"));
     struct dash_attn cap = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .softcap = 30.0f};
+    CU_ASSERT_EQUAL(dash_forward(f.c, &cap, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL), 0);
     CU_ASSERT_EQUAL(dash_backward(f.c, &cap, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], &t[DOUT],
-                                  &t[DQ], &t[DK], &t[DV], NULL), DASH_ENOTSUP);
+                                  &t[DQ], &t[DK], &t[DV], &r), 0);
+    CU_ASSERT_STRING_EQUAL(r.backend, "cuda");
+    CU_ASSERT_EQUAL(dash_backward(f.c, &cap, &w[Q], &w[K], &w[V], &w[OUT], &w[LSE], &w[DOUT],
+                                  &w[DQ], &w[DK], &w[DV], NULL), DASH_EHEADDIM);
     CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "softcap"));
     /* a packed batch: offsets in shared memory, tensors (total, heads, dim) on the device */
     struct dash_buffer *sb = NULL;
@@ -1491,9 +1711,10 @@ static void test_dashd_gpu_windows_softcap_and_packed_batches_are_refused(void)
             p3[s].shape[0] = SEQ, p3[s].shape[1] = kv ? HKV : HQ, p3[s].shape[2] = HD;
         }
     }
-    CU_ASSERT_EQUAL(dash_forward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], NULL),
-                    DASH_ENOTSUP);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(f.c), "packed variable-length batches"));
+    CU_ASSERT_EQUAL(dash_forward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], &r), 0);
+    CU_ASSERT_EQUAL(dash_backward(f.c, &pk, &p3[Q], &p3[K], &p3[V], &p3[OUT], &p3[LSE], &p3[DOUT],
+                                  &p3[DQ], &p3[DK], &p3[DV], &r), 0);
+    CU_ASSERT_STRING_EQUAL(r.backend, "cuda");
     /* and a plain request still runs */
     struct dash_attn plain = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
     CU_ASSERT_EQUAL(dash_forward(f.c, &plain, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], NULL), 0);
@@ -1540,6 +1761,12 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_stream_ops_follow_the_callers_stream) ||
         !CU_add_test(s, "test_dashd_gpu_signal_op_failure_releases_the_stream_and_is_told_later",
                      test_dashd_gpu_signal_op_failure_releases_the_stream_and_is_told_later) ||
+        !CU_add_test(s, "test_dashd_gpu_failed_stream_ops_poison_their_outputs_before_the_stream_goes_on",
+                     test_dashd_gpu_failed_stream_ops_poison_their_outputs_before_the_stream_goes_on) ||
+        !CU_add_test(s, "test_dashd_gpu_op_refused_by_a_client_limit_poisons_its_outputs",
+                     test_dashd_gpu_op_refused_by_a_client_limit_poisons_its_outputs) ||
+        !CU_add_test(s, "test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing",
+                     test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing) ||
         !CU_add_test(s, "test_dashd_gpu_signal_ops_reuse_every_slot_in_order",
                      test_dashd_gpu_signal_ops_reuse_every_slot_in_order) ||
         !CU_add_test(s, "test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream",
@@ -1554,8 +1781,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_client_recovers_from_daemon_restart) ||
         !CU_add_test(s, "test_dashd_gpu_head_dims_96_and_256_match_in_process",
                      test_dashd_gpu_head_dims_96_and_256_match_in_process) ||
-        !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_are_refused",
-                     test_dashd_gpu_windows_softcap_and_packed_batches_are_refused) ||
+        !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused",
+                     test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused) ||
         !CU_add_test(s, "test_dashd_gpu_cpu_backend_refuses_cuda_buffers",
                      test_dashd_gpu_cpu_backend_refuses_cuda_buffers))
         return -1;

@@ -10,9 +10,8 @@ sequence's outputs and gradients do not depend on what it is packed with (with a
 deterministic schedule; `auto` too when batch_invariant=True). Host tensors go through
 shared memory with their offsets; CUDA tensors are used in place, ordered on the current
 stream like flash_attn_func's, with the offsets sent by value inside the request (a CUDA
-cu_seqlens is copied to the host first, which waits for the stream). dashd's CUDA backend
-refuses packed batches until its kernels serve them (issue 17): the call then raises
-that refusal.
+cu_seqlens is copied to the host first, which waits for the stream). dashd's CUDA kernels
+serve packed batches at head dims 64 and 128 (kernels/cuda/attn_vl.cu).
 
 flash_attn_varlen_func is, like flash_attn_func, a pair of PyTorch custom ops for
 torch.compile (fullgraph), export and fake tensors:

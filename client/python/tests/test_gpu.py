@@ -5,7 +5,8 @@ float64, bitwise repeats, tensors that are pieces of the caching allocator's blo
 strided views, and stream ordering - the result is right when the producer of q is still
 running at submit time, and the call returns before it has finished. And PyTorch 2 on CUDA
 tensors: opcheck of the custom ops, torch.compile (fullgraph, and reduce-overhead) giving
-the eager bits, a CUDA-graph capture refused clearly, float64 refused, the drop-ins.
+the eager bits, a CUDA-graph capture refused clearly, float64 refused, the drop-ins;
+sliding windows and softcap against float64.
 
 Runs under pytest, or as a script (`python3 test_gpu.py`) where pytest is not installed.
 Skips without a CUDA device.
@@ -160,6 +161,56 @@ def test_gpu_a_failure_the_daemon_finds_is_raised_later_and_never_hangs():
     dash_attn.synchronize()
 
 
+def _raised(fn):
+    try:
+        fn()
+    except dash_attn.DashError as e:
+        return e
+    return None
+
+
+def test_gpu_a_refused_forward_leaves_out_and_lse_all_nan_before_the_stream_goes_on():
+    # head dim 80, refused by the daemon after the call returned: once the stream has passed
+    # the op, out and lse are all NaN (bytes 0xFF), not what the memory held before, and the
+    # refusal is raised by synchronize()
+    q, k, v, _ = inputs((1, 128, 128, 2, 2, 80), torch.bfloat16, SEED ^ 7)
+    # the blocks the caching allocator hands the outputs next held zeros, not NaN
+    z = (torch.zeros_like(q), torch.zeros(1, 2, 128, device="cuda"))
+    del z
+    out, lse = dash_attn.forward(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all() and torch.isnan(lse).all()
+    assert (out.view(torch.int16) == -1).all()  # every byte 0xFF
+    raised = _raised(dash_attn.synchronize)
+    assert raised is not None and "head" in str(raised).lower(), str(raised)
+
+
+def test_gpu_a_refused_backward_leaves_the_gradients_all_nan_and_raises_at_the_next_call():
+    # a daemon whose per-client limit admits the forward's tensor bytes (264 KB here) but
+    # not the backward's (526 KB): dq, dk, dv are all NaN when the stream has passed it
+    d = Daemon(extra=["--limit-request-bytes", "400K"])
+    c = dash_attn.Client(d.endpoint, client_name="pytest-poison")
+    try:
+        q, k, v, dout = inputs((1, 256, 256, 2, 2, 64), torch.bfloat16, SEED ^ 8)
+        out, lse = c.forward(q, k, v, causal=True)
+        c.synchronize()
+        z = tuple(torch.zeros_like(x) for x in (q, k, v))
+        del z
+        dq, dk, dv = c.backward(dout, q, k, v, out, lse, causal=True)
+        torch.cuda.synchronize()
+        for g in (dq, dk, dv):
+            assert torch.isnan(g).all()
+        # the next call raises the refusal (and is not sent: its outputs are NaN too)
+        raised = _raised(lambda: c.forward(q, k, v, causal=True))
+        assert raised is not None and "earlier" in str(raised), str(raised)
+        out2, _ = c.forward(q, k, v, causal=True)  # and the client goes on
+        c.synchronize()
+        assert torch.equal(out2, out)
+    finally:
+        c.close()
+        assert d.stop() == 0
+
+
 def test_gpu_random_shapes_layouts_and_schedules_match_float64():
     random_cases.check(dash_attn, SEED ^ 4, 24, "cuda", [torch.bfloat16, torch.float16],
                        {torch.bfloat16: 1e-2, torch.float16: 5e-3})
@@ -291,6 +342,62 @@ def test_gpu_float64_is_refused_with_a_clear_error():
     assert torch.isfinite(dash_attn.flash_attn_func(qb, qb, qb)).all()  # still served
 
 
+def ref_window_softcap(q, k, v, causal, window, softcap, scale):
+    """float64 attention with flash-attn's window (bottom-right aligned) and softcap."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(hq // hkv, dim=2)
+    vv = v.repeat_interleave(hq // hkv, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device).view(-1, 1) + (sk - sq)
+    j = torch.arange(sk, device=q.device).view(1, -1)
+    left, right = window
+    if causal:
+        right = 0
+    hide = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        hide |= j < i - left
+    if right >= 0:
+        hide |= j > i + right
+    s = s.masked_fill(hide, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
+    return torch.einsum("bhqk,bkhd->bqhd", p, vv)
+
+
+def test_gpu_window_and_softcap_match_float64():
+    """window_size and softcap on CUDA tensors run on dashd's CUDA backend (issue 17):
+    values and gradients against float64, GQA, causal and not, head dims 64 and 128."""
+    cases = [((2, 300, 300, 8, 2, 64), (128, 0), True, 30.0),
+             ((1, 257, 400, 4, 4, 128), (50, 70), False, 50.0),
+             ((1, 200, 333, 4, 1, 64), (0, 0), False, 0.0)]  # one key a row
+    for n, (shape, window, causal, cap) in enumerate(cases):
+        for dtype, tol in ((torch.bfloat16, 1e-2), (torch.float16, 5e-3)):
+            q, k, v, dout = inputs(shape, dtype, SEED ^ (20 + n))
+            q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+            scale = 3.0 / math.sqrt(shape[5])
+            out = dash_attn.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal,
+                                            window_size=window, softcap=cap)
+            out.backward(dout)
+            assert dash_attn.last_result()["backend"] == "cuda"
+            q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+            ref = ref_window_softcap(q64, k64, v64, causal, window, cap, scale)
+            ref.backward(dout.double())
+            assert rel(out.detach(), ref.detach()) < tol, f"case {n} out, seed {SEED}"
+            for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad),
+                                    ("dv", v.grad, v64.grad)):
+                assert torch.isfinite(got).all(), f"case {n} {name} not finite"
+                if window == (0, 0) and name != "dv":
+                    # one key a row: P = 1, dS = P (dP - D) = 0, so dQ and dK are 0 up to the
+                    # rounding of dP - D (relative error against 0 means nothing): small
+                    # beside a gradient of the case (dV's)
+                    size = float(got.double().norm() / v64.grad.norm())
+                    assert size < 1e-3, f"case {n} {name} is {size:.3g} of dV, seed {SEED}"
+                    continue
+                assert rel(got, want) < tol, f"case {n} {name}, seed {SEED}"
+
+
 def test_gpu_drop_ins_on_cuda_tensors():
     from dash_attn import fa3
     from dash_attn.flash_attn_interface import flash_attn_func, flash_attn_qkvpacked_func
@@ -307,11 +414,9 @@ def test_gpu_drop_ins_on_cuda_tensors():
     assert torch.equal(dqkv, torch.stack([dq, dk, dv], dim=2))
 
 
-def test_gpu_varlen_on_cuda_tensors_matches_float64_or_is_refused_in_words():
+def test_gpu_varlen_on_cuda_tensors_matches_float64():
     # flash_attn_varlen_func on CUDA tensors: q, k, v in place, the offsets by value in the
-    # request. Where dashd's CUDA backend serves packed batches, values and gradients
-    # against float64 sequence by sequence; where it does not yet, its refusal, in words,
-    # with the outputs never returned, and the client goes on.
+    # request; values and gradients against float64 sequence by sequence
     g = torch.Generator(device="cuda").manual_seed(SEED)
     lens = [1, 100, 0, 257, 64]
     tq = sum(lens)
@@ -321,17 +426,9 @@ def test_gpu_varlen_on_cuda_tensors_matches_float64_or_is_refused_in_words():
     k = torch.randn(tq, hkv, d, generator=g, device="cuda").to(torch.bfloat16).requires_grad_()
     v = torch.randn(tq, hkv, d, generator=g, device="cuda").to(torch.bfloat16).requires_grad_()
     dout = torch.randn(tq, hq, d, generator=g, device="cuda").to(torch.bfloat16)
-    try:
-        out = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
-        out.backward(dout)
-        dash_attn.synchronize()
-    except dash_attn.DashError as e:
-        assert e.name in ("DASH_ENOTSUP", "DASH_EHEADDIM") and "pack" in e.message.lower(), e
-        # the client goes on
-        qd = q.detach()[None, :64]
-        dash_attn.flash_attn_func(qd, qd[:, :, :hkv], qd[:, :, :hkv], causal=True)
-        dash_attn.synchronize()
-        return
+    out = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    out.backward(dout)
+    dash_attn.synchronize()
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
     refs = []
     for b in range(len(lens)):

@@ -1,0 +1,514 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * attn_vl.cu - sliding windows, softcap and packed variable-length batches on v2's
+ * tensor-core kernels (mma.sync; sm_80 and sm_90): the forward and the deterministic
+ * backward as separate template instantiations (VL) of v2's code (fwd_tc.cuh, bwd_mma.cuh),
+ * so the dense kernels stay what they were. A file of its own because it compiles the
+ * schedule library's band arithmetic into device code (SCHED_DEVICE_BAND: sched.h keeps it
+ * out of every other file, where it made the dense backward spill).
+ *
+ * Every request is cut into sequences, each a dense problem of batch 1 (a packed batch:
+ * its cu_seqlens rows; a dense batch with a window or softcap: batch element b), with its
+ * own lengths, normalised window and schedule (docs/schedules.md, "Packed batches"). The
+ * host lists the sequences that have work in a table (struct attn_vl_seq); a CTA or job
+ * finds its sequence there by binary search, and thread 0 writes a copy of the launch
+ * params into shared memory that describes that sequence alone (pointers moved to its
+ * first rows, its lengths and schedule). The shared step code then runs on that copy
+ * unchanged but for the masks (the window's two sides) and the softcap (scores
+ * cap tanh(scale q.k / cap); dS through the tanh's derivative 1 - tanh^2).
+ *
+ *   forward     one CTA per (128-row q-tile, head) of each sequence, sequence by sequence;
+ *               kv-tiles from the first 64-row tile's n_lo to the last's n_hi.
+ *   backward    preprocess (Dsum, and LSE moved into the scratch layout), the persistent
+ *               kernel taking jobs in dispatch order (sequence after sequence, each in its
+ *               schedule's order; ranks from sched_rank on the sequence's schedule),
+ *               postprocess (dQ), and dK/dV of sequences without queries (zero) and of GQA
+ *               groups (the per-q-head sums, ascending).
+ * The dQ order of every tile is the sequence's schedule's, fixed by the ranks; nothing
+ * depends on the grid or on who takes which job, so the bits do not either. There is no
+ * interleaved mode: a shift schedule runs at least as many CTAs as a chunk has jobs
+ * (the host raises the grid to that; attn_cuda.c refuses a W the GPU cannot hold at once).
+ * Rows that see no key get O = 0, LSE = +inf, and zero gradients (P = 0 there).
+ */
+#define SCHED_DEVICE_BAND 1
+
+#include "kernels/cuda/attn_cuda_int.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/cuda/bwd_mma.cuh"
+#include "kernels/cuda/bwd_rows.cuh"
+#include "kernels/cuda/fwd_tc.cuh"
+
+/* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
+static __device__ __forceinline__ int32_t vl_entry(const struct attn_vl_seq *t, int32_t n, int32_t x)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) >> 1;
+        if (t[mid].first <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The sequence b in [0, batch) that holds row t: cu[b] <= t < cu[b + 1] (the last b with
+ * cu[b] <= t, which skips empty sequences). */
+static __device__ __forceinline__ int32_t vl_seq_of(const int32_t *cu, int32_t batch, int32_t t)
+{
+    int32_t lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) >> 1;
+        if (cu[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* ---- forward ------------------------------------------------------------------------- */
+
+template <int D>
+struct fwd_vl_smem {
+    fwd_tc_smem<D> t;
+    struct attn_fwd_params prm; /* the CTA's sequence */
+    int32_t mb[2];              /* its q-tile and head */
+};
+
+template <typename DT, int D>
+__global__ void __launch_bounds__(FWD_TC_THREADS, 2) attn_fwd_vl_kernel(const __grid_constant__ struct attn_fwd_params p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    fwd_vl_smem<D> &sm = *reinterpret_cast<fwd_vl_smem<D> *>(smem_raw);
+    if (threadIdx.x == 0) {
+        const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
+        struct attn_fwd_params &q = sm.prm;
+        q = p;
+        const int64_t oq = (int64_t)e->vb * p.q_stride[0] + (int64_t)e->vq * p.q_stride[1];
+        const int64_t oo = (int64_t)e->vb * p.out_stride[0] + (int64_t)e->vq * p.out_stride[1];
+        const int64_t ok = (int64_t)e->vb * p.k_stride[0] + (int64_t)e->vk * p.k_stride[1];
+        const int64_t ov = (int64_t)e->vb * p.v_stride[0] + (int64_t)e->vk * p.v_stride[1];
+        q.q = static_cast<const uint16_t *>(p.q) + oq;
+        q.out = static_cast<uint16_t *>(p.out) + oo;
+        q.k = static_cast<const uint16_t *>(p.k) + ok;
+        q.v = static_cast<const uint16_t *>(p.v) + ov;
+        q.lse = p.lse + e->lse0;
+        q.geo = e->s;
+        q.seqlen_q = e->s.seqlen_q;
+        q.seqlen_k = e->nokeys ? 0 : e->s.seqlen_k;
+        const int32_t M = (e->s.seqlen_q + FWD_TC_BM - 1) / FWD_TC_BM, lb = (int32_t)blockIdx.x - e->first;
+        sm.mb[0] = M - 1 - lb % M; /* heaviest (last) tiles of the sequence first */
+        sm.mb[1] = lb / M;
+    }
+    __syncthreads(); /* the sequence's params are visible to all */
+    fwd_tc_body<DT, D, true>(sm.prm, sm.t, sm.mb[0], sm.mb[1]);
+}
+
+/* ---- backward ------------------------------------------------------------------------ */
+
+template <int D, int BN>
+struct bwd_vl_smem : bwd_tc_smem<D, BN> {
+    struct attn_bwd_params prm; /* the job's sequence */
+    int32_t local_job;          /* the job's index in its sequence's dispatch order */
+};
+
+/* Thread 0: point sm.prm at the sequence of dispatch index `job`. */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_vl_enter(const struct attn_bwd_params &p, bwd_vl_smem<D, BN> &sm,
+                                                    int32_t job)
+{
+    const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, job);
+    struct attn_bwd_params &q = sm.prm;
+    const int64_t rq = (int64_t)p.heads_q * e->q0, rk = (int64_t)p.heads_q * e->k0;
+    q.q = static_cast<const uint16_t *>(p.q) + (int64_t)e->vb * p.q_stride[0] + (int64_t)e->vq * p.q_stride[1];
+    q.dout = static_cast<const uint16_t *>(p.dout) + (int64_t)e->vb * p.dout_stride[0] +
+             (int64_t)e->vq * p.dout_stride[1];
+    q.k = static_cast<const uint16_t *>(p.k) + (int64_t)e->vb * p.k_stride[0] + (int64_t)e->vk * p.k_stride[1];
+    q.v = static_cast<const uint16_t *>(p.v) + (int64_t)e->vb * p.v_stride[0] + (int64_t)e->vk * p.v_stride[1];
+    q.dk = static_cast<uint16_t *>(p.dk) + (int64_t)e->vb * p.dk_stride[0] + (int64_t)e->vk * p.dk_stride[1];
+    q.dv = static_cast<uint16_t *>(p.dv) + (int64_t)e->vb * p.dv_stride[0] + (int64_t)e->vk * p.dv_stride[1];
+    q.lse = p.lse_vl + rq;
+    q.dsum = p.dsum + rq;
+    q.dq_acc = p.dq_acc + rq * D;
+    q.dk_acc = p.dk_acc ? p.dk_acc + rk * D : NULL;
+    q.dv_acc = p.dv_acc ? p.dv_acc + rk * D : NULL;
+    q.counter = p.counter + e->tile0;
+    q.seqlen_q = e->s.seqlen_q;
+    q.seqlen_k = e->s.seqlen_k;
+    q.s = e->s;
+    sm.local_job = job - e->first;
+}
+
+/* The persistent mode of attn_bwd_tc.cu (v2: no writer warp), job by job over the table:
+ * the same steps, turns, deferral and prefetch, on the job's sequence's params. */
+template <typename DT, int D, int BN>
+__global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __grid_constant__ struct attn_bwd_params p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    typedef bwd_vl_smem<D, BN> SM;
+    SM &sm = *reinterpret_cast<SM *>(smem_raw);
+    const struct attn_bwd_params &q = sm.prm;
+    const struct sched *s = &sm.prm.s;
+    bwd_tc_regs<D, BN> x;
+    if (threadIdx.x == 0)
+        sm.prm = p;
+    for (;;) {
+        __syncthreads(); /* every read of the last job's params (and of the flag) is done */
+        if (threadIdx.x == 0) {
+            const int32_t job = atomicAdd(p.job_next, 1);
+            sm.flag_smem = job;
+            if (job < p.vl_jobs)
+                bwd_vl_enter<D, BN>(p, sm, job);
+        }
+        __syncthreads(); /* the job and its sequence's params are visible to every thread */
+        if (sm.flag_smem >= p.vl_jobs) {
+#if BWD_TC_BULK
+            if (threadIdx.x == 0) /* atomic leaves its last reduction in flight: finish it */
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+            return;
+        }
+        const struct sched_job J = sched_job_taken(s, sm.local_job);
+        for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
+            const int32_t n = sched_job_unit(s, J.k, stage);
+            const int32_t steps = sched_unit_steps(s, n);
+            bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+            bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
+            bwd_tc_zero_kv<D, BN>(x);
+            int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
+            int loaded = 0;
+            int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
+            for (int32_t step = 0; step < steps; step++) {
+                if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
+                    base = step;
+                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                    __syncthreads(); /* the refill is complete before anyone reads it */
+                }
+                const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
+                const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
+                int32_t *ctr = q.counter + (int64_t)J.bh * s->m_tiles + m;
+                const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC;
+                bwd_tc_step<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
+                pend_ctr = NULL;
+                if (take)
+                    bwd_tc_take_turn(ctr, rank);
+                const int defer = s->kind != SCHED_ATOMIC && q.defer && next_m >= 0;
+#if BWD_TC_BULK
+                if (threadIdx.x == 0)
+                    bwd_tc_bulk_wait_read(); /* the last reduction has read the staging buffer */
+#endif
+                attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                __syncthreads(); /* ... and is visible to all; our turn has come; every warp is
+                                    done with the step's buffer, P, dS and K */
+#if BWD_TC_BULK
+                bwd_tc_stage_dq<D, BN>(sm.dq_smem, x);
+                __syncthreads(); /* the staged tile is complete before thread 0 hands it on */
+                if (threadIdx.x == 0) {
+                    bwd_tc_bulk_add<D>(q, sm.dq_smem, J.bh, m);
+                    if (s->kind != SCHED_ATOMIC && !defer)
+                        bwd_tc_pass_on(ctr, rank);
+                }
+#else
+                bwd_tc_add_dq<D, BN>(q, x, J.bh, m);
+                if (s->kind != SCHED_ATOMIC && !defer)
+                    bwd_tc_release(ctr, rank);
+#endif
+                if (defer) {
+                    pend_ctr = ctr;
+                    pend_rank = rank;
+                }
+                m = next_m;
+                buf ^= 1;
+                loaded = 1;
+            }
+            bwd_tc_store_unit<DT, D, BN>(q, x, J.bh, n);
+            __syncthreads(); /* K, V and the table are free before the next unit loads them */
+        }
+    }
+}
+
+/* Where row t of a q-side (k-side: cu_k) tensor belongs: its sequence's first row in the
+ * scratch layout, its length, its row in the sequence, and its element offset in a tensor
+ * of strides st (batch, row). */
+struct vl_row {
+    int32_t b, r0, len, i;
+    int64_t at;
+};
+
+static __device__ __forceinline__ struct vl_row vl_row_of(const struct attn_bwd_params &p, const int32_t *cu,
+                                                          int32_t t, const int64_t *st)
+{
+    struct vl_row w;
+    w.b = vl_seq_of(cu, p.s.batch, t);
+    w.r0 = cu[w.b];
+    w.len = cu[w.b + 1] - w.r0;
+    w.i = t - w.r0;
+    w.at = p.vl_dense ? (int64_t)w.b * st[0] + (int64_t)w.i * st[1] : (int64_t)t * st[1];
+    return w;
+}
+
+/* Dsum as attn_bwd_tc.cu's preprocess forms it (the diagonal of dO O^T by the dP chain),
+ * over rows (head h, packed row t), h total_q + t, into the scratch layout; LSE copied
+ * there too. */
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
+{
+    const int64_t rows = (int64_t)p.heads_q * p.total_q;
+    const int64_t groups = (rows + 15) / 16;
+    const int32_t lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int32_t warps = ATTN_THREADS / 32;
+    const uint16_t *o_g = static_cast<const uint16_t *>(p.out);
+    const uint16_t *do_g = static_cast<const uint16_t *>(p.dout);
+    for (int64_t grp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); grp < groups;
+         grp += (int64_t)gridDim.x * warps) {
+        const uint16_t *o_row[2], *do_row[2]; /* rows grp 16 + g, + 8; NULL past the end */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int64_t row = grp * 16 + g + 8 * r;
+            o_row[r] = do_row[r] = NULL;
+            if (row < rows) {
+                const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+                const struct vl_row wo = vl_row_of(p, p.cu_q, t, p.out_stride);
+                const struct vl_row wd = vl_row_of(p, p.cu_q, t, p.dout_stride);
+                o_row[r] = o_g + wo.at + h * p.out_stride[2];
+                do_row[r] = do_g + wd.at + h * p.dout_stride[2];
+            }
+        }
+        float c_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int32_t kk = 0; kk < D / 16; kk++) {
+            const int32_t d = 16 * kk + 2 * t4;
+            uint32_t a[4];
+            a[0] = do_row[0] ? attn_ld_pair(do_row[0] + d) : 0u;
+            a[1] = do_row[1] ? attn_ld_pair(do_row[1] + d) : 0u;
+            a[2] = do_row[0] ? attn_ld_pair(do_row[0] + d + 8) : 0u;
+            a[3] = do_row[1] ? attn_ld_pair(do_row[1] + d + 8) : 0u;
+            const uint32_t b0 = o_row[0] ? attn_ld_pair(o_row[0] + d) : 0u;
+            const uint32_t b1 = o_row[0] ? attn_ld_pair(o_row[0] + d + 8) : 0u;
+            const uint32_t b2 = o_row[1] ? attn_ld_pair(o_row[1] + d) : 0u;
+            const uint32_t b3 = o_row[1] ? attn_ld_pair(o_row[1] + d + 8) : 0u;
+            DT::mma(c_lo, a, b0, b1);
+            DT::mma(c_hi, a, b2, b3);
+        }
+        if (t4 == (g >> 1)) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int64_t row = grp * 16 + g + 8 * r;
+                if (row >= rows)
+                    continue;
+                const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+                const int32_t b = vl_seq_of(p.cu_q, p.s.batch, t), q0 = p.cu_q[b];
+                const int32_t sq = p.cu_q[b + 1] - q0, i = t - q0;
+                const int64_t at = (int64_t)p.heads_q * q0 + (int64_t)h * sq + i;
+                /* lse: (batch, heads_q, S) dense, (1, heads_q, total_q) packed */
+                const int64_t from = p.vl_dense ? at : (int64_t)h * p.total_q + t;
+                p.dsum[at] = r ? ((g & 1) ? c_hi[3] : c_hi[2]) : ((g & 1) ? c_lo[1] : c_lo[0]);
+                p.lse_vl[at] = p.lse[from];
+            }
+        }
+    }
+}
+
+/* dQ = scale dQacc, one thread per pair of elements, rows (h, t). */
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
+{
+    const int64_t pairs = (int64_t)p.heads_q * p.total_q * (D / 2);
+    uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
+    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < pairs;
+         e += (int64_t)gridDim.x * ATTN_THREADS) {
+        const int64_t row = e / (D / 2);
+        const int32_t d = 2 * (int32_t)(e - row * (D / 2));
+        const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+        const struct vl_row w = vl_row_of(p, p.cu_q, t, p.dq_stride);
+        const int64_t at = (int64_t)p.heads_q * w.r0 + (int64_t)h * w.len + w.i;
+        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + at * D + bwd_tc_dq_at(w.i, d));
+        attn_st_pair(dq_g + w.at + h * p.dq_stride[2] + d, DT::pack2(__fmul_rn(a.x, p.scale), __fmul_rn(a.y, p.scale)));
+    }
+}
+
+/* dK, dV rows no unit wrote: a sequence without queries gets zeros; GQA sums a kv head's
+ * q-heads ascending (as attn_bwd_dkv_sum_kernel), from the scratch layout. */
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_dkv_kernel(const __grid_constant__ struct attn_bwd_params p)
+{
+    const int64_t total = (int64_t)p.total_k * p.heads_kv * D;
+    uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
+    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * ATTN_THREADS) {
+        const int64_t row = e / D; /* (t, hk) */
+        const int32_t d = (int32_t)(e - row * D);
+        const int32_t t = (int32_t)(row / p.heads_kv), hk = (int32_t)(row - (int64_t)t * p.heads_kv);
+        const struct vl_row wk = vl_row_of(p, p.cu_k, t, p.dk_stride);
+        const struct vl_row wv = vl_row_of(p, p.cu_k, t, p.dv_stride);
+        const int32_t sq = p.cu_q[wk.b + 1] - p.cu_q[wk.b];
+        float sk = 0.0f, sv = 0.0f;
+        if (sq == 0) {
+            /* no query: nothing ran, the gradients are 0 */
+        } else if (p.group > 1) {
+            for (int32_t g = 0; g < p.group; g++) {
+                const int64_t src =
+                    ((int64_t)p.heads_q * wk.r0 + (int64_t)(hk * p.group + g) * wk.len + wk.i) * D + d;
+                sk = __fadd_rn(sk, p.dk_acc[src]);
+                sv = __fadd_rn(sv, p.dv_acc[src]);
+            }
+        } else {
+            continue; /* the unit stored it */
+        }
+        dk_g[wk.at + hk * p.dk_stride[2] + d] = DT::from_f(sk);
+        dv_g[wv.at + hk * p.dv_stride[2] + d] = DT::from_f(sv);
+    }
+}
+
+/* ---- host side ----------------------------------------------------------------------- */
+
+template <int D>
+static size_t fwd_vl_bytes(void)
+{
+    return sizeof(fwd_vl_smem<D>);
+}
+
+template <int D, int BN>
+static size_t bwd_vl_bytes(void)
+{
+    return sizeof(bwd_vl_smem<D, BN>);
+}
+
+template <typename DT, int D>
+static cudaError_t vl_attr(size_t smem_optin)
+{
+    cudaError_t err = cudaSuccess;
+    if (fwd_vl_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_fwd_vl_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fwd_vl_bytes<D>());
+    if (err == cudaSuccess && bwd_vl_bytes<D, 64>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_bwd_vl_kernel<DT, D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bwd_vl_bytes<D, 64>());
+    if (err == cudaSuccess && bwd_vl_bytes<D, CUATTN_TC_BLOCK_N>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_bwd_vl_kernel<DT, D, CUATTN_TC_BLOCK_N>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bwd_vl_bytes<D, CUATTN_TC_BLOCK_N>());
+    return err;
+}
+
+cudaError_t cuattn__vl_init(size_t smem_optin)
+{
+    cudaError_t err;
+    if ((err = vl_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
+        (err = vl_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
+        (err = vl_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
+        (err = vl_attr<attn_f16, 128>(smem_optin)) != cudaSuccess)
+        return err;
+    return cudaSuccess;
+}
+
+size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64 ? fwd_vl_bytes<64>() : head_dim == 128 ? fwd_vl_bytes<128>() : 0;
+}
+
+size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64    ? bwd_vl_bytes<64, CUATTN_TC_BLOCK_N>()
+           : head_dim == 128 ? bwd_vl_bytes<128, CUATTN_TC_BLOCK_N>()
+                             : 0;
+}
+
+template <typename DT, int D>
+static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, cudaStream_t stream)
+{
+    attn_fwd_vl_kernel<DT, D><<<(uint32_t)p->vl_blocks, FWD_TC_THREADS, fwd_vl_bytes<D>(), stream>>>(*p);
+    return cudaGetLastError();
+}
+
+cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
+                                  cudaStream_t stream)
+{
+    const int bf = dt == DTYPE_BF16;
+    switch (head_dim) {
+    case 64:
+        return bf ? fwd_vl_launch<attn_bf16, 64>(p, stream) : fwd_vl_launch<attn_f16, 64>(p, stream);
+    case 128:
+        return bf ? fwd_vl_launch<attn_bf16, 128>(p, stream) : fwd_vl_launch<attn_f16, 128>(p, stream);
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+template <typename DT, int D, int BN>
+static cudaError_t bwd_vl_occupancy(int32_t *ret)
+{
+    int a = 0;
+    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
+                                                                    bwd_vl_bytes<D, BN>());
+    if (err == cudaSuccess)
+        *ret = a;
+    return err;
+}
+
+template <typename DT, int D, int BN>
+static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms, cudaStream_t stream)
+{
+    cudaError_t err;
+    const int64_t rows_q = (int64_t)p->heads_q * p->total_q;
+    if ((err = cudaMemsetAsync(p->dq_acc, 0, sizeof(float) * (size_t)rows_q * D, stream)) != cudaSuccess ||
+        (err = cudaMemsetAsync(p->counter, 0, sizeof(int32_t) * (size_t)p->vl_tiles, stream)) != cudaSuccess ||
+        (err = cudaMemsetAsync(p->job_next, 0, sizeof(int32_t), stream)) != cudaSuccess)
+        return err;
+    attn_bwd_vl_preprocess_kernel<DT, D>
+        <<<attn_bwd_rows_grid(rows_q, 16 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        return err;
+    if (p->vl_jobs > 0) {
+        attn_bwd_vl_kernel<DT, D, BN><<<(uint32_t)grid, ATTN_THREADS, bwd_vl_bytes<D, BN>(), stream>>>(*p);
+        if ((err = cudaGetLastError()) != cudaSuccess)
+            return err;
+    }
+    attn_bwd_vl_postprocess_kernel<DT, D>
+        <<<attn_bwd_rows_grid(rows_q * (D / 2), ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        return err;
+    if (p->group > 1 || p->vl_zero_k) {
+        const int64_t rows_k = (int64_t)p->heads_kv * p->total_k;
+        attn_bwd_vl_dkv_kernel<DT, D>
+            <<<attn_bwd_rows_grid(rows_k * D, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        err = cudaGetLastError();
+    }
+    return err;
+}
+
+#define BWD_VL_DISPATCH(dt, head_dim, block_n, CALL)                                            \
+    do {                                                                                        \
+        const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
+        if ((block_n) != 64 && !wide_)                                                          \
+            return cudaErrorInvalidValue;                                                       \
+        switch (head_dim) {                                                                     \
+        case 64:                                                                                \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 64, 64)) \
+                       : (wide_ ? CALL(attn_f16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 64, 64));  \
+        case 128:                                                                               \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 128, 64)) \
+                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 128, 64));  \
+        default:                                                                                \
+            return cudaErrorInvalidValue;                                                       \
+        }                                                                                       \
+    } while (0)
+
+cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int32_t *ret)
+{
+#define BWD_VL_OCC(T, D, BN) bwd_vl_occupancy<T, D, BN>(ret)
+    BWD_VL_DISPATCH(dt, head_dim, block_n, BWD_VL_OCC);
+#undef BWD_VL_OCC
+}
+
+cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt, int32_t grid, int32_t sms,
+                                  cudaStream_t stream)
+{
+#define BWD_VL_RUN(T, D, BN) bwd_vl_launch<T, D, BN>(p, grid, sms, stream)
+    BWD_VL_DISPATCH(dt, p->head_dim, p->s.block_n, BWD_VL_RUN);
+#undef BWD_VL_RUN
+}

@@ -1,0 +1,780 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * test_attn_vl_gpu.c - the CUDA kernels for sliding windows, softcap and packed
+ * variable-length batches (kernels/cuda/attn_vl.cu) against the float64 reference computed
+ * sequence by sequence (kernels/attn/ref.c), and their determinism as bytes; then the same
+ * through a real `dashd --backend cuda` with libdash.
+ *
+ * Suite gpu_attn_vl: random ragged batches (lengths 1, tile multiples and not, empty
+ * sequences, up to 2000 rows), dense batches with windows and softcap, windows from 0 to
+ * past the length (causal and not), softcap 0/30/50, GQA, fp16/bf16, head dims 64 and 128;
+ * values, LSE and gradients; rows that see no key exactly 0 (LSE +inf), keys no query sees
+ * exactly 0; every deterministic schedule bitwise repeatable and the same bits for several
+ * grids; a sequence's bits the same whatever it is packed with. Outputs are poisoned (0xff,
+ * NaN) before every call; inputs are fresh random draws (the runner prints the seed).
+ *
+ * Suite gpu_dashd_varlen: a packed batch with a window and a softcap through dashd
+ * --backend cuda (tensors in a registered CUDA allocation, and again in shared memory the
+ * daemon stages; offsets in shared memory) gives the in-process kernels' bits; a head dim
+ * these kernels lack is refused clearly.
+ */
+#include "gpu_attn_vl.h"
+
+#include "gpu_check.h"
+#include "../harness.h"
+#include "../testutil.h"
+#include "../../client/dash.h"
+#include "kernels/attn/ref.h"
+#include "kernels/cuda/attn_cuda.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VL_MAXB 8
+
+/* One problem (packed or dense) with its host inputs, host copies of the outputs and the
+ * device twins. Tensors are dense views: (1, total, heads, D) packed, (B, S, heads, D). */
+struct vlp {
+    struct attn_problem p;
+    int32_t cu[2][VL_MAXB + 1];
+    int32_t vb, rq, rk;    /* view batch and rows */
+    int64_t nq, nk, nlse;  /* elements */
+    size_t es;
+    void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
+    float *lse;
+    void *d_q, *d_k, *d_v, *d_dout, *d_out, *d_dq, *d_dk, *d_dv;
+    float *d_lse;
+};
+
+static void *dev_alloc(size_t bytes)
+{
+    void *ptr = NULL;
+    CUDA_OK(cudaMalloc(&ptr, bytes ? bytes : 16));
+    return ptr;
+}
+
+static int32_t irand(struct tu_rng *r, int32_t n)
+{
+    return (int32_t)(tu_next(r) % (uint64_t)n);
+}
+
+/* Set up buffers for p (cu filled for a packed batch), inputs drawn from r. */
+static void vlp_init(struct vlp *a, const struct attn_problem *p, const int32_t *lq, const int32_t *lk,
+                     struct tu_rng *r)
+{
+    memset(a, 0, sizeof *a);
+    a->p = *p;
+    if (lq) {
+        a->cu[0][0] = a->cu[1][0] = 0;
+        int32_t mq = 1, mk = 1;
+        for (int32_t b = 0; b < p->batch; b++) {
+            a->cu[0][b + 1] = a->cu[0][b] + lq[b];
+            a->cu[1][b + 1] = a->cu[1][b] + lk[b];
+            mq = lq[b] > mq ? lq[b] : mq;
+            mk = lk[b] > mk ? lk[b] : mk;
+        }
+        a->p.cu_seqlens_q = a->cu[0];
+        a->p.cu_seqlens_k = a->cu[1];
+        a->p.total_q = a->cu[0][p->batch];
+        a->p.total_k = a->cu[1][p->batch];
+        a->p.seqlen_q = mq;
+        a->p.seqlen_k = mk;
+    }
+    a->vb = attn_view_batch(&a->p);
+    a->rq = attn_view_rows_q(&a->p);
+    a->rk = attn_view_rows_k(&a->p);
+    a->nq = (int64_t)a->vb * a->rq * p->heads_q * p->head_dim;
+    a->nk = (int64_t)a->vb * a->rk * p->heads_kv * p->head_dim;
+    a->nlse = (int64_t)a->vb * p->heads_q * a->rq;
+    a->es = (size_t)dtype_size(p->dtype);
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk, lb = sizeof(float) * (size_t)a->nlse;
+    a->q = malloc(qb + 1);
+    a->k = malloc(kb + 1);
+    a->v = malloc(kb + 1);
+    a->dout = malloc(qb + 1);
+    a->out = malloc(qb + 1);
+    a->dq = malloc(qb + 1);
+    a->dk = malloc(kb + 1);
+    a->dv = malloc(kb + 1);
+    a->lse = malloc(lb + 4);
+    CU_ASSERT_FATAL(a->q && a->k && a->v && a->dout && a->out && a->dq && a->dk && a->dv && a->lse);
+    if (a->nq) {
+        tu_fill(a->q, p->dtype, a->nq, r, 1.0);
+        tu_fill(a->dout, p->dtype, a->nq, r, 1.0);
+    }
+    if (a->nk) {
+        tu_fill(a->k, p->dtype, a->nk, r, 1.0);
+        tu_fill(a->v, p->dtype, a->nk, r, 1.0);
+    }
+    a->d_q = dev_alloc(qb);
+    a->d_k = dev_alloc(kb);
+    a->d_v = dev_alloc(kb);
+    a->d_dout = dev_alloc(qb);
+    a->d_out = dev_alloc(qb);
+    a->d_dq = dev_alloc(qb);
+    a->d_dk = dev_alloc(kb);
+    a->d_dv = dev_alloc(kb);
+    a->d_lse = dev_alloc(lb);
+    CUDA_OK(cudaMemcpy(a->d_q, a->q, qb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_k, a->k, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_v, a->v, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_dout, a->dout, qb, cudaMemcpyHostToDevice));
+}
+
+static void vlp_free(struct vlp *a)
+{
+    void *host[] = {a->q, a->k, a->v, a->dout, a->out, a->dq, a->dk, a->dv, a->lse};
+    void *dev[] = {a->d_q, a->d_k, a->d_v, a->d_dout, a->d_out, a->d_dq, a->d_dk, a->d_dv, a->d_lse};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
+}
+
+static struct attn_tensor vq(const struct vlp *a, void *data)
+{
+    return attn_dense(data, a->rq, a->p.heads_q, a->p.head_dim);
+}
+
+static struct attn_tensor vk(const struct vlp *a, void *data)
+{
+    return attn_dense(data, a->rk, a->p.heads_kv, a->p.head_dim);
+}
+
+static int vl_forward(struct cuattn *ca, struct vlp *a, struct attn_config *ret_cfg)
+{
+    const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
+    CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
+    CUDA_OK(cudaMemset(a->d_lse, 0xff, lb));
+    int rc = cuattn_forward(ca, &a->p, NULL, vq(a, a->d_out), a->d_lse, vq(a, a->d_q), vk(a, a->d_k),
+                            vk(a, a->d_v), ret_cfg);
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->lse, a->d_lse, lb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+static int vl_backward(struct cuattn *ca, struct vlp *a, const struct attn_config *cfg, int32_t grid,
+                       struct attn_config *ret_cfg)
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
+    CUDA_OK(cudaMemset(a->d_dk, 0xff, kb));
+    CUDA_OK(cudaMemset(a->d_dv, 0xff, kb));
+    int rc = cuattn_backward(ca, &a->p, cfg, grid, vq(a, a->d_dq), vk(a, a->d_dk), vk(a, a->d_dv),
+                             vq(a, a->d_q), vk(a, a->d_k), vk(a, a->d_v), vq(a, a->d_out), a->d_lse,
+                             vq(a, a->d_dout), ret_cfg);
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+static double tolerance(enum dtype_kind t)
+{
+    return t == DTYPE_F16 ? 5e-3 : 1e-2;
+}
+
+/* The float64 reference (sequence by sequence), and the checks against it. */
+struct vrefs {
+    double *out, *lse, *dq, *dk, *dv;
+};
+
+static void vrefs_compute(struct vrefs *R, const struct vlp *a)
+{
+    R->out = malloc(sizeof(double) * (size_t)(a->nq + 1));
+    R->lse = malloc(sizeof(double) * (size_t)(a->nlse + 1));
+    R->dq = malloc(sizeof(double) * (size_t)(a->nq + 1));
+    R->dk = malloc(sizeof(double) * (size_t)(a->nk + 1));
+    R->dv = malloc(sizeof(double) * (size_t)(a->nk + 1));
+    CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
+    CU_ASSERT_FATAL(ref_forward(&a->p, vq(a, a->q), vk(a, a->k), vk(a, a->v), R->out, R->lse) == 0);
+    CU_ASSERT_FATAL(ref_backward(&a->p, vq(a, a->q), vk(a, a->k), vk(a, a->v), vq(a, a->dout), R->dq, R->dk,
+                                 R->dv) == 0);
+}
+
+/* The gradients again, Dsum from the O the kernel's forward stored (ref_backward_given_out):
+ * the backward reads that O. In a row with two keys and P = (0.0014, 0.9986), O's f16
+ * rounding alone gives dQ a relative error of 0.07 (float64 emulation); a dense f16 case of
+ * 310 queries over 2 keys, causal, measured dq 0.0071 against the float64 O on the H200,
+ * where the f16 kernels give 4e-4 on rows of many keys. Call after vl_forward. */
+static void vrefs_backward_given_out(struct vrefs *R, const struct vlp *a)
+{
+    CU_ASSERT_FATAL(ref_backward_given_out(&a->p, vq(a, a->q), vk(a, a->k), vk(a, a->v), vq(a, a->out),
+                                           vq(a, a->dout), R->dq, R->dk, R->dv) == 0);
+}
+
+static void vrefs_free(struct vrefs *R)
+{
+    free(R->out);
+    free(R->lse);
+    free(R->dq);
+    free(R->dk);
+    free(R->dv);
+}
+
+/* Relative error of n values of a got tensor against ref; exact zeros where the reference
+ * is exactly zero on a whole row of `row` values (rows that see no key, keys no query
+ * sees) are counted in *zero_bad. */
+static double compare(const void *got, enum dtype_kind t, const double *ref, int64_t n, int64_t row,
+                      int *zero_bad)
+{
+    double *g = malloc(sizeof(double) * (size_t)(n + 1));
+    CU_ASSERT_FATAL(g != NULL);
+    tu_to_double(got, t, n, g);
+    for (int64_t r0 = 0; r0 < n; r0 += row) {
+        int zero = 1;
+        for (int64_t e = r0; e < r0 + row && zero; e++)
+            zero = ref[e] == 0.0;
+        if (zero)
+            for (int64_t e = r0; e < r0 + row; e++)
+                *zero_bad += !(g[e] == 0.0);
+    }
+    double e = n ? ref_rel_error(g, ref, n) : 0.0;
+    free(g);
+    return e;
+}
+
+/* Forward and gradients within the dtype's tolerance, LSE within 1e-4 (+inf where the
+ * reference row sees no key), exact zeros where the reference has them. 1 if all hold;
+ * the numbers go to stderr otherwise. */
+static int check_forward(const struct vlp *a, const struct vrefs *R, const char *what)
+{
+    int zb = 0, lse_bad = 0;
+    const double e = compare(a->out, a->p.dtype, R->out, a->nq, a->p.head_dim, &zb);
+    for (int64_t i = 0; i < a->nlse; i++)
+        lse_bad += isinf(R->lse[i]) ? !(isinf(a->lse[i]) && a->lse[i] > 0)
+                                    : !(fabs(a->lse[i] - R->lse[i]) <= 1e-4 * (1 + fabs(R->lse[i])));
+    const int ok = e < tolerance(a->p.dtype) && lse_bad == 0 && zb == 0;
+    if (!ok)
+        fprintf(stderr, "\n  %s forward: rel error %.3g, %d bad lse, %d masked values not 0", what, e, lse_bad, zb);
+    return ok;
+}
+
+static int check_backward(const struct vlp *a, const struct vrefs *R, const char *what)
+{
+    int zb = 0;
+    const int64_t D = a->p.head_dim;
+    const double eq = compare(a->dq, a->p.dtype, R->dq, a->nq, D, &zb);
+    const double ek = compare(a->dk, a->p.dtype, R->dk, a->nk, D, &zb);
+    const double ev = compare(a->dv, a->p.dtype, R->dv, a->nk, D, &zb);
+    const double tol = tolerance(a->p.dtype);
+    const int ok = eq < tol && ek < tol && ev < tol && zb == 0;
+    if (!ok)
+        fprintf(stderr, "\n  %s backward: rel errors dq %.3g dk %.3g dv %.3g, %d masked values not 0", what, eq,
+                ek, ev, zb);
+    return ok;
+}
+
+static struct attn_problem base_problem(int32_t batch, int32_t hq, int32_t hkv, int32_t d, enum dtype_kind dt)
+{
+    struct attn_problem p = {.batch = batch, .seqlen_q = 1, .seqlen_k = 1, .heads_q = hq, .heads_kv = hkv,
+                             .head_dim = d, .dtype = dt, .mask = SCHED_MASK_FULL,
+                             .scale = (float)(1.0 / sqrt((double)d))};
+    return p;
+}
+
+/* A length: 1, tile edges, or anything up to max. */
+static int32_t draw_len(struct tu_rng *r, int32_t max)
+{
+    static const int32_t edges[] = {1, 2, 63, 64, 65, 127, 128, 129, 191};
+    const int32_t k = irand(r, 3);
+    if (k == 0)
+        return edges[irand(r, (int32_t)(sizeof edges / sizeof edges[0]))];
+    return 1 + irand(r, max);
+}
+
+/* A window side: unbounded, 0, small, or past the length. */
+static int32_t draw_side(struct tu_rng *r, int32_t len)
+{
+    switch (irand(r, 4)) {
+    case 0:
+        return -1;
+    case 1:
+        return 0;
+    case 2:
+        return irand(r, 200);
+    default:
+        return len + irand(r, 100);
+    }
+}
+
+static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x7a11);
+    static const int32_t heads[][2] = {{4, 2}, {4, 1}, {2, 2}, {3, 1}};
+    static const float caps[] = {0.0f, 30.0f, 50.0f};
+    const int cases = 18;
+    int bad = 0;
+    for (int ci = 0; ci < cases; ci++) {
+        const int packed = ci % 3 != 2, big = ci == 4 || ci == 13;
+        const int32_t d = (ci / 2) % 2 ? 128 : 64;
+        const int32_t *hh = heads[irand(&r, 4)];
+        struct attn_problem p = base_problem(1, hh[0], hh[1], d, ci % 2 ? DTYPE_BF16 : DTYPE_F16);
+        p.mask = irand(&r, 2) ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL;
+        p.softcap = caps[ci % 3];
+        if (p.softcap > 0)
+            p.scale *= 4.0f; /* scores up to about half the cap: the tanh bends them */
+        int32_t lq[VL_MAXB], lk[VL_MAXB], maxlen = 1;
+        if (packed) {
+            p.batch = big ? 2 : 1 + irand(&r, 6);
+            for (int32_t b = 0; b < p.batch; b++) {
+                lq[b] = big && b == 0 ? 1900 + irand(&r, 100) : draw_len(&r, 500);
+                lk[b] = irand(&r, 2) ? lq[b] : draw_len(&r, 500);
+                if (p.batch > 2 && b == 1 && irand(&r, 2)) /* an empty side */
+                    (irand(&r, 2) ? lq : lk)[b] = 0;
+                maxlen = lq[b] > maxlen ? lq[b] : maxlen;
+            }
+        } else {
+            p.batch = 1 + irand(&r, 3);
+            p.seqlen_q = draw_len(&r, 400);
+            p.seqlen_k = irand(&r, 2) ? p.seqlen_q : draw_len(&r, 400);
+            maxlen = p.seqlen_q;
+        }
+        if (irand(&r, 4) != 0 || p.softcap == 0) { /* mostly a window */
+            p.window = 1;
+            p.window_left = draw_side(&r, maxlen);
+            p.window_right = draw_side(&r, maxlen);
+        }
+        struct vlp a;
+        vlp_init(&a, &p, packed ? lq : NULL, packed ? lk : NULL, &r);
+        struct vrefs R;
+        vrefs_compute(&R, &a);
+        char what[160];
+        snprintf(what, sizeof what, "case %d (%s B %d, H %d/%d, D %d, %s, %s, window %d (%d, %d), cap %g)", ci,
+                 packed ? "packed" : "dense", a.p.batch, a.p.heads_q, a.p.heads_kv, d,
+                 a.p.dtype == DTYPE_BF16 ? "bf16" : "f16", a.p.mask == SCHED_MASK_CAUSAL ? "causal" : "full",
+                 a.p.window, a.p.window_left, a.p.window_right, (double)a.p.softcap);
+        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        bad += !check_forward(&a, &R, what);
+        vrefs_backward_given_out(&R, &a);
+        const enum sched_kind kinds[] = {SCHED_AUTO, SCHED_DESCENDING, SCHED_ATOMIC};
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+            const int rc = vl_backward(ca, &a, &cfg, 0, NULL);
+            CU_ASSERT_EQUAL(rc, 0);
+            if (rc) {
+                fprintf(stderr, "\n  %s: backward %d returned %d", what, (int)kinds[k], rc);
+                bad++;
+                continue;
+            }
+            bad += !check_backward(&a, &R, what);
+        }
+        vrefs_free(&R);
+        vlp_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
+/* The fixed packed batch of the determinism tests: lengths 1, 100, 0 (no query), 333, 64,
+ * 517, 2; a window, a softcap, GQA 4:2, head dim 128 and 64. */
+static void det_problem(struct vlp *a, int32_t d, enum dtype_kind dt, struct tu_rng *r)
+{
+    static const int32_t lq[] = {1, 100, 0, 333, 64, 517, 2}, lk[] = {1, 130, 40, 333, 64, 300, 5};
+    struct attn_problem p = base_problem(7, 4, 2, d, dt);
+    p.mask = SCHED_MASK_CAUSAL;
+    p.window = 1;
+    p.window_left = 150;
+    p.window_right = 0;
+    p.softcap = 30.0f;
+    p.scale *= 4.0f;
+    vlp_init(a, &p, lq, lk, r);
+}
+
+struct gcopy {
+    void *dq, *dk, *dv;
+};
+
+static void gcopy_take(struct gcopy *g, const struct vlp *a)
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    g->dq = malloc(qb + 1);
+    g->dk = malloc(kb + 1);
+    g->dv = malloc(kb + 1);
+    CU_ASSERT_FATAL(g->dq && g->dk && g->dv);
+    memcpy(g->dq, a->dq, qb);
+    memcpy(g->dk, a->dk, kb);
+    memcpy(g->dv, a->dv, kb);
+}
+
+static int gcopy_equal(const struct gcopy *g, const struct vlp *a)
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    return !memcmp(g->dq, a->dq, qb) && !memcmp(g->dk, a->dk, kb) && !memcmp(g->dv, a->dv, kb);
+}
+
+static void gcopy_free(struct gcopy *g)
+{
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+/* Every deterministic schedule (W 64 and 7 for shift): the same bits on a repeat and for
+ * grids 0 (the SM count), 1 and 5 (raised to what a shift chunk needs), and close to the
+ * reference; the reported schedule is the one asked for. */
+static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_grid(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xde7);
+    int bad = 0;
+    for (int di = 0; di < 2; di++) {
+        struct vlp a;
+        det_problem(&a, di ? 128 : 64, di ? DTYPE_BF16 : DTYPE_F16, &r);
+        struct vrefs R;
+        vrefs_compute(&R, &a);
+        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        bad += !check_forward(&a, &R, "determinism batch");
+        const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT, SCHED_SHIFT, SCHED_SHIFT};
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const int32_t w = k == 4 ? 7 : SCHED_W_DEFAULT;
+            for (int32_t bn = 64; bn <= 128; bn += 64) {
+                struct attn_config cfg = {kinds[k], w, 0, bn, 0}, used;
+                CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL(used.sched, kinds[k]);
+                CU_ASSERT_EQUAL(used.w, w);
+                CU_ASSERT_EQUAL(used.block_n, bn);
+                char what[64];
+                snprintf(what, sizeof what, "schedule %d W %d block_n %d", (int)kinds[k], w, bn);
+                bad += !check_backward(&a, &R, what);
+                struct gcopy g;
+                gcopy_take(&g, &a);
+                const int32_t grids[] = {0, 1, 5};
+                for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                    if (!gcopy_equal(&g, &a)) {
+                        fprintf(stderr, "\n  %s: grid %d gave other bits", what, grids[gi]);
+                        bad++;
+                    }
+                }
+                gcopy_free(&g);
+            }
+        }
+        vrefs_free(&R);
+        vlp_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
+/* Sequence A packed alone, and between two others (so at another offset): A's outputs,
+ * LSE and gradients are the same bits, for an explicit schedule of each kind. */
+static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xba7c);
+    const int32_t LA = 291, KA = 250, HQ = 4, HKV = 2, D = 64;
+    const int32_t lq2[] = {77, LA, 130}, lk2[] = {90, KA, 64};
+    struct attn_problem p = base_problem(1, HQ, HKV, D, DTYPE_BF16);
+    p.window = 1;
+    p.window_left = 100;
+    p.window_right = 20;
+    p.softcap = 50.0f;
+    p.scale *= 5.0f;
+    struct vlp one, three;
+    vlp_init(&one, &p, &LA, &KA, &r);
+    p.batch = 3;
+    vlp_init(&three, &p, lq2, lk2, &r);
+    /* A's rows of `three` are `one`'s: copy them in (row sizes in elements) */
+    const size_t rowq = (size_t)HQ * D * one.es, rowk = (size_t)HKV * D * one.es;
+    const size_t aq = (size_t)lq2[0] * rowq, ak = (size_t)lk2[0] * rowk;
+    memcpy((char *)three.q + aq, one.q, (size_t)LA * rowq);
+    memcpy((char *)three.dout + aq, one.dout, (size_t)LA * rowq);
+    memcpy((char *)three.k + ak, one.k, (size_t)KA * rowk);
+    memcpy((char *)three.v + ak, one.v, (size_t)KA * rowk);
+    CUDA_OK(cudaMemcpy(three.d_q, three.q, three.es * (size_t)three.nq, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(three.d_dout, three.dout, three.es * (size_t)three.nq, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(three.d_k, three.k, three.es * (size_t)three.nk, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(three.d_v, three.v, three.es * (size_t)three.nk, cudaMemcpyHostToDevice));
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &one, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &three, NULL), 0);
+    CU_ASSERT(memcmp((char *)three.out + aq, one.out, (size_t)LA * rowq) == 0);
+    for (int32_t h = 0; h < HQ; h++) /* lse (heads, total_q) */
+        CU_ASSERT(memcmp(three.lse + (size_t)h * three.rq + lq2[0], one.lse + (size_t)h * LA,
+                         sizeof(float) * (size_t)LA) == 0);
+    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT, SCHED_SHIFT};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+        CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &one, &cfg, 0, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &three, &cfg, 0, NULL), 0);
+        if (memcmp((char *)three.dq + aq, one.dq, (size_t)LA * rowq) ||
+            memcmp((char *)three.dk + ak, one.dk, (size_t)KA * rowk) ||
+            memcmp((char *)three.dv + ak, one.dv, (size_t)KA * rowk)) {
+            fprintf(stderr, "\n  schedule %d: the sequence's gradients changed with the packing", (int)kinds[k]);
+            bad++;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    vlp_free(&one);
+    vlp_free(&three);
+    cuattn_free(ca);
+}
+
+/* Rows that see no key (a window right of every key, causal with more queries than keys,
+ * a sequence without keys) get O = 0, LSE = +inf and dQ = 0; keys no query sees (a
+ * sequence without queries, a window that skips them) dK = dV = 0 - never NaN. */
+static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x2e50);
+    const int32_t lq[] = {300, 0, 50, 200}, lk[] = {100, 70, 0, 400};
+    struct attn_problem p = base_problem(4, 4, 1, 128, DTYPE_F16);
+    p.mask = SCHED_MASK_CAUSAL;
+    p.window = 1;
+    p.window_left = 10; /* sequence 3: keys 0 .. 189 are seen by nobody */
+    p.window_right = 0;
+    struct vlp a;
+    vlp_init(&a, &p, lq, lk, &r);
+    struct vrefs R;
+    vrefs_compute(&R, &a);
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT(check_forward(&a, &R, "rows without keys"));
+    int inf_rows = 0;
+    for (int64_t i = 0; i < a.nlse; i++)
+        inf_rows += isinf(R.lse[i]) != 0;
+    CU_ASSERT(inf_rows >= 4 * (200 + 50)); /* sequence 0's first 200 rows, all of sequence 2's */
+    const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_SPT};
+    for (size_t k = 0; k < 2; k++) {
+        struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+        CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+        CU_ASSERT(check_backward(&a, &R, "rows without keys"));
+    }
+    vrefs_free(&R);
+    vlp_free(&a);
+    cuattn_free(ca);
+}
+
+/* A dense batch with a window that reaches every key gives the plain mask's bits (the
+ * dense kernels run it), and what these kernels lack is refused: head dims 96 and 256. */
+static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x91a1);
+    struct attn_problem p = base_problem(2, 4, 2, 64, DTYPE_BF16);
+    p.seqlen_q = 200;
+    p.seqlen_k = 170;
+    p.mask = SCHED_MASK_CAUSAL;
+    struct vlp a;
+    vlp_init(&a, &p, NULL, NULL, &r);
+    struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    float *lse0 = malloc(sizeof(float) * (size_t)a.nlse);
+    void *out0 = malloc(a.es * (size_t)a.nq);
+    CU_ASSERT_FATAL(lse0 && out0);
+    memcpy(lse0, a.lse, sizeof(float) * (size_t)a.nlse);
+    memcpy(out0, a.out, a.es * (size_t)a.nq);
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    struct gcopy g;
+    gcopy_take(&g, &a);
+    a.p.window = 1;
+    a.p.window_left = 500; /* past every key: the causal mask */
+    a.p.window_right = 3;
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT(memcmp(out0, a.out, a.es * (size_t)a.nq) == 0);
+    CU_ASSERT(memcmp(lse0, a.lse, sizeof(float) * (size_t)a.nlse) == 0);
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT(gcopy_equal(&g, &a));
+    gcopy_free(&g);
+    free(lse0);
+    free(out0);
+    struct attn_problem q = a.p;
+    q.window_left = 20;
+    for (int i = 0; i < 2; i++) {
+        q.head_dim = i ? 256 : 96;
+        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), -ENOTSUP);
+        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), -ENOTSUP);
+    }
+    q.head_dim = 64;
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), 0);
+    vlp_free(&a);
+    cuattn_free(ca);
+}
+
+/* ---- through dashd --------------------------------------------------------------------- */
+
+static struct dashd_proc D;
+
+static int dashd_suite_init(void)
+{
+    return dashd_start(&D, "--backend cuda --session-timeout 10") == 0 ? 0 : -1;
+}
+
+static int dashd_suite_clean(void)
+{
+    return dashd_stop(&D) == 0 ? 0 : -1;
+}
+
+/* A packed batch (lengths 1, 200, 0, 131; GQA 4:2, bf16, head dim 64, causal with window
+ * (64, 0), softcap 30) in one CUDA allocation, offsets in a shared-memory buffer: dashd's
+ * forward and shift backward give the bits of the same kernels run here; then a head dim
+ * 96 request with a window is refused with DASH_EHEADDIM and a reason, and the session
+ * goes on serving. */
+static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels(void)
+{
+    enum { B = 4, HQ = 4, HKV = 2, HD = 64 };
+    static const int32_t lq[B] = {1, 200, 0, 131}, lk[B] = {1, 180, 33, 131};
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xd1a5);
+    struct attn_problem p = base_problem(B, HQ, HKV, HD, DTYPE_BF16);
+    p.mask = SCHED_MASK_CAUSAL;
+    p.window = 1;
+    p.window_left = 64;
+    p.window_right = 0;
+    p.softcap = 30.0f;
+    struct vlp a;
+    vlp_init(&a, &p, lq, lk, &r);
+    const int32_t tq = a.rq, tkk = a.rk;
+
+    /* the bits to match: the kernels in this process (grid-independent) */
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    cuattn_free(ca);
+
+    /* one allocation: q k v out dout dq dk dv, then lse */
+    const size_t qb = a.es * (size_t)a.nq, kb = a.es * (size_t)a.nk, lb = sizeof(float) * (size_t)a.nlse;
+    const size_t sizes[9] = {qb, kb, kb, qb, qb, qb, kb, kb, lb};
+    size_t at[9], total = 0;
+    for (int i = 0; i < 9; i++) {
+        at[i] = total;
+        total = (total + sizes[i] + 255) & ~(size_t)255;
+    }
+    unsigned char *mem = NULL;
+    CUDA_OK(cudaMalloc((void **)&mem, total));
+    CUDA_OK(cudaMemset(mem, 0xff, total));
+    CUDA_OK(cudaMemcpy(mem + at[0], a.q, qb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(mem + at[1], a.k, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(mem + at[2], a.v, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(mem + at[4], a.dout, qb, cudaMemcpyHostToDevice));
+
+    struct dash_connect_opts o = {.client_name = "gpu-varlen", .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_connect(D.endpoint, &o, &c), 0);
+    struct dash_buffer *b = NULL, *cu = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_cuda_register(c, mem, total, &b), 0);
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, 4096, &cu), 0);
+    int32_t *offs = dash_buffer_data(cu);
+    memcpy(offs, a.cu[0], sizeof(int32_t) * (B + 1));
+    memcpy(offs + 16, a.cu[1], sizeof(int32_t) * (B + 1));
+
+    struct dash_tensor t[9];
+    for (int i = 0; i < 8; i++) {
+        const int kv = i == 1 || i == 2 || i == 6 || i == 7;
+        t[i] = (struct dash_tensor){b, at[i], 3, {kv ? tkk : tq, kv ? HKV : HQ, HD, 0}, {0, 0, 0, 0}};
+    }
+    t[8] = (struct dash_tensor){b, at[8], 2, {HQ, tq, 0, 0}, {0, 0, 0, 0}};
+    struct dash_attn da = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .schedule = DASH_SCHED_SHIFT,
+                           .window = 1, .window_left = 64, .window_right = 0, .softcap = 30.0f,
+                           .max_seqlen_q = a.p.seqlen_q, .max_seqlen_k = a.p.seqlen_k};
+    da.cu_seqlens_q = (struct dash_tensor){cu, 0, 1, {B + 1, 0, 0, 0}, {0, 0, 0, 0}};
+    da.cu_seqlens_k = (struct dash_tensor){cu, 16 * sizeof(int32_t), 1, {B + 1, 0, 0, 0}, {0, 0, 0, 0}};
+    struct dash_result res;
+    int rc = dash_forward(c, &da, &t[0], &t[1], &t[2], &t[3], &t[8], &res);
+    if (rc)
+        fprintf(stderr, "\n  dash_forward: %s: %s", dash_errname(rc), dash_last_error(c));
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_STRING_EQUAL(res.backend, "cuda");
+    rc = dash_backward(c, &da, &t[0], &t[1], &t[2], &t[3], &t[8], &t[4], &t[5], &t[6], &t[7], &res);
+    if (rc)
+        fprintf(stderr, "\n  dash_backward: %s: %s", dash_errname(rc), dash_last_error(c));
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(res.schedule, DASH_SCHED_SHIFT);
+    unsigned char *got = malloc(total);
+    CU_ASSERT_FATAL(got != NULL);
+    CUDA_OK(cudaMemcpy(got, mem, total, cudaMemcpyDeviceToHost));
+    CU_ASSERT(memcmp(got + at[3], a.out, qb) == 0);
+    CU_ASSERT(memcmp(got + at[8], a.lse, lb) == 0);
+    CU_ASSERT(memcmp(got + at[5], a.dq, qb) == 0);
+    CU_ASSERT(memcmp(got + at[6], a.dk, kb) == 0);
+    CU_ASSERT(memcmp(got + at[7], a.dv, kb) == 0);
+
+    /* the same from shared memory, which the daemon stages through the device */
+    struct dash_buffer *sh = NULL;
+    CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c, total, &sh), 0);
+    unsigned char *hm = dash_buffer_data(sh);
+    memset(hm, 0xff, total);
+    memcpy(hm + at[0], a.q, qb);
+    memcpy(hm + at[1], a.k, kb);
+    memcpy(hm + at[2], a.v, kb);
+    memcpy(hm + at[4], a.dout, qb);
+    struct dash_tensor st[9];
+    for (int i = 0; i < 9; i++) {
+        st[i] = t[i];
+        st[i].buf = sh;
+    }
+    CU_ASSERT_EQUAL(dash_forward(c, &da, &st[0], &st[1], &st[2], &st[3], &st[8], &res), 0);
+    CU_ASSERT_EQUAL(dash_backward(c, &da, &st[0], &st[1], &st[2], &st[3], &st[8], &st[4], &st[5], &st[6],
+                                  &st[7], &res), 0);
+    CU_ASSERT_STRING_EQUAL(res.backend, "cuda");
+    CU_ASSERT(memcmp(hm + at[3], a.out, qb) == 0);
+    CU_ASSERT(memcmp(hm + at[8], a.lse, lb) == 0);
+    CU_ASSERT(memcmp(hm + at[5], a.dq, qb) == 0);
+    CU_ASSERT(memcmp(hm + at[6], a.dk, kb) == 0);
+    CU_ASSERT(memcmp(hm + at[7], a.dv, kb) == 0);
+
+    /* head dim 96 (a dense batch of 64 rows in the same bytes) with the window: refused
+     * before anything runs */
+    struct dash_tensor u[9];
+    for (int i = 0; i < 8; i++) {
+        const int kv = i == 1 || i == 2 || i == 6 || i == 7;
+        u[i] = dash_tensor_dense(b, at[i], 1, 64, kv ? HKV : HQ, 96);
+    }
+    u[8] = dash_tensor_lse(b, at[8], 1, HQ, 64);
+    da.max_seqlen_q = da.max_seqlen_k = 0;
+    da.cu_seqlens_q = da.cu_seqlens_k = (struct dash_tensor){0};
+    rc = dash_forward(c, &da, &u[0], &u[1], &u[2], &u[3], &u[8], &res);
+    CU_ASSERT_EQUAL(rc, DASH_EHEADDIM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "head dims 64 and 128"));
+    uint64_t rtt = 0;
+    CU_ASSERT_EQUAL(dash_ping(c, 5000, &rtt), 0);
+    free(got);
+    dash_close(c);
+    CUDA_OK(cudaFree(mem));
+    vlp_free(&a);
+}
+
+int suite_gpu_attn_vl(void)
+{
+    CU_pSuite s = CU_add_suite("gpu_attn_vl", NULL, NULL);
+    if (!s)
+        return -1;
+    if (!CU_add_test(s, "test_attn_vl_gpu_random_batches_match_float64_reference",
+                     test_attn_vl_gpu_random_batches_match_float64_reference) ||
+        !CU_add_test(s, "test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_grid",
+                     test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_grid) ||
+        !CU_add_test(s, "test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing",
+                     test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing) ||
+        !CU_add_test(s, "test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan",
+                     test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan) ||
+        !CU_add_test(s, "test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused",
+                     test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused))
+        return -1;
+    CU_pSuite t = CU_add_suite("gpu_dashd_varlen", dashd_suite_init, dashd_suite_clean);
+    if (!t || !CU_add_test(t, "test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels",
+                           test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels))
+        return -1;
+    return 0;
+}
