@@ -58,4 +58,7 @@ if [ -n "$mps" ] && [ -z "${NO_MPS:-}" ]; then
   echo quit | "$mps"
   sleep 1
 fi
+# the device tool brings back at most 8 files: the reports stay, the logs go into one archive
+(cd "$out" && tar czf percall-logs.tgz percall-*.log stats-*.txt dashd-steps-*.log 2>/dev/null &&
+  rm -f percall-*.log stats-*.txt dashd-steps-*.log)
 exit $status
