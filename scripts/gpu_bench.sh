@@ -66,3 +66,10 @@ fi
 python3 bench/gpu_report.py "$out/ours.json" "$out/peers.json" --cudnn "$out/cudnn.json" \
   --commit "$commit" --command "bash scripts/gpu_bench.sh $commit $*" > "$out/gpu-report.md"
 cat "$out/gpu-report.md"
+# the pictures: here where matplotlib is, else from the JSON files that come back
+if python3 -c 'import matplotlib' 2> /dev/null; then
+  python3 bench/gpu_plots.py "$out/ours.json" "$out/peers.json" --cudnn "$out/cudnn.json" \
+    --prefix "$out/tflops" --title "$(head -n 1 "$out/gpu.txt" | cut -d, -f1), commit $commit"
+else
+  echo "plots: no matplotlib here; run bench/gpu_plots.py on ours.json, peers.json, cudnn.json"
+fi
