@@ -46,6 +46,7 @@ struct cuattn {
     int force_interleaved;
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
+    int last_wg; /* the last backward ran v3's wgmma step */
 };
 
 static int err_code(cudaError_t err)
@@ -101,7 +102,7 @@ int cuattn_new(int device, struct cuattn **ret)
         (err = cuattn__fwd_tc_init(a->smem_optin)) != cudaSuccess ||
         (err = cuattn__bwd_tc_init(a->smem_optin, hopper)) != cudaSuccess ||
         (hopper && (err = cuattn__fwd_wg_init(a->smem_optin)) != cudaSuccess) ||
-        (err = cuattn__vl_init(a->smem_optin)) != cudaSuccess)
+        (err = cuattn__vl_init(a->smem_optin, hopper)) != cudaSuccess)
         goto free_stream;
     *ret = a;
     return 0;
@@ -202,6 +203,11 @@ void cuattn__force_interleaved(struct cuattn *a, int on)
 {
     if (a)
         a->force_interleaved = on != 0;
+}
+
+int cuattn__last_wg(const struct cuattn *a)
+{
+    return a ? a->last_wg : 0;
 }
 
 void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid)
@@ -405,6 +411,15 @@ static int vl_wide(const struct cuattn *a, const struct attn_problem *p)
     return cuattn__bwd_vl_smem_bytes(p->head_dim) <= a->smem_optin;
 }
 
+/* attn_vl.cu's backward on v3's wgmma step: where the dense backward of the dim runs v3
+ * (cuattn_impl_for: sm_90, impl v3), at 64 x 128 tiles, and its shared memory fits; else
+ * v2's mma.sync kernel (64 x 64 tiles, sm_80, or a device short of shared memory). */
+static int vl_wg(const struct cuattn *a, const struct attn_problem *p, int32_t block_n)
+{
+    return cuattn_impl_for(a, p->head_dim) == CUATTN_IMPL_WGMMA && block_n == CUATTN_TC_BLOCK_N &&
+           cuattn__bwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
+}
+
 static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const struct attn_config *c,
                      int backward, int32_t need)
 {
@@ -415,7 +430,8 @@ static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const
     if (cuattn__bwd_vl_smem_bytes(p->head_dim) > a->smem_optin && c->block_n != CUATTN_BLOCK)
         return -ENOTSUP;
     int32_t per_sm = 0;
-    if (cuattn__bwd_vl_blocks_per_sm(p->dtype, p->head_dim, c->block_n, &per_sm) != cudaSuccess) {
+    if (cuattn__bwd_vl_blocks_per_sm(p->dtype, p->head_dim, c->block_n, vl_wg(a, p, c->block_n), &per_sm) !=
+        cudaSuccess) {
         (void)cudaGetLastError();
         return -ENOTSUP;
     }
@@ -627,8 +643,9 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
     }
     /* Grid: persistent only; never more than fit at once, never fewer than a shift chunk
      * needs (vl_limits checked that they fit), never more than jobs. No bits change. */
+    const int wg = vl_wg(a, p, s->block_n);
     int32_t per_sm = 0;
-    err = cuattn__bwd_vl_blocks_per_sm(p->dtype, p->head_dim, s->block_n, &per_sm);
+    err = cuattn__bwd_vl_blocks_per_sm(p->dtype, p->head_dim, s->block_n, wg, &per_sm);
     if (err != cudaSuccess) {
         vl_plan_free(&pl);
         return err_code(err);
@@ -703,6 +720,7 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
     bp.s = *s;
     bp.mode = ATTN_MODE_PERSISTENT;
     bp.defer = s->kind == SCHED_SHIFT || (s->kind == SCHED_SPT && s->mask == SCHED_MASK_CAUSAL);
+    bp.wg = wg;
     bp.softcap = p->softcap;
     bp.vl_count = pl.count;
     bp.vl_jobs = pl.total;
@@ -727,6 +745,7 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
         return rc;
     a->last_mode = ATTN_MODE_PERSISTENT;
     a->last_grid = (int32_t)g;
+    a->last_wg = wg;
     if (ret_cfg)
         *ret_cfg = *c;
     return 0;
@@ -866,6 +885,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
         return rc;
     a->last_mode = mode;
     a->last_grid = (int32_t)g;
+    a->last_wg = wg;
     if (ret_cfg)
         *ret_cfg = c;
     return 0;

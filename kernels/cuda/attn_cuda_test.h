@@ -24,6 +24,9 @@ void cuattn__limit_smem(struct cuattn *a, size_t bytes);
 /* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
  * successful backward on `a`; 0 before any. */
 void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid);
+/* For tests: 1 if the last successful backward on `a` ran v3's wgmma step (sm_90), 0 if
+ * v1's or v2's kernels (or before any). */
+int cuattn__last_wg(const struct cuattn *a);
 
 #ifdef __cplusplus
 }

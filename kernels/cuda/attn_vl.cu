@@ -33,12 +33,14 @@
 #define SCHED_DEVICE_BAND 1
 
 #include "kernels/cuda/attn_cuda_int.h"
+#include "kernels/cuda/attn_wgmma.h"
 
 #include <math.h>
 #include <stddef.h>
 
 #include "kernels/cuda/bwd_mma.cuh"
 #include "kernels/cuda/bwd_rows.cuh"
+#include "kernels/cuda/bwd_wgmma.cuh"
 #include "kernels/cuda/fwd_tc.cuh"
 
 /* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
@@ -116,10 +118,10 @@ struct bwd_vl_smem : bwd_tc_smem<D, BN> {
     int32_t local_job;          /* the job's index in its sequence's dispatch order */
 };
 
-/* Thread 0: point sm.prm at the sequence of dispatch index `job`. */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_vl_enter(const struct attn_bwd_params &p, bwd_vl_smem<D, BN> &sm,
-                                                    int32_t job)
+/* Thread 0: point sm.prm at the sequence of dispatch index `job` (SM: bwd_vl_smem or
+ * bwd_vl_wg_smem). */
+template <int D, typename SM>
+static __device__ __forceinline__ void bwd_vl_enter(const struct attn_bwd_params &p, SM &sm, int32_t job)
 {
     const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, job);
     struct attn_bwd_params &q = sm.prm;
@@ -162,7 +164,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
             const int32_t job = atomicAdd(p.job_next, 1);
             sm.flag_smem = job;
             if (job < p.vl_jobs)
-                bwd_vl_enter<D, BN>(p, sm, job);
+                bwd_vl_enter<D>(p, sm, job);
         }
         __syncthreads(); /* the job and its sequence's params are visible to every thread */
         if (sm.flag_smem >= p.vl_jobs) {
@@ -229,6 +231,122 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
             __syncthreads(); /* K, V and the table are free before the next unit loads them */
         }
     }
+}
+
+/* ---- backward on v3's step (wgmma, sm_90a) -------------------------------------------
+ *
+ * attn_bwd_tc.cu's v3 persistent kernel (64 x 128 tiles, bwd_wgmma.cuh's step with VL, a
+ * third warpgroup whose one thread is the dQ writer), job by job over the table as
+ * attn_bwd_vl_kernel: the compute warps run the job's sequence's steps on sm.prm and hand
+ * each dQ partial over with the tile's place in the ticket (bwd_wg_hand_at), so the writer
+ * never reads a sequence's params, which the next job replaces. The ranks are the
+ * sequence's schedule's (bwd_tc_fill_visits), the additions one bulk reduction each in
+ * rank order, as in the v2 kernel above: the same orders, so the same determinism, grid
+ * and packing independence (the bits are v3's, not v2's: the tensor cores group their
+ * sums differently). kv-tiles no query of the band sees have no steps: dK, dV 0 without
+ * loading K, V. */
+template <int D>
+struct bwd_vl_wg_smem : bwd_wg_smem<D> {
+    int64_t tile_at[BWD_WG_DQBUFS][2]; /* per staging buffer: counter index, dQacc offset */
+    struct attn_bwd_params prm;        /* the job's sequence */
+    int32_t local_job;                 /* the job's index in its sequence's dispatch order */
+};
+
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
+    attn_bwd_vl_wg_kernel(const __grid_constant__ struct attn_bwd_params p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+#if ATTN_WGMMA
+    typedef bwd_vl_wg_smem<D> SM;
+    constexpr int32_t BN = CUATTN_TC_BLOCK_N;
+    const uint32_t raw_at = attn_smem_u32(smem_raw); /* the tiles' swizzle needs 1024-byte alignment */
+    SM &sm = *reinterpret_cast<SM *>(smem_raw + (((raw_at + BWD_WG_ALIGN - 1) & ~(uint32_t)(BWD_WG_ALIGN - 1)) - raw_at));
+    if (threadIdx.x == 0) {
+        bwd_wg_init<D>(sm);
+        sm.prm = p;
+    }
+    __syncthreads(); /* the hand-off's barriers are set up before anyone uses them */
+    if (threadIdx.x >= ATTN_THREADS) { /* registers as attn_bwd_tc_persistent_kernel's */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
+        if (threadIdx.x == ATTN_THREADS)
+            bwd_wg_writer_at<D>(p, sm);
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
+    const struct attn_bwd_params &q = sm.prm; /* the job's sequence */
+    const struct sched *s = &sm.prm.s;
+    bwd_wg_regs<D> x;
+    bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
+    int32_t wait_end = 0;     /* dispatch index past the jobs the last job's turns may wait on */
+    for (;;) {
+        /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
+         * takes a job that those turns may wait on (shift) */
+        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
+            bwd_wg_drain(sm, hb);
+        bwd_cta_sync<true>(); /* every read of the last job's params (and of the flag) is done */
+        if (threadIdx.x == 0) {
+            const int32_t job = atomicAdd(p.job_next, 1);
+            sm.flag_smem = job;
+            if (job < p.vl_jobs)
+                bwd_vl_enter<D>(p, sm, job);
+        }
+        bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
+        const int32_t job = sm.flag_smem;
+        if (job >= p.vl_jobs) {
+            bwd_wg_hand_end(sm, hb); /* tell the writer */
+            return;
+        }
+        const int32_t local = sm.local_job;
+        const struct sched_job J = sched_job_taken(s, local);
+
+        wait_end = job - local + sched_wait_end(s, local);
+        /* Counts from the params in shared memory, passed through a shuffle from lane 0:
+         * the compiler then knows they are warp-uniform, so the loops around the products
+         * are not divergent paths (ptxas serialized every wgmma, C7518, when they were). */
+        const int32_t stages = __shfl_sync(0xffffffffu, sched_job_stages(s, J.k), 0);
+        for (int32_t stage = 0; stage < stages; stage++) {
+            const int32_t n = sched_job_unit(s, J.k, stage);
+            const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
+            bwd_tc_zero_kv<D, BN>(x);
+            if (steps > 0) {
+                /* the previous unit read the table last before its last step's barrier */
+                bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+                bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
+            }
+            int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
+            int loaded = 0;
+            for (int32_t step = 0; step < steps; step++) {
+                if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
+                    base = step;
+                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                    bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
+                }
+                const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
+                const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
+                bwd_tc_step<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
+                attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                bwd_tc_async_visible<true>();
+                bwd_cta_sync<true>(); /* ... and is visible to all; every warp is done with the
+                                         step's buffer, P, dS and K */
+                const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
+                /* the tile's counter and dQacc rows, as offsets into the call's (formed here
+                 * from shared memory, not kept live across the steps) */
+                bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                                  (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                                  s->kind != SCHED_ATOMIC ? rank : -1);
+                m = next_m;
+                buf ^= 1;
+                loaded = 1;
+            }
+            bwd_tc_store_unit<DT, D, BN>(q, x, J.bh, n);
+        }
+    }
+#else
+    (void)p;
+    (void)smem_raw;
+    __trap(); /* sm_80 never runs v3 (cuattn_impl_for) */
+#endif
 }
 
 /* Where row t of a q-side (k-side: cu_k) tensor belongs: its sequence's first row in the
@@ -378,10 +496,21 @@ static size_t bwd_vl_bytes(void)
     return sizeof(bwd_vl_smem<D, BN>);
 }
 
+template <int D>
+static size_t bwd_vl_wg_bytes(void)
+{
+    return sizeof(bwd_vl_wg_smem<D>) + BWD_WG_ALIGN; /* the kernel aligns the block up */
+}
+
 template <typename DT, int D>
-static cudaError_t vl_attr(size_t smem_optin)
+static cudaError_t vl_attr(size_t smem_optin, int wg)
 {
     cudaError_t err = cudaSuccess;
+    if (wg && bwd_vl_wg_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bwd_vl_wg_bytes<D>());
+    if (err != cudaSuccess)
+        return err;
     if (fwd_vl_bytes<D>() <= smem_optin)
         err = cudaFuncSetAttribute(attn_fwd_vl_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)fwd_vl_bytes<D>());
@@ -395,13 +524,13 @@ static cudaError_t vl_attr(size_t smem_optin)
     return err;
 }
 
-cudaError_t cuattn__vl_init(size_t smem_optin)
+cudaError_t cuattn__vl_init(size_t smem_optin, int wg)
 {
     cudaError_t err;
-    if ((err = vl_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
-        (err = vl_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
-        (err = vl_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
-        (err = vl_attr<attn_f16, 128>(smem_optin)) != cudaSuccess)
+    if ((err = vl_attr<attn_bf16, 64>(smem_optin, wg)) != cudaSuccess ||
+        (err = vl_attr<attn_bf16, 128>(smem_optin, wg)) != cudaSuccess ||
+        (err = vl_attr<attn_f16, 64>(smem_optin, wg)) != cudaSuccess ||
+        (err = vl_attr<attn_f16, 128>(smem_optin, wg)) != cudaSuccess)
         return err;
     return cudaSuccess;
 }
@@ -416,6 +545,11 @@ size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim)
     return head_dim == 64    ? bwd_vl_bytes<64, CUATTN_TC_BLOCK_N>()
            : head_dim == 128 ? bwd_vl_bytes<128, CUATTN_TC_BLOCK_N>()
                              : 0;
+}
+
+size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64 ? bwd_vl_wg_bytes<64>() : head_dim == 128 ? bwd_vl_wg_bytes<128>() : 0;
 }
 
 template <typename DT, int D>
@@ -439,18 +573,24 @@ cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_ki
     }
 }
 
-template <typename DT, int D, int BN>
+/* WG: v3's kernel (BN is then CUATTN_TC_BLOCK_N), else v2's. */
+template <typename DT, int D, int BN, bool WG>
 static cudaError_t bwd_vl_occupancy(int32_t *ret)
 {
     int a = 0;
-    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
-                                                                    bwd_vl_bytes<D, BN>());
+    cudaError_t err;
+    if constexpr (WG)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D>, ATTN_THREADS + 128,
+                                                            bwd_vl_wg_bytes<D>());
+    else
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
+                                                            bwd_vl_bytes<D, BN>());
     if (err == cudaSuccess)
         *ret = a;
     return err;
 }
 
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, bool WG>
 static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms, cudaStream_t stream)
 {
     cudaError_t err;
@@ -464,7 +604,10 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->vl_jobs > 0) {
-        attn_bwd_vl_kernel<DT, D, BN><<<(uint32_t)grid, ATTN_THREADS, bwd_vl_bytes<D, BN>(), stream>>>(*p);
+        if constexpr (WG)
+            attn_bwd_vl_wg_kernel<DT, D><<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p);
+        else
+            attn_bwd_vl_kernel<DT, D, BN><<<(uint32_t)grid, ATTN_THREADS, bwd_vl_bytes<D, BN>(), stream>>>(*p);
         if ((err = cudaGetLastError()) != cudaSuccess)
             return err;
     }
@@ -481,34 +624,43 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
     return err;
 }
 
-#define BWD_VL_DISPATCH(dt, head_dim, block_n, CALL)                                            \
+/* One switch for the (dtype, head dim, kv-tile, v2/v3) kernels; wg asks for v3, which has
+ * 64 x 128 tiles only. */
+#define BWD_VL_DISPATCH(dt, head_dim, block_n, wg, CALL)                                        \
     do {                                                                                        \
         const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
-        if ((block_n) != 64 && !wide_)                                                          \
+        if (((block_n) != 64 && !wide_) || ((wg) && !wide_))                                    \
             return cudaErrorInvalidValue;                                                       \
         switch (head_dim) {                                                                     \
         case 64:                                                                                \
-            return bf_ ? (wide_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 64, 64)) \
-                       : (wide_ ? CALL(attn_f16, 64, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 64, 64));  \
+            if (wg)                                                                             \
+                return bf_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N, true)                       \
+                           : CALL(attn_f16, 64, CUATTN_TC_BLOCK_N, true);                       \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 64, CUATTN_TC_BLOCK_N, false) : CALL(attn_bf16, 64, 64, false)) \
+                       : (wide_ ? CALL(attn_f16, 64, CUATTN_TC_BLOCK_N, false) : CALL(attn_f16, 64, 64, false));  \
         case 128:                                                                               \
-            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_bf16, 128, 64)) \
-                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N) : CALL(attn_f16, 128, 64));  \
+            if (wg)                                                                             \
+                return bf_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, true)                      \
+                           : CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, true);                      \
+            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, false) : CALL(attn_bf16, 128, 64, false)) \
+                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, false) : CALL(attn_f16, 128, 64, false));  \
         default:                                                                                \
             return cudaErrorInvalidValue;                                                       \
         }                                                                                       \
     } while (0)
 
-cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int32_t *ret)
+cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
+                                         int32_t *ret)
 {
-#define BWD_VL_OCC(T, D, BN) bwd_vl_occupancy<T, D, BN>(ret)
-    BWD_VL_DISPATCH(dt, head_dim, block_n, BWD_VL_OCC);
+#define BWD_VL_OCC(T, D, BN, WG) bwd_vl_occupancy<T, D, BN, WG>(ret)
+    BWD_VL_DISPATCH(dt, head_dim, block_n, wg, BWD_VL_OCC);
 #undef BWD_VL_OCC
 }
 
 cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt, int32_t grid, int32_t sms,
                                   cudaStream_t stream)
 {
-#define BWD_VL_RUN(T, D, BN) bwd_vl_launch<T, D, BN>(p, grid, sms, stream)
-    BWD_VL_DISPATCH(dt, p->head_dim, p->s.block_n, BWD_VL_RUN);
+#define BWD_VL_RUN(T, D, BN, WG) bwd_vl_launch<T, D, BN, WG>(p, grid, sms, stream)
+    BWD_VL_DISPATCH(dt, p->head_dim, p->s.block_n, p->wg, BWD_VL_RUN);
 #undef BWD_VL_RUN
 }

@@ -293,13 +293,11 @@ static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/* Thread 0: add rows [0, rm) of the staged tile into dQacc tile m of head bh. */
+/* One thread: add rows [0, rm) of the staged tile into the (rm, D) floats at acc (16-byte
+ * aligned). */
 template <int D>
-static __device__ __forceinline__ void bwd_tc_bulk_add(const struct attn_bwd_params &p, const float *dq_smem,
-                                                       int32_t bh, int32_t m)
+static __device__ __forceinline__ void bwd_tc_bulk_add_to(float *acc, const float *dq_smem, int32_t rm)
 {
-    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D; /* (rm, D), 16-byte aligned */
     /* the turn was acquired through the generic proxy; the reduction runs in the async one */
     asm volatile("fence.proxy.async.global;" ::: "memory");
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
@@ -307,6 +305,15 @@ static __device__ __forceinline__ void bwd_tc_bulk_add(const struct attn_bwd_par
                  "r"(attn_smem_u32(dq_smem)), "r"((uint32_t)(rm * D * sizeof(float)))
                  : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* Thread 0: add rows [0, rm) of the staged tile into dQacc tile m of head bh. */
+template <int D>
+static __device__ __forceinline__ void bwd_tc_bulk_add(const struct attn_bwd_params &p, const float *dq_smem,
+                                                       int32_t bh, int32_t m)
+{
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    bwd_tc_bulk_add_to<D>(p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D, dq_smem, rm);
 }
 
 /* Thread 0: the staging buffer may be written again once the last reduction has read it. */

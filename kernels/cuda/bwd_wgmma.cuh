@@ -172,11 +172,26 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
 }
 
 #if ATTN_WGMMA
+/* P and dS of the warpgroup's 64 x 64 block (columns c0 ..), rounded to the input dtype,
+ * into the swizzled P and dS tiles. */
+template <typename DT>
+static __device__ __forceinline__ void bwd_wg_store_pds(uint16_t *p_smem, uint16_t *ds_smem, const float (&s)[32],
+                                                        const float (&dp)[32], int32_t c0)
+{
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
+        *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
+        *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
+    }
+}
+
 /* P and dS of the warpgroup's 64 x 64 block from its S and dP accumulators, rounded to
  * the input dtype into the swizzled P and dS tiles; MASK as in bwd_tc_pds (the values are
  * the same either way where the caller passes false). S becomes P on the way. The caller
- * has waited for S only: dP's group is waited for here, once P is formed. */
-template <typename DT, bool MASK>
+ * has waited for S only: dP's group is waited for here, once P is formed. VL (attn_vl.cu):
+ * the mask is the sequence's window band, and a softcap bends the scores. */
+template <typename DT, bool MASK, bool VL = false>
 static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
                                                   uint16_t *ds_smem, const float *lse_smem,
                                                   const float *dsum_smem, float (&s)[32], float (&dp)[32],
@@ -187,6 +202,7 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
     const int causal = p.s.mask == SCHED_MASK_CAUSAL;
     const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
     int32_t lim[2]; /* row r's columns c0 + c with c < lim[r] are visible (MASK only) */
+    [[maybe_unused]] int32_t lim_lo[2]; /* VL: ... and c >= lim_lo[r] */
     float lse2[2], dsum[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -194,17 +210,59 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
         lse2[r] = __fmul_rn(lse_smem[i], ATTN_LOG2E);
         dsum[r] = dsum_smem[i];
         lim[r] = 0;
-        if (MASK) {
+        if constexpr (VL) {
+            /* attn_vl.cu: the sequence's window (wl, wr; -1 unbounded), causal in it (as
+             * bwd_tc_pds) */
+            lim_lo[r] = 0;
+            if (MASK) {
+                const int64_t at = (int64_t)i0 + i + offset - j0; /* the diagonal's column */
+                const int64_t end = p.s.wr >= 0 && at + p.s.wr + 1 < rn ? at + p.s.wr + 1 : rn;
+                const int64_t start = p.s.wl >= 0 && at - p.s.wl > 0 ? at - p.s.wl : 0;
+                const bool any = i < rm && end > start;
+                lim[r] = any ? (int32_t)end - c0 : -c0;
+                lim_lo[r] = any ? (int32_t)start - c0 : -c0;
+            }
+        } else if (MASK) {
             const int64_t diag = (int64_t)i0 + i + offset - j0 + 1; /* past the last visible j */
             const int64_t end = causal && diag < rn ? diag : rn;
             lim[r] = i < rm && end > 0 ? (int32_t)end - c0 : -c0;
+        }
+    }
+    if constexpr (VL) {
+        if (p.softcap > 0.0f) {
+            /* softcap: the score is cap tanh(scale q.k / cap), so P = 2^(log2(e) (cap th -
+             * LSE)) and dS = P (dP - Dsum) (1 - th^2), th = tanh(scale S / cap) (the
+             * arithmetic of bwd_tc_pds). th replaces S while dP runs; P and dS then take
+             * the places of th and dP, so no register more is live than without the cap. */
+            const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
+#pragma unroll
+            for (int e = 0; e < 32; e++)
+                s[e] = tanhf(__fmul_rn(s[e], k));
+            attn_wg_wait<0>(); /* dP has landed */
+            attn_wg_pin<32>(dp);
+#pragma unroll
+            for (int e = 0; e < 32; e++) {
+                const int r = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
+                const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -lse2[r]));
+                const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum[r])), fmaf(-th, th, 1.0f));
+                const bool vis = !MASK || (c < lim[r] && c >= lim_lo[r]);
+                s[e] = vis ? pr : 0.0f;
+                dp[e] = vis ? ds : 0.0f;
+            }
+            bwd_wg_store_pds<DT>(p_smem, ds_smem, s, dp, c0);
+            return;
         }
     }
 #pragma unroll
     for (int e = 0; e < 32; e++) {
         const int r = (e >> 1) & 1;
         const float pr = attn_ex2(fmaf(s[e], scale2, -lse2[r]));
-        s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
+        if constexpr (VL) {
+            const int32_t c = bwd_wg_regs<64>::col(e);
+            s[e] = !MASK || (c < lim[r] && c >= lim_lo[r]) ? pr : 0.0f;
+        } else {
+            s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
+        }
     }
     attn_wg_wait<0>(); /* dP has landed */
     attn_wg_pin<32>(dp);
@@ -213,23 +271,19 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
         const int r = (e >> 1) & 1;
         dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
     }
-#pragma unroll
-    for (int e = 0; e < 32; e += 2) {
-        const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
-        *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
-        *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
-    }
+    bwd_wg_store_pds<DT>(p_smem, ds_smem, s, dp, c0);
 }
 #endif
 
 /* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
- * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma. On return dQp has
+ * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma; VL as there (attn_vl.cu:
+ * p describes the job's sequence; the window band and the softcap in P and dS). On return dQp has
  * landed; dK and dV have too, unless they are left running under the hand-off (`keep`).
  * With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
  * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
  * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
  * later, under the last products, delays the next adder; both were slower. */
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
@@ -276,15 +330,29 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
         bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
 
-    const bool whole = rm == BWD_TC_BM && rn == BN &&
-                       (p.s.mask != SCHED_MASK_CAUSAL ||
-                        (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
-    if (whole)
-        bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
-                              j0, rn);
-    else
-        bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm,
-                             j0, rn);
+    if constexpr (VL) {
+        /* the window (wl, wr; -1 unbounded): every row of the tile sees every column (as
+         * bwd_mma.cuh's step) */
+        const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+        const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
+                           (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
+        if (whole)
+            bwd_wg_pds<DT, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
+                                        i0, rm, j0, rn);
+        else
+            bwd_wg_pds<DT, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
+                                       i0, rm, j0, rn);
+    } else {
+        const bool whole = rm == BWD_TC_BM && rn == BN &&
+                           (p.s.mask != SCHED_MASK_CAUSAL ||
+                            (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+        if (whole)
+            bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                  rm, j0, rn);
+        else
+            bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                 rm, j0, rn);
+    }
     bwd_tc_async_visible<true>();
     bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
     if (rel_ctr && tid == 0)
@@ -423,6 +491,42 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
         if (rank >= 0)
             bwd_tc_take_turn(ctr, rank);
         bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
+        bwd_tc_bulk_wait_read();
+        attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
+    }
+}
+
+/* The same hand-off where the tile's place travels with the ticket (attn_vl.cu: the
+ * writer may add a job's last tiles while the compute warps already run the next job, of
+ * another sequence, whose params replaced the last one's). SM derives from bwd_wg_smem<D>
+ * and adds `int64_t tile_at[BWD_WG_DQBUFS][2]`: the tile's counter as an index into
+ * p.counter, its first float in p.dq_acc; the ticket's m is the tile's rows. */
+template <int D, typename SM>
+static __device__ __forceinline__ void bwd_wg_hand_at(SM &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
+                                                      int64_t ctr_at, int64_t acc_at, int32_t rm, int32_t rank)
+{
+    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
+    if (threadIdx.x == 0) {
+        sm.tile_at[r.b][0] = ctr_at;
+        sm.tile_at[r.b][1] = acc_at;
+    }
+    bwd_wg_ticket<D>(sm, r, 0, rm, rank, 0);
+}
+
+template <int D, typename SM>
+static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_params &p, SM &sm)
+{
+    for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+        attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        const int32_t rm = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
+        if (sm.ticket[r.b][3])
+            return;
+        int32_t *ctr = p.counter + sm.tile_at[r.b][0];
+        if (rank >= 0)
+            bwd_tc_take_turn(ctr, rank);
+        bwd_tc_bulk_add_to<D>(p.dq_acc + sm.tile_at[r.b][1], sm.dq_smem + r.b * BWD_TC_BM * D, rm);
         bwd_tc_bulk_wait_read();
         attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */

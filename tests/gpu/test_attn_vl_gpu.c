@@ -10,7 +10,10 @@
  * past the length (causal and not), softcap 0/30/50, GQA, fp16/bf16, head dims 64 and 128;
  * values, LSE and gradients; rows that see no key exactly 0 (LSE +inf), keys no query sees
  * exactly 0; every deterministic schedule bitwise repeatable and the same bits for several
- * grids; a sequence's bits the same whatever it is packed with. Outputs are poisoned (0xff,
+ * grids; a sequence's bits the same whatever it is packed with. The backward runs on both
+ * of its kernels where the GPU has both: v3's wgmma step (sm_90: the default there, 64 x
+ * 128 tiles) and v2's mma.sync step (64 x 64 tiles, and every tile width with impl v2);
+ * each test checks which one ran (cuattn__last_wg). Outputs are poisoned (0xff,
  * NaN) before every call; inputs are fresh random draws (the runner prints the seed).
  *
  * Suite gpu_dashd_varlen: a packed batch with a window and a softcap through dashd
@@ -26,6 +29,7 @@
 #include "../../client/dash.h"
 #include "kernels/attn/ref.h"
 #include "kernels/cuda/attn_cuda.h"
+#include "kernels/cuda/attn_cuda_test.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -175,6 +179,29 @@ static int vl_backward(struct cuattn *ca, struct vlp *a, const struct attn_confi
     CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+/* The implementations whose VL backward kernels differ on this GPU: v3 (the wgmma step)
+ * where the GPU has it, and v2 (mma.sync); a's impl is left at the first. */
+static int vl_impls(struct cuattn *ca, int32_t impls[2])
+{
+    int n = 0;
+    if (cuattn_set_impl(ca, CUATTN_IMPL_WGMMA) == 0)
+        impls[n++] = CUATTN_IMPL_WGMMA;
+    impls[n++] = CUATTN_IMPL_TENSOR_CORES;
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
+    return n;
+}
+
+/* The last backward ran the kernel expected of impl and kv-tile width block_n (0: the
+ * default, 128): v3's where impl is v3 and the tiles 64 x 128, else v2's. */
+static int ran_expected(const struct cuattn *ca, int32_t impl, int32_t block_n, const char *what)
+{
+    const int want = impl == CUATTN_IMPL_WGMMA && block_n != 64;
+    if (cuattn__last_wg(ca) == want)
+        return 1;
+    fprintf(stderr, "\n  %s: ran v%d's backward, expected v%d's", what, cuattn__last_wg(ca) ? 3 : 2, want ? 3 : 2);
     return 0;
 }
 
@@ -360,17 +387,24 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
         bad += !check_forward(&a, &R, what);
         vrefs_backward_given_out(&R, &a);
         const enum sched_kind kinds[] = {SCHED_AUTO, SCHED_DESCENDING, SCHED_ATOMIC};
-        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-            struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
-            const int rc = vl_backward(ca, &a, &cfg, 0, NULL);
-            CU_ASSERT_EQUAL(rc, 0);
-            if (rc) {
-                fprintf(stderr, "\n  %s: backward %d returned %d", what, (int)kinds[k], rc);
-                bad++;
-                continue;
+        int32_t impls[2];
+        const int ni = vl_impls(ca, impls);
+        for (int ii = 0; ii < ni; ii++) {
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+                const int rc = vl_backward(ca, &a, &cfg, 0, NULL);
+                CU_ASSERT_EQUAL(rc, 0);
+                if (rc) {
+                    fprintf(stderr, "\n  %s: v%d backward %d returned %d", what, (int)impls[ii], (int)kinds[k], rc);
+                    bad++;
+                    continue;
+                }
+                bad += !ran_expected(ca, impls[ii], 0, what);
+                bad += !check_backward(&a, &R, what);
             }
-            bad += !check_backward(&a, &R, what);
         }
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
         vrefs_free(&R);
         vlp_free(&a);
     }
@@ -422,9 +456,10 @@ static void gcopy_free(struct gcopy *g)
     free(g->dv);
 }
 
-/* Every deterministic schedule (W 64 and 7 for shift): the same bits on a repeat and for
- * grids 0 (the SM count), 1 and 5 (raised to what a shift chunk needs), and close to the
- * reference; the reported schedule is the one asked for. */
+/* Every deterministic schedule (W 64 and 7 for shift), at both kv-tile widths (on sm_90:
+ * 128 runs v3's wgmma kernel, 64 v2's): the same bits on a repeat and for grids 0 (the SM
+ * count), 1 and 5 (raised to what a shift chunk needs), and close to the reference; the
+ * reported schedule is the one asked for. */
 static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_grid(void)
 {
     struct cuattn *ca = NULL;
@@ -432,9 +467,11 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xde7);
     int bad = 0;
-    for (int di = 0; di < 2; di++) {
+    int32_t impls[2];
+    vl_impls(ca, impls); /* the default: v3 where the GPU has it */
+    for (int di = 0; di < 4; di++) { /* (64, f16), (128, bf16), (64, bf16), (128, f16) */
         struct vlp a;
-        det_problem(&a, di ? 128 : 64, di ? DTYPE_BF16 : DTYPE_F16, &r);
+        det_problem(&a, di % 2 ? 128 : 64, (di == 1 || di == 2) ? DTYPE_BF16 : DTYPE_F16, &r);
         struct vrefs R;
         vrefs_compute(&R, &a);
         CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
@@ -448,8 +485,10 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
                 CU_ASSERT_EQUAL(used.sched, kinds[k]);
                 CU_ASSERT_EQUAL(used.w, w);
                 CU_ASSERT_EQUAL(used.block_n, bn);
-                char what[64];
-                snprintf(what, sizeof what, "schedule %d W %d block_n %d", (int)kinds[k], w, bn);
+                char what[96];
+                snprintf(what, sizeof what, "D %d %s schedule %d W %d block_n %d", a.p.head_dim,
+                         a.p.dtype == DTYPE_BF16 ? "bf16" : "f16", (int)kinds[k], w, bn);
+                bad += !ran_expected(ca, impls[0], bn, what);
                 bad += !check_backward(&a, &R, what);
                 struct gcopy g;
                 gcopy_take(&g, &a);
@@ -472,14 +511,11 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
 }
 
 /* Sequence A packed alone, and between two others (so at another offset): A's outputs,
- * LSE and gradients are the same bits, for an explicit schedule of each kind. */
-static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
+ * LSE and gradients are the same bits, for an explicit schedule of each kind, with each
+ * backward kernel the GPU has (v3's, v2's) and head dims 64 and 128. */
+static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
 {
-    struct cuattn *ca = NULL;
-    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
-    struct tu_rng r;
-    tu_rng_init(&r, tu_seed() ^ 0xba7c);
-    const int32_t LA = 291, KA = 250, HQ = 4, HKV = 2, D = 64;
+    const int32_t LA = 291, KA = 250, HQ = 4, HKV = 2;
     const int32_t lq2[] = {77, LA, 130}, lk2[] = {90, KA, 64};
     struct attn_problem p = base_problem(1, HQ, HKV, D, DTYPE_BF16);
     p.window = 1;
@@ -488,9 +524,9 @@ static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
     p.softcap = 50.0f;
     p.scale *= 5.0f;
     struct vlp one, three;
-    vlp_init(&one, &p, &LA, &KA, &r);
+    vlp_init(&one, &p, &LA, &KA, r);
     p.batch = 3;
-    vlp_init(&three, &p, lq2, lk2, &r);
+    vlp_init(&three, &p, lq2, lk2, r);
     /* A's rows of `three` are `one`'s: copy them in (row sizes in elements) */
     const size_t rowq = (size_t)HQ * D * one.es, rowk = (size_t)HKV * D * one.es;
     const size_t aq = (size_t)lq2[0] * rowq, ak = (size_t)lk2[0] * rowk;
@@ -504,32 +540,55 @@ static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
     CUDA_OK(cudaMemcpy(three.d_v, three.v, three.es * (size_t)three.nk, cudaMemcpyHostToDevice));
     CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &one, NULL), 0);
     CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &three, NULL), 0);
-    CU_ASSERT(memcmp((char *)three.out + aq, one.out, (size_t)LA * rowq) == 0);
-    for (int32_t h = 0; h < HQ; h++) /* lse (heads, total_q) */
-        CU_ASSERT(memcmp(three.lse + (size_t)h * three.rq + lq2[0], one.lse + (size_t)h * LA,
-                         sizeof(float) * (size_t)LA) == 0);
-    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT, SCHED_SHIFT};
     int bad = 0;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
-        CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &one, &cfg, 0, NULL), 0);
-        CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &three, &cfg, 0, NULL), 0);
-        if (memcmp((char *)three.dq + aq, one.dq, (size_t)LA * rowq) ||
-            memcmp((char *)three.dk + ak, one.dk, (size_t)KA * rowk) ||
-            memcmp((char *)three.dv + ak, one.dv, (size_t)KA * rowk)) {
-            fprintf(stderr, "\n  schedule %d: the sequence's gradients changed with the packing", (int)kinds[k]);
-            bad++;
+    bad += memcmp((char *)three.out + aq, one.out, (size_t)LA * rowq) != 0;
+    for (int32_t h = 0; h < HQ; h++) /* lse (heads, total_q) */
+        bad += memcmp(three.lse + (size_t)h * three.rq + lq2[0], one.lse + (size_t)h * LA,
+                      sizeof(float) * (size_t)LA) != 0;
+    int32_t impls[2];
+    const int ni = vl_impls(ca, impls);
+    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT, SCHED_SHIFT};
+    for (int ii = 0; ii < ni; ii++) {
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+            char what[64];
+            snprintf(what, sizeof what, "D %d v%d schedule %d", D, (int)impls[ii], (int)kinds[k]);
+            CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &one, &cfg, 0, NULL), 0);
+            bad += !ran_expected(ca, impls[ii], 0, what);
+            CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &three, &cfg, 0, NULL), 0);
+            bad += !ran_expected(ca, impls[ii], 0, what);
+            if (memcmp((char *)three.dq + aq, one.dq, (size_t)LA * rowq) ||
+                memcmp((char *)three.dk + ak, one.dk, (size_t)KA * rowk) ||
+                memcmp((char *)three.dv + ak, one.dv, (size_t)KA * rowk)) {
+                fprintf(stderr, "\n  %s: the sequence's gradients changed with the packing", what);
+                bad++;
+            }
         }
     }
-    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
     vlp_free(&one);
     vlp_free(&three);
+    return bad;
+}
+
+static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xba7c);
+    int bad = 0;
+    for (int32_t D = 64; D <= 128; D += 64)
+        bad += packing_case(ca, D, &r);
+    CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
 }
 
 /* Rows that see no key (a window right of every key, causal with more queries than keys,
  * a sequence without keys) get O = 0, LSE = +inf and dQ = 0; keys no query sees (a
- * sequence without queries, a window that skips them) dK = dV = 0 - never NaN. */
+ * sequence without queries, a window that skips them) dK = dV = 0 - never NaN; with each
+ * backward kernel the GPU has. */
 static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
 {
     struct cuattn *ca = NULL;
@@ -552,11 +611,19 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
     for (int64_t i = 0; i < a.nlse; i++)
         inf_rows += isinf(R.lse[i]) != 0;
     CU_ASSERT(inf_rows >= 4 * (200 + 50)); /* sequence 0's first 200 rows, all of sequence 2's */
+    /* sequence 3's kv-tile 0 (keys 0 .. 127) has no step at all: its dK, dV are stored as
+     * zeros without a product */
     const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_SPT};
-    for (size_t k = 0; k < 2; k++) {
-        struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
-        CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
-        CU_ASSERT(check_backward(&a, &R, "rows without keys"));
+    int32_t impls[2];
+    const int ni = vl_impls(ca, impls);
+    for (int ii = 0; ii < ni; ii++) {
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+        for (size_t k = 0; k < 2; k++) {
+            struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+            CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+            CU_ASSERT(ran_expected(ca, impls[ii], 0, "rows without keys"));
+            CU_ASSERT(check_backward(&a, &R, "rows without keys"));
+        }
     }
     vrefs_free(&R);
     vlp_free(&a);
