@@ -88,14 +88,32 @@ static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_wg_regs<D> &x)
     }
 }
 
-template <int D, int BN>
+/* FRESH: form the thread's D/8 staging addresses here, at every call, from a thread index
+ * the compiler cannot see through (an empty asm), instead of letting it keep them from the
+ * kernel's start: attn_vl.cu's kernel, short of registers at hdim 128, spilled them and
+ * reloaded all of them every step. The addresses are the same either way. */
+template <int D, int BN, bool FRESH = false>
 static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd_wg_regs<D> &x)
 {
-    const int32_t d0 = (D / 2) * (threadIdx.x >> 7);
+    if constexpr (FRESH) {
+        uint32_t tid = threadIdx.x;
+        asm volatile("" : "+r"(tid));
+        const int32_t lane = tid & 31, wi = (tid >> 5) & 3, d0 = (D / 2) * (tid >> 7);
 #pragma unroll
-    for (int e = 0; e < D / 4; e += 2) {
-        const int32_t i = bwd_wg_regs<D>::row(e), d = d0 + bwd_wg_regs<D>::col(e);
-        *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) = make_float2(x.dq_reg[e], x.dq_reg[e + 1]);
+        for (int e = 0; e < D / 4; e += 2) {
+            const int32_t i = 16 * wi + (lane >> 2) + 8 * ((e >> 1) & 1); /* bwd_wg_regs::row, col */
+            const int32_t d = d0 + 8 * (e >> 2) + 2 * (lane & 3);
+            *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) =
+                make_float2(x.dq_reg[e], x.dq_reg[e + 1]);
+        }
+    } else {
+        const int32_t d0 = (D / 2) * (threadIdx.x >> 7);
+#pragma unroll
+        for (int e = 0; e < D / 4; e += 2) {
+            const int32_t i = bwd_wg_regs<D>::row(e), d = d0 + bwd_wg_regs<D>::col(e);
+            *reinterpret_cast<float2 *>(dq_smem + i * D + bwd_tc_dq_at(i, d)) =
+                make_float2(x.dq_reg[e], x.dq_reg[e + 1]);
+        }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
@@ -507,7 +525,7 @@ static __device__ __forceinline__ void bwd_wg_hand_at(SM &sm, const bwd_wg_regs<
                                                       int64_t ctr_at, int64_t acc_at, int32_t rm, int32_t rank)
 {
     attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
-    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N, true>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     if (threadIdx.x == 0) {
         sm.tile_at[r.b][0] = ctr_at;
         sm.tile_at[r.b][1] = acc_at;
