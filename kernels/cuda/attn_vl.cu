@@ -3,7 +3,9 @@
  * attn_vl.cu - sliding windows, softcap and packed variable-length batches on v2's
  * tensor-core kernels (mma.sync; sm_80 and sm_90): the forward and the deterministic
  * backward as separate template instantiations (VL) of v2's code (fwd_tc.cuh, bwd_mma.cuh),
- * so the dense kernels stay what they were. A file of its own because it compiles the
+ * so the dense kernels stay what they were; and on sm_90 with impl v3 the backward on v3's
+ * wgmma step (bwd_wgmma.cuh, VL likewise; 64 x 128 tiles: attn_bwd_vl_wg_kernel below).
+ * The forward runs v2's kernel everywhere. A file of its own because it compiles the
  * schedule library's band arithmetic into device code (SCHED_DEVICE_BAND: sched.h keeps it
  * out of every other file, where it made the dense backward spill).
  *

@@ -2,7 +2,9 @@
 /*
  * bwd_wgmma.cuh - v3's step of the backward on Hopper warpgroup products (sm_90a) and its
  * dQ writer warp: overloads of bwd_mma.cuh's per-step functions for v3's registers, used by
- * the shared drivers in attn_bwd_tc.cu. Included by attn_bwd_tc.cu only, after bwd_mma.cuh.
+ * the shared drivers in attn_bwd_tc.cu and by attn_vl.cu's v3 kernel (the step's VL flag,
+ * the hand-off with the tile's place in the ticket). Included by those two files only,
+ * after bwd_mma.cuh.
  */
 #ifndef DASH_KERNELS_CUDA_BWD_WGMMA_CUH
 #define DASH_KERNELS_CUDA_BWD_WGMMA_CUH
