@@ -5,7 +5,7 @@ beside cuDNN's SDPA (through its frontend) and PyTorch's flash kernels, forward 
 time and TFLOPS counted on the work inside the mask, written up as a Markdown report.
 
     python3 bench/varlen_peers.py [--dashd PATH] [--out DIR] [--dims 128[,64]]
-        [--reps N] [--cases varlen,causal,window-1k,window-4k] [--commit C]
+        [--reps N] [--cases varlen,causal,window-1k,window-4k] [--kernels auto|v2|v3] [--commit C]
         [--command TEXT] [--plan]
 
 scripts/gpu_bench.sh COMMIT --varlen runs it on the GPU machine (the cuDNN frontend from
@@ -560,11 +560,13 @@ def dashd_row(torch, dash_attn, case, x, reps, ref, name, kw):
     return row
 
 
-def start_dashd(path, work):
-    """A dashd on a private endpoint (CUDA backend), as bench/percall.py starts one."""
+def start_dashd(path, work, kernels="auto"):
+    """A dashd on a private endpoint (CUDA backend, dashd's --kernels), as bench/percall.py
+    starts one."""
     endpoint = f"ipc://{work}/d.sock"
     log = open(os.path.join(work, "dashd.log"), "w")
-    proc = subprocess.Popen([path, "--endpoint", endpoint, "--backend", "cuda"], stderr=log)
+    proc = subprocess.Popen([path, "--endpoint", endpoint, "--backend", "cuda", "--kernels", kernels],
+                            stderr=log)
     for _ in range(400):
         if os.path.exists(f"{work}/d.sock") or proc.poll() is not None:
             break
@@ -592,7 +594,8 @@ def report(doc):
              f"- date: {doc['date']}; device: {doc['device']}",
              f"- commit: {doc['commit']}; command: `{doc['command']}`",
              f"- torch {doc.get('torch', 'n/a')}; cuDNN {doc.get('cudnn', 'n/a')}; "
-             f"cuDNN frontend {doc.get('frontend', 'n/a')}; dashd: {doc.get('dashd', 'n/a')}",
+             f"cuDNN frontend {doc.get('frontend', 'n/a')}; dashd: {doc.get('dashd', 'n/a')}"
+             f" (--kernels {doc.get('dashd_kernels', 'auto')})",
              f"- bf16, heads = 2048 / head_dim, layout (tokens, heads, head_dim); timing: "
              f"CUDA events, median of {doc['reps']} calls after {WARMUPS} warm-ups",
              "- TFLOPS on the pairs inside the mask: fwd = 4 * pairs * heads * head_dim, "
@@ -669,6 +672,9 @@ def parse_args(argv):
     ap.add_argument("--dims", type=dims, default=[128], help="head dims (64, 128)")
     ap.add_argument("--cases", type=names, default=list(CASES), help=",".join(CASES))
     ap.add_argument("--reps", type=positive, default=10, help="timed calls per figure")
+    ap.add_argument("--kernels", choices=["auto", "v2", "v3"], default="auto",
+                    help="dashd's --kernels (auto: v3 on sm_90, whose backward serves these "
+                         "cases on its wgmma step; v2: the mma.sync kernels)")
     ap.add_argument("--commit", default=None, help="for the report (default: git's HEAD)")
     ap.add_argument("--command", default=None, help="for the report (default: this one)")
     ap.add_argument("--plan", action="store_true", help="print the cases as JSON and exit")
@@ -729,10 +735,11 @@ def run(args, cases, doc):
     work = tempfile.mkdtemp(prefix="dash-varlen-")
     if args.dashd:
         try:
-            proc = start_dashd(args.dashd, work)
+            proc = start_dashd(args.dashd, work, args.kernels)
             sys.path.insert(0, os.path.join(ROOT, "client", "python"))
             import dash_attn
             got["dashd"] = args.dashd
+            got["dashd_kernels"] = args.kernels
         except Exception as e:
             dash_attn = f"dashd not started: {describe(e)}"
     got["dashd"] = got.get("dashd", dash_attn)
