@@ -4,8 +4,10 @@
 # racecheck and synccheck on test_attn_gpu_small_shapes_for_sanitizers (every kernel
 # implementation, head dims 64/96/128/256, every schedule, persistent and interleaved
 # CTAs, checked against float64), the same three on v3's forward
-# (test_attn_gpu_v3_forward_small_shapes_for_sanitizers: its K/V rings wrap), and memcheck
-# on the digest kernels. Logs under $OUT
+# (test_attn_gpu_v3_forward_small_shapes_for_sanitizers: its K/V rings wrap), the same three
+# on the window/packed-batch kernels (test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan:
+# a small packed batch, forward and both backward kernels, v3's wgmma one on sm_90), and
+# memcheck on the digest kernels. Logs under $OUT
 # (default /tmp); prints each tool's summary line. Exit 0 when every run passed with no
 # error or hazard reported.
 #   BIN=build bash scripts/gpu_sanitize.sh
@@ -40,6 +42,10 @@ one synccheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers
 one memcheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers
 one racecheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers "--racecheck-report all"
 one synccheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers
+# windows and packed batches: v2's kernels, and v3's backward (on sm_90)
+one memcheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan
+one racecheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan "--racecheck-report all"
+one synccheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan
 one memcheck gpu_digest test_digest_gpu_strided_views_equal_cpu
 one memcheck gpu_digest test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets
 exit $status
