@@ -44,6 +44,8 @@ struct cuattn {
     int hopper;   /* sm_90: v3's kernels can run */
     size_t smem_optin; /* the device's shared memory per block, opted in */
     int force_interleaved;
+    int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
+    int last_fwd_tma; /* the last v3 forward on this object loaded through TMA */
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
@@ -208,6 +210,17 @@ void cuattn__force_interleaved(struct cuattn *a, int on)
 int cuattn__last_wg(const struct cuattn *a)
 {
     return a ? a->last_wg : 0;
+}
+
+void cuattn__force_no_tma(struct cuattn *a, int on)
+{
+    if (a)
+        a->no_tma = on != 0;
+}
+
+int cuattn__last_fwd_tma(const struct cuattn *a)
+{
+    return a ? a->last_fwd_tma : 0;
 }
 
 void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid)
@@ -604,9 +617,13 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         }
         vl_plan_free(&v);
     } else {
-        rc = finish(a, impl == CUATTN_IMPL_WGMMA ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, a->stream)
-                       : tc                        ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
-                                                   : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+        int tma = 0;
+        rc = finish(a, impl == CUATTN_IMPL_WGMMA
+                           ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma, a->stream)
+                       : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
+                            : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
+        if (rc == 0)
+            a->last_fwd_tma = tma;
     }
     if (rc == 0 && ret_cfg)
         *ret_cfg = c;

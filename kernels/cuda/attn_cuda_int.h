@@ -180,11 +180,14 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
                                   int32_t head_dim, cudaStream_t stream);
 
 /* attn_fwd_wg.cu (v3's forward, sm_90a only: its kernels trap elsewhere): init (call it on
- * sm_90 only), smem_bytes and launch as for v2, head dims 64 and 128. */
+ * sm_90 only), smem_bytes and launch as for v2, head dims 64 and 128. The launch loads
+ * through TMA tensor maps when allow_tma and the views allow it (16-byte aligned bases and
+ * strides, a driver that has cuTensorMapEncodeTiled), else through cp.async; the bits are
+ * the same either way. *ret_tma (unless NULL): 1 when the TMA kernel was launched. */
 cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
-                                  int32_t head_dim, cudaStream_t stream);
+                                  int32_t head_dim, int allow_tma, int *ret_tma, cudaStream_t stream);
 
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).

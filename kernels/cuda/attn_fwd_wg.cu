@@ -7,27 +7,42 @@
  *
  * Reference: FlashAttention-3 (Shah et al., arXiv 2407.08608, Sec. 3.1 and Algorithm 1:
  * "producer warpgroup", "consumer warpgroups", setmaxnreg); the facts used are collected
- * in ../shared/docs/hopper.md Sec. 2 and 5. This is steps F1 and F2 of that note's Sec. 7.
+ * in ../shared/docs/hopper.md Sec. 2 and 5. This is steps F1-F3 of that note's Sec. 7 and
+ * F4's TMA loads.
  * No code of FA3 or ThunderKittens is reproduced. FA3's names: kBlockM = FWD_WG_BM,
- * kBlockN = FWD_WG_BN, kStages = FWD_WG_STAGES; its producer is one warp issuing TMA,
- * ours four warps issuing cp.async (each lane copies 16 bytes at a time).
+ * kBlockN = FWD_WG_BN, kStages = FWD_WG_STAGES; its producer is one warp issuing TMA, so
+ * is ours (two threads, one per ring), with a cp.async producer for the views TMA cannot
+ * describe.
  *
  * One CTA of 384 threads (three warpgroups) per (128-row q-tile, batch*head), heaviest
  * q-tiles (the last, under a causal mask) launched first, as v2:
- *   warpgroup 0, the producer ("load"): gives its registers up (setmaxnreg.dec to
- *     FWD_WG_LOAD_REGS); its warps 0-1 copy Q once and then the K tiles, warps 2-3 the V
- *     tiles, each into a 2-stage ring of its own (FWD_WG_STAGES), with cp.async (16-byte
- *     copies; plain loads where a row is not 16-byte aligned, so every stride works and
- *     the same bytes land). Not TMA: a tensor map per call is a later step (the rings'
- *     protocol stays). Rows past the tensor's end are zero-filled.
- *   warpgroups 1 and 2, the consumers ("mma"): take the registers (setmaxnreg.inc to
- *     FWD_WG_MMA_REGS); consumer c owns q rows 64 c .. 64 c + 63 of the tile.
- * The rings: k_full[s] (v_full[s]) completes when the 64 threads that copy K (V) have
- * seen their copies of tile n land (cp.async.wait_group), fenced them for the async
- * proxy (wgmma reads shared memory through it) and arrived (release); k_empty[s]
- * (v_empty[s]) when all 256 consumer threads have waited for the product that reads the
- * tile (S for K, P V for V) and arrived. Stage s = n % 2, phase parity (n / 2) % 2.
- * q_full likewise for Q, once.
+ *   warpgroup 0, the producer ("load"): gives its registers up (setmaxnreg.dec) and fills
+ *     two 2-stage rings (FWD_WG_STAGES), one for K and one for V, and Q once, in one of
+ *     two ways (two instances of the kernel, template argument TMA; the host picks):
+ *     - TMA (step F4's loads; FWD_WG_LOAD_REGS_TMA): lane 0 of warp 0 loads Q and the K
+ *       tiles, lane 0 of warp 1 the V tiles, each tile as D/64 boxes of 128 rows x 64
+ *       columns (cp.async.bulk.tensor.4d) through a tensor map of the view as (head_dim,
+ *       seqlen, heads, batch) built on the host per call with 128-byte swizzle: a box
+ *       lands as one 128-row column block of the attn_sw128 layout below, the same bytes
+ *       cp.async puts there. Rows past seqlen are outside the map's extent and land as
+ *       zeros, never the next sequence's or head's rows. Lanes 1-31 of warps 0-1 and
+ *       all of warps 2-3 exit at once. Needs 16-byte aligned bases and strides.
+ *     - cp.async (every other view; FWD_WG_LOAD_REGS_CP): warps 0-1 copy Q once and then
+ *       the K tiles, warps 2-3 the V tiles, 16 bytes a lane (plain loads where a row is
+ *       not 16-byte aligned, so every stride works and the same bytes land); rows past
+ *       the tensor's end are zero-filled.
+ *   warpgroups 1 and 2, the consumers ("mma"): take the registers (setmaxnreg.inc);
+ *     consumer c owns q rows 64 c .. 64 c + 63 of the tile. Their code is the same for
+ *     both producers.
+ * The rings: k_full[s] (v_full[s]) completes tile n's phase when its bytes are in shared
+ * memory and visible to wgmma (the async proxy): with TMA, on the loading thread's one
+ * arrival (arrive.expect_tx of the tile's FWD_WG_BN x D x 2 bytes, made before the boxes
+ * are issued) and the boxes' complete_tx of those bytes; with cp.async, on the arrivals
+ * of the 64 threads that copy K (V), each after its copies landed (cp.async.wait_group)
+ * and a proxy fence. k_empty[s] (v_empty[s]) completes when all 256 consumer threads have
+ * waited for the product that reads the tile (S for K, P V for V) and arrived (release;
+ * the loader acquires it before overwriting the stage). Stage s = n % 2, phase parity
+ * (n / 2) % 2. q_full likewise for Q, once (not loaded at all when no kv-tile is).
  *
  * Per kv-tile n = 0 .. n_hi - 1 (128 keys, ascending), consumer c (shapes per warpgroup):
  *   S (64 x 128)  = Q_c K_n^T        SS wgmma m64n128k16, d ascending (D/16 steps)
@@ -46,8 +61,8 @@
  * softmax of tile n runs (issued right after S(n); see fwd_wg_consume). Ping-pong (step
  * F3, FWD_WG_PINGPONG): the two consumers take turns issuing their products (named
  * barriers, FA3's "warp scheduler barriers"), so one's softmax overlaps the other's
- * products. Not yet here (../shared/docs/hopper.md Sec. 7, F4-F5): TMA loads and an smem
- * + TMA-store epilogue, a persistent scheduler, wider kv tiles.
+ * products. Not yet here (../shared/docs/hopper.md Sec. 7, F4-F5): an smem + TMA-store
+ * epilogue, a persistent scheduler, wider kv tiles.
  *
  * Determinism. Every element of S is one chain of wgmma over d ascending; every element
  * of O one chain over kv-tiles ascending and, within a tile, keys ascending in k16 steps;
@@ -56,23 +71,36 @@
  * function of the inputs, shape, dtype, mask and scale (and the build and GPU type). They
  * differ from v2's forward (128-key tiles, other sum groupings), and a row's bits depend
  * on the 128-key tile grid only: the 128-row q-tile's causal range adds tiles a row sees
- * nothing of, which changes no value (corr = 2^0 = 1, P = 0).
+ * nothing of, which changes no value (corr = 2^0 = 1, P = 0). The two producers put the
+ * same bytes in shared memory, so they give the same bits.
  */
 #include "kernels/cuda/attn_cuda_int.h"
 #include "kernels/cuda/attn_wgmma.h"
 
+#include <cuda.h> /* CUtensorMap and its enums only: the encoder comes through the runtime */
+#include <cudaTypedefs.h>
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #define FWD_WG_BM 128 /* q rows per CTA: two consumer warpgroups of 64 */
 #define FWD_WG_BN 128 /* keys per kv-tile */
 #define FWD_WG_THREADS 384
 #define FWD_WG_STAGES 2
 #define FWD_WG_ALIGN 1024 /* the 128-byte swizzle is a function of address bits */
-/* Registers a thread: 128 x 56 + 256 x 224 = 64,512, the pool of 384 threads at the 168
- * that __launch_bounds__(384, 1) gives. */
-#define FWD_WG_LOAD_REGS 56
-#define FWD_WG_MMA_REGS 224
+/* Registers a thread, producer / consumers: 128 x 56 + 256 x 224 (cp.async) and
+ * 128 x 24 + 256 x 240 (TMA: two threads issue), each 64,512, the pool of 384 threads at
+ * the 168 that __launch_bounds__(384, 1) gives. */
+#define FWD_WG_LOAD_REGS_CP 56
+#define FWD_WG_MMA_REGS_CP 224
+#define FWD_WG_LOAD_REGS_TMA 24
+#define FWD_WG_MMA_REGS_TMA 240
+static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_WG_THREADS &&
+                  128 * FWD_WG_LOAD_REGS_TMA + 256 * FWD_WG_MMA_REGS_TMA <= 168 * FWD_WG_THREADS,
+              "setmaxnreg stays within the launch's register pool");
+/* TMA boxes: 64 columns (128 bytes, the swizzle's span) x 128 rows, D/64 of them a tile */
+#define FWD_WG_BOX_COLS 64
+#define FWD_WG_BOX_BYTES (FWD_WG_BOX_COLS * FWD_WG_BN * 2)
 /* Ping-pong (step F3): 1 makes the two consumers take turns issuing their products, so
  * one's softmax runs while the other's products run; 0 lets them issue as they please.
  * The bits are the same either way (the order of issue changes no arithmetic). */
@@ -87,15 +115,25 @@ struct fwd_wg_smem {
     uint16_t q_smem[FWD_WG_BM * D];                /* (128, D) Q, swizzled (attn_sw128) */
     uint16_t k_smem[FWD_WG_STAGES][FWD_WG_BN * D]; /* (2, 128, D) K tiles */
     uint16_t v_smem[FWD_WG_STAGES][FWD_WG_BN * D]; /* (2, 128, D) V tiles */
-    uint64_t q_full;                 /* Q has landed (64 arrivals: the K loaders) */
-    uint64_t k_full[FWD_WG_STAGES];  /* the stage's K tile has landed (64) */
-    uint64_t v_full[FWD_WG_STAGES];  /* the stage's V tile has landed (64: the V loaders) */
+    /* TMA: 1 arrival (expect_tx) + the tile's bytes; cp.async: 64 arrivals, the loaders */
+    uint64_t q_full;                 /* Q has landed */
+    uint64_t k_full[FWD_WG_STAGES];  /* the stage's K tile has landed */
+    uint64_t v_full[FWD_WG_STAGES];  /* the stage's V tile has landed */
     uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (256) */
     uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (256) */
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
                   offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0,
               "every tile starts on a 1024-byte boundary");
+static_assert(FWD_WG_BM == FWD_WG_BN && sizeof(fwd_wg_smem<64>::q_smem) == FWD_WG_BOX_BYTES &&
+                  sizeof(fwd_wg_smem<128>::k_smem[0]) == 2 * FWD_WG_BOX_BYTES &&
+                  sizeof(fwd_wg_smem<128>::q_smem) == 2 * FWD_WG_BOX_BYTES,
+              "a Q, K or V tile is D/64 boxes exactly: the expect_tx count is the tile's size");
+
+/* The tensor maps of Q, K and V (TMA instances only; zeros for the others). */
+struct fwd_wg_maps {
+    CUtensorMap q, k, v;
+};
 
 template <int D>
 struct fwd_wg_kern {
@@ -255,7 +293,7 @@ static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[FWD_WG_BN / 1
             asm volatile("" : "+r"(pa[kk][q])::"memory");
 }
 
-/* Producer warpgroup: warps 0-1 copy Q once, then the K tiles; warps 2-3 the V tiles.
+/* Producer, cp.async: warps 0-1 copy Q once, then the K tiles; warps 2-3 the V tiles.
  * Two rings, each at its own pace: K(n + 2) is copied as soon as S(n) is done, V(n + 2)
  * once P(n) V(n) is, so neither waits behind the other. */
 template <int D>
@@ -292,6 +330,39 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
     if (n_hi == 0 && !v_half) { /* nobody reads Q; keep the copy from outliving the CTA */
         attn_cp_async_wait<0>();
         attn_mbar_arrive(&sm.q_full);
+    }
+}
+
+/* Producer, TMA: one thread (lane 0 of warp 0: Q once, then the K tiles; of warp 1: the
+ * V tiles). Per tile: wait for the stage to be free, announce the tile's bytes on its
+ * full barrier (the phase's one arrival) and issue its D/64 boxes; the phase completes
+ * when they have landed. The two rings keep their own pace, as with cp.async. */
+template <int D>
+static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &maps, fwd_wg_smem<D> &sm,
+                                                          int32_t b, int32_t h, int32_t hk, int32_t i0,
+                                                          int32_t n_hi, int32_t v_warp)
+{
+    constexpr uint32_t tile_bytes = (uint32_t)sizeof(sm.k_smem[0]); /* = D/64 boxes */
+    const CUtensorMap *map = v_warp ? &maps.v : &maps.k;
+    uint16_t(*ring)[FWD_WG_BN * D] = v_warp ? sm.v_smem : sm.k_smem;
+    uint64_t *full = v_warp ? sm.v_full : sm.k_full, *empty = v_warp ? sm.v_empty : sm.k_empty;
+    attn_tma_prefetch(map);
+    if (!v_warp && n_hi > 0) { /* Q, unless no consumer will wait for it */
+        attn_mbar_expect_tx(&sm.q_full, (uint32_t)sizeof(sm.q_smem));
+#pragma unroll
+        for (int32_t c = 0; c < D / FWD_WG_BOX_COLS; c++)
+            attn_tma_load_4d(sm.q_smem + c * FWD_WG_BM * FWD_WG_BOX_COLS, &maps.q, &sm.q_full, FWD_WG_BOX_COLS * c,
+                             i0, h, b);
+    }
+    for (int32_t n = 0; n < n_hi; n++) {
+        const int32_t st = n & 1;
+        /* the stage is free (at once the first time round: parity 1 is the phase before) */
+        attn_mbar_wait(&empty[st], ((uint32_t)(n >> 1) & 1u) ^ 1u);
+        attn_mbar_expect_tx(&full[st], tile_bytes);
+#pragma unroll
+        for (int32_t c = 0; c < D / FWD_WG_BOX_COLS; c++)
+            attn_tma_load_4d(ring[st] + c * FWD_WG_BN * FWD_WG_BOX_COLS, map, &full[st], FWD_WG_BOX_COLS * c,
+                             n * FWD_WG_BN, hk, b);
     }
 }
 
@@ -395,8 +466,9 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
 }
 #endif /* ATTN_WGMMA */
 
-template <typename DT, int D>
-__global__ void __launch_bounds__(FWD_WG_THREADS, 1) attn_fwd_wg_kernel(const struct attn_fwd_params p)
+template <typename DT, int D, bool TMA>
+__global__ void __launch_bounds__(FWD_WG_THREADS, 1)
+    attn_fwd_wg_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
 {
 #if ATTN_WGMMA
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -421,37 +493,109 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1) attn_fwd_wg_kernel(const st
     const int32_t n_hi = (int32_t)((j_end + FWD_WG_BN - 1) / FWD_WG_BN);
 
     if (threadIdx.x == 0) {
-        attn_mbar_init(&sm.q_full, 64);
+        const uint32_t loaders = TMA ? 1u : 64u; /* arrivals that fill a stage */
+        attn_mbar_init(&sm.q_full, loaders);
         for (int s = 0; s < FWD_WG_STAGES; s++) {
-            attn_mbar_init(&sm.k_full[s], 64);
-            attn_mbar_init(&sm.v_full[s], 64);
+            attn_mbar_init(&sm.k_full[s], loaders);
+            attn_mbar_init(&sm.v_full[s], loaders);
             attn_mbar_init(&sm.k_empty[s], 256);
             attn_mbar_init(&sm.v_empty[s], 256);
         }
+        if (TMA)
+            attn_mbar_init_fence(); /* the TMA unit completes bytes on them too */
     }
     __syncthreads(); /* the barriers are set up before anyone uses them */
 
     /* the warpgroup through a shuffle from lane 0: warp-uniform to the compiler */
     const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS) : "memory");
-        const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
-        fwd_wg_produce<D>(p, sm, b, h, hk, i0, rm, n_hi, v_half);
+        if constexpr (TMA) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA) : "memory");
+            const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
+            if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
+                fwd_wg_produce_tma<D>(maps, sm, b, h, hk, i0, n_hi, w);
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_CP) : "memory");
+            const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
+            fwd_wg_produce<D>(p, sm, b, h, hk, i0, rm, n_hi, v_half);
+        }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FWD_WG_MMA_REGS) : "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? FWD_WG_MMA_REGS_TMA : FWD_WG_MMA_REGS_CP)
+                 : "memory");
     fwd_wg_consume<DT, D>(p, sm, wg - 1, b, h, bh, i0, rm, n_hi);
 #else
     (void)p;
+    (void)maps;
     __trap(); /* sm_80 never runs v3 */
 #endif
 }
 
+/* ---- host: tensor maps, launch ------------------------------------------------------ */
+
+/* cuTensorMapEncodeTiled, from the driver through the runtime (nothing links libcuda), or
+ * NULL where the driver lacks it (then every call runs the cp.async kernel). Resolved once,
+ * at the first init; a failed look-up's error is cleared there so no launch reports it. */
+static PFN_cuTensorMapEncodeTiled_v12000 fwd_wg_encoder(void)
+{
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult got = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &got) !=
+                cudaSuccess ||
+            got != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            f = NULL;
+        }
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return fn;
+}
+
+/* The tensor map of a (batch, seqlen, heads, D) view with element strides stride[0..2]
+ * (b, s, h; d contiguous) as the 4D tensor (D, seqlen, heads, batch), innermost first, in
+ * boxes of 64 x 128 x 1 x 1 with 128-byte swizzle. False (no map: the caller runs the
+ * cp.async kernel) where TMA cannot describe the view: a base or a stride (of a dim longer
+ * than 1) that is not a positive multiple of 16 bytes below 2^40, or an encoder refusal. A
+ * dim of length 1 is never stepped along, so its stride is any legal value. seqlen being
+ * its own dim, rows past it are out of bounds (zeros), whatever lies there in memory. */
+static bool fwd_wg_map(CUtensorMap *map, PFN_cuTensorMapEncodeTiled_v12000 enc, const void *data, int32_t D,
+                       int32_t batch, int32_t seqlen, int32_t heads, const int64_t stride[3])
+{
+    if (!enc || ((uintptr_t)data & 15u) || batch < 1 || seqlen < 1 || heads < 1)
+        return false;
+    const cuuint64_t dim[4] = {(cuuint64_t)D, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
+    const int64_t elems[3] = {stride[1], stride[2], stride[0]}; /* of dims 1, 2, 3 */
+    cuuint64_t bytes[3];
+    for (int i = 0; i < 3; i++) {
+        const bool ok = elems[i] > 0 && elems[i] < ((int64_t)1 << 39) && (elems[i] * 2) % 16 == 0;
+        if (!ok && dim[i + 1] > 1)
+            return false;
+        bytes[i] = ok ? (cuuint64_t)elems[i] * 2 : 16;
+    }
+    const cuuint32_t box[4] = {FWD_WG_BOX_COLS, FWD_WG_BN, 1, 1}, step[4] = {1, 1, 1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void *>(data), dim, bytes, box, step,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename DT, int D>
-static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, cudaStream_t stream)
+static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, cudaStream_t stream)
 {
     const uint32_t blocks = (uint32_t)((p->seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM) * (uint32_t)p->geo.bh;
-    attn_fwd_wg_kernel<DT, D><<<blocks, FWD_WG_THREADS, fwd_wg_kern<D>::bytes, stream>>>(*p);
+    fwd_wg_maps maps;
+    memset(&maps, 0, sizeof maps);
+    const int32_t batch = p->geo.batch, heads_kv = p->heads_q / p->group;
+    const PFN_cuTensorMapEncodeTiled_v12000 enc = allow_tma ? fwd_wg_encoder() : NULL;
+    const bool tma = enc && fwd_wg_map(&maps.q, enc, p->q, D, batch, p->seqlen_q, p->heads_q, p->q_stride) &&
+                     fwd_wg_map(&maps.k, enc, p->k, D, batch, p->seqlen_k, heads_kv, p->k_stride) &&
+                     fwd_wg_map(&maps.v, enc, p->v, D, batch, p->seqlen_k, heads_kv, p->v_stride);
+    if (tma)
+        attn_fwd_wg_kernel<DT, D, true><<<blocks, FWD_WG_THREADS, fwd_wg_kern<D>::bytes, stream>>>(*p, maps);
+    else
+        attn_fwd_wg_kernel<DT, D, false><<<blocks, FWD_WG_THREADS, fwd_wg_kern<D>::bytes, stream>>>(*p, maps);
+    if (ret_tma)
+        *ret_tma = tma;
     return cudaGetLastError();
 }
 
@@ -460,7 +604,11 @@ static cudaError_t fwd_wg_attr(size_t smem_optin)
 {
     if (fwd_wg_kern<D>::bytes > smem_optin)
         return cudaSuccess; /* unusable here: the host runs v2's forward */
-    return cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t err = cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)fwd_wg_kern<D>::bytes);
+    if (err != cudaSuccess)
+        return err;
+    return cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)fwd_wg_kern<D>::bytes);
 }
 
@@ -472,6 +620,7 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
         (err = fwd_wg_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_f16, 128>(smem_optin)) != cudaSuccess)
         return err;
+    (void)fwd_wg_encoder(); /* resolve it now, not inside a call */
     return cudaSuccess;
 }
 
@@ -481,14 +630,18 @@ size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 }
 
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
-                                  cudaStream_t stream)
+                                  int allow_tma, int *ret_tma, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
+    if (ret_tma)
+        *ret_tma = 0;
     switch (head_dim) {
     case 64:
-        return bf ? fwd_wg_launch<attn_bf16, 64>(p, stream) : fwd_wg_launch<attn_f16, 64>(p, stream);
+        return bf ? fwd_wg_launch<attn_bf16, 64>(p, allow_tma, ret_tma, stream)
+                  : fwd_wg_launch<attn_f16, 64>(p, allow_tma, ret_tma, stream);
     case 128:
-        return bf ? fwd_wg_launch<attn_bf16, 128>(p, stream) : fwd_wg_launch<attn_f16, 128>(p, stream);
+        return bf ? fwd_wg_launch<attn_bf16, 128>(p, allow_tma, ret_tma, stream)
+                  : fwd_wg_launch<attn_f16, 128>(p, allow_tma, ret_tma, stream);
     default:
         return cudaErrorInvalidValue;
     }

@@ -4,8 +4,9 @@
  * tiles in the 128-byte swizzled layout, their matrix descriptors, and wgmma.mma_async
  * m64nNk16 (N = 32, 64, 128; fp16/bf16 inputs, fp32 accumulators, both operands in shared
  * memory; or, RS, A from registers: N = 64, 128), the descriptors of K-major and
- * MN-major tile slices, and the mbarrier wait/arrive the warp-specialised kernels use
- * (v3's backward: bwd_wgmma.cuh; v3's forward: attn_fwd_wg.cu). Not a public header;
+ * MN-major tile slices, the mbarrier wait/arrive the warp-specialised kernels use
+ * (v3's backward: bwd_wgmma.cuh; v3's forward: attn_fwd_wg.cu), and TMA tile loads that
+ * complete on an mbarrier (v3's forward). Not a public header;
  * C++ only, included after attn_cuda_int.h.
  *
  * The tile layout (attn_sw128 in attn_cuda_int.h). A [rows][C] tile of 16-bit elements (C a multiple of 64) is stored as
@@ -215,6 +216,42 @@ static __device__ __forceinline__ void attn_mbar_init(uint64_t *bar, uint32_t co
 static __device__ __forceinline__ void attn_mbar_arrive(uint64_t *bar)
 {
     asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(attn_smem_u32(bar)) : "memory");
+}
+
+/* After the barriers' init, before the CTA barrier that publishes them: makes the inits
+ * visible to the async proxy too (TMA's complete_tx). */
+static __device__ __forceinline__ void attn_mbar_init_fence(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* One arrival on bar that also expects `bytes` more bytes of asynchronous copies (TMA's
+ * complete_tx) in the current phase: the phase completes once every expected arrival has
+ * come and every expected byte has landed. */
+static __device__ __forceinline__ void attn_mbar_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(attn_smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+
+/* TMA. A tensor map (CUtensorMap, 128 bytes) lives in kernel parameter space
+ * (__grid_constant__); map is its generic address. Prefetch it into the descriptor cache. */
+static __device__ __forceinline__ void attn_tma_prefetch(const void *map)
+{
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/* Copy the box at element coordinates (c0, c1, c2, c3) (innermost first) of a 4D tensor
+ * map to smem, completing its bytes on bar (complete_tx). Elements outside the tensor's
+ * extents land as zeros and count as bytes all the same, so a box always completes
+ * exactly its size. */
+static __device__ __forceinline__ void attn_tma_load_4d(void *smem, const void *map, uint64_t *bar, int32_t c0,
+                                                        int32_t c1, int32_t c2, int32_t c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(attn_smem_u32(smem)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(attn_smem_u32(bar))
+                 : "memory");
 }
 
 /* Wait until the phase of parity `parity` has completed (parity 1 passes at once before

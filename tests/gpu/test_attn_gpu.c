@@ -13,7 +13,7 @@
  * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat and
  * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
  * Suite gpu_attn_fwd sets v3 (sm_90 only) for its forward (attn_fwd_wg.cu): reference at
- * short and long shapes, repeats, strides.
+ * short and long shapes, repeats, strides, TMA and cp.async loads giving the same bits.
  */
 #include "gpu_attn.h"
 
@@ -1017,10 +1017,12 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
     cuattn_free(ca);
 }
 
-/* v3's forward on (b, h, s, d) views with padded rows gives the dense layout's bytes:
- * a pad of 8 elements keeps every row 16-byte aligned (the producer's cp.async path), a
- * pad of 3 does not (its plain-load path); out is written through the same padded views.
- * Head dims 64 and 128, causal GQA. */
+/* v3's forward on (b, h, s, d) views with padded rows gives the dense layout's bytes
+ * (which the TMA loads produce): a pad of 8 elements keeps every row and stride 16-byte
+ * aligned (TMA again, through a map of the padded view), a pad of 3 does not (the cp.async
+ * producer's plain-load path); out is written through the same padded views. Head dims
+ * 64 and 128, causal GQA, batch 2 (a tile past a sequence's end must not see the next
+ * sequence's rows). */
 static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
 {
     const struct shape_case cases[] = {
@@ -1039,6 +1041,7 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
         struct gattn a;
         gattn_init(&a, &p, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense bytes */
+        CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), 1);
         const size_t lb = sizeof(float) * (size_t)a.nlse;
         float *lse_dense = malloc(lb);
         CU_ASSERT_FATAL(lse_dense != NULL);
@@ -1072,6 +1075,7 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
             }
             CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
             CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, t[OUT], a.d_lse, t[Q], t[K], t[V], NULL), 0);
+            CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), (row * (int32_t)a.es) % 16 == 0);
             CUDA_OK(cudaMemcpy(host[OUT], t[OUT].data, bytes[OUT], cudaMemcpyDeviceToHost));
             CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
             int d = memcmp(a.lse, lse_dense, lb) != 0;
@@ -1096,10 +1100,84 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
     cuattn_free(ca);
 }
 
+/* v3's forward loads its tiles through TMA where the views allow and through cp.async
+ * elsewhere; both must put the same bytes in shared memory, so the same problem gives the
+ * same out and lse bytes either way (into poisoned outputs). Dense views (TMA by default,
+ * cp.async when forced): batches of 2 and 3 whose lengths end inside a tile (the rows
+ * after a sequence's end are the next sequence's in memory: TMA must load zeros there),
+ * GQA and MHA, both head dims and dtypes, full and causal, unequal lengths both ways, a
+ * q-tile with no kv-tile, one row, and 4096. With batch 1, also views whose batch strides
+ * TMA could not take (3, 5, 0 elements): never stepped along, they must keep TMA and the
+ * bytes. */
+static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(void)
+{
+    const struct shape_case cases[] = {
+        {1, 1, 1, 2, 1, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {2, 17, 17, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {3, 200, 130, 4, 2, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {2, 100, 100, 4, 4, 128, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 300, 17, 2, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL}, /* whole q-tiles see no key */
+        {2, 257, 385, 4, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 385, 257, 2, 1, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 4096, 4096, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 4096, 4096, 2, 2, 64, DTYPE_F16, SCHED_MASK_FULL},
+    };
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x7a4);
+    int diff = 0, paths = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        paths += cuattn__last_fwd_tma(ca) != 1;
+        void *out_tma = malloc(qb), *lse_tma = malloc(lb);
+        CU_ASSERT_FATAL(out_tma && lse_tma);
+        memcpy(out_tma, a.out, qb);
+        memcpy(lse_tma, a.lse, lb);
+        cuattn__force_no_tma(ca, 1);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        paths += cuattn__last_fwd_tma(ca) != 0;
+        cuattn__force_no_tma(ca, 0);
+        if (memcmp(out_tma, a.out, qb) != 0 || memcmp(lse_tma, a.lse, lb) != 0) {
+            fprintf(stderr, "\n  case %zu (%d x %d x %d, %d x %d, d %d): cp.async's bytes differ from TMA's", ci,
+                    p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.head_dim);
+            diff++;
+        }
+        if (p.batch == 1) { /* a dim of length 1 is never stepped: an odd stride there keeps TMA */
+            struct attn_tensor q = tq(&a, a.d_q), k = tk(&a, a.d_k), v = tk(&a, a.d_v), o = tq(&a, a.d_out);
+            q.stride[0] = 3;
+            k.stride[0] = 5;
+            v.stride[0] = 0;
+            CUDA_OK(cudaMemset(a.d_out, 0xff, qb));
+            CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
+            CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, o, a.d_lse, q, k, v, NULL), 0);
+            paths += cuattn__last_fwd_tma(ca) != 1;
+            CUDA_OK(cudaMemcpy(a.out, a.d_out, qb, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
+            if (memcmp(out_tma, a.out, qb) != 0 || memcmp(lse_tma, a.lse, lb) != 0) {
+                fprintf(stderr, "\n  case %zu: odd batch strides change the bytes", ci);
+                diff++;
+            }
+        }
+        free(out_tma);
+        free(lse_tma);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(paths, 0); /* each run took the path it was meant to */
+    CU_ASSERT_EQUAL(diff, 0);
+    cuattn_free(ca);
+}
+
 /* The test compute-sanitizer runs on v3's forward (scripts/gpu_sanitize.sh): shapes with 3 to
  * 5 kv-tiles, so both stages of both rings are reused (phases wrap), full and causal,
- * both head dims, unequal lengths and a q-tile whose rows see no key; each checked
- * against float64 (an unchanged result under a sanitizer is also a right one). */
+ * both head dims, unequal lengths and a q-tile whose rows see no key; each run with the
+ * TMA loads and again with cp.async, each checked against float64 (an unchanged result
+ * under a sanitizer is also a right one). */
 static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
 {
     const struct shape_case cases[] = {
@@ -1123,13 +1201,19 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
         R.lse = malloc(sizeof(double) * (size_t)a.nlse);
         CU_ASSERT_FATAL(R.out && R.lse);
         CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), R.out, R.lse) == 0);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-        double err;
-        int lse_bad;
-        if (!forward_close(&a, &R, &err, &lse_bad)) {
-            fprintf(stderr, "\n  case %zu: rel error %.3g, %d bad lse", ci, err, lse_bad);
-            bad++;
+        for (int cp = 0; cp < 2; cp++) {
+            cuattn__force_no_tma(ca, cp);
+            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), !cp);
+            double err;
+            int lse_bad;
+            if (!forward_close(&a, &R, &err, &lse_bad)) {
+                fprintf(stderr, "\n  case %zu (%s): rel error %.3g, %d bad lse", ci, cp ? "cp.async" : "TMA", err,
+                        lse_bad);
+                bad++;
+            }
         }
+        cuattn__force_no_tma(ca, 0);
         free(R.out);
         free(R.lse);
         gattn_free(&a);
@@ -1170,6 +1254,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_bits_do_not_depend_on_strides",
                      test_attn_gpu_v3_forward_bits_do_not_depend_on_strides) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits",
+                     test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
                      test_attn_gpu_v3_forward_small_shapes_for_sanitizers))
         return -1;
