@@ -513,16 +513,38 @@ def _on_device(dev):
     return torch.cuda.device(dev)
 
 
+INT32_MAX = 2**31 - 1
+
+
+def int32_arg(name, x):
+    """x as an int that the request's int32 field holds unchanged: an integer (Python,
+    numpy or a one-element torch tensor), or a float with no fraction, at most 2**31 - 1
+    and at least -2**31. ctypes would keep the low 32 bits of anything larger (a window of
+    2**32 + 3 became 3) and int() drops a fraction: both silently another value. Which
+    values make sense (a window side >= -1, a max_seqlen >= 1) is the daemon's to say."""
+    try:
+        i = int(x)
+        exact = i == x
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"dash_attn: {name} must be an integer, not {x!r}") from None
+    if not exact:
+        raise TypeError(f"dash_attn: {name} must be an integer, not {x!r}")
+    if not -INT32_MAX - 1 <= i <= INT32_MAX:
+        raise ValueError(f"dash_attn: {name}={i} is beyond int32 (at most {INT32_MAX}; "
+                         "a window side of -1 is unbounded)")
+    return i
+
+
 def window_pair(window_size):
     """(left, right) ints from flash-attn's window_size (None: (-1, -1)); -1 is unbounded."""
     if window_size is None:
         return -1, -1
     try:
         left, right = window_size
-        return int(left), int(right)
     except (TypeError, ValueError):
         raise TypeError(f"dash_attn: window_size must be a pair (left, right), got "
                         f"{window_size!r}") from None
+    return int32_arg("window_size[0]", left), int32_arg("window_size[1]", right)
 
 
 def _refuse_cuda_f64(q):

@@ -101,7 +101,8 @@ def _attn(client, q, causal, scale, schedule, wave, window_size, softcap, max_q,
           batch_invariant):
     a = client._attn(_client._dtype_code(q), causal, scale, schedule, wave, window_size,
                      softcap)
-    a.max_seqlen_q, a.max_seqlen_k = int(max_q), int(max_k)
+    a.max_seqlen_q = _client.int32_arg("max_seqlen_q", max_q)
+    a.max_seqlen_k = _client.int32_arg("max_seqlen_k", max_k)
     a.batch_invariant = 1 if batch_invariant else 0
     return a
 
@@ -297,18 +298,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                         "arrays use dash_attn.varlen_forward / varlen_backward")
     cu_q, cu_k = _as_offsets_tensor(cu_seqlens_q), _as_offsets_tensor(cu_seqlens_k)
     left, right = _client.window_pair(window_size)
+    max_q = _client.int32_arg("max_seqlen_q", max_seqlen_q)
+    max_k = _client.int32_arg("max_seqlen_k", max_seqlen_k)
     sched = _schedule(deterministic, schedule)
     given = len(_client.traced_audit) > 0
     if not _ops.available or (not given and _ops.eager_ok(q, k, v)):
         # eager: the same code as the ops, without their dispatch (_ops._Eager's reason)
         c = client or _client.default_client(_client.device_of(q))
         out, lse = DashVarlenFunction.apply(
-            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
+            q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
             bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)
     else:
         step, label = _client.traced_audit[-1] if given else (None, None)
         out, lse, _ = torch.ops.dash_attn.varlen_fwd(
-            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
+            q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
             bool(causal), left, right, float(softcap), sched, bool(batch_invariant),
             client.id if client is not None else 0, given, step, label)
     if return_attn_probs:
