@@ -50,7 +50,11 @@ def _offsets(name, cu):
     if torch is not None and isinstance(cu, torch.Tensor):
         if cu.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's), not {cu.dtype}")
-        a = cu.detach().to(torch.int64).numpy()
+        if cu.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"dash_attn: {name} is on device '{cu.device}'; the offsets must "
+                             "be on the CPU or a CUDA device (their values are read)")
+        # .numpy() of a CUDA tensor is a TypeError: the copy to the host comes first
+        a = cu.detach().to("cpu", torch.int64).numpy()
     else:
         a = np.asarray(cu)
         if a.dtype.kind not in "iu":

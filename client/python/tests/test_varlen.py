@@ -280,6 +280,19 @@ def test_window_and_max_seqlen_beyond_int32_are_refused_not_truncated(client):
     assert torch.equal(big, dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7, 7))
 
 
+def test_offsets_on_a_device_whose_values_cannot_be_read_are_a_clear_error(client):
+    # meta offsets have no values: a ValueError naming them, not numpy's TypeError (CUDA
+    # offsets, flash-attn's usual ones, are copied to the host: test_gpu.py)
+    q = torch.randn(10, 2, 32)
+    good = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q is on device 'meta'"):
+        dash_attn.flash_attn_varlen_func(q, q, q, good.to("meta"), good, 10, 10)
+    with pytest.raises(ValueError, match="cu_seqlens_k is on device 'meta'"):
+        dash_attn.varlen_forward(q, q, q, good, good.to("meta"), 10, 10)
+    out = dash_attn.flash_attn_varlen_func(q, q, q, good, good.long(), 10, 10)
+    assert torch.equal(out, dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10))
+
+
 # ---- the varlen ops: opcheck and torch.compile ----------------------------------------------
 
 def test_varlen_ops_pass_opcheck(client):
