@@ -375,6 +375,9 @@ class Client:
     # ---- CPU: through shared memory -------------------------------------------------------
 
     def _shm_reserve(self, need):
+        # at least one byte: an op on empty tensors (a batch of 0) needs a buffer too, for
+        # the request to name, and dashd's answer says which dimension is empty
+        need = max(need, 1)
         if need <= self._shm_size:
             return
         size = 1 << max(20, (need - 1).bit_length())

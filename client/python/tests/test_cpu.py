@@ -161,6 +161,26 @@ def test_errors_carry_the_daemons_message(client):
     assert out.shape == q.shape and torch.isfinite(out).all()
 
 
+def test_empty_tensors_as_a_fresh_clients_first_op_get_the_daemons_shape_error(daemon):
+    # a batch, sequence or packed batch of zero tokens: nothing to copy, so a client with no
+    # shared memory yet used to do pointer arithmetic on a NULL buffer (TypeError: NoneType
+    # + int) instead of asking dashd, which names the empty dimension
+    empties = [lambda c: c.forward(*(torch.randn(0, 5, 2, 32) for _ in range(3))),
+               lambda c: c.forward(*(np.zeros((1, 0, 2, 32), np.float32) for _ in range(3))),
+               lambda c: dash_attn.varlen_forward(
+                   *(torch.randn(0, 2, 32) for _ in range(3)), [0, 0], [0, 0], 1, 1, client=c)]
+    for call in empties:
+        c = dash_attn.Client(daemon.endpoint, client_name="empty-test")
+        try:
+            with pytest.raises(dash_attn.DashError) as e:
+                call(c)
+            assert e.value.name == "DASH_ESHAPE" and "is < 1" in e.value.message
+            q = torch.randn(1, 5, 2, 32)  # and the client serves the next op
+            assert torch.isfinite(c.forward(q, q, q)[0]).all()
+        finally:
+            c.close()
+
+
 def test_inputs_the_request_cannot_describe_are_refused_before_sending(client):
     # the request carries one dtype: a k, v, out or dout of another would be misread
     q = torch.randn(1, 16, 2, 32)
