@@ -284,7 +284,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softcap=0.0, alibi_slopes=None, deterministic=True,
                            return_attn_probs=False, block_table=None, *, schedule="auto",
                            batch_invariant=False, return_softmax_lse=False, client=None):
-    """flash_attn.flash_attn_varlen_func, served by dashd (its CPU engine for now).
+    """flash_attn.flash_attn_varlen_func, served by dashd (its CPU engine, or its CUDA
+    kernels at head dims 64 and 128 for CUDA tensors).
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim); cu_seqlens_q/k:
     int32 (batch + 1,) offsets; max_seqlen_q/k: bounds on the sequences' lengths. causal is
