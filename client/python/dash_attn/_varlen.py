@@ -196,6 +196,8 @@ if torch is not None:
                                              **ctx.kw)
             finally:
                 _client.pop_audit()
+            if _ops.available:
+                dq, dk, dv = _ops.first_order_only((dq, dk, dv), q, k, v, dout)
             return (dq, dk, dv) + (None,) * 11
 
 
