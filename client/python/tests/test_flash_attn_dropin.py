@@ -218,6 +218,10 @@ def test_fa3_qkvpacked_takes_5d_and_4d_with_num_heads_q():
         fa3.flash_attn_qkvpacked_func(flat)
     with pytest.raises(ValueError, match="not num_heads_q=3"):
         fa3.flash_attn_qkvpacked_func(flat, num_heads_q=3)
+    # a negative count used to pass the check (-2 + 2 * 5 = 8) and fail in torch.split
+    for bad in (-2, 0, 8):
+        with pytest.raises(ValueError, match=f"num_heads_q={bad}"):
+            fa3.flash_attn_qkvpacked_func(flat, num_heads_q=bad)
 
 
 REFUSED = [
