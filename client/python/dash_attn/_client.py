@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import ctypes
 import itertools
+import math
 import os
 import struct
 import sys
@@ -256,11 +257,12 @@ class Client:
             raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
                              + ", ".join(_lib.SCHEDULES))
         a = _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
-                          float(scale or 0.0), _lib.SCHEDULES[schedule], int(wave or 0), 0, 0)
+                          float32_arg("softmax_scale", scale), _lib.SCHEDULES[schedule],
+                          int(wave or 0), 0, 0)
         left, right = window_pair(window_size)
         if (left, right) != (-1, -1):
             a.window, a.window_left, a.window_right = 1, left, right
-        a.softcap = float(softcap or 0.0)
+        a.softcap = float32_arg("softcap", softcap)
         return a
 
     def _tag(self):
@@ -517,6 +519,22 @@ def _on_device(dev):
 
 
 INT32_MAX = 2**31 - 1
+
+
+def float32_arg(name, x):
+    """x (None: 0) as the float32 the request carries it in. A number that float32 holds
+    only as 0 or infinity is refused: 0 means "the default" (softmax_scale: 1/sqrt(d)) or
+    "off" (softcap) to dashd, so a softmax_scale of 1e-46 used to run with 1/sqrt(d), and
+    dashd's word for 3e39 was "inf". Signs and NaN are the callers' and the daemon's to
+    refuse."""
+    f = float(x or 0.0)
+    f32 = ctypes.c_float(f).value
+    if f != 0 and f32 == 0:
+        raise ValueError(f"dash_attn: {name}={f!r} is 0 in float32, as dashd receives it "
+                         "(0 would mean the default or off)")
+    if math.isinf(f32) and not math.isinf(f):
+        raise ValueError(f"dash_attn: {name}={f!r} is beyond float32, as dashd receives it")
+    return f
 
 
 def int32_arg(name, x):
