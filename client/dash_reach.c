@@ -7,7 +7,7 @@
  * caller would learn only after the timeout that nothing was ever there, without knowing
  * which. One connect(2) of our own on the socket's path tells them apart at once; the
  * connection is closed unused (dashd drops a peer that closes before its greeting).
- * Abstract names have no file to look at and pass. A tcp:// endpoint with a numeric
+ * An abstract name (ipc://@NAME) has no file; refused means nothing is bound. A tcp:// endpoint with a numeric
  * address gets one connect(2) too, given REACH_TCP_MS to answer: refused means nothing
  * listens there (said at once); anything else - a name, a connection accepted, no answer
  * yet (a firewall) - passes, and ZeroMQ's timeout speaks.
@@ -22,6 +22,7 @@
 #include <libgen.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,14 +97,25 @@ int dash__reach(const char *endpoint, char *why, size_t len)
     if (!path && strncmp(endpoint, "tcp://", 6) == 0)
         return reach_tcp(endpoint, why, len);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (!path || path[0] == '@' || !*path || strlen(path) >= sizeof sa.sun_path)
+    if (!path || !*path || strlen(path) >= sizeof sa.sun_path)
         return 0;
     memcpy(sa.sun_path, path, strlen(path) + 1);
+    socklen_t sl = sizeof sa;
+    if (path[0] == '@') { /* Linux's abstract name, as ZeroMQ binds it: a NUL, then the name */
+        sa.sun_path[0] = '\0';
+        sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+    }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 0; /* out of descriptors: ZeroMQ will say so */
-    int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
+    int rc = connect(fd, (struct sockaddr *)&sa, sl), e = errno;
     close(fd);
+    if (rc != 0 && path[0] == '@') /* no file to describe: refused is nothing bound */
+        return e == ECONNREFUSED
+                   ? wire_say(DASH_ECONNREFUSED, why, len,
+                              "no dashd at %s: nothing listens on the abstract socket %s "
+                              "(start dashd --endpoint %s)", endpoint, path, endpoint)
+                   : 0;
     /* connected, or the daemon's backlog is full (it is there, and busy) */
     if (rc == 0 || e == EAGAIN || e == EINPROGRESS || e == EINTR)
         return 0;
