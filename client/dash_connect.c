@@ -214,10 +214,14 @@ free_client:
     if (why && why_len) {
         if (rc == DASH_EPERM && c->refusal[0])
             snprintf(why, why_len, "%s", c->refusal);
-        else if (rc == DASH_ETIMEDOUT)
+        else if (rc == DASH_ETIMEDOUT && wire_ipc_path(c->endpoint))
             snprintf(why, why_len, "no answer from dashd at %s within %d ms (something accepts "
                      "connections on it: a dashd that is stopped, stuck or still starting?)",
                      c->endpoint, c->timeout_ms);
+        else if (rc == DASH_ETIMEDOUT) /* tcp: a firewall may swallow what we send */
+            snprintf(why, why_len, "no answer from dashd at %s within %d ms (no dashd there, "
+                     "a firewall dropping the connection, or a dashd that is stopped, stuck or "
+                     "still starting?)", c->endpoint, c->timeout_ms);
         else if (c->last_error[0])
             snprintf(why, why_len, "%s", c->last_error);
         else if (c->refusal[0])

@@ -22,7 +22,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +120,19 @@ static void test_reach_missing_socket_fails_at_once_naming_the_path(void)
     rm_rf(dir);
 }
 
+/* A connect to ep is refused within `within_ms` (not after the 5 s timeout), with a reason
+ * that contains `want`; the reason is left in why. */
+static void assert_refused_at_once(const char *ep, int64_t within_ms, const char *want, char *why, size_t n)
+{
+    struct dash_connect_opts o = {.client_name = "test", .timeout_ms = 5000};
+    struct dash_client *c = NULL;
+    int64_t t0 = now_ms();
+    CU_ASSERT_EQUAL(dash_connect_explain(ep, &o, &c, why, n), DASH_ECONNREFUSED);
+    CU_ASSERT(now_ms() - t0 < within_ms);
+    CU_ASSERT_PTR_NULL(c);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, want));
+}
+
 static void test_reach_socket_nothing_listens_on_fails_at_once(void)
 {
     /* what a killed dashd leaves behind: the file, bound once, with no listener */
@@ -128,21 +144,52 @@ static void test_reach_socket_nothing_listens_on_fails_at_once(void)
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     CU_ASSERT_FATAL(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     close(fd);
-    struct dash_connect_opts o = {.client_name = "test", .timeout_ms = 5000};
-    struct dash_client *c = NULL;
-    int64_t t0 = now_ms();
-    CU_ASSERT_EQUAL(dash_connect_explain(ep, &o, &c, why, sizeof why), DASH_ECONNREFUSED);
-    CU_ASSERT(now_ms() - t0 < 500);
-    CU_ASSERT_PTR_NULL(c);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "nothing listens on"));
+    assert_refused_at_once(ep, 500, "nothing listens on", why, sizeof why);
     CU_ASSERT_PTR_NOT_NULL(strstr(why, sa.sun_path));
     /* a plain file where the socket should be */
     unlink(sa.sun_path);
     fd = open(sa.sun_path, O_CREAT | O_WRONLY, 0600);
     close(fd);
-    CU_ASSERT_EQUAL(dash_connect_explain(ep, &o, &c, why, sizeof why), DASH_ECONNREFUSED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "is not a socket"));
+    assert_refused_at_once(ep, 500, "is not a socket", why, sizeof why);
     rm_rf(dir);
+}
+
+static void test_reach_tcp_port_nothing_listens_on_fails_at_once(void)
+{
+    /* tcp://ADDRESS:PORT with no listener: ZeroMQ retries in the background, so the caller
+     * used to wait the whole timeout and then hear that "something accepts connections" */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    /* bound, never listening: the port stays ours and refuses connections */
+    CU_ASSERT_FATAL(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+                    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
+    char ep[64], want[64], why[1024];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    snprintf(want, sizeof want, "nothing listens on 127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    assert_refused_at_once(ep, 1000, want, why, sizeof why);
+    close(fd);
+}
+
+static void test_reach_abstract_socket_nothing_listens_on_fails_at_once(void)
+{
+    /* ipc://@NAME (Linux's abstract namespace): no file to look at, so it used to wait
+     * the whole timeout and say "something accepts connections" */
+    char ep[96], why[1024];
+    snprintf(ep, sizeof ep, "ipc://@dash-reach-nowhere-%ld", (long)getpid());
+    assert_refused_at_once(ep, 1000, "nothing listens on the abstract socket @dash-reach", why, sizeof why);
+    /* something bound and listening there: reached (and then it does not speak ZMTP) */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "dash-reach-nowhere-%ld", (long)getpid());
+    socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                               strlen(sa.sun_path + 1));
+    CU_ASSERT_FATAL(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sl) == 0 && listen(fd, 4) == 0);
+    struct dash_connect_opts o = {.client_name = "test", .timeout_ms = 300};
+    struct dash_client *c = NULL;
+    CU_ASSERT_EQUAL(dash_connect_explain(ep, &o, &c, why, sizeof why), DASH_ETIMEDOUT);
+    CU_ASSERT_PTR_NULL(c);
+    close(fd);
 }
 
 static void test_reach_daemon_that_does_not_answer_times_out_saying_so(void)
@@ -506,6 +553,8 @@ int suite_reach(void)
         return -1;
     ADD_TEST(s, test_reach_missing_socket_fails_at_once_naming_the_path);
     ADD_TEST(s, test_reach_socket_nothing_listens_on_fails_at_once);
+    ADD_TEST(s, test_reach_tcp_port_nothing_listens_on_fails_at_once);
+    ADD_TEST(s, test_reach_abstract_socket_nothing_listens_on_fails_at_once);
     ADD_TEST(s, test_reach_daemon_that_does_not_answer_times_out_saying_so);
     ADD_TEST(s, test_reach_last_error_has_text_after_a_timeout_and_a_bad_ticket);
     ADD_TEST(s, test_reach_dashctl_status_says_not_running_at_once);

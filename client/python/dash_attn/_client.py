@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import ctypes
 import itertools
+import math
 import os
 import struct
 import sys
@@ -256,11 +257,12 @@ class Client:
             raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
                              + ", ".join(_lib.SCHEDULES))
         a = _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
-                          float(scale or 0.0), _lib.SCHEDULES[schedule], int(wave or 0), 0, 0)
+                          float32_arg("softmax_scale", scale), _lib.SCHEDULES[schedule],
+                          int(wave or 0), 0, 0)
         left, right = window_pair(window_size)
         if (left, right) != (-1, -1):
             a.window, a.window_left, a.window_right = 1, left, right
-        a.softcap = float(softcap or 0.0)
+        a.softcap = float32_arg("softcap", softcap)
         return a
 
     def _tag(self):
@@ -375,6 +377,9 @@ class Client:
     # ---- CPU: through shared memory -------------------------------------------------------
 
     def _shm_reserve(self, need):
+        # at least one byte: an op on empty tensors (a batch of 0) needs a buffer too, for
+        # the request to name, and dashd's answer says which dimension is empty
+        need = max(need, 1)
         if need <= self._shm_size:
             return
         size = 1 << max(20, (need - 1).bit_length())
@@ -513,16 +518,54 @@ def _on_device(dev):
     return torch.cuda.device(dev)
 
 
+INT32_MAX = 2**31 - 1
+
+
+def float32_arg(name, x):
+    """x (None: 0) as the float32 the request carries it in. A number that float32 holds
+    only as 0 or infinity is refused: 0 means "the default" (softmax_scale: 1/sqrt(d)) or
+    "off" (softcap) to dashd, so a softmax_scale of 1e-46 used to run with 1/sqrt(d), and
+    dashd's word for 3e39 was "inf". Signs and NaN are the callers' and the daemon's to
+    refuse."""
+    f = float(x or 0.0)
+    f32 = ctypes.c_float(f).value
+    if f != 0 and f32 == 0:
+        raise ValueError(f"dash_attn: {name}={f!r} is 0 in float32, as dashd receives it "
+                         "(0 would mean the default or off)")
+    if math.isinf(f32) and not math.isinf(f):
+        raise ValueError(f"dash_attn: {name}={f!r} is beyond float32, as dashd receives it")
+    return f
+
+
+def int32_arg(name, x):
+    """x as an int that the request's int32 field holds unchanged: an integer (Python,
+    numpy or a one-element torch tensor), or a float with no fraction, at most 2**31 - 1
+    and at least -2**31. ctypes would keep the low 32 bits of anything larger (a window of
+    2**32 + 3 became 3) and int() drops a fraction: both silently another value. Which
+    values make sense (a window side >= -1, a max_seqlen >= 1) is the daemon's to say."""
+    try:
+        i = int(x)
+        exact = i == x
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"dash_attn: {name} must be an integer, not {x!r}") from None
+    if not exact:
+        raise TypeError(f"dash_attn: {name} must be an integer, not {x!r}")
+    if not -INT32_MAX - 1 <= i <= INT32_MAX:
+        raise ValueError(f"dash_attn: {name}={i} is beyond int32 (at most {INT32_MAX}; "
+                         "a window side of -1 is unbounded)")
+    return i
+
+
 def window_pair(window_size):
     """(left, right) ints from flash-attn's window_size (None: (-1, -1)); -1 is unbounded."""
     if window_size is None:
         return -1, -1
     try:
         left, right = window_size
-        return int(left), int(right)
     except (TypeError, ValueError):
         raise TypeError(f"dash_attn: window_size must be a pair (left, right), got "
                         f"{window_size!r}") from None
+    return int32_arg("window_size[0]", left), int32_arg("window_size[1]", right)
 
 
 def _refuse_cuda_f64(q):

@@ -166,6 +166,31 @@ if available:
 
     torch.library.register_autograd("dash_attn::fwd", _backward, setup_context=_setup_context)
 
+    class _NoSecondOrder(torch.autograd.Function):
+        """dq, dk, dv as they are, tied to the backward's inputs: dashd computes first
+        derivatives only, so a gradient of these gradients (create_graph=True, then a
+        Hessian-vector product) raises here instead of silently leaving attention's
+        second-order terms out. (autograd.function.once_differentiable is not enough: its
+        error node has no edges to the inputs, and torch.autograd.grad prunes it.)"""
+
+        @staticmethod
+        def forward(ctx, dq, dk, dv, *inputs):
+            return dq.view_as(dq), dk.view_as(dk), dv.view_as(dv)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            raise RuntimeError(
+                "dash_attn: second-order gradients through attention are not supported "
+                "(a gradient of a gradient, after create_graph=True): dashd computes first "
+                "derivatives only")
+
+    def first_order_only(grads, *inputs):
+        """The backward's (dq, dk, dv), marked so that differentiating them raises
+        (_NoSecondOrder) when the backward runs with create_graph=True."""
+        if not torch.is_grad_enabled():
+            return grads
+        return _NoSecondOrder.apply(*grads, *inputs)
+
     class _Eager(torch.autograd.Function):
         """What an eager call runs: the same Client.forward / Client.backward as the ops'
         implementations, with the same arguments and the same audit tags, without the
@@ -200,7 +225,7 @@ if available:
                     window_size=(left, right), softcap=softcap)
             finally:
                 _client.pop_audit()
-            return (dq, dk, dv) + (None,) * 7
+            return first_order_only((dq, dk, dv), q, k, v, dout) + (None,) * 7
 
     # plain tensors only: subclasses (FakeTensor, FunctionalTensor, DTensor...) take the ops
     _PLAIN = (torch.Tensor, torch.nn.Parameter)

@@ -50,7 +50,11 @@ def _offsets(name, cu):
     if torch is not None and isinstance(cu, torch.Tensor):
         if cu.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's), not {cu.dtype}")
-        a = cu.detach().to(torch.int64).numpy()
+        if cu.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"dash_attn: {name} is on device '{cu.device}'; the offsets must "
+                             "be on the CPU or a CUDA device (their values are read)")
+        # .numpy() of a CUDA tensor is a TypeError: the copy to the host comes first
+        a = cu.detach().to("cpu", torch.int64).numpy()
     else:
         a = np.asarray(cu)
         if a.dtype.kind not in "iu":
@@ -101,7 +105,8 @@ def _attn(client, q, causal, scale, schedule, wave, window_size, softcap, max_q,
           batch_invariant):
     a = client._attn(_client._dtype_code(q), causal, scale, schedule, wave, window_size,
                      softcap)
-    a.max_seqlen_q, a.max_seqlen_k = int(max_q), int(max_k)
+    a.max_seqlen_q = _client.int32_arg("max_seqlen_q", max_q)
+    a.max_seqlen_k = _client.int32_arg("max_seqlen_k", max_k)
     a.batch_invariant = 1 if batch_invariant else 0
     return a
 
@@ -191,6 +196,8 @@ if torch is not None:
                                              **ctx.kw)
             finally:
                 _client.pop_audit()
+            if _ops.available:
+                dq, dk, dv = _ops.first_order_only((dq, dk, dv), q, k, v, dout)
             return (dq, dk, dv) + (None,) * 11
 
 
@@ -279,7 +286,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softcap=0.0, alibi_slopes=None, deterministic=True,
                            return_attn_probs=False, block_table=None, *, schedule="auto",
                            batch_invariant=False, return_softmax_lse=False, client=None):
-    """flash_attn.flash_attn_varlen_func, served by dashd (its CPU engine for now).
+    """flash_attn.flash_attn_varlen_func, served by dashd (its CPU engine, or its CUDA
+    kernels at head dims 64 and 128 for CUDA tensors).
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim); cu_seqlens_q/k:
     int32 (batch + 1,) offsets; max_seqlen_q/k: bounds on the sequences' lengths. causal is
@@ -297,18 +305,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                         "arrays use dash_attn.varlen_forward / varlen_backward")
     cu_q, cu_k = _as_offsets_tensor(cu_seqlens_q), _as_offsets_tensor(cu_seqlens_k)
     left, right = _client.window_pair(window_size)
+    max_q = _client.int32_arg("max_seqlen_q", max_seqlen_q)
+    max_k = _client.int32_arg("max_seqlen_k", max_seqlen_k)
     sched = _schedule(deterministic, schedule)
     given = len(_client.traced_audit) > 0
     if not _ops.available or (not given and _ops.eager_ok(q, k, v)):
         # eager: the same code as the ops, without their dispatch (_ops._Eager's reason)
         c = client or _client.default_client(_client.device_of(q))
         out, lse = DashVarlenFunction.apply(
-            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
+            q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
             bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)
     else:
         step, label = _client.traced_audit[-1] if given else (None, None)
         out, lse, _ = torch.ops.dash_attn.varlen_fwd(
-            q, k, v, cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k), softmax_scale,
+            q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
             bool(causal), left, right, float(softcap), sched, bool(batch_invariant),
             client.id if client is not None else 0, given, step, label)
     if return_attn_probs:

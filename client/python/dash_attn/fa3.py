@@ -9,7 +9,8 @@ softmax_scale is the 4th positional argument; with return_attn_probs the answer 
 
 - Always deterministic, as the FA2 drop-in (deterministic=False is accepted).
 - qv, q_descale/k_descale/v_descale (FP8) and attention_chunk raise NotImplementedError;
-  window_size and softcap are served by dashd's CPU engine (not its CUDA backend yet).
+  window_size and softcap are served by dashd's CPU engine and its CUDA kernels (head
+  dims 64 and 128).
 - num_splits, pack_gqa and sm_margin are tuning knobs that change no result: accepted and
   ignored.
 """
@@ -47,7 +48,7 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
             raise ValueError("dash_attn: a 4-D qkv needs num_heads_q (heads_q + 2 heads_k "
                              "heads along dimension 2)")
         hk = (qkv.shape[2] - num_heads_q) // 2
-        if hk < 1 or num_heads_q + 2 * hk != qkv.shape[2]:
+        if num_heads_q < 1 or hk < 1 or num_heads_q + 2 * hk != qkv.shape[2]:
             raise ValueError(f"dash_attn: qkv has {qkv.shape[2]} heads, which is not "
                              f"num_heads_q={num_heads_q} plus twice a kv head count")
         q, k, v = qkv.split([num_heads_q, hk, hk], dim=2)

@@ -161,6 +161,26 @@ def test_errors_carry_the_daemons_message(client):
     assert out.shape == q.shape and torch.isfinite(out).all()
 
 
+def test_empty_tensors_as_a_fresh_clients_first_op_get_the_daemons_shape_error(daemon):
+    # a batch, sequence or packed batch of zero tokens: nothing to copy, so a client with no
+    # shared memory yet used to do pointer arithmetic on a NULL buffer (TypeError: NoneType
+    # + int) instead of asking dashd, which names the empty dimension
+    empties = [lambda c: c.forward(*(torch.randn(0, 5, 2, 32) for _ in range(3))),
+               lambda c: c.forward(*(np.zeros((1, 0, 2, 32), np.float32) for _ in range(3))),
+               lambda c: dash_attn.varlen_forward(
+                   *(torch.randn(0, 2, 32) for _ in range(3)), [0, 0], [0, 0], 1, 1, client=c)]
+    for call in empties:
+        c = dash_attn.Client(daemon.endpoint, client_name="empty-test")
+        try:
+            with pytest.raises(dash_attn.DashError) as e:
+                call(c)
+            assert e.value.name == "DASH_ESHAPE" and "is < 1" in e.value.message
+            q = torch.randn(1, 5, 2, 32)  # and the client serves the next op
+            assert torch.isfinite(c.forward(q, q, q)[0]).all()
+        finally:
+            c.close()
+
+
 def test_inputs_the_request_cannot_describe_are_refused_before_sending(client):
     # the request carries one dtype: a k, v, out or dout of another would be misread
     q = torch.randn(1, 16, 2, 32)
@@ -347,3 +367,26 @@ def test_cuda_device_endpoint_keeps_dashd_endpoint_first(monkeypatch, tmp_path):
     from dash_attn import _client
     assert _client._endpoint_for(3) == f"ipc://{tmp_path}/mine.sock"
     assert _client.device_of(torch.zeros(1)) is None
+
+
+def test_scale_and_softcap_that_float32_cannot_hold_are_refused_not_replaced(client):
+    # the request carries them as float32, where 0 means the default scale (1/sqrt(d)) or
+    # no softcap: a softmax_scale of 1e-46 used to run with 1/sqrt(d) - the unscaled
+    # attention, silently - and a softcap of 1e-46 ran uncapped
+    r = rng()
+    q, k, v = (torch.from_numpy(r.standard_normal((1, 8, 2, 32))) for _ in range(3))
+    for kw in ({"softmax_scale": 1e-46}, {"softcap": 1e-46}):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=f"{name}=1e-46 is 0 in float32"):
+            dash_attn.flash_attn_func(q, k, v, **kw)
+        with pytest.raises(ValueError, match=f"{name}=1e-46 is 0 in float32"):
+            dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), **kw)
+    for kw in ({"softmax_scale": 1e39}, {"softcap": 3e39}):
+        with pytest.raises(ValueError, match="beyond float32"):
+            dash_attn.flash_attn_func(q, k, v, **kw)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="softmax_scale=1e-46 is 0 in float32"):
+        dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, softmax_scale=1e-46)
+    # the smallest scale float32 holds is served as that scale: uniform attention over keys
+    out = dash_attn.flash_attn_func(q, k, v, softmax_scale=1e-40)
+    assert torch.allclose(out, v.mean(1, keepdim=True).expand_as(out), atol=1e-12, rtol=0)

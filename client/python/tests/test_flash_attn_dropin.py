@@ -15,7 +15,9 @@ import torch
 import dash_attn
 from dash_attn import fa3
 from dash_attn.flash_attn_interface import (flash_attn_func, flash_attn_kvpacked_func,
-                                            flash_attn_qkvpacked_func)
+                                            flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                                            flash_attn_varlen_kvpacked_func,
+                                            flash_attn_varlen_qkvpacked_func)
 
 SEED = int.from_bytes(os.urandom(4), "little")
 
@@ -50,6 +52,10 @@ FA2 = [("q", None), ("k", None), ("v", None), ("dropout_p", 0.0), ("softmax_scal
        ("deterministic", False), ("return_attn_probs", False)]
 FA2_QKV = [("qkv", None)] + FA2[3:]
 FA2_KV = [("q", None), ("kv", None)] + FA2[3:]
+FA2_VARLEN = FA2[:3] + [("cu_seqlens_q", None), ("cu_seqlens_k", None), ("max_seqlen_q", None),
+                        ("max_seqlen_k", None)] + FA2[3:] + [("block_table", None)]
+FA2_VARLEN_QKV = [("qkv", None), ("cu_seqlens", None), ("max_seqlen", None)] + FA2[3:]
+FA2_VARLEN_KV = [("q", None), ("kv", None)] + FA2_VARLEN[3:-1]
 FA3 = [("q", None), ("k", None), ("v", None), ("softmax_scale", None), ("causal", False),
        ("qv", None), ("q_descale", None), ("k_descale", None), ("v_descale", None),
        ("window_size", (-1, -1)), ("attention_chunk", 0), ("softcap", 0.0), ("num_splits", 1),
@@ -63,9 +69,14 @@ FA3_QKV = [("qkv", None), ("softmax_scale", None), ("causal", False), ("q_descal
 
 @pytest.mark.parametrize("fn,want", [(flash_attn_func, FA2), (flash_attn_qkvpacked_func, FA2_QKV),
                                      (flash_attn_kvpacked_func, FA2_KV),
+                                     (flash_attn_varlen_func, FA2_VARLEN),
+                                     (flash_attn_varlen_qkvpacked_func, FA2_VARLEN_QKV),
+                                     (flash_attn_varlen_kvpacked_func, FA2_VARLEN_KV),
                                      (fa3.flash_attn_func, FA3),
                                      (fa3.flash_attn_qkvpacked_func, FA3_QKV)],
-                         ids=["fa2", "fa2-qkvpacked", "fa2-kvpacked", "fa3", "fa3-qkvpacked"])
+                         ids=["fa2", "fa2-qkvpacked", "fa2-kvpacked", "fa2-varlen",
+                              "fa2-varlen-qkvpacked", "fa2-varlen-kvpacked", "fa3",
+                              "fa3-qkvpacked"])
 def test_signatures_are_flash_attns(fn, want):
     got = [(p.name, None if p.default is inspect.Parameter.empty else p.default)
            for p in inspect.signature(fn).parameters.values()]
@@ -100,6 +111,40 @@ def test_fa2_call_as_flash_attns_tests_do(dtype, causal, heads):
     assert torch.equal(out, out2)
     dq2, dk2, dv2 = torch.autograd.grad(out2, (q, k, v), gout)
     assert torch.equal(dq, dq2) and torch.equal(dk, dk2) and torch.equal(dv, dv2)
+
+
+def test_fa2_varlen_as_flash_attns_users_import_it():
+    # `from flash_attn.flash_attn_interface import flash_attn_varlen_func` used to be an
+    # ImportError from the drop-in; its answer is dash_attn's own call's, deterministic
+    # whatever `deterministic` says, with flash-attn 2's (out, lse, S_dmask)
+    g = gen(12)
+    cu = torch.tensor([0, 9, 9, 40], dtype=torch.int32)
+    q = torch.randn(40, 4, 32, generator=g).requires_grad_()
+    kv = torch.randn(40, 2, 2, 32, generator=g).requires_grad_()
+    k, v = kv.unbind(1)
+    want, want_lse = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 31, 31, causal=True,
+                                                       return_softmax_lse=True)
+    wq, wkv = torch.autograd.grad(want, (q, kv), torch.ones_like(want))
+    for det in (False, True):
+        out, lse, s = flash_attn_varlen_func(q, k, v, cu, cu, 31, 31, 0.0, causal=True,
+                                             deterministic=det, return_attn_probs=True)
+        assert torch.equal(out, want) and torch.equal(lse, want_lse) and lse.shape == (4, 40)
+        assert s.numel() == 0 and s.dtype == q.dtype
+        assert all(torch.equal(a, b) for a, b in
+                   zip(torch.autograd.grad(out, (q, kv), torch.ones_like(out)), (wq, wkv)))
+        out = flash_attn_varlen_kvpacked_func(q, kv, cu, cu, 31, 31, causal=True,
+                                              deterministic=det)
+        assert torch.equal(out, want)
+        assert all(torch.equal(a, b) for a, b in
+                   zip(torch.autograd.grad(out, (q, kv), torch.ones_like(out)), (wq, wkv)))
+    qkv = torch.stack([q.detach()[:, :2], k.detach(), v.detach()], dim=1).requires_grad_()
+    out = flash_attn_varlen_qkvpacked_func(qkv, cu, 31, causal=True)
+    assert torch.equal(out, dash_attn.flash_attn_varlen_func(*qkv.unbind(1), cu, cu, 31, 31,
+                                                             causal=True))
+    (dqkv,) = torch.autograd.grad(out, qkv, torch.ones_like(out))
+    assert dqkv.shape == qkv.shape and torch.isfinite(dqkv).all()
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 31, 31, block_table=cu)
 
 
 def test_fa2_is_deterministic_whatever_deterministic_says():
@@ -173,6 +218,10 @@ def test_fa3_qkvpacked_takes_5d_and_4d_with_num_heads_q():
         fa3.flash_attn_qkvpacked_func(flat)
     with pytest.raises(ValueError, match="not num_heads_q=3"):
         fa3.flash_attn_qkvpacked_func(flat, num_heads_q=3)
+    # a negative count used to pass the check (-2 + 2 * 5 = 8) and fail in torch.split
+    for bad in (-2, 0, 8):
+        with pytest.raises(ValueError, match=f"num_heads_q={bad}"):
+            fa3.flash_attn_qkvpacked_func(flat, num_heads_q=bad)
 
 
 REFUSED = [

@@ -443,6 +443,23 @@ def test_gpu_varlen_on_cuda_tensors_matches_float64():
         assert rel(got, want) < 2e-2, f"{name}, seed {SEED}"
 
 
+def test_gpu_varlen_takes_cuda_offsets_as_flash_attn_users_pass_them():
+    # flash-attn takes cu_seqlens on the GPU; dash_attn copies them to the host (a wait).
+    # Its .numpy() of the CUDA tensor used to raise TypeError before anything was sent.
+    g = torch.Generator(device="cuda").manual_seed(SEED ^ 11)
+    cu = torch.tensor([0, 70, 70, 200], dtype=torch.int32)
+    q, k, v = (torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16().requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16()
+    got = []
+    for cq in (cu, cu.cuda(), cu.cuda().long()):
+        out = dash_attn.flash_attn_varlen_func(q, k, v, cq, cq, 130, 130, causal=True)
+        got.append((out,) + torch.autograd.grad(out, (q, k, v), dout))
+    dash_attn.synchronize()
+    for other in got[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(got[0], other))
+
+
 def _run_as_script():
     if not torch.cuda.is_available():
         print("test_gpu: skipped: no CUDA device")

@@ -273,3 +273,29 @@ def test_torch_func_transforms_are_refused_in_words_and_autograd_grad_works():
     q2 = q.detach().clone().requires_grad_()
     loss(q2).backward()
     assert torch.equal(got, q2.grad), f"seed {SEED}"
+
+
+def test_second_order_gradients_are_an_error_not_silently_missing_terms(client):
+    # dashd computes first derivatives only. A Hessian-vector product through attention
+    # (create_graph=True, then a gradient of the gradient) used to leave attention's
+    # second-order terms out without a word on the eager path (1.8 off a float64 reference
+    # of size 2.4); the ops' path already raised. Every path must raise.
+    g = torch.Generator().manual_seed(SEED)
+    x0 = torch.randn(1, 6, 2, 32, dtype=torch.float64, generator=g)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    calls = {
+        "eager": lambda x: dash_attn.flash_attn_func(x, x, x, causal=True),
+        "ops": lambda x: torch.ops.dash_attn.fwd(x, x, x, None, True, -1, -1, 0.0, "auto", 0,
+                                                 False, None, None)[0],
+        "varlen": lambda x: dash_attn.flash_attn_varlen_func(x[0], x[0], x[0], cu, cu, 4, 4,
+                                                             causal=True)[None],
+    }
+    for name, attn in calls.items():
+        x = x0.clone().requires_grad_()
+        (gx,) = torch.autograd.grad((attn(x) * x).sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="second-order gradients through attention|no autograd formula"):
+            torch.autograd.grad(gx.sum(), x)
+        # the first derivative is still served, and equals the one without create_graph
+        x2 = x0.clone().requires_grad_()
+        (want,) = torch.autograd.grad((attn(x2) * x2).sum(), x2)
+        assert torch.equal(gx.detach(), want), name

@@ -247,6 +247,52 @@ def test_bad_offsets_windows_and_softcap_raise_clear_errors(client):
     assert out.shape == q.shape
 
 
+def test_window_and_max_seqlen_beyond_int32_are_refused_not_truncated(client):
+    # the request holds them as int32: a window of 2**32 + 3 used to reach dashd as 3 and
+    # compute a 3-key window silently, a max_seqlen of 2**32 as 0 (a message about 0)
+    from dash_attn.flash_attn_interface import flash_attn_func as fa2
+    g = torch.Generator().manual_seed(SEED)
+    q, k, v = (torch.randn(1, 12, 2, 32, generator=g) for _ in range(3))
+    for f in (dash_attn.flash_attn_func, fa2):
+        with pytest.raises(ValueError, match=r"window_size\[0\]=4294967299 is beyond int32"):
+            f(q, k, v, window_size=(2**32 + 3, 2**32 + 3))
+        with pytest.raises(ValueError, match=r"window_size\[1\]=-2147483649 is beyond int32"):
+            f(q, k, v, window_size=(-1, -2**31 - 1))
+        with pytest.raises(TypeError, match=r"window_size\[0\] must be an integer, not 1.5"):
+            f(q, k, v, window_size=(1.5, 2))
+    # the widest window int32 holds is no window: the same bits as (-1, -1)
+    widest = dash_attn.flash_attn_func(q, k, v, window_size=(2**31 - 1, 2**31 - 1))
+    assert torch.equal(widest, dash_attn.flash_attn_func(q, k, v)), f"seed {SEED}"
+    assert torch.equal(dash_attn.flash_attn_func(q, k, v, window_size=(3.0, 2)),
+                       dash_attn.flash_attn_func(q, k, v, window_size=(3, 2)))
+    qp, kp, vp = (x[0] for x in (q, k, v))
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    with pytest.raises(ValueError, match="max_seqlen_q=4294967296 is beyond int32"):
+        dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 2**32, 7)
+    with pytest.raises(ValueError, match="max_seqlen_k=4294967303 is beyond int32"):
+        dash_attn.varlen_forward(qp, kp, vp, cu, cu, 7, 2**32 + 7)
+    with pytest.raises(TypeError, match="max_seqlen_q must be an integer, not 7.5"):
+        dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7.5, 7)
+    with pytest.raises(ValueError, match=r"window_size\[0\]=4294967299"):
+        dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7, 7, window_size=(2**32 + 3, 0))
+    # a generous bound is as good as the exact one
+    big = dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 10**6, 10**6)
+    assert torch.equal(big, dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7, 7))
+
+
+def test_offsets_on_a_device_whose_values_cannot_be_read_are_a_clear_error(client):
+    # meta offsets have no values: a ValueError naming them, not numpy's TypeError (CUDA
+    # offsets, flash-attn's usual ones, are copied to the host: test_gpu.py)
+    q = torch.randn(10, 2, 32)
+    good = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q is on device 'meta'"):
+        dash_attn.flash_attn_varlen_func(q, q, q, good.to("meta"), good, 10, 10)
+    with pytest.raises(ValueError, match="cu_seqlens_k is on device 'meta'"):
+        dash_attn.varlen_forward(q, q, q, good, good.to("meta"), 10, 10)
+    out = dash_attn.flash_attn_varlen_func(q, q, q, good, good.long(), 10, 10)
+    assert torch.equal(out, dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10))
+
+
 # ---- the varlen ops: opcheck and torch.compile ----------------------------------------------
 
 def test_varlen_ops_pass_opcheck(client):
