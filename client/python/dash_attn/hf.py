@@ -20,13 +20,17 @@ What transformers asks and how it maps:
 - scaling: softmax_scale (None: 1/sqrt(head_dim)).
 - causal: the call's is_causal, else module.is_causal (True when the module does not say);
   aligned bottom-right, as transformers' masks are when a cache holds earlier tokens.
-- attention_mask: None, or a mask that is exactly causal (or all-true for a non-causal
-  module), boolean or additive (0 / -inf). Anything else - padding, packed sequences,
-  sliding windows, a bias - raises NotImplementedError: dashd would compute a different
-  attention, so it is refused rather than ignored.
-- dropout > 0, softcap, sliding_window, attention sinks (s_aux), position_bias, and
-  flash-attn's packed-sequence arguments (cu_seq_lens_*) raise NotImplementedError naming
-  the argument.
+- sliding_window (Mistral, Gemma 2/3, ...: a query sees the last `sliding_window` keys,
+  itself included): window_size=(sliding_window - 1, sliding_window - 1), as transformers'
+  flash-attn integration passes it (the right side only matters for a non-causal module).
+- softcap (Gemma 2's attn_logit_softcapping): softcap, cap tanh(scores / cap).
+- attention_mask: None, or a mask that is exactly what the call computes - causal (or
+  all-true for a non-causal module), within the sliding window when there is one -
+  boolean or additive (0 / -inf). Anything else - padding, packed sequences, a bias -
+  raises NotImplementedError: dashd would compute a different attention, so it is
+  refused rather than ignored.
+- dropout > 0, attention sinks (s_aux), position_bias, and flash-attn's packed-sequence
+  arguments (cu_seq_lens_*) raise NotImplementedError naming the argument.
 - Returns (out (batch, seqlen_q, heads, head_dim), None): attention weights are never
   formed, so output_attentions gets None.
 - Audit: the op carries the step of the enclosing dash_attn.audit() block and, unless
@@ -48,8 +52,6 @@ NAME = "dash"
 
 # keyword arguments transformers may pass that ask for something dashd does not compute
 _REFUSED = {
-    "softcap": "logit soft-capping",
-    "sliding_window": "sliding-window attention",
     "s_aux": "attention sinks",
     "cu_seq_lens_q": "packed sequences",
     "cu_seq_lens_k": "packed sequences",
@@ -60,10 +62,11 @@ def _refuse(what, fix=""):
     raise NotImplementedError(f"dash_attn ({NAME!r} attention): {what} is not supported{fix}")
 
 
-def _mask_is(attention_mask, causal, q_len, kv_len):
+def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
     """Whether a transformers attention mask (batch, 1 or heads, q_len, kv_len), boolean
     (True: attend) or additive (0: attend, -inf or the dtype's minimum: not), allows exactly
-    what dashd computes: bottom-right causal, or everything."""
+    what dashd computes: bottom-right causal, or everything, and within sliding_window
+    keys of the query's position (either side) when given."""
     m = attention_mask
     if m.dim() != 4 or m.shape[-2] != q_len or m.shape[-1] != kv_len:
         return False
@@ -76,10 +79,13 @@ def _mask_is(attention_mask, causal, q_len, kv_len):
         blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
         if not bool((allowed | blocked).all()):
             return False  # an additive bias, not a mask
-    if not causal:
-        return bool(allowed.all())
     rows = torch.arange(q_len, device=m.device).unsqueeze(1) + (kv_len - q_len)
-    want = torch.arange(kv_len, device=m.device).unsqueeze(0) <= rows
+    cols = torch.arange(kv_len, device=m.device).unsqueeze(0)
+    want = torch.ones(q_len, kv_len, dtype=torch.bool, device=m.device)
+    if causal:
+        want &= cols <= rows
+    if sliding_window is not None:
+        want &= (cols > rows - sliding_window) & (cols < rows + sliding_window)
     return bool((allowed == want).all())
 
 
@@ -94,10 +100,17 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if kwargs.get("position_bias") is not None:
         _refuse("an additive position bias (position_bias=...)")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    sw = kwargs.get("sliding_window")
+    if sw is not None and (isinstance(sw, bool) or not isinstance(sw, int) or sw < 1):
+        raise ValueError(f"dash_attn ({NAME!r} attention): sliding_window={sw!r}: a number of "
+                         "keys, 1 or more")
+    softcap = kwargs.get("softcap")
+    softcap = 0.0 if softcap is None else float(softcap)
     q_len, kv_len = query.shape[2], key.shape[2]
-    if attention_mask is not None and not _mask_is(attention_mask, causal, q_len, kv_len):
+    if attention_mask is not None and not _mask_is(attention_mask, causal, q_len, kv_len, sw):
         _refuse("an attention mask other than plain " + ("causal" if causal else "full")
-                + " attention (padding, packed sequences, a window or a bias)",
+                + " attention" + (f" within a sliding window of {sw}" if sw else "")
+                + " (padding, packed sequences or a bias)",
                 "; pass batches without padding (attention_mask None or all ones)")
     step, label = _client.current_audit()
     idx = getattr(module, "layer_idx", None)
@@ -107,7 +120,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     try:
         out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2),
                               value.transpose(1, 2), softmax_scale=scaling,
-                              causal=bool(causal))
+                              causal=bool(causal),
+                              window_size=(sw - 1, sw - 1) if sw else (-1, -1),
+                              softcap=softcap)
     finally:
         _client.pop_audit()
     return out, None

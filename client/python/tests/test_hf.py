@@ -4,6 +4,7 @@ attn_implementation="dash" computes what its eager attention computes (outputs a
 gradients against a float64 eager copy), trains twice to the same bits (losses, weights,
 audit digests) and close to the eager model's losses, and refuses what it cannot honour.
 Skipped, with the reason, when transformers is not installed."""
+import copy
 import importlib.util
 import json
 import os
@@ -42,9 +43,14 @@ def tiny_config(**kw):
 
 
 def build(config, attn, dtype=torch.float32, seed=SEED):
+    # a copy: from_config keeps the config object and writes the attention implementation
+    # into it, so a second model built from the same config would switch the first one's
+    # attention too (a dash model and its eager reference would both run eager)
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn,
-                                                         dtype=dtype)
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                          attn_implementation=attn, dtype=dtype)
+    assert model.config._attn_implementation == attn
+    return model
 
 
 def test_registered_with_transformers():
@@ -122,8 +128,77 @@ def test_dropout_in_training_is_refused(client):
 
 
 @cpu_only
-@pytest.mark.parametrize("kwarg", ["softcap", "sliding_window", "s_aux", "cu_seq_lens_q",
-                                   "position_bias"])
+def test_gemma2_sliding_window_and_softcap_match_float64_eager(client, monkeypatch):
+    """Gemma 2 alternates sliding-window and full layers and soft-caps its attention
+    logits: in float64 (the CPU engine serves windows and softcap) its logits and every
+    gradient through dashd agree with transformers' eager attention to float64 accuracy,
+    at a length past the window (so the sliding layers' masks are bands). Gemma 2's eager
+    attention takes its softmax in float32 whatever the model's dtype, so the two agree to
+    about 1e-7, not to float64's last bits."""
+    config = transformers.Gemma2Config(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+        sliding_window=8, attn_logit_softcapping=5.0, query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"], attention_dropout=0.0)
+    dash = build(config, "dash", dtype=torch.float64)
+    ref = build(config, "eager", dtype=torch.float64)
+    ref.load_state_dict(dash.state_dict())
+    g = torch.Generator().manual_seed(SEED ^ 2)
+    tokens = torch.randint(0, config.vocab_size, (2, 40), generator=g)
+    seen, real = [], dash_attn.hf.flash_attn_func
+
+    def spy(*a, **kw):  # which window and cap each layer's call to dashd carried
+        seen.append((kw["window_size"], kw["softcap"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dash_attn.hf, "flash_attn_func", spy)
+    out = dash(input_ids=tokens, labels=tokens)
+    assert seen == [((7, 7), 5.0), ((-1, -1), 5.0)]
+    want = ref(input_ids=tokens, labels=tokens)
+    torch.testing.assert_close(out.logits, want.logits, rtol=1e-6, atol=1e-6)
+    out.loss.backward()
+    want.loss.backward()
+    for (name, p), (_, q) in zip(dash.named_parameters(), ref.named_parameters()):
+        assert p.grad is not None, name
+        scale = q.grad.abs().max().item() + 1e-300
+        err = (p.grad - q.grad).abs().max().item() / scale
+        assert err < 1e-6, f"{name}: gradient off by {err:.2e} of its largest element"
+    # and the window and the cap are not no-ops: without them the logits move
+    plain = build(transformers.Gemma2Config(**{**config.to_dict(), "sliding_window": 4096,
+                                               "attn_logit_softcapping": None}),
+                  "dash", dtype=torch.float64)
+    plain.load_state_dict(dash.state_dict())
+    assert (plain(input_ids=tokens).logits - want.logits).abs().max().item() > 1e-3
+
+
+@cpu_only
+def test_sliding_window_mask_must_match_the_window(client):
+    """A band mask of the call's window is served (the bits of no mask); a band of another
+    width is refused, and so is a window that is not a positive number of keys."""
+    model = build(tiny_config(), "dash")
+    attn = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(SEED ^ 3)
+    q = torch.randn(1, 4, 20, 32, generator=g)
+    k, v = (torch.randn(1, 2, 20, 32, generator=g) for _ in range(2))
+    i = torch.arange(20)
+    band = lambda w: ((i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)).expand(1, 1, 20, 20)  # noqa: E731
+    plain, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, scaling=32 ** -0.5,
+                                              sliding_window=6)
+    got, _ = dash_attn.hf.attention_forward(attn, q, k, v, band(6), scaling=32 ** -0.5,
+                                            sliding_window=6)
+    assert torch.equal(got, plain)
+    full, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, scaling=32 ** -0.5)
+    assert not torch.equal(full, plain)
+    with pytest.raises(NotImplementedError, match="within a sliding window of 6"):
+        dash_attn.hf.attention_forward(attn, q, k, v, band(5), scaling=32 ** -0.5,
+                                       sliding_window=6)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="sliding_window"):
+            dash_attn.hf.attention_forward(attn, q, k, v, None, sliding_window=bad)
+
+
+@cpu_only
+@pytest.mark.parametrize("kwarg", ["s_aux", "cu_seq_lens_q", "position_bias"])
 def test_arguments_dashd_cannot_honour_are_refused_by_name(client, kwarg):
     model = build(tiny_config(), "dash")
     attn = model.model.layers[0].self_attn
