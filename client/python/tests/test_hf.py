@@ -198,7 +198,80 @@ def test_sliding_window_mask_must_match_the_window(client):
 
 
 @cpu_only
-@pytest.mark.parametrize("kwarg", ["s_aux", "cu_seq_lens_q", "position_bias"])
+def test_padding_free_batch_matches_each_sequence_alone(client, monkeypatch):
+    """transformers' padding-free batches (DataCollatorWithFlattening with flash-attn
+    kwargs): three sequences packed into one row, position_ids restarting and
+    cu_seq_lens_q/k given. Served by flash_attn_varlen_func (a spy sees every layer go
+    there; a block-diagonal mask beside them is accepted: the next test); the logits
+    and the gradients of the summed per-sequence losses match running each sequence
+    alone."""
+    model = build(tiny_config(), "dash")
+    lens = [5, 11, 7]
+    g = torch.Generator().manual_seed(SEED ^ 4)
+    seqs = [torch.randint(0, 64, (n,), generator=g) for n in lens]
+    cu = torch.tensor([0, 5, 16, 23], dtype=torch.int64)
+    pos = torch.cat([torch.arange(n) for n in lens])
+    seen, real = [], dash_attn.hf.flash_attn_varlen_func
+
+    def spy(*a, **kw):
+        seen.append(a[3].tolist())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dash_attn.hf, "flash_attn_varlen_func", spy)
+    checked, real_is = [], dash_attn.hf._packed_mask_is
+    monkeypatch.setattr(dash_attn.hf, "_packed_mask_is",
+                        lambda m, *a: checked.append(real_is(m, *a)) or checked[-1])
+    packed = model(input_ids=torch.cat(seqs)[None], position_ids=pos[None], cu_seq_lens_q=cu,
+                   cu_seq_lens_k=cu, max_length_q=11, max_length_k=11).logits
+    assert seen == [[0, 5, 16, 23]] * 2  # both layers
+    assert all(checked)  # a mask transformers passes beside them (none, in this version) fits
+    ce = torch.nn.functional.cross_entropy
+    loss = sum(ce(packed[0, a:b - 1], s[1:], reduction="sum")
+               for a, b, s in zip(cu[:-1].tolist(), cu[1:].tolist(), seqs))
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    alone_loss = 0
+    for a, s in zip(cu[:-1].tolist(), seqs):
+        alone = model(input_ids=s[None]).logits
+        torch.testing.assert_close(packed[0, a:a + len(s)], alone[0], rtol=1e-5, atol=1e-5)
+        alone_loss = alone_loss + ce(alone[0, :-1], s[1:], reduction="sum")
+    alone_loss.backward()
+    for n, p in model.named_parameters():
+        scale = p.grad.abs().max().item() + 1e-12
+        err = (grads[n] - p.grad).abs().max().item() / scale
+        assert err < 1e-4, f"{n}: packed gradient off by {err:.2e} of its largest element"
+
+
+@cpu_only
+def test_padding_free_batch_refuses_what_it_cannot_honour(client):
+    """Offsets that do not cover the packed row, a batch of more than one row, and a mask
+    that lets sequences see each other (plain causal over the row) are refused in words."""
+    model = build(tiny_config(), "dash")
+    attn = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(SEED ^ 5)
+    q = torch.randn(1, 4, 12, 32, generator=g)
+    k, v = (torch.randn(1, 2, 12, 32, generator=g) for _ in range(2))
+    cu = torch.tensor([0, 4, 12], dtype=torch.int32)
+    out, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, cu_seq_lens_q=cu,
+                                            cu_seq_lens_k=cu)
+    assert out.shape == (1, 12, 4, 32)
+    with pytest.raises(ValueError, match="offsets from 0 rising to the packed length 12"):
+        dash_attn.hf.attention_forward(attn, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 4, 10]))
+    with pytest.raises(ValueError, match="packed into batch 1"):
+        dash_attn.hf.attention_forward(attn, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1),
+                                       v.expand(2, -1, -1, -1), None, cu_seq_lens_q=cu)
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()[None, None]
+    with pytest.raises(NotImplementedError, match="block-diagonal"):
+        dash_attn.hf.attention_forward(attn, q, k, v, causal, cu_seq_lens_q=cu)
+    block = causal.clone()
+    block[..., 4:, :4] = False  # the second sequence does not see the first
+    got, _ = dash_attn.hf.attention_forward(attn, q, k, v, block, cu_seq_lens_q=cu)
+    assert torch.equal(got, out)
+
+
+@cpu_only
+@pytest.mark.parametrize("kwarg", ["s_aux", "position_bias"])
 def test_arguments_dashd_cannot_honour_are_refused_by_name(client, kwarg):
     model = build(tiny_config(), "dash")
     attn = model.model.layers[0].self_attn
