@@ -66,6 +66,19 @@ def _refuse(what, fix=""):
     raise NotImplementedError(f"dash_attn ({NAME!r} attention): {what} is not supported{fix}")
 
 
+def _allowed(m):
+    """Where a transformers mask lets a query attend: a boolean mask as it is, an additive
+    one (0: attend, -inf or the dtype's minimum: not) where it is 0; None for anything else
+    (another integer type, or an additive bias rather than a mask)."""
+    if m.dtype == torch.bool:
+        return m
+    if not m.is_floating_point():
+        return None
+    allowed = m == 0
+    blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
+    return allowed if bool((allowed | blocked).all()) else None
+
+
 def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
     """Whether a transformers attention mask (batch, 1 or heads, q_len, kv_len), boolean
     (True: attend) or additive (0: attend, -inf or the dtype's minimum: not), allows exactly
@@ -74,15 +87,9 @@ def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
     m = attention_mask
     if m.dim() != 4 or m.shape[-2] != q_len or m.shape[-1] != kv_len:
         return False
-    if m.dtype == torch.bool:
-        allowed = m
-    elif not m.is_floating_point():
-        return False  # neither of transformers' kinds of mask
-    else:
-        allowed = m == 0
-        blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
-        if not bool((allowed | blocked).all()):
-            return False  # an additive bias, not a mask
+    allowed = _allowed(m)
+    if allowed is None:
+        return False
     rows = torch.arange(q_len, device=m.device).unsqueeze(1) + (kv_len - q_len)
     cols = torch.arange(kv_len, device=m.device).unsqueeze(0)
     want = torch.ones(q_len, kv_len, dtype=torch.bool, device=m.device)
@@ -113,14 +120,8 @@ def _packed_mask_is(m, cu_q, cu_k, causal, sliding_window):
     tq, tk = int(cu_q[-1]), int(cu_k[-1])
     if m.dim() != 4 or m.shape[0] != 1 or m.shape[-2] != tq or m.shape[-1] != tk:
         return False
-    if m.dtype == torch.bool:
-        allowed = m
-    elif m.is_floating_point():
-        allowed = m == 0
-        blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
-        if not bool((allowed | blocked).all()):
-            return False
-    else:
+    allowed = _allowed(m)
+    if allowed is None:
         return False
     lq, lk = (cu_q[1:] - cu_q[:-1]).long(), (cu_k[1:] - cu_k[:-1]).long()
     sq = torch.repeat_interleave(torch.arange(len(lq)), lq)  # each query's sequence
