@@ -191,8 +191,12 @@ static void test_dashctl_sched_dot_is_one_whole_digraph(void)
 
 static void test_dashctl_sched_rejects_bad_options_with_exit_2(void)
 {
+    /* the last three: more work than the model takes on (it used to run for minutes or
+     * until memory ran out), refused at once */
     static const char *const bad[] = {"--no-such-flag", "--tiles 0", "--mask diagonal",
-                                      "--c -1", "--schedule fastest", "--tiles", "--w 0"};
+                                      "--c -1", "--schedule fastest", "--tiles", "--w 0",
+                                      "--tiles 2049", "--batch 100000 --heads 2",
+                                      "--cu-seqlens 0,100000000"};
     char args[256], *out;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "sched %s 2>/dev/null", bad[i]);

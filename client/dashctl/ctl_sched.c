@@ -63,6 +63,10 @@ struct sched_row {
     int32_t *orders; /* (M, N): orders[m*N + i] = i-th kv-tile added into dQ tile m */
 };
 
+/* The most (q-tile, kv-tile) pairs, all heads and sequences, one run models: 4M (--tiles
+ * 2048: 3.5 s and 165 MiB on the 2-core build machine; 1M: 0.95 s, 46 MiB). */
+#define SCHED_CTL_MAX_PAIRS (1 << 22)
+
 static const char usage_text[] =
     "usage: dashctl sched [options]\n"
     "\n"
@@ -87,6 +91,8 @@ static const char usage_text[] =
     "                       shows makespans, not grids)\n"
     "  --cu-seqlens-k LIST  the keys' offsets when they differ from the queries'\n"
     "  --batch-invariant    auto as a batch-invariant request resolves it (packed batch)\n"
+    "  (a shape of more than 4194304 (q-tile, kv-tile) pairs, all heads and sequences,\n"
+    "  is refused: the model would take minutes)\n"
     "model:\n"
     "  --w W                virtual wave size of shift (default " CTL_STR(SCHED_W_DEFAULT)
     ", at most " CTL_STR(SCHED_W_MAX) ")\n"
@@ -404,6 +410,25 @@ static int sched_parse(int argc, char **argv, struct sched_opts *ret)
     /* sched_init() sees only the sequence lengths, so their overflow is ours to catch. */
     if ((int64_t)o.q_tiles * o.block_m > INT32_MAX || (int64_t)o.kv_tiles * o.block_n > INT32_MAX)
         return sched_bad("sequence length (tiles x block rows): %s", dash_strerror(-EOVERFLOW));
+    /* The model walks every (q-tile, kv-tile) pair of every head, about 1 us each here:
+     * past SCHED_CTL_MAX_PAIRS it would run for minutes or run out of memory, so it says
+     * so instead (counted in double: the product may be far past int64). */
+    double pairs = 0;
+    if (o.cu_q)
+        for (int32_t i = 0; i < o.nseq; i++)
+            pairs += ceil((double)(o.cu_q[i + 1] - o.cu_q[i]) / o.block_m) *
+                     ceil((double)(o.cu_k[i + 1] - o.cu_k[i]) / o.block_n);
+    else
+        pairs = (double)o.batch * o.q_tiles * o.kv_tiles;
+    pairs *= o.heads;
+    if (pairs > SCHED_CTL_MAX_PAIRS) {
+        free(o.cu_q);
+        free(o.cu_k);
+        return sched_bad("%.0f tile pairs (q-tiles x kv-tiles x heads, summed over the batch) are more than "
+                         "dashctl sched models (%d, a few seconds): fewer tiles, heads or sequences, or "
+                         "larger --block-m/--block-n",
+                         pairs, SCHED_CTL_MAX_PAIRS);
+    }
     *ret = o;
     return 0;
 }

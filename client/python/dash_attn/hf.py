@@ -20,12 +20,21 @@ What transformers asks and how it maps:
 - scaling: softmax_scale (None: 1/sqrt(head_dim)).
 - causal: the call's is_causal, else module.is_causal (True when the module does not say);
   aligned bottom-right, as transformers' masks are when a cache holds earlier tokens.
-- attention_mask: None, or a mask that is exactly causal (or all-true for a non-causal
-  module), boolean or additive (0 / -inf). Anything else - padding, packed sequences,
-  sliding windows, a bias - raises NotImplementedError: dashd would compute a different
-  attention, so it is refused rather than ignored.
-- dropout > 0, softcap, sliding_window, attention sinks (s_aux), position_bias, and
-  flash-attn's packed-sequence arguments (cu_seq_lens_*) raise NotImplementedError naming
+- sliding_window (Mistral, Gemma 2/3, ...: a query sees the last `sliding_window` keys,
+  itself included): window_size=(sliding_window - 1, sliding_window - 1), as transformers'
+  flash-attn integration passes it (the right side only matters for a non-causal module).
+- softcap (Gemma 2's attn_logit_softcapping): softcap, cap tanh(scores / cap).
+- attention_mask: None, or a mask that is exactly what the call computes - causal (or
+  all-true for a non-causal module), within the sliding window when there is one -
+  boolean or additive (0 / -inf). Anything else - padding, packed sequences, a bias -
+  raises NotImplementedError: dashd would compute a different attention, so it is
+  refused rather than ignored.
+- cu_seq_lens_q / cu_seq_lens_k (max_length_q / max_length_k): padding-free batches
+  (transformers' DataCollatorWithFlattening(return_flash_attn_kwargs=True)): batch 1, the
+  sequences packed along seqlen; served by dash_attn.flash_attn_varlen_func, each
+  sequence alone (causal and the window per sequence). The mask transformers builds for
+  them from position_ids (block-diagonal) is accepted; another mask is refused.
+- dropout > 0, attention sinks (s_aux) and position_bias raise NotImplementedError naming
   the argument.
 - Returns (out (batch, seqlen_q, heads, head_dim), None): attention weights are never
   formed, so output_attentions gets None.
@@ -36,6 +45,7 @@ from transformers import AttentionInterface
 
 from . import _client
 from ._func import flash_attn_func
+from ._varlen import flash_attn_varlen_func
 
 try:  # transformers >= 4.53 builds masks per attention implementation
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -48,11 +58,7 @@ NAME = "dash"
 
 # keyword arguments transformers may pass that ask for something dashd does not compute
 _REFUSED = {
-    "softcap": "logit soft-capping",
-    "sliding_window": "sliding-window attention",
     "s_aux": "attention sinks",
-    "cu_seq_lens_q": "packed sequences",
-    "cu_seq_lens_k": "packed sequences",
 }
 
 
@@ -60,27 +66,75 @@ def _refuse(what, fix=""):
     raise NotImplementedError(f"dash_attn ({NAME!r} attention): {what} is not supported{fix}")
 
 
-def _mask_is(attention_mask, causal, q_len, kv_len):
+def _allowed(m):
+    """Where a transformers mask lets a query attend: a boolean mask as it is, an additive
+    one (0: attend, -inf or the dtype's minimum: not) where it is 0; None for anything else
+    (another integer type, or an additive bias rather than a mask)."""
+    if m.dtype == torch.bool:
+        return m
+    if not m.is_floating_point():
+        return None
+    allowed = m == 0
+    blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
+    return allowed if bool((allowed | blocked).all()) else None
+
+
+def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
     """Whether a transformers attention mask (batch, 1 or heads, q_len, kv_len), boolean
     (True: attend) or additive (0: attend, -inf or the dtype's minimum: not), allows exactly
-    what dashd computes: bottom-right causal, or everything."""
+    what dashd computes: bottom-right causal, or everything, and within sliding_window
+    keys of the query's position (either side) when given."""
     m = attention_mask
     if m.dim() != 4 or m.shape[-2] != q_len or m.shape[-1] != kv_len:
         return False
-    if m.dtype == torch.bool:
-        allowed = m
-    elif not m.is_floating_point():
-        return False  # neither of transformers' kinds of mask
-    else:
-        allowed = m == 0
-        blocked = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
-        if not bool((allowed | blocked).all()):
-            return False  # an additive bias, not a mask
-    if not causal:
-        return bool(allowed.all())
+    allowed = _allowed(m)
+    if allowed is None:
+        return False
     rows = torch.arange(q_len, device=m.device).unsqueeze(1) + (kv_len - q_len)
-    want = torch.arange(kv_len, device=m.device).unsqueeze(0) <= rows
+    cols = torch.arange(kv_len, device=m.device).unsqueeze(0)
+    want = torch.ones(q_len, kv_len, dtype=torch.bool, device=m.device)
+    if causal:
+        want &= cols <= rows
+    if sliding_window is not None:
+        want &= (cols > rows - sliding_window) & (cols < rows + sliding_window)
     return bool((allowed == want).all())
+
+
+def _offsets(name, cu, n):
+    """cu_seq_lens_* as int32 offsets on the CPU, checked against the packed length n."""
+    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2 or \
+            cu.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"dash_attn ({NAME!r} attention): {name}: a 1-D int32/int64 tensor of "
+                         "batch + 1 offsets")
+    cu = cu.detach().to("cpu", torch.int64)
+    if int(cu[0]) != 0 or int(cu[-1]) != n or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"dash_attn ({NAME!r} attention): {name} = {cu.tolist()}: offsets from 0 "
+                         f"rising to the packed length {n}")
+    return cu.to(torch.int32)
+
+
+def _packed_mask_is(m, cu_q, cu_k, causal, sliding_window):
+    """Whether a (1, 1 or heads, total_q, total_k) mask is the block-diagonal one of these
+    sequences: each query sees its own sequence's keys, causal bottom-right per sequence,
+    within the window when there is one."""
+    tq, tk = int(cu_q[-1]), int(cu_k[-1])
+    if m.dim() != 4 or m.shape[0] != 1 or m.shape[-2] != tq or m.shape[-1] != tk:
+        return False
+    allowed = _allowed(m)
+    if allowed is None:
+        return False
+    lq, lk = (cu_q[1:] - cu_q[:-1]).long(), (cu_k[1:] - cu_k[:-1]).long()
+    sq = torch.repeat_interleave(torch.arange(len(lq)), lq)  # each query's sequence
+    sk = torch.repeat_interleave(torch.arange(len(lk)), lk)
+    iq = torch.arange(tq) - cu_q[:-1].long()[sq] + (lk - lq)[sq]  # bottom-right position
+    jk = torch.arange(tk) - cu_k[:-1].long()[sk]
+    want = sq[:, None] == sk[None, :]
+    if causal:
+        want &= jk[None, :] <= iq[:, None]
+    if sliding_window is not None:
+        want &= (jk[None, :] > iq[:, None] - sliding_window) & \
+            (jk[None, :] < iq[:, None] + sliding_window)
+    return bool((allowed.cpu() == want).all())
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -94,23 +148,74 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if kwargs.get("position_bias") is not None:
         _refuse("an additive position bias (position_bias=...)")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    sw = kwargs.get("sliding_window")
+    if sw is not None and (isinstance(sw, bool) or not isinstance(sw, int) or sw < 1):
+        raise ValueError(f"dash_attn ({NAME!r} attention): sliding_window={sw!r}: a number of "
+                         "keys, 1 or more")
+    softcap = kwargs.get("softcap")
+    softcap = 0.0 if softcap is None else float(softcap)
     q_len, kv_len = query.shape[2], key.shape[2]
-    if attention_mask is not None and not _mask_is(attention_mask, causal, q_len, kv_len):
+    window = (sw - 1, sw - 1) if sw else (-1, -1)
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None or cu_k is not None:
+        return _packed(module, query, key, value, attention_mask, scaling, causal, sw, window,
+                       softcap, cu_q if cu_q is not None else cu_k,
+                       cu_k if cu_k is not None else cu_q, kwargs)
+    if attention_mask is not None and not _mask_is(attention_mask, causal, q_len, kv_len, sw):
         _refuse("an attention mask other than plain " + ("causal" if causal else "full")
-                + " attention (padding, packed sequences, a window or a bias)",
+                + " attention" + (f" within a sliding window of {sw}" if sw else "")
+                + " (padding, packed sequences or a bias)",
                 "; pass batches without padding (attention_mask None or all ones)")
-    step, label = _client.current_audit()
-    idx = getattr(module, "layer_idx", None)
-    if label is None and idx is not None:
-        label = f"layer{idx}.attn"
-    _client.push_audit(step, label)
-    try:
+    with _layer_audit(module):
         out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2),
                               value.transpose(1, 2), softmax_scale=scaling,
-                              causal=bool(causal))
-    finally:
-        _client.pop_audit()
+                              causal=bool(causal), window_size=window, softcap=softcap)
     return out, None
+
+
+class _layer_audit:
+    """The audit tag of a layer's call: the enclosing dash_attn.audit() block's step and,
+    unless that block set a label, "layer<module.layer_idx>.attn"."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        step, label = _client.current_audit()
+        idx = getattr(self.module, "layer_idx", None)
+        if label is None and idx is not None:
+            label = f"layer{idx}.attn"
+        _client.push_audit(step, label)
+
+    def __exit__(self, *exc):
+        _client.pop_audit()
+        return False
+
+
+def _packed(module, query, key, value, attention_mask, scaling, causal, sw, window, softcap,
+            cu_q, cu_k, kwargs):
+    """A padding-free batch: (1, heads, total, head_dim) holding the sequences cu_seq_lens
+    delimit, served sequence by sequence by flash_attn_varlen_func."""
+    if query.shape[0] != 1:
+        raise ValueError(f"dash_attn ({NAME!r} attention): cu_seq_lens_q/k describe sequences "
+                         f"packed into batch 1; the query has batch {query.shape[0]}")
+    cu_q = _offsets("cu_seq_lens_q", cu_q, query.shape[2])
+    cu_k = _offsets("cu_seq_lens_k", cu_k, key.shape[2])
+    if cu_q.numel() != cu_k.numel():
+        raise ValueError(f"dash_attn ({NAME!r} attention): cu_seq_lens_q has "
+                         f"{cu_q.numel() - 1} sequences, cu_seq_lens_k {cu_k.numel() - 1}")
+    if attention_mask is not None and not _packed_mask_is(attention_mask, cu_q, cu_k, causal, sw):
+        _refuse("an attention mask other than the packed sequences' own (block-diagonal"
+                + (", causal" if causal else "") + (f", within a window of {sw}" if sw else "")
+                + ") beside cu_seq_lens_q/k")
+    max_q = kwargs.get("max_length_q") or int((cu_q[1:] - cu_q[:-1]).max())
+    max_k = kwargs.get("max_length_k") or int((cu_k[1:] - cu_k[:-1]).max())
+    with _layer_audit(module):
+        out = flash_attn_varlen_func(query[0].transpose(0, 1), key[0].transpose(0, 1),
+                                     value[0].transpose(0, 1), cu_q, cu_k, int(max_q),
+                                     int(max_k), softmax_scale=scaling, causal=bool(causal),
+                                     window_size=window, softcap=softcap)
+    return out.unsqueeze(0), None
 
 
 def register(name=NAME):

@@ -4,6 +4,7 @@ attn_implementation="dash" computes what its eager attention computes (outputs a
 gradients against a float64 eager copy), trains twice to the same bits (losses, weights,
 audit digests) and close to the eager model's losses, and refuses what it cannot honour.
 Skipped, with the reason, when transformers is not installed."""
+import copy
 import importlib.util
 import json
 import os
@@ -42,9 +43,14 @@ def tiny_config(**kw):
 
 
 def build(config, attn, dtype=torch.float32, seed=SEED):
+    # a copy: from_config keeps the config object and writes the attention implementation
+    # into it, so a second model built from the same config would switch the first one's
+    # attention too (a dash model and its eager reference would both run eager)
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn,
-                                                         dtype=dtype)
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                          attn_implementation=attn, dtype=dtype)
+    assert model.config._attn_implementation == attn
+    return model
 
 
 def test_registered_with_transformers():
@@ -122,8 +128,150 @@ def test_dropout_in_training_is_refused(client):
 
 
 @cpu_only
-@pytest.mark.parametrize("kwarg", ["softcap", "sliding_window", "s_aux", "cu_seq_lens_q",
-                                   "position_bias"])
+def test_gemma2_sliding_window_and_softcap_match_float64_eager(client, monkeypatch):
+    """Gemma 2 alternates sliding-window and full layers and soft-caps its attention
+    logits: in float64 (the CPU engine serves windows and softcap) its logits and every
+    gradient through dashd agree with transformers' eager attention to float64 accuracy,
+    at a length past the window (so the sliding layers' masks are bands). Gemma 2's eager
+    attention takes its softmax in float32 whatever the model's dtype, so the two agree to
+    about 1e-7, not to float64's last bits."""
+    config = transformers.Gemma2Config(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+        sliding_window=8, attn_logit_softcapping=5.0, query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"], attention_dropout=0.0)
+    dash = build(config, "dash", dtype=torch.float64)
+    ref = build(config, "eager", dtype=torch.float64)
+    ref.load_state_dict(dash.state_dict())
+    g = torch.Generator().manual_seed(SEED ^ 2)
+    tokens = torch.randint(0, config.vocab_size, (2, 40), generator=g)
+    seen, real = [], dash_attn.hf.flash_attn_func
+
+    def spy(*a, **kw):  # which window and cap each layer's call to dashd carried
+        seen.append((kw["window_size"], kw["softcap"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dash_attn.hf, "flash_attn_func", spy)
+    out = dash(input_ids=tokens, labels=tokens)
+    assert seen == [((7, 7), 5.0), ((-1, -1), 5.0)]
+    want = ref(input_ids=tokens, labels=tokens)
+    torch.testing.assert_close(out.logits, want.logits, rtol=1e-6, atol=1e-6)
+    out.loss.backward()
+    want.loss.backward()
+    for (name, p), (_, q) in zip(dash.named_parameters(), ref.named_parameters()):
+        assert p.grad is not None, name
+        scale = q.grad.abs().max().item() + 1e-300
+        err = (p.grad - q.grad).abs().max().item() / scale
+        assert err < 1e-6, f"{name}: gradient off by {err:.2e} of its largest element"
+    # and the window and the cap are not no-ops: without them the logits move
+    plain = build(transformers.Gemma2Config(**{**config.to_dict(), "sliding_window": 4096,
+                                               "attn_logit_softcapping": None}),
+                  "dash", dtype=torch.float64)
+    plain.load_state_dict(dash.state_dict())
+    assert (plain(input_ids=tokens).logits - want.logits).abs().max().item() > 1e-3
+
+
+@cpu_only
+def test_sliding_window_mask_must_match_the_window(client):
+    """A band mask of the call's window is served (the bits of no mask); a band of another
+    width is refused, and so is a window that is not a positive number of keys."""
+    model = build(tiny_config(), "dash")
+    attn = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(SEED ^ 3)
+    q = torch.randn(1, 4, 20, 32, generator=g)
+    k, v = (torch.randn(1, 2, 20, 32, generator=g) for _ in range(2))
+    i = torch.arange(20)
+    band = lambda w: ((i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)).expand(1, 1, 20, 20)  # noqa: E731
+    plain, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, scaling=32 ** -0.5,
+                                              sliding_window=6)
+    got, _ = dash_attn.hf.attention_forward(attn, q, k, v, band(6), scaling=32 ** -0.5,
+                                            sliding_window=6)
+    assert torch.equal(got, plain)
+    full, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, scaling=32 ** -0.5)
+    assert not torch.equal(full, plain)
+    with pytest.raises(NotImplementedError, match="within a sliding window of 6"):
+        dash_attn.hf.attention_forward(attn, q, k, v, band(5), scaling=32 ** -0.5,
+                                       sliding_window=6)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="sliding_window"):
+            dash_attn.hf.attention_forward(attn, q, k, v, None, sliding_window=bad)
+
+
+@cpu_only
+def test_padding_free_batch_matches_each_sequence_alone(client, monkeypatch):
+    """transformers' padding-free batches (DataCollatorWithFlattening with flash-attn
+    kwargs): three sequences packed into one row, position_ids restarting and
+    cu_seq_lens_q/k given. Served by flash_attn_varlen_func (a spy sees every layer go
+    there; a block-diagonal mask beside them is accepted: the next test); the logits
+    and the gradients of the summed per-sequence losses match running each sequence
+    alone."""
+    model = build(tiny_config(), "dash")
+    lens = [5, 11, 7]
+    g = torch.Generator().manual_seed(SEED ^ 4)
+    seqs = [torch.randint(0, 64, (n,), generator=g) for n in lens]
+    cu = torch.tensor([0, 5, 16, 23], dtype=torch.int64)
+    pos = torch.cat([torch.arange(n) for n in lens])
+    seen, real = [], dash_attn.hf.flash_attn_varlen_func
+
+    def spy(*a, **kw):
+        seen.append(a[3].tolist())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dash_attn.hf, "flash_attn_varlen_func", spy)
+    checked, real_is = [], dash_attn.hf._packed_mask_is
+    monkeypatch.setattr(dash_attn.hf, "_packed_mask_is",
+                        lambda m, *a: checked.append(real_is(m, *a)) or checked[-1])
+    packed = model(input_ids=torch.cat(seqs)[None], position_ids=pos[None], cu_seq_lens_q=cu,
+                   cu_seq_lens_k=cu, max_length_q=11, max_length_k=11).logits
+    assert seen == [[0, 5, 16, 23]] * 2  # both layers
+    assert all(checked)  # a mask transformers passes beside them (none, in this version) fits
+    ce = torch.nn.functional.cross_entropy
+    loss = sum(ce(packed[0, a:b - 1], s[1:], reduction="sum")
+               for a, b, s in zip(cu[:-1].tolist(), cu[1:].tolist(), seqs))
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    alone_loss = 0
+    for a, s in zip(cu[:-1].tolist(), seqs):
+        alone = model(input_ids=s[None]).logits
+        torch.testing.assert_close(packed[0, a:a + len(s)], alone[0], rtol=1e-5, atol=1e-5)
+        alone_loss = alone_loss + ce(alone[0, :-1], s[1:], reduction="sum")
+    alone_loss.backward()
+    for n, p in model.named_parameters():
+        scale = p.grad.abs().max().item() + 1e-12
+        err = (grads[n] - p.grad).abs().max().item() / scale
+        assert err < 1e-4, f"{n}: packed gradient off by {err:.2e} of its largest element"
+
+
+@cpu_only
+def test_padding_free_batch_refuses_what_it_cannot_honour(client):
+    """Offsets that do not cover the packed row, a batch of more than one row, and a mask
+    that lets sequences see each other (plain causal over the row) are refused in words."""
+    model = build(tiny_config(), "dash")
+    attn = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(SEED ^ 5)
+    q = torch.randn(1, 4, 12, 32, generator=g)
+    k, v = (torch.randn(1, 2, 12, 32, generator=g) for _ in range(2))
+    cu = torch.tensor([0, 4, 12], dtype=torch.int32)
+    out, _ = dash_attn.hf.attention_forward(attn, q, k, v, None, cu_seq_lens_q=cu,
+                                            cu_seq_lens_k=cu)
+    assert out.shape == (1, 12, 4, 32)
+    with pytest.raises(ValueError, match="offsets from 0 rising to the packed length 12"):
+        dash_attn.hf.attention_forward(attn, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 4, 10]))
+    with pytest.raises(ValueError, match="packed into batch 1"):
+        dash_attn.hf.attention_forward(attn, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1),
+                                       v.expand(2, -1, -1, -1), None, cu_seq_lens_q=cu)
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()[None, None]
+    with pytest.raises(NotImplementedError, match="block-diagonal"):
+        dash_attn.hf.attention_forward(attn, q, k, v, causal, cu_seq_lens_q=cu)
+    block = causal.clone()
+    block[..., 4:, :4] = False  # the second sequence does not see the first
+    got, _ = dash_attn.hf.attention_forward(attn, q, k, v, block, cu_seq_lens_q=cu)
+    assert torch.equal(got, out)
+
+
+@cpu_only
+@pytest.mark.parametrize("kwarg", ["s_aux", "position_bias"])
 def test_arguments_dashd_cannot_honour_are_refused_by_name(client, kwarg):
     model = build(tiny_config(), "dash")
     attn = model.model.layers[0].self_attn
