@@ -31,4 +31,8 @@ for s in gpu_sched gpu_attn_fwd gpu_attn gpu_attn_vl gpu_dashd_varlen gpu_dashd 
 done
 step python 240 env DASHD="$bin/dashd" DASH_LIBRARY="$root/.gpu/lib/libdash.so" \
   DASH_TEST_BACKEND=cuda PYTHONPATH="$root/client/python" python3 "$root/client/python/tests/test_gpu.py"
+# the device tool brings back at most 8 files: the logs go into one archive, the failures'
+# lines into next-summary.txt beside it
+grep -hE "Test: .*FAILED|^    [0-9]+\. |FAILED:" "$out"/next-*.log > "$out/next-summary.txt" 2>/dev/null
+(cd "$out" && tar czf next-logs.tgz next-*.log && rm -f next-*.log)
 exit $status

@@ -32,8 +32,10 @@ What transformers asks and how it maps:
 - cu_seq_lens_q / cu_seq_lens_k (max_length_q / max_length_k): padding-free batches
   (transformers' DataCollatorWithFlattening(return_flash_attn_kwargs=True)): batch 1, the
   sequences packed along seqlen; served by dash_attn.flash_attn_varlen_func, each
-  sequence alone (causal and the window per sequence). The mask transformers builds for
-  them from position_ids (block-diagonal) is accepted; another mask is refused.
+  sequence alone (causal and the window per sequence). As in transformers' flash-attn
+  path the offsets decide: a mask beside them is accepted when it is the sequences'
+  block-diagonal one or the whole row's plain causal (windowed) one, which transformers
+  builds where it does not see the packing; padding or a bias is refused.
 - dropout > 0, attention sinks (s_aux) and position_bias raise NotImplementedError naming
   the argument.
 - Returns (out (batch, seqlen_q, heads, head_dim), None): attention weights are never
@@ -204,10 +206,15 @@ def _packed(module, query, key, value, attention_mask, scaling, causal, sw, wind
     if cu_q.numel() != cu_k.numel():
         raise ValueError(f"dash_attn ({NAME!r} attention): cu_seq_lens_q has "
                          f"{cu_q.numel() - 1} sequences, cu_seq_lens_k {cu_k.numel() - 1}")
-    if attention_mask is not None and not _packed_mask_is(attention_mask, cu_q, cu_k, causal, sw):
+    # transformers' flash-attn path follows the offsets and ignores the mask; a mask here is
+    # served when it is the sequences' own (block-diagonal), or the whole row's plain one,
+    # which transformers builds where it does not see the packing (Gemma 2's sliding layers)
+    if attention_mask is not None and not (
+            _packed_mask_is(attention_mask, cu_q, cu_k, causal, sw)
+            or _mask_is(attention_mask, causal, query.shape[2], key.shape[2], sw)):
         _refuse("an attention mask other than the packed sequences' own (block-diagonal"
                 + (", causal" if causal else "") + (f", within a window of {sw}" if sw else "")
-                + ") beside cu_seq_lens_q/k")
+                + ") or the row's plain one beside cu_seq_lens_q/k (padding or a bias)")
     max_q = kwargs.get("max_length_q") or int((cu_q[1:] - cu_q[:-1]).max())
     max_k = kwargs.get("max_length_k") or int((cu_k[1:] - cu_k[:-1]).max())
     with _layer_audit(module):

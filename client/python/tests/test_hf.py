@@ -171,6 +171,38 @@ def test_gemma2_sliding_window_and_softcap_match_float64_eager(client, monkeypat
     assert (plain(input_ids=tokens).logits - want.logits).abs().max().item() > 1e-3
 
 
+def test_gemma2_window_softcap_and_padding_free_in_bf16(client):
+    """bf16 at head dim 64, what the CUDA backend serves (on the GPU with
+    DASH_TEST_BACKEND=cuda, else on the CPU engine): a tiny Gemma 2 with a sliding window
+    and a softcap near transformers' eager attention in float32, and a padding-free batch
+    of three sequences near each sequence run alone - its sliding layers get the whole
+    row's windowed mask from transformers beside the offsets, which the offsets override."""
+    dev = "cuda" if CUDA else "cpu"
+    config = transformers.Gemma2Config(
+        vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=128,
+        sliding_window=16, attn_logit_softcapping=20.0, query_pre_attn_scalar=64,
+        layer_types=["sliding_attention", "full_attention"], attention_dropout=0.0)
+    dash = build(config, "dash", dtype=torch.bfloat16).to(dev)
+    ref = build(config, "eager", dtype=torch.float32).to(dev)
+    ref.load_state_dict({k: v.float() for k, v in dash.state_dict().items()})
+    dash.requires_grad_(False), ref.requires_grad_(False)  # values only
+    g = torch.Generator().manual_seed(SEED ^ 6)
+    tokens = torch.randint(0, 64, (2, 80), generator=g).to(dev)
+    got, want = dash(input_ids=tokens).logits.float(), ref(input_ids=tokens).logits
+    assert float((got - want).norm() / want.norm()) < 2e-2
+    lens = [17, 40, 23]
+    seqs = [torch.randint(0, 64, (n,), generator=g).to(dev) for n in lens]
+    cu = torch.tensor([0, 17, 57, 80], dtype=torch.int32, device=dev)
+    pos = torch.cat([torch.arange(n) for n in lens]).to(dev)
+    packed = dash(input_ids=torch.cat(seqs)[None], position_ids=pos[None], cu_seq_lens_q=cu,
+                  cu_seq_lens_k=cu, max_length_q=40, max_length_k=40).logits.float()
+    for a, sq in zip((0, 17, 57), seqs):
+        alone = dash(input_ids=sq[None]).logits.float()[0]
+        part = packed[0, a:a + len(sq)]
+        assert float((part - alone).norm() / alone.norm()) < 2e-2
+
+
 @cpu_only
 def test_sliding_window_mask_must_match_the_window(client):
     """A band mask of the call's window is served (the bits of no mask); a band of another
@@ -246,7 +278,9 @@ def test_padding_free_batch_matches_each_sequence_alone(client, monkeypatch):
 @cpu_only
 def test_padding_free_batch_refuses_what_it_cannot_honour(client):
     """Offsets that do not cover the packed row, a batch of more than one row, and a mask
-    that lets sequences see each other (plain causal over the row) are refused in words."""
+    that is neither the sequences' block-diagonal one nor the row's plain causal one (here:
+    padding) are refused in words; those two masks give the bits of no mask (the offsets
+    decide, as in transformers' flash-attn path)."""
     model = build(tiny_config(), "dash")
     attn = model.model.layers[0].self_attn
     g = torch.Generator().manual_seed(SEED ^ 5)
@@ -262,12 +296,15 @@ def test_padding_free_batch_refuses_what_it_cannot_honour(client):
         dash_attn.hf.attention_forward(attn, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1),
                                        v.expand(2, -1, -1, -1), None, cu_seq_lens_q=cu)
     causal = torch.ones(12, 12, dtype=torch.bool).tril()[None, None]
+    padded = causal.clone()
+    padded[..., :2] = False  # the first two keys are padding
     with pytest.raises(NotImplementedError, match="block-diagonal"):
-        dash_attn.hf.attention_forward(attn, q, k, v, causal, cu_seq_lens_q=cu)
+        dash_attn.hf.attention_forward(attn, q, k, v, padded, cu_seq_lens_q=cu)
     block = causal.clone()
     block[..., 4:, :4] = False  # the second sequence does not see the first
-    got, _ = dash_attn.hf.attention_forward(attn, q, k, v, block, cu_seq_lens_q=cu)
-    assert torch.equal(got, out)
+    for mask in (block, causal):
+        got, _ = dash_attn.hf.attention_forward(attn, q, k, v, mask, cu_seq_lens_q=cu)
+        assert torch.equal(got, out)
 
 
 @cpu_only
