@@ -494,6 +494,31 @@ static void strides3(int64_t dst[3], const struct attn_tensor *t)
     dst[2] = t->stride[2];
 }
 
+/* The backward's tensors and their (batch, seqlen, heads) strides into its params. */
+static void bwd_tensors(struct attn_bwd_params *bp, struct attn_tensor dq, struct attn_tensor dk,
+                        struct attn_tensor dv, struct attn_tensor q, struct attn_tensor k,
+                        struct attn_tensor v, struct attn_tensor out, const float *lse,
+                        struct attn_tensor dout)
+{
+    bp->dq = dq.data;
+    bp->dk = dk.data;
+    bp->dv = dv.data;
+    bp->q = q.data;
+    bp->k = k.data;
+    bp->v = v.data;
+    bp->out = out.data;
+    bp->dout = dout.data;
+    bp->lse = lse;
+    strides3(bp->dq_stride, &dq);
+    strides3(bp->dk_stride, &dk);
+    strides3(bp->dv_stride, &dv);
+    strides3(bp->q_stride, &q);
+    strides3(bp->k_stride, &k);
+    strides3(bp->v_stride, &v);
+    strides3(bp->out_stride, &out);
+    strides3(bp->dout_stride, &dout);
+}
+
 /* Make the scratch at least `bytes` long; the old contents are not kept. */
 static int scratch_reserve(struct cuattn *a, size_t bytes)
 {
@@ -698,23 +723,7 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
     unsigned char *base = a->scratch;
     struct attn_bwd_params bp;
     memset(&bp, 0, sizeof bp);
-    bp.dq = dq.data;
-    bp.dk = dk.data;
-    bp.dv = dv.data;
-    bp.q = q.data;
-    bp.k = k.data;
-    bp.v = v.data;
-    bp.out = out.data;
-    bp.dout = dout.data;
-    bp.lse = lse;
-    strides3(bp.dq_stride, &dq);
-    strides3(bp.dk_stride, &dk);
-    strides3(bp.dv_stride, &dv);
-    strides3(bp.q_stride, &q);
-    strides3(bp.k_stride, &k);
-    strides3(bp.v_stride, &v);
-    strides3(bp.out_stride, &out);
-    strides3(bp.dout_stride, &dout);
+    bwd_tensors(&bp, dq, dk, dv, q, k, v, out, lse, dout);
     bp.dq_acc = reinterpret_cast<float *>(base + o_dq);
     bp.dsum = reinterpret_cast<float *>(base + o_dsum);
     bp.lse_vl = reinterpret_cast<float *>(base + o_lse);
@@ -850,23 +859,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
 
     struct attn_bwd_params bp;
     memset(&bp, 0, sizeof bp);
-    bp.dq = dq.data;
-    bp.dk = dk.data;
-    bp.dv = dv.data;
-    bp.q = q.data;
-    bp.k = k.data;
-    bp.v = v.data;
-    bp.out = out.data;
-    bp.dout = dout.data;
-    bp.lse = lse;
-    strides3(bp.dq_stride, &dq);
-    strides3(bp.dk_stride, &dk);
-    strides3(bp.dv_stride, &dv);
-    strides3(bp.q_stride, &q);
-    strides3(bp.k_stride, &k);
-    strides3(bp.v_stride, &v);
-    strides3(bp.out_stride, &out);
-    strides3(bp.dout_stride, &dout);
+    bwd_tensors(&bp, dq, dk, dv, q, k, v, out, lse, dout);
     bp.dq_acc = reinterpret_cast<float *>(base + o_dq);
     bp.dsum = reinterpret_cast<float *>(base + o_dsum);
     bp.counter = reinterpret_cast<int32_t *>(base + o_ctr);
