@@ -46,6 +46,7 @@ struct cuattn {
     int force_interleaved;
     int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
     int last_fwd_tma; /* the last v3 forward on this object loaded through TMA */
+    int last_fwd_wg;  /* the last forward on this object ran v3's kernel */
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
@@ -221,6 +222,11 @@ void cuattn__force_no_tma(struct cuattn *a, int on)
 int cuattn__last_fwd_tma(const struct cuattn *a)
 {
     return a ? a->last_fwd_tma : 0;
+}
+
+int cuattn__last_fwd_wg(const struct cuattn *a)
+{
+    return a ? a->last_fwd_wg : 0;
 }
 
 void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret_grid)
@@ -636,9 +642,17 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             /* pageable: the copy is staged before this returns, so v may go */
             cudaError_t lerr = cudaMemcpyAsync(a->scratch + o_tab, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count,
                                                cudaMemcpyHostToDevice, a->stream);
+            /* v3's forward where the dim's dense forward is v3's; TMA for dense batches */
+            const int wg = impl == CUATTN_IMPL_WGMMA && cuattn__fwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
+            int tma = 0;
             if (lerr == cudaSuccess && v.total > 0)
-                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, a->stream);
+                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, !a->no_tma && !p->cu_seqlens_q, &tma,
+                                             a->stream);
             rc = finish(a, lerr);
+            if (rc == 0) {
+                a->last_fwd_tma = tma;
+                a->last_fwd_wg = wg;
+            }
         }
         vl_plan_free(&v);
     } else {
@@ -647,8 +661,10 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
                            ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma, a->stream)
                        : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                             : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
-        if (rc == 0)
+        if (rc == 0) {
             a->last_fwd_tma = tma;
+            a->last_fwd_wg = impl == CUATTN_IMPL_WGMMA;
+        }
     }
     if (rc == 0 && ret_cfg)
         *ret_cfg = c;

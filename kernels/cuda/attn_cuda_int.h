@@ -205,17 +205,21 @@ cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_ki
                                   int32_t grid, int32_t sms, cudaStream_t stream);
 
 /* attn_vl.cu: windows, softcap and packed batches on v2's tensor-core kernels (forward and
- * backward, 64 x 64 and 64 x 128 tiles, persistent mode only; sm_80 and sm_90), and the
- * backward on v3's wgmma step (sm_90, 64 x 128 tiles; params.wg). The params carry the
- * per-sequence table (see struct attn_vl_seq). smem_bytes as for the dense v2 kernels (the
- * backward: for block_n CUATTN_TC_BLOCK_N; bwd_vl_wg: v3's); 0 for a dim it does not serve.
- * wg: init also v3's kernel; blocks_per_sm and launch: v3's (block_n CUATTN_TC_BLOCK_N). */
+ * backward, 64 x 64 and 64 x 128 tiles, persistent mode only; sm_80 and sm_90), and on v3's
+ * (sm_90): the forward on its warp-specialised kernel (fwd_wg.cuh), the backward on its
+ * wgmma step (64 x 128 tiles; params.wg). The params carry the per-sequence table (see
+ * struct attn_vl_seq). smem_bytes as for the dense v2 kernels (the backward: for block_n
+ * CUATTN_TC_BLOCK_N; fwd_vl_wg, bwd_vl_wg: v3's); 0 for a dim it does not serve.
+ * wg: init also v3's kernels; blocks_per_sm and launch: v3's (block_n CUATTN_TC_BLOCK_N).
+ * fwd_vl_launch with wg runs v3's forward, through TMA where allow_tma and the views'
+ * tensor maps encode (*ret_tma 1), else through cp.async. */
 cudaError_t cuattn__vl_init(size_t smem_optin, int wg);
 size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim);
+size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim);
 size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim);
 size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim);
-cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
-                                  int32_t head_dim, cudaStream_t stream);
+cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
+                                  int allow_tma, int *ret_tma, cudaStream_t stream);
 cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
                                          int32_t *ret);
 cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt,

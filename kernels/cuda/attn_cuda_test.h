@@ -21,12 +21,15 @@ void cuattn__force_interleaved(struct cuattn *a, int on);
  * kernels fit, which head dims are served); only ever lowers the device's figure. */
 void cuattn__limit_smem(struct cuattn *a, size_t bytes);
 
-/* For tests: 1 makes every later v3 forward (attn_fwd_wg.cu) on `a` load its tiles
- * through cp.async even where TMA could; 0 restores the automatic choice (TMA where the
- * views allow). The bits are the same either way; this lets a test prove it. */
+/* For tests: 1 makes every later v3 forward (attn_fwd_wg.cu, and attn_vl.cu's on dense
+ * batches) on `a` load its tiles through cp.async even where TMA could; 0 restores the
+ * automatic choice (TMA where the views allow). The bits are the same either way; this
+ * lets a test prove it. */
 void cuattn__force_no_tma(struct cuattn *a, int on);
 /* For tests: 1 if the last successful v3 forward on `a` loaded through TMA, else 0. */
 int cuattn__last_fwd_tma(const struct cuattn *a);
+/* For tests: 1 if the last successful forward on `a` ran v3's kernel (dense or VL), else 0. */
+int cuattn__last_fwd_wg(const struct cuattn *a);
 
 /* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
  * successful backward on `a`; 0 before any. */

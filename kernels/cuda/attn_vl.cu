@@ -39,11 +39,13 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/cuda/bwd_mma.cuh"
 #include "kernels/cuda/bwd_rows.cuh"
 #include "kernels/cuda/bwd_wgmma.cuh"
 #include "kernels/cuda/fwd_tc.cuh"
+#include "kernels/cuda/fwd_wg.cuh"
 
 /* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
 static __device__ __forceinline__ int32_t vl_entry(const struct attn_vl_seq *t, int32_t n, int32_t x)
@@ -76,11 +78,39 @@ static __device__ __forceinline__ int32_t vl_seq_of(const int32_t *cu, int32_t b
 
 /* ---- forward ------------------------------------------------------------------------- */
 
+static_assert(FWD_TC_BM == FWD_WG_BM, "both forwards take 128-row q-tiles: one table serves both");
+
+/* Thread 0: the params of CTA blockIdx.x's sequence into q (tensors moved to its first rows,
+ * its lengths and geometry; seqlen_k 0 for a sequence without keys) and mb its q-tile (the
+ * heaviest, last, tiles of a sequence first), head and view batch. */
+static __device__ __forceinline__ void fwd_vl_enter(const struct attn_fwd_params &p, struct attn_fwd_params &q,
+                                                    int32_t (&mb)[3])
+{
+    const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
+    q = p;
+    const int64_t oq = (int64_t)e->vb * p.q_stride[0] + (int64_t)e->vq * p.q_stride[1];
+    const int64_t oo = (int64_t)e->vb * p.out_stride[0] + (int64_t)e->vq * p.out_stride[1];
+    const int64_t ok = (int64_t)e->vb * p.k_stride[0] + (int64_t)e->vk * p.k_stride[1];
+    const int64_t ov = (int64_t)e->vb * p.v_stride[0] + (int64_t)e->vk * p.v_stride[1];
+    q.q = static_cast<const uint16_t *>(p.q) + oq;
+    q.out = static_cast<uint16_t *>(p.out) + oo;
+    q.k = static_cast<const uint16_t *>(p.k) + ok;
+    q.v = static_cast<const uint16_t *>(p.v) + ov;
+    q.lse = p.lse + e->lse0;
+    q.geo = e->s;
+    q.seqlen_q = e->s.seqlen_q;
+    q.seqlen_k = e->nokeys ? 0 : e->s.seqlen_k;
+    const int32_t M = (e->s.seqlen_q + FWD_TC_BM - 1) / FWD_TC_BM, lb = (int32_t)blockIdx.x - e->first;
+    mb[0] = M - 1 - lb % M;
+    mb[1] = lb / M;
+    mb[2] = e->vb;
+}
+
 template <int D>
 struct fwd_vl_smem {
     fwd_tc_smem<D> t;
     struct attn_fwd_params prm; /* the CTA's sequence */
-    int32_t mb[2];              /* its q-tile and head */
+    int32_t mb[3];              /* its q-tile, head and view batch */
 };
 
 template <typename DT, int D>
@@ -88,28 +118,62 @@ __global__ void __launch_bounds__(FWD_TC_THREADS, 2) attn_fwd_vl_kernel(const __
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     fwd_vl_smem<D> &sm = *reinterpret_cast<fwd_vl_smem<D> *>(smem_raw);
-    if (threadIdx.x == 0) {
-        const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
-        struct attn_fwd_params &q = sm.prm;
-        q = p;
-        const int64_t oq = (int64_t)e->vb * p.q_stride[0] + (int64_t)e->vq * p.q_stride[1];
-        const int64_t oo = (int64_t)e->vb * p.out_stride[0] + (int64_t)e->vq * p.out_stride[1];
-        const int64_t ok = (int64_t)e->vb * p.k_stride[0] + (int64_t)e->vk * p.k_stride[1];
-        const int64_t ov = (int64_t)e->vb * p.v_stride[0] + (int64_t)e->vk * p.v_stride[1];
-        q.q = static_cast<const uint16_t *>(p.q) + oq;
-        q.out = static_cast<uint16_t *>(p.out) + oo;
-        q.k = static_cast<const uint16_t *>(p.k) + ok;
-        q.v = static_cast<const uint16_t *>(p.v) + ov;
-        q.lse = p.lse + e->lse0;
-        q.geo = e->s;
-        q.seqlen_q = e->s.seqlen_q;
-        q.seqlen_k = e->nokeys ? 0 : e->s.seqlen_k;
-        const int32_t M = (e->s.seqlen_q + FWD_TC_BM - 1) / FWD_TC_BM, lb = (int32_t)blockIdx.x - e->first;
-        sm.mb[0] = M - 1 - lb % M; /* heaviest (last) tiles of the sequence first */
-        sm.mb[1] = lb / M;
-    }
+    if (threadIdx.x == 0)
+        fwd_vl_enter(p, sm.prm, sm.mb);
     __syncthreads(); /* the sequence's params are visible to all */
     fwd_tc_body<DT, D, true>(sm.prm, sm.t, sm.mb[0], sm.mb[1]);
+}
+
+/* v3's forward (fwd_wg.cuh, sm_90a) on the table: one CTA per (128-row q-tile, head) of
+ * each sequence as attn_fwd_vl_kernel, the producer and consumers of the dense kernel on
+ * the sequence's params, over the kv-tiles of the q-tile's band (fwd_wg.cuh's VL). TMA
+ * loads only for dense batches (the host passes maps of the whole view; the sequence is
+ * batch element mb[2], rows from 0): a packed sequence's last tiles would read the next
+ * one's rows where cp.async zero-fills them. */
+template <int D>
+struct fwd_vl_wg_smem {
+    fwd_wg_smem<D> t;           /* first: the kernel aligns the block to FWD_WG_ALIGN */
+    struct attn_fwd_params prm; /* the CTA's sequence */
+    int32_t mb[3];              /* its q-tile, head and view batch */
+};
+
+template <typename DT, int D, bool TMA>
+__global__ void __launch_bounds__(FWD_WG_THREADS, 1)
+    attn_fwd_vl_wg_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
+{
+#if ATTN_WGMMA
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_at = attn_smem_u32(smem_raw);
+    fwd_vl_wg_smem<D> &sm = *reinterpret_cast<fwd_vl_wg_smem<D> *>(
+        smem_raw + (((raw_at + FWD_WG_ALIGN - 1) & ~(uint32_t)(FWD_WG_ALIGN - 1)) - raw_at));
+    if (threadIdx.x == 0) {
+        fwd_vl_enter(p, sm.prm, sm.mb);
+        fwd_wg_init<D, TMA>(sm.t);
+    }
+    __syncthreads(); /* the sequence's params and the barriers are ready for all */
+    const struct attn_fwd_params &q = sm.prm;
+    const int32_t i0 = sm.mb[0] * FWD_WG_BM, h = sm.mb[1];
+    const int32_t rm = q.seqlen_q - i0 < FWD_WG_BM ? q.seqlen_q - i0 : FWD_WG_BM;
+    /* the band's keys: from the first row's first to the last row's last */
+    const int64_t off = (int64_t)q.seqlen_k - q.seqlen_q;
+    int64_t j_lo = 0, j_hi = q.seqlen_k;
+    if (q.geo.wl >= 0 && (int64_t)i0 + off - q.geo.wl > 0)
+        j_lo = (int64_t)i0 + off - q.geo.wl;
+    if (q.geo.wr >= 0 && (int64_t)i0 + rm + off + q.geo.wr < j_hi)
+        j_hi = (int64_t)i0 + rm + off + q.geo.wr;
+    const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN);
+    const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN - 1) / FWD_WG_BN) : n_lo;
+    fwd_wg_vl vt;
+    vt.wl = q.geo.wl;
+    vt.wr = q.geo.wr;
+    vt.cap2 = q.softcap > 0.0f ? __fmul_rn(q.softcap, ATTN_LOG2E) : 0.0f;
+    vt.capsc = q.softcap > 0.0f ? __fdiv_rn(q.scale, q.softcap) : 0.0f;
+    fwd_wg_run<DT, D, TMA, true>(q, maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], vt);
+#else
+    (void)p;
+    (void)maps;
+    __trap(); /* sm_80 never runs v3 */
+#endif
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
@@ -492,6 +556,12 @@ static size_t fwd_vl_bytes(void)
     return sizeof(fwd_vl_smem<D>);
 }
 
+template <int D>
+static size_t fwd_vl_wg_bytes(void)
+{
+    return sizeof(fwd_vl_wg_smem<D>) + FWD_WG_ALIGN; /* the kernel aligns the block up */
+}
+
 template <int D, int BN>
 static size_t bwd_vl_bytes(void)
 {
@@ -511,6 +581,12 @@ static cudaError_t vl_attr(size_t smem_optin, int wg)
     if (wg && bwd_vl_wg_bytes<D>() <= smem_optin)
         err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bwd_vl_wg_bytes<D>());
+    if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fwd_vl_wg_bytes<D>());
+    if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fwd_vl_wg_bytes<D>());
     if (err != cudaSuccess)
         return err;
     if (fwd_vl_bytes<D>() <= smem_optin)
@@ -542,6 +618,11 @@ size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim)
     return head_dim == 64 ? fwd_vl_bytes<64>() : head_dim == 128 ? fwd_vl_bytes<128>() : 0;
 }
 
+size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim)
+{
+    return head_dim == 64 ? fwd_vl_wg_bytes<64>() : head_dim == 128 ? fwd_vl_wg_bytes<128>() : 0;
+}
+
 size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim)
 {
     return head_dim == 64    ? bwd_vl_bytes<64, CUATTN_TC_BLOCK_N>()
@@ -554,22 +635,39 @@ size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim)
     return head_dim == 64 ? bwd_vl_wg_bytes<64>() : head_dim == 128 ? bwd_vl_wg_bytes<128>() : 0;
 }
 
+/* WG: v3's kernel (TMA where allowed and the maps encode: dense batches), else v2's. */
 template <typename DT, int D>
-static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, cudaStream_t stream)
+static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int allow_tma, int *ret_tma,
+                                 cudaStream_t stream)
 {
-    attn_fwd_vl_kernel<DT, D><<<(uint32_t)p->vl_blocks, FWD_TC_THREADS, fwd_vl_bytes<D>(), stream>>>(*p);
+    const uint32_t blocks = (uint32_t)p->vl_blocks;
+    if (!wg) {
+        attn_fwd_vl_kernel<DT, D><<<blocks, FWD_TC_THREADS, fwd_vl_bytes<D>(), stream>>>(*p);
+        return cudaGetLastError();
+    }
+    fwd_wg_maps maps;
+    memset(&maps, 0, sizeof maps);
+    const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D);
+    if (tma)
+        attn_fwd_vl_wg_kernel<DT, D, true><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+    else
+        attn_fwd_vl_wg_kernel<DT, D, false><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+    *ret_tma = tma;
     return cudaGetLastError();
 }
 
-cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
-                                  cudaStream_t stream)
+cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
+                                  int allow_tma, int *ret_tma, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
+    *ret_tma = 0;
     switch (head_dim) {
     case 64:
-        return bf ? fwd_vl_launch<attn_bf16, 64>(p, stream) : fwd_vl_launch<attn_f16, 64>(p, stream);
+        return bf ? fwd_vl_launch<attn_bf16, 64>(p, wg, allow_tma, ret_tma, stream)
+                  : fwd_vl_launch<attn_f16, 64>(p, wg, allow_tma, ret_tma, stream);
     case 128:
-        return bf ? fwd_vl_launch<attn_bf16, 128>(p, stream) : fwd_vl_launch<attn_f16, 128>(p, stream);
+        return bf ? fwd_vl_launch<attn_bf16, 128>(p, wg, allow_tma, ret_tma, stream)
+                  : fwd_vl_launch<attn_f16, 128>(p, wg, allow_tma, ret_tma, stream);
     default:
         return cudaErrorInvalidValue;
     }

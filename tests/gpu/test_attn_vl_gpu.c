@@ -205,6 +205,16 @@ static int ran_expected(const struct cuattn *ca, int32_t impl, int32_t block_n, 
     return 0;
 }
 
+/* The last forward ran v3's kernel (attn_vl.cu's on fwd_wg.cuh) where impl is v3, else v2's. */
+static int ran_expected_fwd(const struct cuattn *ca, int32_t impl, const char *what)
+{
+    const int want = impl == CUATTN_IMPL_WGMMA;
+    if (cuattn__last_fwd_wg(ca) == want)
+        return 1;
+    fprintf(stderr, "\n  %s: ran v%d's forward, expected v%d's", what, cuattn__last_fwd_wg(ca) ? 3 : 2, want ? 3 : 2);
+    return 0;
+}
+
 static double tolerance(enum dtype_kind t)
 {
     return t == DTYPE_F16 ? 5e-3 : 1e-2;
@@ -383,12 +393,16 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
                  packed ? "packed" : "dense", a.p.batch, a.p.heads_q, a.p.heads_kv, d,
                  a.p.dtype == DTYPE_BF16 ? "bf16" : "f16", a.p.mask == SCHED_MASK_CAUSAL ? "causal" : "full",
                  a.p.window, a.p.window_left, a.p.window_right, (double)a.p.softcap);
-        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
-        bad += !check_forward(&a, &R, what);
-        vrefs_backward_given_out(&R, &a);
-        const enum sched_kind kinds[] = {SCHED_AUTO, SCHED_DESCENDING, SCHED_ATOMIC};
         int32_t impls[2];
         const int ni = vl_impls(ca, impls);
+        for (int ii = ni - 1; ii >= 0; ii--) { /* each forward; the default's O (v3's) last */
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+            CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+            bad += !ran_expected_fwd(ca, impls[ii], what);
+            bad += !check_forward(&a, &R, what);
+        }
+        vrefs_backward_given_out(&R, &a);
+        const enum sched_kind kinds[] = {SCHED_AUTO, SCHED_DESCENDING, SCHED_ATOMIC};
         for (int ii = 0; ii < ni; ii++) {
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
             for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
@@ -581,6 +595,91 @@ static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
     int bad = 0;
     for (int32_t D = 64; D <= 128; D += 64)
         bad += packing_case(ca, D, &r);
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
+/* A dense batch with a window and a softcap (4 sequences of 700 queries over 650 keys, GQA
+ * 4:2, bf16) and the same sequences packed: the forward's O and LSE are the same bits, for
+ * each forward kernel the GPU has; on v3's the dense batch loads through TMA, and again
+ * through cp.async (cuattn__force_no_tma), and a packed batch always through cp.async -
+ * the same bytes in shared memory, so the same bits. Head dims 64 and 128; long enough
+ * that the band starts past the first kv-tile (window (300, 0) at 700 rows). */
+static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xf0a7);
+    enum { B = 4, SQ = 700, SK = 650, HQ = 4, HKV = 2 };
+    int bad = 0;
+    for (int32_t D = 64; D <= 128; D += 64) {
+        struct attn_problem p = base_problem(B, HQ, HKV, D, DTYPE_BF16);
+        p.seqlen_q = SQ;
+        p.seqlen_k = SK;
+        p.mask = SCHED_MASK_CAUSAL;
+        p.window = 1;
+        p.window_left = 300;
+        p.window_right = 0;
+        p.softcap = 30.0f;
+        p.scale *= 4.0f;
+        struct vlp dense, packed;
+        vlp_init(&dense, &p, NULL, NULL, &r);
+        const int32_t lq[B] = {SQ, SQ, SQ, SQ}, lk[B] = {SK, SK, SK, SK};
+        vlp_init(&packed, &p, lq, lk, &r);
+        /* (B, S, H, D) and (B * S, H, D) contiguous are the same bytes */
+        CU_ASSERT_FATAL(dense.nq == packed.nq && dense.nk == packed.nk && dense.nlse == packed.nlse);
+        CUDA_OK(cudaMemcpy(packed.d_q, dense.q, dense.es * (size_t)dense.nq, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(packed.d_k, dense.k, dense.es * (size_t)dense.nk, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(packed.d_v, dense.v, dense.es * (size_t)dense.nk, cudaMemcpyHostToDevice));
+        struct vrefs R;
+        vrefs_compute(&R, &dense);
+        int32_t impls[2];
+        const int ni = vl_impls(ca, impls);
+        const size_t ob = dense.es * (size_t)dense.nq, lb = sizeof(float) * (size_t)dense.nlse;
+        void *out0 = malloc(ob + 1);
+        float *lse0 = malloc(lb + 4);
+        CU_ASSERT_FATAL(out0 && lse0);
+        for (int ii = 0; ii < ni; ii++) {
+            char what[64];
+            snprintf(what, sizeof what, "D %d v%d", D, (int)impls[ii]);
+            const int v3 = impls[ii] == CUATTN_IMPL_WGMMA;
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+            CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &dense, NULL), 0);
+            bad += !ran_expected_fwd(ca, impls[ii], what);
+            bad += cuattn__last_fwd_tma(ca) != v3;
+            bad += !check_forward(&dense, &R, what);
+            memcpy(out0, dense.out, ob);
+            memcpy(lse0, dense.lse, lb); /* (B, H, S) */
+            if (v3) {
+                cuattn__force_no_tma(ca, 1);
+                CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &dense, NULL), 0);
+                cuattn__force_no_tma(ca, 0);
+                bad += cuattn__last_fwd_tma(ca) != 0 || !ran_expected_fwd(ca, impls[ii], what);
+                if (memcmp(out0, dense.out, ob) != 0 || memcmp(lse0, dense.lse, lb) != 0) {
+                    fprintf(stderr, "\n  %s: cp.async gave other bits than TMA", what);
+                    bad++;
+                }
+            }
+            CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &packed, NULL), 0);
+            bad += cuattn__last_fwd_tma(ca) != 0 || !ran_expected_fwd(ca, impls[ii], what);
+            int lse_bad = 0;
+            for (int32_t b = 0; b < B; b++) /* packed LSE: (H, B * S) */
+                for (int32_t h = 0; h < HQ; h++)
+                    lse_bad += memcmp(packed.lse + (size_t)h * B * SQ + (size_t)b * SQ,
+                                      lse0 + ((size_t)b * HQ + h) * SQ, sizeof(float) * SQ) != 0;
+            if (memcmp(out0, packed.out, ob) != 0 || lse_bad) {
+                fprintf(stderr, "\n  %s: packed gave other bits than dense (%d LSE rows)", what, lse_bad);
+                bad++;
+            }
+        }
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
+        free(out0);
+        free(lse0);
+        vrefs_free(&R);
+        vlp_free(&dense);
+        vlp_free(&packed);
+    }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
 }
@@ -834,6 +933,8 @@ int suite_gpu_attn_vl(void)
                      test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_grid) ||
         !CU_add_test(s, "test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing",
                      test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing) ||
+        !CU_add_test(s, "test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing",
+                     test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing) ||
         !CU_add_test(s, "test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan",
                      test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan) ||
         !CU_add_test(s, "test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused",
