@@ -197,6 +197,30 @@ class Checks(unittest.TestCase):
         self.assertFalse(got[("window-1k bwd TFLOPS / causal", "dashd")]["ok"])  # 0.78
         self.assertTrue(got[("window-4k bwd TFLOPS / causal", "dashd")]["ok"])
         self.assertNotIn(("window-1k fwd TFLOPS / causal", "cudnn-fe"), got)  # its error
+        self.assertNotIn(("varlen det bwd >= cudnn-fe bwd (streamed)", None), got)  # no such rows
+
+    def test_streamed_checks_use_the_streamed_figures(self):
+        rows = [self.row("varlen", "dashd", 300, 200), self.row("varlen", "cudnn-fe", 350, 380),
+                self.row("causal", "dashd", 500, 450), self.row("window-1k", "dashd", 200, 300)]
+        streamed = {("varlen", "dashd"): (320, 400), ("varlen", "cudnn-fe"): (350, 390),
+                    ("causal", "dashd"): (520, 460), ("window-1k", "dashd"): (450, 420)}
+        for r in rows:
+            f, b = streamed[(r["case"], r["peer"])]
+            r.update(fwd_stream_tflops=f, bwd_stream_tflops=b)
+        got = {(k["check"], k.get("peer")): k for k in vp.criteria(rows)}
+        self.assertFalse(got[("varlen det bwd >= cudnn-fe bwd", None)]["ok"])  # 200 / 380
+        v = got[("varlen det bwd >= cudnn-fe bwd (streamed)", None)]
+        self.assertAlmostEqual(v["ratio"], 400 / 390)
+        self.assertTrue(v["ok"])
+        self.assertFalse(got[("window-1k fwd TFLOPS / causal", "dashd")]["ok"])  # 0.4
+        w = got[("window-1k fwd TFLOPS / causal (streamed)", "dashd")]
+        self.assertAlmostEqual(w["ratio"], 450 / 520)
+        self.assertTrue(w["ok"])
+        case = vp.make_case("window-1k", 128)
+        text = vp.report({"date": "2026-12-02 03:00 UTC", "device": "d", "commit": "c",
+                          "command": "x", "reps": 1, "cases": [case], "rows": rows})
+        self.assertIn("| dashd | 1.000 | 200.0 | 450.0 | 2.000 | 300.0 | 420.0 | yes | n/a |  |",
+                      text)
 
     def test_criteria_say_not_measured_when_dashd_was_refused(self):
         rows = [{"case": "varlen", "D": 128, "peer": "dashd", "error": "refused: x"},
@@ -208,8 +232,8 @@ class Checks(unittest.TestCase):
         rows[0]["error"] = "refused: DASH_ENOTSUP: a | b"
         text = vp.report({"date": "2026-12-02 03:00 UTC", "device": "d", "commit": "c",
                           "command": "x", "reps": 1, "cases": [case], "rows": rows})
-        self.assertIn("| dashd | | | | | | | refused: DASH_ENOTSUP: a / b |", text)
-        self.assertIn("| cudnn-fe | 1.000 | 350.0 | 2.000 | 380.0 | yes | n/a |  |", text)
+        self.assertIn("| dashd | | | | | | | | | refused: DASH_ENOTSUP: a / b |", text)
+        self.assertIn("| cudnn-fe | 1.000 | 350.0 | n/a | 2.000 | 380.0 | n/a | yes | n/a |  |", text)
         self.assertIn("| varlen det bwd >= cudnn-fe bwd | 128 | dashd / cudnn-fe | n/a | n/a |",
                       text)
 

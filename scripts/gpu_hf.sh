@@ -10,7 +10,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
 export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-python3 -m pip install -q --no-index --find-links "$root/.gpu/wheels-hf" transformers \
+python3 -m pip install -q --no-index --find-links "$root/.gpu/wheels-hf" transformers pytest \
   > "$out/hf-install.log" 2>&1 || { tail -5 "$out/hf-install.log"; exit 1; }
 DASHD=$root/.gpu/bin/dashd \
   DASH_LIBRARY=$root/.gpu/lib/libdash.so DASH_TEST_BACKEND=cuda PYTHONPATH=$root/client/python \

@@ -9,7 +9,7 @@
 #   WHAT=hf bash scripts/gpu_wheels.sh [DEST] Hugging Face transformers at the version of
 #                                             client/python/requirements-test.txt, with its
 #                                             dependencies (scripts/gpu_hf.sh installs them
-#                                             from DEST, default .gpu/wheels-hf; ~44 MB: carry
+#                                             from DEST, default .gpu/wheels-hf; ~29 MB: carry
 #                                             them with a bundle of dashd and libdash only)
 # PYVER (default 3.12) is the GPU machine's Python; only its x86_64 manylinux wheels are
 # taken.
@@ -21,8 +21,12 @@ if [ "${WHAT:-cudnn}" = hf ]; then
   dest=${1:-.gpu/wheels-hf}
   pkg=$(grep -E '^transformers==' "$root/client/python/requirements-test.txt")
   mkdir -p "$dest"
-  python3 -m pip download -q "$pkg" --only-binary=:all: --python-version "$pyver" \
+  # pytest too: the GPU machine's Python has PyTorch but need not have pytest
+  python3 -m pip download -q "$pkg" pytest --only-binary=:all: --python-version "$pyver" \
     "${plats[@]/#/--platform=}" -d "$dest"
+  # numpy is there with PyTorch, and its wheel alone (16 MB) would take the bundle past
+  # the device tool's 64 MiB
+  rm -f "$dest"/numpy-*.whl
   du -sh "$dest"
   exit 0
 fi
