@@ -27,9 +27,11 @@ def dashctl_path():
 
 
 class Daemon:
-    def __init__(self, extra=()):
+    def __init__(self, extra=(), sock=None):
+        """sock: the socket's path (default: dashd.sock in a directory of its own)."""
         self.dir = tempfile.mkdtemp(prefix="dash-py-")
-        self.endpoint = f"ipc://{self.dir}/dashd.sock"
+        self.sock = sock or f"{self.dir}/dashd.sock"
+        self.endpoint = f"ipc://{self.sock}"
         self.extra = list(extra)
         self.log = open(os.path.join(self.dir, "dashd.log"), "a")
         self._spawn()
@@ -41,7 +43,7 @@ class Daemon:
             args += ["--threads", "2"]
         self.proc = subprocess.Popen(args + self.extra, stderr=self.log)
         deadline = time.time() + 20
-        while not os.path.exists(f"{self.dir}/dashd.sock"):
+        while not os.path.exists(self.sock):
             if self.proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("dashd did not start: see " + self.log.name)
             time.sleep(0.02)
@@ -50,7 +52,7 @@ class Daemon:
         """SIGKILL (a crash: the socket file stays) and start again on the same endpoint."""
         self.proc.kill()
         self.proc.wait(timeout=30)
-        os.unlink(f"{self.dir}/dashd.sock")  # so that waiting for it waits for the new one
+        os.unlink(self.sock)  # so that waiting for it waits for the new one
         self._spawn()
 
     def stop(self):

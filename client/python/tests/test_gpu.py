@@ -483,5 +483,69 @@ def _run_as_script():
     return 1 if failed or rc else 0
 
 
+def _scrape(port):
+    """dashd's /metrics as {series with labels: value}."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_gpu_metrics_count_the_gpu_time_of_the_ops_served():
+    """dashd_gpu_seconds_total on the CUDA backend: the ops' run time (what
+    dashd_op_run_seconds sums), more than half of what CUDA events measure around 6
+    streamed forwards of 16 heads x 4096 x 128 (the stream is busy with them) and less
+    than the wall time the client waited for them; the backward's counter moves too."""
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    d = Daemon(extra=["--metrics", f"127.0.0.1:{port}"])
+    c = dash_attn.Client(d.endpoint, client_name="pytest-metrics")
+    fwd, bwd = 'op="forward"', 'op="backward"'
+
+    def settled(key, n):  # a snapshot holding n completed ops of that kind (it lags 100 ms)
+        deadline = time.time() + 10
+        while True:
+            m = _scrape(port)
+            if m.get(f"dashd_op_run_seconds_count{{{key}}}", 0) >= n or time.time() > deadline:
+                return m
+            time.sleep(0.05)
+    try:
+        q, k, v, dout = inputs((1, 4096, 4096, 16, 16, 128), torch.bfloat16, SEED ^ 11)
+        out, lse = c.forward(q, k, v, causal=False)  # warm
+        c.synchronize()
+        m0 = settled(fwd, 1)
+        n0 = m0[f"dashd_op_run_seconds_count{{{fwd}}}"]
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.monotonic()
+        a.record()
+        for _ in range(6):
+            out, lse = c.forward(q, k, v, causal=False)
+        b.record()
+        c.synchronize()
+        b.synchronize()
+        wall = time.monotonic() - t0
+        m1 = settled(fwd, n0 + 6)
+        assert m1[f"dashd_op_run_seconds_count{{{fwd}}}"] == n0 + 6, m1
+        gpu = m1[f"dashd_gpu_seconds_total{{{fwd}}}"] - m0[f"dashd_gpu_seconds_total{{{fwd}}}"]
+        run = m1[f"dashd_op_run_seconds_sum{{{fwd}}}"] - m0[f"dashd_op_run_seconds_sum{{{fwd}}}"]
+        events = a.elapsed_time(b) / 1e3
+        assert abs(gpu - run) < 1e-6, (gpu, run)
+        assert 0.5 * events < gpu < wall + 0.01, (gpu, events, wall)
+        c.backward(dout, q, k, v, out, lse, causal=False)
+        c.synchronize()
+        m2 = settled(bwd, 1)
+        assert m2[f"dashd_gpu_seconds_total{{{bwd}}}"] > 0, m2
+    finally:
+        c.close()
+        assert d.stop() == 0
+
+
 if __name__ == "__main__":
     sys.exit(_run_as_script())

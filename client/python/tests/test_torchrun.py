@@ -3,7 +3,9 @@
 the audit log (from torchrun's RANK / WORLD_SIZE, DASH_RANK / DASH_WORLD_SIZE, or
 connect()), bad values are refused, and examples/torchrun_ddp.py - 2 ranks, DDP over gloo,
 CPU tensors, both ranks on one dashd - repeats to the same bits on every rank, while a run
-perturbed on one rank is named by `dashctl audit diff` at that rank, step and layer."""
+perturbed on one rank is named by `dashctl audit diff` at that rank, step and layer. With
+DASH_TEST_BACKEND=cuda the ranks' tensors are on the GPU (dashd --backend cuda), and on a
+machine of 2 GPUs also a dashd per GPU with NCCL between the ranks."""
 import json
 import os
 import socket
@@ -25,6 +27,10 @@ EXAMPLE = os.path.join(ROOT, "examples", "torchrun_ddp.py")
 # their tensors on the GPU (bf16), both on GPU 0 when there is one; else CPU tensors (fp32)
 CUDA = os.environ.get("DASH_TEST_BACKEND") == "cuda"
 cpu_only = pytest.mark.skipif(CUDA, reason="fp32 CPU tensors: the CUDA backend serves bf16/fp16")
+GPUS = torch.cuda.device_count() if CUDA and torch.cuda.is_available() else 0
+torch2 = pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                            reason="torchrun of PyTorch 1.x (Debian 12's 1.13) fails to start its "
+                            "workers (AttributeError in elastic's redirects); needs PyTorch 2")
 
 
 def one_forward(endpoint, **kw):
@@ -93,14 +99,26 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun(work, name, *extra):
-    """examples/torchrun_ddp.py on 2 ranks (gloo, CPU) against its own audited dashd:
-    its audit log goes to WORK/NAME/audit/, each rank's summary to WORK/NAME/out/."""
+def torchrun(work, name, *extra, per_gpu=False):
+    """examples/torchrun_ddp.py on 2 ranks against audited dashds: one (gloo; CPU tensors,
+    or both ranks on GPU 0 under DASH_TEST_BACKEND=cuda) whose log is WORK/NAME/audit/dashd.audit,
+    or with per_gpu one per GPU (NCCL; rank r on GPU r talks to the dashd of --device r,
+    through the example's --endpoint with {device}) logging to WORK/NAME/audit/gpu<r>.audit.
+    Each rank's summary goes to WORK/NAME/out/."""
     audit = os.path.join(work, name, "audit")
     os.makedirs(audit)
-    d = Daemon(["--audit", os.path.join(audit, "dashd.audit"), "--audit-level", "all"])
-    env = dict(os.environ, DASHD_ENDPOINT=d.endpoint, GLOO_SOCKET_IFNAME="lo",
-               OMP_NUM_THREADS="1", DASH_RUN_TAG=name)
+    if per_gpu:
+        ds = [Daemon(["--device", str(g), "--audit", os.path.join(audit, f"gpu{g}.audit"),
+                      "--audit-level", "all"], sock=os.path.join(work, name, f"gpu{g}.sock"))
+              for g in (0, 1)]
+        extra = ("--backend", "nccl", "--endpoint",
+                 "ipc://" + os.path.join(work, name, "gpu{device}.sock")) + extra
+        env = dict(os.environ)
+        env.pop("DASHD_ENDPOINT", None)
+    else:
+        ds = [Daemon(["--audit", os.path.join(audit, "dashd.audit"), "--audit-level", "all"])]
+        env = dict(os.environ, DASHD_ENDPOINT=ds[0].endpoint)
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", DASH_RUN_TAG=name)
     for k in ("DASH_RANK", "DASH_WORLD_SIZE", "RANK", "WORLD_SIZE"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
@@ -111,14 +129,38 @@ def torchrun(work, name, *extra):
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     finally:
-        assert d.stop() == 0
+        assert all(d.stop() == 0 for d in ds)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return [json.load(open(os.path.join(work, name, "out", f"rank{r}.json"))) for r in (0, 1)]
 
 
-@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
-                    reason="torchrun of PyTorch 1.x (Debian 12's 1.13) fails to start its "
-                    "workers (AttributeError in elastic's redirects); needs PyTorch 2")
+@torch2
+@pytest.mark.skipif(GPUS < 2, reason="needs DASH_TEST_BACKEND=cuda and 2 GPUs")
+def test_torchrun_a_dashd_per_gpu_serves_its_rank_and_repeats_bits():
+    """2 GPUs: rank r on GPU r, each with a dashd of its own (--device r), NCCL between the
+    ranks: two runs give the same bits on every rank, each daemon's log holds its rank's
+    records only, and `dashctl audit diff` matches the runs rank by rank across the logs."""
+    work = tempfile.mkdtemp(prefix="dash-py-torchrun-gpus-")
+    one = torchrun(work, "one", per_gpu=True)
+    two = torchrun(work, "two", per_gpu=True)
+    for r in (0, 1):
+        assert one[r]["device"] == f"cuda:{r}", one[r]
+        assert one[r]["losses_hex"] == two[r]["losses_hex"], r
+        assert one[r]["weights_sha256"] == two[r]["weights_sha256"], r
+    assert one[0]["weights_sha256"] == one[1]["weights_sha256"]  # DDP
+    a, b = (os.path.join(work, n, "audit") for n in ("one", "two"))
+    for g in (0, 1):
+        text = dump(os.path.join(a, f"gpu{g}.audit"))
+        assert text.count(f"rank={g}/2 step=") == 12, text[-2000:]
+        assert text.count(f"rank={1 - g}/2 step=") == 0, text[-2000:]
+    same = subprocess.run([dashctl_path(), "audit", "diff", a, b], capture_output=True,
+                          text=True)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "rank 0: identical, 12 records matched" in same.stdout, same.stdout
+    assert "rank 1: identical, 12 records matched" in same.stdout, same.stdout
+
+
+@torch2
 def test_torchrun_two_ranks_repeat_bits_and_a_perturbed_rank_is_named():
     work = tempfile.mkdtemp(prefix="dash-py-torchrun-")
     one = torchrun(work, "one")
