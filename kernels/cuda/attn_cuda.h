@@ -32,12 +32,12 @@
  * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
  * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
  * Sliding windows, softcap and packed variable-length batches (struct attn_problem's
- * window, softcap, cu_seqlens) run kernels of their own, attn_vl.cu: v2's tensor-core
- * forward and backward (mma.sync) with the window's two sides, the softcap (and its tanh
- * derivative in the backward) and a per-sequence table, on every GPU - on sm_90 too, where
- * the dense problems run v3 (the Hopper kernels gain these features later). Head dims 64
- * and 128 only (others: -ENOTSUP); v2's tiles (64 x 128 by default where they fit the
- * device, else 64 x 64; block_n 64 on request) whatever cuattn_set_impl chose. Each
+ * window, softcap, cu_seqlens) run kernels of their own, attn_vl.cu: the forward and
+ * backward with the window's two sides, the softcap (and its tanh derivative in the
+ * backward) and a per-sequence table - v3's (wgmma) where the dense problems of the dim run
+ * v3 (sm_90), else v2's (mma.sync). Head dims 64 and 128 only (others: -ENOTSUP); the
+ * backward's tiles 64 x 128 by default where they fit the device, else 64 x 64 (block_n 64
+ * on request, which runs v2's step on sm_90 too). Each
  * sequence is its own problem with its own schedule (docs/schedules.md, "Packed batches"),
  * so a sequence's bits do not depend on what it is packed with. Their backward has no
  * interleaved mode: a shift schedule launches at least the CTAs one chunk of a sequence

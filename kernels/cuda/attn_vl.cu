@@ -3,9 +3,10 @@
  * attn_vl.cu - sliding windows, softcap and packed variable-length batches on v2's
  * tensor-core kernels (mma.sync; sm_80 and sm_90): the forward and the deterministic
  * backward as separate template instantiations (VL) of v2's code (fwd_tc.cuh, bwd_mma.cuh),
- * so the dense kernels stay what they were; and on sm_90 with impl v3 the backward on v3's
- * wgmma step (bwd_wgmma.cuh, VL likewise; 64 x 128 tiles: attn_bwd_vl_wg_kernel below).
- * The forward runs v2's kernel everywhere. A file of its own because it compiles the
+ * so the dense kernels stay what they were; and on sm_90 with impl v3 on v3's: the forward
+ * on its warp-specialised kernel (fwd_wg.cuh, VL likewise: attn_fwd_vl_wg_kernel, TMA for
+ * dense batches, cp.async for packed ones) and the backward on its wgmma step
+ * (bwd_wgmma.cuh, VL likewise; 64 x 128 tiles: attn_bwd_vl_wg_kernel). A file of its own because it compiles the
  * schedule library's band arithmetic into device code (SCHED_DEVICE_BAND: sched.h keeps it
  * out of every other file, where it made the dense backward spill).
  *
@@ -20,7 +21,8 @@
  * cap tanh(scale q.k / cap); dS through the tanh's derivative 1 - tanh^2).
  *
  *   forward     one CTA per (128-row q-tile, head) of each sequence, sequence by sequence;
- *               kv-tiles from the first 64-row tile's n_lo to the last's n_hi.
+ *               kv-tiles from the one holding the tile's first row's first key to the one
+ *               holding its last row's last (v2: 64 keys, v3: 128).
  *   backward    preprocess (Dsum, and LSE moved into the scratch layout), the persistent
  *               kernel taking jobs in dispatch order (sequence after sequence, each in its
  *               schedule's order; ranks from sched_rank on the sequence's schedule),
