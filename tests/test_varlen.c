@@ -270,6 +270,33 @@ static void test_varlen_engine_matches_float64_reference_sequence_by_sequence(vo
     eng_free(e);
 }
 
+/* Long sequences, as packed training batches hold them: 8191 and 8000 tokens beside a
+ * 1-token and a 333-token one (lengths neither 1 nor a tile multiple but one), GQA 2:1,
+ * causal with a window of 255 keys and a softcap of 30, bf16 and fp32: values, LSE and
+ * gradients against the float64 reference, whose loops visit a row's window only (so this
+ * takes seconds, not the minutes a full row of 8k keys would). */
+static void test_varlen_8k_sequences_with_a_window_match_float64_reference(void)
+{
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x384b6c656eULL);
+    struct eng *e = eng_new(2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        struct attn_problem base = {.heads_q = 2, .heads_kv = 1, .head_dim = 32,
+                                    .dtype = fp32 ? DTYPE_F32 : DTYPE_BF16, .mask = SCHED_MASK_CAUSAL,
+                                    .scale = 4.0f / sqrtf(32.0f), .window = 1, .window_left = 255,
+                                    .window_right = 0, .softcap = 30.0f};
+        const int32_t lq[] = {8191, 1, 333, 8000};
+        struct pack a;
+        pack_init(&a, &base, 4, lq, lq);
+        pack_fill(&a, &r);
+        struct attn_config cfg = {fp32 ? SCHED_SHIFT : SCHED_AUTO, 0, 0, 0, 0};
+        check_against_reference(e, &a, &cfg, fp32 ? "8k, fp32, shift" : "8k, bf16, auto");
+        pack_free(&a);
+    }
+    eng_free(e);
+}
+
 /* float64 serves windows, softcap and packed batches with the same definitions (the
  * reference's): every window case, causal or not, softcap 0/30/50, GQA or not, on fresh
  * ragged batches, to 1e-12 (what gradcheck needs); its bits are the same for 1 and 5
@@ -738,6 +765,7 @@ int suite_varlen(void)
         return -1;
     ADD_TEST(s, test_varlen_problem_checks_explain_each_bad_case);
     ADD_TEST(s, test_varlen_engine_matches_float64_reference_sequence_by_sequence);
+    ADD_TEST(s, test_varlen_8k_sequences_with_a_window_match_float64_reference);
     ADD_TEST(s, test_varlen_float64_serves_windows_softcap_and_packed_batches);
     ADD_TEST(s, test_varlen_dense_batch_with_window_and_softcap_matches_reference);
     ADD_TEST(s, test_varlen_rows_without_keys_give_zeros_never_nan);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * ref.c - the float64 reference. Deliberately the simplest correct code: one query row at
- * a time, the full row of scores, no tiling, no online softmax; a packed batch sequence by
- * sequence, and the window and softcap from their definitions.
+ * a time, the row's scores over its visible keys, no tiling, no online softmax; a packed
+ * batch sequence by sequence, and the window and softcap from their definitions.
  */
 #include "kernels/attn/ref.h"
 
@@ -32,13 +32,21 @@ static struct seq seq_of(const struct attn_problem *p, int32_t b)
 }
 
 /* The definition, straight from flash-attn's documentation: causal is right = 0, -1 is
- * unbounded, aligned to the bottom-right corner of the sequence's own (sq, sk) matrix. */
-static int visible(const struct attn_problem *p, const struct seq *s, int64_t i, int64_t j)
+ * unbounded, aligned to the bottom-right corner of the sequence's own (sq, sk) matrix.
+ * Row i sees key j iff (left < 0 || j >= diag - left) && (right < 0 || j <= diag + right),
+ * diag = i + sk - sq: the keys [*lo, *hi) (empty when *hi <= *lo). The loops below visit
+ * only those: a masked key's terms were exact zeros (P = 0 times a finite value), so
+ * leaving them out changes no sum, and a long windowed row costs its window, not its
+ * length. */
+static void visible_keys(const struct attn_problem *p, const struct seq *s, int64_t i, int64_t *lo, int64_t *hi)
 {
     const int64_t left = p->window ? p->window_left : -1;
     const int64_t right = p->mask == SCHED_MASK_CAUSAL ? 0 : p->window ? p->window_right : -1;
     const int64_t diag = i + s->sk - s->sq;
-    return (left < 0 || j >= diag - left) && (right < 0 || j <= diag + right);
+    *lo = left < 0 || diag - left < 0 ? 0 : diag - left;
+    *hi = right < 0 || diag + right + 1 > s->sk ? s->sk : diag + right + 1;
+    if (*hi < *lo)
+        *hi = *lo;
 }
 
 /* The score of (i, j) and, with a softcap, d(score)/d(scale q.k) in *ret_dcap (else 1). */
@@ -55,19 +63,17 @@ static double score(const struct attn_problem *p, double qk, double *ret_dcap)
 }
 
 /* Softmax row of query i of sequence s, head h, into prob[sk] (and the softcap's
- * derivative into dcap[sk], if not NULL); returns the log-sum-exp, or +inf when the row
- * sees no key (prob all zero). */
+ * derivative into dcap[sk], if not NULL; both valid on the visible keys [*lo, *hi), prob 0
+ * elsewhere); returns the log-sum-exp, or +inf when the row sees no key (prob all zero). */
 static double softmax_row(const struct attn_problem *p, const struct attn_tensor *q,
                           const struct attn_tensor *k, const struct seq *sq, int64_t i,
-                          int64_t h, double *prob, double *dcap)
+                          int64_t h, double *prob, double *dcap, int64_t *lo, int64_t *hi)
 {
     const int64_t hk = h / (p->heads_q / p->heads_kv);
     double mx = -INFINITY;
-    for (int64_t j = 0; j < sq->sk; j++) {
-        if (!visible(p, sq, i, j)) {
-            prob[j] = -INFINITY;
-            continue;
-        }
+    visible_keys(p, sq, i, lo, hi);
+    memset(prob, 0, sizeof(double) * (size_t)sq->sk);
+    for (int64_t j = *lo; j < *hi; j++) {
         double s = 0, dc;
         for (int64_t d = 0; d < p->head_dim; d++)
             s += at(q, p->dtype, sq->vb, sq->q0 + i, h, d) * at(k, p->dtype, sq->vb, sq->k0 + j, hk, d);
@@ -77,16 +83,17 @@ static double softmax_row(const struct attn_problem *p, const struct attn_tensor
         if (prob[j] > mx)
             mx = prob[j];
     }
-    if (mx == -INFINITY) {
+    if (mx == -INFINITY) { /* no visible key (or only -inf scores: none here) */
         memset(prob, 0, sizeof(double) * (size_t)sq->sk);
+        *hi = *lo;
         return INFINITY;
     }
     double sum = 0;
-    for (int64_t j = 0; j < sq->sk; j++) {
+    for (int64_t j = *lo; j < *hi; j++) {
         prob[j] = prob[j] == -INFINITY ? 0 : exp(prob[j] - mx);
         sum += prob[j];
     }
-    for (int64_t j = 0; j < sq->sk; j++)
+    for (int64_t j = *lo; j < *hi; j++)
         prob[j] /= sum;
     return mx + log(sum);
 }
@@ -108,14 +115,15 @@ int ref_forward(const struct attn_problem *p, struct attn_tensor q, struct attn_
         const struct seq sq = seq_of(p, b);
         for (int64_t h = 0; h < p->heads_q; h++)
             for (int64_t i = 0; i < sq.sq; i++) {
-                double l = softmax_row(p, &q, &k, &sq, i, h, prob, NULL);
+                int64_t lo, hi;
+                double l = softmax_row(p, &q, &k, &sq, i, h, prob, NULL, &lo, &hi);
                 const int64_t row = sq.q0 + i;
                 if (lse)
                     lse[(sq.vb * p->heads_q + h) * Rq + row] = l;
                 double *o = out + ((sq.vb * Rq + row) * p->heads_q + h) * D;
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
-                    for (int64_t j = 0; j < sq.sk; j++)
+                    for (int64_t j = lo; j < hi; j++)
                         acc += prob[j] * at(&v, p->dtype, sq.vb, sq.k0 + j, h / G, d);
                     o[d] = acc;
                 }
@@ -158,24 +166,25 @@ static int backward(const struct attn_problem *p, struct attn_tensor q, struct a
         for (int64_t h = 0; h < p->heads_q; h++)
             for (int64_t i = 0; i < sq.sq; i++) {
                 const int64_t hk = h / G, qi = sq.q0 + i;
-                softmax_row(p, &q, &k, &sq, i, h, prob, dcap);
+                int64_t lo, hi;
+                softmax_row(p, &q, &k, &sq, i, h, prob, dcap, &lo, &hi);
                 /* O row (or the given one), dP row and Dsum = dO . O, all in double */
                 double dsum = 0;
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
-                    for (int64_t j = 0; j < sq.sk; j++)
+                    for (int64_t j = lo; j < hi; j++)
                         acc += prob[j] * at(&v, p->dtype, vb, sq.k0 + j, hk, d);
                     o[d] = given ? at(given, p->dtype, vb, qi, h, d) : acc;
                     dsum += o[d] * at(&dout, p->dtype, vb, qi, h, d);
                 }
-                for (int64_t j = 0; j < sq.sk; j++) {
+                for (int64_t j = lo; j < hi; j++) {
                     double acc = 0;
                     for (int64_t d = 0; d < D; d++)
                         acc += at(&dout, p->dtype, vb, qi, h, d) * at(&v, p->dtype, vb, sq.k0 + j, hk, d);
                     dp[j] = acc;
                 }
                 double *dqi = dq + ((vb * Rq + qi) * p->heads_q + h) * D;
-                for (int64_t j = 0; j < sq.sk; j++) {
+                for (int64_t j = lo; j < hi; j++) {
                     if (prob[j] == 0)
                         continue;
                     /* d(loss)/d(score), then through the softcap to d/d(scale q.k) */
