@@ -4,6 +4,7 @@ endpoint, CPU backend unless DASH_TEST_BACKEND says otherwise, stopped with SIGT
 The dashd binary: $DASHD, else build/dashd of this checkout."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,13 @@ def dashd_path():
 
 def dashctl_path():
     return os.path.join(os.path.dirname(dashd_path()), "dashctl")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on (for a moment)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Daemon:

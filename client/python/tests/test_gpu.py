@@ -19,7 +19,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import Daemon  # noqa: E402
+from conftest import Daemon, free_port  # noqa: E402
 import random_cases  # noqa: E402
 
 import dash_attn  # noqa: E402
@@ -501,10 +501,7 @@ def test_gpu_metrics_count_the_gpu_time_of_the_ops_served():
     dashd_op_run_seconds sums), more than half of what CUDA events measure around 6
     streamed forwards of 16 heads x 4096 x 128 (the stream is busy with them) and less
     than the wall time the client waited for them; the backward's counter moves too."""
-    import socket
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
+    port = free_port()
     d = Daemon(extra=["--metrics", f"127.0.0.1:{port}"])
     c = dash_attn.Client(d.endpoint, client_name="pytest-metrics")
     fwd, bwd = 'op="forward"', 'op="backward"'

@@ -8,7 +8,6 @@ DASH_TEST_BACKEND=cuda the ranks' tensors are on the GPU (dashd --backend cuda),
 machine of 2 GPUs also a dashd per GPU with NCCL between the ranks."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from conftest import ROOT, Daemon, dashctl_path  # noqa: E402
+from conftest import ROOT, Daemon, dashctl_path, free_port  # noqa: E402
 
 import dash_attn  # noqa: E402
 
@@ -91,12 +90,6 @@ def test_bad_rank_is_refused_before_connecting(monkeypatch, env, kw, match):
         monkeypatch.setenv(k, v)
     with pytest.raises(ValueError, match=match):
         dash_attn.Client("ipc:///nonexistent/dashd.sock", **kw)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(work, name, *extra, per_gpu=False):
