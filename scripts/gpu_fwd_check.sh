@@ -72,22 +72,13 @@ if [ "$cmd" = ab ]; then
         echo "$build $shape: exit $?" >> "$tmp/err"
     done
   done
-  python3 - "$tmp" > "$out/fwd-ab.md" <<'EOF'
-import json, sys
+  python3 - "$tmp" "$root/bench" > "$out/fwd-ab.md" <<'EOF'
+import sys
 tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from gpu_ab import rows_of  # bench_gpu's documents, one after another
 def rows(path):
-    text, dec, at, got = open(path).read(), json.JSONDecoder(), 0, {}
-    while True:
-        while at < len(text) and text[at].isspace():
-            at += 1
-        if at >= len(text):
-            return got
-        try:
-            doc, at = dec.raw_decode(text, at)
-        except ValueError:
-            return got
-        for r in doc["rows"]:
-            got[(r["D"], r["S"], r["causal"])] = r
+    return {(r["D"], r["S"], r["causal"]): r for r in rows_of(path)}
 base, new = rows(f"{tmp}/base.json"), rows(f"{tmp}/new.json")
 print("# v3 forward A/B: base build vs this tree, bench_gpu --impl 3, bf16, 16384 tokens\n")
 print("| hdim | seqlen | mask | base fwd TFLOPS | new fwd TFLOPS | new / base | bwd digests (forward bits) |")
@@ -149,19 +140,13 @@ bench)
       done
     done
   done
-  python3 - "$tmp" > "$out/fwd-bench.md" <<'EOF'
-import json, sys
+  python3 - "$tmp" "$root/bench" > "$out/fwd-bench.md" <<'EOF'
+import sys
 tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from gpu_ab import rows_of  # bench_gpu's documents, one after another
 def rows(path):
-    text, dec, at, got = open(path).read(), json.JSONDecoder(), 0, {}
-    while True:
-        while at < len(text) and text[at].isspace():
-            at += 1
-        if at >= len(text):
-            return got
-        doc, at = dec.raw_decode(text, at)
-        for r in doc["rows"]:
-            got[(r["D"], r["S"], r["causal"])] = r["fwd_tflops"]
+    return {(r["D"], r["S"], r["causal"]): r["fwd_tflops"] for r in rows_of(path)}
 v2, v3 = rows(f"{tmp}/impl2.json"), rows(f"{tmp}/impl3.json")
 print("# v3 forward (attn_fwd_wg.cu) vs v2 forward, bench_gpu --impl 2 / 3, bf16, 16384 tokens\n")
 print("| hdim | seqlen | mask | v2 fwd TFLOPS | v3 fwd TFLOPS | v3 / v2 |")
