@@ -81,6 +81,27 @@ def _allowed(m):
     return allowed if bool((allowed | blocked).all()) else None
 
 
+def _want(cu_q, cu_k, causal, sliding_window, device):
+    """What dashd computes for the sequences the offsets cu_q, cu_k delimit, as a (total_q,
+    total_k) boolean mask on device: each query sees its own sequence's keys, causal
+    bottom-right per sequence, within sliding_window keys of the query's position (either
+    side) when given."""
+    cu_q, cu_k = cu_q.to(device, torch.int64), cu_k.to(device, torch.int64)
+    tq, tk = int(cu_q[-1]), int(cu_k[-1])
+    lq, lk = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
+    sq = torch.repeat_interleave(torch.arange(len(lq), device=device), lq)  # a query's sequence
+    sk = torch.repeat_interleave(torch.arange(len(lk), device=device), lk)
+    iq = torch.arange(tq, device=device) - cu_q[:-1][sq] + (lk - lq)[sq]  # bottom-right position
+    jk = torch.arange(tk, device=device) - cu_k[:-1][sk]
+    want = sq[:, None] == sk[None, :]
+    if causal:
+        want &= jk[None, :] <= iq[:, None]
+    if sliding_window is not None:
+        want &= (jk[None, :] > iq[:, None] - sliding_window) & \
+            (jk[None, :] < iq[:, None] + sliding_window)
+    return want
+
+
 def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
     """Whether a transformers attention mask (batch, 1 or heads, q_len, kv_len), boolean
     (True: attend) or additive (0: attend, -inf or the dtype's minimum: not), allows exactly
@@ -92,14 +113,8 @@ def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
     allowed = _allowed(m)
     if allowed is None:
         return False
-    rows = torch.arange(q_len, device=m.device).unsqueeze(1) + (kv_len - q_len)
-    cols = torch.arange(kv_len, device=m.device).unsqueeze(0)
-    want = torch.ones(q_len, kv_len, dtype=torch.bool, device=m.device)
-    if causal:
-        want &= cols <= rows
-    if sliding_window is not None:
-        want &= (cols > rows - sliding_window) & (cols < rows + sliding_window)
-    return bool((allowed == want).all())
+    one = (torch.tensor([0, q_len]), torch.tensor([0, kv_len]))  # a single sequence
+    return bool((allowed == _want(*one, causal, sliding_window, m.device)).all())
 
 
 def _offsets(name, cu, n):
@@ -117,26 +132,14 @@ def _offsets(name, cu, n):
 
 def _packed_mask_is(m, cu_q, cu_k, causal, sliding_window):
     """Whether a (1, 1 or heads, total_q, total_k) mask is the block-diagonal one of these
-    sequences: each query sees its own sequence's keys, causal bottom-right per sequence,
-    within the window when there is one."""
+    sequences (_want)."""
     tq, tk = int(cu_q[-1]), int(cu_k[-1])
     if m.dim() != 4 or m.shape[0] != 1 or m.shape[-2] != tq or m.shape[-1] != tk:
         return False
     allowed = _allowed(m)
     if allowed is None:
         return False
-    lq, lk = (cu_q[1:] - cu_q[:-1]).long(), (cu_k[1:] - cu_k[:-1]).long()
-    sq = torch.repeat_interleave(torch.arange(len(lq)), lq)  # each query's sequence
-    sk = torch.repeat_interleave(torch.arange(len(lk)), lk)
-    iq = torch.arange(tq) - cu_q[:-1].long()[sq] + (lk - lq)[sq]  # bottom-right position
-    jk = torch.arange(tk) - cu_k[:-1].long()[sk]
-    want = sq[:, None] == sk[None, :]
-    if causal:
-        want &= jk[None, :] <= iq[:, None]
-    if sliding_window is not None:
-        want &= (jk[None, :] > iq[:, None] - sliding_window) & \
-            (jk[None, :] < iq[:, None] + sliding_window)
-    return bool((allowed.cpu() == want).all())
+    return bool((allowed.cpu() == _want(cu_q, cu_k, causal, sliding_window, "cpu")).all())
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
