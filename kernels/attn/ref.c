@@ -62,9 +62,10 @@ static double score(const struct attn_problem *p, double qk, double *ret_dcap)
     return s;
 }
 
-/* Softmax row of query i of sequence s, head h, into prob[sk] (and the softcap's
- * derivative into dcap[sk], if not NULL; both valid on the visible keys [*lo, *hi), prob 0
- * elsewhere); returns the log-sum-exp, or +inf when the row sees no key (prob all zero). */
+/* Softmax row of query i of sequence s, head h, into prob[j] (and the softcap's
+ * derivative into dcap[j], if not NULL) for the visible keys j in [*lo, *hi), the only
+ * ones its callers read; returns the log-sum-exp, or +inf when the row sees no key (then
+ * *hi = *lo). */
 static double softmax_row(const struct attn_problem *p, const struct attn_tensor *q,
                           const struct attn_tensor *k, const struct seq *sq, int64_t i,
                           int64_t h, double *prob, double *dcap, int64_t *lo, int64_t *hi)
@@ -72,7 +73,6 @@ static double softmax_row(const struct attn_problem *p, const struct attn_tensor
     const int64_t hk = h / (p->heads_q / p->heads_kv);
     double mx = -INFINITY;
     visible_keys(p, sq, i, lo, hi);
-    memset(prob, 0, sizeof(double) * (size_t)sq->sk);
     for (int64_t j = *lo; j < *hi; j++) {
         double s = 0, dc;
         for (int64_t d = 0; d < p->head_dim; d++)
@@ -83,14 +83,13 @@ static double softmax_row(const struct attn_problem *p, const struct attn_tensor
         if (prob[j] > mx)
             mx = prob[j];
     }
-    if (mx == -INFINITY) { /* no visible key (or only -inf scores: none here) */
-        memset(prob, 0, sizeof(double) * (size_t)sq->sk);
+    if (mx == -INFINITY) { /* no visible key (or -inf scores alone, from infinite inputs) */
         *hi = *lo;
         return INFINITY;
     }
     double sum = 0;
     for (int64_t j = *lo; j < *hi; j++) {
-        prob[j] = prob[j] == -INFINITY ? 0 : exp(prob[j] - mx);
+        prob[j] = exp(prob[j] - mx); /* every key here is visible */
         sum += prob[j];
     }
     for (int64_t j = *lo; j < *hi; j++)
