@@ -531,17 +531,21 @@ int soak_run(const struct soak_opts *o, struct soak_result *ret)
         memcpy(all, kids, (size_t)o->clients * sizeof *all);
         memcpy(all + o->clients, sh->vanished, (size_t)n * sizeof *all);
     }
+    /* The descriptors are sampled in the loop too: the connection daemon_sessions() has just
+     * closed is dashd's to reap, which it may not have done yet when it answered; a leaked
+     * descriptor stays past SETTLE_MS. */
     long shm = -1;
     for (double end = now_s() + SETTLE_MS / 1e3; now_s() < end;) {
         shm = all ? our_shm_objects(all, n + o->clients, o->clients, since, 0) : -1;
-        if (daemon_sessions(o->endpoint) == 0 && shm == 0)
-            break;
+        long sessions = daemon_sessions(o->endpoint);
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
+        soak_usage_of(o->daemon_pid, &ret->after);
+        if (sessions == 0 && shm == 0 && ret->after.fds >= 0 && ret->after.fds <= ret->idle.fds)
+            break;
     }
     if (shm > 0)
         (void)our_shm_objects(all, n + o->clients, o->clients, since, 1);
-    soak_usage_of(o->daemon_pid, &ret->after);
     ret->after.shm_objects = shm;
     for (int k = 0; k < SOAK_KINDS; k++)
         ret->sent[k] = atomic_load(&sh->sent[k]);
