@@ -552,12 +552,15 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     const struct cuda *c = impl;
     const struct attn_problem *p = &plan->prob;
     const int ext = plan->varlen || p->window || p->softcap != 0;
+    /* head dim 96 runs the 128-column kernels (widened copies) where 128 has tensor cores */
+    const int wide96 = p->head_dim == CUATTN_PAD_FROM &&
+                       cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && p->head_dim != 64 &&
-        p->head_dim != 128) {
-        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims 64 and 128 only, not %d; "
-                 "a dashd with --backend cpu serves the others", plan->varlen ? "packed "
-                 "variable-length batches" : p->window ? "sliding windows" : "softcap",
-                 p->head_dim);
+        p->head_dim != 128 && !wide96) {
+        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims 64, 128 and (on tensor "
+                 "cores) 96 only, not %d; a dashd with --backend cpu serves the others",
+                 plan->varlen ? "packed variable-length batches" : p->window ? "sliding windows"
+                 : "softcap", p->head_dim);
         return DASH_EHEADDIM;
     }
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)
@@ -573,8 +576,8 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
         return DASH_ESHAPE;
     }
     /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2/v3 backward (its
-     * default), so the block_n an OpResult reported can always be sent back. Head dims 96
-     * and 256 run v1 (64 x 64) whatever the implementation chosen. */
+     * default), so the block_n an OpResult reported can always be sent back. Head dim 256
+     * runs v1 (64 x 64) whatever the implementation chosen; 96 what 128 runs. */
     const int wide = plan->backward &&
                      cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
@@ -970,9 +973,9 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,
              i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA
-                 ? "v3 wgmma backward, v2 tensor-core forward (v1 for head dims 96, 256)"
+                 ? "v3 wgmma (head dim 96 widened to 128; v1 for 256)"
              : i64 == CUATTN_IMPL_TENSOR_CORES && i128 == CUATTN_IMPL_TENSOR_CORES
-                 ? "v2 tensor cores (v1 for head dims 96, 256)"
+                 ? "v2 tensor cores (head dim 96 widened to 128; v1 for 256)"
              : i64 != CUATTN_IMPL_CUDA_CORES
                  ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256"
                  : "v1 CUDA cores");

@@ -6,8 +6,10 @@
  * cores: attn_fwd_tc.cu, attn_bwd_tc.cu; v3, sm_90: attn_fwd_wg.cu and attn_bwd_tc.cu's
  * wgmma kernels) and of backward mode, launches and error checks.
  * Both implementations take the same params structs, scratch layout and modes; only the
- * launchers called differ. Head dims 96 and 256 have v1 kernels only, so calls with them
- * run v1 whatever the object's choice (cuattn_impl_for).
+ * launchers called differ. Head dim 256 has v1 kernels only, so calls with it run v1
+ * whatever the object's choice (cuattn_impl_for); head dim 96 runs the 128-column kernels
+ * of v2 or v3 on copies widened by zero columns (attn_pad.cu; a second grow-only
+ * allocation holds them), or v1 where 128 runs v1.
  *
  * Backward mode. The kernel's CTAs must all be resident at once (they wait on each
  * other), so the grid is capped at blocks-per-SM x SMs. Then:
@@ -40,6 +42,8 @@ struct cuattn {
     cudaStream_t stream;
     unsigned char *scratch; /* device memory, scratch_cap bytes */
     size_t scratch_cap;
+    unsigned char *pad; /* device memory, pad_cap bytes: head dim 96's widened copies */
+    size_t pad_cap;
     int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1), _TENSOR_CORES (v2) or _WGMMA (v3) */
     int hopper;   /* sm_90: v3's kernels can run */
     size_t smem_optin; /* the device's shared memory per block, opted in */
@@ -124,6 +128,8 @@ void cuattn_free(struct cuattn *a)
     (void)cudaSetDevice(a->device);
     if (a->scratch)
         (void)cudaFree(a->scratch);
+    if (a->pad)
+        (void)cudaFree(a->pad);
     (void)cudaStreamDestroy(a->stream);
     free(a);
 }
@@ -159,6 +165,8 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
         return -EINVAL;
+    if (head_dim == CUATTN_PAD_FROM)
+        head_dim = CUATTN_PAD_TO; /* widened copies (padded()), where that dim has tensor cores */
     if (head_dim != 64 && head_dim != 128)
         return CUATTN_IMPL_CUDA_CORES;
     /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: 205 KiB at head dim
@@ -459,11 +467,32 @@ static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const
     return (int64_t)per_sm * a->sms < need ? -ERANGE : 0;
 }
 
+/* Head dim 96 runs the 128-column tensor-core kernels on copies of its tensors widened by
+ * zero columns (attn_pad.cu says why that is head dim 96's answer): where the
+ * implementation for it is not v1 (cuattn_impl_for). */
+static int padded(const struct cuattn *a, const struct attn_problem *p)
+{
+    return p && p->head_dim == CUATTN_PAD_FROM && cuattn_impl_for(a, CUATTN_PAD_FROM) != CUATTN_IMPL_CUDA_CORES;
+}
+
+/* The problem the kernels run for a padded one. */
+static struct attn_problem widened(const struct attn_problem *p)
+{
+    struct attn_problem w = *p;
+    w.head_dim = CUATTN_PAD_TO;
+    return w;
+}
+
 int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
                         const struct attn_config *cfg, int backward)
 {
     if (!a || !p)
         return -EINVAL;
+    struct attn_problem wide;
+    if (padded(a, p)) { /* checked as what runs: the problem at the kernels' width */
+        wide = widened(p);
+        p = &wide;
+    }
     /* what cuattn_forward / cuattn_backward ask of prepare */
     const int tc = backward && cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     struct attn_config c, fc;
@@ -525,31 +554,38 @@ static void bwd_tensors(struct attn_bwd_params *bp, struct attn_tensor dq, struc
     strides3(bp->dout_stride, &dout);
 }
 
-/* Make the scratch at least `bytes` long; the old contents are not kept. */
-static int scratch_reserve(struct cuattn *a, size_t bytes)
+/* Make a grow-only device allocation (*mem, *cap bytes) at least `bytes` long; the old
+ * contents are not kept. */
+static int grow(struct cuattn *a, unsigned char **mem, size_t *cap, size_t bytes)
 {
-    if (bytes <= a->scratch_cap)
+    if (bytes <= *cap)
         return 0;
-    size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-    if (a->scratch) {
+    const size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    if (*mem) {
         /* Work still queued may use it (cuattn_set_async): finish that first. */
         cudaError_t err = cudaStreamSynchronize(a->stream);
         if (err == cudaSuccess)
-            err = cudaFree(a->scratch);
-        a->scratch = NULL;
-        a->scratch_cap = 0;
+            err = cudaFree(*mem);
+        *mem = NULL;
+        *cap = 0;
         if (err != cudaSuccess)
             return err_code(err);
     }
-    void *mem = NULL;
-    cudaError_t err = cudaMalloc(&mem, cap);
+    void *got = NULL;
+    cudaError_t err = cudaMalloc(&got, want);
     if (err != cudaSuccess) {
         (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
         return err_code(err);
     }
-    a->scratch = static_cast<unsigned char *>(mem);
-    a->scratch_cap = cap;
+    *mem = static_cast<unsigned char *>(got);
+    *cap = want;
     return 0;
+}
+
+/* Make the scratch at least `bytes` long; the old contents are not kept. */
+static int scratch_reserve(struct cuattn *a, size_t bytes)
+{
+    return grow(a, &a->scratch, &a->scratch_cap, bytes);
 }
 
 static size_t carve(size_t *used, size_t bytes)
@@ -575,6 +611,103 @@ static int finish(struct cuattn *a, cudaError_t launch_err)
     return err_code(err);
 }
 
+/* ---- head dim 96: the 128-column kernels on widened copies ---------------------------- */
+
+/* One tensor of a padded call: the caller's view (rows x heads per view batch), whether
+ * the call writes it, and its dense widened copy in a->pad. */
+struct pad_arg {
+    const struct attn_tensor *t;
+    int32_t rows, heads;
+    int output;
+    struct attn_tensor wide;
+};
+
+/* Check the caller's views (as an unpadded call does), lay the copies out in a->pad and
+ * widen the inputs on the stream. 0 or a negative code. */
+static int pad_in(struct cuattn *a, const struct attn_problem *p, struct pad_arg *args, int n)
+{
+    const int32_t vb = attn_view_batch(p);
+    for (int i = 0; i < n; i++)
+        if (check_view(args[i].t, vb, args[i].rows, args[i].heads, p->head_dim, args[i].output))
+            return -EINVAL;
+    cudaError_t err = cudaSetDevice(a->device);
+    if (err != cudaSuccess)
+        return err_code(err);
+    size_t used = 0, at[9];
+    for (int i = 0; i < n; i++)
+        at[i] = carve(&used, sizeof(uint16_t) * (size_t)vb * (size_t)args[i].rows * (size_t)args[i].heads *
+                                 CUATTN_PAD_TO);
+    int rc = grow(a, &a->pad, &a->pad_cap, used);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        const int64_t row = (int64_t)args[i].heads * CUATTN_PAD_TO;
+        args[i].wide.data = a->pad + at[i];
+        args[i].wide.stride[0] = row * args[i].rows;
+        args[i].wide.stride[1] = row;
+        args[i].wide.stride[2] = CUATTN_PAD_TO;
+        args[i].wide.stride[3] = 1;
+        if (!args[i].output &&
+            (err = cuattn__pad_widen(args[i].wide.data, args[i].t->data, args[i].t->stride, vb, args[i].rows,
+                                     args[i].heads, CUATTN_PAD_FROM, CUATTN_PAD_TO, a->stream)) != cudaSuccess)
+            return finish(a, err);
+    }
+    return 0;
+}
+
+/* After the kernels: narrow the outputs into the caller's views, then finish. */
+static int pad_out(struct cuattn *a, const struct attn_problem *p, const struct pad_arg *args, int n)
+{
+    cudaError_t err = cudaSuccess;
+    for (int i = 0; i < n && err == cudaSuccess; i++)
+        if (args[i].output)
+            err = cuattn__pad_narrow(args[i].t->data, args[i].t->stride, args[i].wide.data, attn_view_batch(p),
+                                     args[i].rows, args[i].heads, CUATTN_PAD_FROM, CUATTN_PAD_TO, a->stream);
+    return finish(a, err);
+}
+
+static int forward_padded(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
+                          struct attn_tensor out, float *lse, struct attn_tensor q, struct attn_tensor k,
+                          struct attn_tensor v, struct attn_config *ret_cfg)
+{
+    const struct attn_problem w = widened(p);
+    int rc = cuattn_check_config(a, p, cfg, 0);
+    if (rc)
+        return rc;
+    const int32_t vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
+    struct pad_arg args[4] = {{&q, vq, p->heads_q, 0, {}},
+                              {&k, vk, p->heads_kv, 0, {}},
+                              {&v, vk, p->heads_kv, 0, {}},
+                              {&out, vq, p->heads_q, 1, {}}};
+    if ((rc = pad_in(a, p, args, 4)))
+        return rc;
+    if ((rc = cuattn_forward(a, &w, cfg, args[3].wide, lse, args[0].wide, args[1].wide, args[2].wide, ret_cfg)))
+        return rc;
+    return pad_out(a, p, args, 4);
+}
+
+static int backward_padded(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
+                           int32_t grid, struct attn_tensor dq, struct attn_tensor dk, struct attn_tensor dv,
+                           struct attn_tensor q, struct attn_tensor k, struct attn_tensor v,
+                           struct attn_tensor out, const float *lse, struct attn_tensor dout,
+                           struct attn_config *ret_cfg)
+{
+    const struct attn_problem w = widened(p);
+    int rc = cuattn_check_config(a, p, cfg, 1);
+    if (rc)
+        return rc;
+    const int32_t vq = attn_view_rows_q(p), vk = attn_view_rows_k(p), hq = p->heads_q, hk = p->heads_kv;
+    struct pad_arg args[8] = {{&q, vq, hq, 0, {}},    {&k, vk, hk, 0, {}},  {&v, vk, hk, 0, {}},
+                              {&out, vq, hq, 0, {}},  {&dout, vq, hq, 0, {}}, {&dq, vq, hq, 1, {}},
+                              {&dk, vk, hk, 1, {}},   {&dv, vk, hk, 1, {}}};
+    if ((rc = pad_in(a, p, args, 8)))
+        return rc;
+    if ((rc = cuattn_backward(a, &w, cfg, grid, args[5].wide, args[6].wide, args[7].wide, args[0].wide,
+                              args[1].wide, args[2].wide, args[3].wide, lse, args[4].wide, ret_cfg)))
+        return rc;
+    return pad_out(a, p, args, 8);
+}
+
 /* ---- forward ----------------------------------------------------------------------- */
 
 int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
@@ -583,6 +716,8 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
 {
     if (!a || !lse || ((uintptr_t)lse & 3u))
         return -EINVAL;
+    if (padded(a, p))
+        return forward_padded(a, p, cfg, out, lse, q, k, v, ret_cfg);
     /* The forward has no schedule; only the tile sizes matter. Never run auto for it. */
     struct attn_config c, fc = {SCHED_ASCENDING, 0, 0, 0, 0};
     if (cfg) {
@@ -801,6 +936,8 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
 {
     if (!a || !lse || ((uintptr_t)lse & 3u) || grid < 0)
         return -EINVAL;
+    if (padded(a, p))
+        return backward_padded(a, p, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
     struct attn_config c;
     struct sched s;
     const int32_t impl = p ? cuattn_impl_for(a, p->head_dim) : CUATTN_IMPL_CUDA_CORES;

@@ -25,9 +25,11 @@
  *      bits are those of 128-key tiles, for every stride of the inputs (rows that are
  *      not 16-byte aligned are loaded by plain loads; the same bytes land). Other GPUs
  *      refuse v3 (-ENOTSUP).
- * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128. A call with head dim 96
- * or 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says
- * which one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
+ * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128, and 96 by running
+ * their 128-column kernels on copies of its tensors widened by zero columns
+ * (CUATTN_PAD_FROM; windows, softcap and packed batches included). A call with head dim
+ * 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says which
+ * one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
  * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
  * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
  * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
@@ -35,7 +37,8 @@
  * window, softcap, cu_seqlens) run kernels of their own, attn_vl.cu: the forward and
  * backward with the window's two sides, the softcap (and its tanh derivative in the
  * backward) and a per-sequence table - v3's (wgmma) where the dense problems of the dim run
- * v3 (sm_90), else v2's (mma.sync). Head dims 64 and 128 only (others: -ENOTSUP); the
+ * v3 (sm_90), else v2's (mma.sync). Head dims 64 and 128, and 96 widened to 128 (others:
+ * -ENOTSUP); the
  * backward's tiles 64 x 128 by default where they fit the device, else 64 x 64 (block_n 64
  * on request, which runs v2's step on sm_90 too). Each
  * sequence is its own problem with its own schedule (docs/schedules.md, "Packed batches"),
@@ -91,8 +94,14 @@ extern "C" {
 /* Rows per q-tile, and per kv-tile of v1; cfg->block_m must be 0 or this. */
 #define CUATTN_BLOCK 64
 /* Rows per kv-tile of v2's backward by default (cfg->block_n 0); v2 also runs block_n =
- * CUATTN_BLOCK when asked. v1 (and so head dims 96 and 256) runs CUATTN_BLOCK only. */
+ * CUATTN_BLOCK when asked. v1 (and so head dim 256) runs CUATTN_BLOCK only. */
 #define CUATTN_TC_BLOCK_N 128
+
+/* Head dim CUATTN_PAD_FROM runs the tensor-core kernels of CUATTN_PAD_TO on copies of its
+ * tensors widened by zero columns, where that dim runs tensor cores (cuattn_impl_for):
+ * the same answer (attn_pad.cu), the bits of those kernels, about 1.33x their work. */
+#define CUATTN_PAD_FROM 96
+#define CUATTN_PAD_TO 128
 
 /* One device, one stream, kernels loaded at creation, grow-only device scratch. */
 struct cuattn;
@@ -118,7 +127,8 @@ int32_t cuattn_impl(const struct cuattn *a);
 
 /* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128
  * where its kernels fit the device's shared memory per block (else v2 if that fits, else
- * v1), CUATTN_IMPL_CUDA_CORES for other dims (only v1 has them). -EINVAL for NULL.
+ * v1); for 96 what 128 runs (widened copies, CUATTN_PAD_FROM; v1's own 96 where that is
+ * v1); CUATTN_IMPL_CUDA_CORES for 256 (only v1 has it). -EINVAL for NULL.
  * Whoever records what the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
 

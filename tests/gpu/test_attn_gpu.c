@@ -8,8 +8,8 @@
  * (NaN) on the device before every call, so an element the kernels forget cannot pass.
  *
  * Every test but two runs the implementation cuattn_new() picks (v3 on sm_90, v2
- * elsewhere, unless DASH_GPU_IMPL says otherwise; head dims 96 and 256 run v1 either
- * way), so the suite checks whichever is active;
+ * elsewhere, unless DASH_GPU_IMPL says otherwise; head dim 256 runs v1 either way, 96
+ * what 128 runs, on widened copies), so the suite checks whichever is active;
  * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat and
  * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
  * Suite gpu_attn_fwd sets v3 (sm_90 only) for its forward (attn_fwd_wg.cu): reference at
@@ -475,12 +475,11 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
 
 /* (batch, heads, seqlen, head_dim) views with padded rows give the same bits as the dense
  * layout: strides change where bytes live, not what is computed. */
-static void test_attn_gpu_strided_views_give_same_bits(void)
+static void strided_views_give_same_bits(const struct shape_case c)
 {
-    const struct shape_case c = {2, 150, 100, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL};
     struct cuattn *ca = open_device();
     struct tu_rng r;
-    tu_rng_init(&r, tu_seed() ^ 0x57d);
+    tu_rng_init(&r, tu_seed() ^ 0x57d ^ (uint64_t)c.d);
     struct attn_problem p = problem_of(&c);
     struct gattn a;
     gattn_init(&a, &p, &r);
@@ -536,6 +535,15 @@ static void test_attn_gpu_strided_views_give_same_bits(void)
     }
     gattn_free(&a);
     cuattn_free(ca);
+}
+
+/* Head dim 64, and 96, whose widened copies (attn_pad.cu) then read and write views whose
+ * strides (102 elements a row) allow only 2-byte accesses, where the dense ones take
+ * 16-byte ones: the same bits either way. */
+static void test_attn_gpu_strided_views_give_same_bits(void)
+{
+    strided_views_give_same_bits((struct shape_case){2, 150, 100, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL});
+    strided_views_give_same_bits((struct shape_case){2, 150, 100, 4, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL});
 }
 
 /* v1 (CUDA cores), v2 (tensor cores) and, on sm_90, v3 (wgmma) on the same inputs, in one
@@ -640,11 +648,13 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     cuattn_free(ca);
 }
 
-/* Head dims 96 and 256 have v1 kernels only: with either implementation set, a call runs
- * v1 (64 x 64 tiles reported) and gives the same bytes. Every deterministic schedule gives those bytes again on grids 132, 16, 3 and 1
- * and in the interleaved mode forced on 132 and 5 CTAs. Case 0 has 16 kv-tiles, so shift
- * W 64 needs 16 CTAs at once and runs interleaved on 3 and 1 unforced; case 1 is causal
- * GQA with odd lengths, shift W 7 in 2+ chunks. */
+/* v1's head dims 96 and 256. 256 has v1 kernels only: with v2 set, a call runs v1 (64 x 64
+ * tiles reported) and gives v1's bytes. 96 runs v1 when v1 is set (with v2 or v3 it runs
+ * their 128-column kernels on widened copies: test_attn_gpu_head_dim_96_runs_the_128_kernels_widened).
+ * Every deterministic schedule gives v1's bytes again on grids 132, 16, 3 and 1 and in the
+ * interleaved mode forced on 132 and 5 CTAs. Case 0 has 16 kv-tiles, so shift W 64 needs
+ * 16 CTAs at once and runs interleaved on 3 and 1 unforced; case 1 is causal GQA with odd
+ * lengths, shift W 7 in 2+ chunks. */
 static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(void)
 {
     const struct shape_case cases[] = {
@@ -664,7 +674,9 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
         struct attn_problem p = problem_of(&cases[ci]);
         struct gattn a;
         gattn_init(&a, &p, &r);
-        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_CUDA_CORES);
+        const int only_v1 = p.head_dim == 256;
+        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim) == CUATTN_IMPL_CUDA_CORES, only_v1);
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
@@ -672,7 +684,8 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                     continue; /* W matters to shift only */
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0}, used;
                 cuattn__force_interleaved(ca, 0);
-                CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_TENSOR_CORES), 0);
+                CU_ASSERT_EQUAL_FATAL(
+                    cuattn_set_impl(ca, only_v1 ? CUATTN_IMPL_TENSOR_CORES : CUATTN_IMPL_CUDA_CORES), 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, &used), 0);
                 CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
                 CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
@@ -703,6 +716,73 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
     }
     CU_ASSERT_EQUAL(mismatches, 0);
     CU_ASSERT_EQUAL(modes_seen, 1);
+    cuattn_free(ca);
+}
+
+/* Head dim 96 with the implementation cuattn_new picks (v3 on sm_90, else v2): it runs
+ * the 128-column kernels on copies widened by zero columns (attn_pad.cu), so it reports
+ * their tiles (64 x 128 for the backward by default) and cuattn_impl_for(96) says what
+ * 128 runs. Against the float64 reference, into poisoned outputs: full and causal, GQA
+ * 4:2 and MHA, fp16 and bf16, lengths 1, 77, 200 and 1000 (not tile multiples),
+ * seqlen_q != seqlen_k both ways; every deterministic schedule, and each one's bytes the
+ * same on grids 132, 16 and 1 and on a repeat. The other dims' tests hold 96 cases too
+ * (reference for every schedule, grids, sanitizers, strides). */
+static void test_attn_gpu_head_dim_96_runs_the_128_kernels_widened(void)
+{
+    const struct shape_case cases[] = {
+        {1, 1, 1, 2, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 77, 200, 4, 2, 96, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 1000, 700, 4, 4, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 200, 1000, 4, 2, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
+    };
+    const int32_t grids[] = {132, 16, 1};
+    struct cuattn *ca = open_device();
+    CU_ASSERT_EQUAL(cuattn_impl_for(ca, 96), cuattn_impl_for(ca, 128));
+    CU_ASSERT_NOT_EQUAL(cuattn_impl_for(ca, 96), CUATTN_IMPL_CUDA_CORES);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x9696);
+    int bad = 0, mismatches = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gattn a;
+        gattn_init(&a, &p, &r);
+        struct refs R;
+        refs_compute(&R, &p, &a);
+        struct attn_config used;
+        memset(&used, 0, sizeof used);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, &used), 0);
+        double err, e[3];
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu forward: rel error %.3g, %d bad lse", ci, err, lse_bad);
+            bad++;
+        }
+        for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
+            if (!sched_is_deterministic((enum sched_kind)kind))
+                continue;
+            struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
+            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
+            CU_ASSERT_EQUAL(used.block_n, CUATTN_TC_BLOCK_N);
+            if (!grads_close(&a, &R, e)) {
+                fprintf(stderr, "\n  case %zu %s: rel error dq %.3g dk %.3g dv %.3g", ci,
+                        sched_kind_name(cfg.sched), e[0], e[1], e[2]);
+                bad++;
+            }
+            struct grads base;
+            grads_take(&base, &a);
+            for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                if (!grads_equal(&base, &a) && mismatches++ < 8)
+                    fprintf(stderr, "\n  case %zu %s: grid %d differs", ci, sched_kind_name(cfg.sched),
+                            grids[gi]);
+            }
+            grads_free(&base);
+        }
+        refs_free(&R);
+        gattn_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
     cuattn_free(ca);
 }
 
@@ -895,21 +975,24 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
     gattn_free(&a);
 
-    /* head dims 96 and 256 run v1 whatever the implementation set: 64 x 64 tiles reported,
-     * block_n 128 refused. Small shapes, so this test suits compute-sanitizer. */
+    /* head dim 256 runs v1 whatever the implementation set: 64 x 64 tiles reported,
+     * block_n 128 refused; 96 runs what 128 runs (widened copies; v1's own kernels when v1
+     * is set), with its tiles. Small shapes, so this test suits compute-sanitizer. */
     CU_ASSERT_EQUAL(cuattn_impl_for(ca, 64), cuattn_impl(ca));
     CU_ASSERT_EQUAL(cuattn_impl_for(ca, 128), cuattn_impl(ca));
     CU_ASSERT_EQUAL(cuattn_impl_for(NULL, 96), -EINVAL);
-    const int32_t v1_dims[] = {96, 256};
-    for (size_t i = 0; i < sizeof v1_dims / sizeof v1_dims[0]; i++)
+    const int32_t odd_dims[] = {96, 256};
+    for (size_t i = 0; i < sizeof odd_dims / sizeof odd_dims[0]; i++)
         for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_WGMMA; impl++) {
             if (impl == CUATTN_IMPL_WGMMA && !gpu_is_hopper())
                 continue;
-            const struct shape_case c2 = {1, 100, 90, 2, 1, v1_dims[i], DTYPE_F16, SCHED_MASK_CAUSAL};
+            const struct shape_case c2 = {1, 100, 90, 2, 1, odd_dims[i], DTYPE_F16, SCHED_MASK_CAUSAL};
             struct attn_problem p2 = problem_of(&c2);
             gattn_init(&a, &p2, &r);
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
-            CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), CUATTN_IMPL_CUDA_CORES);
+            const int32_t runs = p2.head_dim == 96 ? cuattn_impl_for(ca, 128) : CUATTN_IMPL_CUDA_CORES;
+            CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), runs);
+            const int32_t bn = runs != CUATTN_IMPL_CUDA_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
             CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
@@ -917,9 +1000,9 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
             CU_ASSERT_EQUAL(used.sched, SCHED_SHIFT); /* auto */
             CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
-            CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+            CU_ASSERT_EQUAL(used.block_n, bn);
             CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, NULL), 0);
-            CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, NULL), -EINVAL);
+            CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, NULL), bn == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
             gattn_free(&a);
         }
     cuattn_free(ca);
@@ -1241,6 +1324,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat) ||
         !CU_add_test(s, "test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits",
                      test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
+        !CU_add_test(s, "test_attn_gpu_head_dim_96_runs_the_128_kernels_widened",
+                     test_attn_gpu_head_dim_96_runs_the_128_kernels_widened) ||
         !CU_add_test(s, "test_attn_gpu_small_shapes_for_sanitizers",
                      test_attn_gpu_small_shapes_for_sanitizers) ||
         !CU_add_test(s, "test_attn_gpu_smaller_gpus_fall_back_to_v1",

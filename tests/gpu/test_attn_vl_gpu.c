@@ -7,7 +7,8 @@
  *
  * Suite gpu_attn_vl: random ragged batches (lengths 1, tile multiples and not, empty
  * sequences, up to 2000 rows), dense batches with windows and softcap, windows from 0 to
- * past the length (causal and not), softcap 0/30/50, GQA, fp16/bf16, head dims 64 and 128;
+ * past the length (causal and not), softcap 0/30/50, GQA, fp16/bf16, head dims 64 and 128
+ * (and 96, which runs the 128 kernels on copies widened by zero columns);
  * values, LSE and gradients; rows that see no key exactly 0 (LSE +inf), keys no query sees
  * exactly 0; every deterministic schedule bitwise repeatable and the same bits for several
  * grids; a sequence's bits the same whatever it is packed with. The backward runs on both
@@ -356,7 +357,8 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
     int bad = 0;
     for (int ci = 0; ci < cases; ci++) {
         const int packed = ci % 3 != 2, big = ci == 4 || ci == 13;
-        const int32_t d = (ci / 2) % 2 ? 128 : 64;
+        static const int32_t dims[] = {64, 128, 96}; /* 96: the 128 kernels on widened copies */
+        const int32_t d = dims[(ci / 2) % 3];
         const int32_t *hh = heads[irand(&r, 4)];
         struct attn_problem p = base_problem(1, hh[0], hh[1], d, ci % 2 ? DTYPE_BF16 : DTYPE_F16);
         p.mask = irand(&r, 2) ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL;
@@ -730,7 +732,8 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
 }
 
 /* A dense batch with a window that reaches every key gives the plain mask's bits (the
- * dense kernels run it), and what these kernels lack is refused: head dims 96 and 256. */
+ * dense kernels run it), and what these kernels lack is refused: head dim 256 (96 runs the
+ * 128 kernels widened where 128 has tensor cores). */
 static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused(void)
 {
     struct cuattn *ca = NULL;
@@ -766,11 +769,13 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     free(out0);
     struct attn_problem q = a.p;
     q.window_left = 20;
-    for (int i = 0; i < 2; i++) {
-        q.head_dim = i ? 256 : 96;
-        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), -ENOTSUP);
-        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), -ENOTSUP);
-    }
+    q.head_dim = 256;
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), -ENOTSUP);
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), -ENOTSUP);
+    q.head_dim = 96;
+    CU_ASSERT_NOT_EQUAL(cuattn_impl_for(ca, 96), CUATTN_IMPL_CUDA_CORES);
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), 0);
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), 0);
     q.head_dim = 64;
     CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), 0);
     vlp_free(&a);
@@ -794,7 +799,7 @@ static int dashd_suite_clean(void)
 /* A packed batch (lengths 1, 200, 0, 131; GQA 4:2, bf16, head dim 64, causal with window
  * (64, 0), softcap 30) in one CUDA allocation, offsets in a shared-memory buffer: dashd's
  * forward and shift backward give the bits of the same kernels run here; then a head dim
- * 96 request with a window is refused with DASH_EHEADDIM and a reason, and the session
+ * 256 request with a window is refused with DASH_EHEADDIM and a reason, and the session
  * goes on serving. */
 static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels(void)
 {
@@ -901,14 +906,14 @@ static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels
     CU_ASSERT(memcmp(hm + at[6], a.dk, kb) == 0);
     CU_ASSERT(memcmp(hm + at[7], a.dv, kb) == 0);
 
-    /* head dim 96 (a dense batch of 64 rows in the same bytes) with the window: refused
+    /* head dim 256 (a dense batch of 24 rows in the same bytes) with the window: refused
      * before anything runs */
     struct dash_tensor u[9];
     for (int i = 0; i < 8; i++) {
         const int kv = i == 1 || i == 2 || i == 6 || i == 7;
-        u[i] = dash_tensor_dense(b, at[i], 1, 64, kv ? HKV : HQ, 96);
+        u[i] = dash_tensor_dense(b, at[i], 1, 24, kv ? HKV : HQ, 256);
     }
-    u[8] = dash_tensor_lse(b, at[8], 1, HQ, 64);
+    u[8] = dash_tensor_lse(b, at[8], 1, HQ, 24);
     da.max_seqlen_q = da.max_seqlen_k = 0;
     da.cu_seqlens_q = da.cu_seqlens_k = (struct dash_tensor){0};
     rc = dash_forward(c, &da, &u[0], &u[1], &u[2], &u[3], &u[8], &res);

@@ -1660,7 +1660,7 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
 }
 
 /* Windows, softcap and packed batches run on the CUDA backend at head dim 64 (their bits
- * are checked in suite gpu_dashd_varlen), from device buffers; at head dim 96, which their
+ * are checked in suite gpu_dashd_varlen), from device buffers; at head dim 256, which their
  * kernels lack, each is an error reply that says so, and the daemon goes on serving. */
 static void test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused(void)
 {
@@ -1671,9 +1671,9 @@ static void test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims
         int kv = s == K || s == V || s == DK || s == DV;
         t[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, SEQ)
                         : dash_tensor_dense(f.b, off[s], 1, SEQ, kv ? HKV : HQ, HD);
-        /* head dim 96: fewer rows in the same bytes */
-        w[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, 100)
-                        : dash_tensor_dense(f.b, off[s], 1, 100, kv ? HKV : HQ, 96);
+        /* head dim 256: fewer rows in the same bytes */
+        w[s] = s == LSE ? dash_tensor_lse(f.b, off[s], 1, HQ, 37)
+                        : dash_tensor_dense(f.b, off[s], 1, 37, kv ? HKV : HQ, 256);
     }
     struct dash_result r;
     struct dash_attn win = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .window = 1,

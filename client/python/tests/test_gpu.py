@@ -368,9 +368,11 @@ def ref_window_softcap(q, k, v, causal, window, softcap, scale):
 
 def test_gpu_window_and_softcap_match_float64():
     """window_size and softcap on CUDA tensors run on dashd's CUDA backend (issue 17):
-    values and gradients against float64, GQA, causal and not, head dims 64 and 128."""
+    values and gradients against float64, GQA, causal and not, head dims 64 and 128, and
+    96 (the 128 kernels on copies widened by zero columns)."""
     cases = [((2, 300, 300, 8, 2, 64), (128, 0), True, 30.0),
              ((1, 257, 400, 4, 4, 128), (50, 70), False, 50.0),
+             ((1, 150, 230, 4, 2, 96), (40, 10), True, 30.0),
              ((1, 200, 333, 4, 1, 64), (0, 0), False, 0.0)]  # one key a row
     for n, (shape, window, causal, cap) in enumerate(cases):
         for dtype, tol in ((torch.bfloat16, 1e-2), (torch.float16, 5e-3)):

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * attn_pad.cu - head dim 96 on the tensor-core kernels: copies of a call's tensors with
+ * their rows widened by zero columns to the kernels' 128, and the outputs narrowed back.
+ *
+ * Why it gives head dim 96's answer: every product of the attention either sums over the
+ * head dim (S = Q K^T, dP = dO V^T, the forward's rowsum(dO * O)) or keeps it as its
+ * output index (O = P V, dV = P^T dO, dK = dS^T Q, dQ = dS K). Zero columns add exact
+ * zeros to the first kind (x + 0 = x in fp32) and make zero output columns in the second,
+ * which pad_narrow drops. The 128-column kernels' own determinism (fixed order of every
+ * sum, bits independent of the grid) carries over; the bits are those of these kernels
+ * at 128, reported as such (cuattn_impl_for).
+ *
+ * Layouts. A view (batch, rows, heads, d) with element strides (s0, s1, s2, 1), as
+ * struct attn_tensor has it, against a dense (batch * rows * heads, dp) copy. One thread
+ * a 16-byte chunk of the dense row (dp / 8 chunks); 16-byte loads and stores on the view
+ * where its base and strides allow, else 2-byte ones. Memory-bound: about 2 x 1.33 times
+ * a tensor's bytes moved per copy.
+ */
+#include "kernels/cuda/attn_cuda_int.h"
+
+#include <stdint.h>
+
+#define PAD_THREADS 256
+
+/* The view's element offset of dense row r (r = ((b rows) + s) heads + h). */
+static __device__ __forceinline__ int64_t pad_row_at(int64_t r, int32_t rows, int32_t heads, int64_t s0, int64_t s1,
+                                                     int64_t s2)
+{
+    const int64_t bs = r / heads;
+    const int32_t h = (int32_t)(r - bs * heads);
+    const int64_t b = bs / rows;
+    const int32_t s = (int32_t)(bs - b * rows);
+    return b * s0 + (int64_t)s * s1 + (int64_t)h * s2;
+}
+
+/* dst (n, dp) dense <- src's view (d columns), columns d .. dp - 1 zero. */
+template <bool VEC>
+__global__ void __launch_bounds__(PAD_THREADS) attn_pad_widen_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
+                                                                      int32_t rows, int32_t heads, int64_t s0,
+                                                                      int64_t s1, int64_t s2, int32_t d, int32_t dp)
+{
+    const int32_t chunks = dp / 8;
+    const int64_t total = n * chunks, step = (int64_t)gridDim.x * PAD_THREADS;
+    for (int64_t t = (int64_t)blockIdx.x * PAD_THREADS + threadIdx.x; t < total; t += step) {
+        const int64_t r = t / chunks;
+        const int32_t c = (int32_t)(t - r * chunks);
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (8 * c < d) {
+            const uint16_t *from = src + pad_row_at(r, rows, heads, s0, s1, s2) + 8 * c;
+            if (VEC) {
+                val = *reinterpret_cast<const uint4 *>(from);
+            } else {
+                uint32_t w[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    w[e] = (uint32_t)from[2 * e] | ((uint32_t)from[2 * e + 1] << 16);
+                val = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+        *reinterpret_cast<uint4 *>(dst + r * dp + 8 * c) = val;
+    }
+}
+
+/* dst's view (d columns) <- src (n, dp) dense, its first d columns. */
+template <bool VEC>
+__global__ void __launch_bounds__(PAD_THREADS) attn_pad_narrow_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
+                                                                       int32_t rows, int32_t heads, int64_t s0,
+                                                                       int64_t s1, int64_t s2, int32_t d, int32_t dp)
+{
+    const int32_t chunks = d / 8;
+    const int64_t total = n * chunks, step = (int64_t)gridDim.x * PAD_THREADS;
+    for (int64_t t = (int64_t)blockIdx.x * PAD_THREADS + threadIdx.x; t < total; t += step) {
+        const int64_t r = t / chunks;
+        const int32_t c = (int32_t)(t - r * chunks);
+        const uint4 val = *reinterpret_cast<const uint4 *>(src + r * dp + 8 * c);
+        uint16_t *to = dst + pad_row_at(r, rows, heads, s0, s1, s2) + 8 * c;
+        if (VEC) {
+            *reinterpret_cast<uint4 *>(to) = val;
+        } else {
+            const uint32_t w[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                to[2 * e] = (uint16_t)(w[e] & 0xFFFFu);
+                to[2 * e + 1] = (uint16_t)(w[e] >> 16);
+            }
+        }
+    }
+}
+
+/* 16-byte accesses serve the view where its base and every stride keep them aligned. */
+static bool pad_vec(const void *data, const int64_t s[3])
+{
+    return ((uintptr_t)data & 15u) == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0;
+}
+
+static uint32_t pad_blocks(int64_t threads)
+{
+    const int64_t b = (threads + PAD_THREADS - 1) / PAD_THREADS;
+    return (uint32_t)(b < 65536 ? b : 65536); /* the loops stride over the rest */
+}
+
+cudaError_t cuattn__pad_widen(void *dst, const void *src, const int64_t stride[3], int32_t batch, int32_t rows,
+                              int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
+{
+    if (d % 8 || dp % 8 || d > dp || batch < 0 || rows < 0 || heads < 0)
+        return cudaErrorInvalidValue;
+    const int64_t n = (int64_t)batch * rows * heads;
+    if (n == 0)
+        return cudaSuccess;
+    const uint32_t blocks = pad_blocks(n * (dp / 8));
+    uint16_t *to = static_cast<uint16_t *>(dst);
+    const uint16_t *from = static_cast<const uint16_t *>(src);
+    if (pad_vec(src, stride))
+        attn_pad_widen_kernel<true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                        stride[1], stride[2], d, dp);
+    else
+        attn_pad_widen_kernel<false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                         stride[1], stride[2], d, dp);
+    return cudaGetLastError();
+}
+
+cudaError_t cuattn__pad_narrow(void *dst, const int64_t stride[3], const void *src, int32_t batch, int32_t rows,
+                               int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
+{
+    if (d % 8 || dp % 8 || d > dp || batch < 0 || rows < 0 || heads < 0)
+        return cudaErrorInvalidValue;
+    const int64_t n = (int64_t)batch * rows * heads;
+    if (n == 0 || d == 0)
+        return cudaSuccess;
+    const uint32_t blocks = pad_blocks(n * (d / 8));
+    uint16_t *to = static_cast<uint16_t *>(dst);
+    const uint16_t *from = static_cast<const uint16_t *>(src);
+    if (pad_vec(dst, stride))
+        attn_pad_narrow_kernel<true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                         stride[1], stride[2], d, dp);
+    else
+        attn_pad_narrow_kernel<false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                          stride[1], stride[2], d, dp);
+    return cudaGetLastError();
+}
