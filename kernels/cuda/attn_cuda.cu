@@ -34,6 +34,17 @@
 #include <string.h>
 
 #define CUATTN_ALIGN 256
+/* Pinned staging buffers for the host tables a call uploads (upload()). */
+#define CUATTN_PIN_SLOTS 8
+
+/* One staging buffer: host memory the DMA engine reads in place, and the event recorded
+ * after the copy that last read it. */
+struct cuattn_pin {
+    unsigned char *host; /* cudaHostAlloc'd, cap bytes */
+    size_t cap;
+    cudaEvent_t done; /* made on first use */
+    int pending;      /* done was recorded after a copy from host */
+};
 
 struct cuattn {
     int device;
@@ -54,6 +65,8 @@ struct cuattn {
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
+    struct cuattn_pin pin[CUATTN_PIN_SLOTS];
+    int pin_next; /* the slot upload() takes next */
 };
 
 static int err_code(cudaError_t err)
@@ -130,6 +143,13 @@ void cuattn_free(struct cuattn *a)
         (void)cudaFree(a->scratch);
     if (a->pad)
         (void)cudaFree(a->pad);
+    (void)cudaStreamSynchronize(a->stream); /* copies may still read the staging buffers */
+    for (int i = 0; i < CUATTN_PIN_SLOTS; i++) {
+        if (a->pin[i].host)
+            (void)cudaFreeHost(a->pin[i].host);
+        if (a->pin[i].done)
+            (void)cudaEventDestroy(a->pin[i].done);
+    }
     (void)cudaStreamDestroy(a->stream);
     free(a);
 }
@@ -588,6 +608,60 @@ static int scratch_reserve(struct cuattn *a, size_t bytes)
     return grow(a, &a->scratch, &a->scratch_cap, bytes);
 }
 
+/* Part of an upload: bytes of src to dst + at. */
+struct upload_part {
+    size_t at;
+    const void *src;
+    size_t bytes;
+};
+
+/* Copy host memory to the device in stream order without waiting for the stream: the
+ * parts are laid out as they lie at dst in the next of the pinned staging slots, and one
+ * copy of their span is queued. A slot is reused once the copy that last read it has
+ * completed (its event; with CUATTN_PIN_SLOTS of them, that is several calls back). A
+ * cudaMemcpyAsync from pageable memory would instead wait for the whole stream to drain,
+ * so a caller queueing calls ahead (dashd) would lose the queue on every packed batch,
+ * window or softcap call. The sources may go once this returns. */
+static cudaError_t upload(struct cuattn *a, unsigned char *dst, const struct upload_part *parts, int n)
+{
+    size_t span = 0;
+    for (int i = 0; i < n; i++)
+        if (parts[i].at + parts[i].bytes > span)
+            span = parts[i].at + parts[i].bytes;
+    if (span == 0)
+        return cudaSuccess;
+    struct cuattn_pin *s = &a->pin[a->pin_next];
+    a->pin_next = (a->pin_next + 1) % CUATTN_PIN_SLOTS;
+    cudaError_t err;
+    if (s->pending) {
+        if ((err = cudaEventSynchronize(s->done)) != cudaSuccess)
+            return err;
+        s->pending = 0;
+    }
+    if (!s->done && (err = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming)) != cudaSuccess)
+        return err;
+    if (span > s->cap) {
+        if (s->host && (err = cudaFreeHost(s->host)) != cudaSuccess)
+            return err;
+        s->host = NULL;
+        s->cap = 0;
+        const size_t want = (span + ((size_t)64 << 10) - 1) & ~(((size_t)64 << 10) - 1);
+        void *got = NULL;
+        if ((err = cudaHostAlloc(&got, want, cudaHostAllocDefault)) != cudaSuccess)
+            return err;
+        s->host = static_cast<unsigned char *>(got);
+        s->cap = want;
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(s->host + parts[i].at, parts[i].src, parts[i].bytes);
+    if ((err = cudaMemcpyAsync(dst, s->host, span, cudaMemcpyHostToDevice, a->stream)) != cudaSuccess)
+        return err;
+    if ((err = cudaEventRecord(s->done, a->stream)) != cudaSuccess)
+        return err;
+    s->pending = 1;
+    return cudaSuccess;
+}
+
 static size_t carve(size_t *used, size_t bytes)
 {
     const size_t at = (*used + CUATTN_ALIGN - 1) & ~(size_t)(CUATTN_ALIGN - 1);
@@ -774,9 +848,8 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             fp.vl_blocks = v.total;
             fp.softcap = p->softcap;
             fp.lse_stride = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
-            /* pageable: the copy is staged before this returns, so v may go */
-            cudaError_t lerr = cudaMemcpyAsync(a->scratch + o_tab, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count,
-                                               cudaMemcpyHostToDevice, a->stream);
+            const struct upload_part tab = {0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count};
+            cudaError_t lerr = upload(a, a->scratch + o_tab, &tab, 1);
             /* v3's forward where the dim's dense forward is v3's; TMA for dense batches */
             const int wg = impl == CUATTN_IMPL_WGMMA && cuattn__fwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
             int tma = 0;
@@ -906,15 +979,11 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
     bp.vl_dense = p->cu_seqlens_q == NULL;
     bp.vl_tiles = pl.tiles;
     bp.vl_zero_k = pl.zero_k;
-    /* pageable: each copy is staged before cudaMemcpyAsync returns, so pl may go */
-    err = cudaMemcpyAsync(base + o_tab, pl.seq, sizeof(struct attn_vl_seq) * (size_t)pl.count,
-                          cudaMemcpyHostToDevice, a->stream);
-    if (err == cudaSuccess)
-        err = cudaMemcpyAsync(base + o_cuq, pl.cu_q, sizeof(int32_t) * ((size_t)B + 1), cudaMemcpyHostToDevice,
-                              a->stream);
-    if (err == cudaSuccess)
-        err = cudaMemcpyAsync(base + o_cuk, pl.cu_k, sizeof(int32_t) * ((size_t)B + 1), cudaMemcpyHostToDevice,
-                              a->stream);
+    /* the table and the offsets, carved one after another: one upload */
+    const struct upload_part tabs[3] = {{0, pl.seq, sizeof(struct attn_vl_seq) * (size_t)pl.count},
+                                        {o_cuq - o_tab, pl.cu_q, sizeof(int32_t) * ((size_t)B + 1)},
+                                        {o_cuk - o_tab, pl.cu_k, sizeof(int32_t) * ((size_t)B + 1)}};
+    err = upload(a, base + o_tab, tabs, 3);
     vl_plan_free(&pl);
     if (err == cudaSuccess)
         err = cuattn__bwd_vl_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream);
