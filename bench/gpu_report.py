@@ -10,8 +10,8 @@ same run on the same GPU, into the Markdown report kept in bench/results/.
 Per head dim and mask, the first table is ours beside PyTorch SDPA; with --cudnn a second
 one gives cuDNN's forward, its non-deterministic and deterministic backward, and ours over
 them: 'auto / FE det' is the issue-16 ratio (the schedule auto picks over cuDNN's
-deterministic backward). Head dims that only cuDNN measured (bench_gpu runs 96 and 256
-only under --only) get the cuDNN table with ours 'n/a'.
+deterministic backward). Head dims that only cuDNN measured (bench_gpu runs 256 only
+under --only) get the cuDNN table with ours 'n/a'.
 """
 import argparse
 import datetime

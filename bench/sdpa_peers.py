@@ -7,7 +7,7 @@ and backward TFLOPS, and whether two identical backwards give identical gradient
     python3 bench/sdpa_peers.py [--quick] > peers.json
 
 Shapes and FLOP counting match bench/bench_gpu.c: bf16, 16384 tokens per batch
-(batch = 16384 / seqlen), heads * head_dim = 2048, fwd = 4*B*H*S*S*D (halved when
+(batch = 16384 / seqlen), heads = 2048 / head_dim rounded down (head dims 64, 128, 96), fwd = 4*B*H*S*S*D (halved when
 causal), bwd = 2.5 * fwd. Timing: CUDA events, median of 10 calls after 3 warm-ups.
 """
 import json
@@ -60,7 +60,7 @@ def main():
     quick = "--quick" in sys.argv
     seqlens = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
     rows = []
-    for d in (64, 128):
+    for d in (64, 128, 96):
         for causal in (False, True):
             for s in seqlens:
                 for backend in BACKENDS:
