@@ -7,6 +7,7 @@
  * joins it with PyTorch's numbers from bench/sdpa_peers.py, measured in the same run.
  *
  *   bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]] [--impl 1|2|3]
+ *             [--window L | --lengths N,N,...]
  *
  * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
  * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch. Head
@@ -14,6 +15,13 @@
  * 2016 wide); 256 (v1 kernels only) runs only under --only. --impl sets the
  * kernel implementation (cuattn_set_impl: 1 v1, 2 v2, 3 v3; default: cuattn_new's choice,
  * v3 on sm_90), so one build can time v2's forward beside v3's.
+ *
+ * --window L and --lengths time the kernels of sliding windows and packed batches
+ * (attn_vl.cu) without dashd in between, for profiling (scripts/gpu_vl_kernels.sh): --window
+ * runs the causal grid with flash-attn's window (L, 0); --lengths one packed batch of those
+ * sequence lengths (causal each, at most 16384 tokens; S reports the longest). Their rows
+ * carry "window" or "lengths" and count FLOPs on the (query, key) pairs the mask lets
+ * through, exactly, as bench/varlen_peers.py does.
  *
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
  * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
@@ -77,6 +85,18 @@ static void *device_random(uint64_t *seed)
     return d;
 }
 
+/* (query, key) pairs a causal sequence of n tokens lets through with the window (left, 0),
+ * left < 0 unbounded: row i sees keys max(0, i - left) .. i. */
+static double causal_pairs(int64_t n, int64_t left)
+{
+    if (left < 0 || left >= n)
+        return (double)n * (double)(n + 1) / 2;
+    /* rows 0 .. left see i + 1 keys, the rest left + 1 */
+    return (double)(left + 1) * (double)(left + 2) / 2 + (double)(n - left - 1) * (double)(left + 1);
+}
+
+#define MAX_LENGTHS 4096
+
 struct bufs {
     void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
     float *lse;
@@ -85,11 +105,36 @@ struct bufs {
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 3, impl = 0;
-    int32_t only_d = 0, only_s = 0, only_causal = -1, only_sched = -1;
+    int32_t only_d = 0, only_s = 0, only_causal = -1, only_sched = -1, window = -1, nlen = 0;
+    static int32_t cu[MAX_LENGTHS + 1];
+    int64_t total = 0, longest = 0;
     for (int i = 1; i < argc; i++) {
         char mask[16] = "", sched[16] = "";
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc && (window = atoi(argv[++i])) >= 0)
+            ;
+        else if (strcmp(argv[i], "--lengths") == 0 && i + 1 < argc) {
+            int bad = 0;
+            for (char *tok = strtok(argv[++i], ","); tok; tok = strtok(NULL, ",")) {
+                char *end;
+                const long n = strtol(tok, &end, 10);
+                if (*end || n < 0 || total + n > TOKENS || nlen == MAX_LENGTHS) {
+                    bad = 1;
+                    break;
+                }
+                cu[nlen] = (int32_t)total;
+                total += n;
+                longest = n > longest ? n : longest;
+                nlen++;
+            }
+            cu[nlen] = (int32_t)total;
+            if (bad || nlen == 0 || longest == 0) {
+                fprintf(stderr, "bench_gpu: --lengths: at most %d non-negative lengths, 1 to %d tokens in all\n",
+                        MAX_LENGTHS, TOKENS);
+                return 2;
+            }
+        }
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc)
@@ -100,10 +145,16 @@ int main(int argc, char **argv)
             only_causal = sched_mask_parse(mask) == SCHED_MASK_CAUSAL;
             only_sched = sched[0] ? sched_kind_parse(sched) : -1;
         } else {
-            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]] [--impl 1|2|3]\n");
+            fprintf(stderr, "usage: bench_gpu [--quick] [--reps N] [--only D,S,MASK[,SCHED]] [--impl 1|2|3] "
+                            "[--window L | --lengths N,N,...]\n");
             return 2;
         }
     }
+    if (window >= 0 && nlen) {
+        fprintf(stderr, "bench_gpu: --window or --lengths, not both\n");
+        return 2;
+    }
+    const int vl = window >= 0 || nlen > 0;
     if (reps < 1 || reps > 100)
         reps = 3;
     struct cuattn *a;
@@ -145,6 +196,11 @@ int main(int argc, char **argv)
         seqlens = &only_s;
         nseq = 1;
     }
+    const int32_t one_len = (int32_t)longest;
+    if (nlen) { /* one packed batch */
+        seqlens = &one_len;
+        nseq = 1;
+    }
     const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
                                      SCHED_SHIFT, SCHED_AUTO};
     const int32_t dims[] = {64, 128, 96, 256};
@@ -153,15 +209,32 @@ int main(int argc, char **argv)
         for (int causal = 0; causal < 2; causal++)
             for (int si = 0; si < nseq; si++) {
                 const int32_t d = dims[di];
-                if ((only_d && d != only_d) || (only_causal >= 0 && causal != only_causal))
+                if ((only_d && d != only_d) || (only_causal >= 0 && causal != only_causal) || (vl && !causal))
                     continue;
                 int32_t S = seqlens[si], B = TOKENS / S, H = HIDDEN / d;
                 struct attn_problem p = {.batch = B, .seqlen_q = S, .seqlen_k = S, .heads_q = H, .heads_kv = H, .head_dim = d, .dtype = DTYPE_BF16, .mask = causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, .scale = (float)(1.0 / sqrt((double)d))};
                 double flops = 4.0 * B * H * (double)S * S * d / (causal ? 2 : 1);
-                struct attn_tensor tq = attn_dense(b.q, S, H, d), tk = attn_dense(b.k, S, H, d);
-                struct attn_tensor tv = attn_dense(b.v, S, H, d), to = attn_dense(b.out, S, H, d);
-                struct attn_tensor tdo = attn_dense(b.dout, S, H, d), tdq = attn_dense(b.dq, S, H, d);
-                struct attn_tensor tdk = attn_dense(b.dk, S, H, d), tdv = attn_dense(b.dv, S, H, d);
+                int32_t rows = S; /* of the views: a packed batch's are its tokens */
+                if (window >= 0) {
+                    p.window = 1;
+                    p.window_left = window;
+                    p.window_right = 0;
+                    flops = 4.0 * B * H * d * causal_pairs(S, window);
+                } else if (nlen) {
+                    p.batch = nlen;
+                    p.cu_seqlens_q = p.cu_seqlens_k = cu;
+                    p.total_q = p.total_k = (int32_t)total;
+                    rows = (int32_t)total;
+                    B = 1;
+                    double pairs = 0;
+                    for (int32_t j = 0; j < nlen; j++)
+                        pairs += causal_pairs(cu[j + 1] - cu[j], -1);
+                    flops = 4.0 * H * d * pairs;
+                }
+                struct attn_tensor tq = attn_dense(b.q, rows, H, d), tk = attn_dense(b.k, rows, H, d);
+                struct attn_tensor tv = attn_dense(b.v, rows, H, d), to = attn_dense(b.out, rows, H, d);
+                struct attn_tensor tdo = attn_dense(b.dout, rows, H, d), tdq = attn_dense(b.dq, rows, H, d);
+                struct attn_tensor tdk = attn_dense(b.dk, rows, H, d), tdv = attn_dense(b.dv, rows, H, d);
                 double t[101];
                 for (int r = 0; r <= reps; r++) {
                     double t0 = now_ms();
@@ -173,10 +246,17 @@ int main(int argc, char **argv)
                 }
                 qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
                 double fwd_ms = t[1 + reps / 2];
-                printf("%s\n  {\"D\": %d, \"S\": %d, \"B\": %d, \"H\": %d, \"causal\": %s, "
-                       "\"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd\": [",
-                       first ? "" : ",", d, S, B, H, causal ? "true" : "false", fwd_ms,
-                       flops / fwd_ms / 1e9);
+                printf("%s\n  {\"D\": %d, \"S\": %d, \"B\": %d, \"H\": %d, \"causal\": %s, ",
+                       first ? "" : ",", d, S, B, H, causal ? "true" : "false");
+                if (window >= 0)
+                    printf("\"window\": %d, ", (int)window);
+                if (nlen) {
+                    printf("\"lengths\": [");
+                    for (int32_t j = 0; j < nlen; j++)
+                        printf("%s%d", j ? ", " : "", (int)(cu[j + 1] - cu[j]));
+                    printf("], ");
+                }
+                printf("\"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd\": [", fwd_ms, flops / fwd_ms / 1e9);
                 first = 0;
                 for (size_t ki = 0, shown = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
                     if (only_sched >= 0 && (int)kinds[ki] != only_sched)
