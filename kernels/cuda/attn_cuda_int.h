@@ -479,14 +479,49 @@ static __device__ __forceinline__ void attn_st_pair(uint16_t *ptr, uint32_t v)
     }
 }
 
+/* The loops of attn_tc_load_tile under an unroll policy (UNROLL: empty, the compiler's
+ * choice, or _Pragma("unroll 1")): one text for both, so the default instantiation is the
+ * code it always was (a helper function in its place changed the dense kernels' SASS). */
+#define ATTN_TC_LOAD_LOOPS(UNROLL)                                                                 \
+    if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */         \
+        UNROLL for (int32_t e = tid; e < ROWS * CH; e += threads)                                  \
+        {                                                                                          \
+            const int32_t r = e / CH, c = e - r * CH;                                              \
+            uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);                          \
+            if (r < rows)                                                                          \
+                attn_cp_async16(dst, g + r * row_stride + c * 8);                                  \
+            else                                                                                   \
+                *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);                      \
+        }                                                                                          \
+        return;                                                                                    \
+    }                                                                                              \
+    UNROLL for (int32_t e = tid; e < ROWS * CH; e += threads)                                      \
+    {                                                                                              \
+        const int32_t r = e / CH, c = e - r * CH;                                                  \
+        uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);                              \
+        if (r >= rows) {                                                                           \
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);                          \
+        } else {                                                                                   \
+            const uint16_t *s = g + r * row_stride + c * 8;                                        \
+            uint4 w;                                                                               \
+            w.x = attn_ld_pair(s);                                                                 \
+            w.y = attn_ld_pair(s + 2);                                                             \
+            w.z = attn_ld_pair(s + 4);                                                             \
+            w.w = attn_ld_pair(s + 6);                                                             \
+            *reinterpret_cast<uint4 *>(dst) = w;                                                   \
+        }                                                                                          \
+    }
+
 /* v2: stage rows [0, rows) of a ROWS x D tile (ROWS 64 or 128) of a strided (B, S, H, D)
  * tensor, row 0 at element `base`, into tile_smem (ROWS, D + 8), or with SW into v3's
  * swizzled (ROWS, D); rows past `rows` are zeroed. Where the source rows are 16-byte
  * aligned (the pointer and the row stride) the copies are cp.async and the caller must
  * commit and wait for them; otherwise they are plain loads, done on return. The bytes
  * that land are the same either way. `threads` is the CTA size, or the size of the group
- * of threads first .. first + threads - 1 that copies the tile. */
-template <int D, int ROWS = ATTN_BM, bool SW = false>
+ * of threads first .. first + threads - 1 that copies the tile. ROLLED keeps the loops
+ * rolled: for threads that only load (v3's cp.async producer warps), where registers are
+ * short and loop overhead costs nothing. */
+template <int D, int ROWS = ATTN_BM, bool SW = false, bool ROLLED = false>
 static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                          int64_t base, int64_t row_stride, int32_t rows,
                                                          int32_t threads, int32_t first = 0)
@@ -495,33 +530,13 @@ static __device__ __forceinline__ void attn_tc_load_tile(uint16_t *tile_smem, co
     const int32_t CH = D / 8; /* 16-byte chunks per row, a power of two */
     const uint16_t *g = src + base;
     const bool vec = (((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) == 0;
-    if (vec) { /* the common case, in a loop of its own so no slow-path code is issued */
-        for (int32_t e = tid; e < ROWS * CH; e += threads) {
-            const int32_t r = e / CH, c = e - r * CH;
-            uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
-            if (r < rows)
-                attn_cp_async16(dst, g + r * row_stride + c * 8);
-            else
-                *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
-        }
-        return;
-    }
-    for (int32_t e = tid; e < ROWS * CH; e += threads) {
-        const int32_t r = e / CH, c = e - r * CH;
-        uint16_t *dst = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
-        if (r >= rows) {
-            *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
-        } else {
-            const uint16_t *s = g + r * row_stride + c * 8;
-            uint4 w;
-            w.x = attn_ld_pair(s);
-            w.y = attn_ld_pair(s + 2);
-            w.z = attn_ld_pair(s + 4);
-            w.w = attn_ld_pair(s + 6);
-            *reinterpret_cast<uint4 *>(dst) = w;
-        }
+    if constexpr (ROLLED) {
+        ATTN_TC_LOAD_LOOPS(_Pragma("unroll 1"))
+    } else {
+        ATTN_TC_LOAD_LOOPS()
     }
 }
+#undef ATTN_TC_LOAD_LOOPS
 
 #endif /* __CUDACC__ */
 

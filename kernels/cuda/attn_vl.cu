@@ -137,6 +137,9 @@ struct fwd_vl_wg_smem {
     fwd_wg_smem<D> t;           /* first: the kernel aligns the block to FWD_WG_ALIGN */
     struct attn_fwd_params prm; /* the CTA's sequence */
     int32_t mb[3];              /* its q-tile, head and view batch */
+    /* its window and softcap terms: read from here where the consumers need them, which
+     * keeps 4 registers free for the products (in registers, the TMA instance spilled) */
+    fwd_wg_vl vt;
 };
 
 template <typename DT, int D, bool TMA>
@@ -151,8 +154,13 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
     if (threadIdx.x == 0) {
         fwd_vl_enter(p, sm.prm, sm.mb);
         fwd_wg_init<D, TMA>(sm.t);
+        const struct attn_fwd_params &q = sm.prm;
+        sm.vt.wl = q.geo.wl;
+        sm.vt.wr = q.geo.wr;
+        sm.vt.cap2 = q.softcap > 0.0f ? __fmul_rn(q.softcap, ATTN_LOG2E) : 0.0f;
+        sm.vt.capsc = q.softcap > 0.0f ? __fdiv_rn(q.scale, q.softcap) : 0.0f;
     }
-    __syncthreads(); /* the sequence's params and the barriers are ready for all */
+    __syncthreads(); /* the sequence's params, its terms and the barriers are ready for all */
     const struct attn_fwd_params &q = sm.prm;
     const int32_t i0 = sm.mb[0] * FWD_WG_BM, h = sm.mb[1];
     const int32_t rm = q.seqlen_q - i0 < FWD_WG_BM ? q.seqlen_q - i0 : FWD_WG_BM;
@@ -165,12 +173,7 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
         j_hi = (int64_t)i0 + rm + off + q.geo.wr;
     const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN);
     const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN - 1) / FWD_WG_BN) : n_lo;
-    fwd_wg_vl vt;
-    vt.wl = q.geo.wl;
-    vt.wr = q.geo.wr;
-    vt.cap2 = q.softcap > 0.0f ? __fmul_rn(q.softcap, ATTN_LOG2E) : 0.0f;
-    vt.capsc = q.softcap > 0.0f ? __fdiv_rn(q.scale, q.softcap) : 0.0f;
-    fwd_wg_run<DT, D, TMA, true>(q, maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], vt);
+    fwd_wg_run<DT, D, TMA, true>(q, maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], sm.vt);
 #else
     (void)p;
     (void)maps;

@@ -41,7 +41,8 @@
 #define FWD_WG_MMA_REGS_TMA 240
 /* VL with cp.async (packed batches): the window and softcap terms cost the consumers
  * registers; at head dim 128 ptxas reports 232/252 bytes of spills at 56 / 224, 64/56 at
- * 40 / 232 and 40/40 at 24 / 240 (nvcc 13.0) */
+ * 40 / 232 and 40/40 at 24 / 240 with the producer's copy loops unrolled, none at 24 / 240
+ * with them rolled (fwd_wg_produce's ROLLED; nvcc 13.0) */
 #define FWD_WG_LOAD_REGS_CP_VL 24
 #define FWD_WG_MMA_REGS_CP_VL 240
 static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_WG_THREADS &&
@@ -288,14 +289,15 @@ static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[FWD_WG_BN / 1
 /* Producer, cp.async: warps 0-1 copy Q once, then the K tiles; warps 2-3 the V tiles.
  * Two rings, each at its own pace: K(n + 2) is copied as soon as S(n) is done, V(n + 2)
  * once P(n) V(n) is, so neither waits behind the other. kv-tiles n_lo .. n_hi - 1; the
- * t-th goes to stage t % 2 with phase (t / 2) % 2. */
-template <int D>
+ * t-th goes to stage t % 2 with phase (t / 2) % 2. ROLLED: the copy loops stay rolled
+ * (VL, whose consumers leave the producer 24 registers: unrolled, it spilled 40 bytes). */
+template <int D, bool ROLLED = false>
 static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
                                                       int32_t b, int32_t h, int32_t hk, int32_t i0, int32_t rm,
                                                       int32_t n_lo, int32_t n_hi, int32_t v_half)
 {
     if (!v_half)
-        attn_tc_load_tile<D, FWD_WG_BM, true>(sm.q_smem, static_cast<const uint16_t *>(p.q),
+        attn_tc_load_tile<D, FWD_WG_BM, true, ROLLED>(sm.q_smem, static_cast<const uint16_t *>(p.q),
                                               b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
                                               p.q_stride[1], rm, 64);
     attn_cp_async_commit();
@@ -307,7 +309,7 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
         /* the stage is free (at once the first time round) */
         attn_mbar_wait(v_half ? &sm.v_empty[st] : &sm.k_empty[st], ph ^ 1u);
         const int32_t j0 = n * FWD_WG_BN, rn = p.seqlen_k - j0 < FWD_WG_BN ? p.seqlen_k - j0 : FWD_WG_BN;
-        attn_tc_load_tile<D, FWD_WG_BN, true>(v_half ? sm.v_smem[st] : sm.k_smem[st], src,
+        attn_tc_load_tile<D, FWD_WG_BN, true, ROLLED>(v_half ? sm.v_smem[st] : sm.k_smem[st], src,
                                               b * stride[0] + (int64_t)j0 * stride[1] + hk * stride[2], stride[1],
                                               rn, 64, v_half ? 64 : 0);
         attn_cp_async_commit();
@@ -500,7 +502,7 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(VL ? FWD_WG_LOAD_REGS_CP_VL : FWD_WG_LOAD_REGS_CP)
                          : "memory");
             const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
-            fwd_wg_produce<D>(p, sm, b, h, hk, i0, rm, n_lo, n_hi, v_half);
+            fwd_wg_produce<D, VL>(p, sm, b, h, hk, i0, rm, n_lo, n_hi, v_half);
         }
         return;
     }
