@@ -4,6 +4,7 @@
 #   make test       CPU test suites (CUnit), then the Python binding's (pytest, in .venv)
 #   make venv       .venv: PyTorch 2, numpy, pytest from PyPI (make test makes it too)
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
+#   make spills     every CUDA kernel's registers and spill bytes (make test checks them)
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
 #   make demo       dashd + a client: forward and backward on random data, checked bit for bit
 #   make fuzz       libFuzzer over request decoding and validation (clang), FUZZ_SECONDS long
@@ -207,11 +208,11 @@ ALL := $(FUZZ_SEEDS) $(FUZZ) $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO
 	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DEMO) $(DEMO_CLIENT) \
 	$(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
 
-.PHONY: all deps venv test test-gpu test-install bench demo install clean help fuzz asan tsan
+.PHONY: all deps venv test test-gpu test-install bench demo install clean help fuzz asan tsan spills
 all: deps $(ALL)
 
 help:
-	@sed -n '2,19p' Makefile
+	@sed -n '2,20p' Makefile
 
 # The pictures of docs/architecture.md, drawn from the code's #includes by
 # scripts/arch_graph.py: the parts (the include roots above) and the modules. Needs
@@ -267,10 +268,13 @@ $(BUILD)/obj/%.o: %.c | deps $(GEN)/proto/dash.pb-c.h $(GEN)/proto/audit.pb-c.h 
 	@$(if $(filter 1,$(V)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
+# ptxas's report of each kernel (registers, spills) goes to $@.ptxas, for the spill check
+# (scripts/ptxas_spills.py); everything else nvcc says is shown as usual.
 $(BUILD)/obj/%.cu.o: %.cu | deps $(INC_STAMPS)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(V)),,echo "  NVCC    $<")
-	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(Q)$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
+		{ grep -v -E '^ptxas info|^    [0-9]+ bytes stack frame' $@.ptxas >&2 || true; }; exit $$rc
 
 $(LIBKERNELS): $(call obj,$(KERNELS_SRC))
 	@$(if $(filter 1,$(V)),,echo "  AR      $@")
@@ -420,6 +424,9 @@ fuzz_run = mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds && \
 
 test: deps all $(PY_ENV)
 	$(Q)./$(TESTS)
+ifneq ($(NVCC),)
+	$(Q)$(PYTHON) scripts/ptxas_spills.py $(BUILD)/obj
+endif
 ifneq ($(FUZZ),)
 	$(Q)$(call fuzz_run,$(FUZZ_TEST_SECONDS))
 else
@@ -433,6 +440,13 @@ endif
 # A GPU machine may have no network for pip: the venv's python when there is one, else the
 # python3 on PATH (which must have torch >= 2.4 and pytest).
 GPU_PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
+
+spills: all
+ifeq ($(NVCC),)
+	@echo "spills: nothing to check: nvcc not found (or CUDA=0)"
+else
+	$(Q)$(PYTHON) scripts/ptxas_spills.py $(BUILD)/obj --list
+endif
 
 test-gpu: deps $(GPU_TESTS)
 ifeq ($(NVCC),)

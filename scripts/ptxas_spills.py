@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""ptxas_spills.py - the build check of issue 16's "0 spill bytes for every shipped kernel":
+reads ptxas's report of every kernel the build compiled (the .cu.o.ptxas files the Makefile's
+nvcc rule writes beside each object, one per translation unit and every architecture it
+targets) and lists the kernels that spill registers to local memory.
+
+    python3 scripts/ptxas_spills.py BUILD_OBJ_DIR [--list]
+
+Exit 1 when a kernel spills that KNOWN below does not name (a regression: a kernel that was
+spill-free now spills), or when a kernel KNOWN names no longer spills or is no longer built
+(take it off: the list only shrinks, to empty, which is the target). --list prints every
+kernel's registers and spill bytes. Exit 2 when there are no reports (a build without nvcc
+has none; the Makefile does not call this then).
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+# (architecture, kernel as c++filt prints it): the kernels that spill today, nvcc 13.0.
+# The dense v3 forward and backward and every forward spill nothing; these are left:
+KNOWN = {
+    # v1 (CUDA cores) at head dim 256: 24 bytes
+    ("sm_90a", "void attn_bwd_kernel<attn_f16, 256>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_kernel<attn_bf16, 256>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_kernel<attn_f16, 256>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_kernel<attn_bf16, 256>(attn_bwd_params)"),
+    # v2 (mma.sync) backward at head dim 128, 64 x 128 tiles: 12-36 bytes on sm_90a (v2 on
+    # an sm_90 GPU only when asked for: v3 is the default there); 48-92 on sm_80, where it
+    # cannot run (205 KiB of shared memory; an A100 has 163: such GPUs run v1 at 128)
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 3>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 3>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
+    # the backward of windows, softcap and packed batches at head dim 128: v2's step (16-32
+    # bytes) and v3's (20 bytes on sm_90a)
+    ("sm_90a", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params)"),
+}
+
+ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+PROPS = re.compile(r"Function properties for (\S+)")
+SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+REGS = re.compile(r"Used (\d+) registers")
+
+
+def parse(text):
+    """{(arch, mangled): {"stores", "loads", "regs"}} of the entry functions in one report."""
+    kernels, current, props = {}, None, None
+    for line in text.splitlines():
+        m = ENTRY.search(line)
+        if m:
+            current = (m.group(2), m.group(1))
+            kernels[current] = {"stores": 0, "loads": 0, "regs": None}
+            props = None
+            continue
+        m = PROPS.search(line)
+        if m:
+            props = m.group(1)
+            continue
+        m = SPILL.search(line)
+        if m and current and props == current[1]:
+            kernels[current]["stores"], kernels[current]["loads"] = int(m.group(1)), int(m.group(2))
+            continue
+        m = REGS.search(line)
+        if m and current and kernels[current]["regs"] is None:
+            kernels[current]["regs"] = int(m.group(1))
+    return kernels
+
+
+def demangle(names):
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 1:
+        print(__doc__.strip().splitlines()[3], file=sys.stderr)
+        return 2
+    reports = sorted(glob.glob(os.path.join(args[0], "**", "*.cu.o.ptxas"), recursive=True))
+    if not reports:
+        print(f"ptxas_spills: no ptxas reports under {args[0]} (built without nvcc?)", file=sys.stderr)
+        return 2
+    kernels = {}
+    for path in reports:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for key, v in parse(f.read()).items():
+                kernels[key] = dict(v, file=os.path.relpath(path, args[0])[: -len(".o.ptxas")])
+    names = demangle(sorted({k[1] for k in kernels}))
+    spilling = {(arch, names[m]): v for (arch, m), v in kernels.items() if v["stores"] or v["loads"]}
+    built = {(arch, names[m]) for (arch, m) in kernels}
+    if "--list" in sys.argv:
+        for (arch, m), v in sorted(kernels.items(), key=lambda kv: (kv[1]["file"], kv[0])):
+            print(f"{arch:7} {v['regs'] or 0:4} regs {v['stores']:4}/{v['loads']:<4} spill B  "
+                  f"{v['file']}: {names[m]}")
+    new = sorted(set(spilling) - KNOWN)
+    gone = sorted(KNOWN - set(spilling))
+    print(f"ptxas_spills: {len(kernels)} kernels in {len(reports)} reports; {len(spilling)} spill "
+          f"({len(KNOWN)} known)")
+    for arch, name in new:
+        v = spilling[(arch, name)]
+        print(f"  NEW SPILL {arch} {name}: {v['stores']} bytes stored, {v['loads']} loaded ({v['file']})")
+    for arch, name in gone:
+        why = "no longer spills" if (arch, name) in built else "is no longer built"
+        print(f"  {arch} {name} {why}: take it off KNOWN in {sys.argv[0]}")
+    return 1 if new or gone else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
