@@ -169,7 +169,7 @@ CUDA_KERNELS_CU := kernels/cuda/attn_cuda.cu kernels/cuda/attn_fwd.cu kernels/cu
 	kernels/cuda/attn_fwd_tc.cu kernels/cuda/attn_fwd_wg.cu kernels/cuda/attn_bwd_tc.cu \
 	kernels/cuda/attn_vl.cu kernels/cuda/attn_pad.cu kernels/digest/digest_cuda.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
-GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/test_attn_gpu.c tests/gpu/test_attn_vl_gpu.c \
+GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/gpu_bufs.c tests/gpu/test_attn_gpu.c tests/gpu/test_attn_vl_gpu.c \
 	tests/gpu/test_dashd_gpu.c \
 	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c tests/gpu/test_audit_gpu.c \
 	tests/testutil.c tests/harness.c

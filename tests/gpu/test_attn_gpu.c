@@ -17,6 +17,7 @@
  */
 #include "gpu_attn.h"
 
+#include "gpu_bufs.h"
 #include "gpu_check.h"
 #include "../testutil.h"
 #include "kernels/cuda/attn_cuda_test.h"
@@ -32,94 +33,15 @@
 
 /* ---- fixtures ---------------------------------------------------------------------- */
 
-/* One problem's buffers: host inputs and output copies, and their device twins. */
-struct gattn {
-    struct attn_problem p;
-    int64_t nq, nk, nlse; /* elements of q-shaped, k-shaped tensors, and of lse */
-    size_t es;            /* bytes per element */
-    void *q, *k, *v, *dout;          /* host inputs */
-    void *out, *dq, *dk, *dv;        /* host copies of the device outputs */
-    float *lse;
-    void *d_q, *d_k, *d_v, *d_dout;  /* device inputs */
-    void *d_out, *d_dq, *d_dk, *d_dv; /* device outputs */
-    float *d_lse;
-};
-
-static void *dev_alloc(size_t bytes)
-{
-    void *ptr = NULL;
-    CUDA_OK(cudaMalloc(&ptr, bytes));
-    return ptr;
-}
-
-static void gattn_init(struct gattn *a, const struct attn_problem *p, struct tu_rng *r)
-{
-    memset(a, 0, sizeof *a);
-    a->p = *p;
-    a->nq = (int64_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim;
-    a->nk = (int64_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim;
-    a->nlse = (int64_t)p->batch * p->heads_q * p->seqlen_q;
-    a->es = (size_t)dtype_size(p->dtype);
-    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    const size_t lb = sizeof(float) * (size_t)a->nlse;
-    a->q = malloc(qb);
-    a->k = malloc(kb);
-    a->v = malloc(kb);
-    a->dout = malloc(qb);
-    a->out = malloc(qb);
-    a->dq = malloc(qb);
-    a->dk = malloc(kb);
-    a->dv = malloc(kb);
-    a->lse = malloc(lb);
-    CU_ASSERT_FATAL(a->q && a->k && a->v && a->dout && a->out && a->dq && a->dk && a->dv && a->lse);
-    tu_fill(a->q, p->dtype, a->nq, r, 1.0);
-    tu_fill(a->k, p->dtype, a->nk, r, 1.0);
-    tu_fill(a->v, p->dtype, a->nk, r, 1.0);
-    tu_fill(a->dout, p->dtype, a->nq, r, 1.0);
-    a->d_q = dev_alloc(qb);
-    a->d_k = dev_alloc(kb);
-    a->d_v = dev_alloc(kb);
-    a->d_dout = dev_alloc(qb);
-    a->d_out = dev_alloc(qb);
-    a->d_dq = dev_alloc(qb);
-    a->d_dk = dev_alloc(kb);
-    a->d_dv = dev_alloc(kb);
-    a->d_lse = dev_alloc(lb);
-    CUDA_OK(cudaMemcpy(a->d_q, a->q, qb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(a->d_k, a->k, kb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(a->d_v, a->v, kb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(a->d_dout, a->dout, qb, cudaMemcpyHostToDevice));
-}
-
-static void gattn_free(struct gattn *a)
-{
-    void *host[] = {a->q, a->k, a->v, a->dout, a->out, a->dq, a->dk, a->dv, a->lse};
-    void *dev[] = {a->d_q, a->d_k, a->d_v, a->d_dout, a->d_out, a->d_dq, a->d_dk, a->d_dv, a->d_lse};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
-        free(host[i]);
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
-}
-
-static struct attn_tensor tq(const struct gattn *a, void *data)
-{
-    return attn_dense(data, a->p.seqlen_q, a->p.heads_q, a->p.head_dim);
-}
-
-static struct attn_tensor tk(const struct gattn *a, void *data)
-{
-    return attn_dense(data, a->p.seqlen_k, a->p.heads_kv, a->p.head_dim);
-}
-
 /* Forward on the device into poisoned outputs; copies out and lse back. */
-static int run_forward(struct cuattn *ca, struct gattn *a, const struct attn_config *cfg,
+static int run_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
                        struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
     CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
     CUDA_OK(cudaMemset(a->d_lse, 0xff, lb));
-    int rc = cuattn_forward(ca, &a->p, cfg, tq(a, a->d_out), a->d_lse, tq(a, a->d_q), tk(a, a->d_k),
-                            tk(a, a->d_v), ret_cfg);
+    int rc = cuattn_forward(ca, &a->p, cfg, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
+                            gpu_bufs_tk(a, a->d_v), ret_cfg);
     if (rc)
         return rc;
     CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
@@ -129,16 +51,16 @@ static int run_forward(struct cuattn *ca, struct gattn *a, const struct attn_con
 
 /* Backward on the device (after run_forward) into poisoned outputs; copies the
  * gradients back. */
-static int run_backward(struct cuattn *ca, struct gattn *a, const struct attn_config *cfg,
+static int run_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
                         int32_t grid, struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
     CUDA_OK(cudaMemset(a->d_dk, 0xff, kb));
     CUDA_OK(cudaMemset(a->d_dv, 0xff, kb));
-    int rc = cuattn_backward(ca, &a->p, cfg, grid, tq(a, a->d_dq), tk(a, a->d_dk), tk(a, a->d_dv),
-                             tq(a, a->d_q), tk(a, a->d_k), tk(a, a->d_v), tq(a, a->d_out), a->d_lse,
-                             tq(a, a->d_dout), ret_cfg);
+    int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk), gpu_bufs_tk(a, a->d_dv),
+                             gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse,
+                             gpu_bufs_tq(a, a->d_dout), ret_cfg);
     if (rc)
         return rc;
     CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
@@ -203,7 +125,7 @@ struct grads {
     size_t qb, kb;
 };
 
-static void grads_take(struct grads *g, const struct gattn *a)
+static void grads_take(struct grads *g, const struct gpu_bufs *a)
 {
     g->qb = a->es * (size_t)a->nq;
     g->kb = a->es * (size_t)a->nk;
@@ -216,7 +138,7 @@ static void grads_take(struct grads *g, const struct gattn *a)
     memcpy(g->dv, a->dv, g->kb);
 }
 
-static int grads_equal(const struct grads *g, const struct gattn *a)
+static int grads_equal(const struct grads *g, const struct gpu_bufs *a)
 {
     return memcmp(g->dq, a->dq, g->qb) == 0 && memcmp(g->dk, a->dk, g->kb) == 0 &&
            memcmp(g->dv, a->dv, g->kb) == 0;
@@ -234,7 +156,7 @@ struct refs {
     double *out, *lse, *dq, *dk, *dv;
 };
 
-static void refs_compute(struct refs *R, const struct attn_problem *p, const struct gattn *a)
+static void refs_compute(struct refs *R, const struct attn_problem *p, const struct gpu_bufs *a)
 {
     R->out = malloc(sizeof(double) * (size_t)a->nq);
     R->lse = malloc(sizeof(double) * (size_t)a->nlse);
@@ -242,8 +164,8 @@ static void refs_compute(struct refs *R, const struct attn_problem *p, const str
     R->dk = malloc(sizeof(double) * (size_t)a->nk);
     R->dv = malloc(sizeof(double) * (size_t)a->nk);
     CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
-    CU_ASSERT_FATAL(ref_forward(p, tq(a, a->q), tk(a, a->k), tk(a, a->v), R->out, R->lse) == 0);
-    CU_ASSERT_FATAL(ref_backward(p, tq(a, a->q), tk(a, a->k), tk(a, a->v), tq(a, a->dout), R->dq,
+    CU_ASSERT_FATAL(ref_forward(p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), R->out, R->lse) == 0);
+    CU_ASSERT_FATAL(ref_backward(p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), gpu_bufs_tq(a, a->dout), R->dq,
                                  R->dk, R->dv) == 0);
 }
 
@@ -258,7 +180,7 @@ static void refs_free(struct refs *R)
 
 /* Whether a's forward is within the dtype's tolerance of the reference (out) and its lse
  * within 1e-4 relative (+inf where a row sees no key); the error and bad lse count out. */
-static int forward_close(const struct gattn *a, const struct refs *R, double *err, int *lse_bad)
+static int forward_close(const struct gpu_bufs *a, const struct refs *R, double *err, int *lse_bad)
 {
     *err = rel_err(a->out, a->p.dtype, R->out, a->nq);
     *lse_bad = 0;
@@ -269,7 +191,7 @@ static int forward_close(const struct gattn *a, const struct refs *R, double *er
 }
 
 /* Whether a's gradients are within the dtype's tolerance of the reference; errors out. */
-static int grads_close(const struct gattn *a, const struct refs *R, double err[3])
+static int grads_close(const struct gpu_bufs *a, const struct refs *R, double err[3])
 {
     const enum dtype_kind t = a->p.dtype;
     err[0] = rel_err(a->dq, t, R->dq, a->nq);
@@ -313,8 +235,8 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
     int bad = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         struct refs R;
         refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
@@ -343,7 +265,7 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
                 }
             }
         refs_free(&R);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
@@ -363,8 +285,8 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
     int mismatches = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
             struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
@@ -379,7 +301,7 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
             }
             grads_free(&base);
         }
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(mismatches, 0);
     cuattn_free(ca);
@@ -411,8 +333,8 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
     int mismatches = 0, shift_modes = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
@@ -443,7 +365,7 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
                 }
                 grads_free(&base);
             }
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(mismatches, 0);
     CU_ASSERT_EQUAL(shift_modes, 4);
@@ -458,8 +380,8 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa70);
     struct attn_problem p = problem_of(&c);
-    struct gattn a;
-    gattn_init(&a, &p, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, NULL, NULL, &r);
     struct refs R;
     refs_compute(&R, &p, &a);
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
@@ -474,7 +396,7 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
         CU_ASSERT(close);
     }
     refs_free(&R);
-    gattn_free(&a);
+    gpu_bufs_free(&a);
     cuattn_free(ca);
 }
 
@@ -486,8 +408,8 @@ static void strided_views_give_same_bits(const struct shape_case c)
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x57d ^ (uint64_t)c.d);
     struct attn_problem p = problem_of(&c);
-    struct gattn a;
-    gattn_init(&a, &p, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, NULL, NULL, &r);
     struct attn_config cfg = {SCHED_SHIFT, 3, 0, 0, 0};
     CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, &cfg, NULL), 0);
     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
@@ -509,7 +431,7 @@ static void strided_views_give_same_bits(const struct shape_case c)
         host[i] = malloc(bytes[i]);
         CU_ASSERT_FATAL(host[i] != NULL);
         memset(host[i], 0xff, bytes[i]);
-        struct attn_tensor view = {dev_alloc(bytes[i]), {heads[i] * seqlen[i] * row, row, seqlen[i] * row, 1}};
+        struct attn_tensor view = {gpu_dev_alloc(bytes[i]), {heads[i] * seqlen[i] * row, row, seqlen[i] * row, 1}};
         t[i] = view;
         if (i < DQ) { /* inputs, and the forward's out: copy the dense values in */
             for (int32_t b = 0; b < p.batch; b++)
@@ -538,7 +460,7 @@ static void strided_views_give_same_bits(const struct shape_case c)
         free(host[i]);
         CU_ASSERT(gpu_cuda_ok(cudaFree(t[i].data), "cudaFree", __LINE__));
     }
-    gattn_free(&a);
+    gpu_bufs_free(&a);
     cuattn_free(ca);
 }
 
@@ -578,8 +500,8 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     int bad = 0, mismatches = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         struct refs R;
         refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
@@ -646,7 +568,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                 }
         }
         refs_free(&R);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(mismatches, 0);
@@ -677,8 +599,8 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
     int mismatches = 0, modes_seen = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         const int only_v1 = p.head_dim == 256;
         CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim) == CUATTN_IMPL_CUDA_CORES, only_v1);
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
@@ -717,7 +639,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                 grads_free(&base);
             }
         cuattn__force_interleaved(ca, 0);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(mismatches, 0);
     CU_ASSERT_EQUAL(modes_seen, 1);
@@ -742,8 +664,8 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
     int bad = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         struct refs R;
         refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
@@ -774,7 +696,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
             cuattn__force_interleaved(ca, 0);
         }
         refs_free(&R);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
@@ -795,8 +717,8 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa100);
     struct attn_problem p = problem_of(&c);
-    struct gattn a;
-    gattn_init(&a, &p, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, NULL, NULL, &r);
     CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0}, used;
     CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
@@ -814,13 +736,13 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
         CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* v1 has no 128 */
     }
     grads_free(&want);
-    gattn_free(&a);
+    gpu_bufs_free(&a);
     /* 99 KiB: v1's head-dim-256 backward (about 162 KiB) cannot run */
     const struct shape_case big = {1, 70, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL};
     struct attn_problem pb = problem_of(&big);
-    gattn_init(&a, &pb, &r);
+    gpu_bufs_init(&a, &pb, NULL, NULL, &r);
     CU_ASSERT_EQUAL(run_backward(small, &a, &cfg, 0, NULL), -ENOTSUP);
-    gattn_free(&a);
+    gpu_bufs_free(&a);
     cuattn_free(v1);
     cuattn_free(small);
 }
@@ -845,8 +767,8 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     tu_rng_init(&r, tu_seed() ^ 0xbad);
     const struct shape_case c = {1, 100, 90, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL};
     struct attn_problem p = problem_of(&c);
-    struct gattn a;
-    gattn_init(&a, &p, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, NULL, NULL, &r);
 
     struct attn_config used;
     memset(&used, 0, sizeof used);
@@ -876,14 +798,14 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     /* the kernels' limits */
     struct attn_problem q = p;
     q.dtype = DTYPE_F32;
-    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -ENOTSUP);
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
+                                   gpu_bufs_tk(&a, a.d_v), NULL), -ENOTSUP);
     const int32_t no_dims[] = {32, 80, 160, 192};
     for (size_t i = 0; i < sizeof no_dims / sizeof no_dims[0]; i++) {
         q = p;
         q.head_dim = no_dims[i];
-        CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q),
-                                       tk(&a, a.d_k), tk(&a, a.d_v), NULL), -ENOTSUP);
+        CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, gpu_bufs_tq(&a, a.d_q),
+                                       gpu_bufs_tk(&a, a.d_k), gpu_bufs_tk(&a, a.d_v), NULL), -ENOTSUP);
     }
     const struct attn_config bad_cfgs[] = {
         {SCHED_ASCENDING, 0, 32, 0, 0}, {SCHED_ASCENDING, 0, 0, 96, 0},
@@ -896,22 +818,22 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     /* malformed problem and views */
     q = p;
     q.heads_kv = 3;
-    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -EINVAL);
-    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, tq(&a, a.d_out), NULL, tq(&a, a.d_q), tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -EINVAL);
-    struct attn_tensor overlap = tq(&a, a.d_out);
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
+                                   gpu_bufs_tk(&a, a.d_v), NULL), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, gpu_bufs_tq(&a, a.d_out), NULL, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
+                                   gpu_bufs_tk(&a, a.d_v), NULL), -EINVAL);
+    struct attn_tensor overlap = gpu_bufs_tq(&a, a.d_out);
     overlap.stride[1] = 1; /* rows of the output would overlap */
-    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, overlap, a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -EINVAL);
-    struct attn_tensor odd = tq(&a, (char *)a.d_q + 1); /* 16-bit elements need 2-byte alignment */
-    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, tq(&a, a.d_out), a.d_lse, odd, tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -EINVAL);
-    CU_ASSERT_EQUAL(cuattn_forward(NULL, &p, NULL, tq(&a, a.d_out), a.d_lse, tq(&a, a.d_q), tk(&a, a.d_k),
-                                   tk(&a, a.d_v), NULL), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, overlap, a.d_lse, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
+                                   gpu_bufs_tk(&a, a.d_v), NULL), -EINVAL);
+    struct attn_tensor odd = gpu_bufs_tq(&a, (char *)a.d_q + 1); /* 16-bit elements need 2-byte alignment */
+    CU_ASSERT_EQUAL(cuattn_forward(ca, &p, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, odd, gpu_bufs_tk(&a, a.d_k),
+                                   gpu_bufs_tk(&a, a.d_v), NULL), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_forward(NULL, &p, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
+                                   gpu_bufs_tk(&a, a.d_v), NULL), -EINVAL);
     /* still usable after refusals */
     CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
-    gattn_free(&a);
+    gpu_bufs_free(&a);
 
     /* head dim 256 runs v1 whatever the implementation set: 64 x 64 tiles reported,
      * block_n 128 refused; 96 runs what 128 runs (widened copies; v1's own kernels when v1
@@ -926,7 +848,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
                 continue;
             const struct shape_case c2 = {1, 100, 90, 2, 1, odd_dims[i], DTYPE_F16, SCHED_MASK_CAUSAL};
             struct attn_problem p2 = problem_of(&c2);
-            gattn_init(&a, &p2, &r);
+            gpu_bufs_init(&a, &p2, NULL, NULL, &r);
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             const int32_t runs = p2.head_dim == 96 ? cuattn_impl_for(ca, 128) : CUATTN_IMPL_CUDA_CORES;
             CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), runs);
@@ -941,7 +863,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             CU_ASSERT_EQUAL(used.block_n, bn);
             CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, NULL), 0);
             CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, NULL), bn == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
-            gattn_free(&a);
+            gpu_bufs_free(&a);
         }
     cuattn_free(ca);
 }
@@ -1000,14 +922,14 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
         CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_WGMMA);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         struct refs R; /* the forward's only: the long shapes' backward reference is slow */
         memset(&R, 0, sizeof R);
         R.out = malloc(sizeof(double) * (size_t)a.nq);
         R.lse = malloc(sizeof(double) * (size_t)a.nlse);
         CU_ASSERT_FATAL(R.out && R.lse);
-        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), R.out, R.lse) == 0);
+        CU_ASSERT_FATAL(ref_forward(&p, gpu_bufs_tq(&a, a.q), gpu_bufs_tk(&a, a.k), gpu_bufs_tk(&a, a.v), R.out, R.lse) == 0);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         double err;
         int lse_bad;
@@ -1031,7 +953,7 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
         free(lse1);
         free(R.out);
         free(R.lse);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(mismatches, 0);
@@ -1059,8 +981,8 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
     int diff = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense bytes */
         CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), 1);
         const size_t lb = sizeof(float) * (size_t)a.nlse;
@@ -1082,7 +1004,7 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
                 host[i] = malloc(bytes[i]);
                 CU_ASSERT_FATAL(host[i] != NULL);
                 memset(host[i], 0xff, bytes[i]); /* out: poisoned */
-                struct attn_tensor view = {dev_alloc(bytes[i]),
+                struct attn_tensor view = {gpu_dev_alloc(bytes[i]),
                                            {(int64_t)heads[i] * seqlen[i] * row, row, (int64_t)seqlen[i] * row, 1}};
                 t[i] = view;
                 if (i != OUT)
@@ -1115,7 +1037,7 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
             }
         }
         free(lse_dense);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(diff, 0);
     cuattn_free(ca);
@@ -1151,8 +1073,8 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
     int diff = 0, paths = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         paths += cuattn__last_fwd_tma(ca) != 1;
@@ -1170,7 +1092,7 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
             diff++;
         }
         if (p.batch == 1) { /* a dim of length 1 is never stepped: an odd stride there keeps TMA */
-            struct attn_tensor q = tq(&a, a.d_q), k = tk(&a, a.d_k), v = tk(&a, a.d_v), o = tq(&a, a.d_out);
+            struct attn_tensor q = gpu_bufs_tq(&a, a.d_q), k = gpu_bufs_tk(&a, a.d_k), v = gpu_bufs_tk(&a, a.d_v), o = gpu_bufs_tq(&a, a.d_out);
             q.stride[0] = 3;
             k.stride[0] = 5;
             v.stride[0] = 0;
@@ -1187,7 +1109,7 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
         }
         free(out_tma);
         free(lse_tma);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(paths, 0); /* each run took the path it was meant to */
     CU_ASSERT_EQUAL(diff, 0);
@@ -1214,14 +1136,14 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
     int bad = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        struct gattn a;
-        gattn_init(&a, &p, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
         struct refs R;
         memset(&R, 0, sizeof R);
         R.out = malloc(sizeof(double) * (size_t)a.nq);
         R.lse = malloc(sizeof(double) * (size_t)a.nlse);
         CU_ASSERT_FATAL(R.out && R.lse);
-        CU_ASSERT_FATAL(ref_forward(&p, tq(&a, a.q), tk(&a, a.k), tk(&a, a.v), R.out, R.lse) == 0);
+        CU_ASSERT_FATAL(ref_forward(&p, gpu_bufs_tq(&a, a.q), gpu_bufs_tk(&a, a.k), gpu_bufs_tk(&a, a.v), R.out, R.lse) == 0);
         for (int cp = 0; cp < 2; cp++) {
             cuattn__force_no_tma(ca, cp);
             CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
@@ -1237,7 +1159,7 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
         cuattn__force_no_tma(ca, 0);
         free(R.out);
         free(R.lse);
-        gattn_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);

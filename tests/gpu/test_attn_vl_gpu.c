@@ -24,6 +24,7 @@
  */
 #include "gpu_attn_vl.h"
 
+#include "gpu_bufs.h"
 #include "gpu_check.h"
 #include "../harness.h"
 #include "../testutil.h"
@@ -40,124 +41,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VL_MAXB 8
-
-/* One problem (packed or dense) with its host inputs, host copies of the outputs and the
- * device twins. Tensors are dense views: (1, total, heads, D) packed, (B, S, heads, D). */
-struct vlp {
-    struct attn_problem p;
-    int32_t cu[2][VL_MAXB + 1];
-    int32_t vb, rq, rk;    /* view batch and rows */
-    int64_t nq, nk, nlse;  /* elements */
-    size_t es;
-    void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
-    float *lse;
-    void *d_q, *d_k, *d_v, *d_dout, *d_out, *d_dq, *d_dk, *d_dv;
-    float *d_lse;
-};
-
-static void *dev_alloc(size_t bytes)
-{
-    void *ptr = NULL;
-    CUDA_OK(cudaMalloc(&ptr, bytes ? bytes : 16));
-    return ptr;
-}
+#define VL_MAXB GPU_BUFS_MAXB
 
 static int32_t irand(struct tu_rng *r, int32_t n)
 {
     return (int32_t)(tu_next(r) % (uint64_t)n);
 }
 
-/* Set up buffers for p (cu filled for a packed batch), inputs drawn from r. */
-static void vlp_init(struct vlp *a, const struct attn_problem *p, const int32_t *lq, const int32_t *lk,
-                     struct tu_rng *r)
-{
-    memset(a, 0, sizeof *a);
-    a->p = *p;
-    if (lq) {
-        a->cu[0][0] = a->cu[1][0] = 0;
-        int32_t mq = 1, mk = 1;
-        for (int32_t b = 0; b < p->batch; b++) {
-            a->cu[0][b + 1] = a->cu[0][b] + lq[b];
-            a->cu[1][b + 1] = a->cu[1][b] + lk[b];
-            mq = lq[b] > mq ? lq[b] : mq;
-            mk = lk[b] > mk ? lk[b] : mk;
-        }
-        a->p.cu_seqlens_q = a->cu[0];
-        a->p.cu_seqlens_k = a->cu[1];
-        a->p.total_q = a->cu[0][p->batch];
-        a->p.total_k = a->cu[1][p->batch];
-        a->p.seqlen_q = mq;
-        a->p.seqlen_k = mk;
-    }
-    a->vb = attn_view_batch(&a->p);
-    a->rq = attn_view_rows_q(&a->p);
-    a->rk = attn_view_rows_k(&a->p);
-    a->nq = (int64_t)a->vb * a->rq * p->heads_q * p->head_dim;
-    a->nk = (int64_t)a->vb * a->rk * p->heads_kv * p->head_dim;
-    a->nlse = (int64_t)a->vb * p->heads_q * a->rq;
-    a->es = (size_t)dtype_size(p->dtype);
-    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk, lb = sizeof(float) * (size_t)a->nlse;
-    a->q = malloc(qb + 1);
-    a->k = malloc(kb + 1);
-    a->v = malloc(kb + 1);
-    a->dout = malloc(qb + 1);
-    a->out = malloc(qb + 1);
-    a->dq = malloc(qb + 1);
-    a->dk = malloc(kb + 1);
-    a->dv = malloc(kb + 1);
-    a->lse = malloc(lb + 4);
-    CU_ASSERT_FATAL(a->q && a->k && a->v && a->dout && a->out && a->dq && a->dk && a->dv && a->lse);
-    if (a->nq) {
-        tu_fill(a->q, p->dtype, a->nq, r, 1.0);
-        tu_fill(a->dout, p->dtype, a->nq, r, 1.0);
-    }
-    if (a->nk) {
-        tu_fill(a->k, p->dtype, a->nk, r, 1.0);
-        tu_fill(a->v, p->dtype, a->nk, r, 1.0);
-    }
-    a->d_q = dev_alloc(qb);
-    a->d_k = dev_alloc(kb);
-    a->d_v = dev_alloc(kb);
-    a->d_dout = dev_alloc(qb);
-    a->d_out = dev_alloc(qb);
-    a->d_dq = dev_alloc(qb);
-    a->d_dk = dev_alloc(kb);
-    a->d_dv = dev_alloc(kb);
-    a->d_lse = dev_alloc(lb);
-    CUDA_OK(cudaMemcpy(a->d_q, a->q, qb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(a->d_k, a->k, kb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(a->d_v, a->v, kb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(a->d_dout, a->dout, qb, cudaMemcpyHostToDevice));
-}
 
-static void vlp_free(struct vlp *a)
-{
-    void *host[] = {a->q, a->k, a->v, a->dout, a->out, a->dq, a->dk, a->dv, a->lse};
-    void *dev[] = {a->d_q, a->d_k, a->d_v, a->d_dout, a->d_out, a->d_dq, a->d_dk, a->d_dv, a->d_lse};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
-        free(host[i]);
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
-}
-
-static struct attn_tensor vq(const struct vlp *a, void *data)
-{
-    return attn_dense(data, a->rq, a->p.heads_q, a->p.head_dim);
-}
-
-static struct attn_tensor vk(const struct vlp *a, void *data)
-{
-    return attn_dense(data, a->rk, a->p.heads_kv, a->p.head_dim);
-}
-
-static int vl_forward(struct cuattn *ca, struct vlp *a, struct attn_config *ret_cfg)
+static int vl_forward(struct cuattn *ca, struct gpu_bufs *a, struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
     CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
     CUDA_OK(cudaMemset(a->d_lse, 0xff, lb));
-    int rc = cuattn_forward(ca, &a->p, NULL, vq(a, a->d_out), a->d_lse, vq(a, a->d_q), vk(a, a->d_k),
-                            vk(a, a->d_v), ret_cfg);
+    int rc = cuattn_forward(ca, &a->p, NULL, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
+                            gpu_bufs_tk(a, a->d_v), ret_cfg);
     if (rc)
         return rc;
     CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
@@ -165,16 +63,16 @@ static int vl_forward(struct cuattn *ca, struct vlp *a, struct attn_config *ret_
     return 0;
 }
 
-static int vl_backward(struct cuattn *ca, struct vlp *a, const struct attn_config *cfg, int32_t grid,
+static int vl_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
                        struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
     CUDA_OK(cudaMemset(a->d_dk, 0xff, kb));
     CUDA_OK(cudaMemset(a->d_dv, 0xff, kb));
-    int rc = cuattn_backward(ca, &a->p, cfg, grid, vq(a, a->d_dq), vk(a, a->d_dk), vk(a, a->d_dv),
-                             vq(a, a->d_q), vk(a, a->d_k), vk(a, a->d_v), vq(a, a->d_out), a->d_lse,
-                             vq(a, a->d_dout), ret_cfg);
+    int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk), gpu_bufs_tk(a, a->d_dv),
+                             gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse,
+                             gpu_bufs_tq(a, a->d_dout), ret_cfg);
     if (rc)
         return rc;
     CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
@@ -226,7 +124,7 @@ struct vrefs {
     double *out, *lse, *dq, *dk, *dv;
 };
 
-static void vrefs_compute(struct vrefs *R, const struct vlp *a)
+static void vrefs_compute(struct vrefs *R, const struct gpu_bufs *a)
 {
     R->out = malloc(sizeof(double) * (size_t)(a->nq + 1));
     R->lse = malloc(sizeof(double) * (size_t)(a->nlse + 1));
@@ -234,8 +132,8 @@ static void vrefs_compute(struct vrefs *R, const struct vlp *a)
     R->dk = malloc(sizeof(double) * (size_t)(a->nk + 1));
     R->dv = malloc(sizeof(double) * (size_t)(a->nk + 1));
     CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
-    CU_ASSERT_FATAL(ref_forward(&a->p, vq(a, a->q), vk(a, a->k), vk(a, a->v), R->out, R->lse) == 0);
-    CU_ASSERT_FATAL(ref_backward(&a->p, vq(a, a->q), vk(a, a->k), vk(a, a->v), vq(a, a->dout), R->dq, R->dk,
+    CU_ASSERT_FATAL(ref_forward(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), R->out, R->lse) == 0);
+    CU_ASSERT_FATAL(ref_backward(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), gpu_bufs_tq(a, a->dout), R->dq, R->dk,
                                  R->dv) == 0);
 }
 
@@ -244,10 +142,10 @@ static void vrefs_compute(struct vrefs *R, const struct vlp *a)
  * rounding alone gives dQ a relative error of 0.07 (float64 emulation); a dense f16 case of
  * 310 queries over 2 keys, causal, measured dq 0.0071 against the float64 O on the H200,
  * where the f16 kernels give 4e-4 on rows of many keys. Call after vl_forward. */
-static void vrefs_backward_given_out(struct vrefs *R, const struct vlp *a)
+static void vrefs_backward_given_out(struct vrefs *R, const struct gpu_bufs *a)
 {
-    CU_ASSERT_FATAL(ref_backward_given_out(&a->p, vq(a, a->q), vk(a, a->k), vk(a, a->v), vq(a, a->out),
-                                           vq(a, a->dout), R->dq, R->dk, R->dv) == 0);
+    CU_ASSERT_FATAL(ref_backward_given_out(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), gpu_bufs_tq(a, a->out),
+                                           gpu_bufs_tq(a, a->dout), R->dq, R->dk, R->dv) == 0);
 }
 
 static void vrefs_free(struct vrefs *R)
@@ -284,7 +182,7 @@ static double compare(const void *got, enum dtype_kind t, const double *ref, int
 /* Forward and gradients within the dtype's tolerance, LSE within 1e-4 (+inf where the
  * reference row sees no key), exact zeros where the reference has them. 1 if all hold;
  * the numbers go to stderr otherwise. */
-static int check_forward(const struct vlp *a, const struct vrefs *R, const char *what)
+static int check_forward(const struct gpu_bufs *a, const struct vrefs *R, const char *what)
 {
     int zb = 0, lse_bad = 0;
     const double e = compare(a->out, a->p.dtype, R->out, a->nq, a->p.head_dim, &zb);
@@ -297,7 +195,7 @@ static int check_forward(const struct vlp *a, const struct vrefs *R, const char 
     return ok;
 }
 
-static int check_backward(const struct vlp *a, const struct vrefs *R, const char *what)
+static int check_backward(const struct gpu_bufs *a, const struct vrefs *R, const char *what)
 {
     int zb = 0;
     const int64_t D = a->p.head_dim;
@@ -386,8 +284,8 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
             p.window_left = draw_side(&r, maxlen);
             p.window_right = draw_side(&r, maxlen);
         }
-        struct vlp a;
-        vlp_init(&a, &p, packed ? lq : NULL, packed ? lk : NULL, &r);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, packed ? lq : NULL, packed ? lk : NULL, &r);
         struct vrefs R;
         vrefs_compute(&R, &a);
         char what[160];
@@ -422,7 +320,7 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
         }
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
         vrefs_free(&R);
-        vlp_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
@@ -430,7 +328,7 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
 
 /* The fixed packed batch of the determinism tests: lengths 1, 100, 0 (no query), 333, 64,
  * 517, 2; a window, a softcap, GQA 4:2, head dim 128 and 64. */
-static void det_problem(struct vlp *a, int32_t d, enum dtype_kind dt, struct tu_rng *r)
+static void det_problem(struct gpu_bufs *a, int32_t d, enum dtype_kind dt, struct tu_rng *r)
 {
     static const int32_t lq[] = {1, 100, 0, 333, 64, 517, 2}, lk[] = {1, 130, 40, 333, 64, 300, 5};
     struct attn_problem p = base_problem(7, 4, 2, d, dt);
@@ -440,14 +338,14 @@ static void det_problem(struct vlp *a, int32_t d, enum dtype_kind dt, struct tu_
     p.window_right = 0;
     p.softcap = 30.0f;
     p.scale *= 4.0f;
-    vlp_init(a, &p, lq, lk, r);
+    gpu_bufs_init(a, &p, lq, lk, r);
 }
 
 struct gcopy {
     void *dq, *dk, *dv;
 };
 
-static void gcopy_take(struct gcopy *g, const struct vlp *a)
+static void gcopy_take(struct gcopy *g, const struct gpu_bufs *a)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     g->dq = malloc(qb + 1);
@@ -459,7 +357,7 @@ static void gcopy_take(struct gcopy *g, const struct vlp *a)
     memcpy(g->dv, a->dv, kb);
 }
 
-static int gcopy_equal(const struct gcopy *g, const struct vlp *a)
+static int gcopy_equal(const struct gcopy *g, const struct gpu_bufs *a)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     return !memcmp(g->dq, a->dq, qb) && !memcmp(g->dk, a->dk, kb) && !memcmp(g->dv, a->dv, kb);
@@ -486,7 +384,7 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
     int32_t impls[2];
     vl_impls(ca, impls); /* the default: v3 where the GPU has it */
     for (int di = 0; di < 4; di++) { /* (64, f16), (128, bf16), (64, bf16), (128, f16) */
-        struct vlp a;
+        struct gpu_bufs a;
         det_problem(&a, di % 2 ? 128 : 64, (di == 1 || di == 2) ? DTYPE_BF16 : DTYPE_F16, &r);
         struct vrefs R;
         vrefs_compute(&R, &a);
@@ -520,7 +418,7 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
             }
         }
         vrefs_free(&R);
-        vlp_free(&a);
+        gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
@@ -539,10 +437,10 @@ static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
     p.window_right = 20;
     p.softcap = 50.0f;
     p.scale *= 5.0f;
-    struct vlp one, three;
-    vlp_init(&one, &p, &LA, &KA, r);
+    struct gpu_bufs one, three;
+    gpu_bufs_init(&one, &p, &LA, &KA, r);
     p.batch = 3;
-    vlp_init(&three, &p, lq2, lk2, r);
+    gpu_bufs_init(&three, &p, lq2, lk2, r);
     /* A's rows of `three` are `one`'s: copy them in (row sizes in elements) */
     const size_t rowq = (size_t)HQ * D * one.es, rowk = (size_t)HKV * D * one.es;
     const size_t aq = (size_t)lq2[0] * rowq, ak = (size_t)lk2[0] * rowk;
@@ -583,8 +481,8 @@ static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
         }
     }
     CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
-    vlp_free(&one);
-    vlp_free(&three);
+    gpu_bufs_free(&one);
+    gpu_bufs_free(&three);
     return bad;
 }
 
@@ -625,10 +523,10 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
         p.window_right = 0;
         p.softcap = 30.0f;
         p.scale *= 4.0f;
-        struct vlp dense, packed;
-        vlp_init(&dense, &p, NULL, NULL, &r);
+        struct gpu_bufs dense, packed;
+        gpu_bufs_init(&dense, &p, NULL, NULL, &r);
         const int32_t lq[B] = {SQ, SQ, SQ, SQ}, lk[B] = {SK, SK, SK, SK};
-        vlp_init(&packed, &p, lq, lk, &r);
+        gpu_bufs_init(&packed, &p, lq, lk, &r);
         /* (B, S, H, D) and (B * S, H, D) contiguous are the same bytes */
         CU_ASSERT_FATAL(dense.nq == packed.nq && dense.nk == packed.nk && dense.nlse == packed.nlse);
         CUDA_OK(cudaMemcpy(packed.d_q, dense.q, dense.es * (size_t)dense.nq, cudaMemcpyHostToDevice));
@@ -679,8 +577,8 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
         free(out0);
         free(lse0);
         vrefs_free(&R);
-        vlp_free(&dense);
-        vlp_free(&packed);
+        gpu_bufs_free(&dense);
+        gpu_bufs_free(&packed);
     }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
@@ -702,8 +600,8 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
     p.window = 1;
     p.window_left = 10; /* sequence 3: keys 0 .. 189 are seen by nobody */
     p.window_right = 0;
-    struct vlp a;
-    vlp_init(&a, &p, lq, lk, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, lq, lk, &r);
     struct vrefs R;
     vrefs_compute(&R, &a);
     CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
@@ -727,7 +625,7 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
         }
     }
     vrefs_free(&R);
-    vlp_free(&a);
+    gpu_bufs_free(&a);
     cuattn_free(ca);
 }
 
@@ -744,8 +642,8 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     p.seqlen_q = 200;
     p.seqlen_k = 170;
     p.mask = SCHED_MASK_CAUSAL;
-    struct vlp a;
-    vlp_init(&a, &p, NULL, NULL, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, NULL, NULL, &r);
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
     CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
     float *lse0 = malloc(sizeof(float) * (size_t)a.nlse);
@@ -778,7 +676,7 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), 0);
     q.head_dim = 64;
     CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), 0);
-    vlp_free(&a);
+    gpu_bufs_free(&a);
     cuattn_free(ca);
 }
 
@@ -813,8 +711,8 @@ static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels
     p.window_left = 64;
     p.window_right = 0;
     p.softcap = 30.0f;
-    struct vlp a;
-    vlp_init(&a, &p, lq, lk, &r);
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, lq, lk, &r);
     const int32_t tq = a.rq, tkk = a.rk;
 
     /* the bits to match: the kernels in this process (grid-independent) */
@@ -924,7 +822,7 @@ static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels
     free(got);
     dash_close(c);
     CUDA_OK(cudaFree(mem));
-    vlp_free(&a);
+    gpu_bufs_free(&a);
 }
 
 int suite_gpu_attn_vl(void)

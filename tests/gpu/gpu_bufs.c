@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * gpu_bufs.c - the GPU attention suites' fixture (gpu_bufs.h).
+ */
+#include "gpu_bufs.h"
+
+#include "gpu_check.h"
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *gpu_dev_alloc(size_t bytes)
+{
+    void *ptr = NULL;
+    CUDA_OK(cudaMalloc(&ptr, bytes ? bytes : 16));
+    return ptr;
+}
+
+void gpu_bufs_init(struct gpu_bufs *a, const struct attn_problem *p, const int32_t *lq, const int32_t *lk,
+                   struct tu_rng *r)
+{
+    memset(a, 0, sizeof *a);
+    a->p = *p;
+    if (lq) {
+        CU_ASSERT_FATAL(p->batch >= 1 && p->batch <= GPU_BUFS_MAXB);
+        int32_t mq = 1, mk = 1;
+        for (int32_t b = 0; b < p->batch; b++) {
+            a->cu[0][b + 1] = a->cu[0][b] + lq[b];
+            a->cu[1][b + 1] = a->cu[1][b] + lk[b];
+            mq = lq[b] > mq ? lq[b] : mq;
+            mk = lk[b] > mk ? lk[b] : mk;
+        }
+        a->p.cu_seqlens_q = a->cu[0];
+        a->p.cu_seqlens_k = a->cu[1];
+        a->p.total_q = a->cu[0][p->batch];
+        a->p.total_k = a->cu[1][p->batch];
+        a->p.seqlen_q = mq;
+        a->p.seqlen_k = mk;
+    }
+    a->vb = attn_view_batch(&a->p);
+    a->rq = attn_view_rows_q(&a->p);
+    a->rk = attn_view_rows_k(&a->p);
+    a->nq = (int64_t)a->vb * a->rq * p->heads_q * p->head_dim;
+    a->nk = (int64_t)a->vb * a->rk * p->heads_kv * p->head_dim;
+    a->nlse = (int64_t)a->vb * p->heads_q * a->rq;
+    a->es = (size_t)dtype_size(p->dtype);
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk, lb = sizeof(float) * (size_t)a->nlse;
+    /* one byte more: an empty side still gets a pointer of its own */
+    a->q = malloc(qb + 1);
+    a->k = malloc(kb + 1);
+    a->v = malloc(kb + 1);
+    a->dout = malloc(qb + 1);
+    a->out = malloc(qb + 1);
+    a->dq = malloc(qb + 1);
+    a->dk = malloc(kb + 1);
+    a->dv = malloc(kb + 1);
+    a->lse = malloc(lb + 4);
+    CU_ASSERT_FATAL(a->q && a->k && a->v && a->dout && a->out && a->dq && a->dk && a->dv && a->lse);
+    if (a->nq) {
+        tu_fill(a->q, p->dtype, a->nq, r, 1.0);
+        tu_fill(a->dout, p->dtype, a->nq, r, 1.0);
+    }
+    if (a->nk) {
+        tu_fill(a->k, p->dtype, a->nk, r, 1.0);
+        tu_fill(a->v, p->dtype, a->nk, r, 1.0);
+    }
+    a->d_q = gpu_dev_alloc(qb);
+    a->d_k = gpu_dev_alloc(kb);
+    a->d_v = gpu_dev_alloc(kb);
+    a->d_dout = gpu_dev_alloc(qb);
+    a->d_out = gpu_dev_alloc(qb);
+    a->d_dq = gpu_dev_alloc(qb);
+    a->d_dk = gpu_dev_alloc(kb);
+    a->d_dv = gpu_dev_alloc(kb);
+    a->d_lse = gpu_dev_alloc(lb);
+    CUDA_OK(cudaMemcpy(a->d_q, a->q, qb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_k, a->k, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_v, a->v, kb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->d_dout, a->dout, qb, cudaMemcpyHostToDevice));
+}
+
+void gpu_bufs_free(struct gpu_bufs *a)
+{
+    void *host[] = {a->q, a->k, a->v, a->dout, a->out, a->dq, a->dk, a->dv, a->lse};
+    void *dev[] = {a->d_q, a->d_k, a->d_v, a->d_dout, a->d_out, a->d_dq, a->d_dk, a->d_dv, a->d_lse};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
+}
+
+struct attn_tensor gpu_bufs_tq(const struct gpu_bufs *a, void *data)
+{
+    return attn_dense(data, a->rq, a->p.heads_q, a->p.head_dim);
+}
+
+struct attn_tensor gpu_bufs_tk(const struct gpu_bufs *a, void *data)
+{
+    return attn_dense(data, a->rk, a->p.heads_kv, a->p.head_dim);
+}
