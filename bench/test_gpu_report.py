@@ -141,6 +141,20 @@ class GpuReport(unittest.TestCase):
                                     "n/a", "n/a", "n/a", "n/a"])
         self.assertNotIn("hdim 96, full (TFLOPS)", s)
 
+    def test_gpu_report_head_dim_96_gives_ours_beside_cudnn(self):
+        # bench_gpu measures 96 in its grid (the 128 kernels on widened copies)
+        ours = dict(OURS, rows=OURS["rows"] + [
+            ours_row(96, 4096, False, 330.0, dict(atomic=300.0, ascending=280.0, descending=281.0,
+                                                  spt=282.0, shift=290.0, auto=290.0))])
+        cudnn = dict(CUDNN, rows=CUDNN["rows"] + [fe_row(96, 4096, False, False, 440.0, 380.0),
+                                                  fe_row(96, 4096, False, True, 440.0, 320.0)])
+        s = sections(report(ours, PEERS, cudnn))
+        lines = s["hdim 96, full (TFLOPS)"]
+        self.assertEqual(table_rows(lines, "seqlen", "fwd")[4096][1:3], ["330.0", "300.0"])
+        self.assertEqual(table_rows(lines, "seqlen", "FE fwd")[4096],
+                         ["4096", "440.0", "380.0", "320.0", "yes, yes", f"{330 / 440:.2f}",
+                          f"{290 / 320:.2f}", f"{290 / 320:.2f}", f"{290 / 380:.2f}"])
+
     def test_gpu_report_ours_table_unchanged_beside_cudnn(self):
         with_fe = sections(report(OURS, PEERS, CUDNN))
         without = sections(report(OURS, PEERS))
