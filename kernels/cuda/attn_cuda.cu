@@ -866,7 +866,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     } else {
         int tma = 0;
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
-                           ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma, a->stream)
+                           ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma, a->sms, a->stream)
                        : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                             : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
         if (rc == 0) {

@@ -92,24 +92,19 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
 
     /* Heaviest tiles first: with a causal mask the last q-tiles see the most keys. */
     const int32_t M = (p.seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM;
-    const int32_t mt = M - 1 - (int32_t)(blockIdx.x % (uint32_t)M), bh = (int32_t)(blockIdx.x / (uint32_t)M);
-    const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-    const int32_t i0 = mt * FWD_WG_BM;
-    const int32_t rm = p.seqlen_q - i0 < FWD_WG_BM ? p.seqlen_q - i0 : FWD_WG_BM;
-    /* kv-tiles: all keys, or under a causal mask those up to the last row's diagonal */
-    int64_t j_end = p.seqlen_k;
-    if (p.geo.mask == SCHED_MASK_CAUSAL) {
-        const int64_t last = (int64_t)i0 + rm - 1 + ((int64_t)p.seqlen_k - p.seqlen_q) + 1;
-        if (last < j_end)
-            j_end = last > 0 ? last : 0;
-    }
-    const int32_t n_hi = (int32_t)((j_end + FWD_WG_BN - 1) / FWD_WG_BN);
-
+#if FWD_WG_PERSISTENT
+    if (threadIdx.x == 0)
+        fwd_wg_init<D, TMA>(sm);
+    __syncthreads(); /* the barriers are set up before anyone uses them */
+    fwd_wg_run_tiles<DT, D, TMA>(p, maps, sm, M, M * p.geo.bh);
+#else
+    const fwd_wg_tile T = fwd_wg_tile_of(p, M, (int32_t)blockIdx.x);
     if (threadIdx.x == 0)
         fwd_wg_init<D, TMA>(sm);
     __syncthreads(); /* the barriers are set up before anyone uses them */
     const fwd_wg_vl none = {-1, -1, 0.0f, 0.0f};
-    fwd_wg_run<DT, D, TMA, false>(p, maps, sm, b, h, bh, i0, rm, 0, n_hi, b, none);
+    fwd_wg_run<DT, D, TMA, false>(p, maps, sm, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, T.b, none);
+#endif /* FWD_WG_PERSISTENT */
 #else
     (void)p;
     (void)maps;
@@ -176,9 +171,12 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
 }
 
 template <typename DT, int D>
-static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, cudaStream_t stream)
+static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, int32_t sms,
+                                 cudaStream_t stream)
 {
-    const uint32_t blocks = (uint32_t)((p->seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM) * (uint32_t)p->geo.bh;
+    uint32_t blocks = (uint32_t)((p->seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM) * (uint32_t)p->geo.bh;
+    if (FWD_WG_PERSISTENT && sms > 0 && blocks > (uint32_t)sms)
+        blocks = (uint32_t)sms; /* one CTA an SM (384 threads at 168 registers) */
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D);
@@ -222,18 +220,18 @@ size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 }
 
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
-                                  int allow_tma, int *ret_tma, cudaStream_t stream)
+                                  int allow_tma, int *ret_tma, int32_t sms, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
     if (ret_tma)
         *ret_tma = 0;
     switch (head_dim) {
     case 64:
-        return bf ? fwd_wg_launch<attn_bf16, 64>(p, allow_tma, ret_tma, stream)
-                  : fwd_wg_launch<attn_f16, 64>(p, allow_tma, ret_tma, stream);
+        return bf ? fwd_wg_launch<attn_bf16, 64>(p, allow_tma, ret_tma, sms, stream)
+                  : fwd_wg_launch<attn_f16, 64>(p, allow_tma, ret_tma, sms, stream);
     case 128:
-        return bf ? fwd_wg_launch<attn_bf16, 128>(p, allow_tma, ret_tma, stream)
-                  : fwd_wg_launch<attn_f16, 128>(p, allow_tma, ret_tma, stream);
+        return bf ? fwd_wg_launch<attn_bf16, 128>(p, allow_tma, ret_tma, sms, stream)
+                  : fwd_wg_launch<attn_f16, 128>(p, allow_tma, ret_tma, sms, stream);
     default:
         return cudaErrorInvalidValue;
     }

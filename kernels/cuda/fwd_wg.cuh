@@ -60,6 +60,17 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
 #endif
 /* Named barriers 1 and 2 (0 is __syncthreads): consumer 0's and consumer 1's turn. */
 #define FWD_WG_TURN_BAR 1
+/* Persistent scheduler (step F4's): 1 launches one CTA per SM (at most one per q-tile),
+ * each taking q-tiles in turn (blockIdx.x, then + gridDim.x, ...: heaviest first as the
+ * one-tile launch orders them), its K/V rings and their phases running on across tiles,
+ * and the next tile's Q loading once the consumers' last S product has read this one's
+ * (q_empty), while they still rescale and store. A row's arithmetic does not depend on
+ * which CTA runs it, so the bits are those of the one-tile launch. Dense kernel only (a VL
+ * CTA reads its sequence from the table). 0 until the A/B on the GPU decides
+ * (scripts/gpu_ab.sh with a build made with -DFWD_WG_PERSISTENT=1); then the knob goes. */
+#ifndef FWD_WG_PERSISTENT
+#define FWD_WG_PERSISTENT 0
+#endif
 
 template <int D>
 struct fwd_wg_smem {
@@ -72,6 +83,9 @@ struct fwd_wg_smem {
     uint64_t v_full[FWD_WG_STAGES];  /* the stage's V tile has landed */
     uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (256) */
     uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (256) */
+#if FWD_WG_PERSISTENT
+    uint64_t q_empty; /* ... with the tile's Q (256) */
+#endif
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
                   offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0,
@@ -291,20 +305,29 @@ static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[FWD_WG_BN / 1
  * once P(n) V(n) is, so neither waits behind the other. kv-tiles n_lo .. n_hi - 1; the
  * t-th goes to stage t % 2 with phase (t / 2) % 2. ROLLED: the copy loops stay rolled
  * (VL, whose consumers leave the producer 24 registers: unrolled, it spilled 40 bytes). */
-template <int D, bool ROLLED = false>
+template <int D, bool ROLLED = false, bool PERSIST = false>
 static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
                                                       int32_t b, int32_t h, int32_t hk, int32_t i0, int32_t rm,
-                                                      int32_t n_lo, int32_t n_hi, int32_t v_half)
+                                                      int32_t n_lo, int32_t n_hi, int32_t v_half, int32_t t0 = 0,
+                                                      int32_t qk = 0)
 {
-    if (!v_half)
+    if constexpr (PERSIST) { /* Q of a tile with work only, once the last tile's is read */
+        if (!v_half && n_hi > n_lo) {
+            attn_mbar_wait(&sm.q_empty, ((uint32_t)qk & 1u) ^ 1u);
+            attn_tc_load_tile<D, FWD_WG_BM, true, ROLLED>(
+                sm.q_smem, static_cast<const uint16_t *>(p.q),
+                b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2], p.q_stride[1], rm, 64);
+        }
+    } else if (!v_half) {
         attn_tc_load_tile<D, FWD_WG_BM, true, ROLLED>(sm.q_smem, static_cast<const uint16_t *>(p.q),
                                               b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
                                               p.q_stride[1], rm, 64);
+    }
     attn_cp_async_commit();
     const uint16_t *src = static_cast<const uint16_t *>(v_half ? p.v : p.k);
     const int64_t *stride = v_half ? p.v_stride : p.k_stride;
     for (int32_t n = n_lo; n < n_hi; n++) {
-        const int32_t t = n - n_lo, st = t & 1;
+        const int32_t rel = n - n_lo, t = t0 + rel, st = t & 1; /* t: the ring's count */
         const uint32_t ph = (uint32_t)(t >> 1) & 1u;
         /* the stage is free (at once the first time round) */
         attn_mbar_wait(v_half ? &sm.v_empty[st] : &sm.k_empty[st], ph ^ 1u);
@@ -313,7 +336,7 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
                                               b * stride[0] + (int64_t)j0 * stride[1] + hk * stride[2], stride[1],
                                               rn, 64, v_half ? 64 : 0);
         attn_cp_async_commit();
-        if (t == 0 && !v_half) { /* Q's group first */
+        if (rel == 0 && !v_half) { /* Q's group first */
             attn_cp_async_wait<1>();
             attn_wg_smem_fence();
             attn_mbar_arrive(&sm.q_full);
@@ -322,7 +345,7 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
         attn_wg_smem_fence(); /* visible to wgmma (the async proxy) */
         attn_mbar_arrive(v_half ? &sm.v_full[st] : &sm.k_full[st]);
     }
-    if (n_hi <= n_lo && !v_half) { /* nobody reads Q; keep the copy from outliving the CTA */
+    if (!PERSIST && n_hi <= n_lo && !v_half) { /* nobody reads Q; keep the copy from outliving the CTA */
         attn_cp_async_wait<0>();
         attn_mbar_arrive(&sm.q_full);
     }
@@ -333,10 +356,11 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
  * full barrier (the phase's one arrival) and issue its D/64 boxes; the phase completes
  * when they have landed. The two rings keep their own pace, as with cp.async. b is the
  * view's batch coordinate, i0 and the tiles' rows the view's. */
-template <int D>
+template <int D, bool PERSIST = false>
 static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &maps, fwd_wg_smem<D> &sm,
                                                           int32_t b, int32_t h, int32_t hk, int32_t i0,
-                                                          int32_t n_lo, int32_t n_hi, int32_t v_warp)
+                                                          int32_t n_lo, int32_t n_hi, int32_t v_warp,
+                                                          int32_t t0 = 0, int32_t qk = 0)
 {
     constexpr uint32_t tile_bytes = (uint32_t)sizeof(sm.k_smem[0]); /* = D/64 boxes */
     const CUtensorMap *map = v_warp ? &maps.v : &maps.k;
@@ -344,6 +368,8 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
     uint64_t *full = v_warp ? sm.v_full : sm.k_full, *empty = v_warp ? sm.v_empty : sm.k_empty;
     attn_tma_prefetch(map);
     if (!v_warp && n_hi > n_lo) { /* Q, unless no consumer will wait for it */
+        if constexpr (PERSIST) /* once the last tile's Q has been read */
+            attn_mbar_wait(&sm.q_empty, ((uint32_t)qk & 1u) ^ 1u);
         attn_mbar_expect_tx(&sm.q_full, (uint32_t)sizeof(sm.q_smem));
 #pragma unroll
         for (int32_t c = 0; c < D / FWD_WG_BOX_COLS; c++)
@@ -351,7 +377,7 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
                              i0, h, b);
     }
     for (int32_t n = n_lo; n < n_hi; n++) {
-        const int32_t t = n - n_lo, st = t & 1;
+        const int32_t t = t0 + (n - n_lo), st = t & 1; /* t: the ring's count */
         /* the stage is free (at once the first time round: parity 1 is the phase before) */
         attn_mbar_wait(&empty[st], ((uint32_t)(t >> 1) & 1u) ^ 1u);
         attn_mbar_expect_tx(&full[st], tile_bytes);
@@ -363,11 +389,14 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
 }
 
 /* Consumer warpgroup c (0, 1): rows 64 c .. of the q-tile, through kv-tiles n_lo .. n_hi - 1
- * (below, n counts them from 0: the t of the producers). */
-template <typename DT, int D, bool VL>
+ * (below, n counts them from 0; t0 + n is the t of the producers). PERSIST: the CTA's
+ * qk-th tile with work (Q's phase), and the consumers free Q (q_empty) once their last S
+ * product has read it. */
+template <typename DT, int D, bool VL, bool PERSIST = false>
 static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
                                                       int32_t c, int32_t b, int32_t h, int32_t bh, int32_t i0,
-                                                      int32_t rm, int32_t n_lo, int32_t n_hi, const fwd_wg_vl &vt)
+                                                      int32_t rm, int32_t n_lo, int32_t n_hi, const fwd_wg_vl &vt,
+                                                      int32_t t0 = 0, int32_t qk = 0)
 {
     const int32_t nt = n_hi > n_lo ? n_hi - n_lo : 0; /* tiles */
     const int32_t lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3;
@@ -395,25 +424,29 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
     if (nt > 0) { /* (else no row of the tile sees a key) */
         if (c == 1)
             fwd_wg_turn_pass(c);
-        attn_mbar_wait(&sm.q_full, 0u);
+        attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
         /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
          * compiler sees every product waited for before its registers are touched. */
-        attn_mbar_wait(&sm.k_full[0], 0u);
+        attn_mbar_wait(&sm.k_full[t0 & 1], (uint32_t)(t0 >> 1) & 1u);
         float s[64];
         fwd_wg_turn_wait(c);
-        fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[0], c);
+        fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[t0 & 1], c);
         fwd_wg_turn_pass(c);
         attn_wg_wait<0>();
         attn_wg_pin<64>(s);
-        attn_mbar_arrive(&sm.k_empty[0]);
+        attn_mbar_arrive(&sm.k_empty[t0 & 1]);
+        if constexpr (PERSIST) {
+            if (nt == 1) /* that was the tile's last S product: Q may go */
+                attn_mbar_arrive(&sm.q_empty);
+        }
         fwd_wg_softmax_tile<VL>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
     for (int32_t n = 1; n < nt; n++) {
-        const int32_t st = n & 1, pst = st ^ 1; /* stages of tiles n and n - 1 */
+        const int32_t tn = t0 + n, st = tn & 1, pst = st ^ 1; /* stages of tiles n and n - 1 */
         /* both waits before the products: nothing spins while they are in flight */
-        attn_mbar_wait(&sm.k_full[st], (uint32_t)(n >> 1) & 1u);
-        attn_mbar_wait(&sm.v_full[pst], (uint32_t)((n - 1) >> 1) & 1u);
+        attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
+        attn_mbar_wait(&sm.v_full[pst], (uint32_t)((tn - 1) >> 1) & 1u);
         float s[64];
         fwd_wg_turn_wait(c);
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[st], c);
@@ -422,6 +455,10 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         attn_wg_wait<1>(); /* S has landed; P V may still run */
         attn_wg_pin<64>(s);
         attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
+        if constexpr (PERSIST) {
+            if (n == nt - 1) /* ... and of Q */
+                attn_mbar_arrive(&sm.q_empty);
+        }
         fwd_wg_softmax_tile<VL>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
@@ -429,9 +466,9 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
-    if (nt > 0) { /* the last tile's P V */
-        const int32_t st = (nt - 1) & 1;
-        attn_mbar_wait(&sm.v_full[st], (uint32_t)((nt - 1) >> 1) & 1u);
+    if (nt > 0) { /* the last tile's P V (ring count t0 + nt - 1) */
+        const int32_t st = (t0 + (nt - 1)) & 1;
+        attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nt - 1)) >> 1) & 1u);
         fwd_wg_turn_wait(c);
         fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
         if (c == 0)
@@ -476,6 +513,9 @@ static __device__ __forceinline__ void fwd_wg_init(fwd_wg_smem<D> &sm)
         attn_mbar_init(&sm.k_empty[s], 256);
         attn_mbar_init(&sm.v_empty[s], 256);
     }
+#if FWD_WG_PERSISTENT
+    attn_mbar_init(&sm.q_empty, 256);
+#endif
     if (TMA)
         attn_mbar_init_fence(); /* the TMA unit completes bytes on them too */
 }
@@ -512,5 +552,78 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
                  : "memory");
     fwd_wg_consume<DT, D, VL>(p, sm, wg - 1, b, h, bh, i0, rm, n_lo, n_hi, vt);
 }
+
+/* A dense launch's q-tile idx: as the one-tile launch numbers its CTAs (attn_fwd_wg.cu),
+ * heaviest first: rows i0 .. i0 + rm - 1 of head h of batch b (bh = b heads + h), kv-tiles
+ * 0 .. n_hi - 1 (under a causal mask those up to the last row's diagonal). */
+struct fwd_wg_tile {
+    int32_t b, h, bh, i0, rm, n_hi;
+};
+
+static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_fwd_params &p, int32_t M, int32_t idx)
+{
+    fwd_wg_tile T;
+    const int32_t mt = M - 1 - (int32_t)((uint32_t)idx % (uint32_t)M);
+    T.bh = (int32_t)((uint32_t)idx / (uint32_t)M);
+    T.b = T.bh / p.heads_q;
+    T.h = T.bh - T.b * p.heads_q;
+    T.i0 = mt * FWD_WG_BM;
+    T.rm = p.seqlen_q - T.i0 < FWD_WG_BM ? p.seqlen_q - T.i0 : FWD_WG_BM;
+    int64_t j_end = p.seqlen_k;
+    if (p.geo.mask == SCHED_MASK_CAUSAL) {
+        const int64_t last = (int64_t)T.i0 + T.rm - 1 + ((int64_t)p.seqlen_k - p.seqlen_q) + 1;
+        if (last < j_end)
+            j_end = last > 0 ? last : 0;
+    }
+    T.n_hi = (int32_t)((j_end + FWD_WG_BN - 1) / FWD_WG_BN);
+    return T;
+}
+
+#if FWD_WG_PERSISTENT
+/* The persistent CTA's work after fwd_wg_init and a __syncthreads: q-tiles blockIdx.x,
+ * + gridDim.x, ... of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
+ * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
+ * next on both sides alike. */
+template <typename DT, int D, bool TMA>
+static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_params &p, const fwd_wg_maps &maps,
+                                                        fwd_wg_smem<D> &sm, int32_t M, int32_t tiles)
+{
+    const fwd_wg_vl none = {-1, -1, 0.0f, 0.0f};
+    const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
+    int32_t t0 = 0, qk = 0;
+    if (wg == 0) {
+        if constexpr (TMA) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA) : "memory");
+            const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
+            if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
+                for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x) {
+                    const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
+                    fwd_wg_produce_tma<D, true>(maps, sm, T.b, T.h, T.h / p.group, T.i0, 0, T.n_hi, w, t0, qk);
+                    t0 += T.n_hi;
+                    qk += T.n_hi > 0;
+                }
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_CP) : "memory");
+            const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
+            for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x) {
+                const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
+                fwd_wg_produce<D, false, true>(p, sm, T.b, T.h, T.h / p.group, T.i0, T.rm, 0, T.n_hi, v_half, t0,
+                                               qk);
+                t0 += T.n_hi;
+                qk += T.n_hi > 0;
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? FWD_WG_MMA_REGS_TMA : FWD_WG_MMA_REGS_CP)
+                 : "memory");
+    for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x) {
+        const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
+        fwd_wg_consume<DT, D, false, true>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk);
+        t0 += T.n_hi;
+        qk += T.n_hi > 0;
+    }
+}
+#endif /* FWD_WG_PERSISTENT */
 #endif /* ATTN_WGMMA */
 #endif /* DASH_KERNELS_CUDA_FWD_WG_CUH */
