@@ -60,6 +60,7 @@ struct cuattn {
     size_t smem_optin; /* the device's shared memory per block, opted in */
     int force_interleaved;
     int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
+    int32_t fwd_ctas; /* cuattn__force_fwd_ctas: the persistent forward's CTAs (0: SMs) */
     int last_fwd_tma; /* the last v3 forward on this object loaded through TMA */
     int last_fwd_wg;  /* the last forward on this object ran v3's kernel */
     int async; /* cuattn_set_async: calls return once launched */
@@ -245,6 +246,12 @@ void cuattn__force_no_tma(struct cuattn *a, int on)
 {
     if (a)
         a->no_tma = on != 0;
+}
+
+void cuattn__force_fwd_ctas(struct cuattn *a, int32_t ctas)
+{
+    if (a)
+        a->fwd_ctas = ctas > 0 ? ctas : 0;
 }
 
 int cuattn__last_fwd_tma(const struct cuattn *a)
@@ -866,7 +873,8 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     } else {
         int tma = 0;
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
-                           ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma, a->sms, a->stream)
+                           ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma,
+                                                   a->fwd_ctas ? a->fwd_ctas : a->sms, a->stream)
                        : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                             : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
         if (rc == 0) {

@@ -75,6 +75,7 @@
  * same bytes in shared memory, so they give the same bits.
  */
 #include "kernels/cuda/fwd_wg.cuh"
+#include "kernels/cuda/attn_cuda_test.h"
 
 #include <cudaTypedefs.h>
 #include <string.h>
@@ -212,6 +213,11 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
         return err;
     (void)fwd_wg_encoder(); /* resolve it now, not inside a call */
     return cudaSuccess;
+}
+
+int cuattn__fwd_persistent(void)
+{
+    return FWD_WG_PERSISTENT;
 }
 
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)

@@ -1043,6 +1043,71 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
     cuattn_free(ca);
 }
 
+/* The persistent forward (a build with FWD_WG_PERSISTENT): capped at 1, 3 and 7 CTAs, each
+ * CTA takes many q-tiles - causal ones of different lengths, tiles whose rows see no key
+ * (nothing loaded, no phase taken) between tiles that do, GQA and MHA - through TMA and
+ * through cp.async loads, and gives the bytes of the launch with a CTA an SM, which are
+ * within the dtype's tolerance of float64. A build without it says so and checks nothing. */
+static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
+{
+    const struct shape_case cases[] = {
+        {2, 1000, 1000, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 700, 77, 4, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL}, /* q-tiles 0-3 see no key */
+        {3, 300, 500, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+    };
+    const int32_t ctas[] = {1, 3, 7};
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    if (!cuattn__fwd_persistent()) {
+        fprintf(stderr, "\n    this build's v3 forward is not persistent (FWD_WG_PERSISTENT 0): nothing to check ");
+        cuattn_free(ca);
+        return;
+    }
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x9e75);
+    int bad = 0, diff = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        struct refs R;
+        refs_compute(&R, &p, &a);
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu: rel error %.3g, %d bad lse", ci, err, lse_bad);
+            bad++;
+        }
+        refs_free(&R);
+        void *out0 = malloc(qb), *lse0 = malloc(lb);
+        CU_ASSERT_FATAL(out0 && lse0);
+        memcpy(out0, a.out, qb);
+        memcpy(lse0, a.lse, lb);
+        for (int cp = 0; cp < 2; cp++)
+            for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
+                cuattn__force_no_tma(ca, cp);
+                cuattn__force_fwd_ctas(ca, ctas[k]);
+                CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+                if (memcmp(out0, a.out, qb) != 0 || memcmp(lse0, a.lse, lb) != 0) {
+                    fprintf(stderr, "\n  case %zu, %s, %d CTAs: other bytes than a CTA an SM", ci,
+                            cp ? "cp.async" : "TMA", (int)ctas[k]);
+                    diff++;
+                }
+            }
+        cuattn__force_no_tma(ca, 0);
+        cuattn__force_fwd_ctas(ca, 0);
+        free(out0);
+        free(lse0);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(diff, 0);
+    cuattn_free(ca);
+}
+
 /* v3's forward loads its tiles through TMA where the views allow and through cp.async
  * elsewhere; both must put the same bytes in shared memory, so the same problem gives the
  * same out and lse bytes either way (into poisoned outputs). Dense views (TMA by default,
@@ -1199,6 +1264,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_v3_forward_bits_do_not_depend_on_strides) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits",
                      test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits",
+                     test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
                      test_attn_gpu_v3_forward_small_shapes_for_sanitizers))
         return -1;
