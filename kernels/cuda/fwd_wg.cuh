@@ -311,14 +311,9 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
                                                       int32_t n_lo, int32_t n_hi, int32_t v_half, int32_t t0 = 0,
                                                       int32_t qk = 0)
 {
-    if constexpr (PERSIST) { /* Q of a tile with work only, once the last tile's is read */
-        if (!v_half && n_hi > n_lo) {
+    if (!v_half && (!PERSIST || n_hi > n_lo)) { /* PERSIST: a tile with work, once the last Q is read */
+        if constexpr (PERSIST)
             attn_mbar_wait(&sm.q_empty, ((uint32_t)qk & 1u) ^ 1u);
-            attn_tc_load_tile<D, FWD_WG_BM, true, ROLLED>(
-                sm.q_smem, static_cast<const uint16_t *>(p.q),
-                b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2], p.q_stride[1], rm, 64);
-        }
-    } else if (!v_half) {
         attn_tc_load_tile<D, FWD_WG_BM, true, ROLLED>(sm.q_smem, static_cast<const uint16_t *>(p.q),
                                               b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
                                               p.q_stride[1], rm, 64);
