@@ -91,6 +91,61 @@ void gpu_bufs_free(struct gpu_bufs *a)
         CU_ASSERT(gpu_cuda_ok(cudaFree(dev[i]), "cudaFree", __LINE__));
 }
 
+/* The host outputs of one kind: the forward's (n 2) or the backward's (n 3). */
+static int outputs_of(const struct gpu_bufs *a, int n, const void *data[3], size_t bytes[3])
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    if (n == 2) {
+        data[0] = a->out, bytes[0] = qb;
+        data[1] = a->lse, bytes[1] = sizeof(float) * (size_t)a->nlse;
+    } else {
+        data[0] = a->dq, bytes[0] = qb;
+        data[1] = a->dk, bytes[1] = kb;
+        data[2] = a->dv, bytes[2] = kb;
+    }
+    return n;
+}
+
+static void copy_take(struct gpu_copy *c, const struct gpu_bufs *a, int n)
+{
+    const void *src[3];
+    memset(c, 0, sizeof *c);
+    c->n = outputs_of(a, n, src, c->bytes);
+    for (int i = 0; i < c->n; i++) {
+        c->data[i] = malloc(c->bytes[i] + 1); /* one byte more: an empty side too */
+        CU_ASSERT_FATAL(c->data[i] != NULL);
+        memcpy(c->data[i], src[i], c->bytes[i]);
+    }
+}
+
+void gpu_copy_fwd(struct gpu_copy *c, const struct gpu_bufs *a)
+{
+    copy_take(c, a, 2);
+}
+
+void gpu_copy_bwd(struct gpu_copy *c, const struct gpu_bufs *a)
+{
+    copy_take(c, a, 3);
+}
+
+int gpu_copy_equal(const struct gpu_copy *c, const struct gpu_bufs *a)
+{
+    const void *now[3];
+    size_t bytes[3];
+    outputs_of(a, c->n, now, bytes);
+    for (int i = 0; i < c->n; i++)
+        if (bytes[i] != c->bytes[i] || memcmp(c->data[i], now[i], bytes[i]) != 0)
+            return 0;
+    return 1;
+}
+
+void gpu_copy_free(struct gpu_copy *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free(c->data[i]);
+    memset(c, 0, sizeof *c);
+}
+
 struct attn_tensor gpu_bufs_tq(const struct gpu_bufs *a, void *data)
 {
     return attn_dense(data, a->rq, a->p.heads_q, a->p.head_dim);

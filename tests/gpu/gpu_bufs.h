@@ -42,6 +42,20 @@ void gpu_bufs_init(struct gpu_bufs *a, const struct attn_problem *p, const int32
 
 void gpu_bufs_free(struct gpu_bufs *a);
 
+/* Copies of a's host outputs, to compare bytes with: the forward's (out, lse) or the
+ * backward's (dq, dk, dv), as the last run copied them back. */
+struct gpu_copy {
+    void *data[3];
+    size_t bytes[3];
+    int n;
+};
+
+void gpu_copy_fwd(struct gpu_copy *c, const struct gpu_bufs *a);
+void gpu_copy_bwd(struct gpu_copy *c, const struct gpu_bufs *a);
+/* Whether a's host outputs of the copied kind hold the copy's bytes. */
+int gpu_copy_equal(const struct gpu_copy *c, const struct gpu_bufs *a);
+void gpu_copy_free(struct gpu_copy *c);
+
 /* The dense views of a's q-side (q, out, dout, dq) and k-side (k, v, dk, dv) tensors. */
 struct attn_tensor gpu_bufs_tq(const struct gpu_bufs *a, void *data);
 struct attn_tensor gpu_bufs_tk(const struct gpu_bufs *a, void *data);

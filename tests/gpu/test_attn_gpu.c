@@ -119,38 +119,6 @@ static int gpu_is_hopper(void)
     return major == 9;
 }
 
-/* Copies of one run's gradients, to compare bytes with. */
-struct grads {
-    void *dq, *dk, *dv;
-    size_t qb, kb;
-};
-
-static void grads_take(struct grads *g, const struct gpu_bufs *a)
-{
-    g->qb = a->es * (size_t)a->nq;
-    g->kb = a->es * (size_t)a->nk;
-    g->dq = malloc(g->qb);
-    g->dk = malloc(g->kb);
-    g->dv = malloc(g->kb);
-    CU_ASSERT_FATAL(g->dq && g->dk && g->dv);
-    memcpy(g->dq, a->dq, g->qb);
-    memcpy(g->dk, a->dk, g->kb);
-    memcpy(g->dv, a->dv, g->kb);
-}
-
-static int grads_equal(const struct grads *g, const struct gpu_bufs *a)
-{
-    return memcmp(g->dq, a->dq, g->qb) == 0 && memcmp(g->dk, a->dk, g->kb) == 0 &&
-           memcmp(g->dv, a->dv, g->kb) == 0;
-}
-
-static void grads_free(struct grads *g)
-{
-    free(g->dq);
-    free(g->dk);
-    free(g->dv);
-}
-
 /* The float64 reference of one problem's forward and backward, on a's inputs. */
 struct refs {
     double *out, *lse, *dq, *dk, *dv;
@@ -291,15 +259,15 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
             struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
             CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
-            struct grads base;
-            grads_take(&base, &a);
+            struct gpu_copy base;
+            gpu_copy_bwd(&base, &a);
             for (int rep = 1; rep < 20; rep++) {
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
-                if (!grads_equal(&base, &a) && mismatches++ < 5)
+                if (!gpu_copy_equal(&base, &a) && mismatches++ < 5)
                     fprintf(stderr, "\n  case %zu %s: repeat %d differs from the first", ci,
                             sched_kind_name(cfg.sched), rep);
             }
-            grads_free(&base);
+            gpu_copy_free(&base);
         }
         gpu_bufs_free(&a);
     }
@@ -341,8 +309,8 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0};
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, NULL), 0);
-                struct grads base;
-                grads_take(&base, &a);
+                struct gpu_copy base;
+                gpu_copy_bwd(&base, &a);
                 int seen[3] = {0, 0, 0};
                 for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
                     cuattn__force_interleaved(ca, runs[ri].interleaved);
@@ -350,7 +318,7 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
                     int32_t mode = 0, grid = 0;
                     cuattn__last_launch(ca, &mode, &grid);
                     seen[mode == 2 ? 2 : 1] = 1;
-                    if (!grads_equal(&base, &a) && mismatches++ < 8)
+                    if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
                         fprintf(stderr, "\n  case %zu %s W %d: grid %d (%s, %d CTAs) differs from grid 132",
                                 ci, sched_kind_name(cfg.sched), ws[wi], runs[ri].grid,
                                 mode == 2 ? "interleaved" : "persistent", grid);
@@ -363,7 +331,7 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
                     cuattn__last_launch(ca, &mode, NULL);
                     shift_modes += mode == 2 && seen[1] && seen[2];
                 }
-                grads_free(&base);
+                gpu_copy_free(&base);
             }
         gpu_bufs_free(&a);
     }
@@ -523,16 +491,12 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                 bad++;
             }
             if (tc) { /* the forward's bytes repeat too */
-                const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
-                void *out1 = malloc(qb), *lse1 = malloc(lb);
-                CU_ASSERT_FATAL(out1 && lse1);
-                memcpy(out1, a.out, qb);
-                memcpy(lse1, a.lse, lb);
+                struct gpu_copy first;
+                gpu_copy_fwd(&first, &a);
                 CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-                if ((memcmp(out1, a.out, qb) != 0 || memcmp(lse1, a.lse, lb) != 0) && mismatches++ < 8)
+                if (!gpu_copy_equal(&first, &a) && mismatches++ < 8)
                     fprintf(stderr, "\n  case %zu impl %d: forward repeat differs", ci, impl);
-                free(out1);
-                free(lse1);
+                gpu_copy_free(&first);
             }
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++)
                 for (size_t wi = 0; wi < 2 * sizeof ws / sizeof ws[0]; wi++) {
@@ -552,19 +516,19 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                     }
                     if (!tc)
                         continue;
-                    struct grads base;
-                    grads_take(&base, &a);
+                    struct gpu_copy base;
+                    gpu_copy_bwd(&base, &a);
                     for (int rep = 0; rep < 5; rep++)
                         for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
                             CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grids[gi], NULL), 0);
                             int32_t mode = 0, used_grid = 0;
                             cuattn__last_launch(ca, &mode, &used_grid);
-                            if (!grads_equal(&base, &a) && mismatches++ < 8)
+                            if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
                                 fprintf(stderr, "\n  case %zu impl %d %s W %d bn %d: repeat %d grid %d (%s, %d CTAs) differs",
                                         ci, impl, sched_kind_name(cfg.sched), w, bn, rep, grids[gi],
                                         mode == 2 ? "interleaved" : "persistent", used_grid);
                         }
-                    grads_free(&base);
+                    gpu_copy_free(&base);
                 }
         }
         refs_free(&R);
@@ -616,8 +580,8 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                 CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, &used), 0);
                 CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
                 CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
-                struct grads base;
-                grads_take(&base, &a);
+                struct gpu_copy base;
+                gpu_copy_bwd(&base, &a);
                 CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
                 int seen[3] = {0, 0, 0};
                 for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
@@ -628,7 +592,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                     cuattn__last_launch(ca, &mode, &grid);
                     if (!runs[ri].interleaved)
                         seen[mode == 2 ? 2 : 1] = 1;
-                    if (!grads_equal(&base, &a) && mismatches++ < 8)
+                    if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
                         fprintf(stderr, "\n  case %zu D %d %s W %d: grid %d (%s, %d CTAs) differs from grid 132",
                                 ci, p.head_dim, sched_kind_name(cfg.sched), ws[wi], runs[ri].grid,
                                 mode == 2 ? "interleaved" : "persistent", grid);
@@ -636,7 +600,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                 /* shift ran both modes without being forced */
                 if (kind == SCHED_SHIFT && ci == 0 && wi == 0)
                     modes_seen += seen[1] && seen[2];
-                grads_free(&base);
+                gpu_copy_free(&base);
             }
         cuattn__force_interleaved(ca, 0);
         gpu_bufs_free(&a);
@@ -722,8 +686,8 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0}, used;
     CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
-    struct grads want;
-    grads_take(&want, &a);
+    struct gpu_copy want;
+    gpu_copy_bwd(&want, &a);
     for (size_t li = 0; li < 2; li++) {
         cuattn__limit_smem(small, limits[li]);
         CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES);
@@ -731,11 +695,11 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
         CU_ASSERT_EQUAL_FATAL(run_forward(small, &a, NULL, NULL), 0);
         CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
         CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
-        CU_ASSERT(grads_equal(&want, &a));
+        CU_ASSERT(gpu_copy_equal(&want, &a));
         struct attn_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N, 0};
         CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* v1 has no 128 */
     }
-    grads_free(&want);
+    gpu_copy_free(&want);
     gpu_bufs_free(&a);
     /* 99 KiB: v1's head-dim-256 backward (about 162 KiB) cannot run */
     const struct shape_case big = {1, 70, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL};
@@ -939,18 +903,14 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
                     p.mask == SCHED_MASK_CAUSAL ? "causal" : "full", err, tolerance(p.dtype), lse_bad);
             bad++;
         }
-        const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
-        void *out1 = malloc(qb), *lse1 = malloc(lb);
-        CU_ASSERT_FATAL(out1 && lse1);
-        memcpy(out1, a.out, qb);
-        memcpy(lse1, a.lse, lb);
+        struct gpu_copy first;
+        gpu_copy_fwd(&first, &a);
         for (int rep = 0; rep < 2; rep++) {
             CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-            if ((memcmp(out1, a.out, qb) != 0 || memcmp(lse1, a.lse, lb) != 0) && mismatches++ < 8)
+            if (!gpu_copy_equal(&first, &a) && mismatches++ < 8)
                 fprintf(stderr, "\n  case %zu: repeat %d differs", ci, rep);
         }
-        free(out1);
-        free(lse1);
+        gpu_copy_free(&first);
         free(R.out);
         free(R.lse);
         gpu_bufs_free(&a);
@@ -1071,7 +1031,6 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         struct refs R;
         refs_compute(&R, &p, &a);
@@ -1082,16 +1041,14 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
             bad++;
         }
         refs_free(&R);
-        void *out0 = malloc(qb), *lse0 = malloc(lb);
-        CU_ASSERT_FATAL(out0 && lse0);
-        memcpy(out0, a.out, qb);
-        memcpy(lse0, a.lse, lb);
+        struct gpu_copy one_an_sm;
+        gpu_copy_fwd(&one_an_sm, &a);
         for (int cp = 0; cp < 2; cp++)
             for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
                 cuattn__force_no_tma(ca, cp);
                 cuattn__force_fwd_ctas(ca, ctas[k]);
                 CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-                if (memcmp(out0, a.out, qb) != 0 || memcmp(lse0, a.lse, lb) != 0) {
+                if (!gpu_copy_equal(&one_an_sm, &a)) {
                     fprintf(stderr, "\n  case %zu, %s, %d CTAs: other bytes than a CTA an SM", ci,
                             cp ? "cp.async" : "TMA", (int)ctas[k]);
                     diff++;
@@ -1099,8 +1056,7 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
             }
         cuattn__force_no_tma(ca, 0);
         cuattn__force_fwd_ctas(ca, 0);
-        free(out0);
-        free(lse0);
+        gpu_copy_free(&one_an_sm);
         gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
@@ -1143,15 +1099,13 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
         const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         paths += cuattn__last_fwd_tma(ca) != 1;
-        void *out_tma = malloc(qb), *lse_tma = malloc(lb);
-        CU_ASSERT_FATAL(out_tma && lse_tma);
-        memcpy(out_tma, a.out, qb);
-        memcpy(lse_tma, a.lse, lb);
+        struct gpu_copy tma;
+        gpu_copy_fwd(&tma, &a);
         cuattn__force_no_tma(ca, 1);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         paths += cuattn__last_fwd_tma(ca) != 0;
         cuattn__force_no_tma(ca, 0);
-        if (memcmp(out_tma, a.out, qb) != 0 || memcmp(lse_tma, a.lse, lb) != 0) {
+        if (!gpu_copy_equal(&tma, &a)) {
             fprintf(stderr, "\n  case %zu (%d x %d x %d, %d x %d, d %d): cp.async's bytes differ from TMA's", ci,
                     p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.head_dim);
             diff++;
@@ -1167,13 +1121,12 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
             paths += cuattn__last_fwd_tma(ca) != 1;
             CUDA_OK(cudaMemcpy(a.out, a.d_out, qb, cudaMemcpyDeviceToHost));
             CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
-            if (memcmp(out_tma, a.out, qb) != 0 || memcmp(lse_tma, a.lse, lb) != 0) {
+            if (!gpu_copy_equal(&tma, &a)) {
                 fprintf(stderr, "\n  case %zu: odd batch strides change the bytes", ci);
                 diff++;
             }
         }
-        free(out_tma);
-        free(lse_tma);
+        gpu_copy_free(&tma);
         gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(paths, 0); /* each run took the path it was meant to */

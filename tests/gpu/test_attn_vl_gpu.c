@@ -341,35 +341,6 @@ static void det_problem(struct gpu_bufs *a, int32_t d, enum dtype_kind dt, struc
     gpu_bufs_init(a, &p, lq, lk, r);
 }
 
-struct gcopy {
-    void *dq, *dk, *dv;
-};
-
-static void gcopy_take(struct gcopy *g, const struct gpu_bufs *a)
-{
-    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    g->dq = malloc(qb + 1);
-    g->dk = malloc(kb + 1);
-    g->dv = malloc(kb + 1);
-    CU_ASSERT_FATAL(g->dq && g->dk && g->dv);
-    memcpy(g->dq, a->dq, qb);
-    memcpy(g->dk, a->dk, kb);
-    memcpy(g->dv, a->dv, kb);
-}
-
-static int gcopy_equal(const struct gcopy *g, const struct gpu_bufs *a)
-{
-    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    return !memcmp(g->dq, a->dq, qb) && !memcmp(g->dk, a->dk, kb) && !memcmp(g->dv, a->dv, kb);
-}
-
-static void gcopy_free(struct gcopy *g)
-{
-    free(g->dq);
-    free(g->dk);
-    free(g->dv);
-}
-
 /* Every deterministic schedule (W 64 and 7 for shift), at both kv-tile widths (on sm_90:
  * 128 runs v3's wgmma kernel, 64 v2's): the same bits on a repeat and for grids 0 (the SM
  * count), 1 and 5 (raised to what a shift chunk needs), and close to the reference; the
@@ -404,17 +375,17 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
                          a.p.dtype == DTYPE_BF16 ? "bf16" : "f16", (int)kinds[k], w, bn);
                 bad += !ran_expected(ca, impls[0], bn, what);
                 bad += !check_backward(&a, &R, what);
-                struct gcopy g;
-                gcopy_take(&g, &a);
+                struct gpu_copy g;
+                gpu_copy_bwd(&g, &a);
                 const int32_t grids[] = {0, 1, 5};
                 for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
                     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, grids[gi], NULL), 0);
-                    if (!gcopy_equal(&g, &a)) {
+                    if (!gpu_copy_equal(&g, &a)) {
                         fprintf(stderr, "\n  %s: grid %d gave other bits", what, grids[gi]);
                         bad++;
                     }
                 }
-                gcopy_free(&g);
+                gpu_copy_free(&g);
             }
         }
         vrefs_free(&R);
@@ -652,8 +623,8 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     memcpy(lse0, a.lse, sizeof(float) * (size_t)a.nlse);
     memcpy(out0, a.out, a.es * (size_t)a.nq);
     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
-    struct gcopy g;
-    gcopy_take(&g, &a);
+    struct gpu_copy g;
+    gpu_copy_bwd(&g, &a);
     a.p.window = 1;
     a.p.window_left = 500; /* past every key: the causal mask */
     a.p.window_right = 3;
@@ -661,8 +632,8 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     CU_ASSERT(memcmp(out0, a.out, a.es * (size_t)a.nq) == 0);
     CU_ASSERT(memcmp(lse0, a.lse, sizeof(float) * (size_t)a.nlse) == 0);
     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
-    CU_ASSERT(gcopy_equal(&g, &a));
-    gcopy_free(&g);
+    CU_ASSERT(gpu_copy_equal(&g, &a));
+    gpu_copy_free(&g);
     free(lse0);
     free(out0);
     struct attn_problem q = a.p;
