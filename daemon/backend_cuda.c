@@ -552,11 +552,9 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     const struct cuda *c = impl;
     const struct attn_problem *p = &plan->prob;
     const int ext = plan->varlen || p->window || p->softcap != 0;
-    /* head dim 96 runs the 128-column kernels (widened copies) where 128 has tensor cores */
-    const int wide96 = p->head_dim == CUATTN_PAD_FROM &&
-                       cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
-    if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && p->head_dim != 64 &&
-        p->head_dim != 128 && !wide96) {
+    /* the dim the kernels run (96 widened to 128 where 128 has tensor cores) */
+    const int32_t kd = cuattn_kernel_dim(c->ca, p->head_dim);
+    if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && kd != 64 && kd != 128) {
         snprintf(msg, msglen, "the CUDA kernels serve %s at head dims 64, 128 and (on tensor "
                  "cores) 96 only, not %d; a dashd with --backend cpu serves the others",
                  plan->varlen ? "packed variable-length batches" : p->window ? "sliding windows"

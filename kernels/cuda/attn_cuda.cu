@@ -207,6 +207,14 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
     return CUATTN_IMPL_TENSOR_CORES;
 }
 
+int32_t cuattn_kernel_dim(const struct cuattn *a, int32_t head_dim)
+{
+    if (!a)
+        return -EINVAL;
+    return head_dim == CUATTN_PAD_FROM && cuattn_impl_for(a, head_dim) != CUATTN_IMPL_CUDA_CORES ? CUATTN_PAD_TO
+                                                                                               : head_dim;
+}
+
 int cuattn_serves_head_dim(int32_t head_dim)
 {
     return ATTN_V1_HEAD_DIM(head_dim);
@@ -499,7 +507,7 @@ static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const
  * implementation for it is not v1 (cuattn_impl_for). */
 static int padded(const struct cuattn *a, const struct attn_problem *p)
 {
-    return p && p->head_dim == CUATTN_PAD_FROM && cuattn_impl_for(a, CUATTN_PAD_FROM) != CUATTN_IMPL_CUDA_CORES;
+    return p && cuattn_kernel_dim(a, p->head_dim) != p->head_dim;
 }
 
 /* The problem the kernels run for a padded one. */

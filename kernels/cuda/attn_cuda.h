@@ -132,6 +132,11 @@ int32_t cuattn_impl(const struct cuattn *a);
  * Whoever records what the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
 
+/* The head dim the kernels run a call of this head dim at on `a`: CUATTN_PAD_TO for
+ * CUATTN_PAD_FROM where cuattn_impl_for(a, it) is not v1 (widened copies), else head_dim
+ * itself; -EINVAL for NULL. Windows, softcap and packed batches need 64 or 128 here. */
+int32_t cuattn_kernel_dim(const struct cuattn *a, int32_t head_dim);
+
 /* 1 if the kernels have a head dim (64, 96, 128, 256), else 0. A device may still lack
  * the shared memory for one (a call then returns -ENOTSUP). */
 int cuattn_serves_head_dim(int32_t head_dim);
