@@ -92,7 +92,7 @@ def demangle(names):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if len(args) != 1:
-        print(__doc__.strip().splitlines()[3], file=sys.stderr)
+        print("usage: python3 scripts/ptxas_spills.py BUILD_OBJ_DIR [--list]", file=sys.stderr)
         return 2
     reports = sorted(glob.glob(os.path.join(args[0], "**", "*.cu.o.ptxas"), recursive=True))
     if not reports:
