@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """gpu_ab.py - compare bench_gpu builds measured in one run (scripts/gpu_ab.sh): per shape,
-each build's atomic backward, its best deterministic schedule and their ratio, as Markdown,
+each build's forward (and over the first build's), its atomic backward, its best
+deterministic schedule and their ratio, as Markdown,
 and whether its deterministic schedules repeated their bits and computed the same bits as
 the first build's (bench_gpu's digests: its inputs come from a fixed seed, so builds that
 compute the same bits print the same digests).
@@ -52,8 +53,10 @@ def main():
         for r in rows_of(path):
             key = (r["D"], r["S"], "causal" if r["causal"] else "full")
             table.setdefault(key, {})[name] = {b["schedule"]: b for b in r["bwd"]}
-    print("| hdim | seqlen | mask | build | atomic | best det (schedule) | det / atomic | det bits |")
-    print("| ---: | ---: | --- | --- | ---: | --- | ---: | --- |")
+            table[key][name]["fwd"] = r.get("fwd_tflops")
+    print("| hdim | seqlen | mask | build | fwd | fwd / first | atomic | best det (schedule) "
+          "| det / atomic | det bits |")
+    print("| ---: | ---: | --- | --- | ---: | ---: | ---: | --- | ---: | --- |")
     for key in sorted(table):
         first = table[key].get(builds[0][0])
         for name, _ in builds:
@@ -64,7 +67,9 @@ def main():
             if best is None:
                 continue
             at, det = b["atomic"]["tflops"], b[best]["tflops"]
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {at:.1f} | "
+            fwd, f0 = b.get("fwd"), (first or {}).get("fwd")
+            rel = f"{fwd / f0:.3f}" if fwd and f0 else "n/a"
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {fwd or 0:.1f} | {rel} | {at:.1f} | "
                   f"{det:.1f} ({best}) | {det / at:.3f} | {bits(b, first)} |")
 
 

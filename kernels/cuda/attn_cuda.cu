@@ -283,6 +283,23 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
 /* ---- validation ---------------------------------------------------------------------- */
 
 
+/* Whether a window leaves a band (a window past the length is the plain mask, which the
+ * dense kernels serve with the plain mask's bits). */
+static int window_band(const struct attn_problem *p)
+{
+    if (!p->window)
+        return 0;
+    int32_t l, r;
+    attn_window_of(p, p->seqlen_q, p->seqlen_k, &l, &r);
+    return !(l < 0 && r <= 0); /* not full (-1, -1), not causal (-1, 0) */
+}
+
+/* Whether a problem runs attn_vl.cu's kernels: a packed batch, a softcap, or a band. */
+static int needs_vl(const struct attn_problem *p)
+{
+    return p->cu_seqlens_q || p->softcap != 0 || window_band(p);
+}
+
 /* eng__prepare's rules (defaults; SCHED_AUTO as below, not by dag_auto) plus the
  * kernels' limits: fp16/bf16, head dim 64, 96, 128 or 256 (v1's list; the caller has
  * picked the implementation with cuattn_impl_for), 64-row q-tiles; kv-tiles of 64 rows,
@@ -317,9 +334,13 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
      * every seqlen from 1k to 16k, both head dims and both masks: shift
      * (bench/results/gpu-full-2026-11-29.md; for causal masks spt is within 0.5% at head
      * dim 64 and 1-4% slower at 128). A fixed choice, so the bits never depend on the
-     * machine; dag_auto's model (the CPU engine's auto) names shift for these shapes too. */
+     * machine; dag_auto's model (the CPU engine's auto) names shift for these shapes too.
+     * A band (a sliding window) is the exception: there descending and spt ran 9-13%
+     * faster than shift at window 1k and 4k of 16k tokens, head dim 128, and within 1% of
+     * each other (bench/results/gpu-h200-7c31afe-2026-12-02.md); auto names descending,
+     * DASH's order for causal work, which waits only on earlier units as spt does. */
     if (c.sched == SCHED_AUTO)
-        c.sched = SCHED_SHIFT;
+        c.sched = window_band(p) ? SCHED_DESCENDING : SCHED_SHIFT;
     struct sched s;
     if ((rc = attn_geometry(p, &c, &s)))
         return rc;
@@ -328,19 +349,6 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
     return 0;
 }
 
-/* Whether a problem runs attn_vl.cu's kernels: a packed batch, a softcap, or a window that
- * leaves a band (geo: its geometry; a window past the length is the plain mask, which the
- * dense kernels serve with the plain mask's bits). */
-static int needs_vl(const struct attn_problem *p)
-{
-    if (p->cu_seqlens_q || p->softcap != 0)
-        return 1;
-    if (!p->window)
-        return 0;
-    int32_t l, r;
-    attn_window_of(p, p->seqlen_q, p->seqlen_k, &l, &r);
-    return !(l < 0 && r <= 0); /* not full (-1, -1), not causal (-1, 0) */
-}
 
 /* attn_vl.cu's sequence table for a call (struct attn_vl_seq): the sequences with work, in
  * order, each at the config's tiles (the forward: 64 x 64, ascending). */

@@ -601,8 +601,9 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
 }
 
 /* A dense batch with a window that reaches every key gives the plain mask's bits (the
- * dense kernels run it), and what these kernels lack is refused: head dim 256 (96 runs the
- * 128 kernels widened where 128 has tensor cores). */
+ * dense kernels run it), auto names shift there and descending for a band, and what these
+ * kernels lack is refused: head dim 256 (96 runs the 128 kernels widened where 128 has
+ * tensor cores). */
 static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused(void)
 {
     struct cuattn *ca = NULL;
@@ -632,6 +633,23 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     CU_ASSERT(memcmp(out0, a.out, a.es * (size_t)a.nq) == 0);
     CU_ASSERT(memcmp(lse0, a.lse, sizeof(float) * (size_t)a.nlse) == 0);
     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT(gpu_copy_equal(&g, &a));
+    /* auto: shift for the plain mask, descending for a band (its bits those of descending
+     * asked for by name) */
+    struct attn_config used;
+    memset(&used, 0, sizeof used);
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, NULL, 0, &used), 0);
+    CU_ASSERT_EQUAL(used.sched, SCHED_SHIFT);
+    CU_ASSERT(gpu_copy_equal(&g, &a));
+    a.p.window_left = 40;
+    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    struct attn_config desc = {SCHED_DESCENDING, 0, 0, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &desc, 0, NULL), 0);
+    gpu_copy_free(&g);
+    gpu_copy_bwd(&g, &a);
+    memset(&used, 0, sizeof used);
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, NULL, 0, &used), 0);
+    CU_ASSERT_EQUAL(used.sched, SCHED_DESCENDING);
     CU_ASSERT(gpu_copy_equal(&g, &a));
     gpu_copy_free(&g);
     free(lse0);
@@ -787,7 +805,7 @@ static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels
     da.cu_seqlens_q = da.cu_seqlens_k = (struct dash_tensor){0};
     rc = dash_forward(c, &da, &u[0], &u[1], &u[2], &u[3], &u[8], &res);
     CU_ASSERT_EQUAL(rc, DASH_EHEADDIM);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "head dims 64 and 128"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "not 256"));
     uint64_t rtt = 0;
     CU_ASSERT_EQUAL(dash_ping(c, 5000, &rtt), 0);
     free(got);
