@@ -23,7 +23,8 @@
  *                                       P, dS rounded to the input dtype -> shared memory
  *                                       dV += P^T dO,  dK += dS^T Q,  dQp = dS K
  *                                   and dQp is added into dQacc[m] when counter[m] == rank.
- *   attn_bwd_tc_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype.
+ *   attn_bwd_tc_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype (a warp a
+ *                                   row).
  *   attn_bwd_dkv_sum_kernel         GQA: dK, dV of a kv head = sum over its q-heads, ascending
  *                                   (bwd_rows.cuh, shared with v1).
  *
@@ -445,21 +446,18 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
     }
 }
 
-/* dQ = scale dQacc, one thread per pair of elements. */
+/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(const struct attn_bwd_params p)
 {
-    const int64_t pairs = (int64_t)p.s.bh * p.seqlen_q * (D / 2);
+    const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
+    const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
-    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < pairs;
-         e += (int64_t)gridDim.x * ATTN_THREADS) {
-        const int64_t row = e / (D / 2);
-        const int32_t d = 2 * (int32_t)(e - row * (D / 2));
+    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + row * D + bwd_tc_dq_at(i, d));
-        attn_st_pair(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2] + d,
-                     DT::pack2(__fmul_rn(a.x, p.scale), __fmul_rn(a.y, p.scale)));
+        bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
+                             p.dq_acc + row * D, i, p.scale, lane);
     }
 }
 
@@ -487,7 +485,7 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_tc_postprocess_kernel<DT, D>
-        <<<attn_bwd_rows_grid(rows_q * (D / 2), ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     return attn_bwd_dkv_sum<DT, D>(p, sms, stream);

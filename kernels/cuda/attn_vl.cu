@@ -502,21 +502,19 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
     }
 }
 
-/* dQ = scale dQacc, one thread per pair of elements, rows (h, t). */
+/* dQ = scale dQacc, one warp per row (h, t) (bwd_tc_dq_row): the row's sequence is looked
+ * up once, not per pair. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
 {
-    const int64_t pairs = (int64_t)p.heads_q * p.total_q * (D / 2);
+    const int64_t rows = (int64_t)p.heads_q * p.total_q;
+    const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
-    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < pairs;
-         e += (int64_t)gridDim.x * ATTN_THREADS) {
-        const int64_t row = e / (D / 2);
-        const int32_t d = 2 * (int32_t)(e - row * (D / 2));
+    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
         const struct vl_row w = vl_row_of(p, p.cu_q, t, p.dq_stride);
         const int64_t at = (int64_t)p.heads_q * w.r0 + (int64_t)h * w.len + w.i;
-        const float2 a = *reinterpret_cast<const float2 *>(p.dq_acc + at * D + bwd_tc_dq_at(w.i, d));
-        attn_st_pair(dq_g + w.at + h * p.dq_stride[2] + d, DT::pack2(__fmul_rn(a.x, p.scale), __fmul_rn(a.y, p.scale)));
+        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2], p.dq_acc + at * D, w.i, p.scale, lane);
     }
 }
 
@@ -717,7 +715,7 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
             return err;
     }
     attn_bwd_vl_postprocess_kernel<DT, D>
-        <<<attn_bwd_rows_grid(rows_q * (D / 2), ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->group > 1 || p->vl_zero_k) {

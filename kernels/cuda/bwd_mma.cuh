@@ -266,6 +266,24 @@ static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
     return (((d >> 2) ^ (i & 7)) << 2) + (d & 3); /* offset of column d within row i */
 }
 
+/* The postprocess of one dQ row, by one warp: dQ = scale dQacc rounded to the dtype, lane l
+ * the pairs d = 2 l, 2 l + 64, ... (stores of consecutive pairs, reads inside the row's
+ * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
+ * the bwd_tc_dq_at layout of row i. The same products, so the same bits, as one thread a
+ * pair; the row's index arithmetic is done once, not per pair (64-bit divisions: they,
+ * not memory, bounded the pair-per-thread kernels). */
+template <typename DT, int D>
+static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const float *acc_row, int32_t i, float scale,
+                                                     int32_t lane)
+{
+    static_assert(D % 64 == 0, "whole warps of pairs");
+#pragma unroll
+    for (int32_t d = 2 * lane; d < D; d += 64) {
+        const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
+        attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
+    }
+}
+
 #if BWD_TC_BULK
 /* sm_90: the dQ partial goes from registers to sm.dq_smem (every thread), then thread 0
  * adds the whole tile into dQacc with one cp.reduce.async.bulk (fp32 add at L2, element by
