@@ -280,6 +280,17 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
         *ret_grid = a ? a->last_grid : 0;
 }
 
+/* The persistent dense v3 forward's CTAs (fwd_wg.cuh): one an SM under a full mask, where
+ * every q-tile has the same work; under a causal mask a CTA a q-tile (0: no cap), as
+ * q-tiles taken in turn by a fixed set of CTAs ran 6-7% slower there (uneven lengths) in
+ * bench/results/gpu-h200-7c31afe-2026-12-02.md. The test hook's count overrides both. */
+static int32_t fwd_ctas(const struct cuattn *a, const struct attn_problem *p)
+{
+    if (a->fwd_ctas)
+        return a->fwd_ctas;
+    return p->mask == SCHED_MASK_CAUSAL ? 0 : a->sms;
+}
+
 /* ---- validation ---------------------------------------------------------------------- */
 
 
@@ -890,7 +901,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         int tma = 0;
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
                            ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma,
-                                                   a->fwd_ctas ? a->fwd_ctas : a->sms, a->stream)
+                                                   fwd_ctas(a, p), a->stream)
                        : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                             : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
         if (rc == 0) {

@@ -93,19 +93,10 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
 
     /* Heaviest tiles first: with a causal mask the last q-tiles see the most keys. */
     const int32_t M = (p.seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM;
-#if FWD_WG_PERSISTENT
     if (threadIdx.x == 0)
         fwd_wg_init<D, TMA>(sm);
     __syncthreads(); /* the barriers are set up before anyone uses them */
     fwd_wg_run_tiles<DT, D, TMA>(p, maps, sm, M, M * p.geo.bh);
-#else
-    const fwd_wg_tile T = fwd_wg_tile_of(p, M, (int32_t)blockIdx.x);
-    if (threadIdx.x == 0)
-        fwd_wg_init<D, TMA>(sm);
-    __syncthreads(); /* the barriers are set up before anyone uses them */
-    const fwd_wg_vl none = {-1, -1, 0.0f, 0.0f};
-    fwd_wg_run<DT, D, TMA, false>(p, maps, sm, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, T.b, none);
-#endif /* FWD_WG_PERSISTENT */
 #else
     (void)p;
     (void)maps;
@@ -176,8 +167,8 @@ static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma,
                                  cudaStream_t stream)
 {
     uint32_t blocks = (uint32_t)((p->seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM) * (uint32_t)p->geo.bh;
-    if (FWD_WG_PERSISTENT && sms > 0 && blocks > (uint32_t)sms)
-        blocks = (uint32_t)sms; /* one CTA an SM (384 threads at 168 registers) */
+    if (sms > 0 && blocks > (uint32_t)sms)
+        blocks = (uint32_t)sms; /* persistent: one CTA an SM (384 threads at 168 registers) */
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D);
@@ -213,11 +204,6 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
         return err;
     (void)fwd_wg_encoder(); /* resolve it now, not inside a call */
     return cudaSuccess;
-}
-
-int cuattn__fwd_persistent(void)
-{
-    return FWD_WG_PERSISTENT;
 }
 
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)

@@ -60,17 +60,16 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
 #endif
 /* Named barriers 1 and 2 (0 is __syncthreads): consumer 0's and consumer 1's turn. */
 #define FWD_WG_TURN_BAR 1
-/* Persistent scheduler (step F4's): 1 launches one CTA per SM (at most one per q-tile),
- * each taking q-tiles in turn (blockIdx.x, then + gridDim.x, ...: heaviest first as the
- * one-tile launch orders them), its K/V rings and their phases running on across tiles,
- * and the next tile's Q loading once the consumers' last S product has read this one's
- * (q_empty), while they still rescale and store. A row's arithmetic does not depend on
- * which CTA runs it, so the bits are those of the one-tile launch. Dense kernel only (a VL
- * CTA reads its sequence from the table). 0 until the A/B on the GPU decides
- * (scripts/gpu_ab.sh with a build made with -DFWD_WG_PERSISTENT=1); then the knob goes. */
-#ifndef FWD_WG_PERSISTENT
-#define FWD_WG_PERSISTENT 0
-#endif
+/* Persistent scheduler (step F4's), dense kernel: a CTA takes q-tiles in turn (blockIdx.x,
+ * then + gridDim.x, ...: heaviest first, as fwd_wg_tile_of numbers them), its K/V rings
+ * and their phases running on across tiles, and the next tile's Q loading once the
+ * consumers' last S product has read this one's (q_empty), while they still rescale and
+ * store. A row's arithmetic does not depend on which CTA runs it, so the bits are those of
+ * a CTA a tile. The launch (attn_cuda.cu's fwd_ctas) gives a full mask one CTA an SM
+ * (+1-10% over a CTA a tile on the H200) and a causal mask a CTA a q-tile, where a fixed
+ * set of CTAs taking the uneven tiles in turn ran 6-7% slower
+ * (bench/results/gpu-h200-7c31afe-2026-12-02.md). The VL kernel keeps a CTA a tile (it
+ * reads its sequence from the table). */
 
 template <int D>
 struct fwd_wg_smem {
@@ -83,9 +82,7 @@ struct fwd_wg_smem {
     uint64_t v_full[FWD_WG_STAGES];  /* the stage's V tile has landed */
     uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (256) */
     uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (256) */
-#if FWD_WG_PERSISTENT
-    uint64_t q_empty; /* ... with the tile's Q (256) */
-#endif
+    uint64_t q_empty; /* ... with the tile's Q (256; the persistent dense kernel) */
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
                   offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0,
@@ -508,9 +505,7 @@ static __device__ __forceinline__ void fwd_wg_init(fwd_wg_smem<D> &sm)
         attn_mbar_init(&sm.k_empty[s], 256);
         attn_mbar_init(&sm.v_empty[s], 256);
     }
-#if FWD_WG_PERSISTENT
     attn_mbar_init(&sm.q_empty, 256);
-#endif
     if (TMA)
         attn_mbar_init_fence(); /* the TMA unit completes bytes on them too */
 }
@@ -548,7 +543,7 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
     fwd_wg_consume<DT, D, VL>(p, sm, wg - 1, b, h, bh, i0, rm, n_lo, n_hi, vt);
 }
 
-/* A dense launch's q-tile idx: as the one-tile launch numbers its CTAs (attn_fwd_wg.cu),
+/* A dense launch's q-tile idx (a CTA a tile: its blockIdx.x),
  * heaviest first: rows i0 .. i0 + rm - 1 of head h of batch b (bh = b heads + h), kv-tiles
  * 0 .. n_hi - 1 (under a causal mask those up to the last row's diagonal). */
 struct fwd_wg_tile {
@@ -574,7 +569,6 @@ static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_f
     return T;
 }
 
-#if FWD_WG_PERSISTENT
 /* The persistent CTA's work after fwd_wg_init and a __syncthreads: q-tiles blockIdx.x,
  * + gridDim.x, ... of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
  * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
@@ -619,6 +613,5 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
         qk += T.n_hi > 0;
     }
 }
-#endif /* FWD_WG_PERSISTENT */
 #endif /* ATTN_WGMMA */
 #endif /* DASH_KERNELS_CUDA_FWD_WG_CUH */
