@@ -395,8 +395,9 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_interleaved_kerne
  * rows, A = those 16 rows of dO, B = 8 rows of O (rows 0-7, then 8-15), k16 steps of d
  * ascending from a zero accumulator - the chain bwd_tc_step runs for dP = dO V^T. Row r0+c
  * of the first product is element (c, c), held by lane 4c + c/2 as c[c % 2]; row r0+8+c of
- * the second is element (8+c, c), held by the same lane as c[2 + c % 2]. Rows are (bh, i)
- * flattened; rows past the end read zeros and are not stored. */
+ * the second is element (8+c, c), held by the same lane as c[2 + c % 2] (bwd_tc_dsum_chain,
+ * which the VL preprocess runs too). Rows are (bh, i) flattened; rows past the end read
+ * zeros and are not stored. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(const struct attn_bwd_params p)
 {
@@ -420,22 +421,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
                 do_row[r] = do_g + b * p.dout_stride[0] + (int64_t)i * p.dout_stride[1] + h * p.dout_stride[2];
             }
         }
-        float c_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++) {
-            const int32_t d = 16 * kk + 2 * t4;
-            uint32_t a[4];
-            a[0] = do_row[0] ? attn_ld_pair(do_row[0] + d) : 0u;
-            a[1] = do_row[1] ? attn_ld_pair(do_row[1] + d) : 0u;
-            a[2] = do_row[0] ? attn_ld_pair(do_row[0] + d + 8) : 0u;
-            a[3] = do_row[1] ? attn_ld_pair(do_row[1] + d + 8) : 0u;
-            const uint32_t b0 = o_row[0] ? attn_ld_pair(o_row[0] + d) : 0u;
-            const uint32_t b1 = o_row[0] ? attn_ld_pair(o_row[0] + d + 8) : 0u;
-            const uint32_t b2 = o_row[1] ? attn_ld_pair(o_row[1] + d) : 0u;
-            const uint32_t b3 = o_row[1] ? attn_ld_pair(o_row[1] + d + 8) : 0u;
-            DT::mma(c_lo, a, b0, b1);
-            DT::mma(c_hi, a, b2, b3);
-        }
+        float c_lo[4], c_hi[4];
+        bwd_tc_dsum_chain<DT, D>(o_row, do_row, t4, c_lo, c_hi);
         if (t4 == (g >> 1)) {
             const int64_t row = grp * 16 + g;
             if (row < rows)

@@ -467,22 +467,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
                 do_row[r] = do_g + wd.at + h * p.dout_stride[2];
             }
         }
-        float c_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++) {
-            const int32_t d = 16 * kk + 2 * t4;
-            uint32_t a[4];
-            a[0] = do_row[0] ? attn_ld_pair(do_row[0] + d) : 0u;
-            a[1] = do_row[1] ? attn_ld_pair(do_row[1] + d) : 0u;
-            a[2] = do_row[0] ? attn_ld_pair(do_row[0] + d + 8) : 0u;
-            a[3] = do_row[1] ? attn_ld_pair(do_row[1] + d + 8) : 0u;
-            const uint32_t b0 = o_row[0] ? attn_ld_pair(o_row[0] + d) : 0u;
-            const uint32_t b1 = o_row[0] ? attn_ld_pair(o_row[0] + d + 8) : 0u;
-            const uint32_t b2 = o_row[1] ? attn_ld_pair(o_row[1] + d) : 0u;
-            const uint32_t b3 = o_row[1] ? attn_ld_pair(o_row[1] + d + 8) : 0u;
-            DT::mma(c_lo, a, b0, b1);
-            DT::mma(c_hi, a, b2, b3);
-        }
+        float c_lo[4], c_hi[4];
+        bwd_tc_dsum_chain<DT, D>(o_row, do_row, t4, c_lo, c_hi);
         if (t4 == (g >> 1)) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {

@@ -266,6 +266,50 @@ static __device__ __forceinline__ int32_t bwd_tc_dq_at(int32_t i, int32_t d)
     return (((d >> 2) ^ (i & 7)) << 2) + (d & 3); /* offset of column d within row i */
 }
 
+/* A pair of row's elements d, d + 1 (0 where row is NULL: past the end): one 32-bit load
+ * where the row is 4-byte aligned (al), two 16-bit loads where it is not (odd strides). */
+static __device__ __forceinline__ uint32_t bwd_tc_ld_pair(const uint16_t *row, int32_t d, bool al)
+{
+    if (!row)
+        return 0u;
+    return al ? *reinterpret_cast<const uint32_t *>(row + d) : attn_ld_pair(row + d);
+}
+
+/* The preprocess's Dsum chain for one warp's 16 rows: rows g and g + 8 of the group
+ * (g = lane / 4) at o_row[0], o_row[1] and do_row[0], do_row[1] (NULL past the end), the
+ * diagonal of dO O^T by mma.sync m16n8k16 over d ascending from zero accumulators - the
+ * chain bwd_tc_step runs for dP = dO V^T. Row g's sum ends in lane 4g + g/2's
+ * c_lo[g % 2], row g + 8's in c_hi[2 + g % 2]. The loads' width changes no value, so
+ * neither the bits. */
+template <typename DT, int D>
+static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (&o_row)[2],
+                                                         const uint16_t *const (&do_row)[2], int32_t t4,
+                                                         float (&c_lo)[4], float (&c_hi)[4])
+{
+    bool al[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        al[r] = (((uintptr_t)o_row[r] | (uintptr_t)do_row[r]) & 3u) == 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        c_lo[e] = c_hi[e] = 0.0f;
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++) {
+        const int32_t d = 16 * kk + 2 * t4;
+        uint32_t a[4];
+        a[0] = bwd_tc_ld_pair(do_row[0], d, al[0]);
+        a[1] = bwd_tc_ld_pair(do_row[1], d, al[1]);
+        a[2] = bwd_tc_ld_pair(do_row[0], d + 8, al[0]);
+        a[3] = bwd_tc_ld_pair(do_row[1], d + 8, al[1]);
+        const uint32_t b0 = bwd_tc_ld_pair(o_row[0], d, al[0]);
+        const uint32_t b1 = bwd_tc_ld_pair(o_row[0], d + 8, al[0]);
+        const uint32_t b2 = bwd_tc_ld_pair(o_row[1], d, al[1]);
+        const uint32_t b3 = bwd_tc_ld_pair(o_row[1], d + 8, al[1]);
+        DT::mma(c_lo, a, b0, b1);
+        DT::mma(c_hi, a, b2, b3);
+    }
+}
+
 /* The postprocess of one dQ row, by one warp: dQ = scale dQacc rounded to the dtype, lane l
  * the pairs d = 2 l, 2 l + 64, ... (stores of consecutive pairs, reads inside the row's
  * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
