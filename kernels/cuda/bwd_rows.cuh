@@ -10,27 +10,36 @@
 
 #include "kernels/cuda/attn_cuda_int.h"
 
-/* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. */
+/* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. One warp
+ * per row (b, hk, j), lane l the pairs d = 2 l, 2 l + 64, ...: the row's index arithmetic
+ * (64-bit divisions) once a row, not once an element; each element's sum and rounding as
+ * before, so the same bits. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const struct attn_bwd_params p)
 {
-    const int32_t batch = p.s.batch;
-    const int64_t total = (int64_t)batch * p.heads_kv * p.seqlen_k * D;
+    static_assert(D % 2 == 0, "pairs");
+    const int64_t rows = (int64_t)p.s.batch * p.heads_kv * p.seqlen_k;
+    const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
-    for (int64_t e = (int64_t)blockIdx.x * ATTN_THREADS + threadIdx.x; e < total;
-         e += (int64_t)gridDim.x * ATTN_THREADS) {
-        const int64_t row = e / D; /* (b, hk, j) */
-        const int32_t d = (int32_t)(e - row * D);
+    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
         const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-        float sk = 0.0f, sv = 0.0f;
-        for (int32_t g = 0; g < p.group; g++) {
-            const int64_t src = (((int64_t)b * p.heads_q + (int64_t)hk * p.group + g) * p.seqlen_k + j) * D + d;
-            sk = __fadd_rn(sk, p.dk_acc[src]);
-            sv = __fadd_rn(sv, p.dv_acc[src]);
+        const int64_t src0 = (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D;
+        const int64_t step = (int64_t)p.seqlen_k * D; /* the next q-head's row */
+        uint16_t *dk_row = dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2];
+        uint16_t *dv_row = dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2];
+#pragma unroll
+        for (int32_t d = 2 * lane; d < D; d += 64) {
+            float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+            for (int32_t g = 0; g < p.group; g++) {
+                const float2 k = *reinterpret_cast<const float2 *>(p.dk_acc + src0 + g * step + d);
+                const float2 v = *reinterpret_cast<const float2 *>(p.dv_acc + src0 + g * step + d);
+                sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
+                sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
+            }
+            attn_st_pair(dk_row + d, (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16));
+            attn_st_pair(dv_row + d, (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16));
         }
-        dk_g[b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2] + d] = DT::from_f(sk);
-        dv_g[b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2] + d] = DT::from_f(sv);
     }
 }
 
@@ -64,7 +73,7 @@ static cudaError_t attn_bwd_dkv_sum(const struct attn_bwd_params *p, int32_t sms
         return cudaSuccess;
     const int64_t rows_k = (int64_t)p->s.batch * p->heads_kv * p->seqlen_k;
     attn_bwd_dkv_sum_kernel<DT, D>
-        <<<attn_bwd_rows_grid(rows_k * D, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
+        <<<attn_bwd_rows_grid(rows_k, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 
