@@ -668,12 +668,20 @@ static int signals_make(struct dash_client *c, int device)
         free(g);
         return DASH_ENOMEM;
     }
-    if (cudaMalloc(&g->mem, bytes) != cudaSuccess || cudaMemset(g->mem, 0, bytes) != cudaSuccess ||
+    /* The words start at zero before anything can write them: cudaMemset would queue the
+     * zeroing on the legacy stream, which the caller's non-blocking stream does not wait
+     * for, so it could land after the first op's ready word and wipe it (dashd's stream
+     * then waits for that word forever, and every client's ops behind it). Zeroed on the
+     * library's own stream and waited for here, once per client. */
+    if (cudaMalloc(&g->mem, bytes) != cudaSuccess ||
         cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaMemsetAsync(g->mem, 0, bytes, rs) != cudaSuccess || cudaStreamSynchronize(rs) != cudaSuccess) {
         (void)cudaGetLastError();
         if (rs)
             (void)cudaStreamDestroy(rs);
+        if (ps)
+            (void)cudaStreamDestroy(ps);
         if (g->mem)
             (void)cudaFree(g->mem);
         pthread_mutex_destroy(&g->mu);

@@ -30,6 +30,7 @@
 #include "kernels/cpu/engine.h"
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* Called once, from a thread of the backend's, when an op that forward/backward returned
@@ -61,6 +62,10 @@ struct backend_op {
      * of the op runs on the device any more once that word is written. */
     uint64_t *signal_ready, *signal_done, *signal_fail;
     uint64_t signal_seq;
+    /* Device ops: the client's process (SO_PEERCRED; -1 unknown). A process that dies
+     * before its stream writes *signal_ready never writes it: the backend then writes it
+     * itself, so the device goes on to everyone else's ops. */
+    int64_t peer_pid;
     backend_done_fn done; /* non-NULL: the backend may return BACKEND_QUEUED */
     void *done_ctx;
     /* Host ops: polled while the op runs (a backend that can stop midway does, and then
@@ -93,6 +98,9 @@ struct backend {
     /* GPU backends: "mps" or "contexts" (StatsReply.gpu_sharing, docs/mps.md); NULL on
      * the CPU. Not in `device`: it changes speed, never bits, and `device` is audited. */
     const char *gpu_sharing;
+    /* Device ops whose ready word the backend wrote itself, their client process having
+     * died before its stream did (backend_op.peer_pid); dispatch logs what it adds. */
+    _Atomic uint64_t rescued;
     struct val_limits limits;
     unsigned buffer_kinds; /* bit (1u << enum shmbuf_kind) for each kind computed on */
     void *impl;

@@ -58,6 +58,8 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +102,12 @@ struct pending {
     backend_done_fn done;
     void *ctx;
     uint64_t queued_ns; /* CLOCK_MONOTONIC when the worker queued it */
+    /* the op's ready word (NULL: none), its sequence number and the client's process, for
+     * the rescuer; rescued: it wrote the word */
+    uint64_t *ready;
+    uint64_t seq;
+    int64_t pid;
+    int rescued;
 };
 
 struct cuda {
@@ -113,11 +121,12 @@ struct cuda {
     struct cuda_map *maps; /* loop thread only */
     void *stage;           /* device scratch for ops on shared memory (worker thread only) */
     size_t stage_cap;
-    /* The completer: pending ops in queue order, the event pool, under mu. */
-    pthread_t completer;
-    int completer_started;
+    /* The completer: pending ops in queue order, the event pool, under mu. The rescuer
+     * (rescuer_main) looks at the same list. */
+    pthread_t completer, rescuer;
+    int completer_started, rescuer_started;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, rescue_cv;
     struct pending *head, *tail;
     struct pending *free_list; /* spent entries, their events kept for reuse */
     int stop;
@@ -349,6 +358,64 @@ static int signal_write(struct cuda *c, cudaStream_t st, uint64_t *word, uint64_
         return DASH_EIO;
     }
     return 0;
+}
+
+/* The rescuer. An op's ready word is written by its client's stream; a client process that
+ * dies first (killed, crashed: the driver drops its queued work) never writes it, and
+ * cuattn's one stream would wait for it forever, with every client's ops behind it. Every
+ * RESCUE_TICK_MS this thread looks at the pending ops: one queued RESCUE_AFTER_MS ago or
+ * more whose client process no longer exists gets its ready word written here, on
+ * release_stream, once (counted in base.rescued, which dispatch logs). The stream then
+ * goes on: the op runs on the memory dashd still
+ * maps (nobody reads its results), completes, and its session can go. A client that is
+ * alive but whose stream never gets there (a stream stuck on something else) still holds
+ * the others up: one stream serves everyone. */
+#define RESCUE_TICK_MS 200
+#define RESCUE_AFTER_MS 500
+#define RESCUE_MAX 64 /* words written per tick at most; the rest wait for the next */
+
+static int pid_gone(int64_t pid)
+{
+    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static void *rescuer_main(void *arg)
+{
+    struct cuda *c = arg;
+    (void)cudaSetDevice(c->device);
+    struct {
+        uint64_t *word, seq;
+    } todo[RESCUE_MAX];
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += RESCUE_TICK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&c->rescue_cv, &c->mu, &until);
+        if (c->stop)
+            break;
+        const uint64_t now = mono_ns();
+        int n = 0;
+        for (struct pending *p = c->head; p && n < RESCUE_MAX; p = p->next)
+            if (p->ready && !p->rescued && now - p->queued_ns >= RESCUE_AFTER_MS * 1000000ull &&
+                pid_gone(p->pid)) {
+                p->rescued = 1;
+                todo[n].word = p->ready;
+                todo[n].seq = p->seq;
+                n++;
+            }
+        pthread_mutex_unlock(&c->mu);
+        for (int i = 0; i < n; i++)
+            if (signal_write(c, c->release_stream, todo[i].word, todo[i].seq) == 0)
+                atomic_fetch_add(&c->base.rescued, 1);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
 }
 
 /* A pending entry from the pool, or a new one (its event and pinned digests made once). */
@@ -710,6 +777,10 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         snprintf(msg, msglen, "out of memory (host or pinned) for tracking the op");
         return DASH_ENOMEM;
     }
+    p->ready = op->signal_ready;
+    p->seq = op->signal_seq;
+    p->pid = op->peer_pid;
+    p->rescued = 0;
     int32_t n_in = 0;
     while (n_in < op->n_digests && !op->digest_is_output[n_in])
         n_in++;
@@ -820,8 +891,11 @@ static void cuda_free(void *impl)
         pthread_mutex_lock(&c->mu);
         c->stop = 1;
         pthread_cond_signal(&c->cv);
+        pthread_cond_signal(&c->rescue_cv);
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->completer, NULL);
+        if (c->rescuer_started)
+            pthread_join(c->rescuer, NULL);
     }
     while (c->free_list) {
         struct pending *p = c->free_list;
@@ -834,6 +908,7 @@ static void cuda_free(void *impl)
         (void)cudaStreamDestroy(c->release_stream);
     }
     pthread_cond_destroy(&c->cv);
+    pthread_cond_destroy(&c->rescue_cv);
     pthread_mutex_destroy(&c->mu);
     /* Sessions are dropped before the backend is freed, so the table is empty; close
      * whatever a bug left open rather than leak it. */
@@ -944,6 +1019,7 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     c->device = device;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    pthread_cond_init(&c->rescue_cv, NULL);
     (void)cuattn_set_async(c->ca, 1);
     if (pthread_create(&c->completer, NULL, completer_main, c) != 0) {
         snprintf(why, whylen, "cannot start the completion thread");
@@ -954,6 +1030,15 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     c->mem_range = (mem_range_fn)fn;
     c->pointer_attr = (pointer_attr_fn)attr_fn;
     find_stream_memops(c);
+    /* only ops with ready words can need it, and only where the stream can wait on them */
+    if (c->write_value) {
+        if (pthread_create(&c->rescuer, NULL, rescuer_main, c) != 0) {
+            snprintf(why, whylen, "cannot start the rescue thread");
+            cuda_free(c);
+            return NULL;
+        }
+        c->rescuer_started = 1;
+    }
     (void)cuattn_device(c->ca, NULL, 0, &c->sms);
     wire_format_uuid((const unsigned char *)prop.uuid.bytes, c->uuid);
 

@@ -608,6 +608,14 @@ static void on_sweep(uv_timer_t *t)
     struct dispatch *d = t->data;
     uint64_t now = uv_hrtime(), limit = (uint64_t)d->cfg.session_timeout_ms * 1000000;
     sess_reclaim_poll(d->sessions, now);
+    const uint64_t rescued = atomic_load(&d->backend->rescued);
+    if (rescued != d->rescued_seen) {
+        log_warn("%llu op(s) of client processes that died before their streams reached them: "
+                 "dashd wrote their ready signals itself, so the GPU went on to the other "
+                 "clients' ops (%llu so far)", (unsigned long long)(rescued - d->rescued_seen),
+                 (unsigned long long)rescued);
+        d->rescued_seen = rescued;
+    }
     struct session *next;
     for (struct session *s = sess_first(d->sessions); s; s = next) {
         next = sess_next(s);

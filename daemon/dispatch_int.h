@@ -32,6 +32,7 @@ struct dispatch {
     uint64_t start_ns;
     struct metrics metrics; /* requests, errors, op latencies (metrics.h) */
     uint32_t in_flight; /* ops accepted and not yet answered */
+    uint64_t rescued_seen; /* backend->rescued when on_sweep last logged it */
     int stopping;
     int idle_called;
     void (*on_idle)(void *arg);

@@ -149,6 +149,7 @@ static int run_in_place(struct job_runner *r, struct job *j, backend_done_fn don
                             .record_event = j->record_event, .signal_ready = j->signal_ready,
                             .signal_done = j->signal_done, .signal_fail = j->signal_fail,
                             .signal_seq = j->signal_seq,
+                            .peer_pid = j->peer_pid,
                             .done = done,
                             .done_ctx = done_ctx};
     op.lse = (float *)(void *)(shmbuf_data(j->buf[VAL_LSE]) + p->t[VAL_LSE].offset);

@@ -27,6 +27,7 @@
 #include "kernels/cuda/attn_cuda.h"
 
 #include <CUnit/CUnit.h>
+#include <cuda.h> /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS */
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <math.h>
@@ -661,7 +662,9 @@ static void raw_goodbye(struct raw_client *r)
  * run everything CHILD_ROUNDS times (synchronous and stream-ordered calls in turn), write
  * the result (the same every round, else exit
  * 11) to PATH, exit 0. victim (ARG "READY_FD"): register, forward, submit backwards
- * without waiting, write one byte to READY_FD and wait to be killed. */
+ * without waiting, write one byte to READY_FD and wait to be killed. stalled (ARG
+ * "READY_FD"): register, queue a stream-ordered forward behind a minute-long kernel on its
+ * own stream, write one byte to READY_FD and wait to be killed. */
 int gpu_dashd_child(int argc, char **argv)
 {
     if (argc != 6)
@@ -710,6 +713,27 @@ int gpu_dashd_child(int argc, char **argv)
             return 6;
         dash_close(c);
         return 0;
+    }
+    if (!strcmp(mode, "stalled")) {
+        /* a stream-ordered forward whose ready word waits on this process's stream behind a
+         * minute-long kernel; the parent kills us before the kernel ends, and with us the
+         * stream's queued work: the word is never written from here */
+        cudaStream_t s = NULL;
+        unsigned char *stage = NULL;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaMalloc((void **)&stage, view_bytes) != cudaSuccess || view_load(stage, in) ||
+            cudaDeviceSynchronize() != cudaSuccess ||
+            gpu_test_delayed_copy(dash_buffer_data(b), stage, view_bytes, 60000000000ull, s) != cudaSuccess)
+            return 13;
+        struct tensors ts = tensors_of(b);
+        struct dash_tensor *t = ts.t;
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+        if (dash_forward_stream(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL) != 0)
+            return 14;
+        if (write(atoi(arg), "r", 1) != 1)
+            return 10;
+        for (;;)
+            pause();
     }
     /* victim */
     if (view_load(dash_buffer_data(b), in))
@@ -1554,6 +1578,70 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
     fixture_close(&f, "gpu-restart");
 }
 
+/* A client process killed while dashd's GPU queue waits for its stream (a stream-ordered
+ * forward's ready word queued behind a minute-long kernel, which the kill discards): dashd
+ * writes the word itself once it sees the process gone, so another client, in a process
+ * of its own, gets its bits (synchronous and stream-ordered calls) within a bound instead
+ * of waiting behind it for ever. GPUs without 64-bit stream memory operations order
+ * stream calls by events instead: nothing to check there. */
+static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up(void)
+{
+    int memops = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+    if (!memops) {
+        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+        return;
+    }
+    int fds[2];
+    CU_ASSERT_FATAL(pipe(fds) == 0);
+    char fd_s[16];
+    snprintf(fd_s, sizeof fd_s, "%d", fds[1]);
+    pid_t pid = spawn_child("stalled", fd_s, fds[1]);
+    CU_ASSERT_FATAL(pid > 0);
+    close(fds[1]);
+    char byte = 0;
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    const int sent = poll(&pf, 1, 60000) == 1 && read(fds[0], &byte, 1) == 1;
+    close(fds[0]);
+    CU_ASSERT(sent);
+    usleep(300000); /* dashd has queued the op behind its ready word */
+    kill(pid, SIGKILL);
+    CU_ASSERT_EQUAL(wait_child(pid), 128 + SIGKILL);
+    /* another client: registered, let go at once, given 60 s (dashd waits 0.5 s before it
+     * writes a dead client's word) */
+    char path[128], arg[192];
+    int ready[2], go[2];
+    CU_ASSERT_FATAL(pipe(ready) == 0 && pipe(go) == 0);
+    snprintf(path, sizeof path, "/tmp/dashd-gpu-after-stall-%d.bin", (int)getpid());
+    snprintf(arg, sizeof arg, "%s,%d,%d", path, ready[1], go[0]);
+    unlink(path);
+    pid = spawn_child("client", arg, -1);
+    CU_ASSERT_FATAL(pid > 0);
+    close(ready[1]);
+    close(go[0]);
+    pf.fd = ready[0];
+    CU_ASSERT(poll(&pf, 1, 60000) == 1 && read(ready[0], &byte, 1) == 1);
+    CU_ASSERT(write(go[1], "g", 1) == 1);
+    close(ready[0]);
+    close(go[1]);
+    const int status = wait_child_for(pid, 60);
+    if (status != 0)
+        fprintf(stderr, "\n  the other client exited with %d (-2: still waiting after 60 s)", status);
+    CU_ASSERT_EQUAL(status, 0);
+    unsigned char *got = malloc(result_bytes());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    FILE *fp = fopen(path, "rb");
+    const size_t n = fp ? fread(got, 1, result_bytes(), fp) : 0;
+    if (fp)
+        fclose(fp);
+    unlink(path);
+    CU_ASSERT_EQUAL(n, result_bytes());
+    if (n == result_bytes())
+        CU_ASSERT_PTR_NULL(first_difference(got, expected));
+    free(got);
+    CU_ASSERT(dashd_alive(&D));
+}
+
 /* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
 /* Head dims 96 and 256 (the v1 kernels) through dashd give the bits of the kernels in this
  * process, forward and a shift backward; head dim 80 is refused with a reason. */
@@ -1786,7 +1874,10 @@ int suite_gpu_dashd(void)
         !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused",
                      test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused) ||
         !CU_add_test(s, "test_dashd_gpu_cpu_backend_refuses_cuda_buffers",
-                     test_dashd_gpu_cpu_backend_refuses_cuda_buffers))
+                     test_dashd_gpu_cpu_backend_refuses_cuda_buffers) ||
+        /* last: were dashd's queue stuck after it, the tests after it would hang too */
+        !CU_add_test(s, "test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up",
+                     test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up))
         return -1;
     return 0;
 }
