@@ -4,7 +4,8 @@
 # racecheck and synccheck on test_attn_gpu_small_shapes_for_sanitizers (every kernel
 # implementation, head dims 64/96/128/256, every schedule, persistent and interleaved
 # CTAs, checked against float64), the same three on v3's forward
-# (test_attn_gpu_v3_forward_small_shapes_for_sanitizers: its K/V rings wrap), the same three
+# (test_attn_gpu_v3_forward_small_shapes_for_sanitizers: its K/V rings wrap) and on its
+# persistent CTAs (test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits), the same three
 # on the window/packed-batch kernels (test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan:
 # a small packed batch, forward and both backward kernels, v3's wgmma one on sm_90), and
 # memcheck on the digest kernels. Logs under $OUT
@@ -42,6 +43,11 @@ one synccheck gpu_attn test_attn_gpu_small_shapes_for_sanitizers
 one memcheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers
 one racecheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers "--racecheck-report all"
 one synccheck gpu_attn_fwd test_attn_gpu_v3_forward_small_shapes_for_sanitizers
+# the persistent forward: CTAs taking many q-tiles (Q reloaded behind q_empty, the rings
+# running on across tiles)
+one memcheck gpu_attn_fwd test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits
+one racecheck gpu_attn_fwd test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits "--racecheck-report all"
+one synccheck gpu_attn_fwd test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits
 # windows and packed batches: v2's kernels, and v3's backward (on sm_90)
 one memcheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan
 one racecheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan "--racecheck-report all"
