@@ -12,11 +12,12 @@
  * at 128, reported as such (cuattn_impl_for).
  *
  * Layouts. A view (batch, rows, heads, d) with element strides (s0, s1, s2, 1), as
- * struct attn_tensor has it, against a dense (batch * rows * heads, dp) copy. One thread
- * a 16-byte chunk of the dense row (dp / 8 chunks); 16-byte loads and stores on the view
- * where its base and strides allow, else 2-byte ones. Memory-bound: about 2 x 1.33 times
- * a tensor's bytes moved per copy.
- */
+ * struct attn_tensor has it, against a dense (batch * rows * heads, dp) copy. One lane a
+ * 16-byte chunk of the dense row (dp / 8 chunks, a power of two dividing 32, so a warp
+ * holds whole rows and the row's view offset - three 64-bit divisions - is computed once
+ * and shuffled to its lanes); 16-byte loads and stores on the view where its base and
+ * strides allow, else 2-byte ones. Memory-bound: about 2 x 1.33 times a tensor's bytes
+ * moved per copy. */
 #include "kernels/cuda/attn_cuda_int.h"
 
 #include <stdint.h>
@@ -34,20 +35,42 @@ static __device__ __forceinline__ int64_t pad_row_at(int64_t r, int32_t rows, in
     return b * s0 + (int64_t)s * s1 + (int64_t)h * s2;
 }
 
-/* dst (n, dp) dense <- src's view (d columns), columns d .. dp - 1 zero. */
+/* The row and chunk of lane `lane`'s chunk in warp task `base` (a multiple of 32 chunks of
+ * a dense row's 1 << cshift; 1 << cshift divides 32, so a task holds whole rows), and the
+ * view's element offset of that row: computed by the row's first lane and passed to the
+ * others (the 64-bit divisions once a row, not once a chunk). All 32 lanes must call it. */
+static __device__ __forceinline__ void pad_chunk_of(int64_t base, int32_t lane, int32_t cshift, int32_t rows,
+                                                    int32_t heads, int64_t s0, int64_t s1, int64_t s2, int64_t *ret_r,
+                                                    int32_t *ret_c, int64_t *ret_at)
+{
+    const int64_t r = (base >> cshift) + (lane >> cshift);
+    const int32_t c = lane & ((1 << cshift) - 1);
+    int64_t at = 0;
+    if (c == 0)
+        at = pad_row_at(r, rows, heads, s0, s1, s2);
+    *ret_at = __shfl_sync(0xffffffffu, at, lane - c);
+    *ret_r = r;
+    *ret_c = c;
+}
+
+/* dst (n, dp) dense <- src's view (d columns), columns d .. dp - 1 zero. One lane a 16-byte
+ * chunk of the dense row (dp / 8 = 1 << cshift chunks), a warp 32 / (dp / 8) rows. */
 template <bool VEC>
 __global__ void __launch_bounds__(PAD_THREADS) attn_pad_widen_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
                                                                       int32_t rows, int32_t heads, int64_t s0,
-                                                                      int64_t s1, int64_t s2, int32_t d, int32_t dp)
+                                                                      int64_t s1, int64_t s2, int32_t d, int32_t cshift)
 {
-    const int32_t chunks = dp / 8;
-    const int64_t total = n * chunks, step = (int64_t)gridDim.x * PAD_THREADS;
-    for (int64_t t = (int64_t)blockIdx.x * PAD_THREADS + threadIdx.x; t < total; t += step) {
-        const int64_t r = t / chunks;
-        const int32_t c = (int32_t)(t - r * chunks);
+    const int32_t dp = 8 << cshift, lane = threadIdx.x & 31;
+    const int64_t total = n << cshift, step = (int64_t)gridDim.x * PAD_THREADS;
+    for (int64_t base = (int64_t)blockIdx.x * PAD_THREADS + (threadIdx.x & ~31u); base < total; base += step) {
+        int64_t r, at;
+        int32_t c;
+        pad_chunk_of(base, lane, cshift, rows, heads, s0, s1, s2, &r, &c, &at);
+        if (r >= n)
+            continue;
         uint4 val = make_uint4(0u, 0u, 0u, 0u);
         if (8 * c < d) {
-            const uint16_t *from = src + pad_row_at(r, rows, heads, s0, s1, s2) + 8 * c;
+            const uint16_t *from = src + at + 8 * c;
             if (VEC) {
                 val = *reinterpret_cast<const uint4 *>(from);
             } else {
@@ -62,19 +85,23 @@ __global__ void __launch_bounds__(PAD_THREADS) attn_pad_widen_kernel(uint16_t *d
     }
 }
 
-/* dst's view (d columns) <- src (n, dp) dense, its first d columns. */
+/* dst's view (d columns) <- src (n, dp) dense, its first d columns; lanes as for widen,
+ * those of columns d .. dp - 1 idle. */
 template <bool VEC>
 __global__ void __launch_bounds__(PAD_THREADS) attn_pad_narrow_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
                                                                        int32_t rows, int32_t heads, int64_t s0,
-                                                                       int64_t s1, int64_t s2, int32_t d, int32_t dp)
+                                                                       int64_t s1, int64_t s2, int32_t d, int32_t cshift)
 {
-    const int32_t chunks = d / 8;
-    const int64_t total = n * chunks, step = (int64_t)gridDim.x * PAD_THREADS;
-    for (int64_t t = (int64_t)blockIdx.x * PAD_THREADS + threadIdx.x; t < total; t += step) {
-        const int64_t r = t / chunks;
-        const int32_t c = (int32_t)(t - r * chunks);
+    const int32_t dp = 8 << cshift, lane = threadIdx.x & 31;
+    const int64_t total = n << cshift, step = (int64_t)gridDim.x * PAD_THREADS;
+    for (int64_t base = (int64_t)blockIdx.x * PAD_THREADS + (threadIdx.x & ~31u); base < total; base += step) {
+        int64_t r, at;
+        int32_t c;
+        pad_chunk_of(base, lane, cshift, rows, heads, s0, s1, s2, &r, &c, &at);
+        if (r >= n || 8 * c >= d)
+            continue;
         const uint4 val = *reinterpret_cast<const uint4 *>(src + r * dp + 8 * c);
-        uint16_t *to = dst + pad_row_at(r, rows, heads, s0, s1, s2) + 8 * c;
+        uint16_t *to = dst + at + 8 * c;
         if (VEC) {
             *reinterpret_cast<uint4 *>(to) = val;
         } else {
@@ -94,6 +121,15 @@ static bool pad_vec(const void *data, const int64_t s[3])
     return ((uintptr_t)data & 15u) == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0;
 }
 
+/* log2 of dp / 8 where that is a power of two dividing 32 (dp 8 .. 256), else -1. */
+static int32_t pad_cshift(int32_t dp)
+{
+    for (int32_t k = 0; k <= 5; k++)
+        if (dp == 8 << k)
+            return k;
+    return -1;
+}
+
 static uint32_t pad_blocks(int64_t threads)
 {
     const int64_t b = (threads + PAD_THREADS - 1) / PAD_THREADS;
@@ -103,7 +139,8 @@ static uint32_t pad_blocks(int64_t threads)
 cudaError_t cuattn__pad_widen(void *dst, const void *src, const int64_t stride[3], int32_t batch, int32_t rows,
                               int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
 {
-    if (d % 8 || dp % 8 || d > dp || batch < 0 || rows < 0 || heads < 0)
+    const int32_t cshift = pad_cshift(dp);
+    if (d % 8 || cshift < 0 || d > dp || batch < 0 || rows < 0 || heads < 0)
         return cudaErrorInvalidValue;
     const int64_t n = (int64_t)batch * rows * heads;
     if (n == 0)
@@ -113,29 +150,30 @@ cudaError_t cuattn__pad_widen(void *dst, const void *src, const int64_t stride[3
     const uint16_t *from = static_cast<const uint16_t *>(src);
     if (pad_vec(src, stride))
         attn_pad_widen_kernel<true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                        stride[1], stride[2], d, dp);
+                                                                        stride[1], stride[2], d, cshift);
     else
         attn_pad_widen_kernel<false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                         stride[1], stride[2], d, dp);
+                                                                         stride[1], stride[2], d, cshift);
     return cudaGetLastError();
 }
 
 cudaError_t cuattn__pad_narrow(void *dst, const int64_t stride[3], const void *src, int32_t batch, int32_t rows,
                                int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
 {
-    if (d % 8 || dp % 8 || d > dp || batch < 0 || rows < 0 || heads < 0)
+    const int32_t cshift = pad_cshift(dp);
+    if (d % 8 || cshift < 0 || d > dp || batch < 0 || rows < 0 || heads < 0)
         return cudaErrorInvalidValue;
     const int64_t n = (int64_t)batch * rows * heads;
     if (n == 0 || d == 0)
         return cudaSuccess;
-    const uint32_t blocks = pad_blocks(n * (d / 8));
+    const uint32_t blocks = pad_blocks(n * (dp / 8));
     uint16_t *to = static_cast<uint16_t *>(dst);
     const uint16_t *from = static_cast<const uint16_t *>(src);
     if (pad_vec(dst, stride))
         attn_pad_narrow_kernel<true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                         stride[1], stride[2], d, dp);
+                                                                         stride[1], stride[2], d, cshift);
     else
         attn_pad_narrow_kernel<false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                          stride[1], stride[2], d, dp);
+                                                                          stride[1], stride[2], d, cshift);
     return cudaGetLastError();
 }
