@@ -366,8 +366,8 @@ static int signal_write(struct cuda *c, cudaStream_t st, uint64_t *word, uint64_
  * RESCUE_TICK_MS this thread looks at the pending ops: one queued RESCUE_AFTER_MS ago or
  * more whose client process no longer exists gets its ready word written here, on
  * release_stream, once (counted in base.rescued, which dispatch logs). The stream then
- * goes on: the op runs on the memory dashd still
- * maps (nobody reads its results), completes, and its session can go. A client that is
+ * goes on: the op runs on the memory dashd still maps (nobody reads its results),
+ * completes, and its session can go. A client that is
  * alive but whose stream never gets there (a stream stuck on something else) still holds
  * the others up: one stream serves everyone. */
 #define RESCUE_TICK_MS 200
@@ -387,7 +387,9 @@ static void *rescuer_main(void *arg)
         uint64_t *word, seq;
     } todo[RESCUE_MAX];
     pthread_mutex_lock(&c->mu);
-    while (!c->stop) {
+    /* on until stopping with nothing pending: the completer drains the list at the end,
+     * and a dead client's op in it needs this thread then too */
+    while (!c->stop || c->head) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += RESCUE_TICK_MS * 1000000L;
@@ -396,8 +398,6 @@ static void *rescuer_main(void *arg)
             until.tv_nsec -= 1000000000L;
         }
         (void)pthread_cond_timedwait(&c->rescue_cv, &c->mu, &until);
-        if (c->stop)
-            break;
         const uint64_t now = mono_ns();
         int n = 0;
         for (struct pending *p = c->head; p && n < RESCUE_MAX; p = p->next)
@@ -893,7 +893,7 @@ static void cuda_free(void *impl)
         pthread_cond_signal(&c->cv);
         pthread_cond_signal(&c->rescue_cv);
         pthread_mutex_unlock(&c->mu);
-        pthread_join(c->completer, NULL);
+        pthread_join(c->completer, NULL); /* the rescuer ends once the list is empty */
         if (c->rescuer_started)
             pthread_join(c->rescuer, NULL);
     }
