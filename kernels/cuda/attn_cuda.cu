@@ -288,7 +288,7 @@ static int32_t fwd_ctas(const struct cuattn *a, const struct attn_problem *p)
 {
     if (a->fwd_ctas)
         return a->fwd_ctas;
-    return p->mask == SCHED_MASK_CAUSAL ? 0 : a->sms;
+    return p->mask == SCHED_MASK_CAUSAL && !cuattn__fwd_causal_pairs() ? 0 : a->sms;
 }
 
 /* ---- validation ---------------------------------------------------------------------- */

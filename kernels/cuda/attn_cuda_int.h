@@ -188,6 +188,9 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, int allow_tma, int *ret_tma, int32_t sms, cudaStream_t stream);
+/* 1 where this build's causal v3 forward is persistent too (fwd_wg.cuh's
+ * FWD_WG_CAUSAL_PAIRS), else 0. */
+int cuattn__fwd_causal_pairs(void);
 
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).

@@ -71,6 +71,15 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
  * (bench/results/gpu-h200-7c31afe-2026-12-02.md). The VL kernel keeps a CTA a tile (it
  * reads its sequence from the table). */
 
+/* Causal pairs (an experiment, default 0 until an A/B on the GPU decides; then the knob
+ * goes): 1 makes causal launches persistent too, each CTA taking jobs of two q-tiles of a
+ * head, the k-th heaviest then the k-th lightest (M + 1 kv-tiles a job whatever k, the
+ * middle tile alone where M is odd), so a fixed set of CTAs gets even work; a CTA a q-tile
+ * when 0. The order never changes a row's arithmetic, so neither the bits. */
+#ifndef FWD_WG_CAUSAL_PAIRS
+#define FWD_WG_CAUSAL_PAIRS 0
+#endif
+
 template <int D>
 struct fwd_wg_smem {
     uint16_t q_smem[FWD_WG_BM * D];                /* (128, D) Q, swizzled (attn_sw128) */
@@ -573,6 +582,32 @@ static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_f
  * + gridDim.x, ... of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
  * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
  * next on both sides alike. */
+#if FWD_WG_CAUSAL_PAIRS
+/* The CTA's n-th tile (fwd_wg_tile_of's numbering): under a causal mask job
+ * blockIdx.x + (n / 2) gridDim.x's tile n % 2 (-2: a job without a second tile), else tile
+ * blockIdx.x + n gridDim.x; -1 past the last. */
+static __device__ __forceinline__ int32_t fwd_wg_walk(const struct attn_fwd_params &p, int32_t M, int32_t tiles,
+                                                      int32_t n)
+{
+    if (p.geo.mask != SCHED_MASK_CAUSAL) {
+        const int32_t idx = (int32_t)blockIdx.x + n * (int32_t)gridDim.x;
+        return idx < tiles ? idx : -1;
+    }
+    const int32_t per_head = (M + 1) / 2, job = (int32_t)blockIdx.x + (n >> 1) * (int32_t)gridDim.x;
+    if (job >= per_head * p.geo.bh)
+        return -1;
+    const int32_t bh = job / per_head, k = job - bh * per_head;
+    const int32_t r = (n & 1) ? M - 1 - k : k; /* rank: 0 the heaviest */
+    return (n & 1) && r == k ? -2 : bh * M + r;
+}
+/* for (each of the CTA's tiles idx) */
+#define FWD_WG_FOR_TILES(idx)                                                                        \
+    for (int32_t n_ = 0, idx; (idx = fwd_wg_walk(p, M, tiles, n_)) != -1; n_++)                    \
+        if (idx >= 0)
+#else
+#define FWD_WG_FOR_TILES(idx) for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x)
+#endif
+
 template <typename DT, int D, bool TMA>
 static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_params &p, const fwd_wg_maps &maps,
                                                         fwd_wg_smem<D> &sm, int32_t M, int32_t tiles)
@@ -585,7 +620,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA) : "memory");
             const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
             if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
-                for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x) {
+                FWD_WG_FOR_TILES(idx) {
                     const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
                     fwd_wg_produce_tma<D, true>(maps, sm, T.b, T.h, T.h / p.group, T.i0, 0, T.n_hi, w, t0, qk);
                     t0 += T.n_hi;
@@ -594,7 +629,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
         } else {
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_CP) : "memory");
             const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
-            for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x) {
+            FWD_WG_FOR_TILES(idx) {
                 const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
                 fwd_wg_produce<D, false, true>(p, sm, T.b, T.h, T.h / p.group, T.i0, T.rm, 0, T.n_hi, v_half, t0,
                                                qk);
@@ -606,7 +641,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? FWD_WG_MMA_REGS_TMA : FWD_WG_MMA_REGS_CP)
                  : "memory");
-    for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x) {
+    FWD_WG_FOR_TILES(idx) {
         const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
         fwd_wg_consume<DT, D, false, true>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk);
         t0 += T.n_hi;
