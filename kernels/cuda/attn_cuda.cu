@@ -283,7 +283,8 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
 /* The persistent dense v3 forward's CTAs (fwd_wg.cuh): one an SM under a full mask, where
  * every q-tile has the same work; under a causal mask a CTA a q-tile (0: no cap), as
  * q-tiles taken in turn by a fixed set of CTAs ran 6-7% slower there (uneven lengths) in
- * bench/results/gpu-h200-7c31afe-2026-12-02.md. The test hook's count overrides both. */
+ * bench/results/gpu-h200-7c31afe-2026-12-02.md - unless the build pairs causal tiles
+ * (FWD_WG_CAUSAL_PAIRS, on trial). The test hook's count overrides all. */
 static int32_t fwd_ctas(const struct cuattn *a, const struct attn_problem *p)
 {
     if (a->fwd_ctas)
