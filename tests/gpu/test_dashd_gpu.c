@@ -1536,22 +1536,32 @@ static void test_dashd_gpu_event_sync_errors_are_replies(void)
     fixture_close(&f, "gpu-events");
 }
 
-static void test_dashd_gpu_client_killed_mid_request(void)
+/* Start a child of `mode` that writes one byte to the fd it is given once its work is
+ * sent (victim, stalled), wait up to 60 s for that byte, kill it and reap it. Whether the
+ * byte came. */
+static int child_killed_once_ready(const char *mode)
 {
     int fds[2];
     CU_ASSERT_FATAL(pipe(fds) == 0);
     char fd_s[16];
     snprintf(fd_s, sizeof fd_s, "%d", fds[1]);
-    pid_t pid = spawn_child("victim", fd_s, fds[1]);
+    pid_t pid = spawn_child(mode, fd_s, fds[1]);
     CU_ASSERT_FATAL(pid > 0);
     close(fds[1]);
-    char ready = 0;
-    ssize_t n = read(fds[0], &ready, 1); /* 16 backwards submitted */
+    char byte = 0;
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    const int ready = poll(&pf, 1, 60000) == 1 && read(fds[0], &byte, 1) == 1;
     close(fds[0]);
+    if (ready && !strcmp(mode, "stalled"))
+        usleep(300000); /* dashd has queued the op behind its ready word */
     kill(pid, SIGKILL);
-    int status = wait_child(pid);
-    CU_ASSERT_EQUAL(n, 1);
-    CU_ASSERT_EQUAL(status, 128 + SIGKILL);
+    CU_ASSERT_EQUAL(wait_child(pid), 128 + SIGKILL);
+    return ready;
+}
+
+static void test_dashd_gpu_client_killed_mid_request(void)
+{
+    CU_ASSERT(child_killed_once_ready("victim")); /* 16 backwards submitted */
     CU_ASSERT(dashd_alive(&D));
     CU_ASSERT_EQUAL(raw_ping_endpoint(D.endpoint, 10000), 0);
     struct fixture f;
@@ -1592,21 +1602,7 @@ static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_
         fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
         return;
     }
-    int fds[2];
-    CU_ASSERT_FATAL(pipe(fds) == 0);
-    char fd_s[16];
-    snprintf(fd_s, sizeof fd_s, "%d", fds[1]);
-    pid_t pid = spawn_child("stalled", fd_s, fds[1]);
-    CU_ASSERT_FATAL(pid > 0);
-    close(fds[1]);
-    char byte = 0;
-    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-    const int sent = poll(&pf, 1, 60000) == 1 && read(fds[0], &byte, 1) == 1;
-    close(fds[0]);
-    CU_ASSERT(sent);
-    usleep(300000); /* dashd has queued the op behind its ready word */
-    kill(pid, SIGKILL);
-    CU_ASSERT_EQUAL(wait_child(pid), 128 + SIGKILL);
+    CU_ASSERT(child_killed_once_ready("stalled"));
     /* another client: registered, let go at once, given 60 s (dashd waits 0.5 s before it
      * writes a dead client's word) */
     char path[128], arg[192];
@@ -1615,11 +1611,12 @@ static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_
     snprintf(path, sizeof path, "/tmp/dashd-gpu-after-stall-%d.bin", (int)getpid());
     snprintf(arg, sizeof arg, "%s,%d,%d", path, ready[1], go[0]);
     unlink(path);
-    pid = spawn_child("client", arg, -1);
+    const pid_t pid = spawn_child("client", arg, -1);
     CU_ASSERT_FATAL(pid > 0);
     close(ready[1]);
     close(go[0]);
-    pf.fd = ready[0];
+    char byte = 0;
+    struct pollfd pf = {.fd = ready[0], .events = POLLIN};
     CU_ASSERT(poll(&pf, 1, 60000) == 1 && read(ready[0], &byte, 1) == 1);
     CU_ASSERT(write(go[1], "g", 1) == 1);
     close(ready[0]);
