@@ -53,12 +53,14 @@ static __device__ __forceinline__ void pad_chunk_of(int64_t base, int32_t lane, 
     *ret_c = c;
 }
 
-/* dst (n, dp) dense <- src's view (d columns), columns d .. dp - 1 zero. One lane a 16-byte
- * chunk of the dense row (dp / 8 = 1 << cshift chunks), a warp 32 / (dp / 8) rows. */
-template <bool VEC>
-__global__ void __launch_bounds__(PAD_THREADS) attn_pad_widen_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
-                                                                      int32_t rows, int32_t heads, int64_t s0,
-                                                                      int64_t s1, int64_t s2, int32_t d, int32_t cshift)
+/* WIDEN: dst (n, dp) dense <- src's view (d columns), columns d .. dp - 1 zero; else
+ * dst's view (d columns) <- src (n, dp) dense, its first d columns. One lane a 16-byte
+ * chunk of the dense row (dp / 8 = 1 << cshift chunks), a warp 32 / (dp / 8) rows; in a
+ * narrowing, the lanes of columns d .. dp - 1 idle. VEC: 16-byte accesses on the view. */
+template <bool WIDEN, bool VEC>
+__global__ void __launch_bounds__(PAD_THREADS) attn_pad_copy_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
+                                                                     int32_t rows, int32_t heads, int64_t s0,
+                                                                     int64_t s1, int64_t s2, int32_t d, int32_t cshift)
 {
     const int32_t dp = 8 << cshift, lane = threadIdx.x & 31;
     const int64_t total = n << cshift, step = (int64_t)gridDim.x * PAD_THREADS;
@@ -66,50 +68,35 @@ __global__ void __launch_bounds__(PAD_THREADS) attn_pad_widen_kernel(uint16_t *d
         int64_t r, at;
         int32_t c;
         pad_chunk_of(base, lane, cshift, rows, heads, s0, s1, s2, &r, &c, &at);
-        if (r >= n)
+        if (r >= n || (!WIDEN && 8 * c >= d))
             continue;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (8 * c < d) {
-            const uint16_t *from = src + at + 8 * c;
-            if (VEC) {
-                val = *reinterpret_cast<const uint4 *>(from);
-            } else {
-                uint32_t w[4];
+        if (WIDEN) {
+            uint4 val = make_uint4(0u, 0u, 0u, 0u);
+            if (8 * c < d) {
+                const uint16_t *from = src + at + 8 * c;
+                if (VEC) {
+                    val = *reinterpret_cast<const uint4 *>(from);
+                } else {
+                    uint32_t w[4];
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    w[e] = (uint32_t)from[2 * e] | ((uint32_t)from[2 * e + 1] << 16);
-                val = make_uint4(w[0], w[1], w[2], w[3]);
+                    for (int e = 0; e < 4; e++)
+                        w[e] = (uint32_t)from[2 * e] | ((uint32_t)from[2 * e + 1] << 16);
+                    val = make_uint4(w[0], w[1], w[2], w[3]);
+                }
             }
-        }
-        *reinterpret_cast<uint4 *>(dst + r * dp + 8 * c) = val;
-    }
-}
-
-/* dst's view (d columns) <- src (n, dp) dense, its first d columns; lanes as for widen,
- * those of columns d .. dp - 1 idle. */
-template <bool VEC>
-__global__ void __launch_bounds__(PAD_THREADS) attn_pad_narrow_kernel(uint16_t *dst, const uint16_t *src, int64_t n,
-                                                                       int32_t rows, int32_t heads, int64_t s0,
-                                                                       int64_t s1, int64_t s2, int32_t d, int32_t cshift)
-{
-    const int32_t dp = 8 << cshift, lane = threadIdx.x & 31;
-    const int64_t total = n << cshift, step = (int64_t)gridDim.x * PAD_THREADS;
-    for (int64_t base = (int64_t)blockIdx.x * PAD_THREADS + (threadIdx.x & ~31u); base < total; base += step) {
-        int64_t r, at;
-        int32_t c;
-        pad_chunk_of(base, lane, cshift, rows, heads, s0, s1, s2, &r, &c, &at);
-        if (r >= n || 8 * c >= d)
-            continue;
-        const uint4 val = *reinterpret_cast<const uint4 *>(src + r * dp + 8 * c);
-        uint16_t *to = dst + at + 8 * c;
-        if (VEC) {
-            *reinterpret_cast<uint4 *>(to) = val;
+            *reinterpret_cast<uint4 *>(dst + r * dp + 8 * c) = val;
         } else {
-            const uint32_t w[4] = {val.x, val.y, val.z, val.w};
+            const uint4 val = *reinterpret_cast<const uint4 *>(src + r * dp + 8 * c);
+            uint16_t *to = dst + at + 8 * c;
+            if (VEC) {
+                *reinterpret_cast<uint4 *>(to) = val;
+            } else {
+                const uint32_t w[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                to[2 * e] = (uint16_t)(w[e] & 0xFFFFu);
-                to[2 * e + 1] = (uint16_t)(w[e] >> 16);
+                for (int e = 0; e < 4; e++) {
+                    to[2 * e] = (uint16_t)(w[e] & 0xFFFFu);
+                    to[2 * e + 1] = (uint16_t)(w[e] >> 16);
+                }
             }
         }
     }
@@ -136,44 +123,43 @@ static uint32_t pad_blocks(int64_t threads)
     return (uint32_t)(b < 65536 ? b : 65536); /* the loops stride over the rest */
 }
 
-cudaError_t cuattn__pad_widen(void *dst, const void *src, const int64_t stride[3], int32_t batch, int32_t rows,
-                              int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
+/* Both copies: the view is src (widen) or dst (narrow), with strides `stride`. */
+static cudaError_t pad_copy(bool widen, void *dst, const void *src, const int64_t stride[3], int32_t batch,
+                            int32_t rows, int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
 {
     const int32_t cshift = pad_cshift(dp);
     if (d % 8 || cshift < 0 || d > dp || batch < 0 || rows < 0 || heads < 0)
         return cudaErrorInvalidValue;
     const int64_t n = (int64_t)batch * rows * heads;
-    if (n == 0)
+    if (n == 0 || (!widen && d == 0))
         return cudaSuccess;
     const uint32_t blocks = pad_blocks(n * (dp / 8));
     uint16_t *to = static_cast<uint16_t *>(dst);
     const uint16_t *from = static_cast<const uint16_t *>(src);
-    if (pad_vec(src, stride))
-        attn_pad_widen_kernel<true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                        stride[1], stride[2], d, cshift);
+    const bool vec = pad_vec(widen ? src : dst, stride);
+    if (widen && vec)
+        attn_pad_copy_kernel<true, true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                             stride[1], stride[2], d, cshift);
+    else if (widen)
+        attn_pad_copy_kernel<true, false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                              stride[1], stride[2], d, cshift);
+    else if (vec)
+        attn_pad_copy_kernel<false, true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                              stride[1], stride[2], d, cshift);
     else
-        attn_pad_widen_kernel<false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                         stride[1], stride[2], d, cshift);
+        attn_pad_copy_kernel<false, false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
+                                                                               stride[1], stride[2], d, cshift);
     return cudaGetLastError();
+}
+
+cudaError_t cuattn__pad_widen(void *dst, const void *src, const int64_t stride[3], int32_t batch, int32_t rows,
+                              int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
+{
+    return pad_copy(true, dst, src, stride, batch, rows, heads, d, dp, stream);
 }
 
 cudaError_t cuattn__pad_narrow(void *dst, const int64_t stride[3], const void *src, int32_t batch, int32_t rows,
                                int32_t heads, int32_t d, int32_t dp, cudaStream_t stream)
 {
-    const int32_t cshift = pad_cshift(dp);
-    if (d % 8 || cshift < 0 || d > dp || batch < 0 || rows < 0 || heads < 0)
-        return cudaErrorInvalidValue;
-    const int64_t n = (int64_t)batch * rows * heads;
-    if (n == 0 || d == 0)
-        return cudaSuccess;
-    const uint32_t blocks = pad_blocks(n * (dp / 8));
-    uint16_t *to = static_cast<uint16_t *>(dst);
-    const uint16_t *from = static_cast<const uint16_t *>(src);
-    if (pad_vec(dst, stride))
-        attn_pad_narrow_kernel<true><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                         stride[1], stride[2], d, cshift);
-    else
-        attn_pad_narrow_kernel<false><<<blocks, PAD_THREADS, 0, stream>>>(to, from, n, rows, heads, stride[0],
-                                                                          stride[1], stride[2], d, cshift);
-    return cudaGetLastError();
+    return pad_copy(false, dst, src, stride, batch, rows, heads, d, dp, stream);
 }
