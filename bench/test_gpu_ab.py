@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""test_gpu_ab.py - bench/gpu_ab.py's table from two hand-made bench_gpu files (no GPU):
+each build's forward and its ratio to the first build's, the best deterministic schedule,
+and whether the deterministic digests repeat and match the first build's.
+
+    python3 bench/test_gpu_ab.py        (make test runs it)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def doc(fwd, shift, digest, repeat=True):
+    bwd = [{"schedule": "atomic", "used": "atomic", "ms": 1.0, "tflops": 300.0,
+            "bitwise_repeat": False, "digest": "a"}]
+    for k, t in (("ascending", 100.0), ("descending", 200.0), ("spt", 250.0), ("shift", shift)):
+        bwd.append({"schedule": k, "used": k, "ms": 1.0, "tflops": t, "bitwise_repeat": repeat,
+                    "digest": digest + k})
+    return {"rows": [{"D": 128, "S": 4096, "B": 4, "H": 16, "causal": True, "fwd_ms": 1.0,
+                      "fwd_tflops": fwd, "bwd": bwd}]}
+
+
+class GpuAbTable(unittest.TestCase):
+    def table(self, *docs):
+        with tempfile.TemporaryDirectory() as tmp:
+            args = []
+            for i, (name, d) in enumerate(docs):
+                path = os.path.join(tmp, "%d.json" % i)
+                with open(path, "w") as f:
+                    f.write(json.dumps(d))
+                args.append("%s=%s" % (name, path))
+            out = subprocess.run([sys.executable, os.path.join(HERE, "gpu_ab.py")] + args,
+                                 check=True, capture_output=True, text=True).stdout
+        rows = [line.split("|")[1:-1] for line in out.splitlines()[2:]]
+        return {r[3].strip(): [c.strip() for c in r] for r in rows}
+
+    def test_forward_and_its_ratio_to_the_first_build(self):
+        t = self.table(("base", doc(400.0, 280.0, "x")), ("new", doc(500.0, 290.0, "x")))
+        self.assertEqual(t["base"][4:6], ["400.0", "1.000"])
+        self.assertEqual(t["new"][4:6], ["500.0", "1.250"])
+
+    def test_best_deterministic_schedule_and_its_share_of_atomic(self):
+        t = self.table(("base", doc(400.0, 280.0, "x")), ("new", doc(400.0, 240.0, "x")))
+        self.assertEqual(t["base"][7:9], ["280.0 (shift)", "0.933"])
+        self.assertEqual(t["new"][7:9], ["250.0 (spt)", "0.833"])
+
+    def test_digests_same_differ_or_not_repeated(self):
+        t = self.table(("base", doc(1.0, 280.0, "x")), ("same", doc(1.0, 280.0, "x")),
+                       ("other", doc(1.0, 280.0, "y")), ("norep", doc(1.0, 280.0, "x", repeat=False)))
+        self.assertEqual(t["base"][9], "repeat")
+        self.assertEqual(t["same"][9], "same")
+        self.assertTrue(t["other"][9].startswith("DIFFER"))
+        self.assertTrue(t["norep"][9].startswith("REPEAT DIFFERS"))
+
+
+if __name__ == "__main__":
+    unittest.main()
