@@ -134,7 +134,7 @@ KERNELS_SRC := kernels/sched/sched.c kernels/sched/dag.c kernels/attn/dtype.c ke
 PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
-	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c \
+	daemon/validate.c daemon/backend_cpu.c daemon/job.c daemon/queue.c daemon/session.c daemon/proc.c \
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
 	daemon/notify.c daemon/warmup.c daemon/limits.c daemon/config.c daemon/memcap.c \
 	daemon/metrics.c daemon/metrics_http.c \
@@ -154,7 +154,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
 	tests/test_metrics.c tests/test_log.c tests/test_soak.c tests/soak.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
-	daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
+	daemon/proc.c daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
 BENCH_VARLEN_SRC := bench/bench_varlen.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c

@@ -48,6 +48,7 @@
  * completer thread only waits on events.
  */
 #include "backend.h"
+#include "proc.h"
 
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/digest_cuda.h"
@@ -58,7 +59,6 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,20 +364,15 @@ static int signal_write(struct cuda *c, cudaStream_t st, uint64_t *word, uint64_
  * dies first (killed, crashed: the driver drops its queued work) never writes it, and
  * cuattn's one stream would wait for it forever, with every client's ops behind it. Every
  * RESCUE_TICK_MS this thread looks at the pending ops: one queued RESCUE_AFTER_MS ago or
- * more whose client process no longer exists gets its ready word written here, on
- * release_stream, once (counted in base.rescued, which dispatch logs). The stream then
- * goes on: the op runs on the memory dashd still maps (nobody reads its results),
- * completes, and its session can go. A client that is
- * alive but whose stream never gets there (a stream stuck on something else) still holds
- * the others up: one stream serves everyone. */
+ * more whose client process is gone (proc_gone: a zombie too) gets its ready word written
+ * here, on release_stream, once (counted in base.rescued, which dispatch logs). The stream
+ * then goes on: the op runs on the memory dashd still maps (nobody reads its results),
+ * completes, and its session can go. A client that is alive but whose stream never gets
+ * there (a stream stuck on something else) still holds the others up: one stream serves
+ * everyone. */
 #define RESCUE_TICK_MS 200
 #define RESCUE_AFTER_MS 500
 #define RESCUE_MAX 64 /* words written per tick at most; the rest wait for the next */
-
-static int pid_gone(int64_t pid)
-{
-    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
 
 static void *rescuer_main(void *arg)
 {
@@ -402,7 +397,7 @@ static void *rescuer_main(void *arg)
         int n = 0;
         for (struct pending *p = c->head; p && n < RESCUE_MAX; p = p->next)
             if (p->ready && !p->rescued && now - p->queued_ns >= RESCUE_AFTER_MS * 1000000ull &&
-                pid_gone(p->pid)) {
+                proc_gone(p->pid)) {
                 p->rescued = 1;
                 todo[n].word = p->ready;
                 todo[n].seq = p->seq;

@@ -8,6 +8,7 @@
 #include "session.h"
 
 #include "log.h"
+#include "proc.h"
 #include "proto/errors.h"
 
 #include <errno.h>
@@ -103,27 +104,6 @@ int sess_create(struct sess_table *t, const void *rid, size_t rid_len, struct se
     return 0;
 }
 
-/* Whether a process is gone: kill(pid, 0) fails with ESRCH only when no such process
- * exists (EPERM: it exists, as another user's); a zombie has exited too. A pid reused since
- * is taken for the client: nothing is unlinked, as before. */
-static int process_gone(int64_t pid)
-{
-    if (pid <= 0)
-        return 0;
-    if (kill((pid_t)pid, 0) != 0)
-        return errno == ESRCH;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
-    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
 /* The shm objects s registered under libdash's names ("/dash-<pid>-..."), as a malloc'd
  * array of strdup'd names; 0 if none (or no memory: then nothing is reclaimed). */
 static size_t libdash_names(const struct session *s, char ***ret_names)
@@ -208,12 +188,12 @@ static void drop(struct sess_table *t, struct session *s, int gone)
 
 void sess_drop(struct sess_table *t, struct session *s)
 {
-    drop(t, s, process_gone(s->peer_pid));
+    drop(t, s, proc_gone(s->peer_pid));
 }
 
 void sess_drop_disconnected(struct sess_table *t, struct session *s, uint64_t now_ns)
 {
-    int gone = process_gone(s->peer_pid);
+    int gone = proc_gone(s->peer_pid);
     if (s->peer_pid <= 0 || gone) {
         drop(t, s, gone);
         return;
@@ -236,7 +216,7 @@ void sess_reclaim_poll(struct sess_table *t, uint64_t now_ns)
 {
     for (struct sess_reclaim **pp = &t->reclaim; *pp;) {
         struct sess_reclaim *r = *pp;
-        int gone = process_gone(r->peer_pid);
+        int gone = proc_gone(r->peer_pid);
         if (!gone && now_ns < r->until_ns) {
             pp = &r->next;
             continue;
