@@ -505,12 +505,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(c
 }
 
 /* dK, dV rows no unit wrote: a sequence without queries gets zeros; GQA sums a kv head's
- * q-heads ascending (as attn_bwd_dkv_sum_kernel), from the scratch layout. A warp a row
- * (t, hk), its sequence looked up once. */
+ * q-heads ascending (attn_bwd_dkv_row, as attn_bwd_dkv_sum_kernel), from the scratch
+ * layout. A warp a row (t, hk), its sequence looked up once. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_dkv_kernel(const __grid_constant__ struct attn_bwd_params p)
 {
-    static_assert(D % 64 == 0, "whole warps of pairs");
     const int64_t rows = (int64_t)p.total_k * p.heads_kv;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
@@ -521,23 +520,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_dkv_kernel(const __g
         const int32_t sq = p.cu_q[wk.b + 1] - p.cu_q[wk.b];
         if (sq != 0 && p.group <= 1)
             continue; /* the unit stored it */
-        /* no query: nothing ran, the gradients are 0; else the q-heads' sum, ascending */
-        const int64_t src0 = ((int64_t)p.heads_q * wk.r0 + (int64_t)hk * p.group * wk.len + wk.i) * D;
-        const int64_t step = (int64_t)wk.len * D; /* the next q-head's row */
-#pragma unroll
-        for (int32_t d = 2 * lane; d < D; d += 64) {
-            float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
-            for (int32_t g = 0; sq != 0 && g < p.group; g++) {
-                const float2 k = *reinterpret_cast<const float2 *>(p.dk_acc + src0 + g * step + d);
-                const float2 v = *reinterpret_cast<const float2 *>(p.dv_acc + src0 + g * step + d);
-                sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
-                sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
-            }
-            attn_st_pair(dk_g + wk.at + hk * p.dk_stride[2] + d,
-                         (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16));
-            attn_st_pair(dv_g + wv.at + hk * p.dv_stride[2] + d,
-                         (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16));
-        }
+        /* no query: nothing ran, the gradients are 0 (no q-head to sum); else the q-heads'
+         * rows, len apart */
+        attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc, dk_g + wk.at + hk * p.dk_stride[2], dv_g + wv.at + hk * p.dv_stride[2],
+                                ((int64_t)p.heads_q * wk.r0 + (int64_t)hk * p.group * wk.len + wk.i) * D,
+                                (int64_t)wk.len * D, sq != 0 ? p.group : 0, lane);
     }
 }
 
