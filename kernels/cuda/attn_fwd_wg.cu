@@ -75,7 +75,6 @@
  * same bytes in shared memory, so they give the same bits.
  */
 #include "kernels/cuda/fwd_wg.cuh"
-#include "kernels/cuda/attn_cuda_test.h"
 
 #include <cudaTypedefs.h>
 #include <string.h>
@@ -163,12 +162,12 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
 }
 
 template <typename DT, int D>
-static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, int32_t sms,
+static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, int32_t ctas,
                                  cudaStream_t stream)
 {
     uint32_t blocks = (uint32_t)((p->seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM) * (uint32_t)p->geo.bh;
-    if (sms > 0 && blocks > (uint32_t)sms)
-        blocks = (uint32_t)sms; /* persistent: one CTA an SM (384 threads at 168 registers) */
+    if (ctas > 0 && blocks > (uint32_t)ctas)
+        blocks = (uint32_t)ctas; /* persistent: each CTA takes several q-tiles */
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D);
@@ -217,18 +216,18 @@ size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 }
 
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
-                                  int allow_tma, int *ret_tma, int32_t sms, cudaStream_t stream)
+                                  int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
     if (ret_tma)
         *ret_tma = 0;
     switch (head_dim) {
     case 64:
-        return bf ? fwd_wg_launch<attn_bf16, 64>(p, allow_tma, ret_tma, sms, stream)
-                  : fwd_wg_launch<attn_f16, 64>(p, allow_tma, ret_tma, sms, stream);
+        return bf ? fwd_wg_launch<attn_bf16, 64>(p, allow_tma, ret_tma, ctas, stream)
+                  : fwd_wg_launch<attn_f16, 64>(p, allow_tma, ret_tma, ctas, stream);
     case 128:
-        return bf ? fwd_wg_launch<attn_bf16, 128>(p, allow_tma, ret_tma, sms, stream)
-                  : fwd_wg_launch<attn_f16, 128>(p, allow_tma, ret_tma, sms, stream);
+        return bf ? fwd_wg_launch<attn_bf16, 128>(p, allow_tma, ret_tma, ctas, stream)
+                  : fwd_wg_launch<attn_f16, 128>(p, allow_tma, ret_tma, ctas, stream);
     default:
         return cudaErrorInvalidValue;
     }

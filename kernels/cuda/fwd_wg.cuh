@@ -552,9 +552,9 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
     fwd_wg_consume<DT, D, VL>(p, sm, wg - 1, b, h, bh, i0, rm, n_lo, n_hi, vt);
 }
 
-/* A dense launch's q-tile idx (a CTA a tile: its blockIdx.x),
- * heaviest first: rows i0 .. i0 + rm - 1 of head h of batch b (bh = b heads + h), kv-tiles
- * 0 .. n_hi - 1 (under a causal mask those up to the last row's diagonal). */
+/* A dense launch's q-tile idx, heaviest first (a CTA a tile: its blockIdx.x): rows
+ * i0 .. i0 + rm - 1 of head h of batch b (bh = b heads + h), kv-tiles 0 .. n_hi - 1 (under
+ * a causal mask those up to the last row's diagonal). */
 struct fwd_wg_tile {
     int32_t b, h, bh, i0, rm, n_hi;
 };
@@ -578,10 +578,6 @@ static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_f
     return T;
 }
 
-/* The persistent CTA's work after fwd_wg_init and a __syncthreads: q-tiles blockIdx.x,
- * + gridDim.x, ... of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
- * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
- * next on both sides alike. */
 #if FWD_WG_CAUSAL_PAIRS
 /* The CTA's n-th tile (fwd_wg_tile_of's numbering): under a causal mask job
  * blockIdx.x + (n / 2) gridDim.x's tile n % 2 (-2: a job without a second tile), else tile
@@ -608,6 +604,10 @@ static __device__ __forceinline__ int32_t fwd_wg_walk(const struct attn_fwd_para
 #define FWD_WG_FOR_TILES(idx) for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x)
 #endif
 
+/* The persistent CTA's work after fwd_wg_init and a __syncthreads: q-tiles blockIdx.x,
+ * + gridDim.x, ... (FWD_WG_FOR_TILES) of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
+ * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
+ * next on both sides alike. */
 template <typename DT, int D, bool TMA>
 static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_params &p, const fwd_wg_maps &maps,
                                                         fwd_wg_smem<D> &sm, int32_t M, int32_t tiles)
