@@ -820,6 +820,25 @@ static void test_dashd_gpu_forward_backward_match_in_process_kernels(void)
     fixture_close(&f, "gpu-bits");
 }
 
+/* A client child's result file (PATH of its "client" mode): all of it there, the bits of
+ * the in-process kernels; removed after. */
+static void check_child_result(const char *path, int child)
+{
+    unsigned char *got = malloc(result_bytes());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    FILE *fp = fopen(path, "rb");
+    size_t n = fp ? fread(got, 1, result_bytes(), fp) : 0;
+    if (fp)
+        fclose(fp);
+    unlink(path);
+    CU_ASSERT_EQUAL(n, result_bytes());
+    const char *diff = n == result_bytes() ? first_difference(got, expected) : "everything";
+    if (diff)
+        fprintf(stderr, "\n  child %d: %s differs from the in-process kernels", child, diff);
+    CU_ASSERT_PTR_NULL(diff);
+    free(got);
+}
+
 static void test_dashd_gpu_two_client_processes_get_the_same_bits(void)
 {
     char path[2][128], arg[2][192];
@@ -849,25 +868,13 @@ static void test_dashd_gpu_two_client_processes_get_the_same_bits(void)
     CU_ASSERT(write(go[1], "gg", 2) == 2);
     close(ready[0]);
     close(go[1]);
-    unsigned char *got = malloc(result_bytes());
-    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
     for (int i = 0; i < 2; i++) {
         int status = wait_child(pid[i]);
         if (status != 0)
             fprintf(stderr, "\n  child %d exited with %d", i, status);
         CU_ASSERT_EQUAL(status, 0);
-        FILE *fp = fopen(path[i], "rb");
-        size_t n = fp ? fread(got, 1, result_bytes(), fp) : 0;
-        if (fp)
-            fclose(fp);
-        unlink(path[i]);
-        CU_ASSERT_EQUAL(n, result_bytes());
-        const char *diff = n == result_bytes() ? first_difference(got, expected) : "everything";
-        if (diff)
-            fprintf(stderr, "\n  child %d: %s differs from the in-process kernels", i, diff);
-        CU_ASSERT_PTR_NULL(diff);
+        check_child_result(path[i], i);
     }
-    free(got);
 }
 
 static void test_dashd_gpu_bounds_are_checked(void)
@@ -1625,17 +1632,7 @@ static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_
     if (status != 0)
         fprintf(stderr, "\n  the other client exited with %d (-2: still waiting after 60 s)", status);
     CU_ASSERT_EQUAL(status, 0);
-    unsigned char *got = malloc(result_bytes());
-    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
-    FILE *fp = fopen(path, "rb");
-    const size_t n = fp ? fread(got, 1, result_bytes(), fp) : 0;
-    if (fp)
-        fclose(fp);
-    unlink(path);
-    CU_ASSERT_EQUAL(n, result_bytes());
-    if (n == result_bytes())
-        CU_ASSERT_PTR_NULL(first_difference(got, expected));
-    free(got);
+    check_child_result(path, 0);
     CU_ASSERT(dashd_alive(&D));
 }
 
