@@ -157,6 +157,14 @@ class Plan(unittest.TestCase):
         self.assertEqual(cases[("varlen", 128)]["window"], [-1, 0])
         self.assertEqual(len(cases[("varlen", 128)]["lengths"]), 19)
 
+    def test_packed_lengths_are_the_plans_varlen_lengths(self):
+        rc, out, err = run("--packed-lengths")
+        self.assertEqual(rc, 0, err)
+        rc, plan, err = run("--plan", "--cases", "varlen")
+        want = json.loads(plan)["cases"][0]["lengths"]
+        self.assertEqual(out.strip(), ",".join(map(str, want)))
+        self.assertEqual(sum(map(int, out.split(","))), 16384)
+
     def test_plan_only_the_cases_asked_for(self):
         rc, out, err = run("--plan", "--cases", "window-4k")
         self.assertEqual(rc, 0, err)

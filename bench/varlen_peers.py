@@ -6,7 +6,7 @@ time and TFLOPS counted on the work inside the mask, written up as a Markdown re
 
     python3 bench/varlen_peers.py [--dashd PATH] [--out DIR] [--dims 128[,64]]
         [--reps N] [--cases varlen,causal,window-1k,window-4k] [--kernels auto|v2|v3] [--commit C]
-        [--command TEXT] [--plan]
+        [--command TEXT] [--plan] [--packed-lengths]
 
 scripts/gpu_bench.sh COMMIT --varlen runs it on the GPU machine (the cuDNN frontend from
 the offline wheel, the bundle's dashd). --plan prints the cases, their mask pairs and
@@ -696,6 +696,9 @@ def parse_args(argv):
     ap.add_argument("--commit", default=None, help="for the report (default: git's HEAD)")
     ap.add_argument("--command", default=None, help="for the report (default: this one)")
     ap.add_argument("--plan", action="store_true", help="print the cases as JSON and exit")
+    ap.add_argument("--packed-lengths", action="store_true",
+                    help="print the packed batch's document lengths (N,N,...: bench_gpu "
+                         "--lengths) and exit")
     return ap.parse_args(argv)
 
 
@@ -713,6 +716,9 @@ def main(argv=None):
     if args.plan:
         json.dump({"cases": cases}, sys.stdout)
         print()
+        return 0
+    if args.packed_lengths:
+        print(",".join(map(str, make_case("varlen", args.dims[0])["lengths"])))
         return 0
     doc = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "commit": args.commit or git_commit(),

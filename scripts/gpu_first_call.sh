@@ -59,8 +59,7 @@ if [ ${#builds[@]} -gt 1 ]; then
   step 120 ab env OUT="$out" REPS=5 bash "$root/scripts/gpu_ab.sh" \
     "${SHAPES:-64,1024,causal 128,1024,full 96,1024,full 128,4096,causal 64,4096,causal}" "${builds[@]}"
   # the packed batch and a 1k window (bench_gpu --lengths / --window), each build in turn
-  lengths=$(python3 "$root/bench/varlen_peers.py" --plan --dims 128 |
-    python3 -c 'import json, sys; print(",".join(map(str, json.load(sys.stdin)["cases"][0]["lengths"])))')
+  lengths=$(python3 "$root/bench/varlen_peers.py" --packed-lengths)
   vl() { # build case args...: one bench_gpu run, one line
     local exe=${1#*=} name=${1%%=*} what=$2
     shift 2

@@ -18,8 +18,7 @@ bin=${BIN:-$( [ -x "$root/.gpu/bin/bench_gpu" ] || [ -f "$root/.gpu/bin/bench_gp
 [ -e "$bin/bench_gpu" ] || xz -dk "$bin/bench_gpu.xz"
 [ -d "$root/.gpu/lib" ] && export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 dims=${DIMS:-128}
-lengths=$(python3 "$root/bench/varlen_peers.py" --plan --dims 128 |
-  python3 -c 'import json, sys; print(",".join(map(str, json.load(sys.stdin)["cases"][0]["lengths"])))')
+lengths=$(python3 "$root/bench/varlen_peers.py" --packed-lengths)
 echo "packed batch: $lengths" >&2
 json=$out/vl-kernels.json
 : > "$json"
