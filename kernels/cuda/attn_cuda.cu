@@ -280,16 +280,12 @@ void cuattn__last_launch(const struct cuattn *a, int32_t *ret_mode, int32_t *ret
         *ret_grid = a ? a->last_grid : 0;
 }
 
-/* The persistent dense v3 forward's CTAs (fwd_wg.cuh): one an SM under a full mask, where
- * every q-tile has the same work; under a causal mask a CTA a q-tile (0: no cap), as
- * q-tiles taken in turn by a fixed set of CTAs ran 6-7% slower there (uneven lengths) in
- * bench/results/gpu-h200-7c31afe-2026-12-02.md - unless the build pairs causal tiles
- * (FWD_WG_CAUSAL_PAIRS, on trial). The test hook's count overrides all. */
-static int32_t fwd_ctas(const struct cuattn *a, const struct attn_problem *p)
+/* The persistent dense v3 forward's CTAs (fwd_wg.cuh): one an SM, full mask or causal
+ * (where a CTA takes pairs of q-tiles, heavy with light, in turn); the test hook's count
+ * overrides it. */
+static int32_t fwd_ctas(const struct cuattn *a)
 {
-    if (a->fwd_ctas)
-        return a->fwd_ctas;
-    return p->mask == SCHED_MASK_CAUSAL && !cuattn__fwd_causal_pairs() ? 0 : a->sms;
+    return a->fwd_ctas ? a->fwd_ctas : a->sms;
 }
 
 /* ---- validation ---------------------------------------------------------------------- */
@@ -902,7 +898,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         int tma = 0;
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
                            ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma,
-                                                   fwd_ctas(a, p), a->stream)
+                                                   fwd_ctas(a), a->stream)
                        : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                             : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
         if (rc == 0) {

@@ -184,15 +184,12 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
  * through TMA tensor maps when allow_tma and the views allow it (16-byte aligned bases and
  * strides, a driver that has cuTensorMapEncodeTiled), else through cp.async; the bits are
  * the same either way. *ret_tma (unless NULL): 1 when the TMA kernel was launched. ctas > 0
- * caps the CTAs, each then taking q-tiles in turn (the persistent scheduler, fwd_wg.cuh);
- * 0: a CTA a q-tile. The bits are the same either way. */
+ * caps the CTAs, each then taking q-tiles in turn (the persistent scheduler, fwd_wg.cuh:
+ * under a causal mask in heavy/light pairs); 0: no cap (a CTA a q-tile, or a pair). The bits are the same either way. */
 cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream);
-/* 1 where this build's causal v3 forward is persistent too (fwd_wg.cuh's
- * FWD_WG_CAUSAL_PAIRS), else 0. */
-int cuattn__fwd_causal_pairs(void);
 
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).

@@ -205,11 +205,6 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
     return cudaSuccess;
 }
 
-int cuattn__fwd_causal_pairs(void)
-{
-    return FWD_WG_CAUSAL_PAIRS;
-}
-
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 {
     return head_dim == 64 ? fwd_wg_kern<64>::bytes : head_dim == 128 ? fwd_wg_kern<128>::bytes : 0;

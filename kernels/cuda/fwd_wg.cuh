@@ -33,12 +33,13 @@
 #define FWD_WG_STAGES 2
 #define FWD_WG_ALIGN 1024 /* the 128-byte swizzle is a function of address bits */
 /* Registers a thread, producer / consumers: 128 x 56 + 256 x 224 (cp.async) and
- * 128 x 24 + 256 x 240 (TMA: two threads issue), each 64,512, the pool of 384 threads at
- * the 168 that __launch_bounds__(384, 1) gives. */
+ * 128 x 32 + 256 x 232 (TMA: two threads issue), within 64,512, the pool of 384 threads at
+ * the 168 that __launch_bounds__(384, 1) gives. (TMA had 24 / 240 until the causal pairs'
+ * walk, whose state spilled 16 bytes in the producer at 24; nvcc 13.0.) */
 #define FWD_WG_LOAD_REGS_CP 56
 #define FWD_WG_MMA_REGS_CP 224
-#define FWD_WG_LOAD_REGS_TMA 24
-#define FWD_WG_MMA_REGS_TMA 240
+#define FWD_WG_LOAD_REGS_TMA 32
+#define FWD_WG_MMA_REGS_TMA 232
 /* VL with cp.async (packed batches): the window and softcap terms cost the consumers
  * registers; at head dim 128 ptxas reports 232/252 bytes of spills at 56 / 224, 64/56 at
  * 40 / 232 and 40/40 at 24 / 240 with the producer's copy loops unrolled, none at 24 / 240
@@ -65,20 +66,16 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
  * and their phases running on across tiles, and the next tile's Q loading once the
  * consumers' last S product has read this one's (q_empty), while they still rescale and
  * store. A row's arithmetic does not depend on which CTA runs it, so the bits are those of
- * a CTA a tile. The launch (attn_cuda.cu's fwd_ctas) gives a full mask one CTA an SM
- * (+1-10% over a CTA a tile on the H200) and a causal mask a CTA a q-tile, where a fixed
- * set of CTAs taking the uneven tiles in turn ran 6-7% slower
- * (bench/results/gpu-h200-7c31afe-2026-12-02.md). The VL kernel keeps a CTA a tile (it
+ * a CTA a tile. The launch (attn_cuda.cu's fwd_ctas) gives
+ * every dense mask one CTA an SM (full: +1-10% over a CTA a tile on the H200,
+ * bench/results/gpu-h200-7c31afe-2026-12-02.md). Under a causal mask the tiles' work is
+ * uneven (q-tile k of M sees k + 1 kv-tiles), and taking them in turn ran 6-7% slower than
+ * a CTA a tile; so there a CTA takes jobs of two q-tiles of a head, the k-th heaviest then
+ * the k-th lightest (M + 1 kv-tiles a job whatever k; the middle tile alone where M is
+ * odd), jobs in turn (fwd_wg_walk): +2.6-9.5% over a CTA a tile
+ * (bench/results/gpu-first-7487a13-2026-12-02.md). The VL kernel keeps a CTA a tile (it
  * reads its sequence from the table). */
 
-/* Causal pairs (an experiment, default 0 until an A/B on the GPU decides; then the knob
- * goes): 1 makes causal launches persistent too, each CTA taking jobs of two q-tiles of a
- * head, the k-th heaviest then the k-th lightest (M + 1 kv-tiles a job whatever k, the
- * middle tile alone where M is odd), so a fixed set of CTAs gets even work; a CTA a q-tile
- * when 0. The order never changes a row's arithmetic, so neither the bits. */
-#ifndef FWD_WG_CAUSAL_PAIRS
-#define FWD_WG_CAUSAL_PAIRS 0
-#endif
 
 template <int D>
 struct fwd_wg_smem {
@@ -578,7 +575,6 @@ static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_f
     return T;
 }
 
-#if FWD_WG_CAUSAL_PAIRS
 /* The CTA's n-th tile (fwd_wg_tile_of's numbering): under a causal mask job
  * blockIdx.x + (n / 2) gridDim.x's tile n % 2 (-2: a job without a second tile), else tile
  * blockIdx.x + n gridDim.x; -1 past the last. */
@@ -600,9 +596,6 @@ static __device__ __forceinline__ int32_t fwd_wg_walk(const struct attn_fwd_para
 #define FWD_WG_FOR_TILES(idx)                                                                        \
     for (int32_t n_ = 0, idx; (idx = fwd_wg_walk(p, M, tiles, n_)) != -1; n_++)                    \
         if (idx >= 0)
-#else
-#define FWD_WG_FOR_TILES(idx) for (int32_t idx = (int32_t)blockIdx.x; idx < tiles; idx += (int32_t)gridDim.x)
-#endif
 
 /* The persistent CTA's work after fwd_wg_init and a __syncthreads: q-tiles blockIdx.x,
  * + gridDim.x, ... (FWD_WG_FOR_TILES) of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the

@@ -1004,10 +1004,11 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
 }
 
 /* The persistent forward: capped at 1, 3 and 7 CTAs, each CTA takes many q-tiles - causal
- * ones of different lengths, tiles whose rows see no key (nothing loaded, no phase taken)
- * between tiles that do, GQA and MHA - through TMA and through cp.async loads, and gives
- * the bytes of the launch's own choice (a CTA an SM under the full mask, a CTA a q-tile
- * under the causal one), which are within the dtype's tolerance of float64. */
+ * ones of different lengths (in heavy/light pairs), tiles whose rows see no key (nothing
+ * loaded, no phase taken) between tiles that do, GQA and MHA - and with more CTAs than
+ * there is work (CTAs that take nothing), through TMA and through cp.async loads, and gives
+ * the bytes of the launch's own choice (a CTA an SM), which are within the dtype's
+ * tolerance of float64. */
 static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
 {
     const struct shape_case cases[] = {
@@ -1015,7 +1016,7 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
         {1, 700, 77, 4, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL}, /* q-tiles 0-3 see no key */
         {3, 300, 500, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
     };
-    const int32_t ctas[] = {1, 3, 7};
+    const int32_t ctas[] = {1, 3, 7, 1 << 20};
     struct cuattn *ca = open_v3();
     if (!ca)
         return;
