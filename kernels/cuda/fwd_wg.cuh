@@ -46,9 +46,14 @@
  * with them rolled (fwd_wg_produce's ROLLED; nvcc 13.0) */
 #define FWD_WG_LOAD_REGS_CP_VL 24
 #define FWD_WG_MMA_REGS_CP_VL 240
+/* VL with TMA keeps 24 / 240: its consumers spill 80 bytes at 232, and its one-tile
+ * producer fits 24 */
+#define FWD_WG_LOAD_REGS_TMA_VL 24
+#define FWD_WG_MMA_REGS_TMA_VL 240
 static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_WG_THREADS &&
                   128 * FWD_WG_LOAD_REGS_CP_VL + 256 * FWD_WG_MMA_REGS_CP_VL <= 168 * FWD_WG_THREADS &&
-                  128 * FWD_WG_LOAD_REGS_TMA + 256 * FWD_WG_MMA_REGS_TMA <= 168 * FWD_WG_THREADS,
+                  128 * FWD_WG_LOAD_REGS_TMA + 256 * FWD_WG_MMA_REGS_TMA <= 168 * FWD_WG_THREADS &&
+                  128 * FWD_WG_LOAD_REGS_TMA_VL + 256 * FWD_WG_MMA_REGS_TMA_VL <= 168 * FWD_WG_THREADS,
               "setmaxnreg stays within the launch's register pool");
 /* TMA boxes: 64 columns (128 bytes, the swizzle's span) x 128 rows, D/64 of them a tile */
 #define FWD_WG_BOX_COLS 64
@@ -530,7 +535,7 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
     const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
     if (wg == 0) {
         if constexpr (TMA) {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA) : "memory");
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA_VL) : "memory");
             const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
             if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
                 fwd_wg_produce_tma<D>(maps, sm, tma_b, h, hk, i0, n_lo, n_hi, w);
@@ -542,7 +547,7 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA  ? FWD_WG_MMA_REGS_TMA
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA  ? FWD_WG_MMA_REGS_TMA_VL
                                                               : VL ? FWD_WG_MMA_REGS_CP_VL
                                                                    : FWD_WG_MMA_REGS_CP)
                  : "memory");
