@@ -185,7 +185,8 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
  * strides, a driver that has cuTensorMapEncodeTiled), else through cp.async; the bits are
  * the same either way. *ret_tma (unless NULL): 1 when the TMA kernel was launched. ctas > 0
  * caps the CTAs, each then taking q-tiles in turn (the persistent scheduler, fwd_wg.cuh:
- * under a causal mask in heavy/light pairs); 0: no cap (a CTA a q-tile, or a pair). The bits are the same either way. */
+ * under a causal mask in heavy/light pairs); 0: no cap (a CTA a q-tile, or a pair). The
+ * bits are the same either way. */
 cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,

@@ -14,8 +14,9 @@
  * is ours (two threads, one per ring), with a cp.async producer for the views TMA cannot
  * describe.
  *
- * One CTA of 384 threads (three warpgroups) per (128-row q-tile, batch*head), heaviest
- * q-tiles (the last, under a causal mask) launched first, as v2:
+ * CTAs of 384 threads (three warpgroups), one an SM, each taking (128-row q-tile,
+ * batch*head) tiles in turn, heaviest first (under a causal mask in heavy/light pairs: the
+ * persistent scheduler, fwd_wg.cuh), each tile as follows:
  *   warpgroup 0, the producer ("load"): gives its registers up (setmaxnreg.dec) and fills
  *     two 2-stage rings (FWD_WG_STAGES), one for K and one for V, and Q once, in one of
  *     two ways (two instances of the kernel, template argument TMA; the host picks):
@@ -62,7 +63,7 @@
  * F3, FWD_WG_PINGPONG): the two consumers take turns issuing their products (named
  * barriers, FA3's "warp scheduler barriers"), so one's softmax overlaps the other's
  * products. Not yet here (../shared/docs/hopper.md Sec. 7, F4-F5): an smem + TMA-store
- * epilogue, a persistent scheduler, wider kv tiles.
+ * epilogue, wider kv tiles.
  *
  * Determinism. Every element of S is one chain of wgmma over d ascending; every element
  * of O one chain over kv-tiles ascending and, within a tile, keys ascending in k16 steps;

@@ -521,10 +521,11 @@ static __device__ __forceinline__ void fwd_wg_init(fwd_wg_smem<D> &sm)
         attn_mbar_init_fence(); /* the TMA unit completes bytes on them too */
 }
 
-/* The work of one CTA after fwd_wg_init and a __syncthreads: q-tile rows i0 .. i0 + rm - 1
- * of head h (bh: its LSE row block), kv-tiles n_lo .. n_hi - 1; the producer warpgroup
- * loads (TMA: at view batch tma_b), the two consumer warpgroups compute and store. */
-template <typename DT, int D, bool TMA, bool VL>
+/* The work of one VL CTA (attn_vl.cu; the dense kernel runs fwd_wg_run_tiles) after
+ * fwd_wg_init and a __syncthreads: q-tile rows i0 .. i0 + rm - 1 of head h (bh: its LSE row
+ * block), kv-tiles n_lo .. n_hi - 1; the producer warpgroup loads (TMA: at view batch
+ * tma_b), the two consumer warpgroups compute and store. */
+template <typename DT, int D, bool TMA>
 static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &p, const fwd_wg_maps &maps,
                                                   fwd_wg_smem<D> &sm, int32_t b, int32_t h, int32_t bh, int32_t i0,
                                                   int32_t rm, int32_t n_lo, int32_t n_hi, int32_t tma_b,
@@ -540,18 +541,15 @@ static __device__ __forceinline__ void fwd_wg_run(const struct attn_fwd_params &
             if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
                 fwd_wg_produce_tma<D>(maps, sm, tma_b, h, hk, i0, n_lo, n_hi, w);
         } else {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(VL ? FWD_WG_LOAD_REGS_CP_VL : FWD_WG_LOAD_REGS_CP)
-                         : "memory");
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_CP_VL) : "memory");
             const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
-            fwd_wg_produce<D, VL>(p, sm, b, h, hk, i0, rm, n_lo, n_hi, v_half);
+            fwd_wg_produce<D, true>(p, sm, b, h, hk, i0, rm, n_lo, n_hi, v_half);
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA  ? FWD_WG_MMA_REGS_TMA_VL
-                                                              : VL ? FWD_WG_MMA_REGS_CP_VL
-                                                                   : FWD_WG_MMA_REGS_CP)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? FWD_WG_MMA_REGS_TMA_VL : FWD_WG_MMA_REGS_CP_VL)
                  : "memory");
-    fwd_wg_consume<DT, D, VL>(p, sm, wg - 1, b, h, bh, i0, rm, n_lo, n_hi, vt);
+    fwd_wg_consume<DT, D, true>(p, sm, wg - 1, b, h, bh, i0, rm, n_lo, n_hi, vt);
 }
 
 /* A dense launch's q-tile idx, heaviest first (a CTA a tile: its blockIdx.x): rows
