@@ -2,7 +2,7 @@
 /*
  * bench_gpu.c - forward and backward TFLOPS of our CUDA kernels (kernels/cuda/attn_cuda.h) for
  * every schedule, at the shapes of the anchors (bf16, 16384 tokens per batch, heads *
- * head_dim = 2048, seqlen 1k..16k, hdim 64, 128 and 96, full and causal), plus a bitwise
+ * head_dim = 2048, seqlen 1k..16k, hdim 64, 128, 96 and 256, full and causal), plus a bitwise
  * repeat check of every deterministic schedule. Prints one JSON object; bench/gpu_report.py
  * joins it with PyTorch's numbers from bench/sdpa_peers.py, measured in the same run.
  *
@@ -12,7 +12,8 @@
  * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
  * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch. Head
  * dim 96 (the 128 kernels on widened copies) has H = 2048 / D rounded down (21 heads:
- * 2016 wide); 256 (v1 kernels only) runs only under --only. --impl sets the
+ * 2016 wide). Head dim 256 has v3's forward (sm_90) and v1's backward (CUDA cores, about
+ * 20 TFLOPS: its sweep adds some 25 s, 6 at --quick). --impl sets the
  * kernel implementation (cuattn_set_impl: 1 v1, 2 v2, 3 v3; default: cuattn_new's choice,
  * v3 on sm_90), so one build can time v2's forward beside v3's.
  *
@@ -204,8 +205,7 @@ int main(int argc, char **argv)
     const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
                                      SCHED_SHIFT, SCHED_AUTO};
     const int32_t dims[] = {64, 128, 96, 256};
-    const int ndims = only_d ? 4 : 3;
-    for (int di = 0; di < ndims; di++)
+    for (int di = 0; di < (int)(sizeof dims / sizeof dims[0]); di++)
         for (int causal = 0; causal < 2; causal++)
             for (int si = 0; si < nseq; si++) {
                 const int32_t d = dims[di];

@@ -16,10 +16,9 @@ it would measure and exits without touching a GPU.
 Shapes and FLOP counting match bench/bench_gpu.c and bench/sdpa_peers.py: bf16, 16384
 tokens per batch (batch = 16384 / seqlen), heads = 2048 / head_dim rounded down, layout
 (batch, seqlen, heads, head_dim), fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5 * fwd;
-seqlens 1k..16k, head dims 64, 128 and 96 as bench_gpu, and 256, which cuDNN also serves
-(bench_gpu measures it under --only). Timing: CUDA events, median of N calls after 3
-warm-ups. 'bitwise_repeat': 5 backwards into outputs poisoned with NaN before each gave
-identical dQ, dK and dV bits ('finite': every one wrote every element).
+seqlens 1k..16k, head dims 64, 128, 96 and 256 as bench_gpu. Timing: CUDA events, median
+of N calls after 3 warm-ups. 'bitwise_repeat': 5 backwards into outputs poisoned with NaN
+before each gave identical dQ, dK and dV bits ('finite': every one wrote every element).
 
 Output: one JSON object shaped as sdpa_peers.py's, so bench/gpu_report.py joins it by
 (D, S, causal, backend); backend "cudnn-fe" is the non-deterministic backward and

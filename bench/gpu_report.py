@@ -10,8 +10,8 @@ same run on the same GPU, into the Markdown report kept in bench/results/.
 Per head dim and mask, the first table is ours beside PyTorch SDPA; with --cudnn a second
 one gives cuDNN's forward, its non-deterministic and deterministic backward, and ours over
 them: 'auto / FE det' is the issue-16 ratio (the schedule auto picks over cuDNN's
-deterministic backward). Head dims that only cuDNN measured (bench_gpu runs 256 only
-under --only) get the cuDNN table with ours 'n/a'.
+deterministic backward). Head dims that only cuDNN measured (a bench_gpu run under
+--only, or one from before its sweep had head dim 256) get the cuDNN table with ours 'n/a'.
 """
 import argparse
 import datetime
@@ -169,8 +169,7 @@ def main():
             if rows:
                 ours_table(d, causal, rows, peer)
             else:
-                print(f"Ours: not measured in this run (bench_gpu measures hdim {d} under "
-                      "--only).\n")
+                print("Ours: not measured in this run (bench_gpu ran other shapes).\n")
             if fe_here:
                 print("cuDNN's own SDPA through its frontend, and ours over it:\n")
                 cudnn_table(d, causal, rows, fe)

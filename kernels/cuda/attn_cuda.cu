@@ -207,6 +207,16 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
     return CUATTN_IMPL_TENSOR_CORES;
 }
 
+int32_t cuattn_fwd_impl_for(const struct cuattn *a, int32_t head_dim)
+{
+    if (!a)
+        return -EINVAL;
+    /* head dim 256: v3's forward has it (64-key tiles, fwd_wg.cuh), v2 and v3's backward not */
+    if (head_dim == 256 && a->impl == CUATTN_IMPL_WGMMA && cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin)
+        return CUATTN_IMPL_WGMMA;
+    return cuattn_impl_for(a, head_dim);
+}
+
 int32_t cuattn_kernel_dim(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
@@ -834,7 +844,8 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     if (rc)
         return rc;
     const int vl = needs_vl(p);
-    const int32_t impl = cuattn_impl_for(a, p->head_dim);
+    /* the VL kernels follow the dim's dense choice (64, 128: the same) */
+    const int32_t impl = vl ? cuattn_impl_for(a, p->head_dim) : cuattn_fwd_impl_for(a, p->head_dim);
     const int tc = vl || impl != CUATTN_IMPL_CUDA_CORES;
     if (!tc && cuattn__fwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;

@@ -20,16 +20,17 @@
  *      warpgroup MMAs (wgmma), 128 x 128 tiles, P from registers), and a backward whose
  *      products are wgmma (operands in shared memory) on 64 x 128 tiles, with v2's
  *      schedules, turns and modes; a config asking for block_n = 64 runs v2's 64 x 64
- *      backward kernel. v3's forward has 128 x 128 tiles only, whatever the config (which
- *      it reports back as 64 x 64, the forward's config for every implementation): its
- *      bits are those of 128-key tiles, for every stride of the inputs (rows that are
- *      not 16-byte aligned are loaded by plain loads; the same bytes land). Other GPUs
- *      refuse v3 (-ENOTSUP).
+ *      backward kernel. v3's forward has 128 x 128 tiles (128 x 64 at head dim 256) only,
+ *      whatever the config (which it reports back as 64 x 64, the forward's config for
+ *      every implementation): its bits are those of 128-key tiles (64 at 256), for every
+ *      stride of the inputs (rows that are not 16-byte aligned are loaded by plain loads;
+ *      the same bytes land). Other GPUs refuse v3 (-ENOTSUP).
  * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128, and 96 by running
  * their 128-column kernels on copies of its tensors widened by zero columns
- * (CUATTN_PAD_FROM; windows, softcap and packed batches included). A call with head dim
- * 256 runs v1 whichever implementation the object is set to (cuattn_impl_for says which
- * one a call runs), so its backward's kv-tiles are 64 rows. v2's backward at 128
+ * (CUATTN_PAD_FROM; windows, softcap and packed batches included); v3's forward also
+ * serves 256. A backward with head dim 256 runs v1 whichever implementation the object
+ * is set to, and so does its forward unless v3 is set (cuattn_impl_for and
+ * cuattn_fwd_impl_for say which one a call runs); its backward's kv-tiles are 64 rows. v2's backward at 128
  * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
  * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
  * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
@@ -131,6 +132,11 @@ int32_t cuattn_impl(const struct cuattn *a);
  * v1); CUATTN_IMPL_CUDA_CORES for 256 (only v1 has it). -EINVAL for NULL.
  * Whoever records what the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
+
+/* The implementation a forward on `a` with this head dim runs: cuattn_impl_for's, except
+ * at head dim 256 where v3 is set and its forward fits the device (sm_90): v3's forward
+ * (64-key tiles), while the backward stays v1's. -EINVAL for NULL. */
+int32_t cuattn_fwd_impl_for(const struct cuattn *a, int32_t head_dim);
 
 /* The head dim the kernels run a call of this head dim at on `a`: CUATTN_PAD_TO for
  * CUATTN_PAD_FROM where cuattn_impl_for(a, it) is not v1 (widened copies), else head_dim

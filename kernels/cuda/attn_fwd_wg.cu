@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * attn_fwd_wg.cu - v3's forward kernel (sm_90a): warp-specialised, on Hopper warpgroup
- * products (wgmma). Head dims 64 and 128, fp16/bf16, full and causal masks, GQA; the same
- * outputs as v2's forward (attn_fwd_tc.cu): O, and LSE = ln sum_j exp(scale q_i k_j),
- * +inf (and O = 0) for a row that sees no key.
+ * products (wgmma). Head dims 64, 128 and 256, fp16/bf16, full and causal masks, GQA; the
+ * same outputs as v2's forward (attn_fwd_tc.cu): O, and LSE = ln sum_j exp(scale q_i k_j),
+ * +inf (and O = 0) for a row that sees no key. Head dim 256 has 64-key tiles
+ * (FWD_WG_BN_OF; below, read 128 keys as 64 there): its O takes 128 registers a consumer
+ * thread and its 2-stage K and V rings 128 KiB beside Q's 64 KiB. v2 has no 256; v1's
+ * forward (CUDA cores) ran it at about 20 TFLOPS.
  *
  * Reference: FlashAttention-3 (Shah et al., arXiv 2407.08608, Sec. 3.1 and Algorithm 1:
  * "producer warpgroup", "consumer warpgroups", setmaxnreg); the facts used are collected
  * in ../shared/docs/hopper.md Sec. 2 and 5. This is steps F1-F3 of that note's Sec. 7 and
  * F4's TMA loads.
  * No code of FA3 or ThunderKittens is reproduced. FA3's names: kBlockM = FWD_WG_BM,
- * kBlockN = FWD_WG_BN, kStages = FWD_WG_STAGES; its producer is one warp issuing TMA, so
+ * kBlockN = FWD_WG_BN_OF(D), kStages = FWD_WG_STAGES; its producer is one warp issuing TMA, so
  * is ours (two threads, one per ring), with a cp.async producer for the views TMA cannot
  * describe.
  *
@@ -21,7 +24,7 @@
  *     two 2-stage rings (FWD_WG_STAGES), one for K and one for V, and Q once, in one of
  *     two ways (two instances of the kernel, template argument TMA; the host picks):
  *     - TMA (step F4's loads; FWD_WG_LOAD_REGS_TMA): lane 0 of warp 0 loads Q and the K
- *       tiles, lane 0 of warp 1 the V tiles, each tile as D/64 boxes of 128 rows x 64
+ *       tiles, lane 0 of warp 1 the V tiles, each tile as D/64 boxes of its rows x 64
  *       columns (cp.async.bulk.tensor.4d) through a tensor map of the view as (head_dim,
  *       seqlen, heads, batch) built on the host per call with 128-byte swizzle: a box
  *       lands as one 128-row column block of the attn_sw128 layout below, the same bytes
@@ -37,7 +40,7 @@
  *     both producers.
  * The rings: k_full[s] (v_full[s]) completes tile n's phase when its bytes are in shared
  * memory and visible to wgmma (the async proxy): with TMA, on the loading thread's one
- * arrival (arrive.expect_tx of the tile's FWD_WG_BN x D x 2 bytes, made before the boxes
+ * arrival (arrive.expect_tx of the tile's FWD_WG_BN_OF(D) x D x 2 bytes, made before the boxes
  * are issued) and the boxes' complete_tx of those bytes; with cp.async, on the arrivals
  * of the 64 threads that copy K (V), each after its copies landed (cp.async.wait_group)
  * and a proxy fence. k_empty[s] (v_empty[s]) completes when all 256 consumer threads have
@@ -72,7 +75,9 @@
  * function of the inputs, shape, dtype, mask and scale (and the build and GPU type). They
  * differ from v2's forward (128-key tiles, other sum groupings), and a row's bits depend
  * on the 128-key tile grid only: the 128-row q-tile's causal range adds tiles a row sees
- * nothing of, which changes no value (corr = 2^0 = 1, P = 0). The two producers put the
+ * nothing of, which changes no value (corr = 2^0 = 1, P = 0); at head dim 256 on the
+ * 64-key grid, so its bits differ from v1's (64-key tiles too, other sum groupings and
+ * products). The two producers put the
  * same bytes in shared memory, so they give the same bits.
  */
 #include "kernels/cuda/fwd_wg.cuh"
@@ -127,13 +132,14 @@ static PFN_cuTensorMapEncodeTiled_v12000 fwd_wg_encoder(void)
 
 /* The tensor map of a (batch, seqlen, heads, D) view with element strides stride[0..2]
  * (b, s, h; d contiguous) as the 4D tensor (D, seqlen, heads, batch), innermost first, in
- * boxes of 64 x 128 x 1 x 1 with 128-byte swizzle. False (no map: the caller runs the
+ * boxes of 64 x rows x 1 x 1 (rows: the tile's, FWD_WG_BM for Q, FWD_WG_BN_OF(D) for K
+ * and V) with 128-byte swizzle. False (no map: the caller runs the
  * cp.async kernel) where TMA cannot describe the view: a base or a stride (of a dim longer
  * than 1) that is not a positive multiple of 16 bytes below 2^40, or an encoder refusal. A
  * dim of length 1 is never stepped along, so its stride is any legal value. seqlen being
  * its own dim, rows past it are out of bounds (zeros), whatever lies there in memory. */
 static bool fwd_wg_map(CUtensorMap *map, PFN_cuTensorMapEncodeTiled_v12000 enc, const void *data, int32_t D,
-                       int32_t batch, int32_t seqlen, int32_t heads, const int64_t stride[3])
+                       int32_t batch, int32_t seqlen, int32_t heads, const int64_t stride[3], uint32_t rows)
 {
     if (!enc || ((uintptr_t)data & 15u) || batch < 1 || seqlen < 1 || heads < 1)
         return false;
@@ -146,7 +152,7 @@ static bool fwd_wg_map(CUtensorMap *map, PFN_cuTensorMapEncodeTiled_v12000 enc, 
             return false;
         bytes[i] = ok ? (cuuint64_t)elems[i] * 2 : 16;
     }
-    const cuuint32_t box[4] = {FWD_WG_BOX_COLS, FWD_WG_BN, 1, 1}, step[4] = {1, 1, 1, 1};
+    const cuuint32_t box[4] = {FWD_WG_BOX_COLS, rows, 1, 1}, step[4] = {1, 1, 1, 1};
     return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void *>(data), dim, bytes, box, step,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -157,9 +163,10 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
     memset(maps, 0, sizeof *maps);
     const int32_t batch = p->geo.batch, heads_kv = p->heads_q / p->group;
     const PFN_cuTensorMapEncodeTiled_v12000 enc = fwd_wg_encoder();
-    return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride) &&
-           fwd_wg_map(&maps->k, enc, p->k, head_dim, batch, p->seqlen_k, heads_kv, p->k_stride) &&
-           fwd_wg_map(&maps->v, enc, p->v, head_dim, batch, p->seqlen_k, heads_kv, p->v_stride);
+    const uint32_t bn = FWD_WG_BN_OF(head_dim);
+    return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride, FWD_WG_BM) &&
+           fwd_wg_map(&maps->k, enc, p->k, head_dim, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
+           fwd_wg_map(&maps->v, enc, p->v, head_dim, batch, p->seqlen_k, heads_kv, p->v_stride, bn);
 }
 
 template <typename DT, int D>
@@ -200,7 +207,9 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
     if ((err = fwd_wg_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
-        (err = fwd_wg_attr<attn_f16, 128>(smem_optin)) != cudaSuccess)
+        (err = fwd_wg_attr<attn_f16, 128>(smem_optin)) != cudaSuccess ||
+        (err = fwd_wg_attr<attn_bf16, 256>(smem_optin)) != cudaSuccess ||
+        (err = fwd_wg_attr<attn_f16, 256>(smem_optin)) != cudaSuccess)
         return err;
     (void)fwd_wg_encoder(); /* resolve it now, not inside a call */
     return cudaSuccess;
@@ -208,7 +217,10 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
 
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 {
-    return head_dim == 64 ? fwd_wg_kern<64>::bytes : head_dim == 128 ? fwd_wg_kern<128>::bytes : 0;
+    return head_dim == 64    ? fwd_wg_kern<64>::bytes
+           : head_dim == 128 ? fwd_wg_kern<128>::bytes
+           : head_dim == 256 ? fwd_wg_kern<256>::bytes
+                             : 0;
 }
 
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
@@ -224,6 +236,9 @@ cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_ki
     case 128:
         return bf ? fwd_wg_launch<attn_bf16, 128>(p, allow_tma, ret_tma, ctas, stream)
                   : fwd_wg_launch<attn_f16, 128>(p, allow_tma, ret_tma, ctas, stream);
+    case 256:
+        return bf ? fwd_wg_launch<attn_bf16, 256>(p, allow_tma, ret_tma, ctas, stream)
+                  : fwd_wg_launch<attn_f16, 256>(p, allow_tma, ret_tma, ctas, stream);
     default:
         return cudaErrorInvalidValue;
     }

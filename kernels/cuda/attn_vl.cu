@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
         j_lo = (int64_t)i0 + off - q.geo.wl;
     if (q.geo.wr >= 0 && (int64_t)i0 + rm + off + q.geo.wr < j_hi)
         j_hi = (int64_t)i0 + rm + off + q.geo.wr;
-    const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN);
-    const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN - 1) / FWD_WG_BN) : n_lo;
+    const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN_OF(D));
+    const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN_OF(D) - 1) / FWD_WG_BN_OF(D)) : n_lo;
     fwd_wg_run<DT, D, TMA>(q, maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], sm.vt);
 #else
     (void)p;

@@ -3,7 +3,7 @@
  * attn_wgmma.h - Hopper (sm_90a) warpgroup products for the v3 backward: shared-memory
  * tiles in the 128-byte swizzled layout, their matrix descriptors, and wgmma.mma_async
  * m64nNk16 (N = 32, 64, 128; fp16/bf16 inputs, fp32 accumulators, both operands in shared
- * memory; or, RS, A from registers: N = 64, 128), the descriptors of K-major and
+ * memory; or, RS, A from registers: N = 64, 128, 256), the descriptors of K-major and
  * MN-major tile slices, the mbarrier wait/arrive the warp-specialised kernels use
  * (v3's backward: bwd_wgmma.cuh; v3's forward: attn_fwd_wg.cu), and TMA tile loads that
  * complete on an mbarrier (v3's forward). Not a public header;
@@ -92,7 +92,7 @@ static __device__ __forceinline__ void attn_wg_smem_fence(void)
                      : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                    \
     }
 
-/* The accumulator operands of m64n32/64/128: each list extends the one before. */
+/* The accumulator operands of m64n32/64/128/256: each list extends the one before. */
 #define ATTN_WG_DREGS_16 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define ATTN_WG_DREGS_32 \
@@ -115,6 +115,23 @@ static __device__ __forceinline__ void attn_wg_smem_fence(void)
     "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+#define ATTN_WG_DREGS_128 \
+    ATTN_WG_DREGS_64 ", " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define ATTN_WG_DOUTS_128 \
+    ATTN_WG_DOUTS_64, \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
 ATTN_WG_MMA_FN(attn_wg_bf16_n32, "m64n32k16", "bf16", 16, ATTN_WG_DREGS_16, ATTN_WG_DOUTS_16, 16, 17, 18, 19, 20)
 ATTN_WG_MMA_FN(attn_wg_bf16_n64, "m64n64k16", "bf16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36)
@@ -163,23 +180,29 @@ ATTN_WG_RS_FN(attn_wg_rs_bf16_n64, "m64n64k16", "bf16", 32, ATTN_WG_DREGS_32, AT
 ATTN_WG_RS_FN(attn_wg_rs_bf16_n128, "m64n128k16", "bf16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68, 69, 70)
 ATTN_WG_RS_FN(attn_wg_rs_f16_n64, "m64n64k16", "f16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36, 37, 38)
 ATTN_WG_RS_FN(attn_wg_rs_f16_n128, "m64n128k16", "f16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68, 69, 70)
+ATTN_WG_RS_FN(attn_wg_rs_bf16_n256, "m64n256k16", "bf16", 128, ATTN_WG_DREGS_128, ATTN_WG_DOUTS_128, 128, 129, 130, 131, 132, 133, 134)
+ATTN_WG_RS_FN(attn_wg_rs_f16_n256, "m64n256k16", "f16", 128, ATTN_WG_DREGS_128, ATTN_WG_DOUTS_128, 128, 129, 130, 131, 132, 133, 134)
 
 /* d (+)= A B over one k16 slice, A from registers (RS form): m64nN, TB 1 for an MN-major B. */
 template <typename DT, int N, int TB>
 static __device__ __forceinline__ void attn_wg_mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db,
                                                       int32_t scale_d)
 {
-    static_assert(N == 64 || N == 128, "RS m64nNk16 with N 64 or 128");
+    static_assert(N == 64 || N == 128 || N == 256, "RS m64nNk16 with N 64, 128 or 256");
     if constexpr (DT::is_bf16) {
         if constexpr (N == 64)
             attn_wg_rs_bf16_n64<TB>(d, a, db, scale_d);
-        else
+        else if constexpr (N == 128)
             attn_wg_rs_bf16_n128<TB>(d, a, db, scale_d);
+        else
+            attn_wg_rs_bf16_n256<TB>(d, a, db, scale_d);
     } else {
         if constexpr (N == 64)
             attn_wg_rs_f16_n64<TB>(d, a, db, scale_d);
-        else
+        else if constexpr (N == 128)
             attn_wg_rs_f16_n128<TB>(d, a, db, scale_d);
+        else
+            attn_wg_rs_f16_n256<TB>(d, a, db, scale_d);
     }
 }
 

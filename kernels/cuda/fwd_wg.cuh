@@ -28,7 +28,11 @@
 #include <stddef.h>
 
 #define FWD_WG_BM 128 /* q rows per CTA: two consumer warpgroups of 64 */
-#define FWD_WG_BN 128 /* keys per kv-tile */
+/* Keys per kv-tile: 128, and 64 at head dim 256, where a consumer thread's O takes 128
+ * registers (S then takes 32, P 16) and two stages of 128-key K and V tiles (256 KiB)
+ * would not fit shared memory (at 64: Q 64 KiB + K, V 2 x 2 x 32 KiB). The VL kernel
+ * (head dims 64, 128) has 128. */
+#define FWD_WG_BN_OF(D) ((D) > 128 ? 64 : 128)
 #define FWD_WG_THREADS 384
 #define FWD_WG_STAGES 2
 #define FWD_WG_ALIGN 1024 /* the 128-byte swizzle is a function of address bits */
@@ -55,9 +59,9 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
                   128 * FWD_WG_LOAD_REGS_TMA + 256 * FWD_WG_MMA_REGS_TMA <= 168 * FWD_WG_THREADS &&
                   128 * FWD_WG_LOAD_REGS_TMA_VL + 256 * FWD_WG_MMA_REGS_TMA_VL <= 168 * FWD_WG_THREADS,
               "setmaxnreg stays within the launch's register pool");
-/* TMA boxes: 64 columns (128 bytes, the swizzle's span) x 128 rows, D/64 of them a tile */
+/* TMA boxes: 64 columns (128 bytes, the swizzle's span) x a tile's rows (Q: FWD_WG_BM, K
+ * and V: FWD_WG_BN_OF(D)), D/64 of them a tile */
 #define FWD_WG_BOX_COLS 64
-#define FWD_WG_BOX_BYTES (FWD_WG_BOX_COLS * FWD_WG_BN * 2)
 /* Ping-pong (step F3): 1 makes the two consumers take turns issuing their products, so
  * one's softmax runs while the other's products run; 0 lets them issue as they please.
  * The bits are the same either way (the order of issue changes no arithmetic). */
@@ -84,9 +88,10 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
 
 template <int D>
 struct fwd_wg_smem {
-    uint16_t q_smem[FWD_WG_BM * D];                /* (128, D) Q, swizzled (attn_sw128) */
-    uint16_t k_smem[FWD_WG_STAGES][FWD_WG_BN * D]; /* (2, 128, D) K tiles */
-    uint16_t v_smem[FWD_WG_STAGES][FWD_WG_BN * D]; /* (2, 128, D) V tiles */
+    static constexpr int BN = FWD_WG_BN_OF(D);
+    uint16_t q_smem[FWD_WG_BM * D];         /* (128, D) Q, swizzled (attn_sw128) */
+    uint16_t k_smem[FWD_WG_STAGES][BN * D]; /* (2, BN, D) K tiles */
+    uint16_t v_smem[FWD_WG_STAGES][BN * D]; /* (2, BN, D) V tiles */
     /* TMA: 1 arrival (expect_tx) + the tile's bytes; cp.async: 64 arrivals, the loaders */
     uint64_t q_full;                 /* Q has landed */
     uint64_t k_full[FWD_WG_STAGES];  /* the stage's K tile has landed */
@@ -96,11 +101,13 @@ struct fwd_wg_smem {
     uint64_t q_empty; /* ... with the tile's Q (256; the persistent dense kernel) */
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
-                  offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0,
+                  offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0 &&
+                  sizeof(fwd_wg_smem<256>::k_smem[0]) % 1024 == 0 && offsetof(fwd_wg_smem<256>, v_smem) % 1024 == 0,
               "every tile starts on a 1024-byte boundary");
-static_assert(FWD_WG_BM == FWD_WG_BN && sizeof(fwd_wg_smem<64>::q_smem) == FWD_WG_BOX_BYTES &&
-                  sizeof(fwd_wg_smem<128>::k_smem[0]) == 2 * FWD_WG_BOX_BYTES &&
-                  sizeof(fwd_wg_smem<128>::q_smem) == 2 * FWD_WG_BOX_BYTES,
+static_assert(sizeof(fwd_wg_smem<64>::q_smem) == FWD_WG_BOX_COLS * FWD_WG_BM * 2 &&
+                  sizeof(fwd_wg_smem<128>::k_smem[0]) == 2 * FWD_WG_BOX_COLS * 128 * 2 &&
+                  sizeof(fwd_wg_smem<256>::q_smem) == 4 * FWD_WG_BOX_COLS * FWD_WG_BM * 2 &&
+                  sizeof(fwd_wg_smem<256>::k_smem[0]) == 4 * FWD_WG_BOX_COLS * 64 * 2,
               "a Q, K or V tile is D/64 boxes exactly: the expect_tx count is the tile's size");
 
 /* The tensor maps of Q, K and V (TMA instances only; zeros for the others). */
@@ -152,8 +159,8 @@ static __device__ __forceinline__ void fwd_wg_turn_pass(int32_t c)
  * the diagonal (row i sees key j <= diag + i, where `causal`), and with VL the window's left
  * side (j >= lo + i, where wl >= 0); false only where all are visible, where both versions
  * compute the same values. VL with a softcap: scores cap2 tanh(capsc S) in base 2. */
-template <bool MASK, bool VL = false>
-static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)[2], float (&l)[2],
+template <bool MASK, int BN, bool VL = false>
+static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2],
                                                       float (&corr)[2], float scale2, int32_t i0w, int32_t t4,
                                                       int32_t rm, int32_t rn, int causal, int64_t diag,
                                                       int64_t lo = 0, const fwd_wg_vl *vt = NULL)
@@ -162,14 +169,14 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)
     if constexpr (VL) {
         if (vt->cap2 > 0.0f) {
 #pragma unroll
-            for (int e = 0; e < 64; e++)
+            for (int e = 0; e < BN / 2; e++)
                 s[e] = __fmul_rn(tanhf(__fmul_rn(s[e], vt->capsc)), vt->cap2);
             sc = 1.0f; /* exact: x * 1 and fma(x, 1, -m) = x - m */
         }
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int32_t lim = FWD_WG_BN; /* columns first <= c < lim are visible */
+        int32_t lim = BN; /* columns first <= c < lim are visible */
         [[maybe_unused]] int32_t first = 0;
         if (MASK) {
             const int32_t i = i0w + 8 * r;
@@ -180,12 +187,12 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)
             if constexpr (VL) {
                 const int64_t f = lo + i;
                 if (vt->wl >= 0 && f > 0)
-                    first = f < FWD_WG_BN ? (int32_t)f : FWD_WG_BN;
+                    first = f < BN ? (int32_t)f : BN;
             }
         }
         float tmax = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < FWD_WG_BN / 8; j++)
+        for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float &x = s[4 * j + 2 * r + e];
@@ -203,7 +210,7 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)
         if (mx == -INFINITY) { /* the row has seen no key yet: nothing to add */
             corr[r] = 1.0f;
 #pragma unroll
-            for (int j = 0; j < FWD_WG_BN / 8; j++) {
+            for (int j = 0; j < BN / 8; j++) {
                 s[4 * j + 2 * r] = 0.0f;
                 s[4 * j + 2 * r + 1] = 0.0f;
             }
@@ -211,7 +218,7 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)
             corr[r] = attn_ex2(__fsub_rn(m[r], mx)); /* 0 when m was -inf */
             const float nmx = -mx;
 #pragma unroll
-            for (int j = 0; j < FWD_WG_BN / 8; j++)
+            for (int j = 0; j < BN / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float &x = s[4 * j + 2 * r + e];
@@ -224,61 +231,62 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[64], float (&m)
     }
 }
 
-/* Issue S = Q_c K^T over one kv-tile (SS wgmma m64n128k16, d ascending), committed as
+/* Issue S = Q_c K^T over one kv-tile (SS wgmma m64nBNk16, d ascending), committed as
  * one group. */
-template <typename DT, int D>
-static __device__ __forceinline__ void fwd_wg_s(float (&s)[64], const uint16_t *q_s, const uint16_t *k_s, int32_t c)
+template <typename DT, int D, int BN = FWD_WG_BN_OF(D)>
+static __device__ __forceinline__ void fwd_wg_s(float (&s)[BN / 2], const uint16_t *q_s, const uint16_t *k_s,
+                                                int32_t c)
 {
     attn_wg_fence();
 #pragma unroll
     for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 128, 0, 0>(s, attn_wg_kmajor(q_s, FWD_WG_BM, 64 * c, 16 * kk),
-                                   attn_wg_kmajor(k_s, FWD_WG_BN, 0, 16 * kk), kk > 0);
+        attn_wg_mma<DT, BN, 0, 0>(s, attn_wg_kmajor(q_s, FWD_WG_BM, 64 * c, 16 * kk),
+                                  attn_wg_kmajor(k_s, BN, 0, 16 * kk), kk > 0);
     attn_wg_commit();
 }
 
 /* The softmax of kv-tile n for consumer c: masked where the tile hides some element of
  * the warpgroup's rows (diagonal, window, ragged ends), unmasked elsewhere. */
-template <bool VL>
-static __device__ __forceinline__ void fwd_wg_softmax_tile(const struct attn_fwd_params &p, float (&s)[64],
+template <bool VL, int BN>
+static __device__ __forceinline__ void fwd_wg_softmax_tile(const struct attn_fwd_params &p, float (&s)[BN / 2],
                                                            float (&m)[2], float (&l)[2], float (&corr)[2],
                                                            float scale2, int32_t i0, int32_t i0w, int32_t t4,
                                                            int32_t rm, int32_t n, int32_t c, const fwd_wg_vl &vt)
 {
-    const int32_t j0 = n * FWD_WG_BN, rn = p.seqlen_k - j0 < FWD_WG_BN ? p.seqlen_k - j0 : FWD_WG_BN;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
     const int64_t off = (int64_t)p.seqlen_k - p.seqlen_q;
     if constexpr (VL) {
         /* row i sees key j0 + j with j <= diag + i (wr >= 0) and j >= lo + i (wl >= 0) */
         const int64_t diag = (int64_t)i0 + off + (vt.wr > 0 ? vt.wr : 0) - j0;
         const int64_t lo = (int64_t)i0 + off - vt.wl - j0;
-        const bool whole = 64 * c + 64 <= rm && rn == FWD_WG_BN && (vt.wr < 0 || diag + 64 * c >= FWD_WG_BN - 1) &&
+        const bool whole = 64 * c + 64 <= rm && rn == BN && (vt.wr < 0 || diag + 64 * c >= BN - 1) &&
                            (vt.wl < 0 || lo + 64 * c + 63 <= 0);
         if (whole)
-            fwd_wg_softmax<false, true>(s, m, l, corr, scale2, i0w, t4, rm, rn, 0, diag, lo, &vt);
+            fwd_wg_softmax<false, BN, true>(s, m, l, corr, scale2, i0w, t4, rm, rn, 0, diag, lo, &vt);
         else
-            fwd_wg_softmax<true, true>(s, m, l, corr, scale2, i0w, t4, rm, rn, vt.wr >= 0, diag, lo, &vt);
+            fwd_wg_softmax<true, BN, true>(s, m, l, corr, scale2, i0w, t4, rm, rn, vt.wr >= 0, diag, lo, &vt);
     } else {
         const int causal = p.geo.mask == SCHED_MASK_CAUSAL;
         /* row i sees key j <= diag + i (causal: key j0 + j <= i0 + i + seqlen_k - seqlen_q) */
         const int64_t diag = (int64_t)i0 + off - j0;
-        const bool whole = 64 * c + 64 <= rm && rn == FWD_WG_BN && (!causal || diag + 64 * c >= FWD_WG_BN - 1);
+        const bool whole = 64 * c + 64 <= rm && rn == BN && (!causal || diag + 64 * c >= BN - 1);
         if (whole)
-            fwd_wg_softmax<false>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
+            fwd_wg_softmax<false, BN>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
         else
-            fwd_wg_softmax<true>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
+            fwd_wg_softmax<true, BN>(s, m, l, corr, scale2, i0w, t4, rm, rn, causal, diag);
     }
 }
 
 /* O = O corr, and P (s) rounded to the input dtype as the next P V's A fragments. */
-template <typename DT, int D>
-static __device__ __forceinline__ void fwd_wg_rescale(const float (&s)[64], float (&o)[D / 2],
-                                                      uint32_t (&pa)[FWD_WG_BN / 16][4], const float (&corr)[2])
+template <typename DT, int D, int BN = FWD_WG_BN_OF(D)>
+static __device__ __forceinline__ void fwd_wg_rescale(const float (&s)[BN / 2], float (&o)[D / 2],
+                                                      uint32_t (&pa)[BN / 16][4], const float (&corr)[2])
 {
 #pragma unroll
     for (int e = 0; e < D / 2; e++)
         o[e] = __fmul_rn(o[e], corr[(e >> 1) & 1]);
 #pragma unroll
-    for (int kk = 0; kk < FWD_WG_BN / 16; kk++)
+    for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
         for (int q = 0; q < 4; q++)
             pa[kk][q] = DT::pack2(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
@@ -286,23 +294,24 @@ static __device__ __forceinline__ void fwd_wg_rescale(const float (&s)[64], floa
 
 /* Issue O += P V over one kv-tile (RS wgmma m64nDk16, keys ascending), committed as one
  * group; P's registers and O must not be touched until it has been waited for. */
-template <typename DT, int D>
-static __device__ __forceinline__ void fwd_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[FWD_WG_BN / 16][4],
+template <typename DT, int D, int BN = FWD_WG_BN_OF(D)>
+static __device__ __forceinline__ void fwd_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
                                                  const uint16_t *v_s)
 {
     attn_wg_fence(); /* O and P were written by ordinary instructions */
 #pragma unroll
-    for (int32_t kk = 0; kk < FWD_WG_BN / 16; kk++)
-        attn_wg_mma_rs<DT, D, 1>(o, pa[kk], attn_wg_mnmajor(v_s, FWD_WG_BN, 16 * kk, 0), 1);
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma_rs<DT, D, 1>(o, pa[kk], attn_wg_mnmajor(v_s, BN, 16 * kk, 0), 1);
     attn_wg_commit();
 }
 
 /* Keep P's registers live up to here (after the wait): the product reads them
  * asynchronously, so nothing else may be given them while it runs. */
-static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[FWD_WG_BN / 16][4])
+template <int BN>
+static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[BN / 16][4])
 {
 #pragma unroll
-    for (int kk = 0; kk < FWD_WG_BN / 16; kk++)
+    for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
         for (int q = 0; q < 4; q++)
             asm volatile("" : "+r"(pa[kk][q])::"memory");
@@ -334,8 +343,9 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
         const uint32_t ph = (uint32_t)(t >> 1) & 1u;
         /* the stage is free (at once the first time round) */
         attn_mbar_wait(v_half ? &sm.v_empty[st] : &sm.k_empty[st], ph ^ 1u);
-        const int32_t j0 = n * FWD_WG_BN, rn = p.seqlen_k - j0 < FWD_WG_BN ? p.seqlen_k - j0 : FWD_WG_BN;
-        attn_tc_load_tile<D, FWD_WG_BN, true, ROLLED>(v_half ? sm.v_smem[st] : sm.k_smem[st], src,
+        constexpr int32_t BN = FWD_WG_BN_OF(D);
+        const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+        attn_tc_load_tile<D, BN, true, ROLLED>(v_half ? sm.v_smem[st] : sm.k_smem[st], src,
                                               b * stride[0] + (int64_t)j0 * stride[1] + hk * stride[2], stride[1],
                                               rn, 64, v_half ? 64 : 0);
         attn_cp_async_commit();
@@ -367,7 +377,8 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
 {
     constexpr uint32_t tile_bytes = (uint32_t)sizeof(sm.k_smem[0]); /* = D/64 boxes */
     const CUtensorMap *map = v_warp ? &maps.v : &maps.k;
-    uint16_t(*ring)[FWD_WG_BN * D] = v_warp ? sm.v_smem : sm.k_smem;
+    constexpr int32_t BN = FWD_WG_BN_OF(D);
+    uint16_t(*ring)[BN * D] = v_warp ? sm.v_smem : sm.k_smem;
     uint64_t *full = v_warp ? sm.v_full : sm.k_full, *empty = v_warp ? sm.v_empty : sm.k_empty;
     attn_tma_prefetch(map);
     if (!v_warp && n_hi > n_lo) { /* Q, unless no consumer will wait for it */
@@ -386,8 +397,8 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
         attn_mbar_expect_tx(&full[st], tile_bytes);
 #pragma unroll
         for (int32_t c = 0; c < D / FWD_WG_BOX_COLS; c++)
-            attn_tma_load_4d(ring[st] + c * FWD_WG_BN * FWD_WG_BOX_COLS, map, &full[st], FWD_WG_BOX_COLS * c,
-                             n * FWD_WG_BN, hk, b);
+            attn_tma_load_4d(ring[st] + c * BN * FWD_WG_BOX_COLS, map, &full[st], FWD_WG_BOX_COLS * c, n * BN, hk,
+                             b);
     }
 }
 
@@ -401,6 +412,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
                                                       int32_t rm, int32_t n_lo, int32_t n_hi, const fwd_wg_vl &vt,
                                                       int32_t t0 = 0, int32_t qk = 0)
 {
+    constexpr int BN = FWD_WG_BN_OF(D);
     const int32_t nt = n_hi > n_lo ? n_hi - n_lo : 0; /* tiles */
     const int32_t lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3;
     const int32_t g = lane >> 2, t4 = lane & 3;
@@ -418,7 +430,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
      * softmax while the P V product runs, then waits for it, frees stage n - 1, rescales
      * O and forms P(n). The same operations in the same order as one tile at a time
      * (O = O corr(n) + P(n) V(n)), so the same bits. */
-    uint32_t pa[FWD_WG_BN / 16][4]; /* P(n-1) as RS A fragments, in flight under softmax(n) */
+    uint32_t pa[BN / 16][4]; /* P(n-1) as RS A fragments, in flight under softmax(n) */
     float corr[2];
     /* Turns (FWD_WG_PINGPONG): nt + 1 issue points per consumer (S(0), S(n) with
      * P(n-1) V(n-1), the last P V), each between a wait for the turn and its hand-over.
@@ -431,18 +443,18 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
          * compiler sees every product waited for before its registers are touched. */
         attn_mbar_wait(&sm.k_full[t0 & 1], (uint32_t)(t0 >> 1) & 1u);
-        float s[64];
+        float s[BN / 2];
         fwd_wg_turn_wait(c);
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[t0 & 1], c);
         fwd_wg_turn_pass(c);
         attn_wg_wait<0>();
-        attn_wg_pin<64>(s);
+        attn_wg_pin<BN / 2>(s);
         attn_mbar_arrive(&sm.k_empty[t0 & 1]);
         if constexpr (PERSIST) {
             if (nt == 1) /* that was the tile's last S product: Q may go */
                 attn_mbar_arrive(&sm.q_empty);
         }
-        fwd_wg_softmax_tile<VL>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
+        fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
     for (int32_t n = 1; n < nt; n++) {
@@ -450,22 +462,22 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         /* both waits before the products: nothing spins while they are in flight */
         attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
         attn_mbar_wait(&sm.v_full[pst], (uint32_t)((tn - 1) >> 1) & 1u);
-        float s[64];
+        float s[BN / 2];
         fwd_wg_turn_wait(c);
         fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[st], c);
         fwd_wg_pv<DT, D>(o, pa, sm.v_smem[pst]);
         fwd_wg_turn_pass(c);
         attn_wg_wait<1>(); /* S has landed; P V may still run */
-        attn_wg_pin<64>(s);
+        attn_wg_pin<BN / 2>(s);
         attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
         if constexpr (PERSIST) {
             if (n == nt - 1) /* ... and of Q */
                 attn_mbar_arrive(&sm.q_empty);
         }
-        fwd_wg_softmax_tile<VL>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
+        fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
-        fwd_wg_pin_a(pa); /* its registers were read until here */
+        fwd_wg_pin_a<BN>(pa); /* its registers were read until here */
         attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
@@ -478,7 +490,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_turn_pass(c);
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
-        fwd_wg_pin_a(pa);
+        fwd_wg_pin_a<BN>(pa);
         attn_mbar_arrive(&sm.v_empty[st]);
     }
 
@@ -559,6 +571,7 @@ struct fwd_wg_tile {
     int32_t b, h, bh, i0, rm, n_hi;
 };
 
+template <int D>
 static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_fwd_params &p, int32_t M, int32_t idx)
 {
     fwd_wg_tile T;
@@ -574,7 +587,7 @@ static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_f
         if (last < j_end)
             j_end = last > 0 ? last : 0;
     }
-    T.n_hi = (int32_t)((j_end + FWD_WG_BN - 1) / FWD_WG_BN);
+    T.n_hi = (int32_t)((j_end + FWD_WG_BN_OF(D) - 1) / FWD_WG_BN_OF(D));
     return T;
 }
 
@@ -617,7 +630,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
             const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
             if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
                 FWD_WG_FOR_TILES(idx) {
-                    const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
+                    const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
                     fwd_wg_produce_tma<D, true>(maps, sm, T.b, T.h, T.h / p.group, T.i0, 0, T.n_hi, w, t0, qk);
                     t0 += T.n_hi;
                     qk += T.n_hi > 0;
@@ -626,7 +639,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_CP) : "memory");
             const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
             FWD_WG_FOR_TILES(idx) {
-                const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
+                const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
                 fwd_wg_produce<D, false, true>(p, sm, T.b, T.h, T.h / p.group, T.i0, T.rm, 0, T.n_hi, v_half, t0,
                                                qk);
                 t0 += T.n_hi;
@@ -638,7 +651,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? FWD_WG_MMA_REGS_TMA : FWD_WG_MMA_REGS_CP)
                  : "memory");
     FWD_WG_FOR_TILES(idx) {
-        const fwd_wg_tile T = fwd_wg_tile_of(p, M, idx);
+        const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
         fwd_wg_consume<DT, D, false, true>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk);
         t0 += T.n_hi;
         qk += T.n_hi > 0;

@@ -12,8 +12,9 @@
  * what 128 runs, on widened copies), so the suite checks whichever is active;
  * test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat and
  * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
- * Suite gpu_attn_fwd sets v3 (sm_90 only) for its forward (attn_fwd_wg.cu): reference at
- * short and long shapes, repeats, strides, TMA and cp.async loads giving the same bits.
+ * Suite gpu_attn_fwd sets v3 (sm_90 only) for its forward (attn_fwd_wg.cu, head dims 64,
+ * 128 and 256): reference at short and long shapes, repeats, strides, TMA and cp.async
+ * loads giving the same bits.
  */
 #include "gpu_attn.h"
 
@@ -701,7 +702,9 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     }
     gpu_copy_free(&want);
     gpu_bufs_free(&a);
-    /* 99 KiB: v1's head-dim-256 backward (about 162 KiB) cannot run */
+    /* 99 KiB: v3's head-dim-256 forward (about 193 KiB) does not fit either: v1's runs
+     * (about 162 KiB); v1's head-dim-256 backward cannot run */
+    CU_ASSERT_EQUAL(cuattn_fwd_impl_for(small, 256), CUATTN_IMPL_CUDA_CORES);
     const struct shape_case big = {1, 70, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL};
     struct attn_problem pb = problem_of(&big);
     gpu_bufs_init(&a, &pb, NULL, NULL, &r);
@@ -799,12 +802,13 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
     gpu_bufs_free(&a);
 
-    /* head dim 256 runs v1 whatever the implementation set: 64 x 64 tiles reported,
-     * block_n 128 refused; 96 runs what 128 runs (widened copies; v1's own kernels when v1
+    /* head dim 256's backward runs v1 whatever the implementation set: 64 x 64 tiles
+     * reported, block_n 128 refused (its forward v3's where v3 is set); 96 runs what 128 runs (widened copies; v1's own kernels when v1
      * is set), with its tiles. Small shapes, so this test suits compute-sanitizer. */
     CU_ASSERT_EQUAL(cuattn_impl_for(ca, 64), cuattn_impl(ca));
     CU_ASSERT_EQUAL(cuattn_impl_for(ca, 128), cuattn_impl(ca));
     CU_ASSERT_EQUAL(cuattn_impl_for(NULL, 96), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_fwd_impl_for(NULL, 256), -EINVAL);
     const int32_t odd_dims[] = {96, 256};
     for (size_t i = 0; i < sizeof odd_dims / sizeof odd_dims[0]; i++)
         for (int32_t impl = CUATTN_IMPL_CUDA_CORES; impl <= CUATTN_IMPL_WGMMA; impl++) {
@@ -816,9 +820,13 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             const int32_t runs = p2.head_dim == 96 ? cuattn_impl_for(ca, 128) : CUATTN_IMPL_CUDA_CORES;
             CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), runs);
+            /* the forward: 96 as 128; 256 on v3 where v3 is set, else v1 */
+            const int32_t fwd = p2.head_dim == 96 ? runs : impl == CUATTN_IMPL_WGMMA ? impl : CUATTN_IMPL_CUDA_CORES;
+            CU_ASSERT_EQUAL(cuattn_fwd_impl_for(ca, p2.head_dim), fwd);
             const int32_t bn = runs != CUATTN_IMPL_CUDA_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
+            CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), fwd == CUATTN_IMPL_WGMMA);
             CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
@@ -850,11 +858,12 @@ static struct cuattn *open_v3(void)
 }
 
 /* v3's forward against the float64 reference (out within the dtype's tolerance, lse
- * within 1e-4, +inf for rows that see no key), into poisoned outputs: head dims 64 and
- * 128, full and causal, fp16 and bf16, GQA 2:1 and 4:1 and MHA; lengths 1, 17, 100 and
- * others that are not multiples of the 128-row tiles, seqlen_q != seqlen_k both ways
- * (causal rows that see no key, a q-tile whose kv range is empty), and 4096. Each call
- * is then repeated twice and must give the same bytes (out and lse). */
+ * within 1e-4, +inf for rows that see no key), into poisoned outputs: head dims 64, 128
+ * and 256 (its 64-key tiles), full and causal, fp16 and bf16, GQA 2:1 and 4:1 and MHA;
+ * lengths 1, 17, 100 and others that are not multiples of the 128-row tiles,
+ * seqlen_q != seqlen_k both ways (causal rows that see no key, a q-tile whose kv range is
+ * empty), and 4096. Each call is then repeated twice and must give the same bytes (out
+ * and lse), and must have run v3's kernel. */
 static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_bits(void)
 {
     const struct shape_case cases[] = {
@@ -876,6 +885,17 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
         {1, 4096, 4096, 2, 1, 128, DTYPE_F16, SCHED_MASK_FULL},
         {1, 4096, 4096, 2, 1, 64, DTYPE_BF16, SCHED_MASK_FULL},
         {1, 4096, 4096, 2, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 1, 1, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 17, 17, 4, 2, 256, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 100, 100, 4, 4, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 100, 17, 4, 2, 256, DTYPE_F16, SCHED_MASK_CAUSAL}, /* rows 0-82 see no key */
+        {1, 300, 17, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* whole q-tiles see none */
+        {1, 1, 200, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 300, 260, 4, 2, 256, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 257, 385, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 385, 257, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 4096, 4096, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 4096, 4096, 2, 2, 256, DTYPE_F16, SCHED_MASK_FULL},
     };
     struct cuattn *ca = open_v3();
     if (!ca)
@@ -885,7 +905,7 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
     int bad = 0, mismatches = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
-        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim), CUATTN_IMPL_WGMMA);
+        CU_ASSERT_EQUAL(cuattn_fwd_impl_for(ca, p.head_dim), CUATTN_IMPL_WGMMA);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
         struct refs R; /* the forward's only: the long shapes' backward reference is slow */
@@ -895,6 +915,7 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
         CU_ASSERT_FATAL(R.out && R.lse);
         CU_ASSERT_FATAL(ref_forward(&p, gpu_bufs_tq(&a, a.q), gpu_bufs_tk(&a, a.k), gpu_bufs_tk(&a, a.v), R.out, R.lse) == 0);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), 1);
         double err;
         int lse_bad;
         if (!forward_close(&a, &R, &err, &lse_bad)) {
@@ -924,13 +945,14 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
  * (which the TMA loads produce): a pad of 8 elements keeps every row and stride 16-byte
  * aligned (TMA again, through a map of the padded view), a pad of 3 does not (the cp.async
  * producer's plain-load path); out is written through the same padded views. Head dims
- * 64 and 128, causal GQA, batch 2 (a tile past a sequence's end must not see the next
+ * 64, 128 and 256, causal GQA, batch 2 (a tile past a sequence's end must not see the next
  * sequence's rows). */
 static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
 {
     const struct shape_case cases[] = {
         {2, 150, 290, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
         {1, 290, 150, 4, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 150, 290, 4, 2, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
     const int32_t pads[] = {8, 3};
     struct cuattn *ca = open_v3();
@@ -1015,6 +1037,8 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
         {2, 1000, 1000, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 700, 77, 4, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL}, /* q-tiles 0-3 see no key */
         {3, 300, 500, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {2, 700, 900, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL}, /* 64-key tiles */
+        {1, 300, 500, 4, 2, 256, DTYPE_BF16, SCHED_MASK_FULL},
     };
     const int32_t ctas[] = {1, 3, 7, 1 << 20};
     struct cuattn *ca = open_v3();
@@ -1065,7 +1089,7 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
  * same out and lse bytes either way (into poisoned outputs). Dense views (TMA by default,
  * cp.async when forced): batches of 2 and 3 whose lengths end inside a tile (the rows
  * after a sequence's end are the next sequence's in memory: TMA must load zeros there),
- * GQA and MHA, both head dims and dtypes, full and causal, unequal lengths both ways, a
+ * GQA and MHA, head dims 64, 128, 256 and both dtypes, full and causal, unequal lengths both ways, a
  * q-tile with no kv-tile, one row, and 4096. With batch 1, also views whose batch strides
  * TMA could not take (3, 5, 0 elements): never stepped along, they must keep TMA and the
  * bytes. */
@@ -1081,6 +1105,10 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
         {1, 385, 257, 2, 1, 128, DTYPE_F16, SCHED_MASK_FULL},
         {1, 4096, 4096, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 4096, 4096, 2, 2, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {3, 200, 130, 4, 2, 256, DTYPE_BF16, SCHED_MASK_FULL}, /* 64-key tiles from here */
+        {2, 257, 385, 4, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 385, 257, 2, 1, 256, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 4096, 4096, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
     struct cuattn *ca = open_v3();
     if (!ca)
@@ -1134,13 +1162,15 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
  * 5 kv-tiles, so both stages of both rings are reused (phases wrap), full and causal,
  * both head dims, unequal lengths and a q-tile whose rows see no key; each run with the
  * TMA loads and again with cp.async, each checked against float64 (an unchanged result
- * under a sanitizer is also a right one). */
+ * under a sanitizer is also a right one). Head dim 256 (64-key tiles): 5 kv-tiles. */
 static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
 {
     const struct shape_case cases[] = {
         {1, 200, 600, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 130, 400, 2, 2, 128, DTYPE_F16, SCHED_MASK_FULL},
         {1, 300, 130, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 150, 300, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 130, 260, 2, 2, 256, DTYPE_BF16, SCHED_MASK_FULL},
     };
     struct cuattn *ca = open_v3();
     if (!ca)
