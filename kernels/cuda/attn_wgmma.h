@@ -98,8 +98,6 @@ static __device__ __forceinline__ void attn_wg_smem_fence(void)
 #define ATTN_WG_DREGS_32 \
     ATTN_WG_DREGS_16 ", " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define ATTN_WG_DREGS_40 \
-    ATTN_WG_DREGS_32 ", %32, %33, %34, %35, %36, %37, %38, %39"
 #define ATTN_WG_DREGS_64 \
     ATTN_WG_DREGS_32 ", " \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
@@ -111,9 +109,6 @@ static __device__ __forceinline__ void attn_wg_smem_fence(void)
     ATTN_WG_DOUTS_16, \
     "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
     "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define ATTN_WG_DOUTS_40 \
-    ATTN_WG_DOUTS_32, \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
 #define ATTN_WG_DOUTS_64 \
     ATTN_WG_DOUTS_32, \
     "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
@@ -140,11 +135,9 @@ static __device__ __forceinline__ void attn_wg_smem_fence(void)
 
 ATTN_WG_MMA_FN(attn_wg_bf16_n32, "m64n32k16", "bf16", 16, ATTN_WG_DREGS_16, ATTN_WG_DOUTS_16, 16, 17, 18, 19, 20)
 ATTN_WG_MMA_FN(attn_wg_bf16_n64, "m64n64k16", "bf16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36)
-ATTN_WG_MMA_FN(attn_wg_bf16_n80, "m64n80k16", "bf16", 40, ATTN_WG_DREGS_40, ATTN_WG_DOUTS_40, 40, 41, 42, 43, 44)
 ATTN_WG_MMA_FN(attn_wg_bf16_n128, "m64n128k16", "bf16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68)
 ATTN_WG_MMA_FN(attn_wg_f16_n32, "m64n32k16", "f16", 16, ATTN_WG_DREGS_16, ATTN_WG_DOUTS_16, 16, 17, 18, 19, 20)
 ATTN_WG_MMA_FN(attn_wg_f16_n64, "m64n64k16", "f16", 32, ATTN_WG_DREGS_32, ATTN_WG_DOUTS_32, 32, 33, 34, 35, 36)
-ATTN_WG_MMA_FN(attn_wg_f16_n80, "m64n80k16", "f16", 40, ATTN_WG_DREGS_40, ATTN_WG_DOUTS_40, 40, 41, 42, 43, 44)
 ATTN_WG_MMA_FN(attn_wg_f16_n128, "m64n128k16", "f16", 64, ATTN_WG_DREGS_64, ATTN_WG_DOUTS_64, 64, 65, 66, 67, 68)
 
 /* d (+)= A B over one k16 slice: m64nN, TA/TB 1 for an MN-major operand; scale_d 0
@@ -152,14 +145,12 @@ ATTN_WG_MMA_FN(attn_wg_f16_n128, "m64n128k16", "f16", 64, ATTN_WG_DREGS_64, ATTN
 template <typename DT, int N, int TA, int TB>
 static __device__ __forceinline__ void attn_wg_mma(float (&d)[N / 2], uint64_t da, uint64_t db, int32_t scale_d)
 {
-    static_assert(N == 32 || N == 64 || N == 80 || N == 128, "m64nNk16 with N 32, 64, 80 or 128");
+    static_assert(N == 32 || N == 64 || N == 128, "m64nNk16 with N 32, 64 or 128");
     if constexpr (DT::is_bf16) {
         if constexpr (N == 32)
             attn_wg_bf16_n32<TA, TB>(d, da, db, scale_d);
         else if constexpr (N == 64)
             attn_wg_bf16_n64<TA, TB>(d, da, db, scale_d);
-        else if constexpr (N == 80)
-            attn_wg_bf16_n80<TA, TB>(d, da, db, scale_d);
         else
             attn_wg_bf16_n128<TA, TB>(d, da, db, scale_d);
     } else {
@@ -167,8 +158,6 @@ static __device__ __forceinline__ void attn_wg_mma(float (&d)[N / 2], uint64_t d
             attn_wg_f16_n32<TA, TB>(d, da, db, scale_d);
         else if constexpr (N == 64)
             attn_wg_f16_n64<TA, TB>(d, da, db, scale_d);
-        else if constexpr (N == 80)
-            attn_wg_f16_n80<TA, TB>(d, da, db, scale_d);
         else
             attn_wg_f16_n128<TA, TB>(d, da, db, scale_d);
     }

@@ -30,12 +30,11 @@
 #define FWD_WG_BM 128 /* q rows per CTA: two consumer warpgroups of 64 */
 /* Keys per kv-tile: 128, and 64 at head dim 256, where a consumer thread's O takes 128
  * registers (S then takes 32, P 16) and two stages of 128-key K and V tiles (256 KiB)
- * would not fit shared memory (at 64: Q 64 KiB + K, V 2 x 2 x 32 KiB). The VL kernel
- * (head dims 64, 128) has 128. */
-#ifndef FWD_WG_BN_256 /* trial knob: 80 (FA3's kBlockN at 256) fits 226 KiB of shared memory */
-#define FWD_WG_BN_256 64
-#endif
-#define FWD_WG_BN_OF(D) ((D) > 128 ? FWD_WG_BN_256 : 128)
+ * would not fit shared memory (at 64: Q 64 KiB + K, V 2 x 2 x 32 KiB). 80 (FA3's choice
+ * at 256; 226 KiB) ran 4-5% faster at 4k and 16k but its TMA consumers spilled 8 bytes
+ * at every register split (bench/results/gpu-fwd256-9372e03-2026-12-03.md). The VL
+ * kernel (head dims 64, 128) has 128. */
+#define FWD_WG_BN_OF(D) ((D) > 128 ? 64 : 128)
 #define FWD_WG_THREADS 384
 #define FWD_WG_STAGES 2
 #define FWD_WG_ALIGN 1024 /* the 128-byte swizzle is a function of address bits */
@@ -110,7 +109,7 @@ static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) == FWD_WG_BOX_COLS * FWD_WG_BM * 2 &&
                   sizeof(fwd_wg_smem<128>::k_smem[0]) == 2 * FWD_WG_BOX_COLS * 128 * 2 &&
                   sizeof(fwd_wg_smem<256>::q_smem) == 4 * FWD_WG_BOX_COLS * FWD_WG_BM * 2 &&
-                  sizeof(fwd_wg_smem<256>::k_smem[0]) == 4 * FWD_WG_BOX_COLS * FWD_WG_BN_256 * 2,
+                  sizeof(fwd_wg_smem<256>::k_smem[0]) == 4 * FWD_WG_BOX_COLS * 64 * 2,
               "a Q, K or V tile is D/64 boxes exactly: the expect_tx count is the tile's size");
 
 /* The tensor maps of Q, K and V (TMA instances only; zeros for the others). */
