@@ -32,7 +32,7 @@
  * registers (S then takes 32, P 16) and two stages of 128-key K and V tiles (256 KiB)
  * would not fit shared memory (at 64: Q 64 KiB + K, V 2 x 2 x 32 KiB). 80 (FA3's choice
  * at 256; 226 KiB) ran 4-5% faster at 4k and 16k but its TMA consumers spilled 8 bytes
- * at every register split (bench/results/gpu-fwd256-9372e03-2026-12-03.md). The VL
+ * at every register split (bench/results/gpu-fwd256-9372e03-2026-12-02.md). The VL
  * kernel (head dims 64, 128) has 128. */
 #define FWD_WG_BN_OF(D) ((D) > 128 ? 64 : 128)
 #define FWD_WG_THREADS 384
