@@ -61,16 +61,17 @@ def main():
         first = table[key].get(builds[0][0])
         for name, _ in builds:
             b = table[key].get(name)
-            if not b or "atomic" not in b:
+            if not b:
                 continue
+            # a run of one schedule (--only D,S,MASK,SCHED) lacks atomic or every det one
             best = max((s for s in DET if s in b), key=lambda s: b[s]["tflops"], default=None)
-            if best is None:
-                continue
-            at, det = b["atomic"]["tflops"], b[best]["tflops"]
+            at = b["atomic"]["tflops"] if "atomic" in b else None
+            det = b[best]["tflops"] if best else None
             fwd, f0 = b.get("fwd"), (first or {}).get("fwd")
             rel = f"{fwd / f0:.3f}" if fwd and f0 else "n/a"
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {fwd or 0:.1f} | {rel} | {at:.1f} | "
-                  f"{det:.1f} ({best}) | {det / at:.3f} | {bits(b, first)} |")
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {fwd or 0:.1f} | {rel} | "
+                  f"{f'{at:.1f}' if at else 'n/a'} | {f'{det:.1f} ({best})' if best else 'n/a'} | "
+                  f"{f'{det / at:.3f}' if at and det else 'n/a'} | {bits(b, first) if best else 'n/a'} |")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,16 @@ class GpuAbTable(unittest.TestCase):
         self.assertTrue(t["other"][9].startswith("DIFFER"))
         self.assertTrue(t["norep"][9].startswith("REPEAT DIFFERS"))
 
+    def test_a_run_of_one_schedule_still_gives_its_row(self):
+        # bench_gpu --only D,S,MASK,shift: no atomic; the forward and shift still count
+        one = doc(400.0, 280.0, "x")
+        one["rows"][0]["bwd"] = [b for b in one["rows"][0]["bwd"] if b["schedule"] == "shift"]
+        fwd_only = doc(500.0, 280.0, "x")
+        fwd_only["rows"][0]["bwd"] = []
+        t = self.table(("base", one), ("new", fwd_only))
+        self.assertEqual(t["base"][4:10], ["400.0", "1.000", "n/a", "280.0 (shift)", "n/a", "repeat"])
+        self.assertEqual(t["new"][4:10], ["500.0", "1.250", "n/a", "n/a", "n/a", "n/a"])
+
 
 if __name__ == "__main__":
     unittest.main()
