@@ -637,8 +637,8 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     }
     /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2/v3 backward (its
      * default), so the block_n an OpResult reported can always be sent back. Head dim
-     * 256's backward runs v1 (64 x 64) whatever the implementation chosen; 96 what 128 runs. */
-    const int wide = plan->backward &&
+     * 256's backward runs 64 x 64 tiles (v3's or v1's); 96 what 128 runs. */
+    const int wide = plan->backward && p->head_dim != 256 &&
                      cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
         (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK &&
@@ -1047,10 +1047,13 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     b->gpu_sharing = mps ? "mps" : "contexts";
     /* the kernel implementation is part of what the bits depend on: say which, per head
      * dim (v2 needs more shared memory than some GPUs give, cuattn_impl_for) */
-    const int32_t i64 = cuattn_impl_for(c->ca, 64), i128 = cuattn_impl_for(c->ca, 128);
+    const int32_t i64 = cuattn_impl_for(c->ca, 64), i128 = cuattn_impl_for(c->ca, 128),
+                  i256 = cuattn_impl_for(c->ca, 256);
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,
-             i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA
+             i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA && i256 == CUATTN_IMPL_WGMMA
+                 ? "v3 wgmma (head dim 96 widened to 128)"
+             : i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA
                  ? "v3 wgmma (head dim 96 widened to 128; 256: v3 forward, v1 backward)"
              : i64 == CUATTN_IMPL_TENSOR_CORES && i128 == CUATTN_IMPL_TENSOR_CORES
                  ? "v2 tensor cores (head dim 96 widened to 128; v1 for 256)"

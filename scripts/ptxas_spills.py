@@ -48,6 +48,13 @@ KNOWN = {
     ("sm_80", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params)"),
+    # v3's backward at head dim 256 in the interleaved mode (shift on a grid too small for
+    # its chunks, or forced): 144 bytes stored. Its persistent kernel does not spill: with
+    # the dQ writer warp the compute warps take 240 registers (setmaxnreg); the interleaved
+    # kernel has 255 for dK, dV and the pending dQ partial (192 floats a thread) and the
+    # virtual SMs' bookkeeping
+    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 256, 64, 3>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 256, 64, 3>(attn_bwd_params)"),
 }
 
 ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

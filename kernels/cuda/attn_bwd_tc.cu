@@ -147,7 +147,10 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                  * (or, for shift, by one of the >= W resident CTAs), so it comes. With the
                  * writer warp (W) the writer waits for turns, not thread 0. */
                 const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
-                bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
+                if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
+                else
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
                 pend_ctr = NULL;
                 if (take)
                     bwd_tc_take_turn(ctr, rank);
@@ -164,7 +167,10 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     /* thread 0's rank, read at the top of the step: the table may be
                      * refilled as soon as the compute warps have handed the tile over
                      * (nothing makes them wait for each other there) */
-                    bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
+                    if constexpr (D == 256)
+                        bwd_wg256_hand(sm, x, hb, buf, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
+                    else
+                        bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;
                     buf ^= 1;
                     loaded = 1;
@@ -508,16 +514,21 @@ static cudaError_t bwd_tc_occupancy(int32_t *ret)
     return err;
 }
 
-/* v2 at both tile widths; v3 (64 x 128 only) where the device is sm_90 (wg). */
+/* v2 at both tile widths; v3 (64 x 128; 64 x 64 at head dim 256, its only kernel) where
+ * the device is sm_90 (wg). */
 template <typename DT, int D>
 static cudaError_t bwd_tc_attr_all(size_t smem_optin, int wg)
 {
-    cudaError_t err = bwd_tc_attr<DT, D, 64, 2>(smem_optin);
-    if (err == cudaSuccess)
-        err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 2>(smem_optin);
-    if (err == cudaSuccess && wg)
-        err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 3>(smem_optin);
-    return err;
+    if constexpr (D == 256) {
+        return wg ? bwd_tc_attr<DT, D, BWD_WG256_BN, 3>(smem_optin) : cudaSuccess;
+    } else {
+        cudaError_t err = bwd_tc_attr<DT, D, 64, 2>(smem_optin);
+        if (err == cudaSuccess)
+            err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 2>(smem_optin);
+        if (err == cudaSuccess && wg)
+            err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 3>(smem_optin);
+        return err;
+    }
 }
 
 cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg)
@@ -526,7 +537,9 @@ cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg)
     if ((err = bwd_tc_attr_all<attn_bf16, 64>(smem_optin, wg)) != cudaSuccess ||
         (err = bwd_tc_attr_all<attn_bf16, 128>(smem_optin, wg)) != cudaSuccess ||
         (err = bwd_tc_attr_all<attn_f16, 64>(smem_optin, wg)) != cudaSuccess ||
-        (err = bwd_tc_attr_all<attn_f16, 128>(smem_optin, wg)) != cudaSuccess)
+        (err = bwd_tc_attr_all<attn_f16, 128>(smem_optin, wg)) != cudaSuccess ||
+        (err = bwd_tc_attr_all<attn_bf16, 256>(smem_optin, wg)) != cudaSuccess ||
+        (err = bwd_tc_attr_all<attn_f16, 256>(smem_optin, wg)) != cudaSuccess)
         return err;
     return cudaSuccess;
 }
@@ -543,6 +556,7 @@ size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim)
 {
     return head_dim == 64    ? bwd_kern<64, CUATTN_TC_BLOCK_N, 3>::bytes
            : head_dim == 128 ? bwd_kern<128, CUATTN_TC_BLOCK_N, 3>::bytes
+           : head_dim == 256 ? bwd_kern<256, BWD_WG256_BN, 3>::bytes
                              : 0;
 }
 
@@ -552,10 +566,16 @@ size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n)
 }
 
 /* One switch for the (dtype, head dim, kv-tile, v2/v3) kernels; anything else is refused.
- * wg asks for v3, which has 64 x 128 tiles only. */
+ * wg asks for v3, which has 64 x 128 tiles only, but at head dim 256 64 x 64 only (and
+ * there is no v2 at 256). */
 #define BWD_TC_DISPATCH(dt, head_dim, block_n, wg, CALL)                                        \
     do {                                                                                        \
         const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
+        if ((head_dim) == 256) {                                                                \
+            if (!(wg) || (block_n) != BWD_WG256_BN)                                             \
+                return cudaErrorInvalidValue;                                                   \
+            return bf_ ? CALL(attn_bf16, 256, BWD_WG256_BN, 3) : CALL(attn_f16, 256, BWD_WG256_BN, 3); \
+        }                                                                                       \
         if (((block_n) != 64 && !wide_) || ((wg) && !wide_))                                    \
             return cudaErrorInvalidValue;                                                       \
         switch (head_dim) {                                                                     \

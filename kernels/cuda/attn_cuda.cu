@@ -6,8 +6,8 @@
  * cores: attn_fwd_tc.cu, attn_bwd_tc.cu; v3, sm_90: attn_fwd_wg.cu and attn_bwd_tc.cu's
  * wgmma kernels) and of backward mode, launches and error checks.
  * Both implementations take the same params structs, scratch layout and modes; only the
- * launchers called differ. Head dim 256 has v1 kernels only, so calls with it run v1
- * whatever the object's choice (cuattn_impl_for); head dim 96 runs the 128-column kernels
+ * launchers called differ. Head dim 256 has v1's kernels and v3's (64 x 64 tiles, sm_90)
+ * only, so calls with it run v1 unless v3 is chosen (cuattn_impl_for); head dim 96 runs the 128-column kernels
  * of v2 or v3 on copies widened by zero columns (attn_pad.cu; a second grow-only
  * allocation holds them), or v1 where 128 runs v1.
  *
@@ -188,6 +188,11 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
         return -EINVAL;
     if (head_dim == CUATTN_PAD_FROM)
         head_dim = CUATTN_PAD_TO; /* widened copies (padded()), where that dim has tensor cores */
+    if (head_dim == 256) /* v3's kernels, 64 x 64 tiles (bwd_wgmma.cuh), or v1's */
+        return a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin &&
+                       cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin
+                   ? CUATTN_IMPL_WGMMA
+                   : CUATTN_IMPL_CUDA_CORES;
     if (head_dim != 64 && head_dim != 128)
         return CUATTN_IMPL_CUDA_CORES;
     /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: 205 KiB at head dim
@@ -211,7 +216,8 @@ int32_t cuattn_fwd_impl_for(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
         return -EINVAL;
-    /* head dim 256: v3's forward has it (64-key tiles, fwd_wg.cuh), v2 and v3's backward not */
+    /* head dim 256: v3's forward (64-key tiles, fwd_wg.cuh) wherever it fits, even where
+     * v3's backward does not */
     if (head_dim == 256 && a->impl == CUATTN_IMPL_WGMMA && cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin)
         return CUATTN_IMPL_WGMMA;
     return cuattn_impl_for(a, head_dim);
@@ -340,6 +346,8 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
         c = *cfg;
     if ((int)c.sched < 0 || c.sched >= SCHED_KIND_COUNT || c.w < 0 || c.w > SCHED_W_MAX)
         return -EINVAL;
+    if (p->head_dim == 256)
+        wide_n = 0; /* v1's and v3's kernels at 256 have 64-row kv-tiles only */
     if ((c.block_m != 0 && c.block_m != CUATTN_BLOCK) ||
         (c.block_n != 0 && c.block_n != CUATTN_BLOCK && !(wide_n && c.block_n == CUATTN_TC_BLOCK_N)))
         return -EINVAL;
@@ -1060,8 +1068,9 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
         return rc;
     if (vl)
         return backward_vl(a, p, &c, &s, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
-    /* v3 has 64 x 128 tiles only: a config asking for block_n 64 runs v2's 64 x 64 kernel */
-    const int wg = impl == CUATTN_IMPL_WGMMA && s.block_n == CUATTN_TC_BLOCK_N;
+    /* v3 has 64 x 128 tiles only: a config asking for block_n 64 runs v2's 64 x 64 kernel;
+     * but at head dim 256 v3 has 64 x 64 tiles only (and v2 nothing) */
+    const int wg = impl == CUATTN_IMPL_WGMMA && (s.block_n == CUATTN_TC_BLOCK_N || p->head_dim == 256);
     if (!tc && cuattn__bwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
     const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);

@@ -95,7 +95,7 @@ extern "C" {
 /* Rows per q-tile, and per kv-tile of v1; cfg->block_m must be 0 or this. */
 #define CUATTN_BLOCK 64
 /* Rows per kv-tile of v2's backward by default (cfg->block_n 0); v2 also runs block_n =
- * CUATTN_BLOCK when asked. v1 (and so head dim 256) runs CUATTN_BLOCK only. */
+ * CUATTN_BLOCK when asked. v1, and head dim 256 (v3's or v1's), run CUATTN_BLOCK only. */
 #define CUATTN_TC_BLOCK_N 128
 
 /* Head dim CUATTN_PAD_FROM runs the tensor-core kernels of CUATTN_PAD_TO on copies of its
@@ -129,13 +129,14 @@ int32_t cuattn_impl(const struct cuattn *a);
 /* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128
  * where its kernels fit the device's shared memory per block (else v2 if that fits, else
  * v1); for 96 what 128 runs (widened copies, CUATTN_PAD_FROM; v1's own 96 where that is
- * v1); CUATTN_IMPL_CUDA_CORES for 256 (only v1 has it). -EINVAL for NULL.
+ * v1); for 256 v3 where v3 is set and both its kernels fit (sm_90: 64 x 64 tiles), else
+ * CUATTN_IMPL_CUDA_CORES (v2 has no 256). -EINVAL for NULL.
  * Whoever records what the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
 
 /* The implementation a forward on `a` with this head dim runs: cuattn_impl_for's, except
- * at head dim 256 where v3 is set and its forward fits the device (sm_90): v3's forward
- * (64-key tiles), while the backward stays v1's. -EINVAL for NULL. */
+ * at head dim 256 where v3 is set and its forward fits the device but its backward does
+ * not: v3's forward (64-key tiles), while the backward is v1's. -EINVAL for NULL. */
 int32_t cuattn_fwd_impl_for(const struct cuattn *a, int32_t head_dim);
 
 /* The head dim the kernels run a call of this head dim at on `a`: CUATTN_PAD_TO for

@@ -64,6 +64,58 @@ static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles
  * the swizzle is a function of address bits, so the kernel aligns the struct (below). */
 #define BWD_WG_ALIGN 1024
 
+/* Head dim 256: 64 x 64 tiles (BWD_WG256_BN kv rows), and no room for a dQ staging
+ * buffer of its own (K, V, two stages of Q and dO, P and dS take 208 KiB of the 227): a
+ * step's dQ partial (64 x 256 floats, 64 KiB) is staged where the step's own Q and dO were
+ * (their two tiles are 64 KiB together, one after the other), once every product that
+ * reads them has completed. The writer must have read it before the next prefetch into that
+ * stage (bwd_wg256_step waits for it there), so the compute warps wait for the writer one
+ * step earlier than at 64 and 128 - with one staging buffer there, the same tickets.
+ * q_smem[b], dout_smem[b] and dq_smem (stage 1, which the interleaved mode, always on stage
+ * 0, stages in) are views of io_smem, so the shared loads and hand-offs serve as they are. */
+#define BWD_WG256_BN CUATTN_BLOCK
+template <int OFF, typename T>
+struct bwd_wg256_view { /* element OFF + 2 b BWD_TC_BM 256 of io_smem, as T */
+    __device__ __forceinline__ T *operator[](int32_t b)
+    {
+        return reinterpret_cast<T *>(reinterpret_cast<uint16_t *>(this) + (OFF + 2 * b) * BWD_TC_BM * 256);
+    }
+    __device__ __forceinline__ const T *operator[](int32_t b) const
+    {
+        return reinterpret_cast<const T *>(reinterpret_cast<const uint16_t *>(this) + (OFF + 2 * b) * BWD_TC_BM * 256);
+    }
+    __device__ __forceinline__ operator T *() { return (*this)[0]; }
+};
+template <>
+struct bwd_wg_smem<256> {
+    static constexpr bool swizzled = true;
+    static constexpr bool writer = true;
+    uint16_t k_smem[BWD_WG256_BN * 256]; /* (64, 256) K of the unit, swizzled */
+    uint16_t v_smem[BWD_WG256_BN * 256]; /* (64, 256) V */
+    union {
+        uint16_t io_smem[2][2][BWD_TC_BM * 256]; /* (2 stages, Q | dO, 64, 256); a stage's dQ
+                                                    partial in its place, (64, 256) floats */
+        bwd_wg256_view<0, uint16_t> q_smem;      /* q_smem[b]: Q of stage b */
+        bwd_wg256_view<1, uint16_t> dout_smem;   /* dout_smem[b]: dO of stage b */
+        bwd_wg256_view<2, float> dq_smem;        /* stage 1 as dQ staging (interleaved mode) */
+    };
+    uint16_t p_smem[BWD_TC_BM * BWD_WG256_BN];  /* (64, 64) P, input dtype */
+    uint16_t ds_smem[BWD_TC_BM * BWD_WG256_BN]; /* (64, 64) dS */
+    float lse_smem[2][BWD_TC_BM];
+    float dsum_smem[2][BWD_TC_BM];
+    int32_t visit_smem[BWD_TC_TAB + 1];
+    int32_t rank_smem[BWD_TC_TAB + 1];
+    int32_t flag_smem;
+    int32_t ticket[BWD_WG_DQBUFS][4];
+    int32_t ticket_stage[BWD_WG_DQBUFS]; /* the stage whose place holds the ticket's partial */
+    uint64_t full_bar[BWD_WG_DQBUFS];
+    uint64_t empty_bar[BWD_WG_DQBUFS];
+};
+static_assert(offsetof(bwd_wg_smem<256>, k_smem) == 0 && offsetof(bwd_wg_smem<256>, v_smem) % 1024 == 0 &&
+                  offsetof(bwd_wg_smem<256>, io_smem) % 1024 == 0 && offsetof(bwd_wg_smem<256>, p_smem) % 1024 == 0 &&
+                  offsetof(bwd_wg_smem<256>, ds_smem) % 1024 == 0,
+              "v3's tiles at head dim 256 start on 1024-byte boundaries");
+
 template <int D>
 struct bwd_wg_regs {
     float dk_reg[D / 2]; /* m64nD accumulators: kv rows 64 wg + 16 wi + g (+8) */
@@ -80,11 +132,22 @@ struct bwd_wg_regs {
     static __device__ __forceinline__ int32_t col(int32_t e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }
 };
 
+/* Head dim 256: both warpgroups hold all 64 kv rows, warpgroup wg the d columns
+ * 128 wg .. +128 of dK and dV (m64n128) and of dQp (m64n128, q rows as above). */
+template <>
+struct bwd_wg_regs<256> {
+    float dk_reg[64]; /* kv rows 16 wi + g (+8), columns 128 wg + col(e) */
+    float dv_reg[64];
+    float dq_reg[64]; /* q rows 16 wi + g (+8), columns 128 wg + col(e) */
+    static __device__ __forceinline__ int32_t row(int32_t e) { return bwd_wg_regs<64>::row(e); }
+    static __device__ __forceinline__ int32_t col(int32_t e) { return bwd_wg_regs<64>::col(e); }
+};
+
 template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_wg_regs<D> &x)
 {
 #pragma unroll
-    for (int e = 0; e < D / 2; e++) {
+    for (int e = 0; e < (int)(sizeof x.dk_reg / sizeof(float)); e++) {
         x.dk_reg[e] = 0.0f;
         x.dv_reg[e] = 0.0f;
     }
@@ -134,11 +197,12 @@ static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_p
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    const int32_t r0 = 64 * (threadIdx.x >> 7);
+    /* warpgroup wg holds kv rows 64 wg .. (head dim 256: all 64 rows, columns 128 wg ..) */
+    const int32_t r0 = D == 256 ? 0 : 64 * (threadIdx.x >> 7), c0 = D == 256 ? 128 * (threadIdx.x >> 7) : 0;
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
 #pragma unroll
-    for (int e = 0; e < D / 2; e += 2) {
-        const int32_t j = r0 + bwd_wg_regs<D>::row(e), d = bwd_wg_regs<D>::col(e);
+    for (int e = 0; e < (int)(sizeof x.dk_reg / sizeof(float)); e += 2) {
+        const int32_t j = r0 + bwd_wg_regs<D>::row(e), d = c0 + bwd_wg_regs<D>::col(e);
         if (j >= rn)
             continue;
         const float dk0 = __fmul_rn(x.dk_reg[e], p.scale), dk1 = __fmul_rn(x.dk_reg[e + 1], p.scale);
@@ -162,16 +226,17 @@ static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_par
 {
     float *data = bwd_tc_vsm_data<D, BN>(p, v);
     bwd_tc_vsm_save_state(p, v, st);
+    constexpr int KV = sizeof x.dk_reg / sizeof(float), DQ = sizeof x.dq_reg / sizeof(float);
     if (st[VSM_LOADED])
 #pragma unroll
-        for (int e = 0; e < D / 2; e++) {
+        for (int e = 0; e < KV; e++) {
             data[e * ATTN_THREADS] = x.dk_reg[e];
-            data[(D / 2 + e) * ATTN_THREADS] = x.dv_reg[e];
+            data[(KV + e) * ATTN_THREADS] = x.dv_reg[e];
         }
     if (st[VSM_PENDING])
 #pragma unroll
-        for (int e = 0; e < D / 4; e++)
-            data[(D + e) * ATTN_THREADS] = x.dq_reg[e];
+        for (int e = 0; e < DQ; e++)
+            data[(2 * KV + e) * ATTN_THREADS] = x.dq_reg[e];
 }
 
 template <int D, int BN>
@@ -179,45 +244,47 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
                                                           const int32_t *st, bwd_wg_regs<D> &x)
 {
     const float *data = bwd_tc_vsm_data<D, BN>(p, v);
+    constexpr int KV = sizeof x.dk_reg / sizeof(float), DQ = sizeof x.dq_reg / sizeof(float);
     if (st[VSM_LOADED])
 #pragma unroll
-        for (int e = 0; e < D / 2; e++) {
+        for (int e = 0; e < KV; e++) {
             x.dk_reg[e] = data[e * ATTN_THREADS];
-            x.dv_reg[e] = data[(D / 2 + e) * ATTN_THREADS];
+            x.dv_reg[e] = data[(KV + e) * ATTN_THREADS];
         }
     if (st[VSM_PENDING])
 #pragma unroll
-        for (int e = 0; e < D / 4; e++)
-            x.dq_reg[e] = data[(D + e) * ATTN_THREADS];
+        for (int e = 0; e < DQ; e++)
+            x.dq_reg[e] = data[(2 * KV + e) * ATTN_THREADS];
 }
 
 #if ATTN_WGMMA
-/* P and dS of the warpgroup's 64 x 64 block (columns c0 ..), rounded to the input dtype,
+/* P and dS of the warpgroup's 64 x W block (columns c0 ..), rounded to the input dtype,
  * into the swizzled P and dS tiles. */
-template <typename DT>
-static __device__ __forceinline__ void bwd_wg_store_pds(uint16_t *p_smem, uint16_t *ds_smem, const float (&s)[32],
-                                                        const float (&dp)[32], int32_t c0)
+template <typename DT, int W = 64>
+static __device__ __forceinline__ void bwd_wg_store_pds(uint16_t *p_smem, uint16_t *ds_smem, const float (&s)[W / 2],
+                                                        const float (&dp)[W / 2], int32_t c0)
 {
 #pragma unroll
-    for (int e = 0; e < 32; e += 2) {
+    for (int e = 0; e < W / 2; e += 2) {
         const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
         *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
         *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
     }
 }
 
-/* P and dS of the warpgroup's 64 x 64 block from its S and dP accumulators, rounded to
- * the input dtype into the swizzled P and dS tiles; MASK as in bwd_tc_pds (the values are
- * the same either way where the caller passes false). S becomes P on the way. The caller
- * has waited for S only: dP's group is waited for here, once P is formed. VL (attn_vl.cu):
- * the mask is the sequence's window band, and a softcap bends the scores. */
-template <typename DT, bool MASK, bool VL = false>
+/* P and dS of the warpgroup's 64 x W block (W = 64; 32 at head dim 256) from its S and
+ * dP accumulators, rounded to the input dtype into the swizzled P and dS tiles; MASK as in
+ * bwd_tc_pds (the values are the same either way where the caller passes false). S
+ * becomes P on the way. The caller has waited for S only: dP's group is waited for here,
+ * once P is formed. VL (attn_vl.cu): the mask is the sequence's window band, and a softcap
+ * bends the scores. */
+template <typename DT, bool MASK, bool VL = false, int W = 64>
 static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
                                                   uint16_t *ds_smem, const float *lse_smem,
-                                                  const float *dsum_smem, float (&s)[32], float (&dp)[32],
+                                                  const float *dsum_smem, float (&s)[W / 2], float (&dp)[W / 2],
                                                   int32_t i0, int32_t rm, int32_t j0, int32_t rn)
 {
-    const int32_t c0 = 64 * (threadIdx.x >> 7); /* the warpgroup's first column */
+    const int32_t c0 = W * (threadIdx.x >> 7); /* the warpgroup's first column */
     const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
     const int causal = p.s.mask == SCHED_MASK_CAUSAL;
     const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
@@ -256,12 +323,12 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
              * the places of th and dP, so no register more is live than without the cap. */
             const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
 #pragma unroll
-            for (int e = 0; e < 32; e++)
+            for (int e = 0; e < W / 2; e++)
                 s[e] = tanhf(__fmul_rn(s[e], k));
             attn_wg_wait<0>(); /* dP has landed */
-            attn_wg_pin<32>(dp);
+            attn_wg_pin<W / 2>(dp);
 #pragma unroll
-            for (int e = 0; e < 32; e++) {
+            for (int e = 0; e < W / 2; e++) {
                 const int r = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
                 const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -lse2[r]));
                 const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum[r])), fmaf(-th, th, 1.0f));
@@ -269,12 +336,12 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
                 s[e] = vis ? pr : 0.0f;
                 dp[e] = vis ? ds : 0.0f;
             }
-            bwd_wg_store_pds<DT>(p_smem, ds_smem, s, dp, c0);
+            bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
             return;
         }
     }
 #pragma unroll
-    for (int e = 0; e < 32; e++) {
+    for (int e = 0; e < W / 2; e++) {
         const int r = (e >> 1) & 1;
         const float pr = attn_ex2(fmaf(s[e], scale2, -lse2[r]));
         if constexpr (VL) {
@@ -285,15 +352,30 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
         }
     }
     attn_wg_wait<0>(); /* dP has landed */
-    attn_wg_pin<32>(dp);
+    attn_wg_pin<W / 2>(dp);
 #pragma unroll
-    for (int e = 0; e < 32; e++) {
+    for (int e = 0; e < W / 2; e++) {
         const int r = (e >> 1) & 1;
         dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
     }
-    bwd_wg_store_pds<DT>(p_smem, ds_smem, s, dp, c0);
+    bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
 }
 #endif
+
+/* The persistent mode's hand-off ring (v3's dQ writer warp, below). */
+struct bwd_wg_ring {
+    int32_t b;      /* the buffer of the next ticket */
+    uint32_t phase; /* how often the ring has wrapped, mod 2: the parity of b's phase */
+};
+
+template <int D>
+static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
+{
+    if (++r.b == BWD_WG_DQBUFS) {
+        r.b = 0;
+        r.phase ^= 1u;
+    }
+}
 
 /* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
  * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma; VL as there (attn_vl.cu:
@@ -410,6 +492,106 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
+/* Head dim 256's step (64 x 64 tiles, bwd_wg_smem<256>): the contract of the step above,
+ * with nothing left running at the return - the dQ partial is staged where this step's Q
+ * and dO are, so every product that reads them has completed. Warpgroup wg:
+ *   S, dP (64 x 64):  kv columns 32 wg .. +32 (m64n32, k = d: 16 k16 steps);
+ *   dQp (64 x 256):   d columns 128 wg .. +128 (m64n128, k = j: 4 steps);
+ *   dK, dV (64 x 256): all 64 kv rows, d columns 128 wg .. +128 (m64n128, k = i: 4 steps;
+ *                      both warpgroups read all of dS^T and P^T).
+ * ring: the persistent mode's hand-off (bwd_wg_smem<256>): a load into a stage waits until
+ * the writer has read the partial staged there; NULL in the interleaved mode (no writer,
+ * no prefetch: the partial goes through stage 1, the loads into stage 0). dQp's registers
+ * are zeroed before its product (whose first k16 step ignores them all the same), so the
+ * compiler keeps them live from the product to the hand-off only: 128 (dK, dV) + 64 floats
+ * at the peak, within the 240 registers. */
+template <typename DT, int D, int BN, bool VL = false>
+static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
+                                                   bwd_wg_regs<256> &x, int32_t bh, int32_t n, int32_t m,
+                                                   int32_t buf, int loaded, int32_t next_m, int32_t *rel_ctr,
+                                                   int32_t rel_rank, const bwd_wg_ring *ring = nullptr)
+{
+    static_assert(D == 256 && BN == BWD_WG256_BN && !VL, "head dim 256: 64 x 64 tiles, dense masks");
+#if ATTN_WGMMA
+    const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0); /* uniform: see above */
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    if (!loaded) {
+        if (ring) /* the writer has read what the last ticket staged (maybe in this stage) */
+            attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
+        bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
+        attn_cp_async_wait<0>();
+        bwd_tc_async_visible<true>();
+        bwd_cta_sync<true>(); /* Q, dO, LSE and Dsum are complete before anyone reads them */
+    }
+    const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
+
+    /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
+    float s[16], dp[16];
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 32, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
+                                  attn_wg_kmajor(sm.k_smem, BN, 32 * wg, 16 * kk), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 32, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
+                                  attn_wg_kmajor(sm.v_smem, BN, 32 * wg, 16 * kk), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<1>(); /* S has landed; dP may still be running */
+    attn_wg_pin<16>(s);
+    if (next_m >= 0) { /* the previous step's products are complete; its partial, staged in
+                          stage buf ^ 1, must have been read too */
+        if (ring)
+            attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+    }
+
+    const bool whole = rm == BWD_TC_BM && rn == BN &&
+                       (p.s.mask != SCHED_MASK_CAUSAL ||
+                        (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+    if (whole)
+        bwd_wg_pds<DT, false, false, 32>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                         rm, j0, rn);
+    else
+        bwd_wg_pds<DT, true, false, 32>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                        rm, j0, rn);
+    bwd_tc_async_visible<true>();
+    bwd_cta_sync<true>(); /* P and dS are complete before the products below read them */
+    if (rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
+
+    /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending) */
+#pragma unroll
+    for (int e = 0; e < 64; e++) /* (volatile: the zeros stay here, behind the barrier) */
+        asm volatile("mov.b32 %0, 0;" : "=f"(x.dq_reg[e]));
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma<DT, 128, 0, 1>(x.dq_reg, attn_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
+                                   attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, 128 * wg), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, 128, 1, 1>(x.dk_reg, attn_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 0),
+                                   attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 128 * wg), 1);
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, 128, 1, 1>(x.dv_reg, attn_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 0),
+                                   attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 128 * wg), 1);
+    attn_wg_commit();
+    attn_wg_wait<0>();
+    attn_wg_pin<64>(x.dv_reg);
+    attn_wg_pin<64>(x.dk_reg);
+    attn_wg_pin<64>(x.dq_reg);
+#else
+    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
+    (void)rel_ctr, (void)rel_rank, (void)ring;
+    __trap();
+#endif
+}
+
 /* ---- v3's dQ writer warp (persistent mode) -----------------------------------------------
  *
  * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
@@ -428,19 +610,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
  * stores and loads are ordered by the barriers themselves - a protocol compute-sanitizer's
  * racecheck follows (it did not follow the named-barrier form this replaced), and whose
  * state lives in shared memory, set up afresh by each CTA. */
-struct bwd_wg_ring {
-    int32_t b;      /* the buffer of the next ticket */
-    uint32_t phase; /* how often the ring has wrapped, mod 2: the parity of b's phase */
-};
-
-template <int D>
-static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
-{
-    if (++r.b == BWD_WG_DQBUFS) {
-        r.b = 0;
-        r.phase ^= 1u;
-    }
-}
+/* (bwd_wg_ring: above, before the steps) */
 
 #if BWD_TC_BULK
 /* Thread 0, before the warps part: the barriers; a CTA-wide barrier must follow. */
@@ -481,6 +651,36 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
 
+/* Head dim 256: the same, with the partial staged in the place of stage `stage`'s Q and
+ * dO (bwd_wg_smem<256>); every product that read them has completed, in both warpgroups
+ * (the caller's barrier). */
+static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, const bwd_wg_regs<256> &x,
+                                                      bwd_wg_ring &r, int32_t stage, int32_t bh, int32_t m,
+                                                      int32_t rank)
+{
+    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* (the step's prefetch has waited already) */
+    bwd_tc_stage_dq<256, BWD_WG256_BN, true>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
+    if (threadIdx.x == 0)
+        sm.ticket_stage[r.b] = stage;
+    bwd_wg_ticket<256>(sm, r, bh, m, rank, 0);
+}
+
+/* The interleaved mode's add-and-pass-on (bwd_mma.cuh's) at head dim 256: the same
+ * sequence, with the staging addresses formed afresh (bwd_tc_stage_dq's FRESH: kept from
+ * the kernel's start they spilled). */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_tc_add_release(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
+                                                          const bwd_wg_regs<256> &x, int32_t bh, int32_t m,
+                                                          int32_t *ctr, int32_t rank)
+{
+    bwd_tc_stage_dq<256, BWD_WG256_BN, true>(sm.dq_smem, x);
+    __syncthreads(); /* the staged tile is complete before thread 0 hands it to the copy */
+    if (threadIdx.x == 0) {
+        bwd_tc_bulk_add<256>(p, sm.dq_smem, bh, m);
+        bwd_tc_pass_on(ctr, rank); /* also: the copy has read the buffer before it is reused */
+    }
+}
+
 /* Compute warps, at the end: no more tickets. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_wg_ring &r)
@@ -510,7 +710,10 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
         int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
         if (rank >= 0)
             bwd_tc_take_turn(ctr, rank);
-        bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
+        if constexpr (D == 256) /* staged in the place of a stage's Q and dO */
+            bwd_tc_bulk_add<D>(p, reinterpret_cast<const float *>(sm.io_smem[sm.ticket_stage[r.b]]), bh, m);
+        else
+            bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
         attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */

@@ -540,8 +540,8 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     cuattn_free(ca);
 }
 
-/* v1's head dims 96 and 256. 256 has v1 kernels only: with v2 set, a call runs v1 (64 x 64
- * tiles reported) and gives v1's bytes. 96 runs v1 when v1 is set (with v2 or v3 it runs
+/* v1's head dims 96 and 256. 256 has no v2 kernels: with v2 set, a call runs v1 (64 x 64
+ * tiles reported) and gives v1's bytes (v3 has its own, tested below). 96 runs v1 when v1 is set (with v2 or v3 it runs
  * their 128-column kernels on widened copies, which the reference, grid and strides tests check).
  * Every deterministic schedule gives v1's bytes again on grids 132, 16, 3 and 1 and in the
  * interleaved mode forced on 132 and 5 CTAs. Case 0 has 16 kv-tiles, so shift W 64 needs
@@ -566,8 +566,9 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        const int only_v1 = p.head_dim == 256;
-        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim) == CUATTN_IMPL_CUDA_CORES, only_v1);
+        const int only_v1 = p.head_dim == 256; /* with v2 set */
+        CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim) == CUATTN_IMPL_CUDA_CORES,
+                        only_v1 && cuattn_impl(ca) != CUATTN_IMPL_WGMMA);
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
@@ -608,6 +609,88 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
     }
     CU_ASSERT_EQUAL(mismatches, 0);
     CU_ASSERT_EQUAL(modes_seen, 1);
+    cuattn_free(ca);
+}
+
+/* v3's backward at head dim 256 (64 x 64 tiles, bwd_wgmma.cuh) against float64 into
+ * poisoned outputs, for every deterministic schedule (shift at W 64 and 7) and atomic:
+ * fp16 and bf16, full and causal, GQA 2:1 and MHA, lengths that are not tile multiples,
+ * seqlen_q != seqlen_k both ways, one key per row (dQ and dK exactly zero), and 2048
+ * causal; then each deterministic schedule's bytes again 20 times over grids 132, 114, 78,
+ * 16 and 1 and in the interleaved mode forced on 5 CTAs, and it must have run v3's kernel. */
+static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits(void)
+{
+    const struct shape_case cases[] = {
+        {1, 257, 385, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 130, 100, 4, 2, 256, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 1, 1, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 100, 70, 2, 2, 256, DTYPE_F16, SCHED_MASK_CAUSAL}, /* rows that see no key */
+        {1, 2048, 2048, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    const int32_t grids[] = {132, 114, 78, 16, 1};
+    const int32_t ws[] = {SCHED_W_DEFAULT, 7};
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    if (!gpu_is_hopper() || cuattn_set_impl(ca, CUATTN_IMPL_WGMMA) != 0 ||
+        cuattn_impl_for(ca, 256) != CUATTN_IMPL_WGMMA) {
+        CU_ASSERT(!gpu_is_hopper());
+        fprintf(stderr, "\n    not an sm_90 GPU: v3's head-dim-256 backward cannot run here ");
+        cuattn_free(ca);
+        return;
+    }
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x256b);
+    int bad = 0, mismatches = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        struct refs R;
+        refs_compute(&R, &p, &a);
+        const double tol = tolerance(p.dtype);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++)
+            for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+                if (wi > 0 && kind != SCHED_SHIFT)
+                    continue; /* W matters to shift only */
+                struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0}, used;
+                memset(&used, 0, sizeof used);
+                cuattn__force_interleaved(ca, 0);
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
+                CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+                double e[3];
+                if (!grads_close(&a, &R, e)) {
+                    fprintf(stderr, "\n  case %zu %s W %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)", ci,
+                            sched_kind_name(cfg.sched), ws[wi], e[0], e[1], e[2], tol);
+                    bad++;
+                }
+                if (kind == SCHED_ATOMIC)
+                    continue;
+                struct gpu_copy base;
+                gpu_copy_bwd(&base, &a);
+                const size_t runs = 21; /* 20 repeats, the grids in turn, then interleaved */
+                for (size_t ri = 0; ri < runs; ri++) {
+                    const int inter = ri + 1 == runs;
+                    const int32_t grid = inter ? 5 : grids[ri % (sizeof grids / sizeof grids[0])];
+                    cuattn__force_interleaved(ca, inter);
+                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grid, NULL), 0);
+                    int32_t mode = 0, used_grid = 0;
+                    cuattn__last_launch(ca, &mode, &used_grid);
+                    CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
+                    if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
+                        fprintf(stderr, "\n  case %zu %s W %d: run %zu grid %d (%s, %d CTAs) differs", ci,
+                                sched_kind_name(cfg.sched), ws[wi], ri, grid,
+                                mode == 2 ? "interleaved" : "persistent", used_grid);
+                }
+                cuattn__force_interleaved(ca, 0);
+                gpu_copy_free(&base);
+            }
+        refs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
     cuattn_free(ca);
 }
 
@@ -678,6 +761,7 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(v1, CUATTN_IMPL_CUDA_CORES), 0);
     const int32_t chosen = cuattn_impl(small);
     CU_ASSERT_NOT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES); /* the H200 */
+    CU_ASSERT_EQUAL(cuattn_impl_for(small, 256) == CUATTN_IMPL_WGMMA, chosen == CUATTN_IMPL_WGMMA);
     const size_t limits[] = {163 * 1024, 99 * 1024};
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa100);
@@ -692,6 +776,7 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     for (size_t li = 0; li < 2; li++) {
         cuattn__limit_smem(small, limits[li]);
         CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES);
+        CU_ASSERT_EQUAL(cuattn_impl_for(small, 256), CUATTN_IMPL_CUDA_CORES); /* v3's 256 needs ~217 KiB */
         CU_ASSERT_EQUAL(cuattn_impl(small), chosen); /* the choice stays */
         CU_ASSERT_EQUAL_FATAL(run_forward(small, &a, NULL, NULL), 0);
         CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
@@ -802,9 +887,10 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
     gpu_bufs_free(&a);
 
-    /* head dim 256's backward runs v1 whatever the implementation set: 64 x 64 tiles
-     * reported, block_n 128 refused (its forward v3's where v3 is set); 96 runs what 128 runs (widened copies; v1's own kernels when v1
-     * is set), with its tiles. Small shapes, so this test suits compute-sanitizer. */
+    /* head dim 256 runs v3 where v3 is set, else v1 (v2 has no 256): 64 x 64 tiles
+     * reported either way, block_n 128 refused; 96 runs what 128 runs (widened copies; v1's
+     * own kernels when v1 is set), with its tiles. Small shapes, so this test suits
+     * compute-sanitizer. */
     CU_ASSERT_EQUAL(cuattn_impl_for(ca, 64), cuattn_impl(ca));
     CU_ASSERT_EQUAL(cuattn_impl_for(ca, 128), cuattn_impl(ca));
     CU_ASSERT_EQUAL(cuattn_impl_for(NULL, 96), -EINVAL);
@@ -818,12 +904,15 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             struct attn_problem p2 = problem_of(&c2);
             gpu_bufs_init(&a, &p2, NULL, NULL, &r);
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
-            const int32_t runs = p2.head_dim == 96 ? cuattn_impl_for(ca, 128) : CUATTN_IMPL_CUDA_CORES;
+            const int32_t runs = p2.head_dim == 96            ? cuattn_impl_for(ca, 128)
+                                 : impl == CUATTN_IMPL_WGMMA ? CUATTN_IMPL_WGMMA
+                                                             : CUATTN_IMPL_CUDA_CORES;
             CU_ASSERT_EQUAL(cuattn_impl_for(ca, p2.head_dim), runs);
             /* the forward: 96 as 128; 256 on v3 where v3 is set, else v1 */
             const int32_t fwd = p2.head_dim == 96 ? runs : impl == CUATTN_IMPL_WGMMA ? impl : CUATTN_IMPL_CUDA_CORES;
             CU_ASSERT_EQUAL(cuattn_fwd_impl_for(ca, p2.head_dim), fwd);
-            const int32_t bn = runs != CUATTN_IMPL_CUDA_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
+            const int32_t bn =
+                runs != CUATTN_IMPL_CUDA_CORES && p2.head_dim != 256 ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
             CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), fwd == CUATTN_IMPL_WGMMA);
@@ -833,6 +922,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             CU_ASSERT_EQUAL(used.sched, SCHED_SHIFT); /* auto */
             CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
             CU_ASSERT_EQUAL(used.block_n, bn);
+            CU_ASSERT_EQUAL(cuattn__last_wg(ca), runs == CUATTN_IMPL_WGMMA);
             CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, NULL), 0);
             CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, NULL), bn == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
             gpu_bufs_free(&a);
@@ -1229,6 +1319,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat) ||
         !CU_add_test(s, "test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits",
                      test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
+        !CU_add_test(s, "test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits",
+                     test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits) ||
         !CU_add_test(s, "test_attn_gpu_small_shapes_for_sanitizers",
                      test_attn_gpu_small_shapes_for_sanitizers) ||
         !CU_add_test(s, "test_attn_gpu_smaller_gpus_fall_back_to_v1",
