@@ -27,10 +27,11 @@
  *      the same bytes land). Other GPUs refuse v3 (-ENOTSUP).
  * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128, and 96 by running
  * their 128-column kernels on copies of its tensors widened by zero columns
- * (CUATTN_PAD_FROM; windows, softcap and packed batches included); v3's forward also
- * serves 256. A backward with head dim 256 runs v1 whichever implementation the object
- * is set to, and so does its forward unless v3 is set (cuattn_impl_for and
- * cuattn_fwd_impl_for say which one a call runs); its backward's kv-tiles are 64 rows. v2's backward at 128
+ * (CUATTN_PAD_FROM; windows, softcap and packed batches included); v3 also serves 256,
+ * dense problems only (its backward with 64 x 64 tiles, 212 KiB of shared memory). A call with head
+ * dim 256 runs v1 unless v3 is set (v2 has no 256), and its forward runs v3 wherever v3 is
+ * set and the forward fits (cuattn_impl_for and cuattn_fwd_impl_for say which one a call
+ * runs); its backward's kv-tiles are 64 rows either way. v2's backward at 128
  * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
  * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
  * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.

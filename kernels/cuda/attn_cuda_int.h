@@ -131,7 +131,8 @@ struct attn_bwd_params {
     int32_t vl_zero_k;                /* 1: some sequence has keys but no query (dK, dV 0) */
 };
 
-/* v1 serves every head dim of this list; v2 only 64 and 128 (cuattn_impl_for). */
+/* v1 serves every head dim of this list; v2 only 64 and 128, v3 64, 128 and 256
+ * (cuattn_impl_for). */
 #define ATTN_V1_HEAD_DIM(d) ((d) == 64 || (d) == 96 || (d) == 128 || (d) == 256)
 
 /* One switch from (dtype, head dim) to a v1 template instance: CALL(T, D) for the

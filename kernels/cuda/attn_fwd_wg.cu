@@ -6,7 +6,7 @@
  * +inf (and O = 0) for a row that sees no key. Head dim 256 has 64-key tiles
  * (FWD_WG_BN_OF; below, read 128 keys as 64 there): its O takes 128 registers a consumer
  * thread and its 2-stage K and V rings 128 KiB beside Q's 64 KiB. v2 has no 256; v1's
- * forward (CUDA cores) ran it at about 20 TFLOPS.
+ * forward (CUDA cores) ran it at about 20 TFLOPS. (v3's backward at 256: bwd_wgmma.cuh.)
  *
  * Reference: FlashAttention-3 (Shah et al., arXiv 2407.08608, Sec. 3.1 and Algorithm 1:
  * "producer warpgroup", "consumer warpgroups", setmaxnreg); the facts used are collected

@@ -4,7 +4,13 @@
  * dQ writer warp: overloads of bwd_mma.cuh's per-step functions for v3's registers, used by
  * the shared drivers in attn_bwd_tc.cu and by attn_vl.cu's v3 kernel (the step's VL flag,
  * the hand-off with the tile's place in the ticket). Included by those two files only,
- * after bwd_mma.cuh.
+ * after bwd_mma.cuh. Head dims 64 and 128 (64 x 128 tiles), and 256 (64 x 64 tiles, its
+ * own shared memory and step: bwd_wg_smem<256>, H200 225-284 TFLOPS at 1k-16k against v1's
+ * 20: bench/results/gpu-bwd256-0b862a1-2026-12-03.md).
+ *
+ * Reference: FlashAttention-3 (Shah et al., arXiv 2407.08608) for the warpgroup products
+ * and the producer/consumer split; DASH (arXiv 2601.21824) for the order of the dQ
+ * additions; ../shared/docs/hopper.md for the measurements behind the choices here.
  */
 #ifndef DASH_KERNELS_CUDA_BWD_WGMMA_CUH
 #define DASH_KERNELS_CUDA_BWD_WGMMA_CUH
