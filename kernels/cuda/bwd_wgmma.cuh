@@ -75,8 +75,8 @@ static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles
  * step's dQ partial (64 x 256 floats, 64 KiB) is staged where the step's own Q and dO were
  * (their two tiles are 64 KiB together, one after the other), once every product that
  * reads them has completed. The writer must have read it before the next prefetch into that
- * stage (bwd_wg256_step waits for it there), so the compute warps wait for the writer one
- * step earlier than at 64 and 128 - with one staging buffer there, the same tickets.
+ * stage (the step below waits for it there), so the compute warps wait for the writer part
+ * of a step earlier than at 64 and 128 - with one staging buffer there, the same tickets.
  * q_smem[b], dout_smem[b] and dq_smem (stage 1, which the interleaved mode, always on stage
  * 0, stages in) are views of io_smem, so the shared loads and hand-offs serve as they are. */
 #define BWD_WG256_BN CUATTN_BLOCK
@@ -547,12 +547,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     attn_wg_commit();
     attn_wg_wait<1>(); /* S has landed; dP may still be running */
     attn_wg_pin<16>(s);
-    if (next_m >= 0) { /* the previous step's products are complete; its partial, staged in
-                          stage buf ^ 1, must have been read too */
-        if (ring)
-            attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
-        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
-    }
 
     const bool whole = rm == BWD_TC_BM && rn == BN &&
                        (p.s.mask != SCHED_MASK_CAUSAL ||
@@ -565,6 +559,16 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
                                         rm, j0, rn);
     bwd_tc_async_visible<true>();
     bwd_cta_sync<true>(); /* P and dS are complete before the products below read them */
+    /* The next step's Q, dO, LSE and Dsum into stage buf ^ 1: the previous step's products
+     * are complete, and its partial, staged there, must have been read too. Here rather
+     * than as soon as S has landed (as at 64 and 128): the writer gets P and dS's time
+     * more, the load still has the products' - 1.03-1.08x faster at 1k-16k, the same bits
+     * (bench/results/gpu-bwd256-0b862a1-2026-12-03.md). */
+    if (next_m >= 0) {
+        if (ring)
+            attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+    }
     if (rel_ctr && tid == 0)
         bwd_tc_pass_on(rel_ctr, rel_rank);
 
