@@ -86,10 +86,6 @@ struct bwd_wg256_view { /* element OFF + 2 b BWD_TC_BM 256 of io_smem, as T */
     {
         return reinterpret_cast<T *>(reinterpret_cast<uint16_t *>(this) + (OFF + 2 * b) * BWD_TC_BM * 256);
     }
-    __device__ __forceinline__ const T *operator[](int32_t b) const
-    {
-        return reinterpret_cast<const T *>(reinterpret_cast<const uint16_t *>(this) + (OFF + 2 * b) * BWD_TC_BM * 256);
-    }
     __device__ __forceinline__ operator T *() { return (*this)[0]; }
 };
 template <>
@@ -162,8 +158,10 @@ static __device__ __forceinline__ void bwd_tc_zero_kv(bwd_wg_regs<D> &x)
 /* FRESH: form the thread's D/8 staging addresses here, at every call, from a thread index
  * the compiler cannot see through (an empty asm), instead of letting it keep them from the
  * kernel's start: attn_vl.cu's kernel, short of registers at hdim 128, spilled them and
- * reloaded all of them every step. The addresses are the same either way. */
-template <int D, int BN, bool FRESH = false>
+ * reloaded all of them every step. The addresses are the same either way. Head dim 256
+ * always forms them here (both its hand-offs, the writer's and the interleaved mode's,
+ * spilled them otherwise: 8 and 188 bytes). */
+template <int D, int BN, bool FRESH = (D == 256)>
 static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd_wg_regs<D> &x)
 {
     if constexpr (FRESH) {
@@ -620,8 +618,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
  * stores and loads are ordered by the barriers themselves - a protocol compute-sanitizer's
  * racecheck follows (it did not follow the named-barrier form this replaced), and whose
  * state lives in shared memory, set up afresh by each CTA. */
-/* (bwd_wg_ring: above, before the steps) */
-
 #if BWD_TC_BULK
 /* Thread 0, before the warps part: the barriers; a CTA-wide barrier must follow. */
 template <int D>
@@ -669,26 +665,10 @@ static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, cons
                                                       int32_t rank)
 {
     attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* (the step's prefetch has waited already) */
-    bwd_tc_stage_dq<256, BWD_WG256_BN, true>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
+    bwd_tc_stage_dq<256, BWD_WG256_BN>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
     if (threadIdx.x == 0)
         sm.ticket_stage[r.b] = stage;
     bwd_wg_ticket<256>(sm, r, bh, m, rank, 0);
-}
-
-/* The interleaved mode's add-and-pass-on (bwd_mma.cuh's) at head dim 256: the same
- * sequence, with the staging addresses formed afresh (bwd_tc_stage_dq's FRESH: kept from
- * the kernel's start they spilled). */
-template <int D, int BN>
-static __device__ __forceinline__ void bwd_tc_add_release(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
-                                                          const bwd_wg_regs<256> &x, int32_t bh, int32_t m,
-                                                          int32_t *ctr, int32_t rank)
-{
-    bwd_tc_stage_dq<256, BWD_WG256_BN, true>(sm.dq_smem, x);
-    __syncthreads(); /* the staged tile is complete before thread 0 hands it to the copy */
-    if (threadIdx.x == 0) {
-        bwd_tc_bulk_add<256>(p, sm.dq_smem, bh, m);
-        bwd_tc_pass_on(ctr, rank); /* also: the copy has read the buffer before it is reused */
-    }
 }
 
 /* Compute warps, at the end: no more tickets. */
