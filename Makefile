@@ -195,6 +195,7 @@ BENCH_PING := $(BUILD)/bench_ping
 BENCH_SOAK := $(BUILD)/bench_soak
 DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
+UNIT_SECCOMP := $(BUILD)/unit_seccomp
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff)
 
@@ -206,7 +207,7 @@ MANPAGES := $(BUILD)/man/man8/dashd.8 $(BUILD)/man/man1/dashctl.1 $(BUILD)/man/m
 FUZZ_SEEDS := $(BUILD)/fuzz_seeds
 ALL := $(FUZZ_SEEDS) $(FUZZ) $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO) $(DASHD) $(DASHCTL) $(TESTS) \
 	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DEMO) $(DEMO_CLIENT) \
-	$(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
+	$(UNIT_SECCOMP) $(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
 
 .PHONY: all deps venv test test-gpu test-install bench demo install clean help fuzz asan tsan spills
 all: deps $(ALL)
@@ -365,6 +366,13 @@ $(DEMO): $(call obj,$(DEMO_SRC)) $(LIBKERNELS) $(LIBPROTO)
 $(DEMO_CLIENT): $(call obj,$(DEMO_CLIENT_SRC)) $(LIBDASH_A) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(PKG_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+# The seccomp filter of the units' system-call directives, for running their services by
+# hand where no systemd is there (scripts/unit_sandbox.py: make test-install, and
+# scripts/gpu_node_check.py on a GPU machine).
+$(UNIT_SECCOMP): $(call obj,tests/unit_seccomp.c)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lseccomp
 
 # The GPU runner: the kernels in-process, and (test_dashd_gpu.c) a real dashd, which it
 # finds next to itself, driven through libdash and the raw protocol (harness.c).
@@ -563,8 +571,8 @@ install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
 # A staged install (DESTDIR) that a C program builds against with pkg-config alone and
 # runs against the installed dashd; the installed units pass `systemd-analyze verify` and
 # score below 5.0 in `systemd-analyze security` where systemd-analyze exists.
-test-install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES)
-	$(Q)bash tests/install_test.sh "$(MAKE)"
+test-install: $(DASHD) $(DASHCTL) $(LIBDASH_SO) $(LIBDASH_A) $(MANPAGES) $(DEMO_CLIENT) $(UNIT_SECCOMP)
+	$(Q)bash tests/install_test.sh "$(MAKE)" "$(BUILD)"
 
 clean:
 	rm -rf $(BUILD)

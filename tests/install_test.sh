@@ -6,9 +6,13 @@
 # against the staged tree with `pkg-config --cflags --libs dash` alone and run it against
 # the staged dashd; then, where systemd-analyze exists, `verify` the staged units and
 # check that `security --offline=yes` rates each below 5.0.
-#   tests/install_test.sh MAKE   (the make to run, with the caller's BUILD/CUDA settings)
+# Then the units' services run by hand in their sandboxes (scripts/gpu_node_check.py --cpu:
+# what a GPU machine without systemd checks with --bundle), where this machine allows it.
+#   tests/install_test.sh MAKE [BUILD]   (the make to run, with the caller's BUILD/CUDA
+#                                         settings; BUILD: its build folder, default build)
 set -euo pipefail
 make=${1:-make}
+build=${2:-build}
 cd "$(dirname "$0")/.."
 stage=$(mktemp -d /tmp/dash-install-XXXXXX)
 dashd_pid=
@@ -91,4 +95,15 @@ case $rc in
   0) echo "$boot" | sed -n 's/^ok   /test-install: systemd: /p' ;;
   77) echo "test-install: ${boot##*$'\n'} - units not run under systemd" ;;
   *) echo "$boot" >&2; fail "the units under a real systemd (scripts/systemd_boot_test.sh)" ;;
+esac
+# the same units' services run by hand in their sandboxes (namespaces, setpriv, the seccomp
+# filter of tests/unit_seccomp.c), as on a GPU machine that has no systemd
+set +e
+node=$(python3 scripts/gpu_node_check.py --cpu --build "$build" --out "$stage" 2>&1)
+rc=$?
+set -e
+case $rc in
+  0) echo "$node" | sed -n 's/^ok   /test-install: by hand: /p' ;;
+  77) echo "test-install: ${node##*$'\n'} - units not run by hand" ;;
+  *) echo "$node" >&2; fail "the units' services run by hand (scripts/gpu_node_check.py --cpu)" ;;
 esac
