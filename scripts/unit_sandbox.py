@@ -228,20 +228,24 @@ def plan(unit, args):
     if one(unit, 'Service.DevicePolicy') == 'closed':
         allow = unit.get('Service.DeviceAllow', [])
         nodes = device_nodes(allow)
-        sh += ['stage=$(mktemp -d /tmp/.unitdev-XXXXXX)', 'mkdir $stage/shm $stage/mqueue',
+        # the nodes are bind mounts of the old ones (the same inodes, owners and modes; a
+        # container may not allow mknod)
+        sh += ['stage=$(mktemp -d /tmp/.unitdev-XXXXXX)', 'mkdir $stage/dev $stage/shm $stage/mqueue',
+               'mount --rbind /dev $stage/dev',
                'mount --bind /dev/shm $stage/shm', 'mount --bind /dev/mqueue $stage/mqueue || true',
                'mount -t tmpfs -o mode=0755,nosuid,noexec tmpfs /dev']
         for path, maj, mnr, mode, uid, gid_ in nodes:
-            sh.append(f'mkdir -p {shlex.quote(os.path.dirname(path))}')
-            sh.append(f'mknod -m {mode:o} {shlex.quote(path)} c {maj} {mnr}')
-            sh.append(f'chown {uid}:{gid_} {shlex.quote(path)}')
-        sh += ['mkdir -m 1777 /dev/shm && mount --move $stage/shm /dev/shm',
+            q = shlex.quote(path)
+            sh.append(f'mkdir -p {shlex.quote(os.path.dirname(path))} && touch {q} && '
+                      f'mount --bind $stage{q} {q}')
+        sh += ['umount -l $stage/dev',
+               'mkdir -m 1777 /dev/shm && mount --move $stage/shm /dev/shm',
                'mkdir /dev/mqueue && { mount --move $stage/mqueue /dev/mqueue || true; }',
                'mkdir /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts',
                'rm -f /dev/ptmx && ln -s pts/ptmx /dev/ptmx',
                'ln -s /proc/self/fd /dev/fd', 'ln -s /proc/self/fd/0 /dev/stdin',
                'ln -s /proc/self/fd/1 /dev/stdout', 'ln -s /proc/self/fd/2 /dev/stderr',
-               'rmdir $stage/shm $stage/mqueue $stage']
+               'rmdir $stage/dev $stage/shm $stage/mqueue $stage']
     if yes(unit, 'Service.ProtectProc'):
         sh.append('mount -t proc -o nosuid,nodev,noexec,hidepid=invisible proc /proc')
     if one(unit, 'Service.ProtectSystem') == 'strict':
