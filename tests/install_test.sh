@@ -85,25 +85,24 @@ else
   echo "test-install: systemd-analyze not found: units not verified"
 fi
 echo "test-install: staged install, pkg-config build and run against its dashd: passed"
-# the installed units under a real systemd, booted as PID 1 of private namespaces where this
-# machine allows it (scripts/systemd_boot_test.sh; 77: it cannot here)
-set +e
-boot=$(bash scripts/systemd_boot_test.sh "$make" 2>&1)
-rc=$?
-set -e
-case $rc in
-  0) echo "$boot" | sed -n 's/^ok   /test-install: systemd: /p' ;;
-  77) echo "test-install: ${boot##*$'\n'} - units not run under systemd" ;;
-  *) echo "$boot" >&2; fail "the units under a real systemd (scripts/systemd_boot_test.sh)" ;;
-esac
+# where_allowed LABEL WHAT CMD...: a check that prints 'ok   ...' lines and exits 0, fails
+# otherwise, or exits 77 where this machine cannot run it (not root, no namespaces...)
+where_allowed() {
+  local label=$1 what=$2 out rc
+  shift 2
+  set +e
+  out=$("$@" 2>&1)
+  rc=$?
+  set -e
+  case $rc in
+    0) echo "$out" | sed -n "s/^ok   /test-install: $label: /p" ;;
+    77) echo "test-install: ${out##*$'\n'} - $what: not run here" ;;
+    *) echo "$out" >&2; fail "$what ($*)" ;;
+  esac
+}
+# the installed units under a real systemd, booted as PID 1 of private namespaces
+where_allowed systemd "the units under a real systemd" bash scripts/systemd_boot_test.sh "$make"
 # the same units' services run by hand in their sandboxes (namespaces, setpriv, the seccomp
 # filter of tests/unit_seccomp.c), as on a GPU machine that has no systemd
-set +e
-node=$(python3 scripts/gpu_node_check.py --cpu --build "$build" --out "$stage" 2>&1)
-rc=$?
-set -e
-case $rc in
-  0) echo "$node" | sed -n 's/^ok   /test-install: by hand: /p' ;;
-  77) echo "test-install: ${node##*$'\n'} - units not run by hand" ;;
-  *) echo "$node" >&2; fail "the units' services run by hand (scripts/gpu_node_check.py --cpu)" ;;
-esac
+where_allowed "by hand" "the units' services run by hand" \
+  python3 scripts/gpu_node_check.py --cpu --build "$build" --out "$stage"
