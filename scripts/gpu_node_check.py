@@ -53,6 +53,9 @@ import unit_sandbox  # noqa: E402
 STAGE = '/opt/dashd-node'
 # the system's Python, which every user may run (a user's own may not be readable by dash)
 PYTHON = shutil.which('python3', path='/usr/bin:/bin') or 'python3'
+# the trainers' Python: the one running this check, which has PyTorch (the GPU machine's
+# /opt/torch/.venv); it must be readable by the users it runs as
+TORCH_PYTHON = sys.executable
 NOTIFY = '/run/dashd-node-notify.sock'
 MEMBER, OTHER = 'dashnode-member', 'dashnode-other'
 results = []
@@ -275,13 +278,13 @@ def run_dashd(args, notify, dropins=(), label='dashd', cuda_user=MEMBER):
         penv = dict(cenv, PYTHONPATH=STAGE + '/python', DASH_LIBRARY=STAGE + '/lib/libdash.so')
         if cuda_user == 'dash':
             penv['CUDA_MPS_PIPE_DIRECTORY'] = '/run/nvidia-mps'
-        rc, out = sh([PYTHON, STAGE + '/gpu_node_client.py'], cuda_user, penv, timeout=300)
+        rc, out = sh([TORCH_PYTHON, STAGE + '/gpu_node_client.py'], cuda_user, penv, timeout=300)
         report(rc == 0, f'{label}: CUDA tensors as {cuda_user}, no DASHD_ENDPOINT: {out.splitlines()[-1] if out else ""}')
         if cuda_user != MEMBER:
             # a trainer of another user, outside MPS (no pipe directory), beside an MPS dashd:
             # recorded, not required (docs/mps.md: MPS serves dashd's user)
             del penv['CUDA_MPS_PIPE_DIRECTORY']
-            rc, out = sh([PYTHON, STAGE + '/gpu_node_client.py'], MEMBER, penv, timeout=120)
+            rc, out = sh([TORCH_PYTHON, STAGE + '/gpu_node_client.py'], MEMBER, penv, timeout=120)
             note(f'{label}: CUDA tensors as {MEMBER}, outside MPS: rc {rc}: {out.splitlines()[-1] if out else ""}')
     rc, out = sh([STAGE + '/bin/dashctl', 'stats', '--endpoint', endpoint], MEMBER, cenv)
     sharing = [l.strip() for l in out.splitlines() if 'GPU sharing' in l]
@@ -406,16 +409,20 @@ def main():
         mps = Service(mps_unit, notify, log=os.path.join(args.out, 'mps.log'))
         rc = mps.proc.wait(60)  # Type=forking: the control daemon forked and the start exits 0
         report(rc == 0, f'dashd-mps: nvidia-cuda-mps-control -d in its sandbox as dash, start exit status {rc}')
-        svc = run_dashd(args, notify, [os.path.join(root, 'systemd', 'dashd-mps.conf')], 'dashd+mps',
+        svc = run_dashd(args, notify, [os.path.join(root, 'systemd', 'dashd-mps.conf')], 'dashd-under-mps',
                         cuda_user='dash')
         if svc:
-            report('mps' in svc.sharing, f'dashd+mps: {svc.sharing or "no GPU sharing line"}')
-            stop(svc, notify, 'dashd+mps')
+            report('mps' in svc.sharing, f'dashd-under-mps: {svc.sharing or "no GPU sharing line"}')
+            stop(svc, notify, 'dashd-under-mps')
         env = dict(x.split('=', 1) for v in mps.unit.get('Service.Environment', []) for x in shlex.split(v))
         rc, out = sh(['/bin/sh', '-c', mps.one('Service.ExecStop').split("-c ", 1)[1].strip("'")], 'dash', env)
-        time.sleep(1)
-        left = subprocess.run(['pgrep', '-u', 'dash', '-f', 'nvidia-cuda-mps'], capture_output=True, text=True).stdout
-        report(rc == 0 and not left.strip(), f'dashd-mps: ExecStop quit the control daemon and server (rc {rc})')
+        for _ in range(100):  # the server finishes its clients' teardown first
+            left = subprocess.run(['pgrep', '-a', '-u', 'dash', '-f', 'nvidia-cuda-mps'], capture_output=True,
+                                  text=True).stdout
+            if not left.strip():
+                break
+            time.sleep(0.2)
+        report(rc == 0 and not left.strip(), f'dashd-mps: ExecStop quit the control daemon and server (rc {rc}; left: {left.strip() or "none"})')
     print(f'gpu_node_check: {sum(results)} of {len(results)} checks passed')
     sys.exit(0 if results and all(results) else 1)
 
