@@ -230,19 +230,23 @@ def plan(unit, args):
         nodes = device_nodes(allow)
         # the nodes are bind mounts of the old ones (the same inodes, owners and modes; a
         # container may not allow mknod)
+        # (/dev/ptmx becomes the link to the new pts instance's; a container may have no
+        # /dev/mqueue)
         sh += ['stage=$(mktemp -d /tmp/.unitdev-XXXXXX)', 'mkdir $stage/dev $stage/shm $stage/mqueue',
-               'mount --rbind /dev $stage/dev',
-               'mount --bind /dev/shm $stage/shm', 'mount --bind /dev/mqueue $stage/mqueue || true',
+               'mount --rbind /dev $stage/dev', 'mount --bind /dev/shm $stage/shm',
+               'mq=0; if mountpoint -q /dev/mqueue; then mount --bind /dev/mqueue $stage/mqueue; mq=1; fi',
                'mount -t tmpfs -o mode=0755,nosuid,noexec tmpfs /dev']
         for path, maj, mnr, mode, uid, gid_ in nodes:
+            if path == '/dev/ptmx':
+                continue
             q = shlex.quote(path)
             sh.append(f'mkdir -p {shlex.quote(os.path.dirname(path))} && touch {q} && '
                       f'mount --bind $stage{q} {q}')
         sh += ['umount -l $stage/dev',
                'mkdir -m 1777 /dev/shm && mount --move $stage/shm /dev/shm',
-               'mkdir /dev/mqueue && { mount --move $stage/mqueue /dev/mqueue || true; }',
+               'if [ $mq = 1 ]; then mkdir /dev/mqueue && mount --move $stage/mqueue /dev/mqueue; fi',
                'mkdir /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts',
-               'rm -f /dev/ptmx && ln -s pts/ptmx /dev/ptmx',
+               'ln -s pts/ptmx /dev/ptmx',
                'ln -s /proc/self/fd /dev/fd', 'ln -s /proc/self/fd/0 /dev/stdin',
                'ln -s /proc/self/fd/1 /dev/stdout', 'ln -s /proc/self/fd/2 /dev/stderr',
                'rmdir $stage/dev $stage/shm $stage/mqueue $stage']
@@ -264,8 +268,8 @@ def plan(unit, args):
         sh.append("awk '{print $5}' /proc/self/mountinfo | grep -E '^/sys(/|$)' | sort -u | while read -r m; do "
                   'mount -o remount,bind,ro "$m" 2>/dev/null || echo "unit_sandbox: $m stays writable" >&2; done')
     if yes(unit, 'Service.ProtectKernelTunables'):
-        for p in ('/proc/sys', '/proc/sysrq-trigger'):
-            sh.append(f'mount --bind {p} {p} && mount -o remount,bind,ro {p}')
+        for p in ('/proc/sys', '/proc/sysrq-trigger'):  # (a container may have no sysrq-trigger)
+            sh.append(f'if [ -e {p} ]; then mount --bind {p} {p}; mount -o remount,bind,ro {p}; fi')
     if yes(unit, 'Service.ProtectKernelLogs'):
         sh.append('mount --bind /dev/null /proc/kmsg')
     hidden = []
