@@ -20,7 +20,7 @@ trainer's view of them is checked, one line per check:
     dashd-mps.conf drop-in: dashd says `GPU sharing: mps`, and the two clients above again
     (the CUDA one as user dash, as docs/mps.md says MPS needs), then ExecStop quits MPS.
 
-    sudo python3 scripts/gpu_node_check.py [--bundle .gpu] [--mps] [--cpu]
+    sudo python3 scripts/gpu_node_check.py [--bundle .gpu] [--mps] [--cpu] [--trial DROPIN]...
 
 --bundle: a folder of bin/ (dashd, dashctl, demo_client, unit_seccomp) and lib/ (from
 ../shared/gpu/bundle.sh) staged into /opt/dashd-node (the units' /usr/local there), the
@@ -223,7 +223,7 @@ def open_devices(pid):
 
 def run_dashd(args, notify, dropins=(), label='dashd', cuda_user=MEMBER):
     unit = os.path.join(root, 'systemd', 'dashd.service' if args.cpu else 'dashd@.service')
-    svc = Service(unit, notify, None if args.cpu else '0', dropins,
+    svc = Service(unit, notify, None if args.cpu else '0', [*dropins, *args.trial],
                   log=os.path.join(args.out, f'{label}.log'), watchdog_usec=4_000_000)
     limit = unit_sandbox.seconds(svc.one('Service.TimeoutStartSec', '90s'))
     t0 = time.time()
@@ -243,9 +243,11 @@ def run_dashd(args, notify, dropins=(), label='dashd', cuda_user=MEMBER):
            and int(st['CapBnd'], 16) == 0 and int(st['CapEff'], 16) == 0,
            f'{label}: runs as dash (uid {uids[0]}), NoNewPrivs {st["NoNewPrivs"]}, Seccomp {st["Seccomp"]}, '
            f'CapBnd {st["CapBnd"]}, CapEff {st["CapEff"]}')
-    netns = os.readlink(f'/proc/{svc.pid}/ns/net') != os.readlink('/proc/self/ns/net')
-    mnt = os.readlink(f'/proc/{svc.pid}/ns/mnt') != os.readlink('/proc/self/ns/mnt')
-    report(netns and mnt, f'{label}: in its own network and mount namespaces')
+    own = [ns for ns in ('mnt', 'net', 'uts', 'ipc')
+           if os.readlink(f'/proc/{svc.pid}/ns/{ns}') != os.readlink(f'/proc/self/ns/{ns}')]
+    want = ['mnt', 'uts'] + ['net'] * unit_sandbox.yes(svc.unit, 'Service.PrivateNetwork') + \
+        ['ipc'] * unit_sandbox.yes(svc.unit, 'Service.PrivateIPC')
+    report(set(want) <= set(own), f'{label}: in namespaces of its own: {" ".join(own)}')
     devs = open_devices(svc.pid)
     allowed = unit_sandbox.device_nodes(svc.unit.get('Service.DeviceAllow', []))
     allowed_ids = {(m, n) for _, m, n, *_ in allowed}
@@ -365,6 +367,8 @@ def main():
     ap.add_argument('--cpu', action='store_true')
     ap.add_argument('--build', default=os.path.join(root, 'build'), help="--cpu's programs")
     ap.add_argument('--mps', action='store_true')
+    ap.add_argument('--trial', action='append', default=[],
+                    help='a drop-in of directives to try, applied to every dashd run after the units\' own')
     ap.add_argument('--out', default=os.environ.get('OUT', '/tmp'))
     args = ap.parse_args()
     args.out, args.build = os.path.abspath(args.out), os.path.abspath(args.build)

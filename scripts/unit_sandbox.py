@@ -78,6 +78,8 @@ RULES = {
     'Service.RestrictSUIDSGID': 'seccomp --restrict-suid-sgid (LOOSER: open(O_CREAT) with a '
                                 'set-id mode is not caught)',
     'Service.LockPersonality': 'seccomp --lock-personality',
+    'Service.MemoryDenyWriteExecute': 'seccomp --memory-deny-write-execute',
+    'Service.PrivateIPC': 'an IPC namespace (System V IPC and POSIX message queues)',
     'Service.SystemCallArchitectures': 'seccomp: other architectures kill the process',
     'Service.SystemCallFilter': 'seccomp allow list, @groups expanded from tests/syscall-groups.txt',
     'Service.SystemCallErrorNumber': 'seccomp default errno',
@@ -337,7 +339,8 @@ def plan(unit, args):
         for key, opt in (('Service.RestrictNamespaces', '--restrict-namespaces'),
                          ('Service.RestrictRealtime', '--restrict-realtime'),
                          ('Service.RestrictSUIDSGID', '--restrict-suid-sgid'),
-                         ('Service.LockPersonality', '--lock-personality')):
+                         ('Service.LockPersonality', '--lock-personality'),
+                         ('Service.MemoryDenyWriteExecute', '--memory-deny-write-execute')):
             if yes(unit, key):
                 cmd.append(opt)
         cmd.append('--')
@@ -390,6 +393,8 @@ def main():
     ns = ['unshare', '--mount', '--uts']
     if yes(unit, 'Service.PrivateNetwork'):
         ns.append('--net')
+    if yes(unit, 'Service.PrivateIPC'):
+        ns.append('--ipc')
     os.execvp(ns[0], ns + ['--', 'bash', '-c', script])
 
 

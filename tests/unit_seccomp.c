@@ -6,7 +6,7 @@
  *
  *   unit_seccomp [--errno N] [--allow-file F] [--af-unix] [--restrict-namespaces]
  *                [--restrict-realtime] [--restrict-suid-sgid] [--lock-personality]
- *                -- PROGRAM [ARG...]
+ *                [--memory-deny-write-execute] -- PROGRAM [ARG...]
  *
  *   --allow-file F   the system calls allowed, one name a line (SystemCallFilter= after
  *                    unit_sandbox.py expanded its @groups and removed its ~ entries);
@@ -24,6 +24,9 @@
  *                    files through open's mode, which this does not)
  *   --lock-personality     personality() other than PER_LINUX or the query fails with EPERM
  *                    (LockPersonality=yes)
+ *   --memory-deny-write-execute  mmap() asking for PROT_WRITE and PROT_EXEC together,
+ *                    mprotect()/pkey_mprotect() asking for PROT_EXEC and shmat() with
+ *                    SHM_EXEC fail with EPERM (MemoryDenyWriteExecute=yes)
  *
  * Calls of a foreign architecture kill the process (SystemCallArchitectures=native). Each
  * rule is at least as strict as systemd's, so a program that runs under this runs under
@@ -36,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,7 +57,7 @@
 struct opts {
     int err;
     const char *allow_file;
-    int af_unix, namespaces, realtime, suid, personality;
+    int af_unix, namespaces, realtime, suid, personality, mdwe;
 };
 
 /* The calls an option rewrites: with a filter list, they are allowed only where the list
@@ -60,6 +65,7 @@ struct opts {
 static const char *const special[] = {
     "socket", "socketpair", "clone", "clone3", "unshare", "setns", "sched_setscheduler",
     "sched_setattr", "chmod", "fchmod", "fchmodat", "fchmodat2", "personality",
+    "mmap", "mprotect", "pkey_mprotect", "shmat",
 };
 
 static int is_special(const struct opts *o, const char *name)
@@ -75,7 +81,9 @@ static int is_special(const struct opts *o, const char *name)
             return o->realtime;
         if (i < 12)
             return o->suid;
-        return o->personality;
+        if (i < 13)
+            return o->personality;
+        return o->mdwe;
     }
     return 0;
 }
@@ -154,6 +162,27 @@ static int conditions(scmp_filter_ctx ctx, const struct opts *o, char *const *al
         rc = rule(ctx, SCMP_ACT_ALLOW, "personality", 1, &linux_);
         if (rc == 0)
             rc = rule(ctx, SCMP_ACT_ALLOW, "personality", 1, &query);
+    }
+    if (o->mdwe && rc == 0) {
+        /* allowed where (arg & mask) is one of ok[]: mmap without PROT_WRITE and PROT_EXEC
+         * together, the mprotects without PROT_EXEC, shmat without SHM_EXEC */
+        static const struct {
+            const char *name;
+            unsigned arg;
+            uint64_t mask, ok[3];
+            int n_ok;
+        } calls[] = {
+            {"mmap", 2, PROT_WRITE | PROT_EXEC, {0, PROT_WRITE, PROT_EXEC}, 3},
+            {"mprotect", 2, PROT_EXEC, {0}, 1},
+            {"pkey_mprotect", 2, PROT_EXEC, {0}, 1},
+            {"shmat", 2, SHM_EXEC, {0}, 1},
+        };
+        for (int i = 0; i < 4 && rc == 0; i++)
+            for (int k = 0; k < calls[i].n_ok && rc == 0 && ALLOWED(calls[i].name); k++) {
+                struct scmp_arg_cmp ok = {.arg = calls[i].arg, .op = SCMP_CMP_MASKED_EQ,
+                                          .datum_a = calls[i].mask, .datum_b = calls[i].ok[k]};
+                rc = rule(ctx, SCMP_ACT_ALLOW, calls[i].name, 1, &ok);
+            }
     }
     return rc;
 #undef ALLOWED
@@ -239,7 +268,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: unit_seccomp [--errno N] --allow-file F [--af-unix] [--restrict-namespaces]\n"
                "                    [--restrict-realtime] [--restrict-suid-sgid] [--lock-personality]\n"
-               "                    -- PROGRAM [ARG...]\n"
+               "                    [--memory-deny-write-execute] -- PROGRAM [ARG...]\n"
                "Runs PROGRAM under the seccomp filter of a systemd unit's system-call\n"
                "directives (tests/unit_seccomp.c says which rule stands for which).\n");
 }
@@ -263,6 +292,8 @@ int main(int argc, char **argv)
             o.suid = 1;
         else if (strcmp(argv[i], "--lock-personality") == 0)
             o.personality = 1;
+        else if (strcmp(argv[i], "--memory-deny-write-execute") == 0)
+            o.mdwe = 1;
         else if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
