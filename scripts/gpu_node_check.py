@@ -250,7 +250,7 @@ def run_dashd(args, notify, dropins=(), label='dashd', cuda_user=MEMBER):
     report(set(want) <= set(own), f'{label}: in namespaces of its own: {" ".join(own)}')
     devs = open_devices(svc.pid)
     allowed = unit_sandbox.device_nodes(svc.unit.get('Service.DeviceAllow', []))
-    allowed_ids = {(m, n) for _, m, n, *_ in allowed}
+    allowed_ids = {(m, n) for _, m, n in allowed}
     names = ', '.join(p for p, _, _ in devs)
     report(all((m, n) in allowed_ids for _, m, n in devs) and (args.cpu or any('nvidia' in p for p, _, _ in devs)),
            f'{label}: device nodes held open ({names or "none"}) are all allowed by DevicePolicy=closed, '

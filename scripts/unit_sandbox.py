@@ -172,8 +172,8 @@ def syscall_allow_list(unit, groups_file):
 
 def device_nodes(allow_patterns):
     """The /dev character nodes a closed policy with these DeviceAllow= patterns lets
-    through: (path, major, minor, mode, uid, gid). A 'char-GLOB' pattern matches the
-    driver names of /proc/devices' character section."""
+    through: (path, major, minor). A 'char-GLOB' pattern matches the driver names of
+    /proc/devices' character section (the only form our units use)."""
     majors = {}
     section = None
     for line in open('/proc/devices'):
@@ -184,9 +184,9 @@ def device_nodes(allow_patterns):
         elif section == 'c' and line.strip():
             num, name = line.split()
             majors.setdefault(int(num), []).append(name)
-    globs = [p.split()[0][len('char-'):] for p in allow_patterns if p.startswith('char-')]
-    if any(not p.startswith(('char-', '/dev/null', '/dev/zero')) for p in allow_patterns):
+    if any(not p.startswith('char-') for p in allow_patterns):
         raise SystemExit(f'unit_sandbox: DeviceAllow {allow_patterns}: only char-GLOB is emulated')
+    globs = [p.split()[0][len('char-'):] for p in allow_patterns]
     nodes = []
     for dirpath, _, files in os.walk('/dev'):
         if dirpath.startswith(('/dev/shm', '/dev/mqueue', '/dev/pts')):
@@ -203,7 +203,7 @@ def device_nodes(allow_patterns):
             closed = dirpath == '/dev' and f in CLOSED_DEVICES
             allowed = any(fnmatch.fnmatchcase(name, g) for g in globs for name in majors.get(maj, []))
             if closed or allowed:
-                nodes.append((path, maj, mnr, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid))
+                nodes.append((path, maj, mnr))
     return sorted(nodes)
 
 
@@ -231,14 +231,13 @@ def plan(unit, args):
         allow = unit.get('Service.DeviceAllow', [])
         nodes = device_nodes(allow)
         # the nodes are bind mounts of the old ones (the same inodes, owners and modes; a
-        # container may not allow mknod)
-        # (/dev/ptmx becomes the link to the new pts instance's; a container may have no
-        # /dev/mqueue)
+        # container may not allow mknod); /dev/ptmx becomes the link to the new pts
+        # instance's; a container may have no /dev/mqueue
         sh += ['stage=$(mktemp -d /tmp/.unitdev-XXXXXX)', 'mkdir $stage/dev $stage/shm $stage/mqueue',
                'mount --rbind /dev $stage/dev', 'mount --bind /dev/shm $stage/shm',
                'mq=0; if mountpoint -q /dev/mqueue; then mount --bind /dev/mqueue $stage/mqueue; mq=1; fi',
                'mount -t tmpfs -o mode=0755,nosuid,noexec tmpfs /dev']
-        for path, maj, mnr, mode, uid, gid_ in nodes:
+        for path, _, _ in nodes:
             if path == '/dev/ptmx':
                 continue
             q = shlex.quote(path)
