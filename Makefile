@@ -197,7 +197,8 @@ DEMO := $(BUILD)/engine_demo
 DEMO_CLIENT := $(BUILD)/demo_client
 UNIT_SECCOMP := $(BUILD)/unit_seccomp
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
-BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff)
+BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff \
+	$(BUILD)/libdash_inproc.so)
 
 # Man pages: written in scdoc (docs/man/*.scd), turned into roff here.
 MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
@@ -380,6 +381,12 @@ $(UNIT_SECCOMP): $(call obj,tests/unit_seccomp.c)
 $(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
+
+# Issue 20's what-if (bench/step_inproc.py): the kernels in the trainer's own process and
+# context, as a shared library for Python; bench only.
+$(BUILD)/libdash_inproc.so: $(call obj,bench/inproc.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) -shared -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # dashd on the GPU vs the kernels in process (the daemon overhead target of issue 4).
 $(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c bench/benchd.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
