@@ -35,6 +35,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,31 +61,36 @@ struct opts {
     int af_unix, namespaces, realtime, suid, personality, mdwe;
 };
 
-/* The calls an option rewrites: with a filter list, they are allowed only where the list
- * allows them, and then only under the option's conditions. */
-static const char *const special[] = {
-    "socket", "socketpair", "clone", "clone3", "unshare", "setns", "sched_setscheduler",
-    "sched_setattr", "chmod", "fchmod", "fchmodat", "fchmodat2", "personality",
-    "mmap", "mprotect", "pkey_mprotect", "shmat",
+/* The calls an option takes over: where it is on, they are allowed only where the list
+ * allows them, and then only under the option's conditions (conditions() below). */
+static const struct {
+    const char *name;
+    size_t option; /* offsetof the struct opts flag */
+} special[] = {
+    {"socket", offsetof(struct opts, af_unix)},
+    {"socketpair", offsetof(struct opts, af_unix)},
+    {"clone", offsetof(struct opts, namespaces)},
+    {"clone3", offsetof(struct opts, namespaces)},
+    {"unshare", offsetof(struct opts, namespaces)},
+    {"setns", offsetof(struct opts, namespaces)},
+    {"sched_setscheduler", offsetof(struct opts, realtime)},
+    {"sched_setattr", offsetof(struct opts, realtime)},
+    {"chmod", offsetof(struct opts, suid)},
+    {"fchmod", offsetof(struct opts, suid)},
+    {"fchmodat", offsetof(struct opts, suid)},
+    {"fchmodat2", offsetof(struct opts, suid)},
+    {"personality", offsetof(struct opts, personality)},
+    {"mmap", offsetof(struct opts, mdwe)},
+    {"mprotect", offsetof(struct opts, mdwe)},
+    {"pkey_mprotect", offsetof(struct opts, mdwe)},
+    {"shmat", offsetof(struct opts, mdwe)},
 };
 
 static int is_special(const struct opts *o, const char *name)
 {
-    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
-        if (strcmp(name, special[i]) != 0)
-            continue;
-        if (i < 2)
-            return o->af_unix;
-        if (i < 6)
-            return o->namespaces;
-        if (i < 8)
-            return o->realtime;
-        if (i < 12)
-            return o->suid;
-        if (i < 13)
-            return o->personality;
-        return o->mdwe;
-    }
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        if (strcmp(name, special[i].name) == 0)
+            return *(const int *)((const char *)o + special[i].option);
     return 0;
 }
 
