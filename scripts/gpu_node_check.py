@@ -375,6 +375,11 @@ def main():
     if os.getuid() != 0 or not all(shutil.which(t) for t in ('unshare', 'setpriv', 'useradd', 'mount')):
         print('gpu_node_check: needs root, unshare, setpriv, useradd and mount')
         sys.exit(77)
+    taken = [d for d in ('/run/dashd', STAGE) if os.path.lexists(d)]
+    if taken and not os.environ.get('GPU_NODE_CHECK_INNER'):
+        # a dashd installed and running here owns them: this check would collide with it
+        print(f'gpu_node_check: {", ".join(taken)} already there (a dashd installed on this machine?)')
+        sys.exit(77)
     if not os.environ.get('GPU_NODE_CHECK_INNER'):
         # the users this makes live in a copy of /etc, in a mount namespace of this run's
         # own, which the services' namespaces inherit; the machine's /etc is left alone
