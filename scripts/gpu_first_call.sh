@@ -12,7 +12,9 @@
 # Env: SHAPES (the A/B's bench_gpu --only shapes), HUNT (gpu_dashd repeats, default 10).
 # Output under $OUT, at most 8 files (the device tool's limit): first.log (the summary,
 # also printed), next-logs.tgz and next-summary.txt (gpu_next_check.sh), sanitize.tgz,
-# ab.md, vl.txt, hunt.tgz, and any stacks of a hang (inside the .tgz files).
+# node.tgz (gpu_node_check.py's journals, where the bundle has build/unit_seccomp and
+# build/demo_client), ab.md, vl.txt, hunt.tgz, and any stacks of a hang (inside the .tgz
+# files).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -50,6 +52,15 @@ step 300 checks env OUT="$out/next" bash "$root/scripts/gpu_next_check.sh"
 mv "$out/next/next-logs.tgz" "$out/next/next-summary.txt" "$out/" 2>/dev/null
 step 150 sanitize env OUT="$out/san" BIN="$root/.gpu/bin" bash "$root/scripts/gpu_sanitize.sh"
 (cd "$out/san" && tar czf "$out/sanitize.tgz" . 2>/dev/null)
+# the units' services in their sandboxes, by hand (this machine has no systemd), with and
+# without MPS - where the bundle has demo_client and unit_seccomp
+if [ -x "$root/.gpu/bin/unit_seccomp" ] && [ -x "$root/.gpu/bin/demo_client" ]; then
+  mkdir -p "$out/node"
+  step 120 node python3 "$root/scripts/gpu_node_check.py" --bundle "$root/.gpu" --mps --out "$out/node"
+  (cd "$out/node" && tar czf "$out/node.tgz" . 2>/dev/null)
+else
+  say "== node: skipped, the bundle has no unit_seccomp and demo_client"
+fi
 
 builds=()
 [ -x "$root/.gpu/old/bench_gpu" ] && builds+=("old=$root/.gpu/old/bench_gpu")
@@ -87,5 +98,5 @@ fi
 step "$(($(left) - 15))" hunt env OUT="$out/hunt" SUITES=gpu_dashd REPEAT="${HUNT:-10}" STEP_SECS=60 \
   bash "$root/scripts/gpu_next_check.sh"
 (cd "$out/hunt" && tar czf "$out/hunt.tgz" . 2>/dev/null)
-rm -rf "$out/next" "$out/san" "$out/hunt"
+rm -rf "$out/next" "$out/san" "$out/hunt" "$out/node"
 say "== done in $((SECONDS - start))s"
