@@ -57,6 +57,7 @@ PYTHON = shutil.which('python3', path='/usr/bin:/bin') or 'python3'
 # /opt/torch/.venv); it must be readable by the users it runs as
 TORCH_PYTHON = sys.executable
 NOTIFY = '/run/dashd-node-notify.sock'
+GROUPS = os.path.join(root, 'tests', 'syscall-groups.txt')
 MEMBER, OTHER = 'dashnode-member', 'dashnode-other'
 results = []
 
@@ -106,15 +107,13 @@ def stage(bundle, cpu, build):
     if os.path.exists(STAGE):
         shutil.rmtree(STAGE)
     os.makedirs(STAGE + '/bin')
-    if cpu:
-        for p in ('dashd', 'dashctl', 'demo_client', 'unit_seccomp'):
-            shutil.copy2(os.path.join(build, p), STAGE + '/bin/')
+    for p in ('dashd', 'dashctl', 'demo_client', 'unit_seccomp'):
+        shutil.copy2(os.path.join(build if cpu else os.path.join(bundle, 'bin'), p), STAGE + '/bin/')
+    if cpu:  # the machine's own libraries, and build's libdash
         os.makedirs(STAGE + '/lib')
         for p in glob.glob(os.path.join(build, 'libdash.so*')):
             shutil.copy2(p, STAGE + '/lib/', follow_symlinks=False)
-    else:
-        for p in ('dashd', 'dashctl', 'demo_client', 'unit_seccomp'):
-            shutil.copy2(os.path.join(bundle, 'bin', p), STAGE + '/bin/')
+    else:  # the bundle's, libdash among them
         shutil.copytree(os.path.join(bundle, 'lib'), STAGE + '/lib', symlinks=True)
     shutil.copytree(os.path.join(root, 'client', 'python'), STAGE + '/python',
                     ignore=shutil.ignore_patterns('tests', '__pycache__', '*.egg-info'))
@@ -159,7 +158,7 @@ class Notify:
 
 
 class Service:
-    def __init__(self, unit_file, notify, instance=None, dropins=(), log=None, watchdog_usec=0):
+    def __init__(self, unit_file, instance=None, dropins=(), log=None, watchdog_usec=0):
         self.unit = unit_sandbox.load(unit_file, dropins, instance)
         self.name = os.path.basename(unit_file).replace('@', f'@{instance}' if instance else '@')
         self.log = open(log, 'w')
@@ -177,7 +176,6 @@ class Service:
         self.pid = self.proc.pid
         # a check that dies half way leaves no service running
         atexit.register(lambda p=self.proc: p.poll() is None and p.kill())
-        self.notify = notify
 
     def one(self, key, default=None):
         return unit_sandbox.one(self.unit, key, default)
@@ -221,9 +219,16 @@ def open_devices(pid):
     return sorted(out)
 
 
+def dashd_unit(args):
+    """The unit this check runs dashd by, and its instance: dashd.service on the CPU,
+    dashd@0 on a GPU."""
+    return os.path.join(root, 'systemd', 'dashd.service' if args.cpu else 'dashd@.service'), \
+        None if args.cpu else '0'
+
+
 def run_dashd(args, notify, dropins=(), label='dashd', cuda_user=MEMBER):
-    unit = os.path.join(root, 'systemd', 'dashd.service' if args.cpu else 'dashd@.service')
-    svc = Service(unit, notify, None if args.cpu else '0', [*dropins, *args.trial],
+    unit, instance = dashd_unit(args)
+    svc = Service(unit, instance, [*dropins, *args.trial],
                   log=os.path.join(args.out, f'{label}.log'), watchdog_usec=4_000_000)
     limit = unit_sandbox.seconds(svc.one('Service.TimeoutStartSec', '90s'))
     t0 = time.time()
@@ -348,17 +353,14 @@ print(' '.join(f'{k}={tr(f)}' for k, f in (
 def filter_probe(args):
     """The seccomp filter dashd's unit gets, checked to bite: calls the unit forbids fail
     with the unit's errors, an AF_UNIX socket works."""
-    unit_file = os.path.join(root, 'systemd', 'dashd.service' if args.cpu else 'dashd@.service')
-    unit = unit_sandbox.load(unit_file, (), None if args.cpu else '0')
-    allow = unit_sandbox.syscall_allow_list(unit, os.path.join(root, 'tests', 'syscall-groups.txt'))
+    unit_file, instance = dashd_unit(args)
+    unit = unit_sandbox.load(unit_file, (), instance)
     listfile = STAGE + '/probe.syscalls'
-    with open(listfile, 'w') as f:
-        f.write('\n'.join(allow) + '\n')
-    rc, out = sh([STAGE + '/bin/unit_seccomp', '--errno', '1', '--allow-file', listfile, '--af-unix',
-                  '--restrict-namespaces', '--restrict-realtime', '--restrict-suid-sgid',
-                  '--lock-personality', '--', PYTHON, '-c', PROBE], 'dash')
+    argv = unit_sandbox.seccomp_argv(unit, STAGE + '/bin/unit_seccomp', listfile, GROUPS)
+    rc, out = sh(argv + [PYTHON, '-c', PROBE], 'dash')
     want = 'inet=EAFNOSUPPORT unix=ok unshare=EPERM chroot=EPERM fifo=EPERM personality=EPERM'
-    report(rc == 0 and out == want, f'the units\' seccomp filter bites ({len(allow)} calls allowed): {out}')
+    allowed = sum(1 for _ in open(listfile))
+    report(rc == 0 and out == want, f'the units\' seccomp filter bites ({allowed} calls allowed): {out}')
 
 
 def main():
@@ -415,7 +417,7 @@ def main():
         stop(svc, notify, 'dashd')
     if args.mps and not args.cpu:
         mps_unit = os.path.join(root, 'systemd', 'dashd-mps.service')
-        mps = Service(mps_unit, notify, log=os.path.join(args.out, 'mps.log'))
+        mps = Service(mps_unit, log=os.path.join(args.out, 'mps.log'))
         rc = mps.proc.wait(60)  # Type=forking: the control daemon forked and the start exits 0
         report(rc == 0, f'dashd-mps: nvidia-cuda-mps-control -d in its sandbox as dash, start exit status {rc}')
         svc = run_dashd(args, notify, [os.path.join(root, 'systemd', 'dashd-mps.conf')], 'dashd-under-mps',
@@ -423,8 +425,8 @@ def main():
         if svc:
             report('mps' in svc.sharing, f'dashd-under-mps: {svc.sharing or "no GPU sharing line"}')
             stop(svc, notify, 'dashd-under-mps')
-        env = dict(x.split('=', 1) for v in mps.unit.get('Service.Environment', []) for x in shlex.split(v))
-        rc, out = sh(['/bin/sh', '-c', mps.one('Service.ExecStop').split("-c ", 1)[1].strip("'")], 'dash', env)
+        rc, out = sh(shlex.split(mps.one('Service.ExecStop')), mps.one('Service.User'),
+                     unit_sandbox.environment(mps.unit))
         for _ in range(100):  # the server finishes its clients' teardown first
             left = subprocess.run(['pgrep', '-a', '-u', 'dash', '-f', 'nvidia-cuda-mps'], capture_output=True,
                                   text=True).stdout

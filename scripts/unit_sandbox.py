@@ -25,6 +25,7 @@ As a module: load(path, dropins, instance) gives the parsed unit (a dict of list
 RULES says what stands for each directive.
 """
 import argparse
+import errno
 import fnmatch
 import os
 import pwd
@@ -84,6 +85,17 @@ RULES = {
     'Service.SystemCallFilter': 'seccomp allow list, @groups expanded from tests/syscall-groups.txt',
     'Service.SystemCallErrorNumber': 'seccomp default errno',
 }
+
+# The directories systemd makes for a service: (name key, mode key, base, environment variable).
+STATE_DIRS = (('Service.RuntimeDirectory', 'Service.RuntimeDirectoryMode', '/run', 'RUNTIME_DIRECTORY'),
+              ('Service.LogsDirectory', 'Service.LogsDirectoryMode', '/var/log', 'LOGS_DIRECTORY'))
+
+# The seccomp options of tests/unit_seccomp.c that stand for boolean directives.
+SECCOMP_FLAGS = (('Service.RestrictNamespaces', '--restrict-namespaces'),
+                 ('Service.RestrictRealtime', '--restrict-realtime'),
+                 ('Service.RestrictSUIDSGID', '--restrict-suid-sgid'),
+                 ('Service.LockPersonality', '--lock-personality'),
+                 ('Service.MemoryDenyWriteExecute', '--memory-deny-write-execute'))
 
 # DevicePolicy=closed's pseudo devices (systemd.resource-control(5)).
 CLOSED_DEVICES = ['null', 'zero', 'full', 'random', 'urandom', 'tty', 'ptmx']
@@ -170,6 +182,45 @@ def syscall_allow_list(unit, groups_file):
     return sorted(allowed) if allowed is not None else None
 
 
+def state_dirs(unit):
+    """(path, mode, environment variable) of each directory the unit asks systemd for."""
+    return [(f'{base}/{name}', int(one(unit, mode_key, '0755'), 8), var)
+            for key, mode_key, base, var in STATE_DIRS for name in one(unit, key, '').split()]
+
+
+def environment(unit):
+    """The variables of the unit's Environment= lines, in order."""
+    env = {}
+    for value in unit.get('Service.Environment', []):
+        for item in shlex.split(value):
+            k, _, v = item.partition('=')
+            env[k] = v
+    return env
+
+
+def seccomp_argv(unit, seccomp, listfile, groups):
+    """unit_seccomp's command line (up to and including its '--') for the unit's system-call
+    directives, the allow list written to listfile; [] when the unit has no
+    SystemCallFilter=."""
+    allow = syscall_allow_list(unit, groups)
+    if allow is None:
+        if one(unit, 'Service.RestrictAddressFamilies') or any(yes(unit, k) for k, _ in SECCOMP_FLAGS):
+            raise SystemExit('unit_sandbox: seccomp options without SystemCallFilter= are not emulated')
+        return []
+    with open(listfile, 'w') as f:
+        f.write('\n'.join(allow) + '\n')
+    os.chmod(listfile, 0o644)
+    err = one(unit, 'Service.SystemCallErrorNumber', 'EPERM')
+    argv = [seccomp, '--errno', str(getattr(errno, err)), '--allow-file', listfile]
+    families = one(unit, 'Service.RestrictAddressFamilies')
+    if families:
+        if families.split() != ['AF_UNIX']:
+            raise SystemExit('unit_sandbox: only RestrictAddressFamilies=AF_UNIX is emulated')
+        argv.append('--af-unix')
+    argv += [opt for key, opt in SECCOMP_FLAGS if yes(unit, key)]
+    return argv + ['--']
+
+
 def device_nodes(allow_patterns):
     """The /dev character nodes a closed policy with these DeviceAllow= patterns lets
     through: (path, major, minor). A 'char-GLOB' pattern matches the driver names of
@@ -208,16 +259,13 @@ def device_nodes(allow_patterns):
 
 
 def plan(unit, args):
-    """The shell text run inside the new namespaces (as root, before dropping to User=),
-    and the command it execs."""
+    """The service's (uid, gid), and the shell text run inside the new namespaces (as root,
+    before dropping to User=) that ends by exec'ing ExecStart."""
     user, group = one(unit, 'Service.User', 'root'), one(unit, 'Service.Group')
     pw = pwd.getpwnam(user)
     gid = grp.getgrnam(group).gr_gid if group else pw.pw_gid
     sh = ['set -e', 'mount --make-rprivate /']
-    rw = []
-    for key, base in (('Service.RuntimeDirectory', '/run'), ('Service.LogsDirectory', '/var/log')):
-        for name in one(unit, key, '').split():
-            rw.append(f'{base}/{name}')
+    rw = [path for path, _, _ in state_dirs(unit)]
     for p in ' '.join(unit.get('Service.ReadWritePaths', [])).split():
         optional = p.startswith('-')
         p = p.lstrip('-')
@@ -289,15 +337,9 @@ def plan(unit, args):
 
     env = {'PATH': '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
            'LANG': 'C.UTF-8', 'USER': user, 'LOGNAME': user, 'HOME': pw.pw_dir, 'SHELL': pw.pw_shell}
-    for key, base, var in (('Service.RuntimeDirectory', '/run', 'RUNTIME_DIRECTORY'),
-                           ('Service.LogsDirectory', '/var/log', 'LOGS_DIRECTORY')):
-        names = one(unit, key, '').split()
-        if names:
-            env[var] = ':'.join(f'{base}/{n}' for n in names)
-    for value in unit.get('Service.Environment', []):
-        for item in shlex.split(value):
-            k, _, v = item.partition('=')
-            env[k] = v
+    for path, _, var in state_dirs(unit):
+        env[var] = f'{env[var]}:{path}' if var in env else path
+    env.update(environment(unit))
     if args.notify_socket:
         env['NOTIFY_SOCKET'] = args.notify_socket
     wd = one(unit, 'Service.WatchdogSec')
@@ -316,35 +358,13 @@ def plan(unit, args):
     if yes(unit, 'Service.NoNewPrivileges'):
         cmd.append('--no-new-privs')
     if 'Service.CapabilityBoundingSet' in unit:
-        if any(unit['Service.CapabilityBoundingSet']) and unit['Service.CapabilityBoundingSet'] != ['']:
+        if any(unit['Service.CapabilityBoundingSet']):
             raise SystemExit('unit_sandbox: only an empty CapabilityBoundingSet= is emulated')
         cmd.append('--bounding-set=-all')
     if 'Service.AmbientCapabilities' in unit:
         cmd += ['--inh-caps=-all', '--ambient-caps=-all']
     cmd.append('--')
-    allow = syscall_allow_list(unit, args.groups)
-    if allow is not None:
-        listfile = args.allow_out
-        with open(listfile, 'w') as f:
-            f.write('\n'.join(allow) + '\n')
-        os.chmod(listfile, 0o644)
-        err = one(unit, 'Service.SystemCallErrorNumber', 'EPERM')
-        import errno as _errno
-        cmd += [args.seccomp, '--errno', str(getattr(_errno, err)), '--allow-file', listfile]
-        if one(unit, 'Service.RestrictAddressFamilies'):
-            if one(unit, 'Service.RestrictAddressFamilies').split() != ['AF_UNIX']:
-                raise SystemExit('unit_sandbox: only RestrictAddressFamilies=AF_UNIX is emulated')
-            cmd.append('--af-unix')
-        for key, opt in (('Service.RestrictNamespaces', '--restrict-namespaces'),
-                         ('Service.RestrictRealtime', '--restrict-realtime'),
-                         ('Service.RestrictSUIDSGID', '--restrict-suid-sgid'),
-                         ('Service.LockPersonality', '--lock-personality'),
-                         ('Service.MemoryDenyWriteExecute', '--memory-deny-write-execute')):
-            if yes(unit, key):
-                cmd.append(opt)
-        cmd.append('--')
-    elif any(yes(unit, k) for k in ('Service.RestrictNamespaces', 'Service.RestrictRealtime')):
-        raise SystemExit('unit_sandbox: seccomp options without SystemCallFilter= are not emulated')
+    cmd += seccomp_argv(unit, args.seccomp, args.allow_out, args.groups)
     envargs = ['env', '-i'] + [f'{k}={v}' for k, v in sorted(env.items())]
     # WATCHDOG_PID is the main PID: this shell's, which every exec below keeps
     if usec:
@@ -352,18 +372,15 @@ def plan(unit, args):
     line = ' '.join(shlex.quote(c) for c in cmd + envargs + exe)
     line = line.replace(shlex.quote('WATCHDOG_PID=$$'), '"WATCHDOG_PID=$$"')
     sh.append('exec ' + line)
-    return rw, (pw.pw_uid, gid), '\n'.join(sh)
+    return (pw.pw_uid, gid), '\n'.join(sh)
 
 
-def prepare(unit, rw, owner):
+def prepare(unit, owner):
     """What systemd makes before starting: the runtime and logs directories."""
-    for key, mode_key, base in (('Service.RuntimeDirectory', 'Service.RuntimeDirectoryMode', '/run'),
-                                ('Service.LogsDirectory', 'Service.LogsDirectoryMode', '/var/log')):
-        for name in one(unit, key, '').split():
-            p = f'{base}/{name}'
-            os.makedirs(p, exist_ok=True)
-            os.chown(p, *owner)
-            os.chmod(p, int(one(unit, mode_key, '0755'), 8))
+    for path, mode, _ in state_dirs(unit):
+        os.makedirs(path, exist_ok=True)
+        os.chown(path, *owner)
+        os.chmod(path, mode)
 
 
 def main():
@@ -382,13 +399,13 @@ def main():
     ap.add_argument('--dry-run', action='store_true')
     args = ap.parse_args()
     unit = load(args.unit, args.dropin, args.instance)
-    rw, owner, script = plan(unit, args)
+    owner, script = plan(unit, args)
     if args.dry_run:
         for k in sorted(unit):
             print(f'# {k}={" | ".join(unit[k])}: {RULES[k]}')
         print(script)
         return
-    prepare(unit, rw, owner)
+    prepare(unit, owner)
     ns = ['unshare', '--mount', '--uts']
     if yes(unit, 'Service.PrivateNetwork'):
         ns.append('--net')

@@ -86,6 +86,30 @@ static const struct {
     {"shmat", offsetof(struct opts, mdwe)},
 };
 
+/* The flag options and the struct opts flag each sets. */
+static const struct {
+    const char *arg;
+    size_t option;
+} flags[] = {
+    {"--af-unix", offsetof(struct opts, af_unix)},
+    {"--restrict-namespaces", offsetof(struct opts, namespaces)},
+    {"--restrict-realtime", offsetof(struct opts, realtime)},
+    {"--restrict-suid-sgid", offsetof(struct opts, suid)},
+    {"--lock-personality", offsetof(struct opts, personality)},
+    {"--memory-deny-write-execute", offsetof(struct opts, mdwe)},
+};
+
+/* Sets the flag named by arg; 0 if arg names none. */
+static int set_flag(struct opts *o, const char *arg)
+{
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (strcmp(arg, flags[i].arg) == 0) {
+            *(int *)((char *)o + flags[i].option) = 1;
+            return 1;
+        }
+    return 0;
+}
+
 static int is_special(const struct opts *o, const char *name)
 {
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
@@ -288,18 +312,8 @@ int main(int argc, char **argv)
             o.err = atoi(argv[++i]);
         else if (strcmp(argv[i], "--allow-file") == 0 && i + 1 < argc)
             o.allow_file = argv[++i];
-        else if (strcmp(argv[i], "--af-unix") == 0)
-            o.af_unix = 1;
-        else if (strcmp(argv[i], "--restrict-namespaces") == 0)
-            o.namespaces = 1;
-        else if (strcmp(argv[i], "--restrict-realtime") == 0)
-            o.realtime = 1;
-        else if (strcmp(argv[i], "--restrict-suid-sgid") == 0)
-            o.suid = 1;
-        else if (strcmp(argv[i], "--lock-personality") == 0)
-            o.personality = 1;
-        else if (strcmp(argv[i], "--memory-deny-write-execute") == 0)
-            o.mdwe = 1;
+        else if (set_flag(&o, argv[i]))
+            continue;
         else if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
