@@ -759,6 +759,26 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
     return 0;
 }
 
+/* The leaves the last backward's kernels hashed for output view v (cuattn_leaves), or
+ * NULL: v must be that whole output, (batch, seqlen, heads, head_dim) from its first
+ * element, for the leaves (rows in that order) to be its own. */
+static const uint64_t *fused_leaves(struct cuda *c, const struct backend_op *op, const struct digest_view *v)
+{
+    const struct attn_problem *p = op->prob;
+    const void *base[3] = {op->dq.data, op->dk.data, op->dv.data};
+    for (int i = 0; i < 3; i++) {
+        const uint64_t *l = cuattn_leaves(c->ca, i);
+        if (!l || v->base != base[i])
+            continue;
+        const int64_t want[4] = {p->batch, i ? p->seqlen_k : p->seqlen_q, i ? p->heads_kv : p->heads_q,
+                                 p->head_dim};
+        if (v->ndim == 4 && v->elem == 2 && v->shape[0] == want[0] && v->shape[1] == want[1] &&
+            v->shape[2] == want[2] && v->shape[3] == want[3])
+            return l;
+    }
+    return NULL;
+}
+
 /* A device op: wait for the client's event, digest the inputs (audit "all"), queue the
  * kernels, digest the outputs (audit), record the client's event, then track the
  * completion (BACKEND_QUEUED) or wait for it here. Inputs come first in op->digest_views
@@ -797,6 +817,8 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     }
     if ((rc = queue_digests(c, op->digest_views, n_in, p->pinned, msg, msglen)) != 0)
         goto fail;
+    /* the outputs' digests from the leaves the backward's kernels hash as they write */
+    (void)cuattn_set_leaves(c->ca, backward && op->n_digests > n_in);
     /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
     rc = backward ? cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv, op->q,
                                     op->k, op->v, op->out, op->lse, op->dout, ret_cfg)
@@ -808,8 +830,13 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     }
     /* Before the record: once the client's stream passes the record it may overwrite the
      * outputs (an optimizer step, the next layer), so they must be read by then. */
-    if ((rc = queue_digests(c, op->digest_views + n_in, op->n_digests - n_in, p->pinned + n_in,
-                            msg, msglen)) != 0)
+    struct digest_view outs[9];
+    for (int32_t i = n_in; i < op->n_digests; i++) {
+        outs[i - n_in] = op->digest_views[i];
+        if (backward)
+            outs[i - n_in].leaves = fused_leaves(c, op, &op->digest_views[i]);
+    }
+    if ((rc = queue_digests(c, outs, op->n_digests - n_in, p->pinned + n_in, msg, msglen)) != 0)
         goto fail;
     if (op->record_event && cudaEventRecord((cudaEvent_t)op->record_event, st) != cudaSuccess) {
         snprintf(msg, msglen, "cannot record the client's event: %s",

@@ -138,6 +138,15 @@ static struct attn_tensor device_tensor(const struct job *j, int slot)
     return e;
 }
 
+/* The digest (digest.h) of a tensor's dense copy: rows of its innermost dimension. */
+static uint64_t dense_digest(const struct val_tensor *t, const void *dense)
+{
+    uint64_t d = 0;
+    const uint64_t row = (uint64_t)t->shape[t->ndim - 1] * (uint64_t)t->elem_size;
+    (void)digest_rows(dense, val_dense_bytes(t), row, &d); /* a dense copy is whole rows */
+    return d;
+}
+
 /* CUDA memory: no copies and no guard (the IPC mapping pins the memory, and validation
  * proved every element inside the registered size); the backend reads and writes the
  * client's tensors where they are. */
@@ -231,7 +240,7 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
     /* audit: digests of the dense copies, which are the tensors' bytes in dense order */
     for (int s = 0; s < p->slots; s++)
         if (!p->t[s].output && (j->digest_mask & (1u << s))) {
-            j->digest[s] = digest_bytes(dense[s], val_dense_bytes(&p->t[s]));
+            j->digest[s] = dense_digest(&p->t[s], dense[s]);
             j->digest_ok |= 1u << s;
         }
 
@@ -254,7 +263,7 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
         return rc;
     for (int s = 0; s < p->slots; s++)
         if (p->t[s].output && (j->digest_mask & (1u << s))) {
-            j->digest[s] = digest_bytes(dense[s], val_dense_bytes(&p->t[s]));
+            j->digest[s] = dense_digest(&p->t[s], dense[s]);
             j->digest_ok |= 1u << s;
         }
 

@@ -112,7 +112,7 @@ static int run_script_ranked(const char *endpoint, const char *run_tag, uint64_t
                                    &t[7], NULL);
         }
     if (ret_dq_digest)
-        *ret_dq_digest = digest_bytes(mem + off(5), TB);
+        CU_ASSERT_EQUAL(digest_rows(mem + off(5), TB, D * 2, ret_dq_digest), 0);
     dash_close(c);
     return rc;
 }
@@ -356,6 +356,67 @@ static void test_audit_diff_calls_same_inputs_other_outputs_only_outputs(void)
     free(out);
     snprintf(args, sizeof args, "verify %s", b);
     CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    free(out);
+}
+
+/* Logs of two digest versions are never compared: run A's log rewritten with headers of
+ * version 1 (frames re-encoded, so the CRCs hold; the records unchanged) is refused by
+ * diff, file against file and as directories, with the reason and exit 2; A against
+ * itself still diffs identical, and dump shows the version dashd writes. */
+static void test_audit_diff_refuses_logs_of_two_digest_versions(void)
+{
+    char a[256], b[300], da[256], db[256], args[1200], *out = NULL;
+    path_of(a, sizeof a, "dv-a.log");
+    path_of(da, sizeof da, "dv-da");
+    path_of(db, sizeof db, "dv-db");
+    CU_ASSERT_FATAL(mkdir(da, 0700) == 0 && mkdir(db, 0700) == 0);
+    snprintf(b, sizeof b, "%s/rank0.log", db);
+    logged_run(a, "", "dv", tu_seed() ^ 6, -1, -1, NULL);
+    size_t na;
+    unsigned char *pa = slurp(a, &na);
+    CU_ASSERT_FATAL(pa != NULL);
+    FILE *f = fopen(b, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    struct auditfile_reader rd;
+    struct auditfile_item it;
+    int headers = 0;
+    auditfile_reader_init(&rd, pa, na);
+    while (auditfile_read(&rd, &it) == 0 && it.kind != AUDITFILE_END) {
+        if (it.kind == AUDITFILE_HEADER) {
+            CU_ASSERT_EQUAL(it.frame->header->digest_version, DIGEST_VERSION);
+            it.frame->header->digest_version = 1;
+            headers++;
+        }
+        unsigned char *buf;
+        size_t len;
+        CU_ASSERT_FATAL(auditfile_encode(it.frame, &buf, &len) == 0);
+        CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
+        free(buf);
+        auditfile_item_free(&it);
+    }
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    auditfile_reader_free(&rd);
+    CU_ASSERT(headers >= 1);
+    char copy[300];
+    snprintf(copy, sizeof copy, "%s/rank0.log", da);
+    CU_ASSERT_FATAL(spit(copy, pa, na) == 0);
+    free(pa);
+    snprintf(args, sizeof args, "diff %s %s 2>&1", a, b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 2);
+    CU_ASSERT(out && strstr(out, "digests of versions 1 and 2"));
+    CU_ASSERT(out && !strstr(out, "identical"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s 2>&1", da, db);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 2);
+    CU_ASSERT(out && strstr(out, "digests of versions 1 and 2"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s", a, copy);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical"));
+    free(out);
+    snprintf(args, sizeof args, "dump --json %s | grep -c '\"digest_version\":%d'", a, DIGEST_VERSION);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && atoi(out) >= 1);
     free(out);
 }
 
@@ -971,6 +1032,7 @@ int suite_audit(void)
     ADD_TEST(s, test_audit_diff_calls_same_inputs_other_outputs_only_outputs);
     ADD_TEST(s, test_audit_diff_tells_same_tokens_different_packing_apart);
     ADD_TEST(s, test_audit_diff_of_directories_names_the_rank_step_and_layer);
+    ADD_TEST(s, test_audit_diff_refuses_logs_of_two_digest_versions);
     ADD_TEST(s, test_audit_verify_catches_flip_truncation_and_splice);
     ADD_TEST(s, test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix);
     ADD_TEST(s, test_audit_rotation_and_sighup_keep_one_sequence);

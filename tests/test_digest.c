@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * test_digest.c - the tensor digest (kernels/digest/digest.h): its definition, and the XXH64
- * that the GPU side uses (kernels/digest/xxh64.h) against libxxhash.
+ * test_digest.c - the tensor digest (kernels/digest/digest.h, version 2): its definition,
+ * and the XXH64 that the GPU side uses (kernels/digest/xxh64.h) against libxxhash.
  */
 #include "suites.h"
 #include "testutil.h"
@@ -42,47 +42,95 @@ static void test_digest_xxh64_matches_libxxhash(void)
     free(b);
 }
 
-/* The definition written out: leaves of 4 KiB chunks, groups of 64 leaf hashes, the root
- * over the group hashes (little-endian words) seeded with the length. */
+/* The definition written out (digest.h, version 2): every row cut into leaves of at most
+ * 4 KiB, groups of 64 leaf hashes, supergroups of 64 group hashes, the root over the
+ * supergroup hashes (little-endian words) seeded with the length. Each level is a plain
+ * array here, hashed with libxxhash. */
 static void le64(unsigned char *p, uint64_t v)
 {
     for (int b = 0; b < 8; b++)
         p[b] = (unsigned char)(v >> (8 * b));
 }
 
-static uint64_t by_definition(const unsigned char *p, uint64_t n)
+/* XXH64 over consecutive runs of up to 64 words of `in` (k words) into `out`: the count. */
+static uint64_t fold64(const unsigned char *in, uint64_t k, unsigned char *out)
 {
-    uint64_t k = (n + DIGEST_CHUNK - 1) / DIGEST_CHUNK, m = (k + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
-    unsigned char *leaves = malloc(k ? k * 8 : 1), *groups = malloc(m ? m * 8 : 1);
-    for (uint64_t i = 0; i < k; i++) {
-        uint64_t len = i + 1 < k ? DIGEST_CHUNK : n - i * DIGEST_CHUNK;
-        le64(leaves + i * 8, XXH64(p + i * DIGEST_CHUNK, len, 0));
-    }
-    for (uint64_t j = 0; j < m; j++) {
-        uint64_t cnt = k - j * DIGEST_FANOUT < DIGEST_FANOUT ? k - j * DIGEST_FANOUT : DIGEST_FANOUT;
-        le64(groups + j * 8, XXH64(leaves + j * DIGEST_FANOUT * 8, cnt * 8, 0));
-    }
-    uint64_t d = XXH64(groups, m * 8, n);
+    uint64_t m = 0;
+    for (uint64_t j = 0; j < k; j += DIGEST_FANOUT, m++)
+        le64(out + m * 8, XXH64(in + j * 8, (k - j < DIGEST_FANOUT ? k - j : DIGEST_FANOUT) * 8, 0));
+    return m;
+}
+
+static uint64_t by_definition(const unsigned char *p, uint64_t n, uint64_t row)
+{
+    const uint64_t per_row = row ? (row + DIGEST_CHUNK - 1) / DIGEST_CHUNK : 0;
+    const uint64_t k = row ? n / row * per_row : 0;
+    unsigned char *leaves = malloc(k * 8 + 8), *groups = malloc(k * 8 + 8), *supers = malloc(k * 8 + 8);
+    uint64_t i = 0;
+    for (uint64_t r = 0; row && r < n; r += row)
+        for (uint64_t at = 0; at < row; at += DIGEST_CHUNK, i++)
+            le64(leaves + i * 8, XXH64(p + r + at, row - at < DIGEST_CHUNK ? row - at : DIGEST_CHUNK, 0));
+    const uint64_t m = fold64(leaves, k, groups), s = fold64(groups, m, supers);
+    const uint64_t d = XXH64(supers, s * 8, n);
     free(leaves);
     free(groups);
+    free(supers);
     return d;
 }
 
-static void test_digest_follows_its_definition_at_chunk_boundaries(void)
+static uint64_t rows_digest(const unsigned char *p, uint64_t n, uint64_t row)
 {
-    /* around a chunk, a group (64 chunks = 256 KiB), and several groups */
+    uint64_t d = 0;
+    CU_ASSERT_EQUAL(digest_rows(p, n, row, &d), 0);
+    return d;
+}
+
+/* A blob of bytes is one row: around a leaf, a group (64 leaves = 256 KiB), several groups,
+ * and a supergroup (64 groups = 16 MiB). */
+static void test_digest_of_bytes_follows_its_definition_at_leaf_and_group_boundaries(void)
+{
     const uint64_t sizes[] = {0, 1, 31, 32, 4095, 4096, 4097, 3 * 4096 + 7, 262143, 262144,
-                              262145, 1000003, 3 * 262144 + 4096 * 5 + 9};
-    unsigned char *b = random_bytes(1000003, 0x22);
+                              262145, 1000003, 3 * 262144 + 4096 * 5 + 9, (16u << 20) + 4096 * 3 + 1};
+    const uint64_t cap = (16u << 20) + 4096 * 3 + 1;
+    unsigned char *b = random_bytes(cap, 0x22);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        CU_ASSERT_EQUAL(digest_bytes(b, sizes[i]), by_definition(b, sizes[i]));
+        CU_ASSERT_EQUAL(digest_bytes(b, sizes[i]), by_definition(b, sizes[i], sizes[i]));
     /* the length is bound in: a prefix never shares its digest */
     CU_ASSERT_NOT_EQUAL(digest_bytes(b, 4096), digest_bytes(b, 4097));
     free(b);
 }
 
-/* One flipped bit anywhere - first byte, chunk and group boundaries, the last byte -
- * changes it. */
+/* Rows: short ones (one leaf each, the attention outputs' case), rows of exactly a leaf,
+ * rows a little over one (two leaves, the second short), enough rows for several
+ * supergroups; and the row length is bound in where it cuts other leaves. Bad row
+ * lengths are refused. */
+static void test_digest_of_rows_follows_its_definition_and_binds_the_row_length(void)
+{
+    const uint64_t rows[][2] = {{2, 7}, {6, 1001}, {128, 300}, {256, 4097}, {256, 70000},
+                                {4096, 65}, {4098, 33}, {3 * 4096 + 2, 5}, {512, 1}};
+    const uint64_t cap = 256 * 70000;
+    unsigned char *b = random_bytes(cap, 0x23);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const uint64_t n = rows[i][0] * rows[i][1];
+        CU_ASSERT_EQUAL(rows_digest(b, n, rows[i][0]), by_definition(b, n, rows[i][0]));
+    }
+    /* one row of n is digest_bytes; other row lengths of the same bytes cut other leaves
+     * and differ - except rows of whole leaves, which cut the same ones (two rows of 4 KiB
+     * are one of 8 KiB) */
+    CU_ASSERT_EQUAL(rows_digest(b, 512, 512), digest_bytes(b, 512));
+    CU_ASSERT_NOT_EQUAL(rows_digest(b, 256 * 300, 256), rows_digest(b, 256 * 300, 128));
+    CU_ASSERT_NOT_EQUAL(rows_digest(b, 12288, 6144), rows_digest(b, 12288, 4096));
+    CU_ASSERT_EQUAL(rows_digest(b, 8192, 8192), rows_digest(b, 8192, 4096));
+    uint64_t d = 0;
+    CU_ASSERT_EQUAL(digest_rows(b, 100, 0, &d), -EINVAL);
+    CU_ASSERT_EQUAL(digest_rows(b, 100, 3, &d), -EINVAL);
+    CU_ASSERT_EQUAL(digest_rows(NULL, 0, 0, &d), 0);
+    CU_ASSERT_EQUAL(d, by_definition(NULL, 0, 0));
+    free(b);
+}
+
+/* One flipped bit anywhere - first byte, leaf and group boundaries, the last byte -
+ * changes it, in a blob and in rows. */
 static void test_digest_one_flipped_bit_changes_it(void)
 {
     const size_t n = 3 * 262144 + 123;
@@ -109,6 +157,22 @@ static void test_digest_one_flipped_bit_changes_it(void)
     memcpy(b, b + 262144, 262144);
     memcpy(b + 262144, tmp, 262144);
     CU_ASSERT_NOT_EQUAL(digest_bytes(b, n), d);
+    memcpy(b + 262144, b, 262144);
+    memcpy(b, tmp, 262144);
+    /* rows of 256 bytes: a flipped bit in any row, and two rows swapped */
+    const uint64_t rn = n / 256 * 256, dr = rows_digest(b, rn, 256);
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        if (where[i] >= rn)
+            continue;
+        b[where[i]] ^= 1u;
+        CU_ASSERT_NOT_EQUAL(rows_digest(b, rn, 256), dr);
+        b[where[i]] ^= 1u;
+    }
+    CU_ASSERT_EQUAL(rows_digest(b, rn, 256), dr);
+    memcpy(tmp, b, 256);
+    memcpy(b, b + 256, 256);
+    memcpy(b + 256, tmp, 256);
+    CU_ASSERT_NOT_EQUAL(rows_digest(b, rn, 256), dr);
     free(tmp);
     free(b);
 }
@@ -131,7 +195,7 @@ static void test_digest_strided_view_equals_its_dense_copy(void)
                     memcpy(dense + at, store + (a * strides[0] + s * strides[1] + h * strides[2] + d) * (int64_t)es, es);
     uint64_t got = 0;
     CU_ASSERT_EQUAL_FATAL(digest_strided(store, 4, shape, strides, es, &got), 0);
-    CU_ASSERT_EQUAL(got, digest_bytes(dense, at));
+    CU_ASSERT_EQUAL(got, rows_digest(dense, at, 70 * es));
     /* a non-unit innermost stride takes the element-by-element path */
     const int64_t shape2[2] = {300, 35};
     const int64_t strides2[2] = {80, 2};
@@ -140,14 +204,25 @@ static void test_digest_strided_view_equals_its_dense_copy(void)
         for (int64_t d = 0; d < 35; d++, at += es)
             memcpy(dense + at, store + (s * 80 + d * 2) * (int64_t)es, es);
     CU_ASSERT_EQUAL_FATAL(digest_strided(store, 2, shape2, strides2, es, &got), 0);
-    CU_ASSERT_EQUAL(got, digest_bytes(dense, at));
+    CU_ASSERT_EQUAL(got, rows_digest(dense, at, 35 * es));
     /* broadcast: stride 0 repeats the row */
     const int64_t shape3[2] = {1000, 70};
     const int64_t strides3[2] = {0, 1};
     for (int64_t r = 0; r < 1000; r++)
         memcpy(dense + (size_t)r * 70 * es, store, 70 * es);
     CU_ASSERT_EQUAL_FATAL(digest_strided(store, 2, shape3, strides3, es, &got), 0);
-    CU_ASSERT_EQUAL(got, digest_bytes(dense, 1000 * 70 * es));
+    CU_ASSERT_EQUAL(got, rows_digest(dense, 1000 * 70 * es, 70 * es));
+    /* rows longer than a leaf, strided: (3, 5000) fp32 taken from every other column */
+    const int64_t shape4[2] = {3, 5000};
+    const int64_t strides4[2] = {10000, 2};
+    unsigned char *wide = random_bytes(3 * 10000 * 4, 0x45), *wd = malloc(3 * 5000 * 4);
+    for (int64_t r = 0; r < 3; r++)
+        for (int64_t c = 0; c < 5000; c++)
+            memcpy(wd + (r * 5000 + c) * 4, wide + (r * 10000 + 2 * c) * 4, 4);
+    CU_ASSERT_EQUAL_FATAL(digest_strided(wide, 2, shape4, strides4, 4, &got), 0);
+    CU_ASSERT_EQUAL(got, rows_digest(wd, 3 * 5000 * 4, 5000 * 4));
+    free(wide);
+    free(wd);
     /* bad arguments */
     CU_ASSERT_EQUAL(digest_strided(store, 0, shape, strides, es, &got), -EINVAL);
     CU_ASSERT_EQUAL(digest_strided(store, 5, shape, strides, es, &got), -EINVAL);
@@ -164,7 +239,8 @@ int suite_digest(void)
     if (!s)
         return -1;
     ADD_TEST(s, test_digest_xxh64_matches_libxxhash);
-    ADD_TEST(s, test_digest_follows_its_definition_at_chunk_boundaries);
+    ADD_TEST(s, test_digest_of_bytes_follows_its_definition_at_leaf_and_group_boundaries);
+    ADD_TEST(s, test_digest_of_rows_follows_its_definition_and_binds_the_row_length);
     ADD_TEST(s, test_digest_one_flipped_bit_changes_it);
     ADD_TEST(s, test_digest_strided_view_equals_its_dense_copy);
     return 0;

@@ -20,7 +20,9 @@
  *                  step, then index, then rank).
  *
  * In both, a pair differs in its parameters, its inputs (the divergence came in from the
- * client) or only its outputs (this op computed other bits).
+ * client) or only its outputs (this op computed other bits). Logs whose headers name more
+ * than one digest version (kernels/digest/digest.h) are refused before anything is
+ * compared: their digests of equal bits differ.
  */
 #include "client/dashctl/ctl.h"
 #include "client/dashctl/ctl_audit.h"
@@ -241,6 +243,31 @@ static void warn_problems(const struct ctl_audit_log *L)
                 L->problems[p].file, L->problems[p].offset, L->problems[p].what);
 }
 
+/* The digest versions (kernels/digest/digest.h) of a log's headers, widening [*lo, *hi];
+ * a header that names none is version 1. */
+static void versions_of(const struct ctl_audit_log *L, uint32_t *lo, uint32_t *hi)
+{
+    for (size_t h = 0; h < L->n_headers; h++) {
+        const Dash__AuditHeader *hd = L->headers[h]->header;
+        const uint32_t v = hd->has_digest_version ? hd->digest_version : 1;
+        *lo = v < *lo ? v : *lo;
+        *hi = v > *hi ? v : *hi;
+    }
+}
+
+/* Digests of two definitions never compare (equal bits would read as different ones):
+ * CTL_EXIT_USAGE with the reason when the logs name more than one version, else 0. */
+static int refuse_mixed_versions(uint32_t lo, uint32_t hi)
+{
+    if (lo >= hi)
+        return 0;
+    fprintf(stderr, "dashctl audit: diff: these logs hold digests of versions %u and %u "
+            "(the definition in kernels/digest/digest.h changed between the dashd builds that "
+            "wrote them); equal bits would read as different digests, so nothing is compared. "
+            "Record both runs with dashd builds of one digest version\n", lo, hi);
+    return CTL_EXIT_USAGE;
+}
+
 /* ---- by call site --------------------------------------------------------------------- */
 
 static int diff_files(const char *a, const char *b, const char *run_a, const char *run_b)
@@ -252,6 +279,14 @@ static int diff_files(const char *a, const char *b, const char *run_a, const cha
     else
         memset(&B, 0, sizeof B);
     if (rc) {
+        ctl__audit_log_free(&A);
+        ctl__audit_log_free(&B);
+        return rc;
+    }
+    uint32_t lo = UINT32_MAX, hi = 0;
+    versions_of(&A, &lo, &hi);
+    versions_of(&B, &lo, &hi);
+    if ((rc = refuse_mixed_versions(lo, hi))) {
         ctl__audit_log_free(&A);
         ctl__audit_log_free(&B);
         return rc;
@@ -572,6 +607,13 @@ static int diff_ranks(const char *a, const char *b, const char *run_a, const cha
         if (!rc)
             rc = place(R, side ? run_b : run_a);
     }
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t l = 0; l < A.n_logs; l++)
+        versions_of(&A.logs[l], &lo, &hi);
+    for (size_t l = 0; l < B.n_logs; l++)
+        versions_of(&B.logs[l], &lo, &hi);
+    if (!rc)
+        rc = refuse_mixed_versions(lo, hi);
     if (rc) {
         run_free(&A);
         run_free(&B);

@@ -208,7 +208,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 buf ^= 1;
                 loaded = 1;
             }
-            bwd_tc_store_unit<DT, D, BN>(p, x, J.bh, n);
+            bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
         }
     }
 }
@@ -291,7 +291,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 progress = 1;
                 if (++st[VSM_STEP] < sched_unit_steps(s, n))
                     continue;
-                bwd_tc_store_unit<DT, D, BN>(p, x, J.bh, n);
+                bwd_tc_store_unit<DT, D, BN, false>(p, x, J.bh, n);
                 st[VSM_LOADED] = 0;
                 st[VSM_STEP] = 0;
                 if (++st[VSM_STAGE] < sched_job_stages(s, J.k))
@@ -439,7 +439,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
     }
 }
 
-/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row). */
+/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row), and the rows' digest leaves
+ * where asked (leaf_dq, row-major (b, i, h)). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(const struct attn_bwd_params p)
 {
@@ -450,7 +451,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
         bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
-                             p.dq_acc + row * D, i, p.scale, lane);
+                             p.dq_acc + row * D, i, p.scale, lane,
+                             p.leaf_dq ? p.leaf_dq + ((int64_t)b * p.seqlen_q + i) * p.heads_q + h : NULL);
     }
 }
 

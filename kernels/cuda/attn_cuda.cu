@@ -66,6 +66,10 @@ struct cuattn {
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
+    unsigned char *leaves; /* device memory, leaves_cap bytes: the audit's fused leaf hashes */
+    size_t leaves_cap;
+    int leaves_on;          /* cuattn_set_leaves */
+    uint64_t *leaf_out[3];  /* the last backward's leaves of dq, dk, dv, or NULL */
     struct cuattn_pin pin[CUATTN_PIN_SLOTS];
     int pin_next; /* the slot upload() takes next */
 };
@@ -144,6 +148,8 @@ void cuattn_free(struct cuattn *a)
         (void)cudaFree(a->scratch);
     if (a->pad)
         (void)cudaFree(a->pad);
+    if (a->leaves)
+        (void)cudaFree(a->leaves);
     (void)cudaStreamSynchronize(a->stream); /* copies may still read the staging buffers */
     for (int i = 0; i < CUATTN_PIN_SLOTS; i++) {
         if (a->pin[i].host)
@@ -825,8 +831,13 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
                               {&dk, vk, hk, 1, {}},   {&dv, vk, hk, 1, {}}};
     if ((rc = pad_in(a, p, args, 8)))
         return rc;
-    if ((rc = cuattn_backward(a, &w, cfg, grid, args[5].wide, args[6].wide, args[7].wide, args[0].wide,
-                              args[1].wide, args[2].wide, args[3].wide, lse, args[4].wide, ret_cfg)))
+    /* the kernels see the widened rows: their leaves would not be the outputs' */
+    const int leaves_on = a->leaves_on;
+    a->leaves_on = 0;
+    rc = cuattn_backward(a, &w, cfg, grid, args[5].wide, args[6].wide, args[7].wide, args[0].wide,
+                         args[1].wide, args[2].wide, args[3].wide, lse, args[4].wide, ret_cfg);
+    a->leaves_on = leaves_on;
+    if (rc)
         return rc;
     return pad_out(a, p, args, 8);
 }
@@ -931,6 +942,35 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
 }
 
 /* ---- backward ---------------------------------------------------------------------- */
+
+/* The audit's fused leaves (cuattn_set_leaves): point bp's leaf arrays into the handle's
+ * leaf memory for the outputs whose kernels hash their rows - dQ in the v2/v3 postprocess,
+ * dK and dV in v3's persistent epilogue (head dims 64, 128, no GQA) or GQA's sum - at head dims that
+ * are whole warps of pairs; the others stay NULL and are digested from memory. */
+static int arm_leaves(struct cuattn *a, const struct attn_problem *p, struct attn_bwd_params *bp, int tc)
+{
+    const int32_t D = p->head_dim;
+    const int dq = tc;
+    const int dkv = p->heads_q > p->heads_kv || (bp->wg && D != 256 && bp->mode == ATTN_MODE_PERSISTENT);
+    if (D % 64 != 0 || (!dq && !dkv))
+        return 0;
+    const size_t rows_q = (size_t)p->batch * (size_t)p->seqlen_q * (size_t)p->heads_q;
+    const size_t rows_k = (size_t)p->batch * (size_t)p->seqlen_k * (size_t)p->heads_kv;
+    size_t used = 0;
+    const size_t o_q = carve(&used, sizeof(uint64_t) * rows_q);
+    const size_t o_k = carve(&used, sizeof(uint64_t) * rows_k);
+    const size_t o_v = carve(&used, sizeof(uint64_t) * rows_k);
+    const int rc = grow(a, &a->leaves, &a->leaves_cap, used);
+    if (rc)
+        return rc;
+    if (dq)
+        bp->leaf_dq = reinterpret_cast<uint64_t *>(a->leaves + o_q);
+    if (dkv) {
+        bp->leaf_dk = reinterpret_cast<uint64_t *>(a->leaves + o_k);
+        bp->leaf_dv = reinterpret_cast<uint64_t *>(a->leaves + o_v);
+    }
+    return 0;
+}
 
 /* cuattn_backward for a problem attn_vl.cu runs (c, s resolved by prepare). */
 static int backward_vl(struct cuattn *a, const struct attn_problem *p, const struct attn_config *c,
@@ -1056,6 +1096,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
 {
     if (!a || !lse || ((uintptr_t)lse & 3u) || grid < 0)
         return -EINVAL;
+    a->leaf_out[0] = a->leaf_out[1] = a->leaf_out[2] = NULL;
     if (padded(a, p))
         return backward_padded(a, p, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
     struct attn_config c;
@@ -1162,6 +1203,8 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
      * lengthen the chain. Measured on an H200 (bench/results/gpu-v2-128-2026-11-29.md). */
     bp.defer = s.kind == SCHED_SHIFT || (s.kind == SCHED_SPT && s.mask == SCHED_MASK_CAUSAL);
     bp.wg = wg;
+    if (a->leaves_on && (rc = arm_leaves(a, p, &bp, tc)))
+        return rc;
 
     rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));
@@ -1170,7 +1213,23 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     a->last_mode = mode;
     a->last_grid = (int32_t)g;
     a->last_wg = wg;
+    a->leaf_out[0] = bp.leaf_dq;
+    a->leaf_out[1] = bp.leaf_dk;
+    a->leaf_out[2] = bp.leaf_dv;
     if (ret_cfg)
         *ret_cfg = c;
     return 0;
+}
+
+int cuattn_set_leaves(struct cuattn *a, int on)
+{
+    if (!a)
+        return -EINVAL;
+    a->leaves_on = on != 0;
+    return 0;
+}
+
+const uint64_t *cuattn_leaves(const struct cuattn *a, int which)
+{
+    return a && which >= 0 && which < 3 ? a->leaf_out[which] : NULL;
 }

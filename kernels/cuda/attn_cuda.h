@@ -199,6 +199,21 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
                     struct attn_tensor out, const float *lse, struct attn_tensor dout,
                     struct attn_config *ret_cfg);
 
+/*
+ * The audit's digests of a backward's outputs, fused into the kernels that write them:
+ * with on != 0, every later cuattn_backward also writes, where its kernels can, the leaf
+ * hashes (kernels/digest/digest.h, version 2: one per row of head_dim elements, row-major
+ * (batch, seqlen, heads) order) of dq, dk and dv into memory of `a`, so the digests need
+ * not read the outputs again (digest_cuda.h takes them as a view's leaves). 0 or -EINVAL.
+ */
+int cuattn_set_leaves(struct cuattn *a, int on);
+
+/* After a successful cuattn_backward: the device array of leaf hashes of output `which`
+ * (0 dq, 1 dk, 2 dv), written on the stream of `a` and valid there until the next backward;
+ * NULL where that output's kernels did not hash it (off; packed batches, windows and
+ * softcap; head dims 96 and the CUDA-core kernels' dQ; a failed call). */
+const uint64_t *cuattn_leaves(const struct cuattn *a, int which);
+
 #ifdef __cplusplus
 }
 #endif

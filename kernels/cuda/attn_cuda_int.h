@@ -117,6 +117,11 @@ struct attn_bwd_params {
     int32_t nvsm;   /* interleaved mode: virtual SMs, min(W, jobs) */
     int32_t defer;  /* v2/v3 persistent: 1 passes a dQ tile on during the unit's next step */
     int32_t wg;     /* 1: v3's kernels (wgmma, sm_90; 64 x 128 tiles), 0: v2's */
+    /* The audit's leaf hashes (digest.h: one per output row, row-major (b, s, h) order),
+     * written by the kernels that write those rows, or NULL: dQ by the v2/v3 postprocess,
+     * dK and dV by v3's persistent epilogue (head dims 64, 128; no GQA) or GQA's sum
+     * (attn_bwd_dkv_sum_kernel). The host sets only those its kernels write. */
+    uint64_t *leaf_dq, *leaf_dk, *leaf_dv;
     /* attn_vl.cu only (zero for the dense kernels). The scratch rows (dq_acc, dsum, lse_vl;
      * dk_acc, dv_acc) are laid out sequence by sequence: sequence b's block starts at row
      * heads_q q0 (k0) and is (heads_q, its length) - each sequence a dense problem of batch 1. */

@@ -39,6 +39,8 @@
 #ifndef DASH_KERNELS_CUDA_BWD_MMA_CUH
 #define DASH_KERNELS_CUDA_BWD_MMA_CUH
 
+#include "kernels/digest/digest_leaf.cuh"
+
 /* q-tile rows of every v2 backward; the kv-tile rows BN (64 or 128) are a template
  * parameter, the schedule's block_n. */
 #define BWD_TC_BM 64
@@ -315,16 +317,25 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
  * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
  * the bwd_tc_dq_at layout of row i. The same products, so the same bits, as one thread a
  * pair; the row's index arithmetic is done once, not per pair (64-bit divisions: they,
- * not memory, bounded the pair-per-thread kernels). */
+ * not memory, bounded the pair-per-thread kernels). leaf: NULL, or where the row's digest
+ * leaf goes (digest_leaf.cuh), hashed from the pairs just stored. */
 template <typename DT, int D>
 static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const float *acc_row, int32_t i, float scale,
-                                                     int32_t lane)
+                                                     int32_t lane, uint64_t *leaf)
 {
     static_assert(D % 64 == 0, "whole warps of pairs");
+    uint32_t pr[D / 64];
 #pragma unroll
-    for (int32_t d = 2 * lane; d < D; d += 64) {
+    for (int32_t k = 0; k < D / 64; k++) {
+        const int32_t d = 2 * lane + 64 * k;
         const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
-        attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
+        pr[k] = DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
+        attn_st_pair(dq_row + d, pr[k]);
+    }
+    if (leaf) {
+        const uint64_t h = digest_leaf_warp<D>(pr, lane);
+        if (lane == 0)
+            *leaf = h;
     }
 }
 
@@ -739,8 +750,9 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 }
 
 /* Store the unit's dK (times scale) and dV: straight to the outputs, or per q-head fp32
- * for GQA (summed by attn_bwd_dkv_sum_kernel). */
-template <typename DT, int D, int BN>
+ * for GQA (summed by attn_bwd_dkv_sum_kernel). v2 never hashes its rows (LEAVES, for
+ * v3's overload: bwd_wgmma.cuh). */
+template <typename DT, int D, int BN, bool LEAVES>
 static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_params &p,
                                                          const bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n)
 {

@@ -9,36 +9,57 @@
 #define DASH_KERNELS_CUDA_BWD_ROWS_CUH
 
 #include "kernels/cuda/attn_cuda_int.h"
+#include "kernels/digest/digest_leaf.cuh"
 
 /* One warp: a kv row's dK and dV at dk_row, dv_row = the sum of the `group` q-heads' rows
  * of dK*scale and dV in the scratch (dk_acc, dv_acc) at src0, src0 + step, ... (ascending;
  * group 0: zeros), rounded to the dtype; lane l the pairs d = 2 l, 2 l + 64, ... (The
  * scratch comes as pointers, not the params: a reference to a kernel's by-value params
- * puts them in local memory, 12 bytes of spills.) */
+ * puts them in local memory, 12 bytes of spills.) leaf_k, leaf_v: NULL, or where the rows'
+ * digest leaves go (digest_leaf.cuh; head dims that are whole warps of pairs only). */
 template <typename DT, int D>
 static __device__ __forceinline__ void attn_bwd_dkv_row(const float *dk_acc, const float *dv_acc, uint16_t *dk_row,
                                                         uint16_t *dv_row, int64_t src0, int64_t step, int32_t group,
-                                                        int32_t lane)
+                                                        int32_t lane, uint64_t *leaf_k, uint64_t *leaf_v)
 {
     static_assert(D % 2 == 0, "pairs");
+    constexpr int32_t C = (D + 63) / 64;
+    uint32_t pk[C], pv[C];
 #pragma unroll
-    for (int32_t d = 2 * lane; d < D; d += 64) {
+    for (int32_t c = 0; c < C; c++) {
+        const int32_t d = 2 * lane + 64 * c;
+        if (D % 64 != 0 && d >= D)
+            continue; /* head dim 96's second half-warp */
         float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+        /* four q-heads' loads in flight at once (the compiler's own choice, left to it,
+         * spilled a register on sm_90a once the row's leaves were hashed below) */
+#pragma unroll 4
         for (int32_t g = 0; g < group; g++) {
             const float2 k = *reinterpret_cast<const float2 *>(dk_acc + src0 + g * step + d);
             const float2 v = *reinterpret_cast<const float2 *>(dv_acc + src0 + g * step + d);
             sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
             sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
         }
-        attn_st_pair(dk_row + d, (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16));
-        attn_st_pair(dv_row + d, (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16));
+        pk[c] = (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16);
+        pv[c] = (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16);
+        attn_st_pair(dk_row + d, pk[c]);
+        attn_st_pair(dv_row + d, pv[c]);
+    }
+    if constexpr (D % 64 == 0) {
+        if (leaf_k) {
+            const uint64_t hk = digest_leaf_warp<D>(pk, lane), hv = digest_leaf_warp<D>(pv, lane);
+            if (lane == 0) {
+                *leaf_k = hk;
+                *leaf_v = hv;
+            }
+        }
     }
 }
 
 /* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. One warp
  * per row (b, hk, j) (attn_bwd_dkv_row): the row's index arithmetic (64-bit divisions) once
  * a row, not once an element; each element's sum and rounding as before, so the same
- * bits. */
+ * bits. The rows' digest leaves where asked (leaf_dk, leaf_dv: row-major (b, j, hk)). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const struct attn_bwd_params p)
 {
@@ -48,10 +69,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const st
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
         const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
+        const int64_t leaf = ((int64_t)b * p.seqlen_k + j) * p.heads_kv + hk;
         attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc, dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2],
                                 dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2],
                                 (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D,
-                                (int64_t)p.seqlen_k * D, p.group, lane);
+                                (int64_t)p.seqlen_k * D, p.group, lane, p.leaf_dk ? p.leaf_dk + leaf : NULL,
+                                p.leaf_dk ? p.leaf_dv + leaf : NULL);
     }
 }
 

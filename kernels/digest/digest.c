@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * digest.c - see digest.h. Leaves, groups and the root are hashed as they complete: a
- * group collects up to 64 leaf hashes, and each finished group's hash is fed into a
- * streaming XXH64 state for the root (the same value as hashing the concatenated group
- * hashes). A strided view is gathered row by row into one chunk of staging, so nothing
- * larger than a chunk is ever allocated.
+ * digest.c - see digest.h. Leaves, groups, supergroups and the root are hashed as they
+ * complete: a group collects up to 64 leaf hashes, a supergroup up to 64 group hashes, and
+ * each finished supergroup's hash is fed into a streaming XXH64 state for the root (the
+ * same value as hashing the concatenated supergroup hashes). A strided view is gathered
+ * row by row into one leaf of staging, so nothing larger than a leaf is ever allocated.
  */
 #include "kernels/digest/digest.h"
 
@@ -17,7 +17,8 @@
 struct tree {
     XXH64_state_t root;
     unsigned char group[DIGEST_FANOUT * 8]; /* leaf hashes of the open group, little-endian */
-    size_t leaves;                          /* in the open group */
+    unsigned char super[DIGEST_FANOUT * 8]; /* group hashes of the open supergroup */
+    size_t leaves, groups;                  /* in the open group, supergroup */
 };
 
 static void put_le64(unsigned char *p, uint64_t v)
@@ -30,19 +31,28 @@ static void tree_init(struct tree *t, uint64_t total)
 {
     (void)XXH64_reset(&t->root, total);
     t->leaves = 0;
+    t->groups = 0;
+}
+
+static void tree_close_super(struct tree *t)
+{
+    unsigned char le[8];
+    put_le64(le, XXH64(t->super, t->groups * 8, 0));
+    (void)XXH64_update(&t->root, le, sizeof le);
+    t->groups = 0;
 }
 
 static void tree_close_group(struct tree *t)
 {
-    unsigned char le[8];
-    put_le64(le, XXH64(t->group, t->leaves * 8, 0));
-    (void)XXH64_update(&t->root, le, sizeof le);
+    put_le64(t->super + t->groups * 8, XXH64(t->group, t->leaves * 8, 0));
     t->leaves = 0;
+    if (++t->groups == DIGEST_FANOUT)
+        tree_close_super(t);
 }
 
-static void tree_leaf(struct tree *t, const void *chunk, size_t len)
+static void tree_leaf(struct tree *t, const void *leaf, size_t len)
 {
-    put_le64(t->group + t->leaves * 8, XXH64(chunk, len, 0));
+    put_le64(t->group + t->leaves * 8, XXH64(leaf, len, 0));
     if (++t->leaves == DIGEST_FANOUT)
         tree_close_group(t);
 }
@@ -51,17 +61,30 @@ static uint64_t tree_digest(struct tree *t)
 {
     if (t->leaves)
         tree_close_group(t);
+    if (t->groups)
+        tree_close_super(t);
     return XXH64_digest(&t->root);
+}
+
+int digest_rows(const void *p, uint64_t n, uint64_t row, uint64_t *ret)
+{
+    if (n && (row == 0 || n % row))
+        return -EINVAL;
+    struct tree t;
+    tree_init(&t, n);
+    const unsigned char *b = p;
+    for (uint64_t r = 0; r < n; r += row)
+        for (uint64_t at = 0; at < row; at += DIGEST_CHUNK)
+            tree_leaf(&t, b + r + at, (size_t)(row - at < DIGEST_CHUNK ? row - at : DIGEST_CHUNK));
+    *ret = tree_digest(&t);
+    return 0;
 }
 
 uint64_t digest_bytes(const void *p, uint64_t n)
 {
-    struct tree t;
-    tree_init(&t, n);
-    for (uint64_t at = 0; at < n; at += DIGEST_CHUNK)
-        tree_leaf(&t, (const unsigned char *)p + at,
-                  (size_t)(n - at < DIGEST_CHUNK ? n - at : DIGEST_CHUNK));
-    return tree_digest(&t);
+    uint64_t d = 0;
+    (void)digest_rows(p, n, n, &d); /* one row of n bytes: never refused */
+    return d;
 }
 
 int digest_strided(const void *base, int32_t ndim, const int64_t *shape, const int64_t *strides,
@@ -90,14 +113,14 @@ int digest_strided(const void *base, int32_t ndim, const int64_t *shape, const i
     tree_init(t, total);
     const int64_t es = (int64_t)elem;
     const unsigned char *b = base;
-    size_t fill = 0;
     for (int64_t i0 = 0; i0 < dims[0]; i0++)
         for (int64_t i1 = 0; i1 < dims[1]; i1++)
             for (int64_t i2 = 0; i2 < dims[2]; i2++) {
+                /* one row: leaves of up to 4 KiB, a contiguous row in runs that fill the
+                 * leaf, otherwise one element at a time */
                 const unsigned char *row = b + (i0 * st[0] + i1 * st[1] + i2 * st[2]) * es;
+                size_t fill = 0;
                 for (int64_t i3 = 0; i3 < dims[3];) {
-                    /* a contiguous row goes in runs that fill the chunk; otherwise one
-                     * element at a time */
                     int64_t run = 1;
                     if (st[3] == 1) {
                         run = dims[3] - i3;
@@ -107,15 +130,13 @@ int digest_strided(const void *base, int32_t ndim, const int64_t *shape, const i
                     }
                     memcpy(chunk + fill, row + i3 * st[3] * es, (size_t)(run * es));
                     fill += (size_t)(run * es);
-                    if (fill == DIGEST_CHUNK) {
-                        tree_leaf(t, chunk, DIGEST_CHUNK);
+                    i3 += run;
+                    if (fill == DIGEST_CHUNK || i3 == dims[3]) {
+                        tree_leaf(t, chunk, fill);
                         fill = 0;
                     }
-                    i3 += run;
                 }
             }
-    if (fill)
-        tree_leaf(t, chunk, fill);
     *ret = tree_digest(t);
     free(chunk);
     free(t);

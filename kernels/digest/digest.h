@@ -4,21 +4,31 @@
  * libxxhash) and on the GPU (digest_cuda.h): what the audit log records so that two runs
  * can be proven to have produced the same bytes.
  *
- * Definition (digest version 1, "xxh64-tree-4k-64"). Let B be the tensor's bytes in dense
- * row-major order - element by element, each element's bytes as stored (little-endian) -
- * and n = |B|, so a strided view digests like its dense copy. Cut B into chunks of
- * DIGEST_CHUNK = 4096 bytes (the last one shorter; none when n = 0), and the chunks'
- * hashes into groups of DIGEST_FANOUT = 64 (the last one smaller). Then
+ * Definition (digest version 2, "xxh64-rows-4k-64-64"). Let B be the tensor's bytes in
+ * dense row-major order - element by element, each element's bytes as stored
+ * (little-endian) - and n = |B|, so a strided view digests like its dense copy. A row is
+ * the innermost dimension: r = shape[ndim-1] * elem bytes (a blob of bytes is one row of
+ * n). Cut every row, in order, into leaves of DIGEST_CHUNK = 4096 bytes (the row's last one
+ * shorter; a row of at most 4 KiB is one leaf), then the leaves' hashes into groups of
+ * DIGEST_FANOUT = 64, and the groups' hashes into supergroups of 64 (the last of each
+ * smaller). Then
  *
- *     leaf_i  = XXH64(chunk_i, seed 0)
- *     group_j = XXH64(le64(leaf_64j) || ... || le64(leaf_64j+63), seed 0)
- *     digest  = XXH64(le64(group_0) || ... || le64(group_m-1), seed n)
+ *     leaf_i  = XXH64(leaf bytes_i, seed 0)
+ *     group_j = XXH64(le64(leaf_64j)  || ... || le64(leaf_64j+63),  seed 0)
+ *     super_k = XXH64(le64(group_64k) || ... || le64(group_64k+63), seed 0)
+ *     digest  = XXH64(le64(super_0)   || ... || le64(super_m-1),    seed n)
  *
- * A GPU hashes every chunk in its own thread, then every group, then the root, so the
- * work is spread over tens of thousands of threads for the tensors of one op, and no
- * thread hashes more than 4 KiB; the root binds the order and the length. Any change of a
- * byte, of the order, or of the length changes the digest except with probability about
- * 2^-64 per pair of tensors.
+ * Rows as leaves let a kernel that writes a row hash it while the row is still in its
+ * registers (the backward's dQ postprocess and dK/dV epilogues do: attn_cuda.h), so an
+ * audited op need not read its outputs again; the supergroups keep the root's serial
+ * chain short when rows are small (64 MiB of 256-byte rows: 64 words). The root binds the
+ * order and the length. Any change of a byte, of the order, of the length, or of the leaf
+ * boundaries (another row length, unless both are whole multiples of 4 KiB) changes the
+ * digest except with probability about 2^-64 per pair of tensors.
+ *
+ * Version 1 (until 2026-12-03) had 4 KiB leaves cut across rows and no supergroups; logs
+ * record the version in their header, and `dashctl audit diff` refuses to compare digests
+ * of different versions.
  */
 #ifndef DASH_DIGEST_H
 #define DASH_DIGEST_H
@@ -30,12 +40,17 @@
 extern "C" {
 #endif
 
-#define DIGEST_VERSION 1
+#define DIGEST_VERSION 2
 #define DIGEST_CHUNK 4096
 #define DIGEST_FANOUT 64
 
-/* The digest of n contiguous bytes. p may be NULL when n is 0. */
+/* The digest of n contiguous bytes as one row. p may be NULL when n is 0. */
 uint64_t digest_bytes(const void *p, uint64_t n);
+
+/* The digest of n contiguous bytes in rows of `row` bytes (a dense tensor whose innermost
+ * dimension has row bytes). Returns 0 and *ret, or -EINVAL when row is 0 or does not divide
+ * n (n 0: any row). */
+int digest_rows(const void *p, uint64_t n, uint64_t row, uint64_t *ret);
 
 /* The digest of a strided view: ndim (1..4) dims of shape[i] >= 1 elements of elem bytes,
  * strides in elements (any, including 0 and overlapping), read in row-major order.

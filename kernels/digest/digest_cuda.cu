@@ -16,7 +16,10 @@
 /* What the kernels need per view, passed by value. */
 struct dview {
     const unsigned char *data; /* dense bytes: the tensor itself, or its packed copy */
+    const uint64_t *leaves_in; /* its leaf hashes, already computed (digest_view.leaves) */
     uint64_t bytes;
+    uint64_t row;     /* bytes per row (the innermost dimension) */
+    uint64_t per_row; /* leaves per row */
     uint64_t first_leaf; /* its first leaf's global index: a multiple of LEAF_BLOCK / 2 */
     uint64_t leaves;
     uint64_t first_group; /* index of its first group hash in the scratch */
@@ -28,7 +31,8 @@ struct dtable {
     struct dview v[DIGEST_CUDA_MAX_VIEWS];
 };
 
-static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_dense)
+/* Checks a view; its bytes, whether it is dense, and its row bytes. */
+static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_dense, uint64_t *ret_row = NULL)
 {
     if (!v->base || v->ndim < 1 || v->ndim > 4 || v->elem < 1 || v->elem > 16 ||
         (v->elem & (v->elem - 1)))
@@ -43,14 +47,24 @@ static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_de
             dense = 0;
         expect *= v->shape[i];
     }
+    const uint64_t row = (uint64_t)v->shape[v->ndim - 1] * (uint64_t)v->elem;
+    if (v->leaves && row > DIGEST_CHUNK)
+        return 0; /* given leaves are whole rows */
     *ret_bytes = bytes;
     *ret_dense = dense;
+    if (ret_row)
+        *ret_row = row;
     return 1;
 }
 
-static uint64_t leaves_of(uint64_t bytes)
+static uint64_t per_row_of(uint64_t row)
 {
-    return (bytes + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+    return (row + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+}
+
+static uint64_t leaves_of(uint64_t bytes, uint64_t row)
+{
+    return bytes / row * per_row_of(row);
 }
 
 static uint64_t groups_of(uint64_t leaves)
@@ -69,12 +83,12 @@ size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
         return 0;
     uint64_t hashes = 0, packed = 0;
     for (int32_t i = 0; i < n; i++) {
-        uint64_t bytes;
+        uint64_t bytes, row;
         int dense;
-        if (!view_ok(&v[i], &bytes, &dense))
+        if (!view_ok(&v[i], &bytes, &dense, &row))
             return 0;
-        hashes += groups_of(leaves_of(bytes));
-        if (!dense)
+        hashes += groups_of(leaves_of(bytes, row));
+        if (!dense && !v[i].leaves)
             packed += align_up((size_t)bytes);
     }
     return align_up((size_t)hashes * 8) + (size_t)packed;
@@ -145,11 +159,10 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
 
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
 #define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block: two groups */
-#define LEAF_SLICES 2 /* 128-byte slices of each chunk staged per step */
-#define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged chunk row: the slices + 16 pad */
+#define LEAF_SLICES 2 /* at most, 128-byte slices of each leaf staged per step */
+#define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged leaf row: the slices + 16 pad */
 #define ROOT_THREADS 256
-#define ROOT_TILE 256 /* group hashes per tile of the root kernel (a multiple of 4; the 96 MiB
-                        * tensor of the GPU digest test spans two tiles) */
+#define ROOT_TILE 256 /* supergroup hashes per tile of the root kernel */
 
 #if LEAF_BLOCK != 2 * DIGEST_FANOUT
 #error "a leaf block must cover exactly two groups"
@@ -164,53 +177,57 @@ static __device__ int32_t view_of(const struct dtable *t, uint64_t g)
     return i;
 }
 
-/* The j-th load of a warp's step at uint4 offset `at` of its 32 chunks: 8 lanes take one
- * 128-byte slice (a whole line) of chunk (j % 8) * 4 + lane / 8. */
-static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t lane, uint32_t at, uint32_t j)
+/* The j-th load of a warp's step at uint4 offset `at` of its 32 leaves, `len16` uint4 each
+ * and back to back: 8 lanes take one 128-byte slice (a whole line) of leaf
+ * (j % 8) * 4 + lane / 8. */
+static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t len16, uint32_t lane, uint32_t at,
+                                                  uint32_t j)
 {
-    const uint32_t chunk = (j & 7u) * 4 + (lane >> 3), part = (j >> 3) * 8 + (lane & 7u);
-    return __ldg(base + (size_t)chunk * (DIGEST_CHUNK / 16) + at + part);
+    const uint32_t leaf = (j & 7u) * 4 + (lane >> 3), part = (j >> 3) * 8 + (lane & 7u);
+    return __ldg(base + (size_t)leaf * len16 + at + part);
 }
 
-/* The hash of the warp's 32 whole, aligned chunks at base, one per lane. If every thread
- * loaded its own bytes, one load instruction of a warp would touch 32 lines 4 KiB apart;
- * instead the warp loads 128-byte slices of four chunks per instruction (8 threads per
- * slice, whole lines), LEAF_SLICES slices of every chunk per step, stages them in shared
- * memory (rows padded against bank conflicts) and each thread hashes its row: the same
- * bytes in the same order, read at full line width. Software pipelined: the next step's
- * slices are loaded into registers while the rounds run on the staged ones, so memory is
- * always in flight behind the rounds' long serial chains. */
-static __device__ uint64_t leaf_warp(const uint4 *base, uint4 (*stage)[LEAF_ROW], uint32_t lane)
+/* The hash of the warp's 32 leaves at base, back to back, len16 uint4 each (a multiple of
+ * 8 SLICES), one per lane. If every thread loaded its own bytes, one load instruction of a
+ * warp would touch 32 places a leaf apart; instead the warp loads 128-byte slices of four
+ * leaves per instruction (8 threads per slice, whole lines), SLICES slices of every leaf
+ * per step, stages them in shared memory (rows padded against bank conflicts) and each
+ * thread hashes its row: the same bytes in the same order, read at full line width.
+ * Software pipelined: the next step's slices are loaded into registers while the rounds
+ * run on the staged ones, so memory is always in flight behind the rounds' long serial
+ * chains. */
+template <int SLICES>
+static __device__ uint64_t leaf_warp(const uint4 *base, uint32_t len16, uint4 (*stage)[LEAF_ROW], uint32_t lane)
 {
     uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
-    uint4 x[8 * LEAF_SLICES];
+    uint4 x[8 * SLICES];
 #pragma unroll
-    for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
-        x[j] = leaf_load(base, lane, 0, j);
-    for (uint32_t at = 0; at < DIGEST_CHUNK / 16; at += 8 * LEAF_SLICES) {
+    for (uint32_t j = 0; j < 8 * SLICES; j++)
+        x[j] = leaf_load(base, len16, lane, 0, j);
+    for (uint32_t at = 0; at < len16; at += 8 * SLICES) {
 #pragma unroll
-        for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
+        for (uint32_t j = 0; j < 8 * SLICES; j++)
             stage[(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
         __syncwarp();
-        if (at + 8 * LEAF_SLICES < DIGEST_CHUNK / 16)
+        if (at + 8 * SLICES < len16)
 #pragma unroll
-            for (uint32_t j = 0; j < 8 * LEAF_SLICES; j++)
-                x[j] = leaf_load(base, lane, at + 8 * LEAF_SLICES, j);
+            for (uint32_t j = 0; j < 8 * SLICES; j++)
+                x[j] = leaf_load(base, len16, lane, at + 8 * SLICES, j);
 #pragma unroll
-        for (uint32_t i = 0; i < 4 * LEAF_SLICES; i++) {
+        for (uint32_t i = 0; i < 4 * SLICES; i++) {
             const uint4 a = stage[lane][2 * i], b = stage[lane][2 * i + 1];
             stripe(v, a, b);
         }
         __syncwarp();
     }
-    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + DIGEST_CHUNK);
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + 16ull * len16);
 }
 
-/* Leaves and groups in one pass: one thread per leaf (4 KiB chunk), LEAF_BLOCK leaves per
- * block, which are two whole groups (each view's leaves start at a multiple of
- * DIGEST_FANOUT, so a group never spans two views; indices in the padding hash nothing). The leaf hashes stay in shared
- * memory and two threads hash the block's groups from there: no second kernel, and no
- * global round trip for the leaves. */
+/* Leaves and groups in one pass: one thread per leaf, LEAF_BLOCK leaves per block, which
+ * are two whole groups (each view's leaves start at a multiple of DIGEST_FANOUT, so a
+ * group never spans two views; indices in the padding hash nothing). A view with given
+ * leaves only loads them. The leaf hashes stay in shared memory and two threads hash the
+ * block's groups from there: no second kernel, and no global round trip for the leaves. */
 static __global__ void __launch_bounds__(LEAF_BLOCK)
     leaf_group_kernel(struct dtable t, uint64_t *groups)
 {
@@ -220,18 +237,26 @@ static __global__ void __launch_bounds__(LEAF_BLOCK)
     const uint64_t g = blockIdx.x * (uint64_t)LEAF_BLOCK + threadIdx.x; /* global leaf index */
     const struct dview *v = &t.v[view_of(&t, g - (threadIdx.x & (DIGEST_FANOUT - 1)))];
     const uint64_t k = g - v->first_leaf; /* this thread's leaf in its view */
-    const uint64_t k0 = k - lane;                          /* the warp's first */
-    if (k0 + 32 <= v->bytes / DIGEST_CHUNK && ((uintptr_t)v->data & 15u) == 0) {
-        /* uniform across the warp: 32 whole, aligned chunks */
-        hashes[threadIdx.x] = leaf_warp(reinterpret_cast<const uint4 *>(v->data + k0 * DIGEST_CHUNK),
-                                        stage[w], lane);
+    const uint64_t k0 = k - lane;         /* the warp's first */
+    /* leaves of one length, back to back: rows of at most a leaf, or of whole leaves */
+    const uint64_t len = v->row < DIGEST_CHUNK ? v->row : DIGEST_CHUNK;
+    const bool even = v->row <= DIGEST_CHUNK || v->row % DIGEST_CHUNK == 0;
+    if (v->leaves_in) {
+        if (k < v->leaves)
+            hashes[threadIdx.x] = __ldg(v->leaves_in + k);
+    } else if (even && len % 128 == 0 && k0 + 32 <= v->leaves && ((uintptr_t)v->data & 15u) == 0) {
+        /* uniform across the warp: 32 whole, aligned leaves of 128-byte lines */
+        const uint4 *base = reinterpret_cast<const uint4 *>(v->data + k0 * len);
+        hashes[threadIdx.x] = len % 256 == 0 ? leaf_warp<2>(base, (uint32_t)(len / 16), stage[w], lane)
+                                             : leaf_warp<1>(base, (uint32_t)(len / 16), stage[w], lane);
     } else if (k < v->leaves) {
-        const uint64_t at = k * DIGEST_CHUNK;
-        const uint64_t len = v->bytes - at < DIGEST_CHUNK ? v->bytes - at : DIGEST_CHUNK;
-        const unsigned char *p = v->data + at;
-        hashes[threadIdx.x] = len == DIGEST_CHUNK && ((uintptr_t)p & 15u) == 0
-                                  ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), len, 0)
-                                  : xxh64(p, (size_t)len, 0);
+        const uint64_t r = k / v->per_row, piece = k - r * v->per_row;
+        const uint64_t in_row = piece * DIGEST_CHUNK;
+        const uint64_t n = v->row - in_row < DIGEST_CHUNK ? v->row - in_row : DIGEST_CHUNK;
+        const unsigned char *p = v->data + r * v->row + in_row;
+        hashes[threadIdx.x] = n % 32 == 0 && ((uintptr_t)p & 15u) == 0
+                                  ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), n, 0)
+                                  : xxh64(p, (size_t)n, 0);
     }
     __syncthreads(); /* the block's leaf hashes are all in shared memory */
     if ((threadIdx.x & (DIGEST_FANOUT - 1)) == 0 && k < v->leaves) {
@@ -240,22 +265,27 @@ static __global__ void __launch_bounds__(LEAF_BLOCK)
     }
 }
 
-/* One block per view: the root over its group hashes, seeded with its length - XXH64 run
- * by thread 0 over tiles that the whole block loads into shared memory (one thread
- * loading a view's hashes itself paid a memory latency every few stripes). */
+/* One block per view: its supergroups, each by one thread over up to 64 group hashes,
+ * into shared tiles, and the root over them, seeded with its length - XXH64 run by thread
+ * 0 over each tile (one thread loading a view's hashes itself paid a memory latency every
+ * few stripes). */
 static __global__ void __launch_bounds__(ROOT_THREADS)
     root_kernel(struct dtable t, const uint64_t *groups, uint64_t *out)
 {
     __shared__ uint64_t tile[ROOT_TILE];
     const struct dview *v = &t.v[blockIdx.x];
-    const uint64_t n = v->groups, seed = v->bytes, striped = n / 4 * 4;
+    const uint64_t ng = v->groups, n = (ng + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
+    const uint64_t seed = v->bytes, striped = n / 4 * 4;
     const uint64_t *g = groups + v->first_group;
     uint64_t acc[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
     for (uint64_t base = 0; base < n; base += ROOT_TILE) {
         const uint64_t cnt = n - base < ROOT_TILE ? n - base : ROOT_TILE;
-        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS)
-            tile[i] = __ldcg(g + base + i);
-        __syncthreads(); /* the tile is loaded */
+        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS) {
+            const uint64_t first = (base + i) * DIGEST_FANOUT;
+            const uint64_t m = ng - first < DIGEST_FANOUT ? ng - first : DIGEST_FANOUT;
+            tile[i] = xxh64(g + first, (size_t)m * 8, 0);
+        }
+        __syncthreads(); /* the tile is formed */
         if (threadIdx.x == 0) {
             const uint64_t end = base + cnt < striped ? base + cnt : striped;
             for (uint64_t w = base; w + 4 <= end; w += 4)
@@ -288,12 +318,15 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
     t.n = n;
     uint64_t total = 0, total_groups = 0;
     for (int32_t i = 0; i < n; i++) {
-        uint64_t bytes;
+        uint64_t bytes, row;
         int dense;
-        (void)view_ok(&v[i], &bytes, &dense);
+        (void)view_ok(&v[i], &bytes, &dense, &row);
         t.v[i].bytes = bytes;
+        t.v[i].row = row;
+        t.v[i].per_row = per_row_of(row);
+        t.v[i].leaves_in = v[i].leaves;
         t.v[i].first_leaf = total;
-        t.v[i].leaves = leaves_of(bytes);
+        t.v[i].leaves = leaves_of(bytes, row);
         t.v[i].first_group = total_groups;
         t.v[i].groups = groups_of(t.v[i].leaves);
         total += t.v[i].groups * DIGEST_FANOUT; /* the next view starts at a whole group */
@@ -305,7 +338,7 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         uint64_t bytes;
         int dense;
         (void)view_ok(&v[i], &bytes, &dense);
-        if (dense) {
+        if (dense || v[i].leaves) {
             t.v[i].data = static_cast<const unsigned char *>(v[i].base);
             continue;
         }

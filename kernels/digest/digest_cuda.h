@@ -3,11 +3,13 @@
  * digest_cuda.h - the digests of kernels/digest/digest.h computed on the GPU, for tensors in
  * device memory: the same value as digest_strided() on a host copy of the same bytes.
  *
- * Two kernels: one thread hashes each 4 KiB chunk (leaf) and, from shared memory, one
- * thread of each 64 hashes their group; then a block per tensor hashes its group hashes
- * (root). A dense view is hashed in place; a strided one is first gathered into dense
- * scratch. Everything is queued on the caller's stream, so digests of an op's
- * outputs queued right after the op are ready when the stream reaches them.
+ * Two kernels: one thread hashes each leaf (a row, or a 4 KiB piece of a longer row) and,
+ * from shared memory, one thread of each 64 hashes their group; then a block per tensor
+ * hashes its supergroups and the root over them. A dense view is hashed in place; a
+ * strided one is first gathered into dense scratch. A view whose leaves a kernel has
+ * already hashed (the backward's fused epilogues, attn_cuda.h) skips the first level and
+ * never reads the tensor. Everything is queued on the caller's stream, so digests of an
+ * op's outputs queued right after the op are ready when the stream reaches them.
  */
 #ifndef DASH_DIGEST_CUDA_H
 #define DASH_DIGEST_CUDA_H
@@ -22,13 +24,16 @@ extern "C" {
 #define DIGEST_CUDA_MAX_VIEWS 16
 
 /* A tensor in device memory: ndim (1..4) dims, strides in elements, elem bytes (1, 2, 4,
- * 8 or 16). */
+ * 8 or 16). leaves: NULL, or its leaf hashes (digest.h: one per row, in row-major order;
+ * rows of at most DIGEST_CHUNK bytes) already in device memory, written earlier on the
+ * same stream; base is then not read. */
 struct digest_view {
     const void *base;
     int32_t ndim;
     int64_t shape[4];
     int64_t strides[4];
     int32_t elem;
+    const uint64_t *leaves;
 };
 
 /* Device scratch digest_cuda() needs for these views (group hashes, and dense copies of

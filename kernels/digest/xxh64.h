@@ -17,7 +17,7 @@
 #include <string.h>
 
 #ifdef __CUDACC__
-#define XXH64_FN static inline __host__ __device__
+#define XXH64_FN static __forceinline__ __host__ __device__
 #else
 #define XXH64_FN static inline
 #endif

@@ -23,6 +23,8 @@
 #include "../testutil.h"
 #include "kernels/cuda/attn_cuda_test.h"
 #include "kernels/attn/ref.h"
+#include "kernels/digest/digest.h"
+#include "kernels/digest/digest_cuda.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* ---- fixtures ---------------------------------------------------------------------- */
 
@@ -697,7 +700,8 @@ static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_ind
 /* The test compute-sanitizer runs (scripts/gpu_sanitize.sh: memcheck, racecheck,
  * synccheck), small enough for their slowdown: every kernel implementation, every head
  * dim, every schedule, persistent and interleaved CTAs, each checked against float64 (so
- * a sanitizer run that changes nothing also says the results are right). */
+ * a sanitizer run that changes nothing also says the results are right), with and without
+ * the audit's fused leaves. */
 static void test_attn_gpu_small_shapes_for_sanitizers(void)
 {
     const struct shape_case cases[] = {
@@ -732,6 +736,9 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                         continue; /* interleaving is shift's answer to a small grid */
                     struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0, 0};
                     cuattn__force_interleaved(ca, inter);
+                    /* the audit's fused leaves on every other schedule and interleaved, so
+                     * the tools see the epilogues both ways */
+                    CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, inter || kind % 2 == 0), 0);
                     CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
                     double e[3];
                     if (!grads_close(&a, &R, e)) {
@@ -742,6 +749,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                     }
                 }
             cuattn__force_interleaved(ca, 0);
+            (void)cuattn_set_leaves(ca, 0);
         }
         refs_free(&R);
         gpu_bufs_free(&a);
@@ -1300,6 +1308,93 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
     cuattn_free(ca);
 }
 
+/* The audit's leaves fused into the backward (cuattn_set_leaves): where the kernels hash
+ * an output, its leaves are XXH64 of each of its rows as copied back, and the digest from
+ * them (digest_cuda with the leaves given) is digest_rows() of the host copy and the
+ * device's digest read from memory; the outputs' bits are those of a run without leaves.
+ * The implementation the suite runs decides which outputs get leaves (dQ on v2/v3, dK
+ * and dV on v3 at head dims 64/128 or through GQA's sum), and on sm_90 the MHA shapes at
+ * 64 and 128 must have all three, so the check cannot pass by hashing nothing. Odd
+ * lengths (partial kv tiles, whose missing rows must write no leaf), GQA, fp16 and bf16,
+ * head dims 64, 128, 256 and 96 (never: its kernels see widened rows). */
+static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
+{
+    const struct shape_case cases[] = {
+        {2, 300, 300, 4, 4, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 190, 450, 4, 4, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {2, 257, 257, 8, 2, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 200, 200, 2, 2, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 100, 100, 2, 2, 96, DTYPE_BF16, SCHED_MASK_FULL},
+    };
+    struct cuattn *ca = open_device();
+    const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x1eaf);
+    int bad = 0, hashed = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 0), 0);
+        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        for (int i = 0; i < 3; i++)
+            CU_ASSERT_PTR_NULL(cuattn_leaves(ca, i));
+        struct gpu_copy plain;
+        gpu_copy_bwd(&plain, &a);
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
+        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        CU_ASSERT(gpu_copy_equal(&plain, &a));
+        gpu_copy_free(&plain);
+        const void *host[3] = {a.dq, a.dk, a.dv};
+        void *dev[3] = {a.d_dq, a.d_dk, a.d_dv};
+        const int64_t rows[3] = {(int64_t)p.batch * p.seqlen_q * p.heads_q, (int64_t)p.batch * p.seqlen_k * p.heads_kv,
+                                 (int64_t)p.batch * p.seqlen_k * p.heads_kv};
+        const size_t row = a.es * (size_t)p.head_dim;
+        int got_leaves = 0;
+        for (int i = 0; i < 3; i++) {
+            const uint64_t *dl = cuattn_leaves(ca, i);
+            if (!dl)
+                continue;
+            got_leaves++;
+            uint64_t *hl = malloc(sizeof(uint64_t) * (size_t)rows[i]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(hl);
+            CUDA_OK(cudaMemcpy(hl, dl, sizeof(uint64_t) * (size_t)rows[i], cudaMemcpyDeviceToHost));
+            for (int64_t k = 0; k < rows[i]; k++)
+                if (hl[k] != XXH64((const unsigned char *)host[i] + (size_t)k * row, row, 0) && bad++ < 5)
+                    fprintf(stderr, "\n  case %zu output %d: row %lld's leaf is not its hash", ci, i, (long long)k);
+            free(hl);
+            /* the digest from the leaves, from memory, and on the host */
+            const int64_t seq = i ? p.seqlen_k : p.seqlen_q, heads = i ? p.heads_kv : p.heads_q;
+            struct digest_view v[2] = {{dev[i], 4, {p.batch, seq, heads, p.head_dim},
+                                        {seq * heads * p.head_dim, heads * p.head_dim, p.head_dim, 1}, 2, dl},
+                                       {dev[i], 4, {p.batch, seq, heads, p.head_dim},
+                                        {seq * heads * p.head_dim, heads * p.head_dim, p.head_dim, 1}, 2, NULL}};
+            const size_t need = digest_cuda_scratch_bytes(v, 2);
+            void *scratch = gpu_dev_alloc(need);
+            uint64_t *d_out = gpu_dev_alloc(2 * sizeof(uint64_t)), out[2], want = 0;
+            CU_ASSERT_EQUAL_FATAL(digest_cuda(v, 2, scratch, need, d_out, cuattn_stream(ca)), 0);
+            CUDA_OK(cudaStreamSynchronize((cudaStream_t)cuattn_stream(ca)));
+            CUDA_OK(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost));
+            CU_ASSERT_EQUAL(digest_rows(host[i], (uint64_t)rows[i] * row, row, &want), 0);
+            CU_ASSERT_EQUAL(out[0], want);
+            CU_ASSERT_EQUAL(out[1], want);
+            CUDA_OK(cudaFree(scratch));
+            CUDA_OK(cudaFree(d_out));
+        }
+        if (p.head_dim == 96)
+            CU_ASSERT_EQUAL(got_leaves, 0);
+        if (v3 && p.heads_q == p.heads_kv && p.head_dim != 256 && p.head_dim != 96)
+            CU_ASSERT_EQUAL(got_leaves, 3);
+        hashed += got_leaves;
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(hashed > 0 || cuattn_impl(ca) == CUATTN_IMPL_CUDA_CORES);
+    (void)cuattn_set_leaves(ca, 0);
+    cuattn_free(ca);
+}
+
 int suite_gpu_attn(void)
 {
     CU_pSuite s = CU_add_suite("gpu_attn", NULL, NULL);
@@ -1326,7 +1421,9 @@ int suite_gpu_attn(void)
         !CU_add_test(s, "test_attn_gpu_smaller_gpus_fall_back_to_v1",
                      test_attn_gpu_smaller_gpus_fall_back_to_v1) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
-                     test_attn_gpu_rejects_bad_arguments_and_reports_config))
+                     test_attn_gpu_rejects_bad_arguments_and_reports_config) ||
+        !CU_add_test(s, "test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed",
+                     test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed))
         return -1;
     CU_pSuite f = CU_add_suite("gpu_attn_fwd", NULL, NULL);
     if (!f ||

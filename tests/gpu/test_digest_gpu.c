@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_digest_gpu.c - digests computed on the GPU (kernels/digest/digest_cuda.h) equal the CPU's
- * (kernels/digest/digest.h, libxxhash) for the same bytes: random tensors of odd sizes (below,
- * around the 4 KiB chunk and the 256 KiB group, and 96 MiB), misaligned starts, strided and broadcast
- * views, many views in one call; and one flipped bit on the device changes the digest.
- * Fresh random bytes every run (the runner's seed).
+ * (kernels/digest/digest.h, libxxhash) for the same bytes: random blobs of odd sizes (below,
+ * around the 4 KiB leaf and the 256 KiB group, and 96 MiB), misaligned starts, tensors of
+ * rows (short rows on the warp-staged path and off it, rows over a leaf, 64 MiB of 256-byte
+ * rows: many supergroups), strided and broadcast views, many views in one call, views
+ * whose leaves are given; and one flipped bit on the device changes the digest. Fresh
+ * random bytes every run (the runner's seed). The leaves the backward's kernels hash are
+ * checked in test_attn_gpu.c.
  */
 #include "gpu_digest.h"
 
@@ -15,6 +18,7 @@
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +40,7 @@ static void gpu_digests(const struct digest_view *v, int32_t n, uint64_t *out)
 
 static struct digest_view bytes_view(const void *p, int64_t n)
 {
-    struct digest_view v = {p, 1, {n, 0, 0, 0}, {1, 0, 0, 0}, 1};
+    struct digest_view v = {p, 1, {n, 0, 0, 0}, {1, 0, 0, 0}, 1, NULL};
     return v;
 }
 
@@ -99,9 +103,9 @@ static void test_digest_gpu_strided_views_equal_cpu(void)
     CUDA_OK(cudaMalloc((void **)&d, total * es));
     CUDA_OK(cudaMemcpy(d, h, total * es, cudaMemcpyHostToDevice));
     struct digest_view v[3] = {
-        {d, 4, {2, 300, 3, 70}, {3 * 300 * 80, 80, 300 * 80, 1}, 2},
-        {d, 2, {1000, 70, 0, 0}, {0, 1, 0, 0}, 2},
-        {d, 3, {2, 3, 4000}, {12000, 4000, 1}, 4},
+        {d, 4, {2, 300, 3, 70}, {3 * 300 * 80, 80, 300 * 80, 1}, 2, NULL},
+        {d, 2, {1000, 70, 0, 0}, {0, 1, 0, 0}, 2, NULL},
+        {d, 3, {2, 3, 4000}, {12000, 4000, 1}, 4, NULL},
     };
     uint64_t got[3];
     gpu_digests(v, 3, got);
@@ -122,6 +126,78 @@ static void test_digest_gpu_strided_views_equal_cpu(void)
     free(h);
 }
 
+/* Dense 2-dim views (rows x row bytes, as elements of es bytes) at aligned and misaligned
+ * starts: rows of 128 and 256 bytes (whole lines: the warp-staged path), 96 and 6 bytes
+ * (per thread), 4096 and 4098 (a leaf, and a leaf and a bit), 12 KiB + 2 rows, and 64 MiB
+ * of 256-byte rows; each equal to digest_rows() on the host. Then the same views with
+ * their leaves given (hashed here on the host, uploaded; the tensor's base pointing at
+ * nothing readable) give the same digests: what the fused kernels hand over. */
+static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
+{
+    const int64_t shapes[][3] = {/* rows, row elements, elem bytes */
+                                 {7, 64, 2},    {3001, 128, 2}, {333, 48, 2},   {1001, 3, 2},
+                                 {65, 2048, 2}, {33, 2049, 2},  {5, 6145, 2},   {4099, 32, 4},
+                                 {262144, 128, 2}};
+    const int n = (int)(sizeof shapes / sizeof shapes[0]);
+    const size_t cap = ((size_t)64 << 20) + 64;
+    unsigned char *h = malloc(cap), *d = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xd3d3);
+    for (size_t i = 0; i < cap; i++)
+        h[i] = (unsigned char)tu_next(&r);
+    CUDA_OK(cudaMalloc((void **)&d, cap));
+    CUDA_OK(cudaMemcpy(d, h, cap, cudaMemcpyHostToDevice));
+    int bad = 0;
+    for (int shift = 0; shift < 40; shift += 34) { /* aligned, and 2 bytes past 32 */
+        struct digest_view v[16];
+        uint64_t got[16], want[16];
+        for (int i = 0; i < n; i++) {
+            struct digest_view x = {d + shift, 2, {shapes[i][0], shapes[i][1], 0, 0}, {shapes[i][1], 1, 0, 0},
+                                    (int32_t)shapes[i][2], NULL};
+            v[i] = x;
+            const uint64_t row = (uint64_t)(shapes[i][1] * shapes[i][2]);
+            CU_ASSERT_EQUAL_FATAL(digest_rows(h + shift, (uint64_t)shapes[i][0] * row, row, &want[i]), 0);
+        }
+        gpu_digests(v, n, got);
+        for (int i = 0; i < n; i++)
+            if (got[i] != want[i] && bad++ < 5)
+                fprintf(stderr, "\n  rows %lld x %lld x %lld at +%d: gpu %016llx cpu %016llx",
+                        (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], shift,
+                        (unsigned long long)got[i], (unsigned long long)want[i]);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* given leaves: rows of at most 4 KiB, the leaves hashed here */
+    struct digest_view v[3];
+    uint64_t *leaves[3] = {NULL, NULL, NULL}, got[3], want[3];
+    const int pick[3] = {1, 4, 8};
+    for (int k = 0; k < 3; k++) {
+        const int64_t rows = shapes[pick[k]][0], row = shapes[pick[k]][1] * shapes[pick[k]][2];
+        uint64_t *hl = malloc(sizeof(uint64_t) * (size_t)rows);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(hl);
+        for (int64_t i = 0; i < rows; i++)
+            hl[i] = XXH64(h + i * row, (size_t)row, 0);
+        CUDA_OK(cudaMalloc((void **)&leaves[k], sizeof(uint64_t) * (size_t)rows));
+        CUDA_OK(cudaMemcpy(leaves[k], hl, sizeof(uint64_t) * (size_t)rows, cudaMemcpyHostToDevice));
+        free(hl);
+        struct digest_view x = {(const void *)(uintptr_t)16, 2, {rows, shapes[pick[k]][1], 0, 0},
+                                {shapes[pick[k]][1], 1, 0, 0}, (int32_t)shapes[pick[k]][2], leaves[k]};
+        v[k] = x;
+        CU_ASSERT_EQUAL_FATAL(digest_rows(h, (uint64_t)(rows * row), (uint64_t)row, &want[k]), 0);
+    }
+    gpu_digests(v, 3, got);
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_EQUAL(got[k], want[k]);
+        CUDA_OK(cudaFree(leaves[k]));
+    }
+    /* given leaves must be whole rows of at most a leaf */
+    struct digest_view long_rows = v[0];
+    long_rows.shape[1] = 4097;
+    CU_ASSERT_EQUAL(digest_cuda_scratch_bytes(&long_rows, 1), 0);
+    CUDA_OK(cudaFree(d));
+    free(h);
+}
+
 int suite_gpu_digest(void)
 {
     CU_pSuite s = CU_add_suite("gpu_digest", NULL, NULL);
@@ -129,7 +205,9 @@ int suite_gpu_digest(void)
         !CU_add_test(s, "test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets",
                      test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets) ||
         !CU_add_test(s, "test_digest_gpu_strided_views_equal_cpu",
-                     test_digest_gpu_strided_views_equal_cpu))
+                     test_digest_gpu_strided_views_equal_cpu) ||
+        !CU_add_test(s, "test_digest_gpu_rows_and_given_leaves_equal_cpu",
+                     test_digest_gpu_rows_and_given_leaves_equal_cpu))
         return -1;
     return 0;
 }
