@@ -198,7 +198,7 @@ DEMO_CLIENT := $(BUILD)/demo_client
 UNIT_SECCOMP := $(BUILD)/unit_seccomp
 GPU_TESTS := $(if $(NVCC),$(BUILD)/test_dash_gpu)
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_gpu_daemon $(BUILD)/bench_gpu_handoff \
-	$(BUILD)/libdash_inproc.so)
+	$(BUILD)/bench_audit $(BUILD)/libdash_inproc.so)
 
 # Man pages: written in scdoc (docs/man/*.scd), turned into roff here.
 MAN_SRC := docs/man/dashd.8.scd docs/man/dashctl.1.scd docs/man/libdash.3.scd
@@ -388,6 +388,11 @@ $(BUILD)/libdash_inproc.so: $(call obj,bench/inproc.c) $(call cuobj,$(CUDA_KERNE
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) -shared -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
+# What the audit's digests add to the backward, part by part, in process (issue 16 item 4).
+$(BUILD)/bench_audit: $(call obj,bench/bench_audit.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
+	@$(if $(filter 1,$(V)),,echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
+
 # dashd on the GPU vs the kernels in process (the daemon overhead target of issue 4).
 $(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c bench/benchd.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
 		$(LIBDASH_A) $(LIBKERNELS) | $(DASHD)
@@ -475,7 +480,8 @@ endif
 # On a machine with a GPU (and a CUDA build), also the GPU benchmarks: the kernels against
 # PyTorch SDPA (needs python3 with torch) and cuDNN's own SDPA (the cuDNN frontend, where
 # installed or its wheel is in .gpu/wheels: scripts/gpu_wheels.sh; skipped with a note in
-# the report otherwise), dashd's overhead with and without auditing, and the cross-process
+# the report otherwise), dashd's overhead with and without auditing, what the audit adds to
+# the backward part by part (bench_audit), and the cross-process
 # hand-off floor under it (as the machine is set up: with MPS if dashd and this shell run
 # under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
 bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DASHD) $(BENCH_GPU)
@@ -495,10 +501,12 @@ bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR
 			./$(BUILD)/bench_gpu_daemon --reps 10 --seqlen $$s $$a; done; done \
 			> bench/results/gpu-daemon-make-bench-$$d.md && \
 		./$(BUILD)/bench_gpu_handoff >> bench/results/gpu-daemon-make-bench-$$d.md && \
+		for s in 1024 4096; do ./$(BUILD)/bench_audit --seqlen $$s; done \
+			> bench/results/gpu-audit-make-bench-$$d.md && \
 		o2=$$(mktemp -d) && DASHD_BIN=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 			OUT=$$o2 bash scripts/gpu_percall.sh 20 > /dev/null && \
 		cat $$o2/percall-*.md $$o2/steps.md > bench/results/gpu-percall-make-bench-$$d.md && \
-		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md, gpu-daemon-make-bench-$$d.md and gpu-percall-make-bench-$$d.md"; \
+		echo "bench: GPU results in bench/results/gpu-make-bench-$$d.md, gpu-daemon-make-bench-$$d.md, gpu-audit-make-bench-$$d.md and gpu-percall-make-bench-$$d.md"; \
 	else echo "bench: no GPU here (or no CUDA build): GPU benchmarks skipped"; fi
 
 # The CPU suites with ASan+UBSan: dashd, dashctl and the suites rebuilt into build-asan/

@@ -20,9 +20,8 @@
  *                   idle at the start (the first op's request round trip is in the time)
  *                   and busy (LEAD_NS of other work queued first, as in training, where
  *                   the host runs ahead of the GPU; that lead is subtracted).
- * Then what the audit's digests cost: alone, and added to the backward in this process
- * (from the leaves the kernels hash as they write, and read from memory afterwards).
- * The header says whether this process's GPU context goes through MPS (docs/mps.md).
+ * Then what the audit's digests of dq, dk, dv cost alone, read from memory (bench_audit
+ * measures what auditing adds to the backward, part by part). The header says whether this process's GPU context goes through MPS (docs/mps.md).
  */
 #include "bench/benchd.h"
 #include "client/dash.h"
@@ -306,54 +305,6 @@ int main(int argc, char **argv)
         printf("\n# digests of dq, dk, dv (3 x %.0f MiB) on the device: %.3f ms (%.0f GB/s); a "
                "device-to-device copy of the same bytes: %.3f ms\n", tb / 1048576.0, best_dig,
                3.0 * tb / best_dig / 1e6, best_cpy);
-
-        /* ---- what auditing adds to a backward, in this process: the kernels alone; with
-         * the digests of dq, dk, dv from the leaves the kernels hash as they write (what
-         * dashd queues); and with the digests read from memory afterwards. Bursts of reps
-         * backwards, stream-ordered, one synchronise, the three variants taking turns
-         * burst by burst (so drift falls on all alike); median of 11 bursts. */
-        printf("\n# what auditing (--audit-level outputs) adds to the backward, in process: "
-               "bursts of %d stream-ordered backwards, variants in turn, median of 11 bursts\n\n"
-               "| mask | backward ms | + digests from fused leaves | + digests read from memory |\n"
-               "| --- | ---: | ---: | ---: |\n", reps);
-        for (int causal = 0; causal < 2; causal++) {
-            struct bench_op b;
-            bench_op_init(&b, causal, buf, mem, tb, B, S, H, D);
-            double t[3][11];
-            for (int burst = -1; burst < 11; burst++)
-                for (int var = 0; var < 3; var++) {
-                    (void)cuattn_set_leaves(a, var == 1);
-                    CHECK(cudaStreamSynchronize(own));
-                    double t0 = now_ms();
-                    for (int k = 0; k < reps && rc == 0; k++) {
-                        rc = in_process(a, &b, 1);
-                        if (rc == 0 && var) {
-                            struct digest_view v[3];
-                            for (int i = 0; i < 3; i++) {
-                                v[i] = dv3[i];
-                                v[i].leaves = var == 1 ? cuattn_leaves(a, i) : NULL;
-                                if (var == 1 && !v[i].leaves)
-                                    rc = -1; /* these kernels should have hashed every output */
-                            }
-                            if (rc == 0 && digest_cuda(v, 3, scratch, need, d_out, own) != 0)
-                                rc = -1;
-                        }
-                    }
-                    CHECK(cudaStreamSynchronize(own));
-                    if (rc) {
-                        fprintf(stderr, "bench_gpu_daemon: audit in process: %d\n", rc);
-                        goto out;
-                    }
-                    if (burst >= 0)
-                        t[var][burst] = (now_ms() - t0) / reps;
-                }
-            (void)cuattn_set_leaves(a, 0);
-            double m[3];
-            for (int var = 0; var < 3; var++)
-                m[var] = median(t[var], 11);
-            printf("| %s | %.3f | %.3f (%+.2f%%) | %.3f (%+.2f%%) |\n", causal ? "causal" : "full", m[0],
-                   m[1], 100.0 * (m[1] - m[0]) / m[0], m[2], 100.0 * (m[2] - m[0]) / m[0]);
-        }
         cudaFree(scratch);
         cudaFree(d_out);
     }

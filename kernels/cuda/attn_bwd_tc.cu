@@ -439,20 +439,40 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
     }
 }
 
-/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row), and the rows' digest leaves
- * where asked (leaf_dq, row-major (b, i, h)). */
+/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row); where the audit asks for the
+ * rows' digest leaves (leaf_dq, row-major (b, i, h)), eight rows a warp, a quad each
+ * (bwd_tc_dq_row_hashed). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(const struct attn_bwd_params p)
 {
     const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
-    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
+    const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
+    if (p.leaf_dq) {
+        for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
+            const int64_t row = r0 + (lane >> 2);
+            uint16_t *dq_row = NULL;
+            const float *acc_row = NULL;
+            uint64_t *leaf = NULL;
+            int32_t i = 0;
+            if (row < rows) {
+                const int32_t bh = (int32_t)(row / p.seqlen_q);
+                i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
+                const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
+                dq_row = dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2];
+                acc_row = p.dq_acc + row * D;
+                leaf = p.leaf_dq + ((int64_t)b * p.seqlen_q + i) * p.heads_q + h;
+            }
+            bwd_tc_dq_row_hashed<DT, D>(dq_row, acc_row, i, p.scale, lane, leaf);
+        }
+        return;
+    }
+    for (int64_t row = warp; row < rows; row += all) {
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
         bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
-                             p.dq_acc + row * D, i, p.scale, lane,
-                             p.leaf_dq ? p.leaf_dq + ((int64_t)b * p.seqlen_q + i) * p.heads_q + h : NULL);
+                             p.dq_acc + row * D, i, p.scale, lane);
     }
 }
 

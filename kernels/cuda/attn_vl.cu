@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(c
         const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
         const struct vl_row w = vl_row_of(p, p.cu_q, t, p.dq_stride);
         const int64_t at = (int64_t)p.heads_q * w.r0 + (int64_t)h * w.len + w.i;
-        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2], p.dq_acc + at * D, w.i, p.scale, lane, NULL);
+        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2], p.dq_acc + at * D, w.i, p.scale, lane);
     }
 }
 
@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_dkv_kernel(const __g
          * rows, len apart */
         attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc, dk_g + wk.at + hk * p.dk_stride[2], dv_g + wv.at + hk * p.dv_stride[2],
                                 ((int64_t)p.heads_q * wk.r0 + (int64_t)hk * p.group * wk.len + wk.i) * D,
-                                (int64_t)wk.len * D, sq != 0 ? p.group : 0, lane, NULL, NULL);
+                                (int64_t)wk.len * D, sq != 0 ? p.group : 0, lane);
     }
 }
 

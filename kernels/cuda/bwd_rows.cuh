@@ -15,66 +15,103 @@
  * of dK*scale and dV in the scratch (dk_acc, dv_acc) at src0, src0 + step, ... (ascending;
  * group 0: zeros), rounded to the dtype; lane l the pairs d = 2 l, 2 l + 64, ... (The
  * scratch comes as pointers, not the params: a reference to a kernel's by-value params
- * puts them in local memory, 12 bytes of spills.) leaf_k, leaf_v: NULL, or where the rows'
- * digest leaves go (digest_leaf.cuh; head dims that are whole warps of pairs only). */
+ * puts them in local memory, 12 bytes of spills.) */
 template <typename DT, int D>
 static __device__ __forceinline__ void attn_bwd_dkv_row(const float *dk_acc, const float *dv_acc, uint16_t *dk_row,
                                                         uint16_t *dv_row, int64_t src0, int64_t step, int32_t group,
-                                                        int32_t lane, uint64_t *leaf_k, uint64_t *leaf_v)
+                                                        int32_t lane)
 {
     static_assert(D % 2 == 0, "pairs");
-    constexpr int32_t C = (D + 63) / 64;
-    uint32_t pk[C], pv[C];
 #pragma unroll
-    for (int32_t c = 0; c < C; c++) {
-        const int32_t d = 2 * lane + 64 * c;
-        if (D % 64 != 0 && d >= D)
-            continue; /* head dim 96's second half-warp */
+    for (int32_t d = 2 * lane; d < D; d += 64) {
         float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
-        /* four q-heads' loads in flight at once (the compiler's own choice, left to it,
-         * spilled a register on sm_90a once the row's leaves were hashed below) */
-#pragma unroll 4
         for (int32_t g = 0; g < group; g++) {
             const float2 k = *reinterpret_cast<const float2 *>(dk_acc + src0 + g * step + d);
             const float2 v = *reinterpret_cast<const float2 *>(dv_acc + src0 + g * step + d);
             sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
             sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
         }
-        pk[c] = (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16);
-        pv[c] = (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16);
-        attn_st_pair(dk_row + d, pk[c]);
-        attn_st_pair(dv_row + d, pv[c]);
+        attn_st_pair(dk_row + d, (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16));
+        attn_st_pair(dv_row + d, (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16));
     }
-    if constexpr (D % 64 == 0) {
-        if (leaf_k) {
-            const uint64_t hk = digest_leaf_warp<D>(pk, lane), hv = digest_leaf_warp<D>(pv, lane);
-            if (lane == 0) {
-                *leaf_k = hk;
-                *leaf_v = hv;
-            }
+}
+
+/* The same for eight rows at once, a quad of lanes per row (lane 4 g + t4 the pairs
+ * d = 8 t + 2 t4 of its quad's row), each row's dK and dV digest leaves hashed by its quad
+ * (digest_leaves_quad) into *leaf_k, *leaf_v: GQA's sum where the audit asks for the
+ * leaves. Each element is the same sum in the same order, so the same bits. dk_row NULL:
+ * the quad has no row (it still takes part in the shuffles). */
+template <typename DT, int D>
+static __device__ __forceinline__ void attn_bwd_dkv_row_hashed(const float *dk_acc, const float *dv_acc,
+                                                               uint16_t *dk_row, uint16_t *dv_row, int64_t src0,
+                                                               int64_t step, int32_t group, int32_t lane,
+                                                               uint64_t *leaf_k, uint64_t *leaf_v)
+{
+    uint32_t q[2][D / 8];
+#pragma unroll
+    for (int32_t t = 0; t < D / 8; t++) {
+        const int32_t d = 8 * t + 2 * (lane & 3);
+        float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+        for (int32_t g = 0; dk_row && g < group; g++) {
+            const float2 k = *reinterpret_cast<const float2 *>(dk_acc + src0 + g * step + d);
+            const float2 v = *reinterpret_cast<const float2 *>(dv_acc + src0 + g * step + d);
+            sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
+            sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
         }
+        q[0][t] = (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16);
+        q[1][t] = (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16);
+        if (dk_row) {
+            attn_st_pair(dk_row + d, q[0][t]);
+            attn_st_pair(dv_row + d, q[1][t]);
+        }
+    }
+    uint64_t h[2];
+    digest_leaves_quad<D, 2>(q, lane, h);
+    if (dk_row && (lane & 3) == 0) {
+        *leaf_k = h[0];
+        *leaf_v = h[1];
     }
 }
 
 /* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. One warp
  * per row (b, hk, j) (attn_bwd_dkv_row): the row's index arithmetic (64-bit divisions) once
  * a row, not once an element; each element's sum and rounding as before, so the same
- * bits. The rows' digest leaves where asked (leaf_dk, leaf_dv: row-major (b, j, hk)). */
+ * bits. Where the audit asks for the rows' digest leaves (leaf_dk, leaf_dv: row-major
+ * (b, j, hk)), eight rows a warp, a quad each (attn_bwd_dkv_row_hashed). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const struct attn_bwd_params p)
 {
     const int64_t rows = (int64_t)p.s.batch * p.heads_kv * p.seqlen_k;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
+    if constexpr (D % 64 == 0) {
+        if (p.leaf_dk) {
+            const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
+            for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
+                const int64_t row = r0 + (lane >> 2);
+                uint16_t *dk_row = NULL, *dv_row = NULL;
+                int64_t src0 = 0, leaf = 0;
+                if (row < rows) {
+                    const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
+                    const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
+                    dk_row = dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2];
+                    dv_row = dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2];
+                    src0 = (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D;
+                    leaf = ((int64_t)b * p.seqlen_k + j) * p.heads_kv + hk;
+                }
+                attn_bwd_dkv_row_hashed<DT, D>(p.dk_acc, p.dv_acc, dk_row, dv_row, src0, (int64_t)p.seqlen_k * D,
+                                               p.group, lane, p.leaf_dk + leaf, p.leaf_dv + leaf);
+            }
+            return;
+        }
+    }
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
         const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-        const int64_t leaf = ((int64_t)b * p.seqlen_k + j) * p.heads_kv + hk;
         attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc, dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2],
                                 dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2],
                                 (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D,
-                                (int64_t)p.seqlen_k * D, p.group, lane, p.leaf_dk ? p.leaf_dk + leaf : NULL,
-                                p.leaf_dk ? p.leaf_dv + leaf : NULL);
+                                (int64_t)p.seqlen_k * D, p.group, lane);
     }
 }
 

@@ -200,7 +200,7 @@ static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_param
 /* Store the unit's dK (times scale) and dV: straight to the outputs, or per q-head fp32
  * for GQA (summed by attn_bwd_dkv_sum_kernel). Head dims 64 and 128 hold whole rows in
  * each quad, so where the audit asks (leaf_dk) the quad also hashes the rows it stores
- * (digest_leaf_quad; row-major (b, j, hk) leaves). LEAVES false compiles that out: the
+ * (digest_leaves_quad; row-major (b, j, hk) leaves). LEAVES false compiles that out: the
  * interleaved kernel, at 255 registers, spilled with it (its dK and dV are digested from
  * memory), and the window/packed kernels never hash. */
 template <typename DT, int D, int BN, bool LEAVES>
@@ -215,32 +215,30 @@ static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_p
     if constexpr (D != 256 && LEAVES) {
         if (p.group == 1 && p.leaf_dk) {
             /* the row half h of the thread: elements e = 4 t + 2 h (+1), columns 8 t + 2 t4;
-             * dK's row, then dV's (one packed row live at a time: registers are short) */
+             * its dK and dV rows packed, stored, and hashed side by side */
             const int32_t lane = threadIdx.x & 31;
 #pragma unroll
             for (int32_t h = 0; h < 2; h++) {
                 const int32_t j = r0 + bwd_wg_regs<D>::row(2 * h);
-                const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
+                uint16_t *k_row = dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] + hk * p.dk_stride[2];
+                uint16_t *v_row = dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] + hk * p.dv_stride[2];
+                uint32_t q[2][D / 8];
 #pragma unroll
-                for (int32_t o = 0; o < 2; o++) {
-                    const float *reg = o ? x.dv_reg : x.dk_reg;
-                    const float mul = o ? 1.0f : p.scale;
-                    uint16_t *row = (o ? dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] +
-                                             hk * p.dv_stride[2]
-                                       : dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] +
-                                             hk * p.dk_stride[2]);
-                    uint32_t q[D / 8];
-#pragma unroll
-                    for (int32_t t = 0; t < D / 8; t++) {
-                        const int32_t e = 4 * t + 2 * h;
-                        /* dV is not scaled: x * 1.0f is x, bit for bit */
-                        q[t] = DT::pack2(__fmul_rn(reg[e], mul), __fmul_rn(reg[e + 1], mul));
-                        if (j < rn)
-                            attn_st_pair(row + bwd_wg_regs<D>::col(e), q[t]);
+                for (int32_t t = 0; t < D / 8; t++) {
+                    const int32_t e = 4 * t + 2 * h, d = bwd_wg_regs<D>::col(e);
+                    q[0][t] = DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
+                    q[1][t] = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
+                    if (j < rn) {
+                        attn_st_pair(k_row + d, q[0][t]);
+                        attn_st_pair(v_row + d, q[1][t]);
                     }
-                    const uint64_t leaf = digest_leaf_quad<D>(q, lane);
-                    if ((lane & 3) == 0 && j < rn)
-                        (o ? p.leaf_dv : p.leaf_dk)[at] = leaf;
+                }
+                uint64_t leaf[2];
+                digest_leaves_quad<D, 2>(q, lane, leaf);
+                if ((lane & 3) == 0 && j < rn) {
+                    const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
+                    p.leaf_dk[at] = leaf[0];
+                    p.leaf_dv[at] = leaf[1];
                 }
             }
             return;

@@ -16,11 +16,12 @@
 /* What the kernels need per view, passed by value. */
 struct dview {
     const unsigned char *data; /* dense bytes: the tensor itself, or its packed copy */
-    const uint64_t *leaves_in; /* its leaf hashes, already computed (digest_view.leaves) */
+    const uint64_t *leaf;      /* its leaf hashes: given (digest_view.leaves) or hashed here */
+    uint64_t *leaf_out;        /* where the leaf kernel puts them (scratch), or NULL: given */
     uint64_t bytes;
     uint64_t row;     /* bytes per row (the innermost dimension) */
     uint64_t per_row; /* leaves per row */
-    uint64_t first_leaf; /* its first leaf's global index: a multiple of LEAF_BLOCK / 2 */
+    uint64_t first_leaf; /* its first leaf's index among those hashed here: a multiple of 64 */
     uint64_t leaves;
     uint64_t first_group; /* index of its first group hash in the scratch */
     uint64_t groups;
@@ -81,17 +82,20 @@ size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
 {
     if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
         return 0;
-    uint64_t hashes = 0, packed = 0;
+    uint64_t hashes = 0, leaves = 0, packed = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes, row;
         int dense;
         if (!view_ok(&v[i], &bytes, &dense, &row))
             return 0;
-        hashes += groups_of(leaves_of(bytes, row));
+        const uint64_t groups = groups_of(leaves_of(bytes, row));
+        hashes += groups;
+        if (!v[i].leaves)
+            leaves += groups * DIGEST_FANOUT;
         if (!dense && !v[i].leaves)
             packed += align_up((size_t)bytes);
     }
-    return align_up((size_t)hashes * 8) + (size_t)packed;
+    return align_up((size_t)hashes * 8) + align_up((size_t)leaves * 8) + (size_t)packed;
 }
 
 /* ---- kernels -------------------------------------------------------------------------- */
@@ -158,23 +162,20 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
 }
 
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
-#define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block: two groups */
+#define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block */
 #define LEAF_SLICES 2 /* at most, 128-byte slices of each leaf staged per step */
 #define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged leaf row: the slices + 16 pad */
 #define ROOT_THREADS 256
 #define ROOT_TILE 256 /* supergroup hashes per tile of the root kernel */
 
-#if LEAF_BLOCK != 2 * DIGEST_FANOUT
-#error "a leaf block must cover exactly two groups"
-#endif
-
-/* Which view global leaf index g belongs to (views' leaves start at multiples of 64). */
+/* Which view hashed leaf g belongs to (among the views whose leaves are hashed here, each
+ * starting at a multiple of 64), or -1 past the last. */
 static __device__ int32_t view_of(const struct dtable *t, uint64_t g)
 {
-    int32_t i = 0;
-    while (i + 1 < t->n && g >= t->v[i + 1].first_leaf)
-        i++;
-    return i;
+    for (int32_t i = 0; i < t->n; i++)
+        if (t->v[i].leaf_out && g >= t->v[i].first_leaf && g - t->v[i].first_leaf < t->v[i].groups * DIGEST_FANOUT)
+            return i;
+    return -1;
 }
 
 /* The j-th load of a warp's step at uint4 offset `at` of its 32 leaves, `len16` uint4 each
@@ -223,46 +224,59 @@ static __device__ uint64_t leaf_warp(const uint4 *base, uint32_t len16, uint4 (*
     return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + 16ull * len16);
 }
 
-/* Leaves and groups in one pass: one thread per leaf, LEAF_BLOCK leaves per block, which
- * are two whole groups (each view's leaves start at a multiple of DIGEST_FANOUT, so a
- * group never spans two views; indices in the padding hash nothing). A view with given
- * leaves only loads them. The leaf hashes stay in shared memory and two threads hash the
- * block's groups from there: no second kernel, and no global round trip for the leaves. */
-static __global__ void __launch_bounds__(LEAF_BLOCK)
-    leaf_group_kernel(struct dtable t, uint64_t *groups)
+/* The leaves of the views that have none given: one thread per leaf, into the scratch
+ * (views' leaves start at multiples of 64 here, so a warp never spans two views; indices
+ * in the padding hash nothing). Rows of whole 128-byte lines are staged a warp at a time
+ * (leaf_warp); anything else is hashed by its thread where it lies. */
+static __global__ void __launch_bounds__(LEAF_BLOCK) leaf_kernel(struct dtable t)
 {
     __shared__ uint4 stage[LEAF_WARPS][32][LEAF_ROW];
-    __shared__ uint64_t hashes[LEAF_BLOCK];
     const uint32_t lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
-    const uint64_t g = blockIdx.x * (uint64_t)LEAF_BLOCK + threadIdx.x; /* global leaf index */
-    const struct dview *v = &t.v[view_of(&t, g - (threadIdx.x & (DIGEST_FANOUT - 1)))];
+    const uint64_t g = blockIdx.x * (uint64_t)LEAF_BLOCK + threadIdx.x; /* hashed-leaf index */
+    const int32_t vi = view_of(&t, g - lane);
+    if (vi < 0)
+        return; /* the block's tail past the last view (no shared-memory barrier below) */
+    const struct dview *v = &t.v[vi];
     const uint64_t k = g - v->first_leaf; /* this thread's leaf in its view */
     const uint64_t k0 = k - lane;         /* the warp's first */
     /* leaves of one length, back to back: rows of at most a leaf, or of whole leaves */
     const uint64_t len = v->row < DIGEST_CHUNK ? v->row : DIGEST_CHUNK;
     const bool even = v->row <= DIGEST_CHUNK || v->row % DIGEST_CHUNK == 0;
-    if (v->leaves_in) {
-        if (k < v->leaves)
-            hashes[threadIdx.x] = __ldg(v->leaves_in + k);
-    } else if (even && len % 128 == 0 && k0 + 32 <= v->leaves && ((uintptr_t)v->data & 15u) == 0) {
+    if (even && len % 128 == 0 && k0 + 32 <= v->leaves && ((uintptr_t)v->data & 15u) == 0) {
         /* uniform across the warp: 32 whole, aligned leaves of 128-byte lines */
         const uint4 *base = reinterpret_cast<const uint4 *>(v->data + k0 * len);
-        hashes[threadIdx.x] = len % 256 == 0 ? leaf_warp<2>(base, (uint32_t)(len / 16), stage[w], lane)
-                                             : leaf_warp<1>(base, (uint32_t)(len / 16), stage[w], lane);
+        v->leaf_out[k] = len % 256 == 0 ? leaf_warp<2>(base, (uint32_t)(len / 16), stage[w], lane)
+                                        : leaf_warp<1>(base, (uint32_t)(len / 16), stage[w], lane);
     } else if (k < v->leaves) {
         const uint64_t r = k / v->per_row, piece = k - r * v->per_row;
         const uint64_t in_row = piece * DIGEST_CHUNK;
         const uint64_t n = v->row - in_row < DIGEST_CHUNK ? v->row - in_row : DIGEST_CHUNK;
         const unsigned char *p = v->data + r * v->row + in_row;
-        hashes[threadIdx.x] = n % 32 == 0 && ((uintptr_t)p & 15u) == 0
-                                  ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), n, 0)
-                                  : xxh64(p, (size_t)n, 0);
+        v->leaf_out[k] = n % 32 == 0 && ((uintptr_t)p & 15u) == 0
+                             ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), n, 0)
+                             : xxh64(p, (size_t)n, 0);
     }
-    __syncthreads(); /* the block's leaf hashes are all in shared memory */
-    if ((threadIdx.x & (DIGEST_FANOUT - 1)) == 0 && k < v->leaves) {
-        const uint64_t n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
-        groups[v->first_group + k / DIGEST_FANOUT] = xxh64(hashes + threadIdx.x, (size_t)n * 8, 0);
-    }
+}
+
+/* One thread per group, every view: XXH64 over its up-to-64 leaf hashes (given, or from
+ * the leaf kernel), whole groups read as 16-byte stripes. A group hash in the leaf kernel
+ * itself, by two of its threads while the rest waited, cost more than this kernel once
+ * leaves were rows (16 times as many blocks for the same bytes). */
+static __global__ void __launch_bounds__(ROOT_THREADS) group_kernel(struct dtable t, uint64_t total, uint64_t *groups)
+{
+    const uint64_t g = blockIdx.x * (uint64_t)ROOT_THREADS + threadIdx.x;
+    if (g >= total)
+        return;
+    int32_t i = 0;
+    while (i + 1 < t.n && g >= t.v[i + 1].first_group)
+        i++;
+    const struct dview *v = &t.v[i];
+    const uint64_t k = (g - v->first_group) * DIGEST_FANOUT;
+    const uint64_t n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
+    const uint64_t *p = v->leaf + k;
+    groups[g] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
+                    ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
+                    : xxh64(p, (size_t)n * 8, 0);
 }
 
 /* One block per view: its supergroups, each by one thread over up to 64 group hashes,
@@ -316,7 +330,7 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     struct dtable t;
     t.n = n;
-    uint64_t total = 0, total_groups = 0;
+    uint64_t hashed = 0, total_groups = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes, row;
         int dense;
@@ -324,31 +338,39 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].bytes = bytes;
         t.v[i].row = row;
         t.v[i].per_row = per_row_of(row);
-        t.v[i].leaves_in = v[i].leaves;
-        t.v[i].first_leaf = total;
         t.v[i].leaves = leaves_of(bytes, row);
         t.v[i].first_group = total_groups;
         t.v[i].groups = groups_of(t.v[i].leaves);
-        total += t.v[i].groups * DIGEST_FANOUT; /* the next view starts at a whole group */
+        t.v[i].first_leaf = v[i].leaves ? 0 : hashed;
+        if (!v[i].leaves)
+            hashed += t.v[i].groups * DIGEST_FANOUT; /* the next one starts at a whole group */
         total_groups += t.v[i].groups;
     }
-    uint64_t *groups = static_cast<uint64_t *>(scratch);
-    unsigned char *packed = static_cast<unsigned char *>(scratch) + align_up((size_t)total_groups * 8);
+    unsigned char *at = static_cast<unsigned char *>(scratch);
+    uint64_t *groups = reinterpret_cast<uint64_t *>(at);
+    at += align_up((size_t)total_groups * 8);
+    uint64_t *leaves = reinterpret_cast<uint64_t *>(at);
+    unsigned char *packed = at + align_up((size_t)hashed * 8);
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes;
         int dense;
         (void)view_ok(&v[i], &bytes, &dense);
-        if (dense || v[i].leaves) {
-            t.v[i].data = static_cast<const unsigned char *>(v[i].base);
+        t.v[i].data = static_cast<const unsigned char *>(v[i].base);
+        t.v[i].leaf_out = v[i].leaves ? NULL : leaves + t.v[i].first_leaf;
+        t.v[i].leaf = v[i].leaves ? v[i].leaves : t.v[i].leaf_out;
+        if (dense || v[i].leaves)
             continue;
-        }
         const uint64_t elems = bytes / (uint64_t)v[i].elem;
         const uint64_t blocks = (elems + 255) / 256;
         pack_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, st>>>(packed, v[i], elems);
         t.v[i].data = packed;
         packed += align_up((size_t)bytes);
     }
-    leaf_group_kernel<<<(unsigned)((total + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t, groups);
+    /* the leaf kernel sees only the views it hashes: the others first, as given ones */
+    if (hashed)
+        leaf_kernel<<<(unsigned)((hashed + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t);
+    group_kernel<<<(unsigned)((total_groups + ROOT_THREADS - 1) / ROOT_THREADS), ROOT_THREADS, 0, st>>>(
+        t, total_groups, groups);
     root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, groups, out);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

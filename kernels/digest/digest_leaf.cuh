@@ -7,10 +7,12 @@
  *
  * A row of D 16-bit elements is 2D bytes, D a multiple of 64: whole 32-byte stripes, so the
  * hash is XXH64's four accumulators, lane a taking the 8-byte words w = a, a + 4, ... in
- * turn, converged, plus the length, avalanched (xxh64.h; no tail). Each helper lets four
- * threads play the four accumulators and fetches every word from the threads that hold
- * its two 32-bit pairs (an element pair (d, d + 1), as stored: low element in the low half)
- * by shuffles. All 32 lanes of the warp must call, with the same D.
+ * turn, converged, plus the length, avalanched (xxh64.h; no tail). Four threads (a quad)
+ * play the four accumulators of a row and fetch every word from the threads that hold its
+ * two 32-bit pairs (an element pair (d, d + 1), as stored: low element in the low half)
+ * by shuffles: a warp hashes eight rows at once. (A warp per row, four lanes hashing
+ * and 28 waiting, cost the dQ postprocess more than reading dQ again.) All 32 lanes of the
+ * warp must call, with the same D.
  *
  * Checked against digest_rows() on the host by tests/gpu/test_digest_gpu.c (the kernels'
  * leaves, through the backward) and against XXH64 of the rows.
@@ -39,47 +41,37 @@ static __device__ __forceinline__ uint64_t digest_leaf_finish(uint64_t v, int32_
     return xxh64_avalanche(xxh64_converge(v0, v1, v2, v3) + bytes);
 }
 
-/* A warp holds one row: lane l the pairs p[k] at elements 2 l + 64 k (k < D / 64). Word
- * w = 4 j + a (elements 16 j + 4 a ..+3) is the pairs of lanes 8 (j % 4) + 2 a and the
- * next one, register j / 4 of both; lanes 0..3 run accumulators 0..3. The hash is valid
- * in every lane. */
-template <int D>
-static __device__ __forceinline__ uint64_t digest_leaf_warp(const uint32_t (&p)[D / 64], int32_t lane)
-{
-    static_assert(D % 64 == 0, "whole stripes and whole warps of pairs");
-    const int32_t a = lane & 3;
-    uint64_t v = digest_leaf_start(a);
-#pragma unroll
-    for (int32_t j = 0; j < D / 16; j++) {
-        const int32_t src = 8 * (j & 3) + 2 * a;
-        const uint32_t lo = __shfl_sync(0xffffffffu, p[j >> 2], src);
-        const uint32_t hi = __shfl_sync(0xffffffffu, p[j >> 2], src + 1);
-        v = xxh64_round(v, (uint64_t)lo | (uint64_t)hi << 32);
-    }
-    return digest_leaf_finish(v, 0, 0, 1, 2, 3, 2u * D);
-}
-
-/* A quad (lanes 4 g .. 4 g + 3, t4 = lane % 4) holds one row, the mma/wgmma accumulator
- * layout: thread t4 the pairs q[t] at elements 8 t + 2 t4 (t < D / 8). Word 4 k + a is
- * elements 16 k + 4 a ..+3: the pairs of t = 2 k + a / 2 from t4 = 2 (a % 2) and the next.
- * So t4 runs accumulator a = 2 (t4 % 2) + t4 / 2, and each step is one exchange with the
- * neighbour (t4 ^ 1): an even t4 owns the word's low pair and is sent the high one, an odd
- * t4 the reverse. The hash is valid in every lane of the quad. */
-template <int D>
-static __device__ __forceinline__ uint64_t digest_leaf_quad(const uint32_t (&q)[D / 8], int32_t lane)
+/* A quad (lanes 4 g .. 4 g + 3, t4 = lane % 4) holds N rows, the mma/wgmma accumulator
+ * layout: thread t4 the pairs q[r][t] of row r at elements 8 t + 2 t4 (t < D / 8). Word
+ * 4 k + a is elements 16 k + 4 a ..+3: the pairs of t = 2 k + a / 2 from t4 = 2 (a % 2)
+ * and the next. So t4 runs accumulator a = 2 (t4 % 2) + t4 / 2, and each step is one
+ * exchange with the neighbour (t4 ^ 1): an even t4 owns the word's low pair and is sent
+ * the high one, an odd t4 the reverse. The N rows' chains are independent and run side
+ * by side (a chain of 64-bit rounds is long: one row at a time left the epilogues waiting
+ * on it). h[r]: row r's hash, valid in every lane of the quad. */
+template <int D, int N>
+static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N][D / 8], int32_t lane,
+                                                          uint64_t (&h)[N])
 {
     static_assert(D % 16 == 0, "whole stripes");
     const int32_t t4 = lane & 3, odd = t4 & 1;
-    uint64_t v = digest_leaf_start(2 * odd + (t4 >> 1));
+    uint64_t v[N];
 #pragma unroll
-    for (int32_t k = 0; k < D / 16; k++) {
-        const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? q[2 * k] : q[2 * k + 1], 1);
-        const uint64_t w = odd ? ((uint64_t)got | (uint64_t)q[2 * k + 1] << 32)
-                               : ((uint64_t)q[2 * k] | (uint64_t)got << 32);
-        v = xxh64_round(v, w);
-    }
+    for (int32_t r = 0; r < N; r++)
+        v[r] = digest_leaf_start(2 * odd + (t4 >> 1));
+#pragma unroll
+    for (int32_t k = 0; k < D / 16; k++)
+#pragma unroll
+        for (int32_t r = 0; r < N; r++) {
+            const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? q[r][2 * k] : q[r][2 * k + 1], 1);
+            const uint64_t w = odd ? ((uint64_t)got | (uint64_t)q[r][2 * k + 1] << 32)
+                                   : ((uint64_t)q[r][2 * k] | (uint64_t)got << 32);
+            v[r] = xxh64_round(v[r], w);
+        }
     /* accumulators 0, 1, 2, 3 live at t4 = 0, 2, 1, 3 */
-    return digest_leaf_finish(v, lane & ~3, 0, 2, 1, 3, 2u * D);
+#pragma unroll
+    for (int32_t r = 0; r < N; r++)
+        h[r] = digest_leaf_finish(v[r], lane & ~3, 0, 2, 1, 3, 2u * D);
 }
 
 #endif

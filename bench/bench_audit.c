@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * bench_audit.c - what the audit (--audit-level outputs: the digests of dq, dk, dv) adds to
+ * a backward on the GPU, part by part, with the kernels in this process (as dashd runs
+ * them, stream-ordered on the kernels' own stream):
+ *
+ *   backward          the kernels alone;
+ *   + leaves          the kernels hashing their output rows as they write them
+ *                     (cuattn_set_leaves), no digest kernels;
+ *   + from leaves     that, and the digests folded from those leaves (what dashd does);
+ *   + from memory     the kernels alone, then the digests read from the outputs.
+ *
+ * Bursts of N backwards, one synchronise, the variants taking turns burst by burst (drift
+ * falls on all alike); median of 11 bursts after a warm-up one. Then the digest kernels
+ * alone (event-timed, best of 5), and whether both ways give the same digests. bf16,
+ * 16384 tokens, 16 heads, schedule auto.
+ *
+ *   bench_audit [--seqlen S] [--hdim D] [--reps N]
+ *   bench_audit --once ...     one backward of each variant, untimed (for ncu)
+ */
+#include "kernels/attn/dtype.h"
+#include "kernels/cuda/attn_cuda.h"
+#include "kernels/digest/digest_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(call)                                                                  \
+    do {                                                                             \
+        cudaError_t e_ = (call);                                                     \
+        if (e_ != cudaSuccess) {                                                     \
+            fprintf(stderr, "bench_audit: %s: %s\n", #call, cudaGetErrorString(e_)); \
+            goto out;                                                                \
+        }                                                                            \
+    } while (0)
+
+#define BURSTS 11
+#define VARIANTS 4
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
+/* One variant's backward (and digests) on a's stream; 0 or nonzero. */
+static int one(struct cuattn *a, const struct attn_problem *p, const struct attn_tensor *e, const float *lse,
+               int var, const struct digest_view *dv3, void *scratch, size_t need, uint64_t *d_out)
+{
+    (void)cuattn_set_leaves(a, var == 1 || var == 2);
+    int rc = cuattn_backward(a, p, NULL, 0, e[5], e[6], e[7], e[0], e[1], e[2], e[3], lse, e[4], NULL);
+    if (rc || var < 2)
+        return rc;
+    struct digest_view v[3];
+    for (int i = 0; i < 3; i++) {
+        v[i] = dv3[i];
+        v[i].leaves = var == 2 ? cuattn_leaves(a, i) : NULL;
+        if (var == 2 && !v[i].leaves)
+            return -1; /* these kernels hash every output */
+    }
+    return digest_cuda(v, 3, scratch, need, d_out, cuattn_stream(a));
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 10, S = 4096, D = 128, once = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seqlen") == 0 && i + 1 < argc)
+            S = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--hdim") == 0 && i + 1 < argc)
+            D = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--once") == 0)
+            once = 1;
+        else {
+            fprintf(stderr, "usage: bench_audit [--seqlen S] [--hdim 64|128|256] [--reps N] [--once]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 1000 || S < 64 || 16384 % S || (D != 64 && D != 128 && D != 256))
+        return 2;
+    const int H = 16, B = 16384 / S;
+    const size_t n = (size_t)16384 * H * D, tb = n * 2, lb = (size_t)B * H * S * 4;
+    int ok = 0;
+    struct cuattn *a = NULL;
+    unsigned char *mem = NULL;
+    void *scratch = NULL;
+    uint64_t *d_out = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (cuattn_new(0, &a) != 0) {
+        fprintf(stderr, "bench_audit: no CUDA device\n");
+        return 1;
+    }
+    (void)cuattn_set_async(a, 1);
+    cudaStream_t st = (cudaStream_t)cuattn_stream(a);
+    /* q k v out dout dq dk dv, then lse */
+    CHECK(cudaMalloc((void **)&mem, 8 * tb + lb));
+    {
+        uint16_t *h = malloc(tb);
+        uint64_t s = 42;
+        for (int t = 0; t < 5; t++) {
+            for (size_t i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                h[i] = dtype_f32_to_bf16((float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 3);
+            }
+            CHECK(cudaMemcpy(mem + t * tb, h, tb, cudaMemcpyHostToDevice));
+        }
+        free(h);
+    }
+    struct attn_tensor e[8];
+    for (int i = 0; i < 8; i++)
+        e[i] = attn_dense(mem + (size_t)i * tb, S, H, D);
+    const float *lse = (const float *)(const void *)(mem + 8 * tb);
+    struct digest_view dv3[3];
+    for (int i = 0; i < 3; i++)
+        dv3[i] = (struct digest_view){mem + (size_t)(5 + i) * tb, 4, {B, S, H, D},
+                                      {(int64_t)S * H * D, H * D, D, 1}, 2, NULL};
+    const size_t need = digest_cuda_scratch_bytes(dv3, 3);
+    CHECK(cudaMalloc(&scratch, need));
+    CHECK(cudaMalloc((void **)&d_out, 3 * sizeof(uint64_t)));
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    printf("# what auditing (the digests of dq, dk, dv) adds to the backward, in process\n\n"
+           "bf16, batch %d x seqlen %d, 16 heads, hdim %d, schedule auto; bursts of %d stream-ordered "
+           "backwards, the variants in turn, median of %d bursts (ms per backward)\n\n"
+           "| mask | backward | + leaves (kernels hash) | + digests from leaves | + digests from memory | "
+           "digest kernels: from leaves / from memory | same digests |\n"
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
+           B, S, D, reps, BURSTS);
+    for (int causal = 0; causal < 2; causal++) {
+        const struct attn_problem p = {.batch = B, .seqlen_q = S, .seqlen_k = S, .heads_q = H, .heads_kv = H,
+                                       .head_dim = D, .dtype = DTYPE_BF16,
+                                       .mask = causal ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL,
+                                       .scale = (float)(1.0 / sqrt((double)D))};
+        if (cuattn_forward(a, &p, NULL, e[3], (float *)(void *)(mem + 8 * tb), e[0], e[1], e[2], NULL) != 0)
+            goto out;
+        CHECK(cudaStreamSynchronize(st));
+        if (once) {
+            for (int var = 0; var < VARIANTS; var++)
+                if (one(a, &p, e, lse, var, dv3, scratch, need, d_out) != 0)
+                    goto out;
+            CHECK(cudaStreamSynchronize(st));
+            continue;
+        }
+        double t[VARIANTS][BURSTS];
+        for (int burst = -1; burst < BURSTS; burst++)
+            for (int var = 0; var < VARIANTS; var++) {
+                CHECK(cudaStreamSynchronize(st));
+                const double t0 = now_ms();
+                for (int k = 0; k < reps; k++)
+                    if (one(a, &p, e, lse, var, dv3, scratch, need, d_out) != 0) {
+                        fprintf(stderr, "bench_audit: variant %d failed\n", var);
+                        goto out;
+                    }
+                CHECK(cudaStreamSynchronize(st));
+                if (burst >= 0)
+                    t[var][burst] = (now_ms() - t0) / reps;
+            }
+        double m[VARIANTS];
+        for (int var = 0; var < VARIANTS; var++)
+            m[var] = median(t[var], BURSTS);
+        /* the digest kernels alone, after a backward that left its leaves; and the bits */
+        if (one(a, &p, e, lse, 1, dv3, scratch, need, d_out) != 0)
+            goto out;
+        struct digest_view v[3];
+        for (int i = 0; i < 3; i++) {
+            v[i] = dv3[i];
+            v[i].leaves = cuattn_leaves(a, i);
+        }
+        float best[2] = {1e9f, 1e9f}, ms;
+        uint64_t got[2][3];
+        for (int k = 0; k < 5; k++)
+            for (int w = 0; w < 2; w++) {
+                CHECK(cudaEventRecord(e0, st));
+                if (digest_cuda(w ? dv3 : v, 3, scratch, need, d_out, st) != 0)
+                    goto out;
+                CHECK(cudaEventRecord(e1, st));
+                CHECK(cudaEventSynchronize(e1));
+                CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                best[w] = ms < best[w] ? ms : best[w];
+                CHECK(cudaMemcpy(got[w], d_out, sizeof got[w], cudaMemcpyDeviceToHost));
+            }
+        (void)cuattn_set_leaves(a, 0);
+        printf("| %s | %.3f | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f / %.3f | %s |\n",
+               causal ? "causal" : "full", m[0], m[1], 100.0 * (m[1] - m[0]) / m[0], m[2],
+               100.0 * (m[2] - m[0]) / m[0], m[3], 100.0 * (m[3] - m[0]) / m[0], best[0], best[1],
+               memcmp(got[0], got[1], sizeof got[0]) == 0 ? "yes" : "NO");
+    }
+    ok = 1;
+out:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(scratch);
+    cudaFree(d_out);
+    cudaFree(mem);
+    cuattn_free(a);
+    return ok ? 0 : 1;
+}
