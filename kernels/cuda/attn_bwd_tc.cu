@@ -24,7 +24,8 @@
  *                                       dV += P^T dO,  dK += dS^T Q,  dQp = dS K
  *                                   and dQp is added into dQacc[m] when counter[m] == rank.
  *   attn_bwd_tc_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype (a warp a
- *                                   row).
+ *                                   row); its _hashed twin also hashes the rows for the
+ *                                   audit (leaf_dq).
  *   attn_bwd_dkv_sum_kernel         GQA: dK, dV of a kv head = sum over its q-heads, ascending
  *                                   (bwd_rows.cuh, shared with v1).
  *
@@ -439,40 +440,52 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
     }
 }
 
-/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row); where the audit asks for the
- * rows' digest leaves (leaf_dq, row-major (b, i, h)), eight rows a warp, a quad each
- * (bwd_tc_dq_row_hashed). */
+/* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(const struct attn_bwd_params p)
 {
     const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
-    const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
-    if (p.leaf_dq) {
-        for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
-            const int64_t row = r0 + (lane >> 2);
-            uint16_t *dq_row = NULL;
-            const float *acc_row = NULL;
-            uint64_t *leaf = NULL;
-            int32_t i = 0;
-            if (row < rows) {
-                const int32_t bh = (int32_t)(row / p.seqlen_q);
-                i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
-                const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-                dq_row = dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2];
-                acc_row = p.dq_acc + row * D;
-                leaf = p.leaf_dq + ((int64_t)b * p.seqlen_q + i) * p.heads_q + h;
-            }
-            bwd_tc_dq_row_hashed<DT, D>(dq_row, acc_row, i, p.scale, lane, leaf);
-        }
-        return;
-    }
-    for (int64_t row = warp; row < rows; row += all) {
+    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
         bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
                              p.dq_acc + row * D, i, p.scale, lane);
+    }
+}
+
+/* The same where the audit asks for dQ's digest leaves (leaf_dq, row-major (b, i, h)): a
+ * warp takes eight rows at a time, stores each as above and stages its pairs in shared
+ * memory, then each quad hashes one of them (digest_leaf_staged). Hashing a row with the
+ * quad that loaded it (pairs 8 t + 2 t4) cost twice the plain kernel's time: eight rows'
+ * 32-byte pieces per load. The same bits as the plain kernel. */
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_hashed_kernel(const struct attn_bwd_params p)
+{
+    __shared__ uint32_t stage[ATTN_THREADS / 32][8 * DIGEST_LEAF_PITCH(D)];
+    const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
+    const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
+    uint32_t *st = stage[threadIdx.x >> 5];
+    uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
+    const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
+    for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
+        for (int32_t r = 0; r < 8 && r0 + r < rows; r++) {
+            const int64_t row = r0 + r;
+            const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
+            const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
+            bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
+                                 p.dq_acc + row * D, i, p.scale, lane, st + r * DIGEST_LEAF_PITCH(D));
+        }
+        __syncwarp(); /* the eight rows are staged */
+        const uint64_t leaf = digest_leaf_staged<D>(st, lane);
+        const int64_t row = r0 + (lane >> 2);
+        if ((lane & 3) == 0 && row < rows) {
+            const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
+            const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
+            p.leaf_dq[((int64_t)b * p.seqlen_q + i) * p.heads_q + h] = leaf;
+        }
+        __syncwarp(); /* hashed before the next rows are staged */
     }
 }
 
@@ -499,8 +512,12 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
-    attn_bwd_tc_postprocess_kernel<DT, D>
-        <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
+    if (p->leaf_dq)
+        attn_bwd_tc_postprocess_hashed_kernel<DT, D>
+            <<<attn_bwd_rows_grid(rows_q, 8 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);
+    else
+        attn_bwd_tc_postprocess_kernel<DT, D>
+            <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     return attn_bwd_dkv_sum<DT, D>(p, sms, stream);

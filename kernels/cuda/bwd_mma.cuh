@@ -317,43 +317,21 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
  * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
  * the bwd_tc_dq_at layout of row i. The same products, so the same bits, as one thread a
  * pair; the row's index arithmetic is done once, not per pair (64-bit divisions: they,
- * not memory, bounded the pair-per-thread kernels). */
+ * not memory, bounded the pair-per-thread kernels). stage: NULL, or where the row's pairs
+ * also go (shared memory, pair d / 2 at word d / 2). */
 template <typename DT, int D>
 static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const float *acc_row, int32_t i, float scale,
-                                                     int32_t lane)
+                                                     int32_t lane, uint32_t *stage = NULL)
 {
     static_assert(D % 64 == 0, "whole warps of pairs");
 #pragma unroll
     for (int32_t d = 2 * lane; d < D; d += 64) {
         const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
-        attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
+        const uint32_t pr = DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
+        attn_st_pair(dq_row + d, pr);
+        if (stage)
+            stage[d / 2] = pr; /* the hashed postprocess: the pairs for digest_leaf_staged */
     }
-}
-
-/* The same for eight rows at once, a quad of lanes per row (lane 4 g + t4 the pairs
- * d = 8 t + 2 t4 of its quad's row), and each row's digest leaf hashed by its quad
- * (digest_leaves_quad) into *leaf: the postprocess where the audit asks for dQ's leaves.
- * Each element is the same product, so the same bits. dq_row, acc_row: the quad's row, or
- * NULL where it has none (it still takes part in the shuffles). */
-template <typename DT, int D>
-static __device__ __forceinline__ void bwd_tc_dq_row_hashed(uint16_t *dq_row, const float *acc_row, int32_t i,
-                                                            float scale, int32_t lane, uint64_t *leaf)
-{
-    uint32_t q[1][D / 8];
-#pragma unroll
-    for (int32_t t = 0; t < D / 8; t++) {
-        const int32_t d = 8 * t + 2 * (lane & 3);
-        q[0][t] = 0u;
-        if (acc_row) {
-            const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
-            q[0][t] = DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
-            attn_st_pair(dq_row + d, q[0][t]);
-        }
-    }
-    uint64_t h[1];
-    digest_leaves_quad<D, 1>(q, lane, h);
-    if (acc_row && (lane & 3) == 0)
-        *leaf = h[0];
 }
 
 #if BWD_TC_BULK

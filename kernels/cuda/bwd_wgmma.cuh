@@ -214,31 +214,36 @@ static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_p
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
     if constexpr (D != 256 && LEAVES) {
         if (p.group == 1 && p.leaf_dk) {
-            /* the row half h of the thread: elements e = 4 t + 2 h (+1), columns 8 t + 2 t4;
-             * its dK and dV rows packed, stored, and hashed side by side */
+            /* the thread's two row halves h: elements e = 4 t + 2 h (+1), columns
+             * 8 t + 2 t4; their dK and dV rows packed, stored, and the four hashed side by
+             * side (q[2 h] dK, q[2 h + 1] dV) */
             const int32_t lane = threadIdx.x & 31;
+            uint32_t q[4][D / 8];
 #pragma unroll
             for (int32_t h = 0; h < 2; h++) {
                 const int32_t j = r0 + bwd_wg_regs<D>::row(2 * h);
                 uint16_t *k_row = dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] + hk * p.dk_stride[2];
                 uint16_t *v_row = dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] + hk * p.dv_stride[2];
-                uint32_t q[2][D / 8];
 #pragma unroll
                 for (int32_t t = 0; t < D / 8; t++) {
                     const int32_t e = 4 * t + 2 * h, d = bwd_wg_regs<D>::col(e);
-                    q[0][t] = DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
-                    q[1][t] = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
+                    q[2 * h][t] = DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
+                    q[2 * h + 1][t] = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
                     if (j < rn) {
-                        attn_st_pair(k_row + d, q[0][t]);
-                        attn_st_pair(v_row + d, q[1][t]);
+                        attn_st_pair(k_row + d, q[2 * h][t]);
+                        attn_st_pair(v_row + d, q[2 * h + 1][t]);
                     }
                 }
-                uint64_t leaf[2];
-                digest_leaves_quad<D, 2>(q, lane, leaf);
+            }
+            uint64_t leaf[4];
+            digest_leaves_quad<D, 4>(q, lane, leaf);
+#pragma unroll
+            for (int32_t h = 0; h < 2; h++) {
+                const int32_t j = r0 + bwd_wg_regs<D>::row(2 * h);
                 if ((lane & 3) == 0 && j < rn) {
                     const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
-                    p.leaf_dk[at] = leaf[0];
-                    p.leaf_dv[at] = leaf[1];
+                    p.leaf_dk[at] = leaf[2 * h];
+                    p.leaf_dv[at] = leaf[2 * h + 1];
                 }
             }
             return;

@@ -23,8 +23,10 @@ struct dview {
     uint64_t per_row; /* leaves per row */
     uint64_t first_leaf; /* its first leaf's index among those hashed here: a multiple of 64 */
     uint64_t leaves;
-    uint64_t first_group; /* index of its first group hash in the scratch */
+    uint64_t first_group; /* index of its first group hash in the scratch: a multiple of 64 */
     uint64_t groups;
+    uint64_t first_super; /* index of its first supergroup hash in the scratch */
+    uint64_t supers;
 };
 
 struct dtable {
@@ -82,20 +84,22 @@ size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
 {
     if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
         return 0;
-    uint64_t hashes = 0, leaves = 0, packed = 0;
+    uint64_t hashes = 0, supers = 0, leaves = 0, packed = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes, row;
         int dense;
         if (!view_ok(&v[i], &bytes, &dense, &row))
             return 0;
         const uint64_t groups = groups_of(leaves_of(bytes, row));
-        hashes += groups;
+        hashes += groups_of(groups) * DIGEST_FANOUT;
+        supers += groups_of(groups);
         if (!v[i].leaves)
             leaves += groups * DIGEST_FANOUT;
         if (!dense && !v[i].leaves)
             packed += align_up((size_t)bytes);
     }
-    return align_up((size_t)hashes * 8) + align_up((size_t)leaves * 8) + (size_t)packed;
+    return align_up((size_t)hashes * 8) + align_up((size_t)supers * 8) + align_up((size_t)leaves * 8) +
+           (size_t)packed;
 }
 
 /* ---- kernels -------------------------------------------------------------------------- */
@@ -167,6 +171,7 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
 #define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged leaf row: the slices + 16 pad */
 #define ROOT_THREADS 256
 #define ROOT_TILE 256 /* supergroup hashes per tile of the root kernel */
+#define FOLD_THREADS 64
 
 /* Which view hashed leaf g belongs to (among the views whose leaves are hashed here, each
  * starting at a multiple of 64), or -1 past the last. */
@@ -258,48 +263,49 @@ static __global__ void __launch_bounds__(LEAF_BLOCK) leaf_kernel(struct dtable t
     }
 }
 
-/* One thread per group, every view: XXH64 over its up-to-64 leaf hashes (given, or from
- * the leaf kernel), whole groups read as 16-byte stripes. A group hash in the leaf kernel
- * itself, by two of its threads while the rest waited, cost more than this kernel once
- * leaves were rows (16 times as many blocks for the same bytes). */
-static __global__ void __launch_bounds__(ROOT_THREADS) group_kernel(struct dtable t, uint64_t total, uint64_t *groups)
+/* One level of the tree, a thread per hash it makes: XXH64 over up to 64 hashes of the
+ * level below - a view's leaves (given, or from the leaf kernel) into its groups (level
+ * 0), or its groups into its supergroups (level 1) - whole runs of 64 read as 16-byte
+ * stripes (each view's groups start at a multiple of 64). A group hash in the leaf kernel
+ * itself, by two of its threads while the rest waited, cost more than the bytes once
+ * leaves were rows; the supergroups in the root kernel's one block per view took longer
+ * than everything else. Small blocks, so the few threads spread over the SMs. */
+static __global__ void __launch_bounds__(FOLD_THREADS)
+    fold_kernel(struct dtable t, int32_t level, uint64_t total, uint64_t *groups, uint64_t *supers)
 {
-    const uint64_t g = blockIdx.x * (uint64_t)ROOT_THREADS + threadIdx.x;
+    const uint64_t g = blockIdx.x * (uint64_t)FOLD_THREADS + threadIdx.x;
     if (g >= total)
         return;
-    int32_t i = 0;
-    while (i + 1 < t.n && g >= t.v[i + 1].first_group)
-        i++;
-    const struct dview *v = &t.v[i];
-    const uint64_t k = (g - v->first_group) * DIGEST_FANOUT;
-    const uint64_t n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
-    const uint64_t *p = v->leaf + k;
-    groups[g] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
-                    ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
-                    : xxh64(p, (size_t)n * 8, 0);
+    for (int32_t i = 0; i < t.n; i++) {
+        const struct dview *v = &t.v[i];
+        const uint64_t first = level ? v->first_super : v->first_group, count = level ? v->supers : v->groups;
+        if (g < first || g - first >= count)
+            continue;
+        const uint64_t k = (g - first) * DIGEST_FANOUT, below = level ? v->groups : v->leaves;
+        const uint64_t n = below - k < DIGEST_FANOUT ? below - k : DIGEST_FANOUT;
+        const uint64_t *p = (level ? groups + v->first_group : v->leaf) + k;
+        (level ? supers : groups)[g] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
+                                           ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
+                                           : xxh64(p, (size_t)n * 8, 0);
+        return;
+    }
 }
 
-/* One block per view: its supergroups, each by one thread over up to 64 group hashes,
- * into shared tiles, and the root over them, seeded with its length - XXH64 run by thread
- * 0 over each tile (one thread loading a view's hashes itself paid a memory latency every
- * few stripes). */
+/* One block per view: the root over its supergroup hashes, seeded with its length - the
+ * block loads them into shared tiles and thread 0 runs XXH64 over each tile. */
 static __global__ void __launch_bounds__(ROOT_THREADS)
-    root_kernel(struct dtable t, const uint64_t *groups, uint64_t *out)
+    root_kernel(struct dtable t, const uint64_t *supers, uint64_t *out)
 {
     __shared__ uint64_t tile[ROOT_TILE];
     const struct dview *v = &t.v[blockIdx.x];
-    const uint64_t ng = v->groups, n = (ng + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
-    const uint64_t seed = v->bytes, striped = n / 4 * 4;
-    const uint64_t *g = groups + v->first_group;
+    const uint64_t n = v->supers, seed = v->bytes, striped = n / 4 * 4;
+    const uint64_t *g = supers + v->first_super;
     uint64_t acc[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
     for (uint64_t base = 0; base < n; base += ROOT_TILE) {
         const uint64_t cnt = n - base < ROOT_TILE ? n - base : ROOT_TILE;
-        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS) {
-            const uint64_t first = (base + i) * DIGEST_FANOUT;
-            const uint64_t m = ng - first < DIGEST_FANOUT ? ng - first : DIGEST_FANOUT;
-            tile[i] = xxh64(g + first, (size_t)m * 8, 0);
-        }
-        __syncthreads(); /* the tile is formed */
+        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS)
+            tile[i] = __ldcg(g + base + i);
+        __syncthreads(); /* the tile is loaded */
         if (threadIdx.x == 0) {
             const uint64_t end = base + cnt < striped ? base + cnt : striped;
             for (uint64_t w = base; w + 4 <= end; w += 4)
@@ -330,7 +336,7 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     struct dtable t;
     t.n = n;
-    uint64_t hashed = 0, total_groups = 0;
+    uint64_t hashed = 0, total_groups = 0, total_supers = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes, row;
         int dense;
@@ -339,16 +345,21 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].row = row;
         t.v[i].per_row = per_row_of(row);
         t.v[i].leaves = leaves_of(bytes, row);
-        t.v[i].first_group = total_groups;
         t.v[i].groups = groups_of(t.v[i].leaves);
+        t.v[i].supers = groups_of(t.v[i].groups);
+        t.v[i].first_group = total_groups;
+        t.v[i].first_super = total_supers;
         t.v[i].first_leaf = v[i].leaves ? 0 : hashed;
         if (!v[i].leaves)
             hashed += t.v[i].groups * DIGEST_FANOUT; /* the next one starts at a whole group */
-        total_groups += t.v[i].groups;
+        total_groups += t.v[i].supers * DIGEST_FANOUT; /* and at a whole supergroup */
+        total_supers += t.v[i].supers;
     }
     unsigned char *at = static_cast<unsigned char *>(scratch);
     uint64_t *groups = reinterpret_cast<uint64_t *>(at);
     at += align_up((size_t)total_groups * 8);
+    uint64_t *supers = reinterpret_cast<uint64_t *>(at);
+    at += align_up((size_t)total_supers * 8);
     uint64_t *leaves = reinterpret_cast<uint64_t *>(at);
     unsigned char *packed = at + align_up((size_t)hashed * 8);
     for (int32_t i = 0; i < n; i++) {
@@ -366,11 +377,12 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         t.v[i].data = packed;
         packed += align_up((size_t)bytes);
     }
-    /* the leaf kernel sees only the views it hashes: the others first, as given ones */
-    if (hashed)
+    if (hashed) /* the views without given leaves, each from a whole group on */
         leaf_kernel<<<(unsigned)((hashed + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t);
-    group_kernel<<<(unsigned)((total_groups + ROOT_THREADS - 1) / ROOT_THREADS), ROOT_THREADS, 0, st>>>(
-        t, total_groups, groups);
-    root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, groups, out);
+    fold_kernel<<<(unsigned)((total_groups + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
+        t, 0, total_groups, groups, supers);
+    fold_kernel<<<(unsigned)((total_supers + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
+        t, 1, total_supers, groups, supers);
+    root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, supers, out);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

@@ -3,9 +3,9 @@
  * digest_cuda.h - the digests of kernels/digest/digest.h computed on the GPU, for tensors in
  * device memory: the same value as digest_strided() on a host copy of the same bytes.
  *
- * Three kernels: one thread hashes each leaf (a row, or a 4 KiB piece of a longer row)
- * into the scratch; one thread hashes each group of 64 leaf hashes; then a block per
- * tensor hashes its supergroups and the root over them. A dense view is hashed in place;
+ * Four kernels: one thread hashes each leaf (a row, or a 4 KiB piece of a longer row)
+ * into the scratch; one thread hashes each group of 64 leaf hashes, then one each
+ * supergroup of 64 group hashes; a block per tensor hashes the root over those. A dense view is hashed in place;
  * a strided one is first gathered into dense scratch. A view whose leaves a kernel has
  * already hashed (the backward's fused epilogues, attn_cuda.h) skips the first kernel and
  * never reads the tensor. Everything is queued on the caller's stream, so digests of an
@@ -36,8 +36,9 @@ struct digest_view {
     const uint64_t *leaves;
 };
 
-/* Device scratch digest_cuda() needs for these views (group hashes, the leaf hashes of
- * views without given ones, and dense copies of the strided ones); 0 for a bad argument. */
+/* Device scratch digest_cuda() needs for these views (group and supergroup hashes, the
+ * leaf hashes of views without given ones, and dense copies of the strided ones); 0 for
+ * a bad argument. */
 size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n);
 
 /* Queue on `stream` (a cudaStream_t; NULL: the legacy default stream) the digests of

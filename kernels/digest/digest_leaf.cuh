@@ -74,4 +74,22 @@ static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N]
         h[r] = digest_leaf_finish(v[r], lane & ~3, 0, 2, 1, 3, 2u * D);
 }
 
+/* A warp's rows of D 16-bit elements staged in shared memory as 32-bit pairs, row r at
+ * r * DIGEST_LEAF_PITCH(D) words (four words of padding: the quads' reads below hit 32
+ * banks), each hashed by a quad: lane 4 r + t4 reads its pairs (elements 8 t + 2 t4, word
+ * 4 t + t4) of row r. The hash is valid in the lanes of quad r. */
+#define DIGEST_LEAF_PITCH(D) ((D) / 2 + 4)
+template <int D>
+static __device__ __forceinline__ uint64_t digest_leaf_staged(const uint32_t *stage, int32_t lane)
+{
+    const uint32_t *row = stage + (lane >> 2) * DIGEST_LEAF_PITCH(D);
+    uint32_t q[1][D / 8];
+#pragma unroll
+    for (int32_t t = 0; t < D / 8; t++)
+        q[0][t] = row[4 * t + (lane & 3)];
+    uint64_t h[1];
+    digest_leaves_quad<D, 1>(q, lane, h);
+    return h[0];
+}
+
 #endif
