@@ -389,7 +389,8 @@ $(BUILD)/libdash_inproc.so: $(call obj,bench/inproc.c) $(call cuobj,$(CUDA_KERNE
 	$(Q)$(CC) -shared -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # What the audit's digests add to the backward, part by part, in process (issue 16 item 4).
-$(BUILD)/bench_audit: $(call obj,bench/bench_audit.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
+$(BUILD)/bench_audit: $(call obj,bench/bench_audit.c bench/benchmeta.c bench/benchrng.c) $(call cuobj,$(CUDA_KERNELS_CU)) \
+		$(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 

@@ -18,7 +18,8 @@
  *   bench_audit [--seqlen S] [--hdim D] [--reps N]
  *   bench_audit --once ...     one backward of each variant, untimed (for ncu)
  */
-#include "kernels/attn/dtype.h"
+#include "bench/benchmeta.h"
+#include "bench/benchrng.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/digest_cuda.h"
 
@@ -114,13 +115,12 @@ int main(int argc, char **argv)
     /* q k v out dout dq dk dv, then lse */
     CHECK(cudaMalloc((void **)&mem, 8 * tb + lb));
     {
-        uint16_t *h = malloc(tb);
-        uint64_t s = 42;
-        for (int t = 0; t < 5; t++) {
-            for (size_t i = 0; i < n; i++) {
-                s = s * 6364136223846793005ull + 1442695040888963407ull;
-                h[i] = dtype_f32_to_bf16((float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 3);
-            }
+        void *h = malloc(tb);
+        uint64_t seed = 42;
+        if (!h)
+            goto out;
+        for (int t = 0; t < 5; t++) { /* q k v out dout: N(0, 1) */
+            bench_fill_bf16(h, n, &seed);
             CHECK(cudaMemcpy(mem + t * tb, h, tb, cudaMemcpyHostToDevice));
         }
         free(h);
@@ -138,8 +138,13 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc((void **)&d_out, 3 * sizeof(uint64_t)));
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
+    char device[256] = "unknown", commit[64], cmd[512];
+    (void)cuattn_device(a, device, sizeof device, NULL);
+    bmeta_git_commit(commit, sizeof commit);
+    bmeta_cmdline(cmd, sizeof cmd, argc, argv);
     printf("# what auditing (the digests of dq, dk, dv) adds to the backward, in process\n\n"
-           "bf16, batch %d x seqlen %d, 16 heads, hdim %d, schedule auto; bursts of %d stream-ordered "
+           "- device: %s\n- commit: %s\n- command: `%s`\n\n", device, commit, cmd);
+    printf("bf16, batch %d x seqlen %d, 16 heads, hdim %d, schedule auto; bursts of %d stream-ordered "
            "backwards, the variants in turn, median of %d bursts (ms per backward)\n\n"
            "| mask | backward | + leaves (kernels hash) | + digests from leaves | + digests from memory | "
            "digest kernels: from leaves / from memory | same digests |\n"

@@ -178,6 +178,37 @@ static int spit(const char *path, const unsigned char *p, size_t n)
     return ok ? 0 : -1;
 }
 
+/* Copy the log at src to dst frame by frame, each frame handed to edit (which may change
+ * it; it.kind says whether it.frame is a header or a record) and encoded again, so the
+ * CRCs hold. Returns how many frames edit changed. */
+typedef int (*frame_edit_fn)(struct auditfile_item *it, void *ctx);
+static int rewrite_log(const char *src, const char *dst, frame_edit_fn edit, void *ctx)
+{
+    size_t n;
+    unsigned char *p = slurp(src, &n);
+    CU_ASSERT_FATAL(p != NULL);
+    FILE *f = fopen(dst, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    struct auditfile_reader rd;
+    struct auditfile_item it;
+    int changed = 0;
+    auditfile_reader_init(&rd, p, n);
+    while (auditfile_read(&rd, &it) == 0 && it.kind != AUDITFILE_END) {
+        CU_ASSERT_FATAL(it.kind == AUDITFILE_HEADER || it.kind == AUDITFILE_RECORD);
+        changed += edit(&it, ctx);
+        unsigned char *buf;
+        size_t len;
+        CU_ASSERT_FATAL(auditfile_encode(it.frame, &buf, &len) == 0);
+        CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
+        free(buf);
+        auditfile_item_free(&it);
+    }
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    auditfile_reader_free(&rd);
+    free(p);
+    return changed;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -316,6 +347,18 @@ static void test_audit_diff_of_directories_names_the_rank_step_and_layer(void)
     free(out);
 }
 
+/* rewrite_log's edit: flip a bit of record 8's dk digest (step 1, layer 1, backward). */
+static int flip_dk_of_record_8(struct auditfile_item *it, void *ctx)
+{
+    (void)ctx;
+    const Dash__AuditRecord *r = it->kind == AUDITFILE_RECORD ? it->frame->record : NULL;
+    if (!r || r->seq != 8)
+        return 0;
+    CU_ASSERT_FATAL(r->n_outputs == 3);
+    r->outputs[1]->digest ^= 1;
+    return 1;
+}
+
 /* diff's verdict when the inputs agree and an output does not: rewrite run A's log with
  * one output digest changed (frames re-encoded, so the CRCs hold) and diff it against A. */
 static void test_audit_diff_calls_same_inputs_other_outputs_only_outputs(void)
@@ -324,31 +367,7 @@ static void test_audit_diff_calls_same_inputs_other_outputs_only_outputs(void)
     path_of(a, sizeof a, "o-a.log");
     path_of(b, sizeof b, "o-b.log");
     logged_run(a, "--audit-level all", "o", tu_seed() ^ 5, -1, -1, NULL);
-    size_t na;
-    unsigned char *pa = slurp(a, &na);
-    CU_ASSERT_FATAL(pa != NULL);
-    FILE *f = fopen(b, "wb");
-    CU_ASSERT_FATAL(f != NULL);
-    struct auditfile_reader rd;
-    struct auditfile_item it;
-    auditfile_reader_init(&rd, pa, na);
-    while (auditfile_read(&rd, &it) == 0 && it.kind != AUDITFILE_END) {
-        CU_ASSERT_FATAL(it.kind == AUDITFILE_HEADER || it.kind == AUDITFILE_RECORD);
-        const Dash__AuditRecord *r = it.kind == AUDITFILE_RECORD ? it.frame->record : NULL;
-        if (r && r->seq == 8) { /* step 1, layer 1, backward: its dk */
-            CU_ASSERT_FATAL(r->n_outputs == 3);
-            r->outputs[1]->digest ^= 1;
-        }
-        unsigned char *buf;
-        size_t len;
-        CU_ASSERT_FATAL(auditfile_encode(it.frame, &buf, &len) == 0);
-        CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
-        free(buf);
-        auditfile_item_free(&it);
-    }
-    CU_ASSERT_FATAL(fclose(f) == 0);
-    auditfile_reader_free(&rd);
-    free(pa);
+    CU_ASSERT_EQUAL(rewrite_log(a, b, flip_dk_of_record_8, NULL), 1);
     snprintf(args, sizeof args, "diff %s %s", a, b);
     CU_ASSERT_EQUAL(dashctl(args, &out), 1);
     CU_ASSERT(out && strstr(out, "step 1 label \"layer1.attn\" backward"));
@@ -357,6 +376,17 @@ static void test_audit_diff_calls_same_inputs_other_outputs_only_outputs(void)
     snprintf(args, sizeof args, "verify %s", b);
     CU_ASSERT_EQUAL(dashctl(args, &out), 0);
     free(out);
+}
+
+/* rewrite_log's edit: a header of digest version 1 (dashd writes DIGEST_VERSION). */
+static int header_to_digest_v1(struct auditfile_item *it, void *ctx)
+{
+    (void)ctx;
+    if (it->kind != AUDITFILE_HEADER)
+        return 0;
+    CU_ASSERT_EQUAL(it->frame->header->digest_version, DIGEST_VERSION);
+    it->frame->header->digest_version = 1;
+    return 1;
 }
 
 /* Logs of two digest versions are never compared: run A's log rewritten with headers of
@@ -372,31 +402,10 @@ static void test_audit_diff_refuses_logs_of_two_digest_versions(void)
     CU_ASSERT_FATAL(mkdir(da, 0700) == 0 && mkdir(db, 0700) == 0);
     snprintf(b, sizeof b, "%s/rank0.log", db);
     logged_run(a, "", "dv", tu_seed() ^ 6, -1, -1, NULL);
+    CU_ASSERT(rewrite_log(a, b, header_to_digest_v1, NULL) >= 1);
     size_t na;
     unsigned char *pa = slurp(a, &na);
     CU_ASSERT_FATAL(pa != NULL);
-    FILE *f = fopen(b, "wb");
-    CU_ASSERT_FATAL(f != NULL);
-    struct auditfile_reader rd;
-    struct auditfile_item it;
-    int headers = 0;
-    auditfile_reader_init(&rd, pa, na);
-    while (auditfile_read(&rd, &it) == 0 && it.kind != AUDITFILE_END) {
-        if (it.kind == AUDITFILE_HEADER) {
-            CU_ASSERT_EQUAL(it.frame->header->digest_version, DIGEST_VERSION);
-            it.frame->header->digest_version = 1;
-            headers++;
-        }
-        unsigned char *buf;
-        size_t len;
-        CU_ASSERT_FATAL(auditfile_encode(it.frame, &buf, &len) == 0);
-        CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
-        free(buf);
-        auditfile_item_free(&it);
-    }
-    CU_ASSERT_FATAL(fclose(f) == 0);
-    auditfile_reader_free(&rd);
-    CU_ASSERT(headers >= 1);
     char copy[300];
     snprintf(copy, sizeof copy, "%s/rank0.log", da);
     CU_ASSERT_FATAL(spit(copy, pa, na) == 0);
