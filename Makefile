@@ -155,11 +155,11 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_metrics.c tests/test_log.c tests/test_soak.c tests/soak.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
 	daemon/proc.c daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
-BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c
+BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c bench/benchtime.c
 BENCH_VARLEN_SRC := bench/bench_varlen.c bench/benchmeta.c bench/benchrng.c
-BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c
-BENCH_FAIR_SRC := bench/bench_fair.c bench/benchd.c bench/benchmeta.c
-BENCH_PING_SRC := bench/bench_ping.c bench/benchd.c bench/benchmeta.c
+BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c bench/benchtime.c
+BENCH_FAIR_SRC := bench/bench_fair.c bench/benchd.c bench/benchmeta.c bench/benchtime.c
+BENCH_PING_SRC := bench/bench_ping.c bench/benchd.c bench/benchmeta.c bench/benchtime.c
 BENCH_SOAK_SRC := bench/bench_soak.c bench/benchmeta.c tests/soak.c tests/harness.c tests/testutil.c
 BENCH_CHURN_SRC := bench/bench_churn.c bench/benchmeta.c tests/churn.c tests/harness.c \
 	tests/testutil.c
@@ -378,7 +378,7 @@ $(UNIT_SECCOMP): $(call obj,tests/unit_seccomp.c)
 # The GPU runner: the kernels in-process, and (test_dashd_gpu.c) a real dashd, which it
 # finds next to itself, driven through libdash and the raw protocol (harness.c).
 # Our kernels on the GPU; scripts/gpu_bench.sh runs it beside PyTorch's SDPA and cuDNN's.
-$(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
+$(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c bench/benchtime.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
@@ -389,20 +389,20 @@ $(BUILD)/libdash_inproc.so: $(call obj,bench/inproc.c) $(call cuobj,$(CUDA_KERNE
 	$(Q)$(CC) -shared -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # What the audit's digests add to the backward, part by part, in process (issue 16 item 4).
-$(BUILD)/bench_audit: $(call obj,bench/bench_audit.c bench/benchmeta.c bench/benchrng.c) $(call cuobj,$(CUDA_KERNELS_CU)) \
+$(BUILD)/bench_audit: $(call obj,bench/bench_audit.c bench/benchmeta.c bench/benchrng.c bench/benchtime.c) $(call cuobj,$(CUDA_KERNELS_CU)) \
 		$(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # dashd on the GPU vs the kernels in process (the daemon overhead target of issue 4).
-$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c bench/benchd.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
+$(BUILD)/bench_gpu_daemon: $(call obj,bench/bench_gpu_daemon.c bench/benchd.c bench/benchtime.c) $(call cuobj,$(CUDA_KERNELS_CU) tests/gpu/gpu_delay.cu) \
 		$(LIBDASH_A) $(LIBKERNELS) | $(DASHD)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter-out $(DASHD),$^) $(PKG_LIBS) $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 
 # Two processes passing work by interprocess events, without dashd: the floor under its
 # per-op overhead.
-$(BUILD)/bench_gpu_handoff: $(call obj,bench/bench_gpu_handoff.c) $(call cuobj,tests/gpu/gpu_delay.cu)
+$(BUILD)/bench_gpu_handoff: $(call obj,bench/bench_gpu_handoff.c bench/benchtime.c) $(call cuobj,tests/gpu/gpu_delay.cu)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++ $(LDLIBS)
 

@@ -20,6 +20,7 @@
  */
 #include "bench/benchmeta.h"
 #include "bench/benchrng.h"
+#include "bench/benchtime.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/digest_cuda.h"
 
@@ -41,25 +42,6 @@
 
 #define BURSTS 11
 #define VARIANTS 4
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
 
 /* One variant's backward (and digests) on a's stream; 0 or nonzero. */
 static int one(struct cuattn *a, const struct attn_problem *p, const struct attn_tensor *e, const float *lse,
@@ -169,7 +151,7 @@ int main(int argc, char **argv)
         for (int burst = -1; burst < BURSTS; burst++)
             for (int var = 0; var < VARIANTS; var++) {
                 CHECK(cudaStreamSynchronize(st));
-                const double t0 = now_ms();
+                const double t0 = btime_now_ms();
                 for (int k = 0; k < reps; k++)
                     if (one(a, &p, e, lse, var, dv3, scratch, need, d_out) != 0) {
                         fprintf(stderr, "bench_audit: variant %d failed\n", var);
@@ -177,11 +159,11 @@ int main(int argc, char **argv)
                     }
                 CHECK(cudaStreamSynchronize(st));
                 if (burst >= 0)
-                    t[var][burst] = (now_ms() - t0) / reps;
+                    t[var][burst] = (btime_now_ms() - t0) / reps;
             }
         double m[VARIANTS];
         for (int var = 0; var < VARIANTS; var++)
-            m[var] = median(t[var], BURSTS);
+            m[var] = btime_median(t[var], BURSTS);
         /* the digest kernels alone, after a backward that left its leaves; and the bits */
         if (one(a, &p, e, lse, 1, dv3, scratch, need, d_out) != 0)
             goto out;

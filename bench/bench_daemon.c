@@ -51,6 +51,7 @@
 #include "bench/benchd.h"
 #include "bench/benchmeta.h"
 #include "bench/benchrng.h"
+#include "bench/benchtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,19 +161,13 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Sorts v. Nearest rank in integers, so 0.99 * 2000 cannot round up to rank 1981. */
 static struct dist dist_of(double *v, size_t n)
 {
     struct dist d = {(int64_t)n, 0, 0, 0};
     if (n == 0)
         return d;
-    qsort(v, n, sizeof *v, cmp_double);
+    qsort(v, n, sizeof *v, btime_cmp_double);
     d.p50 = v[(500 * n + 999) / 1000 - 1];
     d.p99 = v[(990 * n + 999) / 1000 - 1];
     d.max = v[n - 1];

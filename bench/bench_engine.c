@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include "bench/benchmeta.h"
 #include "bench/benchrng.h"
+#include "bench/benchtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,19 +113,6 @@ struct bench {
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 
 static struct attn_problem problem_of(const struct shape *s, enum sched_mask mask)
 {
@@ -187,12 +175,12 @@ static int time_call(struct bench *b, const struct call *c, struct attn_config *
     if (rc)
         return rc;
     for (int r = 0; r < b->reps; r++) {
-        double t0 = now_ms();
+        double t0 = btime_now_ms();
         if ((rc = call_run(c, ret_cfg)))
             return rc;
-        b->samples[r] = now_ms() - t0;
+        b->samples[r] = btime_now_ms() - t0;
     }
-    qsort(b->samples, (size_t)b->reps, sizeof b->samples[0], cmp_double);
+    qsort(b->samples, (size_t)b->reps, sizeof b->samples[0], btime_cmp_double);
     *ret_ms = b->reps % 2 ? b->samples[b->reps / 2]
                           : 0.5 * (b->samples[b->reps / 2 - 1] + b->samples[b->reps / 2]);
     return 0;
@@ -437,7 +425,7 @@ int main(int argc, char **argv)
 
     fprintf(stderr, "bench_engine: %d shape(s) x {full, causal} x threads {1, 2}, %d rep(s)\n",
             nshapes, b.reps);
-    double wall0 = now_ms();
+    double wall0 = btime_now_ms();
     for (int si = 0; si < nshapes; si++)
         for (int m = 0; m < SCHED_MASK_COUNT; m++) {
             b.identical[si][m] = 1;
@@ -447,7 +435,7 @@ int main(int argc, char **argv)
                 if ((rc = bench_one(&b, si, (enum sched_mask)m, ti)))
                     goto out_free;
         }
-    fprintf(stderr, "bench_engine: measured in %.1f s\n", (now_ms() - wall0) / 1e3);
+    fprintf(stderr, "bench_engine: measured in %.1f s\n", (btime_now_ms() - wall0) / 1e3);
 
     write_report(stdout, &b, date_iso, cmdline, cpu, commit, loadavg);
     if (fflush(stdout) != 0) {

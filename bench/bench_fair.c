@@ -14,6 +14,7 @@
  */
 #include "bench/benchd.h"
 #include "bench/benchmeta.h"
+#include "bench/benchtime.h"
 #include "client/dash.h"
 
 #include <errno.h>
@@ -28,13 +29,6 @@
 
 #define TINY_EVERY_MS 20
 #define LAT_MAX 100000
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 struct op {
     struct dash_buffer *buf;
@@ -62,12 +56,6 @@ static int op_make(struct dash_client *c, int64_t s, int64_t h, struct op *op)
 
 static const struct dash_attn ATTN = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double pct(double *v, size_t n, double p)
 {
     if (!n)
@@ -88,11 +76,11 @@ static size_t light(const char *endpoint, double seconds, double *lat)
         dash_close(c);
         return 0;
     }
-    double end = now_ms() + seconds * 1000;
-    while (now_ms() < end && n < LAT_MAX) {
-        double t0 = now_ms();
+    double end = btime_now_ms() + seconds * 1000;
+    while (btime_now_ms() < end && n < LAT_MAX) {
+        double t0 = btime_now_ms();
         int rc = dash_forward(c, &ATTN, &op.q, &op.k, &op.v, &op.o, &op.l, NULL);
-        double t = now_ms() - t0;
+        double t = btime_now_ms() - t0;
         if (rc) {
             fprintf(stderr, "bench_fair: tiny forward: %s: %s\n", dash_errname(rc),
                     dash_last_error(c));
@@ -104,7 +92,7 @@ static size_t light(const char *endpoint, double seconds, double *lat)
             usleep((useconds_t)(wait * 1000));
     }
     dash_close(c);
-    qsort(lat, n, sizeof *lat, cmp_double);
+    qsort(lat, n, sizeof *lat, btime_cmp_double);
     return n;
 }
 

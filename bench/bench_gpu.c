@@ -30,6 +30,7 @@
  * "digest" is XXH64 of the bytes of dQ, dK and dV (in that order) of the repeat-check call:
  * two builds whose deterministic schedules print the same digest compute the same bits.
  */
+#include "bench/benchtime.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/xxh64.h"
 
@@ -43,19 +44,6 @@
 
 #define TOKENS 16384
 #define HIDDEN 2048
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 #define CHECK(call)                                                                      \
     do {                                                                                 \
@@ -237,14 +225,14 @@ int main(int argc, char **argv)
                 struct attn_tensor tdk = attn_dense(b.dk, rows, H, d), tdv = attn_dense(b.dv, rows, H, d);
                 double t[101];
                 for (int r = 0; r <= reps; r++) {
-                    double t0 = now_ms();
+                    double t0 = btime_now_ms();
                     if ((rc = cuattn_forward(a, &p, NULL, to, b.lse, tq, tk, tv, NULL))) {
                         fprintf(stderr, "bench_gpu: forward d%d S%d: %d\n", d, S, rc);
                         return 1;
                     }
-                    t[r] = now_ms() - t0;
+                    t[r] = btime_now_ms() - t0;
                 }
-                qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
+                qsort(t + 1, (size_t)reps, sizeof(double), btime_cmp_double);
                 double fwd_ms = t[1 + reps / 2];
                 printf("%s\n  {\"D\": %d, \"S\": %d, \"B\": %d, \"H\": %d, \"causal\": %s, ",
                        first ? "" : ",", d, S, B, H, causal ? "true" : "false");
@@ -263,7 +251,7 @@ int main(int argc, char **argv)
                         continue;
                     struct attn_config cfg = {kinds[ki], 0, 0, 0, 0}, used;
                     for (int r = 0; r <= reps; r++) {
-                        double t0 = now_ms();
+                        double t0 = btime_now_ms();
                         rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse,
                                              tdo, &used);
                         if (rc) {
@@ -271,9 +259,9 @@ int main(int argc, char **argv)
                                     sched_kind_name(kinds[ki]), rc);
                             return 1;
                         }
-                        t[r] = now_ms() - t0;
+                        t[r] = btime_now_ms() - t0;
                     }
-                    qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
+                    qsort(t + 1, (size_t)reps, sizeof(double), btime_cmp_double);
                     double bwd_ms = t[1 + reps / 2];
                     /* bits of the last two calls' dq (a third call, for the comparison) */
                     CHECK(cudaMemcpy(h1, b.dq, n, cudaMemcpyDeviceToHost));

@@ -24,6 +24,7 @@
  * measures what auditing adds to the backward, part by part). The header says whether this process's GPU context goes through MPS (docs/mps.md).
  */
 #include "bench/benchd.h"
+#include "bench/benchtime.h"
 #include "client/dash.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/digest/digest_cuda.h"
@@ -50,25 +51,6 @@
     } while (0)
 
 #define LEAD_NS 5000000ull /* the "stream busy" variant's head start, ns */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
 
 /* One mask's op, both ways: the client's tensors in the registered buffer and the same
  * bytes as in-process views (q k v out dout dq dk dv, then lse, at multiples of tb). */
@@ -196,12 +178,12 @@ int main(int argc, char **argv)
             double tin[200], tdm[200], run[200];
             struct dash_result r;
             for (int k = -2; k < reps; k++) {
-                double t0 = now_ms();
+                double t0 = btime_now_ms();
                 rc = in_process(a, &b, op);
-                double t1 = now_ms();
+                double t1 = btime_now_ms();
                 if (rc == 0)
                     rc = through_dashd(c, &b, op, NULL, &r);
-                double t2 = now_ms();
+                double t2 = btime_now_ms();
                 if (rc) {
                     fprintf(stderr, "bench_gpu_daemon: %s\n", dash_strerror(rc));
                     goto out;
@@ -212,7 +194,8 @@ int main(int argc, char **argv)
                     run[k] = r.run_us / 1000.0;
                 }
             }
-            double mi = median(tin, reps), md = median(tdm, reps), mr = median(run, reps);
+            double mi = btime_median(tin, (size_t)reps), md = btime_median(tdm, (size_t)reps);
+            double mr = btime_median(run, (size_t)reps);
             printf("| %s | %s | %.3f | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
                    op ? "backward" : "forward", mi, md, mr, 100.0 * (md - mi) / mi);
         }
@@ -243,19 +226,19 @@ int main(int argc, char **argv)
                 double tin[3], tdm[3];
                 for (int burst = -1; burst < 3; burst++) {
                     const double lead = busy ? LEAD_NS / 1e6 : 0;
-                    double t0 = now_ms();
+                    double t0 = btime_now_ms();
                     if (busy)
                         CHECK(gpu_test_hold_sms(sms, LEAD_NS, own));
                     for (int k = 0; k < reps && rc == 0; k++)
                         rc = in_process(a, &b, op);
                     CHECK(cudaStreamSynchronize(own));
-                    double t1 = now_ms();
+                    double t1 = btime_now_ms();
                     if (busy)
                         CHECK(gpu_test_hold_sms(sms, LEAD_NS, stream));
                     for (int k = 0; k < reps && rc == 0; k++)
                         rc = through_dashd(c, &b, op, stream, NULL);
                     CHECK(cudaStreamSynchronize(stream));
-                    double t2 = now_ms();
+                    double t2 = btime_now_ms();
                     if (rc) {
                         fprintf(stderr, "bench_gpu_daemon: stream-ordered: %s\n", dash_strerror(rc));
                         goto out;
@@ -265,7 +248,7 @@ int main(int argc, char **argv)
                         tdm[burst] = (t2 - t1 - lead) / reps;
                     }
                 }
-                double mi = median(tin, 3), md = median(tdm, 3);
+                double mi = btime_median(tin, 3), md = btime_median(tdm, 3);
                 printf("| %s | %s | %.3f | %.3f | %+.1f%% |\n", causal ? "causal" : "full",
                        op ? "backward" : "forward", mi, md, 100.0 * (md - mi) / mi);
             }

@@ -14,6 +14,7 @@
  *
  *   bench_gpu_handoff [--ops N] [--work-us U] [--client-us C]
  */
+#include "bench/benchtime.h"
 #include "tests/gpu/gpu_delay.h"
 
 #include <cuda_runtime_api.h>
@@ -32,13 +33,6 @@
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void xfer(int fd, void *p, size_t n, int out)
 {
@@ -112,7 +106,7 @@ static double two_processes(void)
     for (int i = 0; i < WARM + ops; i++) {
         if (i == WARM) { /* the first ops warm both sides up */
             CHECK(cudaStreamSynchronize(st));
-            t0 = now_ms();
+            t0 = btime_now_ms();
         }
         CHECK(gpu_test_hold_sms(sms, client_ns, st));
         CHECK(cudaEventRecord(mine, st));
@@ -122,7 +116,7 @@ static double two_processes(void)
         CHECK(cudaStreamWaitEvent(st, theirs, 0));
     }
     CHECK(cudaStreamSynchronize(st));
-    double t = now_ms() - t0;
+    double t = btime_now_ms() - t0;
     int status;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status)) {
@@ -148,7 +142,7 @@ static double one_process(int two_streams)
     CHECK(cudaEventCreateWithFlags(&eb, cudaEventDisableTiming));
     CHECK(gpu_test_hold_sms(sms, work_ns, a)); /* warm-up */
     CHECK(cudaDeviceSynchronize());
-    double t0 = now_ms();
+    double t0 = btime_now_ms();
     for (int i = 0; i < ops; i++) {
         CHECK(gpu_test_hold_sms(sms, client_ns, a));
         if (two_streams) {
@@ -162,7 +156,7 @@ static double one_process(int two_streams)
         }
     }
     CHECK(cudaStreamSynchronize(a));
-    double t = now_ms() - t0;
+    double t = btime_now_ms() - t0;
     cudaEventDestroy(ea);
     cudaEventDestroy(eb);
     cudaStreamDestroy(a);

@@ -31,6 +31,7 @@
 
 #include "bench/benchd.h"
 #include "bench/benchmeta.h"
+#include "bench/benchtime.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -64,15 +65,9 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double pct(struct samples *s, double p)
 {
-    qsort(s->v, s->n, sizeof *s->v, cmp_double);
+    qsort(s->v, s->n, sizeof *s->v, btime_cmp_double);
     size_t rank = (size_t)(p / 100.0 * (double)s->n + 0.999999);
     rank = rank < 1 ? 1 : rank > s->n ? s->n : rank;
     return s->v[rank - 1];

@@ -3,6 +3,7 @@
  * benchd.c - see benchd.h.
  */
 #include "bench/benchd.h"
+#include "bench/benchtime.h"
 
 #include "client/dash.h"
 
@@ -17,13 +18,6 @@
 
 #define BENCHD_PROBE_TIMEOUT_MS 200 /* one readiness probe while dashd starts */
 #define BENCHD_ARGS_MAX 32
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 static void sleep_ms(int ms)
 {
@@ -99,7 +93,7 @@ int benchd_wait_ready(struct benchd *d, int wait_ms)
     struct dash_connect_opts opts = {.client_name = "benchd-probe",
                                      .timeout_ms = BENCHD_PROBE_TIMEOUT_MS,
                                      .flags = DASH_CONNECT_NO_SESSION};
-    double deadline = now_ms() + wait_ms;
+    double deadline = btime_now_ms() + wait_ms;
     int rc;
     for (;;) {
         int status;
@@ -118,7 +112,7 @@ int benchd_wait_ready(struct benchd *d, int wait_ms)
         }
         if (rc != DASH_ETIMEDOUT && rc != DASH_ECONNREFUSED && rc != -ENOENT)
             break;
-        if (now_ms() > deadline)
+        if (btime_now_ms() > deadline)
             break;
         sleep_ms(20);
     }
@@ -137,7 +131,7 @@ int benchd_stop(struct benchd *d, int wait_ms)
         fprintf(stderr, "%s: kill(dashd %d, SIGTERM): %s\n", d->tool, (int)pid, strerror(errno));
         return -1;
     }
-    double deadline = now_ms() + wait_ms;
+    double deadline = btime_now_ms() + wait_ms;
     int status;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
@@ -147,7 +141,7 @@ int benchd_stop(struct benchd *d, int wait_ms)
             fprintf(stderr, "%s: waitpid(dashd): %s\n", d->tool, strerror(errno));
             return -1;
         }
-        if (now_ms() > deadline) {
+        if (btime_now_ms() > deadline) {
             fprintf(stderr, "%s: dashd (pid %d) did not exit within %d ms of SIGTERM; "
                             "killing it\n", d->tool, (int)pid, wait_ms);
             (void)kill(pid, SIGKILL);
