@@ -1312,9 +1312,10 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
  * an output, its leaves are XXH64 of each of its rows as copied back, and the digest from
  * them (digest_cuda with the leaves given) is digest_rows() of the host copy and the
  * device's digest read from memory; the outputs' bits are those of a run without leaves.
- * The implementation the suite runs decides which outputs get leaves (dQ on v2/v3, dK
- * and dV on v3 at head dims 64/128 or through GQA's sum), and on sm_90 the MHA shapes at
- * 64 and 128 must have all three, so the check cannot pass by hashing nothing. Odd
+ * The leaves are poisoned before the run checked. The implementation the suite runs
+ * decides which outputs get leaves (dQ on v2/v3, dK and dV on v3 at head dims 64/128 or
+ * through GQA's sum), and on sm_90 the MHA shapes at 64 and 128 must have all three, so
+ * the check cannot pass by hashing nothing. Odd
  * lengths (partial kv tiles, whose missing rows must write no leaf), GQA, fp16 and bf16,
  * head dims 64, 128, 256 and 96 (never: its kernels see widened rows). */
 static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
@@ -1342,14 +1343,24 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
             CU_ASSERT_PTR_NULL(cuattn_leaves(ca, i));
         struct gpu_copy plain;
         gpu_copy_bwd(&plain, &a);
+        const int64_t rows[3] = {(int64_t)p.batch * p.seqlen_q * p.heads_q, (int64_t)p.batch * p.seqlen_k * p.heads_kv,
+                                 (int64_t)p.batch * p.seqlen_k * p.heads_kv};
+        /* once to have the leaves' memory, then again with every leaf poisoned first (the
+         * same shape reuses it): a row whose leaf is not written cannot pass */
         CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
         CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        const uint64_t *first[3];
+        for (int i = 0; i < 3; i++)
+            if ((first[i] = cuattn_leaves(ca, i)) != NULL)
+                CUDA_OK(cudaMemset((void *)(uintptr_t)first[i], 0xff, sizeof(uint64_t) * (size_t)rows[i]));
+        CUDA_OK(cudaDeviceSynchronize()); /* poisoned before the kernels' own stream runs */
+        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        for (int i = 0; i < 3; i++)
+            CU_ASSERT_PTR_EQUAL(cuattn_leaves(ca, i), first[i]);
         CU_ASSERT(gpu_copy_equal(&plain, &a));
         gpu_copy_free(&plain);
         const void *host[3] = {a.dq, a.dk, a.dv};
         void *dev[3] = {a.d_dq, a.d_dk, a.d_dv};
-        const int64_t rows[3] = {(int64_t)p.batch * p.seqlen_q * p.heads_q, (int64_t)p.batch * p.seqlen_k * p.heads_kv,
-                                 (int64_t)p.batch * p.seqlen_k * p.heads_kv};
         const size_t row = a.es * (size_t)p.head_dim;
         int got_leaves = 0;
         for (int i = 0; i < 3; i++) {
