@@ -3,8 +3,9 @@
 # gpu_first_call.sh - a session's first device call in one command (the device machine
 # goes back 30 s after a call, and a fresh start costs a minute or more of the session's
 # device time): the checks of a tree that has not run on a GPU, then the A/B of its kernel
-# changes, then a hunt for rare hangs, each step under its own limit so one slow step
-# cannot eat the others, everything under one overall limit.
+# changes, the audit's cost (bench_audit, where bundled), then a hunt for rare hangs, each
+# step under its own limit so one slow step cannot eat the others, everything under one
+# overall limit.
 #   bash scripts/gpu_first_call.sh [SECONDS]        (default 560)
 # Carries .gpu (bundle.sh's programs and libraries; .xz unpacked here). Optional builds
 # beside it, each a bench_gpu (or bench_gpu.xz): .gpu/old/ (the tree before the changes,
@@ -93,6 +94,11 @@ print(sys.argv[1], sys.argv[2], "fwd %.1f TFLOPS" % r["fwd_tflops"],
     done
   done
   grep -E "^(old|new|knob) (packed|window)" "$log" > "$out/vl.txt"
+fi
+
+# what the audit adds to a 4k backward, part by part (issue 16 item 4), where bundled
+if [ -x "$root/.gpu/bin/bench_audit" ]; then
+  step 60 audit "$root/.gpu/bin/bench_audit" --seqlen 4096
 fi
 
 step "$(($(left) - 15))" hunt env OUT="$out/hunt" SUITES=gpu_dashd REPEAT="${HUNT:-10}" STEP_SECS=60 \
