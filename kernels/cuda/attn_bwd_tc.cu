@@ -470,21 +470,20 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_hashed_k
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
     const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
     for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
+        int64_t at = -1; /* where the leaf of the row this lane's quad hashes goes */
         for (int32_t r = 0; r < 8 && r0 + r < rows; r++) {
             const int64_t row = r0 + r;
             const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
             const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
             bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
                                  p.dq_acc + row * D, i, p.scale, lane, st + r * DIGEST_LEAF_PITCH(D));
+            if ((lane >> 2) == r)
+                at = ((int64_t)b * p.seqlen_q + i) * p.heads_q + h;
         }
         __syncwarp(); /* the eight rows are staged */
         const uint64_t leaf = digest_leaf_staged<D>(st, lane);
-        const int64_t row = r0 + (lane >> 2);
-        if ((lane & 3) == 0 && row < rows) {
-            const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
-            const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-            p.leaf_dq[((int64_t)b * p.seqlen_q + i) * p.heads_q + h] = leaf;
-        }
+        if ((lane & 3) == 0 && at >= 0)
+            p.leaf_dq[at] = leaf;
         __syncwarp(); /* hashed before the next rows are staged */
     }
 }

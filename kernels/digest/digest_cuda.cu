@@ -35,7 +35,7 @@ struct dtable {
 };
 
 /* Checks a view; its bytes, whether it is dense, and its row bytes. */
-static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_dense, uint64_t *ret_row = NULL)
+static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_dense, uint64_t *ret_row)
 {
     if (!v->base || v->ndim < 1 || v->ndim > 4 || v->elem < 1 || v->elem > 16 ||
         (v->elem & (v->elem - 1)))
@@ -55,8 +55,7 @@ static int view_ok(const struct digest_view *v, uint64_t *ret_bytes, int *ret_de
         return 0; /* given leaves are whole rows */
     *ret_bytes = bytes;
     *ret_dense = dense;
-    if (ret_row)
-        *ret_row = row;
+    *ret_row = row;
     return 1;
 }
 
@@ -80,26 +79,54 @@ static size_t align_up(size_t x)
     return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 }
 
-size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
+/* The tree of views v[0..n) and where its parts go: per view in t, its counts and its
+ * offsets (groups from a multiple of 64, so each supergroup's are 16-byte aligned; the
+ * leaves the leaf kernel hashes, for views without given ones, also from a multiple of
+ * 64); in sz the totals; in dense[] whether each view is hashed in place. Returns the
+ * scratch bytes those take, or 0 for a bad argument. digest_cuda_scratch_bytes and
+ * digest_cuda both ask it, so what is sized is what is carved. */
+struct dsizes {
+    uint64_t hashed, groups, supers, packed; /* leaves hashed here, hashes, copied bytes */
+};
+
+static size_t plan(const struct digest_view *v, int32_t n, struct dtable *t, struct dsizes *sz, int *dense)
 {
     if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
         return 0;
-    uint64_t hashes = 0, supers = 0, leaves = 0, packed = 0;
+    struct dsizes z = {0, 0, 0, 0};
+    t->n = n;
     for (int32_t i = 0; i < n; i++) {
+        struct dview *d = &t->v[i];
         uint64_t bytes, row;
-        int dense;
-        if (!view_ok(&v[i], &bytes, &dense, &row))
+        if (!view_ok(&v[i], &bytes, &dense[i], &row))
             return 0;
-        const uint64_t groups = groups_of(leaves_of(bytes, row));
-        hashes += groups_of(groups) * DIGEST_FANOUT;
-        supers += groups_of(groups);
+        d->bytes = bytes;
+        d->row = row;
+        d->per_row = per_row_of(row);
+        d->leaves = leaves_of(bytes, row);
+        d->groups = groups_of(d->leaves);
+        d->supers = groups_of(d->groups);
+        d->first_group = z.groups;
+        d->first_super = z.supers;
+        d->first_leaf = v[i].leaves ? 0 : z.hashed;
         if (!v[i].leaves)
-            leaves += groups * DIGEST_FANOUT;
-        if (!dense && !v[i].leaves)
-            packed += align_up((size_t)bytes);
+            z.hashed += d->groups * DIGEST_FANOUT; /* the next one starts at a whole group */
+        z.groups += d->supers * DIGEST_FANOUT;     /* and at a whole supergroup */
+        z.supers += d->supers;
+        if (!dense[i] && !v[i].leaves)
+            z.packed += align_up((size_t)bytes);
     }
-    return align_up((size_t)hashes * 8) + align_up((size_t)supers * 8) + align_up((size_t)leaves * 8) +
-           (size_t)packed;
+    *sz = z;
+    return align_up((size_t)z.groups * 8) + align_up((size_t)z.supers * 8) + align_up((size_t)z.hashed * 8) +
+           (size_t)z.packed;
+}
+
+size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
+{
+    struct dtable t;
+    struct dsizes sz;
+    int dense[DIGEST_CUDA_MAX_VIEWS];
+    return plan(v, n, &t, &sz, dense);
 }
 
 /* ---- kernels -------------------------------------------------------------------------- */
@@ -142,7 +169,7 @@ static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
  * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
 static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t seed)
 {
-    uint64_t v[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
+    uint64_t v[4] = {xxh64_start(seed, 0), xxh64_start(seed, 1), xxh64_start(seed, 2), xxh64_start(seed, 3)};
     /* Four stripes' loads are issued before their rounds: the rounds of one thread are a
      * serial chain, so memory must be in flight ahead of them (a thread's neighbours read
      * other chunks, so there is little else to hide the latency behind). */
@@ -205,7 +232,7 @@ static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t le
 template <int SLICES>
 static __device__ uint64_t leaf_warp(const uint4 *base, uint32_t len16, uint4 (*stage)[LEAF_ROW], uint32_t lane)
 {
-    uint64_t v[4] = {XXH64_P1 + XXH64_P2, XXH64_P2, 0, 0 - XXH64_P1}; /* seed 0 */
+    uint64_t v[4] = {xxh64_start(0, 0), xxh64_start(0, 1), xxh64_start(0, 2), xxh64_start(0, 3)};
     uint4 x[8 * SLICES];
 #pragma unroll
     for (uint32_t j = 0; j < 8 * SLICES; j++)
@@ -300,7 +327,7 @@ static __global__ void __launch_bounds__(ROOT_THREADS)
     const struct dview *v = &t.v[blockIdx.x];
     const uint64_t n = v->supers, seed = v->bytes, striped = n / 4 * 4;
     const uint64_t *g = supers + v->first_super;
-    uint64_t acc[4] = {seed + XXH64_P1 + XXH64_P2, seed + XXH64_P2, seed, seed - XXH64_P1};
+    uint64_t acc[4] = {xxh64_start(seed, 0), xxh64_start(seed, 1), xxh64_start(seed, 2), xxh64_start(seed, 3)};
     for (uint64_t base = 0; base < n; base += ROOT_TILE) {
         const uint64_t cnt = n - base < ROOT_TILE ? n - base : ROOT_TILE;
         for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS)
@@ -330,59 +357,38 @@ static __global__ void __launch_bounds__(ROOT_THREADS)
 int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t scratch_bytes,
                 uint64_t *out, void *stream)
 {
-    const size_t need = digest_cuda_scratch_bytes(v, n);
+    struct dtable t;
+    struct dsizes sz;
+    int dense[DIGEST_CUDA_MAX_VIEWS];
+    const size_t need = plan(v, n, &t, &sz, dense);
     if (!need || !scratch || !out || scratch_bytes < need)
         return -EINVAL;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    struct dtable t;
-    t.n = n;
-    uint64_t hashed = 0, total_groups = 0, total_supers = 0;
-    for (int32_t i = 0; i < n; i++) {
-        uint64_t bytes, row;
-        int dense;
-        (void)view_ok(&v[i], &bytes, &dense, &row);
-        t.v[i].bytes = bytes;
-        t.v[i].row = row;
-        t.v[i].per_row = per_row_of(row);
-        t.v[i].leaves = leaves_of(bytes, row);
-        t.v[i].groups = groups_of(t.v[i].leaves);
-        t.v[i].supers = groups_of(t.v[i].groups);
-        t.v[i].first_group = total_groups;
-        t.v[i].first_super = total_supers;
-        t.v[i].first_leaf = v[i].leaves ? 0 : hashed;
-        if (!v[i].leaves)
-            hashed += t.v[i].groups * DIGEST_FANOUT; /* the next one starts at a whole group */
-        total_groups += t.v[i].supers * DIGEST_FANOUT; /* and at a whole supergroup */
-        total_supers += t.v[i].supers;
-    }
     unsigned char *at = static_cast<unsigned char *>(scratch);
     uint64_t *groups = reinterpret_cast<uint64_t *>(at);
-    at += align_up((size_t)total_groups * 8);
+    at += align_up((size_t)sz.groups * 8);
     uint64_t *supers = reinterpret_cast<uint64_t *>(at);
-    at += align_up((size_t)total_supers * 8);
+    at += align_up((size_t)sz.supers * 8);
     uint64_t *leaves = reinterpret_cast<uint64_t *>(at);
-    unsigned char *packed = at + align_up((size_t)hashed * 8);
+    unsigned char *packed = at + align_up((size_t)sz.hashed * 8);
     for (int32_t i = 0; i < n; i++) {
-        uint64_t bytes;
-        int dense;
-        (void)view_ok(&v[i], &bytes, &dense);
         t.v[i].data = static_cast<const unsigned char *>(v[i].base);
         t.v[i].leaf_out = v[i].leaves ? NULL : leaves + t.v[i].first_leaf;
         t.v[i].leaf = v[i].leaves ? v[i].leaves : t.v[i].leaf_out;
-        if (dense || v[i].leaves)
+        if (dense[i] || v[i].leaves)
             continue;
-        const uint64_t elems = bytes / (uint64_t)v[i].elem;
+        const uint64_t elems = t.v[i].bytes / (uint64_t)v[i].elem;
         const uint64_t blocks = (elems + 255) / 256;
         pack_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, st>>>(packed, v[i], elems);
         t.v[i].data = packed;
-        packed += align_up((size_t)bytes);
+        packed += align_up((size_t)t.v[i].bytes);
     }
-    if (hashed) /* the views without given leaves, each from a whole group on */
-        leaf_kernel<<<(unsigned)((hashed + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t);
-    fold_kernel<<<(unsigned)((total_groups + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
-        t, 0, total_groups, groups, supers);
-    fold_kernel<<<(unsigned)((total_supers + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
-        t, 1, total_supers, groups, supers);
+    if (sz.hashed) /* the views without given leaves, each from a whole group on */
+        leaf_kernel<<<(unsigned)((sz.hashed + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t);
+    fold_kernel<<<(unsigned)((sz.groups + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
+        t, 0, sz.groups, groups, supers);
+    fold_kernel<<<(unsigned)((sz.supers + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
+        t, 1, sz.supers, groups, supers);
     root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, supers, out);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

@@ -14,8 +14,8 @@
  * and 28 waiting, cost the dQ postprocess more than reading dQ again.) All 32 lanes of the
  * warp must call, with the same D.
  *
- * Checked against digest_rows() on the host by tests/gpu/test_digest_gpu.c (the kernels'
- * leaves, through the backward) and against XXH64 of the rows.
+ * Checked through the backward by tests/gpu/test_attn_gpu.c: the kernels' leaves against
+ * XXH64 of the rows copied back, and their digest against digest_rows() on the host.
  */
 #ifndef DASH_DIGEST_LEAF_CUH
 #define DASH_DIGEST_LEAF_CUH
@@ -24,20 +24,15 @@
 
 #include <stdint.h>
 
-/* Accumulator a's start for seed 0. */
-static __device__ __forceinline__ uint64_t digest_leaf_start(int32_t a)
+/* The quad's four accumulators folded: accumulators 0, 1, 2, 3 live at t4 = 0, 2, 1, 3
+ * (digest_leaves_quad); the hash in every lane of the quad. */
+static __device__ __forceinline__ uint64_t digest_leaf_finish(uint64_t v, int32_t lane, uint32_t bytes)
 {
-    return a == 0 ? XXH64_P1 + XXH64_P2 : a == 1 ? XXH64_P2 : a == 2 ? 0 : 0 - XXH64_P1;
-}
-
-/* The four accumulators (held by lanes base + at[0..3]) folded, in the lane that asks. */
-static __device__ __forceinline__ uint64_t digest_leaf_finish(uint64_t v, int32_t base, int32_t l0, int32_t l1,
-                                                              int32_t l2, int32_t l3, uint32_t bytes)
-{
-    const uint64_t v0 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + l0);
-    const uint64_t v1 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + l1);
-    const uint64_t v2 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + l2);
-    const uint64_t v3 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + l3);
+    const int32_t base = lane & ~3;
+    const uint64_t v0 = __shfl_sync(0xffffffffu, (unsigned long long)v, base);
+    const uint64_t v1 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + 2);
+    const uint64_t v2 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + 1);
+    const uint64_t v3 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + 3);
     return xxh64_avalanche(xxh64_converge(v0, v1, v2, v3) + bytes);
 }
 
@@ -58,7 +53,7 @@ static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N]
     uint64_t v[N];
 #pragma unroll
     for (int32_t r = 0; r < N; r++)
-        v[r] = digest_leaf_start(2 * odd + (t4 >> 1));
+        v[r] = xxh64_start(0, 2 * odd + (t4 >> 1));
 #pragma unroll
     for (int32_t k = 0; k < D / 16; k++)
 #pragma unroll
@@ -68,10 +63,9 @@ static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N]
                                    : ((uint64_t)q[r][2 * k] | (uint64_t)got << 32);
             v[r] = xxh64_round(v[r], w);
         }
-    /* accumulators 0, 1, 2, 3 live at t4 = 0, 2, 1, 3 */
 #pragma unroll
     for (int32_t r = 0; r < N; r++)
-        h[r] = digest_leaf_finish(v[r], lane & ~3, 0, 2, 1, 3, 2u * D);
+        h[r] = digest_leaf_finish(v[r], lane, 2u * D);
 }
 
 /* A warp's rows of D 16-bit elements staged in shared memory as 32-bit pairs, row r at

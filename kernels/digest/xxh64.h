@@ -33,6 +33,13 @@ XXH64_FN uint64_t xxh64_rotl(uint64_t x, int r)
     return (x << r) | (x >> (64 - r));
 }
 
+/* Lane accumulator a (0..3)'s start for seed: the four of them take the 8-byte words
+ * a, a + 4, ... of the 32-byte stripes. */
+XXH64_FN uint64_t xxh64_start(uint64_t seed, int a)
+{
+    return seed + (a == 0 ? XXH64_P1 + XXH64_P2 : a == 1 ? XXH64_P2 : a == 2 ? 0 : 0 - XXH64_P1);
+}
+
 XXH64_FN uint64_t xxh64_round(uint64_t acc, uint64_t lane)
 {
     acc += lane * XXH64_P2;
@@ -91,8 +98,8 @@ XXH64_FN uint64_t xxh64(const void *data, size_t len, uint64_t seed)
     const unsigned char *p = (const unsigned char *)data, *end = p + len;
     uint64_t h;
     if (len >= 32) {
-        uint64_t v1 = seed + XXH64_P1 + XXH64_P2, v2 = seed + XXH64_P2, v3 = seed,
-                 v4 = seed - XXH64_P1;
+        uint64_t v1 = xxh64_start(seed, 0), v2 = xxh64_start(seed, 1), v3 = xxh64_start(seed, 2),
+                 v4 = xxh64_start(seed, 3);
         const unsigned char *limit = end - 32;
         do {
             v1 = xxh64_round(v1, xxh64_read64(p));
