@@ -317,20 +317,16 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
  * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
  * the bwd_tc_dq_at layout of row i. The same products, so the same bits, as one thread a
  * pair; the row's index arithmetic is done once, not per pair (64-bit divisions: they,
- * not memory, bounded the pair-per-thread kernels). stage: NULL, or where the row's pairs
- * also go (shared memory, pair d / 2 at word d / 2). */
+ * not memory, bounded the pair-per-thread kernels). */
 template <typename DT, int D>
 static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const float *acc_row, int32_t i, float scale,
-                                                     int32_t lane, uint32_t *stage = NULL)
+                                                     int32_t lane)
 {
     static_assert(D % 64 == 0, "whole warps of pairs");
 #pragma unroll
     for (int32_t d = 2 * lane; d < D; d += 64) {
         const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
-        const uint32_t pr = DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
-        attn_st_pair(dq_row + d, pr);
-        if (stage)
-            stage[d / 2] = pr; /* the hashed postprocess: the pairs for digest_leaf_staged */
+        attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
     }
 }
 
