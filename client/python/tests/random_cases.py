@@ -49,6 +49,35 @@ def reference(q, k, v, dout, out, causal, scale):
     return ref, dq, dk, dv
 
 
+def cancellation(q, k, v, dout, out, causal, scale):
+    """The sizes of the terms that cancel in (dq, dk, dv): reference()'s formulas with
+    |P| (|dP| + |D|) for dS and absolute values of every factor. Where a row's softmax is
+    saturated (one key takes nearly all of it) dS = P (dP - D) is a difference of nearly
+    equal float32 numbers, so a backward exact to rounding is off by float32's rounding
+    of these terms, however small the gradient itself is (measured: 1.9e-3 relative at
+    seqlen 2, causal, float32, head dim 256: a rounding error of 2.5e-5 on a gradient of
+    norm 1.3e-2)."""
+    q, k, v, dout, out = (x.detach().double() for x in (q, k, v, dout, out))
+    hq, hkv = q.shape[2], k.shape[2]
+    g = hq // hkv
+    p = probabilities(q, k, causal, scale)
+    kr, vr = k.repeat_interleave(g, dim=2).abs(), v.repeat_interleave(g, dim=2).abs()
+    dp = torch.einsum("bqhd,bkhd->bhqk", dout.abs(), vr)
+    ds = p * (dp + (dout * out).sum(-1).abs().transpose(1, 2).unsqueeze(-1))
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kr) * scale
+    b, sk, d = k.shape[0], k.shape[1], k.shape[3]
+    dk = (torch.einsum("bhqk,bqhd->bkhd", ds, q.abs()) * scale).reshape(b, sk, hkv, g, d).sum(3)
+    dv = torch.einsum("bhqk,bqhd->bkhd", p, dout.abs()).reshape(b, sk, hkv, g, d).sum(3)
+    return dq, dk, dv
+
+
+# What float32 rounding may leave of a cancellation, in units of the terms that cancel
+# (cancellation() above; the backward computes in float32 for every input dtype): 4 unit
+# roundoffs. The saturated case above was off by 0.26 of one; at unsaturated shapes this
+# adds 0.05-0.2 of the float32 bound, 1e-4 relative, and nothing measurable to bf16's.
+ROUNDING = 4 * 2.0 ** -24
+
+
 def rel(a, b):
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())
@@ -95,11 +124,17 @@ def check(dash_attn, seed, n, device, dtypes, tol, max_seqlen=600):
             assert torch.equal(a, x.grad) and not a.isnan().any(), f"{name} did not repeat: {what}"
         scale = c["scale"] if c["scale"] is not None else 1 / math.sqrt(d)
         ref, rdq, rdk, rdv = reference(q, k, v, dout, out, c["causal"], scale)
+        sizes = cancellation(q, k, v, dout, out, c["causal"], scale)
         bound = tol[c["dtype"]]
         assert rel(out.detach(), ref.detach()) < bound, f"out: {what}"
-        for name, got, want in (("dq", grads[0], rdq), ("dk", grads[1], rdk), ("dv", grads[2], rdv)):
+        for name, got, want, size in zip(("dq", "dk", "dv"), grads, (rdq, rdk, rdv), sizes):
             if want.abs().max() < 1e-9:  # every row sees one key at most: zeros (to rounding)
                 assert got.abs().max() == 0, f"{name} not zero: {what}"
             else:
-                err = rel(got, want)
-                assert err < bound, f"{name} relative error {err:.2e}: {what}"
+                # relative to the gradient, plus what float32 rounding of a cancellation
+                # leaves (ROUNDING x the cancelling terms' norm: negligible unless the
+                # softmax is saturated)
+                err = float((got.double() - want).norm())
+                allowed = bound * float(want.norm()) + ROUNDING * float(size.norm())
+                assert err < allowed, f"{name} error {err:.2e} (relative {rel(got, want):.2e}), " \
+                    f"allowed {allowed:.2e}: {what}"
