@@ -579,7 +579,7 @@ static __device__ __forceinline__ void bwd_tc_pds(const struct attn_bwd_params &
  * of this buffer, P, dS and K still in flight in other warps: the caller meets at a
  * barrier (the dQ turn's) before anything overwrites them.
  */
-template <typename DT, int D, int BN, bool VL = false>
+template <typename DT, int D, int BN, bool VL = false, bool T = false> /* T: v3's (bwd_wgmma.cuh) */
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_tc_smem<D, BN> &sm,
                                                    bwd_tc_regs<D, BN> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,

@@ -27,6 +27,10 @@
  *   dV, dK (128 x D):  warpgroup wg owns kv rows 64 wg .. +64 (m64nD, k = i, P^T and
  *                      dS^T read MN-major from the tiles P and dS - its own columns);
  *   dQp (64 x D):      warpgroup wg forms d columns (D/2) wg .. +D/2 (m64n(D/2), k = j).
+ * Head dim 128 runs the step transposed (BWD_WG_TRANSPOSED, below):
+ *   S^T, dP^T (128 x 64): warpgroup wg forms its kv rows 64 wg .. +64 (m64n64, k = d);
+ *   dV, dK (128 x D):  the same rows, A = P^T and dS^T from registers (RS), k = i;
+ *   dQp (64 x D):      as above, dS read MN-major from the transposed (128, 64) dS tile.
  * Every input tile (K, V, Q, dO, P, dS) is 16-bit in the 128-byte swizzled layout, so the
  * one copy serves the K-major and the MN-major reads. Each element of each product is one
  * chain of wgmma over its k in ascending k16 steps, a fixed function of the operands: the
@@ -40,6 +44,18 @@
  * more than one safe: docs/schedules.md.) */
 #define BWD_WG_DQBUFS 1
 
+/* Head dims where the step runs transposed (hopper.md B3): each warpgroup forms S^T and
+ * dP^T over its own 64 kv rows, so P^T and dS^T stay in registers as the A operands of dV
+ * and dK (RS wgmma) and only dS goes through shared memory, transposed, for dQ
+ * (bwd_wg_pds_t and the step's first branch). Measured on the H200 at head dim 128, same
+ * bits: atomic +2.5-4%, the deterministic schedules level, and ptxas's 12/16 bytes of
+ * spills gone; at head dim 64, 2-5% slower (its step is short, and LSE and Dsum become
+ * 16 loads a thread instead of 2), so 64 keeps the untransposed step, and so does the
+ * interleaved kernel (its virtual SMs' state leaves no registers: it spilled 12 bytes
+ * transposed). The step's T says which form it runs.
+ * bench/results/gpu-bwd-rs-2026-12-03.md. */
+#define BWD_WG_TRANSPOSED(D) ((D) == 128)
+
 template <int D>
 struct bwd_wg_smem {
     static constexpr bool swizzled = true;
@@ -48,7 +64,8 @@ struct bwd_wg_smem {
     uint16_t v_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) V */
     uint16_t q_smem[2][BWD_TC_BM * D];          /* (2, 64, D) Q of the step, of the next */
     uint16_t dout_smem[2][BWD_TC_BM * D];       /* (2, 64, D) dO likewise */
-    uint16_t p_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N];  /* (64, 128) P, input dtype */
+    uint16_t p_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N];  /* (64, 128) P, input dtype (the
+                                                        transposed step keeps P in registers) */
     uint16_t ds_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N]; /* (64, 128) dS */
     float dq_smem[BWD_WG_DQBUFS * BWD_TC_BM * D]; /* (BWD_WG_DQBUFS, 64, D) dQ partials, dQacc's layout */
     float lse_smem[2][BWD_TC_BM];
@@ -409,6 +426,92 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
     }
     bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
 }
+
+/* The transposed step's P and dS (BWD_WG_TRANSPOSED): the warpgroup's S^T and dP^T (64 kv rows 64 wg .. of
+ * the tile x 64 q columns: accumulator row r is kv row 64 wg + r, column c is q row c)
+ * become P^T and dS^T, packed to the input dtype as the A fragments of dV += P^T dO and
+ * dK += dS^T Q (pt, dst: k16 slice kk is pairs 4 kk .. 4 kk + 3, attn_wgmma.h); dS^T is
+ * also stored, as a (128 kv, 64 q) swizzled tile, for dQ = dS K (A MN-major). LSE and
+ * Dsum are per column here. The arithmetic per element is bwd_wg_pds's. MASK and VL as
+ * there: an element is visible where lo[h] <= c < hi[h] for its row half h. */
+template <typename DT, bool MASK, bool VL = false>
+static __device__ __forceinline__ void bwd_wg_pds_t(const struct attn_bwd_params &p, uint16_t *ds_smem,
+                                                    const float *lse_smem, const float *dsum_smem, float (&s)[32],
+                                                    float (&dp)[32], uint32_t (&pt)[16], uint32_t (&dst)[16],
+                                                    int32_t wg, int32_t i0, int32_t rm, int32_t j0, int32_t rn)
+{
+    const int64_t base = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0; /* q row c sees kv
+                                                       row j (causal) while j <= c + base */
+    const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
+    int32_t lo[2], hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int32_t j = 64 * wg + bwd_wg_regs<64>::row(2 * h);
+        int64_t l = 0, u = rm;
+        if constexpr (VL) { /* the window (wl, wr; -1 unbounded) as bwd_wg_pds's */
+            if (p.s.wr >= 0 && j - p.s.wr - base > l)
+                l = j - p.s.wr - base;
+            if (p.s.wl >= 0 && j + p.s.wl - base + 1 < u)
+                u = j + p.s.wl - base + 1;
+        } else if (p.s.mask == SCHED_MASK_CAUSAL && j - base > l) {
+            l = j - base;
+        }
+        if (j >= rn || u < l)
+            u = l;
+        lo[h] = MASK ? (int32_t)(l < BWD_TC_BM ? l : BWD_TC_BM) : 0;
+        hi[h] = MASK ? (int32_t)u : BWD_TC_BM;
+    }
+    bool capped = false; /* VL with a softcap: P and dS formed below */
+    if constexpr (VL) {
+        if (p.softcap > 0.0f) { /* th replaces S while dP runs (bwd_wg_pds) */
+            const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
+#pragma unroll
+            for (int e = 0; e < 32; e++)
+                s[e] = tanhf(__fmul_rn(s[e], k));
+            attn_wg_wait<0>(); /* dP has landed */
+            attn_wg_pin<32>(dp);
+#pragma unroll
+            for (int e = 0; e < 32; e++) {
+                const int h = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
+                const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -__fmul_rn(lse_smem[c], ATTN_LOG2E)));
+                const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum_smem[c])), fmaf(-th, th, 1.0f));
+                const bool vis = !MASK || (c >= lo[h] && c < hi[h]);
+                s[e] = vis ? pr : 0.0f;
+                dp[e] = vis ? ds : 0.0f;
+            }
+            capped = true;
+        }
+    }
+    if (!capped) {
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            const int h = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
+            const float pr = attn_ex2(fmaf(s[e], scale2, -__fmul_rn(lse_smem[c], ATTN_LOG2E)));
+            s[e] = !MASK || (c >= lo[h] && c < hi[h]) ? pr : 0.0f;
+        }
+        attn_wg_wait<0>(); /* dP has landed */
+        attn_wg_pin<32>(dp);
+#pragma unroll
+        for (int e = 0; e < 32; e++)
+            dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum_smem[bwd_wg_regs<64>::col(e)])); /* 0 where P is */
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        pt[e / 2] = DT::pack2(s[e], s[e + 1]);
+        dst[e / 2] = DT::pack2(dp[e], dp[e + 1]);
+        const uint32_t at = attn_sw128(64 * wg + bwd_wg_regs<64>::row(e), bwd_wg_regs<64>::col(e), CUATTN_TC_BLOCK_N) / 2;
+        *reinterpret_cast<uint32_t *>(ds_smem + at) = dst[e / 2];
+    }
+}
+
+/* Keep the A fragments live up to here (after the wait): the products read them
+ * asynchronously (fwd_wg_pin_a). */
+static __device__ __forceinline__ void bwd_wg_pin_a(uint32_t (&a)[16])
+{
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+        asm volatile("" : "+r"(a[e])::"memory");
+}
 #endif
 
 /* The persistent mode's hand-off ring (v3's dQ writer warp, below). */
@@ -429,12 +532,13 @@ static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
 /* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
  * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma; VL as there (attn_vl.cu:
  * p describes the job's sequence; the window band and the softcap in P and dS). On return dQp has
- * landed; dK and dV have too, unless they are left running under the hand-off (`keep`).
- * With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
+ * landed; dK and dV have too, unless they are left running under the hand-off (`keep`;
+ * the transposed step at head dim 128 leaves nothing running: its RS products read
+ * registers the next step needs). With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
  * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
  * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
  * later, under the last products, delays the next adder; both were slower. */
-template <typename DT, int D, int BN, bool VL = false>
+template <typename DT, int D, int BN, bool VL = false, bool T = BWD_WG_TRANSPOSED(D)>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
@@ -462,78 +566,149 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* Q, dO, LSE and Dsum are complete before anyone reads them */
     }
     const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
+    if constexpr (T) {
+        /* S^T = K Q^T, then dP^T = V dO^T over the warpgroup's kv rows 64 wg .., d ascending:
+         * two groups in flight */
+        (void)keep;
+        float s[32], dp[32];
+        attn_wg_fence();
+#pragma unroll
+        for (int32_t kk = 0; kk < D / 16; kk++)
+            attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk),
+                                      attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
+        attn_wg_commit();
+#pragma unroll
+        for (int32_t kk = 0; kk < D / 16; kk++)
+            attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk),
+                                      attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
+        attn_wg_commit();
+        attn_wg_wait<1>(); /* S^T has landed; dP^T may still be running */
+        attn_wg_pin<32>(s);
+        if (next_m >= 0) /* the previous step's products, which read buffer buf ^ 1, are complete */
+            bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
 
-    /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
-    float s[32], dp[32];
-    attn_wg_fence();
-#pragma unroll
-    for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
-                                  attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
-    attn_wg_commit();
-#pragma unroll
-    for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
-                                  attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
-    attn_wg_commit();
-    attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
-    attn_wg_pin<32>(s);
-    if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
-        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+        uint32_t pt[16], dst[16];
+        {
+            const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+            bool whole = rm == BWD_TC_BM && rn == BN;
+            if constexpr (VL)
+                whole = whole && (p.s.wr < 0 || at + p.s.wr >= BN - 1) && (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
+            else
+                whole = whole && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
+            if (whole)
+                bwd_wg_pds_t<DT, false, VL>(p, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0,
+                                            rm, j0, rn);
+            else
+                bwd_wg_pds_t<DT, true, VL>(p, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0,
+                                           rm, j0, rn);
+        }
 
-    if constexpr (VL) {
-        /* the window (wl, wr; -1 unbounded): every row of the tile sees every column (as
-         * bwd_mma.cuh's step) */
-        const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
-        const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
-                           (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
-        if (whole)
-            bwd_wg_pds<DT, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
-                                        i0, rm, j0, rn);
-        else
-            bwd_wg_pds<DT, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
-                                       i0, rm, j0, rn);
-    } else {
-        const bool whole = rm == BWD_TC_BM && rn == BN &&
-                           (p.s.mask != SCHED_MASK_CAUSAL ||
-                            (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
-        if (whole)
-            bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
-                                  rm, j0, rn);
-        else
-            bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
-                                 rm, j0, rn);
-    }
-    bwd_tc_async_visible<true>();
-    bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
-    if (rel_ctr && tid == 0)
-        bwd_tc_pass_on(rel_ctr, rel_rank);
+        /* dV += P^T dO and dK += dS^T Q (i ascending), A from registers: the warpgroup's own
+         * rows, so they start before the barrier, which only dQ waits for */
+        attn_wg_fence();
+#pragma unroll
+        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
+            const uint32_t a[4] = {pt[4 * kk], pt[4 * kk + 1], pt[4 * kk + 2], pt[4 * kk + 3]};
+            attn_wg_mma_rs<DT, D, 1>(x.dv_reg, a, attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+        }
+#pragma unroll
+        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
+            const uint32_t a[4] = {dst[4 * kk], dst[4 * kk + 1], dst[4 * kk + 2], dst[4 * kk + 3]};
+            attn_wg_mma_rs<DT, D, 1>(x.dk_reg, a, attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+        }
+        attn_wg_commit();
+        bwd_tc_async_visible<true>();
+        bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* dS is complete before dQ reads it */
+        if (rel_ctr && tid == 0)
+            bwd_tc_pass_on(rel_ctr, rel_rank);
 
-    /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
-     * groups, so the dQ hand-off needs only the first */
-    attn_wg_fence();
+        /* dQp = dS K (j ascending), dS read MN-major from the transposed tile */
+        attn_wg_fence();
 #pragma unroll
-    for (int32_t kk = 0; kk < BN / 16; kk++)
-        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, attn_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
-                                     attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
-    attn_wg_commit();
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, attn_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, attn_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
-    attn_wg_commit();
-    if (keep) {
-        attn_wg_wait<1>();
-    } else {
+        for (int32_t kk = 0; kk < BN / 16; kk++)
+            attn_wg_mma<DT, D / 2, 1, 1>(x.dq_reg, attn_wg_mnmajor(sm.ds_smem, BN, 16 * kk, 0),
+                                         attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+        attn_wg_commit();
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(x.dv_reg);
         attn_wg_pin<D / 2>(x.dk_reg);
+        attn_wg_pin<D / 4>(x.dq_reg);
+        bwd_wg_pin_a(pt);
+        bwd_wg_pin_a(dst);
+    } else {
+
+        /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
+        float s[32], dp[32];
+        attn_wg_fence();
+#pragma unroll
+        for (int32_t kk = 0; kk < D / 16; kk++)
+            attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
+                                      attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
+        attn_wg_commit();
+#pragma unroll
+        for (int32_t kk = 0; kk < D / 16; kk++)
+            attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
+                                      attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
+        attn_wg_commit();
+        attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
+        attn_wg_pin<32>(s);
+        if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
+            bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+
+        if constexpr (VL) {
+            /* the window (wl, wr; -1 unbounded): every row of the tile sees every column (as
+             * bwd_mma.cuh's step) */
+            const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+            const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
+                               (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
+            if (whole)
+                bwd_wg_pds<DT, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
+                                            i0, rm, j0, rn);
+            else
+                bwd_wg_pds<DT, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
+                                           i0, rm, j0, rn);
+        } else {
+            const bool whole = rm == BWD_TC_BM && rn == BN &&
+                               (p.s.mask != SCHED_MASK_CAUSAL ||
+                                (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+            if (whole)
+                bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                      rm, j0, rn);
+            else
+                bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                     rm, j0, rn);
+        }
+        bwd_tc_async_visible<true>();
+        bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
+        if (rel_ctr && tid == 0)
+            bwd_tc_pass_on(rel_ctr, rel_rank);
+
+        /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
+         * groups, so the dQ hand-off needs only the first */
+        attn_wg_fence();
+#pragma unroll
+        for (int32_t kk = 0; kk < BN / 16; kk++)
+            attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, attn_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
+                                         attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+        attn_wg_commit();
+#pragma unroll
+        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+            attn_wg_mma<DT, D, 1, 1>(x.dk_reg, attn_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                     attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+#pragma unroll
+        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+            attn_wg_mma<DT, D, 1, 1>(x.dv_reg, attn_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                     attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+        attn_wg_commit();
+        if (keep) {
+            attn_wg_wait<1>();
+        } else {
+            attn_wg_wait<0>();
+            attn_wg_pin<D / 2>(x.dv_reg);
+            attn_wg_pin<D / 2>(x.dk_reg);
+        }
+        attn_wg_pin<D / 4>(x.dq_reg);
     }
-    attn_wg_pin<D / 4>(x.dq_reg);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
     (void)rel_ctr, (void)rel_rank;
@@ -554,13 +729,13 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
  * are zeroed before its product (whose first k16 step ignores them all the same), so the
  * compiler keeps them live from the product to the hand-off only: 128 (dK, dV) + 64 floats
  * at the peak, within the 240 registers. */
-template <typename DT, int D, int BN, bool VL = false>
+template <typename DT, int D, int BN, bool VL = false, bool T = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
                                                    bwd_wg_regs<256> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m, int32_t *rel_ctr,
                                                    int32_t rel_rank, const bwd_wg_ring *ring = nullptr)
 {
-    static_assert(D == 256 && BN == BWD_WG256_BN && !VL, "head dim 256: 64 x 64 tiles, dense masks");
+    static_assert(D == 256 && BN == BWD_WG256_BN && !VL && !T, "head dim 256: 64 x 64 tiles, dense masks");
 #if ATTN_WGMMA
     const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0); /* uniform: see above */
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
