@@ -102,14 +102,20 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
              * that job now would deadlock: its tiles would wait for a staging buffer, the
              * buffers for those turns, the turns for its tiles. So unless every job they
              * may wait on is taken, let the writer take every turn first. */
-            if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
+            if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
+                BWD_WG_T0();
                 bwd_wg_drain(sm, hb);
+                BWD_WG_TADD(BT_DRAIN);
+            }
         }
+        BWD_WG_T0();
         if (threadIdx.x == 0)
             sm.flag_smem = atomicAdd(p.job_next, 1);
         bwd_cta_sync<W>(); /* the job index is visible to every thread */
         const int32_t job = sm.flag_smem;
         bwd_cta_sync<W>(); /* everyone has read it before thread 0 may write the next one */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
             if constexpr (W) { /* tell the writer */
                 bwd_wg_hand_end(sm, hb);
@@ -128,8 +134,11 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);
             /* the previous unit read the table last before its last turn's barrier */
+            BWD_WG_T0();
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
             bwd_tc_load_kv<D, BN>(p, sm, J.bh, n); /* its barrier publishes the table too */
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_UNIT);
             bwd_tc_zero_kv<D, BN>(x);
             int32_t m = sm.visit_smem[0], buf = 0, base = 0; /* the table holds steps base .. */
             int loaded = 0;
@@ -148,10 +157,21 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                  * (or, for shift, by one of the >= W resident CTAs), so it comes. With the
                  * writer warp (W) the writer waits for turns, not thread 0. */
                 const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
+#if BWD_WG_TRACE
+                long long bs0_ = clock64();
+#endif
                 if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
                 else
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
+#if BWD_WG_TRACE
+                if (W && threadIdx.x == 0) {
+                    const long long bs1_ = clock64();
+                    bwd_wg_trace[blockIdx.x & 1023][BT_STEP] += (unsigned long long)(bs1_ - bs0_);
+                    bwd_wg_trace[blockIdx.x & 1023][BT_STEPS] += 1;
+                    bs0_ = bs1_;
+                }
+#endif
                 pend_ctr = NULL;
                 if (take)
                     bwd_tc_take_turn(ctr, rank);
@@ -165,6 +185,10 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     bwd_tc_async_visible<true>();
                     bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with the
                                           step's buffer, P, dS and K */
+#if BWD_WG_TRACE
+                    if (threadIdx.x == 0)
+                        bwd_wg_trace[blockIdx.x & 1023][BT_SYNC] += (unsigned long long)(clock64() - bs0_);
+#endif
                     /* thread 0's rank, read at the top of the step: the table may be
                      * refilled as soon as the compute warps have handed the tile over
                      * (nothing makes them wait for each other there) */
@@ -209,7 +233,12 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 buf ^= 1;
                 loaded = 1;
             }
-            bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
+            {
+                BWD_WG_T0();
+                bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
+                if (threadIdx.x == 0)
+                    BWD_WG_TADD(BT_STORE);
+            }
         }
     }
 }
@@ -364,6 +393,9 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
     typedef bwd_kern<D, BN, V> K;
     if constexpr (BWD_KERN_RUNS(V)) {
         typename K::smem &sm = bwd_kern_smem<D, BN, V>(smem_raw);
+#if BWD_WG_TRACE
+        const long long bk0_ = clock64();
+#endif
 #if BWD_TC_BULK
         if constexpr (K::smem::writer) {
             /* Registers go where the products are: the third warpgroup (the writer, one
@@ -372,6 +404,10 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
              * registers a lane, within the 512 there are). */
             if (threadIdx.x == 0)
                 bwd_wg_init<D>(sm);
+#if BWD_WG_TRACE
+            if (threadIdx.x < BT_N)
+                bwd_wg_trace[blockIdx.x & 1023][threadIdx.x] = 0;
+#endif
             __syncthreads(); /* the hand-off's barriers are set up before anyone uses them */
             if (threadIdx.x >= ATTN_THREADS) {
                 asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
@@ -383,6 +419,10 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
         }
 #endif
         bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm);
+#if BWD_WG_TRACE
+        if (K::smem::writer && threadIdx.x == 0)
+            bwd_wg_trace[blockIdx.x & 1023][BT_KERNEL] = (unsigned long long)(clock64() - bk0_);
+#endif
     } else {
         __trap();
     }
@@ -523,6 +563,38 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
 
 /* ---- host side ---------------------------------------------------------------------- */
 
+#if BWD_WG_TRACE
+#include <stdio.h>
+#include <stdlib.h>
+
+/* At exit: the last persistent launch's parts, averaged over its CTAs (stderr). */
+static void bwd_wg_trace_dump(void)
+{
+    static unsigned long long h[1024][BT_N];
+    int khz = 0;
+    if (cudaMemcpyFromSymbol(h, bwd_wg_trace, sizeof h) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess || khz <= 0)
+        return;
+    static const char *const name[BT_N] = {"kernel", "steps", "step", "sync", "hand", "drain", "tickets",
+                                           "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store"};
+    double sum[BT_N] = {0};
+    int ctas = 0;
+    for (int b = 0; b < 1024; b++)
+        if (h[b][BT_KERNEL]) {
+            ctas++;
+            for (int i = 0; i < BT_N; i++)
+                sum[i] += (double)h[b][i];
+        }
+    if (!ctas)
+        return;
+    fprintf(stderr, "bwd_wg_trace: %d CTAs, clock %d MHz; per CTA (us, counts):", ctas, khz / 1000);
+    for (int i = 0; i < BT_N; i++)
+        fprintf(stderr, " %s %.1f", name[i],
+                i == BT_STEPS || i == BT_TICKETS ? sum[i] / ctas : sum[i] / ctas / (khz / 1000.0));
+    fprintf(stderr, "\n");
+}
+#endif
+
 template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
                                  cudaStream_t stream)
@@ -531,6 +603,11 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     const int64_t rows_q = (int64_t)p->s.bh * p->seqlen_q;
     if ((err = attn_bwd_zero_state(p, D, stream)) != cudaSuccess)
         return err;
+#if BWD_WG_TRACE
+    static int traced;
+    if (!traced++)
+        atexit(bwd_wg_trace_dump);
+#endif
     /* 16 rows per warp, 8 warps per block */
     attn_bwd_tc_preprocess_kernel<DT, D>
         <<<attn_bwd_rows_grid(rows_q, 16 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);

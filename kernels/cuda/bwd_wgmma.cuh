@@ -56,6 +56,25 @@
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
+/* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
+ * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
+ * writer's waits - into bwd_wg_trace, which the host prints at exit (attn_bwd_tc.cu). */
+#ifndef BWD_WG_TRACE
+#define BWD_WG_TRACE 0
+#endif
+#if BWD_WG_TRACE
+enum { BT_KERNEL, BT_STEPS, BT_STEP, BT_SYNC, BT_HAND, BT_DRAIN, BT_TICKETS, BT_FULL, BT_TURN, BT_READ,
+       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_N };
+__device__ unsigned long long bwd_wg_trace[1024][BT_N];
+#define BWD_WG_T0() const long long bt0_ = clock64()
+#define BWD_WG_TADD(i) (bwd_wg_trace[blockIdx.x & 1023][i] += (unsigned long long)(clock64() - bt0_))
+#define BWD_WG_TCOUNT(i) (bwd_wg_trace[blockIdx.x & 1023][i] += 1)
+#else
+#define BWD_WG_T0() ((void)0)
+#define BWD_WG_TADD(i) ((void)0)
+#define BWD_WG_TCOUNT(i) ((void)0)
+#endif
+
 template <int D>
 struct bwd_wg_smem {
     static constexpr bool swizzled = true;
@@ -872,7 +891,12 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
                                                    int32_t bh, int32_t m, int32_t rank)
 {
-    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+    {
+        BWD_WG_T0();
+        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_HAND);
+    }
     bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
@@ -913,20 +937,32 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
 {
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+#if BWD_WG_TRACE
+        long long bt0_ = clock64(), bt1_;
+#define BWD_WG_TLAP(i) (bt1_ = clock64(), bwd_wg_trace[blockIdx.x & 1023][i] += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
+#else
+#define BWD_WG_TLAP(i) ((void)0)
+#endif
         attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        BWD_WG_TLAP(BT_FULL);
         const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
         if (sm.ticket[r.b][3])
             return;
+        BWD_WG_TCOUNT(BT_TICKETS);
         int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
         if (rank >= 0)
             bwd_tc_take_turn(ctr, rank);
+        BWD_WG_TLAP(BT_TURN);
         if constexpr (D == 256) /* staged in the place of a stage's Q and dO */
             bwd_tc_bulk_add<D>(p, reinterpret_cast<const float *>(sm.io_smem[sm.ticket_stage[r.b]]), bh, m);
         else
             bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
         bwd_tc_bulk_wait_read();
         attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        BWD_WG_TLAP(BT_READ);
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
+        BWD_WG_TLAP(BT_PERFORM);
+#undef BWD_WG_TLAP
     }
 }
 
