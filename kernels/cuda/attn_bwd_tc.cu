@@ -179,18 +179,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                  * under S and dP instead of stalling the fence; the next step waits on
                  * nothing before it passes the tile on, so no wait can form a cycle.
                  * atomic passes nothing on: its additions need no fence. */
-                if constexpr (W && BWD_WG_EARLY && D != 256) {
-                    /* the trial: stage first, under the prefetch's wait */
-                    bwd_wg_hand_stage(sm, x, hb);
-                    attn_cp_async_wait<0>();
-                    bwd_tc_async_visible<true>();
-                    bwd_cta_sync<W>();
-                    bwd_wg_ticket(sm, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1, 0);
-                    m = next_m;
-                    buf ^= 1;
-                    loaded = 1;
-                    continue;
-                }
                 if constexpr (W) {
                     /* the writer warp waits for the turn, adds and passes the tile on */
                     attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
@@ -309,8 +297,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
                     /* untransposed (v3 at 128 too): no registers left for its A fragments */
-                    bwd_tc_step<DT, D, BN, false, BWD_WG_PIPE && BWD_WG_TRANSPOSED(D)>(p, sm, x, J.bh, n, st[VSM_M],
-                                                                                      0, 0, -1, NULL, -1);
+                    bwd_tc_step<DT, D, BN, false, false>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
                     if (threadIdx.x == 0)
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;

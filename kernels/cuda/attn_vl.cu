@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
  * loading K, V. */
 template <int D>
 struct bwd_vl_wg_smem : bwd_wg_smem<D> {
-    int64_t tile_at[BWD_WG_DQBUFS_OF(D)][2]; /* per staging buffer: counter index, dQacc offset */
+    int64_t tile_at[BWD_WG_DQBUFS][2]; /* per staging buffer: counter index, dQacc offset */
     struct attn_bwd_params prm;        /* the job's sequence */
     int32_t local_job;                 /* the job's index in its sequence's dispatch order */
 };

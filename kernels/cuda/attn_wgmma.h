@@ -277,19 +277,6 @@ static __device__ __forceinline__ void attn_tma_load_4d(void *smem, const void *
                  : "memory");
 }
 
-/* Whether the phase of parity `parity` has completed, without waiting. */
-static __device__ __forceinline__ bool attn_mbar_test(uint64_t *bar, uint32_t parity)
-{
-    uint32_t done;
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(attn_smem_u32(bar)), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-
 /* Wait until the phase of parity `parity` has completed (parity 1 passes at once before
  * the first phase completes: the phase "before" it counts as complete). */
 static __device__ __forceinline__ void attn_mbar_wait(uint64_t *bar, uint32_t parity)

@@ -44,23 +44,6 @@
  * more than one safe: docs/schedules.md.) */
 #define BWD_WG_DQBUFS 1
 
-/* Trial knobs (default 0, pending their A/B on the GPU):
- * BWD_WG_PIPE - two staging buffers at head dims 64 and 128, and a writer that issues the
- *   next ticket's reduction before it waits for the last one to be performed, when the
- *   next ticket is there and its turn has come (checked without waiting; otherwise it
- *   finishes the last one first, so it never waits on anything while a tile it holds is
- *   not passed on). At 128 the second buffer takes the room of P (the transposed step
- *   does not use it; the interleaved kernel then runs transposed too).
- * BWD_WG_EARLY - the compute warps stage the step's dQ partial before the post-step
- *   barrier (under the prefetch's wait) instead of after it. */
-#ifndef BWD_WG_PIPE
-#define BWD_WG_PIPE 0
-#endif
-#ifndef BWD_WG_EARLY
-#define BWD_WG_EARLY 0
-#endif
-#define BWD_WG_DQBUFS_OF(D) (BWD_WG_PIPE && (D) != 256 ? 2 : BWD_WG_DQBUFS)
-
 /* Head dims where the step runs transposed (hopper.md B3): each warpgroup forms S^T and
  * dP^T over its own 64 kv rows, so P^T and dS^T stay in registers as the A operands of dV
  * and dK (RS wgmma) and only dS goes through shared memory, transposed, for dQ
@@ -100,19 +83,19 @@ struct bwd_wg_smem {
     uint16_t v_smem[CUATTN_TC_BLOCK_N * D];     /* (128, D) V */
     uint16_t q_smem[2][BWD_TC_BM * D];          /* (2, 64, D) Q of the step, of the next */
     uint16_t dout_smem[2][BWD_TC_BM * D];       /* (2, 64, D) dO likewise */
-    uint16_t p_smem[BWD_WG_PIPE && D == 128 ? 512 : BWD_TC_BM * CUATTN_TC_BLOCK_N]; /* (64, 128) P,
-                                   input dtype (the transposed step keeps P in registers) */
+    uint16_t p_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N];  /* (64, 128) P, input dtype (the
+                                                        transposed step keeps P in registers) */
     uint16_t ds_smem[BWD_TC_BM * CUATTN_TC_BLOCK_N]; /* (64, 128) dS */
-    float dq_smem[BWD_WG_DQBUFS_OF(D) * BWD_TC_BM * D]; /* (BWD_WG_DQBUFS, 64, D) dQ partials, dQacc's layout */
+    float dq_smem[BWD_WG_DQBUFS * BWD_TC_BM * D]; /* (BWD_WG_DQBUFS, 64, D) dQ partials, dQacc's layout */
     float lse_smem[2][BWD_TC_BM];
     float dsum_smem[2][BWD_TC_BM];
     int32_t visit_smem[BWD_TC_TAB + 1];
     int32_t rank_smem[BWD_TC_TAB + 1];
     int32_t flag_smem;
-    int32_t ticket[BWD_WG_DQBUFS_OF(D)][4]; /* compute warps -> writer, per buffer: bh, m, rank (-1
+    int32_t ticket[BWD_WG_DQBUFS][4]; /* compute warps -> writer, per buffer: bh, m, rank (-1
                                            atomic), 1 at the end */
-    uint64_t full_bar[BWD_WG_DQBUFS_OF(D)];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
-    uint64_t empty_bar[BWD_WG_DQBUFS_OF(D)]; /* buffer b is free again (the writer's one arrival) */
+    uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
+    uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -559,7 +542,7 @@ struct bwd_wg_ring {
 template <int D>
 static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
 {
-    if (++r.b == BWD_WG_DQBUFS_OF(D)) {
+    if (++r.b == BWD_WG_DQBUFS) {
         r.b = 0;
         r.phase ^= 1u;
     }
@@ -879,7 +862,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 template <int D>
 static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
 {
-    for (int32_t b = 0; b < BWD_WG_DQBUFS_OF(D); b++) {
+    for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) {
         attn_mbar_init(&sm.full_bar[b], ATTN_THREADS);
         attn_mbar_init(&sm.empty_bar[b], 1);
     }
@@ -918,18 +901,6 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
 
-#if BWD_WG_EARLY
-/* The trial BWD_WG_EARLY: bwd_wg_hand without the ticket (bwd_wg_ticket follows after the
- * caller's barrier). */
-template <int D>
-static __device__ __forceinline__ void bwd_wg_hand_stage(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x,
-                                                         const bwd_wg_ring &r)
-{
-    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u);
-    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
-}
-#endif
-
 /* Head dim 256: the same, with the partial staged in the place of stage `stage`'s Q and
  * dO (bwd_wg_smem<256>); every product that read them has completed, in both warpgroups
  * (the caller's barrier). */
@@ -957,7 +928,7 @@ static __device__ __forceinline__ void bwd_wg_hand_end(bwd_wg_smem<D> &sm, bwd_w
 template <int D>
 static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bwd_wg_ring &r)
 {
-    for (int32_t b = 0; b < BWD_WG_DQBUFS_OF(D); b++) /* b's next use: in this round, or the next */
+    for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) /* b's next use: in this round, or the next */
         attn_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
 }
 
@@ -965,48 +936,6 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
 {
-#if BWD_WG_PIPE
-    if constexpr (D != 256) {
-        /* held: the last ticket's reduction, issued and read, maybe not yet performed; its
-         * tile is passed on once it is, at the latest before anything that could wait */
-        int32_t *held_ctr = nullptr, held_rank = -1;
-        bool held = false;
-        for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
-            if (held && !attn_mbar_test(&sm.full_bar[r.b], r.phase)) {
-                bwd_tc_pass_on(held_ctr, held_rank); /* no ticket yet: finish the last one */
-                held = false;
-            }
-            attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
-            const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
-            if (sm.ticket[r.b][3]) {
-                if (held)
-                    bwd_tc_pass_on(held_ctr, held_rank);
-                return;
-            }
-            int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
-            if (rank >= 0) {
-                if (held && attn_ld_acquire(ctr) != rank) { /* not its turn yet: finish the last */
-                    bwd_tc_pass_on(held_ctr, held_rank);
-                    held = false;
-                }
-                bwd_tc_take_turn(ctr, rank);
-            }
-            bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
-            if (held) { /* the last one performed (this one may still run), then passed on */
-                asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
-                if (held_rank >= 0) {
-                    asm volatile("fence.proxy.async.global;" ::: "memory");
-                    attn_st_release(held_ctr, held_rank + 1);
-                }
-            }
-            bwd_tc_bulk_wait_read();
-            attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
-            held = true;
-            held_ctr = ctr;
-            held_rank = rank;
-        }
-    }
-#endif
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
 #if BWD_WG_TRACE
         long long bt0_ = clock64(), bt1_;
