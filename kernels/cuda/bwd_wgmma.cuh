@@ -56,17 +56,6 @@
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_LATE_PREFETCH - the
- * untransposed step (head dim 64) starts the next step's loads after the P/dS barrier
- * instead of as soon as its own S has landed. With `keep`, the other warpgroup's dK and dV
- * of the previous step may still be reading that buffer when this warpgroup's S lands;
- * today nothing but the tensor pipes' issue order ("queued behind them") keeps the
- * prefetch from overwriting them. After the barrier both warpgroups have waited for their
- * own S, so those products have landed by construction (head dim 256 loads there too). */
-#ifndef BWD_WG_LATE_PREFETCH
-#define BWD_WG_LATE_PREFETCH 0
-#endif
-
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
  * writer's waits - into bwd_wg_trace, which the host prints at exit (attn_bwd_tc.cu). */
@@ -682,10 +671,8 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         attn_wg_commit();
         attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
         attn_wg_pin<32>(s);
-#if !BWD_WG_LATE_PREFETCH
         if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
             bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
-#endif
 
         if constexpr (VL) {
             /* the window (wl, wr; -1 unbounded): every row of the tile sees every column (as
@@ -712,13 +699,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         }
         bwd_tc_async_visible<true>();
         bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
-#if BWD_WG_LATE_PREFETCH
-        /* both warpgroups have waited for their S here, so their previous step's dK and dV,
-         * which read buffer buf ^ 1, have landed: the prefetch cannot overwrite what the other
-         * warpgroup's products still read, whatever order the tensor pipes run them in */
-        if (next_m >= 0)
-            bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
-#endif
         if (rel_ctr && tid == 0)
             bwd_tc_pass_on(rel_ctr, rel_rank);
 
