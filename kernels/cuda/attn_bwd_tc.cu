@@ -118,14 +118,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
             if constexpr (W) { /* tell the writer */
-#if BWD_WG_HASHERS
-                if constexpr (D != 256)
-                    if (bwd_wg_hashing(p)) { /* and the hashers */
-                        bwd_wg_hash_wait(sm);
-                        bwd_cta_sync<W>(); /* thread 0 has seen the slot free */
-                        bwd_wg_hash_post(sm, 0, 0, 1);
-                    }
-#endif
                 bwd_wg_hand_end(sm, hb);
                 return;
             }
@@ -143,12 +135,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             const int32_t steps = sched_unit_steps(s, n);
             /* the previous unit read the table last before its last turn's barrier */
             BWD_WG_T0();
-#if BWD_WG_HASHERS
-            if constexpr (W && D != 256)
-                if (bwd_wg_hashing(p)) /* the slot the unit's ticket will take is free (load_kv's
-                                          barrier below tells everyone) */
-                    bwd_wg_hash_wait(sm);
-#endif
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
             bwd_tc_load_kv<D, BN>(p, sm, J.bh, n); /* its barrier publishes the table too */
             if (threadIdx.x == 0)
@@ -249,14 +235,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             }
             {
                 BWD_WG_T0();
-#if BWD_WG_HASHERS
-                if constexpr (W && D != 256) { /* stored as they are; the hashers take the rows */
-                    bwd_tc_store_unit<DT, D, BN, false>(p, x, J.bh, n);
-                    if (bwd_wg_hashing(p))
-                        bwd_wg_hash_post(sm, J.bh, n, 0);
-                } else
-#endif
-                    bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
+                bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }
@@ -434,11 +413,6 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
                 asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
                 if (threadIdx.x == ATTN_THREADS)
                     bwd_wg_writer<D>(p, sm);
-#if BWD_WG_HASHERS
-                if constexpr (D != 256)
-                    if (threadIdx.x >= ATTN_THREADS + 32 && bwd_wg_hashing(p))
-                        bwd_wg_hasher<D>(p, sm);
-#endif
                 return;
             }
             asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");

@@ -56,16 +56,6 @@
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_HASHERS - where the audit
- * asks for dK/dV leaves (persistent kernel, head dims 64 and 128, no GQA), the compute
- * warps store a unit's dK and dV without hashing them and hand the unit over (a ticket);
- * three idle warps of the writer's warpgroup read the rows back and hash them, a quad a
- * row, off the compute warps' path (the hashing in the epilogue cost ~35 us of a 4k
- * backward). bwd_wg_hasher, bwd_wg_hash_ticket. */
-#ifndef BWD_WG_HASHERS
-#define BWD_WG_HASHERS 0
-#endif
-
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
  * writer's waits - into bwd_wg_trace, which the host prints at exit (attn_bwd_tc.cu). */
@@ -106,11 +96,6 @@ struct bwd_wg_smem {
                                            atomic), 1 at the end */
     uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
     uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
-#if BWD_WG_HASHERS
-    int32_t hash_ticket[4]; /* compute warps -> hashers: bh, n, end; [3]: thread 0's parity */
-    uint64_t hash_full;     /* a ticket (256 arrivals, after the unit's stores) */
-    uint64_t hash_empty;    /* the three hasher warps have read it */
-#endif
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -854,15 +839,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
-#if BWD_WG_HASHERS
-/* Whether the hashers run (BWD_WG_HASHERS): the audit asks for dK/dV leaves and the rows are
- * whole (no GQA sum follows). The same in every thread. */
-static __device__ __forceinline__ bool bwd_wg_hashing(const struct attn_bwd_params &p)
-{
-    return p.leaf_dk && p.group == 1;
-}
-#endif
-
 /* ---- v3's dQ writer warp (persistent mode) -----------------------------------------------
  *
  * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
@@ -890,98 +866,7 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
         attn_mbar_init(&sm.full_bar[b], ATTN_THREADS);
         attn_mbar_init(&sm.empty_bar[b], 1);
     }
-#if BWD_WG_HASHERS
-    if constexpr (D != 256) {
-        attn_mbar_init(&sm.hash_full, ATTN_THREADS);
-        attn_mbar_init(&sm.hash_empty, 3);
-        sm.hash_ticket[3] = 0;
-    }
-#endif
 }
-
-#if BWD_WG_HASHERS
-/* Compute warps (BWD_WG_HASHERS). The ticket slot is free once the hashers have read the
- * last ticket: thread 0 makes sure of it where the compute warps are about to meet anyway
- * (a unit's start, before its barrier; the end), so that no wait sits in the epilogue,
- * where the compiler kept state across it and spilled. The waits' parity lives in
- * hash_ticket[3], not in a register. */
-template <int D>
-static __device__ __forceinline__ void bwd_wg_hash_wait(bwd_wg_smem<D> &sm)
-{
-    if (threadIdx.x == 0) {
-        const uint32_t ph = (uint32_t)sm.hash_ticket[3];
-        attn_mbar_wait(&sm.hash_empty, ph ^ 1u); /* the last ticket was read (at once the first time) */
-        sm.hash_ticket[3] = (int32_t)(ph ^ 1u);
-    }
-}
-
-/* After the unit's dK/dV stores (or at the end: end 1): hand unit n of head bh to the
- * hashers; a bwd_wg_hash_wait came before, and the barrier after it. */
-template <int D>
-static __device__ __forceinline__ void bwd_wg_hash_post(bwd_wg_smem<D> &sm, int32_t bh, int32_t n, int32_t end)
-{
-    if (threadIdx.x == 0) {
-        sm.hash_ticket[0] = bh;
-        sm.hash_ticket[1] = n;
-        sm.hash_ticket[2] = end;
-    }
-    attn_mbar_arrive(&sm.hash_full); /* release: this thread's stores of the unit's rows */
-}
-
-/* Hasher warps 9-11 (24 registers): take each unit's ticket and hash its dK and dV rows
- * from memory, a quad a row: lane t4 runs XXH64's accumulator t4 over the row's 32-byte
- * stripes (8 bytes each, little-endian, as the hash reads them), then the quad converges
- * them - the leaf digest_leaves_quad forms from registers. */
-template <int D>
-static __device__ __forceinline__ void bwd_wg_hasher(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
-{
-    const int32_t lane = threadIdx.x & 31, t4 = lane & 3;
-    const int32_t q0 = 8 * ((int32_t)(threadIdx.x >> 5) - (ATTN_THREADS / 32 + 1)) + (lane >> 2); /* 0 .. 23 */
-    const uint16_t *dk_g = static_cast<const uint16_t *>(p.dk), *dv_g = static_cast<const uint16_t *>(p.dv);
-    for (uint32_t ph = 0;; ph ^= 1u) {
-        attn_mbar_wait(&sm.hash_full, ph);
-        const int32_t bh = sm.hash_ticket[0], n = sm.hash_ticket[1], end = sm.hash_ticket[2];
-        __syncwarp();
-        if (lane == 0)
-            attn_mbar_arrive(&sm.hash_empty);
-        if (end)
-            return;
-        const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q; /* no GQA: hk = h */
-        const int32_t j0 = n * CUATTN_TC_BLOCK_N;
-        const int32_t rn = p.seqlen_k - j0 < CUATTN_TC_BLOCK_N ? p.seqlen_k - j0 : CUATTN_TC_BLOCK_N;
-        for (int32_t r0 = 0; r0 < 2 * rn; r0 += 24) { /* uniform across the warp */
-            const int32_t r = r0 + q0, j = r >> 1;
-            const bool on = r < 2 * rn, v_row = r & 1;
-            const uint16_t *row = on ? (v_row ? dv_g + b * p.dv_stride[0] + (int64_t)(j0 + j) * p.dv_stride[1] +
-                                                    h * p.dv_stride[2]
-                                              : dk_g + b * p.dk_stride[0] + (int64_t)(j0 + j) * p.dk_stride[1] +
-                                                    h * p.dk_stride[2])
-                                     : dk_g;
-            const bool al = ((uintptr_t)row & 7) == 0;
-            uint64_t v = xxh64_start(0, t4);
-#pragma unroll 1
-            for (int32_t k = 0; k < D / 16; k++) {
-                const uint16_t *w = row + 16 * k + 4 * t4;
-                uint64_t x = 0;
-                if (on)
-                    x = al ? *reinterpret_cast<const uint64_t *>(w)
-                           : (uint64_t)w[0] | (uint64_t)w[1] << 16 | (uint64_t)w[2] << 32 | (uint64_t)w[3] << 48;
-                v = xxh64_round(v, x);
-            }
-            const int32_t base = lane & ~3;
-            const uint64_t v0 = __shfl_sync(0xffffffffu, (unsigned long long)v, base);
-            const uint64_t v1 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + 1);
-            const uint64_t v2 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + 2);
-            const uint64_t v3 = __shfl_sync(0xffffffffu, (unsigned long long)v, base + 3);
-            if (on && t4 == 0) {
-                const uint64_t leaf = xxh64_avalanche(xxh64_converge(v0, v1, v2, v3) + 2u * D);
-                const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + h;
-                (v_row ? p.leaf_dv : p.leaf_dk)[at] = leaf;
-            }
-        }
-    }
-}
-#endif
 
 /* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
  * (end: no more tickets) and everyone arrive; on to the next buffer. The tile, if any,
