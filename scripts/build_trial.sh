@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# build_trial.sh - here (not on the GPU machine): build a kernel trial that lives in git
+# history as a commit reverted on main (a default-off -D knob), for scripts/gpu_trials.sh.
+# A worktree of HEAD gets the commit cherry-picked, then test_dash_gpu, bench_gpu and
+# bench_audit are built with the knob and copied, stripped and xz'd, to .gpu/trial-NAME/
+# (with the knob and the commit in .gpu/trial-NAME/what). Several trials build one after
+# another; each full kernel build takes about five minutes on two cores.
+#   bash scripts/build_trial.sh NAME COMMIT KNOB [KNOB ...]
+#   bash scripts/build_trial.sh mbar 6ff0349 -DBWD_WG_MBAR=1
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n '3,10p' "$0" >&2; exit 2; }
+name=$1 commit=$2
+shift 2
+root=$(cd "$(dirname "$0")/.." && pwd)
+wt=$(mktemp -d /tmp/trial-"$name".XXXXXX)
+trap 'git -C "$root" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
+git -C "$root" worktree add -f --detach "$wt" HEAD >/dev/null
+git -C "$wt" -c user.name=trial -c user.email=trial@localhost cherry-pick --no-commit "$commit" >/dev/null
+make -C "$wt" -j"$(nproc)" NVCC="$(command -v nvcc) $*" build/test_dash_gpu build/bench_gpu build/bench_audit >/dev/null
+out=$root/.gpu/trial-$name
+rm -rf "$out"
+mkdir -p "$out"
+cp "$wt"/build/test_dash_gpu "$wt"/build/bench_gpu "$wt"/build/bench_audit "$out"/
+strip "$out"/test_dash_gpu "$out"/bench_gpu "$out"/bench_audit
+xz -T2 -3 -f "$out"/test_dash_gpu "$out"/bench_gpu "$out"/bench_audit
+echo "trial $name: commit $(git -C "$root" rev-parse --short "$commit") on $(git -C "$root" rev-parse --short HEAD), knobs $*" > "$out"/what
+cat "$out"/what
+du -sh "$out"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# gpu_trials.sh - on the GPU machine (device tool, carrying .gpu): every trial build under
+# .gpu/trial-*/ (scripts/build_trial.sh) against main's bundle in .gpu/bin: per trial the
+# gpu_attn suite (float64 references, 20-repeat bits, grids, leaves), racecheck and
+# synccheck on the sanitizer shapes, bench_audit at 4k; then one A/B of main and every
+# trial, builds taking turns per shape (scripts/gpu_ab.sh). Output under $OUT: trials.log
+# (the summary, also printed), ab.md, trials.tgz (the logs).
+#   bash scripts/gpu_trials.sh ["SHAPES"]       (default: 128 and 64 at 4k, 128 at 16k causal)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp}
+export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for f in "$root"/.gpu/bin/*.xz "$root"/.gpu/trial-*/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+mkdir -p "$out/trials"
+log=$out/trials.log
+: > "$log"
+say() { echo "$*" | tee -a "$log"; }
+builds=("main=$root/.gpu/bin/bench_gpu")
+for d in "$root"/.gpu/trial-*/; do
+  [ -x "$d/test_dash_gpu" ] || continue
+  t=$(basename "$d")
+  t=${t#trial-}
+  say "== $t: $(cat "$d/what" 2>/dev/null)"
+  (cd "$d" && DASH_GPU_SUITE=gpu_attn timeout 200 ./test_dash_gpu > "$out/trials/$t-gpu_attn.log" 2>&1)
+  say "$t gpu_attn rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$t-gpu_attn.log" | tr -s ' ' | tr '\n' ' ')"
+  grep -E "FAILED|^    [0-9]+\. " "$out/trials/$t-gpu_attn.log" | head -6 | tee -a "$log"
+  for tool in racecheck synccheck; do
+    (cd "$d" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_small_shapes_for_sanitizers timeout 200 \
+       "$cs" --tool $tool ./test_dash_gpu > "$out/trials/$t-$tool.log" 2>&1)
+    say "$t $tool rc $?: $(grep -E 'SUMMARY' "$out/trials/$t-$tool.log" | tail -1)"
+  done
+  say "$t bench_audit (4k): $(timeout 120 "$d/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"
+  builds+=("$t=$d/bench_gpu")
+done
+say "main bench_audit (4k): $(timeout 120 "$root/.gpu/bin/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"
+if [ ${#builds[@]} -gt 1 ]; then
+  OUT=$out REPS=${REPS:-5} timeout 400 bash "$root/scripts/gpu_ab.sh" \
+    "${1:-128,4096,full 128,4096,causal 128,16384,causal 64,4096,full 64,4096,causal}" "${builds[@]}" | grep "^|" | tee -a "$log"
+fi
+(cd "$out" && tar czf trials.tgz trials && rm -rf trials)
