@@ -56,13 +56,6 @@
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_WARP_ARRIVE - a ticket's
- * full_bar takes one arrival per compute warp (lane 0, after __syncwarp) instead of one per
- * thread: 8 arrivals on one shared-memory word per step instead of 256. */
-#ifndef BWD_WG_WARP_ARRIVE
-#define BWD_WG_WARP_ARRIVE 0
-#endif
-
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
  * writer's waits - into bwd_wg_trace, which the host prints at exit (attn_bwd_tc.cu). */
@@ -870,7 +863,7 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
 {
     for (int32_t b = 0; b < BWD_WG_DQBUFS; b++) {
-        attn_mbar_init(&sm.full_bar[b], BWD_WG_WARP_ARRIVE ? ATTN_THREADS / 32 : ATTN_THREADS);
+        attn_mbar_init(&sm.full_bar[b], ATTN_THREADS);
         attn_mbar_init(&sm.empty_bar[b], 1);
     }
 }
@@ -888,13 +881,7 @@ static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, bwd_wg_
         sm.ticket[r.b][2] = rank;
         sm.ticket[r.b][3] = end;
     }
-#if BWD_WG_WARP_ARRIVE
-    __syncwarp(); /* the warp's staged pairs (and thread 0's ticket) before its one release */
-    if ((threadIdx.x & 31) == 0)
-        attn_mbar_arrive(&sm.full_bar[r.b]);
-#else
     attn_mbar_arrive(&sm.full_bar[r.b]);
-#endif
     bwd_wg_ring_next<D>(r);
 }
 
