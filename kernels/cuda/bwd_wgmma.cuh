@@ -655,7 +655,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_wg_pin_a(pt);
         bwd_wg_pin_a(dst);
     } else {
-
         /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
         float s[32], dp[32];
         attn_wg_fence();
