@@ -215,6 +215,15 @@ static __device__ __forceinline__ void attn_wg_pin(float (&d)[N])
     for (int e = 0; e < N; e++)
         asm volatile("" : "+f"(d[e])::"memory");
 }
+/* The same for the 32-bit pairs of an RS product's A operand: the product reads them
+ * asynchronously, so nothing else may be given their registers before its wait. */
+template <int N>
+static __device__ __forceinline__ void attn_wg_pin(uint32_t (&a)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        asm volatile("" : "+r"(a[e])::"memory");
+}
 
 /* Descriptors of 128-byte swizzled tiles of `rows` rows (above): a K-major operand at
  * rows r0 .. (a multiple of 8), k16 slice from k0; an MN-major one at k rows k0 ..,

@@ -446,6 +446,35 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
     bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
 }
 
+/* Issue S = Q K^T and then dP = dO V^T (d ascending, k16 steps), two committed groups,
+ * over N kv rows r0 .. of K and V (bn rows a tile) and the step's 64 q rows; T forms the
+ * transposes S^T = K Q^T and dP^T = V dO^T instead (the kv rows as the product's rows). */
+template <typename DT, int D, int N, bool T>
+static __device__ __forceinline__ void bwd_wg_s_dp(float (&s)[N / 2], float (&dp)[N / 2], const uint16_t *q_s,
+                                                   const uint16_t *do_s, const uint16_t *k_s, const uint16_t *v_s,
+                                                   int32_t bn, int32_t r0)
+{
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        if constexpr (T)
+            attn_wg_mma<DT, N, 0, 0>(s, attn_wg_kmajor(k_s, bn, r0, 16 * kk), attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
+                                     kk > 0);
+        else
+            attn_wg_mma<DT, N, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk), attn_wg_kmajor(k_s, bn, r0, 16 * kk),
+                                     kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        if constexpr (T)
+            attn_wg_mma<DT, N, 0, 0>(dp, attn_wg_kmajor(v_s, bn, r0, 16 * kk),
+                                     attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
+        else
+            attn_wg_mma<DT, N, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
+                                     attn_wg_kmajor(v_s, bn, r0, 16 * kk), kk > 0);
+    attn_wg_commit();
+}
+
 /* The transposed step's P and dS (BWD_WG_TRANSPOSED): the warpgroup's S^T and dP^T (64 kv rows 64 wg .. of
  * the tile x 64 q columns: accumulator row r is kv row 64 wg + r, column c is q row c)
  * become P^T and dS^T, packed to the input dtype as the A fragments of dV += P^T dO and
@@ -522,15 +551,6 @@ static __device__ __forceinline__ void bwd_wg_pds_t(const struct attn_bwd_params
         *reinterpret_cast<uint32_t *>(ds_smem + at) = dst[e / 2];
     }
 }
-
-/* Keep the A fragments live up to here (after the wait): the products read them
- * asynchronously (fwd_wg_pin_a). */
-static __device__ __forceinline__ void bwd_wg_pin_a(uint32_t (&a)[16])
-{
-#pragma unroll
-    for (int e = 0; e < 16; e++)
-        asm volatile("" : "+r"(a[e])::"memory");
-}
 #endif
 
 /* The persistent mode's hand-off ring (v3's dQ writer warp, below). */
@@ -590,17 +610,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
          * two groups in flight */
         (void)keep;
         float s[32], dp[32];
-        attn_wg_fence();
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++)
-            attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk),
-                                      attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
-        attn_wg_commit();
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++)
-            attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk),
-                                      attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
-        attn_wg_commit();
+        bwd_wg_s_dp<DT, D, 64, true>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
         attn_wg_wait<1>(); /* S^T has landed; dP^T may still be running */
         attn_wg_pin<32>(s);
         if (next_m >= 0) /* the previous step's products, which read buffer buf ^ 1, are complete */
@@ -652,22 +662,12 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         attn_wg_pin<D / 2>(x.dv_reg);
         attn_wg_pin<D / 2>(x.dk_reg);
         attn_wg_pin<D / 4>(x.dq_reg);
-        bwd_wg_pin_a(pt);
-        bwd_wg_pin_a(dst);
+        attn_wg_pin<16>(pt); /* the RS products read them until the wait */
+        attn_wg_pin<16>(dst);
     } else {
         /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
         float s[32], dp[32];
-        attn_wg_fence();
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++)
-            attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
-                                      attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk), kk > 0);
-        attn_wg_commit();
-#pragma unroll
-        for (int32_t kk = 0; kk < D / 16; kk++)
-            attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
-                                      attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk), kk > 0);
-        attn_wg_commit();
+        bwd_wg_s_dp<DT, D, 64, false>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
         attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
         attn_wg_pin<32>(s);
         if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
@@ -770,17 +770,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 
     /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
     float s[16], dp[16];
-    attn_wg_fence();
-#pragma unroll
-    for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 32, 0, 0>(s, attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk),
-                                  attn_wg_kmajor(sm.k_smem, BN, 32 * wg, 16 * kk), kk > 0);
-    attn_wg_commit();
-#pragma unroll
-    for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 32, 0, 0>(dp, attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk),
-                                  attn_wg_kmajor(sm.v_smem, BN, 32 * wg, 16 * kk), kk > 0);
-    attn_wg_commit();
+    bwd_wg_s_dp<DT, D, 32, false>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 32 * wg);
     attn_wg_wait<1>(); /* S has landed; dP may still be running */
     attn_wg_pin<16>(s);
 

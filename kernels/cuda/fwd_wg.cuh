@@ -314,9 +314,7 @@ static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[BN / 16][4])
 {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            asm volatile("" : "+r"(pa[kk][q])::"memory");
+        attn_wg_pin<4>(pa[kk]);
 }
 
 /* Producer, cp.async: warps 0-1 copy Q once, then the K tiles; warps 2-3 the V tiles.
