@@ -27,52 +27,48 @@ def probabilities(q, k, causal, scale):
     return e / torch.where(den == 0, torch.ones_like(den), den)
 
 
+def key_grads(p, ds, q, k, dout, scale):
+    """(dq, dk, dv) from P and dS (b, hq, sq, sk): flash-attention's formulas, K repeated
+    for GQA and each key head's gradients summed over its query heads."""
+    hq, hkv = q.shape[2], k.shape[2]
+    g = hq // hkv
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, k.repeat_interleave(g, dim=2)) * scale
+    b, sk, d = k.shape[0], k.shape[1], k.shape[3]
+    dk = (torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale).reshape(b, sk, hkv, g, d).sum(3)
+    dv = torch.einsum("bhqk,bqhd->bkhd", p, dout).reshape(b, sk, hkv, g, d).sum(3)
+    return dq, dk, dv
+
+
 def reference(q, k, v, dout, out, causal, scale):
-    """out and (dq, dk, dv) in float64. The gradients are flash-attention's formulas, which
+    """out and (dq, dk, dv) in float64, and the sizes of the terms that cancel in the
+    gradients. The gradients are flash-attention's formulas, which
     dashd's backward follows: dS = P (dP - D) with D = rowsum(dout * out) taken from the
     output as returned (rounded to the input dtype), not the exact one. Where a row's dS is
     a cancellation (a few visible keys, one of them dominant) that rounding is most of the
     difference from autograd's exact gradient (measured: 2e-1 relative for bf16 at seqlen_k
     2), so the exact gradient would test the rounding of out, not the backward; the fixed
-    shapes of test_cpu.py / test_gpu.py compare with autograd's exact gradient."""
+    shapes of test_cpu.py / test_gpu.py compare with autograd's exact gradient.
+    The sizes are the same formulas with |P| (|dP| + |D|) for dS and absolute values of
+    every factor. Where a row's softmax is saturated (one key takes nearly all of it) dS is
+    a difference of nearly equal float32 numbers, so a backward exact to rounding is off by
+    float32's rounding of these terms, however small the gradient itself is (measured:
+    1.9e-3 relative at seqlen 2, causal, float32, head dim 256: a rounding error of 2.5e-5
+    on a gradient of norm 1.3e-2)."""
     q, k, v, dout, out = (x.detach().double() for x in (q, k, v, dout, out))
-    hq, hkv = q.shape[2], k.shape[2]
-    g = hq // hkv
+    g = q.shape[2] // k.shape[2]
     p = probabilities(q, k, causal, scale)
-    ref = torch.einsum("bhqk,bkhd->bqhd", p, v.repeat_interleave(g, dim=2))
-    dp = torch.einsum("bqhd,bkhd->bhqk", dout, v.repeat_interleave(g, dim=2))
-    ds = p * (dp - (dout * out).sum(-1).transpose(1, 2).unsqueeze(-1))
-    dq = torch.einsum("bhqk,bkhd->bqhd", ds, k.repeat_interleave(g, dim=2)) * scale
-    b, sk, d = k.shape[0], k.shape[1], k.shape[3]
-    dk = (torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale).reshape(b, sk, hkv, g, d).sum(3)
-    dv = torch.einsum("bhqk,bqhd->bkhd", p, dout).reshape(b, sk, hkv, g, d).sum(3)
-    return ref, dq, dk, dv
-
-
-def cancellation(q, k, v, dout, out, causal, scale):
-    """The sizes of the terms that cancel in (dq, dk, dv): reference()'s formulas with
-    |P| (|dP| + |D|) for dS and absolute values of every factor. Where a row's softmax is
-    saturated (one key takes nearly all of it) dS = P (dP - D) is a difference of nearly
-    equal float32 numbers, so a backward exact to rounding is off by float32's rounding
-    of these terms, however small the gradient itself is (measured: 1.9e-3 relative at
-    seqlen 2, causal, float32, head dim 256: a rounding error of 2.5e-5 on a gradient of
-    norm 1.3e-2)."""
-    q, k, v, dout, out = (x.detach().double() for x in (q, k, v, dout, out))
-    hq, hkv = q.shape[2], k.shape[2]
-    g = hq // hkv
-    p = probabilities(q, k, causal, scale)
-    kr, vr = k.repeat_interleave(g, dim=2).abs(), v.repeat_interleave(g, dim=2).abs()
-    dp = torch.einsum("bqhd,bkhd->bhqk", dout.abs(), vr)
-    ds = p * (dp + (dout * out).sum(-1).abs().transpose(1, 2).unsqueeze(-1))
-    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kr) * scale
-    b, sk, d = k.shape[0], k.shape[1], k.shape[3]
-    dk = (torch.einsum("bhqk,bqhd->bkhd", ds, q.abs()) * scale).reshape(b, sk, hkv, g, d).sum(3)
-    dv = torch.einsum("bhqk,bqhd->bkhd", p, dout.abs()).reshape(b, sk, hkv, g, d).sum(3)
-    return dq, dk, dv
+    vr = v.repeat_interleave(g, dim=2)
+    ref = torch.einsum("bhqk,bkhd->bqhd", p, vr)
+    dp = torch.einsum("bqhd,bkhd->bhqk", dout, vr)
+    rowsum = (dout * out).sum(-1).transpose(1, 2).unsqueeze(-1)
+    grads = key_grads(p, p * (dp - rowsum), q, k, dout, scale)
+    dp_size = torch.einsum("bqhd,bkhd->bhqk", dout.abs(), vr.abs())
+    sizes = key_grads(p, p * (dp_size + rowsum.abs()), q.abs(), k.abs(), dout.abs(), scale)
+    return ref, grads, sizes
 
 
 # What float32 rounding may leave of a cancellation, in units of the terms that cancel
-# (cancellation() above; the backward computes in float32 for every input dtype): 4 unit
+# (reference()'s sizes; the backward computes in float32 for every input dtype): 4 unit
 # roundoffs. The saturated case above was off by 0.26 of one; at unsaturated shapes this
 # adds 0.05-0.2 of the float32 bound, 1e-4 relative, and nothing measurable to bf16's.
 ROUNDING = 4 * 2.0 ** -24
@@ -123,11 +119,10 @@ def check(dash_attn, seed, n, device, dtypes, tol, max_seqlen=600):
         for name, a, x in zip(("dq", "dk", "dv"), grads, (q, k, v)):
             assert torch.equal(a, x.grad) and not a.isnan().any(), f"{name} did not repeat: {what}"
         scale = c["scale"] if c["scale"] is not None else 1 / math.sqrt(d)
-        ref, rdq, rdk, rdv = reference(q, k, v, dout, out, c["causal"], scale)
-        sizes = cancellation(q, k, v, dout, out, c["causal"], scale)
+        ref, wants, sizes = reference(q, k, v, dout, out, c["causal"], scale)
         bound = tol[c["dtype"]]
         assert rel(out.detach(), ref.detach()) < bound, f"out: {what}"
-        for name, got, want, size in zip(("dq", "dk", "dv"), grads, (rdq, rdk, rdv), sizes):
+        for name, got, want, size in zip(("dq", "dk", "dv"), grads, wants, sizes):
             if want.abs().max() < 1e-9:  # every row sees one key at most: zeros (to rounding)
                 assert got.abs().max() == 0, f"{name} not zero: {what}"
             else:
