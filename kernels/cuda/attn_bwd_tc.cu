@@ -167,8 +167,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
 #if BWD_WG_TRACE
                 if (W && threadIdx.x == 0) {
                     const long long bs1_ = clock64();
-                    bwd_wg_trace[blockIdx.x & 1023][BT_STEP] += (unsigned long long)(bs1_ - bs0_);
-                    bwd_wg_trace[blockIdx.x & 1023][BT_STEPS] += 1;
+                    BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(bs1_ - bs0_);
+                    BWD_WG_TSLOT(BT_STEPS) += 1;
                     bs0_ = bs1_;
                 }
 #endif
@@ -187,7 +187,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                                           step's buffer, P, dS and K */
 #if BWD_WG_TRACE
                     if (threadIdx.x == 0)
-                        bwd_wg_trace[blockIdx.x & 1023][BT_SYNC] += (unsigned long long)(clock64() - bs0_);
+                        BWD_WG_TSLOT(BT_SYNC) += (unsigned long long)(clock64() - bs0_);
 #endif
                     /* thread 0's rank, read at the top of the step: the table may be
                      * refilled as soon as the compute warps have handed the tile over
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
                 bwd_wg_init<D>(sm);
 #if BWD_WG_TRACE
             if (threadIdx.x < BT_N)
-                bwd_wg_trace[blockIdx.x & 1023][threadIdx.x] = 0;
+                BWD_WG_TSLOT(threadIdx.x) = 0;
 #endif
             __syncthreads(); /* the hand-off's barriers are set up before anyone uses them */
             if (threadIdx.x >= ATTN_THREADS) {
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
         bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm);
 #if BWD_WG_TRACE
         if (K::smem::writer && threadIdx.x == 0)
-            bwd_wg_trace[blockIdx.x & 1023][BT_KERNEL] = (unsigned long long)(clock64() - bk0_);
+            BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
 #endif
     } else {
         __trap();

@@ -66,9 +66,10 @@
 enum { BT_KERNEL, BT_STEPS, BT_STEP, BT_SYNC, BT_HAND, BT_DRAIN, BT_TICKETS, BT_FULL, BT_TURN, BT_READ,
        BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_N };
 __device__ unsigned long long bwd_wg_trace[1024][BT_N];
+#define BWD_WG_TSLOT(i) bwd_wg_trace[blockIdx.x & 1023][i] /* this CTA's part i */
 #define BWD_WG_T0() const long long bt0_ = clock64()
-#define BWD_WG_TADD(i) (bwd_wg_trace[blockIdx.x & 1023][i] += (unsigned long long)(clock64() - bt0_))
-#define BWD_WG_TCOUNT(i) (bwd_wg_trace[blockIdx.x & 1023][i] += 1)
+#define BWD_WG_TADD(i) (BWD_WG_TSLOT(i) += (unsigned long long)(clock64() - bt0_))
+#define BWD_WG_TCOUNT(i) (BWD_WG_TSLOT(i) += 1)
 #else
 #define BWD_WG_T0() ((void)0)
 #define BWD_WG_TADD(i) ((void)0)
@@ -928,7 +929,7 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
 #if BWD_WG_TRACE
         long long bt0_ = clock64(), bt1_;
-#define BWD_WG_TLAP(i) (bt1_ = clock64(), bwd_wg_trace[blockIdx.x & 1023][i] += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
+#define BWD_WG_TLAP(i) (bt1_ = clock64(), BWD_WG_TSLOT(i) += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
 #else
 #define BWD_WG_TLAP(i) ((void)0)
 #endif
