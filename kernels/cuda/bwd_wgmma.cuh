@@ -56,6 +56,19 @@
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
+/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_MBAR - at head dim 128 the
+ * persistent kernel drops the compute warps' barrier after every step. What it protected
+ * is kept otherwise: the next step's Q, dO, LSE and Dsum are complete when an mbarrier per
+ * stage (q_full) has every thread's cp.async (cp.async.mbarrier.arrive.noinc) and stores
+ * (a release arrival); the prefetch is issued after the dS barrier, where both warpgroups
+ * have finished the previous step; dS alternates between two tiles (the second in the
+ * room of P, which the transposed step does not use); K, V and the visit table get a
+ * barrier before they are rewritten (unit starts, refills). bwd_wg_step_mb. */
+#ifndef BWD_WG_MBAR
+#define BWD_WG_MBAR 0
+#endif
+#define BWD_WG_MBAR_AT(D) (BWD_WG_MBAR && BWD_WG_TRANSPOSED(D))
+
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
  * writer's waits - into bwd_wg_trace, which the host prints at exit (attn_bwd_tc.cu). */
@@ -97,6 +110,9 @@ struct bwd_wg_smem {
                                            atomic), 1 at the end */
     uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
     uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
+#if BWD_WG_MBAR
+    uint64_t q_full[2]; /* stage b's Q, dO, LSE, Dsum have landed (BWD_WG_MBAR) */
+#endif
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -735,6 +751,124 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
+#if BWD_WG_MBAR
+/* BWD_WG_MBAR: start loading stage buf (bwd_tc_load_q), its completion tracked by
+ * q_full[buf]: the thread's cp.async by a no-increment arrival when they land, its stores
+ * (LSE +inf, Dsum 0 past the rows) by a release arrival. */
+template <int D, int BN>
+static __device__ __forceinline__ void bwd_wg_load_q_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+                                                        int32_t buf, int32_t bh, int32_t m)
+{
+#if BWD_TC_BULK
+    bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
+                 : "memory");
+    attn_mbar_arrive(&sm.q_full[buf]);
+#else
+    (void)p, (void)sm, (void)buf, (void)bh, (void)m;
+    __trap();
+#endif
+}
+
+/* Wait for stage buf (parity bit buf of qph, flipped), then make its bytes visible to
+ * this thread's wgmma (async proxy). */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_wait_q(bwd_wg_smem<D> &sm, int32_t buf, uint32_t &qph)
+{
+#if BWD_TC_BULK
+    attn_mbar_wait(&sm.q_full[buf], (qph >> buf) & 1u);
+    qph ^= 1u << buf;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+    (void)sm, (void)buf, (void)qph;
+    __trap();
+#endif
+}
+
+/* The transposed step (bwd_tc_step, T) without the post-step barrier: the stage's data
+ * through q_full, the prefetch after the dS barrier, dS in tile dsb (ds_smem or p_smem). On
+ * return every product has landed. */
+template <typename DT, int D, int BN>
+static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+                                                      bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
+                                                      int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
+                                                      int32_t dsb)
+{
+    static_assert(BWD_WG_MBAR_AT(D) && BN == CUATTN_TC_BLOCK_N, "the transposed step's head dim");
+#if ATTN_WGMMA
+    const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    uint16_t *ds_s = dsb ? sm.p_smem : sm.ds_smem;
+    if (!loaded)
+        bwd_wg_load_q_mb<D, BN>(p, sm, buf, bh, m);
+    bwd_wg_wait_q(sm, buf, qph);
+    const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
+
+    float s[32], dp[32];
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk),
+                                  attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < D / 16; kk++)
+        attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk),
+                                  attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<1>(); /* S^T has landed; dP^T may still be running */
+    attn_wg_pin<32>(s);
+
+    uint32_t pt[16], dst[16];
+    {
+        const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+        const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
+        if (whole)
+            bwd_wg_pds_t<DT, false, false>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                           j0, rn);
+        else
+            bwd_wg_pds_t<DT, true, false>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                          j0, rn);
+    }
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
+        const uint32_t a[4] = {pt[4 * kk], pt[4 * kk + 1], pt[4 * kk + 2], pt[4 * kk + 3]};
+        attn_wg_mma_rs<DT, D, 1>(x.dv_reg, a, attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+    }
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
+        const uint32_t a[4] = {dst[4 * kk], dst[4 * kk + 1], dst[4 * kk + 2], dst[4 * kk + 3]};
+        attn_wg_mma_rs<DT, D, 1>(x.dk_reg, a, attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
+    }
+    attn_wg_commit();
+    bwd_tc_async_visible<true>();
+    bwd_cta_sync<true>(); /* dS is complete before dQ reads it; both warpgroups have finished
+                             the previous step, so stage buf ^ 1 and the other dS tile are free */
+    if (next_m >= 0)
+        bwd_wg_load_q_mb<D, BN>(p, sm, buf ^ 1, bh, next_m);
+
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma<DT, D / 2, 1, 1>(x.dq_reg, attn_wg_mnmajor(ds_s, BN, 16 * kk, 0),
+                                     attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<0>();
+    attn_wg_pin<D / 2>(x.dv_reg);
+    attn_wg_pin<D / 2>(x.dk_reg);
+    attn_wg_pin<D / 4>(x.dq_reg);
+    bwd_wg_pin_a(pt);
+    bwd_wg_pin_a(dst);
+#else
+    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m, (void)qph;
+    (void)dsb;
+    __trap();
+#endif
+}
+#endif
+
 /* Head dim 256's step (64 x 64 tiles, bwd_wg_smem<256>): the contract of the step above,
  * with nothing left running at the return - the dQ partial is staged where this step's Q
  * and dO are, so every product that reads them has completed. Warpgroup wg:
@@ -856,6 +990,11 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
         attn_mbar_init(&sm.full_bar[b], ATTN_THREADS);
         attn_mbar_init(&sm.empty_bar[b], 1);
     }
+#if BWD_WG_MBAR
+    if constexpr (BWD_WG_MBAR_AT(D)) /* every thread's cp.async, then its release arrival */
+        for (int32_t b = 0; b < 2; b++)
+            attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS);
+#endif
 }
 
 /* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
