@@ -7,6 +7,9 @@
 # trial, builds taking turns per shape (scripts/gpu_ab.sh). Output under $OUT: trials.log
 # (the summary, also printed), ab.md, trials.tgz (the logs).
 #   bash scripts/gpu_trials.sh ["SHAPES"]       (default: 128 and 64 at 4k, 128 at 16k causal)
+# A device call lasts at most 10 minutes, so the parts can be chosen: CHECKS (default
+# "gpu_attn racecheck synccheck audit") names the per-trial checks, AB_TRIALS (default: every
+# trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -22,19 +25,25 @@ for d in "$root"/.gpu/trial-*/; do
   [ -x "$d/test_dash_gpu" ] || continue
   t=$(basename "$d")
   t=${t#trial-}
+  case " ${TRIALS:-$t} " in *" $t "*) ;; *) continue ;; esac
   say "== $t: $(cat "$d/what" 2>/dev/null)"
-  (cd "$d" && DASH_GPU_SUITE=gpu_attn timeout 200 ./test_dash_gpu > "$out/trials/$t-gpu_attn.log" 2>&1)
-  say "$t gpu_attn rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$t-gpu_attn.log" | tr -s ' ' | tr '\n' ' ')"
-  grep -E "FAILED|^    [0-9]+\. " "$out/trials/$t-gpu_attn.log" | head -6 | tee -a "$log"
+  checks=" ${CHECKS:-gpu_attn racecheck synccheck audit} "
+  if [[ $checks == *" gpu_attn "* ]]; then
+    (cd "$d" && DASH_GPU_SUITE=gpu_attn timeout 200 ./test_dash_gpu > "$out/trials/$t-gpu_attn.log" 2>&1)
+    say "$t gpu_attn rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$t-gpu_attn.log" | tr -s ' ' | tr '\n' ' ')"
+    grep -E "FAILED|^    [0-9]+\. " "$out/trials/$t-gpu_attn.log" | head -6 | tee -a "$log"
+  fi
   for tool in racecheck synccheck; do
+    [[ $checks == *" $tool "* ]] || continue
     (cd "$d" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_small_shapes_for_sanitizers timeout 200 \
        "$cs" --tool $tool ./test_dash_gpu > "$out/trials/$t-$tool.log" 2>&1)
     say "$t $tool rc $?: $(grep -E 'SUMMARY' "$out/trials/$t-$tool.log" | tail -1)"
   done
-  say "$t bench_audit (4k): $(timeout 120 "$d/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"
-  builds+=("$t=$d/bench_gpu")
+  [[ $checks == *" audit "* ]] &&
+    say "$t bench_audit (4k): $(timeout 120 "$d/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"
+  case " ${AB_TRIALS:-$t} " in *" $t "*) builds+=("$t=$d/bench_gpu") ;; esac
 done
-say "main bench_audit (4k): $(timeout 120 "$root/.gpu/bin/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"
+[[ " ${CHECKS:-audit} " == *" audit "* ]] && say "main bench_audit (4k): $(timeout 120 "$root/.gpu/bin/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"
 if [ ${#builds[@]} -gt 1 ]; then
   OUT=$out REPS=${REPS:-5} timeout 400 bash "$root/scripts/gpu_ab.sh" \
     "${1:-128,4096,full 128,4096,causal 128,16384,causal 64,4096,full 64,4096,causal}" "${builds[@]}" | grep "^|" | tee -a "$log"

@@ -94,10 +94,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     constexpr bool W = SM::writer;
     [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
     [[maybe_unused]] int32_t wait_end = 0;     /* W: sched_wait_end of the last job taken */
-#if BWD_WG_MBAR
-    [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_MBAR: the stages' next parities */
+    [[maybe_unused]] uint32_t qph = 0; /* W, BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
-#endif
     REGS x;
     for (;;) {
         if constexpr (W) {
@@ -139,11 +137,9 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             const int32_t steps = sched_unit_steps(s, n);
             /* the previous unit read the table last before its last turn's barrier */
             BWD_WG_T0();
-#if BWD_WG_MBAR
-            if constexpr (W && BWD_WG_MBAR_AT(D)) /* no barrier after each step: one here, before
-                                                      the table, K and V are rewritten */
+            if constexpr (W && BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
+                                                         before the table, K and V are rewritten */
                 bwd_cta_sync<W>();
-#endif
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
             bwd_tc_load_kv<D, BN>(p, sm, J.bh, n); /* its barrier publishes the table too */
             if (threadIdx.x == 0)
@@ -154,10 +150,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
             for (int32_t step = 0; step < steps; step++) {
                 if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
-#if BWD_WG_MBAR
-                    if constexpr (W && BWD_WG_MBAR_AT(D))
+                    if constexpr (W && BWD_WG_STAGE_BARS(D))
                         bwd_cta_sync<W>(); /* everyone has read the old table */
-#endif
                     base = step;
                     bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
                     bwd_cta_sync<W>(); /* the refill is complete before anyone reads it (every
@@ -173,18 +167,10 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
 #if BWD_WG_TRACE
                 long long bs0_ = clock64();
 #endif
-#if BWD_WG_MBAR
-                if constexpr (W && BWD_WG_MBAR_AT(D)) {
+                if constexpr (W && BWD_WG_TRANSPOSED(D)) {
                     bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb);
                     dsb ^= 1;
-                    bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
-                    m = next_m;
-                    buf ^= 1;
-                    loaded = 1;
-                    continue;
-                }
-#endif
-                if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
+                } else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
                 else
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
@@ -205,10 +191,12 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                  * atomic passes nothing on: its additions need no fence. */
                 if constexpr (W) {
                     /* the writer warp waits for the turn, adds and passes the tile on */
-                    attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
-                    bwd_tc_async_visible<true>();
-                    bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with the
-                                          step's buffer, P, dS and K */
+                    if constexpr (!BWD_WG_STAGE_BARS(D)) {
+                        attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                        bwd_tc_async_visible<true>();
+                        bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with
+                                              the step's buffer, P, dS and K */
+                    }
 #if BWD_WG_TRACE
                     if (threadIdx.x == 0)
                         BWD_WG_TSLOT(BT_SYNC) += (unsigned long long)(clock64() - bs0_);

@@ -56,18 +56,16 @@
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_MBAR - at head dim 128 the
- * persistent kernel drops the compute warps' barrier after every step. What it protected
- * is kept otherwise: the next step's Q, dO, LSE and Dsum are complete when an mbarrier per
- * stage (q_full) has every thread's cp.async (cp.async.mbarrier.arrive.noinc) and stores
- * (a release arrival); the prefetch is issued after the dS barrier, where both warpgroups
- * have finished the previous step; dS alternates between two tiles (the second in the
- * room of P, which the transposed step does not use); K, V and the visit table get a
- * barrier before they are rewritten (unit starts, refills). bwd_wg_step_mb. */
-#ifndef BWD_WG_MBAR
-#define BWD_WG_MBAR 0
-#endif
-#define BWD_WG_MBAR_AT(D) (BWD_WG_MBAR && BWD_WG_TRANSPOSED(D))
+/* Where the step is transposed, the persistent kernel with the writer warp has no CTA
+ * barrier after a step (bwd_wg_step_mb). What that barrier protected is kept otherwise:
+ * the next step's Q, dO, LSE and Dsum are complete when an mbarrier per stage (q_full)
+ * has every thread's cp.async (cp.async.mbarrier.arrive.noinc) and stores (a release
+ * arrival); the prefetch is issued after the dS barrier, where both warpgroups have
+ * finished the previous step; dS alternates between two tiles (the second in the room of
+ * P, which the transposed step does not use); K, V and the visit table get a barrier
+ * before they are rewritten (unit starts, refills). Same bits; +8-10% for the
+ * deterministic schedules at 4k-16k (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
+#define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
@@ -110,9 +108,7 @@ struct bwd_wg_smem {
                                            atomic), 1 at the end */
     uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
     uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
-#if BWD_WG_MBAR
-    uint64_t q_full[2]; /* stage b's Q, dO, LSE, Dsum have landed (BWD_WG_MBAR) */
-#endif
+    uint64_t q_full[2]; /* stage b's Q, dO, LSE, Dsum have landed (BWD_WG_STAGE_BARS) */
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -751,8 +747,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
-#if BWD_WG_MBAR
-/* BWD_WG_MBAR: start loading stage buf (bwd_tc_load_q), its completion tracked by
+/* BWD_WG_STAGE_BARS: start loading stage buf (bwd_tc_load_q), its completion tracked by
  * q_full[buf]: the thread's cp.async by a no-increment arrival when they land, its stores
  * (LSE +inf, Dsum 0 past the rows) by a release arrival. */
 template <int D, int BN>
@@ -794,7 +789,7 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
                                                       int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
                                                       int32_t dsb)
 {
-    static_assert(BWD_WG_MBAR_AT(D) && BN == CUATTN_TC_BLOCK_N, "the transposed step's head dim");
+    static_assert(BWD_WG_TRANSPOSED(D) && BN == CUATTN_TC_BLOCK_N, "the transposed step's head dim");
 #if ATTN_WGMMA
     const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
@@ -805,18 +800,8 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     bwd_wg_wait_q(sm, buf, qph);
     const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
 
-    float s[32], dp[32];
-    attn_wg_fence();
-#pragma unroll
-    for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 64, 0, 0>(s, attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk),
-                                  attn_wg_kmajor(q_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
-    attn_wg_commit();
-#pragma unroll
-    for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, 64, 0, 0>(dp, attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk),
-                                  attn_wg_kmajor(do_s, BWD_TC_BM, 0, 16 * kk), kk > 0);
-    attn_wg_commit();
+    float s[32], dp[32]; /* S^T and dP^T over the warpgroup's 64 kv rows */
+    bwd_wg_s_dp<DT, D, 64, true>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
     attn_wg_wait<1>(); /* S^T has landed; dP^T may still be running */
     attn_wg_pin<32>(s);
 
@@ -859,15 +844,14 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     attn_wg_pin<D / 2>(x.dv_reg);
     attn_wg_pin<D / 2>(x.dk_reg);
     attn_wg_pin<D / 4>(x.dq_reg);
-    bwd_wg_pin_a(pt);
-    bwd_wg_pin_a(dst);
+    attn_wg_pin<16>(pt); /* the RS products read them until the wait */
+    attn_wg_pin<16>(dst);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m, (void)qph;
     (void)dsb;
     __trap();
 #endif
 }
-#endif
 
 /* Head dim 256's step (64 x 64 tiles, bwd_wg_smem<256>): the contract of the step above,
  * with nothing left running at the return - the dQ partial is staged where this step's Q
@@ -990,11 +974,9 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
         attn_mbar_init(&sm.full_bar[b], ATTN_THREADS);
         attn_mbar_init(&sm.empty_bar[b], 1);
     }
-#if BWD_WG_MBAR
-    if constexpr (BWD_WG_MBAR_AT(D)) /* every thread's cp.async, then its release arrival */
+    if constexpr (BWD_WG_STAGE_BARS(D)) /* every thread's cp.async, then its release arrival */
         for (int32_t b = 0; b < 2; b++)
             attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS);
-#endif
 }
 
 /* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
