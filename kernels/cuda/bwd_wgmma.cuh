@@ -66,6 +66,12 @@
  * before they are rewritten (unit starts, refills). Same bits; +8-10% for the
  * deterministic schedules at 4k-16k (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
 #define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
+/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_VL_SB=1 - the window/packed
+ * v3 backward (attn_vl.cu) at head dim 128 runs bwd_wg_step_mb too (VL: the window's
+ * whole-tile test, the softcap), without the barrier after each step. */
+#ifndef BWD_WG_VL_SB
+#define BWD_WG_VL_SB 0
+#endif
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
@@ -783,7 +789,7 @@ static __device__ __forceinline__ void bwd_wg_wait_q(bwd_wg_smem<D> &sm, int32_t
 /* The transposed step (bwd_tc_step, T) without the post-step barrier: the stage's data
  * through q_full, the prefetch after the dS barrier, dS in tile dsb (ds_smem or p_smem). On
  * return every product has landed. */
-template <typename DT, int D, int BN>
+template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                       bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                       int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
@@ -808,13 +814,18 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     uint32_t pt[16], dst[16];
     {
         const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
-        const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
-        if (whole)
-            bwd_wg_pds_t<DT, false, false>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
-                                           j0, rn);
+        bool whole;
+        if constexpr (VL) /* the window (wl, wr; -1 unbounded) as bwd_tc_step's */
+            whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
+                    (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
         else
-            bwd_wg_pds_t<DT, true, false>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
-                                          j0, rn);
+            whole = rm == BWD_TC_BM && rn == BN && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
+        if (whole)
+            bwd_wg_pds_t<DT, false, VL>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                        j0, rn);
+        else
+            bwd_wg_pds_t<DT, true, VL>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                       j0, rn);
     }
     attn_wg_fence();
 #pragma unroll
