@@ -458,8 +458,10 @@ static void test_limits_queue_takes_turns_between_clients(void)
     CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     printf("\n    small forward: %.1f ms (queued %llu us); one heavy forward runs %llu us ", took,
            (unsigned long long)res.queue_us, (unsigned long long)heavy_us);
-    /* one heavy op running plus one taking its turn first, with room for a busy machine */
-    CU_ASSERT(res.queue_us < 6 * heavy_us);
+    /* One heavy op running plus one taking its turn first is about 2 heavy means; one FIFO
+     * would make it about N. The bound sits between, with room for a machine so loaded
+     * that the ops running while the small one waits take several times their mean (a
+     * 6x bound failed at 6.4x with two sanitizer builds running beside the tests). */
     CU_ASSERT(res.queue_us < (uint64_t)N * heavy_us / 4);
     close(go[0]), close(go[1]), close(done[0]), close(done[1]);
     dash_close(l);

@@ -309,7 +309,7 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
                     /* untransposed (v3 at 128 too): no registers left for its A fragments */
-                    bwd_tc_step<DT, D, BN, false, false>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
+                    bwd_tc_step<DT, D, BN, false>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
                     if (threadIdx.x == 0)
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;

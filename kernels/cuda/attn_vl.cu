@@ -350,10 +350,8 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     bwd_wg_regs<D> x;
     bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
     int32_t wait_end = 0;     /* dispatch index past the jobs the last job's turns may wait on */
-#if BWD_WG_VL_SB
     [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
-#endif
     for (;;) {
         /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
          * takes a job that those turns may wait on (shift) */
@@ -386,11 +384,9 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             bwd_tc_zero_kv<D, BN>(x);
             if (steps > 0) {
                 /* the previous unit read the table last before its last step's barrier */
-#if BWD_WG_VL_SB
                 if constexpr (BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
                                                        before the table, K and V are rewritten */
                     bwd_cta_sync<true>();
-#endif
                 bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
                 bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
             }
@@ -398,23 +394,18 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             int loaded = 0;
             for (int32_t step = 0; step < steps; step++) {
                 if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
-#if BWD_WG_VL_SB
                     if constexpr (BWD_WG_STAGE_BARS(D))
                         bwd_cta_sync<true>(); /* everyone has read the old table */
-#endif
                     base = step;
                     bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
                     bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
                 }
                 const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
                 const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
-#if BWD_WG_VL_SB
                 if constexpr (BWD_WG_STAGE_BARS(D)) {
                     bwd_wg_step_mb<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb);
                     dsb ^= 1;
-                } else
-#endif
-                {
+                } else {
                     bwd_tc_step<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
                     attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
                     bwd_tc_async_visible<true>();

@@ -47,31 +47,26 @@
 /* Head dims where the step runs transposed (hopper.md B3): each warpgroup forms S^T and
  * dP^T over its own 64 kv rows, so P^T and dS^T stay in registers as the A operands of dV
  * and dK (RS wgmma) and only dS goes through shared memory, transposed, for dQ
- * (bwd_wg_pds_t and the step's first branch). Measured on the H200 at head dim 128, same
+ * (bwd_wg_pds_t, bwd_wg_step_mb). Measured on the H200 at head dim 128, same
  * bits: atomic +2.5-4%, the deterministic schedules level, and ptxas's 12/16 bytes of
  * spills gone; at head dim 64, 2-5% slower (its step is short, and LSE and Dsum become
  * 16 loads a thread instead of 2), so 64 keeps the untransposed step, and so does the
  * interleaved kernel (its virtual SMs' state leaves no registers: it spilled 12 bytes
- * transposed). The step's T says which form it runs.
+ * transposed): bwd_tc_step is the untransposed step.
  * bench/results/gpu-bwd-rs-2026-12-03.md. */
 #define BWD_WG_TRANSPOSED(D) ((D) == 128)
 
-/* Where the step is transposed, the persistent kernel with the writer warp has no CTA
- * barrier after a step (bwd_wg_step_mb). What that barrier protected is kept otherwise:
+/* Where the step is transposed, the persistent kernel with the writer warp and the
+ * window/packed kernel (attn_vl.cu) have no CTA barrier after a step (bwd_wg_step_mb). What that barrier protected is kept otherwise:
  * the next step's Q, dO, LSE and Dsum are complete when an mbarrier per stage (q_full)
  * has every thread's cp.async (cp.async.mbarrier.arrive.noinc) and stores (a release
  * arrival); the prefetch is issued after the dS barrier, where both warpgroups have
  * finished the previous step; dS alternates between two tiles (the second in the room of
  * P, which the transposed step does not use); K, V and the visit table get a barrier
- * before they are rewritten (unit starts, refills). Same bits; +8-10% for the
- * deterministic schedules at 4k-16k (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
+ * before they are rewritten (unit starts, refills). Same bits; +7-10% for the dense
+ * deterministic schedules at 4k-16k, +2-6% for windows and packed batches
+ * (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
 #define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_VL_SB=1 - the window/packed
- * v3 backward (attn_vl.cu) at head dim 128 runs bwd_wg_step_mb too (VL: the window's
- * whole-tile test, the softcap), without the barrier after each step. */
-#ifndef BWD_WG_VL_SB
-#define BWD_WG_VL_SB 0
-#endif
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
@@ -587,16 +582,16 @@ static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
     }
 }
 
-/* One step of v3: the contract of v2's bwd_tc_step (loads, prefetch, registers, the
+/* One step of v3, untransposed (head dim 64; 128 in the interleaved kernel; the transposed
+ * step is bwd_wg_step_mb): the contract of v2's bwd_tc_step (loads, prefetch, registers, the
  * deferred pass-on of rel_ctr after the P/dS barrier), on wgmma; VL as there (attn_vl.cu:
  * p describes the job's sequence; the window band and the softcap in P and dS). On return dQp has
- * landed; dK and dV have too, unless they are left running under the hand-off (`keep`;
- * the transposed step at head dim 128 leaves nothing running: its RS products read
- * registers the next step needs). With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
+ * landed; dK and dV have too, unless they are left running under the hand-off (`keep`).
+ * With the writer warp (the persistent default) nothing is deferred: rel_ctr is NULL.
  * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
  * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
  * later, under the last products, delays the next adder; both were slower. */
-template <typename DT, int D, int BN, bool VL = false, bool T = BWD_WG_TRANSPOSED(D)>
+template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
@@ -624,128 +619,67 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* Q, dO, LSE and Dsum are complete before anyone reads them */
     }
     const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
-    if constexpr (T) {
-        /* S^T = K Q^T, then dP^T = V dO^T over the warpgroup's kv rows 64 wg .., d ascending:
-         * two groups in flight */
-        (void)keep;
-        float s[32], dp[32];
-        bwd_wg_s_dp<DT, D, 64, true>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
-        attn_wg_wait<1>(); /* S^T has landed; dP^T may still be running */
-        attn_wg_pin<32>(s);
-        if (next_m >= 0) /* the previous step's products, which read buffer buf ^ 1, are complete */
-            bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
+    /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
+    float s[32], dp[32];
+    bwd_wg_s_dp<DT, D, 64, false>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
+    attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
+    attn_wg_pin<32>(s);
+    if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
+        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
 
-        uint32_t pt[16], dst[16];
-        {
-            const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
-            bool whole = rm == BWD_TC_BM && rn == BN;
-            if constexpr (VL)
-                whole = whole && (p.s.wr < 0 || at + p.s.wr >= BN - 1) && (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
-            else
-                whole = whole && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
-            if (whole)
-                bwd_wg_pds_t<DT, false, VL>(p, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0,
-                                            rm, j0, rn);
-            else
-                bwd_wg_pds_t<DT, true, VL>(p, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0,
-                                           rm, j0, rn);
-        }
+    if constexpr (VL) {
+        /* the window (wl, wr; -1 unbounded): every row of the tile sees every column (as
+         * bwd_mma.cuh's step) */
+        const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
+        const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
+                           (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
+        if (whole)
+            bwd_wg_pds<DT, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
+                                        i0, rm, j0, rn);
+        else
+            bwd_wg_pds<DT, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
+                                       i0, rm, j0, rn);
+    } else {
+        const bool whole = rm == BWD_TC_BM && rn == BN &&
+                           (p.s.mask != SCHED_MASK_CAUSAL ||
+                            (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+        if (whole)
+            bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                  rm, j0, rn);
+        else
+            bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
+                                 rm, j0, rn);
+    }
+    bwd_tc_async_visible<true>();
+    bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
+    if (rel_ctr && tid == 0)
+        bwd_tc_pass_on(rel_ctr, rel_rank);
 
-        /* dV += P^T dO and dK += dS^T Q (i ascending), A from registers: the warpgroup's own
-         * rows, so they start before the barrier, which only dQ waits for */
-        attn_wg_fence();
+    /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
+     * groups, so the dQ hand-off needs only the first */
+    attn_wg_fence();
 #pragma unroll
-        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
-            const uint32_t a[4] = {pt[4 * kk], pt[4 * kk + 1], pt[4 * kk + 2], pt[4 * kk + 3]};
-            attn_wg_mma_rs<DT, D, 1>(x.dv_reg, a, attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
-        }
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, attn_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
+                                     attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
+    attn_wg_commit();
 #pragma unroll
-        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
-            const uint32_t a[4] = {dst[4 * kk], dst[4 * kk + 1], dst[4 * kk + 2], dst[4 * kk + 3]};
-            attn_wg_mma_rs<DT, D, 1>(x.dk_reg, a, attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
-        }
-        attn_wg_commit();
-        bwd_tc_async_visible<true>();
-        bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* dS is complete before dQ reads it */
-        if (rel_ctr && tid == 0)
-            bwd_tc_pass_on(rel_ctr, rel_rank);
-
-        /* dQp = dS K (j ascending), dS read MN-major from the transposed tile */
-        attn_wg_fence();
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, attn_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
 #pragma unroll
-        for (int32_t kk = 0; kk < BN / 16; kk++)
-            attn_wg_mma<DT, D / 2, 1, 1>(x.dq_reg, attn_wg_mnmajor(sm.ds_smem, BN, 16 * kk, 0),
-                                         attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
-        attn_wg_commit();
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
+        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, attn_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
+                                 attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
+    attn_wg_commit();
+    if (keep) {
+        attn_wg_wait<1>();
+    } else {
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(x.dv_reg);
         attn_wg_pin<D / 2>(x.dk_reg);
-        attn_wg_pin<D / 4>(x.dq_reg);
-        attn_wg_pin<16>(pt); /* the RS products read them until the wait */
-        attn_wg_pin<16>(dst);
-    } else {
-        /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
-        float s[32], dp[32];
-        bwd_wg_s_dp<DT, D, 64, false>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
-        attn_wg_wait<1>(); /* S has landed (and the previous step's dK, dV); dP may still be running */
-        attn_wg_pin<32>(s);
-        if (next_m >= 0) /* the previous step's reads of buffer buf ^ 1 are complete */
-            bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
-
-        if constexpr (VL) {
-            /* the window (wl, wr; -1 unbounded): every row of the tile sees every column (as
-             * bwd_mma.cuh's step) */
-            const int64_t at = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0;
-            const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
-                               (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
-            if (whole)
-                bwd_wg_pds<DT, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
-                                            i0, rm, j0, rn);
-            else
-                bwd_wg_pds<DT, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
-                                           i0, rm, j0, rn);
-        } else {
-            const bool whole = rm == BWD_TC_BM && rn == BN &&
-                               (p.s.mask != SCHED_MASK_CAUSAL ||
-                                (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
-            if (whole)
-                bwd_wg_pds<DT, false>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
-                                      rm, j0, rn);
-            else
-                bwd_wg_pds<DT, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
-                                     rm, j0, rn);
-        }
-        bwd_tc_async_visible<true>();
-        bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
-        if (rel_ctr && tid == 0)
-            bwd_tc_pass_on(rel_ctr, rel_rank);
-
-        /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
-         * groups, so the dQ hand-off needs only the first */
-        attn_wg_fence();
-#pragma unroll
-        for (int32_t kk = 0; kk < BN / 16; kk++)
-            attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, attn_wg_kmajor(sm.ds_smem, BWD_TC_BM, 0, 16 * kk),
-                                         attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
-        attn_wg_commit();
-#pragma unroll
-        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-            attn_wg_mma<DT, D, 1, 1>(x.dk_reg, attn_wg_mnmajor(sm.ds_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                     attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
-#pragma unroll
-        for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-            attn_wg_mma<DT, D, 1, 1>(x.dv_reg, attn_wg_mnmajor(sm.p_smem, BWD_TC_BM, 16 * kk, 64 * wg),
-                                     attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
-        attn_wg_commit();
-        if (keep) {
-            attn_wg_wait<1>();
-        } else {
-            attn_wg_wait<0>();
-            attn_wg_pin<D / 2>(x.dv_reg);
-            attn_wg_pin<D / 2>(x.dk_reg);
-        }
-        attn_wg_pin<D / 4>(x.dq_reg);
     }
+    attn_wg_pin<D / 4>(x.dq_reg);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
     (void)rel_ctr, (void)rel_rank;
@@ -786,9 +720,12 @@ static __device__ __forceinline__ void bwd_wg_wait_q(bwd_wg_smem<D> &sm, int32_t
 #endif
 }
 
-/* The transposed step (bwd_tc_step, T) without the post-step barrier: the stage's data
- * through q_full, the prefetch after the dS barrier, dS in tile dsb (ds_smem or p_smem). On
- * return every product has landed. */
+/* The transposed step (BWD_WG_TRANSPOSED), without the post-step barrier
+ * (BWD_WG_STAGE_BARS): warpgroup wg forms S^T = K Q^T and dP^T = V dO^T over its kv rows
+ * 64 wg ..; P^T and dS^T stay in registers as the A operands of dV += P^T dO and
+ * dK += dS^T Q; dS goes to tile dsb (ds_smem or p_smem), transposed, for dQ = dS K. The
+ * stage's data through q_full, the prefetch after the dS barrier; VL as bwd_tc_step's. On
+ * return every product has landed (the RS products read registers the next step needs). */
 template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                       bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
@@ -877,13 +814,13 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
  * are zeroed before its product (whose first k16 step ignores them all the same), so the
  * compiler keeps them live from the product to the hand-off only: 128 (dK, dV) + 64 floats
  * at the peak, within the 240 registers. */
-template <typename DT, int D, int BN, bool VL = false, bool T = false>
+template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
                                                    bwd_wg_regs<256> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m, int32_t *rel_ctr,
                                                    int32_t rel_rank, const bwd_wg_ring *ring = nullptr)
 {
-    static_assert(D == 256 && BN == BWD_WG256_BN && !VL && !T, "head dim 256: 64 x 64 tiles, dense masks");
+    static_assert(D == 256 && BN == BWD_WG256_BN && !VL, "head dim 256: 64 x 64 tiles, dense masks");
 #if ATTN_WGMMA
     const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0); /* uniform: see above */
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
