@@ -172,10 +172,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     dsb ^= 1;
                 } else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
-#if BWD_WG_EARLY_FREE
-                else if constexpr (W)
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
-#endif
                 else
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
 #if BWD_WG_TRACE
@@ -210,10 +206,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                      * (nothing makes them wait for each other there) */
                     if constexpr (D == 256)
                         bwd_wg256_hand(sm, x, hb, buf, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
-#if BWD_WG_EARLY_FREE
-                    else if constexpr (!BWD_WG_STAGE_BARS(D))
-                        bwd_wg_hand_free(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
-#endif
                     else
                         bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;

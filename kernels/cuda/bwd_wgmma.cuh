@@ -67,14 +67,6 @@
  * deterministic schedules at 4k-16k, +2-6% for windows and packed batches
  * (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
 #define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_EARLY_FREE=1 - at head dim 64
- * the compute warps wait for the free staging buffer after the P/dS barrier, before the
- * step's products, instead of in the hand-off after them: ptxas then has no wait loop
- * while dK/dV run, and no longer injects the warpgroup.wait (C7517) that made `keep`
- * wait for them before the hand-off (hopper.md B2). */
-#ifndef BWD_WG_EARLY_FREE
-#define BWD_WG_EARLY_FREE 0
-#endif
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
@@ -603,8 +595,7 @@ template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
-                                                   int32_t *rel_ctr, int32_t rel_rank,
-                                                   [[maybe_unused]] const bwd_wg_ring *free_r = nullptr)
+                                                   int32_t *rel_ctr, int32_t rel_rank)
 {
 #if ATTN_WGMMA
     static_assert(BN == CUATTN_TC_BLOCK_N && BN == 128, "v3 runs 64 x 128 tiles");
@@ -663,11 +654,6 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     bwd_cta_sync<bwd_wg_smem<D>::writer>(); /* P and dS are complete before the products below read them */
     if (rel_ctr && tid == 0)
         bwd_tc_pass_on(rel_ctr, rel_rank);
-#if BWD_WG_EARLY_FREE
-    if (free_r) /* the staging buffer is free before the products are issued: the hand-off
-                   after them then runs no wait loop while dK and dV are in flight */
-        attn_mbar_wait(&sm.empty_bar[free_r->b], free_r->phase ^ 1u);
-#endif
 
     /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending): two
      * groups, so the dQ hand-off needs only the first */
@@ -973,17 +959,6 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
     bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
-
-#if BWD_WG_EARLY_FREE
-/* BWD_WG_EARLY_FREE: the hand-off of a step that has waited for the buffer itself. */
-template <int D>
-static __device__ __forceinline__ void bwd_wg_hand_free(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x,
-                                                        bwd_wg_ring &r, int32_t bh, int32_t m, int32_t rank)
-{
-    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
-    bwd_wg_ticket(sm, r, bh, m, rank, 0);
-}
-#endif
 
 /* Head dim 256: the same, with the partial staged in the place of stage `stage`'s Q and
  * dO (bwd_wg_smem<256>); every product that read them has completed, in both warpgroups
