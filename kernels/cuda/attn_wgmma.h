@@ -116,19 +116,6 @@ static __device__ __forceinline__ void attn_wg_smem_fence(void)
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-#if FWD_WG_BN160
-/* m64n160 (the forward's trial FWD_WG_BN160): the first 80 of the 128 below */
-#define ATTN_WG_DREGS_80 \
-    ATTN_WG_DREGS_64 ", " \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-#define ATTN_WG_DOUTS_80 \
-    ATTN_WG_DOUTS_64, \
-    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
-ATTN_WG_MMA_FN(attn_wg_bf16_n160, "m64n160k16", "bf16", 80, ATTN_WG_DREGS_80, ATTN_WG_DOUTS_80, 80, 81, 82, 83, 84)
-ATTN_WG_MMA_FN(attn_wg_f16_n160, "m64n160k16", "f16", 80, ATTN_WG_DREGS_80, ATTN_WG_DOUTS_80, 80, 81, 82, 83, 84)
-#endif
-
 #define ATTN_WG_DREGS_128 \
     ATTN_WG_DREGS_64 ", " \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
@@ -158,18 +145,7 @@ ATTN_WG_MMA_FN(attn_wg_f16_n128, "m64n128k16", "f16", 64, ATTN_WG_DREGS_64, ATTN
 template <typename DT, int N, int TA, int TB>
 static __device__ __forceinline__ void attn_wg_mma(float (&d)[N / 2], uint64_t da, uint64_t db, int32_t scale_d)
 {
-#if FWD_WG_BN160
-    static_assert(N == 32 || N == 64 || N == 128 || N == 160, "m64nNk16 with N 32, 64, 128 or 160");
-    if constexpr (N == 160) {
-        if constexpr (DT::is_bf16)
-            attn_wg_bf16_n160<TA, TB>(d, da, db, scale_d);
-        else
-            attn_wg_f16_n160<TA, TB>(d, da, db, scale_d);
-        return;
-    } else
-#else
     static_assert(N == 32 || N == 64 || N == 128, "m64nNk16 with N 32, 64 or 128");
-#endif
     if constexpr (DT::is_bf16) {
         if constexpr (N == 32)
             attn_wg_bf16_n32<TA, TB>(d, da, db, scale_d);

@@ -34,15 +34,7 @@
  * at 256; 226 KiB) ran 4-5% faster at 4k and 16k but its TMA consumers spilled 8 bytes
  * at every register split (bench/results/gpu-fwd256-9372e03-2026-12-02.md). The VL
  * kernel (head dims 64, 128) has 128. */
-/* Trial knob (default 0, pending its A/B on the GPU): FWD_WG_BN160=1 - 160 keys per kv-tile
- * at head dim 64 (FA3's forward takes 192 rows or keys there, hopper.md F5; 192 keys spilled
- * 100-312 bytes in our consumers): a fifth fewer iterations, so less per-tile overhead
- * (softmax bookkeeping, ring hand-offs) against the same products; S then takes 80
- * registers a consumer thread, P 40, O 32; K and V 2 x 2 x 20 KiB. */
-#ifndef FWD_WG_BN160
-#define FWD_WG_BN160 0
-#endif
-#define FWD_WG_BN_OF(D) ((D) > 128 ? 64 : FWD_WG_BN160 && (D) == 64 ? 160 : 128)
+#define FWD_WG_BN_OF(D) ((D) > 128 ? 64 : 128)
 #define FWD_WG_THREADS 384
 #define FWD_WG_STAGES 2
 #define FWD_WG_ALIGN 1024 /* the 128-byte swizzle is a function of address bits */
