@@ -8,7 +8,8 @@
 # (the summary, also printed), ab.md, trials.tgz (the logs).
 #   bash scripts/gpu_trials.sh ["SHAPES"]       (default: 128 and 64 at 4k, 128 at 16k causal)
 # A device call lasts at most 10 minutes, so the parts can be chosen: CHECKS (default
-# "gpu_attn racecheck synccheck audit") names the per-trial checks, AB_TRIALS (default: every
+# "gpu_attn racecheck synccheck audit") names the per-trial checks (any gpu_* word is a
+# test_dash_gpu suite: gpu_attn_fwd, gpu_attn_vl, ...), AB_TRIALS (default: every
 # trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,11 +29,12 @@ for d in "$root"/.gpu/trial-*/; do
   case " ${TRIALS:-$t} " in *" $t "*) ;; *) continue ;; esac
   say "== $t: $(cat "$d/what" 2>/dev/null)"
   checks=" ${CHECKS:-gpu_attn racecheck synccheck audit} "
-  if [[ $checks == *" gpu_attn "* ]]; then
-    (cd "$d" && DASH_GPU_SUITE=gpu_attn timeout 200 ./test_dash_gpu > "$out/trials/$t-gpu_attn.log" 2>&1)
-    say "$t gpu_attn rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$t-gpu_attn.log" | tr -s ' ' | tr '\n' ' ')"
-    grep -E "FAILED|^    [0-9]+\. " "$out/trials/$t-gpu_attn.log" | head -6 | tee -a "$log"
-  fi
+  for suite in $checks; do # every gpu_* word: that test_dash_gpu suite
+    [[ $suite == gpu_* ]] || continue
+    (cd "$d" && DASH_GPU_SUITE=$suite timeout 200 ./test_dash_gpu > "$out/trials/$t-$suite.log" 2>&1)
+    say "$t $suite rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$t-$suite.log" | tr -s ' ' | tr '\n' ' ')"
+    grep -E "FAILED|^    [0-9]+\. " "$out/trials/$t-$suite.log" | head -6 | tee -a "$log"
+  done
   for tool in racecheck synccheck; do
     [[ $checks == *" $tool "* ]] || continue
     (cd "$d" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_small_shapes_for_sanitizers timeout 200 \
