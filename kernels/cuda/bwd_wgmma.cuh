@@ -67,13 +67,6 @@
  * deterministic schedules at 4k-16k, +2-6% for windows and packed batches
  * (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
 #define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_UNIT_Q=1 - where the stages have
- * mbarriers, a unit's first Q, dO, LSE and Dsum are loaded beside its K and V (one load
- * latency at a unit's start instead of two, waited for together): short units (windows,
- * packed batches of short documents) pay that latency once per few steps. */
-#ifndef BWD_WG_UNIT_Q
-#define BWD_WG_UNIT_Q 0
-#endif
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
