@@ -8,6 +8,8 @@
 # another; each full kernel build takes about five minutes on two cores.
 #   bash scripts/build_trial.sh NAME COMMIT KNOB [KNOB ...]
 #   bash scripts/build_trial.sh mbar 6ff0349 -DBWD_WG_MBAR=1
+# COMMIT - builds HEAD as it is with the knobs (an instrument that lives on main, default
+# off: bash scripts/build_trial.sh trace - -DBWD_WG_TRACE=1).
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '3,10p' "$0" >&2; exit 2; }
 name=$1 commit=$2
@@ -16,7 +18,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 wt=$(mktemp -d /tmp/trial-"$name".XXXXXX)
 trap 'git -C "$root" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 git -C "$root" worktree add -f --detach "$wt" HEAD >/dev/null
-git -C "$wt" -c user.name=trial -c user.email=trial@localhost cherry-pick --no-commit "$commit" >/dev/null
+[ "$commit" = - ] ||
+  git -C "$wt" -c user.name=trial -c user.email=trial@localhost cherry-pick --no-commit "$commit" >/dev/null
 make -C "$wt" -j"$(nproc)" NVCC="$(command -v nvcc) $*" build/test_dash_gpu build/bench_gpu build/bench_audit >/dev/null
 out=$root/.gpu/trial-$name
 rm -rf "$out"
@@ -24,6 +27,6 @@ mkdir -p "$out"
 cp "$wt"/build/test_dash_gpu "$wt"/build/bench_gpu "$wt"/build/bench_audit "$out"/
 strip "$out"/test_dash_gpu "$out"/bench_gpu "$out"/bench_audit
 xz -T2 -3 -f "$out"/test_dash_gpu "$out"/bench_gpu "$out"/bench_audit
-echo "trial $name: commit $(git -C "$root" rev-parse --short "$commit") on $(git -C "$root" rev-parse --short HEAD), knobs $*" > "$out"/what
+echo "trial $name: commit $([ "$commit" = - ] && echo none || git -C "$root" rev-parse --short "$commit") on $(git -C "$root" rev-parse --short HEAD), knobs $*" > "$out"/what
 cat "$out"/what
 du -sh "$out"

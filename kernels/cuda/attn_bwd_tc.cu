@@ -576,35 +576,7 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
 /* ---- host side ---------------------------------------------------------------------- */
 
 #if BWD_WG_TRACE
-#include <stdio.h>
-#include <stdlib.h>
-
-/* At exit: the last persistent launch's parts, averaged over its CTAs (stderr). */
-static void bwd_wg_trace_dump(void)
-{
-    static unsigned long long h[1024][BT_N];
-    int khz = 0;
-    if (cudaMemcpyFromSymbol(h, bwd_wg_trace, sizeof h) != cudaSuccess ||
-        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess || khz <= 0)
-        return;
-    static const char *const name[BT_N] = {"kernel", "steps", "step", "sync", "hand", "drain", "tickets",
-                                           "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store"};
-    double sum[BT_N] = {0};
-    int ctas = 0;
-    for (int b = 0; b < 1024; b++)
-        if (h[b][BT_KERNEL]) {
-            ctas++;
-            for (int i = 0; i < BT_N; i++)
-                sum[i] += (double)h[b][i];
-        }
-    if (!ctas)
-        return;
-    fprintf(stderr, "bwd_wg_trace: %d CTAs, clock %d MHz; per CTA (us, counts):", ctas, khz / 1000);
-    for (int i = 0; i < BT_N; i++)
-        fprintf(stderr, " %s %.1f", name[i],
-                i == BT_STEPS || i == BT_TICKETS ? sum[i] / ctas : sum[i] / ctas / (khz / 1000.0));
-    fprintf(stderr, "\n");
-}
+static void bwd_wg_trace_dump(void) { bwd_wg_trace_print("persistent"); }
 #endif
 
 template <typename DT, int D, int BN, int V>

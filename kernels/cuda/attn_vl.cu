@@ -333,6 +333,11 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     constexpr int32_t BN = CUATTN_TC_BLOCK_N;
     const uint32_t raw_at = attn_smem_u32(smem_raw); /* the tiles' swizzle needs 1024-byte alignment */
     SM &sm = *reinterpret_cast<SM *>(smem_raw + (((raw_at + BWD_WG_ALIGN - 1) & ~(uint32_t)(BWD_WG_ALIGN - 1)) - raw_at));
+#if BWD_WG_TRACE
+    const long long bk0_ = clock64();
+    if (threadIdx.x < BT_N)
+        BWD_WG_TSLOT(threadIdx.x) = 0;
+#endif
     if (threadIdx.x == 0) {
         bwd_wg_init<D>(sm);
         sm.prm = p;
@@ -355,8 +360,12 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     for (;;) {
         /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
          * takes a job that those turns may wait on (shift) */
-        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
+        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
+            BWD_WG_T0();
             bwd_wg_drain(sm, hb);
+            BWD_WG_TADD(BT_DRAIN);
+        }
+        BWD_WG_T0();
         bwd_cta_sync<true>(); /* every read of the last job's params (and of the flag) is done */
         if (threadIdx.x == 0) {
             const int32_t job = atomicAdd(p.job_next, 1);
@@ -366,8 +375,14 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         }
         bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
         const int32_t job = sm.flag_smem;
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_JOB);
         if (job >= p.vl_jobs) {
             bwd_wg_hand_end(sm, hb); /* tell the writer */
+#if BWD_WG_TRACE
+            if (threadIdx.x == 0)
+                BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
+#endif
             return;
         }
         const int32_t local = sm.local_job;
@@ -381,6 +396,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         for (int32_t stage = 0; stage < stages; stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
+            BWD_WG_T0();
             bwd_tc_zero_kv<D, BN>(x);
             if (steps > 0) {
                 /* the previous unit read the table last before its last step's barrier */
@@ -390,6 +406,8 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                 bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
                 bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
             }
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_UNIT);
             int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
             int loaded = 0;
             for (int32_t step = 0; step < steps; step++) {
@@ -403,8 +421,17 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                 const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
                 const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
                 if constexpr (BWD_WG_STAGE_BARS(D)) {
+#if BWD_WG_TRACE
+                    const long long bs0_ = clock64();
+#endif
                     bwd_wg_step_mb<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb);
                     dsb ^= 1;
+#if BWD_WG_TRACE
+                    if (threadIdx.x == 0) {
+                        BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
+                        BWD_WG_TSLOT(BT_STEPS) += 1;
+                    }
+#endif
                 } else {
                     bwd_tc_step<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
                     attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
@@ -422,7 +449,12 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                 buf ^= 1;
                 loaded = 1;
             }
-            bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
+            {
+                BWD_WG_T0();
+                bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
+                if (threadIdx.x == 0)
+                    BWD_WG_TADD(BT_STORE);
+            }
         }
     }
 #else
@@ -682,6 +714,10 @@ static cudaError_t bwd_vl_occupancy(int32_t *ret)
     return err;
 }
 
+#if BWD_WG_TRACE
+static void bwd_vl_trace_dump(void) { bwd_wg_trace_print("window/packed"); }
+#endif
+
 template <typename DT, int D, int BN, bool WG>
 static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms, cudaStream_t stream)
 {
@@ -691,6 +727,11 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
         (err = cudaMemsetAsync(p->counter, 0, sizeof(int32_t) * (size_t)p->vl_tiles, stream)) != cudaSuccess ||
         (err = cudaMemsetAsync(p->job_next, 0, sizeof(int32_t), stream)) != cudaSuccess)
         return err;
+#if BWD_WG_TRACE
+    static int traced;
+    if (!traced++)
+        atexit(bwd_vl_trace_dump);
+#endif
     attn_bwd_vl_preprocess_kernel<DT, D>
         <<<attn_bwd_rows_grid(rows_q, 16 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)

@@ -70,7 +70,9 @@
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
- * writer's waits - into bwd_wg_trace, which the host prints at exit (attn_bwd_tc.cu). */
+ * writer's waits - into bwd_wg_trace, which the host prints at exit (bwd_wg_trace_print;
+ * each file has its own copy: the dense persistent kernel's in attn_bwd_tc.cu, the
+ * window/packed one's in attn_vl.cu). */
 #ifndef BWD_WG_TRACE
 #define BWD_WG_TRACE 0
 #endif
@@ -82,6 +84,35 @@ __device__ unsigned long long bwd_wg_trace[1024][BT_N];
 #define BWD_WG_T0() const long long bt0_ = clock64()
 #define BWD_WG_TADD(i) (BWD_WG_TSLOT(i) += (unsigned long long)(clock64() - bt0_))
 #define BWD_WG_TCOUNT(i) (BWD_WG_TSLOT(i) += 1)
+#include <stdio.h>
+#include <stdlib.h>
+/* At exit (each file that launches a traced kernel registers it): the last traced launch's
+ * parts in this file, averaged over its CTAs (stderr), tagged. */
+static void bwd_wg_trace_print(const char *tag)
+{
+    static unsigned long long h[1024][BT_N];
+    int khz = 0;
+    if (cudaMemcpyFromSymbol(h, bwd_wg_trace, sizeof h) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess || khz <= 0)
+        return;
+    static const char *const name[BT_N] = {"kernel", "steps", "step", "sync", "hand", "drain", "tickets",
+                                           "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store"};
+    double sum[BT_N] = {0};
+    int ctas = 0;
+    for (int b = 0; b < 1024; b++)
+        if (h[b][BT_KERNEL]) {
+            ctas++;
+            for (int i = 0; i < BT_N; i++)
+                sum[i] += (double)h[b][i];
+        }
+    if (!ctas)
+        return;
+    fprintf(stderr, "bwd_wg_trace %s: %d CTAs, clock %d MHz; per CTA (us, counts):", tag, ctas, khz / 1000);
+    for (int i = 0; i < BT_N; i++)
+        fprintf(stderr, " %s %.1f", name[i],
+                i == BT_STEPS || i == BT_TICKETS ? sum[i] / ctas : sum[i] / ctas / (khz / 1000.0));
+    fprintf(stderr, "\n");
+}
 #else
 #define BWD_WG_T0() ((void)0)
 #define BWD_WG_TADD(i) ((void)0)
@@ -1034,7 +1065,12 @@ template <int D, typename SM>
 static __device__ __forceinline__ void bwd_wg_hand_at(SM &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
                                                       int64_t ctr_at, int64_t acc_at, int32_t rm, int32_t rank)
 {
-    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+    {
+        BWD_WG_T0();
+        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_HAND);
+    }
     bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N, true>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     if (threadIdx.x == 0) {
         sm.tile_at[r.b][0] = ctr_at;
@@ -1047,17 +1083,29 @@ template <int D, typename SM>
 static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_params &p, SM &sm)
 {
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+#if BWD_WG_TRACE
+        long long bt0_ = clock64(), bt1_;
+#define BWD_WG_TLAP(i) (bt1_ = clock64(), BWD_WG_TSLOT(i) += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
+#else
+#define BWD_WG_TLAP(i) ((void)0)
+#endif
         attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        BWD_WG_TLAP(BT_FULL);
         const int32_t rm = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
         if (sm.ticket[r.b][3])
             return;
+        BWD_WG_TCOUNT(BT_TICKETS);
         int32_t *ctr = p.counter + sm.tile_at[r.b][0];
         if (rank >= 0)
             bwd_tc_take_turn(ctr, rank);
+        BWD_WG_TLAP(BT_TURN);
         bwd_tc_bulk_add_to<D>(p.dq_acc + sm.tile_at[r.b][1], sm.dq_smem + r.b * BWD_TC_BM * D, rm);
         bwd_tc_bulk_wait_read();
         attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        BWD_WG_TLAP(BT_READ);
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
+        BWD_WG_TLAP(BT_PERFORM);
+#undef BWD_WG_TLAP
     }
 }
 #endif
