@@ -30,12 +30,12 @@ KNOWN = {
     # v2 (mma.sync) backward at head dim 128, 64 x 128 tiles: 12-36 bytes on sm_90a (v2 on
     # an sm_90 GPU only when asked for: v3 is the default there); 48-92 on sm_80, where it
     # cannot run (205 KiB of shared memory; an A100 has 163: such GPUs run v1 at 128)
-    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
+    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
+    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
     ("sm_80", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
     ("sm_80", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
     # the backward of windows, softcap and packed batches at head dim 128: v2's step (16-32

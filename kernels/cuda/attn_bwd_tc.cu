@@ -88,7 +88,8 @@
  * the next step's Q/dO are already on their way. v3 with the writer warp (W) hands each
  * step's dQ partial to the writer instead and waits for no turn. */
 template <typename DT, int D, int BN, typename SM, typename REGS>
-static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, SM &sm)
+static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_params &p, SM &sm,
+                                                        const bwd_wg_qmaps *qm)
 {
     const struct sched *s = &p.s;
     constexpr bool W = SM::writer;
@@ -168,7 +169,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 long long bs0_ = clock64();
 #endif
                 if constexpr (W && BWD_WG_TRANSPOSED(D)) {
-                    bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb);
+                    bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
                     dsb ^= 1;
                 } else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
@@ -399,7 +400,7 @@ static __device__ __forceinline__ typename bwd_kern<D, BN, V>::smem &bwd_kern_sm
  * steps. */
 template <typename DT, int D, int BN, int V>
 __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
-    attn_bwd_tc_persistent_kernel(const struct attn_bwd_params p)
+    attn_bwd_tc_persistent_kernel(const struct attn_bwd_params p, const __grid_constant__ bwd_wg_qmaps maps)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     typedef bwd_kern<D, BN, V> K;
@@ -430,7 +431,7 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
             asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
         }
 #endif
-        bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm);
+        bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm, &maps);
 #if BWD_WG_TRACE
         if (K::smem::writer && threadIdx.x == 0)
             BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
@@ -600,9 +601,18 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     if (p->mode == ATTN_MODE_INTERLEAVED)
         attn_bwd_tc_interleaved_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, ATTN_THREADS, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
-    else
+    else {
+        bwd_wg_qmaps maps; /* Q and dO by TMA where the step has stage barriers */
+        memset(&maps, 0, sizeof maps);
+        if (V == 3 && BWD_WG_STAGE_BARS(D)) {
+            const int32_t batch = p->s.bh / p->heads_q;
+            maps.ok = cuattn__tma_map_4d(&maps.q, p->q, D, batch, p->seqlen_q, p->heads_q, p->q_stride, BWD_TC_BM) &&
+                      cuattn__tma_map_4d(&maps.dout, p->dout, D, batch, p->seqlen_q, p->heads_q, p->dout_stride,
+                                         BWD_TC_BM);
+        }
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
-            <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
+            <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p, maps);
+    }
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->leaf_dq)

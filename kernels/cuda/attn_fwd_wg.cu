@@ -158,6 +158,13 @@ static bool fwd_wg_map(CUtensorMap *map, PFN_cuTensorMapEncodeTiled_v12000 enc, 
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* the backward's Q and dO (bwd_wgmma.cuh's bwd_wg_qmaps): boxes of 64 x rows */
+bool cuattn__tma_map_4d(CUtensorMap *map, const void *data, int32_t D, int32_t batch, int32_t seqlen,
+                        int32_t heads, const int64_t stride[3], uint32_t rows)
+{
+    return fwd_wg_map(map, fwd_wg_encoder(), data, D, batch, seqlen, heads, stride, rows);
+}
+
 bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int32_t head_dim)
 {
     memset(maps, 0, sizeof *maps);

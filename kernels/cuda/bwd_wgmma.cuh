@@ -67,6 +67,21 @@
  * deterministic schedules at 4k-16k, +2-6% for windows and packed batches
  * (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
 #define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
+/* Q and dO by TMA (hopper.md B4, without its producer warp): where the stages have
+ * mbarriers (BWD_WG_STAGE_BARS), the dense persistent kernel's thread 0 gives the stage's
+ * expected bytes and issues D/64 boxes of 64 x 64 of each (128-byte swizzle, rows past Sq
+ * zero) in place of every compute thread's cp.async; LSE and Dsum as before. The compute
+ * warps then issue no copies of their own: same bits, det +10-12% at 4k-16k
+ * (bench/results/gpu-bwd-tmaq-2026-12-04.md). Views TMA cannot describe keep cp.async
+ * (bwd_wg_qmaps::ok 0); the window/packed kernel passes no maps. */
+#include <cuda.h> /* CUtensorMap */
+struct bwd_wg_qmaps {
+    CUtensorMap q, dout; /* (D, Sq, Hq, B) in boxes of 64 x BWD_TC_BM */
+    int32_t ok;          /* 0: cp.async */
+};
+/* attn_fwd_wg.cu's tensor map of a (batch, seqlen, heads, D) view in boxes of 64 x rows */
+bool cuattn__tma_map_4d(CUtensorMap *map, const void *data, int32_t D, int32_t batch, int32_t seqlen,
+                        int32_t heads, const int64_t stride[3], uint32_t rows);
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
@@ -720,12 +735,43 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 
 /* BWD_WG_STAGE_BARS: start loading stage buf (bwd_tc_load_q), its completion tracked by
  * q_full[buf]: the thread's cp.async by a no-increment arrival when they land, its stores
- * (LSE +inf, Dsum 0 past the rows) by a release arrival. */
+ * (LSE +inf, Dsum 0 past the rows) by a release arrival. With maps (qm->ok), Q and dO come
+ * by TMA instead: thread 0's arrival carries their bytes (expect_tx), the rest as before. */
 template <int D, int BN>
 static __device__ __forceinline__ void bwd_wg_load_q_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
-                                                        int32_t buf, int32_t bh, int32_t m)
+                                                        int32_t buf, int32_t bh, int32_t m,
+                                                        const bwd_wg_qmaps *qm = nullptr)
 {
 #if BWD_TC_BULK
+    if (qm && qm->ok) {
+        const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q, tid = threadIdx.x;
+        const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+        if (tid < BWD_TC_BM) { /* LSE and Dsum as bwd_tc_load_q */
+            const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
+            if (tid < rm) {
+                attn_cp_async4(&sm.lse_smem[buf][tid], p.lse + row);
+                attn_cp_async4(&sm.dsum_smem[buf][tid], p.dsum + row);
+            } else {
+                sm.lse_smem[buf][tid] = INFINITY;
+                sm.dsum_smem[buf][tid] = 0.0f;
+            }
+        }
+        attn_cp_async_commit();
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
+                     : "memory");
+        if (tid == 0) { /* its second arrival carries the bytes; then the boxes */
+            attn_mbar_expect_tx(&sm.q_full[buf], 2 * (D / 64) * BWD_TC_BM * 64 * 2);
+#pragma unroll
+            for (int32_t c = 0; c < D / 64; c++) {
+                attn_tma_load_4d(sm.q_smem[buf] + c * BWD_TC_BM * 64, &qm->q, &sm.q_full[buf], 64 * c, i0, h, b);
+                attn_tma_load_4d(sm.dout_smem[buf] + c * BWD_TC_BM * 64, &qm->dout, &sm.q_full[buf], 64 * c, i0, h,
+                                 b);
+            }
+        } else {
+            attn_mbar_arrive(&sm.q_full[buf]);
+        }
+        return;
+    }
     bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
                  : "memory");
@@ -761,7 +807,7 @@ template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                       bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                       int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
-                                                      int32_t dsb)
+                                                      int32_t dsb, const bwd_wg_qmaps *qm = nullptr)
 {
     static_assert(BWD_WG_TRANSPOSED(D) && BN == CUATTN_TC_BLOCK_N, "the transposed step's head dim");
 #if ATTN_WGMMA
@@ -770,7 +816,7 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
     uint16_t *ds_s = dsb ? sm.p_smem : sm.ds_smem;
     if (!loaded)
-        bwd_wg_load_q_mb<D, BN>(p, sm, buf, bh, m);
+        bwd_wg_load_q_mb<D, BN>(p, sm, buf, bh, m, qm);
     bwd_wg_wait_q(sm, buf, qph);
     const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
 
@@ -811,7 +857,7 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     bwd_cta_sync<true>(); /* dS is complete before dQ reads it; both warpgroups have finished
                              the previous step, so stage buf ^ 1 and the other dS tile are free */
     if (next_m >= 0)
-        bwd_wg_load_q_mb<D, BN>(p, sm, buf ^ 1, bh, next_m);
+        bwd_wg_load_q_mb<D, BN>(p, sm, buf ^ 1, bh, next_m, qm);
 
     attn_wg_fence();
 #pragma unroll
