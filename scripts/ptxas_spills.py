@@ -44,8 +44,8 @@ KNOWN = {
     ("sm_90a", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
     ("sm_80", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
     ("sm_80", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
+    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
     # v3's backward at head dim 256 in the interleaved mode (shift on a grid too small for
     # its chunks, or forced): 144 bytes stored. Its persistent kernel does not spill: with
     # the dQ writer warp the compute warps take 240 registers (setmaxnreg); the interleaved

@@ -192,7 +192,8 @@ struct bwd_vl_smem : bwd_tc_smem<D, BN> {
 /* Thread 0: point sm.prm at the sequence of dispatch index `job` (SM: bwd_vl_smem or
  * bwd_vl_wg_smem). */
 template <int D, typename SM>
-static __device__ __forceinline__ void bwd_vl_enter(const struct attn_bwd_params &p, SM &sm, int32_t job)
+static __device__ __forceinline__ const struct attn_vl_seq *bwd_vl_enter(const struct attn_bwd_params &p, SM &sm,
+                                                                         int32_t job)
 {
     const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, job);
     struct attn_bwd_params &q = sm.prm;
@@ -214,6 +215,7 @@ static __device__ __forceinline__ void bwd_vl_enter(const struct attn_bwd_params
     q.seqlen_k = e->s.seqlen_k;
     q.s = e->s;
     sm.local_job = job - e->first;
+    return e;
 }
 
 /* The persistent mode of attn_bwd_tc.cu (v2: no writer warp), job by job over the table:
@@ -315,17 +317,19 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
  * rank order, as in the v2 kernel above: the same orders, so the same determinism, grid
  * and packing independence (the bits are v3's, not v2's: the tensor cores group their
  * sums differently). kv-tiles no query of the band sees have no steps: dK, dV 0 without
- * loading K, V. */
+ * loading K, V. At head dim 128 a sequence's whole q-tiles come by TMA (bwd_wg_qmaps, the
+ * sequence's place in the call's views in sm.view), its last partial one by cp.async. */
 template <int D>
 struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     int64_t tile_at[BWD_WG_DQBUFS][2]; /* per staging buffer: counter index, dQacc offset */
     struct attn_bwd_params prm;        /* the job's sequence */
     int32_t local_job;                 /* the job's index in its sequence's dispatch order */
+    int32_t view[2];                   /* its view batch and first q row (the TMA maps') */
 };
 
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
-    attn_bwd_vl_wg_kernel(const __grid_constant__ struct attn_bwd_params p)
+    attn_bwd_vl_wg_kernel(const __grid_constant__ struct attn_bwd_params p, const __grid_constant__ bwd_wg_qmaps maps)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #if ATTN_WGMMA
@@ -370,8 +374,11 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         if (threadIdx.x == 0) {
             const int32_t job = atomicAdd(p.job_next, 1);
             sm.flag_smem = job;
-            if (job < p.vl_jobs)
-                bwd_vl_enter<D>(p, sm, job);
+            if (job < p.vl_jobs) {
+                const struct attn_vl_seq *e = bwd_vl_enter<D>(p, sm, job);
+                sm.view[0] = e->vb;
+                sm.view[1] = e->vq;
+            }
         }
         bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
         const int32_t job = sm.flag_smem;
@@ -424,7 +431,8 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
 #if BWD_WG_TRACE
                     const long long bs0_ = clock64();
 #endif
-                    bwd_wg_step_mb<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb);
+                    bwd_wg_step_mb<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
+                                                    sm.view);
                     dsb ^= 1;
 #if BWD_WG_TRACE
                     if (threadIdx.x == 0) {
@@ -737,9 +745,19 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     if (p->vl_jobs > 0) {
-        if constexpr (WG)
-            attn_bwd_vl_wg_kernel<DT, D><<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p);
-        else
+        if constexpr (WG) {
+            bwd_wg_qmaps maps; /* Q and dO by TMA: the call's views (packed: one batch of total_q rows) */
+            memset(&maps, 0, sizeof maps);
+            if (BWD_WG_STAGE_BARS(D)) {
+                const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
+                const int32_t rows = p->vl_dense ? p->seqlen_q : p->total_q;
+                maps.ok = cuattn__tma_map_4d(&maps.q, p->q, D, batch, rows, p->heads_q, p->q_stride, BWD_TC_BM) &&
+                          cuattn__tma_map_4d(&maps.dout, p->dout, D, batch, rows, p->heads_q, p->dout_stride,
+                                             BWD_TC_BM);
+            }
+            attn_bwd_vl_wg_kernel<DT, D>
+                <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+        } else
             attn_bwd_vl_kernel<DT, D, BN><<<(uint32_t)grid, ATTN_THREADS, bwd_vl_bytes<D, BN>(), stream>>>(*p);
         if ((err = cudaGetLastError()) != cudaSuccess)
             return err;

@@ -73,7 +73,10 @@
  * zero) in place of every compute thread's cp.async; LSE and Dsum as before. The compute
  * warps then issue no copies of their own: same bits, det +10-12% at 4k-16k
  * (bench/results/gpu-bwd-tmaq-2026-12-04.md). Views TMA cannot describe keep cp.async
- * (bwd_wg_qmaps::ok 0); the window/packed kernel passes no maps. */
+ * (bwd_wg_qmaps::ok 0). The window/packed kernel (attn_vl.cu) takes maps of the call's whole
+ * views (packed: one batch of all rows) and loads its sequences' whole q-tiles so, the last
+ * partial tile of each by cp.async: +12% (window 1k), +17% (window 4k), +7% (packed batch)
+ * in the same run (bench/results/gpu-bwd-tmaq-2026-12-04.md). */
 #include <cuda.h> /* CUtensorMap */
 struct bwd_wg_qmaps {
     CUtensorMap q, dout; /* (D, Sq, Hq, B) in boxes of 64 x BWD_TC_BM */
@@ -736,16 +739,25 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 /* BWD_WG_STAGE_BARS: start loading stage buf (bwd_tc_load_q), its completion tracked by
  * q_full[buf]: the thread's cp.async by a no-increment arrival when they land, its stores
  * (LSE +inf, Dsum 0 past the rows) by a release arrival. With maps (qm->ok), Q and dO come
- * by TMA instead: thread 0's arrival carries their bytes (expect_tx), the rest as before. */
+ * by TMA instead: thread 0's arrival carries their bytes (expect_tx), the rest as before.
+ * view (shared memory; the window/packed kernel): the sequence's view batch
+ * and first row in the maps' view; then only whole tiles come by TMA (the rows past a
+ * packed sequence are the next one's, which cp.async's zeros must replace). */
 template <int D, int BN>
 static __device__ __forceinline__ void bwd_wg_load_q_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                         int32_t buf, int32_t bh, int32_t m,
-                                                        const bwd_wg_qmaps *qm = nullptr)
+                                                        const bwd_wg_qmaps *qm = nullptr,
+                                                        const int32_t *view = nullptr)
 {
 #if BWD_TC_BULK
-    if (qm && qm->ok) {
-        const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q, tid = threadIdx.x;
+    if (qm && qm->ok && (!view || p.seqlen_q - m * BWD_TC_BM >= BWD_TC_BM)) {
+        int32_t b = bh / p.heads_q, h = bh - b * p.heads_q, tid = threadIdx.x;
         const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+        int32_t r0 = i0; /* the boxes' first row in the maps' view */
+        if (view) {
+            b += view[0];
+            r0 += view[1];
+        }
         if (tid < BWD_TC_BM) { /* LSE and Dsum as bwd_tc_load_q */
             const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
             if (tid < rm) {
@@ -763,8 +775,8 @@ static __device__ __forceinline__ void bwd_wg_load_q_mb(const struct attn_bwd_pa
             attn_mbar_expect_tx(&sm.q_full[buf], 2 * (D / 64) * BWD_TC_BM * 64 * 2);
 #pragma unroll
             for (int32_t c = 0; c < D / 64; c++) {
-                attn_tma_load_4d(sm.q_smem[buf] + c * BWD_TC_BM * 64, &qm->q, &sm.q_full[buf], 64 * c, i0, h, b);
-                attn_tma_load_4d(sm.dout_smem[buf] + c * BWD_TC_BM * 64, &qm->dout, &sm.q_full[buf], 64 * c, i0, h,
+                attn_tma_load_4d(sm.q_smem[buf] + c * BWD_TC_BM * 64, &qm->q, &sm.q_full[buf], 64 * c, r0, h, b);
+                attn_tma_load_4d(sm.dout_smem[buf] + c * BWD_TC_BM * 64, &qm->dout, &sm.q_full[buf], 64 * c, r0, h,
                                  b);
             }
         } else {
@@ -807,7 +819,8 @@ template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                       bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                       int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
-                                                      int32_t dsb, const bwd_wg_qmaps *qm = nullptr)
+                                                      int32_t dsb, const bwd_wg_qmaps *qm = nullptr,
+                                                      const int32_t *view = nullptr)
 {
     static_assert(BWD_WG_TRANSPOSED(D) && BN == CUATTN_TC_BLOCK_N, "the transposed step's head dim");
 #if ATTN_WGMMA
@@ -816,7 +829,7 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
     uint16_t *ds_s = dsb ? sm.p_smem : sm.ds_smem;
     if (!loaded)
-        bwd_wg_load_q_mb<D, BN>(p, sm, buf, bh, m, qm);
+        bwd_wg_load_q_mb<D, BN>(p, sm, buf, bh, m, qm, view);
     bwd_wg_wait_q(sm, buf, qph);
     const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
 
@@ -857,7 +870,7 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     bwd_cta_sync<true>(); /* dS is complete before dQ reads it; both warpgroups have finished
                              the previous step, so stage buf ^ 1 and the other dS tile are free */
     if (next_m >= 0)
-        bwd_wg_load_q_mb<D, BN>(p, sm, buf ^ 1, bh, next_m, qm);
+        bwd_wg_load_q_mb<D, BN>(p, sm, buf ^ 1, bh, next_m, qm, view);
 
     attn_wg_fence();
 #pragma unroll
