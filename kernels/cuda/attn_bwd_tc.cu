@@ -171,14 +171,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 if constexpr (W && BWD_WG_TRANSPOSED(D)) {
                     bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
                     dsb ^= 1;
-                }
-#if BWD_WG_SB64
-                else if constexpr (W && BWD_WG_STAGE_BARS(D)) {
-                    bwd_wg_step_sb64<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
-                    dsb ^= 1;
-                }
-#endif
-                else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
+                } else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
                 else
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);

@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             bwd_tc_zero_kv<D, BN>(x);
             if (steps > 0) {
                 /* the previous unit read the table last before its last step's barrier */
-                if constexpr (BWD_WG_TRANSPOSED(D)) /* no barrier after each step: one here,
+                if constexpr (BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
                                                        before the table, K and V are rewritten */
                     bwd_cta_sync<true>();
                 bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             int loaded = 0;
             for (int32_t step = 0; step < steps; step++) {
                 if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
-                    if constexpr (BWD_WG_TRANSPOSED(D))
+                    if constexpr (BWD_WG_STAGE_BARS(D))
                         bwd_cta_sync<true>(); /* everyone has read the old table */
                     base = step;
                     bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                 }
                 const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
                 const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
-                if constexpr (BWD_WG_TRANSPOSED(D)) {
+                if constexpr (BWD_WG_STAGE_BARS(D)) {
 #if BWD_WG_TRACE
                     const long long bs0_ = clock64();
 #endif
@@ -748,7 +748,7 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
         if constexpr (WG) {
             bwd_wg_qmaps maps; /* Q and dO by TMA: the call's views (packed: one batch of total_q rows) */
             memset(&maps, 0, sizeof maps);
-            if (BWD_WG_TRANSPOSED(D)) {
+            if (BWD_WG_STAGE_BARS(D)) {
                 const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
                 const int32_t rows = p->vl_dense ? p->seqlen_q : p->total_q;
                 maps.ok = cuattn__tma_map_4d(&maps.q, p->q, D, batch, rows, p->heads_q, p->q_stride, BWD_TC_BM) &&

@@ -66,13 +66,7 @@
  * before they are rewritten (unit starts, refills). Same bits; +7-10% for the dense
  * deterministic schedules at 4k-16k, +2-6% for windows and packed batches
  * (bench/results/gpu-bwd-stagebars-2026-12-03.md). */
-/* Trial knob (default 0, pending its A/B on the GPU): BWD_WG_SB64=1 - head dim 64 without
- * the post-step barrier too (bwd_wg_step_sb64, the rejected sb64 trial fb0dc94) and with
- * Q and dO by TMA (bwd_wg_qmaps), which sb64 lacked. */
-#ifndef BWD_WG_SB64
-#define BWD_WG_SB64 0
-#endif
-#define BWD_WG_STAGE_BARS(D) (BWD_WG_TRANSPOSED(D) || (BWD_WG_SB64 && (D) == 64))
+#define BWD_WG_STAGE_BARS(D) BWD_WG_TRANSPOSED(D)
 /* Q and dO by TMA (hopper.md B4, without its producer warp): where the stages have
  * mbarriers (BWD_WG_STAGE_BARS), the dense persistent kernel's thread 0 gives the stage's
  * expected bytes and issues D/64 boxes of 64 x 64 of each (128-byte swizzle, rows past Sq
@@ -165,9 +159,6 @@ struct bwd_wg_smem {
     uint64_t full_bar[BWD_WG_DQBUFS];  /* mbarriers: buffer b holds a ticket (256 arrivals) */
     uint64_t empty_bar[BWD_WG_DQBUFS]; /* buffer b is free again (the writer's one arrival) */
     uint64_t q_full[2]; /* stage b's Q, dO, LSE, Dsum have landed (BWD_WG_STAGE_BARS) */
-#if BWD_WG_SB64
-    alignas(1024) uint16_t pds2_smem[(D) == 64 ? 2 * BWD_TC_BM * CUATTN_TC_BLOCK_N : 1]; /* P, dS of odd steps */
-#endif
 };
 #define BWD_WG_TILES_ALIGNED(D)                                                                \
     (offsetof(bwd_wg_smem<D>, k_smem) == 0 && offsetof(bwd_wg_smem<D>, v_smem) % 1024 == 0 &&    \
@@ -899,84 +890,6 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
     __trap();
 #endif
 }
-
-#if BWD_WG_SB64
-/* BWD_WG_SB64: head dim 64's step (bwd_tc_step, untransposed) without the post-step
- * barrier: the stage through q_full, P and dS in pair dsb (p_smem/ds_smem or pds2_smem),
- * the prefetch after the P/dS barrier. On return dQp has landed; dK and dV have too unless
- * the step has a successor in the unit (they run under the hand-off; the successor's S wait
- * completes them before its P/dS barrier). */
-template <typename DT, int D, int BN>
-static __device__ __forceinline__ void bwd_wg_step_sb64(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
-                                                        bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
-                                                        int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
-                                                        int32_t dsb, const bwd_wg_qmaps *qm)
-{
-    static_assert(D == 64 && BN == CUATTN_TC_BLOCK_N, "head dim 64's step");
-#if ATTN_WGMMA
-    const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    uint16_t *p_s = dsb ? sm.pds2_smem : sm.p_smem;
-    uint16_t *ds_s = dsb ? sm.pds2_smem + BWD_TC_BM * BN : sm.ds_smem;
-    const int keep = next_m >= 0;
-    if (!loaded)
-        bwd_wg_load_q_mb<D, BN>(p, sm, buf, bh, m, qm);
-    bwd_wg_wait_q(sm, buf, qph);
-    const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
-
-    /* S = Q K^T, then dP = dO V^T, d ascending: two groups in flight */
-    float s[32], dp[32];
-    bwd_wg_s_dp<DT, D, 64, false>(s, dp, q_s, do_s, sm.k_smem, sm.v_smem, BN, 64 * wg);
-    attn_wg_wait<1>(); /* S has landed, and this warp's previous dK, dV; dP may still be running */
-    attn_wg_pin<32>(s);
-    {
-        const bool whole = rm == BWD_TC_BM && rn == BN &&
-                           (p.s.mask != SCHED_MASK_CAUSAL ||
-                            (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
-        if (whole)
-            bwd_wg_pds<DT, false>(p, p_s, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm, j0, rn);
-        else
-            bwd_wg_pds<DT, true>(p, p_s, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0, rm, j0, rn);
-    }
-    bwd_tc_async_visible<true>();
-    bwd_cta_sync<true>(); /* P and dS are complete before the products below read them; every
-                             warp has finished the previous step's products, so stage buf ^ 1
-                             and the other P/dS pair are free */
-    if (next_m >= 0)
-        bwd_wg_load_q_mb<D, BN>(p, sm, buf ^ 1, bh, next_m, qm);
-
-    /* dQp = dS K (j ascending), then dK += dS^T Q and dV += P^T dO (i ascending) */
-    attn_wg_fence();
-#pragma unroll
-    for (int32_t kk = 0; kk < BN / 16; kk++)
-        attn_wg_mma<DT, D / 2, 0, 1>(x.dq_reg, attn_wg_kmajor(ds_s, BWD_TC_BM, 0, 16 * kk),
-                                     attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
-    attn_wg_commit();
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dk_reg, attn_wg_mnmajor(ds_s, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++)
-        attn_wg_mma<DT, D, 1, 1>(x.dv_reg, attn_wg_mnmajor(p_s, BWD_TC_BM, 16 * kk, 64 * wg),
-                                 attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
-    attn_wg_commit();
-    if (keep) {
-        attn_wg_wait<1>();
-    } else {
-        attn_wg_wait<0>();
-        attn_wg_pin<D / 2>(x.dv_reg);
-        attn_wg_pin<D / 2>(x.dk_reg);
-    }
-    attn_wg_pin<D / 4>(x.dq_reg);
-#else
-    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m, (void)qph;
-    (void)dsb;
-    __trap();
-#endif
-}
-#endif
 
 /* Head dim 256's step (64 x 64 tiles, bwd_wg_smem<256>): the contract of the step above,
  * with nothing left running at the return - the dQ partial is staged where this step's Q
