@@ -903,20 +903,32 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             return rc;
         size_t used = 0;
         const size_t o_tab = carve(&used, sizeof(struct attn_vl_seq) * ((size_t)v.count + 1));
+        /* v3's forward where the dim's dense forward is v3's; TMA for dense batches */
+        const int wg = impl == CUATTN_IMPL_WGMMA && cuattn__fwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
+        /* and for packed ones of up to CUATTN_SEQ_MAPS_MAX sequences, with maps per sequence */
+        const int seq_maps = wg && p->cu_seqlens_q && !a->no_tma && v.count <= CUATTN_SEQ_MAPS_MAX;
+        const size_t maps_bytes = seq_maps ? cuattn__fwd_vl_seq_maps_bytes(v.count) : 0;
+        const size_t o_maps = seq_maps ? carve(&used, maps_bytes) : 0;
         if ((rc = scratch_reserve(a, used)) == 0) {
             fp.vl = reinterpret_cast<struct attn_vl_seq *>(a->scratch + o_tab);
             fp.vl_count = v.count;
             fp.vl_blocks = v.total;
             fp.softcap = p->softcap;
             fp.lse_stride = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
-            const struct upload_part tab = {0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count};
-            cudaError_t lerr = upload(a, a->scratch + o_tab, &tab, 1);
-            /* v3's forward where the dim's dense forward is v3's; TMA for dense batches */
-            const int wg = impl == CUATTN_IMPL_WGMMA && cuattn__fwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
+            struct upload_part tab[2] = {{0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count}, {0, NULL, 0}};
+            int parts = 1, allow_tma = !a->no_tma && !p->cu_seqlens_q;
+            void *hmaps = seq_maps ? malloc(maps_bytes) : NULL;
+            if (hmaps && cuattn__fwd_vl_seq_maps(hmaps, &fp, v.seq, v.count, p->head_dim)) {
+                tab[1] = {o_maps - o_tab, hmaps, maps_bytes};
+                parts = 2;
+                fp.vl_maps = a->scratch + o_maps;
+                allow_tma = 1;
+            }
+            cudaError_t lerr = upload(a, a->scratch + o_tab, tab, parts);
+            free(hmaps);
             int tma = 0;
             if (lerr == cudaSuccess && v.total > 0)
-                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, !a->no_tma && !p->cu_seqlens_q, &tma,
-                                             a->stream);
+                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, allow_tma, &tma, a->stream);
             rc = finish(a, lerr);
             if (rc == 0) {
                 a->last_fwd_tma = tma;

@@ -69,6 +69,13 @@ struct attn_vl_seq {
     int64_t lse0;        /* its head 0's first lse element (rows lse_stride apart) */
 };
 
+/* v3's forward of a packed batch loads through TMA with tensor maps per sequence (each its
+ * own Q, K and V rows, so rows past its end are zeros as with cp.async), encoded on the host
+ * and uploaded with the table, for batches of up to CUATTN_SEQ_MAPS_MAX sequences (more:
+ * cp.async). 1.7x the packed forward's cp.async speed on the H200
+ * (bench/results/gpu-bwd-tmaq-2026-12-04.md). */
+#define CUATTN_SEQ_MAPS_MAX 256
+
 /* Forward launch: one CTA per (q-tile, batch*head). */
 struct attn_fwd_params {
     void *out;        /* (B, Sq, Hq, D) fp16/bf16, strides out_stride */
@@ -85,6 +92,7 @@ struct attn_fwd_params {
     const struct attn_vl_seq *vl;  /* device table, vl_count entries (geo: 64 x 64 tiles) */
     int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
     int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
+    const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
 };
 
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
@@ -227,6 +235,11 @@ size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim);
 size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim);
 size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim);
 size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim);
+/* The packed forward's maps per sequence (CUATTN_SEQ_MAPS_MAX): bytes for count entries, and
+ * those of each of seq's count entries into out (false where one does not encode). */
+size_t cuattn__fwd_vl_seq_maps_bytes(int32_t count);
+bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const struct attn_vl_seq *seq,
+                             int32_t count, int32_t head_dim);
 cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
                                   int allow_tma, int *ret_tma, cudaStream_t stream);
 cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,

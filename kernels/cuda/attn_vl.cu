@@ -85,10 +85,11 @@ static_assert(FWD_TC_BM == FWD_WG_BM, "both forwards take 128-row q-tiles: one t
 /* Thread 0: the params of CTA blockIdx.x's sequence into q (tensors moved to its first rows,
  * its lengths and geometry; seqlen_k 0 for a sequence without keys) and mb its q-tile (the
  * heaviest, last, tiles of a sequence first), head and view batch. */
-static __device__ __forceinline__ void fwd_vl_enter(const struct attn_fwd_params &p, struct attn_fwd_params &q,
-                                                    int32_t (&mb)[3])
+static __device__ __forceinline__ int32_t fwd_vl_enter(const struct attn_fwd_params &p, struct attn_fwd_params &q,
+                                                       int32_t (&mb)[3])
 {
-    const struct attn_vl_seq *e = p.vl + vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
+    const int32_t entry = vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
+    const struct attn_vl_seq *e = p.vl + entry;
     q = p;
     const int64_t oq = (int64_t)e->vb * p.q_stride[0] + (int64_t)e->vq * p.q_stride[1];
     const int64_t oo = (int64_t)e->vb * p.out_stride[0] + (int64_t)e->vq * p.out_stride[1];
@@ -106,6 +107,7 @@ static __device__ __forceinline__ void fwd_vl_enter(const struct attn_fwd_params
     mb[0] = M - 1 - lb % M;
     mb[1] = lb / M;
     mb[2] = e->vb;
+    return entry;
 }
 
 template <int D>
@@ -129,9 +131,10 @@ __global__ void __launch_bounds__(FWD_TC_THREADS, 2) attn_fwd_vl_kernel(const __
 /* v3's forward (fwd_wg.cuh, sm_90a) on the table: one CTA per (128-row q-tile, head) of
  * each sequence as attn_fwd_vl_kernel, the producer and consumers of the dense kernel on
  * the sequence's params, over the kv-tiles of the q-tile's band (fwd_wg.cuh's VL). TMA
- * loads only for dense batches (the host passes maps of the whole view; the sequence is
- * batch element mb[2], rows from 0): a packed sequence's last tiles would read the next
- * one's rows where cp.async zero-fills them. */
+ * loads for dense batches through maps of the whole view (the sequence is batch element
+ * mb[2], rows from 0), for packed ones through each sequence's own maps (p.vl_maps: a map
+ * of the whole view would read the next sequence's rows past its end, where cp.async and
+ * these maps give zeros). */
 template <int D>
 struct fwd_vl_wg_smem {
     fwd_wg_smem<D> t;           /* first: the kernel aligns the block to FWD_WG_ALIGN */
@@ -140,6 +143,7 @@ struct fwd_vl_wg_smem {
     /* its window and softcap terms: read from here where the consumers need them, which
      * keeps 4 registers free for the products (in registers, the TMA instance spilled) */
     fwd_wg_vl vt;
+    const fwd_wg_maps *maps; /* the maps the producer reads: the sequence's or the view's */
 };
 
 template <typename DT, int D, bool TMA>
@@ -152,7 +156,12 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
     fwd_vl_wg_smem<D> &sm = *reinterpret_cast<fwd_vl_wg_smem<D> *>(
         smem_raw + (((raw_at + FWD_WG_ALIGN - 1) & ~(uint32_t)(FWD_WG_ALIGN - 1)) - raw_at));
     if (threadIdx.x == 0) {
-        fwd_vl_enter(p, sm.prm, sm.mb);
+        const int32_t entry = fwd_vl_enter(p, sm.prm, sm.mb);
+        sm.maps = &maps;
+        if (p.vl_maps) { /* the sequence's own maps: its rows from 0, batch 0 */
+            sm.maps = static_cast<const fwd_wg_maps *>(p.vl_maps) + entry;
+            sm.mb[2] = 0;
+        }
         fwd_wg_init<D, TMA>(sm.t);
         const struct attn_fwd_params &q = sm.prm;
         sm.vt.wl = q.geo.wl;
@@ -173,7 +182,7 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
         j_hi = (int64_t)i0 + rm + off + q.geo.wr;
     const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN_OF(D));
     const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN_OF(D) - 1) / FWD_WG_BN_OF(D)) : n_lo;
-    fwd_wg_run<DT, D, TMA>(q, maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], sm.vt);
+    fwd_wg_run<DT, D, TMA>(q, *sm.maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], sm.vt);
 #else
     (void)p;
     (void)maps;
@@ -667,7 +676,34 @@ size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim)
     return head_dim == 64 ? bwd_vl_wg_bytes<64>() : head_dim == 128 ? bwd_vl_wg_bytes<128>() : 0;
 }
 
-/* WG: v3's kernel (TMA where allowed and the maps encode: dense batches), else v2's. */
+size_t cuattn__fwd_vl_seq_maps_bytes(int32_t count)
+{
+    return sizeof(fwd_wg_maps) * (size_t)count;
+}
+
+/* The tensor maps of each table entry's sequence: its Q, K and V rows as a batch of one,
+ * so TMA fills rows past its end with zeros. False where one does not encode. */
+bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const struct attn_vl_seq *seq,
+                             int32_t count, int32_t head_dim)
+{
+    fwd_wg_maps *m = static_cast<fwd_wg_maps *>(out);
+    for (int32_t i = 0; i < count; i++) {
+        const struct attn_vl_seq *e = &seq[i];
+        struct attn_fwd_params s = *p;
+        s.q = static_cast<const uint16_t *>(p->q) + (int64_t)e->vb * p->q_stride[0] + (int64_t)e->vq * p->q_stride[1];
+        s.k = static_cast<const uint16_t *>(p->k) + (int64_t)e->vb * p->k_stride[0] + (int64_t)e->vk * p->k_stride[1];
+        s.v = static_cast<const uint16_t *>(p->v) + (int64_t)e->vb * p->v_stride[0] + (int64_t)e->vk * p->v_stride[1];
+        s.seqlen_q = e->s.seqlen_q > 0 ? e->s.seqlen_q : 1; /* (a dim of 0 does not encode; never read) */
+        s.seqlen_k = e->s.seqlen_k > 0 ? e->s.seqlen_k : 1;
+        s.geo.batch = 1;
+        if (!cuattn__fwd_wg_maps(&m[i], &s, head_dim))
+            return false;
+    }
+    return true;
+}
+
+/* WG: v3's kernel (TMA where allowed and the maps encode: dense batches, and packed ones
+ * with maps per sequence, p->vl_maps), else v2's. */
 template <typename DT, int D>
 static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int allow_tma, int *ret_tma,
                                  cudaStream_t stream)
@@ -679,7 +715,7 @@ static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int al
     }
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
-    const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D);
+    const bool tma = allow_tma && (p->vl_maps || cuattn__fwd_wg_maps(&maps, p, D));
     if (tma)
         attn_fwd_vl_wg_kernel<DT, D, true><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
     else

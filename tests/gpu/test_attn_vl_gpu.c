@@ -395,9 +395,21 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
     cuattn_free(ca);
 }
 
-/* Sequence A packed alone, and between two others (so at another offset): A's outputs,
- * LSE and gradients are the same bits, for an explicit schedule of each kind, with each
- * backward kernel the GPU has (v3's, v2's) and head dims 64 and 128. */
+/* Every 16-bit element of n at p: NaN (fp16 and bf16 alike: exponent all ones, a mantissa
+ * bit set). */
+static void fill_nan16(void *p, size_t n)
+{
+    uint16_t *e = p;
+    for (size_t i = 0; i < n; i++)
+        e[i] = 0x7fffu;
+}
+
+/* Sequence A packed alone, and between two others (so at another offset) whose inputs are
+ * all NaN: A's outputs, LSE and gradients are the same bits, for an explicit schedule of
+ * each kind, with each backward kernel the GPU has (v3's, v2's) and head dims 64 and 128.
+ * A's lengths are no tile multiples, so its last tiles run past its end into the third
+ * sequence's rows: a load that took them (a TMA box over the end) would carry NaN into A's
+ * results where zeros belong (NaN times a masked P of 0 is NaN). */
 static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
 {
     const int32_t LA = 291, KA = 250, HQ = 4, HKV = 2;
@@ -415,6 +427,10 @@ static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
     /* A's rows of `three` are `one`'s: copy them in (row sizes in elements) */
     const size_t rowq = (size_t)HQ * D * one.es, rowk = (size_t)HKV * D * one.es;
     const size_t aq = (size_t)lq2[0] * rowq, ak = (size_t)lk2[0] * rowk;
+    fill_nan16(three.q, (size_t)three.nq);
+    fill_nan16(three.dout, (size_t)three.nq);
+    fill_nan16(three.k, (size_t)three.nk);
+    fill_nan16(three.v, (size_t)three.nk);
     memcpy((char *)three.q + aq, one.q, (size_t)LA * rowq);
     memcpy((char *)three.dout + aq, one.dout, (size_t)LA * rowq);
     memcpy((char *)three.k + ak, one.k, (size_t)KA * rowk);
@@ -473,9 +489,11 @@ static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
 /* A dense batch with a window and a softcap (4 sequences of 700 queries over 650 keys, GQA
  * 4:2, bf16) and the same sequences packed: the forward's O and LSE are the same bits, for
  * each forward kernel the GPU has; on v3's the dense batch loads through TMA, and again
- * through cp.async (cuattn__force_no_tma), and a packed batch always through cp.async -
- * the same bytes in shared memory, so the same bits. Head dims 64 and 128; long enough
- * that the band starts past the first kv-tile (window (300, 0) at 700 rows). */
+ * through cp.async (cuattn__force_no_tma), and the packed batch through TMA with maps per
+ * sequence and again through cp.async - the same bytes in shared memory, so the same bits.
+ * Head dims 64 and 128; long enough that the band starts past the first kv-tile (window
+ * (300, 0) at 700 rows, which is no multiple of a tile: each sequence's last tiles run
+ * past its end, into the next one's rows). */
 static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void)
 {
     struct cuattn *ca = NULL;
@@ -532,16 +550,21 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
                     bad++;
                 }
             }
-            CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &packed, NULL), 0);
-            bad += cuattn__last_fwd_tma(ca) != 0 || !ran_expected_fwd(ca, impls[ii], what);
-            int lse_bad = 0;
-            for (int32_t b = 0; b < B; b++) /* packed LSE: (H, B * S) */
-                for (int32_t h = 0; h < HQ; h++)
-                    lse_bad += memcmp(packed.lse + (size_t)h * B * SQ + (size_t)b * SQ,
-                                      lse0 + ((size_t)b * HQ + h) * SQ, sizeof(float) * SQ) != 0;
-            if (memcmp(out0, packed.out, ob) != 0 || lse_bad) {
-                fprintf(stderr, "\n  %s: packed gave other bits than dense (%d LSE rows)", what, lse_bad);
-                bad++;
+            for (int cp = 0; cp <= v3; cp++) { /* v3: TMA (maps per sequence), then cp.async */
+                cuattn__force_no_tma(ca, cp);
+                CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &packed, NULL), 0);
+                cuattn__force_no_tma(ca, 0);
+                bad += cuattn__last_fwd_tma(ca) != (v3 && !cp) || !ran_expected_fwd(ca, impls[ii], what);
+                int lse_bad = 0;
+                for (int32_t b = 0; b < B; b++) /* packed LSE: (H, B * S) */
+                    for (int32_t h = 0; h < HQ; h++)
+                        lse_bad += memcmp(packed.lse + (size_t)h * B * SQ + (size_t)b * SQ,
+                                          lse0 + ((size_t)b * HQ + h) * SQ, sizeof(float) * SQ) != 0;
+                if (memcmp(out0, packed.out, ob) != 0 || lse_bad) {
+                    fprintf(stderr, "\n  %s: packed (%s) gave other bits than dense (%d LSE rows)", what,
+                            cp ? "cp.async" : "TMA", lse_bad);
+                    bad++;
+                }
             }
         }
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
