@@ -369,10 +369,12 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
      * machine; dag_auto's model (the CPU engine's auto) names shift for these shapes too.
      * A band (a sliding window) is the exception: there descending and spt ran 9-13%
      * faster than shift at window 1k and 4k of 16k tokens, head dim 128, and within 1% of
-     * each other (bench/results/gpu-h200-7c31afe-2026-12-02.md); auto names descending,
-     * DASH's order for causal work, which waits only on earlier units as spt does. */
+     * each other (bench/results/gpu-h200-7c31afe-2026-12-02.md); since the window kernel
+     * loads Q and dO by TMA, spt leads descending by 1.8-2.9% at window 4k and 0.1-0.8% at
+     * 1k in three runs (bench/results/gpu-bwd-tmaq-2026-12-04.md), so auto names spt
+     * there: longest units first, each waiting only on earlier units. */
     if (c.sched == SCHED_AUTO)
-        c.sched = window_band(p) ? SCHED_DESCENDING : SCHED_SHIFT;
+        c.sched = window_band(p) ? SCHED_SPT : SCHED_SHIFT;
     struct sched s;
     if ((rc = attn_geometry(p, &c, &s)))
         return rc;

@@ -187,7 +187,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
 /*
  * Backward: dq, dk, dv from q, k, v, the forward's out and lse, and dout, run in the
  * schedule's order (SCHED_AUTO becomes shift, the fastest deterministic schedule of these
- * kernels as measured on an H200, or descending where a window leaves a band; W defaults
+ * kernels as measured on an H200, or spt where a window leaves a band; W defaults
  * to SCHED_W_DEFAULT). `grid` is how many CTAs to launch, 0 meaning the
  * device's SM count; it is capped at what can be resident at once. It changes the speed,
  * never the bits. cfg may be NULL; ret_cfg may be NULL (filled only on success).

@@ -624,7 +624,7 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
 }
 
 /* A dense batch with a window that reaches every key gives the plain mask's bits (the
- * dense kernels run it), auto names shift there and descending for a band, and what these
+ * dense kernels run it), auto names shift there and spt for a band, and what these
  * kernels lack is refused: head dim 256 (96 runs the 128 kernels widened where 128 has
  * tensor cores). */
 static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused(void)
@@ -657,8 +657,8 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     CU_ASSERT(memcmp(lse0, a.lse, sizeof(float) * (size_t)a.nlse) == 0);
     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
     CU_ASSERT(gpu_copy_equal(&g, &a));
-    /* auto: shift for the plain mask, descending for a band (its bits those of descending
-     * asked for by name) */
+    /* auto: shift for the plain mask, spt for a band (its bits those of spt asked for by
+     * name) */
     struct attn_config used;
     memset(&used, 0, sizeof used);
     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, NULL, 0, &used), 0);
@@ -666,13 +666,13 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     CU_ASSERT(gpu_copy_equal(&g, &a));
     a.p.window_left = 40;
     CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
-    struct attn_config desc = {SCHED_DESCENDING, 0, 0, 0, 0};
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &desc, 0, NULL), 0);
+    struct attn_config spt = {SCHED_SPT, 0, 0, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &spt, 0, NULL), 0);
     gpu_copy_free(&g);
     gpu_copy_bwd(&g, &a);
     memset(&used, 0, sizeof used);
     CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, NULL, 0, &used), 0);
-    CU_ASSERT_EQUAL(used.sched, SCHED_DESCENDING);
+    CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT(gpu_copy_equal(&g, &a));
     gpu_copy_free(&g);
     free(lse0);
