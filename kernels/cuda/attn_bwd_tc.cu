@@ -121,10 +121,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
             if constexpr (W) { /* tell the writer */
-#if BWD_WG_TMA_STORE
-                if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
-                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
                 bwd_wg_hand_end(sm, hb);
                 return;
             }
@@ -142,10 +138,9 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             const int32_t steps = sched_unit_steps(s, n);
             /* the previous unit read the table last before its last turn's barrier */
             BWD_WG_T0();
-            if constexpr (W && BWD_WG_STAGE_BARS(D)) { /* no barrier after each step: one here,
-                                                           before the table, K and V are rewritten */
+            if constexpr (W && BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
+                                                         before the table, K and V are rewritten */
                 bwd_cta_sync<W>();
-            }
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
             bwd_tc_load_kv<D, BN>(p, sm, J.bh, n); /* its barrier publishes the table too */
             if (threadIdx.x == 0)
@@ -253,15 +248,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             }
             {
                 BWD_WG_T0();
-#if BWD_WG_TMA_STORE
-                if constexpr (W && BWD_WG_DKV_TMA(D)) {
-                    if (bwd_wg_dkv_tma<BN, true>(p, qm, n, nullptr))
-                        bwd_wg_store_unit_tma<DT, D, BN, true>(p, sm, x, J.bh, n, qm);
-                    else
-                        bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
-                } else
-#endif
-                    bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
+                bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }
@@ -623,13 +610,6 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
                       cuattn__tma_map_4d(&maps.dout, p->dout, D, batch, p->seqlen_q, p->heads_q, p->dout_stride,
                                          BWD_TC_BM);
         }
-#if BWD_WG_TMA_STORE
-        if (V == 3 && BWD_WG_DKV_TMA(D)) {
-            const int32_t batch = p->s.bh / p->heads_q;
-            maps.ok_dkv = cuattn__tma_map_4d(&maps.dk, p->dk, D, batch, p->seqlen_k, p->heads_kv, p->dk_stride, 64) &&
-                          cuattn__tma_map_4d(&maps.dv, p->dv, D, batch, p->seqlen_k, p->heads_kv, p->dv_stride, 64);
-        }
-#endif
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p, maps);
     }

@@ -333,8 +333,7 @@ struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     int64_t tile_at[BWD_WG_DQBUFS][2]; /* per staging buffer: counter index, dQacc offset */
     struct attn_bwd_params prm;        /* the job's sequence */
     int32_t local_job;                 /* the job's index in its sequence's dispatch order */
-    int32_t view[2 + BWD_WG_TMA_STORE]; /* its view batch and first q row (the TMA maps'; the
-                                            trial BWD_WG_TMA_STORE: and first k row) */
+    int32_t view[2];                   /* its view batch and first q row (the TMA maps') */
 };
 
 template <typename DT, int D>
@@ -388,9 +387,6 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                 const struct attn_vl_seq *e = bwd_vl_enter<D>(p, sm, job);
                 sm.view[0] = e->vb;
                 sm.view[1] = e->vq;
-#if BWD_WG_TMA_STORE
-                sm.view[2] = e->vk;
-#endif
             }
         }
         bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
@@ -398,10 +394,6 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_JOB);
         if (job >= p.vl_jobs) {
-#if BWD_WG_TMA_STORE
-            if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
-                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
             bwd_wg_hand_end(sm, hb); /* tell the writer */
 #if BWD_WG_TRACE
             if (threadIdx.x == 0)
@@ -424,10 +416,9 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             bwd_tc_zero_kv<D, BN>(x);
             if (steps > 0) {
                 /* the previous unit read the table last before its last step's barrier */
-                if constexpr (BWD_WG_STAGE_BARS(D)) { /* no barrier after each step: one here,
-                                                         before the table, K and V are rewritten */
+                if constexpr (BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
+                                                       before the table, K and V are rewritten */
                     bwd_cta_sync<true>();
-                }
                 bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
                 bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
             }
@@ -477,15 +468,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             }
             {
                 BWD_WG_T0();
-#if BWD_WG_TMA_STORE
-                if constexpr (BWD_WG_DKV_TMA(D)) {
-                    if (bwd_wg_dkv_tma<BN, false>(q, &maps, n, sm.view))
-                        bwd_wg_store_unit_tma<DT, D, BN, false>(q, sm, x, J.bh, n, &maps, sm.view);
-                    else
-                        bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
-                } else
-#endif
-                    bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
+                bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }
@@ -801,21 +784,13 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
         if constexpr (WG) {
             bwd_wg_qmaps maps; /* Q and dO by TMA: the call's views (packed: one batch of total_q rows) */
             memset(&maps, 0, sizeof maps);
-            const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
             if (BWD_WG_STAGE_BARS(D)) {
+                const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
                 const int32_t rows = p->vl_dense ? p->seqlen_q : p->total_q;
                 maps.ok = cuattn__tma_map_4d(&maps.q, p->q, D, batch, rows, p->heads_q, p->q_stride, BWD_TC_BM) &&
                           cuattn__tma_map_4d(&maps.dout, p->dout, D, batch, rows, p->heads_q, p->dout_stride,
                                              BWD_TC_BM);
             }
-#if BWD_WG_TMA_STORE
-            if (BWD_WG_DKV_TMA(D)) {
-                const int32_t rows_k = p->vl_dense ? p->seqlen_k : p->total_k;
-                maps.ok_dkv =
-                    cuattn__tma_map_4d(&maps.dk, p->dk, D, batch, rows_k, p->heads_kv, p->dk_stride, 64) &&
-                    cuattn__tma_map_4d(&maps.dv, p->dv, D, batch, rows_k, p->heads_kv, p->dv_stride, 64);
-            }
-#endif
             attn_bwd_vl_wg_kernel<DT, D>
                 <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
         } else
