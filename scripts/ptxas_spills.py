@@ -28,22 +28,18 @@ KNOWN = {
     ("sm_80", "void attn_bwd_kernel<attn_f16, 256>(attn_bwd_params)"),
     ("sm_80", "void attn_bwd_kernel<attn_bf16, 256>(attn_bwd_params)"),
     # v2 (mma.sync) backward at head dim 128, 64 x 128 tiles: 12-36 bytes on sm_90a (v2 on
-    # an sm_90 GPU only when asked for: v3 is the default there); 48-92 on sm_80, where it
-    # cannot run (205 KiB of shared memory; an A100 has 163: such GPUs run v1 at 128)
+    # an sm_90 GPU only when asked for: v3 is the default there). Its sm_80 build, which
+    # spilled 48-92, is a trap now: it needs 205 KiB of shared memory, more than any GPU
+    # that runs sm_80 code has (the A100: 163; such GPUs run v1 at 128; ATTN_FITS_ARCH)
     ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
     ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
-    ("sm_80", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
-    ("sm_80", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
     # the backward of windows, softcap and packed batches at head dim 128: v2's step (16-32
-    # bytes) and v3's (4 bytes on sm_90a since its step runs transposed, 20 before)
+    # bytes; not built for sm_80 either, for the same reason) and v3's (4 bytes on sm_90a
+    # since its step runs transposed, 20 before)
     ("sm_90a", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
     ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
     # v3's backward at head dim 256 in the interleaved mode (shift on a grid too small for

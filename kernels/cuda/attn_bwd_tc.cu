@@ -387,7 +387,8 @@ static __device__ __forceinline__ typename bwd_kern<D, BN, V>::smem &bwd_kern_sm
     return *reinterpret_cast<typename bwd_kern<D, BN, V>::smem *>(raw);
 }
 
-/* V: 2 runs v2's step (mma.sync), 3 v3's (wgmma; sm_90a only, the sm_80 build traps). */
+/* V: 2 runs v2's step (mma.sync), 3 v3's (wgmma; sm_90a only, the sm_80 build traps; so
+ * does v2's where its shared memory exceeds what 8.x GPUs have, ATTN_FITS_ARCH). */
 #if ATTN_WGMMA
 #define BWD_KERN_RUNS(V) 1
 #else
@@ -404,7 +405,7 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     typedef bwd_kern<D, BN, V> K;
-    if constexpr (BWD_KERN_RUNS(V)) {
+    if constexpr (BWD_KERN_RUNS(V) && ATTN_FITS_ARCH(K::bytes)) {
         typename K::smem &sm = bwd_kern_smem<D, BN, V>(smem_raw);
 #if BWD_WG_TRACE
         const long long bk0_ = clock64();
@@ -446,7 +447,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_tc_interleaved_kerne
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     typedef bwd_kern<D, BN, V> K;
-    if constexpr (BWD_KERN_RUNS(V))
+    if constexpr (BWD_KERN_RUNS(V) && ATTN_FITS_ARCH(K::bytes))
         bwd_tc_interleaved<DT, D, BN, typename K::smem, typename K::regs>(p, bwd_kern_smem<D, BN, V>(smem_raw));
     else
         __trap();

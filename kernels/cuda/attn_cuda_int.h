@@ -34,6 +34,17 @@ extern "C" {
 #define ATTN_BM CUATTN_BLOCK /* q-tile rows */
 #define ATTN_BN CUATTN_BLOCK /* kv-tile rows */
 #define ATTN_THREADS 256
+
+/* The most shared memory a block may opt into on the GPUs that run the sm_80 code (8.x:
+ * the A100's 163 KiB, less on the others). A kernel that needs more is not built for them
+ * (ATTN_FITS_ARCH false: its sm_80 body traps); the host checks the opt-in size before it
+ * launches anything (the attr functions), so it never runs such a kernel there. */
+#define ATTN_SM8X_SMEM_MAX 166912
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define ATTN_FITS_ARCH(bytes) ((bytes) <= ATTN_SM8X_SMEM_MAX)
+#else
+#define ATTN_FITS_ARCH(bytes) true
+#endif
 #define ATTN_PS (ATTN_BN + 1) /* row stride (floats) of P and dS in shared memory */
 
 /* Backward execution modes. */

@@ -234,6 +234,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     typedef bwd_vl_smem<D, BN> SM;
+    if constexpr (!ATTN_FITS_ARCH(sizeof(SM))) { /* not built where it cannot run */
+        (void)p;
+        __trap();
+        return;
+    }
     SM &sm = *reinterpret_cast<SM *>(smem_raw);
     const struct attn_bwd_params &q = sm.prm;
     const struct sched *s = &sm.prm.s;
