@@ -607,9 +607,7 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
         memset(&maps, 0, sizeof maps);
         if (V == 3 && BWD_WG_STAGE_BARS(D)) {
             const int32_t batch = p->s.bh / p->heads_q;
-            maps.ok = cuattn__tma_map_4d(&maps.q, p->q, D, batch, p->seqlen_q, p->heads_q, p->q_stride, BWD_TC_BM) &&
-                      cuattn__tma_map_4d(&maps.dout, p->dout, D, batch, p->seqlen_q, p->heads_q, p->dout_stride,
-                                         BWD_TC_BM);
+            bwd_wg_qmaps_encode(&maps, p, D, batch, p->seqlen_q);
         }
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p, maps);

@@ -792,9 +792,7 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
             if (BWD_WG_STAGE_BARS(D)) {
                 const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
                 const int32_t rows = p->vl_dense ? p->seqlen_q : p->total_q;
-                maps.ok = cuattn__tma_map_4d(&maps.q, p->q, D, batch, rows, p->heads_q, p->q_stride, BWD_TC_BM) &&
-                          cuattn__tma_map_4d(&maps.dout, p->dout, D, batch, rows, p->heads_q, p->dout_stride,
-                                             BWD_TC_BM);
+                bwd_wg_qmaps_encode(&maps, p, D, batch, rows);
             }
             attn_bwd_vl_wg_kernel<DT, D>
                 <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);

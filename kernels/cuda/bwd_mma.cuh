@@ -213,6 +213,26 @@ static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_para
     bwd_cta_sync<SM::writer>(); /* K and V are complete before the unit's first step reads them */
 }
 
+/* Start loading LSE and Dsum of q-tile m (rows i0 .., rm of them) of head bh into buffer
+ * `buf` and commit the thread's cp.async group (rows past Sq: LSE +inf, Dsum 0). */
+template <typename SM>
+static __device__ __forceinline__ void bwd_tc_load_stats(const struct attn_bwd_params &p, SM &sm, int32_t buf,
+                                                         int32_t bh, int32_t i0, int32_t rm)
+{
+    const int32_t tid = threadIdx.x;
+    if (tid < BWD_TC_BM) {
+        const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
+        if (tid < rm) {
+            attn_cp_async4(&sm.lse_smem[buf][tid], p.lse + row);
+            attn_cp_async4(&sm.dsum_smem[buf][tid], p.dsum + row);
+        } else {
+            sm.lse_smem[buf][tid] = INFINITY;
+            sm.dsum_smem[buf][tid] = 0.0f;
+        }
+    }
+    attn_cp_async_commit();
+}
+
 /* Start loading Q, dO, LSE and Dsum of q-tile m of head bh into buffer `buf`, as one
  * committed cp.async group (rows past Sq: Q, dO 0, LSE +inf, Dsum 0). */
 template <int D, int BN, typename SM>
@@ -227,18 +247,7 @@ static __device__ __forceinline__ void bwd_tc_load_q(const struct attn_bwd_param
     bwd_tc_load_tile<D, BWD_TC_BM, SM::swizzled>(sm.dout_smem[buf], static_cast<const uint16_t *>(p.dout),
                                    b * p.dout_stride[0] + (int64_t)i0 * p.dout_stride[1] + h * p.dout_stride[2],
                                    p.dout_stride[1], rm);
-    const int32_t tid = threadIdx.x;
-    if (tid < BWD_TC_BM) {
-        const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
-        if (tid < rm) {
-            attn_cp_async4(&sm.lse_smem[buf][tid], p.lse + row);
-            attn_cp_async4(&sm.dsum_smem[buf][tid], p.dsum + row);
-        } else {
-            sm.lse_smem[buf][tid] = INFINITY;
-            sm.dsum_smem[buf][tid] = 0.0f;
-        }
-    }
-    attn_cp_async_commit();
+    bwd_tc_load_stats(p, sm, buf, bh, i0, rm);
 }
 
 template <int D, int BN>

@@ -85,6 +85,13 @@ struct bwd_wg_qmaps {
 /* attn_fwd_wg.cu's tensor map of a (batch, seqlen, heads, D) view in boxes of 64 x rows */
 bool cuattn__tma_map_4d(CUtensorMap *map, const void *data, int32_t D, int32_t batch, int32_t seqlen,
                         int32_t heads, const int64_t stride[3], uint32_t rows);
+/* Host: p's Q and dO maps as (batch, rows, heads_q, D) views; ok whether both encode. */
+static inline void bwd_wg_qmaps_encode(bwd_wg_qmaps *maps, const struct attn_bwd_params *p, int32_t D,
+                                       int32_t batch, int32_t rows)
+{
+    maps->ok = cuattn__tma_map_4d(&maps->q, p->q, D, batch, rows, p->heads_q, p->q_stride, BWD_TC_BM) &&
+               cuattn__tma_map_4d(&maps->dout, p->dout, D, batch, rows, p->heads_q, p->dout_stride, BWD_TC_BM);
+}
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
@@ -102,6 +109,10 @@ __device__ unsigned long long bwd_wg_trace[1024][BT_N];
 #define BWD_WG_T0() const long long bt0_ = clock64()
 #define BWD_WG_TADD(i) (BWD_WG_TSLOT(i) += (unsigned long long)(clock64() - bt0_))
 #define BWD_WG_TCOUNT(i) (BWD_WG_TSLOT(i) += 1)
+/* a writer's laps: BWD_WG_TLAP0 starts the clock, each BWD_WG_TLAP(i) adds the time since
+ * the last lap to part i */
+#define BWD_WG_TLAP0() long long bt0_ = clock64(), bt1_
+#define BWD_WG_TLAP(i) (bt1_ = clock64(), BWD_WG_TSLOT(i) += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
 #include <stdio.h>
 #include <stdlib.h>
 /* At exit (each file that launches a traced kernel registers it): the last traced launch's
@@ -135,6 +146,8 @@ static void bwd_wg_trace_print(const char *tag)
 #define BWD_WG_T0() ((void)0)
 #define BWD_WG_TADD(i) ((void)0)
 #define BWD_WG_TCOUNT(i) ((void)0)
+#define BWD_WG_TLAP0() ((void)0)
+#define BWD_WG_TLAP(i) ((void)0)
 #endif
 
 template <int D>
@@ -758,17 +771,7 @@ static __device__ __forceinline__ void bwd_wg_load_q_mb(const struct attn_bwd_pa
             b += view[0];
             r0 += view[1];
         }
-        if (tid < BWD_TC_BM) { /* LSE and Dsum as bwd_tc_load_q */
-            const int64_t row = (int64_t)bh * p.seqlen_q + i0 + tid;
-            if (tid < rm) {
-                attn_cp_async4(&sm.lse_smem[buf][tid], p.lse + row);
-                attn_cp_async4(&sm.dsum_smem[buf][tid], p.dsum + row);
-            } else {
-                sm.lse_smem[buf][tid] = INFINITY;
-                sm.dsum_smem[buf][tid] = 0.0f;
-            }
-        }
-        attn_cp_async_commit();
+        bwd_tc_load_stats(p, sm, buf, bh, i0, rm); /* LSE and Dsum as bwd_tc_load_q */
         asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
                      : "memory");
         if (tid == 0) { /* its second arrival carries the bytes; then the boxes */
@@ -1086,12 +1089,7 @@ template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
 {
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
-#if BWD_WG_TRACE
-        long long bt0_ = clock64(), bt1_;
-#define BWD_WG_TLAP(i) (bt1_ = clock64(), BWD_WG_TSLOT(i) += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
-#else
-#define BWD_WG_TLAP(i) ((void)0)
-#endif
+        BWD_WG_TLAP0();
         attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
         BWD_WG_TLAP(BT_FULL);
         const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
@@ -1111,7 +1109,6 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
         BWD_WG_TLAP(BT_READ);
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
         BWD_WG_TLAP(BT_PERFORM);
-#undef BWD_WG_TLAP
     }
 }
 
@@ -1142,12 +1139,7 @@ template <int D, typename SM>
 static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_params &p, SM &sm)
 {
     for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
-#if BWD_WG_TRACE
-        long long bt0_ = clock64(), bt1_;
-#define BWD_WG_TLAP(i) (bt1_ = clock64(), BWD_WG_TSLOT(i) += (unsigned long long)(bt1_ - bt0_), bt0_ = bt1_)
-#else
-#define BWD_WG_TLAP(i) ((void)0)
-#endif
+        BWD_WG_TLAP0();
         attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
         BWD_WG_TLAP(BT_FULL);
         const int32_t rm = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
@@ -1164,7 +1156,6 @@ static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_pa
         BWD_WG_TLAP(BT_READ);
         bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
         BWD_WG_TLAP(BT_PERFORM);
-#undef BWD_WG_TLAP
     }
 }
 #endif
