@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # build_trial.sh - here (not on the GPU machine): build a kernel trial that lives in git
 # history as a commit reverted on main (a default-off -D knob), for scripts/gpu_trials.sh.
-# A worktree of HEAD gets the commit cherry-picked, then test_dash_gpu, bench_gpu and
-# bench_audit are built with the knob and copied, stripped and xz'd, to .gpu/trial-NAME/
+# A worktree of HEAD gets the commit cherry-picked, then test_dash_gpu, bench_gpu,
+# bench_audit, dashd and dashctl (the gpu_audit and dashd suites start them from beside
+# test_dash_gpu) are built with the knob and copied, stripped and xz'd, to .gpu/trial-NAME/
 # (with the knob and the commit in .gpu/trial-NAME/what). Several trials build one after
 # another; each full kernel build takes about five minutes on two cores.
 #   bash scripts/build_trial.sh NAME COMMIT KNOB [KNOB ...]
@@ -20,13 +21,13 @@ trap 'git -C "$root" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 git -C "$root" worktree add -f --detach "$wt" HEAD >/dev/null
 [ "$commit" = - ] ||
   git -C "$wt" -c user.name=trial -c user.email=trial@localhost cherry-pick --no-commit "$commit" >/dev/null
-make -C "$wt" -j"$(nproc)" NVCC="$(command -v nvcc) $*" build/test_dash_gpu build/bench_gpu build/bench_audit >/dev/null
+bins="test_dash_gpu bench_gpu bench_audit dashd dashctl"
+make -C "$wt" -j"$(nproc)" NVCC="$(command -v nvcc) $*" $(printf 'build/%s ' $bins) >/dev/null
 out=$root/.gpu/trial-$name
 rm -rf "$out"
 mkdir -p "$out"
-cp "$wt"/build/test_dash_gpu "$wt"/build/bench_gpu "$wt"/build/bench_audit "$out"/
-strip "$out"/test_dash_gpu "$out"/bench_gpu "$out"/bench_audit
-xz -T2 -3 -f "$out"/test_dash_gpu "$out"/bench_gpu "$out"/bench_audit
+for b in $bins; do cp "$wt/build/$b" "$out/"; strip "$out/$b"; done
+(cd "$out" && xz -T2 -3 -f $bins)
 echo "trial $name: commit $([ "$commit" = - ] && echo none || git -C "$root" rev-parse --short "$commit") on $(git -C "$root" rev-parse --short HEAD), knobs $*" > "$out"/what
 cat "$out"/what
 du -sh "$out"

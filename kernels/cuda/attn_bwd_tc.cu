@@ -121,6 +121,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
             if constexpr (W) { /* tell the writer */
+                if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
+                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
                 bwd_wg_hand_end(sm, hb);
                 return;
             }
@@ -248,7 +250,13 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             }
             {
                 BWD_WG_T0();
-                bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
+                if constexpr (W && BWD_WG_DKV_TMA(D)) {
+                    if (bwd_wg_dkv_tma<BN, true>(p, qm, n, nullptr))
+                        bwd_wg_store_unit_tma<DT, D, BN, true>(p, sm, x, J.bh, n, qm);
+                    else
+                        bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
+                } else
+                    bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }
@@ -609,6 +617,8 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
             const int32_t batch = p->s.bh / p->heads_q;
             bwd_wg_qmaps_encode(&maps, p, D, batch, p->seqlen_q);
         }
+        if (V == 3 && BWD_WG_DKV_TMA(D))
+            bwd_wg_dkvmaps_encode(&maps, p, D, p->s.bh / p->heads_q, p->seqlen_k);
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p, maps);
     }

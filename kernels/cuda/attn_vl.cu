@@ -338,7 +338,7 @@ struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     int64_t tile_at[BWD_WG_DQBUFS][2]; /* per staging buffer: counter index, dQacc offset */
     struct attn_bwd_params prm;        /* the job's sequence */
     int32_t local_job;                 /* the job's index in its sequence's dispatch order */
-    int32_t view[2];                   /* its view batch and first q row (the TMA maps') */
+    int32_t view[3];                   /* its view batch, first q row and first k row (the TMA maps') */
 };
 
 template <typename DT, int D>
@@ -392,6 +392,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                 const struct attn_vl_seq *e = bwd_vl_enter<D>(p, sm, job);
                 sm.view[0] = e->vb;
                 sm.view[1] = e->vq;
+                sm.view[2] = e->vk;
             }
         }
         bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
@@ -399,6 +400,8 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_JOB);
         if (job >= p.vl_jobs) {
+            if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
             bwd_wg_hand_end(sm, hb); /* tell the writer */
 #if BWD_WG_TRACE
             if (threadIdx.x == 0)
@@ -473,7 +476,13 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             }
             {
                 BWD_WG_T0();
-                bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
+                if constexpr (BWD_WG_DKV_TMA(D)) {
+                    if (bwd_wg_dkv_tma<BN, false>(q, &maps, n, sm.view))
+                        bwd_wg_store_unit_tma<DT, D, BN, false>(q, sm, x, J.bh, n, &maps, sm.view);
+                    else
+                        bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
+                } else
+                    bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }
@@ -789,11 +798,13 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
         if constexpr (WG) {
             bwd_wg_qmaps maps; /* Q and dO by TMA: the call's views (packed: one batch of total_q rows) */
             memset(&maps, 0, sizeof maps);
+            const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
             if (BWD_WG_STAGE_BARS(D)) {
-                const int32_t batch = p->vl_dense ? p->total_q / p->seqlen_q : 1;
                 const int32_t rows = p->vl_dense ? p->seqlen_q : p->total_q;
                 bwd_wg_qmaps_encode(&maps, p, D, batch, rows);
             }
+            if (BWD_WG_DKV_TMA(D))
+                bwd_wg_dkvmaps_encode(&maps, p, D, batch, p->vl_dense ? p->seqlen_k : p->total_k);
             attn_bwd_vl_wg_kernel<DT, D>
                 <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
         } else

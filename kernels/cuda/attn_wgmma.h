@@ -286,6 +286,24 @@ static __device__ __forceinline__ void attn_tma_load_4d(void *smem, const void *
                  : "memory");
 }
 
+/* Copy smem to the box at element coordinates (c0, c1, c2, c3) of a 4D tensor map (a bulk
+ * async-group of the thread: commit with attn_tma_store_commit); elements outside the
+ * tensor's extents are not written. The smem must not change until the group has read it
+ * (cp.async.bulk.wait_group.read). */
+static __device__ __forceinline__ void attn_tma_store_4d(const void *map, const void *smem, int32_t c0, int32_t c1,
+                                                         int32_t c2, int32_t c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(attn_smem_u32(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void attn_tma_store_commit(void)
+{
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
 /* Wait until the phase of parity `parity` has completed (parity 1 passes at once before
  * the first phase completes: the phase "before" it counts as complete). */
 static __device__ __forceinline__ void attn_mbar_wait(uint64_t *bar, uint32_t parity)

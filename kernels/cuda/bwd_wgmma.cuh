@@ -78,9 +78,20 @@
  * partial tile of each by cp.async: +12% (window 1k), +17% (window 4k), +7% (packed batch)
  * in the same run (bench/results/gpu-bwd-tmaq-2026-12-04.md). */
 #include <cuda.h> /* CUtensorMap */
+/* dK and dV through shared memory and TMA stores (bwd_wg_store_unit_tma) at head dims 64
+ * and 128 (where the maps encode, without GQA's fp32 sums): a unit's dK and dV go out
+ * through K's and V's tiles (free after its last step) and one TMA store per warpgroup and
+ * 64-column block, instead of every thread's 4-byte pair stores (8 rows of 16 bytes per
+ * warp instruction; the trace put 75-98 us of a CTA's 950-5400 in them). On the H200 in
+ * one run against the pair stores, same bits (bench/results/gpu-bwd-tmastore-2026-12-04.md):
+ * det +6.5% (64) and +6.8% (128) at 1k causal, +2.0-3.7% at 4k, +0.4-1.0% at 16k causal;
+ * window/packed +1.8-7%. */
+#define BWD_WG_DKV_TMA(D) (BWD_WG_STAGE_BARS(D) || (D) == 64)
 struct bwd_wg_qmaps {
     CUtensorMap q, dout; /* (D, Sq, Hq, B) in boxes of 64 x BWD_TC_BM */
     int32_t ok;          /* 0: cp.async */
+    CUtensorMap dk, dv;  /* (D, Sk, Hkv, B) in boxes of 64 x 64 (BWD_WG_DKV_TMA) */
+    int32_t ok_dkv;      /* 0: the pair stores */
 };
 /* attn_fwd_wg.cu's tensor map of a (batch, seqlen, heads, D) view in boxes of 64 x rows */
 bool cuattn__tma_map_4d(CUtensorMap *map, const void *data, int32_t D, int32_t batch, int32_t seqlen,
@@ -91,6 +102,13 @@ static inline void bwd_wg_qmaps_encode(bwd_wg_qmaps *maps, const struct attn_bwd
 {
     maps->ok = cuattn__tma_map_4d(&maps->q, p->q, D, batch, rows, p->heads_q, p->q_stride, BWD_TC_BM) &&
                cuattn__tma_map_4d(&maps->dout, p->dout, D, batch, rows, p->heads_q, p->dout_stride, BWD_TC_BM);
+}
+/* Host: p's dK and dV maps as (batch, rows_k, heads_kv, D) views; ok_dkv whether both encode. */
+static inline void bwd_wg_dkvmaps_encode(bwd_wg_qmaps *maps, const struct attn_bwd_params *p, int32_t D,
+                                         int32_t batch, int32_t rows_k)
+{
+    maps->ok_dkv = cuattn__tma_map_4d(&maps->dk, p->dk, D, batch, rows_k, p->heads_kv, p->dk_stride, 64) &&
+                   cuattn__tma_map_4d(&maps->dv, p->dv, D, batch, rows_k, p->heads_kv, p->dv_stride, 64);
 }
 
 /* Trial instrument (default 0): BWD_WG_TRACE=1 times the persistent kernel's parts per CTA
@@ -379,6 +397,103 @@ static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_p
             *reinterpret_cast<float2 *>(p.dv_acc + at) = make_float2(dv0, dv1);
         }
     }
+}
+
+/* Whether the unit's dK and dV go out by TMA (bwd_wg_store_unit_tma): maps, no GQA sums,
+ * audit leaves only where the kernel hashes (LEAVES); in a window/packed kernel (view) only
+ * a whole kv-tile (the rows past a packed sequence's end are the next one's). Uniform over
+ * the CTA. */
+template <int BN, bool LEAVES>
+static __device__ __forceinline__ bool bwd_wg_dkv_tma(const struct attn_bwd_params &p, const bwd_wg_qmaps *qm,
+                                                      int32_t n, const int32_t *view)
+{
+    return qm && qm->ok_dkv && p.group == 1 && (LEAVES || !p.leaf_dk) && (!view || p.seqlen_k - n * BN >= BN);
+}
+
+/* The unit's dK (times scale) and dV through K's and V's tiles (the 128-byte swizzled
+ * layout of the loads, which the maps' swizzle undoes) and a TMA store per 64-column block
+ * of each warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written).
+ * LEAVES: where the audit asks (leaf_dk), the quads hash the rows they write, as
+ * bwd_tc_store_unit's (the same packed values, the same leaves). The
+ * issuing thread waits until the stores have read the tiles, so they are free for the
+ * next unit's K and V once the unit-start barrier has passed (waiting there instead, the
+ * first form measured, fe8551b, spilled 8 bytes in the dense kernel).
+ * view: the window/packed kernel's (view batch, first q row, first k row). */
+template <typename DT, int D, int BN, bool LEAVES>
+static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+                                                             const bwd_wg_regs<D> &x, int32_t bh, int32_t n,
+                                                             const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
+{
+    static_assert(BN == 128 && (D == 128 || D == 64), "two warpgroups of 64 kv rows, head dim 64 or 128");
+#if BWD_TC_BULK
+    int32_t b = bh / p.heads_q;
+    const int32_t hk = (bh - b * p.heads_q) / p.group, wg = threadIdx.x >> 7, r0 = 64 * wg;
+    int32_t j = n * BN + r0;
+    if (view) {
+        b += view[0];
+        j += view[2];
+    }
+    bwd_cta_sync<true>(); /* every product of this unit's last step (dQ reads all of K) is done */
+    unsigned char *ks = reinterpret_cast<unsigned char *>(sm.k_smem), *vs = reinterpret_cast<unsigned char *>(sm.v_smem);
+    bool hashed = false;
+    if constexpr (LEAVES) {
+        if (p.leaf_dk) { /* bwd_tc_store_unit's order: row halves h, elements e = 4 t + 2 h */
+            const int32_t lane = threadIdx.x & 31, rn = p.seqlen_k - n * BN;
+            uint32_t q[4][D / 8];
+#pragma unroll
+            for (int32_t h = 0; h < 2; h++)
+#pragma unroll
+                for (int32_t t = 0; t < D / 8; t++) {
+                    const int32_t e = 4 * t + 2 * h;
+                    const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e), BN);
+                    q[2 * h][t] = DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
+                    q[2 * h + 1][t] = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
+                    *reinterpret_cast<uint32_t *>(ks + at) = q[2 * h][t];
+                    *reinterpret_cast<uint32_t *>(vs + at) = q[2 * h + 1][t];
+                }
+            uint64_t leaf[4];
+            digest_leaves_quad<D, 4>(q, lane, leaf);
+#pragma unroll
+            for (int32_t h = 0; h < 2; h++) {
+                const int32_t jr = r0 + bwd_wg_regs<D>::row(2 * h);
+                if ((lane & 3) == 0 && jr < rn) {
+                    const int64_t at = ((int64_t)b * p.seqlen_k + n * BN + jr) * p.heads_kv + hk;
+                    p.leaf_dk[at] = leaf[2 * h];
+                    p.leaf_dv[at] = leaf[2 * h + 1];
+                }
+            }
+            hashed = true;
+        }
+    }
+    if (!hashed)
+#pragma unroll
+        for (int e = 0; e < D / 2; e += 2) {
+            const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e), BN);
+            *reinterpret_cast<uint32_t *>(ks + at) =
+                DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
+            *reinterpret_cast<uint32_t *>(vs + at) = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
+        }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if (wg == 0) /* the warpgroup's rows are written */
+        asm volatile("bar.sync 2, 128;" ::: "memory");
+    else
+        asm volatile("bar.sync 3, 128;" ::: "memory");
+    if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int32_t c = 0; c < D / 64; c++) {
+            const uint32_t at = (uint32_t)(c * BN * 128 + r0 * 128);
+            attn_tma_store_4d(&qm->dk, reinterpret_cast<const unsigned char *>(sm.k_smem) + at, 64 * c, j, hk, b);
+            attn_tma_store_4d(&qm->dv, reinterpret_cast<const unsigned char *>(sm.v_smem) + at, 64 * c, j, hk, b);
+        }
+        attn_tma_store_commit();
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
+    }
+    if constexpr (!BWD_WG_STAGE_BARS(D)) /* no unit-start barrier: everyone waits for that here */
+        bwd_cta_sync<true>();
+#else
+    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)qm, (void)view;
+    __trap();
+#endif
 }
 
 template <int D, int BN>
