@@ -171,10 +171,6 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
     const int32_t batch = p->geo.batch, heads_kv = p->heads_q / p->group;
     const PFN_cuTensorMapEncodeTiled_v12000 enc = fwd_wg_encoder();
     const uint32_t bn = FWD_WG_BN_OF(head_dim);
-#if FWD_WG_TMA_STORE_O
-    if (enc && head_dim <= 128 && bn == FWD_WG_BM) /* (a packed batch's view: see attn_vl.cu) */
-        maps->ok_o = fwd_wg_map(&maps->o, enc, p->out, head_dim, batch, p->seqlen_q, p->heads_q, p->out_stride, 64);
-#endif
     return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride, FWD_WG_BM) &&
            fwd_wg_map(&maps->k, enc, p->k, head_dim, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
            fwd_wg_map(&maps->v, enc, p->v, head_dim, batch, p->seqlen_k, heads_kv, p->v_stride, bn);

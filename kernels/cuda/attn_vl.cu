@@ -162,10 +162,6 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
             sm.maps = static_cast<const fwd_wg_maps *>(p.vl_maps) + entry;
             sm.mb[2] = 0;
         }
-#if FWD_WG_TMA_STORE_O
-        sm.t.o_maps = TMA ? sm.maps : nullptr; /* O through the same maps (fwd_wg_consume) */
-        sm.t.o_b = TMA && sm.maps->ok_o ? sm.mb[2] : -1;
-#endif
         fwd_wg_init<D, TMA>(sm.t);
         const struct attn_fwd_params &q = sm.prm;
         sm.vt.wl = q.geo.wl;
@@ -711,9 +707,6 @@ bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const s
         s.q = static_cast<const uint16_t *>(p->q) + (int64_t)e->vb * p->q_stride[0] + (int64_t)e->vq * p->q_stride[1];
         s.k = static_cast<const uint16_t *>(p->k) + (int64_t)e->vb * p->k_stride[0] + (int64_t)e->vk * p->k_stride[1];
         s.v = static_cast<const uint16_t *>(p->v) + (int64_t)e->vb * p->v_stride[0] + (int64_t)e->vk * p->v_stride[1];
-#if FWD_WG_TMA_STORE_O
-        s.out = static_cast<uint16_t *>(p->out) + (int64_t)e->vb * p->out_stride[0] + (int64_t)e->vq * p->out_stride[1];
-#endif
         s.seqlen_q = e->s.seqlen_q > 0 ? e->s.seqlen_q : 1; /* (a dim of 0 does not encode; never read) */
         s.seqlen_k = e->s.seqlen_k > 0 ? e->s.seqlen_k : 1;
         s.geo.batch = 1;

@@ -88,9 +88,6 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
  * reads its sequence from the table). */
 
 
-#if FWD_WG_TMA_STORE_O
-struct fwd_wg_maps;
-#endif
 template <int D>
 struct fwd_wg_smem {
     static constexpr int BN = FWD_WG_BN_OF(D);
@@ -104,10 +101,6 @@ struct fwd_wg_smem {
     uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (256) */
     uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (256) */
     uint64_t q_empty; /* ... with the tile's Q (256; the persistent dense kernel) */
-#if FWD_WG_TMA_STORE_O
-    const fwd_wg_maps *o_maps; /* VL: the maps O goes out through (NULL: pair stores) ... */
-    int32_t o_b;               /* ... and their batch coordinate (set by thread 0; -1: pair stores) */
-#endif
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
                   offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0 &&
@@ -119,32 +112,9 @@ static_assert(sizeof(fwd_wg_smem<64>::q_smem) == FWD_WG_BOX_COLS * FWD_WG_BM * 2
                   sizeof(fwd_wg_smem<256>::k_smem[0]) == 4 * FWD_WG_BOX_COLS * 64 * 2,
               "a Q, K or V tile is D/64 boxes exactly: the expect_tx count is the tile's size");
 
-/* Trial knob (default 0, pending its A/B on the GPU): FWD_WG_TMA_STORE_O=1 - the TMA
- * forward at head dims 64 and 128 (dense, and window/packed through the maps of the
- * view or of each sequence) writes each tile's O through the last V stage (its size:
- * BN = BM there) and one TMA store per consumer warpgroup and 64-column block, instead of
- * every thread's 4-byte pair stores; the stage is freed (v_empty, one arrival for the
- * warpgroup's 128) once the store has read it. Both consumers' last P V must be done first
- * (a 256-thread barrier). A packed batch without maps per sequence keeps the pair stores
- * (a map of the whole view would write past a sequence's end). */
-#ifndef FWD_WG_TMA_STORE_O
-#define FWD_WG_TMA_STORE_O 0
-#endif
-/* ... and with FWD_WG_TMA_STORE_O_VL=1 in the window/packed kernel too (its TMA instance at
- * head dim 128 spilled 4 bytes until its flag came from shared memory: sm.o_b). */
-#ifndef FWD_WG_TMA_STORE_O_VL
-#define FWD_WG_TMA_STORE_O_VL 0
-#endif
-/* Named barrier 3: both consumers' last P V of a tile is done (FWD_WG_TMA_STORE_O). */
-#define FWD_WG_PV_DONE_BAR 3
-
 /* The tensor maps of Q, K and V (TMA instances only; zeros for the others). */
 struct fwd_wg_maps {
     CUtensorMap q, k, v;
-#if FWD_WG_TMA_STORE_O
-    CUtensorMap o;  /* (D, Sq, Hq, B) in boxes of 64 x 64 */
-    int32_t ok_o;   /* 0: the pair stores */
-#endif
 };
 
 template <int D>
@@ -432,54 +402,6 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
     }
 }
 
-#if FWD_WG_TMA_STORE_O
-/* O of the tile through V stage st (FWD_WG_TMA_STORE_O): both consumers' last P V are
- * done (they read all of the stage), then warpgroup c writes its 64 rows of O, scaled by
- * 1 / l (0 for a row that sees no key), in the stage's 128-byte swizzled layout, and its
- * first thread issues the TMA stores (rows past Sq are not written), waits until they have
- * read the stage and frees it for the warpgroup (one arrival of 128). LSE is the common
- * epilogue's. Maps: VL, the CTA's (sm.o_maps: the view's, or its sequence's own), dense,
- * om; b their batch coordinate (VL: the view's, or 0 for a sequence's own maps). */
-template <typename DT, int D, bool VL>
-static __device__ __forceinline__ void fwd_wg_store_o_tma(fwd_wg_smem<D> &sm, const float (&o)[D / 2],
-                                                          const float (&l)[2], const fwd_wg_maps *om, int32_t st,
-                                                          int32_t c, int32_t b, int32_t h, int32_t i0, int32_t i0w,
-                                                          int32_t t4)
-{
-    constexpr int BN = FWD_WG_BN_OF(D);
-    asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_PV_DONE_BAR) : "memory");
-    unsigned char *vs = reinterpret_cast<unsigned char *>(sm.v_smem[st]);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr = __fadd_rn(lr, __shfl_xor_sync(0xffffffffu, lr, 1));
-        lr = __fadd_rn(lr, __shfl_xor_sync(0xffffffffu, lr, 2));
-        const int32_t i = i0w + 8 * r;
-        const bool none = lr == 0.0f;
-        const float inv = none ? 0.0f : __frcp_rn(lr);
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t *>(vs + attn_sw128(i, 8 * j + 2 * t4, BN)) =
-                DT::pack2(__fmul_rn(o[4 * j + 2 * r], inv), __fmul_rn(o[4 * j + 2 * r + 1], inv));
-    }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    if (c == 0) /* the warpgroup's rows are written */
-        asm volatile("bar.sync 4, 128;" ::: "memory");
-    else
-        asm volatile("bar.sync 5, 128;" ::: "memory");
-    if ((threadIdx.x & 127) == 0) {
-        const CUtensorMap *map = VL ? &sm.o_maps->o : &om->o;
-#pragma unroll
-        for (int32_t cb = 0; cb < D / 64; cb++)
-            attn_tma_store_4d(map, vs + cb * BN * 128 + 64 * c * 128, 64 * cb, i0 + 64 * c, h, b);
-        attn_tma_store_commit();
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], 128;" ::"r"(attn_smem_u32(&sm.v_empty[st]))
-                     : "memory");
-    }
-}
-#endif
-
 /* Consumer warpgroup c (0, 1): rows 64 c .. of the q-tile, through kv-tiles n_lo .. n_hi - 1
  * (below, n counts them from 0; t0 + n is the t of the producers). PERSIST: the CTA's
  * qk-th tile with work (Q's phase), and the consumers free Q (q_empty) once their last S
@@ -488,8 +410,7 @@ template <typename DT, int D, bool VL, bool PERSIST = false>
 static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
                                                       int32_t c, int32_t b, int32_t h, int32_t bh, int32_t i0,
                                                       int32_t rm, int32_t n_lo, int32_t n_hi, const fwd_wg_vl &vt,
-                                                      int32_t t0 = 0, int32_t qk = 0,
-                                                      const fwd_wg_maps *om = nullptr)
+                                                      int32_t t0 = 0, int32_t qk = 0)
 {
     constexpr int BN = FWD_WG_BN_OF(D);
     const int32_t nt = n_hi > n_lo ? n_hi - n_lo : 0; /* tiles */
@@ -560,9 +481,6 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
         fwd_wg_rescale<DT, D>(s, o, pa, corr);
     }
-#if FWD_WG_TMA_STORE_O
-    bool o_stored = false;
-#endif
     if (nt > 0) { /* the last tile's P V (ring count t0 + nt - 1) */
         const int32_t st = (t0 + (nt - 1)) & 1;
         attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nt - 1)) >> 1) & 1u);
@@ -573,18 +491,6 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         attn_wg_wait<0>();
         attn_wg_pin<D / 2>(o);
         fwd_wg_pin_a<BN>(pa);
-#if FWD_WG_TMA_STORE_O
-        if constexpr (BN == FWD_WG_BM && D <= 128 && (!VL || FWD_WG_TMA_STORE_O_VL)) {
-            /* VL: a flag in shared memory (reading the maps' own flag here spilled 4 bytes
-             * at head dim 128) */
-            const bool o_tma = VL ? sm.o_b >= 0 : om && om->ok_o;
-            if (o_tma) { /* O through this V stage, which stays taken until stored */
-                fwd_wg_store_o_tma<DT, D, VL>(sm, o, l, om, st, c, VL ? sm.o_b : b, h, i0, i0w, t4);
-                o_stored = true;
-            }
-        }
-        if (!o_stored)
-#endif
         attn_mbar_arrive(&sm.v_empty[st]);
     }
 
@@ -600,9 +506,6 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         const int64_t at = b * p.out_stride[0] + (int64_t)(i0 + i) * p.out_stride[1] + h * p.out_stride[2];
         const bool none = lr == 0.0f; /* the row sees no key */
         const float inv = none ? 0.0f : __frcp_rn(lr);
-#if FWD_WG_TMA_STORE_O
-        if (!o_stored)
-#endif
 #pragma unroll
         for (int j = 0; j < D / 8; j++)
             attn_st_pair(out_g + at + 8 * j + 2 * t4,
@@ -749,12 +652,7 @@ static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_pa
                  : "memory");
     FWD_WG_FOR_TILES(idx) {
         const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
-#if FWD_WG_TMA_STORE_O
-        fwd_wg_consume<DT, D, false, true>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk,
-                                           TMA ? &maps : nullptr);
-#else
         fwd_wg_consume<DT, D, false, true>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk);
-#endif
         t0 += T.n_hi;
         qk += T.n_hi > 0;
     }
