@@ -1188,7 +1188,8 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
  * same out and lse bytes either way (into poisoned outputs). Dense views (TMA by default,
  * cp.async when forced): batches of 2 and 3 whose lengths end inside a tile (the rows
  * after a sequence's end are the next sequence's in memory: TMA must load zeros there),
- * GQA and MHA, head dims 64, 128, 256 and both dtypes, full and causal, unequal lengths both ways, a
+ * GQA and MHA, head dims 64, 128, 256 and 96 (the 128 kernel: through the widened copies,
+ * or with FWD_WG_NARROW through maps 96 columns wide against the copies) and both dtypes, full and causal, unequal lengths both ways, a
  * q-tile with no kv-tile, one row, and 4096. With batch 1, also views whose batch strides
  * TMA could not take (3, 5, 0 elements): never stepped along, they must keep TMA and the
  * bytes. */
@@ -1208,6 +1209,8 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
         {2, 257, 385, 4, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
         {1, 385, 257, 2, 1, 256, DTYPE_BF16, SCHED_MASK_FULL},
         {1, 4096, 4096, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 257, 385, 4, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* the 128 kernel, 96 of its columns */
+        {1, 385, 257, 2, 1, 96, DTYPE_F16, SCHED_MASK_FULL},
     };
     struct cuattn *ca = open_v3();
     if (!ca)
@@ -1254,6 +1257,91 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
     }
     CU_ASSERT_EQUAL(paths, 0); /* each run took the path it was meant to */
     CU_ASSERT_EQUAL(diff, 0);
+    cuattn_free(ca);
+}
+
+/* Head dim 96 runs the 128 kernel: its loads must see zeros past column 96 and its stores
+ * write the first 96 columns only, whatever lies beyond them in the caller's memory. Q, K,
+ * V and O as views of rows 128 elements apart (the model's (B, S, H, 128) storage, say),
+ * the 32 columns after each row NaN in the inputs and poison in O: O's 96 columns and LSE
+ * must be the bytes of the same problem on dense 96-wide tensors, the gaps untouched,
+ * through TMA (with FWD_WG_NARROW: no widened copies) and through cp.async. */
+static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(void)
+{
+    const struct shape_case cases[] = {
+        {2, 200, 130, 4, 2, 96, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 385, 257, 2, 1, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 300, 17, 2, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* whole q-tiles see no key */
+        {1, 1000, 1000, 2, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    enum { W = 128 }; /* the views' row pitch, elements */
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x9696);
+    int bad = 0, paths = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense tensors' bytes */
+        struct gpu_copy dense;
+        gpu_copy_fwd(&dense, &a);
+        /* the pitched copies: rows of 96 elements, then 32 of 0xffff (NaN in both dtypes) */
+        const int64_t rq = a.nq / 96, rk = a.nk / 96;
+        const void *src[3] = {a.q, a.k, a.v};
+        const int64_t rows[4] = {rq, rk, rk, rq};
+        unsigned char *h[4], *d[4];
+        for (int t = 0; t < 4; t++) {
+            const size_t bytes = a.es * (size_t)rows[t] * W;
+            h[t] = malloc(bytes);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(h[t]);
+            memset(h[t], 0xff, bytes);
+            for (int64_t i = 0; t < 3 && i < rows[t]; i++)
+                memcpy(h[t] + a.es * (size_t)i * W, (const unsigned char *)src[t] + a.es * (size_t)i * 96, a.es * 96);
+            d[t] = gpu_dev_alloc(bytes);
+            CUDA_OK(cudaMemcpy(d[t], h[t], bytes, cudaMemcpyHostToDevice));
+        }
+        struct attn_tensor tv[4];
+        for (int t = 0; t < 4; t++) {
+            const int64_t heads = t == 1 || t == 2 ? p.heads_kv : p.heads_q;
+            const int64_t seq = t == 1 || t == 2 ? p.seqlen_k : p.seqlen_q;
+            tv[t] = (struct attn_tensor){.data = d[t], .stride = {seq * heads * W, heads * W, W, 1}};
+        }
+        for (int cp = 0; cp < 2; cp++) {
+            const size_t ob = a.es * (size_t)rq * W, lb = sizeof(float) * (size_t)a.nlse;
+            CUDA_OK(cudaMemset(d[3], 0xff, ob));
+            CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
+            cuattn__force_no_tma(ca, cp);
+            CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, tv[3], a.d_lse, tv[0], tv[1], tv[2], NULL), 0);
+            paths += cuattn__last_fwd_tma(ca) != !cp;
+            CUDA_OK(cudaMemcpy(h[3], d[3], ob, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
+            int64_t wrong = 0, gaps = 0;
+            for (int64_t i = 0; i < rq; i++) {
+                const unsigned char *row = h[3] + a.es * (size_t)i * W;
+                wrong += memcmp(row, (const unsigned char *)dense.data[0] + a.es * (size_t)i * 96, a.es * 96) != 0;
+                for (size_t b = a.es * 96; b < a.es * W; b++)
+                    gaps += row[b] != 0xff;
+            }
+            if (wrong || gaps || memcmp(a.lse, dense.data[1], lb) != 0) {
+                fprintf(stderr, "\n  case %zu, %s: %lld rows differ from the dense tensors', %lld gap bytes written%s",
+                        ci, cp ? "cp.async" : "TMA", (long long)wrong, (long long)gaps,
+                        memcmp(a.lse, dense.data[1], lb) ? ", lse differs" : "");
+                bad++;
+            }
+        }
+        cuattn__force_no_tma(ca, 0);
+        for (int t = 0; t < 4; t++) {
+            CUDA_OK(cudaFree(d[t]));
+            free(h[t]);
+        }
+        gpu_copy_free(&dense);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(paths, 0);
+    CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
 }
 
@@ -1444,6 +1532,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_v3_forward_bits_do_not_depend_on_strides) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits",
                      test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits) ||
+        !CU_add_test(f, "test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns",
+                     test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits",
                      test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
