@@ -63,9 +63,6 @@ struct cuattn {
     int32_t fwd_ctas; /* cuattn__force_fwd_ctas: the persistent forward's CTAs (0: SMs) */
     int last_fwd_tma; /* the last v3 forward on this object loaded through TMA */
     int last_fwd_wg;  /* the last forward on this object ran v3's kernel */
-#if FWD_WG_NARROW
-    int32_t narrow; /* forward_padded's direct call: the caller's head dim (0: none) */
-#endif
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
@@ -555,12 +552,6 @@ static int padded(const struct cuattn *a, const struct attn_problem *p)
     return p && cuattn_kernel_dim(a, p->head_dim) != p->head_dim;
 }
 
-#if FWD_WG_NARROW
-/* cuattn_forward's answer to forward_padded's direct call where it cannot run it (not v3,
- * cp.async forced, or views TMA cannot describe); never returned to a caller. */
-#define CUATTN_NARROW_REFUSED (-ECANCELED)
-#endif
-
 /* The problem the kernels run for a padded one. */
 static struct attn_problem widened(const struct attn_problem *p)
 {
@@ -814,15 +805,6 @@ static int forward_padded(struct cuattn *a, const struct attn_problem *p, const 
     int rc = cuattn_check_config(a, p, cfg, 0);
     if (rc)
         return rc;
-#if FWD_WG_NARROW
-    if (!needs_vl(p)) { /* the 128 kernel on the caller's tensors, where TMA describes them */
-        a->narrow = p->head_dim;
-        rc = cuattn_forward(a, &w, cfg, out, lse, q, k, v, ret_cfg);
-        a->narrow = 0;
-        if (rc != CUATTN_NARROW_REFUSED)
-            return rc;
-    }
-#endif
     const int32_t vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
     struct pad_arg args[4] = {{&q, vq, p->heads_q, 0, {}},
                               {&k, vk, p->heads_kv, 0, {}},
@@ -891,13 +873,10 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     if (vl && (rc = vl_limits(a, p, &c, 0, 1)))
         return rc;
     const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
-#if FWD_WG_NARROW
-    const int32_t cols = a->narrow ? a->narrow : p->head_dim; /* the views' width */
-#else
-    const int32_t cols = p->head_dim;
-#endif
-    if (check_view(&q, vb, vq, p->heads_q, cols, 0) || check_view(&k, vb, vk, p->heads_kv, cols, 0) ||
-        check_view(&v, vb, vk, p->heads_kv, cols, 0) || check_view(&out, vb, vq, p->heads_q, cols, 1))
+    if (check_view(&q, vb, vq, p->heads_q, p->head_dim, 0) ||
+        check_view(&k, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&v, vb, vk, p->heads_kv, p->head_dim, 0) ||
+        check_view(&out, vb, vq, p->heads_q, p->head_dim, 1))
         return -EINVAL;
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)
@@ -961,11 +940,6 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         vl_plan_free(&v);
     } else {
         int tma = 0;
-#if FWD_WG_NARROW
-        fp.d_cols = a->narrow;
-        if (a->narrow && (impl != CUATTN_IMPL_WGMMA || a->no_tma || !cuattn__fwd_wg_tma_ok(&fp, p->head_dim)))
-            return CUATTN_NARROW_REFUSED; /* the widened copies then */
-#endif
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
                            ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma,
                                                    fwd_ctas(a), a->stream)

@@ -88,14 +88,6 @@ struct attn_vl_seq {
 #define CUATTN_SEQ_MAPS_MAX 256
 
 /* Forward launch: one CTA per (q-tile, batch*head). */
-/* Trial knob (default 0, pending its A/B on the GPU): FWD_WG_NARROW=1 - head dim 96's
- * dense forward runs v3's 128 kernel on the caller's tensors through tensor maps 96 columns
- * wide, whose loads fill columns 96-127 with zeros (the bytes the widened copies held), and
- * stores O's first 96 columns: no copies in or out (attn_pad.cu), the same bits. Views
- * TMA cannot describe, windows, softcap and packed batches keep the copies. */
-#ifndef FWD_WG_NARROW
-#define FWD_WG_NARROW 0
-#endif
 struct attn_fwd_params {
     void *out;        /* (B, Sq, Hq, D) fp16/bf16, strides out_stride */
     float *lse;       /* (B, Hq, Sq) contiguous */
@@ -112,12 +104,6 @@ struct attn_fwd_params {
     int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
     int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
     const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
-#if FWD_WG_NARROW
-    /* the caller's head dim where the dense v3 kernel runs wider (96 on the 128 kernel, no
-     * widened copies): the tensor maps' width (columns past it load as zeros) and the
-     * columns of O stored; 0: the kernel's */
-    int32_t d_cols;
-#endif
 };
 
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
@@ -228,10 +214,6 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
  * bits are the same either way. */
 cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
-#if FWD_WG_NARROW
-/* attn_fwd_wg.cu: whether v3's dense forward at head_dim loads p's views through TMA */
-bool cuattn__fwd_wg_tma_ok(const struct attn_fwd_params *p, int32_t head_dim);
-#endif
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream);
 
