@@ -1260,12 +1260,54 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
     cuattn_free(ca);
 }
 
+/* ---- head dim 96 on the 128 kernels: the caller's 96 columns only -------------------- */
+
+/* Row pitch of the pitched views below, elements: the model's (B, S, H, 128) storage with a
+ * 96-column head in it, say. */
+#define PITCH96 128
+
+/* A device copy of `rows` rows of 96 elements (es bytes each) from src at a pitch of
+ * PITCH96, the rest of each row 0xff bytes (NaN in fp16 and bf16); src NULL: all 0xff (an
+ * output, poisoned). Its host twin (for reading back) in *ret_host. */
+static void *pitched_dev(const void *src, int64_t rows, size_t es, unsigned char **ret_host)
+{
+    const size_t bytes = es * (size_t)rows * PITCH96;
+    unsigned char *h = malloc(bytes);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    memset(h, 0xff, bytes);
+    for (int64_t i = 0; src && i < rows; i++)
+        memcpy(h + es * (size_t)i * PITCH96, (const unsigned char *)src + es * (size_t)i * 96, es * 96);
+    void *d = gpu_dev_alloc(bytes);
+    CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    *ret_host = h;
+    return d;
+}
+
+static struct attn_tensor pitched_view(void *d, int64_t seq, int64_t heads)
+{
+    return (struct attn_tensor){.data = d, .stride = {seq * heads * PITCH96, heads * PITCH96, PITCH96, 1}};
+}
+
+/* Read a pitched output back into h: rows whose 96 elements differ from dense's, and the
+ * bytes written past them (poison changed), added to *wrong and *gaps. */
+static void pitched_check(unsigned char *h, const void *d, const void *dense, int64_t rows, size_t es,
+                          int64_t *wrong, int64_t *gaps)
+{
+    CUDA_OK(cudaMemcpy(h, d, es * (size_t)rows * PITCH96, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < rows; i++) {
+        const unsigned char *row = h + es * (size_t)i * PITCH96;
+        *wrong += memcmp(row, (const unsigned char *)dense + es * (size_t)i * 96, es * 96) != 0;
+        for (size_t b = es * 96; b < es * PITCH96; b++)
+            *gaps += row[b] != 0xff;
+    }
+}
+
 /* Head dim 96 runs the 128 kernel: its loads must see zeros past column 96 and its stores
  * write the first 96 columns only, whatever lies beyond them in the caller's memory. Q, K,
- * V and O as views of rows 128 elements apart (the model's (B, S, H, 128) storage, say),
- * the 32 columns after each row NaN in the inputs and poison in O: O's 96 columns and LSE
- * must be the bytes of the same problem on dense 96-wide tensors, the gaps untouched,
- * through TMA (with FWD_WG_NARROW: no widened copies) and through cp.async. */
+ * V and O as pitched views (rows 128 elements apart), the 32 columns after each row NaN in
+ * the inputs and poison in O: O's 96 columns and LSE must be the bytes of the same problem
+ * on dense 96-wide tensors, the gaps untouched, through TMA (with FWD_WG_NARROW: no
+ * widened copies) and through cp.async. */
 static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(void)
 {
     const struct shape_case cases[] = {
@@ -1274,7 +1316,6 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
         {2, 300, 17, 2, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* whole q-tiles see no key */
         {1, 1000, 1000, 2, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
-    enum { W = 128 }; /* the views' row pitch, elements */
     struct cuattn *ca = open_v3();
     if (!ca)
         return;
@@ -1288,47 +1329,28 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense tensors' bytes */
         struct gpu_copy dense;
         gpu_copy_fwd(&dense, &a);
-        /* the pitched copies: rows of 96 elements, then 32 of 0xffff (NaN in both dtypes) */
         const int64_t rq = a.nq / 96, rk = a.nk / 96;
-        const void *src[3] = {a.q, a.k, a.v};
-        const int64_t rows[4] = {rq, rk, rk, rq};
-        unsigned char *h[4], *d[4];
-        for (int t = 0; t < 4; t++) {
-            const size_t bytes = a.es * (size_t)rows[t] * W;
-            h[t] = malloc(bytes);
-            CU_ASSERT_PTR_NOT_NULL_FATAL(h[t]);
-            memset(h[t], 0xff, bytes);
-            for (int64_t i = 0; t < 3 && i < rows[t]; i++)
-                memcpy(h[t] + a.es * (size_t)i * W, (const unsigned char *)src[t] + a.es * (size_t)i * 96, a.es * 96);
-            d[t] = gpu_dev_alloc(bytes);
-            CUDA_OK(cudaMemcpy(d[t], h[t], bytes, cudaMemcpyHostToDevice));
-        }
-        struct attn_tensor tv[4];
-        for (int t = 0; t < 4; t++) {
-            const int64_t heads = t == 1 || t == 2 ? p.heads_kv : p.heads_q;
-            const int64_t seq = t == 1 || t == 2 ? p.seqlen_k : p.seqlen_q;
-            tv[t] = (struct attn_tensor){.data = d[t], .stride = {seq * heads * W, heads * W, W, 1}};
-        }
+        unsigned char *h[4];
+        void *d[4] = {pitched_dev(a.q, rq, a.es, &h[0]), pitched_dev(a.k, rk, a.es, &h[1]),
+                      pitched_dev(a.v, rk, a.es, &h[2]), pitched_dev(NULL, rq, a.es, &h[3])};
+        const struct attn_tensor tq = pitched_view(d[0], p.seqlen_q, p.heads_q),
+                                 tk = pitched_view(d[1], p.seqlen_k, p.heads_kv),
+                                 tv = pitched_view(d[2], p.seqlen_k, p.heads_kv),
+                                 to = pitched_view(d[3], p.seqlen_q, p.heads_q);
         for (int cp = 0; cp < 2; cp++) {
-            const size_t ob = a.es * (size_t)rq * W, lb = sizeof(float) * (size_t)a.nlse;
-            CUDA_OK(cudaMemset(d[3], 0xff, ob));
+            const size_t lb = sizeof(float) * (size_t)a.nlse;
+            CUDA_OK(cudaMemset(d[3], 0xff, a.es * (size_t)rq * PITCH96));
             CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
             cuattn__force_no_tma(ca, cp);
-            CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, tv[3], a.d_lse, tv[0], tv[1], tv[2], NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, to, a.d_lse, tq, tk, tv, NULL), 0);
             paths += cuattn__last_fwd_tma(ca) != !cp;
-            CUDA_OK(cudaMemcpy(h[3], d[3], ob, cudaMemcpyDeviceToHost));
-            CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
             int64_t wrong = 0, gaps = 0;
-            for (int64_t i = 0; i < rq; i++) {
-                const unsigned char *row = h[3] + a.es * (size_t)i * W;
-                wrong += memcmp(row, (const unsigned char *)dense.data[0] + a.es * (size_t)i * 96, a.es * 96) != 0;
-                for (size_t b = a.es * 96; b < a.es * W; b++)
-                    gaps += row[b] != 0xff;
-            }
-            if (wrong || gaps || memcmp(a.lse, dense.data[1], lb) != 0) {
+            pitched_check(h[3], d[3], dense.data[0], rq, a.es, &wrong, &gaps);
+            CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
+            const int lse_bad = memcmp(a.lse, dense.data[1], lb) != 0;
+            if (wrong || gaps || lse_bad) {
                 fprintf(stderr, "\n  case %zu, %s: %lld rows differ from the dense tensors', %lld gap bytes written%s",
-                        ci, cp ? "cp.async" : "TMA", (long long)wrong, (long long)gaps,
-                        memcmp(a.lse, dense.data[1], lb) ? ", lse differs" : "");
+                        ci, cp ? "cp.async" : "TMA", (long long)wrong, (long long)gaps, lse_bad ? ", lse differs" : "");
                 bad++;
             }
         }
@@ -1341,6 +1363,77 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
         gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(paths, 0);
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
+/* The same for the backward: Q, K, V, O, dO as pitched views with NaN past each row's 96
+ * columns, dQ, dK, dV pitched and poisoned; their 96 columns must be the bytes of dense
+ * tensors through the widened copies and the gaps untouched - with TMA forced off (the
+ * copies) and on (with BWD_WG_NARROW and MHA the 128 kernels on these views, no copies).
+ * MHA and GQA, full and causal, both dtypes, the default schedule and shift. */
+static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns(void)
+{
+    const struct shape_case cases[] = {
+        {2, 200, 130, 4, 4, 96, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 385, 257, 2, 2, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 300, 17, 2, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* q rows that see no key */
+        {1, 1000, 1000, 4, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* GQA */
+        {1, 2048, 2048, 2, 2, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
+    };
+    const struct attn_config shift = {SCHED_SHIFT, 0, 0, 0, 0};
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x96b);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int sc = 0; sc < 2; sc++) {
+            struct attn_problem p = problem_of(&cases[ci]);
+            const struct attn_config *cfg = sc ? &shift : NULL;
+            struct gpu_bufs a;
+            gpu_bufs_init(&a, &p, NULL, NULL, &r);
+            /* the dense tensors' bytes through the widened copies (no TMA: never narrow) */
+            cuattn__force_no_tma(ca, 1);
+            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, cfg, 0, NULL), 0);
+            struct gpu_copy dense;
+            gpu_copy_bwd(&dense, &a);
+            const int64_t rq = a.nq / 96, rk = a.nk / 96;
+            unsigned char *h[8];
+            void *d[8] = {pitched_dev(a.q, rq, a.es, &h[0]),    pitched_dev(a.k, rk, a.es, &h[1]),
+                          pitched_dev(a.v, rk, a.es, &h[2]),    pitched_dev(a.out, rq, a.es, &h[3]),
+                          pitched_dev(a.dout, rq, a.es, &h[4]), pitched_dev(NULL, rq, a.es, &h[5]),
+                          pitched_dev(NULL, rk, a.es, &h[6]),   pitched_dev(NULL, rk, a.es, &h[7])};
+            struct attn_tensor t[8];
+            for (int i = 0; i < 8; i++) {
+                const int kside = i == 1 || i == 2 || i == 6 || i == 7;
+                t[i] = pitched_view(d[i], kside ? p.seqlen_k : p.seqlen_q, kside ? p.heads_kv : p.heads_q);
+            }
+            for (int cp = 1; cp >= 0; cp--) { /* the copies, then (BWD_WG_NARROW, MHA) none */
+                cuattn__force_no_tma(ca, cp);
+                for (int i = 5; i < 8; i++)
+                    CUDA_OK(cudaMemset(d[i], 0xff, a.es * (size_t)(i == 5 ? rq : rk) * PITCH96));
+                CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, cfg, 0, t[5], t[6], t[7], t[0], t[1], t[2], t[3],
+                                                      a.d_lse, t[4], NULL),
+                                      0);
+                int64_t wrong = 0, gaps = 0;
+                pitched_check(h[5], d[5], dense.data[0], rq, a.es, &wrong, &gaps);
+                pitched_check(h[6], d[6], dense.data[1], rk, a.es, &wrong, &gaps);
+                pitched_check(h[7], d[7], dense.data[2], rk, a.es, &wrong, &gaps);
+                if (wrong || gaps) {
+                    fprintf(stderr, "\n  case %zu%s, %s: %lld rows differ from the dense tensors', %lld gap bytes "
+                            "written", ci, sc ? " (shift)" : "", cp ? "no TMA" : "TMA", (long long)wrong,
+                            (long long)gaps);
+                    bad++;
+                }
+            }
+            for (int i = 0; i < 8; i++) {
+                CUDA_OK(cudaFree(d[i]));
+                free(h[i]);
+            }
+            gpu_copy_free(&dense);
+            gpu_bufs_free(&a);
+        }
     CU_ASSERT_EQUAL(bad, 0);
     cuattn_free(ca);
 }
@@ -1501,6 +1594,8 @@ int suite_gpu_attn(void)
         return -1;
     if (!CU_add_test(s, "test_attn_gpu_matches_float64_reference_for_every_schedule",
                      test_attn_gpu_matches_float64_reference_for_every_schedule) ||
+        !CU_add_test(s, "test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns",
+                     test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns) ||
         !CU_add_test(s, "test_attn_gpu_backward_repeats_are_bitwise_equal",
                      test_attn_gpu_backward_repeats_are_bitwise_equal) ||
         !CU_add_test(s, "test_attn_gpu_backward_bits_do_not_depend_on_grid",
