@@ -327,6 +327,28 @@ static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_param
     __trap();
 }
 
+/* The audit's leaves of a unit's dK and dV rows from the quad's packed rows q (q[2 h]: dK,
+ * q[2 h + 1]: dV of the thread's row half h, as bwd_tc_store_unit packs them): hashed side
+ * by side, then the quad's first lane writes those of rows r0 + row(2 h) < rn (row-major
+ * (b, j, hk) leaves; j0 the unit's first kv row). */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_put_leaves(const struct attn_bwd_params &p, const uint32_t (&q)[4][D / 8],
+                                                         int32_t lane, int32_t b, int32_t j0, int32_t r0, int32_t rn,
+                                                         int32_t hk)
+{
+    uint64_t leaf[4];
+    digest_leaves_quad<D, 4>(q, lane, leaf);
+#pragma unroll
+    for (int32_t h = 0; h < 2; h++) {
+        const int32_t j = r0 + bwd_wg_regs<D>::row(2 * h);
+        if ((lane & 3) == 0 && j < rn) {
+            const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
+            p.leaf_dk[at] = leaf[2 * h];
+            p.leaf_dv[at] = leaf[2 * h + 1];
+        }
+    }
+}
+
 /* Store the unit's dK (times scale) and dV: straight to the outputs, or per q-head fp32
  * for GQA (summed by attn_bwd_dkv_sum_kernel). Head dims 64 and 128 hold whole rows in
  * each quad, so where the audit asks (leaf_dk) the quad also hashes the rows it stores
@@ -365,17 +387,7 @@ static __device__ __forceinline__ void bwd_tc_store_unit(const struct attn_bwd_p
                     }
                 }
             }
-            uint64_t leaf[4];
-            digest_leaves_quad<D, 4>(q, lane, leaf);
-#pragma unroll
-            for (int32_t h = 0; h < 2; h++) {
-                const int32_t j = r0 + bwd_wg_regs<D>::row(2 * h);
-                if ((lane & 3) == 0 && j < rn) {
-                    const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
-                    p.leaf_dk[at] = leaf[2 * h];
-                    p.leaf_dv[at] = leaf[2 * h + 1];
-                }
-            }
+            bwd_wg_put_leaves<D>(p, q, lane, b, j0, r0, rn, hk);
             return;
         }
     }
@@ -451,17 +463,7 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
                     *reinterpret_cast<uint32_t *>(ks + at) = q[2 * h][t];
                     *reinterpret_cast<uint32_t *>(vs + at) = q[2 * h + 1][t];
                 }
-            uint64_t leaf[4];
-            digest_leaves_quad<D, 4>(q, lane, leaf);
-#pragma unroll
-            for (int32_t h = 0; h < 2; h++) {
-                const int32_t jr = r0 + bwd_wg_regs<D>::row(2 * h);
-                if ((lane & 3) == 0 && jr < rn) {
-                    const int64_t at = ((int64_t)b * p.seqlen_k + n * BN + jr) * p.heads_kv + hk;
-                    p.leaf_dk[at] = leaf[2 * h];
-                    p.leaf_dv[at] = leaf[2 * h + 1];
-                }
-            }
+            bwd_wg_put_leaves<D>(p, q, lane, b, n * BN, r0, rn, hk);
             hashed = true;
         }
     }
