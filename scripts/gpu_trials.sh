@@ -10,7 +10,9 @@
 # A device call lasts at most 10 minutes, so the parts can be chosen: CHECKS (default
 # "gpu_attn racecheck synccheck audit") names the per-trial checks (any gpu_* word is a
 # test_dash_gpu suite: gpu_attn_fwd, gpu_attn_vl, ...), AB_TRIALS (default: every
-# trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials.
+# trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials,
+# and MAIN_CHECKS (default none) test_dash_gpu suites to run on main's bundle first (say,
+# tests new on main: "gpu_attn gpu_attn_fwd gpu_audit gpu_dashd").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -22,6 +24,11 @@ log=$out/trials.log
 : > "$log"
 say() { echo "$*" | tee -a "$log"; }
 builds=("main=$root/.gpu/bin/bench_gpu")
+for suite in ${MAIN_CHECKS:-}; do # main's bundle: dashd and dashctl beside test_dash_gpu
+  (cd "$root/.gpu/bin" && DASH_GPU_SUITE=$suite timeout 300 ./test_dash_gpu > "$out/trials/main-$suite.log" 2>&1)
+  say "main $suite rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/main-$suite.log" | tr -s ' ' | tr '\n' ' ')"
+  grep -E "FAILED|^    [0-9]+\. " "$out/trials/main-$suite.log" | head -6 | tee -a "$log"
+done
 for d in "$root"/.gpu/trial-*/; do
   [ -x "$d/test_dash_gpu" ] || continue
   t=$(basename "$d")
