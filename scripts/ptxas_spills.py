@@ -36,10 +36,12 @@ KNOWN = {
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
     # the backward of windows, softcap and packed batches at head dim 128: v2's step (16-32
-    # bytes; not built for sm_80 either, for the same reason); v3's spills nothing since
-    # the softcap has an instance of its own (it spilled 4 bytes with the cap's code in)
+    # bytes; not built for sm_80 either, for the same reason) and v3's (4 bytes on sm_90a
+    # since its step runs transposed, 20 before)
     ("sm_90a", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
+    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
+    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
     # v3's backward at head dim 256 in the interleaved mode (shift on a grid too small for
     # its chunks, or forced): 144 bytes stored. Its persistent kernel does not spill: with
     # the dQ writer warp the compute warps take 240 registers (setmaxnreg); the interleaved

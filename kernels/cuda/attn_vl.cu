@@ -341,9 +341,7 @@ struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     int32_t view[3];                   /* its view batch, first q row and first k row (the TMA maps') */
 };
 
-/* CAP: the instance for a softcap > 0 (its P and dS through the tanh); without, the
- * softcap's code is not compiled in (it had left the instance at 128 spilling 4 bytes). */
-template <typename DT, int D, bool CAP>
+template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     attn_bwd_vl_wg_kernel(const __grid_constant__ struct attn_bwd_params p, const __grid_constant__ bwd_wg_qmaps maps)
 {
@@ -450,7 +448,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
 #if BWD_WG_TRACE
                     const long long bs0_ = clock64();
 #endif
-                    bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
+                    bwd_wg_step_mb<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
                                                     sm.view);
                     dsb ^= 1;
 #if BWD_WG_TRACE
@@ -460,7 +458,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                     }
 #endif
                 } else {
-                    bwd_tc_step<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
+                    bwd_tc_step<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
                     attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
                     bwd_tc_async_visible<true>();
                     bwd_cta_sync<true>(); /* ... and is visible to all; every warp is done with
@@ -636,10 +634,7 @@ static cudaError_t vl_attr(size_t smem_optin, int wg)
 {
     cudaError_t err = cudaSuccess;
     if (wg && bwd_vl_wg_bytes<D>() <= smem_optin)
-        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)bwd_vl_wg_bytes<D>());
-    if (err == cudaSuccess && wg && bwd_vl_wg_bytes<D>() <= smem_optin)
-        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bwd_vl_wg_bytes<D>());
     if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
         err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -767,8 +762,8 @@ static cudaError_t bwd_vl_occupancy(int32_t *ret)
     int a = 0;
     cudaError_t err;
     if constexpr (WG)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D, false>,
-                                                            ATTN_THREADS + 128, bwd_vl_wg_bytes<D>());
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D>, ATTN_THREADS + 128,
+                                                            bwd_vl_wg_bytes<D>());
     else
         err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
                                                             bwd_vl_bytes<D, BN>());
@@ -810,12 +805,8 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
             }
             if (BWD_WG_DKV_TMA(D))
                 bwd_wg_dkvmaps_encode(&maps, p, D, batch, p->vl_dense ? p->seqlen_k : p->total_k);
-            if (p->softcap > 0.0f)
-                attn_bwd_vl_wg_kernel<DT, D, true>
-                    <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
-            else
-                attn_bwd_vl_wg_kernel<DT, D, false>
-                    <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+            attn_bwd_vl_wg_kernel<DT, D>
+                <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
         } else
             attn_bwd_vl_kernel<DT, D, BN><<<(uint32_t)grid, ATTN_THREADS, bwd_vl_bytes<D, BN>(), stream>>>(*p);
         if ((err = cudaGetLastError()) != cudaSuccess)
