@@ -55,15 +55,23 @@ def _is_torch(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+_DTYPES = {}  # (torch?, dtype) -> code, filled on first use (torch and numpy are optional)
+
+
+def _dtype_tables():
+    if torch is not None:
+        _DTYPES[True] = {torch.float32: _lib.DASH_F32, torch.float16: _lib.DASH_F16,
+                         torch.bfloat16: _lib.DASH_BF16, torch.float64: _lib.DASH_F64}
+    if np is not None:
+        _DTYPES[False] = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16,
+                          np.dtype(np.float64): _lib.DASH_F64}
+
+
 def _dtype_code(x):
-    if _is_torch(x):
-        table = {torch.float32: _lib.DASH_F32, torch.float16: _lib.DASH_F16,
-                 torch.bfloat16: _lib.DASH_BF16, torch.float64: _lib.DASH_F64}
-        dt = x.dtype
-    else:
-        table = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16,
-                 np.dtype(np.float64): _lib.DASH_F64}
-        dt = x.dtype
+    if not _DTYPES:
+        _dtype_tables()
+    table = _DTYPES.get(_is_torch(x), {})
+    dt = x.dtype
     if dt not in table:
         raise TypeError(f"dash_attn: dtype {dt} is not served (float16, bfloat16, float32; "
                         "float64 on the CPU engine)")
@@ -519,6 +527,7 @@ def _on_device(dev):
 
 
 INT32_MAX = 2**31 - 1
+_NO_WINDOW = (-1, -1)
 
 
 def float32_arg(name, x):
@@ -560,6 +569,9 @@ def window_pair(window_size):
     """(left, right) ints from flash-attn's window_size (None: (-1, -1)); -1 is unbounded."""
     if window_size is None:
         return -1, -1
+    if type(window_size) is tuple and len(window_size) == 2 and type(window_size[0]) is int \
+            and type(window_size[1]) is int and window_size == _NO_WINDOW:  # the usual call, fast
+        return -1, -1
     try:
         left, right = window_size
     except (TypeError, ValueError):
@@ -584,19 +596,24 @@ def _check_inputs(named, lse=None, devices=("cpu", "cuda")):
     for all its tensors, so a mismatch would be read as q's dtype, not refused. The torch
     ops' fake implementations (_ops.py) check the same with "meta" among the devices."""
     every = named + ([("lse", lse)] if lse is not None else [])
+    kinds, devs = set(), set()  # torch or not; the torch tensors' devices (one pass)
     for name, x in every:
-        if _is_torch(x):
-            if x.device.type not in devices:
-                raise ValueError(f"dash_attn: {name} is on device '{x.device}'; dashd serves "
+        t = _is_torch(x)
+        kinds.add(t)
+        if t:
+            d = x.device
+            if d.type not in devices:
+                raise ValueError(f"dash_attn: {name} is on device '{d}'; dashd serves "
                                  "tensors on the CPU or on a CUDA device")
+            devs.add(d)
         elif np is None or not isinstance(x, np.ndarray):
             raise TypeError(f"dash_attn: {name} is a {type(x).__name__}; expected a torch "
                             "tensor or a numpy array")
-    if len({_is_torch(x) for _, x in every}) != 1:
+    if len(kinds) != 1:
         raise TypeError("dash_attn: pass all torch tensors or all numpy arrays, not a mix")
-    if len({_is_torch(x) and x.device.type for _, x in every}) != 1:
+    if len({d.type for d in devs}) > 1:
         raise ValueError("dash_attn: all tensors must be of one kind (all CUDA, or all host)")
-    if _is_torch(every[0][1]) and every[0][1].is_cuda and len({x.device for _, x in every}) != 1:
+    if len(devs) > 1 and next(iter(devs)).type == "cuda":
         raise ValueError("dash_attn: all tensors must be on one device")
     for name, x in named:
         if x.ndim != 4:
