@@ -485,9 +485,13 @@ endif
 # the backward part by part (bench_audit), and the cross-process
 # hand-off floor under it (as the machine is set up: with MPS if dashd and this shell run
 # under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
-bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DASHD) $(BENCH_GPU)
+bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DASHD) $(BENCH_GPU) $(LIBDASH_SO)
 	@mkdir -p bench/results
 	$(Q)./$(BENCH) --out bench/results
+	$(Q)if $(PYTHON) -c "import torch" 2>/dev/null; then \
+		DASH_LIBRARY=$(abspath $(LIBDASH_SO)) $(PYTHON) bench/py_layers.py \
+			> bench/results/py-layers-make-bench-$$(date -u +%F).md; \
+	else echo "bench: $(PYTHON) has no torch (make venv): the Python layers' timing skipped"; fi
 	$(Q)./$(BENCH_VARLEN) --out bench/results
 	$(Q)./$(BENCH_DAEMON) --out bench/results
 	$(Q)./$(BENCH_PING) --out bench/results

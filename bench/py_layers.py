@@ -30,6 +30,16 @@ def main():
     stub._lock = threading.Lock()
     stub._forward_host = lambda q, k, v, attn: (q, torch.empty((q.shape[0], q.shape[2], q.shape[1])))
     _client.client_by_id = lambda cid, q: stub
+    import datetime
+    import platform
+    import subprocess
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    print("# dash_attn's Python layers alone (bench/py_layers.py)\n")
+    print(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ}")
+    print(f"- machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+          f"Python {platform.python_version()}, torch {torch.__version__}")
+    print(f"- commit: {commit}; command: python3 bench/py_layers.py --calls {a.calls}\n")
     q, k, v = (torch.randn(8, 1024, 12, 64, dtype=torch.bfloat16) for _ in range(3))
     qg = q.clone().requires_grad_(True)
     for name, f in (("no grad", lambda: dash_attn.flash_attn_func(q, k, v, causal=True)),
