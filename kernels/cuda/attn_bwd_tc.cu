@@ -250,12 +250,9 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             }
             {
                 BWD_WG_T0();
-                if constexpr (W && BWD_WG_DKV_TMA(D)) {
-                    if (bwd_wg_dkv_tma<BN, true>(p, qm, n, nullptr))
-                        bwd_wg_store_unit_tma<DT, D, BN, true>(p, sm, x, J.bh, n, qm);
-                    else
-                        bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
-                } else
+                if constexpr (W)
+                    bwd_wg_store_dkv<DT, D, BN, true>(p, sm, x, J.bh, n, qm);
+                else
                     bwd_tc_store_unit<DT, D, BN, true>(p, x, J.bh, n);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);

@@ -476,13 +476,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
             }
             {
                 BWD_WG_T0();
-                if constexpr (BWD_WG_DKV_TMA(D)) {
-                    if (bwd_wg_dkv_tma<BN, false>(q, &maps, n, sm.view))
-                        bwd_wg_store_unit_tma<DT, D, BN, false>(q, sm, x, J.bh, n, &maps, sm.view);
-                    else
-                        bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
-                } else
-                    bwd_tc_store_unit<DT, D, BN, false>(q, x, J.bh, n);
+                bwd_wg_store_dkv<DT, D, BN, false>(q, sm, x, J.bh, n, &maps, sm.view);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }

@@ -498,6 +498,23 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
 #endif
 }
 
+/* A unit's dK and dV from a v3 kernel with the dQ writer: by TMA stores where the head dim
+ * has them (BWD_WG_DKV_TMA) and bwd_wg_dkv_tma allows, else bwd_tc_store_unit's pair
+ * stores. The dense persistent kernel (view NULL) and the window/packed one share it. */
+template <typename DT, int D, int BN, bool LEAVES>
+static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+                                                        const bwd_wg_regs<D> &x, int32_t bh, int32_t n,
+                                                        const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
+{
+    if constexpr (BWD_WG_DKV_TMA(D)) {
+        if (bwd_wg_dkv_tma<BN, LEAVES>(p, qm, n, view)) {
+            bwd_wg_store_unit_tma<DT, D, BN, LEAVES>(p, sm, x, bh, n, qm, view);
+            return;
+        }
+    }
+    bwd_tc_store_unit<DT, D, BN, LEAVES>(p, x, bh, n);
+}
+
 template <int D, int BN>
 static __device__ __forceinline__ void bwd_tc_vsm_save(const struct attn_bwd_params &p, int32_t v,
                                                        const int32_t *st, const bwd_wg_regs<D> &x)
