@@ -360,10 +360,6 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
     }
 }
 
-/* The two modes are two kernels around the same inlined bwd_tc_step, so that each gets
- * its own register allocation: one kernel holding both needs more than 255 registers at
- * D = 128 and spills. Which kernel runs changes nothing but the bookkeeping around the
- * steps. */
 /* v3's shared memory starts on a BWD_WG_ALIGN boundary: the kernel asks for that much more
  * and rounds the dynamic block's address up. */
 template <int D, int BN, int V>
