@@ -267,6 +267,19 @@ class WithoutGpu(unittest.TestCase):
                         doc = json.load(f)
                     self.assertEqual(doc["rows"], [])
 
+    def test_report_says_how_the_gpu_is_shared(self):
+        with tempfile.TemporaryDirectory() as out:
+            for sharing, want in ((None, "GPU sharing: not stated"),
+                                  ("MPS (a control daemon started by gpu_bench.sh)",
+                                   "GPU sharing: MPS (a control daemon started by gpu_bench.sh)")):
+                with self.subTest(sharing=sharing):
+                    args = ["--cases", "window-1k", "--out", out] + (["--sharing", sharing] if sharing else [])
+                    rc, stdout, err = run(*args, python=(sys.executable, "-I", "-S"))
+                    self.assertEqual(rc, 0, err)
+                    self.assertIn(want, stdout)
+                    with open(os.path.join(out, "varlen.json")) as f:
+                        self.assertEqual(json.load(f)["sharing"], sharing)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -605,6 +605,8 @@ def report(doc):
              f"({doc['date'][:10]})", "",
              f"- date: {doc['date']}; device: {doc['device']}",
              f"- commit: {doc['commit']}; command: `{doc['command']}`",
+             f"- GPU sharing: {doc.get('sharing') or 'not stated'} (dashd is another process: "
+             f"without MPS each of its calls costs the GPU two context switches, docs/mps.md)",
              f"- torch {doc.get('torch', 'n/a')}; cuDNN {doc.get('cudnn', 'n/a')}; "
              f"cuDNN frontend {doc.get('frontend', 'n/a')}; dashd: {doc.get('dashd', 'n/a')}"
              f" (--kernels {doc.get('dashd_kernels', 'auto')})",
@@ -693,6 +695,9 @@ def parse_args(argv):
     ap.add_argument("--kernels", choices=["auto", "v2", "v3"], default="auto",
                     help="dashd's --kernels (auto: v3 on sm_90, whose backward serves these "
                          "cases on its wgmma step; v2: the mma.sync kernels)")
+    ap.add_argument("--sharing", default=None,
+                    help="how the processes share the GPU, for the report (gpu_bench.sh says "
+                         "'MPS' or 'separate contexts')")
     ap.add_argument("--commit", default=None, help="for the report (default: git's HEAD)")
     ap.add_argument("--command", default=None, help="for the report (default: this one)")
     ap.add_argument("--plan", action="store_true", help="print the cases as JSON and exit")
@@ -724,7 +729,7 @@ def main(argv=None):
            "commit": args.commit or git_commit(),
            "command": args.command or " ".join(["python3 bench/varlen_peers.py"]
                                                + (sys.argv[1:] if argv is None else argv)),
-           "reps": args.reps, "cases": cases, "rows": [], "device": "n/a"}
+           "reps": args.reps, "cases": cases, "rows": [], "device": "n/a", "sharing": args.sharing}
     os.makedirs(args.out, exist_ok=True)
     try:
         doc.update(run(args, cases, doc))

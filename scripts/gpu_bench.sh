@@ -4,11 +4,14 @@
 # kernels, PyTorch's SDPA peers and cuDNN's own SDPA (cuDNN frontend) in one run, joined
 # into one Markdown report under $OUT.
 #   bash scripts/gpu_bench.sh COMMIT [--quick] [--reps N] [--only D,S,MASK[,SCHED]]
-#   bash scripts/gpu_bench.sh COMMIT --varlen [varlen_peers.py's options]
+#   [MPS=1] bash scripts/gpu_bench.sh COMMIT --varlen [varlen_peers.py's options]
 #       only issue 17's packed-batch and sliding-window bench (bench/varlen_peers.py):
 #       cuDNN's SDPA with ragged offsets and diagonal bands, PyTorch's flash kernels, and
 #       the bundle's dashd (.gpu/bin/dashd, unpacked from dashd.xz where only that is
-#       there); report $OUT/varlen-report.md (and varlen.json)
+#       there); report $OUT/varlen-report.md (and varlen.json). MPS=1: everything (the
+#       peers, the bench and the dashd it starts) runs under an MPS control daemon this
+#       script starts in private directories and stops at the end - the setup the README
+#       recommends for clients of dashd on the GPU (docs/mps.md); the report says which.
 # The cuDNN frontend (module `cudnn`) is used as installed; where `import cudnn` fails and
 # $WHEELS (default .gpu/wheels, see scripts/gpu_wheels.sh) holds its wheel, the wheel is
 # installed into a temporary directory first, as the GPU machine has no network. Without
@@ -45,11 +48,22 @@ if [ "${1:-}" = --varlen ]; then
   fi
   [ -e "$dbin/dashd" ] || [ ! -f "$dbin/dashd.xz" ] || xz -dk "$dbin/dashd.xz"
   dbin=$(cd "$dbin" && pwd)
+  sharing="separate contexts (no MPS)"
+  if [ "${MPS:-0}" = 1 ]; then
+    mps=$(command -v nvidia-cuda-mps-control || true)
+    [ -n "$mps" ] || { echo "gpu_bench: MPS=1 but nvidia-cuda-mps-control is not here" >&2; exit 1; }
+    export CUDA_MPS_PIPE_DIRECTORY=$tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=$tmp/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    "$mps" -d
+    trap 'echo quit | "$mps" > /dev/null 2>&1 || true; sleep 1; rm -rf "$tmp"' EXIT
+    sleep 1
+    sharing="MPS (a control daemon started by gpu_bench.sh)"
+  fi
   lib=$( [ -f .gpu/lib/libdash.so ] && echo "$PWD/.gpu/lib" || echo "$dbin" )
   DASH_LIBRARY=${DASH_LIBRARY:-$lib/libdash.so} \
   PYTHONPATH=$pylib${pylib:+:}$PWD/client/python${PYTHONPATH:+:$PYTHONPATH} \
     python3 bench/varlen_peers.py --dashd "$dbin/dashd" --out "$out" --commit "$commit" \
-      --command "bash scripts/gpu_bench.sh $commit --varlen $*" "$@"
+      --sharing "$sharing" --command "${MPS:+MPS=$MPS }bash scripts/gpu_bench.sh $commit --varlen $*" "$@"
   exit
 fi
 
