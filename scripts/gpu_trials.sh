@@ -23,11 +23,16 @@ mkdir -p "$out/trials"
 log=$out/trials.log
 : > "$log"
 say() { echo "$*" | tee -a "$log"; }
+# suite NAME DIR SUITE SECONDS: test_dash_gpu's SUITE from DIR (dashd and dashctl beside it),
+# its counts and first failures into the summary
+suite() {
+  (cd "$2" && DASH_GPU_SUITE=$3 timeout "$4" ./test_dash_gpu > "$out/trials/$1-$3.log" 2>&1)
+  say "$1 $3 rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$1-$3.log" | tr -s ' ' | tr '\n' ' ')"
+  grep -E "FAILED|^    [0-9]+\. " "$out/trials/$1-$3.log" | head -6 | tee -a "$log"
+}
 builds=("main=$root/.gpu/bin/bench_gpu")
-for suite in ${MAIN_CHECKS:-}; do # main's bundle: dashd and dashctl beside test_dash_gpu
-  (cd "$root/.gpu/bin" && DASH_GPU_SUITE=$suite timeout 300 ./test_dash_gpu > "$out/trials/main-$suite.log" 2>&1)
-  say "main $suite rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/main-$suite.log" | tr -s ' ' | tr '\n' ' ')"
-  grep -E "FAILED|^    [0-9]+\. " "$out/trials/main-$suite.log" | head -6 | tee -a "$log"
+for s in ${MAIN_CHECKS:-}; do
+  suite main "$root/.gpu/bin" "$s" 300
 done
 for d in "$root"/.gpu/trial-*/; do
   [ -x "$d/test_dash_gpu" ] || continue
@@ -36,11 +41,9 @@ for d in "$root"/.gpu/trial-*/; do
   case " ${TRIALS:-$t} " in *" $t "*) ;; *) continue ;; esac
   say "== $t: $(cat "$d/what" 2>/dev/null)"
   checks=" ${CHECKS:-gpu_attn racecheck synccheck audit} "
-  for suite in $checks; do # every gpu_* word: that test_dash_gpu suite
-    [[ $suite == gpu_* ]] || continue
-    (cd "$d" && DASH_GPU_SUITE=$suite timeout 200 ./test_dash_gpu > "$out/trials/$t-$suite.log" 2>&1)
-    say "$t $suite rc $?: $(grep -E '^ +(tests|asserts)' "$out/trials/$t-$suite.log" | tr -s ' ' | tr '\n' ' ')"
-    grep -E "FAILED|^    [0-9]+\. " "$out/trials/$t-$suite.log" | head -6 | tee -a "$log"
+  for s in $checks; do # every gpu_* word: that test_dash_gpu suite
+    [[ $s == gpu_* ]] || continue
+    suite "$t" "$d" "$s" 200
   done
   for tool in racecheck synccheck; do
     [[ $checks == *" $tool "* ]] || continue
