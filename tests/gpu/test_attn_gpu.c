@@ -1283,8 +1283,11 @@ static void *pitched_dev(const void *src, int64_t rows, size_t es, unsigned char
     return d;
 }
 
-static struct attn_tensor pitched_view(void *d, int64_t seq, int64_t heads)
+/* p's tensor at d as a pitched view (rows PITCH96 elements apart): the queries' side (Q, O,
+ * dO, dQ), or with kside the keys' (K, V, dK, dV). */
+static struct attn_tensor pitched_view(void *d, const struct attn_problem *p, int kside)
 {
+    const int64_t seq = kside ? p->seqlen_k : p->seqlen_q, heads = kside ? p->heads_kv : p->heads_q;
     return (struct attn_tensor){.data = d, .stride = {seq * heads * PITCH96, heads * PITCH96, PITCH96, 1}};
 }
 
@@ -1333,10 +1336,8 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
         unsigned char *h[4];
         void *d[4] = {pitched_dev(a.q, rq, a.es, &h[0]), pitched_dev(a.k, rk, a.es, &h[1]),
                       pitched_dev(a.v, rk, a.es, &h[2]), pitched_dev(NULL, rq, a.es, &h[3])};
-        const struct attn_tensor tq = pitched_view(d[0], p.seqlen_q, p.heads_q),
-                                 tk = pitched_view(d[1], p.seqlen_k, p.heads_kv),
-                                 tv = pitched_view(d[2], p.seqlen_k, p.heads_kv),
-                                 to = pitched_view(d[3], p.seqlen_q, p.heads_q);
+        const struct attn_tensor tq = pitched_view(d[0], &p, 0), tk = pitched_view(d[1], &p, 1),
+                                 tv = pitched_view(d[2], &p, 1), to = pitched_view(d[3], &p, 0);
         for (int cp = 0; cp < 2; cp++) {
             const size_t lb = sizeof(float) * (size_t)a.nlse;
             CUDA_OK(cudaMemset(d[3], 0xff, a.es * (size_t)rq * PITCH96));
@@ -1405,10 +1406,8 @@ static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns
                           pitched_dev(a.dout, rq, a.es, &h[4]), pitched_dev(NULL, rq, a.es, &h[5]),
                           pitched_dev(NULL, rk, a.es, &h[6]),   pitched_dev(NULL, rk, a.es, &h[7])};
             struct attn_tensor t[8];
-            for (int i = 0; i < 8; i++) {
-                const int kside = i == 1 || i == 2 || i == 6 || i == 7;
-                t[i] = pitched_view(d[i], kside ? p.seqlen_k : p.seqlen_q, kside ? p.heads_kv : p.heads_q);
-            }
+            for (int i = 0; i < 8; i++) /* K, V, dK, dV on the keys' side */
+                t[i] = pitched_view(d[i], &p, i == 1 || i == 2 || i == 6 || i == 7);
             for (int cp = 1; cp >= 0; cp--) { /* the copies, then (BWD_WG_NARROW, MHA) none */
                 cuattn__force_no_tma(ca, cp);
                 for (int i = 5; i < 8; i++)
