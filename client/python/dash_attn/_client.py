@@ -569,8 +569,8 @@ def window_pair(window_size):
     """(left, right) ints from flash-attn's window_size (None: (-1, -1)); -1 is unbounded."""
     if window_size is None:
         return -1, -1
-    if type(window_size) is tuple and len(window_size) == 2 and type(window_size[0]) is int \
-            and type(window_size[1]) is int and window_size == _NO_WINDOW:  # the usual call, fast
+    if type(window_size) is tuple and window_size == _NO_WINDOW and type(window_size[0]) is int \
+            and type(window_size[1]) is int:  # the usual call, fast (-1.0 and the like go below)
         return -1, -1
     try:
         left, right = window_size
