@@ -77,13 +77,6 @@
  * views (packed: one batch of all rows) and loads its sequences' whole q-tiles so, the last
  * partial tile of each by cp.async: +12% (window 1k), +17% (window 4k), +7% (packed batch)
  * in the same run (bench/results/gpu-bwd-tmaq-2026-12-04.md). */
-/* Trial (default 0): BWD_WG_KVQ=1 issues a unit's first Q, dO, LSE and Dsum load (stage 0)
- * before its K and V load instead of after it, in the kernels whose stages have mbarriers
- * (BWD_WG_STAGE_BARS), so the two latencies overlap once per unit rather than adding up:
- * the short units of packed batches and 1k sequences pay them most often. */
-#ifndef BWD_WG_KVQ
-#define BWD_WG_KVQ 0
-#endif
 #include <cuda.h> /* CUtensorMap */
 /* dK and dV through shared memory and TMA stores (bwd_wg_store_unit_tma) at head dims 64
  * and 128 (where the maps encode, without GQA's fp32 sums): a unit's dK and dV go out
