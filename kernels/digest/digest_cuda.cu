@@ -290,12 +290,6 @@ static __global__ void __launch_bounds__(LEAF_BLOCK) leaf_kernel(struct dtable t
     }
 }
 
-/* Trial (default 0): DIGEST_FOLD_FUSED=1 makes levels 0 and 1 of the tree in one launch
- * (fold_fused_kernel) instead of fold_kernel's two. */
-#ifndef DIGEST_FOLD_FUSED
-#define DIGEST_FOLD_FUSED 0
-#endif
-#if !DIGEST_FOLD_FUSED
 /* One level of the tree, a thread per hash it makes: XXH64 over up to 64 hashes of the
  * level below - a view's leaves (given, or from the leaf kernel) into its groups (level
  * 0), or its groups into its supergroups (level 1) - whole runs of 64 read as 16-byte
@@ -323,45 +317,6 @@ static __global__ void __launch_bounds__(FOLD_THREADS)
         return;
     }
 }
-
-#endif
-
-#if DIGEST_FOLD_FUSED
-static_assert(FOLD_THREADS == DIGEST_FANOUT, "a block's groups are one supergroup's");
-/* Block b makes the group hashes of supergroup slot b - each view's groups start at a
- * multiple of 64 and take whole supergroups' room, so a block's 64 are one supergroup's, of
- * one view - as fold_kernel's level 0 does, then its thread 0 hashes them into that
- * supergroup's hash as level 1 would from memory: the same bytes, so the same hash, and
- * one launch (and the wait for it) fewer on the audit's path. */
-static __global__ void __launch_bounds__(FOLD_THREADS)
-    fold_fused_kernel(struct dtable t, uint64_t *groups, uint64_t *supers)
-{
-    __shared__ __align__(16) uint64_t mine[DIGEST_FANOUT];
-    const uint64_t g = blockIdx.x * (uint64_t)FOLD_THREADS + threadIdx.x;
-    int32_t vi = -1; /* uniform over the block */
-    for (int32_t i = 0; i < t.n; i++)
-        if (g >= t.v[i].first_group && g - t.v[i].first_group < t.v[i].supers * DIGEST_FANOUT)
-            vi = i;
-    if (vi < 0)
-        return;
-    const struct dview *v = &t.v[vi];
-    const uint64_t local = g - v->first_group;
-    if (local < v->groups) {
-        const uint64_t k = local * DIGEST_FANOUT, n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
-        const uint64_t *p = v->leaf + k;
-        const uint64_t h = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
-                               ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
-                               : xxh64(p, (size_t)n * 8, 0);
-        groups[g] = h;
-        mine[threadIdx.x] = h;
-    }
-    __syncthreads(); /* the block's group hashes are in mine[] */
-    if (threadIdx.x == 0) {
-        const uint64_t k = local, n = v->groups - k < DIGEST_FANOUT ? v->groups - k : DIGEST_FANOUT;
-        supers[v->first_super + local / DIGEST_FANOUT] = xxh64(mine, (size_t)n * 8, 0);
-    }
-}
-#endif
 
 /* One block per view: the root over its supergroup hashes, seeded with its length - the
  * block loads them into shared tiles and thread 0 runs XXH64 over each tile. */
@@ -430,14 +385,10 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
     }
     if (sz.hashed) /* the views without given leaves, each from a whole group on */
         leaf_kernel<<<(unsigned)((sz.hashed + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t);
-#if DIGEST_FOLD_FUSED
-    fold_fused_kernel<<<(unsigned)(sz.groups / FOLD_THREADS), FOLD_THREADS, 0, st>>>(t, groups, supers);
-#else
     fold_kernel<<<(unsigned)((sz.groups + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
         t, 0, sz.groups, groups, supers);
     fold_kernel<<<(unsigned)((sz.supers + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
         t, 1, sz.supers, groups, supers);
-#endif
     root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, supers, out);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
