@@ -17,6 +17,7 @@ one Client may serve several threads (PyTorch runs backward on its own threads).
 import atexit
 import contextlib
 import ctypes
+import errno
 import itertools
 import math
 import os
@@ -232,6 +233,16 @@ class Client:
             if self._c:
                 _lib.dash_close(self._c)
                 self._c = ctypes.c_void_p()
+                # dash_close freed the shared-memory buffer: its handle must not be used again
+                self._shm = None
+                self._shm_size = 0
+
+    def _live(self):
+        """Raise DashError (DASH_EINVAL) once the client is closed (close(), a later
+        connect() replacing it, exit): its libdash client and shared memory are gone."""
+        if not self._c:
+            raise DashError(-errno.EINVAL, "dash_attn: this Client is closed (close(), or "
+                            "replaced by a later dash_attn.connect())")
 
     def __del__(self):
         try:
@@ -276,6 +287,7 @@ class Client:
     def _tag(self):
         """Give libdash the thread's audit tag for the next op (it keeps it until changed:
         a call only when the tag differs from the last one given)."""
+        self._live()  # every op's first call into libdash under the lock
         tag = current_audit()
         if tag == self._tag_sent:
             return
@@ -365,7 +377,8 @@ class Client:
 
     def _backward_cuda(self, dout, q, k, v, out, lse, attn):
         self._refuse_capture()
-        dout = self._last_dim_contiguous(dout)
+        # dashd needs the last stride 1 in every tensor, as the forward made q, k, v
+        q, k, v, out, dout = (self._last_dim_contiguous(x) for x in (q, k, v, out, dout))
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)

@@ -399,3 +399,23 @@ def test_scale_and_softcap_that_float32_cannot_hold_are_refused_not_replaced(cli
     # the smallest scale float32 holds is served as that scale: uniform attention over keys
     out = dash_attn.flash_attn_func(q, k, v, softmax_scale=1e-40)
     assert torch.allclose(out, v.mean(1, keepdim=True).expand_as(out), atol=1e-12, rtol=0)
+
+
+def test_a_client_closed_by_a_later_connect_raises_instead_of_crashing(daemon):
+    """connect() closes the shared client it replaces; a caller still holding it (or an op
+    after close()) used to memmove into the freed shared-memory buffer: a segfault. Run in
+    a child so that a crash fails the test instead of killing pytest."""
+    code = f"""
+import torch, dash_attn
+c1 = dash_attn.connect({daemon.endpoint!r})
+q = torch.randn(1, 8, 2, 32)
+c1.forward(q, q, q)
+dash_attn.connect({daemon.endpoint!r})  # replaces, and closes, c1
+try:
+    c1.forward(q, q, q)
+except dash_attn.DashError as e:
+    assert e.name == "DASH_EINVAL" and "closed" in str(e), e
+    print("raised")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "raised" in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])

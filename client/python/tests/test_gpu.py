@@ -115,6 +115,21 @@ def test_gpu_views_of_cached_blocks_and_strided_slices():
     assert torch.equal(c, d)
 
 
+def test_gpu_inputs_whose_last_dim_is_strided_have_a_backward_too():
+    # the forward copies such q (dashd needs the last stride 1); the backward must too
+    g = torch.Generator(device="cuda").manual_seed(SEED ^ 7)
+    q = torch.randn(1, 128, 64, 4, generator=g, device="cuda").bfloat16().transpose(-1, -2)
+    k, v = (torch.randn(1, 128, 4, 64, generator=g, device="cuda").bfloat16() for _ in "kv")
+    assert q.stride(-1) != 1
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    dash_attn.flash_attn_func(q, k, v, causal=True).sum().backward()
+    dash_attn.synchronize()
+    qc, kc, vc = (x.detach().contiguous().requires_grad_() for x in (q, k, v))
+    dash_attn.flash_attn_func(qc, kc, vc, causal=True).sum().backward()
+    for x, y in ((q, qc), (k, kc), (v, vc)):
+        assert torch.equal(x.grad, y.grad)
+
+
 def test_gpu_stream_order_holds_when_the_producer_is_still_running():
     q0, k, v, dout = inputs((1, 1024, 1024, 8, 8, 128), torch.bfloat16, SEED ^ 3)
     expect = dash_attn.flash_attn_func(q0, k, v, causal=True)
