@@ -1007,22 +1007,31 @@ int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_r
 {
     if (!c || n < 0 || (n > 0 && (!refs || !ret)))
         return DASH_EINVAL;
-    for (int32_t i = 0; i < n; i++) {
+    int rc = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
         const struct dash_cuda_ref *r = &refs[i];
         uint64_t bytes;
         if (!r->ptr || r->elem_size < 1 ||
-            dash__view_span(r->ndim, r->shape, r->strides, (uint64_t)r->elem_size, &bytes) != 0)
-            return DASH_EINVAL;
+            dash__view_span(r->ndim, r->shape, r->strides, (uint64_t)r->elem_size, &bytes) != 0) {
+            rc = DASH_EINVAL;
+            break;
+        }
         struct dash_tensor *t = &ret[i];
         memset(t, 0, sizeof *t);
-        int rc = dash_cuda_view(c, r->ptr, (size_t)bytes, &t->buf, &t->offset);
-        if (rc)
-            return rc;
+        if ((rc = dash_cuda_view(c, r->ptr, (size_t)bytes, &t->buf, &t->offset)) != 0)
+            break;
+        /* Held until this call ends: a full view cache evicts (frees) the least recently
+         * used registration nobody uses, which must not be one an earlier tensor of this
+         * call already points to. */
+        t->buf->users++;
         t->ndim = r->ndim;
         for (int32_t d = 0; d < r->ndim; d++) {
             t->shape[d] = r->shape[d];
             t->strides[d] = r->strides[d];
         }
     }
-    return 0;
+    for (int32_t j = 0; j < i; j++)
+        ret[j].buf->users--;
+    return rc;
 }

@@ -1002,6 +1002,36 @@ static void test_dashd_gpu_cuda_tensors_are_the_views_of_their_allocation(void)
     fixture_close(&f, "gpu-tensors");
 }
 
+/* dash_cuda_tensors of more allocations than the view cache holds: a later tensor of the
+ * call may not evict (and free) the registration an earlier one points to; with every
+ * registration held by this call the answer is DASH_EBUSY, and the holds end with it. */
+static void test_dashd_gpu_cuda_tensors_never_evict_their_own_views(void)
+{
+    enum { N = 64 + 1 }; /* DASH__VIEW_CACHE + 1 */
+    struct fixture f;
+    fixture_open(&f, "gpu-tensors-evict");
+    void *mem[N] = {0};
+    struct dash_cuda_ref refs[N];
+    static struct dash_tensor t[N];
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT_FATAL(cudaMalloc(&mem[i], (size_t)2 << 20) == cudaSuccess); /* IPC-sized */
+        refs[i] = (struct dash_cuda_ref){.ptr = mem[i], .ndim = 1, .elem_size = 4,
+                                         .shape = {16}, .strides = {1}};
+    }
+    int rc = dash_cuda_tensors(f.c, N, refs, t);
+    if (rc == 0) /* what it gave must still be live and distinct: the first one was evicted */
+        fprintf(stderr, "\n  %d allocations in one call: t[0].buf %p, t[%d].buf %p", N,
+                (void *)t[0].buf, N - 1, (void *)t[N - 1].buf);
+    CU_ASSERT_EQUAL(rc, DASH_EBUSY);
+    /* nothing stays held: the cache evicts again */
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 1, &refs[N - 1], t), 0);
+    CU_ASSERT_EQUAL(dash_cuda_tensors(f.c, 2, refs, t), 0);
+    CU_ASSERT_PTR_NOT_EQUAL(t[0].buf, t[1].buf);
+    fixture_close(&f, "gpu-tensors-evict");
+    for (int i = 0; i < N; i++)
+        CU_ASSERT(cudaFree(mem[i]) == cudaSuccess);
+}
+
 static void test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error(void)
 {
     struct fixture f;
@@ -1838,6 +1868,8 @@ int suite_gpu_dashd(void)
         !CU_add_test(s, "test_dashd_gpu_bounds_are_checked", test_dashd_gpu_bounds_are_checked) ||
         !CU_add_test(s, "test_dashd_gpu_cuda_tensors_are_the_views_of_their_allocation",
                      test_dashd_gpu_cuda_tensors_are_the_views_of_their_allocation) ||
+        !CU_add_test(s, "test_dashd_gpu_cuda_tensors_never_evict_their_own_views",
+                     test_dashd_gpu_cuda_tensors_never_evict_their_own_views) ||
         !CU_add_test(s, "test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error",
                      test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error) ||
         !CU_add_test(s, "test_dashd_gpu_garbage_handle_is_an_error_reply",
