@@ -409,7 +409,9 @@ struct dash_result {
  * tensor with the wrong ndim or a buffer of another client, an enum out of range, a
  * negative or non-finite scale, negative wave or block sizes; nothing is sent), the
  * daemon's verdict (DASH_ESHAPE, DASH_EBOUNDS, DASH_EHEADDIM, DASH_EBADDTYPE, DASH_ESCHED,
- * DASH_EBUSY...), DASH_ETIMEDOUT or -errno. */
+ * DASH_EBUSY...), DASH_ETIMEDOUT or -errno. After DASH_ETIMEDOUT the daemon may still
+ * run the op if it wakes up, and write its outputs then: give the next op other bytes than
+ * this one's outputs (the Python binding frees its buffer and takes a new one). */
 int dash_forward(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *q,
                  const struct dash_tensor *k, const struct dash_tensor *v,
                  const struct dash_tensor *out, const struct dash_tensor *lse,

@@ -470,6 +470,15 @@ class Client:
             else:
                 rc = _lib.dash_forward(self._c, ctypes.byref(attn),
                                        *[ctypes.byref(x) for x in ts], ctypes.byref(res))
+            if rc == -errno.ETIMEDOUT:
+                # A daemon that was silent past the timeout may still run this op when it
+                # wakes up and write its outputs into this buffer (dash.h): the next op gets
+                # another one, so those late bytes cannot land in its inputs or outputs.
+                msg = _lib.dash_last_error(self._c)
+                _lib.dash_buffer_free(self._c, self._shm)
+                self._shm = None
+                self._shm_size = 0
+                raise DashError(rc, msg.decode(errors="replace") if msg else "")
             self._check(rc)
             self._record(res, backward)
             for x, o in zip(outs, offs[len(ins):]):

@@ -419,3 +419,37 @@ except dash_attn.DashError as e:
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "raised" in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])
+
+
+def test_an_op_that_timed_out_cannot_write_into_the_next_ops_buffer():
+    """A daemon silent past the client's timeout (here: stopped) still runs the op when it
+    wakes up, writing its outputs into the buffer it was given. The client's next op must not
+    share those bytes: op 1's out lies where op 2's (larger) q goes, so a shared buffer would
+    hand op 2 a q overwritten by op 1's late output."""
+    import signal
+    import threading
+    from conftest import Daemon
+    d = Daemon()
+    try:
+        g = torch.Generator().manual_seed(11)
+        small = [torch.randn(1, 64, 2, 32, generator=g) for _ in range(3)]
+        large = [torch.randn(1, 512, 2, 32, generator=g) for _ in range(3)]
+        want = dash_attn.Client(endpoint=d.endpoint).forward(*large)[0]
+        c = dash_attn.Client(endpoint=d.endpoint, timeout_ms=1000)
+        c.forward(*small)  # its buffer exists and holds both ops
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(dash_attn.DashError) as e:
+                c.forward(*small)
+            assert e.value.name == "DASH_ETIMEDOUT", e.value
+            wake = threading.Timer(0.3, os.kill, (d.proc.pid, signal.SIGCONT))
+            wake.start()
+            got = c.forward(*large)[0]  # sent while stopped; runs after op 1
+            wake.join()
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        assert torch.equal(got, want)
+        c.close()
+    finally:
+        assert d.stop() == 0
+
