@@ -417,7 +417,9 @@ except dash_attn.DashError as e:
     assert e.name == "DASH_EINVAL" and "closed" in str(e), e
     print("raised")
 """
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dash_attn.__file__)))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env)
     assert p.returncode == 0 and "raised" in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])
 
 
