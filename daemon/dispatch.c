@@ -284,8 +284,13 @@ static void on_register(struct dispatch *d, const struct server_msg *m, const Da
         dispatch__reply_error(d, m->rid, m->rid_len, req->id, rc, "%s", msg);
         return;
     }
+    /* The reply may end the connection, and with it s (its write fails: the peer is
+     * gone), so the count is given back through a reference of our own. */
+    struct lim_client *c = s->client;
+    limits_ref(c);
     if (register_buffer(d, m, req, s) != 0)
-        limits_buffer_end(s->client, rb->size);
+        limits_buffer_end(c, rb->size);
+    limits_unref(c);
 }
 
 static void on_unregister(struct dispatch *d, const struct server_msg *m,

@@ -1062,6 +1062,36 @@ static void test_dashd_unit_file_verifies(void)
     free(out);
 }
 
+/* A client that sends a request which is refused and goes away before the reply can be
+ * written: the failed write ends the connection (and with it the session) inside the
+ * reply, so the handler must not touch the session after replying. The daemon is
+ * stopped while the request and the close arrive, so it reads both in one go. */
+static void test_dashd_refused_register_of_a_client_that_left_touches_no_freed_session(void)
+{
+    for (int round = 0; round < 3; round++) {
+        struct raw_client *r = session();
+        CU_ASSERT_FATAL(r != NULL);
+        Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
+        rb.size = 4096;
+        rb.shm_name = "no-leading-slash"; /* refused: DASH_EINVAL */
+        Dash__Request req = DASH__REQUEST__INIT;
+        req.id = next_id++;
+        req.body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+        req.register_buffer = &rb;
+        void *buf;
+        size_t len;
+        CU_ASSERT_FATAL(wire_encode(&req.base, &buf, &len) == 0);
+        CU_ASSERT_FATAL(kill(D.pid, SIGSTOP) == 0);
+        CU_ASSERT(raw_send(r, buf, len) == 0);
+        free(buf);
+        usleep(200000); /* the request reaches dashd's socket */
+        raw_close(r);
+        usleep(200000); /* and then the close */
+        CU_ASSERT_FATAL(kill(D.pid, SIGCONT) == 0);
+        CU_ASSERT(daemon_serves());
+    }
+}
+
 int suite_dashd(void)
 {
     CU_pSuite s = CU_add_suite("dashd", suite_init, suite_clean);
@@ -1072,6 +1102,7 @@ int suite_dashd(void)
     ADD_TEST(s, test_dashd_hello_checks_protocol_version);
     ADD_TEST(s, test_dashd_hello_rank_needs_a_world_size_above_it);
     ADD_TEST(s, test_dashd_requests_before_hello_get_no_session);
+    ADD_TEST(s, test_dashd_refused_register_of_a_client_that_left_touches_no_freed_session);
     ADD_TEST(s, test_dashd_garbage_gets_malformed_and_daemon_serves_others);
     ADD_TEST(s, test_dashd_unknown_request_type_gets_protocol_error);
     ADD_TEST(s, test_dashd_unknown_and_foreign_buffers_are_refused);
