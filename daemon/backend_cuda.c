@@ -128,6 +128,10 @@ struct cuda {
     pthread_mutex_t mu;
     pthread_cond_t cv, rescue_cv;
     struct pending *head, *tail;
+    /* The op run_device is queueing (NULL: none): its ready word may already be waited on
+     * while the worker itself waits for the stream (a scratch that grows, a failure), so
+     * the rescuer looks at it too. */
+    struct pending *queuing;
     struct pending *free_list; /* spent entries, their events kept for reuse */
     int stop;
     void *dig_scratch; /* device scratch of the digests (worker thread, stream-ordered) */
@@ -374,6 +378,13 @@ static int signal_write(struct cuda *c, cudaStream_t st, uint64_t *word, uint64_
 #define RESCUE_AFTER_MS 500
 #define RESCUE_MAX 64 /* words written per tick at most; the rest wait for the next */
 
+/* Whether p's ready word is to be written here now. Under mu. */
+static int rescue_due(const struct pending *p, uint64_t now)
+{
+    return p->ready && !p->rescued && now - p->queued_ns >= RESCUE_AFTER_MS * 1000000ull &&
+           proc_gone(p->pid);
+}
+
 static void *rescuer_main(void *arg)
 {
     struct cuda *c = arg;
@@ -396,13 +407,18 @@ static void *rescuer_main(void *arg)
         const uint64_t now = mono_ns();
         int n = 0;
         for (struct pending *p = c->head; p && n < RESCUE_MAX; p = p->next)
-            if (p->ready && !p->rescued && now - p->queued_ns >= RESCUE_AFTER_MS * 1000000ull &&
-                proc_gone(p->pid)) {
+            if (rescue_due(p, now)) {
                 p->rescued = 1;
                 todo[n].word = p->ready;
                 todo[n].seq = p->seq;
                 n++;
             }
+        if (c->queuing && n < RESCUE_MAX && rescue_due(c->queuing, now)) {
+            c->queuing->rescued = 1;
+            todo[n].word = c->queuing->ready;
+            todo[n].seq = c->queuing->seq;
+            n++;
+        }
         pthread_mutex_unlock(&c->mu);
         for (int i = 0; i < n; i++)
             if (signal_write(c, c->release_stream, todo[i].word, todo[i].seq) == 0)
@@ -441,6 +457,14 @@ static struct pending *pending_get(struct cuda *c)
     return p;
 }
 
+/* Show p to the rescuer as the op being queued (NULL: none). */
+static void set_queuing(struct cuda *c, struct pending *p)
+{
+    pthread_mutex_lock(&c->mu);
+    c->queuing = p;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void pending_put(struct cuda *c, struct pending *p)
 {
     pthread_mutex_lock(&c->mu);
@@ -467,9 +491,11 @@ static int track(struct cuda *c, struct pending *p, backend_done_fn done, void *
     }
     p->done = done;
     p->ctx = ctx;
-    p->queued_ns = mono_ns();
     p->next = NULL;
     pthread_mutex_lock(&c->mu);
+    p->queued_ns = mono_ns(); /* under mu: the rescuer may be looking at p (queuing) */
+    if (c->queuing == p)
+        c->queuing = NULL; /* in the list from now on */
     if (c->tail)
         c->tail->next = p;
     else
@@ -796,6 +822,12 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     p->seq = op->signal_seq;
     p->pid = op->peer_pid;
     p->rescued = 0;
+    /* From the wait below on, the worker may wait for the stream (growing the kernels' or
+     * the digests' scratch synchronizes it; so does a failure): a client that dies before
+     * its stream writes the ready word would hold the worker, and every client, for ever. */
+    p->queued_ns = mono_ns();
+    if (op->signal_ready)
+        set_queuing(c, p);
     int32_t n_in = 0;
     while (n_in < op->n_digests && !op->digest_is_output[n_in])
         n_in++;
@@ -860,6 +892,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = DASH_EIO;
         goto fail;
     }
+    set_queuing(c, NULL);
     if (op->n_digests)
         memcpy(op->digests, p->pinned, sizeof(uint64_t) * (size_t)op->n_digests);
     pending_put(c, p);
@@ -867,6 +900,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
 fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
     (void)cudaStreamSynchronize(st);
+    set_queuing(c, NULL);
     pending_put(c, p);
     /* The client's stream waits for the done signal whatever happened to the op: the
      * fail word, after which the client poisons the outputs and writes the done word (the

@@ -1631,13 +1631,21 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
  * of its own, gets its bits (synchronous and stream-ordered calls) within a bound instead
  * of waiting behind it for ever. GPUs without 64-bit stream memory operations order
  * stream calls by events instead: nothing to check there. */
-static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up(void)
+static void stalled_client_holds_nobody_up(int fresh)
 {
     int memops = 0;
     CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
     if (!memops) {
         fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
         return;
+    }
+    char audit[96] = "";
+    if (fresh) { /* a daemon that has run nothing yet, auditing: the stalled op is its first */
+        CU_ASSERT_EQUAL(dashd_stop(&D), 0);
+        snprintf(audit, sizeof audit, "/tmp/dashd-gpu-stall-audit-%d.log", (int)getpid());
+        unlink(audit);
+        snprintf(D.extra, sizeof D.extra, "--backend cuda --session-timeout 10 --audit %s", audit);
+        CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
     }
     CU_ASSERT(child_killed_once_ready("stalled"));
     /* another client: registered, let go at once, given 60 s (dashd waits 0.5 s before it
@@ -1664,6 +1672,27 @@ static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_
     CU_ASSERT_EQUAL(status, 0);
     check_child_result(path, 0);
     CU_ASSERT(dashd_alive(&D));
+    if (fresh) { /* back to the suite's daemon */
+        CU_ASSERT_EQUAL(dashd_stop(&D), 0);
+        unlink(audit);
+        snprintf(D.extra, sizeof D.extra, "--backend cuda --session-timeout 10");
+        CU_ASSERT_EQUAL(dashd_restart(&D), 0);
+    }
+}
+
+static void test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up(void)
+{
+    stalled_client_holds_nobody_up(0);
+}
+
+/* The same as the first op of a fresh daemon that audits: the digests' scratch is made
+ * inside the op, after its wait for the dead client's ready word is queued on dashd's
+ * stream, and making it synchronises that stream on the host - so the worker thread itself
+ * waits, not only the GPU, until dashd writes the word (the op is in the rescuer's sight
+ * while it is being queued). */
+static void test_dashd_gpu_client_killed_before_its_stream_reached_a_fresh_daemons_first_op_holds_nobody_up(void)
+{
+    stalled_client_holds_nobody_up(1);
 }
 
 /* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
@@ -1904,7 +1933,9 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_cpu_backend_refuses_cuda_buffers) ||
         /* last: were dashd's queue stuck after it, the tests after it would hang too */
         !CU_add_test(s, "test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up",
-                     test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up))
+                     test_dashd_gpu_client_killed_before_its_stream_reached_the_op_holds_nobody_up) ||
+        !CU_add_test(s, "test_dashd_gpu_client_killed_before_its_stream_reached_a_fresh_daemons_first_op_holds_nobody_up",
+                     test_dashd_gpu_client_killed_before_its_stream_reached_a_fresh_daemons_first_op_holds_nobody_up))
         return -1;
     return 0;
 }
