@@ -809,21 +809,31 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
                      const struct dash_tensor *const *ts, int nt, void *stream,
                      struct dash_result *ret_result)
 {
-    if (!c || !a)
+    if (!c)
         return DASH_EINVAL;
+    if (!a)
+        return dash__fail(c, DASH_EINVAL, "no attention parameters (NULL)");
     for (int i = 0; i < nt; i++)
         if (!ts[i] || !ts[i]->buf || ts[i]->buf->owner != c || ts[i]->buf->kind != DASH__BUF_CUDA)
-            return DASH_EINVAL;
+            return dash__fail(c, DASH_EINVAL, "tensor %d of a stream-ordered op is %s", i,
+                              !ts[i] || !ts[i]->buf ? "missing (NULL)"
+                              : ts[i]->buf->owner != c ? "in a buffer of another client"
+                                                       : "not in CUDA memory (stream-ordered ops take "
+                                                         "device buffers; shared memory goes through "
+                                                         "dash_forward / dash_backward)");
     const int device = ts[0]->buf->device;
     for (int i = 1; i < nt; i++)
         if (ts[i]->buf->device != device)
-            return DASH_EINVAL;
+            return dash__fail(c, DASH_EINVAL, "the tensors of one op are on GPUs %d and %d: one op, one GPU",
+                              device, ts[i]->buf->device);
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return DASH_ENOSESSION;
-    if (c->events && c->events->device != device)
-        return DASH_EINVAL; /* one client, one GPU */
-    if (c->signals && c->signals->device != device)
-        return DASH_EINVAL; /* one client, one GPU */
+    const int held = c->events && c->events->device != device     ? c->events->device
+                     : c->signals && c->signals->device != device ? c->signals->device
+                                                                  : device;
+    if (held != device) /* one client, one GPU */
+        return dash__fail(c, DASH_EINVAL, "this client orders its ops on GPU %d, this op's tensors are "
+                          "on GPU %d: one client, one GPU (connect a client per device)", held, device);
     struct dash__poison outputs;
     int old, rc = dash__outputs_of(c, kind == DASH__FORWARD, a, ts, &outputs);
     if (rc)

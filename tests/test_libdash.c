@@ -371,6 +371,8 @@ static void test_libdash_daemon_errors_reach_the_caller(void)
     w = views_of(&P, buf);
     int rc = dash_forward_stream(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL, NULL);
     CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
+    if (rc == DASH_EINVAL) /* and says why */
+        CU_ASSERT(strstr(dash_last_error(c), "not in CUDA memory") != NULL);
     rc = dash_backward_stream(c, &ATTN, &w.q, &w.k, &w.v, &w.out, &w.lse, &w.dout, &w.dq, &w.dk,
                               &w.dv, NULL, NULL);
     CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
