@@ -60,12 +60,16 @@ _DTYPES = {}  # (torch?, dtype) -> code, filled on first use (torch and numpy ar
 
 
 def _dtype_tables():
+    # both tables at once (one dict.update): a thread that finds _DTYPES filled finds both,
+    # even while another thread's first call is still building them
+    tables = {}
     if torch is not None:
-        _DTYPES[True] = {torch.float32: _lib.DASH_F32, torch.float16: _lib.DASH_F16,
-                         torch.bfloat16: _lib.DASH_BF16, torch.float64: _lib.DASH_F64}
+        tables[True] = {torch.float32: _lib.DASH_F32, torch.float16: _lib.DASH_F16,
+                        torch.bfloat16: _lib.DASH_BF16, torch.float64: _lib.DASH_F64}
     if np is not None:
-        _DTYPES[False] = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16,
-                          np.dtype(np.float64): _lib.DASH_F64}
+        tables[False] = {np.dtype(np.float32): _lib.DASH_F32, np.dtype(np.float16): _lib.DASH_F16,
+                         np.dtype(np.float64): _lib.DASH_F64}
+    _DTYPES.update(tables)
 
 
 def _dtype_code(x):
