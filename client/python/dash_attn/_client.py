@@ -249,6 +249,11 @@ class Client:
                             "replaced by a later dash_attn.connect())")
 
     def __del__(self):
+        # A forked child's inherited clients are the parent's (as for the exit handler), and
+        # a lock a parent's thread held at the fork stays held in the child: closing here
+        # would wait for it for ever at the child's exit.
+        if getattr(self, "_pid", None) != os.getpid():
+            return
         try:
             self.close()
         except Exception:

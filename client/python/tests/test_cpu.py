@@ -455,3 +455,43 @@ def test_an_op_that_timed_out_cannot_write_into_the_next_ops_buffer():
     finally:
         assert d.stop() == 0
 
+
+def test_a_forked_child_exits_although_a_parent_thread_held_the_clients_lock(daemon):
+    """A child forked while another thread of the parent held a Client's lock inherits it
+    held; when the child lets go of the inherited client (its __del__) it must not wait for
+    that lock. In a script of its own, so the child is a plain interpreter's fork."""
+    code = f"""
+import os, sys, threading, time
+import dash_attn
+c = dash_attn.Client(endpoint={daemon.endpoint!r})
+held, go = threading.Event(), threading.Event()
+def hold():
+    with c._lock:
+        held.set()
+        go.wait(60)
+t = threading.Thread(target=hold, daemon=True)
+t.start()
+held.wait(30)
+pid = os.fork()
+if pid == 0:
+    del c  # the child lets go of the inherited client (its last reference)
+    sys.exit(0)
+for _ in range(400):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child exit", os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1)
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("child hung")
+go.set()
+t.join()
+c.close()
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dash_attn.__file__)))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0 and "child exit 0" in p.stdout, (p.returncode, p.stdout,
+                                                              p.stderr[-2000:])
