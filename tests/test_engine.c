@@ -266,6 +266,48 @@ static void test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats(v
         eng_free(engines[t]);
 }
 
+/* Tile sizes whose P and dS tiles are not a multiple of 64 bytes (bm * bn not a multiple
+ * of 16): each thread's scratch must still hold its four aligned pieces, or a thread's dS
+ * runs into the next thread's Q and the gradients depend on the thread count. */
+static void test_engine_backward_bits_identical_across_threads_at_unaligned_tile_sizes(void)
+{
+    struct eng *e1 = eng_new(1), *en[2] = {eng_new(3), eng_new(4)};
+    CU_ASSERT_FATAL(e1 && en[0] && en[1]);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x0dd7);
+    const struct shape_case det_cases[] = {
+        {1, 40, 40, 2, 2, 32, DTYPE_F32, SCHED_MASK_FULL, 2, 3, 64},   /* P, dS: 24 bytes each */
+        {2, 40, 33, 2, 1, 32, DTYPE_F32, SCHED_MASK_CAUSAL, 2, 3, 16},
+        {1, 64, 64, 2, 2, 32, DTYPE_BF16, SCHED_MASK_FULL, 1, 7, 64},  /* 28 bytes each */
+    };
+    int mismatches = 0;
+    for (size_t ci = 0; ci < sizeof det_cases / sizeof det_cases[0]; ci++) {
+        struct attn_problem p = problem_of(&det_cases[ci]);
+        struct attn a;
+        attn_init(&a, &p, &r);
+        struct attn_config cfg = {SCHED_ASCENDING, det_cases[ci].w, det_cases[ci].bm, det_cases[ci].bn, 0};
+        CU_ASSERT_EQUAL_FATAL(run_forward(e1, &a, &cfg), 0);
+        for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
+            cfg.sched = (enum sched_kind)kind;
+            CU_ASSERT_EQUAL_FATAL(run_backward(e1, &a, &cfg, NULL), 0);
+            struct grads base;
+            grads_take(&base, &a);
+            for (int rep = 0; rep < 16; rep++) {
+                CU_ASSERT_EQUAL_FATAL(run_backward(en[rep % 2], &a, &cfg, NULL), 0);
+                if (!grads_equal(&base, &a) && mismatches++ < 5)
+                    fprintf(stderr, "\n  case %zu %s: %d threads differ from 1 thread", ci,
+                            sched_kind_name(cfg.sched), eng_threads(en[rep % 2]));
+            }
+            grads_free(&base);
+        }
+        attn_free(&a);
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    eng_free(e1);
+    eng_free(en[0]);
+    eng_free(en[1]);
+}
+
 /* float64 is computed in double: within 1e-12 of the reference (fp32 arithmetic would be
  * 1e-7 away), the same bits for 1 and 3 threads and for every schedule, rows that see no
  * key give O = 0, LSE = +inf, dQ = 0, and GQA sums its query heads. */
@@ -663,6 +705,7 @@ int suite_engine(void)
     ADD_TEST(s, test_engine_forward_bits_identical_across_threads);
     ADD_TEST(s, test_engine_f64_matches_the_reference_to_double_precision_with_the_same_bits);
     ADD_TEST(s, test_engine_backward_bits_identical_for_1_to_8_threads_and_repeats);
+    ADD_TEST(s, test_engine_backward_bits_identical_across_threads_at_unaligned_tile_sizes);
     ADD_TEST(s, test_engine_strided_views_give_same_bits);
     ADD_TEST(s, test_engine_stop_ends_an_op_midway_and_the_next_runs_whole);
     ADD_TEST(s, test_ref_backward_given_out_reads_dsum_from_the_stored_output);

@@ -170,6 +170,17 @@ static void unit_store(struct bwd *w, struct vsm *x, int32_t bh, int32_t n)
     x->loaded = 0;
 }
 
+/* Per-thread scratch of unit_step, carved in this order (each piece aligned, so the size
+ * is counted the same way it is carved). */
+static size_t unit_thread_bytes(int32_t bm, int32_t bn, int32_t d, struct eng__carver *c)
+{
+    eng__carve(c, sizeof(float) * (size_t)bm * d);  /* Q */
+    eng__carve(c, sizeof(float) * (size_t)bm * d);  /* dO */
+    eng__carve(c, sizeof(float) * (size_t)bm * bn); /* P */
+    eng__carve(c, sizeof(float) * (size_t)bm * bn); /* dS */
+    return c->used;
+}
+
 /* Compute the virtual SM's next dQ partial (and its dK/dV contributions). */
 static void unit_step(struct bwd *w, struct vsm *x, int32_t thread)
 {
@@ -430,8 +441,8 @@ int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_
     const size_t rows_q = (size_t)VB * (size_t)p->heads_q * (size_t)Rq;
     const size_t rows_k = (size_t)VB * (size_t)p->heads_q * (size_t)Rk;
     struct eng__carver tc = {NULL, 0};
-    eng__carve(&tc, sizeof(float) * bm * D * 2 + sizeof(float) * bm * bn * 2);
-    w.per_thread = (tc.used + ENG__ALIGN - 1) & ~(size_t)(ENG__ALIGN - 1);
+    w.per_thread = (unit_thread_bytes(w.bm, w.bn, w.D, &tc) + ENG__ALIGN - 1) &
+                   ~(size_t)(ENG__ALIGN - 1);
 
     /* Lay out the arena: count first, then carve for real. */
     unsigned char *base = NULL;
