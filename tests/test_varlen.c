@@ -749,6 +749,14 @@ static void test_varlen_problem_checks_explain_each_bad_case(void)
     struct attn_problem nan_cap = good;
     nan_cap.softcap = NAN;
     CU_ASSERT_EQUAL(attn_check_problem(&nan_cap), -EINVAL);
+    /* a softcap so small that scale / softcap is infinite in float: refused with a reason,
+     * not NaN outputs (0 * inf); the smallest normal one is still served */
+    struct attn_problem tiny_cap = good;
+    tiny_cap.softcap = 1e-40f;
+    CU_ASSERT_EQUAL(attn_explain_problem(&tiny_cap, why, sizeof why), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "scale / softcap must be a finite float"));
+    tiny_cap.softcap = 1e-30f;
+    CU_ASSERT_EQUAL(attn_check_problem(&tiny_cap), 0);
     /* and the engine refuses what the check refuses */
     struct eng *e = eng_new(1);
     float lse[1];

@@ -74,6 +74,12 @@ int attn_explain_problem(const struct attn_problem *p, char *why, size_t whylen)
     if (!(p->softcap >= 0) || !isfinite(p->softcap))
         return why_(why, whylen, -EINVAL, "softcap %g must be finite and >= 0 (0: off)",
                     (double)p->softcap);
+    /* the engines and kernels bend scores by scale / softcap in float: an infinite ratio
+     * (a subnormal softcap) would make 0 * inf = NaN of every zero score */
+    if (p->softcap > 0 && !isfinite(p->scale / p->softcap))
+        return why_(why, whylen, -EINVAL,
+                    "softcap %g is too small for scale %g: scale / softcap must be a finite float",
+                    (double)p->softcap, (double)p->scale);
     if (p->cu_seqlens_q || p->cu_seqlens_k) {
         int rc;
         if (p->batch > ATTN_VARLEN_MAX_BATCH)
