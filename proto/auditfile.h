@@ -46,8 +46,10 @@ struct auditfile_item {
  * an invalid one is linear in the bytes searched: a frame's CRC at any candidate offset is
  * computed from running CRCs of the stretch (CRC-32C's combine), not by reading the
  * candidate's payload again, so a damaged tail of plausible lengths costs O(its size),
- * not O(its size x AUDITFILE_FRAME_MAX). The reader keeps those running CRCs for the
- * stretch being searched (4 bytes per byte of it). */
+ * not O(its size x AUDITFILE_FRAME_MAX). The reader keeps those running CRCs for a
+ * window that slides with the search (4 bytes per byte of it, at most about 2 x
+ * AUDITFILE_FRAME_MAX bytes of it), so a damaged or foreign file of any size is searched
+ * in bounded memory. */
 struct auditfile_reader {
     const unsigned char *data;
     size_t size, pos;

@@ -520,6 +520,159 @@ static void test_audit_diff_tells_same_tokens_different_packing_apart(void)
     free(out);
 }
 
+/* Nothing compared proves nothing: a run tag that matches no record (a typo) on both
+ * sides, or two files that are no audit logs, are refused (exit 2), never "identical". */
+static void test_audit_diff_of_no_records_is_not_identical(void)
+{
+    char a[256], n1[256], n2[256], args[1200], *out = NULL;
+    path_of(a, sizeof a, "none-a.log");
+    path_of(n1, sizeof n1, "none-1.txt");
+    path_of(n2, sizeof n2, "none-2.txt");
+    logged_run(a, "", "exp", tu_seed() ^ 0x40e, -1, -1, NULL);
+    CU_ASSERT_EQUAL(spit(n1, (const unsigned char *)"not a log\n", 10), 0);
+    CU_ASSERT_EQUAL(spit(n2, (const unsigned char *)"nor this\n", 9), 0);
+    snprintf(args, sizeof args, "diff --run-a exq --run-b exq %s %s 2>&1", a, a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 2);
+    CU_ASSERT(out && !strstr(out, "identical:"));
+    free(out);
+    snprintf(args, sizeof args, "diff --ranks --run-a exq --run-b exq %s %s 2>&1", a, a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 2);
+    CU_ASSERT(out && !strstr(out, "identical:"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s 2>&1", n1, n2);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 2);
+    CU_ASSERT(out && !strstr(out, "identical:"));
+    free(out);
+    snprintf(args, sizeof args, "diff --run-a exp --run-b exp %s %s", a, a);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical: 12 records matched"));
+    free(out);
+}
+
+/* A log of n forward records at level "all" written directly: record i has input digest
+ * in_of(i) and output digest out_of(i), label "layer<i % 32>", step i / 64. */
+static void synthetic_log(const char *path, size_t n, uint64_t (*in_of)(size_t),
+                          uint64_t (*out_of)(size_t))
+{
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    Dash__AuditHeader h = DASH__AUDIT_HEADER__INIT;
+    h.format_version = AUDITFILE_FORMAT_VERSION;
+    h.log_id = 0x5eed;
+    h.first_seq = 1;
+    h.has_digest_version = 1;
+    h.digest_version = DIGEST_VERSION;
+    h.level = "all";
+    Dash__AuditFrame fr = DASH__AUDIT_FRAME__INIT;
+    fr.body_case = DASH__AUDIT_FRAME__BODY_HEADER;
+    fr.header = &h;
+    unsigned char *buf;
+    size_t len;
+    CU_ASSERT_FATAL(auditfile_encode(&fr, &buf, &len) == 0);
+    CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
+    free(buf);
+    for (size_t i = 0; i < n; i++) {
+        Dash__AuditTensor in = DASH__AUDIT_TENSOR__INIT, out = DASH__AUDIT_TENSOR__INIT;
+        Dash__AuditTensor *ins[1] = {&in}, *outs[1] = {&out};
+        in.name = "q", in.has_digest = 1, in.digest = in_of(i);
+        out.name = "out", out.has_digest = 1, out.digest = out_of(i);
+        Dash__AuditRecord r = DASH__AUDIT_RECORD__INIT;
+        char label[32];
+        snprintf(label, sizeof label, "layer%zu", i % 32);
+        r.log_id = 0x5eed, r.seq = i + 1, r.client_name = "trainer", r.op = "forward";
+        r.has_step = 1, r.step = i / 64, r.label = label;
+        r.n_inputs = 1, r.inputs = ins, r.n_outputs = 1, r.outputs = outs;
+        fr.body_case = DASH__AUDIT_FRAME__BODY_RECORD;
+        fr.record = &r;
+        CU_ASSERT_FATAL(auditfile_encode(&fr, &buf, &len) == 0);
+        CU_ASSERT_FATAL(fwrite(buf, 1, len, f) == len);
+        free(buf);
+    }
+    CU_ASSERT_FATAL(fclose(f) == 0);
+}
+
+static uint64_t unique_in(size_t i)
+{
+    return i;
+}
+
+static uint64_t some_out(size_t i)
+{
+    return i % 7 == 3 ? 1 : 0; /* a few outputs differ from their twins' */
+}
+
+static uint64_t repeated_in(size_t i)
+{
+    return i % 5;
+}
+
+/* A run's log holds millions of records: diff and summary are not quadratic in them (60k
+ * records, level all, each well under the 20 s a quadratic pass took), and summary still
+ * counts divergences as an earlier op with the same inputs and other outputs. */
+static void test_audit_diff_and_summary_scale_to_long_logs(void)
+{
+    char a[256], b[256], small[256], args[1200], *out = NULL;
+    path_of(a, sizeof a, "long-a.log");
+    path_of(b, sizeof b, "long-b.log");
+    path_of(small, sizeof small, "long-small.log");
+    synthetic_log(a, 60000, unique_in, some_out);
+    synthetic_log(b, 60000, unique_in, some_out);
+    snprintf(args, sizeof args, "timeout 20 %s/dashctl audit diff %s %s", tu_build_dir(), a, b);
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(tu_run(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical: 60000 records matched"));
+    free(out);
+    snprintf(args, sizeof args, "timeout 20 %s/dashctl audit summary %s", tu_build_dir(), a);
+    CU_ASSERT_EQUAL(tu_run(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "divergences: 0 of 60000"));
+    free(out);
+    printf("\n    diff and summary of 60000 records: %.2f s ", now_s() - t0);
+    /* inputs repeat every 5 records; record i diverges when an earlier one of its inputs
+     * had other outputs: counted the quadratic way here */
+    const size_t n = 200;
+    synthetic_log(small, n, repeated_in, some_out);
+    uint64_t want = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (repeated_in(j) == repeated_in(i) && some_out(j) != some_out(i)) {
+                want++;
+                break;
+            }
+    char expect[64];
+    snprintf(expect, sizeof expect, "divergences: %llu of %zu ", (unsigned long long)want, n);
+    snprintf(args, sizeof args, "summary %s", small);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(want > 0 && out && strstr(out, expect));
+    free(out);
+}
+
+/* A side of diff may list any number of files (--audit-keep goes up to 1000): all of
+ * them are compared. 300 files a side, the last one of B from a run with a flipped bit. */
+static void test_audit_diff_reads_every_file_of_a_long_list(void)
+{
+    char a[256], c[256];
+    path_of(a, sizeof a, "many-a.log");
+    path_of(c, sizeof c, "many-c.log");
+    const uint64_t seed = tu_seed() ^ 0x3001;
+    logged_run(a, "--audit-level all", "many", seed, -1, -1, NULL);
+    logged_run(c, "--audit-level all", "many", seed, 2, 1, NULL);
+    const size_t files = 300, len = 64 + 2 * files * 12;
+    char *cmd = malloc(len), *out = NULL;
+    CU_ASSERT_FATAL(cmd != NULL);
+    size_t at = (size_t)snprintf(cmd, len, "cd %s && exec 2>/dev/null && %s/dashctl audit diff ", dir, tu_build_dir());
+    for (int side = 0; side < 2; side++) {
+        for (size_t i = 0; i < files; i++)
+            at += (size_t)snprintf(cmd + at, len - at, "%s%s", i ? "," : "",
+                                   side && i == files - 1 ? "many-c.log" : "many-a.log");
+        at += (size_t)snprintf(cmd + at, len - at, " ");
+    }
+    CU_ASSERT_FATAL(at < len);
+    CU_ASSERT_EQUAL(tu_run(cmd, &out), 1);
+    CU_ASSERT(out && strstr(out, "inputs differ: q "));
+    free(out);
+    free(cmd);
+}
+
 /* verify: a flipped byte inside a record, a cut-off tail, and a record spliced in from
  * another log are each reported with their offset. */
 static void test_audit_verify_catches_flip_truncation_and_splice(void)
@@ -1007,6 +1160,42 @@ static void test_audit_reader_is_linear_on_a_crafted_damaged_tail(void)
     free(out);
 }
 
+/* The search after a bad frame keeps running CRCs for a window that slides with it, not
+ * for the whole damaged stretch: a log with a 96 MiB tail of plausible lengths is read
+ * under a 312 MiB address-space limit (4 bytes of CRC per byte of the stretch would need
+ * 384 MiB). A foreign or damaged file of any size must not exhaust dashd's or dashctl's
+ * memory. */
+static void test_audit_reader_memory_is_bounded_on_a_long_damaged_stretch(void)
+{
+    char good[256], bad[256], args[1200], *out = NULL;
+    path_of(good, sizeof good, "mem-src.log");
+    path_of(bad, sizeof bad, "mem.log");
+    logged_run(good, NULL, "m", tu_seed() ^ 9, -1, -1, NULL);
+    size_t n;
+    unsigned char *p = slurp(good, &n);
+    CU_ASSERT_FATAL(p != NULL);
+    const size_t tail = (size_t)96 << 20;
+    unsigned char *mix = malloc(n + tail);
+    CU_ASSERT_FATAL(mix != NULL);
+    memcpy(mix, p, n);
+    static const unsigned char pattern[4] = {0xff, 0xff, 0x03, 0x00}; /* 262143 */
+    for (size_t i = 0; i < tail; i++)
+        mix[n + i] = pattern[i % 4];
+    CU_ASSERT_EQUAL_FATAL(spit(bad, mix, n + tail), 0);
+    free(mix);
+    free(p);
+#if defined(__SANITIZE_ADDRESS__)
+    const char *limit = ""; /* ASan's shadow memory needs the address space a limit would deny */
+#else
+    const char *limit = "ulimit -v 320000; ";
+#endif
+    snprintf(args, sizeof args, "%s%s/dashctl audit verify %s 2>&1", limit, tu_build_dir(), bad);
+    CU_ASSERT_EQUAL(tu_run(args, &out), 3); /* valid up to a torn tail */
+    CU_ASSERT(out && strstr(out, "12 records") && !strstr(out, "out of memory"));
+    free(out);
+    CU_ASSERT_EQUAL(unlink(bad), 0);
+}
+
 /* Bad audit options are refused before anything starts. */
 static void test_audit_bad_options_are_refused(void)
 {
@@ -1032,6 +1221,40 @@ static void test_audit_bad_options_are_refused(void)
     free(out);
 }
 
+/* The determinism contract: the bits never depend on the thread count (nor, on a GPU, on
+ * which device ran them). Two runs of one script on daemons of 2 and 3 engine threads
+ * compute the same bits, every digest equal: diff calls them identical, in both modes. */
+static void test_audit_runs_on_other_thread_counts_diff_identical(void)
+{
+    char a[300], b[300], da[256], db[256], args[1200], *out = NULL;
+    path_of(da, sizeof da, "thr-a");
+    path_of(db, sizeof db, "thr-b");
+    CU_ASSERT_FATAL(mkdir(da, 0700) == 0 && mkdir(db, 0700) == 0);
+    snprintf(a, sizeof a, "%s/rank0.log", da);
+    snprintf(b, sizeof b, "%s/rank0.log", db);
+    const uint64_t seed = tu_seed() ^ 0x7e4d;
+    uint64_t dq_a = 0, dq_b = 0;
+    const char *logs[2] = {a, b};
+    uint64_t *dqs[2] = {&dq_a, &dq_b};
+    for (int i = 0; i < 2; i++) {
+        struct dashd_proc d;
+        snprintf(args, sizeof args, "--backend cpu --threads %d --audit %s --audit-level all",
+                 2 + i, logs[i]);
+        CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+        CU_ASSERT_EQUAL(run_script(d.endpoint, "thr", seed, -1, -1, dqs[i]), 0);
+        CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    }
+    CU_ASSERT_EQUAL(dq_a, dq_b); /* the same bits */
+    snprintf(args, sizeof args, "diff %s %s", a, b);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical: 12 records matched"));
+    free(out);
+    snprintf(args, sizeof args, "diff %s %s", da, db);
+    CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "identical"));
+    free(out);
+}
+
 int suite_audit(void)
 {
     CU_pSuite s = CU_add_suite("audit", suite_init, suite_clean);
@@ -1042,14 +1265,19 @@ int suite_audit(void)
     ADD_TEST(s, test_audit_diff_tells_same_tokens_different_packing_apart);
     ADD_TEST(s, test_audit_diff_of_directories_names_the_rank_step_and_layer);
     ADD_TEST(s, test_audit_diff_refuses_logs_of_two_digest_versions);
+    ADD_TEST(s, test_audit_diff_of_no_records_is_not_identical);
     ADD_TEST(s, test_audit_verify_catches_flip_truncation_and_splice);
     ADD_TEST(s, test_audit_sigterm_loses_nothing_and_sigkill_leaves_a_valid_prefix);
     ADD_TEST(s, test_audit_rotation_and_sighup_keep_one_sequence);
     ADD_TEST(s, test_audit_reader_survives_garbage);
+    ADD_TEST(s, test_audit_diff_and_summary_scale_to_long_logs);
     ADD_TEST(s, test_audit_bad_options_are_refused);
     ADD_TEST(s, test_audit_refuses_a_file_that_is_not_an_audit_log);
     ADD_TEST(s, test_audit_records_lost_to_a_full_file_are_marked_in_the_next_header);
     ADD_TEST(s, test_audit_disk_full_at_rotation_leaves_no_headerless_file);
     ADD_TEST(s, test_audit_reader_is_linear_on_a_crafted_damaged_tail);
+    ADD_TEST(s, test_audit_runs_on_other_thread_counts_diff_identical);
+    ADD_TEST(s, test_audit_reader_memory_is_bounded_on_a_long_damaged_stretch);
+    ADD_TEST(s, test_audit_diff_reads_every_file_of_a_long_list);
     return 0;
 }

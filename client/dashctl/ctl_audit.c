@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ static const char usage_text[] =
     "            each rank's records of a step aligned by their index within the step; names\n"
     "            each rank's first difference, then the first rank, step and record (layer)\n"
     "            that diverged. Exit 0 identical, 1 different, 2 logs of two digest\n"
-    "            versions (not compared)\n"
+    "            versions or no records on either side (not compared)\n"
     "  summary   per op and schedule: count, errors, total and mean time; divergences (same\n"
     "            parameters and input digests, different outputs: needs --audit-level all)\n"
     "\n"
@@ -253,14 +254,20 @@ int ctl__audit_read_files(struct ctl_audit_log *L, int n, char **paths)
  * files of a rotated log, oldest first). */
 int ctl__audit_read_list(struct ctl_audit_log *L, const char *list)
 {
+    /* every file of the list: one left out would leave its records uncompared */
+    size_t max = 1;
+    for (const char *c = list; *c; c++)
+        max += *c == ',';
     char *copy = strdup(list), *save = NULL;
-    char *paths[256];
+    char **paths = malloc(max * sizeof *paths);
     int n = 0;
-    if (!copy) {
+    if (!copy || !paths || max > INT_MAX) {
+        free(copy);
+        free(paths);
         memset(L, 0, sizeof *L);
         return ctl__audit_out_of_memory();
     }
-    for (char *t = strtok_r(copy, ",", &save); t && n < 256; t = strtok_r(NULL, ",", &save))
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
         paths[n++] = t;
     int rc;
     if (n) {
@@ -269,6 +276,7 @@ int ctl__audit_read_list(struct ctl_audit_log *L, const char *list)
         memset(L, 0, sizeof *L);
         rc = ctl__usage_error("audit", "an empty file list");
     }
+    free(paths);
     L->names = copy; /* the problems point into it: it goes with the log */
     return rc;
 }
@@ -549,6 +557,61 @@ struct group {
     uint64_t count, errors, total_us;
 };
 
+static int cmp_num(int64_t a, int64_t b)
+{
+    return (a > b) - (a < b);
+}
+
+static int cmp_float(float a, float b)
+{
+    uint32_t x, y; /* by bits: a total order, and equal bits are equal values */
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return (x > y) - (x < y);
+}
+
+/* An order on what makes two ops "the same": op, the parameters ctl__audit_params_differ
+ * compares, kernel build and device, and the inputs (names, shapes, digests); 0 when they
+ * are the same. */
+static int cmp_call(const Dash__AuditRecord *a, const Dash__AuditRecord *b)
+{
+    int c;
+    if ((c = strcmp(ctl__audit_str(a->op), ctl__audit_str(b->op))) ||
+        (c = cmp_num(a->dtype, b->dtype)) || (c = cmp_num(a->mask, b->mask)) ||
+        (c = cmp_float(a->scale, b->scale)) || (c = cmp_num(a->schedule, b->schedule)) ||
+        (c = cmp_num(a->wave, b->wave)) || (c = cmp_num(a->block_m, b->block_m)) ||
+        (c = cmp_num(a->block_n, b->block_n)) ||
+        (c = cmp_num(a->has_window_left, b->has_window_left)) ||
+        (c = cmp_num(a->window_left, b->window_left)) ||
+        (c = cmp_num(a->window_right, b->window_right)) ||
+        (c = cmp_float(a->softcap, b->softcap)) ||
+        (c = cmp_num(a->batch_invariant, b->batch_invariant)) ||
+        (c = strcmp(ctl__audit_str(a->kernel_build), ctl__audit_str(b->kernel_build))) ||
+        (c = strcmp(ctl__audit_str(a->device), ctl__audit_str(b->device))) ||
+        (c = cmp_num(a->code, b->code)) || (c = cmp_num((int64_t)a->n_inputs, (int64_t)b->n_inputs)))
+        return c;
+    for (size_t i = 0; i < a->n_inputs; i++) {
+        const Dash__AuditTensor *x = a->inputs[i], *y = b->inputs[i];
+        if ((c = strcmp(ctl__audit_str(x->name), ctl__audit_str(y->name))) ||
+            (c = cmp_num((int64_t)x->n_shape, (int64_t)y->n_shape)))
+            return c;
+        for (size_t k = 0; k < x->n_shape; k++)
+            if ((c = cmp_num(x->shape[k], y->shape[k])))
+                return c;
+        if (x->digest != y->digest)
+            return x->digest < y->digest ? -1 : 1;
+    }
+    return 0;
+}
+
+static int by_call_then_place(const void *a, const void *b)
+{
+    const struct ctl_audit_rec *x = *(const struct ctl_audit_rec *const *)a,
+                               *y = *(const struct ctl_audit_rec *const *)b;
+    int c = cmp_call(x->r, y->r);
+    return c ? c : (x > y) - (x < y); /* records lie in log order */
+}
+
 static int cmd_summary(int argc, char **argv)
 {
     if (argc < 2)
@@ -579,27 +642,46 @@ static int cmd_summary(int argc, char **argv)
             g[k].errors += r->code != 0;
             g[k].total_us += r->duration_us;
         }
-        /* divergence: an earlier record with the same parameters and inputs but other
-         * outputs (quadratic, but only over records that carry input digests) */
+    }
+    /* divergence: a record with an earlier one of the same parameters and inputs but other
+     * outputs. Records that carry input digests are sorted by call (then log order), so each
+     * record's earlier twins are the run just before it: it diverges unless they all had
+     * its outputs, that is unless the run so far agreed on one set of outputs and it
+     * matches them. O(n log n): a log at level all holds millions of such records. */
+    const struct ctl_audit_rec **c = calloc(L.n ? L.n : 1, sizeof *c);
+    if (!c) {
+        ctl__audit_log_free(&L);
+        return ctl__audit_out_of_memory();
+    }
+    size_t nc = 0;
+    for (size_t i = 0; i < L.n; i++) {
+        const Dash__AuditRecord *r = L.recs[i].r;
         if (!ctl__audit_all_digested(r->inputs, r->n_inputs) || r->code)
             continue;
         with_inputs++;
-        for (size_t j = 0; j < i; j++) {
-            const Dash__AuditRecord *q = L.recs[j].r;
-            char why[64];
-            if (!ctl__audit_all_digested(q->inputs, q->n_inputs) || q->code ||
-                strcmp(ctl__audit_str(q->op), ctl__audit_str(r->op)) ||
-                ctl__audit_params_differ(q, r, why, sizeof why) ||
-                ctl__audit_cmp_tensors(q->inputs, q->n_inputs, r->inputs, r->n_inputs, why,
-                                       sizeof why) != 0)
-                continue;
-            if (ctl__audit_cmp_tensors(q->outputs, q->n_outputs, r->outputs, r->n_outputs, why,
-                                       sizeof why) == 1) {
-                divergent++;
-                break;
-            }
+        /* outputs not digested compare with nothing (ctl__audit_cmp_tensors' -1) */
+        if (ctl__audit_all_digested(r->outputs, r->n_outputs))
+            c[nc++] = &L.recs[i];
+    }
+    qsort(c, nc, sizeof *c, by_call_then_place);
+    size_t first = 0;
+    int agreed = 1;
+    for (size_t i = 0; i < nc; i++) {
+        const Dash__AuditRecord *r = c[i]->r;
+        char why[64];
+        if (i == 0 || cmp_call(c[i - 1]->r, r) != 0) {
+            first = i; /* the first op of its call */
+            agreed = 1;
+            continue;
+        }
+        const Dash__AuditRecord *f = c[first]->r;
+        if (!agreed || ctl__audit_cmp_tensors(f->outputs, f->n_outputs, r->outputs, r->n_outputs,
+                                              why, sizeof why) == 1) {
+            divergent++;
+            agreed = 0;
         }
     }
+    free(c);
     printf("%zu records, %zu problems found by verify\n\n", L.n, L.n_problems);
     printf("%-10s %-12s %10s %8s %14s %12s\n", "OP", "SCHEDULE", "COUNT", "ERRORS", "TOTAL ms",
            "MEAN ms");

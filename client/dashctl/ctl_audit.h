@@ -79,9 +79,16 @@ int ctl__audit_all_digested(Dash__AuditTensor **t, size_t n);
 int ctl__audit_cmp_tensors(Dash__AuditTensor **a, size_t na, Dash__AuditTensor **b, size_t nb,
                            char *buf, size_t len);
 
-/* Whether two records' parameters differ (dtype, mask, scale, schedule, build, device,
- * result code): 1 with the difference described in buf, else 0. */
+/* Whether two records' parameters differ (dtype, mask, scale, schedule, window, softcap,
+ * batch_invariant, result code): 1 with the difference described in buf, else 0. */
 int ctl__audit_params_differ(const Dash__AuditRecord *a, const Dash__AuditRecord *b, char *buf,
+                             size_t len);
+
+/* Whether two records were computed by other kernel builds or on other devices: 1 with
+ * both described in buf, else 0. Context, not a divergence: the determinism contract
+ * (docs/design.md) makes the bits independent of the device, its SM count and the engine
+ * threads, which the device description names, so equal digests are the same bits. */
+int ctl__audit_where_differs(const Dash__AuditRecord *a, const Dash__AuditRecord *b, char *buf,
                              size_t len);
 
 /* `dashctl audit diff` (ctl_audit_diff.c); argv[0] is "diff". Returns an exit status. */

@@ -43,6 +43,7 @@
 struct keyed {
     const Dash__AuditRecord *r;
     char key[400];
+    size_t at; /* its place in the log (the walk's order) */
     uint32_t occurrence;
     int matched;
 };
@@ -63,6 +64,19 @@ static int cmp_key(const void *a, const void *b)
     return (x->occurrence > y->occurrence) - (x->occurrence < y->occurrence);
 }
 
+static int by_key_then_place(const void *a, const void *b)
+{
+    const struct keyed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+static int by_place_in_log(const void *a, const void *b)
+{
+    const struct keyed *x = a, *y = b;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
 static struct keyed *keyed_of(const struct ctl_audit_log *L, const char *run, size_t *ret_n)
 {
     struct keyed *k = calloc(L->n ? L->n : 1, sizeof *k);
@@ -74,14 +88,18 @@ static struct keyed *keyed_of(const struct ctl_audit_log *L, const char *run, si
         if (run && strcmp(ctl__audit_str(r->run_tag), run) != 0)
             continue;
         k[n].r = r;
+        k[n].at = n;
         key_of(r, k[n].key, sizeof k[n].key);
         n++;
     }
-    /* occurrences, in seq order (the log's order) */
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(k[i].key, k[j].key) && k[j].occurrence >= k[i].occurrence)
-                k[i].occurrence = k[j].occurrence + 1;
+    /* occurrences in the log's order: sorted by key (then place), each key's records are
+     * counted in a row; then back to the log's order. O(n log n): a run's log holds
+     * millions of records. */
+    qsort(k, n, sizeof *k, by_key_then_place);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(k[i].key, k[i - 1].key))
+            k[i].occurrence = k[i - 1].occurrence + 1;
+    qsort(k, n, sizeof *k, by_place_in_log);
     *ret_n = n;
     return k;
 }
@@ -149,18 +167,22 @@ int ctl__audit_params_differ(const Dash__AuditRecord *a, const Dash__AuditRecord
         snprintf(buf, len, "batch_invariant %d vs %d", a->batch_invariant, b->batch_invariant);
         return 1;
     }
-    if (strcmp(ctl__audit_str(a->kernel_build), ctl__audit_str(b->kernel_build)) ||
-        strcmp(ctl__audit_str(a->device), ctl__audit_str(b->device))) {
-        snprintf(buf, len, "kernel build or device differ: \"%s\" on \"%s\" vs \"%s\" on \"%s\"",
-                 ctl__audit_str(a->kernel_build), ctl__audit_str(a->device),
-                 ctl__audit_str(b->kernel_build), ctl__audit_str(b->device));
-        return 1;
-    }
     if (a->code != b->code) {
         snprintf(buf, len, "result code %d vs %d", a->code, b->code);
         return 1;
     }
     return 0;
+}
+
+int ctl__audit_where_differs(const Dash__AuditRecord *a, const Dash__AuditRecord *b, char *buf,
+                             size_t len)
+{
+    if (!strcmp(ctl__audit_str(a->kernel_build), ctl__audit_str(b->kernel_build)) &&
+        !strcmp(ctl__audit_str(a->device), ctl__audit_str(b->device)))
+        return 0;
+    snprintf(buf, len, "\"%s\" on \"%s\" vs \"%s\" on \"%s\"", ctl__audit_str(a->kernel_build),
+             ctl__audit_str(a->device), ctl__audit_str(b->kernel_build), ctl__audit_str(b->device));
+    return 1;
 }
 
 /* A packed batch's layout: 1 and a description when the two records' sequences differ
@@ -198,13 +220,15 @@ static void describe(const char *side, const Dash__AuditRecord *r)
  * / 1 for the last two), each described. */
 struct verdict {
     int pd, kd, id, od; /* parameters, packing (kd), inputs, outputs */
-    char par[200], pack[200], in[300], out[300];
+    int wd;             /* kernel build or device (context: not a difference of its own) */
+    char par[200], pack[200], in[300], out[300], where[600];
 };
 
 static int judge(const Dash__AuditRecord *a, const Dash__AuditRecord *b, struct verdict *v)
 {
-    v->par[0] = v->pack[0] = v->in[0] = v->out[0] = '\0';
+    v->par[0] = v->pack[0] = v->in[0] = v->out[0] = v->where[0] = '\0';
     v->pd = ctl__audit_params_differ(a, b, v->par, sizeof v->par);
+    v->wd = ctl__audit_where_differs(a, b, v->where, sizeof v->where);
     v->kd = packing_differs(a, b, v->pack, sizeof v->pack);
     v->id = ctl__audit_cmp_tensors(a->inputs, a->n_inputs, b->inputs, b->n_inputs, v->in,
                                    sizeof v->in);
@@ -234,6 +258,8 @@ static void explain(const struct verdict *v)
     else if (v->od == 1)
         printf("  outputs differ: %s\n  (inputs not recorded on both sides: run dashd with "
                "--audit-level all to tell inputs from outputs)\n", v->out);
+    if (v->wd)
+        printf("  kernel build or device differ: %s\n", v->where);
 }
 
 static void warn_problems(const struct ctl_audit_log *L)
@@ -266,6 +292,15 @@ static int refuse_mixed_versions(uint32_t lo, uint32_t hi)
             "wrote them); equal bits would read as different digests, so nothing is compared. "
             "Record both runs with dashd builds of one digest version\n", lo, hi);
     return CTL_EXIT_USAGE;
+}
+
+/* Neither side holds a record (of its run tag): CTL_EXIT_USAGE with the reason. */
+static int nothing_to_compare(const char *run_a, const char *run_b)
+{
+    return ctl__usage_error("audit", "diff: no records to compare in A%s%s%s nor in B%s%s%s; "
+                            "nothing is proven identical", run_a ? " of run tag \"" : "",
+                            run_a ? run_a : "", run_a ? "\"" : "", run_b ? " of run tag \"" : "",
+                            run_b ? run_b : "", run_b ? "\"" : "");
 }
 
 /* ---- by call site --------------------------------------------------------------------- */
@@ -301,6 +336,15 @@ static int diff_files(const char *a, const char *b, const char *run_a, const cha
         ctl__audit_log_free(&A);
         ctl__audit_log_free(&B);
         return ctl__audit_out_of_memory();
+    }
+    if (na == 0 && nb == 0) {
+        /* nothing compared proves nothing: a run tag that matches no record (a typo) or two
+         * files that are no audit logs must not read as "identical" */
+        free(ka);
+        free(kb);
+        ctl__audit_log_free(&A);
+        ctl__audit_log_free(&B);
+        return nothing_to_compare(run_a, run_b);
     }
     /* B sorted for lookup; A walked in log order, so the first divergence is the earliest */
     qsort(kb, nb, sizeof *kb, cmp_key);
@@ -614,6 +658,8 @@ static int diff_ranks(const char *a, const char *b, const char *run_a, const cha
         versions_of(&B.logs[l], &lo, &hi);
     if (!rc)
         rc = refuse_mixed_versions(lo, hi);
+    if (!rc && A.n == 0 && B.n == 0)
+        rc = nothing_to_compare(run_a, run_b);
     if (rc) {
         run_free(&A);
         run_free(&B);
