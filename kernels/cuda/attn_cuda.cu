@@ -582,8 +582,15 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     /* attn_vl.cu's kernels are v2's: its tile widths whatever the object's choice */
     const int vl = needs_vl(p);
     int rc = prepare(p, cfg, vl ? backward && vl_wide(a, p) : tc, &c, &s);
-    if (rc || !vl)
+    if (rc)
         return rc;
+    if (!vl) {
+        /* the CUDA-core kernels' shared memory, as cuattn_forward / cuattn_backward check it
+         * (e.g. head dim 256 on a 99 KiB sm_86/sm_89 part: -ENOTSUP, not 0) */
+        const int32_t impl = backward ? cuattn_impl_for(a, p->head_dim) : cuattn_fwd_impl_for(a, p->head_dim);
+        const size_t need = backward ? cuattn__bwd_smem_bytes(p->head_dim) : cuattn__fwd_smem_bytes(p->head_dim);
+        return impl == CUATTN_IMPL_CUDA_CORES && need > a->smem_optin ? -ENOTSUP : 0;
+    }
     struct vl_plan v;
     if ((rc = vl_plan_make(p, &c, backward, &v, 1)))
         return rc;
@@ -768,7 +775,9 @@ static int pad_in(struct cuattn *a, const struct attn_problem *p, struct pad_arg
     for (int i = 0; i < n; i++)
         at[i] = carve(&used, sizeof(uint16_t) * (size_t)vb * (size_t)args[i].rows * (size_t)args[i].heads *
                                  CUATTN_PAD_TO);
-    int rc = grow(a, &a->pad, &a->pad_cap, used);
+    /* at least a byte: a call whose tensors are all empty (a packed batch of empty
+     * sequences) must still hand the kernels non-NULL views, as an unpadded call does */
+    int rc = grow(a, &a->pad, &a->pad_cap, used ? used : 1);
     if (rc)
         return rc;
     for (int i = 0; i < n; i++) {
@@ -919,7 +928,9 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             fp.lse_stride = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
             struct upload_part tab[2] = {{0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count}, {0, NULL, 0}};
             int parts = 1, allow_tma = !a->no_tma && !p->cu_seqlens_q;
-            void *hmaps = seq_maps ? malloc(maps_bytes) : NULL;
+            /* CUtensorMap is alignas(128) and cuTensorMapEncodeTiled wants its target 64-byte
+             * aligned: malloc gives 16 (maps_bytes is a multiple of 128, as aligned_alloc needs) */
+            void *hmaps = seq_maps && maps_bytes ? aligned_alloc(128, maps_bytes) : NULL;
             if (hmaps && cuattn__fwd_vl_seq_maps(hmaps, &fp, v.seq, v.count, p->head_dim)) {
                 tab[1] = {o_maps - o_tab, hmaps, maps_bytes};
                 parts = 2;

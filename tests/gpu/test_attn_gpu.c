@@ -802,6 +802,9 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     struct attn_problem pb = problem_of(&big);
     gpu_bufs_init(&a, &pb, NULL, NULL, &r);
     CU_ASSERT_EQUAL(run_backward(small, &a, &cfg, 0, NULL), -ENOTSUP);
+    /* the early check says what the calls say (v1 at 256: 113 KiB forward, 162 KiB backward) */
+    CU_ASSERT_EQUAL(cuattn_check_config(small, &pb, &cfg, 1), -ENOTSUP);
+    CU_ASSERT_EQUAL(cuattn_check_config(small, &pb, NULL, 0), run_forward(small, &a, NULL, NULL));
     gpu_bufs_free(&a);
     cuattn_free(v1);
     cuattn_free(small);
