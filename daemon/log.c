@@ -114,6 +114,11 @@ void log_vmsg(enum log_level level, const char *fmt, va_list ap)
                               level_names[level]);
     }
     int m = vsnprintf(line + n, sizeof line - n, fmt, ap);
+    /* One event, one line: a control character from a string a client chose (a shared
+     * memory name) must not start a line of its own, with a "<N>" priority of its choice. */
+    for (char *p = line + n; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
     if (journal && context.set && m >= 0 && send_structured(level, line + n) == 0)
         return;
     /* A message longer than the line is cut; the newline always fits. */

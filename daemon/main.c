@@ -296,12 +296,14 @@ static void on_sighup(uv_signal_t *h, int signum)
     a->cfg.limits = next.limits;
     a->cfg.reply_bytes = next.reply_bytes;
     if (audit_changed) {
+        /* what runs until the new path opens: a later SIGHUP must see the change again */
+        char was_path[CONFIG_PATH_MAX];
+        snprintf(was_path, sizeof was_path, "%s", a->cfg.audit_path);
         snprintf(a->cfg.audit_path, sizeof a->cfg.audit_path, "%s", next.audit_path);
         struct audit *au = open_audit(&a->cfg);
         if (!au && a->cfg.audit_path[0] && a->cfg.audit_level != AUDIT_OFF) {
             log_error("SIGHUP: keeping the audit log %s", a->audit ? audit_path(a->audit) : "(none)");
-            if (a->audit)
-                snprintf(a->cfg.audit_path, sizeof a->cfg.audit_path, "%s", audit_path(a->audit));
+            snprintf(a->cfg.audit_path, sizeof a->cfg.audit_path, "%s", was_path);
             return;
         }
         dispatch_set_audit(a->disp, au);

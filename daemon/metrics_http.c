@@ -253,7 +253,9 @@ struct metrics_http *metrics_http_new(uv_loop_t *loop, const char *spec,
     }
     h->async.data = h;
     h->async_open = 1;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+    /* poll or epoll, not select(): dashd has more than FD_SETSIZE descriptors open with
+     * a thousand clients, and select() refuses a connection numbered above that */
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
                      (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,

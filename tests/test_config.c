@@ -192,6 +192,43 @@ static void test_config_sighup_applies_live_settings_and_logs_the_rest(void)
     unlink(audit);
 }
 
+
+/* SIGHUP naming an audit log that cannot be opened while none runs: refused, and a later
+ * SIGHUP with the same file, once the path can be opened, opens it (the failed path must
+ * not be taken for what runs). */
+static void test_config_sighup_retries_an_audit_path_that_failed(void)
+{
+    char dir[128], audit[160];
+    snprintf(dir, sizeof dir, "/tmp/dash-conf-auditdir-%d", (int)getpid());
+    snprintf(audit, sizeof audit, "%s/audit.log", dir);
+    unlink(audit);
+    rmdir(dir);
+    write_conf("[dashd]\nthreads = 1\n");
+    char extra[256];
+    snprintf(extra, sizeof extra, "--config %s", conf_path);
+    struct dashd_proc d;
+    CU_ASSERT_FATAL(dashd_start(&d, extra) == 0);
+    char text[512];
+    snprintf(text, sizeof text, "[dashd]\nthreads = 1\naudit = %s\n", audit);
+    write_conf(text);
+    CU_ASSERT_FATAL(kill(d.pid, SIGHUP) == 0);
+    CU_ASSERT(log_has(&d, "SIGHUP: keeping the audit log (none)"));
+    CU_ASSERT_FATAL(mkdir(dir, 0700) == 0);
+    CU_ASSERT_FATAL(kill(d.pid, SIGHUP) == 0);
+    CU_ASSERT(log_has(&d, "SIGHUP: auditing to"));
+    int rc;
+    struct dash_client *a = client(&d, &rc);
+    CU_ASSERT_FATAL(a != NULL);
+    struct dash_stats *st = NULL;
+    CU_ASSERT_FATAL(dash_stats(a, &st) == 0);
+    CU_ASSERT(st->audit_path && strcmp(st->audit_path, audit) == 0);
+    dash_stats_free(st);
+    dash_close(a);
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    unlink(audit);
+    rmdir(dir);
+}
+
 static int suite_init(void)
 {
     snprintf(conf_path, sizeof conf_path, "/tmp/dash-test-%d.conf", (int)getpid());
@@ -213,5 +250,6 @@ int suite_config(void)
     ADD_TEST(s, test_config_example_file_is_valid);
     ADD_TEST(s, test_config_bad_file_stops_dashd_naming_file_and_line);
     ADD_TEST(s, test_config_sighup_applies_live_settings_and_logs_the_rest);
+    ADD_TEST(s, test_config_sighup_retries_an_audit_path_that_failed);
     return 0;
 }

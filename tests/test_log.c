@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 static char *slurp(const char *path)
 {
@@ -262,6 +264,113 @@ static void test_log_session_lines_reach_the_journal_with_their_fields(void)
     CU_ASSERT(WEXITSTATUS(status) == 0);
 }
 
+
+/* Child: a client process that registers shared memory under libdash's naming with a
+ * newline and a priority prefix in its name, then dies without a Goodbye. Its own zmq
+ * context (the parent's does not survive fork). 0 once registered. */
+static int dying_client(const char *endpoint, const char *shm_name)
+{
+    int fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0)
+        return 2;
+    close(fd);
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    int timeout = 5000;
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    if (zmq_connect(sock, endpoint) != 0)
+        return 3;
+    Dash__Hello h = DASH__HELLO__INIT;
+    h.protocol_version = WIRE_PROTOCOL_VERSION;
+    h.client_name = "dying";
+    h.has_pid = 1;
+    h.pid = (uint32_t)getpid();
+    Dash__RegisterBuffer rb = DASH__REGISTER_BUFFER__INIT;
+    rb.shm_name = (char *)shm_name;
+    rb.size = 4096;
+    Dash__Request req[2] = {DASH__REQUEST__INIT, DASH__REQUEST__INIT};
+    req[0].id = 1;
+    req[0].body_case = DASH__REQUEST__BODY_HELLO;
+    req[0].hello = &h;
+    req[1].id = 2;
+    req[1].body_case = DASH__REQUEST__BODY_REGISTER_BUFFER;
+    req[1].register_buffer = &rb;
+    for (int i = 0; i < 2; i++) {
+        void *buf;
+        size_t len;
+        char reply[4096];
+        if (wire_encode(&req[i].base, &buf, &len) != 0 || zmq_send(sock, buf, len, 0) != (int)len)
+            return 4;
+        free(buf);
+        int n = zmq_recv(sock, reply, sizeof reply, 0);
+        Dash__Reply *rep = n > 0 ? wire_decode_reply(reply, (size_t)n, WIRE_DECODE_BUDGET) : NULL;
+        if (!rep || rep->code != 0)
+            return 5 + i;
+        wire_free_reply(rep);
+    }
+    return 0; /* and die: no Goodbye, no close */
+}
+
+/* What a client names its shared memory must not become a log line of its own: under
+ * the journal's stream a "\n<N>" in it would be a line at any priority the client likes. */
+static void test_log_client_strings_cannot_start_a_line(void)
+{
+    char log_path[64], endpoint[96];
+    snprintf(log_path, sizeof log_path, "/tmp/dash-log-inj-%d", (int)getpid());
+    snprintf(endpoint, sizeof endpoint, "ipc:///tmp/dash-log-inj-%d.sock", (int)getpid());
+    unlink(log_path);
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+            _exit(126);
+        set_journal_stream(STDERR_FILENO);
+        char dashd[512];
+        snprintf(dashd, sizeof dashd, "%s/dashd", tu_build_dir());
+        execl(dashd, dashd, "--backend", "cpu", "--threads", "1", "--endpoint", endpoint,
+              (char *)NULL);
+        _exit(127);
+    }
+    int up = -1;
+    for (int i = 0; i < 200 && up != 0; i++)
+        up = raw_ping_endpoint(endpoint, 50);
+    CU_ASSERT_FATAL(up == 0);
+    pid_t cpid = fork();
+    CU_ASSERT_FATAL(cpid >= 0);
+    if (cpid == 0) {
+        char name[128];
+        snprintf(name, sizeof name, "/dash-%d-x\n<2>FORGED by a client", (int)getpid());
+        _exit(dying_client(endpoint, name));
+    }
+    int cstatus = -1;
+    CU_ASSERT(waitpid(cpid, &cstatus, 0) == cpid);
+    CU_ASSERT(WIFEXITED(cstatus) && WEXITSTATUS(cstatus) == 0);
+    char name[128];
+    snprintf(name, sizeof name, "/dash-%d-x\n<2>FORGED by a client", (int)cpid);
+    /* the daemon notices the client is gone and unlinks the object, logging its name */
+    for (int i = 0; i < 100; i++) {
+        int fd = shm_open(name, O_RDONLY, 0);
+        if (fd < 0)
+            break;
+        close(fd);
+        usleep(50000);
+    }
+    usleep(100000);
+    kill(pid, SIGTERM);
+    int status = -1;
+    CU_ASSERT(waitpid(pid, &status, 0) == pid);
+    (void)shm_unlink(name);
+    const char *text = slurp(log_path);
+    CU_ASSERT_FATAL(text != NULL);
+    CU_ASSERT(strstr(text, "unlinked its shared memory") != NULL);
+    CU_ASSERT(!matches(text, "^<2>FORGED"));
+    if (matches(text, "^<2>FORGED"))
+        fprintf(stderr, "\n%s\n", text);
+    unlink(log_path);
+}
+
 int suite_log(void)
 {
     CU_pSuite s = CU_add_suite("log", NULL, NULL);
@@ -270,5 +379,6 @@ int suite_log(void)
     ADD_TEST(s, test_log_lines_carry_priorities_only_on_the_journal_stream);
     ADD_TEST(s, test_log_dashd_under_journal_stream_writes_priority_prefixes);
     ADD_TEST(s, test_log_session_lines_reach_the_journal_with_their_fields);
+    ADD_TEST(s, test_log_client_strings_cannot_start_a_line);
     return 0;
 }

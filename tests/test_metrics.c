@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -326,6 +328,42 @@ static void test_metrics_bad_or_busy_address_is_refused_at_start(void)
     close(fd);
 }
 
+
+/* A daemon with more than FD_SETSIZE (1024) descriptors open - over a thousand client
+ * connections, which --max-connections allows (4096) - still serves its metrics: the
+ * connection a scrape opens gets a descriptor above 1024. */
+static void test_metrics_served_with_more_than_fd_setsize_descriptors(void)
+{
+    enum { N = 1100 };
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < N + 64) {
+        printf("\n    skipped: the open-file limit is below %d", N + 64);
+        return;
+    }
+    const char *path = wire_ipc_path(D.endpoint);
+    CU_ASSERT_FATAL(path != NULL);
+    struct sockaddr_un ua = {.sun_family = AF_UNIX};
+    snprintf(ua.sun_path, sizeof ua.sun_path, "%s", path);
+    /* bare connections, held within the daemon's handshake time */
+    static int fds[N];
+    int n = 0;
+    for (; n < N; n++) {
+        fds[n] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fds[n] < 0 || connect(fds[n], (struct sockaddr *)&ua, sizeof ua) != 0) {
+            if (fds[n] >= 0)
+                close(fds[n]);
+            break;
+        }
+    }
+    CU_ASSERT_FATAL(n == N);
+    sleep_ms(300); /* the daemon accepts them all */
+    char *text = scrape();
+    CU_ASSERT(text != NULL && strstr(text, "dashd_uptime_seconds") != NULL);
+    free(text);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
 int suite_metrics(void)
 {
     CU_pSuite s = CU_add_suite("metrics", suite_init, suite_clean);
@@ -335,5 +373,6 @@ int suite_metrics(void)
     ADD_TEST(s, test_metrics_only_get_and_head_of_metrics_are_served);
     ADD_TEST(s, test_metrics_idle_http_connections_do_not_stall_requests);
     ADD_TEST(s, test_metrics_bad_or_busy_address_is_refused_at_start);
+    ADD_TEST(s, test_metrics_served_with_more_than_fd_setsize_descriptors);
     return 0;
 }
