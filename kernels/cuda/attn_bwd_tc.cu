@@ -261,6 +261,68 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     }
 }
 
+#if BWD_WG_PAIR64 && BWD_TC_BULK
+/* BWD_WG_PAIR64 (bwd_wgmma.cuh): the persistent mode at head dim 64 with the pair
+ * step - bwd_tc_persistent's jobs, units, visit table, drain rule and writer hand-off,
+ * the unit's steps taken two at a time; warpgroup w hands tile w of each pair. */
+template <typename DT>
+static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_bwd_params &p, bwd_wg_smem_pair &sm,
+                                                             const bwd_wg_qmaps *qm)
+{
+    const struct sched *s = &p.s;
+    const int32_t w = threadIdx.x >> 7;
+    uint32_t hph = 0, qph = 0; /* the hand-off's phase (a pair a phase); the stages' parities */
+    int32_t wait_end = 0;
+    bwd_wg_regs<64> x;
+    float dq[32];
+    for (;;) {
+        /* bwd_tc_persistent's drain rule: the writer may hold turns that wait on a job
+         * nobody has taken yet */
+        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
+            bwd_wg_pair_drain(sm, hph);
+        if (threadIdx.x == 0)
+            sm.flag_smem = atomicAdd(p.job_next, 1);
+        bwd_cta_sync<true>(); /* the job index is visible to every thread */
+        const int32_t job = sm.flag_smem;
+        bwd_cta_sync<true>(); /* everyone has read it before thread 0 may write the next one */
+        if (job >= s->jobs) {
+            if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            bwd_wg_pair_hand(sm, dq, hph, 0, 0, 0, 1);
+            return;
+        }
+        const struct sched_job J = sched_job_taken(s, job);
+        wait_end = sched_wait_end(s, job);
+        for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
+            const int32_t n = sched_job_unit(s, J.k, stage);
+            const int32_t steps = sched_unit_steps(s, n);
+            bwd_cta_sync<true>(); /* no barrier after each pair: one here, before the table, K and V are rewritten */
+            bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+            bwd_tc_load_kv<64, CUATTN_TC_BLOCK_N>(p, sm, J.bh, n); /* its barrier publishes the table too */
+            bwd_tc_zero_kv<64, CUATTN_TC_BLOCK_N>(x);
+            int32_t buf = 0, base = 0; /* the table holds steps base .. */
+            for (int32_t step = 0; step < steps; step += 2) {
+                if (step + 3 - base > BWD_TC_TAB) { /* the next pair's entries are past the table */
+                    bwd_cta_sync<true>();           /* everyone has read the old table */
+                    base = step;
+                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                    bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
+                }
+                bwd_wg_pair_step<DT>(p, sm, x, dq, J.bh, n, step - base, steps - step, step == 0, buf, qph, hph, qm);
+                /* this warpgroup's tile and its rank, read after the pair: the table is
+                 * refilled only behind a barrier that follows both hand-offs */
+                const int32_t at = step + w - base, mw = step + w < steps ? sm.visit_smem[at] : -1;
+                const int32_t rank = (threadIdx.x & 127) == 0 && mw >= 0 && s->kind != SCHED_ATOMIC ? sm.rank_smem[at] : -1;
+                bwd_wg_pair_hand(sm, dq, hph, J.bh, mw, rank, 0);
+                hph ^= 1u; /* (also the dS^T tiles' turn: both flip once a pair) */
+                buf ^= 1;
+            }
+            bwd_wg_store_dkv<DT, 64, CUATTN_TC_BLOCK_N, true>(p, sm, x, J.bh, n, qm);
+        }
+    }
+}
+#endif
+
 /* Interleaved mode: virtual SMs blockIdx.x, blockIdx.x + gridDim.x, ... in turn (v1's
  * bookkeeping, v2's step; no prefetch, since the next step may belong to another one). */
 template <typename DT, int D, int BN, typename SM, typename REGS>
@@ -373,7 +435,11 @@ template <int D, int BN>
 struct bwd_kern<D, BN, 3> {
     typedef bwd_wg_smem<D> smem;
     typedef bwd_wg_regs<D> regs;
+#if BWD_WG_PAIR64 /* the persistent kernel's pair layout at 64 is the larger */
+    static constexpr size_t bytes = (D == 64 ? sizeof(bwd_wg_smem_pair) : sizeof(smem)) + BWD_WG_ALIGN;
+#else
     static constexpr size_t bytes = sizeof(smem) + BWD_WG_ALIGN;
+#endif
     /* with the writer: a third warpgroup, so that registers can move between the groups */
     static constexpr int persistent_threads = ATTN_THREADS + 128;
 };
@@ -407,6 +473,23 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     typedef bwd_kern<D, BN, V> K;
     if constexpr (BWD_KERN_RUNS(V) && ATTN_FITS_ARCH(K::bytes)) {
+#if BWD_WG_PAIR64 && BWD_TC_BULK
+        if constexpr (V == 3 && D == 64) { /* the pair step (bwd_wg_pair_persistent) */
+            bwd_wg_smem_pair &ps = reinterpret_cast<bwd_wg_smem_pair &>(bwd_kern_smem<D, BN, V>(smem_raw));
+            if (threadIdx.x == 0)
+                bwd_wg_pair_init(ps);
+            __syncthreads(); /* the barriers are set up before anyone uses them */
+            if (threadIdx.x >= ATTN_THREADS) {
+                asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
+                if (threadIdx.x == ATTN_THREADS)
+                    bwd_wg_pair_writer(p, ps);
+                return;
+            }
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
+            bwd_wg_pair_persistent<DT>(p, ps, &maps);
+            return;
+        }
+#endif
         typename K::smem &sm = bwd_kern_smem<D, BN, V>(smem_raw);
 #if BWD_WG_TRACE
         const long long bk0_ = clock64();
@@ -606,7 +689,7 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     else {
         bwd_wg_qmaps maps; /* Q and dO by TMA where the step has stage barriers */
         memset(&maps, 0, sizeof maps);
-        if (V == 3 && BWD_WG_STAGE_BARS(D)) {
+        if (V == 3 && (BWD_WG_STAGE_BARS(D) || (BWD_WG_PAIR64 && D == 64))) {
             const int32_t batch = p->s.bh / p->heads_q;
             bwd_wg_qmaps_encode(&maps, p, D, batch, p->seqlen_q);
         }

@@ -86,22 +86,23 @@
 #include <string.h>
 
 template <typename DT, int D, bool TMA>
-__global__ void __launch_bounds__(FWD_WG_THREADS, 1)
+__global__ void __launch_bounds__(FWD_WG_THREADS_OF(FWD_WG_NC_OF(D)), 1)
     attn_fwd_wg_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
 {
 #if ATTN_WGMMA
+    constexpr int NC = FWD_WG_NC_OF(D);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *raw = smem_raw;
     const uint32_t at = attn_smem_u32(raw);
     raw += ((at + FWD_WG_ALIGN - 1) & ~(uint32_t)(FWD_WG_ALIGN - 1)) - at;
-    fwd_wg_smem<D> &sm = *reinterpret_cast<fwd_wg_smem<D> *>(raw);
+    fwd_wg_smem<D, NC> &sm = *reinterpret_cast<fwd_wg_smem<D, NC> *>(raw);
 
     /* Heaviest tiles first: with a causal mask the last q-tiles see the most keys. */
-    const int32_t M = (p.seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM;
+    const int32_t M = (p.seqlen_q + 64 * NC - 1) / (64 * NC);
     if (threadIdx.x == 0)
-        fwd_wg_init<D, TMA>(sm);
+        fwd_wg_init<D, TMA, NC>(sm);
     __syncthreads(); /* the barriers are set up before anyone uses them */
-    fwd_wg_run_tiles<DT, D, TMA>(p, maps, sm, M, M * p.geo.bh);
+    fwd_wg_run_tiles<DT, D, TMA, NC>(p, maps, sm, M, M * p.geo.bh);
 #else
     (void)p;
     (void)maps;
@@ -165,13 +166,13 @@ bool cuattn__tma_map_4d(CUtensorMap *map, const void *data, int32_t D, int32_t b
     return fwd_wg_map(map, fwd_wg_encoder(), data, D, batch, seqlen, heads, stride, rows);
 }
 
-bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int32_t head_dim)
+bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int32_t head_dim, uint32_t q_rows)
 {
     memset(maps, 0, sizeof *maps);
     const int32_t batch = p->geo.batch, heads_kv = p->heads_q / p->group;
     const PFN_cuTensorMapEncodeTiled_v12000 enc = fwd_wg_encoder();
     const uint32_t bn = FWD_WG_BN_OF(head_dim);
-    return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride, FWD_WG_BM) &&
+    return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride, q_rows) &&
            fwd_wg_map(&maps->k, enc, p->k, head_dim, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
            fwd_wg_map(&maps->v, enc, p->v, head_dim, batch, p->seqlen_k, heads_kv, p->v_stride, bn);
 }
@@ -180,16 +181,18 @@ template <typename DT, int D>
 static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, int32_t ctas,
                                  cudaStream_t stream)
 {
-    uint32_t blocks = (uint32_t)((p->seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM) * (uint32_t)p->geo.bh;
+    constexpr int NC = FWD_WG_NC_OF(D), BM = 64 * NC, threads = FWD_WG_THREADS_OF(NC);
+    constexpr size_t bytes = fwd_wg_kern<D, NC>::bytes;
+    uint32_t blocks = (uint32_t)((p->seqlen_q + BM - 1) / BM) * (uint32_t)p->geo.bh;
     if (ctas > 0 && blocks > (uint32_t)ctas)
         blocks = (uint32_t)ctas; /* persistent: each CTA takes several q-tiles */
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
-    const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D);
+    const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D, BM);
     if (tma)
-        attn_fwd_wg_kernel<DT, D, true><<<blocks, FWD_WG_THREADS, fwd_wg_kern<D>::bytes, stream>>>(*p, maps);
+        attn_fwd_wg_kernel<DT, D, true><<<blocks, threads, bytes, stream>>>(*p, maps);
     else
-        attn_fwd_wg_kernel<DT, D, false><<<blocks, FWD_WG_THREADS, fwd_wg_kern<D>::bytes, stream>>>(*p, maps);
+        attn_fwd_wg_kernel<DT, D, false><<<blocks, threads, bytes, stream>>>(*p, maps);
     if (ret_tma)
         *ret_tma = tma;
     return cudaGetLastError();
@@ -198,14 +201,15 @@ static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma,
 template <typename DT, int D>
 static cudaError_t fwd_wg_attr(size_t smem_optin)
 {
-    if (fwd_wg_kern<D>::bytes > smem_optin)
+    constexpr size_t bytes = fwd_wg_kern<D, FWD_WG_NC_OF(D)>::bytes;
+    if (bytes > smem_optin)
         return cudaSuccess; /* unusable here: the host runs v2's forward */
-    cudaError_t err = cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)fwd_wg_kern<D>::bytes);
+    cudaError_t err =
+        cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (err != cudaSuccess)
         return err;
     return cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)fwd_wg_kern<D>::bytes);
+                                (int)bytes);
 }
 
 cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
@@ -224,7 +228,7 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
 
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 {
-    return head_dim == 64    ? fwd_wg_kern<64>::bytes
+    return head_dim == 64    ? fwd_wg_kern<64, FWD_WG_NC_OF(64)>::bytes
            : head_dim == 128 ? fwd_wg_kern<128>::bytes
            : head_dim == 256 ? fwd_wg_kern<256>::bytes
                              : 0;

@@ -431,8 +431,8 @@ static __device__ __forceinline__ bool bwd_wg_dkv_tma(const struct attn_bwd_para
  * next unit's K and V once the unit-start barrier has passed (waiting there instead, the
  * first form measured, fe8551b, spilled 8 bytes in the dense kernel).
  * view: the window/packed kernel's (view batch, first q row, first k row). */
-template <typename DT, int D, int BN, bool LEAVES>
-static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+template <typename DT, int D, int BN, bool LEAVES, typename SM>
+static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_bwd_params &p, SM &sm,
                                                              const bwd_wg_regs<D> &x, int32_t bh, int32_t n,
                                                              const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
 {
@@ -501,8 +501,8 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
 /* A unit's dK and dV from a v3 kernel with the dQ writer: by TMA stores where the head dim
  * has them (BWD_WG_DKV_TMA) and bwd_wg_dkv_tma allows, else bwd_tc_store_unit's pair
  * stores. The dense persistent kernel (view NULL) and the window/packed one share it. */
-template <typename DT, int D, int BN, bool LEAVES>
-static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
+template <typename DT, int D, int BN, bool LEAVES, typename SM>
+static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_params &p, SM &sm,
                                                         const bwd_wg_regs<D> &x, int32_t bh, int32_t n,
                                                         const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
 {
@@ -1293,5 +1293,375 @@ static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_pa
     }
 }
 #endif
+
+/* ---- BWD_WG_PAIR64: head dim 64, a pair of q-tiles a step ---------------------------------
+ *
+ * At head dim 64 a step of the kernels above is short (its five products are half of
+ * 128's), and every change that moved work around inside it measured slower there
+ * (the transposed step -2 to -5%, stage barriers -6 to -9%, a late prefetch -3%: bench/
+ * results/gpu-bwd-rs-2026-12-03.md, gpu-bwd-stagebars-2026-12-03.md); its m64n64 products
+ * with both operands in shared memory, and dQ's m64n32, read about as many bytes of shared
+ * memory as the tensor cores need cycles (../shared/docs/hopper.md), and 0.68-0.76 of
+ * cuDNN's non-deterministic backward is where it stands. FA3 runs 128 q rows a step at
+ * 64. Here the schedules, ranks, dQ tiles and hand-off stay as they are (64-row q-tiles):
+ * the persistent kernel takes the unit's steps two at a time, tiles a and b (the unit's
+ * next two q-tiles in its order; b none at an odd end):
+ *   S^T, dP^T (128 x 128): warpgroup wg forms its kv rows 64 wg .. over both tiles' 128 q
+ *                      rows (m64n128, k = d: the pair's Q and dO tiles are one 128-row
+ *                      K-major operand);
+ *   dV, dK (128 x 64): the same rows, A = P^T and dS^T from registers (RS), k = the 128
+ *                      q rows (tile a's 64, then b's: the k16 slices main adds in two
+ *                      steps, in the same order into the same accumulators);
+ *   dQp (64 x 64):     warpgroup 0 forms tile a's, warpgroup 1 tile b's (m64n64, k = j),
+ *                      dS read MN-major from the pair's transposed dS tiles;
+ * and each warpgroup hands its own tile to the writer (staging buffer wg, a ticket each,
+ * in the unit's order: the writer takes a's turn before b's, as main does). Every element
+ * is the same chain of the same products as main's step, so the bits must equal main's.
+ * Per pair the products read ~112 KiB of shared memory for twice the work of main's
+ * step's ~88 (per warpgroup), and the step's fixed costs (barriers, waits, the hand-off's
+ * mbarriers, the prefetch's latency) come once per two tiles.
+ * H200, one A/B against the one-tile step (bench/results/pair64-trial-2026-12-05.md): the
+ * same bits (dQ, dK, dV digests, and gpu_attn's persistent-against-interleaved grids);
+ * deterministic backward +15% (1k full), +19.8% (4k full), +18.5% (4k causal), +22% (16k
+ * causal); racecheck and synccheck clean. BWD_WG_PAIR64=0 builds the one-tile step for an
+ * A/B. */
+#ifndef BWD_WG_PAIR64
+#define BWD_WG_PAIR64 1
+#endif
+#if BWD_WG_PAIR64
+struct bwd_wg_smem_pair {
+    static constexpr bool swizzled = true;
+    static constexpr bool writer = true;
+    uint16_t k_smem[CUATTN_TC_BLOCK_N * 64];        /* (128, 64) K of the unit, swizzled */
+    uint16_t v_smem[CUATTN_TC_BLOCK_N * 64];        /* (128, 64) V */
+    uint16_t q_smem[2][2 * BWD_TC_BM * 64];         /* (2 stages, 128, 64): tile a's Q rows, then b's */
+    uint16_t dout_smem[2][2 * BWD_TC_BM * 64];      /* (2 stages, 128, 64) dO likewise */
+    uint16_t dst_smem[2][2][CUATTN_TC_BLOCK_N * 64]; /* (2 in turn, tile a | b, 128 kv, 64 q) dS^T */
+    float dq_smem[2][BWD_TC_BM * 64];               /* warpgroup w's dQ partial in buffer w */
+    float lse_smem[2][2 * BWD_TC_BM];               /* (2 stages, 128): tile a's rows, then b's */
+    float dsum_smem[2][2 * BWD_TC_BM];
+    int32_t visit_smem[BWD_TC_TAB + 1];
+    int32_t rank_smem[BWD_TC_TAB + 1];
+    int32_t flag_smem;
+    int32_t ticket[2][4];  /* warpgroup w -> writer: bh, m (-1: no tile), rank (-1 atomic), 1 at the end */
+    uint64_t full_bar[2];  /* buffer w holds a ticket (warpgroup w's 128 arrivals) */
+    uint64_t empty_bar[2]; /* buffer w is free again (the writer's one arrival) */
+    uint64_t q_full[2];    /* stage b's Q, dO, LSE, Dsum have landed */
+};
+static_assert(offsetof(bwd_wg_smem_pair, v_smem) % 1024 == 0 && offsetof(bwd_wg_smem_pair, q_smem) % 1024 == 0 &&
+                  offsetof(bwd_wg_smem_pair, dout_smem) % 1024 == 0 &&
+                  offsetof(bwd_wg_smem_pair, dst_smem) % 1024 == 0 && offsetof(bwd_wg_smem_pair, dq_smem) % 1024 == 0,
+              "the pair's tiles start on 1024-byte boundaries");
+
+/* Thread 0, before the warps part: the barriers; a CTA-wide barrier must follow. */
+#if BWD_TC_BULK
+static __device__ __forceinline__ void bwd_wg_pair_init(bwd_wg_smem_pair &sm)
+{
+    for (int32_t b = 0; b < 2; b++) {
+        attn_mbar_init(&sm.full_bar[b], 128);
+        attn_mbar_init(&sm.empty_bar[b], 1);
+        attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS); /* every thread's cp.async, then its arrival */
+    }
+}
+#endif
+
+/* Start loading the pair (q-tiles ma and mb of head bh; mb < 0: none, zeros) into stage
+ * buf, tracked by q_full[buf] as bwd_wg_load_q_mb tracks a tile: Q and dO by TMA where the
+ * maps encode (rows past Sq land as zeros), else by cp.async; LSE and Dsum by cp.async
+ * (+inf and 0 past the rows). */
+static __device__ __forceinline__ void bwd_wg_pair_load(const struct attn_bwd_params &p, bwd_wg_smem_pair &sm,
+                                                        int32_t buf, int32_t bh, int32_t ma, int32_t mb,
+                                                        const bwd_wg_qmaps *qm)
+{
+#if BWD_TC_BULK
+    const int32_t tid = threadIdx.x, b = bh / p.heads_q, h = bh - b * p.heads_q;
+    const bool tma = qm && qm->ok;
+    if (!tma) {
+#pragma unroll
+        for (int32_t t = 0; t < 2; t++) {
+            const int32_t m = t ? mb : ma, i0 = m >= 0 ? m * BWD_TC_BM : 0;
+            const int32_t rm = m < 0 ? 0 : p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+            bwd_tc_load_tile<64, BWD_TC_BM, true>(sm.q_smem[buf] + t * BWD_TC_BM * 64,
+                                                  static_cast<const uint16_t *>(p.q),
+                                                  b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
+                                                  p.q_stride[1], rm);
+            bwd_tc_load_tile<64, BWD_TC_BM, true>(
+                sm.dout_smem[buf] + t * BWD_TC_BM * 64, static_cast<const uint16_t *>(p.dout),
+                b * p.dout_stride[0] + (int64_t)i0 * p.dout_stride[1] + h * p.dout_stride[2], p.dout_stride[1], rm);
+        }
+    } else if (mb < 0) { /* no tile b: its Q and dO are zeros (8 KiB each) */
+        uint4 *zq = reinterpret_cast<uint4 *>(sm.q_smem[buf] + BWD_TC_BM * 64);
+        uint4 *zd = reinterpret_cast<uint4 *>(sm.dout_smem[buf] + BWD_TC_BM * 64);
+#pragma unroll
+        for (int32_t k = 0; k < BWD_TC_BM * 64 * 2 / 16; k += ATTN_THREADS) {
+            zq[k + tid] = make_uint4(0u, 0u, 0u, 0u);
+            zd[k + tid] = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    if (tid < 2 * BWD_TC_BM) { /* row tid % 64 of tile a (tid < 64) or b */
+        const int32_t m = tid < BWD_TC_BM ? ma : mb, i = m * BWD_TC_BM + (tid & (BWD_TC_BM - 1));
+        if (m >= 0 && i < p.seqlen_q) {
+            const int64_t row = (int64_t)bh * p.seqlen_q + i;
+            attn_cp_async4(&sm.lse_smem[buf][tid], p.lse + row);
+            attn_cp_async4(&sm.dsum_smem[buf][tid], p.dsum + row);
+        } else {
+            sm.lse_smem[buf][tid] = INFINITY;
+            sm.dsum_smem[buf][tid] = 0.0f;
+        }
+    }
+    attn_cp_async_commit();
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
+                 : "memory");
+    if (tma && tid == 0) { /* its second arrival carries the bytes; then the boxes */
+        attn_mbar_expect_tx(&sm.q_full[buf], (mb >= 0 ? 2 : 1) * 2 * BWD_TC_BM * 64 * 2);
+#pragma unroll
+        for (int32_t t = 0; t < 2; t++) {
+            const int32_t m = t ? mb : ma;
+            if (m >= 0) {
+                attn_tma_load_4d(sm.q_smem[buf] + t * BWD_TC_BM * 64, &qm->q, &sm.q_full[buf], 0, m * BWD_TC_BM, h, b);
+                attn_tma_load_4d(sm.dout_smem[buf] + t * BWD_TC_BM * 64, &qm->dout, &sm.q_full[buf], 0,
+                                 m * BWD_TC_BM, h, b);
+            }
+        }
+    } else {
+        attn_mbar_arrive(&sm.q_full[buf]);
+    }
+#else
+    (void)p, (void)sm, (void)buf, (void)bh, (void)ma, (void)mb, (void)qm;
+    __trap();
+#endif
+}
+
+#if ATTN_WGMMA
+/* The pair's P and dS: bwd_wg_pds_t's arithmetic over the warpgroup's S^T and dP^T (64 kv
+ * rows 64 wg .. x 128 q columns: column c is row c % 64 of tile c / 64, i0[t] its first
+ * row, rm[t] its rows (0: no tile)); P^T and dS^T packed as the A fragments of dV and dK
+ * (k16 slice kk: pairs 4 kk .. 4 kk + 3), dS^T also stored as tile t's (128 kv, 64 q)
+ * swizzled tile ds_t[t] for dQ. */
+template <typename DT, bool MASK>
+static __device__ __forceinline__ void bwd_wg_pair_pds(const struct attn_bwd_params &p, uint16_t *ds_a, uint16_t *ds_b,
+                                                       const float *lse_smem, const float *dsum_smem, float (&s)[64],
+                                                       float (&dp)[64], uint32_t (&pt)[32], uint32_t (&dst)[32],
+                                                       int32_t wg, const int32_t (&i0)[2], const int32_t (&rm)[2],
+                                                       int32_t j0, int32_t rn)
+{
+    const float scale2 = __fmul_rn(p.scale, ATTN_LOG2E);
+    /* the thread's index through an empty asm (bwd_tc_stage_dq's FRESH): its rows, columns
+     * and store offsets are formed here, not kept from the kernel's start */
+    uint32_t tid = threadIdx.x;
+    asm volatile("" : "+r"(tid));
+    const int32_t lane = tid & 31, wi = (tid >> 5) & 3, t4 = lane & 3, g = lane >> 2;
+    int32_t lo[2][2], hi[2][2]; /* tile t, row half h: visible where lo <= c % 64 < hi */
+    if constexpr (MASK) {
+        /* 32-bit: |i0 - j0 + Sk - Sq| < 2^31 for every length the problem check admits */
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const int32_t base = i0[t] + (p.seqlen_k - p.seqlen_q) - j0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int32_t j = 64 * wg + 16 * wi + g + 8 * h;
+                int32_t l = 0, u = rm[t];
+                if (p.s.mask == SCHED_MASK_CAUSAL && j - base > l)
+                    l = j - base;
+                if (j >= rn || u < l)
+                    u = l;
+                lo[t][h] = l < BWD_TC_BM ? l : BWD_TC_BM;
+                hi[t][h] = u;
+            }
+        }
+    }
+    /* (the empty asm statements keep ptxas from loading every column's LSE or Dsum ahead
+     * of the loop: 32 registers more at the peak, and spills) */
+    const float *lse_t = lse_smem + 2 * t4, *dsum_t = dsum_smem + 2 * t4; /* column 8 k + 2 t4 (+1) */
+#pragma unroll
+    for (int e = 0; e < 64; e++) {
+        const int h = (e >> 1) & 1, t = e >> 5, c = 8 * (e >> 2) + (e & 1), cl = (c + 2 * t4) & (BWD_TC_BM - 1);
+        const float pr = attn_ex2(fmaf(s[e], scale2, -__fmul_rn(lse_t[c], ATTN_LOG2E)));
+        s[e] = !MASK || (cl >= lo[t][h] && cl < hi[t][h]) ? pr : 0.0f;
+    }
+    attn_wg_wait<0>(); /* dP^T has landed */
+    attn_wg_pin<64>(dp);
+#pragma unroll
+    for (int e = 0; e < 64; e++)
+        dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum_t[8 * (e >> 2) + (e & 1)])); /* 0 where P is */
+    /* dS^T's stores: row r = 64 wg + 16 wi + g + 8 h of tile t's (128, 64) swizzled tile,
+     * 16-byte chunk k ^ (r % 8) (r % 8 = g), 4 t4 bytes into it */
+    unsigned char *row_at[2] = {reinterpret_cast<unsigned char *>(ds_a) + (64 * wg + 16 * wi + g) * 128 + 4 * t4,
+                                reinterpret_cast<unsigned char *>(ds_b) + (64 * wg + 16 * wi + g) * 128 + 4 * t4};
+#pragma unroll
+    for (int e = 0; e < 64; e += 2) {
+        pt[e / 2] = DT::pack2(s[e], s[e + 1]);
+        dst[e / 2] = DT::pack2(dp[e], dp[e + 1]);
+        const int h = (e >> 1) & 1, k = (e >> 2) & 7;
+        *reinterpret_cast<uint32_t *>(row_at[e >> 5] + 8 * 128 * h + ((k ^ g) << 4)) = dst[e / 2];
+    }
+}
+#endif
+
+/* One pair step (above) of unit n of head bh: the visit table's tiles at, at + 1 (of the
+ * `left` steps left: none past them) in stage buf (loaded by the last pair, but for the
+ * unit's first pair), the next pair prefetched into buf ^ 1 after the dS barrier, dS^T through
+ * dst_smem[dsb]. dK, dV
+ * accumulate in x; dq gets this warpgroup's tile's partial (a for 0, b for 1). On return
+ * every product has landed. */
+template <typename DT>
+static __device__ __forceinline__ void bwd_wg_pair_step(const struct attn_bwd_params &p, bwd_wg_smem_pair &sm,
+                                                        bwd_wg_regs<64> &x, float (&dq)[32], int32_t bh, int32_t n,
+                                                        int32_t at, int32_t left, bool first, int32_t buf,
+                                                        uint32_t &qph, int32_t dsb, const bwd_wg_qmaps *qm)
+{
+#if ATTN_WGMMA
+    constexpr int32_t BN = CUATTN_TC_BLOCK_N;
+    const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0); /* uniform: see bwd_tc_step */
+    /* the pair's tiles from the visit table (entry at, `left` steps from there on); the
+     * next pair's are read where its prefetch starts */
+    const int32_t ma = sm.visit_smem[at], mb = left > 1 ? sm.visit_smem[at + 1] : -1;
+    int32_t i0[2], rm[2];
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int32_t m = t ? mb : ma;
+        i0[t] = m >= 0 ? m * BWD_TC_BM : 0;
+        rm[t] = m < 0 ? 0 : p.seqlen_q - i0[t] < BWD_TC_BM ? p.seqlen_q - i0[t] : BWD_TC_BM;
+    }
+    const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    if (first) /* the unit's first pair: not prefetched */
+        bwd_wg_pair_load(p, sm, buf, bh, ma, mb, qm);
+    attn_mbar_wait(&sm.q_full[buf], (qph >> buf) & 1u); /* bwd_wg_wait_q */
+    qph ^= 1u << buf;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    const uint16_t *q_s = sm.q_smem[buf], *do_s = sm.dout_smem[buf];
+
+    /* S^T = K Q^T, then dP^T = V dO^T (d ascending): two groups in flight */
+    float s[64], dp[64];
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < 64 / 16; kk++)
+        attn_wg_mma<DT, 2 * BWD_TC_BM, 0, 0>(s, attn_wg_kmajor(sm.k_smem, BN, 64 * wg, 16 * kk),
+                                             attn_wg_kmajor(q_s, 2 * BWD_TC_BM, 0, 16 * kk), kk > 0);
+    attn_wg_commit();
+#pragma unroll
+    for (int32_t kk = 0; kk < 64 / 16; kk++)
+        attn_wg_mma<DT, 2 * BWD_TC_BM, 0, 0>(dp, attn_wg_kmajor(sm.v_smem, BN, 64 * wg, 16 * kk),
+                                             attn_wg_kmajor(do_s, 2 * BWD_TC_BM, 0, 16 * kk), kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<1>(); /* S^T has landed; dP^T may still be running */
+    attn_wg_pin<64>(s);
+
+    uint32_t pt[32], dst[32];
+    {
+        const int64_t off = (int64_t)p.seqlen_k - p.seqlen_q - j0;
+        const bool whole = rm[0] == BWD_TC_BM && rm[1] == BWD_TC_BM && rn == BN &&
+                           (p.s.mask != SCHED_MASK_CAUSAL || (i0[0] + off >= BN - 1 && i0[1] + off >= BN - 1));
+        uint16_t *ds_a = sm.dst_smem[dsb][0], *ds_b = sm.dst_smem[dsb][1];
+        if (whole)
+            bwd_wg_pair_pds<DT, false>(p, ds_a, ds_b, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                       j0, rn);
+        else
+            bwd_wg_pair_pds<DT, true>(p, ds_a, ds_b, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                      j0, rn);
+    }
+    /* dV += P^T dO, dK += dS^T Q over the pair's 128 q rows (i ascending) */
+    attn_wg_fence();
+#pragma unroll
+    for (int32_t kk = 0; kk < 2 * BWD_TC_BM / 16; kk++) {
+        const uint32_t a[4] = {pt[4 * kk], pt[4 * kk + 1], pt[4 * kk + 2], pt[4 * kk + 3]};
+        attn_wg_mma_rs<DT, 64, 1>(x.dv_reg, a, attn_wg_mnmajor(do_s, 2 * BWD_TC_BM, 16 * kk, 0), 1);
+    }
+#pragma unroll
+    for (int32_t kk = 0; kk < 2 * BWD_TC_BM / 16; kk++) {
+        const uint32_t a[4] = {dst[4 * kk], dst[4 * kk + 1], dst[4 * kk + 2], dst[4 * kk + 3]};
+        attn_wg_mma_rs<DT, 64, 1>(x.dk_reg, a, attn_wg_mnmajor(q_s, 2 * BWD_TC_BM, 16 * kk, 0), 1);
+    }
+    attn_wg_commit();
+    bwd_tc_async_visible<true>();
+    bwd_cta_sync<true>(); /* dS^T is complete before dQ reads it; both warpgroups have finished
+                             the last pair, so stage buf ^ 1 and the other dS^T tiles are free */
+    if (left > 2)
+        bwd_wg_pair_load(p, sm, buf ^ 1, bh, sm.visit_smem[at + 2], left > 3 ? sm.visit_smem[at + 3] : -1, qm);
+
+    /* dQp of the warpgroup's tile = dS K (j ascending) */
+    attn_wg_fence();
+    const uint16_t *ds_w = sm.dst_smem[dsb][wg];
+#pragma unroll
+    for (int32_t kk = 0; kk < BN / 16; kk++)
+        attn_wg_mma<DT, 64, 1, 1>(dq, attn_wg_mnmajor(ds_w, BN, 16 * kk, 0), attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, 0),
+                                  kk > 0);
+    attn_wg_commit();
+    attn_wg_wait<0>();
+    attn_wg_pin<32>(x.dv_reg);
+    attn_wg_pin<32>(x.dk_reg);
+    attn_wg_pin<32>(dq);
+    attn_wg_pin<32>(pt); /* the RS products read them until the wait */
+    attn_wg_pin<32>(dst);
+#else
+    (void)p, (void)sm, (void)x, (void)dq, (void)bh, (void)n, (void)at, (void)left, (void)first, (void)buf;
+    (void)qph, (void)dsb, (void)qm;
+    __trap();
+#endif
+}
+
+#if BWD_TC_BULK
+/* Compute warps: hand the warpgroup's tile m (-1: none) of head bh (rank; -1 for atomic)
+ * to the writer in buffer wg, once the writer has read the last pair's (phase hph). */
+static __device__ __forceinline__ void bwd_wg_pair_hand(bwd_wg_smem_pair &sm, const float (&dq)[32], uint32_t hph,
+                                                        int32_t bh, int32_t m, int32_t rank, int32_t end)
+{
+    const int32_t w = threadIdx.x >> 7;
+    attn_mbar_wait(&sm.empty_bar[w], hph ^ 1u); /* free (at once the first time round) */
+    if (m >= 0 && !end) {
+        /* bwd_tc_stage_dq's layout, all 64 columns, its addresses formed here (FRESH) */
+        uint32_t tid = threadIdx.x;
+        asm volatile("" : "+r"(tid));
+        const int32_t lane = tid & 31, wi = (tid >> 5) & 3;
+        float *to = sm.dq_smem[w];
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            const int32_t i = 16 * wi + (lane >> 2) + 8 * ((e >> 1) & 1), d = 8 * (e >> 2) + 2 * (lane & 3);
+            *reinterpret_cast<float2 *>(to + i * 64 + bwd_tc_dq_at(i, d)) = make_float2(dq[e], dq[e + 1]);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    if ((threadIdx.x & 127) == 0) {
+        sm.ticket[w][0] = bh;
+        sm.ticket[w][1] = m;
+        sm.ticket[w][2] = rank;
+        sm.ticket[w][3] = end;
+    }
+    attn_mbar_arrive(&sm.full_bar[w]);
+}
+
+/* Thread 0: wait until the writer has taken the turn of every ticket handed so far
+ * (bwd_wg_drain's rule; hph: the phase of the next pair). */
+static __device__ __forceinline__ void bwd_wg_pair_drain(bwd_wg_smem_pair &sm, uint32_t hph)
+{
+    attn_mbar_wait(&sm.empty_bar[0], hph ^ 1u);
+    attn_mbar_wait(&sm.empty_bar[1], hph ^ 1u);
+}
+
+/* The writer (one thread): buffer 0's ticket, then 1's, pair after pair, until the end;
+ * bwd_wg_writer's turn, reduction and pass-on for each tile. */
+static __device__ __forceinline__ void bwd_wg_pair_writer(const struct attn_bwd_params &p, bwd_wg_smem_pair &sm)
+{
+    for (uint32_t ph = 0;; ph ^= 1u)
+        for (int32_t w = 0; w < 2; w++) {
+            attn_mbar_wait(&sm.full_bar[w], ph); /* a ticket */
+            const int32_t bh = sm.ticket[w][0], m = sm.ticket[w][1], rank = sm.ticket[w][2];
+            if (sm.ticket[w][3])
+                return;
+            if (m < 0) { /* an odd end: no tile b */
+                attn_mbar_arrive(&sm.empty_bar[w]);
+                continue;
+            }
+            int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
+            if (rank >= 0)
+                bwd_tc_take_turn(ctr, rank);
+            bwd_tc_bulk_add<64>(p, sm.dq_smem[w], bh, m);
+            bwd_tc_bulk_wait_read();
+            attn_mbar_arrive(&sm.empty_bar[w]); /* free again */
+            bwd_tc_pass_on(ctr, rank);          /* performed, then passed on (atomic: performed) */
+        }
+}
+#endif
+#endif /* BWD_WG_PAIR64 */
 
 #endif

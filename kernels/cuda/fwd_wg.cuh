@@ -28,6 +28,19 @@
 #include <stddef.h>
 
 #define FWD_WG_BM 128 /* q rows per CTA: two consumer warpgroups of 64 */
+/* Consumer warpgroups of the dense kernel at head dim D (the window/packed kernel has 2):
+ * NC x 64 q rows a tile, 128 (NC + 1) threads. Three at head dim 64, FA3's 192-row tiles
+ * there, where a tile's two softmaxes take as long on the MUFU as its products on the
+ * tensor cores; a row's arithmetic does not depend on the tile's rows, so neither do the
+ * bits. H200, one A/B against two (the same bits): forward +8.5% at 4k full, +5.3% at 16k
+ * causal, +1.2% at 4k causal, -0.6% (noise) at 1k full; gpu_attn_fwd, racecheck and
+ * synccheck clean (bench/results/nc3-trial-2026-12-04.md). FWD_WG_NC64=2 builds the
+ * two-consumer kernel at 64 for an A/B. */
+#ifndef FWD_WG_NC64
+#define FWD_WG_NC64 3
+#endif
+#define FWD_WG_NC_OF(D) ((D) == 64 ? FWD_WG_NC64 : 2)
+#define FWD_WG_THREADS_OF(NC) (128 * ((NC) + 1))
 /* Keys per kv-tile: 128, and 64 at head dim 256, where a consumer thread's O takes 128
  * registers (S then takes 32, P 16) and two stages of 128-key K and V tiles (256 KiB)
  * would not fit shared memory (at 64: Q 64 KiB + K, V 2 x 2 x 32 KiB). 80 (FA3's choice
@@ -56,6 +69,14 @@
  * producer fits 24 */
 #define FWD_WG_LOAD_REGS_TMA_VL 24
 #define FWD_WG_MMA_REGS_TMA_VL 240
+/* Three consumers (512 threads, a pool of 128 a thread at __launch_bounds__(512, 1)) */
+#define FWD_WG_LOAD_REGS_CP3 32 /* its copy loops rolled, as the window/packed kernel's */
+#define FWD_WG_MMA_REGS_CP3 160
+#define FWD_WG_LOAD_REGS_TMA3 32
+#define FWD_WG_MMA_REGS_TMA3 160
+static_assert(128 * FWD_WG_LOAD_REGS_CP3 + 384 * FWD_WG_MMA_REGS_CP3 <= 128 * 512 &&
+                  128 * FWD_WG_LOAD_REGS_TMA3 + 384 * FWD_WG_MMA_REGS_TMA3 <= 128 * 512,
+              "setmaxnreg stays within the 512-thread launch's register pool");
 static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_WG_THREADS &&
                   128 * FWD_WG_LOAD_REGS_CP_VL + 256 * FWD_WG_MMA_REGS_CP_VL <= 168 * FWD_WG_THREADS &&
                   128 * FWD_WG_LOAD_REGS_TMA + 256 * FWD_WG_MMA_REGS_TMA <= 168 * FWD_WG_THREADS &&
@@ -70,7 +91,7 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
 #ifndef FWD_WG_PINGPONG
 #define FWD_WG_PINGPONG 1
 #endif
-/* Named barriers 1 and 2 (0 is __syncthreads): consumer 0's and consumer 1's turn. */
+/* Named barriers 1 .. NC (0 is __syncthreads): consumer c's turn is barrier 1 + c. */
 #define FWD_WG_TURN_BAR 1
 /* Persistent scheduler (step F4's), dense kernel: a CTA takes q-tiles in turn (blockIdx.x,
  * then + gridDim.x, ...: heaviest first, as fwd_wg_tile_of numbers them), its K/V rings
@@ -88,19 +109,19 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
  * reads its sequence from the table). */
 
 
-template <int D>
+template <int D, int NC = 2>
 struct fwd_wg_smem {
     static constexpr int BN = FWD_WG_BN_OF(D);
-    uint16_t q_smem[FWD_WG_BM * D];         /* (128, D) Q, swizzled (attn_sw128) */
+    uint16_t q_smem[64 * NC * D];           /* (64 NC, D) Q, swizzled (attn_sw128) */
     uint16_t k_smem[FWD_WG_STAGES][BN * D]; /* (2, BN, D) K tiles */
     uint16_t v_smem[FWD_WG_STAGES][BN * D]; /* (2, BN, D) V tiles */
     /* TMA: 1 arrival (expect_tx) + the tile's bytes; cp.async: 64 arrivals, the loaders */
     uint64_t q_full;                 /* Q has landed */
     uint64_t k_full[FWD_WG_STAGES];  /* the stage's K tile has landed */
     uint64_t v_full[FWD_WG_STAGES];  /* the stage's V tile has landed */
-    uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (256) */
-    uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (256) */
-    uint64_t q_empty; /* ... with the tile's Q (256; the persistent dense kernel) */
+    uint64_t k_empty[FWD_WG_STAGES]; /* the consumers are done with the stage's K (128 NC) */
+    uint64_t v_empty[FWD_WG_STAGES]; /* ... with its V (128 NC) */
+    uint64_t q_empty; /* ... with the tile's Q (128 NC; the persistent dense kernel) */
 };
 static_assert(sizeof(fwd_wg_smem<64>::q_smem) % 1024 == 0 && sizeof(fwd_wg_smem<64>::k_smem[0]) % 1024 == 0 &&
                   offsetof(fwd_wg_smem<64>, v_smem) % 1024 == 0 && offsetof(fwd_wg_smem<128>, v_smem) % 1024 == 0 &&
@@ -111,15 +132,19 @@ static_assert(sizeof(fwd_wg_smem<64>::q_smem) == FWD_WG_BOX_COLS * FWD_WG_BM * 2
                   sizeof(fwd_wg_smem<256>::q_smem) == 4 * FWD_WG_BOX_COLS * FWD_WG_BM * 2 &&
                   sizeof(fwd_wg_smem<256>::k_smem[0]) == 4 * FWD_WG_BOX_COLS * 64 * 2,
               "a Q, K or V tile is D/64 boxes exactly: the expect_tx count is the tile's size");
+typedef fwd_wg_smem<64, 3> fwd_wg_smem_64_3;
+static_assert(sizeof(fwd_wg_smem_64_3::q_smem) == FWD_WG_BOX_COLS * 192 * 2 &&
+                  offsetof(fwd_wg_smem_64_3, k_smem) % 1024 == 0 && offsetof(fwd_wg_smem_64_3, v_smem) % 1024 == 0,
+              "three consumers: Q is one 192-row box, every tile on a 1024-byte boundary");
 
 /* The tensor maps of Q, K and V (TMA instances only; zeros for the others). */
 struct fwd_wg_maps {
     CUtensorMap q, k, v;
 };
 
-template <int D>
+template <int D, int NC = 2>
 struct fwd_wg_kern {
-    static constexpr size_t bytes = sizeof(fwd_wg_smem<D>) + FWD_WG_ALIGN;
+    static constexpr size_t bytes = sizeof(fwd_wg_smem<D, NC>) + FWD_WG_ALIGN;
 };
 
 /* VL only: the sequence's window (wl, wr: -1 unbounded) and softcap terms (cap2 0: off). */
@@ -129,27 +154,36 @@ struct fwd_wg_vl {
 };
 
 /* attn_fwd_wg.cu: the tensor maps of p's Q, K and V as (D, seqlen, heads, batch) views
- * (batch p->geo.batch); false where TMA cannot describe one (then the cp.async kernel). */
-bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int32_t head_dim);
+ * (batch p->geo.batch), Q in boxes of q_rows (the kernel's q-tile: 64 x its consumers);
+ * false where TMA cannot describe one (then the cp.async kernel). */
+bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int32_t head_dim,
+                         uint32_t q_rows = FWD_WG_BM);
 
 #if ATTN_WGMMA
-/* Ping-pong turns: consumer c waits for its turn (its barrier, which the other consumer's
- * 128 threads arrive at once they have issued), issues, then hands the turn over. */
+/* Ping-pong turns: consumer c waits for its turn (its barrier, which the previous
+ * consumer's 128 threads arrive at once they have issued), issues, then hands the turn to
+ * the next, c + 1 mod NC. */
+template <int NC = 2>
 static __device__ __forceinline__ void fwd_wg_turn_wait(int32_t c)
 {
     if (!FWD_WG_PINGPONG)
         return;
     if (c == 0) /* immediate ids: ptxas then reserves only the barriers used */
         asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR) : "memory");
-    else
+    else if (NC == 2 || c == 1)
         asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR + 1) : "memory");
+    else
+        asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR + 2) : "memory");
 }
+template <int NC = 2>
 static __device__ __forceinline__ void fwd_wg_turn_pass(int32_t c)
 {
     if (!FWD_WG_PINGPONG)
         return;
     if (c == 0)
         asm volatile("bar.arrive %0, 256;" ::"n"(FWD_WG_TURN_BAR + 1) : "memory");
+    else if (NC == 3 && c == 1)
+        asm volatile("bar.arrive %0, 256;" ::"n"(FWD_WG_TURN_BAR + 2) : "memory");
     else
         asm volatile("bar.arrive %0, 256;" ::"n"(FWD_WG_TURN_BAR) : "memory");
 }
@@ -235,14 +269,14 @@ static __device__ __forceinline__ void fwd_wg_softmax(float (&s)[BN / 2], float 
 
 /* Issue S = Q_c K^T over one kv-tile (SS wgmma m64nBNk16, d ascending), committed as
  * one group. */
-template <typename DT, int D, int BN = FWD_WG_BN_OF(D)>
+template <typename DT, int D, int BN = FWD_WG_BN_OF(D), int NC = 2>
 static __device__ __forceinline__ void fwd_wg_s(float (&s)[BN / 2], const uint16_t *q_s, const uint16_t *k_s,
                                                 int32_t c)
 {
     attn_wg_fence();
 #pragma unroll
     for (int32_t kk = 0; kk < D / 16; kk++)
-        attn_wg_mma<DT, BN, 0, 0>(s, attn_wg_kmajor(q_s, FWD_WG_BM, 64 * c, 16 * kk),
+        attn_wg_mma<DT, BN, 0, 0>(s, attn_wg_kmajor(q_s, 64 * NC, 64 * c, 16 * kk),
                                   attn_wg_kmajor(k_s, BN, 0, 16 * kk), kk > 0);
     attn_wg_commit();
 }
@@ -322,8 +356,8 @@ static __device__ __forceinline__ void fwd_wg_pin_a(uint32_t (&pa)[BN / 16][4])
  * once P(n) V(n) is, so neither waits behind the other. kv-tiles n_lo .. n_hi - 1; the
  * t-th goes to stage t % 2 with phase (t / 2) % 2. ROLLED: the copy loops stay rolled
  * (VL, whose consumers leave the producer 24 registers: unrolled, it spilled 40 bytes). */
-template <int D, bool ROLLED = false, bool PERSIST = false>
-static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
+template <int D, bool ROLLED = false, bool PERSIST = false, int NC = 2>
+static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_params &p, fwd_wg_smem<D, NC> &sm,
                                                       int32_t b, int32_t h, int32_t hk, int32_t i0, int32_t rm,
                                                       int32_t n_lo, int32_t n_hi, int32_t v_half, int32_t t0 = 0,
                                                       int32_t qk = 0)
@@ -331,7 +365,7 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
     if (!v_half && (!PERSIST || n_hi > n_lo)) { /* PERSIST: a tile with work, once the last Q is read */
         if constexpr (PERSIST)
             attn_mbar_wait(&sm.q_empty, ((uint32_t)qk & 1u) ^ 1u);
-        attn_tc_load_tile<D, FWD_WG_BM, true, ROLLED>(sm.q_smem, static_cast<const uint16_t *>(p.q),
+        attn_tc_load_tile<D, 64 * NC, true, ROLLED>(sm.q_smem, static_cast<const uint16_t *>(p.q),
                                               b * p.q_stride[0] + (int64_t)i0 * p.q_stride[1] + h * p.q_stride[2],
                                               p.q_stride[1], rm, 64);
     }
@@ -369,8 +403,8 @@ static __device__ __forceinline__ void fwd_wg_produce(const struct attn_fwd_para
  * full barrier (the phase's one arrival) and issue its D/64 boxes; the phase completes
  * when they have landed. The two rings keep their own pace, as with cp.async. b is the
  * view's batch coordinate, i0 and the tiles' rows the view's. */
-template <int D, bool PERSIST = false>
-static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &maps, fwd_wg_smem<D> &sm,
+template <int D, bool PERSIST = false, int NC = 2>
+static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &maps, fwd_wg_smem<D, NC> &sm,
                                                           int32_t b, int32_t h, int32_t hk, int32_t i0,
                                                           int32_t n_lo, int32_t n_hi, int32_t v_warp,
                                                           int32_t t0 = 0, int32_t qk = 0)
@@ -387,7 +421,7 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
         attn_mbar_expect_tx(&sm.q_full, (uint32_t)sizeof(sm.q_smem));
 #pragma unroll
         for (int32_t c = 0; c < D / FWD_WG_BOX_COLS; c++)
-            attn_tma_load_4d(sm.q_smem + c * FWD_WG_BM * FWD_WG_BOX_COLS, &maps.q, &sm.q_full, FWD_WG_BOX_COLS * c,
+            attn_tma_load_4d(sm.q_smem + c * 64 * NC * FWD_WG_BOX_COLS, &maps.q, &sm.q_full, FWD_WG_BOX_COLS * c,
                              i0, h, b);
     }
     for (int32_t n = n_lo; n < n_hi; n++) {
@@ -402,12 +436,12 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
     }
 }
 
-/* Consumer warpgroup c (0, 1): rows 64 c .. of the q-tile, through kv-tiles n_lo .. n_hi - 1
- * (below, n counts them from 0; t0 + n is the t of the producers). PERSIST: the CTA's
- * qk-th tile with work (Q's phase), and the consumers free Q (q_empty) once their last S
- * product has read it. */
-template <typename DT, int D, bool VL, bool PERSIST = false>
-static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_params &p, fwd_wg_smem<D> &sm,
+/* Consumer warpgroup c (0 .. NC - 1): rows 64 c .. of the q-tile, through kv-tiles n_lo ..
+ * n_hi - 1 (below, n counts them from 0; t0 + n is the t of the producers). PERSIST: the
+ * CTA's qk-th tile with work (Q's phase), and the consumers free Q (q_empty) once their last
+ * S product has read it. */
+template <typename DT, int D, bool VL, bool PERSIST = false, int NC = 2>
+static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_params &p, fwd_wg_smem<D, NC> &sm,
                                                       int32_t c, int32_t b, int32_t h, int32_t bh, int32_t i0,
                                                       int32_t rm, int32_t n_lo, int32_t n_hi, const fwd_wg_vl &vt,
                                                       int32_t t0 = 0, int32_t qk = 0)
@@ -432,69 +466,115 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
      * (O = O corr(n) + P(n) V(n)), so the same bits. */
     uint32_t pa[BN / 16][4]; /* P(n-1) as RS A fragments, in flight under softmax(n) */
     float corr[2];
-    /* Turns (FWD_WG_PINGPONG): nt + 1 issue points per consumer (S(0), S(n) with
-     * P(n-1) V(n-1), the last P V), each between a wait for the turn and its hand-over.
-     * Consumer 0 has the first turn (consumer 1 hands it over unasked), and consumer 1's
-     * last hand-over is left out, so every arrival at a turn barrier is waited for. */
-    if (nt > 0) { /* (else no row of the tile sees a key) */
-        if (c == 1)
-            fwd_wg_turn_pass(c);
-        attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
-        /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
-         * compiler sees every product waited for before its registers are touched. */
-        attn_mbar_wait(&sm.k_full[t0 & 1], (uint32_t)(t0 >> 1) & 1u);
-        float s[BN / 2];
-        fwd_wg_turn_wait(c);
-        fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[t0 & 1], c);
-        fwd_wg_turn_pass(c);
-        attn_wg_wait<0>();
-        attn_wg_pin<BN / 2>(s);
-        attn_mbar_arrive(&sm.k_empty[t0 & 1]);
-        if constexpr (PERSIST) {
-            if (nt == 1) /* that was the tile's last S product: Q may go */
-                attn_mbar_arrive(&sm.q_empty);
+    if constexpr (NC == 3) {
+        /* Three consumers (at head dim 64): 160 registers a thread hold S, O and P, but not
+         * S(n) beside P(n-1) and O in flight (the overlap below spilled 300 bytes), so here
+         * one tile at a time - the other two consumers' products fill the tensor cores while
+         * one runs its softmax. The same operations in the same order (O = O corr(n) +
+         * P(n) V(n)), so the same bits. Turns: 2 nt issue points per consumer (S(n), then
+         * P(n) V(n)), handed round 0 -> 1 -> 2 -> 0 as below. */
+        if (nt > 0) {
+            if (c == NC - 1)
+                fwd_wg_turn_pass<NC>(c);
+            attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
         }
-        fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
-        fwd_wg_rescale<DT, D>(s, o, pa, corr);
-    }
-    for (int32_t n = 1; n < nt; n++) {
-        const int32_t tn = t0 + n, st = tn & 1, pst = st ^ 1; /* stages of tiles n and n - 1 */
-        /* both waits before the products: nothing spins while they are in flight */
-        attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
-        attn_mbar_wait(&sm.v_full[pst], (uint32_t)((tn - 1) >> 1) & 1u);
-        float s[BN / 2];
-        fwd_wg_turn_wait(c);
-        fwd_wg_s<DT, D>(s, sm.q_smem, sm.k_smem[st], c);
-        fwd_wg_pv<DT, D>(o, pa, sm.v_smem[pst]);
-        fwd_wg_turn_pass(c);
-        attn_wg_wait<1>(); /* S has landed; P V may still run */
-        attn_wg_pin<BN / 2>(s);
-        attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
-        if constexpr (PERSIST) {
-            if (n == nt - 1) /* ... and of Q */
-                attn_mbar_arrive(&sm.q_empty);
+        for (int32_t n = 0; n < nt; n++) {
+            const int32_t tn = t0 + n, st = tn & 1;
+            attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
+            float s[BN / 2];
+            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[st], c);
+            fwd_wg_turn_pass<NC>(c);
+            attn_wg_wait<0>();
+            attn_wg_pin<BN / 2>(s);
+            attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
+            if constexpr (PERSIST) {
+                if (n == nt - 1) /* ... and of Q */
+                    attn_mbar_arrive(&sm.q_empty);
+            }
+            fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
+            fwd_wg_rescale<DT, D>(s, o, pa, corr);
+            attn_mbar_wait(&sm.v_full[st], (uint32_t)(tn >> 1) & 1u);
+            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
+            if (n < nt - 1 || c != NC - 1)
+                fwd_wg_turn_pass<NC>(c);
+            attn_wg_wait<0>();
+            attn_wg_pin<D / 2>(o);
+            fwd_wg_pin_a<BN>(pa);
+            attn_mbar_arrive(&sm.v_empty[st]); /* ... and of V(n) */
         }
-        fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
-        attn_wg_wait<0>();
-        attn_wg_pin<D / 2>(o);
-        fwd_wg_pin_a<BN>(pa); /* its registers were read until here */
-        attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
-        fwd_wg_rescale<DT, D>(s, o, pa, corr);
-    }
-    if (nt > 0) { /* the last tile's P V (ring count t0 + nt - 1) */
-        const int32_t st = (t0 + (nt - 1)) & 1;
-        attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nt - 1)) >> 1) & 1u);
-        fwd_wg_turn_wait(c);
-        fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
-        if (c == 0)
-            fwd_wg_turn_pass(c);
-        attn_wg_wait<0>();
-        attn_wg_pin<D / 2>(o);
-        fwd_wg_pin_a<BN>(pa);
-        attn_mbar_arrive(&sm.v_empty[st]);
+    } else {
+        /* Turns (FWD_WG_PINGPONG): nt + 1 issue points per consumer (S(0), S(n) with
+         * P(n-1) V(n-1), the last P V), each between a wait for the turn and its hand-over.
+         * Consumer 0 has the first turn (consumer 1 hands it over unasked), and consumer 1's
+         * last hand-over is left out, so every arrival at a turn barrier is waited for. */
+        if (nt > 0) { /* (else no row of the tile sees a key) */
+            if (c == NC - 1)
+                fwd_wg_turn_pass<NC>(c);
+            attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
+            /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
+             * compiler sees every product waited for before its registers are touched. */
+            attn_mbar_wait(&sm.k_full[t0 & 1], (uint32_t)(t0 >> 1) & 1u);
+            float s[BN / 2];
+            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[t0 & 1], c);
+            fwd_wg_turn_pass<NC>(c);
+            attn_wg_wait<0>();
+            attn_wg_pin<BN / 2>(s);
+            attn_mbar_arrive(&sm.k_empty[t0 & 1]);
+            if constexpr (PERSIST) {
+                if (nt == 1) /* that was the tile's last S product: Q may go */
+                    attn_mbar_arrive(&sm.q_empty);
+            }
+            fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
+            fwd_wg_rescale<DT, D>(s, o, pa, corr);
+        }
+        for (int32_t n = 1; n < nt; n++) {
+            const int32_t tn = t0 + n, st = tn & 1, pst = st ^ 1; /* stages of tiles n and n - 1 */
+            /* both waits before the products: nothing spins while they are in flight */
+            attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
+            attn_mbar_wait(&sm.v_full[pst], (uint32_t)((tn - 1) >> 1) & 1u);
+            float s[BN / 2];
+            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[st], c);
+            fwd_wg_pv<DT, D>(o, pa, sm.v_smem[pst]);
+            fwd_wg_turn_pass<NC>(c);
+            attn_wg_wait<1>(); /* S has landed; P V may still run */
+            attn_wg_pin<BN / 2>(s);
+            attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
+            if constexpr (PERSIST) {
+                if (n == nt - 1) /* ... and of Q */
+                    attn_mbar_arrive(&sm.q_empty);
+            }
+            fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
+            attn_wg_wait<0>();
+            attn_wg_pin<D / 2>(o);
+            fwd_wg_pin_a<BN>(pa); /* its registers were read until here */
+            attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
+            fwd_wg_rescale<DT, D>(s, o, pa, corr);
+        }
+        if (nt > 0) { /* the last tile's P V (ring count t0 + nt - 1) */
+            const int32_t st = (t0 + (nt - 1)) & 1;
+            attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nt - 1)) >> 1) & 1u);
+            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
+            if (c == 0) /* (two consumers here) */
+                fwd_wg_turn_pass<NC>(c);
+            attn_wg_wait<0>();
+            attn_wg_pin<D / 2>(o);
+            fwd_wg_pin_a<BN>(pa);
+            attn_mbar_arrive(&sm.v_empty[st]);
+        }
     }
 
     uint16_t *out_g = static_cast<uint16_t *>(p.out);
+    if constexpr (NC == 3) { /* b and h again from bh, which is kept anyway: not live through the tiles */
+        int32_t x = bh;
+        asm volatile("" : "+r"(x));
+        b = VL ? b : x / p.heads_q;
+        h = VL ? h : x - b * p.heads_q;
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float lr = l[r]; /* the row's sum: the 4 lanes' partials, a fixed tree */
@@ -517,18 +597,18 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
 
 /* Thread 0, before the CTA's __syncthreads: the rings' barriers (TMA: one arrival fills a
  * stage, the loading thread's expect_tx; cp.async: the 64 copying threads'). */
-template <int D, bool TMA>
-static __device__ __forceinline__ void fwd_wg_init(fwd_wg_smem<D> &sm)
+template <int D, bool TMA, int NC = 2>
+static __device__ __forceinline__ void fwd_wg_init(fwd_wg_smem<D, NC> &sm)
 {
     const uint32_t loaders = TMA ? 1u : 64u;
     attn_mbar_init(&sm.q_full, loaders);
     for (int s = 0; s < FWD_WG_STAGES; s++) {
         attn_mbar_init(&sm.k_full[s], loaders);
         attn_mbar_init(&sm.v_full[s], loaders);
-        attn_mbar_init(&sm.k_empty[s], 256);
-        attn_mbar_init(&sm.v_empty[s], 256);
+        attn_mbar_init(&sm.k_empty[s], 128 * NC);
+        attn_mbar_init(&sm.v_empty[s], 128 * NC);
     }
-    attn_mbar_init(&sm.q_empty, 256);
+    attn_mbar_init(&sm.q_empty, 128 * NC);
     if (TMA)
         attn_mbar_init_fence(); /* the TMA unit completes bytes on them too */
 }
@@ -571,16 +651,17 @@ struct fwd_wg_tile {
     int32_t b, h, bh, i0, rm, n_hi;
 };
 
-template <int D>
+template <int D, int NC = 2>
 static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_fwd_params &p, int32_t M, int32_t idx)
 {
+    constexpr int32_t BM = 64 * NC;
     fwd_wg_tile T;
     const int32_t mt = M - 1 - (int32_t)((uint32_t)idx % (uint32_t)M);
     T.bh = (int32_t)((uint32_t)idx / (uint32_t)M);
     T.b = T.bh / p.heads_q;
     T.h = T.bh - T.b * p.heads_q;
-    T.i0 = mt * FWD_WG_BM;
-    T.rm = p.seqlen_q - T.i0 < FWD_WG_BM ? p.seqlen_q - T.i0 : FWD_WG_BM;
+    T.i0 = mt * BM;
+    T.rm = p.seqlen_q - T.i0 < BM ? p.seqlen_q - T.i0 : BM;
     int64_t j_end = p.seqlen_k;
     if (p.geo.mask == SCHED_MASK_CAUSAL) {
         const int64_t last = (int64_t)T.i0 + T.rm - 1 + ((int64_t)p.seqlen_k - p.seqlen_q) + 1;
@@ -617,42 +698,45 @@ static __device__ __forceinline__ int32_t fwd_wg_walk(const struct attn_fwd_para
  * + gridDim.x, ... (FWD_WG_FOR_TILES) of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
  * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
  * next on both sides alike. */
-template <typename DT, int D, bool TMA>
+template <typename DT, int D, bool TMA, int NC = 2>
 static __device__ __forceinline__ void fwd_wg_run_tiles(const struct attn_fwd_params &p, const fwd_wg_maps &maps,
-                                                        fwd_wg_smem<D> &sm, int32_t M, int32_t tiles)
+                                                        fwd_wg_smem<D, NC> &sm, int32_t M, int32_t tiles)
 {
+    constexpr uint32_t load_tma = NC == 3 ? FWD_WG_LOAD_REGS_TMA3 : FWD_WG_LOAD_REGS_TMA;
+    constexpr uint32_t load_cp = NC == 3 ? FWD_WG_LOAD_REGS_CP3 : FWD_WG_LOAD_REGS_CP;
+    constexpr uint32_t mma_tma = NC == 3 ? FWD_WG_MMA_REGS_TMA3 : FWD_WG_MMA_REGS_TMA;
+    constexpr uint32_t mma_cp = NC == 3 ? FWD_WG_MMA_REGS_CP3 : FWD_WG_MMA_REGS_CP;
     const fwd_wg_vl none = {-1, -1, 0.0f, 0.0f};
     const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
     int32_t t0 = 0, qk = 0;
     if (wg == 0) {
         if constexpr (TMA) {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA) : "memory");
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(load_tma) : "memory");
             const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
             if (w < 2 && (threadIdx.x & 31u) == 0) /* warp 0: Q, K; warp 1: V */
                 FWD_WG_FOR_TILES(idx) {
-                    const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
-                    fwd_wg_produce_tma<D, true>(maps, sm, T.b, T.h, T.h / p.group, T.i0, 0, T.n_hi, w, t0, qk);
+                    const fwd_wg_tile T = fwd_wg_tile_of<D, NC>(p, M, idx);
+                    fwd_wg_produce_tma<D, true, NC>(maps, sm, T.b, T.h, T.h / p.group, T.i0, 0, T.n_hi, w, t0, qk);
                     t0 += T.n_hi;
                     qk += T.n_hi > 0;
                 }
         } else {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_CP) : "memory");
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(load_cp) : "memory");
             const int32_t v_half = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 6), 0); /* warps 2, 3 */
             FWD_WG_FOR_TILES(idx) {
-                const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
-                fwd_wg_produce<D, false, true>(p, sm, T.b, T.h, T.h / p.group, T.i0, T.rm, 0, T.n_hi, v_half, t0,
-                                               qk);
+                const fwd_wg_tile T = fwd_wg_tile_of<D, NC>(p, M, idx);
+                fwd_wg_produce<D, NC == 3, true, NC>(p, sm, T.b, T.h, T.h / p.group, T.i0, T.rm, 0, T.n_hi, v_half,
+                                                     t0, qk);
                 t0 += T.n_hi;
                 qk += T.n_hi > 0;
             }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? FWD_WG_MMA_REGS_TMA : FWD_WG_MMA_REGS_CP)
-                 : "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TMA ? mma_tma : mma_cp) : "memory");
     FWD_WG_FOR_TILES(idx) {
-        const fwd_wg_tile T = fwd_wg_tile_of<D>(p, M, idx);
-        fwd_wg_consume<DT, D, false, true>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk);
+        const fwd_wg_tile T = fwd_wg_tile_of<D, NC>(p, M, idx);
+        fwd_wg_consume<DT, D, false, true, NC>(p, sm, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, 0, T.n_hi, none, t0, qk);
         t0 += T.n_hi;
         qk += T.n_hi > 0;
     }
