@@ -661,11 +661,9 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
         snprintf(msg, msglen, "the CUDA kernels refused the problem's shapes");
         return DASH_ESHAPE;
     }
-    /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 for the v2/v3 backward (its
-     * default), so the block_n an OpResult reported can always be sent back. Head dim
-     * 256's backward runs 64 x 64 tiles (v3's or v1's); 96 what 128 runs. */
-    const int wide = plan->backward && p->head_dim != 256 &&
-                     cuattn_impl_for(c->ca, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
+    /* Tiles (attn_cuda.h): 64 q rows; kv rows 64, or 128 where the backward's kernels have
+     * them (their default), so the block_n an OpResult reported can always be sent back. */
+    const int wide = plan->backward && cuattn_bwd_block_n(c->ca, p) == CUATTN_TC_BLOCK_N;
     if ((plan->cfg.block_m && plan->cfg.block_m != CUATTN_BLOCK) ||
         (plan->cfg.block_n && plan->cfg.block_n != CUATTN_BLOCK &&
          !(wide && plan->cfg.block_n == CUATTN_TC_BLOCK_N))) {

@@ -20,33 +20,17 @@ import subprocess
 import sys
 
 # (architecture, kernel as c++filt prints it): the kernels that spill today, nvcc 13.0.
-# The dense v3 forward and backward and every forward spill nothing; these are left:
+# Every forward, every persistent backward and every window/packed kernel spill nothing
+# (v1's backward spilled 24 bytes at head dim 256 until its two modes became two kernels;
+# v2 at head dim 128 spilled 12-36 with 64 x 128 tiles, which it no longer has; the
+# window/packed v3 backward 4 until the softcap got an instance of its own). Left:
 KNOWN = {
-    # v1 (CUDA cores) at head dim 256: 24 bytes
-    ("sm_90a", "void attn_bwd_kernel<attn_f16, 256>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_kernel<attn_bf16, 256>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_kernel<attn_f16, 256>(attn_bwd_params)"),
-    ("sm_80", "void attn_bwd_kernel<attn_bf16, 256>(attn_bwd_params)"),
-    # v2 (mma.sync) backward at head dim 128, 64 x 128 tiles: 12-36 bytes on sm_90a (v2 on
-    # an sm_90 GPU only when asked for: v3 is the default there). Its sm_80 build, which
-    # spilled 48-92, is a trap now: it needs 205 KiB of shared memory, more than any GPU
-    # that runs sm_80 code has (the A100: 163; such GPUs run v1 at 128; ATTN_FITS_ARCH)
-    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
-    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params, bwd_wg_qmaps)"),
-    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 128, 128, 2>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 128, 128, 2>(attn_bwd_params)"),
-    # the backward of windows, softcap and packed batches at head dim 128: v2's step (16-32
-    # bytes; not built for sm_80 either, for the same reason) and v3's (4 bytes on sm_90a
-    # since its step runs transposed, 20 before)
-    ("sm_90a", "void attn_bwd_vl_kernel<attn_f16, 128, 128>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_vl_kernel<attn_bf16, 128, 128>(attn_bwd_params)"),
-    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_f16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
-    ("sm_90a", "void attn_bwd_vl_wg_kernel<attn_bf16, 128>(attn_bwd_params, bwd_wg_qmaps)"),
     # v3's backward at head dim 256 in the interleaved mode (shift on a grid too small for
-    # its chunks, or forced): 144 bytes stored. Its persistent kernel does not spill: with
-    # the dQ writer warp the compute warps take 240 registers (setmaxnreg); the interleaved
-    # kernel has 255 for dK, dV and the pending dQ partial (192 floats a thread) and the
-    # virtual SMs' bookkeeping
+    # its chunks, or forced): 20 bytes (144 before its virtual SMs' ranks were formed
+    # before the step and their state read after the save): 255 registers for dK, dV and
+    # the pending dQ partial (192 floats a thread) and the bookkeeping; ptxas keeps four P/dS
+    # store addresses from the kernel's start and reloads them each step. Its persistent
+    # kernel does not spill (the dQ writer warp takes the partial)
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 256, 64, 3>(attn_bwd_params)"),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 256, 64, 3>(attn_bwd_params)"),
     # v3's persistent backward at head dim 64 with the pair step (BWD_WG_PAIR64, adopted

@@ -5,7 +5,7 @@
  *
  *   attn_bwd_preprocess_kernel   Dsum_i = rowsum(dO o O) (fp32, from the stored O); the
  *                                fp32 dQ accumulator is zeroed by a memset before it.
- *   attn_bwd_kernel              the units (kv-tile n of one (batch, q-head)). For each
+ *   attn_bwd_persistent_kernel   the units (kv-tile n of one (batch, q-head)). For each
  *                                q-tile m the unit visits, in the schedule's order:
  *                                    S = Q K^T, P = exp(scale S - LSE) (0 where masked)
  *                                    dV += P^T dO,  dP = dO V^T,  dS = P o (dP - Dsum)
@@ -13,6 +13,7 @@
  *                                and adds dQp into dQacc[m] when counter[m] == rank. At the
  *                                end of a unit dK (times scale) and dV are stored, or kept
  *                                in fp32 per q-head for GQA.
+ *   attn_bwd_interleaved_kernel  the same units and steps, in the interleaved mode below.
  *   attn_bwd_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype.
  *   attn_bwd_dkv_sum_kernel      GQA: dK, dV of a kv head = sum over its q-heads, ascending
  *                                (bwd_rows.cuh, shared with v2 and v3).
@@ -309,7 +310,7 @@ static __device__ void bwd_vsm_save(const struct attn_bwd_params &p, int32_t v, 
 {
     float *data = bwd_vsm_data<D>(p, v);
     if (threadIdx.x == 0)
-        for (int i = 0; i < VSM_SLOTS; i++)
+        for (int i = 0; i < VSM_USED; i++)
             p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
     if (st[VSM_LOADED])
 #pragma unroll
@@ -370,11 +371,13 @@ static __device__ void bwd_persistent(const struct attn_bwd_params &p, bwd_smem<
             const int32_t steps = sched_unit_steps(s, n);
             for (int32_t step = 0; step < steps; step++) {
                 const int32_t m = sched_visit(s, &J, stage, step);
+                /* the rank before the step, so that its arithmetic is not live beside the
+                 * dQ partial (head dim 256 has no registers to spare there) */
+                const int32_t rank =
+                    threadIdx.x == 0 && s->kind != SCHED_ATOMIC ? sched_rank(s, &J, stage, m) : -1;
                 bwd_step<DT, D>(p, sm, x, J.bh, n, m);
                 int32_t *ctr = p.counter + (int64_t)J.bh * s->m_tiles + m;
-                int32_t rank = -1;
                 if (threadIdx.x == 0 && s->kind != SCHED_ATOMIC) {
-                    rank = sched_rank(s, &J, stage, m);
                     /* The unit whose addition we wait for was taken earlier by a running
                      * CTA (or, for shift, by one of the >= W resident CTAs), so it comes. */
                     uint32_t ns = 32;
@@ -399,14 +402,14 @@ static __device__ void bwd_interleaved(const struct attn_bwd_params &p, bwd_smem
 {
     const struct sched *s = &p.s;
     bwd_regs<D> x;
-    int32_t st[VSM_SLOTS]; /* the held virtual SM's state; VSM_RANK is valid in thread 0 only */
+    int32_t st[VSM_USED]; /* the held virtual SM's state; VSM_RANK is valid in thread 0 only */
     int32_t held = -1;     /* the virtual SM whose registers and K/V are on chip */
 
     if (threadIdx.x == 0)
         for (int32_t v = blockIdx.x; v < p.nvsm; v += gridDim.x)
-            for (int i = 0; i < VSM_SLOTS; i++)
+            for (int i = 0; i < VSM_USED; i++)
                 p.vsm_state[(int64_t)v * VSM_SLOTS + i] = i == VSM_JOB ? v : 0;
-    for (int i = 0; i < VSM_SLOTS; i++)
+    for (int i = 0; i < VSM_USED; i++)
         st[i] = 0;
     __syncthreads(); /* the states are initialised before anyone reads them */
 
@@ -415,16 +418,16 @@ static __device__ void bwd_interleaved(const struct attn_bwd_params &p, bwd_smem
         int active = 0, progress = 0;
         for (int32_t v = blockIdx.x; v < p.nvsm; v += gridDim.x) {
             if (v != held) {
-                int32_t nx[VSM_SLOTS];
-                for (int i = 0; i < VSM_SLOTS; i++) /* written by thread 0, then a barrier */
-                    nx[i] = __ldcg(p.vsm_state + (int64_t)v * VSM_SLOTS + i);
-                if (nx[VSM_JOB] >= s->jobs)
+                /* (written by thread 0, then a barrier.) The rest of v's state is read
+                 * once the held one's is saved: it is not live beside the registers saved */
+                const int32_t *state = p.vsm_state + (int64_t)v * VSM_SLOTS;
+                if (__ldcg(state + VSM_JOB) >= s->jobs)
                     continue;
                 if (held >= 0)
                     bwd_vsm_save<D>(p, held, st, x);
                 held = v;
-                for (int i = 0; i < VSM_SLOTS; i++)
-                    st[i] = nx[i];
+                for (int i = 0; i < VSM_USED; i++)
+                    st[i] = __ldcg(state + i);
                 bwd_vsm_restore<D>(p, v, st, x);
                 if (st[VSM_LOADED]) {
                     const struct sched_job J = sched_job_at(s, st[VSM_JOB]);
@@ -445,9 +448,9 @@ static __device__ void bwd_interleaved(const struct attn_bwd_params &p, bwd_smem
                         st[VSM_LOADED] = 1;
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
-                    bwd_step<DT, D>(p, sm, x, J.bh, n, st[VSM_M]);
-                    if (threadIdx.x == 0)
+                    if (threadIdx.x == 0) /* (before the step, as in bwd_persistent) */
                         st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
+                    bwd_step<DT, D>(p, sm, x, J.bh, n, st[VSM_M]);
                     st[VSM_PENDING] = 1;
                     progress = 1;
                 }
@@ -489,15 +492,20 @@ static __device__ void bwd_interleaved(const struct attn_bwd_params &p, bwd_smem
     }
 }
 
+/* A kernel per mode: apart, each fits its registers at head dim 256 (dK, dV and the dQ
+ * partial take 192 a thread); together they spilled. */
 template <typename DT, int D>
-__global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_kernel(const struct attn_bwd_params p)
+__global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_persistent_kernel(const struct attn_bwd_params p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bwd_smem<D> &sm = *reinterpret_cast<bwd_smem<D> *>(smem_raw);
-    if (p.mode == ATTN_MODE_INTERLEAVED)
-        bwd_interleaved<DT, D>(p, sm);
-    else
-        bwd_persistent<DT, D>(p, sm);
+    bwd_persistent<DT, D>(p, *reinterpret_cast<bwd_smem<D> *>(smem_raw));
+}
+
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_interleaved_kernel(const struct attn_bwd_params p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bwd_interleaved<DT, D>(p, *reinterpret_cast<bwd_smem<D> *>(smem_raw));
 }
 
 /* One thread per row (bh, i): Dsum = sum_d dO O as one fmaf chain, d ascending - the same
@@ -554,7 +562,10 @@ static cudaError_t bwd_launch(const struct attn_bwd_params *p, int32_t grid, int
         <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS, sms), ATTN_THREADS, 0, stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
-    attn_bwd_kernel<DT, D><<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_smem<D>), stream>>>(*p);
+    if (p->mode == ATTN_MODE_INTERLEAVED)
+        attn_bwd_interleaved_kernel<DT, D><<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_smem<D>), stream>>>(*p);
+    else
+        attn_bwd_persistent_kernel<DT, D><<<(uint32_t)grid, ATTN_THREADS, sizeof(bwd_smem<D>), stream>>>(*p);
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
     attn_bwd_postprocess_kernel<DT, D>
@@ -570,18 +581,26 @@ static cudaError_t bwd_attr(size_t smem_optin)
 {
     if (sizeof(bwd_smem<D>) > smem_optin)
         return cudaSuccess; /* unusable here: cuattn_backward refuses this head dim */
-    return cudaFuncSetAttribute(attn_bwd_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const cudaError_t err = cudaFuncSetAttribute(attn_bwd_persistent_kernel<DT, D>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(bwd_smem<D>));
+    if (err != cudaSuccess)
+        return err;
+    return cudaFuncSetAttribute(attn_bwd_interleaved_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)sizeof(bwd_smem<D>));
 }
 
+/* The smaller of the two kernels' figures: the host picks the grid before the mode. */
 template <typename DT, int D>
 static cudaError_t bwd_occupancy(int32_t *ret)
 {
-    int n = 0;
-    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_bwd_kernel<DT, D>,
+    int a = 0, b = 0;
+    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_persistent_kernel<DT, D>,
                                                                     ATTN_THREADS, sizeof(bwd_smem<D>));
     if (err == cudaSuccess)
-        *ret = n;
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_interleaved_kernel<DT, D>, ATTN_THREADS,
+                                                            sizeof(bwd_smem<D>));
+    if (err == cudaSuccess)
+        *ret = a < b ? a : b;
     return err;
 }
 

@@ -330,14 +330,14 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
 {
     const struct sched *s = &p.s;
     REGS x;
-    int32_t st[VSM_SLOTS]; /* the held virtual SM's state; VSM_RANK is valid in thread 0 only */
+    int32_t st[VSM_USED]; /* the held virtual SM's state; VSM_RANK is valid in thread 0 only */
     int32_t held = -1;     /* the virtual SM whose registers and K/V are on chip */
 
     if (threadIdx.x == 0)
         for (int32_t v = blockIdx.x; v < p.nvsm; v += gridDim.x)
-            for (int i = 0; i < VSM_SLOTS; i++)
+            for (int i = 0; i < VSM_USED; i++)
                 p.vsm_state[(int64_t)v * VSM_SLOTS + i] = i == VSM_JOB ? v : 0;
-    for (int i = 0; i < VSM_SLOTS; i++)
+    for (int i = 0; i < VSM_USED; i++)
         st[i] = 0;
     __syncthreads(); /* the states are initialised before anyone reads them */
 
@@ -346,16 +346,16 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
         int active = 0, progress = 0;
         for (int32_t v = blockIdx.x; v < p.nvsm; v += gridDim.x) {
             if (v != held) {
-                int32_t nx[VSM_SLOTS];
-                for (int i = 0; i < VSM_SLOTS; i++) /* written by thread 0, then a barrier */
-                    nx[i] = __ldcg(p.vsm_state + (int64_t)v * VSM_SLOTS + i);
-                if (nx[VSM_JOB] >= s->jobs)
+                /* (written by thread 0, then a barrier.) The rest of v's state is read
+                 * once the held one's is saved: it is not live beside the registers saved */
+                const int32_t *state = p.vsm_state + (int64_t)v * VSM_SLOTS;
+                if (__ldcg(state + VSM_JOB) >= s->jobs)
                     continue;
                 if (held >= 0)
                     bwd_tc_vsm_save<D, BN>(p, held, st, x);
                 held = v;
-                for (int i = 0; i < VSM_SLOTS; i++)
-                    st[i] = nx[i];
+                for (int i = 0; i < VSM_USED; i++)
+                    st[i] = __ldcg(state + i);
                 bwd_tc_vsm_restore<D, BN>(p, v, st, x);
                 if (st[VSM_LOADED]) {
                     const struct sched_job J = sched_job_at(s, st[VSM_JOB]);
@@ -376,10 +376,10 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                         st[VSM_LOADED] = 1;
                     }
                     st[VSM_M] = sched_visit(s, &J, st[VSM_STAGE], st[VSM_STEP]);
+                    if (threadIdx.x == 0) /* (before the step: not live beside the dQ partial) */
+                        st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     /* untransposed (v3 at 128 too): no registers left for its A fragments */
                     bwd_tc_step<DT, D, BN, false>(p, sm, x, J.bh, n, st[VSM_M], 0, 0, -1, NULL, -1);
-                    if (threadIdx.x == 0)
-                        st[VSM_RANK] = sched_rank(s, &J, st[VSM_STAGE], st[VSM_M]);
                     st[VSM_PENDING] = 1;
                     progress = 1;
                 }
@@ -750,8 +750,9 @@ static cudaError_t bwd_tc_attr_all(size_t smem_optin, int wg)
         return wg ? bwd_tc_attr<DT, D, BWD_WG256_BN, 3>(smem_optin) : cudaSuccess;
     } else {
         cudaError_t err = bwd_tc_attr<DT, D, 64, 2>(smem_optin);
-        if (err == cudaSuccess)
-            err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 2>(smem_optin);
+        if constexpr (BWD_TC_WIDE(D))
+            if (err == cudaSuccess)
+                err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 2>(smem_optin);
         if (err == cudaSuccess && wg)
             err = bwd_tc_attr<DT, D, CUATTN_TC_BLOCK_N, 3>(smem_optin);
         return err;
@@ -771,11 +772,11 @@ cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg)
     return cudaSuccess;
 }
 
-/* The larger of v2's two tile widths: if it fits, so does the other. */
+/* v2's widest kv-tile at the dim (BWD_TC_WIDE): if it fits, so does the other. */
 size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim)
 {
     return head_dim == 64    ? bwd_kern<64, CUATTN_TC_BLOCK_N, 2>::bytes
-           : head_dim == 128 ? bwd_kern<128, CUATTN_TC_BLOCK_N, 2>::bytes
+           : head_dim == 128 ? bwd_kern<128, 64, 2>::bytes
                              : 0;
 }
 
@@ -794,7 +795,7 @@ size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n)
 
 /* One switch for the (dtype, head dim, kv-tile, v2/v3) kernels; anything else is refused.
  * wg asks for v3, which has 64 x 128 tiles only, but at head dim 256 64 x 64 only (and
- * there is no v2 at 256). */
+ * there is no v2 at 256); v2 has 64 x 128 tiles at head dim 64 only (BWD_TC_WIDE). */
 #define BWD_TC_DISPATCH(dt, head_dim, block_n, wg, CALL)                                        \
     do {                                                                                        \
         const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
@@ -816,8 +817,9 @@ size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n)
             if (wg)                                                                             \
                 return bf_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, 3)                         \
                            : CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, 3);                         \
-            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, 2) : CALL(attn_bf16, 128, 64, 2)) \
-                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, 2) : CALL(attn_f16, 128, 64, 2));  \
+            if (wide_)                                                                          \
+                return cudaErrorInvalidValue;                                                   \
+            return bf_ ? CALL(attn_bf16, 128, 64, 2) : CALL(attn_f16, 128, 64, 2);              \
         default:                                                                                \
             return cudaErrorInvalidValue;                                                       \
         }                                                                                       \

@@ -201,9 +201,10 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
                    : CUATTN_IMPL_CUDA_CORES;
     if (head_dim != 64 && head_dim != 128)
         return CUATTN_IMPL_CUDA_CORES;
-    /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: 205 KiB at head dim
-     * 128, more than an A100 (163 KiB) or an sm_86/sm_89 part (99 KiB) gives one block.
-     * There the dim runs v1, whose tiles fit; the bits are v1's, as reported. */
+    /* v2's backward keeps two Q/dO stages, P, dS and a dQ tile on chip: at head dim 128 (64
+     * x 64 tiles, BWD_TC_WIDE) 155 KiB, which an A100 (163 KiB) holds and an sm_86/sm_89
+     * part (99 KiB) does not. Where v2 does not fit the dim runs v1, whose tiles fit; the
+     * bits are v1's, as reported. */
     if (a->impl == CUATTN_IMPL_CUDA_CORES)
         return a->impl;
     if (cuattn__fwd_tc_smem_bytes(head_dim) > a->smem_optin)
@@ -508,13 +509,6 @@ static int vl_plan_make(const struct attn_problem *p, const struct attn_config *
 /* The kernels' limits for a problem attn_vl.cu runs: their shared memory, and for the
  * backward (which has no interleaved mode) the CTAs a shift chunk needs at once. 0,
  * -ENOTSUP or -ERANGE (W more than the GPU holds at once). */
-/* attn_vl.cu's backward runs 64 x 128 tiles by default where they fit the device, else
- * 64 x 64 (as v2's dims that do not fit run v1). */
-static int vl_wide(const struct cuattn *a, const struct attn_problem *p)
-{
-    return cuattn__bwd_vl_smem_bytes(p->head_dim) <= a->smem_optin;
-}
-
 /* attn_vl.cu's backward on v3's wgmma step: where the dense backward of the dim runs v3
  * (cuattn_impl_for: sm_90, impl v3), at 64 x 128 tiles, and its shared memory fits; else
  * v2's mma.sync kernel (64 x 64 tiles, sm_80, or a device short of shared memory). */
@@ -522,6 +516,27 @@ static int vl_wg(const struct cuattn *a, const struct attn_problem *p, int32_t b
 {
     return cuattn_impl_for(a, p->head_dim) == CUATTN_IMPL_WGMMA && block_n == CUATTN_TC_BLOCK_N &&
            cuattn__bwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
+}
+
+/* attn_vl.cu's backward runs 64 x 128 tiles by default where it has them and they fit the
+ * device - v3's, and v2's at head dim 64 (BWD_TC_WIDE) - else 64 x 64. */
+static int vl_wide(const struct cuattn *a, const struct attn_problem *p)
+{
+    if (!BWD_TC_WIDE(p->head_dim))
+        return vl_wg(a, p, CUATTN_TC_BLOCK_N);
+    return cuattn__bwd_vl_smem_bytes(p->head_dim) <= a->smem_optin;
+}
+
+/* The backward's default kv-tile is 128 rows where the kernels it runs have them (prepare's
+ * wide_n; at head dim 256 everyone's are 64): attn_vl.cu's as vl_wide says; the dense ones
+ * of v3, and of v2 at head dim 64 (BWD_TC_WIDE); v1's are 64. p: the problem the kernels
+ * run (widened, for a padded one). */
+static int bwd_wide(const struct cuattn *a, const struct attn_problem *p)
+{
+    if (needs_vl(p))
+        return vl_wide(a, p);
+    const int32_t impl = cuattn_impl_for(a, p->head_dim);
+    return impl == CUATTN_IMPL_WGMMA || (impl == CUATTN_IMPL_TENSOR_CORES && BWD_TC_WIDE(p->head_dim));
 }
 
 static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const struct attn_config *c,
@@ -571,7 +586,6 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
         p = &wide;
     }
     /* what cuattn_forward / cuattn_backward ask of prepare */
-    const int tc = backward && cuattn_impl_for(a, p->head_dim) != CUATTN_IMPL_CUDA_CORES;
     struct attn_config c, fc;
     struct sched s;
     if (!backward) {
@@ -579,9 +593,9 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
         fc.sched = SCHED_ASCENDING;
         cfg = &fc;
     }
-    /* attn_vl.cu's kernels are v2's: its tile widths whatever the object's choice */
+    /* (attn_vl.cu's kernels are v2's or v3's: their tile widths whatever the object's choice) */
     const int vl = needs_vl(p);
-    int rc = prepare(p, cfg, vl ? backward && vl_wide(a, p) : tc, &c, &s);
+    int rc = prepare(p, cfg, backward && bwd_wide(a, p), &c, &s);
     if (rc)
         return rc;
     if (!vl) {
@@ -595,6 +609,18 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     if ((rc = vl_plan_make(p, &c, backward, &v, 1)))
         return rc;
     return vl_limits(a, p, &c, backward, v.need);
+}
+
+int32_t cuattn_bwd_block_n(const struct cuattn *a, const struct attn_problem *p)
+{
+    if (!a || !p)
+        return -EINVAL;
+    struct attn_problem wide;
+    if (padded(a, p)) {
+        wide = widened(p);
+        p = &wide;
+    }
+    return p->head_dim != 256 && bwd_wide(a, p) ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
 }
 
 /* The engine's view checks, plus the 2-byte alignment the kernels' 16-bit loads need. */
@@ -1129,7 +1155,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     const int32_t impl = p ? cuattn_impl_for(a, p->head_dim) : CUATTN_IMPL_CUDA_CORES;
     const int vl = p && attn_check_problem(p) == 0 && needs_vl(p);
     const int tc = impl != CUATTN_IMPL_CUDA_CORES;
-    int rc = prepare(p, cfg, vl ? vl_wide(a, p) : tc, &c, &s);
+    int rc = prepare(p, cfg, bwd_wide(a, p), &c, &s);
     if (rc)
         return rc;
     if (vl)

@@ -12,8 +12,9 @@
  *      masks and modes, with the products on tensor cores (mma.sync, fp32 accumulators);
  *      P and dS are rounded to the input dtype before the products that take them, as
  *      FlashAttention does. Its backward uses 64 x 128 tiles (block_n =
- *      CUATTN_TC_BLOCK_N) unless the config asks for block_n = 64; its forward's bits are
- *      those of 64 x 64 tiles.
+ *      CUATTN_TC_BLOCK_N) at head dim 64 unless the config asks for block_n = 64, and 64 x
+ *      64 tiles at 128 (cuattn_bwd_block_n says which); its forward's bits are those of
+ *      64 x 64 tiles.
  *   v3 (CUATTN_IMPL_WGMMA, the default on sm_90 GPUs - H100, H200): a warp-specialised
  *      forward (attn_fwd_wg.cu: one producer warpgroup loading Q and a 2-stage K/V ring,
  *      two consumer warpgroups of 64 q rows each; S = Q K^T and O += P V on Hopper
@@ -31,10 +32,10 @@
  * dense problems only (its backward with 64 x 64 tiles, 212 KiB of shared memory). A call with head
  * dim 256 runs v1 unless v3 is set (v2 has no 256), and its forward runs v3 wherever v3 is
  * set and the forward fits (cuattn_impl_for and cuattn_fwd_impl_for say which one a call
- * runs); its backward's kv-tiles are 64 rows either way. v2's backward at 128
- * needs 205 KiB of shared memory per CTA: on GPUs that give less (an A100's 163 KiB,
- * sm_86/sm_89's 99 KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at
- * 256 needs about 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
+ * runs); its backward's kv-tiles are 64 rows either way. v2's backward at 128 needs 155 KiB
+ * of shared memory per CTA (an A100 gives 163): on GPUs that give less (sm_86/sm_89's 99
+ * KiB) the dims whose v2 kernels do not fit run v1 too. v1's backward at 256 needs about
+ * 162 KiB: GPUs that give less refuse head dim 256 with -ENOTSUP.
  * Sliding windows, softcap and packed variable-length batches (struct attn_problem's
  * window, softcap, cu_seqlens) run kernels of their own, attn_vl.cu: the forward and
  * backward with the window's two sides, the softcap (and its tanh derivative in the
@@ -173,6 +174,12 @@ int cuattn_device(const struct cuattn *a, char *name, size_t len, int32_t *ret_s
  * the GPU runs at once). Reads `a` only; any thread. */
 int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
                         const struct attn_config *cfg, int backward);
+
+/* The kv-tile rows (block_n) a backward of this problem runs on `a` when its config leaves
+ * block_n 0, and the most it accepts: CUATTN_TC_BLOCK_N where the kernels it runs have 128-row
+ * kv-tiles (v3's; v2's at head dim 64; windows, softcap and packed batches likewise, where
+ * those kernels fit), else CUATTN_BLOCK. -EINVAL for NULLs. Reads `a` only; any thread. */
+int32_t cuattn_bwd_block_n(const struct cuattn *a, const struct attn_problem *p);
 
 /*
  * Forward: out = softmax(scale q k^T, mask) v and lse (batch, heads_q, seqlen_q) fp32,

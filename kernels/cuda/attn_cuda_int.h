@@ -47,6 +47,13 @@ extern "C" {
 #endif
 #define ATTN_PS (ATTN_BN + 1) /* row stride (floats) of P and dS in shared memory */
 
+/* v2's backward (mma.sync; dense, and windows/softcap/packed in attn_vl.cu) has kernels of
+ * 128-row kv-tiles (CUATTN_TC_BLOCK_N) at head dim 64 only. At 128 such a CTA needs 205 KiB
+ * of shared memory, more than any GPU that runs the sm_80 code gives, and spilled registers
+ * on sm_90; its 64 x 64 kernels need 155 KiB, which an A100 (163) holds. v3 has 64 x 128
+ * tiles at 64 and 128. */
+#define BWD_TC_WIDE(D) ((D) == 64)
+
 /* Backward execution modes. */
 enum attn_mode {
     ATTN_MODE_PERSISTENT = 1,  /* CTAs take jobs in dispatch order from a job counter */
@@ -62,7 +69,8 @@ enum attn_vsm_slot {
     VSM_LOADED,  /* 1: the unit's dK/dV accumulators are live */
     VSM_M,       /* q-tile of the pending partial */
     VSM_RANK,    /* its rank */
-    VSM_SLOTS = 8
+    VSM_USED,    /* the slots above; the kernels keep and copy these only */
+    VSM_SLOTS = 8 /* a virtual SM's stride in vsm_state */
 };
 
 /* Windows, softcap and packed batches (attn_vl.cu): one entry per sequence that has work,
@@ -224,7 +232,7 @@ cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_ki
  * (nvsm, cuattn__bwd_tc_vsm_floats(D, block_n), 256) floats; every other scratch size is
  * v1's. */
 cudaError_t cuattn__bwd_tc_init(size_t smem_optin, int wg); /* wg: also v3's kernels */
-size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim); /* for block_n CUATTN_TC_BLOCK_N */
+size_t cuattn__bwd_tc_smem_bytes(int32_t head_dim); /* v2's widest kv-tile at the dim (BWD_TC_WIDE) */
 size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim); /* v3 (64 x 128 only) */
 cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
                                          int32_t *ret);
@@ -236,8 +244,8 @@ cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_ki
  * backward, 64 x 64 and 64 x 128 tiles, persistent mode only; sm_80 and sm_90), and on v3's
  * (sm_90): the forward on its warp-specialised kernel (fwd_wg.cuh), the backward on its
  * wgmma step (64 x 128 tiles; params.wg). The params carry the per-sequence table (see
- * struct attn_vl_seq). smem_bytes as for the dense v2 kernels (the backward: for block_n
- * CUATTN_TC_BLOCK_N; fwd_vl_wg, bwd_vl_wg: v3's); 0 for a dim it does not serve.
+ * struct attn_vl_seq). smem_bytes as for the dense v2 kernels (the backward: for v2's widest
+ * kv-tile at the dim, BWD_TC_WIDE; fwd_vl_wg, bwd_vl_wg: v3's); 0 for a dim it does not serve.
  * wg: init also v3's kernels; blocks_per_sm and launch: v3's (block_n CUATTN_TC_BLOCK_N).
  * fwd_vl_launch with wg runs v3's forward, through TMA where allow_tma and the views'
  * tensor maps encode (*ret_tma 1), else through cp.async. */

@@ -341,7 +341,9 @@ struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     int32_t view[3];                   /* its view batch, first q row and first k row (the TMA maps') */
 };
 
-template <typename DT, int D>
+/* CAP: the instance for a softcap > 0 (its P and dS through the tanh); without, the
+ * softcap's code is not compiled in (it had left the instance at 128 spilling 4 bytes). */
+template <typename DT, int D, bool CAP>
 __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     attn_bwd_vl_wg_kernel(const __grid_constant__ struct attn_bwd_params p, const __grid_constant__ bwd_wg_qmaps maps)
 {
@@ -448,7 +450,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
 #if BWD_WG_TRACE
                     const long long bs0_ = clock64();
 #endif
-                    bwd_wg_step_mb<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
+                    bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
                                                     sm.view);
                     dsb ^= 1;
 #if BWD_WG_TRACE
@@ -458,7 +460,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                     }
 #endif
                 } else {
-                    bwd_tc_step<DT, D, BN, true>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
+                    bwd_tc_step<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
                     attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
                     bwd_tc_async_visible<true>();
                     bwd_cta_sync<true>(); /* ... and is visible to all; every warp is done with
@@ -628,7 +630,10 @@ static cudaError_t vl_attr(size_t smem_optin, int wg)
 {
     cudaError_t err = cudaSuccess;
     if (wg && bwd_vl_wg_bytes<D>() <= smem_optin)
-        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bwd_vl_wg_bytes<D>());
+    if (err == cudaSuccess && wg && bwd_vl_wg_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bwd_vl_wg_bytes<D>());
     if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
         err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -644,10 +649,11 @@ static cudaError_t vl_attr(size_t smem_optin, int wg)
     if (err == cudaSuccess && bwd_vl_bytes<D, 64>() <= smem_optin)
         err = cudaFuncSetAttribute(attn_bwd_vl_kernel<DT, D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bwd_vl_bytes<D, 64>());
-    if (err == cudaSuccess && bwd_vl_bytes<D, CUATTN_TC_BLOCK_N>() <= smem_optin)
-        err = cudaFuncSetAttribute(attn_bwd_vl_kernel<DT, D, CUATTN_TC_BLOCK_N>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)bwd_vl_bytes<D, CUATTN_TC_BLOCK_N>());
+    if constexpr (BWD_TC_WIDE(D))
+        if (err == cudaSuccess && bwd_vl_bytes<D, CUATTN_TC_BLOCK_N>() <= smem_optin)
+            err = cudaFuncSetAttribute(attn_bwd_vl_kernel<DT, D, CUATTN_TC_BLOCK_N>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bwd_vl_bytes<D, CUATTN_TC_BLOCK_N>());
     return err;
 }
 
@@ -674,9 +680,7 @@ size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim)
 
 size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim)
 {
-    return head_dim == 64    ? bwd_vl_bytes<64, CUATTN_TC_BLOCK_N>()
-           : head_dim == 128 ? bwd_vl_bytes<128, CUATTN_TC_BLOCK_N>()
-                             : 0;
+    return head_dim == 64 ? bwd_vl_bytes<64, CUATTN_TC_BLOCK_N>() : head_dim == 128 ? bwd_vl_bytes<128, 64>() : 0;
 }
 
 size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim)
@@ -756,8 +760,8 @@ static cudaError_t bwd_vl_occupancy(int32_t *ret)
     int a = 0;
     cudaError_t err;
     if constexpr (WG)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D>, ATTN_THREADS + 128,
-                                                            bwd_vl_wg_bytes<D>());
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D, false>,
+                                                            ATTN_THREADS + 128, bwd_vl_wg_bytes<D>());
     else
         err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
                                                             bwd_vl_bytes<D, BN>());
@@ -799,8 +803,12 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
             }
             if (BWD_WG_DKV_TMA(D))
                 bwd_wg_dkvmaps_encode(&maps, p, D, batch, p->vl_dense ? p->seqlen_k : p->total_k);
-            attn_bwd_vl_wg_kernel<DT, D>
-                <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+            if (p->softcap > 0.0f)
+                attn_bwd_vl_wg_kernel<DT, D, true>
+                    <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+            else
+                attn_bwd_vl_wg_kernel<DT, D, false>
+                    <<<(uint32_t)grid, ATTN_THREADS + 128, bwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
         } else
             attn_bwd_vl_kernel<DT, D, BN><<<(uint32_t)grid, ATTN_THREADS, bwd_vl_bytes<D, BN>(), stream>>>(*p);
         if ((err = cudaGetLastError()) != cudaSuccess)
@@ -820,7 +828,7 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
 }
 
 /* One switch for the (dtype, head dim, kv-tile, v2/v3) kernels; wg asks for v3, which has
- * 64 x 128 tiles only. */
+ * 64 x 128 tiles only; v2 has them at head dim 64 only (BWD_TC_WIDE). */
 #define BWD_VL_DISPATCH(dt, head_dim, block_n, wg, CALL)                                        \
     do {                                                                                        \
         const int bf_ = (dt) == DTYPE_BF16, wide_ = (block_n) == CUATTN_TC_BLOCK_N;             \
@@ -837,8 +845,9 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
             if (wg)                                                                             \
                 return bf_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, true)                      \
                            : CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, true);                      \
-            return bf_ ? (wide_ ? CALL(attn_bf16, 128, CUATTN_TC_BLOCK_N, false) : CALL(attn_bf16, 128, 64, false)) \
-                       : (wide_ ? CALL(attn_f16, 128, CUATTN_TC_BLOCK_N, false) : CALL(attn_f16, 128, 64, false));  \
+            if (wide_)                                                                          \
+                return cudaErrorInvalidValue;                                                   \
+            return bf_ ? CALL(attn_bf16, 128, 64, false) : CALL(attn_f16, 128, 64, false);      \
         default:                                                                                \
             return cudaErrorInvalidValue;                                                       \
         }                                                                                       \

@@ -24,9 +24,11 @@
  *
  * Shared memory: K, V of the unit (BN, D + 8); Q, dO, LSE, Dsum double-buffered (64, D + 8);
  * P, dS (64, BN + 8), 16-bit; the dQ staging tile (64, D) fp32; the persistent mode's
- * visit table (2 KB). BN = 128: 205 KiB at D = 128, 125 KiB at D = 64; BN = 64: 155 KiB and
- * 91 KiB. Registers (ptxas 13.0, sm_90a, persistent / interleaved): BN = 128: 255 / 255 at
- * D = 128, 245 / 243 at D = 64; BN = 64: 240 / 237 and 197 / 182. One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
+ * visit table (2 KB). BN = 128: 125 KiB at D = 64 (at D = 128 it would need 205 KiB, more
+ * than an sm_80 GPU gives, and spilled registers on sm_90: not built, BWD_TC_WIDE); BN = 64:
+ * 155 KiB at D = 128 (an A100 holds it) and 91 KiB at D = 64. Registers (ptxas 13.0, sm_90a,
+ * persistent / interleaved): BN = 128, D = 64: 245 / 243; BN = 64: 240 / 237 and 197 / 182.
+ * One CTA of 8 warps per SM. P = 2^x is one MUFU.EX2
  * (attn_ex2); P and dS go to shared memory by stmatrix on sm_90. The persistent mode
  * prefetches the next step's Q, dO, LSE and Dsum with cp.async into the other buffer
  * while the step computes, and waits for them before its dQ turn's barrier, which
@@ -803,7 +805,7 @@ static __device__ __forceinline__ void bwd_tc_vsm_save_state(const struct attn_b
                                                              const int32_t *st)
 {
     if (threadIdx.x == 0)
-        for (int i = 0; i < VSM_SLOTS; i++)
+        for (int i = 0; i < VSM_USED; i++)
             p.vsm_state[(int64_t)v * VSM_SLOTS + i] = st[i];
 }
 

@@ -573,7 +573,7 @@ static __device__ __forceinline__ void bwd_wg_store_pds(uint16_t *p_smem, uint16
  * becomes P on the way. The caller has waited for S only: dP's group is waited for here,
  * once P is formed. VL (attn_vl.cu): the mask is the sequence's window band, and a softcap
  * bends the scores. */
-template <typename DT, bool MASK, bool VL = false, int W = 64>
+template <typename DT, bool MASK, bool VL = false, int W = 64, bool CAP = false>
 static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
                                                   uint16_t *ds_smem, const float *lse_smem,
                                                   const float *dsum_smem, float (&s)[W / 2], float (&dp)[W / 2],
@@ -610,48 +610,45 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
             lim[r] = i < rm && end > 0 ? (int32_t)end - c0 : -c0;
         }
     }
-    if constexpr (VL) {
-        if (p.softcap > 0.0f) {
-            /* softcap: the score is cap tanh(scale q.k / cap), so P = 2^(log2(e) (cap th -
-             * LSE)) and dS = P (dP - Dsum) (1 - th^2), th = tanh(scale S / cap) (the
-             * arithmetic of bwd_tc_pds). th replaces S while dP runs; P and dS then take
-             * the places of th and dP, so no register more is live than without the cap. */
-            const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
+    if constexpr (CAP) { /* the VL kernel's instance for a softcap > 0 (the host's choice) */
+        /* softcap: the score is cap tanh(scale q.k / cap), so P = 2^(log2(e) (cap th -
+         * LSE)) and dS = P (dP - Dsum) (1 - th^2), th = tanh(scale S / cap) (the
+         * arithmetic of bwd_tc_pds). th replaces S while dP runs; P and dS then take
+         * the places of th and dP, so no register more is live than without the cap. */
+        const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
 #pragma unroll
-            for (int e = 0; e < W / 2; e++)
-                s[e] = tanhf(__fmul_rn(s[e], k));
-            attn_wg_wait<0>(); /* dP has landed */
-            attn_wg_pin<W / 2>(dp);
+        for (int e = 0; e < W / 2; e++)
+            s[e] = tanhf(__fmul_rn(s[e], k));
+        attn_wg_wait<0>(); /* dP has landed */
+        attn_wg_pin<W / 2>(dp);
 #pragma unroll
-            for (int e = 0; e < W / 2; e++) {
-                const int r = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
-                const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -lse2[r]));
-                const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum[r])), fmaf(-th, th, 1.0f));
-                const bool vis = !MASK || (c < lim[r] && c >= lim_lo[r]);
-                s[e] = vis ? pr : 0.0f;
-                dp[e] = vis ? ds : 0.0f;
+        for (int e = 0; e < W / 2; e++) {
+            const int r = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
+            const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -lse2[r]));
+            const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum[r])), fmaf(-th, th, 1.0f));
+            const bool vis = !MASK || (c < lim[r] && c >= lim_lo[r]);
+            s[e] = vis ? pr : 0.0f;
+            dp[e] = vis ? ds : 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < W / 2; e++) {
+            const int r = (e >> 1) & 1;
+            const float pr = attn_ex2(fmaf(s[e], scale2, -lse2[r]));
+            if constexpr (VL) {
+                const int32_t c = bwd_wg_regs<64>::col(e);
+                s[e] = !MASK || (c < lim[r] && c >= lim_lo[r]) ? pr : 0.0f;
+            } else {
+                s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
             }
-            bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
-            return;
         }
-    }
+        attn_wg_wait<0>(); /* dP has landed */
+        attn_wg_pin<W / 2>(dp);
 #pragma unroll
-    for (int e = 0; e < W / 2; e++) {
-        const int r = (e >> 1) & 1;
-        const float pr = attn_ex2(fmaf(s[e], scale2, -lse2[r]));
-        if constexpr (VL) {
-            const int32_t c = bwd_wg_regs<64>::col(e);
-            s[e] = !MASK || (c < lim[r] && c >= lim_lo[r]) ? pr : 0.0f;
-        } else {
-            s[e] = !MASK || bwd_wg_regs<64>::col(e) < lim[r] ? pr : 0.0f;
+        for (int e = 0; e < W / 2; e++) {
+            const int r = (e >> 1) & 1;
+            dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
         }
-    }
-    attn_wg_wait<0>(); /* dP has landed */
-    attn_wg_pin<W / 2>(dp);
-#pragma unroll
-    for (int e = 0; e < W / 2; e++) {
-        const int r = (e >> 1) & 1;
-        dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
     }
     bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
 }
@@ -692,7 +689,7 @@ static __device__ __forceinline__ void bwd_wg_s_dp(float (&s)[N / 2], float (&dp
  * also stored, as a (128 kv, 64 q) swizzled tile, for dQ = dS K (A MN-major). LSE and
  * Dsum are per column here. The arithmetic per element is bwd_wg_pds's. MASK and VL as
  * there: an element is visible where lo[h] <= c < hi[h] for its row half h. */
-template <typename DT, bool MASK, bool VL = false>
+template <typename DT, bool MASK, bool VL = false, bool CAP = false>
 static __device__ __forceinline__ void bwd_wg_pds_t(const struct attn_bwd_params &p, uint16_t *ds_smem,
                                                     const float *lse_smem, const float *dsum_smem, float (&s)[32],
                                                     float (&dp)[32], uint32_t (&pt)[16], uint32_t (&dst)[16],
@@ -719,28 +716,24 @@ static __device__ __forceinline__ void bwd_wg_pds_t(const struct attn_bwd_params
         lo[h] = MASK ? (int32_t)(l < BWD_TC_BM ? l : BWD_TC_BM) : 0;
         hi[h] = MASK ? (int32_t)u : BWD_TC_BM;
     }
-    bool capped = false; /* VL with a softcap: P and dS formed below */
-    if constexpr (VL) {
-        if (p.softcap > 0.0f) { /* th replaces S while dP runs (bwd_wg_pds) */
-            const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
+    if constexpr (CAP) { /* the VL kernel's instance for a softcap > 0 (the host's choice); th
+                            replaces S while dP runs (bwd_wg_pds) */
+        const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
 #pragma unroll
-            for (int e = 0; e < 32; e++)
-                s[e] = tanhf(__fmul_rn(s[e], k));
-            attn_wg_wait<0>(); /* dP has landed */
-            attn_wg_pin<32>(dp);
+        for (int e = 0; e < 32; e++)
+            s[e] = tanhf(__fmul_rn(s[e], k));
+        attn_wg_wait<0>(); /* dP has landed */
+        attn_wg_pin<32>(dp);
 #pragma unroll
-            for (int e = 0; e < 32; e++) {
-                const int h = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
-                const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -__fmul_rn(lse_smem[c], ATTN_LOG2E)));
-                const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum_smem[c])), fmaf(-th, th, 1.0f));
-                const bool vis = !MASK || (c >= lo[h] && c < hi[h]);
-                s[e] = vis ? pr : 0.0f;
-                dp[e] = vis ? ds : 0.0f;
-            }
-            capped = true;
+        for (int e = 0; e < 32; e++) {
+            const int h = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
+            const float th = s[e], pr = attn_ex2(fmaf(th, cap2, -__fmul_rn(lse_smem[c], ATTN_LOG2E)));
+            const float ds = __fmul_rn(__fmul_rn(pr, __fsub_rn(dp[e], dsum_smem[c])), fmaf(-th, th, 1.0f));
+            const bool vis = !MASK || (c >= lo[h] && c < hi[h]);
+            s[e] = vis ? pr : 0.0f;
+            dp[e] = vis ? ds : 0.0f;
         }
-    }
-    if (!capped) {
+    } else {
 #pragma unroll
         for (int e = 0; e < 32; e++) {
             const int h = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
@@ -787,7 +780,7 @@ static __device__ __forceinline__ void bwd_wg_ring_next(bwd_wg_ring &r)
  * Measured without the writer (bench/results/gpu-v3-wgmma-2026-11-29.md): passing on
  * earlier, under S and dP, stalls warp 0 until the bulk reduction has completed, and
  * later, under the last products, delays the next adder; both were slower. */
-template <typename DT, int D, int BN, bool VL = false>
+template <typename DT, int D, int BN, bool VL = false, bool CAP = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                    bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m,
@@ -830,11 +823,11 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
         const bool whole = rm == BWD_TC_BM && rn == BN && (p.s.wr < 0 || at + p.s.wr >= BN - 1) &&
                            (p.s.wl < 0 || at + BWD_TC_BM - 1 - p.s.wl <= 0);
         if (whole)
-            bwd_wg_pds<DT, false, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
-                                        i0, rm, j0, rn);
+            bwd_wg_pds<DT, false, true, 64, CAP>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf],
+                                                 s, dp, i0, rm, j0, rn);
         else
-            bwd_wg_pds<DT, true, true>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp,
-                                       i0, rm, j0, rn);
+            bwd_wg_pds<DT, true, true, 64, CAP>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s,
+                                                dp, i0, rm, j0, rn);
     } else {
         const bool whole = rm == BWD_TC_BM && rn == BN &&
                            (p.s.mask != SCHED_MASK_CAUSAL ||
@@ -952,7 +945,7 @@ static __device__ __forceinline__ void bwd_wg_wait_q(bwd_wg_smem<D> &sm, int32_t
  * dK += dS^T Q; dS goes to tile dsb (ds_smem or p_smem), transposed, for dQ = dS K. The
  * stage's data through q_full, the prefetch after the dS barrier; VL as bwd_tc_step's. On
  * return every product has landed (the RS products read registers the next step needs). */
-template <typename DT, int D, int BN, bool VL = false>
+template <typename DT, int D, int BN, bool VL = false, bool CAP = false>
 static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                       bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                       int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
@@ -985,10 +978,10 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
         else
             whole = rm == BWD_TC_BM && rn == BN && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
         if (whole)
-            bwd_wg_pds_t<DT, false, VL>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+            bwd_wg_pds_t<DT, false, VL, CAP>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
                                         j0, rn);
         else
-            bwd_wg_pds_t<DT, true, VL>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+            bwd_wg_pds_t<DT, true, VL, CAP>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
                                        j0, rn);
     }
     attn_wg_fence();

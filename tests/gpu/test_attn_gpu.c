@@ -758,42 +758,67 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
     cuattn_free(ca);
 }
 
-/* On a GPU with less shared memory per block than v2 needs (an A100 gives 163 KiB, sm_86
- * and sm_89 parts 99 KiB), head dims 64/128 run v1 and say so (block_n 64), with v1's
- * bits; head dim 256 is refused where even v1's tiles do not fit. Simulated here by
- * lowering the object's shared-memory figure. */
-static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
+/* On a GPU with less shared memory per block than v3 needs: an A100 (163 KiB) runs v2 at
+ * head dim 128, its backward with 64 x 64 tiles (block_n 64, the only ones v2 has there),
+ * with v2's bits; sm_86 and sm_89 parts (99 KiB) run v1 and say so, with v1's bits; head
+ * dim 256 is refused where even v1's tiles do not fit. Simulated here by lowering the
+ * object's shared-memory figure; the bits are those of objects set to v2 and v1 on the
+ * whole device. */
+static void test_attn_gpu_smaller_gpus_run_v2_or_v1(void)
 {
     const struct shape_case c = {1, 200, 150, 4, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL};
-    struct cuattn *v1 = open_device(), *small = open_device();
+    struct cuattn *v1 = open_device(), *v2 = open_device(), *small = open_device();
     CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(v1, CUATTN_IMPL_CUDA_CORES), 0);
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(v2, CUATTN_IMPL_TENSOR_CORES), 0);
     const int32_t chosen = cuattn_impl(small);
     CU_ASSERT_NOT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES); /* the H200 */
     CU_ASSERT_EQUAL(cuattn_impl_for(small, 256) == CUATTN_IMPL_WGMMA, chosen == CUATTN_IMPL_WGMMA);
-    const size_t limits[] = {163 * 1024, 99 * 1024};
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0xa100);
     struct attn_problem p = problem_of(&c);
     struct gpu_bufs a;
     gpu_bufs_init(&a, &p, NULL, NULL, &r);
-    CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL(cuattn_bwd_block_n(v2, &p), CUATTN_BLOCK); /* v2 at 128: 64 x 64 only */
+    CU_ASSERT_EQUAL(cuattn_bwd_block_n(v1, &p), CUATTN_BLOCK);
+    CU_ASSERT_EQUAL(cuattn_bwd_block_n(small, &p), chosen == CUATTN_IMPL_WGMMA ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK);
+    /* each implementation's forward; then both backwards from v1's forward (the inputs of
+     * every backward below) */
+    struct gpu_copy fwd[2], bwd[2];
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0}, used;
+    CU_ASSERT_EQUAL_FATAL(run_forward(v2, &a, NULL, NULL), 0);
+    gpu_copy_fwd(&fwd[1], &a);
+    CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
+    gpu_copy_fwd(&fwd[0], &a);
     CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
-    struct gpu_copy want;
-    gpu_copy_bwd(&want, &a);
+    gpu_copy_bwd(&bwd[0], &a);
+    CU_ASSERT_EQUAL_FATAL(run_backward(v2, &a, &cfg, 0, &used), 0);
+    CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
+    gpu_copy_bwd(&bwd[1], &a);
+    CU_ASSERT(!gpu_copy_equal(&bwd[0], &a)); /* (two implementations: different bits) */
+    const size_t limits[] = {163 * 1024, 99 * 1024};
+    const int32_t runs[] = {CUATTN_IMPL_TENSOR_CORES, CUATTN_IMPL_CUDA_CORES};
     for (size_t li = 0; li < 2; li++) {
+        const int k = runs[li] == CUATTN_IMPL_TENSOR_CORES;
         cuattn__limit_smem(small, limits[li]);
-        CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), CUATTN_IMPL_CUDA_CORES);
+        CU_ASSERT_EQUAL(cuattn_impl_for(small, 128), runs[li]);
+        CU_ASSERT_EQUAL(cuattn_impl_for(small, 96), runs[li]); /* 96: what 128 runs */
         CU_ASSERT_EQUAL(cuattn_impl_for(small, 256), CUATTN_IMPL_CUDA_CORES); /* v3's 256 needs 212 KiB */
         CU_ASSERT_EQUAL(cuattn_impl(small), chosen); /* the choice stays */
+        CU_ASSERT_EQUAL(cuattn_bwd_block_n(small, &p), CUATTN_BLOCK);
         CU_ASSERT_EQUAL_FATAL(run_forward(small, &a, NULL, NULL), 0);
+        CU_ASSERT(gpu_copy_equal(&fwd[k], &a));
+        CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0); /* the backwards' inputs again */
         CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
         CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
-        CU_ASSERT(gpu_copy_equal(&want, &a));
+        CU_ASSERT(gpu_copy_equal(&bwd[k], &a));
         struct attn_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N, 0};
-        CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* v1 has no 128 */
+        CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* neither has 128 here */
+        CU_ASSERT_EQUAL(cuattn_check_config(small, &p, &wide, 1), -EINVAL);
     }
-    gpu_copy_free(&want);
+    for (int k = 0; k < 2; k++) {
+        gpu_copy_free(&fwd[k]);
+        gpu_copy_free(&bwd[k]);
+    }
     gpu_bufs_free(&a);
     /* 99 KiB: v3's head-dim-256 forward (about 193 KiB) does not fit either: v1's runs
      * (about 162 KiB); v1's head-dim-256 backward cannot run */
@@ -807,6 +832,7 @@ static void test_attn_gpu_smaller_gpus_fall_back_to_v1(void)
     CU_ASSERT_EQUAL(cuattn_check_config(small, &pb, NULL, 0), run_forward(small, &a, NULL, NULL));
     gpu_bufs_free(&a);
     cuattn_free(v1);
+    cuattn_free(v2);
     cuattn_free(small);
 }
 
@@ -922,8 +948,9 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             /* the forward: 96 as 128; 256 on v3 where v3 is set, else v1 */
             const int32_t fwd = p2.head_dim == 96 ? runs : impl == CUATTN_IMPL_WGMMA ? impl : CUATTN_IMPL_CUDA_CORES;
             CU_ASSERT_EQUAL(cuattn_fwd_impl_for(ca, p2.head_dim), fwd);
-            const int32_t bn =
-                runs != CUATTN_IMPL_CUDA_CORES && p2.head_dim != 256 ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
+            /* (v2 has 128-row kv-tiles at head dim 64 only) */
+            const int32_t bn = runs == CUATTN_IMPL_WGMMA && p2.head_dim != 256 ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
+            CU_ASSERT_EQUAL(cuattn_bwd_block_n(ca, &p2), bn);
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
             CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), fwd == CUATTN_IMPL_WGMMA);
@@ -1614,8 +1641,7 @@ int suite_gpu_attn(void)
                      test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits) ||
         !CU_add_test(s, "test_attn_gpu_small_shapes_for_sanitizers",
                      test_attn_gpu_small_shapes_for_sanitizers) ||
-        !CU_add_test(s, "test_attn_gpu_smaller_gpus_fall_back_to_v1",
-                     test_attn_gpu_smaller_gpus_fall_back_to_v1) ||
+        !CU_add_test(s, "test_attn_gpu_smaller_gpus_run_v2_or_v1", test_attn_gpu_smaller_gpus_run_v2_or_v1) ||
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config) ||
         !CU_add_test(s, "test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed",
