@@ -144,12 +144,18 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                                                          before the table, K and V are rewritten */
                 bwd_cta_sync<W>();
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+            int kvq = 0; /* BWD_WG_STAGE_BARS: the first step's stage, under K and V's load */
+            if constexpr (W && BWD_WG_STAGE_BARS(D)) {
+                kvq = steps > 0;
+                if (kvq)
+                    bwd_wg_load_q_mb<D, BN>(p, sm, 0, J.bh, sched_visit(s, &J, stage, 0), qm);
+            }
             bwd_tc_load_kv<D, BN>(p, sm, J.bh, n); /* its barrier publishes the table too */
             if (threadIdx.x == 0)
                 BWD_WG_TADD(BT_UNIT);
             bwd_tc_zero_kv<D, BN>(x);
             int32_t m = sm.visit_smem[0], buf = 0, base = 0; /* the table holds steps base .. */
-            int loaded = 0;
+            int loaded = kvq;
             int32_t *pend_ctr = NULL, pend_rank = -1; /* a turn still to pass on */
             for (int32_t step = 0; step < steps; step++) {
                 if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */

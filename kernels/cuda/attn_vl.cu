@@ -430,12 +430,16 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                                                        before the table, K and V are rewritten */
                     bwd_cta_sync<true>();
                 bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+                /* the first step's stage, under K and V's load (not in the softcap's instance:
+                 * there the one more live value spilled 4 bytes at 128) */
+                if constexpr (BWD_WG_STAGE_BARS(D) && !CAP)
+                    bwd_wg_load_q_mb<D, BN>(q, sm, 0, J.bh, sched_visit(s, &J, stage, 0), &maps, sm.view);
                 bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
             }
             if (threadIdx.x == 0)
                 BWD_WG_TADD(BT_UNIT);
             int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
-            int loaded = 0;
+            int loaded = BWD_WG_STAGE_BARS(D) && !CAP && steps > 0;
             for (int32_t step = 0; step < steps; step++) {
                 if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
                     if constexpr (BWD_WG_STAGE_BARS(D))

@@ -77,6 +77,12 @@
  * views (packed: one batch of all rows) and loads its sequences' whole q-tiles so, the last
  * partial tile of each by cp.async: +12% (window 1k), +17% (window 4k), +7% (packed batch)
  * in the same run (bench/results/gpu-bwd-tmaq-2026-12-04.md). */
+/* In the kernels whose stages have mbarriers (BWD_WG_STAGE_BARS), a unit's first Q, dO, LSE
+ * and Dsum load (stage 0) is issued before its K and V load, not after it, so the two
+ * latencies overlap once per unit rather than adding up: the short units of packed batches
+ * and 1k sequences pay them most often. Same loads, same bits; on the H200 +1.0-1.7% (head
+ * dim 128 causal 1k-16k), +1.3% (the packed 19-document batch), +1.2% (window 1k) in the
+ * same run (trial kvq, bench/results/kvq-trial-2026-12-05.md). */
 #include <cuda.h> /* CUtensorMap */
 /* dK and dV through shared memory and TMA stores (bwd_wg_store_unit_tma) at head dims 64
  * and 128 (where the maps encode, without GQA's fp32 sums): a unit's dK and dV go out
