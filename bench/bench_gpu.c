@@ -27,8 +27,9 @@
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
  * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
  * after one warm-up, so the backward includes its preprocess, postprocess and memsets.
- * "digest" is XXH64 of the bytes of dQ, dK and dV (in that order) of the repeat-check call:
- * two builds whose deterministic schedules print the same digest compute the same bits.
+ * "digest" is XXH64 of the bytes of dQ, dK and dV (in that order, each view's bytes only) of
+ * the repeat-check call: two builds whose deterministic schedules print the same digest
+ * compute the same bits.
  */
 #include "bench/benchtime.h"
 #include "kernels/cuda/attn_cuda.h"
@@ -263,16 +264,20 @@ int main(int argc, char **argv)
                     }
                     qsort(t + 1, (size_t)reps, sizeof(double), btime_cmp_double);
                     double bwd_ms = t[1 + reps / 2];
-                    /* bits of the last two calls' dq (a third call, for the comparison) */
-                    CHECK(cudaMemcpy(h1, b.dq, n, cudaMemcpyDeviceToHost));
+                    /* bits of the last two calls' dq (a third call, for the comparison),
+                     * the bytes of the views only: head dim 96's rows are 2016 wide and a
+                     * packed batch may be short of TOKENS, and the rest of the buffers holds
+                     * whatever was there (fresh memory, an earlier shape's gradients) */
+                    const size_t vn = (size_t)B * rows * H * d * 2;
+                    CHECK(cudaMemcpy(h1, b.dq, vn, cudaMemcpyDeviceToHost));
                     rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse, tdo, NULL);
-                    CHECK(cudaMemcpy(h2, b.dq, n, cudaMemcpyDeviceToHost));
-                    int same = rc == 0 && memcmp(h1, h2, n) == 0;
-                    uint64_t digest = xxh64(h2, n, 0);
-                    CHECK(cudaMemcpy(h1, b.dk, n, cudaMemcpyDeviceToHost));
-                    digest = xxh64(h1, n, digest);
-                    CHECK(cudaMemcpy(h1, b.dv, n, cudaMemcpyDeviceToHost));
-                    digest = xxh64(h1, n, digest);
+                    CHECK(cudaMemcpy(h2, b.dq, vn, cudaMemcpyDeviceToHost));
+                    int same = rc == 0 && memcmp(h1, h2, vn) == 0;
+                    uint64_t digest = xxh64(h2, vn, 0);
+                    CHECK(cudaMemcpy(h1, b.dk, vn, cudaMemcpyDeviceToHost));
+                    digest = xxh64(h1, vn, digest);
+                    CHECK(cudaMemcpy(h1, b.dv, vn, cudaMemcpyDeviceToHost));
+                    digest = xxh64(h1, vn, digest);
                     printf("%s{\"schedule\": \"%s\", \"used\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
                            "\"bitwise_repeat\": %s, \"digest\": \"%016llx\"}",
                            shown++ ? ", " : "", sched_kind_name(kinds[ki]), sched_kind_name(used.sched),

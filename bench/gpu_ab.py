@@ -10,7 +10,8 @@ compute the same bits print the same digests).
     python3 bench/gpu_ab.py NAME=FILE [NAME=FILE ...]
 
 Each FILE holds bench_gpu JSON documents, one after another (one per --only shape); rows
-of a shape that a build did not report are left out.
+of a shape that a build did not report are left out, and a document cut short (a shape
+killed at its timeout) is skipped, not the documents after it.
 """
 import json
 import sys
@@ -29,7 +30,12 @@ def rows_of(path):
         try:
             doc, at = dec.raw_decode(text, at)
         except ValueError:
-            return rows  # a document cut short (a timeout): keep what came before
+            # a document cut short (a shape killed at gpu_ab.sh's timeout): skip to the
+            # next document, which starts a line ('{"device": ...'; rows are indented)
+            at = text.find("\n{", at)
+            if at < 0:
+                return rows
+            continue
         rows.extend(doc.get("rows", []))
 
 
@@ -63,15 +69,17 @@ def main():
             b = table[key].get(name)
             if not b:
                 continue
-            # a run of one schedule (--only D,S,MASK,SCHED) lacks atomic or every det one
-            best = max((s for s in DET if s in b), key=lambda s: b[s]["tflops"], default=None)
+            # a run of one schedule (--only D,S,MASK,SCHED) lacks atomic or every det one;
+            # a schedule whose bits did not repeat is not 'best det' (det bits says so)
+            best = max((s for s in DET if s in b and b[s]["bitwise_repeat"]),
+                       key=lambda s: b[s]["tflops"], default=None)
             at = b["atomic"]["tflops"] if "atomic" in b else None
             det = b[best]["tflops"] if best else None
             fwd, f0 = b.get("fwd"), (first or {}).get("fwd")
             rel = f"{fwd / f0:.3f}" if fwd and f0 else "n/a"
             print(f"| {key[0]} | {key[1]} | {key[2]} | {name} | {fwd or 0:.1f} | {rel} | "
                   f"{f'{at:.1f}' if at else 'n/a'} | {f'{det:.1f} ({best})' if best else 'n/a'} | "
-                  f"{f'{det / at:.3f}' if at and det else 'n/a'} | {bits(b, first) if best else 'n/a'} |")
+                  f"{f'{det / at:.3f}' if at and det else 'n/a'} | {bits(b, first) if any(s in b for s in DET) else 'n/a'} |")
 
 
 if __name__ == "__main__":

@@ -69,5 +69,32 @@ class GpuAbTable(unittest.TestCase):
         self.assertEqual(t["new"][4:10], ["500.0", "1.250", "n/a", "n/a", "n/a", "n/a"])
 
 
+
+class TruncatedDocuments(unittest.TestCase):
+    """gpu_ab.sh appends one bench_gpu document per shape to a build's file, each under
+    `timeout 120`: a shape killed at its limit leaves a document cut short, and the next
+    shapes' documents follow it. gpu_ab.py must keep the rows of those later documents."""
+
+    @staticmethod
+    def one(d, s):
+        return {"device": "T", "reps": 5, "rows": [
+            {"D": d, "S": s, "B": 16384 // s, "H": 2048 // d, "causal": True, "fwd_ms": 1.0,
+             "fwd_tflops": 300.0,
+             "bwd": [{"schedule": "shift", "used": "shift", "ms": 1.0, "tflops": 280.0,
+                      "bitwise_repeat": True, "digest": "x"}]}]}
+
+    def test_rows_after_a_document_cut_short_are_kept(self):
+        sys.path.insert(0, HERE)
+        import gpu_ab
+        cut = json.dumps(self.one(256, 16384))
+        cut = cut[:cut.index('"bwd": [') + 60]  # bench_gpu prints as it goes
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "b.json")
+            with open(p, "w") as f:
+                f.write(json.dumps(self.one(64, 4096)) + "\n" + cut + "\n" +
+                        json.dumps(self.one(128, 4096)) + "\n")
+            got = [(r["D"], r["S"]) for r in gpu_ab.rows_of(p)]
+        self.assertEqual(got, [(64, 4096), (128, 4096)])
+
 if __name__ == "__main__":
     unittest.main()

@@ -184,5 +184,84 @@ class GpuReport(unittest.TestCase):
         self.assertEqual(sorted(sections(md)), sorted(sections(report(OURS, PEERS))))
 
 
+
+def bench_row(d, s, causal, tf, norep=(), only=None):
+    """bench_gpu's row with per-schedule TFLOPS tf; the schedules in norep did not repeat."""
+    bwd = [{"schedule": k, "used": "shift" if k == "auto" else k, "ms": 1.0, "tflops": t,
+            "bitwise_repeat": k != "atomic" and k not in norep, "digest": k}
+           for k, t in tf.items() if only is None or k in only]
+    return {"D": d, "S": s, "B": 16384 // s, "H": 2048 // d, "causal": causal,
+            "fwd_ms": 1.0, "fwd_tflops": 300.0, "bwd": bwd}
+
+
+TF = dict(atomic=400.0, ascending=100.0, descending=200.0, spt=450.0, shift=380.0, auto=380.0)
+OURS_NOREP = {"device": "T", "sms": 132, "driver": 1, "runtime": 1, "reps": 3,
+              "rows": [bench_row(128, 4096, True, TF, norep=("spt",))]}
+CUDNN_DET = {"torch": "t", "cudnn": 1, "frontend": "f", "device": "T", "reps": 10, "repeats": 5,
+             "checks": [], "rows": [fe_row(128, 4096, True, False, 500.0, 420.0),
+                                    fe_row(128, 4096, True, True, 500.0, 360.0)]}
+
+
+class BestDetRepeats(unittest.TestCase):
+    """'best det' is the fastest deterministic schedule whose bits repeated: one whose two
+    identical backwards gave different dQ bits is not deterministic in that run and must not
+    stand for ours in 'best det / atomic', 'best det / FE det' or gpu_ab.py's column."""
+
+    def test_report_best_det_leaves_out_a_schedule_whose_bits_did_not_repeat(self):
+        s = sections(report(OURS_NOREP, PEERS, CUDNN_DET))["hdim 128, causal (TFLOPS)"]
+        ours = table_rows(s, "seqlen", "fwd")[4096]
+        self.assertEqual(ours[9], "NO")  # det repeat
+        self.assertEqual(ours[8], f"{380 / 400:.2f}")  # shift, not spt's 450 that did not repeat
+        fe = table_rows(s, "seqlen", "FE fwd")[4096]
+        self.assertEqual(fe[7], f"{380 / 360:.2f}")  # best det / FE det
+
+    def test_report_det_repeat_is_na_when_no_deterministic_schedule_ran(self):
+        ours = dict(OURS_NOREP, rows=[bench_row(128, 4096, True, TF, only=("atomic",))])
+        s = sections(report(ours, PEERS))["hdim 128, causal (TFLOPS)"]
+        self.assertEqual(table_rows(s, "seqlen", "fwd")[4096][9], "n/a")
+
+    def test_gpu_ab_best_det_leaves_out_a_schedule_whose_bits_did_not_repeat(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "a.json")
+            with open(p, "w") as f:
+                json.dump(OURS_NOREP, f)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "gpu_ab.py"), f"a={p}"],
+                                 check=True, capture_output=True, text=True).stdout
+        cells = [c.strip() for c in out.splitlines()[2].split("|")[1:-1]]
+        self.assertEqual(cells[7], "380.0 (shift)")
+        self.assertEqual(cells[8], f"{380 / 400:.3f}")
+        self.assertTrue(cells[9].startswith("REPEAT DIFFERS"))
+
+
+RUN = os.path.join(HERE, "results", "gpu-bench-c5328fe-2026-12-05")
+
+
+def regen(*extra):
+    cmd = [sys.executable, os.path.join(HERE, "gpu_report.py"), os.path.join(RUN, "ours.json"),
+           os.path.join(RUN, "peers.json"), "--cudnn", os.path.join(RUN, "cudnn.json"),
+           "--commit", "c5328fe", "--command", "bash scripts/gpu_bench.sh c5328fe ", *extra]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+class Regenerates(unittest.TestCase):
+    """A stored report is reproducible from its JSON files (--date with the run's date), and
+    its method line gives head dim 96 its 21 heads (2016 wide), not heads x head_dim = 2048."""
+
+    def test_date_can_be_given_so_a_report_regenerates_byte_for_byte(self):
+        a = regen("--date", "2026-12-05T03:45:25Z")
+        self.assertIn("- date: 2026-12-05T03:45:25Z\n", a)
+        self.assertEqual(a, regen("--date", "2026-12-05T03:45:25Z"))
+
+    def test_method_line_gives_head_dim_96_its_21_heads(self):
+        md = regen("--date", "x")
+        method = next(line for line in md.splitlines() if line.startswith("- method:"))
+        self.assertNotIn("heads x head_dim = 2048;", method)
+        self.assertIn("96: 21 heads", method)
+
+    def test_stored_report_is_what_its_json_gives(self):
+        with open(RUN + ".md") as f:
+            stored = f.read().split("\n## Reading it")[0]  # then text by hand
+        self.assertEqual(regen("--date", "2026-12-05T03:45:25Z").rstrip(), stored.rstrip())
+
 if __name__ == "__main__":
     unittest.main()
