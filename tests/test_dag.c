@@ -226,6 +226,40 @@ static void test_dag_models_ragged_batches_and_windows_without_deadlock(void)
     CU_ASSERT_EQUAL(dag_model_seqs(two, 2, 4, 1, 0.25, NULL, NULL, &st), -EINVAL);
 }
 
+/* An SM that becomes idle takes the next job in dispatch order; the SM that frees up first
+ * takes it, whatever order the model happens to evaluate the SMs in. One q-tile, three
+ * kv-tiles, three heads, ascending, 5 SMs: jobs 0-4 start at 0; heads 0 and 1 each add in
+ * turn, so SMs 0 and 3 are free at 1.25 (jobs 5 and 6), SMs 1 and 4 at 1.5 (jobs 7 and
+ * 8). Job 6 (head 2, kv-tile 0) runs on SM 3 from 1.25; job 8 ends at 3. */
+struct first_free_ctx {
+    int32_t sm;
+    double c_start;
+};
+
+static void first_free_visit(void *p, int32_t sm, int32_t bh, int32_t m, int32_t n, double c_start,
+                             double r_start, double r_end)
+{
+    struct first_free_ctx *x = p;
+    (void)m, (void)r_start, (void)r_end;
+    if (bh == 2 && n == 0) {
+        x->sm = sm;
+        x->c_start = c_start;
+    }
+}
+
+static void test_dag_sms_take_jobs_in_the_order_they_become_free(void)
+{
+    struct sched_shape sh = {1, 3, 1, 3, 1, 1, SCHED_MASK_FULL, 0, 0, 0};
+    struct sched s;
+    struct dag_stats st;
+    struct first_free_ctx x = {-1, -1};
+    CU_ASSERT_FATAL(sched_init(&s, SCHED_ASCENDING, &sh, 64) == 0);
+    CU_ASSERT_FATAL(dag_model(&s, 5, 1, 0.25, first_free_visit, &x, &st) == 0);
+    CU_ASSERT_EQUAL(x.sm, 3);
+    CU_ASSERT_DOUBLE_EQUAL(x.c_start, 1.25, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(st.makespan, 3.0, 1e-12);
+}
+
 int suite_dag(void)
 {
     CU_pSuite s = CU_add_suite("dag", NULL, NULL);
@@ -240,5 +274,6 @@ int suite_dag(void)
     ADD_TEST(s, test_dag_auto_picks_fastest_modelled_schedule);
     ADD_TEST(s, test_dag_auto_cache_gives_dag_auto_answers);
     ADD_TEST(s, test_dag_models_ragged_batches_and_windows_without_deadlock);
+    ADD_TEST(s, test_dag_sms_take_jobs_in_the_order_they_become_free);
     return 0;
 }

@@ -213,6 +213,25 @@ static void test_dashctl_sched_rejects_bad_options_with_exit_2(void)
     }
 }
 
+/* The work bound of a packed batch counts only the SMs that can get a job, as it does for
+ * one shape: one 64-row sequence is one job, so on the default 64 SMs its bound is its
+ * work, 1.25, as `--tiles 1` says - not 1.25 / 64. */
+static void test_dashctl_sched_packed_work_bound_counts_only_sms_with_a_job(void)
+{
+    char *out;
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --tiles 1 --schedule ascending", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "(work bound 1.25)"));
+    free(out);
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --cu-seqlens 0,64 --schedule ascending", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "(work bound 1.25, 1 additions)"));
+    free(out);
+    /* mask causal: shift pairs kv-tiles, 4 tiles are 2 jobs; 10 additions of 1.25 on 2 SMs */
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --mask causal --cu-seqlens 0,256 --schedule shift --sms 3",
+                                      &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "(work bound 6.25, 10 additions)"));
+    free(out);
+}
+
 /* Shift needs as many SMs as jobs in a chunk (8 here): on 2 it cannot finish, which is a
  * result to report, not an error. */
 static void test_dashctl_sched_reports_shift_deadlock(void)
@@ -270,6 +289,22 @@ static void test_dashctl_sched_packed_batch_makespans_match_dag_model(void)
     free(out);
 }
 
+/* A packed batch whose shift deadlocks on --sms still reports the batch's additions (as
+ * the dense shape reports its work), not whatever was on the stack: one sequence of 16 x 16
+ * tiles, W 8 on 2 SMs. */
+static void test_dashctl_sched_packed_deadlock_reports_the_additions(void)
+{
+    char *out;
+    double v;
+    CU_ASSERT_EQUAL_FATAL(dashctl_run("sched --cu-seqlens 0,1000 --sms 2 --w 8 --json", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"deadlock\": true"));
+    CU_ASSERT_EQUAL(json_number(out, "shift", "additions", &v), 0);
+    CU_ASSERT_DOUBLE_EQUAL(v, 16 * 16, 0.0);
+    CU_ASSERT_EQUAL(json_number(out, "ascending", "additions", &v), 0);
+    CU_ASSERT_DOUBLE_EQUAL(v, 16 * 16, 0.0);
+    free(out);
+}
+
 /* --window: tiles outside the band are not visited (kv-tile 0 of a 6x6 causal grid with a
  * 1-tile window visits q-tiles 0 and 1 only). */
 static void test_dashctl_sched_window_visits_only_the_band(void)
@@ -296,19 +331,46 @@ static void test_dashctl_sched_window_visits_only_the_band(void)
     }
 }
 
+/* Costs are finite, but the times the model sums from them may not be: JSON has no inf,
+ * so such costs are refused (exit 2, one line) rather than printed as "inf". */
+static void test_dashctl_sched_refuses_costs_whose_times_overflow(void)
+{
+    static const char *const bad[] = {"--c 1e308 --r 1e308 --tiles 2 --json",
+                                      "--c 1e308 --tiles 4 --schedule ascending",
+                                      "--c 1e308 --cu-seqlens 0,300,500 --json"};
+    char args[256], *out;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "sched %s 2>/dev/null", bad[i]);
+        CU_ASSERT_EQUAL(dashctl_run(args, &out), 2);
+        CU_ASSERT_PTR_NULL(strstr(out, "inf"));
+        free(out);
+        snprintf(args, sizeof args, "sched %s 2>&1 >/dev/null", bad[i]);
+        CU_ASSERT_EQUAL(dashctl_run(args, &out), 2);
+        CU_ASSERT_EQUAL(strncmp(out, "dashctl sched: ", 15), 0);
+        free(out);
+    }
+    /* large but summable costs still work */
+    CU_ASSERT_EQUAL(dashctl_run("sched --c 1e300 --r 0 --tiles 2 --schedule spt --json", &out), 0);
+    CU_ASSERT_PTR_NULL(strstr(out, "inf"));
+    free(out);
+}
+
 int suite_dashctl(void)
 {
     CU_pSuite s = CU_add_suite("dashctl", NULL, NULL);
     if (!s)
         return -1;
     ADD_TEST(s, test_dashctl_version_help_and_unknown_command);
+    ADD_TEST(s, test_dashctl_sched_packed_deadlock_reports_the_additions);
     ADD_TEST(s, test_dashctl_sched_prints_every_schedule);
     ADD_TEST(s, test_dashctl_sched_json_makespans_match_dag_model);
     ADD_TEST(s, test_dashctl_sched_json_full_mask_closed_forms);
     ADD_TEST(s, test_dashctl_sched_dot_is_one_whole_digraph);
+    ADD_TEST(s, test_dashctl_sched_packed_work_bound_counts_only_sms_with_a_job);
     ADD_TEST(s, test_dashctl_sched_rejects_bad_options_with_exit_2);
     ADD_TEST(s, test_dashctl_sched_reports_shift_deadlock);
     ADD_TEST(s, test_dashctl_sched_packed_batch_makespans_match_dag_model);
     ADD_TEST(s, test_dashctl_sched_window_visits_only_the_band);
+    ADD_TEST(s, test_dashctl_sched_refuses_costs_whose_times_overflow);
     return 0;
 }

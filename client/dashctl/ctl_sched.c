@@ -67,6 +67,9 @@ struct sched_row {
  * 2048: 3.5 s and 165 MiB on the 2-core build machine; 1M: 0.95 s, 46 MiB). */
 #define SCHED_CTL_MAX_PAIRS (1 << 22)
 
+/* Finite costs can still sum past the largest double; JSON has no inf, so that is refused. */
+#define COSTS_OVERFLOW "--c %g and --r %g are too large: the modelled times overflow"
+
 static const char usage_text[] =
     "usage: dashctl sched [options]\n"
     "\n"
@@ -745,6 +748,7 @@ static int sched_packed(const struct sched_opts *o)
     int32_t n = 0, rc, status = CTL_EXIT_FAIL;
     struct dag_stats st[SCHED_KIND_COUNT]; /* by kind; [SCHED_AUTO] unused */
     int deadlock[SCHED_KIND_COUNT] = {0};
+    int64_t jobs[SCHED_KIND_COUNT] = {0}; /* by kind: all sequences' */
     enum sched_kind auto_kind = SCHED_ASCENDING, inv_kind = SCHED_ASCENDING;
     if (!seqs) {
         fprintf(stderr, "dashctl sched: %s\n", dash_strerror(-ENOMEM));
@@ -772,12 +776,27 @@ static int sched_packed(const struct sched_opts *o)
                 status = sched_bad("sequence %d: %s", b, dash_strerror(rc));
                 goto out;
             }
+            jobs[k] += seqs[n - 1].jobs;
         }
         rc = dag_model_seqs(seqs, n, o->sms, o->c, o->r, NULL, NULL, &st[k]);
         deadlock[k] = rc == -EDEADLK;
+        if (deadlock[k]) {
+            /* dag_model_seqs() left st[k] alone; the additions and work are still known,
+             * summed as sched_row_model() sums them for one shape */
+            memset(&st[k], 0, sizeof st[k]);
+            for (int32_t q = 0; q < n; q++)
+                for (int32_t t = 0; t < seqs[q].n_tiles; t++)
+                    st[k].additions += (int64_t)seqs[q].bh * sched_unit_steps(&seqs[q], t);
+            for (int64_t i = 0; i < st[k].additions; i++)
+                st[k].work += o->c + o->r;
+        }
         if (rc && !deadlock[k]) {
             fprintf(stderr, "dashctl sched: modelling %s: %s\n",
                     sched_kind_name((enum sched_kind)k), dash_strerror(rc));
+            goto out;
+        }
+        if (!deadlock[k] && !isfinite(st[k].work)) {
+            status = sched_bad(COSTS_OVERFLOW, o->c, o->r);
             goto out;
         }
     }
@@ -820,9 +839,11 @@ static int sched_packed(const struct sched_opts *o)
                 printf("%-10s deadlock: cannot finish on %d SMs\n", sched_kind_name((enum sched_kind)k),
                        o->sms);
             else
+                /* only SMs that can get a job count towards the bound, as for one shape */
                 printf("%-10s makespan %s  (work bound %s, %lld additions)\n",
                        sched_kind_name((enum sched_kind)k), fmt_text(a, st[k].makespan),
-                       fmt_text(b2, st[k].work / o->sms), (long long)st[k].additions);
+                       fmt_text(b2, st[k].work / (double)(o->sms < jobs[k] ? o->sms : jobs[k])),
+                       (long long)st[k].additions);
         }
         printf("auto       -> %s (modelled on sequence %d, the one with the most work); "
                "batch-invariant auto -> %s\n", sched_kind_name(auto_kind), pick,
@@ -894,6 +915,11 @@ int ctl_sched(int argc, char **argv)
         if (rows[k].on && (rc = sched_row_model(&rows[k], o.sms, o.c, o.r)) != 0) {
             fprintf(stderr, "dashctl sched: modelling %s: %s\n",
                     sched_kind_name((enum sched_kind)k), dash_strerror(rc));
+            goto free_rows;
+        }
+        /* the makespan is at most the work, so a finite work bounds every time printed */
+        if (rows[k].on && !isfinite(rows[k].st.work)) {
+            status = sched_bad(COSTS_OVERFLOW, o.c, o.r);
             goto free_rows;
         }
     }

@@ -108,10 +108,13 @@ static struct sched_job job_of(const struct model *md, const struct sm_state *x)
     return sched_job_at(&md->seqs[x->seq], x->job - md->job0[x->seq]);
 }
 
-/* Move the SM to its next addition (`done`: past the current one), taking a new job when
- * the current one is done and passing over stages that visit no q-tile (a band can leave a
- * kv-tile unseen). Returns 0 when it has nothing left to do. */
-static int advance(struct model *md, struct sm_state *x, int done)
+/* Move the SM to its next addition (`done`: past the current one), passing over stages
+ * that visit no q-tile (a band can leave a kv-tile unseen). When the current job is done:
+ * with `take`, take the next job in dispatch order; without, stop with x->job = -1 and
+ * return 1, so that the SM takes its next job when the heap pops it, at the time it
+ * becomes idle (in (clock, sm) order, as the SMs of a persistent kernel take them).
+ * Returns 0 when it has nothing left to do. */
+static int advance(struct model *md, struct sm_state *x, int done, int take)
 {
     if (x->job >= 0 && done)
         x->step++;
@@ -119,6 +122,8 @@ static int advance(struct model *md, struct sm_state *x, int done)
         if (x->job < 0) {
             if (md->next_job >= md->jobs)
                 return 0;
+            if (!take)
+                return 1;
             x->job = md->next_job++;
             x->seq = seq_of_job(md, x->job);
             x->stage = 0;
@@ -160,7 +165,7 @@ static void reduce(struct model *md, int32_t i, int64_t t, int32_t m)
         x->clock = r_end;
         if (r_end > md->st.makespan)
             md->st.makespan = r_end;
-        if (advance(md, x, 1))
+        if (advance(md, x, 1, 0))
             heap_push(md, i);
 
         int32_t *link = &md->waiters[t];
@@ -221,12 +226,16 @@ int dag_model_seqs(const struct sched *seqs, int32_t nseq, int32_t sms, double c
     for (int32_t i = 0; i < sms; i++) {
         md.sm[i].job = -1;
         md.sm[i].next = -1;
-        if (advance(&md, &md.sm[i], 0))
+        if (advance(&md, &md.sm[i], 0, 1))
             heap_push(&md, i);
     }
     while (md.heap_len > 0) {
         int32_t i = heap_pop(&md);
         struct sm_state *x = &md.sm[i];
+        /* Idle since x->clock: no SM still in the heap becomes idle earlier (pushes never
+         * go below the clock just popped), so jobs are taken in the order SMs free up. */
+        if (x->job < 0 && !advance(&md, x, 0, 1))
+            continue;
         const struct sched *s = &md.seqs[x->seq];
         struct sched_job J = job_of(&md, x);
         int32_t m = sched_visit(s, &J, x->stage, x->step);
