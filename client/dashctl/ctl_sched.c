@@ -42,7 +42,6 @@ struct sched_opts {
     /* --cu-seqlens (and --cu-seqlens-k): a packed batch; nseq 0: one dense shape */
     int32_t nseq;
     int32_t *cu_q, *cu_k; /* nseq + 1 offsets each (malloc'd; cu_k may be cu_q) */
-    int batch_invariant;
     int32_t tiles, q_tiles, kv_tiles; /* q_tiles/kv_tiles 0: take `tiles` */
     int32_t block_m, block_n;
     int32_t heads, batch;
@@ -91,9 +90,9 @@ static const char usage_text[] =
     "  --cu-seqlens 0,A,B,..  a packed batch: sequence i has rows [cu[i], cu[i+1]), each\n"
     "                       tiled and scheduled alone, their jobs dispatched one sequence\n"
     "                       after another (replaces --tiles, --q-tiles, --kv-tiles, --batch;\n"
-    "                       shows makespans, not grids)\n"
+    "                       shows makespans, not grids; auto's choice is printed both as\n"
+    "                       a plain and as a batch-invariant request resolves it)\n"
     "  --cu-seqlens-k LIST  the keys' offsets when they differ from the queries'\n"
-    "  --batch-invariant    auto as a batch-invariant request resolves it (packed batch)\n"
     "  (a shape of more than 4194304 (q-tile, kv-tile) pairs, all heads and sequences,\n"
     "  is refused: the model would take minutes)\n"
     "model:\n"
@@ -171,7 +170,6 @@ enum {
     OPT_WINDOW,
     OPT_CU,
     OPT_CU_K,
-    OPT_BATCH_INVARIANT,
 };
 
 static const struct option long_opts[] = {
@@ -193,7 +191,6 @@ static const struct option long_opts[] = {
     {"window", required_argument, NULL, OPT_WINDOW},
     {"cu-seqlens", required_argument, NULL, OPT_CU},
     {"cu-seqlens-k", required_argument, NULL, OPT_CU_K},
-    {"batch-invariant", no_argument, NULL, OPT_BATCH_INVARIANT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -310,9 +307,6 @@ static int sched_parse(int argc, char **argv, struct sched_opts *ret)
             break;
         case OPT_CU_K:
             rc = parse_offsets("cu-seqlens-k", optarg, &o.cu_k, &nk);
-            break;
-        case OPT_BATCH_INVARIANT:
-            o.batch_invariant = 1;
             break;
         case OPT_BLOCK_M:
             rc = parse_int("block-m", optarg, 1, INT32_MAX, &o.block_m);
