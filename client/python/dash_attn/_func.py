@@ -33,6 +33,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     at head dims 64, 96 and 128. dropout_p > 0 and alibi_slopes raise NotImplementedError. Errors from dashd raise dash_attn.DashError with the
     daemon's message.
     """
+    if isinstance(deterministic, (tuple, list)) or not isinstance(schedule, str):
+        # flash-attn's positional window_size (7th) and softcap (8th) land here
+        raise TypeError(
+            "dash_attn.flash_attn_func: deterministic must be a bool and schedule a name, "
+            f"got {deterministic!r} and {schedule!r}: its 7th and 8th positional arguments "
+            "are deterministic and schedule, not flash-attn's window_size and softcap. Pass "
+            "window_size= and softcap= by keyword, or import flash_attn_func from "
+            "dash_attn.flash_attn_interface (flash-attn 2's signature)")
     _args.refuse_unsupported(dropout_p, window_size, softcap, alibi_slopes)
     if torch is None or not isinstance(q, torch.Tensor):
         raise TypeError("dash_attn.flash_attn_func takes torch tensors; for numpy arrays use "

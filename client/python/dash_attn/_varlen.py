@@ -29,9 +29,8 @@ with the dense ops' conventions (_ops.py: client ids, the audit tag tensor); eag
 plain tensors run the same code through DashVarlenFunction without the ops' dispatch.
 """
 import ctypes
-import math
 
-from . import _client, _ops
+from . import _args, _client, _ops
 
 try:
     import torch
@@ -159,15 +158,10 @@ def _schedule(deterministic, schedule):
 
 
 def _common(dropout_p, softmax_scale, alibi_slopes, window_size, softcap):
-    if dropout_p:
-        raise NotImplementedError("dash_attn: dropout is not supported (dropout_p must be 0.0)")
-    if alibi_slopes is not None:
-        raise NotImplementedError("dash_attn: alibi_slopes: dashd has no ALiBi bias (pass None)")
-    if softmax_scale is not None and not (softmax_scale > 0 and math.isfinite(softmax_scale)):
-        raise ValueError("dash_attn: softmax_scale must be finite and > 0")
-    _client.window_pair(window_size)  # a pair, or TypeError
-    if softcap is None or not (softcap >= 0 and math.isfinite(softcap)):
-        raise ValueError(f"dash_attn: softcap must be finite and >= 0 (0: off), not {softcap!r}")
+    """The dense calls' checks (_args: comparisons, not math.isfinite, which torch.compile
+    cannot trace on a symbolic float); returns softmax_scale as a float (or None)."""
+    _args.refuse_unsupported(dropout_p, window_size, softcap, alibi_slopes)
+    return _args.check_scale(softmax_scale)
 
 
 if torch is not None:
@@ -297,7 +291,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     `auto` ignore the other sequences, so a sequence's bits never depend on its packing.
     Returns out, or (out, softmax_lse (heads_q, total_q)) with return_softmax_lse, or
     (out, softmax_lse, None) with return_attn_probs. Differentiable in q, k and v."""
-    _common(dropout_p, softmax_scale, alibi_slopes, window_size, softcap)
+    softmax_scale = _common(dropout_p, softmax_scale, alibi_slopes, window_size, softcap)
     if block_table is not None:
         raise NotImplementedError("dash_attn: block_table (paged KV) is not supported")
     if torch is None or not isinstance(q, torch.Tensor):

@@ -300,3 +300,27 @@ def test_drop_in_compiles_fullgraph_to_the_eager_bits():
     oc.sum().backward()
     assert all(torch.equal(a.grad, b.grad) for a, b in ((q, qc), (k, kc), (v, vc)))
     assert math.isfinite(float(oc.detach().sum()))
+
+
+def test_dash_attns_own_call_does_not_drop_flash_attns_positional_window():
+    # dash_attn.flash_attn_func's 7th positional is deterministic, flash-attn 2's window_size:
+    # code that changed `from flash_attn import flash_attn_func` to `from dash_attn import
+    # ...` and passes the window by position ran without it (a tuple is a true
+    # `deterministic`). Either the window is honoured or the call is refused naming it.
+    g = gen(13)
+    q, k, v = (torch.randn(1, 24, 2, 32, generator=g, dtype=torch.float64) for _ in range(3))
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * 32 ** -0.5
+    i, j = torch.arange(24).view(-1, 1), torch.arange(24).view(1, -1)
+    s = s.masked_fill((j > i) | (j < i - 1), float("-inf"))  # causal, window (1, 0)
+    want = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v)
+    assert rel(flash_attn_func(q, k, v, 0.0, None, True, (1, 0)), want) < 1e-6
+    try:
+        out = dash_attn.flash_attn_func(q, k, v, 0.0, None, True, (1, 0))
+    except TypeError as e:
+        assert "window_size" in str(e)
+    else:
+        assert rel(out, want) < 1e-6, f"the window was dropped, seed {SEED}"
+    # flash-attn 2's full positional call, return_attn_probs last: refused by name, not
+    # "unknown schedule 0.0"
+    with pytest.raises(TypeError, match="window_size"):
+        dash_attn.flash_attn_func(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False, True)

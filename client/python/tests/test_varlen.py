@@ -392,3 +392,27 @@ def test_varlen_float64_matches_float64_autograd_to_double_precision(client, win
     assert (out - ref).abs().max() < 1e-12, msg
     for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
         assert (got - want).abs().max() < 1e-11, msg
+
+
+def test_varlen_compile_fullgraph_takes_softcap_and_scale_as_inputs(client):
+    # the dense call compiles with softcap and softmax_scale as (dynamic) float inputs; the
+    # varlen call checked them with math.isfinite, which dynamo cannot trace on a symbolic
+    # float: fullgraph=True raised (a graph break) on the second value or with dynamic=True
+    g = torch.Generator().manual_seed(SEED ^ 77)
+    lq, lk = [5, 12, 1], [7, 9, 4]
+    cq, ck = offsets(lq), offsets(lk)
+    q, k, v, _ = packed(lq, lk, 4, 2, 32, g, sigma=2.0, dtype=torch.float64)
+
+    def f(q, k, v, softcap, scale):
+        return dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), causal=True,
+                                               window_size=(3, 0), softcap=softcap,
+                                               softmax_scale=scale)
+
+    for dynamic in (None, True):
+        torch._dynamo.reset()
+        cf = torch.compile(f, fullgraph=True, dynamic=dynamic)
+        for softcap, scale in ((5.0, 0.2), (7.0, 0.3), (9.0, 0.25)):
+            out = cf(q, k, v, softcap, scale)
+            want = ref_varlen(q.detach(), k.detach(), v.detach(), cq, ck, True, (3, 0), softcap,
+                              scale)
+            assert rel(out, want) < 1e-6, f"dynamic={dynamic} softcap={softcap}, seed {SEED}"
