@@ -61,6 +61,7 @@ NAME = "dash"
 # keyword arguments transformers may pass that ask for something dashd does not compute
 _REFUSED = {
     "s_aux": "attention sinks",
+    "sinks": "attention sinks",
 }
 
 

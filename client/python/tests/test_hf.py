@@ -308,7 +308,7 @@ def test_padding_free_batch_refuses_what_it_cannot_honour(client):
 
 
 @cpu_only
-@pytest.mark.parametrize("kwarg", ["s_aux", "position_bias"])
+@pytest.mark.parametrize("kwarg", ["s_aux", "sinks", "position_bias"])
 def test_arguments_dashd_cannot_honour_are_refused_by_name(client, kwarg):
     model = build(tiny_config(), "dash")
     attn = model.model.layers[0].self_attn
