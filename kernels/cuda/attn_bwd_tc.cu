@@ -284,13 +284,20 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
     for (;;) {
         /* bwd_tc_persistent's drain rule: the writer may hold turns that wait on a job
          * nobody has taken yet */
-        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next))
+        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
+            BWD_WG_T0();
             bwd_wg_pair_drain(sm, hph);
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_DRAIN);
+        }
+        BWD_WG_T0();
         if (threadIdx.x == 0)
             sm.flag_smem = atomicAdd(p.job_next, 1);
         bwd_cta_sync<true>(); /* the job index is visible to every thread */
         const int32_t job = sm.flag_smem;
         bwd_cta_sync<true>(); /* everyone has read it before thread 0 may write the next one */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
             if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -302,10 +309,13 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);
+            BWD_WG_T0();
             bwd_cta_sync<true>(); /* no barrier after each pair: one here, before the table, K and V are rewritten */
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
             bwd_tc_load_kv<64, CUATTN_TC_BLOCK_N>(p, sm, J.bh, n); /* its barrier publishes the table too */
             bwd_tc_zero_kv<64, CUATTN_TC_BLOCK_N>(x);
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_UNIT);
             int32_t buf = 0, base = 0; /* the table holds steps base .. */
             for (int32_t step = 0; step < steps; step += 2) {
                 if (step + 3 - base > BWD_TC_TAB) { /* the next pair's entries are past the table */
@@ -314,16 +324,36 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
                     bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
                     bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
                 }
+#if BWD_WG_TRACE
+                long long bs0_ = clock64();
+#endif
                 bwd_wg_pair_step<DT>(p, sm, x, dq, J.bh, n, step - base, steps - step, step == 0, buf, qph, hph, qm);
+#if BWD_WG_TRACE
+                if (threadIdx.x == 0) {
+                    const long long bs1_ = clock64();
+                    BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(bs1_ - bs0_);
+                    BWD_WG_TSLOT(BT_STEPS) += 1;
+                    bs0_ = bs1_;
+                }
+#endif
                 /* this warpgroup's tile and its rank, read after the pair: the table is
                  * refilled only behind a barrier that follows both hand-offs */
                 const int32_t at = step + w - base, mw = step + w < steps ? sm.visit_smem[at] : -1;
                 const int32_t rank = (threadIdx.x & 127) == 0 && mw >= 0 && s->kind != SCHED_ATOMIC ? sm.rank_smem[at] : -1;
                 bwd_wg_pair_hand(sm, dq, hph, J.bh, mw, rank, 0);
+#if BWD_WG_TRACE
+                if (threadIdx.x == 0)
+                    BWD_WG_TSLOT(BT_HAND) += (unsigned long long)(clock64() - bs0_);
+#endif
                 hph ^= 1u; /* (also the dS^T tiles' turn: both flip once a pair) */
                 buf ^= 1;
             }
-            bwd_wg_store_dkv<DT, 64, CUATTN_TC_BLOCK_N, true>(p, sm, x, J.bh, n, qm);
+            {
+                BWD_WG_T0();
+                bwd_wg_store_dkv<DT, 64, CUATTN_TC_BLOCK_N, true>(p, sm, x, J.bh, n, qm);
+                if (threadIdx.x == 0)
+                    BWD_WG_TADD(BT_STORE);
+            }
         }
     }
 }
@@ -482,6 +512,11 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
 #if BWD_WG_PAIR64 && BWD_TC_BULK
         if constexpr (V == 3 && D == 64) { /* the pair step (bwd_wg_pair_persistent) */
             bwd_wg_smem_pair &ps = reinterpret_cast<bwd_wg_smem_pair &>(bwd_kern_smem<D, BN, V>(smem_raw));
+#if BWD_WG_TRACE
+            const long long bk0_ = clock64();
+            if (threadIdx.x < BT_N)
+                BWD_WG_TSLOT(threadIdx.x) = 0;
+#endif
             if (threadIdx.x == 0)
                 bwd_wg_pair_init(ps);
             __syncthreads(); /* the barriers are set up before anyone uses them */
@@ -493,6 +528,10 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
             }
             asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
             bwd_wg_pair_persistent<DT>(p, ps, &maps);
+#if BWD_WG_TRACE
+            if (threadIdx.x == 0)
+                BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
+#endif
             return;
         }
 #endif

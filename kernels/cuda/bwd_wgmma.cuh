@@ -1643,7 +1643,9 @@ static __device__ __forceinline__ void bwd_wg_pair_writer(const struct attn_bwd_
 {
     for (uint32_t ph = 0;; ph ^= 1u)
         for (int32_t w = 0; w < 2; w++) {
+            BWD_WG_TLAP0();
             attn_mbar_wait(&sm.full_bar[w], ph); /* a ticket */
+            BWD_WG_TLAP(BT_FULL);
             const int32_t bh = sm.ticket[w][0], m = sm.ticket[w][1], rank = sm.ticket[w][2];
             if (sm.ticket[w][3])
                 return;
@@ -1651,13 +1653,17 @@ static __device__ __forceinline__ void bwd_wg_pair_writer(const struct attn_bwd_
                 attn_mbar_arrive(&sm.empty_bar[w]);
                 continue;
             }
+            BWD_WG_TCOUNT(BT_TICKETS);
             int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
             if (rank >= 0)
                 bwd_tc_take_turn(ctr, rank);
+            BWD_WG_TLAP(BT_TURN);
             bwd_tc_bulk_add<64>(p, sm.dq_smem[w], bh, m);
             bwd_tc_bulk_wait_read();
             attn_mbar_arrive(&sm.empty_bar[w]); /* free again */
+            BWD_WG_TLAP(BT_READ);
             bwd_tc_pass_on(ctr, rank);          /* performed, then passed on (atomic: performed) */
+            BWD_WG_TLAP(BT_PERFORM);
         }
 }
 #endif
