@@ -466,7 +466,7 @@ spills: all
 ifeq ($(NVCC),)
 	@echo "spills: nothing to check: nvcc not found (or CUDA=0)"
 else
-	$(Q)$(PYTHON) scripts/ptxas_spills.py $(BUILD)/obj --list
+	$(Q)$(or $(wildcard $(PYTHON)),python3) scripts/ptxas_spills.py $(BUILD)/obj --list
 endif
 
 test-gpu: deps $(GPU_TESTS)

@@ -21,7 +21,9 @@ DET = ("ascending", "descending", "spt", "shift")
 
 def rows_of(path):
     """Every row of every JSON document in the file (documents may simply follow each other)."""
-    text, dec, at, rows = open(path).read(), json.JSONDecoder(), 0, []
+    with open(path) as f:
+        text = f.read()
+    dec, at, rows = json.JSONDecoder(), 0, []
     while True:
         while at < len(text) and text[at].isspace():
             at += 1

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * engine_demo.c - what `make demo` shows today: one attention forward and backward on the
- * CPU engine, checked against the float64 reference and checked bit for bit.
+ * engine_demo.c - one attention forward and backward on the CPU engine, in process,
+ * checked against the float64 reference and checked bit for bit (build/engine_demo).
  *
- * This is the in-process half of `make demo`: it links the engine library and calls it
- * directly; scripts/demo.sh then runs examples/demo_client.c against a real dashd.
+ * It links the engine library and calls it directly; `make demo` (scripts/demo.sh) does
+ * not run it: it runs examples/demo_client.c against a real dashd.
  *
  * The problem is chosen to exercise the awkward cases at once: bf16 storage, seqlen 300
  * (not a multiple of the 64-row tiles, so the last tile is ragged), GQA with 8 query heads

@@ -7,6 +7,8 @@
 # `dashctl audit diff` says about the two logs of each pair of repeats.
 #
 #   examples/repro_two_trainings.sh [STEPS [SEQLEN]]     (default 10 steps, seqlen 4096)
+#   MODEL="--dim 128" examples/repro_two_trainings.sh 5 256   (on a CPU: about a minute;
+#                                                             the defaults take over an hour)
 #
 # Why 4096: with the default model (batch 4, 4 heads) at seqlen 1024 a backward is one
 # wave of 128 kv-tile jobs whose dQ additions reach memory in the same order every time on

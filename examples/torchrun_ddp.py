@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """torchrun_ddp.py - data-parallel training (torchrun, DDP) with attention served by dashd.
 
-    torchrun --standalone --nproc-per-node 2 examples/torchrun_ddp.py --steps 5 --out-dir runs/a
-    torchrun ... examples/torchrun_ddp.py --device cuda --backend gloo        # 2 ranks, 1 GPU
-    torchrun ... examples/torchrun_ddp.py --device cuda --backend nccl        # a dashd per GPU
+    .venv/bin/torchrun --standalone --nproc-per-node 2 examples/torchrun_ddp.py --steps 5 --out-dir runs/a
+    .venv/bin/torchrun ... examples/torchrun_ddp.py --device cuda --backend gloo        # 2 ranks, 1 GPU
+    .venv/bin/torchrun ... examples/torchrun_ddp.py --device cuda --backend nccl        # a dashd per GPU
 
 Each rank trains examples/train_tiny_gpt.py's model on its own shard of synthetic data
 (seeded by rank) under DistributedDataParallel, which averages the gradients, so every

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """train_tiny_gpt.py - a small causal transformer whose attention goes through dashd.
 
-    python3 examples/train_tiny_gpt.py --steps 20 --seqlen 1024 --device cuda
-    python3 examples/train_tiny_gpt.py --attn sdpa ...      # the same model, PyTorch SDPA
-    python3 examples/train_tiny_gpt.py --compile ...        # torch.compile(fullgraph=True)
+    .venv/bin/python examples/train_tiny_gpt.py --steps 20 --seqlen 1024 --device cuda
+    .venv/bin/python examples/train_tiny_gpt.py --attn sdpa ...      # the same model, PyTorch SDPA
+    .venv/bin/python examples/train_tiny_gpt.py --compile ...        # torch.compile(fullgraph=True)
 
 Every other op is made deterministic (torch.use_deterministic_algorithms), so a run's
 losses and final weights are a function of the seed - provided attention is too: with

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """train_tiny_llama_hf.py - a small Llama (Hugging Face transformers) trained through dashd.
 
-    python3 examples/train_tiny_llama_hf.py --steps 10                 # attn_implementation="dash"
-    python3 examples/train_tiny_llama_hf.py --attn eager ...           # transformers' own attention
+    .venv/bin/python examples/train_tiny_llama_hf.py --steps 10                 # attn_implementation="dash"
+    .venv/bin/python examples/train_tiny_llama_hf.py --attn eager ...           # transformers' own attention
 
 The model is built from a LlamaConfig with random weights drawn from --seed: nothing is
 downloaded. `import dash_attn.hf` registers dashd as the attention implementation "dash",
