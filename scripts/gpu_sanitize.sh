@@ -7,8 +7,9 @@
 # (test_attn_gpu_v3_forward_small_shapes_for_sanitizers: its K/V rings wrap) and on its
 # persistent CTAs (test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits), the same three
 # on the window/packed-batch kernels (test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan:
-# a small packed batch, forward and both backward kernels, v3's wgmma one on sm_90), and
-# memcheck on the digest kernels. Logs under $OUT
+# a small packed batch, forward and both backward kernels, v3's wgmma one on sm_90; and
+# test_attn_vl_gpu_small_shapes_for_sanitizers: head dims 64 and 128, softcap on and off,
+# packed and dense batches, TMA and cp.async loads), and memcheck on the digest kernels. Logs under $OUT
 # (default /tmp); prints each tool's summary line. Exit 0 when every run passed with no
 # error or hazard reported.
 #   BIN=build bash scripts/gpu_sanitize.sh
@@ -52,6 +53,11 @@ one synccheck gpu_attn_fwd test_attn_gpu_v3_forward_persistent_ctas_give_the_sam
 one memcheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan
 one racecheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan "--racecheck-report all"
 one synccheck gpu_attn_vl test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan
+# and at head dim 64, with and without a softcap (the backward's two instances), dense
+# batches with a window through TMA and cp.async
+one memcheck gpu_attn_vl test_attn_vl_gpu_small_shapes_for_sanitizers
+one racecheck gpu_attn_vl test_attn_vl_gpu_small_shapes_for_sanitizers "--racecheck-report all"
+one synccheck gpu_attn_vl test_attn_vl_gpu_small_shapes_for_sanitizers
 one memcheck gpu_digest test_digest_gpu_strided_views_equal_cpu
 one memcheck gpu_digest test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets
 exit $status

@@ -1616,6 +1616,180 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
     cuattn_free(ca);
 }
 
+/* ---- long shapes against float64 -------------------------------------------------------- */
+
+/* Query rows a0 .. a0 + r - 1 of a batch-1 problem and the float64 reference of them alone:
+ * r queries over the keys they can see - all seqlen_k under a full mask, the first
+ * a0 + r + seqlen_k - seqlen_q under the causal mask (bottom-right aligned) - on views into
+ * a's host inputs. It is exact for those rows' O, LSE and dQ, and for dK and dV of the last
+ * kv keys: every key when the block is the whole problem, the last r under a causal mask
+ * when the block holds the last rows (no earlier row sees them); kv is 0 otherwise. So
+ * the reference of a 16k problem costs what its blocks cost. */
+struct row_block {
+    int32_t a0, r, kv;
+    struct refs R; /* out, dq (r, heads_q, D); lse (heads_q, r); dk, dv (keys, heads_kv, D) */
+};
+
+static void row_block_ref(struct row_block *B, const struct gpu_bufs *a, int32_t a0, int32_t r)
+{
+    const struct attn_problem *p = &a->p;
+    CU_ASSERT_FATAL(p->batch == 1 && a0 >= 0 && r >= 1 && a0 + r <= p->seqlen_q);
+    struct attn_problem s = *p;
+    s.seqlen_q = r;
+    if (p->mask == SCHED_MASK_CAUSAL)
+        s.seqlen_k = a0 + r + (p->seqlen_k - p->seqlen_q);
+    CU_ASSERT_FATAL(s.seqlen_k >= 1 && s.seqlen_k <= p->seqlen_k);
+    B->a0 = a0;
+    B->r = r;
+    B->kv = a0 == 0 && r == p->seqlen_q                               ? p->seqlen_k
+            : p->mask == SCHED_MASK_CAUSAL && a0 + r == p->seqlen_q ? (r < p->seqlen_k ? r : p->seqlen_k)
+                                                                      : 0;
+    const int32_t D = p->head_dim;
+    const int64_t rowq = (int64_t)p->heads_q * D, nq = (int64_t)r * rowq,
+                  nk = (int64_t)s.seqlen_k * p->heads_kv * D;
+    B->R.out = malloc(sizeof(double) * (size_t)nq);
+    B->R.lse = malloc(sizeof(double) * (size_t)p->heads_q * (size_t)r);
+    B->R.dq = malloc(sizeof(double) * (size_t)nq);
+    B->R.dk = malloc(sizeof(double) * (size_t)nk);
+    B->R.dv = malloc(sizeof(double) * (size_t)nk);
+    CU_ASSERT_FATAL(B->R.out && B->R.lse && B->R.dq && B->R.dk && B->R.dv);
+    const size_t at = a->es * (size_t)(a0 * rowq);
+    const struct attn_tensor q = attn_dense((char *)a->q + at, r, p->heads_q, D),
+                             dout = attn_dense((char *)a->dout + at, r, p->heads_q, D),
+                             k = attn_dense(a->k, s.seqlen_k, p->heads_kv, D),
+                             v = attn_dense(a->v, s.seqlen_k, p->heads_kv, D);
+    CU_ASSERT_FATAL(ref_forward(&s, q, k, v, B->R.out, B->R.lse) == 0);
+    CU_ASSERT_FATAL(ref_backward(&s, q, k, v, dout, B->R.dq, B->R.dk, B->R.dv) == 0);
+}
+
+/* Whether a's host outputs hold B's rows within the dtype's tolerance: the forward's (O,
+ * and LSE within 1e-4 relative) or the backward's (dQ of the rows, dK and dV of the last
+ * B->kv keys); what is off goes to stderr with `what`. */
+static int row_block_close(const struct gpu_bufs *a, const struct row_block *B, int grads, const char *what)
+{
+    const struct attn_problem *p = &a->p;
+    const int64_t rowq = (int64_t)p->heads_q * p->head_dim, rowk = (int64_t)p->heads_kv * p->head_dim;
+    const size_t at = a->es * (size_t)(B->a0 * rowq);
+    const double tol = tolerance(p->dtype);
+    if (!grads) {
+        const double e = rel_err((const char *)a->out + at, p->dtype, B->R.out, B->r * rowq);
+        int lse_bad = 0;
+        for (int32_t h = 0; h < p->heads_q; h++)
+            for (int32_t i = 0; i < B->r; i++) {
+                const double want = B->R.lse[(int64_t)h * B->r + i];
+                const float got = a->lse[(int64_t)h * p->seqlen_q + B->a0 + i];
+                lse_bad += isinf(want) ? !(isinf(got) && got > 0) : !(fabs(got - want) <= 1e-4 * (1 + fabs(want)));
+            }
+        if (e < tol && lse_bad == 0)
+            return 1;
+        fprintf(stderr, "\n  %s, rows %d + %d forward: rel error %.3g (limit %.0g), %d bad lse", what, B->a0, B->r,
+                e, tol, lse_bad);
+        return 0;
+    }
+    double e[3] = {rel_err((const char *)a->dq + at, p->dtype, B->R.dq, B->r * rowq), 0.0, 0.0};
+    if (B->kv > 0) { /* the last kv keys: the reference's own last rows */
+        const int32_t sk = p->mask == SCHED_MASK_CAUSAL ? B->a0 + B->r + (p->seqlen_k - p->seqlen_q) : p->seqlen_k;
+        const size_t got = a->es * (size_t)((int64_t)(p->seqlen_k - B->kv) * rowk);
+        const int64_t want = (int64_t)(sk - B->kv) * rowk;
+        e[1] = rel_err((const char *)a->dk + got, p->dtype, B->R.dk + want, B->kv * rowk);
+        e[2] = rel_err((const char *)a->dv + got, p->dtype, B->R.dv + want, B->kv * rowk);
+    }
+    if (e[0] < tol && e[1] < tol && e[2] < tol)
+        return 1;
+    fprintf(stderr, "\n  %s, rows %d + %d (last %d keys): rel error dq %.3g dk %.3g dv %.3g (limit %.0g)", what,
+            B->a0, B->r, B->kv, e[0], e[1], e[2], tol);
+    return 0;
+}
+
+/* Long shapes against float64, into poisoned outputs: 4096 causal at head dim 64 with GQA
+ * 2:1 (v3's pair kernel on sm_90: 64 q-tiles a unit at most, the last kv-tile's unit one
+ * pair) with the reference whole; 16000 queries over 16411 keys (odd lengths,
+ * seqlen_q != seqlen_k, 129 kv-tiles) causal at head dim 128 with GQA 2:1, on its first
+ * rows, 96 rows mid-way and its last 64 rows with the last 64 keys' dK and dV (row_block_ref);
+ * 16384 full at head dim 64 on two blocks of rows. The forward (and its bytes on a repeat)
+ * and every schedule's backward (shift at W 64 and 7, atomic); then each deterministic
+ * schedule's bytes again: at 4096 20 times over grids 132, 114, 78, 16 and 1 in turn, at
+ * 16000 once on each, and then once in the interleaved mode forced on 5 CTAs (on sm_90 at
+ * head dim 64: the one-tile step against the pair kernel). The float64 reference is the
+ * test's cost (about 13 s of one CPU core). */
+static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits(void)
+{
+    const struct {
+        struct shape_case c;
+        int32_t blocks[3][2]; /* (first row, rows); rows 0: no more */
+        size_t runs; /* of each deterministic schedule after its first: grids in turn, the last interleaved */
+    } cases[] = {
+        {{1, 4096, 4096, 2, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL}, {{0, 4096}}, 21},
+        {{1, 16000, 16411, 2, 1, 128, DTYPE_BF16, SCHED_MASK_CAUSAL}, {{0, 100}, {7777, 96}, {15936, 64}}, 6},
+        {{1, 16384, 16384, 1, 1, 64, DTYPE_BF16, SCHED_MASK_FULL}, {{3001, 64}, {16320, 64}}, 0},
+    };
+    const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING,
+                                     SCHED_SPT,    SCHED_SHIFT,     SCHED_SHIFT};
+    const int32_t grids[] = {132, 114, 78, 16, 1};
+    struct cuattn *ca = open_device();
+    const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x16c4);
+    int bad = 0, mismatches = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci].c);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        struct row_block blk[3];
+        int nb = 0;
+        for (; nb < 3 && cases[ci].blocks[nb][1] > 0; nb++)
+            row_block_ref(&blk[nb], &a, cases[ci].blocks[nb][0], cases[ci].blocks[nb][1]);
+        char what[96];
+        snprintf(what, sizeof what, "case %zu (%d x %d, d %d, %s)", ci, p.seqlen_q, p.seqlen_k, p.head_dim,
+                 p.mask == SCHED_MASK_CAUSAL ? "causal" : "full");
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        for (int b = 0; b < nb; b++)
+            bad += !row_block_close(&a, &blk[b], 0, what);
+        struct gpu_copy fwd;
+        gpu_copy_fwd(&fwd, &a);
+        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        if (!gpu_copy_equal(&fwd, &a) && mismatches++ < 8)
+            fprintf(stderr, "\n  %s: the forward's repeat differs", what);
+        gpu_copy_free(&fwd);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const int32_t w = k + 1 == sizeof kinds / sizeof kinds[0] ? 7 : SCHED_W_DEFAULT;
+            struct attn_config cfg = {kinds[k], w, 0, 0, 0};
+            char sw[160];
+            snprintf(sw, sizeof sw, "%s %s W %d", what, sched_kind_name(kinds[k]), w);
+            cuattn__force_interleaved(ca, 0);
+            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+            if (v3)
+                CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
+            for (int b = 0; b < nb; b++)
+                bad += !row_block_close(&a, &blk[b], 1, sw);
+            if (!cases[ci].runs || kinds[k] == SCHED_ATOMIC)
+                continue;
+            struct gpu_copy base;
+            gpu_copy_bwd(&base, &a);
+            for (size_t ri = 0; ri < cases[ci].runs; ri++) {
+                const int inter = ri + 1 == cases[ci].runs;
+                const int32_t grid = inter ? 5 : grids[ri % (sizeof grids / sizeof grids[0])];
+                cuattn__force_interleaved(ca, inter);
+                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grid, NULL), 0);
+                int32_t mode = 0, used_grid = 0;
+                cuattn__last_launch(ca, &mode, &used_grid);
+                CU_ASSERT(!inter || mode == 2);
+                if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
+                    fprintf(stderr, "\n  %s: run %zu grid %d (%s, %d CTAs) differs", sw, ri, grid,
+                            mode == 2 ? "interleaved" : "persistent", used_grid);
+            }
+            cuattn__force_interleaved(ca, 0);
+            gpu_copy_free(&base);
+        }
+        for (int b = 0; b < nb; b++)
+            refs_free(&blk[b].R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    cuattn_free(ca);
+}
+
 int suite_gpu_attn(void)
 {
     CU_pSuite s = CU_add_suite("gpu_attn", NULL, NULL);
@@ -1645,7 +1819,9 @@ int suite_gpu_attn(void)
         !CU_add_test(s, "test_attn_gpu_rejects_bad_arguments_and_reports_config",
                      test_attn_gpu_rejects_bad_arguments_and_reports_config) ||
         !CU_add_test(s, "test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed",
-                     test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed))
+                     test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed) ||
+        !CU_add_test(s, "test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits",
+                     test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits))
         return -1;
     CU_pSuite f = CU_add_suite("gpu_attn_fwd", NULL, NULL);
     if (!f ||

@@ -692,6 +692,198 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     cuattn_free(ca);
 }
 
+/* The forward's float64 reference (O, LSE) of a, sequence by sequence, with room for the
+ * gradients: vrefs_backward_given_out fills those after vl_forward (the long batches below
+ * skip vrefs_compute's float64-O gradients, which they would not use). */
+static void vrefs_forward(struct vrefs *R, const struct gpu_bufs *a)
+{
+    R->out = malloc(sizeof(double) * (size_t)(a->nq + 1));
+    R->lse = malloc(sizeof(double) * (size_t)(a->nlse + 1));
+    R->dq = malloc(sizeof(double) * (size_t)(a->nq + 1));
+    R->dk = malloc(sizeof(double) * (size_t)(a->nk + 1));
+    R->dv = malloc(sizeof(double) * (size_t)(a->nk + 1));
+    CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
+    CU_ASSERT_FATAL(ref_forward(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), R->out, R->lse) == 0);
+}
+
+/* Long ragged batches: packed batches of sequences of 8192 and 1 query, one of any length up
+ * to 8192 (rarely a tile multiple), one at a tile edge and one up to 300, each over its own
+ * number of keys (equal, or drawn apart: seqlen_q != seqlen_k, rows that see no key); GQA
+ * 2:1; (a) head dim 64, fp16, causal with a left window of 1 .. 300 keys and no softcap
+ * (v3's backward instance without the tanh), (b) head dim 128, bf16, not causal, both
+ * sides 0 .. 63, softcap 50. The windows keep the float64 reference affordable at 8k
+ * (2 to 9 s of one CPU core, by the lengths drawn; windows past the length, the plain masks, are
+ * test_attn_vl_gpu_random_batches_match_float64_reference's at up to 2000 rows). Out and
+ * LSE, then the gradients (Dsum from the stored O) of every deterministic schedule (shift at
+ * W 64 and 7) and atomic at each kv-tile width the GPU has (on sm_90: 128 v3's kernel, 64
+ * v2's), into poisoned outputs; then each deterministic schedule's bytes again 20 times
+ * over grids 132, 114, 78, 16 and 1. */
+static void test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x8c41);
+    int32_t impls[2];
+    vl_impls(ca, impls); /* the default: v3 where the GPU has it */
+    static const int32_t edges[] = {63, 65, 127, 129, 191};
+    const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING,
+                                     SCHED_SPT,    SCHED_SHIFT,     SCHED_SHIFT};
+    const int32_t grids[] = {132, 114, 78, 16, 1};
+    int bad = 0, mismatches = 0;
+    for (int ci = 0; ci < 2; ci++) {
+        enum { B = 5 };
+        const int32_t D = ci ? 128 : 64;
+        struct attn_problem p = base_problem(B, 2, 1, D, ci ? DTYPE_BF16 : DTYPE_F16);
+        p.mask = ci ? SCHED_MASK_FULL : SCHED_MASK_CAUSAL;
+        p.window = 1;
+        p.window_left = ci ? irand(&r, 64) : 1 + irand(&r, 300);
+        p.window_right = ci ? irand(&r, 64) : 0;
+        if (ci) {
+            p.softcap = 50.0f;
+            p.scale *= 4.0f; /* scores up to about half the cap: the tanh bends them */
+        }
+        int32_t lq[B] = {1, 8192, 1 + irand(&r, 8192), edges[irand(&r, 5)], 1 + irand(&r, 300)}, lk[B];
+        const int s = irand(&r, B); /* the 8k sequence's place */
+        const int32_t t = lq[1];
+        lq[1] = lq[s];
+        lq[s] = t;
+        for (int b = 0; b < B; b++)
+            lk[b] = irand(&r, 2) ? lq[b] : lq[b] == 8192 ? 8192 - irand(&r, 200) : 1 + irand(&r, lq[b] + 64);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, lq, lk, &r);
+        char what[200];
+        snprintf(what, sizeof what,
+                 "case %d (D %d, %s, window (%d, %d), cap %g; q %d %d %d %d %d, k %d %d %d %d %d)", ci, D,
+                 p.mask == SCHED_MASK_CAUSAL ? "causal" : "full", p.window_left, p.window_right, (double)p.softcap,
+                 lq[0], lq[1], lq[2], lq[3], lq[4], lk[0], lk[1], lk[2], lk[3], lk[4]);
+        struct vrefs R;
+        vrefs_forward(&R, &a);
+        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        bad += !ran_expected_fwd(ca, impls[0], what);
+        bad += !check_forward(&a, &R, what);
+        struct gpu_copy fwd;
+        gpu_copy_fwd(&fwd, &a);
+        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        if (!gpu_copy_equal(&fwd, &a) && mismatches++ < 8)
+            fprintf(stderr, "\n  %s: the forward's repeat differs", what);
+        gpu_copy_free(&fwd);
+        vrefs_backward_given_out(&R, &a);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const int32_t w = k + 1 == sizeof kinds / sizeof kinds[0] ? 7 : SCHED_W_DEFAULT;
+            for (int32_t bn = 64; bn <= cuattn_bwd_block_n(ca, &a.p); bn += 64) { /* the tiles it has */
+                struct attn_config cfg = {kinds[k], w, 0, bn, 0}, used;
+                memset(&used, 0, sizeof used);
+                char sw[280];
+                snprintf(sw, sizeof sw, "%s %s W %d block_n %d", what, sched_kind_name(kinds[k]), w, bn);
+                CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL(used.sched, kinds[k]);
+                CU_ASSERT_EQUAL(used.block_n, bn);
+                bad += !ran_expected(ca, impls[0], bn, sw);
+                bad += !check_backward(&a, &R, sw);
+                if (kinds[k] == SCHED_ATOMIC)
+                    continue;
+                struct gpu_copy g;
+                gpu_copy_bwd(&g, &a);
+                for (int rep = 0; rep < 20; rep++) {
+                    const int32_t grid = grids[rep % (int)(sizeof grids / sizeof grids[0])];
+                    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, grid, NULL), 0);
+                    if (!gpu_copy_equal(&g, &a) && mismatches++ < 8)
+                        fprintf(stderr, "\n  %s: repeat %d on grid %d gave other bits", sw, rep, grid);
+                }
+                gpu_copy_free(&g);
+            }
+        }
+        vrefs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    cuattn_free(ca);
+}
+
+/* The window/packed kernels small enough for compute-sanitizer (scripts/gpu_sanitize.sh),
+ * beside test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan (head dim 128, no softcap,
+ * a packed batch): head dims 64 and 128, each with a softcap and without (the backward's
+ * two instances), packed batches (v3's forward with maps per sequence) and dense ones with a
+ * window (its forward through TMA), each forward also through cp.async; GQA, causal and
+ * not, lengths off the tiles (the last tiles run past a sequence's end), a sequence without
+ * queries; each forward and backward kernel the GPU has, shift and ascending, each run
+ * checked against float64 (an unchanged result under a sanitizer is also a right one). */
+static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
+{
+    const struct {
+        int32_t d;
+        enum dtype_kind dt;
+        int packed;
+        enum sched_mask mask;
+        int32_t wl, wr;
+        float cap;
+    } cases[] = {
+        {64, DTYPE_F16, 1, SCHED_MASK_CAUSAL, 50, 0, 30.0f},
+        {64, DTYPE_BF16, 0, SCHED_MASK_FULL, 20, 70, 0.0f},
+        {128, DTYPE_BF16, 0, SCHED_MASK_CAUSAL, 40, 0, 50.0f},
+        {128, DTYPE_F16, 1, SCHED_MASK_FULL, 30, 10, 30.0f},
+    };
+    const int32_t lq[] = {1, 150, 0, 65}, lk[] = {1, 200, 40, 64};
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5a7e);
+    int32_t impls[2];
+    const int ni = vl_impls(ca, impls);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = base_problem(cases[ci].packed ? 4 : 2, 4, 2, cases[ci].d, cases[ci].dt);
+        if (!cases[ci].packed) {
+            p.seqlen_q = 150;
+            p.seqlen_k = 130;
+        }
+        p.mask = cases[ci].mask;
+        p.window = 1;
+        p.window_left = cases[ci].wl;
+        p.window_right = cases[ci].wr;
+        p.softcap = cases[ci].cap;
+        if (p.softcap > 0)
+            p.scale *= 4.0f;
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, cases[ci].packed ? lq : NULL, cases[ci].packed ? lk : NULL, &r);
+        struct vrefs R;
+        vrefs_forward(&R, &a);
+        char what[96];
+        for (int ii = ni - 1; ii >= 0; ii--) { /* each forward; the default's O (v3's) last */
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+            const int v3 = impls[ii] == CUATTN_IMPL_WGMMA;
+            for (int cp = v3; cp >= 0; cp--) { /* v3: cp.async, then TMA */
+                snprintf(what, sizeof what, "case %zu v%d%s", ci, (int)impls[ii], cp ? " cp.async" : "");
+                cuattn__force_no_tma(ca, cp);
+                CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+                bad += !ran_expected_fwd(ca, impls[ii], what);
+                bad += cuattn__last_fwd_tma(ca) != (v3 && !cp);
+                bad += !check_forward(&a, &R, what);
+            }
+            cuattn__force_no_tma(ca, 0);
+        }
+        vrefs_backward_given_out(&R, &a);
+        const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_ASCENDING};
+        for (int ii = 0; ii < ni; ii++) {
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+                snprintf(what, sizeof what, "case %zu v%d %s", ci, (int)impls[ii], sched_kind_name(kinds[k]));
+                CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+                bad += !ran_expected(ca, impls[ii], 0, what);
+                bad += !check_backward(&a, &R, what);
+            }
+        }
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
+        vrefs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
 /* ---- through dashd --------------------------------------------------------------------- */
 
 static struct dashd_proc D;
@@ -853,7 +1045,10 @@ int suite_gpu_attn_vl(void)
         !CU_add_test(s, "test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan",
                      test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan) ||
         !CU_add_test(s, "test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused",
-                     test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused))
+                     test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused) ||
+        !CU_add_test(s, "test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid",
+                     test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid) ||
+        !CU_add_test(s, "test_attn_vl_gpu_small_shapes_for_sanitizers", test_attn_vl_gpu_small_shapes_for_sanitizers))
         return -1;
     CU_pSuite t = CU_add_suite("gpu_dashd_varlen", dashd_suite_init, dashd_suite_clean);
     if (!t || !CU_add_test(t, "test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels",

@@ -12,14 +12,17 @@
  *
  * Problem: bf16, causal, 8 heads, seqlen 2048, hdim 128 (256 jobs, so shift has several
  * chunks of W = 64); fresh random inputs (the runner's seed); gradients poisoned with 0xff
- * before every call. The bits to match are the same call's on an idle GPU.
+ * before every call. The bits to match are the same call's on an idle GPU. A second test
+ * does the same for head dim 64 (v3's pair kernel) and the window/packed kernel.
  */
 #include "gpu_share.h"
 #include "gpu_delay.h"
 
+#include "gpu_bufs.h"
 #include "gpu_check.h"
 #include "../testutil.h"
 #include "kernels/cuda/attn_cuda.h"
+#include "kernels/cuda/attn_cuda_test.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -100,11 +103,115 @@ static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(v
     cuattn_free(a);
 }
 
+/* Backward of b (after its forward) into gradients poisoned before the GPU is shared:
+ * with held > 0, that many SMs are taken by a kernel on `other` for HOLD_NS first. The
+ * gradients copied back into b's host outputs; 0, or the call's error. *still_held: the
+ * SMs were still taken when the backward started. */
+static int backward_while_held(struct cuattn *a, struct gpu_bufs *b, const struct attn_config *cfg, int held,
+                               cudaStream_t other, int *still_held)
+{
+    const size_t qb = b->es * (size_t)b->nq, kb = b->es * (size_t)b->nk;
+    CUDA_OK(cudaMemset(b->d_dq, 0xff, qb));
+    CUDA_OK(cudaMemset(b->d_dk, 0xff, kb));
+    CUDA_OK(cudaMemset(b->d_dv, 0xff, kb));
+    CUDA_OK(cudaDeviceSynchronize());
+    *still_held = 1;
+    if (held > 0) {
+        CUDA_OK(gpu_test_hold_sms(held, HOLD_NS, other));
+        sleep_ms(20); /* let its CTAs take their SMs */
+        *still_held = cudaStreamQuery(other) == cudaErrorNotReady;
+    }
+    const int rc = cuattn_backward(a, &b->p, cfg, 0, gpu_bufs_tq(b, b->d_dq), gpu_bufs_tk(b, b->d_dk),
+                                   gpu_bufs_tk(b, b->d_dv), gpu_bufs_tq(b, b->d_q), gpu_bufs_tk(b, b->d_k),
+                                   gpu_bufs_tk(b, b->d_v), gpu_bufs_tq(b, b->d_out), b->d_lse,
+                                   gpu_bufs_tq(b, b->d_dout), NULL);
+    CUDA_OK(cudaStreamSynchronize(other));
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(b->dq, b->d_dq, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b->dk, b->d_dk, kb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b->dv, b->d_dv, kb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+/* The same for the backward kernels the test above does not reach: at head dim 64 (fp16,
+ * causal, GQA 8:2, seqlen 2048 and 1950: 16 kv-tiles a head, the last one's unit one pair of
+ * q-tiles, or one q-tile) v3's persistent pair kernel on sm_90 (v2's elsewhere) under shift
+ * and descending; and the window/packed kernel (a packed batch of 2048, 1, 1500 and 777
+ * queries over 2048, 1, 1400 and 900 keys, causal with a left window of 300, softcap 30,
+ * head dim 128, GQA 4:2) under shift and spt. Each while a kernel holds 66 SMs, then all
+ * but one, for 300 ms: the bits of the same call on an idle GPU, and the kernel meant
+ * (on sm_90: v3's wgmma step, persistent). */
+static void test_share_gpu_pair_and_window_kernels_keep_their_bits_while_sms_are_held(void)
+{
+    struct cuattn *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &a), 0);
+    int32_t sms = 0;
+    CU_ASSERT_EQUAL_FATAL(cuattn_device(a, NULL, 0, &sms), 0);
+    const int v3 = cuattn_impl(a) == CUATTN_IMPL_WGMMA;
+    struct tu_rng rng;
+    tu_rng_init(&rng, tu_seed() ^ 0x5a64);
+    cudaStream_t other;
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    static const int32_t lq[] = {2048, 1, 1500, 777}, lk[] = {2048, 1, 1400, 900};
+    const int held[] = {66, 1 << 20}; /* 1 << 20: all but one */
+    for (int ci = 0; ci < 3; ci++) {
+        const int vl = ci == 2;
+        struct attn_problem p = {.batch = vl ? 4 : 1, .seqlen_q = ci ? 1950 : 2048, .seqlen_k = ci ? 1950 : 2048,
+                                 .heads_q = 8, .heads_kv = 2, .head_dim = vl ? 128 : 64,
+                                 .dtype = vl ? DTYPE_BF16 : DTYPE_F16, .mask = SCHED_MASK_CAUSAL,
+                                 .scale = (float)(1.0 / sqrt(vl ? 128.0 : 64.0))};
+        if (vl) {
+            p.heads_q = 4;
+            p.window = 1;
+            p.window_left = 300;
+            p.softcap = 30.0f;
+        }
+        struct gpu_bufs b;
+        gpu_bufs_init(&b, &p, vl ? lq : NULL, vl ? lk : NULL, &rng);
+        CUDA_OK(cudaMemset(b.d_out, 0xff, b.es * (size_t)b.nq));
+        CU_ASSERT_EQUAL_FATAL(cuattn_forward(a, &b.p, NULL, gpu_bufs_tq(&b, b.d_out), b.d_lse, gpu_bufs_tq(&b, b.d_q),
+                                             gpu_bufs_tk(&b, b.d_k), gpu_bufs_tk(&b, b.d_v), NULL),
+                              0);
+        const enum sched_kind kinds[] = {SCHED_SHIFT, vl ? SCHED_SPT : SCHED_DESCENDING};
+        for (int ki = 0; ki < 2; ki++) {
+            struct attn_config cfg = {kinds[ki], 0, 0, 0, 0};
+            struct gpu_copy idle;
+            int still_held = 1;
+            CU_ASSERT_EQUAL_FATAL(backward_while_held(a, &b, &cfg, 0, other, &still_held), 0);
+            gpu_copy_bwd(&idle, &b);
+            for (int h = 0; h < 2; h++) {
+                const int n = held[h] < sms ? held[h] : sms - 1;
+                const int rc = backward_while_held(a, &b, &cfg, n, other, &still_held);
+                CU_ASSERT_EQUAL(rc, 0);
+                CU_ASSERT(still_held); /* the SMs were really taken when the backward started */
+                int32_t mode = 0;
+                cuattn__last_launch(a, &mode, NULL);
+                CU_ASSERT_EQUAL(mode, 1); /* persistent */
+                if (v3)
+                    CU_ASSERT_EQUAL(cuattn__last_wg(a), 1);
+                if (rc == 0 && !gpu_copy_equal(&idle, &b)) {
+                    fprintf(stderr, "\n  %s %s with %d SMs held: the bits differ from the idle GPU's",
+                            vl ? "window/packed" : ci ? "head dim 64 (1950)" : "head dim 64 (2048)",
+                            sched_kind_name(kinds[ki]), n);
+                    CU_FAIL("bits differ while SMs were held");
+                }
+            }
+            gpu_copy_free(&idle);
+        }
+        gpu_bufs_free(&b);
+    }
+    (void)cudaStreamDestroy(other);
+    cuattn_free(a);
+}
+
 int suite_gpu_share(void)
 {
     CU_pSuite s = CU_add_suite("gpu_share", NULL, NULL);
     if (!s || !CU_add_test(s, "test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held",
-                           test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held))
+                           test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held) ||
+        !CU_add_test(s, "test_share_gpu_pair_and_window_kernels_keep_their_bits_while_sms_are_held",
+                     test_share_gpu_pair_and_window_kernels_keep_their_bits_while_sms_are_held))
         return -1;
     return 0;
 }
