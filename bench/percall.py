@@ -197,6 +197,9 @@ def main():
         for i, nm in enumerate(names):
             parts.append(f"| daemon, from receipt until {nm} | "
                          f"{statistics.median(x[i] for x in got):.0f} |")
+    else:  # said, not dropped: the rows exist only where dashd logs an early reply
+        parts.append("| daemon, from receipt until ... | not logged: dashd wrote no early-reply "
+                     "line (signal-ordered ops, the mode on sm_90, have no early reply) |")
     mps = "yes" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
     text = "\n".join([
         f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "
