@@ -112,11 +112,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             }
         }
         BWD_WG_T0();
-        if (threadIdx.x == 0)
-            sm.flag_smem = atomicAdd(p.job_next, 1);
-        bwd_cta_sync<W>(); /* the job index is visible to every thread */
-        const int32_t job = sm.flag_smem;
-        bwd_cta_sync<W>(); /* everyone has read it before thread 0 may write the next one */
+        const int32_t job = bwd_tc_take_job<W>(p, sm.flag_smem);
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
@@ -287,15 +283,10 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
         if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
             BWD_WG_T0();
             bwd_wg_pair_drain(sm, hph);
-            if (threadIdx.x == 0)
-                BWD_WG_TADD(BT_DRAIN);
+            BWD_WG_TADD(BT_DRAIN);
         }
         BWD_WG_T0();
-        if (threadIdx.x == 0)
-            sm.flag_smem = atomicAdd(p.job_next, 1);
-        bwd_cta_sync<true>(); /* the job index is visible to every thread */
-        const int32_t job = sm.flag_smem;
-        bwd_cta_sync<true>(); /* everyone has read it before thread 0 may write the next one */
+        const int32_t job = bwd_tc_take_job<true>(p, sm.flag_smem);
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {

@@ -166,6 +166,19 @@ static __device__ __forceinline__ void bwd_cta_sync(void)
         __syncthreads();
 }
 
+/* The persistent kernels: thread 0 takes the next job's dispatch index for the CTA (through
+ * flag, a word of shared memory); every thread returns it, and flag is free again on return. */
+template <bool W>
+static __device__ __forceinline__ int32_t bwd_tc_take_job(const struct attn_bwd_params &p, int32_t &flag)
+{
+    if (threadIdx.x == 0)
+        flag = atomicAdd(p.job_next, 1);
+    bwd_cta_sync<W>(); /* the job index is visible to every thread */
+    const int32_t job = flag;
+    bwd_cta_sync<W>(); /* everyone has read it before thread 0 may write the next one */
+    return job;
+}
+
 /* Copies into shared memory that the thread has waited for become visible to v3's wgmma
  * reads (the async proxy) once a barrier follows; v2 reads through the generic proxy and
  * needs nothing. */

@@ -1217,6 +1217,26 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
         attn_mbar_wait(&sm.empty_bar[b], (b < r.b ? r.phase ^ 1u : r.phase) ^ 1u);
 }
 
+/* The writer, one ticket: tile m of head bh (rank -1: atomic) staged at src - its turn, the
+ * reduction into dQacc, the staging buffer freed (empty) once the reduction has read it, then
+ * the tile performed and passed on (atomic: performed). */
+template <int D>
+static __device__ __forceinline__ void bwd_wg_write_ticket(const struct attn_bwd_params &p, const float *src,
+                                                           int32_t bh, int32_t m, int32_t rank, uint64_t *empty)
+{
+    BWD_WG_TLAP0();
+    int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
+    if (rank >= 0)
+        bwd_tc_take_turn(ctr, rank);
+    BWD_WG_TLAP(BT_TURN);
+    bwd_tc_bulk_add<D>(p, src, bh, m);
+    bwd_tc_bulk_wait_read();
+    attn_mbar_arrive(empty); /* free again */
+    BWD_WG_TLAP(BT_READ);
+    bwd_tc_pass_on(ctr, rank);
+    BWD_WG_TLAP(BT_PERFORM);
+}
+
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
@@ -1229,19 +1249,11 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
         if (sm.ticket[r.b][3])
             return;
         BWD_WG_TCOUNT(BT_TICKETS);
-        int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
-        if (rank >= 0)
-            bwd_tc_take_turn(ctr, rank);
-        BWD_WG_TLAP(BT_TURN);
         if constexpr (D == 256) /* staged in the place of a stage's Q and dO */
-            bwd_tc_bulk_add<D>(p, reinterpret_cast<const float *>(sm.io_smem[sm.ticket_stage[r.b]]), bh, m);
+            bwd_wg_write_ticket<D>(p, reinterpret_cast<const float *>(sm.io_smem[sm.ticket_stage[r.b]]), bh, m,
+                                   rank, &sm.empty_bar[r.b]);
         else
-            bwd_tc_bulk_add<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m);
-        bwd_tc_bulk_wait_read();
-        attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
-        BWD_WG_TLAP(BT_READ);
-        bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
-        BWD_WG_TLAP(BT_PERFORM);
+            bwd_wg_write_ticket<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m, rank, &sm.empty_bar[r.b]);
     }
 }
 
@@ -1654,16 +1666,7 @@ static __device__ __forceinline__ void bwd_wg_pair_writer(const struct attn_bwd_
                 continue;
             }
             BWD_WG_TCOUNT(BT_TICKETS);
-            int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
-            if (rank >= 0)
-                bwd_tc_take_turn(ctr, rank);
-            BWD_WG_TLAP(BT_TURN);
-            bwd_tc_bulk_add<64>(p, sm.dq_smem[w], bh, m);
-            bwd_tc_bulk_wait_read();
-            attn_mbar_arrive(&sm.empty_bar[w]); /* free again */
-            BWD_WG_TLAP(BT_READ);
-            bwd_tc_pass_on(ctr, rank);          /* performed, then passed on (atomic: performed) */
-            BWD_WG_TLAP(BT_PERFORM);
+            bwd_wg_write_ticket<64>(p, sm.dq_smem[w], bh, m, rank, &sm.empty_bar[w]);
         }
 }
 #endif

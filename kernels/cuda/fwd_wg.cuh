@@ -436,6 +436,18 @@ static __device__ __forceinline__ void fwd_wg_produce_tma(const fwd_wg_maps &map
     }
 }
 
+/* A consumer thread's reads of K(n), in stage st, are done (k_empty); with PERSIST, after the
+ * last of the nt tiles' S products, its reads of Q too (q_empty). */
+template <bool PERSIST, int D, int NC>
+static __device__ __forceinline__ void fwd_wg_free_k(fwd_wg_smem<D, NC> &sm, int32_t st, int32_t n, int32_t nt)
+{
+    attn_mbar_arrive(&sm.k_empty[st]);
+    if constexpr (PERSIST) {
+        if (n == nt - 1)
+            attn_mbar_arrive(&sm.q_empty);
+    }
+}
+
 /* Consumer warpgroup c (0 .. NC - 1): rows 64 c .. of the q-tile, through kv-tiles n_lo ..
  * n_hi - 1 (below, n counts them from 0; t0 + n is the t of the producers). PERSIST: the
  * CTA's qk-th tile with work (Q's phase), and the consumers free Q (q_empty) once their last
@@ -487,11 +499,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_turn_pass<NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<BN / 2>(s);
-            attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
-            if constexpr (PERSIST) {
-                if (n == nt - 1) /* ... and of Q */
-                    attn_mbar_arrive(&sm.q_empty);
-            }
+            fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
             fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
             fwd_wg_rescale<DT, D>(s, o, pa, corr);
             attn_mbar_wait(&sm.v_full[st], (uint32_t)(tn >> 1) & 1u);
@@ -522,11 +530,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_turn_pass<NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<BN / 2>(s);
-            attn_mbar_arrive(&sm.k_empty[t0 & 1]);
-            if constexpr (PERSIST) {
-                if (nt == 1) /* that was the tile's last S product: Q may go */
-                    attn_mbar_arrive(&sm.q_empty);
-            }
+            fwd_wg_free_k<PERSIST>(sm, t0 & 1, 0, nt); /* K(0), and Q if it was the last */
             fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
             fwd_wg_rescale<DT, D>(s, o, pa, corr);
         }
@@ -542,11 +546,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_turn_pass<NC>(c);
             attn_wg_wait<1>(); /* S has landed; P V may still run */
             attn_wg_pin<BN / 2>(s);
-            attn_mbar_arrive(&sm.k_empty[st]); /* this thread's reads of K(n) are done */
-            if constexpr (PERSIST) {
-                if (n == nt - 1) /* ... and of Q */
-                    attn_mbar_arrive(&sm.q_empty);
-            }
+            fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
             fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
             attn_wg_wait<0>();
             attn_wg_pin<D / 2>(o);
