@@ -16,7 +16,7 @@ killed at its timeout) is skipped, not the documents after it.
 import json
 import sys
 
-DET = ("ascending", "descending", "spt", "shift")
+from gpu_report import DET, best_det
 
 
 def rows_of(path):
@@ -73,8 +73,7 @@ def main():
                 continue
             # a run of one schedule (--only D,S,MASK,SCHED) lacks atomic or every det one;
             # a schedule whose bits did not repeat is not 'best det' (det bits says so)
-            best = max((s for s in DET if s in b and b[s]["bitwise_repeat"]),
-                       key=lambda s: b[s]["tflops"], default=None)
+            best = best_det(b)
             at = b["atomic"]["tflops"] if "atomic" in b else None
             det = b[best]["tflops"] if best else None
             fwd, f0 = b.get("fwd"), (first or {}).get("fwd")

@@ -26,10 +26,16 @@ FE, FE_DET = "cudnn-fe", "cudnn-fe-det"
 
 
 def best_det(b):
-    """The fastest deterministic schedule's TFLOPS among those whose bits repeated (a
-    schedule whose two backwards differed is not deterministic in this run), or None."""
-    return max((b[k]["tflops"] for k in DET if k in b and b[k]["bitwise_repeat"]),
-               default=None)
+    """The fastest deterministic schedule among those in b (schedule -> bench_gpu's entry)
+    whose bits repeated (one whose two backwards differed is not deterministic in this
+    run), or None. gpu_ab.py's 'best det' too."""
+    return max((k for k in DET if k in b and b[k]["bitwise_repeat"]),
+               key=lambda k: b[k]["tflops"], default=None)
+
+
+def best_det_tflops(b):
+    k = best_det(b)
+    return b[k]["tflops"] if k else None
 
 
 def ratio(num, den):
@@ -51,7 +57,7 @@ def ours_table(d, causal, rows, peer):
         b = {x["schedule"]: x for x in r["bwd"]}  # one schedule only under --only D,S,MASK,SCHED
         tf = lambda k: f"{b[k]['tflops']:.1f}" if k in b else "n/a"
         det = [b[k] for k in DET + ("auto",) if k in b]
-        best = best_det(b)
+        best = best_det_tflops(b)
         rep = "n/a" if not det else "yes" if all(x["bitwise_repeat"] for x in det) else "NO"
         cells = []
         reps = []
@@ -93,7 +99,7 @@ def cudnn_table(d, causal, rows, fe):
         if s in ours:
             b = {x["schedule"]: x for x in ours[s]["bwd"]}
             auto = b.get("auto", {}).get("tflops")
-            best = best_det(b)
+            best = best_det_tflops(b)
             ours_fwd = ours[s]["fwd_tflops"]
         tf = lambda r: f"{r['bwd_tflops']:.1f}" if r else "n/a"
         det_tf = det["bwd_tflops"] if det else None
