@@ -210,6 +210,34 @@ static int check_backward(const struct gpu_bufs *a, const struct vrefs *R, const
     return ok;
 }
 
+/* Each implementation's backward of a under each of the nk schedules, checked against R (and
+ * that the implementation asked for is the one that ran); impls[0] is current again on
+ * return. Returns the failures. */
+static int backward_every(struct cuattn *ca, struct gpu_bufs *a, const struct vrefs *R, const int32_t *impls,
+                          int ni, const enum sched_kind *kinds, size_t nk, const char *what)
+{
+    int bad = 0;
+    for (int ii = 0; ii < ni; ii++) {
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
+        for (size_t k = 0; k < nk; k++) {
+            struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
+            char at[224];
+            snprintf(at, sizeof at, "%s v%d %s", what, (int)impls[ii], sched_kind_name(kinds[k]));
+            const int rc = vl_backward(ca, a, &cfg, 0, NULL);
+            CU_ASSERT_EQUAL(rc, 0);
+            if (rc) {
+                fprintf(stderr, "\n  %s: backward returned %d", at, rc);
+                bad++;
+                continue;
+            }
+            bad += !ran_expected(ca, impls[ii], 0, at);
+            bad += !check_backward(a, R, at);
+        }
+    }
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
+    return bad;
+}
+
 static struct attn_problem base_problem(int32_t batch, int32_t hq, int32_t hkv, int32_t d, enum dtype_kind dt)
 {
     struct attn_problem p = {.batch = batch, .seqlen_q = 1, .seqlen_k = 1, .heads_q = hq, .heads_kv = hkv,
@@ -303,22 +331,7 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
         }
         vrefs_backward_given_out(&R, &a);
         const enum sched_kind kinds[] = {SCHED_AUTO, SCHED_DESCENDING, SCHED_ATOMIC};
-        for (int ii = 0; ii < ni; ii++) {
-            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
-            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-                struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
-                const int rc = vl_backward(ca, &a, &cfg, 0, NULL);
-                CU_ASSERT_EQUAL(rc, 0);
-                if (rc) {
-                    fprintf(stderr, "\n  %s: v%d backward %d returned %d", what, (int)impls[ii], (int)kinds[k], rc);
-                    bad++;
-                    continue;
-                }
-                bad += !ran_expected(ca, impls[ii], 0, what);
-                bad += !check_backward(&a, &R, what);
-            }
-        }
-        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
+        bad += backward_every(ca, &a, &R, impls, ni, kinds, sizeof kinds / sizeof kinds[0], what);
         vrefs_free(&R);
         gpu_bufs_free(&a);
     }
@@ -866,17 +879,8 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
         }
         vrefs_backward_given_out(&R, &a);
         const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_ASCENDING};
-        for (int ii = 0; ii < ni; ii++) {
-            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
-            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-                struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
-                snprintf(what, sizeof what, "case %zu v%d %s", ci, (int)impls[ii], sched_kind_name(kinds[k]));
-                CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
-                bad += !ran_expected(ca, impls[ii], 0, what);
-                bad += !check_backward(&a, &R, what);
-            }
-        }
-        CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
+        snprintf(what, sizeof what, "case %zu", ci);
+        bad += backward_every(ca, &a, &R, impls, ni, kinds, sizeof kinds / sizeof kinds[0], what);
         vrefs_free(&R);
         gpu_bufs_free(&a);
     }
