@@ -467,6 +467,20 @@ static int32_t modelled_sms(const struct sched *s, int32_t sms)
     return sms < s->jobs ? sms : s->jobs;
 }
 
+/* The stats of a schedule the model found deadlocked (dag_model() and dag_model_seqs() leave
+ * them alone then) over its n sequences: the additions are still known, and every one costs
+ * c + r - summed one by one, as the model does, so a deadlocked schedule reports the same
+ * bits as the others. */
+static void deadlock_stats(const struct sched *seqs, int32_t n, double c, double r, struct dag_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    for (int32_t q = 0; q < n; q++)
+        for (int32_t t = 0; t < seqs[q].n_tiles; t++)
+            st->additions += (int64_t)seqs[q].bh * sched_unit_steps(&seqs[q], t);
+    for (int64_t i = 0; i < st->additions; i++)
+        st->work += c + r;
+}
+
 /* Fill the grids of head 0 and model the schedule. Returns 0 (deadlock included) or a
  * negative code. */
 static int sched_row_model(struct sched_row *row, int32_t sms, double c, double r)
@@ -502,16 +516,8 @@ static int sched_row_model(struct sched_row *row, int32_t sms, double c, double 
 
     int rc = dag_model(s, modelled_sms(s, sms), c, r, NULL, NULL, &row->st);
     if (rc == -EDEADLK) {
-        /* dag_model() leaves the stats alone here, but the work is still known: every
-         * addition costs c + r. Summed one by one, as dag_model() does, so a deadlocked
-         * schedule reports the same bits as the others. */
         row->deadlock = 1;
-        memset(&row->st, 0, sizeof row->st);
-        for (int32_t n = 0; n < s->n_tiles; n++)
-            row->st.additions += sched_unit_steps(s, n);
-        row->st.additions *= s->bh;
-        for (int64_t i = 0; i < row->st.additions; i++)
-            row->st.work += c + r;
+        deadlock_stats(s, 1, c, r, &row->st);
         rc = 0;
     }
     return rc;
@@ -774,16 +780,8 @@ static int sched_packed(const struct sched_opts *o)
         }
         rc = dag_model_seqs(seqs, n, o->sms, o->c, o->r, NULL, NULL, &st[k]);
         deadlock[k] = rc == -EDEADLK;
-        if (deadlock[k]) {
-            /* dag_model_seqs() left st[k] alone; the additions and work are still known,
-             * summed as sched_row_model() sums them for one shape */
-            memset(&st[k], 0, sizeof st[k]);
-            for (int32_t q = 0; q < n; q++)
-                for (int32_t t = 0; t < seqs[q].n_tiles; t++)
-                    st[k].additions += (int64_t)seqs[q].bh * sched_unit_steps(&seqs[q], t);
-            for (int64_t i = 0; i < st[k].additions; i++)
-                st[k].work += o->c + o->r;
-        }
+        if (deadlock[k])
+            deadlock_stats(seqs, n, o->c, o->r, &st[k]);
         if (rc && !deadlock[k]) {
             fprintf(stderr, "dashctl sched: modelling %s: %s\n",
                     sched_kind_name((enum sched_kind)k), dash_strerror(rc));
