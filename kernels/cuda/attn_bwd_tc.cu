@@ -279,21 +279,10 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
     float dq[32];
     for (;;) {
         /* bwd_tc_persistent's drain rule: the writer may hold turns that wait on a job
-         * nobody has taken yet. Otherwise the rule the one-tile kernel keeps by its hand-off
-         * alone: a job is taken only once the writer has taken the turn of every ticket but
-         * the last (the last pair's tile a is read). Without it a unit of one pair (the last
-         * kv-tile of a head under a causal mask) hands both tiles at once and its CTA takes
-         * the next job at once, then stalls in that job's first hand-off until those turns
-         * come - for ascending, when every other unit of the head has ended - while the rest
-         * of the taken job's head waits on it (H200, 64 causal: ascending 0.25-0.31 of the
-         * one-tile kernel at 2k-4k). Waiting here depends only on jobs already taken and on
-         * additions before tile a's in the schedule's order, as the hand-off's waits do. */
-        if (threadIdx.x == 0) {
+         * nobody has taken yet */
+        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
             BWD_WG_T0();
-            if (wait_end > attn_ld_acquire(p.job_next))
-                bwd_wg_pair_drain(sm, hph);
-            else
-                attn_mbar_wait(&sm.empty_bar[0], hph ^ 1u); /* (at once before the first pair) */
+            bwd_wg_pair_drain(sm, hph);
             BWD_WG_TADD(BT_DRAIN);
         }
         BWD_WG_T0();
