@@ -604,11 +604,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
             }
         }
         float c_lo[4], c_hi[4];
-#if BWD_WG_NARROW
-        bwd_tc_dsum_chain<DT, D>(o_row, do_row, t4, c_lo, c_hi, p.d_cols ? p.d_cols : D);
-#else
         bwd_tc_dsum_chain<DT, D>(o_row, do_row, t4, c_lo, c_hi);
-#endif
         if (t4 == (g >> 1)) {
             const int64_t row = grp * 16 + g;
             if (row < rows)
@@ -629,13 +625,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-#if BWD_WG_NARROW
-        bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
-                             p.dq_acc + row * D, i, p.scale, lane, p.d_cols ? p.d_cols : D);
-#else
         bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
                              p.dq_acc + row * D, i, p.scale, lane);
-#endif
     }
 }
 
@@ -710,20 +701,6 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
 static void bwd_wg_trace_dump(void) { bwd_wg_trace_print("persistent"); }
 #endif
 
-#if BWD_WG_NARROW
-bool cuattn__bwd_wg_narrow_ok(const struct attn_bwd_params *p, int32_t head_dim)
-{
-    if (head_dim != 128 || !p->d_cols) /* the kernel with stage barriers and TMA stores */
-        return false;
-    bwd_wg_qmaps maps;
-    memset(&maps, 0, sizeof maps);
-    const int32_t batch = p->s.bh / p->heads_q;
-    bwd_wg_qmaps_encode(&maps, p, p->d_cols, batch, p->seqlen_q);
-    bwd_wg_dkvmaps_encode(&maps, p, p->d_cols, batch, p->seqlen_k);
-    return maps.ok && maps.ok_dkv;
-}
-#endif
-
 template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
                                  cudaStream_t stream)
@@ -748,17 +725,12 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     else {
         bwd_wg_qmaps maps; /* Q and dO by TMA where the step has stage barriers */
         memset(&maps, 0, sizeof maps);
-#if BWD_WG_NARROW
-        const int32_t cols = p->d_cols ? p->d_cols : D; /* the maps' width: zeros past it */
-#else
-        const int32_t cols = D;
-#endif
         if (V == 3 && (BWD_WG_STAGE_BARS(D) || (BWD_WG_PAIR64 && D == 64))) {
             const int32_t batch = p->s.bh / p->heads_q;
-            bwd_wg_qmaps_encode(&maps, p, cols, batch, p->seqlen_q);
+            bwd_wg_qmaps_encode(&maps, p, D, batch, p->seqlen_q);
         }
         if (V == 3 && BWD_WG_DKV_TMA(D))
-            bwd_wg_dkvmaps_encode(&maps, p, cols, p->s.bh / p->heads_q, p->seqlen_k);
+            bwd_wg_dkvmaps_encode(&maps, p, D, p->s.bh / p->heads_q, p->seqlen_k);
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p, maps);
     }

@@ -172,23 +172,10 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
     const int32_t batch = p->geo.batch, heads_kv = p->heads_q / p->group;
     const PFN_cuTensorMapEncodeTiled_v12000 enc = fwd_wg_encoder();
     const uint32_t bn = FWD_WG_BN_OF(head_dim);
-#if FWD_WG_NARROW
-    const int32_t cols = p->d_cols ? p->d_cols : head_dim; /* past it: zeros */
-#else
-    const int32_t cols = head_dim;
-#endif
-    return enc && fwd_wg_map(&maps->q, enc, p->q, cols, batch, p->seqlen_q, p->heads_q, p->q_stride, q_rows) &&
-           fwd_wg_map(&maps->k, enc, p->k, cols, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
-           fwd_wg_map(&maps->v, enc, p->v, cols, batch, p->seqlen_k, heads_kv, p->v_stride, bn);
+    return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride, q_rows) &&
+           fwd_wg_map(&maps->k, enc, p->k, head_dim, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
+           fwd_wg_map(&maps->v, enc, p->v, head_dim, batch, p->seqlen_k, heads_kv, p->v_stride, bn);
 }
-
-#if FWD_WG_NARROW
-bool cuattn__fwd_wg_tma_ok(const struct attn_fwd_params *p, int32_t head_dim)
-{
-    fwd_wg_maps maps;
-    return cuattn__fwd_wg_maps(&maps, p, head_dim);
-}
-#endif
 
 template <typename DT, int D>
 static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, int32_t ctas,
@@ -202,10 +189,6 @@ static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma,
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D, BM);
-#if FWD_WG_NARROW
-    if (p->d_cols && !tma) /* cp.async would read the caller's rows as D wide */
-        return cudaErrorNotSupported;
-#endif
     if (tma)
         attn_fwd_wg_kernel<DT, D, true><<<blocks, threads, bytes, stream>>>(*p, maps);
     else
