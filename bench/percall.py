@@ -7,7 +7,11 @@ current stream, one synchronise at the end. For each way of computing attention 
 
   ms/call   wall time of the loop / N: what a training step pays per call
   host us   the median time for the call to return to Python (no synchronise): the part
-            the host cannot overlap with the GPU
+            the host cannot overlap with the GPU. In a loop the GPU cannot keep up with,
+            a call may wait for room in CUDA's queues, so this can grow to the GPU's time
+            per call
+  drained   the same, each call timed alone after a synchronise (not timed): the host's
+            own cost of a call, with nothing queued ahead of it
 
 for dash_attn.flash_attn_func (forward; forward + backward) through a dashd on the same GPU,
 and PyTorch SDPA's flash and cuDNN backends in process.
@@ -30,6 +34,8 @@ import torch.nn.functional as F
 
 
 def timed_loop(step, iters, warmup=20):
+    """(ms per call of a back-to-back loop, median host us per call in it, median host us
+    of a call timed alone after a synchronise)."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -41,7 +47,14 @@ def timed_loop(step, iters, warmup=20):
         host.append(time.perf_counter() - h0)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    return wall / iters * 1e3, statistics.median(host) * 1e6
+    alone = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        h0 = time.perf_counter()
+        step()
+        alone.append(time.perf_counter() - h0)
+    torch.cuda.synchronize()
+    return wall / iters * 1e3, statistics.median(host) * 1e6, statistics.median(alone) * 1e6
 
 
 def main():
@@ -164,10 +177,10 @@ def main():
                          ("SDPA flash forward + backward", sdpa(B.FLASH_ATTENTION)),
                          ("SDPA cuDNN forward + backward", sdpa(B.CUDNN_ATTENTION))]:
             try:
-                ms, host_us = timed_loop(fn, a.iters)
-                rows.append(f"| {name} | {ms:.3f} | {host_us:.0f} |")
+                ms, host_us, alone_us = timed_loop(fn, a.iters)
+                rows.append(f"| {name} | {ms:.3f} | {host_us:.0f} | {alone_us:.0f} |")
             except Exception as e:  # a backend missing on this build: say so, go on
-                rows.append(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | |")
+                rows.append(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | | |")
         parts = breakdown()
         if a.profile:
             import cProfile
@@ -205,8 +218,8 @@ def main():
         f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "
         f"warm-ups; torch {torch.__version__}; {torch.cuda.get_device_name()}; MPS env: {mps}",
         "",
-        "| call | ms per call (loop) | host us per call (median) |",
-        "| --- | ---: | ---: |",
+        "| call | ms per call (loop) | host us per call (median) | host us, drained (median) |",
+        "| --- | ---: | ---: | ---: |",
         *rows, "",
         "Where a dash_attn forward's host time goes (median us, same shape):", "",
         "| part | us |", "| --- | ---: |", *parts, ""])
