@@ -29,6 +29,7 @@ def main():
     stub = object.__new__(_client.Client)  # no connection: only the Python side runs
     stub._lock = threading.Lock()
     stub._forward_host = lambda q, k, v, attn: (q, torch.empty((q.shape[0], q.shape[2], q.shape[1])))
+    stub._backward_host = lambda dout, q, k, v, out, lse, attn: tuple(torch.empty_like(x) for x in (q, k, v))
     _client.client_by_id = lambda cid, q: stub
     import datetime
     import platform
@@ -48,6 +49,20 @@ def main():
             f()
         best = min(timeit.repeat(f, number=a.calls, repeat=5)) / a.calls * 1e6
         print(f"flash_attn_func, Python layers ({name}, stub transport): {best:.2f} us a call")
+    # forward + backward: the autograd Function's backward, the client's checks and
+    # allocations, autograd's engine and its gradient accumulation - on tiny tensors, so
+    # that the accumulation's arithmetic (a CPU add here, a kernel launch on a GPU) is not
+    # what is timed
+    qs, ks, vs = (torch.randn(1, 16, 2, 64, dtype=torch.bfloat16).requires_grad_(True) for _ in range(3))
+    ds = torch.randn(1, 16, 2, 64, dtype=torch.bfloat16)
+
+    def fwd_bwd():
+        dash_attn.flash_attn_func(qs, ks, vs, causal=True).backward(ds)
+    for _ in range(2000):
+        fwd_bwd()
+    best = min(timeit.repeat(fwd_bwd, number=a.calls, repeat=5)) / a.calls * 1e6
+    print(f"flash_attn_func + backward, Python layers and autograd (tiny tensors, stub transport): "
+          f"{best:.2f} us a pair")
     if a.profile:
         import cProfile
         import pstats

@@ -252,7 +252,8 @@ class Client:
         # A forked child's inherited clients are the parent's (as for the exit handler), and
         # a lock a parent's thread held at the fork stays held in the child: closing here
         # would wait for it for ever at the child's exit.
-        if getattr(self, "_pid", None) != os.getpid():
+        pid = getattr(self, "_pid", None)  # None: __init__ never ran (or failed early)
+        if pid is None or pid != os.getpid():
             return
         try:
             self.close()
