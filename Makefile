@@ -128,9 +128,11 @@ $(BUILD)/inc/%/.made: Makefile
 	$(Q)touch $@
 
 # ---- sources ------------------------------------------------------------------------------
+# (kernels/cuda/attn_auto.c, the CUDA backend's `auto`, is plain C: here, so the CPU suites
+# test it and every binary with the CUDA kernels gets it from this library.)
 KERNELS_SRC := kernels/sched/sched.c kernels/sched/dag.c kernels/attn/dtype.c kernels/attn/problem.c \
 	kernels/attn/ref.c kernels/cpu/pool.c kernels/cpu/engine.c kernels/cpu/engine_bwd.c kernels/cpu/engine_f64.c \
-	kernels/digest/digest.c
+	kernels/digest/digest.c kernels/cuda/attn_auto.c
 PROTO_GEN := $(GEN)/proto/dash.pb-c.c $(GEN)/proto/audit.pb-c.c
 PROTO_SRC := proto/errors.c proto/wire.c proto/crc32c.c proto/auditfile.c $(PROTO_GEN)
 DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon/shmbuf.c \
@@ -147,7 +149,7 @@ DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashct
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c client/dashctl/ctl_audit_diff.c
 TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sched.c \
-	tests/test_dag.c tests/test_dtype.c tests/test_engine.c tests/test_varlen.c tests/test_dashctl.c \
+	tests/test_dag.c tests/test_attn_auto.c tests/test_dtype.c tests/test_engine.c tests/test_varlen.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_dashd_varlen.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
 	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
@@ -454,7 +456,7 @@ else
 	@echo "fuzz: skipped: clang not found"
 endif
 	$(Q)$(MAKE) --no-print-directory test-install
-	$(Q)for t in bench/test_gpu_report.py bench/test_gpu_plots.py bench/test_gpu_ab.py bench/test_cudnn_peers.py bench/test_varlen_peers.py scripts/test_unit_sandbox.py; do $(PYTHON) $$t || exit 1; done
+	$(Q)for t in bench/test_gpu_report.py bench/test_gpu_plots.py bench/test_gpu_ab.py bench/test_cudnn_peers.py bench/test_varlen_peers.py scripts/test_unit_sandbox.py scripts/test_auto_table.py; do $(PYTHON) $$t || exit 1; done
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
 

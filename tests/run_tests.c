@@ -16,6 +16,7 @@ static const struct {
     int (*add)(void);
 } suites[] = {
     {"errors", suite_errors}, {"sched", suite_sched},   {"dag", suite_dag},
+    {"attn_auto", suite_attn_auto},
     {"dtype", suite_dtype},   {"engine", suite_engine}, {"varlen", suite_varlen},
     {"dashctl", suite_dashctl},
     {"wire", suite_wire},     {"dashd", suite_dashd},   {"dashd_varlen", suite_dashd_varlen},

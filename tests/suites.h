@@ -17,6 +17,7 @@
 int suite_errors(void);
 int suite_sched(void);
 int suite_dag(void);
+int suite_attn_auto(void);
 int suite_dtype(void);
 int suite_engine(void);
 int suite_varlen(void);

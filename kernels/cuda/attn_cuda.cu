@@ -24,6 +24,7 @@
  *   GQA: dKacc, dVacc (bh, Sk, D) f32 | interleaved: states (nvsm, 8) i32, registers
  *   (nvsm, 3, D/4, 256) f32 (v1), (nvsm, cuattn__bwd_tc_vsm_floats, 256) f32 (v2).
  */
+#include "kernels/cuda/attn_auto.h"
 #include "kernels/cuda/attn_cuda_int.h"
 #include "kernels/cuda/attn_cuda_test.h"
 
@@ -57,6 +58,7 @@ struct cuattn {
     size_t pad_cap;
     int32_t impl; /* CUATTN_IMPL_CUDA_CORES (v1), _TENSOR_CORES (v2) or _WGMMA (v3) */
     int hopper;   /* sm_90: v3's kernels can run */
+    int32_t cc;   /* compute capability, major * 10 + minor: what auto's table is keyed on */
     size_t smem_optin; /* the device's shared memory per block, opted in */
     int force_interleaved;
     int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
@@ -115,6 +117,7 @@ int cuattn_new(int device, struct cuattn **ret)
     a->device = device;
     a->impl = impl;
     a->hopper = hopper;
+    a->cc = prop.major * 10 + prop.minor;
     a->sms = prop.multiProcessorCount;
     a->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(a->name, sizeof a->name, "%s", prop.name);
@@ -331,11 +334,35 @@ static int needs_vl(const struct attn_problem *p)
     return p->cu_seqlens_q || p->softcap != 0 || window_band(p);
 }
 
+/* The schedule SCHED_AUTO names for p on a's GPU (attn_auto.h): keyed on the mask the
+ * kernels run, so a window that leaves no band counts as the plain mask it reaches. */
+static enum sched_kind auto_sched(const struct cuattn *a, const struct attn_problem *p)
+{
+    const int band = window_band(p);
+    int32_t l, r;
+    attn_window_of(p, p->seqlen_q, p->seqlen_k, &l, &r);
+    const enum sched_mask mask = !band && r == 0 ? SCHED_MASK_CAUSAL : p->mask;
+    return cuattn_auto_schedule(a->cc, p->head_dim, mask, band);
+}
+
+/* cfg with SCHED_AUTO resolved for p as the caller asked it, in *buf; cfg itself where it
+ * names a schedule or p is malformed (prepare refuses it). For head dim 96 before it is
+ * widened to 128: auto's table has rows of its own for 96, measured as asked. */
+static const struct attn_config *resolve_auto(const struct cuattn *a, const struct attn_problem *p,
+                                              const struct attn_config *cfg, struct attn_config *buf)
+{
+    if ((cfg && cfg->sched != SCHED_AUTO) || attn_check_problem(p))
+        return cfg;
+    *buf = cfg ? *cfg : (struct attn_config){SCHED_AUTO, 0, 0, 0, 0};
+    buf->sched = auto_sched(a, p);
+    return buf;
+}
+
 /* eng__prepare's rules (defaults; SCHED_AUTO as below, not by dag_auto) plus the
  * kernels' limits: fp16/bf16, head dim 64, 96, 128 or 256 (v1's list; the caller has
  * picked the implementation with cuattn_impl_for), 64-row q-tiles; kv-tiles of 64 rows,
  * or for v2's backward (wide_n) 128 by default and 64 when asked. */
-static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
+static int prepare(const struct cuattn *a, const struct attn_problem *p, const struct attn_config *cfg,
                    int wide_n, struct attn_config *ret_cfg, struct sched *ret_s)
 {
     int rc = attn_check_problem(p);
@@ -363,19 +390,14 @@ static int prepare(const struct attn_problem *p, const struct attn_config *cfg,
     c.block_m = CUATTN_BLOCK;
     if (!c.block_n)
         c.block_n = wide_n ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
-    /* auto: the fastest deterministic schedule of these kernels as measured on an H200 at
-     * every seqlen from 1k to 16k, both head dims and both masks: shift
-     * (bench/results/gpu-full-2026-11-29.md; for causal masks spt is within 0.5% at head
-     * dim 64 and 1-4% slower at 128). A fixed choice, so the bits never depend on the
-     * machine; dag_auto's model (the CPU engine's auto) names shift for these shapes too.
-     * A band (a sliding window) is the exception: there descending and spt ran 9-13%
-     * faster than shift at window 1k and 4k of 16k tokens, head dim 128, and within 1% of
-     * each other (bench/results/gpu-h200-7c31afe-2026-12-02.md); since the window kernel
-     * loads Q and dO by TMA, spt leads descending by 1.8-2.9% at window 4k and 0.1-0.8% at
-     * 1k in three runs (bench/results/gpu-bwd-tmaq-2026-12-04.md), so auto names spt
-     * there: longest units first, each waiting only on earlier units. */
+    /* auto: cuattn_auto_schedule (attn_auto.c): spt where a window leaves a band; on sm_90
+     * the table measured on an H200 (attn_auto_table.h, made from a stored bench run by
+     * scripts/auto_table.py); shift elsewhere. A function of the compute capability and
+     * the shape only, never of the SM count or timing, so one GPU model always names the
+     * same schedule, and so gets the same bits. A head dim 96 call run widened arrives
+     * here with auto already resolved as 96 (resolve_auto). */
     if (c.sched == SCHED_AUTO)
-        c.sched = window_band(p) ? SCHED_SPT : SCHED_SHIFT;
+        c.sched = auto_sched(a, p);
     struct sched s;
     if ((rc = attn_geometry(p, &c, &s)))
         return rc;
@@ -581,7 +603,10 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     if (!a || !p)
         return -EINVAL;
     struct attn_problem wide;
+    struct attn_config asked;
     if (padded(a, p)) { /* checked as what runs: the problem at the kernels' width */
+        if (backward)
+            cfg = resolve_auto(a, p, cfg, &asked);
         wide = widened(p);
         p = &wide;
     }
@@ -595,7 +620,7 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     }
     /* (attn_vl.cu's kernels are v2's or v3's: their tile widths whatever the object's choice) */
     const int vl = needs_vl(p);
-    int rc = prepare(p, cfg, backward && bwd_wide(a, p), &c, &s);
+    int rc = prepare(a, p, cfg, backward && bwd_wide(a, p), &c, &s);
     if (rc)
         return rc;
     if (!vl) {
@@ -859,6 +884,8 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
                            struct attn_config *ret_cfg)
 {
     const struct attn_problem w = widened(p);
+    struct attn_config asked;
+    cfg = resolve_auto(a, p, cfg, &asked); /* auto as head dim 96, not 128 */
     int rc = cuattn_check_config(a, p, cfg, 1);
     if (rc)
         return rc;
@@ -896,7 +923,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         fc.sched = SCHED_ASCENDING;
     }
     struct sched geo;
-    int rc = prepare(p, &fc, 0, &c, &geo);
+    int rc = prepare(a, p, &fc, 0, &c, &geo);
     if (rc)
         return rc;
     const int vl = needs_vl(p);
@@ -1155,7 +1182,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     const int32_t impl = p ? cuattn_impl_for(a, p->head_dim) : CUATTN_IMPL_CUDA_CORES;
     const int vl = p && attn_check_problem(p) == 0 && needs_vl(p);
     const int tc = impl != CUATTN_IMPL_CUDA_CORES;
-    int rc = prepare(p, cfg, bwd_wide(a, p), &c, &s);
+    int rc = prepare(a, p, cfg, bwd_wide(a, p), &c, &s);
     if (rc)
         return rc;
     if (vl)

@@ -193,9 +193,10 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
 
 /*
  * Backward: dq, dk, dv from q, k, v, the forward's out and lse, and dout, run in the
- * schedule's order (SCHED_AUTO becomes shift, the fastest deterministic schedule of these
- * kernels as measured on an H200, or spt where a window leaves a band; W defaults
- * to SCHED_W_DEFAULT). `grid` is how many CTAs to launch, 0 meaning the
+ * schedule's order (SCHED_AUTO becomes cuattn_auto_schedule's choice for the GPU's compute
+ * capability and the shape, kernels/cuda/attn_auto.h: shift, spt where a window leaves a
+ * band, or what the measured table of an architecture names; W defaults to
+ * SCHED_W_DEFAULT). `grid` is how many CTAs to launch, 0 meaning the
  * device's SM count; it is capped at what can be resident at once. It changes the speed,
  * never the bits. cfg may be NULL; ret_cfg may be NULL (filled only on success).
  * 0 or a negative code; outputs are unspecified on failure.

@@ -21,6 +21,7 @@
 #include "gpu_bufs.h"
 #include "gpu_check.h"
 #include "../testutil.h"
+#include "kernels/cuda/attn_auto.h"
 #include "kernels/cuda/attn_cuda_test.h"
 #include "kernels/attn/ref.h"
 #include "kernels/digest/digest.h"
@@ -115,12 +116,19 @@ static struct cuattn *open_device(void)
     return ca;
 }
 
+/* Device 0's compute capability, major * 10 + minor (what auto's table is keyed on). */
+static int32_t gpu_cc(void)
+{
+    int major = 0, minor = 0;
+    CU_ASSERT_EQUAL_FATAL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+    return major * 10 + minor;
+}
+
 /* Device 0 is sm_90, where v3 (CUATTN_IMPL_WGMMA) runs. */
 static int gpu_is_hopper(void)
 {
-    int major = 0;
-    CU_ASSERT_EQUAL_FATAL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-    return major == 9;
+    return gpu_cc() / 10 == 9;
 }
 
 /* The float64 reference of one problem's forward and backward, on a's inputs. */
@@ -957,7 +965,8 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
             memset(&used, 0, sizeof used);
             CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
-            CU_ASSERT_EQUAL(used.sched, SCHED_SHIFT); /* auto */
+            /* auto, resolved for the dim asked (96, not the 128 it runs) */
+            CU_ASSERT_EQUAL(used.sched, cuattn_auto_schedule(gpu_cc(), p2.head_dim, SCHED_MASK_CAUSAL, 0));
             CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
             CU_ASSERT_EQUAL(used.block_n, bn);
             CU_ASSERT_EQUAL(cuattn__last_wg(ca), runs == CUATTN_IMPL_WGMMA);
