@@ -9,7 +9,9 @@
 #   bash scripts/gpu_trials.sh ["SHAPES"]       (default: 128 and 64 at 4k, 128 at 16k causal)
 # A device call lasts at most 10 minutes, so the parts can be chosen: CHECKS (default
 # "gpu_attn racecheck synccheck audit") names the per-trial checks (any gpu_* word is a
-# test_dash_gpu suite: gpu_attn_fwd, gpu_attn_vl, ...), AB_TRIALS (default: every
+# test_dash_gpu suite: gpu_attn_fwd, gpu_attn_vl, ...; vlracecheck and vlsynccheck run the
+# tool on the window/packed kernels' sanitizer target, for trials that change attn_vl.cu),
+# AB_TRIALS (default: every
 # trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials,
 # and MAIN_CHECKS (default none) test_dash_gpu suites to run on main's bundle first (say,
 # tests new on main: "gpu_attn gpu_attn_fwd gpu_audit gpu_dashd").
@@ -50,6 +52,16 @@ for d in "$root"/.gpu/trial-*/; do
     (cd "$d" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_small_shapes_for_sanitizers timeout 200 \
        "$cs" --tool $tool ./test_dash_gpu > "$out/trials/$t-$tool.log" 2>&1)
     say "$t $tool rc $?: $(grep -E 'SUMMARY' "$out/trials/$t-$tool.log" | tail -1)"
+  done
+  for tool in racecheck synccheck; do # vl<tool>: the window/packed kernels (older builds: their first target)
+    [[ $checks == *" vl$tool "* ]] || continue
+    for vt in test_attn_vl_gpu_small_shapes_for_sanitizers test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan; do
+      (cd "$d" && DASH_GPU_SUITE=gpu_attn_vl DASH_GPU_TEST=$vt timeout 200 \
+         "$cs" --tool $tool ./test_dash_gpu > "$out/trials/$t-vl$tool.log" 2>&1)
+      rc=$?
+      grep -q "has no test named" "$out/trials/$t-vl$tool.log" || break
+    done
+    say "$t vl$tool ($vt) rc $rc: $(grep -E 'SUMMARY' "$out/trials/$t-vl$tool.log" | tail -1)"
   done
   [[ $checks == *" audit "* ]] &&
     say "$t bench_audit (4k): $(timeout 120 "$d/bench_audit" --seqlen 4096 2>&1 | grep -E '^\| (full|causal)' | tr -s ' ' | tr '\n' ' ')"

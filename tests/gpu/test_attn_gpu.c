@@ -31,20 +31,25 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* ---- fixtures ---------------------------------------------------------------------- */
 
-/* Forward on the device into poisoned outputs; copies out and lse back. */
+/* Forward on the device into poisoned outputs; copies out and lse back. The poison goes
+ * on the object's stream (cuattn_stream), so that the kernels come after it: that stream is
+ * non-blocking, and cudaMemset's legacy default stream is not ordered with it. */
 static int run_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
                        struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
-    CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
-    CUDA_OK(cudaMemset(a->d_lse, 0xff, lb));
+    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
+    CUDA_OK(cudaMemsetAsync(a->d_out, 0xff, qb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_lse, 0xff, lb, st));
     int rc = cuattn_forward(ca, &a->p, cfg, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
                             gpu_bufs_tk(a, a->d_v), ret_cfg);
     if (rc)
@@ -54,15 +59,16 @@ static int run_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_
     return 0;
 }
 
-/* Backward on the device (after run_forward) into poisoned outputs; copies the
- * gradients back. */
+/* Backward on the device (after run_forward) into poisoned outputs (on the object's stream,
+ * as run_forward's); copies the gradients back. */
 static int run_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
                         int32_t grid, struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
-    CUDA_OK(cudaMemset(a->d_dk, 0xff, kb));
-    CUDA_OK(cudaMemset(a->d_dv, 0xff, kb));
+    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
+    CUDA_OK(cudaMemsetAsync(a->d_dq, 0xff, qb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_dk, 0xff, kb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_dv, 0xff, kb, st));
     int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk), gpu_bufs_tk(a, a->d_dv),
                              gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse,
                              gpu_bufs_tq(a, a->d_dout), ret_cfg);
@@ -1633,42 +1639,175 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
  * a's host inputs. It is exact for those rows' O, LSE and dQ, and for dK and dV of the last
  * kv keys: every key when the block is the whole problem, the last r under a causal mask
  * when the block holds the last rows (no earlier row sees them); kv is 0 otherwise. So
- * the reference of a 16k problem costs what its blocks cost. */
+ * the reference of a 16k problem costs what its blocks cost. The block is computed in
+ * pieces of rows (the same sub-problems, smaller) on up to ROW_BLOCK_THREADS threads, the
+ * host's cores: single-threaded, the 4096 block alone took 15 s of an EPYC core. dK and dV
+ * are the pieces' sums, in piece order. */
 struct row_block {
     int32_t a0, r, kv;
     struct refs R; /* out, dq (r, heads_q, D); lse (heads_q, r); dk, dv (keys, heads_kv, D) */
 };
 
+#define ROW_BLOCK_THREADS 16
+#define ROW_BLOCK_MIN_ROWS 16 /* rows a piece has at least */
+
+/* One piece: rows c0 .. c0 + cr - 1 over their first sk keys (out and dq point into the
+ * block's arrays; lse (heads_q, cr), dk and dv (sk keys) are the piece's own). No CUnit
+ * call here: the pieces run on threads. */
+struct ref_piece {
+    const struct gpu_bufs *a;
+    int32_t c0, cr, sk;
+    double *out, *lse, *dq, *dk, *dv;
+    int rc;
+};
+
+static void *ref_piece_run(void *arg)
+{
+    struct ref_piece *w = arg;
+    const struct attn_problem *p = &w->a->p;
+    struct attn_problem s = *p;
+    s.seqlen_q = w->cr;
+    s.seqlen_k = w->sk;
+    const int32_t D = p->head_dim;
+    const size_t at = w->a->es * (size_t)((int64_t)w->c0 * p->heads_q * D);
+    const struct attn_tensor q = attn_dense((char *)w->a->q + at, w->cr, p->heads_q, D),
+                             dout = attn_dense((char *)w->a->dout + at, w->cr, p->heads_q, D),
+                             k = attn_dense(w->a->k, w->sk, p->heads_kv, D),
+                             v = attn_dense(w->a->v, w->sk, p->heads_kv, D);
+    w->rc = ref_forward(&s, q, k, v, w->out, w->lse);
+    if (w->rc == 0)
+        w->rc = ref_backward(&s, q, k, v, dout, w->dq, w->dk, w->dv);
+    return NULL;
+}
+
+/* The keys row i of p sees (the causal mask's prefix, or all). */
+static int64_t row_keys(const struct attn_problem *p, int64_t i)
+{
+    if (p->mask != SCHED_MASK_CAUSAL)
+        return p->seqlen_k;
+    const int64_t n = i + 1 + (p->seqlen_k - p->seqlen_q);
+    return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
+}
+
 static void row_block_ref(struct row_block *B, const struct gpu_bufs *a, int32_t a0, int32_t r)
 {
     const struct attn_problem *p = &a->p;
     CU_ASSERT_FATAL(p->batch == 1 && a0 >= 0 && r >= 1 && a0 + r <= p->seqlen_q);
-    struct attn_problem s = *p;
-    s.seqlen_q = r;
-    if (p->mask == SCHED_MASK_CAUSAL)
-        s.seqlen_k = a0 + r + (p->seqlen_k - p->seqlen_q);
-    CU_ASSERT_FATAL(s.seqlen_k >= 1 && s.seqlen_k <= p->seqlen_k);
+    const int32_t sk = p->mask == SCHED_MASK_CAUSAL ? a0 + r + (p->seqlen_k - p->seqlen_q) : p->seqlen_k;
+    CU_ASSERT_FATAL(sk >= 1 && sk <= p->seqlen_k);
     B->a0 = a0;
     B->r = r;
     B->kv = a0 == 0 && r == p->seqlen_q                               ? p->seqlen_k
             : p->mask == SCHED_MASK_CAUSAL && a0 + r == p->seqlen_q ? (r < p->seqlen_k ? r : p->seqlen_k)
                                                                       : 0;
-    const int32_t D = p->head_dim;
-    const int64_t rowq = (int64_t)p->heads_q * D, nq = (int64_t)r * rowq,
-                  nk = (int64_t)s.seqlen_k * p->heads_kv * D;
+    const int32_t D = p->head_dim, H = p->heads_q;
+    const int64_t rowq = (int64_t)H * D, nq = (int64_t)r * rowq, rowk = (int64_t)p->heads_kv * D,
+                  nk = (int64_t)sk * rowk;
     B->R.out = malloc(sizeof(double) * (size_t)nq);
-    B->R.lse = malloc(sizeof(double) * (size_t)p->heads_q * (size_t)r);
+    B->R.lse = malloc(sizeof(double) * (size_t)H * (size_t)r);
     B->R.dq = malloc(sizeof(double) * (size_t)nq);
-    B->R.dk = malloc(sizeof(double) * (size_t)nk);
-    B->R.dv = malloc(sizeof(double) * (size_t)nk);
+    B->R.dk = calloc((size_t)nk, sizeof(double));
+    B->R.dv = calloc((size_t)nk, sizeof(double));
     CU_ASSERT_FATAL(B->R.out && B->R.lse && B->R.dq && B->R.dk && B->R.dv);
-    const size_t at = a->es * (size_t)(a0 * rowq);
-    const struct attn_tensor q = attn_dense((char *)a->q + at, r, p->heads_q, D),
-                             dout = attn_dense((char *)a->dout + at, r, p->heads_q, D),
-                             k = attn_dense(a->k, s.seqlen_k, p->heads_kv, D),
-                             v = attn_dense(a->v, s.seqlen_k, p->heads_kv, D);
-    CU_ASSERT_FATAL(ref_forward(&s, q, k, v, B->R.out, B->R.lse) == 0);
-    CU_ASSERT_FATAL(ref_backward(&s, q, k, v, dout, B->R.dq, B->R.dk, B->R.dv) == 0);
+
+    /* pieces of about equal work (visible keys); one piece where the block's first row sees
+     * no key (a sub-problem of rows that see none has no keys to view) */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t n = cpus < 1 ? 1 : cpus > ROW_BLOCK_THREADS ? ROW_BLOCK_THREADS : (int32_t)cpus;
+    if (n > r / ROW_BLOCK_MIN_ROWS)
+        n = r / ROW_BLOCK_MIN_ROWS;
+    if (n < 1 || row_keys(p, a0) < 1)
+        n = 1;
+    int64_t work = 0;
+    for (int64_t i = a0; i < a0 + r; i++)
+        work += row_keys(p, i);
+    struct ref_piece w[ROW_BLOCK_THREADS];
+    memset(w, 0, sizeof w);
+    int32_t c0 = a0, pieces = 0;
+    int64_t done = 0;
+    for (int32_t t = 0; t < n && c0 < a0 + r; t++) {
+        int32_t c1 = c0;
+        const int64_t goal = t + 1 == n ? work : work * (t + 1) / n;
+        while (c1 < a0 + r && (done < goal || c1 - c0 < ROW_BLOCK_MIN_ROWS))
+            done += row_keys(p, c1++);
+        if (t + 1 == n || a0 + r - c1 < ROW_BLOCK_MIN_ROWS)
+            c1 = a0 + r; /* the rest */
+        struct ref_piece *x = &w[pieces++];
+        x->a = a;
+        x->c0 = c0;
+        x->cr = c1 - c0;
+        x->sk = p->mask == SCHED_MASK_CAUSAL ? c1 + (p->seqlen_k - p->seqlen_q) : p->seqlen_k;
+        x->out = B->R.out + (int64_t)(c0 - a0) * rowq;
+        x->dq = B->R.dq + (int64_t)(c0 - a0) * rowq;
+        x->lse = malloc(sizeof(double) * (size_t)H * (size_t)x->cr);
+        x->dk = malloc(sizeof(double) * (size_t)((int64_t)x->sk * rowk));
+        x->dv = malloc(sizeof(double) * (size_t)((int64_t)x->sk * rowk));
+        CU_ASSERT_FATAL(x->lse && x->dk && x->dv);
+        c0 = c1;
+    }
+    pthread_t th[ROW_BLOCK_THREADS];
+    int started[ROW_BLOCK_THREADS] = {0};
+    for (int32_t t = 1; t < pieces; t++) /* piece 0 on this thread */
+        started[t] = pthread_create(&th[t], NULL, ref_piece_run, &w[t]) == 0;
+    ref_piece_run(&w[0]);
+    for (int32_t t = 1; t < pieces; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            ref_piece_run(&w[t]); /* no thread: here */
+    }
+    int rc = 0;
+    for (int32_t t = 0; t < pieces; t++) {
+        const struct ref_piece *x = &w[t];
+        rc |= x->rc;
+        for (int32_t h = 0; h < H; h++)
+            memcpy(B->R.lse + (int64_t)h * r + (x->c0 - a0), x->lse + (int64_t)h * x->cr,
+                   sizeof(double) * (size_t)x->cr);
+        for (int64_t e = 0; e < (int64_t)x->sk * rowk; e++) {
+            B->R.dk[e] += x->dk[e];
+            B->R.dv[e] += x->dv[e];
+        }
+        free(x->lse);
+        free(x->dk);
+        free(x->dv);
+    }
+    CU_ASSERT_FATAL(rc == 0);
+}
+
+/* Elements of n 16-bit values at p that are NaN or infinite: the 0xff poison is NaN, so an
+ * element no kernel wrote is one. */
+static int64_t nonfinite16(const void *p, enum dtype_kind t, int64_t n)
+{
+    const uint16_t *e = p, exp = t == DTYPE_F16 ? 0x7c00u : 0x7f80u;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += (e[i] & exp) == exp;
+    return bad;
+}
+
+/* Every output of a's last forward (grads 0: O and LSE) or backward (dQ, dK, dV) finite -
+ * for problems where every row sees a key and every key a row; what is not goes to stderr. */
+static int outputs_finite(const struct gpu_bufs *a, int grads, const char *what)
+{
+    int64_t n[3] = {0, 0, 0};
+    if (!grads) {
+        n[0] = nonfinite16(a->out, a->p.dtype, a->nq);
+        for (int64_t i = 0; i < a->nlse; i++)
+            n[1] += !isfinite(a->lse[i]);
+    } else {
+        n[0] = nonfinite16(a->dq, a->p.dtype, a->nq);
+        n[1] = nonfinite16(a->dk, a->p.dtype, a->nk);
+        n[2] = nonfinite16(a->dv, a->p.dtype, a->nk);
+    }
+    if (n[0] + n[1] + n[2] == 0)
+        return 1;
+    if (grads)
+        fprintf(stderr, "\n  %s: %lld dq, %lld dk, %lld dv elements not finite (unwritten?)", what,
+                (long long)n[0], (long long)n[1], (long long)n[2]);
+    else
+        fprintf(stderr, "\n  %s: %lld out, %lld lse elements not finite (unwritten?)", what, (long long)n[0],
+                (long long)n[1]);
+    return 0;
 }
 
 /* Whether a's host outputs hold B's rows within the dtype's tolerance: the forward's (O,
@@ -1719,8 +1858,10 @@ static int row_block_close(const struct gpu_bufs *a, const struct row_block *B, 
  * and every schedule's backward (shift at W 64 and 7, atomic); then each deterministic
  * schedule's bytes again: at 4096 20 times over grids 132, 114, 78, 16 and 1 in turn, at
  * 16000 once on each, and then once in the interleaved mode forced on 5 CTAs (on sm_90 at
- * head dim 64: the one-tile step against the pair kernel). The float64 reference is the
- * test's cost (about 13 s of one CPU core). */
+ * head dim 64: the one-tile step against the pair kernel). Every output element must be
+ * finite (every row sees a key, every key a row), the rows outside the blocks too. The
+ * float64 reference is the test's cost: about 21 s of one EPYC core, on row pieces over
+ * the host's cores (row_block_ref). */
 static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits(void)
 {
     const struct {
@@ -1752,6 +1893,7 @@ static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_b
         snprintf(what, sizeof what, "case %zu (%d x %d, d %d, %s)", ci, p.seqlen_q, p.seqlen_k, p.head_dim,
                  p.mask == SCHED_MASK_CAUSAL ? "causal" : "full");
         CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        bad += !outputs_finite(&a, 0, what); /* the rows the blocks leave out too */
         for (int b = 0; b < nb; b++)
             bad += !row_block_close(&a, &blk[b], 0, what);
         struct gpu_copy fwd;
@@ -1769,6 +1911,7 @@ static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_b
             CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
             if (v3)
                 CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
+            bad += !outputs_finite(&a, 1, sw);
             for (int b = 0; b < nb; b++)
                 bad += !row_block_close(&a, &blk[b], 1, sw);
             if (!cases[ci].runs || kinds[k] == SCHED_ATOMIC)

@@ -52,8 +52,9 @@ static int32_t irand(struct tu_rng *r, int32_t n)
 static int vl_forward(struct cuattn *ca, struct gpu_bufs *a, struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
-    CUDA_OK(cudaMemset(a->d_out, 0xff, qb));
-    CUDA_OK(cudaMemset(a->d_lse, 0xff, lb));
+    cudaStream_t st = (cudaStream_t)cuattn_stream(ca); /* the poison before the kernels (test_attn_gpu.c's run_forward) */
+    CUDA_OK(cudaMemsetAsync(a->d_out, 0xff, qb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_lse, 0xff, lb, st));
     int rc = cuattn_forward(ca, &a->p, NULL, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
                             gpu_bufs_tk(a, a->d_v), ret_cfg);
     if (rc)
@@ -67,9 +68,10 @@ static int vl_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_
                        struct attn_config *ret_cfg)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    CUDA_OK(cudaMemset(a->d_dq, 0xff, qb));
-    CUDA_OK(cudaMemset(a->d_dk, 0xff, kb));
-    CUDA_OK(cudaMemset(a->d_dv, 0xff, kb));
+    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
+    CUDA_OK(cudaMemsetAsync(a->d_dq, 0xff, qb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_dk, 0xff, kb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_dv, 0xff, kb, st));
     int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk), gpu_bufs_tk(a, a->d_dv),
                              gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse,
                              gpu_bufs_tq(a, a->d_dout), ret_cfg);
