@@ -1234,7 +1234,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     size_t used = 0;
     const size_t o_dq = carve(&used, sizeof(float) * rows_q * (size_t)D);
     const size_t o_dsum = carve(&used, sizeof(float) * rows_q);
-    const size_t o_ctr = carve(&used, sizeof(int32_t) * (size_t)s.bh * (size_t)s.m_tiles * BWD_DQ_PARTS(D));
+    const size_t o_ctr = carve(&used, sizeof(int32_t) * (size_t)s.bh * (size_t)s.m_tiles);
     const size_t o_job = carve(&used, sizeof(int32_t));
     size_t o_dk = 0, o_dv = 0, o_state = 0, o_data = 0;
     if (group > 1) {

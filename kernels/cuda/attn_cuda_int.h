@@ -114,14 +114,6 @@ struct attn_fwd_params {
     const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
 };
 
-/* Turns of a dQ tile: its rows in this many parts, each with a counter of its own (part k's
- * counters follow part k - 1's, bh * m_tiles apart). v3's writer at head dim 256 adds the
- * tile's two 32-row halves in turn, passing the first half on once it has landed while the
- * second is still being added: a 64 KB reduction took about a step there, so the next
- * contributor waited on the whole of it. The same additions per element in the same order:
- * the same bits. Every other kernel and head dim uses part 0 only. */
-#define BWD_DQ_PARTS(D) ((D) == 256 ? 2 : 1)
-
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
 struct attn_bwd_params {
     void *dq;          /* (B, Sq, Hq, D) output */
@@ -139,7 +131,7 @@ struct attn_bwd_params {
     float *dsum;       /* (B*Hq, Sq) rowsum(dO * O) */
     float *dk_acc;     /* (B*Hq, Sk, D) per-q-head dK * scale; GQA only, else NULL */
     float *dv_acc;     /* (B*Hq, Sk, D) per-q-head dV; GQA only, else NULL */
-    int32_t *counter;  /* (B*Hq, M) dQ tile counters, zero at launch; BWD_DQ_PARTS of them */
+    int32_t *counter;  /* (B*Hq, M) dQ tile counters, zero at launch */
     int32_t *job_next; /* (1) persistent mode's job counter, zero at launch */
     int32_t *vsm_state; /* (nvsm, VSM_SLOTS) interleaved mode only */
     float *vsm_data;    /* v1: (nvsm, 3, D/4, 256), v2: (nvsm, cuattn__bwd_tc_vsm_floats, 256)

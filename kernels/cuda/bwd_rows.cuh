@@ -128,7 +128,7 @@ static inline uint32_t attn_bwd_rows_grid(int64_t work, int64_t per_block, int32
 static inline cudaError_t attn_bwd_zero_state(const struct attn_bwd_params *p, int32_t d, cudaStream_t stream)
 {
     const int64_t rows_q = (int64_t)p->s.bh * p->seqlen_q;
-    const size_t tiles = (size_t)p->s.bh * (size_t)p->s.m_tiles * BWD_DQ_PARTS(d);
+    const size_t tiles = (size_t)p->s.bh * (size_t)p->s.m_tiles;
     cudaError_t err;
     if ((err = cudaMemsetAsync(p->dq_acc, 0, sizeof(float) * (size_t)rows_q * d, stream)) != cudaSuccess ||
         (err = cudaMemsetAsync(p->counter, 0, sizeof(int32_t) * tiles, stream)) != cudaSuccess ||

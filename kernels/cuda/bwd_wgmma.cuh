@@ -1226,39 +1226,6 @@ static __device__ __forceinline__ void bwd_wg_write_ticket(const struct attn_bwd
 {
     BWD_WG_TLAP0();
     int32_t *ctr = p.counter + (int64_t)bh * p.s.m_tiles + m;
-    if constexpr (BWD_DQ_PARTS(D) == 2) {
-        /* two halves, a turn each (BWD_DQ_PARTS): half 0's addition goes out once its turn
-         * has come, half 1's once its own has; half 0 is passed on when it has landed, half 1
-         * after it */
-        int32_t *ctr1 = ctr + (int64_t)p.s.bh * p.s.m_tiles;
-        const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-        const int32_t r0 = rm < BWD_TC_BM / 2 ? rm : BWD_TC_BM / 2;
-        float *acc = p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D;
-        if (rank >= 0)
-            bwd_tc_take_turn(ctr, rank);
-        bwd_tc_bulk_add_to<D>(acc, src, r0);
-        if (rm > r0) { /* (a last tile of up to 32 rows has one half: nobody waits on ctr1) */
-            if (rank >= 0)
-                bwd_tc_take_turn(ctr1, rank);
-            bwd_tc_bulk_add_to<D>(acc + (int64_t)r0 * D, src + r0 * D, rm - r0);
-        }
-        BWD_WG_TLAP(BT_TURN);
-        bwd_tc_bulk_wait_read();
-        attn_mbar_arrive(empty); /* free again */
-        BWD_WG_TLAP(BT_READ);
-        if (rm > r0) {
-            asm volatile("cp.async.bulk.wait_group 1;" ::: "memory"); /* half 0 has landed */
-            if (rank >= 0) {
-                asm volatile("fence.proxy.async.global;" ::: "memory");
-                attn_st_release(ctr, rank + 1);
-            }
-            bwd_tc_pass_on(ctr1, rank);
-        } else {
-            bwd_tc_pass_on(ctr, rank);
-        }
-        BWD_WG_TLAP(BT_PERFORM);
-        return;
-    }
     if (rank >= 0)
         bwd_tc_take_turn(ctr, rank);
     BWD_WG_TLAP(BT_TURN);
