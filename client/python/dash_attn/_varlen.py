@@ -174,6 +174,10 @@ if torch is not None:
                     schedule, batch_invariant, client):
             kw = dict(causal=causal, softmax_scale=scale, window_size=window, softcap=softcap,
                       schedule=schedule, batch_invariant=batch_invariant, client=client)
+            # the offsets' values on the host once, for the forward and its backward: a CUDA
+            # cu_seqlens costs a wait for the stream each time it is read (_offsets), and the
+            # backward needs the offsets the forward ran with
+            cu_q, cu_k = _host_offsets(cu_q, cu_k)
             out, lse = varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
             ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
             ctx.kw, ctx.max = kw, (max_q, max_k)
@@ -269,6 +273,22 @@ if torch is not None and _ops.available:
 
     torch.library.register_autograd("dash_attn::varlen_fwd", _varlen_backward,
                                     setup_context=_varlen_setup_context)
+
+
+def _host_offsets(cu_q, cu_k):
+    """cu_q, cu_k with CUDA tensors copied to the host: both copies queued, then one wait for
+    the stream (the same tensor for both, as the qkvpacked calls pass, is copied once).
+    Host tensors and arrays are returned as they are; _offsets checks them all."""
+    def cuda(x):
+        return isinstance(x, torch.Tensor) and x.is_cuda
+    if not cuda(cu_q) and not cuda(cu_k):
+        return cu_q, cu_k
+    same = cu_k is cu_q
+    hq = cu_q.detach().to("cpu", non_blocking=True) if cuda(cu_q) else cu_q
+    hk = hq if same else cu_k.detach().to("cpu", non_blocking=True) if cuda(cu_k) else cu_k
+    stream_of = cu_q if cuda(cu_q) else cu_k
+    torch.cuda.current_stream(stream_of.device).synchronize()  # the copies have landed
+    return hq, hk
 
 
 def _as_offsets_tensor(cu):

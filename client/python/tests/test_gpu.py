@@ -477,6 +477,40 @@ def test_gpu_varlen_takes_cuda_offsets_as_flash_attn_users_pass_them():
         assert all(torch.equal(a, b) for a, b in zip(got[0], other))
 
 
+def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
+    # A CUDA cu_seqlens costs a wait for the stream each time its values are read; an eager
+    # call copies it to the host once (one wait for q's and k's offsets), and its backward
+    # takes that copy: _offsets never sees a device tensor, and the bits are the host
+    # offsets' bits.
+    from dash_attn import _varlen
+    g = torch.Generator(device="cuda").manual_seed(SEED ^ 13)
+    cu = torch.tensor([0, 70, 70, 200], dtype=torch.int32)
+    q, k, v = (torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16().requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16()
+    want = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 130, 130, causal=True)
+    want = (want,) + torch.autograd.grad(want, (q, k, v), dout)
+    seen = []
+    orig = _varlen._offsets
+
+    def spy(name, x):
+        seen.append(isinstance(x, torch.Tensor) and x.is_cuda)
+        return orig(name, x)
+    _varlen._offsets = spy
+    try:
+        for cq, ck in ((cu.cuda(), None), (cu.cuda(), cu.cuda().long())):
+            ck = cq if ck is None else ck
+            out = dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, 130, 130, causal=True)
+            n_fwd = len(seen)
+            got = (out,) + torch.autograd.grad(out, (q, k, v), dout)
+            assert len(seen) > n_fwd, "the backward read no offsets at all"
+            dash_attn.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip(want, got))
+    finally:
+        _varlen._offsets = orig
+    assert seen and not any(seen), f"device offsets read: {seen}"
+
+
 def _run_as_script():
     if not torch.cuda.is_available():
         print("test_gpu: skipped: no CUDA device")
