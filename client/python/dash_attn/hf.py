@@ -47,7 +47,7 @@ from transformers import AttentionInterface
 
 from . import _client
 from ._func import flash_attn_func
-from ._varlen import flash_attn_varlen_func
+from ._varlen import _host_offsets, flash_attn_varlen_func
 
 try:  # transformers >= 4.53 builds masks per attention implementation
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -205,6 +205,8 @@ def _packed(module, query, key, value, attention_mask, scaling, causal, sw, wind
     if query.shape[0] != 1:
         raise ValueError(f"dash_attn ({NAME!r} attention): cu_seq_lens_q/k describe sequences "
                          f"packed into batch 1; the query has batch {query.shape[0]}")
+    if isinstance(cu_q, torch.Tensor) and isinstance(cu_k, torch.Tensor):
+        cu_q, cu_k = _host_offsets(cu_q, cu_k)  # CUDA offsets: one wait for the stream, not two
     cu_q = _offsets("cu_seq_lens_q", cu_q, query.shape[2])
     cu_k = _offsets("cu_seq_lens_k", cu_k, key.shape[2])
     if cu_q.numel() != cu_k.numel():
