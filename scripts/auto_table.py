@@ -56,18 +56,23 @@ def families(paths):
 
 
 def choose(rows):
-    """The schedule to name for a family's rows, and the best other one's (name, geometric
-    mean, worst) TFLOPS over shift's, or None where no other one repeated everywhere."""
-    best = None
+    """The schedule to name for a family's rows, and its (name, geometric mean, worst)
+    TFLOPS over shift's - or, where none qualifies, the best other one's by the mean, or
+    None where no other one repeated everywhere. The thresholds pick the candidates and the
+    mean ranks those that pass: one ahead in the mean but below the floor does not hide
+    another that passes both."""
+    cands = []
     for k in DET:
         if k == DEFAULT or not all(k in b and b[k]["bitwise_repeat"] for b in rows):
             continue
         ratios = [b[k]["tflops"] / b[DEFAULT]["tflops"] for b in rows]
         mean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        if best is None or mean > best[1]:
-            best = (k, mean, min(ratios))
-    wins = best is not None and best[1] >= MARGIN and best[2] >= FLOOR
-    return (best[0] if wins else DEFAULT), best
+        cands.append((k, mean, min(ratios)))
+    wins = [c for c in cands if c[1] >= MARGIN and c[2] >= FLOOR]
+    if wins:
+        best = max(wins, key=lambda c: c[1])
+        return best[0], best
+    return DEFAULT, (max(cands, key=lambda c: c[1]) if cands else None)
 
 
 def header(paths):

@@ -7,6 +7,8 @@
 
 #include "kernels/cuda/attn_auto_table.h"
 
+#include "kernels/attn/problem.h"
+
 #include <stddef.h>
 
 enum sched_kind cuattn_auto_schedule(int32_t cc, int32_t head_dim, enum sched_mask mask, int band)
@@ -22,4 +24,18 @@ enum sched_kind cuattn_auto_schedule(int32_t cc, int32_t head_dim, enum sched_ma
             return e->sched;
     }
     return SCHED_SHIFT;
+}
+
+enum sched_kind cuattn_auto_for(int32_t cc, const struct attn_problem *p)
+{
+    int32_t l = -1, r = -1;
+    if (p->window) {
+        /* a packed batch: no length clamps the window (attn_window_of's rule at lengths no
+         * sequence reaches) */
+        const int32_t sq = p->cu_seqlens_q ? INT32_MAX : p->seqlen_q, sk = p->cu_seqlens_q ? INT32_MAX : p->seqlen_k;
+        attn_window_of(p, sq, sk, &l, &r);
+    }
+    const int band = p->window && !(l < 0 && r <= 0); /* not full (-1, -1), not causal (-1, 0) */
+    const enum sched_mask mask = p->window && !band && r == 0 ? SCHED_MASK_CAUSAL : p->mask;
+    return cuattn_auto_schedule(cc, p->head_dim, mask, band);
 }

@@ -37,6 +37,14 @@ struct cuattn_auto_entry {
  * schedule - and gives the same bits - every time. Any thread. */
 enum sched_kind cuattn_auto_schedule(int32_t cc, int32_t head_dim, enum sched_mask mask, int band);
 
+/* cuattn_auto_schedule for problem p (its head dim as asked: 96, not the 128 it may run
+ * widened): band and mask from its window. A dense problem's window is judged on its own
+ * lengths (a window past them is the plain mask, which the dense kernels serve); a packed
+ * batch's on the window alone - its lengths are its longest sequence's, so judging on them
+ * would let one sequence's schedule, and bits, depend on what it is packed with. */
+struct attn_problem;
+enum sched_kind cuattn_auto_for(int32_t cc, const struct attn_problem *p);
+
 #ifdef __cplusplus
 }
 #endif

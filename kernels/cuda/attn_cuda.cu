@@ -334,15 +334,12 @@ static int needs_vl(const struct attn_problem *p)
     return p->cu_seqlens_q || p->softcap != 0 || window_band(p);
 }
 
-/* The schedule SCHED_AUTO names for p on a's GPU (attn_auto.h): keyed on the mask the
- * kernels run, so a window that leaves no band counts as the plain mask it reaches. */
+/* The schedule SCHED_AUTO names for p on a's GPU (attn_auto.h, cuattn_auto_for): keyed on
+ * the mask a dense problem's kernels run (a window that leaves no band counts as the plain
+ * mask it reaches), and for a packed batch on its window alone, whatever its lengths. */
 static enum sched_kind auto_sched(const struct cuattn *a, const struct attn_problem *p)
 {
-    const int band = window_band(p);
-    int32_t l, r;
-    attn_window_of(p, p->seqlen_q, p->seqlen_k, &l, &r);
-    const enum sched_mask mask = !band && r == 0 ? SCHED_MASK_CAUSAL : p->mask;
-    return cuattn_auto_schedule(a->cc, p->head_dim, mask, band);
+    return cuattn_auto_for(a->cc, p);
 }
 
 /* cfg with SCHED_AUTO resolved for p as the caller asked it, in *buf; cfg itself where it

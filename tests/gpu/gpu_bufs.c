@@ -79,6 +79,10 @@ void gpu_bufs_init(struct gpu_bufs *a, const struct attn_problem *p, const int32
     CUDA_OK(cudaMemcpy(a->d_k, a->k, kb, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(a->d_v, a->v, kb, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(a->d_dout, a->dout, qb, cudaMemcpyHostToDevice));
+    /* A cudaMemcpy from pageable memory may return before its last DMA has landed, and it
+     * runs on the legacy stream, which the backend's non-blocking stream is not ordered
+     * with: the kernels must not start on inputs still in flight. */
+    CUDA_OK(cudaDeviceSynchronize());
 }
 
 void gpu_bufs_free(struct gpu_bufs *a)

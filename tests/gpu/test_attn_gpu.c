@@ -1142,7 +1142,10 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
                                        a.es * (size_t)D);
                 CUDA_OK(cudaMemcpy(view.data, host[i], bytes[i], cudaMemcpyHostToDevice));
             }
-            CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
+            /* the uploads above (legacy stream) landed; the poison on the object's stream, as
+             * run_forward's: the kernels come after both */
+            CUDA_OK(cudaDeviceSynchronize());
+            CUDA_OK(cudaMemsetAsync(a.d_lse, 0xff, lb, (cudaStream_t)cuattn_stream(ca)));
             CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, t[OUT], a.d_lse, t[Q], t[K], t[V], NULL), 0);
             CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), (row * (int32_t)a.es) % 16 == 0);
             CUDA_OK(cudaMemcpy(host[OUT], t[OUT].data, bytes[OUT], cudaMemcpyDeviceToHost));
@@ -1286,8 +1289,8 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
             q.stride[0] = 3;
             k.stride[0] = 5;
             v.stride[0] = 0;
-            CUDA_OK(cudaMemset(a.d_out, 0xff, qb));
-            CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
+            CUDA_OK(cudaMemsetAsync(a.d_out, 0xff, qb, (cudaStream_t)cuattn_stream(ca)));
+            CUDA_OK(cudaMemsetAsync(a.d_lse, 0xff, lb, (cudaStream_t)cuattn_stream(ca)));
             CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, o, a.d_lse, q, k, v, NULL), 0);
             paths += cuattn__last_fwd_tma(ca) != 1;
             CUDA_OK(cudaMemcpy(a.out, a.d_out, qb, cudaMemcpyDeviceToHost));
@@ -1385,8 +1388,8 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
                                  tv = pitched_view(d[2], &p, 1), to = pitched_view(d[3], &p, 0);
         for (int cp = 0; cp < 2; cp++) {
             const size_t lb = sizeof(float) * (size_t)a.nlse;
-            CUDA_OK(cudaMemset(d[3], 0xff, a.es * (size_t)rq * PITCH96));
-            CUDA_OK(cudaMemset(a.d_lse, 0xff, lb));
+            CUDA_OK(cudaMemsetAsync(d[3], 0xff, a.es * (size_t)rq * PITCH96, (cudaStream_t)cuattn_stream(ca)));
+            CUDA_OK(cudaMemsetAsync(a.d_lse, 0xff, lb, (cudaStream_t)cuattn_stream(ca)));
             cuattn__force_no_tma(ca, cp);
             CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, to, a.d_lse, tq, tk, tv, NULL), 0);
             paths += cuattn__last_fwd_tma(ca) != !cp;
@@ -1456,7 +1459,8 @@ static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns
             for (int cp = 1; cp >= 0; cp--) { /* the copies, then (BWD_WG_NARROW, MHA) none */
                 cuattn__force_no_tma(ca, cp);
                 for (int i = 5; i < 8; i++)
-                    CUDA_OK(cudaMemset(d[i], 0xff, a.es * (size_t)(i == 5 ? rq : rk) * PITCH96));
+                    CUDA_OK(cudaMemsetAsync(d[i], 0xff, a.es * (size_t)(i == 5 ? rq : rk) * PITCH96,
+                                            (cudaStream_t)cuattn_stream(ca)));
                 CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, cfg, 0, t[5], t[6], t[7], t[0], t[1], t[2], t[3],
                                                       a.d_lse, t[4], NULL),
                                       0);

@@ -169,7 +169,8 @@ static void test_share_gpu_pair_and_window_kernels_keep_their_bits_while_sms_are
         }
         struct gpu_bufs b;
         gpu_bufs_init(&b, &p, vl ? lq : NULL, vl ? lk : NULL, &rng);
-        CUDA_OK(cudaMemset(b.d_out, 0xff, b.es * (size_t)b.nq));
+        /* the poison on a's stream (non-blocking): cudaMemset's legacy stream is not ordered with it */
+        CUDA_OK(cudaMemsetAsync(b.d_out, 0xff, b.es * (size_t)b.nq, (cudaStream_t)cuattn_stream(a)));
         CU_ASSERT_EQUAL_FATAL(cuattn_forward(a, &b.p, NULL, gpu_bufs_tq(&b, b.d_out), b.d_lse, gpu_bufs_tq(&b, b.d_q),
                                              gpu_bufs_tk(&b, b.d_k), gpu_bufs_tk(&b, b.d_v), NULL),
                               0);

@@ -286,8 +286,11 @@ def _host_offsets(cu_q, cu_k):
     same = cu_k is cu_q
     hq = cu_q.detach().to("cpu", non_blocking=True) if cuda(cu_q) else cu_q
     hk = hq if same else cu_k.detach().to("cpu", non_blocking=True) if cuda(cu_k) else cu_k
-    stream_of = cu_q if cuda(cu_q) else cu_k
-    torch.cuda.current_stream(stream_of.device).synchronize()  # the copies have landed
+    # each copy is queued on the current stream of its tensor's device: wait for every one
+    # of them (offsets on two GPUs are two streams; one wait would leave the other copy in
+    # flight, its pinned buffer read before it lands)
+    for device in {x.device for x in (cu_q, cu_k) if cuda(x)}:
+        torch.cuda.current_stream(device).synchronize()  # the copies have landed
     return hq, hk
 
 

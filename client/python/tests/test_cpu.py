@@ -495,3 +495,12 @@ c.close()
                        env=env)
     assert p.returncode == 0 and "child exit 0" in p.stdout, (p.returncode, p.stdout,
                                                               p.stderr[-2000:])
+
+
+def test_a_client_whose_init_never_ran_lets_go_without_calling_into_os(monkeypatch):
+    """A Client whose __init__ never ran (bench/py_layers.py's stub; an __init__ that raised
+    before it set the pid) has nothing to close: its __del__ returns at once, also at
+    interpreter exit, where the module's globals - os among them - may already be None."""
+    stub = object.__new__(_client.Client)
+    monkeypatch.setattr(_client, "os", None)  # as interpreter shutdown leaves a module
+    stub.__del__()

@@ -511,6 +511,33 @@ def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
     assert seen and not any(seen), f"device offsets read: {seen}"
 
 
+def test_gpu_varlen_offsets_on_two_devices_are_both_waited_for():
+    # _host_offsets queues the copies of CUDA offsets, then waits for them: each copy runs on
+    # the current stream of its own tensor's device. Offsets on the second GPU, written there
+    # behind a long queue, must come back as written - not as the pinned buffer held them
+    # before the copy landed (a wait for the first GPU's stream alone returns too early).
+    if torch.cuda.device_count() < 2:
+        if pytest is not None:
+            pytest.skip("needs two CUDA devices")
+        return
+    from dash_attn import _varlen
+    want_q = torch.tensor([0, 70, 70, 200], dtype=torch.int32)
+    for i in range(3):  # other values each time: a reused pinned block holds no stale answer
+        want_k = torch.tensor([0, 90 + i, 150, 260], dtype=torch.int32)
+        cq = want_q.to("cuda:0")
+        src = want_k.to("cuda:1")
+        ck = torch.zeros(4, dtype=torch.int32, device="cuda:1")
+        torch.cuda.synchronize("cuda:1")
+        with torch.cuda.device(1):
+            a = torch.randn(4096, 4096, device="cuda:1")
+            for _ in range(20):  # tens of ms queued ahead of the offsets' write
+                a = torch.tanh(a @ a)
+            ck.copy_(src)
+        hq, hk = _varlen._host_offsets(cq, ck)
+        assert torch.equal(hq, want_q), hq
+        assert torch.equal(hk, want_k), f"{hk.tolist()}: the second GPU's copy was not waited for"
+
+
 def _run_as_script():
     if not torch.cuda.is_available():
         print("test_gpu: skipped: no CUDA device")
