@@ -17,6 +17,8 @@
 extern "C" {
 #endif
 
+/* (inside the block on purpose: sched.h has no C++ guards of its own, and attn_cuda.cu
+ * includes this header first, so its declarations must get C linkage here) */
 #include "kernels/sched/sched.h"
 
 /* One row of a measured table: on compute capability cc (major * 10 + minor), a problem
