@@ -55,6 +55,7 @@ except ImportError:  # older ones have no such interface: their SDPA-style mask 
     AttentionMaskInterface = sdpa_mask = None
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 NAME = "dash"
 
@@ -116,6 +117,31 @@ def _mask_is(attention_mask, causal, q_len, kv_len, sliding_window=None):
         return False
     one = (torch.tensor([0, q_len]), torch.tensor([0, kv_len]))  # a single sequence
     return bool((allowed == _want(*one, causal, sliding_window, m.device)).all())
+
+
+# A padding-free batch's CUDA offsets, copied to the host: tensor -> (version, data_ptr, copy).
+# transformers passes the same cu_seq_lens tensors to every layer of a forward, and each
+# copy is a wait for the stream (the host stops running ahead of the GPU), so the copy is
+# kept while the tensor lives with the same storage and version (an in-place change bumps
+# it; a new batch's offsets are new tensors). Keyed by identity: a tensor freed and another
+# allocated at its address is another key.
+_host_copies = WeakIdKeyDictionary()
+
+
+def _cached_host_offsets(cu_q, cu_k, copy=None, device=lambda t: t.is_cuda):
+    """cu_q, cu_k on the host (_host_offsets: one wait for both), from _host_copies where
+    both device tensors are there unchanged."""
+    def key(t):
+        return (t._version, t.data_ptr())
+
+    got = [(_host_copies.get(t) if device(t) else (key(t), t)) for t in (cu_q, cu_k)]
+    if all(g is not None and g[0] == key(t) for g, t in zip(got, (cu_q, cu_k))):
+        return got[0][1], got[1][1]
+    hq, hk = (copy or _host_offsets)(cu_q, cu_k)
+    for t, h in ((cu_q, hq), (cu_k, hk)):
+        if device(t):
+            _host_copies[t] = (key(t), h)
+    return hq, hk
 
 
 def _offsets(name, cu, n):
@@ -206,7 +232,7 @@ def _packed(module, query, key, value, attention_mask, scaling, causal, sw, wind
         raise ValueError(f"dash_attn ({NAME!r} attention): cu_seq_lens_q/k describe sequences "
                          f"packed into batch 1; the query has batch {query.shape[0]}")
     if isinstance(cu_q, torch.Tensor) and isinstance(cu_k, torch.Tensor):
-        cu_q, cu_k = _host_offsets(cu_q, cu_k)  # CUDA offsets: one wait for the stream, not two
+        cu_q, cu_k = _cached_host_offsets(cu_q, cu_k)
     cu_q = _offsets("cu_seq_lens_q", cu_q, query.shape[2])
     cu_k = _offsets("cu_seq_lens_k", cu_k, key.shape[2])
     if cu_q.numel() != cu_k.numel():

@@ -276,6 +276,35 @@ def test_padding_free_batch_matches_each_sequence_alone(client, monkeypatch):
 
 
 @cpu_only
+def test_padding_free_offsets_are_copied_once_while_the_tensor_is_unchanged():
+    # transformers passes one cu_seq_lens tensor to every layer; a CUDA one is copied to the
+    # host once (each copy is a wait for the stream) and again only once it changed or is
+    # another tensor. (Here on the CPU, every tensor taken for a device one.)
+    import gc
+    from dash_attn import hf
+    calls = []
+
+    def fake_copy(a, b):
+        calls.append(1)
+        ha = a.clone()
+        return ha, (ha if b is a else b.clone())
+    dev = lambda t: True  # noqa: E731
+    cu = torch.tensor([0, 5, 9], dtype=torch.int32)
+    first = hf._cached_host_offsets(cu, cu, fake_copy, dev)
+    again = hf._cached_host_offsets(cu, cu, fake_copy, dev)
+    assert len(calls) == 1 and again[0] is first[0] and again[1] is first[1]
+    cu.add_(0)  # in place: another version
+    hf._cached_host_offsets(cu, cu, fake_copy, dev)
+    assert len(calls) == 2
+    other = torch.tensor([0, 5, 9], dtype=torch.int32)  # the same values, another tensor
+    got = hf._cached_host_offsets(other, cu, fake_copy, dev)
+    assert len(calls) == 3 and torch.equal(got[0], other)
+    n = len(hf._host_copies)
+    del other, got
+    gc.collect()
+    assert len(hf._host_copies) == n - 1  # a freed tensor's copy goes with it
+
+
 def test_padding_free_batch_refuses_what_it_cannot_honour(client):
     """Offsets that do not cover the packed row, a batch of more than one row, and a mask
     that is neither the sequences' block-diagonal one nor the row's plain causal one (here:
