@@ -121,6 +121,15 @@ void attn_window_of(const struct attn_problem *p, int32_t sq, int32_t sk, int32_
     *ret_right = r;
 }
 
+int attn_window_bands(const struct attn_problem *p, int32_t sq, int32_t sk)
+{
+    if (!p->window)
+        return 0;
+    int32_t l, r;
+    attn_window_of(p, sq, sk, &l, &r);
+    return !(l < 0 && r <= 0);
+}
+
 struct dim {
     int64_t size, stride;
 };

@@ -66,6 +66,10 @@ struct attn_problem {
 void attn_window_of(const struct attn_problem *p, int32_t sq, int32_t sk, int32_t *ret_left,
                     int32_t *ret_right);
 
+/* Whether p's window leaves a band at sq queries and sk keys (attn_window_of's window is
+ * neither the full mask (-1, -1) nor the causal one (-1, 0)); 0 without a window. */
+int attn_window_bands(const struct attn_problem *p, int32_t sq, int32_t sk);
+
 /* Sequence b of a problem: its first q and k rows and its lengths (a dense batch: rows
  * from 0, the problem's lengths). */
 static inline void attn_seq(const struct attn_problem *p, int32_t b, int32_t *ret_q0,

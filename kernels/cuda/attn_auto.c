@@ -28,14 +28,11 @@ enum sched_kind cuattn_auto_schedule(int32_t cc, int32_t head_dim, enum sched_ma
 
 enum sched_kind cuattn_auto_for(int32_t cc, const struct attn_problem *p)
 {
-    int32_t l = -1, r = -1;
-    if (p->window) {
-        /* a packed batch: no length clamps the window (attn_window_of's rule at lengths no
-         * sequence reaches) */
-        const int32_t sq = p->cu_seqlens_q ? INT32_MAX : p->seqlen_q, sk = p->cu_seqlens_q ? INT32_MAX : p->seqlen_k;
-        attn_window_of(p, sq, sk, &l, &r);
-    }
-    const int band = p->window && !(l < 0 && r <= 0); /* not full (-1, -1), not causal (-1, 0) */
-    const enum sched_mask mask = p->window && !band && r == 0 ? SCHED_MASK_CAUSAL : p->mask;
+    /* a packed batch: no length clamps the window (attn_window_of's rule at lengths no
+     * sequence reaches) */
+    const int32_t sq = p->cu_seqlens_q ? INT32_MAX : p->seqlen_q, sk = p->cu_seqlens_q ? INT32_MAX : p->seqlen_k;
+    const int band = attn_window_bands(p, sq, sk);
+    /* a window that leaves no band is the plain mask it reaches: full with right 0 is causal */
+    const enum sched_mask mask = p->window && !band && p->window_right == 0 ? SCHED_MASK_CAUSAL : p->mask;
     return cuattn_auto_schedule(cc, p->head_dim, mask, band);
 }

@@ -321,25 +321,13 @@ static int32_t fwd_ctas(const struct cuattn *a)
  * dense kernels serve with the plain mask's bits). */
 static int window_band(const struct attn_problem *p)
 {
-    if (!p->window)
-        return 0;
-    int32_t l, r;
-    attn_window_of(p, p->seqlen_q, p->seqlen_k, &l, &r);
-    return !(l < 0 && r <= 0); /* not full (-1, -1), not causal (-1, 0) */
+    return attn_window_bands(p, p->seqlen_q, p->seqlen_k);
 }
 
 /* Whether a problem runs attn_vl.cu's kernels: a packed batch, a softcap, or a band. */
 static int needs_vl(const struct attn_problem *p)
 {
     return p->cu_seqlens_q || p->softcap != 0 || window_band(p);
-}
-
-/* The schedule SCHED_AUTO names for p on a's GPU (attn_auto.h, cuattn_auto_for): keyed on
- * the mask a dense problem's kernels run (a window that leaves no band counts as the plain
- * mask it reaches), and for a packed batch on its window alone, whatever its lengths. */
-static enum sched_kind auto_sched(const struct cuattn *a, const struct attn_problem *p)
-{
-    return cuattn_auto_for(a->cc, p);
 }
 
 /* cfg with SCHED_AUTO resolved for p as the caller asked it, in *buf; cfg itself where it
@@ -351,7 +339,7 @@ static const struct attn_config *resolve_auto(const struct cuattn *a, const stru
     if ((cfg && cfg->sched != SCHED_AUTO) || attn_check_problem(p))
         return cfg;
     *buf = cfg ? *cfg : (struct attn_config){SCHED_AUTO, 0, 0, 0, 0};
-    buf->sched = auto_sched(a, p);
+    buf->sched = cuattn_auto_for(a->cc, p);
     return buf;
 }
 
@@ -394,7 +382,7 @@ static int prepare(const struct cuattn *a, const struct attn_problem *p, const s
      * same schedule, and so gets the same bits. A head dim 96 call run widened arrives
      * here with auto already resolved as 96 (resolve_auto). */
     if (c.sched == SCHED_AUTO)
-        c.sched = auto_sched(a, p);
+        c.sched = cuattn_auto_for(a->cc, p);
     struct sched s;
     if ((rc = attn_geometry(p, &c, &s)))
         return rc;
