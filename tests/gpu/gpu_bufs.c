@@ -5,6 +5,7 @@
 #include "gpu_bufs.h"
 
 #include "gpu_check.h"
+#include "kernels/cuda/attn_cuda.h"
 
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
@@ -158,4 +159,40 @@ struct attn_tensor gpu_bufs_tq(const struct gpu_bufs *a, void *data)
 struct attn_tensor gpu_bufs_tk(const struct gpu_bufs *a, void *data)
 {
     return attn_dense(data, a->rk, a->p.heads_kv, a->p.head_dim);
+}
+
+int gpu_bufs_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
+                     struct attn_config *ret_cfg)
+{
+    const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
+    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
+    CUDA_OK(cudaMemsetAsync(a->d_out, 0xff, qb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_lse, 0xff, lb, st));
+    int rc = cuattn_forward(ca, &a->p, cfg, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q),
+                            gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), ret_cfg);
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->lse, a->d_lse, lb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+int gpu_bufs_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
+                      struct attn_config *ret_cfg)
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
+    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
+    CUDA_OK(cudaMemsetAsync(a->d_dq, 0xff, qb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_dk, 0xff, kb, st));
+    CUDA_OK(cudaMemsetAsync(a->d_dv, 0xff, kb, st));
+    int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk),
+                             gpu_bufs_tk(a, a->d_dv), gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
+                             gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_dout),
+                             ret_cfg);
+    if (rc)
+        return rc;
+    CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
+    return 0;
 }

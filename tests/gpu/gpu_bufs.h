@@ -60,4 +60,17 @@ void gpu_copy_free(struct gpu_copy *c);
 struct attn_tensor gpu_bufs_tq(const struct gpu_bufs *a, void *data);
 struct attn_tensor gpu_bufs_tk(const struct gpu_bufs *a, void *data);
 
+/* Forward of a on ca's GPU into poisoned outputs (every byte 0xff: NaN), out and lse
+ * copied back to a's host outputs; 0 or the call's error. The poison goes on the object's
+ * stream (cuattn_stream), so that the kernels come after it: that stream is non-blocking,
+ * and cudaMemset's legacy default stream is not ordered with it. */
+struct cuattn;
+struct attn_config;
+int gpu_bufs_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
+                     struct attn_config *ret_cfg);
+/* The same for the backward (after the forward) on `grid` CTAs (0: the object's choice):
+ * dq, dk, dv poisoned, then copied back. */
+int gpu_bufs_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
+                      struct attn_config *ret_cfg);
+
 #endif

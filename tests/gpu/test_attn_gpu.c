@@ -40,46 +40,6 @@
 
 /* ---- fixtures ---------------------------------------------------------------------- */
 
-/* Forward on the device into poisoned outputs; copies out and lse back. The poison goes
- * on the object's stream (cuattn_stream), so that the kernels come after it: that stream is
- * non-blocking, and cudaMemset's legacy default stream is not ordered with it. */
-static int run_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
-                       struct attn_config *ret_cfg)
-{
-    const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
-    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
-    CUDA_OK(cudaMemsetAsync(a->d_out, 0xff, qb, st));
-    CUDA_OK(cudaMemsetAsync(a->d_lse, 0xff, lb, st));
-    int rc = cuattn_forward(ca, &a->p, cfg, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
-                            gpu_bufs_tk(a, a->d_v), ret_cfg);
-    if (rc)
-        return rc;
-    CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(a->lse, a->d_lse, lb, cudaMemcpyDeviceToHost));
-    return 0;
-}
-
-/* Backward on the device (after run_forward) into poisoned outputs (on the object's stream,
- * as run_forward's); copies the gradients back. */
-static int run_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg,
-                        int32_t grid, struct attn_config *ret_cfg)
-{
-    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
-    CUDA_OK(cudaMemsetAsync(a->d_dq, 0xff, qb, st));
-    CUDA_OK(cudaMemsetAsync(a->d_dk, 0xff, kb, st));
-    CUDA_OK(cudaMemsetAsync(a->d_dv, 0xff, kb, st));
-    int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk), gpu_bufs_tk(a, a->d_dv),
-                             gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse,
-                             gpu_bufs_tq(a, a->d_dout), ret_cfg);
-    if (rc)
-        return rc;
-    CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
-    return 0;
-}
-
 static double rel_err(const void *got, enum dtype_kind t, const double *ref, int64_t n)
 {
     double *g = malloc(sizeof(double) * (size_t)n);
@@ -227,7 +187,7 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
         refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
 
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         double err;
         int lse_bad;
         if (!forward_close(&a, &R, &err, &lse_bad)) {
@@ -241,7 +201,7 @@ static void test_attn_gpu_matches_float64_reference_for_every_schedule(void)
                 if (wi > 0 && kind != SCHED_SHIFT && kind != SCHED_AUTO)
                     continue; /* W matters to shift (and to what auto picks) only */
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0}, used;
-                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT(used.sched != SCHED_AUTO && used.w == ws[wi]);
                 double e[3];
                 if (!grads_close(&a, &R, e)) {
@@ -273,14 +233,14 @@ static void test_attn_gpu_backward_repeats_are_bitwise_equal(void)
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
             struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
-            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
             struct gpu_copy base;
             gpu_copy_bwd(&base, &a);
             for (int rep = 1; rep < 20; rep++) {
-                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
                 if (!gpu_copy_equal(&base, &a) && mismatches++ < 5)
                     fprintf(stderr, "\n  case %zu %s: repeat %d differs from the first", ci,
                             sched_kind_name(cfg.sched), rep);
@@ -321,18 +281,18 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0};
                 cuattn__force_interleaved(ca, 0);
-                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 132, NULL), 0);
                 struct gpu_copy base;
                 gpu_copy_bwd(&base, &a);
                 int seen[3] = {0, 0, 0};
                 for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
                     cuattn__force_interleaved(ca, runs[ri].interleaved);
-                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, runs[ri].grid, NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, runs[ri].grid, NULL), 0);
                     int32_t mode = 0, grid = 0;
                     cuattn__last_launch(ca, &mode, &grid);
                     seen[mode == 2 ? 2 : 1] = 1;
@@ -344,7 +304,7 @@ static void test_attn_gpu_backward_bits_do_not_depend_on_grid(void)
                 cuattn__force_interleaved(ca, 0);
                 /* shift ran interleaved because the grid was too small, not only by force */
                 if (kind == SCHED_SHIFT && ci < 2) {
-                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 1, NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 1, NULL), 0);
                     int32_t mode = 0;
                     cuattn__last_launch(ca, &mode, NULL);
                     shift_modes += mode == 2 && seen[1] && seen[2];
@@ -370,10 +330,10 @@ static void test_attn_gpu_atomic_is_close_to_reference(void)
     gpu_bufs_init(&a, &p, NULL, NULL, &r);
     struct refs R;
     refs_compute(&R, &p, &a);
-    CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     struct attn_config cfg = {SCHED_ATOMIC, 0, 0, 0, 0};
     for (int rep = 0; rep < 3; rep++) {
-        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, rep == 2 ? 7 : 0, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, rep == 2 ? 7 : 0, NULL), 0);
         double e[3];
         const int close = grads_close(&a, &R, e);
         if (!close)
@@ -397,8 +357,8 @@ static void strided_views_give_same_bits(const struct shape_case c)
     struct gpu_bufs a;
     gpu_bufs_init(&a, &p, NULL, NULL, &r);
     struct attn_config cfg = {SCHED_SHIFT, 3, 0, 0, 0};
-    CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, &cfg, NULL), 0);
-    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, &cfg, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
 
     /* strided device copies: (b, h, s, d) with 6 padding elements per row */
     const int32_t D = p.head_dim, pad = 6;
@@ -500,7 +460,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
             }
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
             CU_ASSERT_EQUAL(cuattn_impl(ca), impl);
-            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
             double err;
             int lse_bad;
             if (!forward_close(&a, &R, &err, &lse_bad)) {
@@ -511,7 +471,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
             if (tc) { /* the forward's bytes repeat too */
                 struct gpu_copy first;
                 gpu_copy_fwd(&first, &a);
-                CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
                 if (!gpu_copy_equal(&first, &a) && mismatches++ < 8)
                     fprintf(stderr, "\n  case %zu impl %d: forward repeat differs", ci, impl);
                 gpu_copy_free(&first);
@@ -525,7 +485,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                         continue; /* W matters to shift only */
                     const int32_t w = ws[wi % 2];
                     struct attn_config cfg = {(enum sched_kind)kind, w, 0, bn, 0};
-                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
                     double e[3];
                     if (!grads_close(&a, &R, e)) {
                         fprintf(stderr, "\n  case %zu impl %d %s W %d bn %d: rel error dq %.3g dk %.3g dv %.3g (limit %.0g)",
@@ -538,7 +498,7 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
                     gpu_copy_bwd(&base, &a);
                     for (int rep = 0; rep < 5; rep++)
                         for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
-                            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grids[gi], NULL), 0);
                             int32_t mode = 0, used_grid = 0;
                             cuattn__last_launch(ca, &mode, &used_grid);
                             if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
@@ -587,7 +547,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
         CU_ASSERT_EQUAL(cuattn_impl_for(ca, p.head_dim) == CUATTN_IMPL_CUDA_CORES,
                         only_v1 && cuattn_impl(ca) != CUATTN_IMPL_WGMMA);
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
             for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++) {
                 if (wi > 0 && kind != SCHED_SHIFT)
@@ -596,7 +556,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                 cuattn__force_interleaved(ca, 0);
                 CU_ASSERT_EQUAL_FATAL(
                     cuattn_set_impl(ca, only_v1 ? CUATTN_IMPL_TENSOR_CORES : CUATTN_IMPL_CUDA_CORES), 0);
-                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 132, &used), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 132, &used), 0);
                 CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
                 CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
                 struct gpu_copy base;
@@ -605,7 +565,7 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
                 int seen[3] = {0, 0, 0};
                 for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
                     cuattn__force_interleaved(ca, runs[ri].interleaved);
-                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, runs[ri].grid, &used), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, runs[ri].grid, &used), 0);
                     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
                     int32_t mode = 0, grid = 0;
                     cuattn__last_launch(ca, &mode, &grid);
@@ -665,7 +625,7 @@ static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_ind
         struct refs R;
         refs_compute(&R, &p, &a);
         const double tol = tolerance(p.dtype);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         for (int kind = SCHED_ASCENDING; kind < SCHED_KIND_COUNT; kind++)
             for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
                 if (wi > 0 && kind != SCHED_SHIFT)
@@ -673,7 +633,7 @@ static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_ind
                 struct attn_config cfg = {(enum sched_kind)kind, ws[wi], 0, 0, 0}, used;
                 memset(&used, 0, sizeof used);
                 cuattn__force_interleaved(ca, 0);
-                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
                 CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
                 double e[3];
@@ -691,7 +651,7 @@ static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_ind
                     const int inter = ri + 1 == runs;
                     const int32_t grid = inter ? 5 : grids[ri % (sizeof grids / sizeof grids[0])];
                     cuattn__force_interleaved(ca, inter);
-                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grid, NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grid, NULL), 0);
                     int32_t mode = 0, used_grid = 0;
                     cuattn__last_launch(ca, &mode, &used_grid);
                     CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
@@ -739,7 +699,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
             if (impl == CUATTN_IMPL_WGMMA && !gpu_is_hopper())
                 continue;
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
-            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
             if (!(rel_err(a.out, p.dtype, R.out, a.nq) < tol)) {
                 fprintf(stderr, "\n  case %zu impl %d forward: too far from float64", ci, impl);
                 bad++;
@@ -753,7 +713,7 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                     /* the audit's fused leaves on every other schedule and interleaved, so
                      * the tools see the epilogues both ways */
                     CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, inter || kind % 2 == 0), 0);
-                    CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
                     double e[3];
                     if (!grads_close(&a, &R, e)) {
                         fprintf(stderr, "\n  case %zu impl %d %s%s: rel error dq %.3g dk %.3g dv %.3g",
@@ -799,13 +759,13 @@ static void test_attn_gpu_smaller_gpus_run_v2_or_v1(void)
      * every backward below) */
     struct gpu_copy fwd[2], bwd[2];
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0}, used;
-    CU_ASSERT_EQUAL_FATAL(run_forward(v2, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(v2, &a, NULL, NULL), 0);
     gpu_copy_fwd(&fwd[1], &a);
-    CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(v1, &a, NULL, NULL), 0);
     gpu_copy_fwd(&fwd[0], &a);
-    CU_ASSERT_EQUAL_FATAL(run_backward(v1, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(v1, &a, &cfg, 0, NULL), 0);
     gpu_copy_bwd(&bwd[0], &a);
-    CU_ASSERT_EQUAL_FATAL(run_backward(v2, &a, &cfg, 0, &used), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(v2, &a, &cfg, 0, &used), 0);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
     gpu_copy_bwd(&bwd[1], &a);
     CU_ASSERT(!gpu_copy_equal(&bwd[0], &a)); /* (two implementations: different bits) */
@@ -819,14 +779,14 @@ static void test_attn_gpu_smaller_gpus_run_v2_or_v1(void)
         CU_ASSERT_EQUAL(cuattn_impl_for(small, 256), CUATTN_IMPL_CUDA_CORES); /* v3's 256 needs 212 KiB */
         CU_ASSERT_EQUAL(cuattn_impl(small), chosen); /* the choice stays */
         CU_ASSERT_EQUAL(cuattn_bwd_block_n(small, &p), CUATTN_BLOCK);
-        CU_ASSERT_EQUAL_FATAL(run_forward(small, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(small, &a, NULL, NULL), 0);
         CU_ASSERT(gpu_copy_equal(&fwd[k], &a));
-        CU_ASSERT_EQUAL_FATAL(run_forward(v1, &a, NULL, NULL), 0); /* the backwards' inputs again */
-        CU_ASSERT_EQUAL_FATAL(run_backward(small, &a, &cfg, 0, &used), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(v1, &a, NULL, NULL), 0); /* the backwards' inputs again */
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(small, &a, &cfg, 0, &used), 0);
         CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
         CU_ASSERT(gpu_copy_equal(&bwd[k], &a));
         struct attn_config wide = {SCHED_SHIFT, 0, 0, CUATTN_TC_BLOCK_N, 0};
-        CU_ASSERT_EQUAL(run_backward(small, &a, &wide, 0, NULL), -EINVAL); /* neither has 128 here */
+        CU_ASSERT_EQUAL(gpu_bufs_backward(small, &a, &wide, 0, NULL), -EINVAL); /* neither has 128 here */
         CU_ASSERT_EQUAL(cuattn_check_config(small, &p, &wide, 1), -EINVAL);
     }
     for (int k = 0; k < 2; k++) {
@@ -840,10 +800,10 @@ static void test_attn_gpu_smaller_gpus_run_v2_or_v1(void)
     const struct shape_case big = {1, 70, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL};
     struct attn_problem pb = problem_of(&big);
     gpu_bufs_init(&a, &pb, NULL, NULL, &r);
-    CU_ASSERT_EQUAL(run_backward(small, &a, &cfg, 0, NULL), -ENOTSUP);
+    CU_ASSERT_EQUAL(gpu_bufs_backward(small, &a, &cfg, 0, NULL), -ENOTSUP);
     /* the early check says what the calls say (v1 at 256: 113 KiB forward, 162 KiB backward) */
     CU_ASSERT_EQUAL(cuattn_check_config(small, &pb, &cfg, 1), -ENOTSUP);
-    CU_ASSERT_EQUAL(cuattn_check_config(small, &pb, NULL, 0), run_forward(small, &a, NULL, NULL));
+    CU_ASSERT_EQUAL(cuattn_check_config(small, &pb, NULL, 0), gpu_bufs_forward(small, &a, NULL, NULL));
     gpu_bufs_free(&a);
     cuattn_free(v1);
     cuattn_free(v2);
@@ -875,28 +835,28 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
 
     struct attn_config used;
     memset(&used, 0, sizeof used);
-    CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
+    CU_ASSERT_EQUAL(gpu_bufs_forward(ca, &a, NULL, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_ASCENDING);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
     /* v2's and v3's backward default to 64 x 128 tiles and run 64 x 64 when asked; v1 has
      * 64 x 64 */
     const int32_t wide = cuattn_impl(ca) != CUATTN_IMPL_CUDA_CORES ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
-    CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
+    CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, NULL, 0, &used), 0);
     CU_ASSERT(sched_is_deterministic(used.sched) && used.sched != SCHED_AUTO);
     CU_ASSERT_EQUAL(used.w, SCHED_W_DEFAULT);
     CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
     CU_ASSERT_EQUAL(used.block_n, wide);
     struct attn_config pinned = {SCHED_SPT, 7, 64, 0, 0};
-    CU_ASSERT_EQUAL(run_backward(ca, &a, &pinned, 5, &used), 0);
+    CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, &pinned, 5, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT_EQUAL(used.w, 7);
     CU_ASSERT_EQUAL(used.block_n, wide);
     struct attn_config narrow = {SCHED_SPT, 0, 0, CUATTN_BLOCK, 0};
-    CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, &used), 0);
+    CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, &narrow, 0, &used), 0);
     CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
     struct attn_config widest = {SCHED_SPT, 0, 0, CUATTN_TC_BLOCK_N, 0};
-    CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, &used), wide == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
+    CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, &widest, 0, &used), wide == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
 
     /* the kernels' limits */
     struct attn_problem q = p;
@@ -916,8 +876,8 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
         {(enum sched_kind)99, 0, 0, 0, 0}, {SCHED_SHIFT, SCHED_W_MAX + 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
-        CU_ASSERT_EQUAL(run_backward(ca, &a, &bad_cfgs[i], 0, NULL), -EINVAL);
-    CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, -1, NULL), -EINVAL);
+        CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, &bad_cfgs[i], 0, NULL), -EINVAL);
+    CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, NULL, -1, NULL), -EINVAL);
     /* malformed problem and views */
     q = p;
     q.heads_kv = 3;
@@ -935,7 +895,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     CU_ASSERT_EQUAL(cuattn_forward(NULL, &p, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
                                    gpu_bufs_tk(&a, a.d_v), NULL), -EINVAL);
     /* still usable after refusals */
-    CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     gpu_bufs_free(&a);
 
     /* head dim 256 runs v3 where v3 is set, else v1 (v2 has no 256): 64 x 64 tiles
@@ -966,18 +926,18 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
             const int32_t bn = runs == CUATTN_IMPL_WGMMA && p2.head_dim != 256 ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
             CU_ASSERT_EQUAL(cuattn_bwd_block_n(ca, &p2), bn);
             memset(&used, 0, sizeof used);
-            CU_ASSERT_EQUAL(run_forward(ca, &a, NULL, &used), 0);
+            CU_ASSERT_EQUAL(gpu_bufs_forward(ca, &a, NULL, &used), 0);
             CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), fwd == CUATTN_IMPL_WGMMA);
             CU_ASSERT_EQUAL(used.block_n, CUATTN_BLOCK);
             memset(&used, 0, sizeof used);
-            CU_ASSERT_EQUAL(run_backward(ca, &a, NULL, 0, &used), 0);
+            CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, NULL, 0, &used), 0);
             /* auto, resolved for the dim asked (96, not the 128 it runs) */
             CU_ASSERT_EQUAL(used.sched, cuattn_auto_schedule(gpu_cc(), p2.head_dim, SCHED_MASK_CAUSAL, 0));
             CU_ASSERT_EQUAL(used.block_m, CUATTN_BLOCK);
             CU_ASSERT_EQUAL(used.block_n, bn);
             CU_ASSERT_EQUAL(cuattn__last_wg(ca), runs == CUATTN_IMPL_WGMMA);
-            CU_ASSERT_EQUAL(run_backward(ca, &a, &narrow, 0, NULL), 0);
-            CU_ASSERT_EQUAL(run_backward(ca, &a, &widest, 0, NULL), bn == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
+            CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, &narrow, 0, NULL), 0);
+            CU_ASSERT_EQUAL(gpu_bufs_backward(ca, &a, &widest, 0, NULL), bn == CUATTN_TC_BLOCK_N ? 0 : -EINVAL);
             gpu_bufs_free(&a);
         }
     cuattn_free(ca);
@@ -1058,7 +1018,7 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
         R.lse = malloc(sizeof(double) * (size_t)a.nlse);
         CU_ASSERT_FATAL(R.out && R.lse);
         CU_ASSERT_FATAL(ref_forward(&p, gpu_bufs_tq(&a, a.q), gpu_bufs_tk(&a, a.k), gpu_bufs_tk(&a, a.v), R.out, R.lse) == 0);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), 1);
         double err;
         int lse_bad;
@@ -1071,7 +1031,7 @@ static void test_attn_gpu_v3_forward_matches_float64_reference_and_repeats_its_b
         struct gpu_copy first;
         gpu_copy_fwd(&first, &a);
         for (int rep = 0; rep < 2; rep++) {
-            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
             if (!gpu_copy_equal(&first, &a) && mismatches++ < 8)
                 fprintf(stderr, "\n  case %zu: repeat %d differs", ci, rep);
         }
@@ -1109,7 +1069,7 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense bytes */
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0); /* the dense bytes */
         CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), 1);
         const size_t lb = sizeof(float) * (size_t)a.nlse;
         float *lse_dense = malloc(lb);
@@ -1143,7 +1103,7 @@ static void test_attn_gpu_v3_forward_bits_do_not_depend_on_strides(void)
                 CUDA_OK(cudaMemcpy(view.data, host[i], bytes[i], cudaMemcpyHostToDevice));
             }
             /* the uploads above (legacy stream) landed; the poison on the object's stream, as
-             * run_forward's: the kernels come after both */
+             * gpu_bufs_forward's: the kernels come after both */
             CUDA_OK(cudaDeviceSynchronize());
             CUDA_OK(cudaMemsetAsync(a.d_lse, 0xff, lb, (cudaStream_t)cuattn_stream(ca)));
             CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, t[OUT], a.d_lse, t[Q], t[K], t[V], NULL), 0);
@@ -1198,7 +1158,7 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         struct refs R;
         refs_compute(&R, &p, &a);
         double err;
@@ -1214,7 +1174,7 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
             for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
                 cuattn__force_no_tma(ca, cp);
                 cuattn__force_fwd_ctas(ca, ctas[k]);
-                CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
                 if (!gpu_copy_equal(&one_an_sm, &a)) {
                     fprintf(stderr, "\n  case %zu, %s, %d CTAs: other bytes than a CTA an SM", ci,
                             cp ? "cp.async" : "TMA", (int)ctas[k]);
@@ -1271,12 +1231,12 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
         const size_t qb = a.es * (size_t)a.nq, lb = sizeof(float) * (size_t)a.nlse;
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         paths += cuattn__last_fwd_tma(ca) != 1;
         struct gpu_copy tma;
         gpu_copy_fwd(&tma, &a);
         cuattn__force_no_tma(ca, 1);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         paths += cuattn__last_fwd_tma(ca) != 0;
         cuattn__force_no_tma(ca, 0);
         if (!gpu_copy_equal(&tma, &a)) {
@@ -1377,7 +1337,7 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0); /* the dense tensors' bytes */
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0); /* the dense tensors' bytes */
         struct gpu_copy dense;
         gpu_copy_fwd(&dense, &a);
         const int64_t rq = a.nq / 96, rk = a.nk / 96;
@@ -1443,8 +1403,8 @@ static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns
             gpu_bufs_init(&a, &p, NULL, NULL, &r);
             /* the dense tensors' bytes through the widened copies (no TMA: never narrow) */
             cuattn__force_no_tma(ca, 1);
-            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
-            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, cfg, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, cfg, 0, NULL), 0);
             struct gpu_copy dense;
             gpu_copy_bwd(&dense, &a);
             const int64_t rq = a.nq / 96, rk = a.nk / 96;
@@ -1518,7 +1478,7 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
         CU_ASSERT_FATAL(ref_forward(&p, gpu_bufs_tq(&a, a.q), gpu_bufs_tk(&a, a.k), gpu_bufs_tk(&a, a.v), R.out, R.lse) == 0);
         for (int cp = 0; cp < 2; cp++) {
             cuattn__force_no_tma(ca, cp);
-            CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
             CU_ASSERT_EQUAL(cuattn__last_fwd_tma(ca), !cp);
             double err;
             int lse_bad;
@@ -1565,9 +1525,9 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 0), 0);
-        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, NULL), 0);
         for (int i = 0; i < 3; i++)
             CU_ASSERT_PTR_NULL(cuattn_leaves(ca, i));
         struct gpu_copy plain;
@@ -1577,13 +1537,13 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
         /* once to have the leaves' memory, then again with every leaf poisoned first (the
          * same shape reuses it): a row whose leaf is not written cannot pass */
         CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
-        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, NULL), 0);
         const uint64_t *first[3];
         for (int i = 0; i < 3; i++)
             if ((first[i] = cuattn_leaves(ca, i)) != NULL)
                 CUDA_OK(cudaMemset((void *)(uintptr_t)first[i], 0xff, sizeof(uint64_t) * (size_t)rows[i]));
         CUDA_OK(cudaDeviceSynchronize()); /* poisoned before the kernels' own stream runs */
-        CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, NULL, 0, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, NULL), 0);
         for (int i = 0; i < 3; i++)
             CU_ASSERT_PTR_EQUAL(cuattn_leaves(ca, i), first[i]);
         CU_ASSERT(gpu_copy_equal(&plain, &a));
@@ -1896,13 +1856,13 @@ static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_b
         char what[96];
         snprintf(what, sizeof what, "case %zu (%d x %d, d %d, %s)", ci, p.seqlen_q, p.seqlen_k, p.head_dim,
                  p.mask == SCHED_MASK_CAUSAL ? "causal" : "full");
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         bad += !outputs_finite(&a, 0, what); /* the rows the blocks leave out too */
         for (int b = 0; b < nb; b++)
             bad += !row_block_close(&a, &blk[b], 0, what);
         struct gpu_copy fwd;
         gpu_copy_fwd(&fwd, &a);
-        CU_ASSERT_EQUAL_FATAL(run_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         if (!gpu_copy_equal(&fwd, &a) && mismatches++ < 8)
             fprintf(stderr, "\n  %s: the forward's repeat differs", what);
         gpu_copy_free(&fwd);
@@ -1912,7 +1872,7 @@ static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_b
             char sw[160];
             snprintf(sw, sizeof sw, "%s %s W %d", what, sched_kind_name(kinds[k]), w);
             cuattn__force_interleaved(ca, 0);
-            CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
             if (v3)
                 CU_ASSERT_EQUAL(cuattn__last_wg(ca), 1);
             bad += !outputs_finite(&a, 1, sw);
@@ -1926,7 +1886,7 @@ static void test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_b
                 const int inter = ri + 1 == cases[ci].runs;
                 const int32_t grid = inter ? 5 : grids[ri % (sizeof grids / sizeof grids[0])];
                 cuattn__force_interleaved(ca, inter);
-                CU_ASSERT_EQUAL_FATAL(run_backward(ca, &a, &cfg, grid, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grid, NULL), 0);
                 int32_t mode = 0, used_grid = 0;
                 cuattn__last_launch(ca, &mode, &used_grid);
                 CU_ASSERT(!inter || mode == 2);

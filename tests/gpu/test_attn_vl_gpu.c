@@ -48,41 +48,6 @@ static int32_t irand(struct tu_rng *r, int32_t n)
     return (int32_t)(tu_next(r) % (uint64_t)n);
 }
 
-
-static int vl_forward(struct cuattn *ca, struct gpu_bufs *a, struct attn_config *ret_cfg)
-{
-    const size_t qb = a->es * (size_t)a->nq, lb = sizeof(float) * (size_t)a->nlse;
-    cudaStream_t st = (cudaStream_t)cuattn_stream(ca); /* the poison before the kernels (test_attn_gpu.c's run_forward) */
-    CUDA_OK(cudaMemsetAsync(a->d_out, 0xff, qb, st));
-    CUDA_OK(cudaMemsetAsync(a->d_lse, 0xff, lb, st));
-    int rc = cuattn_forward(ca, &a->p, NULL, gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
-                            gpu_bufs_tk(a, a->d_v), ret_cfg);
-    if (rc)
-        return rc;
-    CUDA_OK(cudaMemcpy(a->out, a->d_out, qb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(a->lse, a->d_lse, lb, cudaMemcpyDeviceToHost));
-    return 0;
-}
-
-static int vl_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
-                       struct attn_config *ret_cfg)
-{
-    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
-    cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
-    CUDA_OK(cudaMemsetAsync(a->d_dq, 0xff, qb, st));
-    CUDA_OK(cudaMemsetAsync(a->d_dk, 0xff, kb, st));
-    CUDA_OK(cudaMemsetAsync(a->d_dv, 0xff, kb, st));
-    int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk), gpu_bufs_tk(a, a->d_dv),
-                             gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k), gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse,
-                             gpu_bufs_tq(a, a->d_dout), ret_cfg);
-    if (rc)
-        return rc;
-    CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
-    return 0;
-}
-
 /* The implementations whose VL backward kernels differ on this GPU: v3 (the wgmma step)
  * where the GPU has it, and v2 (mma.sync); a's impl is left at the first. */
 static int vl_impls(struct cuattn *ca, int32_t impls[2])
@@ -126,7 +91,10 @@ struct vrefs {
     double *out, *lse, *dq, *dk, *dv;
 };
 
-static void vrefs_compute(struct vrefs *R, const struct gpu_bufs *a)
+/* The forward's float64 reference (O, LSE) of a, sequence by sequence, with room for the
+ * gradients: vrefs_compute's (Dsum from the float64 O), or vrefs_backward_given_out's after
+ * gpu_bufs_forward (the long ragged batches skip the former, which they would not use). */
+static void vrefs_forward(struct vrefs *R, const struct gpu_bufs *a)
 {
     R->out = malloc(sizeof(double) * (size_t)(a->nq + 1));
     R->lse = malloc(sizeof(double) * (size_t)(a->nlse + 1));
@@ -135,6 +103,12 @@ static void vrefs_compute(struct vrefs *R, const struct gpu_bufs *a)
     R->dv = malloc(sizeof(double) * (size_t)(a->nk + 1));
     CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
     CU_ASSERT_FATAL(ref_forward(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), R->out, R->lse) == 0);
+}
+
+/* The forward's reference and the gradients' (Dsum from the float64 O). */
+static void vrefs_compute(struct vrefs *R, const struct gpu_bufs *a)
+{
+    vrefs_forward(R, a);
     CU_ASSERT_FATAL(ref_backward(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), gpu_bufs_tq(a, a->dout), R->dq, R->dk,
                                  R->dv) == 0);
 }
@@ -143,7 +117,7 @@ static void vrefs_compute(struct vrefs *R, const struct gpu_bufs *a)
  * the backward reads that O. In a row with two keys and P = (0.0014, 0.9986), O's f16
  * rounding alone gives dQ a relative error of 0.07 (float64 emulation); a dense f16 case of
  * 310 queries over 2 keys, causal, measured dq 0.0071 against the float64 O on the H200,
- * where the f16 kernels give 4e-4 on rows of many keys. Call after vl_forward. */
+ * where the f16 kernels give 4e-4 on rows of many keys. Call after gpu_bufs_forward. */
 static void vrefs_backward_given_out(struct vrefs *R, const struct gpu_bufs *a)
 {
     CU_ASSERT_FATAL(ref_backward_given_out(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), gpu_bufs_tq(a, a->out),
@@ -225,7 +199,7 @@ static int backward_every(struct cuattn *ca, struct gpu_bufs *a, const struct vr
             struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
             char at[224];
             snprintf(at, sizeof at, "%s v%d %s", what, (int)impls[ii], sched_kind_name(kinds[k]));
-            const int rc = vl_backward(ca, a, &cfg, 0, NULL);
+            const int rc = gpu_bufs_backward(ca, a, &cfg, 0, NULL);
             CU_ASSERT_EQUAL(rc, 0);
             if (rc) {
                 fprintf(stderr, "\n  %s: backward returned %d", at, rc);
@@ -327,7 +301,7 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
         const int ni = vl_impls(ca, impls);
         for (int ii = ni - 1; ii >= 0; ii--) { /* each forward; the default's O (v3's) last */
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
-            CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
             bad += !ran_expected_fwd(ca, impls[ii], what);
             bad += !check_forward(&a, &R, what);
         }
@@ -374,14 +348,14 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
         det_problem(&a, di % 2 ? 128 : 64, (di == 1 || di == 2) ? DTYPE_BF16 : DTYPE_F16, &r);
         struct vrefs R;
         vrefs_compute(&R, &a);
-        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         bad += !check_forward(&a, &R, "determinism batch");
         const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT, SCHED_SHIFT, SCHED_SHIFT};
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
             const int32_t w = k == 4 ? 7 : SCHED_W_DEFAULT;
             for (int32_t bn = 64; bn <= cuattn_bwd_block_n(ca, &a.p); bn += 64) { /* the tiles it has */
                 struct attn_config cfg = {kinds[k], w, 0, bn, 0}, used;
-                CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT_EQUAL(used.sched, kinds[k]);
                 CU_ASSERT_EQUAL(used.w, w);
                 CU_ASSERT_EQUAL(used.block_n, bn);
@@ -394,7 +368,7 @@ static void test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_gr
                 gpu_copy_bwd(&g, &a);
                 const int32_t grids[] = {0, 1, 5};
                 for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
-                    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grids[gi], NULL), 0);
                     if (!gpu_copy_equal(&g, &a)) {
                         fprintf(stderr, "\n  %s: grid %d gave other bits", what, grids[gi]);
                         bad++;
@@ -454,8 +428,8 @@ static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
     CUDA_OK(cudaMemcpy(three.d_dout, three.dout, three.es * (size_t)three.nq, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(three.d_k, three.k, three.es * (size_t)three.nk, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(three.d_v, three.v, three.es * (size_t)three.nk, cudaMemcpyHostToDevice));
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &one, NULL), 0);
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &three, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &one, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &three, NULL, NULL), 0);
     int bad = 0;
     bad += memcmp((char *)three.out + aq, one.out, (size_t)LA * rowq) != 0;
     for (int32_t h = 0; h < HQ; h++) /* lse (heads, total_q) */
@@ -470,9 +444,9 @@ static int packing_case(struct cuattn *ca, int32_t D, struct tu_rng *r)
             struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
             char what[64];
             snprintf(what, sizeof what, "D %d v%d schedule %d", D, (int)impls[ii], (int)kinds[k]);
-            CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &one, &cfg, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &one, &cfg, 0, NULL), 0);
             bad += !ran_expected(ca, impls[ii], 0, what);
-            CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &three, &cfg, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &three, &cfg, 0, NULL), 0);
             bad += !ran_expected(ca, impls[ii], 0, what);
             if (memcmp((char *)three.dq + aq, one.dq, (size_t)LA * rowq) ||
                 memcmp((char *)three.dk + ak, one.dk, (size_t)KA * rowk) ||
@@ -549,7 +523,7 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
             snprintf(what, sizeof what, "D %d v%d", D, (int)impls[ii]);
             const int v3 = impls[ii] == CUATTN_IMPL_WGMMA;
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
-            CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &dense, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &dense, NULL, NULL), 0);
             bad += !ran_expected_fwd(ca, impls[ii], what);
             bad += cuattn__last_fwd_tma(ca) != v3;
             bad += !check_forward(&dense, &R, what);
@@ -557,7 +531,7 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
             memcpy(lse0, dense.lse, lb); /* (B, H, S) */
             if (v3) {
                 cuattn__force_no_tma(ca, 1);
-                CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &dense, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &dense, NULL, NULL), 0);
                 cuattn__force_no_tma(ca, 0);
                 bad += cuattn__last_fwd_tma(ca) != 0 || !ran_expected_fwd(ca, impls[ii], what);
                 if (memcmp(out0, dense.out, ob) != 0 || memcmp(lse0, dense.lse, lb) != 0) {
@@ -567,7 +541,7 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
             }
             for (int cp = 0; cp <= v3; cp++) { /* v3: TMA (maps per sequence), then cp.async */
                 cuattn__force_no_tma(ca, cp);
-                CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &packed, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &packed, NULL, NULL), 0);
                 cuattn__force_no_tma(ca, 0);
                 bad += cuattn__last_fwd_tma(ca) != (v3 && !cp) || !ran_expected_fwd(ca, impls[ii], what);
                 int lse_bad = 0;
@@ -613,7 +587,7 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
     gpu_bufs_init(&a, &p, lq, lk, &r);
     struct vrefs R;
     vrefs_compute(&R, &a);
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     CU_ASSERT(check_forward(&a, &R, "rows without keys"));
     int inf_rows = 0;
     for (int64_t i = 0; i < a.nlse; i++)
@@ -628,7 +602,7 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
         for (size_t k = 0; k < 2; k++) {
             struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
-            CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
             CU_ASSERT(ran_expected(ca, impls[ii], 0, "rows without keys"));
             CU_ASSERT(check_backward(&a, &R, "rows without keys"));
         }
@@ -655,38 +629,38 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     struct gpu_bufs a;
     gpu_bufs_init(&a, &p, NULL, NULL, &r);
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     float *lse0 = malloc(sizeof(float) * (size_t)a.nlse);
     void *out0 = malloc(a.es * (size_t)a.nq);
     CU_ASSERT_FATAL(lse0 && out0);
     memcpy(lse0, a.lse, sizeof(float) * (size_t)a.nlse);
     memcpy(out0, a.out, a.es * (size_t)a.nq);
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
     struct gpu_copy g;
     gpu_copy_bwd(&g, &a);
     a.p.window = 1;
     a.p.window_left = 500; /* past every key: the causal mask */
     a.p.window_right = 3;
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     CU_ASSERT(memcmp(out0, a.out, a.es * (size_t)a.nq) == 0);
     CU_ASSERT(memcmp(lse0, a.lse, sizeof(float) * (size_t)a.nlse) == 0);
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
     CU_ASSERT(gpu_copy_equal(&g, &a));
     /* auto: shift for the plain mask, spt for a band (its bits those of spt asked for by
      * name) */
     struct attn_config used;
     memset(&used, 0, sizeof used);
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, NULL, 0, &used), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SHIFT);
     CU_ASSERT(gpu_copy_equal(&g, &a));
     a.p.window_left = 40;
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     struct attn_config spt = {SCHED_SPT, 0, 0, 0, 0};
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &spt, 0, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &spt, 0, NULL), 0);
     gpu_copy_free(&g);
     gpu_copy_bwd(&g, &a);
     memset(&used, 0, sizeof used);
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, NULL, 0, &used), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, &used), 0);
     CU_ASSERT_EQUAL(used.sched, SCHED_SPT);
     CU_ASSERT(gpu_copy_equal(&g, &a));
     gpu_copy_free(&g);
@@ -707,19 +681,6 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     cuattn_free(ca);
 }
 
-/* The forward's float64 reference (O, LSE) of a, sequence by sequence, with room for the
- * gradients: vrefs_backward_given_out fills those after vl_forward (the long batches below
- * skip vrefs_compute's float64-O gradients, which they would not use). */
-static void vrefs_forward(struct vrefs *R, const struct gpu_bufs *a)
-{
-    R->out = malloc(sizeof(double) * (size_t)(a->nq + 1));
-    R->lse = malloc(sizeof(double) * (size_t)(a->nlse + 1));
-    R->dq = malloc(sizeof(double) * (size_t)(a->nq + 1));
-    R->dk = malloc(sizeof(double) * (size_t)(a->nk + 1));
-    R->dv = malloc(sizeof(double) * (size_t)(a->nk + 1));
-    CU_ASSERT_FATAL(R->out && R->lse && R->dq && R->dk && R->dv);
-    CU_ASSERT_FATAL(ref_forward(&a->p, gpu_bufs_tq(a, a->q), gpu_bufs_tk(a, a->k), gpu_bufs_tk(a, a->v), R->out, R->lse) == 0);
-}
 
 /* Long ragged batches: packed batches of sequences of 8192 and 1 query, one of any length up
  * to 8192 (rarely a tile multiple), one at a tile edge and one up to 300, each over its own
@@ -774,12 +735,12 @@ static void test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_eve
                  lq[0], lq[1], lq[2], lq[3], lq[4], lk[0], lk[1], lk[2], lk[3], lk[4]);
         struct vrefs R;
         vrefs_forward(&R, &a);
-        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         bad += !ran_expected_fwd(ca, impls[0], what);
         bad += !check_forward(&a, &R, what);
         struct gpu_copy fwd;
         gpu_copy_fwd(&fwd, &a);
-        CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
         if (!gpu_copy_equal(&fwd, &a) && mismatches++ < 8)
             fprintf(stderr, "\n  %s: the forward's repeat differs", what);
         gpu_copy_free(&fwd);
@@ -791,7 +752,7 @@ static void test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_eve
                 memset(&used, 0, sizeof used);
                 char sw[280];
                 snprintf(sw, sizeof sw, "%s %s W %d block_n %d", what, sched_kind_name(kinds[k]), w, bn);
-                CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, &used), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, &used), 0);
                 CU_ASSERT_EQUAL(used.sched, kinds[k]);
                 CU_ASSERT_EQUAL(used.block_n, bn);
                 bad += !ran_expected(ca, impls[0], bn, sw);
@@ -802,7 +763,7 @@ static void test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_eve
                 gpu_copy_bwd(&g, &a);
                 for (int rep = 0; rep < 20; rep++) {
                     const int32_t grid = grids[rep % (int)(sizeof grids / sizeof grids[0])];
-                    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, grid, NULL), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grid, NULL), 0);
                     if (!gpu_copy_equal(&g, &a) && mismatches++ < 8)
                         fprintf(stderr, "\n  %s: repeat %d on grid %d gave other bits", sw, rep, grid);
                 }
@@ -872,7 +833,7 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
             for (int cp = v3; cp >= 0; cp--) { /* v3: cp.async, then TMA */
                 snprintf(what, sizeof what, "case %zu v%d%s", ci, (int)impls[ii], cp ? " cp.async" : "");
                 cuattn__force_no_tma(ca, cp);
-                CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
                 bad += !ran_expected_fwd(ca, impls[ii], what);
                 bad += cuattn__last_fwd_tma(ca) != (v3 && !cp);
                 bad += !check_forward(&a, &R, what);
@@ -929,8 +890,8 @@ static void test_dashd_varlen_gpu_packed_window_softcap_match_in_process_kernels
     struct cuattn *ca = NULL;
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
     struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
-    CU_ASSERT_EQUAL_FATAL(vl_forward(ca, &a, NULL), 0);
-    CU_ASSERT_EQUAL_FATAL(vl_backward(ca, &a, &cfg, 0, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
     cuattn_free(ca);
 
     /* one allocation: q k v out dout dq dk dv, then lse */
