@@ -460,14 +460,21 @@ def test_gpu_varlen_on_cuda_tensors_matches_float64():
         assert rel(got, want) < 2e-2, f"{name}, seed {SEED}"
 
 
-def test_gpu_varlen_takes_cuda_offsets_as_flash_attn_users_pass_them():
-    # flash-attn takes cu_seqlens on the GPU; dash_attn copies them to the host (a wait).
-    # Its .numpy() of the CUDA tensor used to raise TypeError before anything was sent.
-    g = torch.Generator(device="cuda").manual_seed(SEED ^ 11)
+def _packed_case(seed):
+    """A packed batch of three sequences (70, 0 and 130 tokens; 4 heads of 64, bf16) on the
+    GPU: host offsets (int32), q, k, v requiring grad, and an output gradient."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
     cu = torch.tensor([0, 70, 70, 200], dtype=torch.int32)
     q, k, v = (torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16().requires_grad_()
                for _ in range(3))
     dout = torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16()
+    return cu, q, k, v, dout
+
+
+def test_gpu_varlen_takes_cuda_offsets_as_flash_attn_users_pass_them():
+    # flash-attn takes cu_seqlens on the GPU; dash_attn copies them to the host (a wait).
+    # Its .numpy() of the CUDA tensor used to raise TypeError before anything was sent.
+    cu, q, k, v, dout = _packed_case(SEED ^ 11)
     got = []
     for cq in (cu, cu.cuda(), cu.cuda().long()):
         out = dash_attn.flash_attn_varlen_func(q, k, v, cq, cq, 130, 130, causal=True)
@@ -483,11 +490,7 @@ def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
     # takes that copy: _offsets never sees a device tensor, and the bits are the host
     # offsets' bits.
     from dash_attn import _varlen
-    g = torch.Generator(device="cuda").manual_seed(SEED ^ 13)
-    cu = torch.tensor([0, 70, 70, 200], dtype=torch.int32)
-    q, k, v = (torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16().requires_grad_()
-               for _ in range(3))
-    dout = torch.randn(200, 4, 64, generator=g, device="cuda").bfloat16()
+    cu, q, k, v, dout = _packed_case(SEED ^ 13)
     want = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 130, 130, causal=True)
     want = (want,) + torch.autograd.grad(want, (q, k, v), dout)
     seen = []
