@@ -13,7 +13,8 @@
 # tool on the window/packed kernels' sanitizer target, for trials that change attn_vl.cu),
 # AB_TRIALS (default: every
 # trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials,
-# and MAIN_CHECKS (default none) test_dash_gpu suites to run on main's bundle first (say,
+# SUITE_TIMEOUT (seconds; default 300 on main, 200 on trials: raise it where several runs
+# share the GPU) bounds each suite, and MAIN_CHECKS (default none) test_dash_gpu suites to run on main's bundle first (say,
 # tests new on main: "gpu_attn gpu_attn_fwd gpu_audit gpu_dashd").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +35,7 @@ suite() {
 }
 builds=("main=$root/.gpu/bin/bench_gpu")
 for s in ${MAIN_CHECKS:-}; do
-  suite main "$root/.gpu/bin" "$s" 300
+  suite main "$root/.gpu/bin" "$s" "${SUITE_TIMEOUT:-300}"
 done
 for d in "$root"/.gpu/trial-*/; do
   [ -x "$d/test_dash_gpu" ] || continue
@@ -45,7 +46,7 @@ for d in "$root"/.gpu/trial-*/; do
   checks=" ${CHECKS:-gpu_attn racecheck synccheck audit} "
   for s in $checks; do # every gpu_* word: that test_dash_gpu suite
     [[ $s == gpu_* ]] || continue
-    suite "$t" "$d" "$s" 200
+    suite "$t" "$d" "$s" "${SUITE_TIMEOUT:-200}"
   done
   for tool in racecheck synccheck; do
     [[ $checks == *" $tool "* ]] || continue

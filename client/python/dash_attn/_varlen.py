@@ -209,18 +209,24 @@ if torch is not None and _ops.available:
                    causal: bool, window_left: int, window_right: int, softcap: float,
                    schedule: str, batch_invariant: bool, client: int, audit_given: bool,
                    audit_step: Optional[int],
-                   audit_label: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
+                   audit_label: Optional[str]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """out, lse, the audit tag, and the offsets' int32 host copies, which the backward
+        takes (as DashVarlenFunction's does): CUDA offsets are read once, here."""
         step, label = (audit_step, audit_label) if audit_given else _client.current_audit()
+        hq, hk = _host_offsets(cu_seqlens_q, cu_seqlens_k)
+        hq = torch.from_numpy(_offsets("cu_seqlens_q", hq))
+        hk = hq.clone() if cu_seqlens_k is cu_seqlens_q else torch.from_numpy(
+            _offsets("cu_seqlens_k", hk))
         _client.push_audit(step, label)
         try:
-            out, lse = varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+            out, lse = varlen_forward(q, k, v, hq, hk, max_seqlen_q,
                                       max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
                                       window_size=(window_left, window_right), softcap=softcap,
                                       schedule=schedule, batch_invariant=batch_invariant,
                                       client=_client.client_by_id(client, q))
         finally:
             _client.pop_audit()
-        return out, lse, _ops._tag_tensor(step, label)
+        return out, lse, _ops._tag_tensor(step, label), hq, hk
 
     @varlen_fwd.register_fake
     def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -230,7 +236,9 @@ if torch is not None and _ops.available:
         _client._dtype_code(q)
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-        return out, lse, torch.empty(3, dtype=torch.int64)
+        return (out, lse, torch.empty(3, dtype=torch.int64),
+                torch.empty(cu_seqlens_q.shape, dtype=torch.int32),
+                torch.empty(cu_seqlens_k.shape, dtype=torch.int32))
 
     @_ops._custom_op("dash_attn::varlen_bwd")
     def varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
@@ -259,14 +267,14 @@ if torch is not None and _ops.available:
                      for x in (q, k, v))
 
     def _varlen_setup_context(ctx, inputs, output):
-        q, k, v, cu_q, cu_k = inputs[:5]
-        out, lse, tag = output
-        ctx.save_for_backward(q, k, v, out, lse, tag, cu_q, cu_k)
+        q, k, v = inputs[:3]
+        out, lse, tag, host_q, host_k = output  # the offsets the forward ran with, on the host
+        ctx.save_for_backward(q, k, v, out, lse, tag, host_q, host_k)
         ctx.params = inputs[5:15]  # max_seqlen_q .. client: the bwd's, in its order
         ctx.n_inputs = len(inputs)
-        ctx.mark_non_differentiable(lse, tag)
+        ctx.mark_non_differentiable(lse, tag, host_q, host_k)
 
-    def _varlen_backward(ctx, dout, dlse, dtag):
+    def _varlen_backward(ctx, dout, dlse, dtag, dhost_q, dhost_k):
         q, k, v, out, lse, tag, cu_q, cu_k = ctx.saved_tensors
         dq, dk, dv = varlen_bwd(dout, q, k, v, out, lse, tag, cu_q, cu_k, *ctx.params)
         return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
@@ -334,10 +342,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)
     else:
         step, label = _client.traced_audit[-1] if given else (None, None)
-        out, lse, _ = torch.ops.dash_attn.varlen_fwd(
+        out, lse = torch.ops.dash_attn.varlen_fwd(
             q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
             bool(causal), left, right, float(softcap), sched, bool(batch_invariant),
-            client.id if client is not None else 0, given, step, label)
+            client.id if client is not None else 0, given, step, label)[:2]
     if return_attn_probs:
         return out, lse, None
     if return_softmax_lse:

@@ -514,6 +514,36 @@ def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
     assert seen and not any(seen), f"device offsets read: {seen}"
 
 
+def test_gpu_varlen_compiled_reads_cuda_offsets_once_a_forward_and_backward():
+    # Under torch.compile the ops run: varlen_fwd copies CUDA offsets to the host once (one
+    # wait, in _host_offsets) and returns the copies, which its backward is given - _offsets
+    # never sees a device tensor, and the bits are the eager call's.
+    from dash_attn import _varlen
+    cu, q, k, v, dout = _packed_case(SEED ^ 17)
+
+    def f(q, k, v, cq):
+        return dash_attn.flash_attn_varlen_func(q, k, v, cq, cq, 130, 130, causal=True)
+    want = f(q, k, v, cu)
+    want = (want,) + torch.autograd.grad(want, (q, k, v), dout)
+    seen = []
+    orig = _varlen._offsets
+
+    def spy(name, x):
+        seen.append(isinstance(x, torch.Tensor) and x.is_cuda)
+        return orig(name, x)
+    torch._dynamo.reset()
+    g = torch.compile(f, fullgraph=True)
+    _varlen._offsets = spy
+    try:
+        out = g(q, k, v, cu.cuda())
+        got = (out,) + torch.autograd.grad(out, (q, k, v), dout)
+        dash_attn.synchronize()
+    finally:
+        _varlen._offsets = orig
+    assert seen and not any(seen), f"device offsets read: {seen}"
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
 def test_gpu_varlen_offsets_on_two_devices_are_both_waited_for():
     # _host_offsets queues the copies of CUDA offsets, then waits for them: each copy runs on
     # the current stream of its own tensor's device. Offsets on the second GPU, written there

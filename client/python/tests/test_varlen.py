@@ -304,8 +304,9 @@ def test_varlen_ops_pass_opcheck(client):
             False, None, None)
     torch.library.opcheck(torch.ops.dash_attn.varlen_fwd.default, args)
     torch.library.opcheck(torch.ops.dash_attn.varlen_fwd.default, args[:-3] + (True, 3, "l1"))
-    out, lse, tag = torch.ops.dash_attn.varlen_fwd(*(x.detach() if torch.is_tensor(x) else x
-                                                     for x in args))
+    out, lse, tag, hq, hk = torch.ops.dash_attn.varlen_fwd(
+        *(x.detach() if torch.is_tensor(x) else x for x in args))
+    assert torch.equal(hq, cq) and torch.equal(hk, ck) and hq.dtype == torch.int32
     torch.library.opcheck(torch.ops.dash_attn.varlen_bwd.default,
                           (dout, q.detach(), k.detach(), v.detach(), out, lse, tag, cq, ck,
                            max(lq), max(lk), None, True, 6, 0, 30.0, "shift", False, 0))
@@ -343,6 +344,38 @@ def test_varlen_compile_fullgraph_gives_the_eager_bits(client, window, softcap):
     ex = torch._dynamo.explain(f)(q.detach(), k.detach(), v.detach())
     assert ex.graph_count == 1 and ex.graph_break_count == 0
     assert "dash_attn.varlen_fwd" in "".join(str(gm.graph) for gm in ex.graphs)
+
+
+def test_varlen_compiled_backward_takes_the_offsets_its_forward_copied(client):
+    # The varlen_fwd op returns the offsets' int32 host copies, and the backward op is given
+    # those (as the eager DashVarlenFunction keeps its own): CUDA offsets are read once a
+    # forward + backward instead of twice each (test_gpu.py counts the device reads). Here
+    # the offsets are passed as int64: the backward's are the forward's int32 copies.
+    from dash_attn import _varlen
+    g = torch.Generator().manual_seed(SEED ^ 5)
+    lq = [7, 0, 12]
+    q, k, v, dout = packed(lq, lq, 2, 2, 32, g)
+    cq = offsets(lq).long()
+    seen = []
+    orig = _varlen.varlen_backward
+
+    def spy(dout, q, k, v, out, lse, cu_q, cu_k, *a, **kw):
+        seen.append((cu_q.dtype, cu_q.device.type, cu_q.tolist(), cu_k.tolist()))
+        return orig(dout, q, k, v, out, lse, cu_q, cu_k, *a, **kw)
+
+    def f(q, k, v):
+        return dash_attn.flash_attn_varlen_func(q, k, v, cq, cq, max(lq), max(lq), causal=True)
+
+    qs, ks, vs = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    want = torch.autograd.grad(f(qs, ks, vs), (qs, ks, vs), dout)
+    torch._dynamo.reset()
+    _varlen.varlen_backward = spy
+    try:
+        got = torch.autograd.grad(torch.compile(f, fullgraph=True)(qs, ks, vs), (qs, ks, vs), dout)
+    finally:
+        _varlen.varlen_backward = orig
+    assert seen == [(torch.int32, "cpu", cq.tolist(), cq.tolist())], seen
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
 # ---- float64: gradcheck over windows, softcap and packed batches ----------------------------
