@@ -12,6 +12,7 @@ shift
 [ $# -ge 1 ] || { echo "gpu_ab.sh: no builds" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
+mkdir -p "$out"
 tmp=$(mktemp -d)
 report=$out/ab.md
 {

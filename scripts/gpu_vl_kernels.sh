@@ -14,6 +14,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
+mkdir -p "$out"
 bin=${BIN:-$( [ -x "$root/.gpu/bin/bench_gpu" ] || [ -f "$root/.gpu/bin/bench_gpu.xz" ] && echo "$root/.gpu/bin" || echo "$root/build" )}
 [ -e "$bin/bench_gpu" ] || xz -dk "$bin/bench_gpu.xz"
 [ -d "$root/.gpu/lib" ] && export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
