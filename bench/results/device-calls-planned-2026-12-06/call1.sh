@@ -3,7 +3,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 t0=$(date +%s)
-L=${LIMIT:-570}; LT=$((L - 190))  # the call's seconds; the lanes' (under 500: no onedrain lane)
+L=${LIMIT:-570}; LT=$((L - 190))  # the call's seconds; the lanes' (under 500: no onedrain lane; under 400: main's lanes, the sanitizers and Python only)
 for f in .gpu/bin/*.xz .gpu/trial-*/*.xz; do xz -d -f "$f" & done; wait
 export LD_LIBRARY_PATH=$PWD/.gpu/lib
 W=/tmp/w-$(basename $0 .sh); rm -rf $W; mkdir -p $W
@@ -13,11 +13,14 @@ lane() { # name, env..., then the script
   ( env "$@" > $W/lane-$n.out 2>&1; echo "lane $n rc $? at $(( $(date +%s) - t0 )) s" >> $W/lanes.txt ) &
 }
 export SUITE_TIMEOUT=$((LT - 20))
-lane main MAIN_CHECKS="gpu_attn gpu_attn_fwd gpu_attn_vl gpu_audit gpu_dashd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/main timeout $LT bash scripts/gpu_trials.sh
+lane mattn MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mattn timeout $LT bash scripts/gpu_trials.sh
+lane mfwd MAIN_CHECKS="gpu_attn_fwd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mfwd timeout $LT bash scripts/gpu_trials.sh
+lane mvl MAIN_CHECKS="gpu_attn_vl" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mvl timeout $LT bash scripts/gpu_trials.sh
+lane mad MAIN_CHECKS="gpu_audit gpu_dashd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mad timeout $LT bash scripts/gpu_trials.sh
 lane san BIN=.gpu/bin OUT=$W/san timeout $LT bash scripts/gpu_sanitize.sh
-lane pd CHECKS="gpu_attn racecheck synccheck" TRIALS="pairdrain halfturn" AB_TRIALS=none OUT=$W/pd timeout $LT bash scripts/gpu_trials.sh
-lane vp CHECKS="gpu_attn_vl gpu_attn_fwd vlracecheck vlsynccheck" TRIALS=vlpersist AB_TRIALS=none OUT=$W/vp timeout $LT bash scripts/gpu_trials.sh
-lane nw CHECKS="gpu_attn gpu_attn_fwd" TRIALS=narrow96 AB_TRIALS=none OUT=$W/nw timeout $LT bash scripts/gpu_trials.sh
+[ "$L" -ge 400 ] && lane pd CHECKS="gpu_attn racecheck synccheck" TRIALS="pairdrain halfturn" AB_TRIALS=none OUT=$W/pd timeout $LT bash scripts/gpu_trials.sh
+[ "$L" -ge 400 ] && lane vp CHECKS="gpu_attn_vl gpu_attn_fwd vlracecheck vlsynccheck" TRIALS=vlpersist AB_TRIALS=none OUT=$W/vp timeout $LT bash scripts/gpu_trials.sh
+[ "$L" -ge 400 ] && lane nw CHECKS="gpu_attn gpu_attn_fwd" TRIALS=narrow96 AB_TRIALS=none OUT=$W/nw timeout $LT bash scripts/gpu_trials.sh
 [ "$L" -ge 500 ] && lane od CHECKS="gpu_attn gpu_attn_vl racecheck synccheck vlracecheck vlsynccheck" TRIALS=onedrain AB_TRIALS=none OUT=$W/od timeout $LT bash scripts/gpu_trials.sh
 lane py DASHD=$PWD/.gpu/bin/dashd DASH_LIBRARY=$PWD/.gpu/lib/libdash.so DASH_TEST_BACKEND=cuda PYTHONPATH=$PWD/client/python timeout $LT python3 client/python/tests/test_gpu.py
 wait
@@ -33,6 +36,6 @@ before $((L - 100)) && REPS=5 OUT=$W/nw timeout 100 bash scripts/gpu_ab.sh "96,1
   main=.gpu/bin/bench_gpu narrow96=.gpu/trial-narrow96/bench_gpu > /dev/null 2>&1 && T nw-ab
 before $((L - 70)) && REPS=5 OUT=$W/ht timeout 70 bash scripts/gpu_ab.sh "256,4096,full 256,16384,full 256,4096,causal 128,4096,full" \
   main=.gpu/bin/bench_gpu halfturn=.gpu/trial-halfturn/bench_gpu > /dev/null 2>&1 && T ht-ab
-{ cat $W/lanes.txt; for d in main pd vp nw od share; do echo "== $d"; cat $W/$d/trials.log 2>/dev/null; done; echo "== san"; cat $W/lane-san.out; echo "== py"; tail -30 $W/lane-py.out; for f in $W/vl-*.txt $W/nw/ab.md $W/ht/ab.md; do [ -e $f ] && { echo "== $f"; cat $f; }; done; } > $OUT/summary.txt
+{ cat $W/lanes.txt; for d in mattn mfwd mvl mad pd vp nw od share; do echo "== $d"; cat $W/$d/trials.log 2>/dev/null; done; echo "== san"; cat $W/lane-san.out; echo "== py"; tail -30 $W/lane-py.out; for f in $W/vl-*.txt $W/nw/ab.md $W/ht/ab.md; do [ -e $f ] && { echo "== $f"; cat $f; }; done; } > $OUT/summary.txt
 tar czf $OUT/call1.tgz -C $W .
 cat $OUT/summary.txt
