@@ -177,22 +177,39 @@ int gpu_bufs_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_co
     return 0;
 }
 
-int gpu_bufs_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
-                      struct attn_config *ret_cfg)
+void gpu_bufs_poison_grads(struct cuattn *ca, struct gpu_bufs *a)
 {
     const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     cudaStream_t st = (cudaStream_t)cuattn_stream(ca);
     CUDA_OK(cudaMemsetAsync(a->d_dq, 0xff, qb, st));
     CUDA_OK(cudaMemsetAsync(a->d_dk, 0xff, kb, st));
     CUDA_OK(cudaMemsetAsync(a->d_dv, 0xff, kb, st));
-    int rc = cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk),
-                             gpu_bufs_tk(a, a->d_dv), gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
-                             gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_dout),
-                             ret_cfg);
-    if (rc)
-        return rc;
+}
+
+int gpu_bufs_backward_call(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
+                           struct attn_config *ret_cfg)
+{
+    return cuattn_backward(ca, &a->p, cfg, grid, gpu_bufs_tq(a, a->d_dq), gpu_bufs_tk(a, a->d_dk),
+                           gpu_bufs_tk(a, a->d_dv), gpu_bufs_tq(a, a->d_q), gpu_bufs_tk(a, a->d_k),
+                           gpu_bufs_tk(a, a->d_v), gpu_bufs_tq(a, a->d_out), a->d_lse, gpu_bufs_tq(a, a->d_dout),
+                           ret_cfg);
+}
+
+void gpu_bufs_grads_back(struct gpu_bufs *a)
+{
+    const size_t qb = a->es * (size_t)a->nq, kb = a->es * (size_t)a->nk;
     CUDA_OK(cudaMemcpy(a->dq, a->d_dq, qb, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(a->dk, a->d_dk, kb, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(a->dv, a->d_dv, kb, cudaMemcpyDeviceToHost));
+}
+
+int gpu_bufs_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
+                      struct attn_config *ret_cfg)
+{
+    gpu_bufs_poison_grads(ca, a);
+    const int rc = gpu_bufs_backward_call(ca, a, cfg, grid, ret_cfg);
+    if (rc)
+        return rc;
+    gpu_bufs_grads_back(a);
     return 0;
 }

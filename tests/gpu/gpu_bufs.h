@@ -72,5 +72,12 @@ int gpu_bufs_forward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_co
  * dq, dk, dv poisoned, then copied back. */
 int gpu_bufs_backward(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
                       struct attn_config *ret_cfg);
+/* Its three steps, for a test that does something between them (test_share_gpu.c holds
+ * SMs before the call): dq, dk, dv poisoned on the object's stream; the call alone (its
+ * error, nothing copied); the gradients copied back into the host buffers. */
+void gpu_bufs_poison_grads(struct cuattn *ca, struct gpu_bufs *a);
+int gpu_bufs_backward_call(struct cuattn *ca, struct gpu_bufs *a, const struct attn_config *cfg, int32_t grid,
+                           struct attn_config *ret_cfg);
+void gpu_bufs_grads_back(struct gpu_bufs *a);
 
 #endif

@@ -110,10 +110,7 @@ static void test_share_gpu_backward_finishes_with_same_bits_while_sms_are_held(v
 static int backward_while_held(struct cuattn *a, struct gpu_bufs *b, const struct attn_config *cfg, int held,
                                cudaStream_t other, int *still_held)
 {
-    const size_t qb = b->es * (size_t)b->nq, kb = b->es * (size_t)b->nk;
-    CUDA_OK(cudaMemset(b->d_dq, 0xff, qb));
-    CUDA_OK(cudaMemset(b->d_dk, 0xff, kb));
-    CUDA_OK(cudaMemset(b->d_dv, 0xff, kb));
+    gpu_bufs_poison_grads(a, b);
     CUDA_OK(cudaDeviceSynchronize());
     *still_held = 1;
     if (held > 0) {
@@ -121,16 +118,11 @@ static int backward_while_held(struct cuattn *a, struct gpu_bufs *b, const struc
         sleep_ms(20); /* let its CTAs take their SMs */
         *still_held = cudaStreamQuery(other) == cudaErrorNotReady;
     }
-    const int rc = cuattn_backward(a, &b->p, cfg, 0, gpu_bufs_tq(b, b->d_dq), gpu_bufs_tk(b, b->d_dk),
-                                   gpu_bufs_tk(b, b->d_dv), gpu_bufs_tq(b, b->d_q), gpu_bufs_tk(b, b->d_k),
-                                   gpu_bufs_tk(b, b->d_v), gpu_bufs_tq(b, b->d_out), b->d_lse,
-                                   gpu_bufs_tq(b, b->d_dout), NULL);
+    const int rc = gpu_bufs_backward_call(a, b, cfg, 0, NULL);
     CUDA_OK(cudaStreamSynchronize(other));
     if (rc)
         return rc;
-    CUDA_OK(cudaMemcpy(b->dq, b->d_dq, qb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(b->dk, b->d_dk, kb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(b->dv, b->d_dv, kb, cudaMemcpyDeviceToHost));
+    gpu_bufs_grads_back(b);
     return 0;
 }
 
@@ -169,11 +161,7 @@ static void test_share_gpu_pair_and_window_kernels_keep_their_bits_while_sms_are
         }
         struct gpu_bufs b;
         gpu_bufs_init(&b, &p, vl ? lq : NULL, vl ? lk : NULL, &rng);
-        /* the poison on a's stream (non-blocking): cudaMemset's legacy stream is not ordered with it */
-        CUDA_OK(cudaMemsetAsync(b.d_out, 0xff, b.es * (size_t)b.nq, (cudaStream_t)cuattn_stream(a)));
-        CU_ASSERT_EQUAL_FATAL(cuattn_forward(a, &b.p, NULL, gpu_bufs_tq(&b, b.d_out), b.d_lse, gpu_bufs_tq(&b, b.d_q),
-                                             gpu_bufs_tk(&b, b.d_k), gpu_bufs_tk(&b, b.d_v), NULL),
-                              0);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(a, &b, NULL, NULL), 0); /* out and lse poisoned first */
         const enum sched_kind kinds[] = {SCHED_SHIFT, vl ? SCHED_SPT : SCHED_DESCENDING};
         for (int ki = 0; ki < 2; ki++) {
             struct attn_config cfg = {kinds[ki], 0, 0, 0, 0};

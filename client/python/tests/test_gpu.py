@@ -11,6 +11,7 @@ sliding windows and softcap against float64.
 Runs under pytest, or as a script (`python3 test_gpu.py`) where pytest is not installed.
 Skips without a CUDA device.
 """
+import contextlib
 import math
 import os
 import sys
@@ -484,15 +485,11 @@ def test_gpu_varlen_takes_cuda_offsets_as_flash_attn_users_pass_them():
         assert all(torch.equal(a, b) for a, b in zip(got[0], other))
 
 
-def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
-    # A CUDA cu_seqlens costs a wait for the stream each time its values are read; an eager
-    # call copies it to the host once (one wait for q's and k's offsets), and its backward
-    # takes that copy: _offsets never sees a device tensor, and the bits are the host
-    # offsets' bits.
+@contextlib.contextmanager
+def _offsets_reads():
+    """A list that records, for each offsets array dash_attn reads (_varlen._offsets) inside
+    the block, whether it was a CUDA tensor (a wait for the stream)."""
     from dash_attn import _varlen
-    cu, q, k, v, dout = _packed_case(SEED ^ 13)
-    want = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 130, 130, causal=True)
-    want = (want,) + torch.autograd.grad(want, (q, k, v), dout)
     seen = []
     orig = _varlen._offsets
 
@@ -501,6 +498,20 @@ def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
         return orig(name, x)
     _varlen._offsets = spy
     try:
+        yield seen
+    finally:
+        _varlen._offsets = orig
+
+
+def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
+    # A CUDA cu_seqlens costs a wait for the stream each time its values are read; an eager
+    # call copies it to the host once (one wait for q's and k's offsets), and its backward
+    # takes that copy: _offsets never sees a device tensor, and the bits are the host
+    # offsets' bits.
+    cu, q, k, v, dout = _packed_case(SEED ^ 13)
+    want = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 130, 130, causal=True)
+    want = (want,) + torch.autograd.grad(want, (q, k, v), dout)
+    with _offsets_reads() as seen:
         for cq, ck in ((cu.cuda(), None), (cu.cuda(), cu.cuda().long())):
             ck = cq if ck is None else ck
             out = dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, 130, 130, causal=True)
@@ -509,8 +520,6 @@ def test_gpu_varlen_backward_uses_the_offsets_its_forward_copied():
             assert len(seen) > n_fwd, "the backward read no offsets at all"
             dash_attn.synchronize()
             assert all(torch.equal(a, b) for a, b in zip(want, got))
-    finally:
-        _varlen._offsets = orig
     assert seen and not any(seen), f"device offsets read: {seen}"
 
 
@@ -518,28 +527,18 @@ def test_gpu_varlen_compiled_reads_cuda_offsets_once_a_forward_and_backward():
     # Under torch.compile the ops run: varlen_fwd copies CUDA offsets to the host once (one
     # wait, in _host_offsets) and returns the copies, which its backward is given - _offsets
     # never sees a device tensor, and the bits are the eager call's.
-    from dash_attn import _varlen
     cu, q, k, v, dout = _packed_case(SEED ^ 17)
 
     def f(q, k, v, cq):
         return dash_attn.flash_attn_varlen_func(q, k, v, cq, cq, 130, 130, causal=True)
     want = f(q, k, v, cu)
     want = (want,) + torch.autograd.grad(want, (q, k, v), dout)
-    seen = []
-    orig = _varlen._offsets
-
-    def spy(name, x):
-        seen.append(isinstance(x, torch.Tensor) and x.is_cuda)
-        return orig(name, x)
     torch._dynamo.reset()
     g = torch.compile(f, fullgraph=True)
-    _varlen._offsets = spy
-    try:
+    with _offsets_reads() as seen:
         out = g(q, k, v, cu.cuda())
         got = (out,) + torch.autograd.grad(out, (q, k, v), dout)
         dash_attn.synchronize()
-    finally:
-        _varlen._offsets = orig
     assert seen and not any(seen), f"device offsets read: {seen}"
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
