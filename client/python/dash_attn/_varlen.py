@@ -214,19 +214,19 @@ if torch is not None and _ops.available:
         takes (as DashVarlenFunction's does): CUDA offsets are read once, here."""
         step, label = (audit_step, audit_label) if audit_given else _client.current_audit()
         hq, hk = _host_offsets(cu_seqlens_q, cu_seqlens_k)
-        hq = torch.from_numpy(_offsets("cu_seqlens_q", hq))
-        hk = hq.clone() if cu_seqlens_k is cu_seqlens_q else torch.from_numpy(
-            _offsets("cu_seqlens_k", hk))
+        # checked and made int32 once; varlen_forward takes these arrays as they are
+        cq = _offsets("cu_seqlens_q", hq)
+        ck = cq.copy() if cu_seqlens_k is cu_seqlens_q else _offsets("cu_seqlens_k", hk)
         _client.push_audit(step, label)
         try:
-            out, lse = varlen_forward(q, k, v, hq, hk, max_seqlen_q,
+            out, lse = varlen_forward(q, k, v, cq, ck, max_seqlen_q,
                                       max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
                                       window_size=(window_left, window_right), softcap=softcap,
                                       schedule=schedule, batch_invariant=batch_invariant,
                                       client=_client.client_by_id(client, q))
         finally:
             _client.pop_audit()
-        return out, lse, _ops._tag_tensor(step, label), hq, hk
+        return out, lse, _ops._tag_tensor(step, label), torch.from_numpy(cq), torch.from_numpy(ck)
 
     @varlen_fwd.register_fake
     def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
