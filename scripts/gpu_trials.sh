@@ -14,8 +14,9 @@
 # AB_TRIALS (default: every
 # trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials,
 # SUITE_TIMEOUT (seconds; default 300 on main, 200 on trials: raise it where several runs
-# share the GPU) bounds each suite, and MAIN_CHECKS (default none) test_dash_gpu suites to run on main's bundle first (say,
-# tests new on main: "gpu_attn gpu_attn_fwd gpu_audit gpu_dashd").
+# share the GPU) bounds each suite, and MAIN_CHECKS (default none) test_dash_gpu suites to
+# run on main's bundle first (say, tests new on main: "gpu_attn gpu_attn_fwd gpu_audit
+# gpu_dashd").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}

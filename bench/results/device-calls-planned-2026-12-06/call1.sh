@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # call 1 (2026-12-05 fourth session): every correctness check in parallel lanes (no timings here)
-set -u
-cd "$(dirname "$0")/../../.."
-t0=$(date +%s)
-L=${LIMIT:-570}; LT=$((L - 190))  # the call's seconds; the lanes' (under 500: no onedrain lane; under 400: main's lanes, the sanitizers and Python only)
-for f in .gpu/bin/*.xz .gpu/trial-*/*.xz; do xz -d -f "$f" & done; wait
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-W=/tmp/w-$(basename $0 .sh); rm -rf $W; mkdir -p $W
+# LIMIT: the call's seconds (default 570); the lanes get 190 fewer. Under 500: no onedrain
+# lane; under 400: main's lanes, the sanitizers and Python only
+L=${LIMIT:-570}; LT=$((L - 190))
+. "$(dirname "$0")/common.sh"
 nvidia-smi > $W/nvidia-smi.txt 2>&1
 lane() { # name, env..., then the script
   local n=$1; shift
-  ( env "$@" > $W/lane-$n.out 2>&1; echo "lane $n rc $? at $(( $(date +%s) - t0 )) s" >> $W/lanes.txt ) &
+  ( env "$@" > $W/lane-$n.out 2>&1; T "lane $n rc $?" ) &
 }
 export SUITE_TIMEOUT=$((LT - 20))
 lane mattn MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mattn timeout $LT bash scripts/gpu_trials.sh
@@ -24,18 +21,16 @@ lane san BIN=.gpu/bin OUT=$W/san timeout $LT bash scripts/gpu_sanitize.sh
 [ "$L" -ge 500 ] && lane od CHECKS="gpu_attn gpu_attn_vl racecheck synccheck vlracecheck vlsynccheck" TRIALS=onedrain AB_TRIALS=none OUT=$W/od timeout $LT bash scripts/gpu_trials.sh
 lane py DASHD=$PWD/.gpu/bin/dashd DASH_LIBRARY=$PWD/.gpu/lib/libdash.so DASH_TEST_BACKEND=cuda PYTHONPATH=$PWD/client/python timeout $LT python3 client/python/tests/test_gpu.py
 wait
-echo "lanes done at $(( $(date +%s) - t0 )) s" >> $W/lanes.txt
+T "lanes done"
 # gpu_share holds SMs on purpose: alone, after the rest
 MAIN_CHECKS="gpu_share" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/share timeout 80 bash scripts/gpu_trials.sh > $W/lane-share.out 2>&1
-echo "share done at $(( $(date +%s) - t0 )) s" >> $W/lanes.txt
+T "share done"
 # what time is left: the timings of call2.sh, in its order, each only if it fits
-T() { echo "$1 at $(( $(date +%s) - t0 )) s" >> $W/lanes.txt; }
-before() { [ $(( $(date +%s) - t0 )) -lt $1 ] || { T "skipped (time) before $1"; false; }; }
 for b in bin trial-vlpersist; do before $((L - 90)) || break; DIMS=128 BIN=.gpu/$b OUT=$W/vl-$b timeout 80 bash scripts/gpu_vl_kernels.sh > $W/vl-$b.txt 2>&1; T vl-$b; done
 before $((L - 100)) && REPS=5 OUT=$W/nw timeout 100 bash scripts/gpu_ab.sh "96,1024,causal 96,4096,causal 96,16384,causal 96,4096,full 128,4096,full" \
   main=.gpu/bin/bench_gpu narrow96=.gpu/trial-narrow96/bench_gpu > /dev/null 2>&1 && T nw-ab
 before $((L - 70)) && REPS=5 OUT=$W/ht timeout 70 bash scripts/gpu_ab.sh "256,4096,full 256,16384,full 256,4096,causal 128,4096,full" \
   main=.gpu/bin/bench_gpu halfturn=.gpu/trial-halfturn/bench_gpu > /dev/null 2>&1 && T ht-ab
-{ cat $W/lanes.txt; for d in mattn mfwd mvl mad pd vp nw od share; do echo "== $d"; cat $W/$d/trials.log 2>/dev/null; done; echo "== san"; cat $W/lane-san.out; echo "== py"; tail -30 $W/lane-py.out; for f in $W/vl-*.txt $W/nw/ab.md $W/ht/ab.md; do [ -e $f ] && { echo "== $f"; cat $f; }; done; } > $OUT/summary.txt
+{ cat $W/times.txt; for d in mattn mfwd mvl mad pd vp nw od share; do echo "== $d"; cat $W/$d/trials.log 2>/dev/null; done; echo "== san"; cat $W/lane-san.out; echo "== py"; tail -30 $W/lane-py.out; for f in $W/vl-*.txt $W/nw/ab.md $W/ht/ab.md; do [ -e $f ] && { echo "== $f"; cat $f; }; done; } > $OUT/summary.txt
 tar czf $OUT/call1.tgz -C $W .
 cat $OUT/summary.txt

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # call 2 (2026-12-05 fourth session): timings, one thing at a time, most wanted first
-set -u
-cd "$(dirname "$0")/../../.."
-t0=$(date +%s)
-for f in .gpu/bin/*.xz .gpu/trial-*/*.xz; do [ -e "$f" ] && xz -d -f "$f" & done; wait
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-W=/tmp/w-$(basename $0 .sh); rm -rf $W; mkdir -p $W/pd $W/nw $W/ht $W/pc
-T() { echo "$1 at $(( $(date +%s) - t0 )) s" >> $W/times.txt; }
-before() { [ $(( $(date +%s) - t0 )) -lt $1 ] || { T "skipped (time) before $1"; false; }; }
+. "$(dirname "$0")/common.sh"
+mkdir -p $W/pd $W/nw $W/ht $W/pc
 T start
 # vlpersist: the window/packed forward persistent (main, trial, main again for drift)
 for b in bin trial-vlpersist bin2; do d=${b%2}; DIMS=128 BIN=.gpu/$d OUT=$W/vl-$b timeout 90 bash scripts/gpu_vl_kernels.sh > $W/vl-$b.txt 2>&1; T vl-$b; done

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # call 3 (2026-12-05 fourth session): head dim 256's writer (trace, halfturn), onedrain's ragged lengths, a call's host time, ncu of 128's backward
-set -u
-cd "$(dirname "$0")/../../.."
-t0=$(date +%s)
-for f in .gpu/bin/*.xz .gpu/trial-*/*.xz; do [ -e "$f" ] && xz -d -f "$f" & done; wait
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-W=/tmp/w-$(basename $0 .sh); rm -rf $W; mkdir -p $W/ht $W/pc $W/ncu
-T() { echo "$1 at $(( $(date +%s) - t0 )) s" >> $W/times.txt; }
-before() { [ $(( $(date +%s) - t0 )) -lt $1 ] || { T "skipped (time)"; false; }; }
+. "$(dirname "$0")/common.sh"
+mkdir -p $W/ht $W/pc $W/ncu
 T start
 for sc in shift atomic; do timeout 40 .gpu/trial-trace/bench_gpu --only 256,4096,full,$sc > /dev/null 2>> $W/trace-256.txt; done
 for sc in shift atomic; do timeout 40 .gpu/trial-trace/bench_gpu --only 128,4096,full,$sc > /dev/null 2>> $W/trace-128.txt; done
