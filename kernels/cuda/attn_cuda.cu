@@ -958,19 +958,13 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         const int seq_maps = wg && p->cu_seqlens_q && !a->no_tma && v.count <= CUATTN_SEQ_MAPS_MAX;
         const size_t maps_bytes = seq_maps ? cuattn__fwd_vl_seq_maps_bytes(v.count) : 0;
         const size_t o_maps = seq_maps ? carve(&used, maps_bytes) : 0;
-        /* and v3's plan: its tiles and sequences, the counter the persistent CTAs take from;
-         * for the TMA kernel alone (the cp.async one, a CTA a tile, never reads it) */
-        const int want_plan = wg && !a->no_tma && (!p->cu_seqlens_q || seq_maps);
-        const size_t plan_bytes = want_plan ? cuattn__fwd_vl_wg_plan_bytes(v.count, v.total) : 0;
-        const size_t o_plan = want_plan ? carve(&used, plan_bytes) : 0;
         if ((rc = scratch_reserve(a, used)) == 0) {
             fp.vl = reinterpret_cast<struct attn_vl_seq *>(a->scratch + o_tab);
             fp.vl_count = v.count;
             fp.vl_blocks = v.total;
             fp.softcap = p->softcap;
             fp.lse_stride = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
-            struct upload_part tab[3] = {{0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count}, {0, NULL, 0},
-                                         {0, NULL, 0}};
+            struct upload_part tab[2] = {{0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count}, {0, NULL, 0}};
             int parts = 1, allow_tma = !a->no_tma && !p->cu_seqlens_q;
             /* CUtensorMap is alignas(128) and cuTensorMapEncodeTiled wants its target 64-byte
              * aligned: malloc gives 16 (maps_bytes is a multiple of 128, as aligned_alloc needs) */
@@ -981,23 +975,11 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
                 fp.vl_maps = a->scratch + o_maps;
                 allow_tma = 1;
             }
-            const int plan = want_plan && allow_tma; /* (packed: once its maps encoded) */
-            void *hplan = plan ? malloc(plan_bytes) : NULL;
-            cudaError_t lerr = cudaSuccess;
-            if (plan && !hplan) {
-                lerr = cudaErrorMemoryAllocation;
-            } else if (plan) {
-                cuattn__fwd_vl_wg_plan(hplan, &fp, v.seq, v.count, p->head_dim);
-                tab[parts++] = {o_plan - o_tab, hplan, plan_bytes};
-                fp.vl_plan = a->scratch + o_plan;
-            }
-            if (lerr == cudaSuccess)
-                lerr = upload(a, a->scratch + o_tab, tab, parts);
+            cudaError_t lerr = upload(a, a->scratch + o_tab, tab, parts);
             free(hmaps);
-            free(hplan);
             int tma = 0;
             if (lerr == cudaSuccess && v.total > 0)
-                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, allow_tma, &tma, fwd_ctas(a), a->stream);
+                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, allow_tma, &tma, a->stream);
             rc = finish(a, lerr);
             if (rc == 0) {
                 a->last_fwd_tma = tma;

@@ -112,7 +112,6 @@ struct attn_fwd_params {
     int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
     int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
     const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
-    const void *vl_plan; /* v3: its tiles and sequences (cuattn__fwd_vl_wg_plan) */
 };
 
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
@@ -260,15 +259,8 @@ size_t cuattn__bwd_vl_wg_smem_bytes(int32_t head_dim);
 size_t cuattn__fwd_vl_seq_maps_bytes(int32_t count);
 bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const struct attn_vl_seq *seq,
                              int32_t count, int32_t head_dim);
-/* v3's forward takes its tiles from a plan in device memory (p->vl_plan): bytes for count
- * entries and blocks tiles, and the plan itself for the table seq (host memory) into out,
- * p's tensors and p->vl_maps being the device's. */
-size_t cuattn__fwd_vl_wg_plan_bytes(int32_t count, int32_t blocks);
-void cuattn__fwd_vl_wg_plan(void *out, const struct attn_fwd_params *p, const struct attn_vl_seq *seq,
-                            int32_t count, int32_t head_dim);
-/* wg: v3's persistent forward on ctas CTAs at most (0: one a tile) */
 cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
-                                  int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream);
+                                  int allow_tma, int *ret_tma, cudaStream_t stream);
 cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
                                          int32_t *ret);
 cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt,

@@ -30,10 +30,9 @@ void cuattn__force_no_tma(struct cuattn *a, int on);
 int cuattn__last_fwd_tma(const struct cuattn *a);
 /* For tests: 1 if the last successful forward on `a` ran v3's kernel (dense or VL), else 0. */
 int cuattn__last_fwd_wg(const struct cuattn *a);
-/* For tests: ctas > 0 caps later persistent v3 forwards on `a` - dense, and window/packed
- * with TMA (attn_vl.cu) - at that many CTAs, whatever the mask (0: the launch's own
- * choice, attn_cuda.cu's fwd_ctas), so a test can make each CTA take many q-tiles. The bits
- * are the same either way. */
+/* For tests: ctas > 0 caps later dense v3 forwards on `a` at that many CTAs, whatever the
+ * mask (0: the launch's own choice, attn_cuda.cu's fwd_ctas), so a test can make each CTA
+ * take many q-tiles. The bits are the same either way. */
 void cuattn__force_fwd_ctas(struct cuattn *a, int32_t ctas);
 
 /* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last

@@ -20,11 +20,9 @@
  * unchanged but for the masks (the window's two sides) and the softcap (scores
  * cap tanh(scale q.k / cap); dS through the tanh's derivative 1 - tanh^2).
  *
- *   forward     one CTA per (128-row q-tile, head) of each sequence, sequence by sequence
- *               (v3 with TMA: persistent, a CTA an SM taking those tiles from a plan the
- *               host lays out, heaviest first); kv-tiles from the one holding the tile's
- *               first row's first key to the one holding its last row's last (v2: 64 keys,
- *               v3: 128).
+ *   forward     one CTA per (128-row q-tile, head) of each sequence, sequence by sequence;
+ *               kv-tiles from the one holding the tile's first row's first key to the one
+ *               holding its last row's last (v2: 64 keys, v3: 128).
  *   backward    preprocess (Dsum, and LSE moved into the scratch layout), the persistent
  *               kernel taking jobs in dispatch order (sequence after sequence, each in its
  *               schedule's order; ranks from sched_rank on the sequence's schedule),
@@ -43,7 +41,6 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/bwd_mma.cuh"
@@ -85,13 +82,14 @@ static __device__ __forceinline__ int32_t vl_seq_of(const int32_t *cu, int32_t b
 
 static_assert(FWD_TC_BM == FWD_WG_BM, "both forwards take 128-row q-tiles: one table serves both");
 
-/* The params of entry e's sequence into q: the launch's p with the tensors moved to its
- * first rows, its lengths and geometry (seqlen_k 0 for a sequence without keys). The
- * device's v2 kernel (fwd_vl_enter) and the host's plan for v3's (fwd_vl_wg_plan) alike. */
-static __host__ __device__ __forceinline__ void fwd_vl_seq_params(const struct attn_fwd_params &p,
-                                                                  const struct attn_vl_seq *e,
-                                                                  struct attn_fwd_params &q)
+/* Thread 0: the params of CTA blockIdx.x's sequence into q (tensors moved to its first rows,
+ * its lengths and geometry; seqlen_k 0 for a sequence without keys) and mb its q-tile (the
+ * heaviest, last, tiles of a sequence first), head and view batch. */
+static __device__ __forceinline__ int32_t fwd_vl_enter(const struct attn_fwd_params &p, struct attn_fwd_params &q,
+                                                       int32_t (&mb)[3])
 {
+    const int32_t entry = vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
+    const struct attn_vl_seq *e = p.vl + entry;
     q = p;
     const int64_t oq = (int64_t)e->vb * p.q_stride[0] + (int64_t)e->vq * p.q_stride[1];
     const int64_t oo = (int64_t)e->vb * p.out_stride[0] + (int64_t)e->vq * p.out_stride[1];
@@ -105,16 +103,6 @@ static __host__ __device__ __forceinline__ void fwd_vl_seq_params(const struct a
     q.geo = e->s;
     q.seqlen_q = e->s.seqlen_q;
     q.seqlen_k = e->nokeys ? 0 : e->s.seqlen_k;
-}
-
-/* Thread 0: the params of CTA blockIdx.x's sequence into q (fwd_vl_seq_params) and mb its
- * q-tile (the heaviest, last, tiles of a sequence first), head and view batch. */
-static __device__ __forceinline__ int32_t fwd_vl_enter(const struct attn_fwd_params &p, struct attn_fwd_params &q,
-                                                       int32_t (&mb)[3])
-{
-    const int32_t entry = vl_entry(p.vl, p.vl_count, (int32_t)blockIdx.x);
-    const struct attn_vl_seq *e = p.vl + entry;
-    fwd_vl_seq_params(p, e, q);
     const int32_t M = (e->s.seqlen_q + FWD_TC_BM - 1) / FWD_TC_BM, lb = (int32_t)blockIdx.x - e->first;
     mb[0] = M - 1 - lb % M;
     mb[1] = lb / M;
@@ -140,32 +128,41 @@ __global__ void __launch_bounds__(FWD_TC_THREADS, 2) attn_fwd_vl_kernel(const __
     fwd_tc_body<DT, D, true>(sm.prm, sm.t, sm.mb[0], sm.mb[1]);
 }
 
-/* v3's forward (fwd_wg.cuh, sm_90a) with cp.async loads (packed batches of more than
- * CUATTN_SEQ_MAPS_MAX sequences, or TMA off) on the table: one CTA per (128-row q-tile,
- * head) of each sequence as attn_fwd_vl_kernel, the producer and consumers of the dense
- * kernel on the sequence's params, over the kv-tiles of the q-tile's band (fwd_wg.cuh's VL).
- * (Persistent, as the TMA kernel below, its 24-register loaders spilled 60-110 bytes.) */
+/* v3's forward (fwd_wg.cuh, sm_90a) on the table: one CTA per (128-row q-tile, head) of
+ * each sequence as attn_fwd_vl_kernel, the producer and consumers of the dense kernel on
+ * the sequence's params, over the kv-tiles of the q-tile's band (fwd_wg.cuh's VL). TMA
+ * loads for dense batches through maps of the whole view (the sequence is batch element
+ * mb[2], rows from 0), for packed ones through each sequence's own maps (p.vl_maps: a map
+ * of the whole view would read the next sequence's rows past its end, where cp.async and
+ * these maps give zeros). */
 template <int D>
-struct fwd_vl_wg_cp_smem {
+struct fwd_vl_wg_smem {
     fwd_wg_smem<D> t;           /* first: the kernel aligns the block to FWD_WG_ALIGN */
     struct attn_fwd_params prm; /* the CTA's sequence */
     int32_t mb[3];              /* its q-tile, head and view batch */
     /* its window and softcap terms: read from here where the consumers need them, which
      * keeps 4 registers free for the products (in registers, the TMA instance spilled) */
     fwd_wg_vl vt;
+    const fwd_wg_maps *maps; /* the maps the producer reads: the sequence's or the view's */
 };
 
-template <typename DT, int D>
-__global__ void __launch_bounds__(FWD_WG_THREADS, 1) attn_fwd_vl_wg_cp_kernel(const struct attn_fwd_params p)
+template <typename DT, int D, bool TMA>
+__global__ void __launch_bounds__(FWD_WG_THREADS, 1)
+    attn_fwd_vl_wg_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
 {
 #if ATTN_WGMMA
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_at = attn_smem_u32(smem_raw);
-    fwd_vl_wg_cp_smem<D> &sm = *reinterpret_cast<fwd_vl_wg_cp_smem<D> *>(
+    fwd_vl_wg_smem<D> &sm = *reinterpret_cast<fwd_vl_wg_smem<D> *>(
         smem_raw + (((raw_at + FWD_WG_ALIGN - 1) & ~(uint32_t)(FWD_WG_ALIGN - 1)) - raw_at));
     if (threadIdx.x == 0) {
-        fwd_vl_enter(p, sm.prm, sm.mb);
-        fwd_wg_init<D, false>(sm.t);
+        const int32_t entry = fwd_vl_enter(p, sm.prm, sm.mb);
+        sm.maps = &maps;
+        if (p.vl_maps) { /* the sequence's own maps: its rows from 0, batch 0 */
+            sm.maps = static_cast<const fwd_wg_maps *>(p.vl_maps) + entry;
+            sm.mb[2] = 0;
+        }
+        fwd_wg_init<D, TMA>(sm.t);
         const struct attn_fwd_params &q = sm.prm;
         sm.vt.wl = q.geo.wl;
         sm.vt.wr = q.geo.wr;
@@ -185,186 +182,7 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1) attn_fwd_vl_wg_cp_kernel(co
         j_hi = (int64_t)i0 + rm + off + q.geo.wr;
     const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN_OF(D));
     const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN_OF(D) - 1) / FWD_WG_BN_OF(D)) : n_lo;
-    const fwd_wg_maps none = {};
-    fwd_wg_run<DT, D, false>(q, none, sm.t, 0, h, h, i0, rm, n_lo, n_hi, 0, sm.vt);
-#else
-    (void)p;
-    __trap(); /* sm_80 never runs v3 */
-#endif
-}
-
-/* v3's forward (fwd_wg.cuh, sm_90a) with TMA loads, on a plan the host lays out (cuattn__fwd_vl_wg_plan):
- * every (128-row q-tile, head) of every sequence as a tile record - its sequence, rows,
- * head, view batch and the kv-tiles of its band - heaviest first, and each sequence's params
- * once. The kernel is persistent, as the dense one (fwd_wg_run_tiles): a CTA an SM, each
- * taking the next tile from the plan's counter as it goes, its K/V rings and their phases
- * running on across tiles, the next tile's Q loading once the consumers' last S product has
- * read this one's while they still rescale and store. A tile's arithmetic is that of a CTA
- * a tile, whichever CTA takes it and when: the bits are those of the kernel it replaces.
- *
- * The taking: the thread that loads Q and K (the scheduler) copies tile k of the CTA into
- * slot k % 2 of shared memory - the tile record and its sequence's params, by bulk copies
- * completing tile_full[k % 2]; the V loader and the consumers read the slot once it is
- * full and arrive at tile_empty[k % 2] when they are done with the tile, which the
- * scheduler waits for before it writes that slot again (tile k + 2). A record with seq < 0
- * ends the CTA. TMA loads for dense batches through the launch's maps of the whole view (the
- * sequence at view batch tma_b, rows from 0), for packed ones through each sequence's own
- * maps (a map of the whole view would read the next sequence's rows past its end, where
- * cp.async and these maps give zeros). */
-struct fwd_vl_seqp {
-    struct attn_fwd_params q; /* the sequence's params (fwd_vl_seq_params) */
-    fwd_wg_vl vt;             /* its window and softcap terms */
-    const fwd_wg_maps *maps;  /* its own tensor maps (packed batches with TMA), or NULL */
-};
-static_assert(sizeof(struct fwd_vl_seqp) % 16 == 0, "a bulk copy's size is a multiple of 16 bytes");
-struct fwd_vl_tile {
-    int32_t seq;        /* its sequence's entry; < 0: no more tiles */
-    int32_t i0, rm, h;  /* its rows i0 .. i0 + rm - 1 of head h of the sequence */
-    int32_t tma_b;      /* the sequence's batch in the maps the producer reads */
-    int32_t n_lo, n_hi; /* its band's kv-tiles, n_lo .. n_hi - 1 */
-    int32_t pad;
-};
-/* The plan in device memory: a counter of tiles taken (zero at launch), the count entries'
- * params, then the tiles heaviest first (FWD_VL_PLAN_SEQS, FWD_VL_PLAN_TILES: offsets). */
-#define FWD_VL_PLAN_SEQS 16
-#define FWD_VL_PLAN_TILES(count) (FWD_VL_PLAN_SEQS + sizeof(struct fwd_vl_seqp) * (size_t)(count))
-
-struct __align__(16) fwd_vl_slot {
-    struct fwd_vl_seqp S; /* the tile's sequence (a bulk copy from the plan) */
-    struct fwd_vl_tile T;
-};
-
-template <int D>
-struct fwd_vl_wg_smem {
-    fwd_wg_smem<D> t; /* first: the kernel aligns the block to FWD_WG_ALIGN */
-    struct fwd_vl_slot slot[2];
-    uint64_t tile_full[2];  /* the slot holds the CTA's next tile (the scheduler's arrival, S's bytes) */
-    uint64_t tile_empty[2]; /* every other reader is done with it */
-    /* the two loaders' places in the CTA's tiles, kept here between two tiles: at 24
-     * registers a loader's own counters beside a tile's loads spilled */
-    int32_t loader_k[2], loader_t0[2], loader_qk[2];
-};
-/* The slot's readers besides the scheduler: the consumers and the V loader. */
-#define FWD_VL_READERS 257u
-static_assert(FWD_VL_READERS == FWD_WG_THREADS - 128 + 1, "every consumer thread and the V loader free a slot");
-
-#if ATTN_WGMMA
-/* bytes (a multiple of 16) from global src to shared dst, completing on bar (complete_tx) */
-static __device__ __forceinline__ void fwd_vl_bulk_load(void *dst, const void *src, size_t bytes, uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     attn_smem_u32(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"((uint32_t)bytes), "r"(attn_smem_u32(bar))
-                 : "memory");
-}
-
-/* The scheduler: tile k of the CTA from the plan's counter into slot k % 2, once its last
- * use (tile k - 2) is done. */
-template <int D>
-static __device__ __forceinline__ void fwd_vl_take(const struct attn_fwd_params &p, fwd_vl_wg_smem<D> &sm,
-                                                      int32_t k)
-{
-    const int32_t s = k & 1;
-    attn_mbar_wait(&sm.tile_empty[s], ((uint32_t)(k >> 1) & 1u) ^ 1u); /* at once the first time round */
-    /* (through an empty asm: formed here, not kept in registers from before the tile loop) */
-    const unsigned char *plan = static_cast<const unsigned char *>(p.vl_plan);
-    asm volatile("" : "+l"(plan));
-    const int32_t idx = atomicAdd(reinterpret_cast<int32_t *>(const_cast<unsigned char *>(plan)), 1);
-    if (idx >= p.vl_blocks) {
-        sm.slot[s].T.seq = -1;
-        attn_mbar_arrive(&sm.tile_full[s]); /* (a release: the record's store comes first) */
-        return;
-    }
-    /* the record, then its sequence's params, by bulk copies: nothing of them in registers */
-    const fwd_vl_tile *T = reinterpret_cast<const fwd_vl_tile *>(plan + FWD_VL_PLAN_TILES(p.vl_count)) + idx;
-    const int32_t seq = __ldg(&T->seq);
-    attn_mbar_expect_tx(&sm.tile_full[s], (uint32_t)(sizeof(struct fwd_vl_tile) + sizeof(struct fwd_vl_seqp)));
-    fwd_vl_bulk_load(&sm.slot[s].T, T, sizeof(struct fwd_vl_tile), &sm.tile_full[s]);
-    fwd_vl_bulk_load(&sm.slot[s].S, plan + FWD_VL_PLAN_SEQS + sizeof(struct fwd_vl_seqp) * seq,
-                     sizeof(struct fwd_vl_seqp), &sm.tile_full[s]);
-}
-
-/* A reader: wait until slot k % 2 holds tile k of the CTA. */
-template <int D>
-static __device__ __forceinline__ void fwd_vl_wait(fwd_vl_wg_smem<D> &sm, int32_t k)
-{
-    attn_mbar_wait(&sm.tile_full[k & 1], (uint32_t)(k >> 1) & 1u);
-}
-
-/* A reader is done with slot k % 2: its reads come before the next bulk copy's writes. */
-template <int D>
-static __device__ __forceinline__ void fwd_vl_done(fwd_vl_wg_smem<D> &sm, int32_t k)
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    attn_mbar_arrive(&sm.tile_empty[k & 1]);
-}
-#endif
-
-template <typename DT, int D>
-__global__ void __launch_bounds__(FWD_WG_THREADS, 1)
-    attn_fwd_vl_wg_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
-{
-#if ATTN_WGMMA
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const uint32_t raw_at = attn_smem_u32(smem_raw);
-    fwd_vl_wg_smem<D> &sm = *reinterpret_cast<fwd_vl_wg_smem<D> *>(
-        smem_raw + (((raw_at + FWD_WG_ALIGN - 1) & ~(uint32_t)(FWD_WG_ALIGN - 1)) - raw_at));
-    if (threadIdx.x == 0) {
-        fwd_wg_init<D, true>(sm.t);
-        for (int s = 0; s < 2; s++) {
-            attn_mbar_init(&sm.tile_full[s], 1);
-            attn_mbar_init(&sm.tile_empty[s], FWD_VL_READERS);
-            sm.loader_k[s] = sm.loader_t0[s] = sm.loader_qk[s] = 0;
-        }
-        attn_mbar_init_fence(); /* the bulk copies complete bytes on tile_full */
-    }
-    __syncthreads(); /* the barriers are ready for all */
-    /* the warpgroup through a shuffle from lane 0: warp-uniform to the compiler */
-    const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA_VL) : "memory");
-        const int32_t w0 = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
-        if (w0 < 2 && (threadIdx.x & 31u) == 0) /* warp 0: the scheduler, Q, K; warp 1: V */
-            for (;;) {
-                /* the role through an empty asm each tile: what derives from it (rings,
-                 * barriers, maps) is formed here, not kept from before the loop */
-                int32_t w = w0;
-                asm volatile("" : "+r"(w));
-                const int32_t k = sm.loader_k[w];
-                if (w == 0)
-                    fwd_vl_take<D>(p, sm, k);
-                fwd_vl_wait<D>(sm, k);
-                const fwd_vl_slot &Z = sm.slot[k & 1];
-                if (Z.T.seq < 0)
-                    break;
-                /* the next tile's place first: nothing of this one is live after its loads */
-                const int32_t t0 = sm.loader_t0[w], qk = sm.loader_qk[w], n_lo = Z.T.n_lo, n_hi = Z.T.n_hi;
-                sm.loader_k[w] = k + 1;
-                sm.loader_t0[w] = t0 + (n_hi - n_lo);
-                sm.loader_qk[w] = qk + (n_hi > n_lo);
-                const fwd_wg_maps *whole = &maps; /* (as w) */
-                asm volatile("" : "+l"(whole));
-                fwd_wg_produce_tma<D, true>(Z.S.maps ? *Z.S.maps : *whole, sm.t, Z.T.tma_b, Z.T.h, Z.T.h / p.group,
-                                            Z.T.i0, n_lo, n_hi, w, t0, qk);
-                if (w != 0)
-                    fwd_vl_done<D>(sm, k);
-            }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FWD_WG_MMA_REGS_TMA_VL) : "memory");
-    int32_t t0 = 0, qk = 0; /* the rings' count and Q's phase, carried across tiles (fwd_wg_run_tiles) */
-    for (int32_t k = 0;; k++) {
-        fwd_vl_wait<D>(sm, k);
-        const fwd_vl_slot &Z = sm.slot[k & 1];
-        const fwd_vl_tile T = Z.T;
-        if (T.seq < 0)
-            break;
-        fwd_wg_consume<DT, D, true, true>(Z.S.q, sm.t, wg - 1, 0, T.h, T.h, T.i0, T.rm, T.n_lo, T.n_hi, Z.S.vt, t0,
-                                          qk);
-        fwd_vl_done<D>(sm, k);
-        t0 += T.n_hi - T.n_lo;
-        qk += T.n_hi > T.n_lo;
-    }
+    fwd_wg_run<DT, D, TMA>(q, *sm.maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], sm.vt);
 #else
     (void)p;
     (void)maps;
@@ -799,12 +617,6 @@ static size_t fwd_vl_wg_bytes(void)
     return sizeof(fwd_vl_wg_smem<D>) + FWD_WG_ALIGN; /* the kernel aligns the block up */
 }
 
-template <int D>
-static size_t fwd_vl_wg_cp_bytes(void)
-{
-    return sizeof(fwd_vl_wg_cp_smem<D>) + FWD_WG_ALIGN;
-}
-
 template <int D, int BN>
 static size_t bwd_vl_bytes(void)
 {
@@ -828,11 +640,11 @@ static cudaError_t vl_attr(size_t smem_optin, int wg)
         err = cudaFuncSetAttribute(attn_bwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bwd_vl_wg_bytes<D>());
     if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
-        err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)fwd_vl_wg_bytes<D>());
-    if (err == cudaSuccess && wg && fwd_vl_wg_cp_bytes<D>() <= smem_optin)
-        err = cudaFuncSetAttribute(attn_fwd_vl_wg_cp_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)fwd_vl_wg_cp_bytes<D>());
+    if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fwd_vl_wg_bytes<D>());
     if (err != cudaSuccess)
         return err;
     if (fwd_vl_bytes<D>() <= smem_optin)
@@ -865,11 +677,9 @@ size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim)
     return head_dim == 64 ? fwd_vl_bytes<64>() : head_dim == 128 ? fwd_vl_bytes<128>() : 0;
 }
 
-size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim) /* the larger of v3's two kernels */
+size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim)
 {
-    const size_t tma = head_dim == 64 ? fwd_vl_wg_bytes<64>() : head_dim == 128 ? fwd_vl_wg_bytes<128>() : 0;
-    const size_t cp = head_dim == 64 ? fwd_vl_wg_cp_bytes<64>() : head_dim == 128 ? fwd_vl_wg_cp_bytes<128>() : 0;
-    return tma > cp ? tma : cp;
+    return head_dim == 64 ? fwd_vl_wg_bytes<64>() : head_dim == 128 ? fwd_vl_wg_bytes<128>() : 0;
 }
 
 size_t cuattn__bwd_vl_smem_bytes(int32_t head_dim)
@@ -908,129 +718,40 @@ bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const s
     return true;
 }
 
-size_t cuattn__fwd_vl_wg_plan_bytes(int32_t count, int32_t blocks)
-{
-    return FWD_VL_PLAN_TILES(count) + sizeof(struct fwd_vl_tile) * (size_t)blocks;
-}
-
-static int fwd_vl_heavier(const void *a, const void *b)
-{
-    const struct fwd_vl_tile *x = static_cast<const struct fwd_vl_tile *>(a);
-    const struct fwd_vl_tile *y = static_cast<const struct fwd_vl_tile *>(b);
-    const int32_t wx = x->n_hi - x->n_lo, wy = y->n_hi - y->n_lo;
-    if (wx != wy)
-        return wx > wy ? -1 : 1;
-    return x->pad < y->pad ? -1 : x->pad > y->pad; /* (pad: the tile's place in the table's order) */
-}
-
-/* v3's plan (struct fwd_vl_seqp, struct fwd_vl_tile): the table's count entries seq (host
- * memory) with p's tensors and p->vl_maps (device pointers, or NULL) into out, its tiles -
- * (128-row q-tile, head) of every entry, p->vl_blocks in all - heaviest first. */
-void cuattn__fwd_vl_wg_plan(void *out, const struct attn_fwd_params *p, const struct attn_vl_seq *seq,
-                            int32_t count, int32_t head_dim)
-{
-    unsigned char *plan = static_cast<unsigned char *>(out);
-    memset(plan, 0, FWD_VL_PLAN_SEQS); /* the counter of tiles taken */
-    struct fwd_vl_seqp *seqs = reinterpret_cast<struct fwd_vl_seqp *>(plan + FWD_VL_PLAN_SEQS);
-    struct fwd_vl_tile *tiles = reinterpret_cast<struct fwd_vl_tile *>(plan + FWD_VL_PLAN_TILES(count));
-    const int32_t BN = FWD_WG_BN_OF(head_dim);
-    int32_t n = 0;
-    for (int32_t i = 0; i < count; i++) {
-        const struct attn_vl_seq *e = &seq[i];
-        struct fwd_vl_seqp *S = &seqs[i];
-        memset(S, 0, sizeof *S);
-        fwd_vl_seq_params(*p, e, S->q);
-        const struct attn_fwd_params &q = S->q;
-        S->vt.wl = q.geo.wl;
-        S->vt.wr = q.geo.wr;
-        /* the kernel's __fmul_rn and __fdiv_rn, as IEEE single operations here */
-        S->vt.cap2 = q.softcap > 0.0f ? q.softcap * ATTN_LOG2E : 0.0f;
-        S->vt.capsc = q.softcap > 0.0f ? q.scale / q.softcap : 0.0f;
-        S->maps = p->vl_maps ? static_cast<const fwd_wg_maps *>(p->vl_maps) + i : NULL;
-        /* the entry's CTAs in fwd_vl_enter's order: head lb / M, q-tile M - 1 - lb % M */
-        const int32_t M = (e->s.seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM;
-        const int64_t off = (int64_t)q.seqlen_k - q.seqlen_q;
-        for (int32_t lb = 0; lb < M * p->heads_q && n < p->vl_blocks; lb++, n++) {
-            struct fwd_vl_tile *T = &tiles[n];
-            T->seq = i;
-            T->i0 = (M - 1 - lb % M) * FWD_WG_BM;
-            T->rm = q.seqlen_q - T->i0 < FWD_WG_BM ? q.seqlen_q - T->i0 : FWD_WG_BM;
-            T->h = lb / M;
-            T->tma_b = p->vl_maps ? 0 : e->vb;
-            /* the band's keys: from the first row's first to the last row's last */
-            int64_t j_lo = 0, j_hi = q.seqlen_k;
-            if (q.geo.wl >= 0 && (int64_t)T->i0 + off - q.geo.wl > 0)
-                j_lo = (int64_t)T->i0 + off - q.geo.wl;
-            if (q.geo.wr >= 0 && (int64_t)T->i0 + T->rm + off + q.geo.wr < j_hi)
-                j_hi = (int64_t)T->i0 + T->rm + off + q.geo.wr;
-            T->n_lo = (int32_t)(j_lo / BN);
-            T->n_hi = j_hi > j_lo ? (int32_t)((j_hi + BN - 1) / BN) : T->n_lo;
-            T->pad = n;
-        }
-    }
-    /* heaviest first, ties in the table's order: a stable counting sort by kv-tiles, O(n)
-     * (qsort with fwd_vl_heavier, the same order, took 165 us at 4096 tiles and 12.6 ms at
-     * 225k on the host, each call; it stays as the fallback where memory is short) */
-    int32_t wmax = 0;
-    for (int32_t r = 0; r < n; r++)
-        wmax = tiles[r].n_hi - tiles[r].n_lo > wmax ? tiles[r].n_hi - tiles[r].n_lo : wmax;
-    size_t *at = static_cast<size_t *>(calloc((size_t)wmax + 2, sizeof *at));
-    struct fwd_vl_tile *tmp = static_cast<struct fwd_vl_tile *>(malloc(sizeof *tmp * ((size_t)n + 1)));
-    if (!at || !tmp) {
-        free(at);
-        free(tmp);
-        qsort(tiles, (size_t)n, sizeof *tiles, fwd_vl_heavier);
-        return;
-    }
-    memcpy(tmp, tiles, sizeof *tmp * (size_t)n);
-    for (int32_t r = 0; r < n; r++) /* bucket wmax - w: the heaviest first */
-        at[wmax - (tmp[r].n_hi - tmp[r].n_lo) + 1]++;
-    for (int32_t b = 1; b <= wmax + 1; b++) /* at[b]: where bucket b starts */
-        at[b] += at[b - 1];
-    for (int32_t r = 0; r < n; r++) /* in the table's order within a bucket */
-        tiles[at[wmax - (tmp[r].n_hi - tmp[r].n_lo)]++] = tmp[r];
-    free(at);
-    free(tmp);
-}
-
 /* WG: v3's kernel (TMA where allowed and the maps encode: dense batches, and packed ones
- * with maps per sequence, p->vl_maps), persistent on ctas CTAs at most; else v2's. */
+ * with maps per sequence, p->vl_maps), else v2's. */
 template <typename DT, int D>
 static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int allow_tma, int *ret_tma,
-                                 int32_t ctas, cudaStream_t stream)
+                                 cudaStream_t stream)
 {
-    uint32_t blocks = (uint32_t)p->vl_blocks;
+    const uint32_t blocks = (uint32_t)p->vl_blocks;
     if (!wg) {
         attn_fwd_vl_kernel<DT, D><<<blocks, FWD_TC_THREADS, fwd_vl_bytes<D>(), stream>>>(*p);
         return cudaGetLastError();
     }
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
-    /* (the persistent TMA kernel takes its tiles from the plan: without one, cp.async) */
-    const bool tma = allow_tma && p->vl_plan && (p->vl_maps || cuattn__fwd_wg_maps(&maps, p, D));
-    if (tma) {
-        if (ctas > 0 && blocks > (uint32_t)ctas)
-            blocks = (uint32_t)ctas;
-        attn_fwd_vl_wg_kernel<DT, D><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
-    } else {
-        attn_fwd_vl_wg_cp_kernel<DT, D><<<blocks, FWD_WG_THREADS, fwd_vl_wg_cp_bytes<D>(), stream>>>(*p);
-    }
+    const bool tma = allow_tma && (p->vl_maps || cuattn__fwd_wg_maps(&maps, p, D));
+    if (tma)
+        attn_fwd_vl_wg_kernel<DT, D, true><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
+    else
+        attn_fwd_vl_wg_kernel<DT, D, false><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
     *ret_tma = tma;
     return cudaGetLastError();
 }
 
 cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
-                                  int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream)
+                                  int allow_tma, int *ret_tma, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
     *ret_tma = 0;
     switch (head_dim) {
     case 64:
-        return bf ? fwd_vl_launch<attn_bf16, 64>(p, wg, allow_tma, ret_tma, ctas, stream)
-                  : fwd_vl_launch<attn_f16, 64>(p, wg, allow_tma, ret_tma, ctas, stream);
+        return bf ? fwd_vl_launch<attn_bf16, 64>(p, wg, allow_tma, ret_tma, stream)
+                  : fwd_vl_launch<attn_f16, 64>(p, wg, allow_tma, ret_tma, stream);
     case 128:
-        return bf ? fwd_vl_launch<attn_bf16, 128>(p, wg, allow_tma, ret_tma, ctas, stream)
-                  : fwd_vl_launch<attn_f16, 128>(p, wg, allow_tma, ret_tma, ctas, stream);
+        return bf ? fwd_vl_launch<attn_bf16, 128>(p, wg, allow_tma, ret_tma, stream)
+                  : fwd_vl_launch<attn_f16, 128>(p, wg, allow_tma, ret_tma, stream);
     default:
         return cudaErrorInvalidValue;
     }

@@ -105,9 +105,8 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
  * a CTA a tile; so there a CTA takes jobs of two q-tiles of a head, the k-th heaviest then
  * the k-th lightest (M + 1 kv-tiles a job whatever k; the middle tile alone where M is
  * odd), jobs in turn (fwd_wg_walk): +2.6-9.5% over a CTA a tile
- * (bench/results/gpu-first-7487a13-2026-12-02.md). The VL kernel with TMA (attn_vl.cu) is
- * persistent too, taking its tiles heaviest first from a plan the host lays out; with
- * cp.async it keeps a CTA a tile (fwd_wg_run). */
+ * (bench/results/gpu-first-7487a13-2026-12-02.md). The VL kernel keeps a CTA a tile (it
+ * reads its sequence from the table). */
 
 
 template <int D, int NC = 2>
@@ -614,7 +613,7 @@ static __device__ __forceinline__ void fwd_wg_init(fwd_wg_smem<D, NC> &sm)
         attn_mbar_init_fence(); /* the TMA unit completes bytes on them too */
 }
 
-/* The work of one CTA of attn_vl.cu's cp.async kernel (the dense kernel runs fwd_wg_run_tiles) after
+/* The work of one VL CTA (attn_vl.cu; the dense kernel runs fwd_wg_run_tiles) after
  * fwd_wg_init and a __syncthreads: q-tile rows i0 .. i0 + rm - 1 of head h (bh: its LSE row
  * block), kv-tiles n_lo .. n_hi - 1; the producer warpgroup loads (TMA: at view batch
  * tma_b), the two consumer warpgroups compute and store. */
@@ -696,7 +695,7 @@ static __device__ __forceinline__ int32_t fwd_wg_walk(const struct attn_fwd_para
         if (idx >= 0)
 
 /* The persistent CTA's work after fwd_wg_init and a __syncthreads: q-tiles blockIdx.x,
- * + gridDim.x, ... (FWD_WG_FOR_TILES) of the M-tile launch (tiles in all), each a tile as a CTA of the non-persistent kernel would run it, the
+ * + gridDim.x, ... (FWD_WG_FOR_TILES) of the M-tile launch (tiles in all), each as fwd_wg_run's one tile, the
  * rings' counts (t0) and Q's phase (qk: tiles with work so far) carried from one to the
  * next on both sides alike. */
 template <typename DT, int D, bool TMA, int NC = 2>

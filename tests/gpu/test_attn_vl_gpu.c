@@ -483,7 +483,7 @@ static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
  * Head dims 64 and 128; long enough that the band starts past the first kv-tile (window
  * (300, 0) at 700 rows, which is no multiple of a tile: each sequence's last tiles run
  * past its end, into the next one's rows). */
-static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_packing_or_ctas(void)
+static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void)
 {
     struct cuattn *ca = NULL;
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
@@ -538,41 +538,22 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_packing_or_ctas
                     fprintf(stderr, "\n  %s: cp.async gave other bits than TMA", what);
                     bad++;
                 }
-                /* the TMA kernel is persistent: its tiles' bits whatever the CTAs taking them */
-                const int32_t ctas[] = {1, 3, 7};
-                for (size_t c = 0; c < sizeof ctas / sizeof ctas[0]; c++) {
-                    cuattn__force_fwd_ctas(ca, ctas[c]);
-                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &dense, NULL, NULL), 0);
-                    bad += cuattn__last_fwd_tma(ca) != 1; /* (else cp.async against itself) */
-                    if (memcmp(out0, dense.out, ob) != 0 || memcmp(lse0, dense.lse, lb) != 0) {
-                        fprintf(stderr, "\n  %s: %d CTAs gave other bits than a CTA an SM", what, (int)ctas[c]);
-                        bad++;
-                    }
-                }
-                cuattn__force_fwd_ctas(ca, 0);
             }
             for (int cp = 0; cp <= v3; cp++) { /* v3: TMA (maps per sequence), then cp.async */
-                /* TMA: at a CTA an SM, then 1, 3 and 7 CTAs (each taking many tiles through
-                 * the sequences' own maps) */
-                const int32_t pctas[] = {0, 1, 3, 7};
-                for (int pc = 0; pc < (v3 && !cp ? 4 : 1); pc++) {
-                    cuattn__force_fwd_ctas(ca, pctas[pc]);
-                    cuattn__force_no_tma(ca, cp);
-                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &packed, NULL, NULL), 0);
-                    cuattn__force_no_tma(ca, 0);
-                    bad += cuattn__last_fwd_tma(ca) != (v3 && !cp) || !ran_expected_fwd(ca, impls[ii], what);
-                    int lse_bad = 0;
-                    for (int32_t b = 0; b < B; b++) /* packed LSE: (H, B * S) */
-                        for (int32_t h = 0; h < HQ; h++)
-                            lse_bad += memcmp(packed.lse + (size_t)h * B * SQ + (size_t)b * SQ,
-                                              lse0 + ((size_t)b * HQ + h) * SQ, sizeof(float) * SQ) != 0;
-                    if (memcmp(out0, packed.out, ob) != 0 || lse_bad) {
-                        fprintf(stderr, "\n  %s: packed (%s, CTAs %d) gave other bits than dense (%d LSE rows)",
-                                what, cp ? "cp.async" : "TMA", (int)pctas[pc], lse_bad);
-                        bad++;
-                    }
+                cuattn__force_no_tma(ca, cp);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &packed, NULL, NULL), 0);
+                cuattn__force_no_tma(ca, 0);
+                bad += cuattn__last_fwd_tma(ca) != (v3 && !cp) || !ran_expected_fwd(ca, impls[ii], what);
+                int lse_bad = 0;
+                for (int32_t b = 0; b < B; b++) /* packed LSE: (H, B * S) */
+                    for (int32_t h = 0; h < HQ; h++)
+                        lse_bad += memcmp(packed.lse + (size_t)h * B * SQ + (size_t)b * SQ,
+                                          lse0 + ((size_t)b * HQ + h) * SQ, sizeof(float) * SQ) != 0;
+                if (memcmp(out0, packed.out, ob) != 0 || lse_bad) {
+                    fprintf(stderr, "\n  %s: packed (%s) gave other bits than dense (%d LSE rows)", what,
+                            cp ? "cp.async" : "TMA", lse_bad);
+                    bad++;
                 }
-                cuattn__force_fwd_ctas(ca, 0);
             }
         }
         CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[0]), 0);
@@ -608,22 +589,6 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
     vrefs_compute(&R, &a);
     CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
     CU_ASSERT(check_forward(&a, &R, "rows without keys"));
-    if (cuattn__last_fwd_tma(ca)) {
-        /* v3 with TMA is persistent: at 1, 2 and 3 CTAs each takes many tiles, keyless ones
-         * among them (Q's phase stays while the tile count runs on) - the same bits (this
-         * test is a sanitizer target: the slots, Q's hand-over and the rings across tiles) */
-        struct gpu_copy fwd;
-        gpu_copy_fwd(&fwd, &a);
-        const int32_t ctas[] = {1, 2, 3};
-        for (size_t c = 0; c < sizeof ctas / sizeof ctas[0]; c++) {
-            cuattn__force_fwd_ctas(ca, ctas[c]);
-            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
-            CU_ASSERT(cuattn__last_fwd_tma(ca) == 1);
-            CU_ASSERT(gpu_copy_equal(&fwd, &a));
-        }
-        cuattn__force_fwd_ctas(ca, 0);
-        gpu_copy_free(&fwd);
-    }
     int inf_rows = 0;
     for (int64_t i = 0; i < a.nlse; i++)
         inf_rows += isinf(R.lse[i]) != 0;
@@ -872,15 +837,6 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
                 bad += !ran_expected_fwd(ca, impls[ii], what);
                 bad += cuattn__last_fwd_tma(ca) != (v3 && !cp);
                 bad += !check_forward(&a, &R, what);
-                if (v3 && !cp) { /* TMA, persistent: again with one CTA taking every tile */
-                    struct gpu_copy fwd;
-                    gpu_copy_fwd(&fwd, &a);
-                    cuattn__force_fwd_ctas(ca, 1);
-                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
-                    cuattn__force_fwd_ctas(ca, 0);
-                    bad += cuattn__last_fwd_tma(ca) != 1 || !gpu_copy_equal(&fwd, &a);
-                    gpu_copy_free(&fwd);
-                }
             }
             cuattn__force_no_tma(ca, 0);
         }
@@ -1051,8 +1007,8 @@ int suite_gpu_attn_vl(void)
                      test_attn_vl_gpu_deterministic_schedules_repeat_bitwise_for_every_grid) ||
         !CU_add_test(s, "test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing",
                      test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing) ||
-        !CU_add_test(s, "test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_packing_or_ctas",
-                     test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_packing_or_ctas) ||
+        !CU_add_test(s, "test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing",
+                     test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing) ||
         !CU_add_test(s, "test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan",
                      test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan) ||
         !CU_add_test(s, "test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused",
