@@ -117,6 +117,16 @@ static int read_offsets(struct session *s, struct job *j, char *msg, size_t msgl
         snprintf(msg, msglen, "%s", why);
         return DASH_ESHAPE;
     }
+    /* max_seqlen is a bound (flash-attn's): from here on the longest sequences' lengths, so
+     * that a loose one (the token count, INT32_MAX) is served as the exact one is - the
+     * engines size their tiles, indices and scratch by it. It stays >= 1 (all lengths 0). */
+    for (int side = 0; side < 2; side++) {
+        const int32_t *cu = j->cu_seqlens + (size_t)side * n;
+        int32_t longest = 1;
+        for (size_t b = 0; b + 1 < n; b++)
+            longest = cu[b + 1] - cu[b] > longest ? cu[b + 1] - cu[b] : longest;
+        *(side ? &p->prob.seqlen_k : &p->prob.seqlen_q) = longest;
+    }
     return 0;
 }
 
@@ -513,8 +523,8 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
         const size_t n = (size_t)p->prob.batch + 1;
         r.has_varlen_batch = r.has_max_seqlen_q = r.has_max_seqlen_k = 1;
         r.varlen_batch = (uint32_t)p->prob.batch;
-        r.max_seqlen_q = p->prob.seqlen_q;
-        r.max_seqlen_k = p->prob.seqlen_k;
+        r.max_seqlen_q = p->max_seqlen[VAL_CU_Q];
+        r.max_seqlen_k = p->max_seqlen[VAL_CU_K];
         r.has_cu_seqlens_q_digest = r.has_cu_seqlens_k_digest = 1;
         r.cu_seqlens_q_digest = digest_bytes(j->cu_seqlens, n * sizeof(int32_t));
         r.cu_seqlens_k_digest = digest_bytes(j->cu_seqlens + n, n * sizeof(int32_t));

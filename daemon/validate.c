@@ -531,8 +531,8 @@ static int validate(const struct refs *r, const struct val_limits *lim, val_look
         p.prob.batch = p.cu[VAL_CU_Q].shape[0] - 1;
         p.prob.total_q = Sq;
         p.prob.total_k = Sk;
-        p.prob.seqlen_q = r->varlen->max_seqlen_q;
-        p.prob.seqlen_k = r->varlen->max_seqlen_k;
+        p.prob.seqlen_q = p.max_seqlen[VAL_CU_Q] = r->varlen->max_seqlen_q;
+        p.prob.seqlen_k = p.max_seqlen[VAL_CU_K] = r->varlen->max_seqlen_k;
     }
     /* the rules every implementation shares (window, softcap), in their own words */
     char why[200];

@@ -77,6 +77,10 @@ struct val_plan {
     /* Or the offsets sent by value (cu[] then has buffer_id 0 and only the shape): they
      * point into the request, valid until dispatch has copied them (read_offsets). */
     const int32_t *cu_values[2];
+    /* max_seqlen_q / max_seqlen_k as the request sent them (the audit records them): a
+     * bound, which prob's seqlen_q / seqlen_k tighten to the longest sequences once the
+     * offsets are read (read_offsets) */
+    int32_t max_seqlen[2];
     struct attn_problem prob;
     struct attn_config cfg; /* as requested: sched may be SCHED_AUTO, 0 = the default */
     struct val_tensor t[VAL_SLOTS];

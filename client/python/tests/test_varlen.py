@@ -275,9 +275,16 @@ def test_window_and_max_seqlen_beyond_int32_are_refused_not_truncated(client):
         dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7.5, 7)
     with pytest.raises(ValueError, match=r"window_size\[0\]=4294967299"):
         dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7, 7, window_size=(2**32 + 3, 0))
-    # a generous bound is as good as the exact one
-    big = dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 10**6, 10**6)
-    assert torch.equal(big, dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, 7, 7))
+    # a generous bound is as good as the exact one, up to the largest int32 (which dashd
+    # once refused as too large for its 32-bit indices), the gradients too
+    def run(mq, mk):
+        a, b, c = (x.detach().clone().requires_grad_() for x in (qp, kp, vp))
+        out = dash_attn.flash_attn_varlen_func(a, b, c, cu, cu, mq, mk, causal=True)
+        out.backward(torch.ones_like(out))
+        return out, a.grad, b.grad, c.grad
+    exact = run(7, 7)
+    for mq, mk in ((10**6, 10**6), (2**31 - 1, 2**31 - 1), (7, 2**31 - 1), (12, 12)):
+        assert all(torch.equal(x, y) for x, y in zip(run(mq, mk), exact)), (mq, mk)
 
 
 def test_offsets_on_a_device_whose_values_cannot_be_read_are_a_clear_error(client):
