@@ -72,6 +72,10 @@ struct backend_op {
      * returns DASH_ECANCELED); nonzero: nobody wants the result any more. NULL: never. */
     int (*stop)(void *ctx);
     void *stop_ctx;
+    /* Host ops: the most host working memory the backend may take for the op beyond its
+     * tensors (the CPU engine's accumulators; dashd's cap on one op's host memory less the
+     * tensors' dense copies), or DASH_ENOMEM before it computes anything. 0: no bound. */
+    uint64_t work_max;
     /* Audit, device ops only: digest views[i] (kernels/digest/digest.h) into digests[i] - the
      * inputs (is_output 0) before the op runs, the outputs after - so that they are in
      * digests[] when the op has completed. n_digests 0: none. */

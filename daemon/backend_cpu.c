@@ -28,7 +28,8 @@ static int32_t cpu_threads(void *impl)
 }
 
 /* An engine code as a protocol code, with a reason. */
-static int map_engine_error(int rc, const struct attn_problem *p, char *msg, size_t msglen)
+static int map_engine_error(int rc, const struct attn_problem *p, size_t work, size_t work_max,
+                            char *msg, size_t msglen)
 {
     switch (rc) {
     case -ENOMEM:
@@ -37,6 +38,12 @@ static int map_engine_error(int rc, const struct attn_problem *p, char *msg, siz
     case -EOVERFLOW:
         snprintf(msg, msglen, "the shape is too large for the CPU engine's 32-bit indices");
         return DASH_ESHAPE;
+    case -E2BIG:
+        snprintf(msg, msglen, "the CPU engine needs %zu bytes of working memory for this op "
+                 "(float accumulators%s), more than the %zu left to it under dashd's cap on one "
+                 "op's host memory (--op-memory) once the tensors are copied", work,
+                 p->heads_q > p->heads_kv ? ", per query head for GQA's dK and dV" : "", work_max);
+        return DASH_ENOMEM;
     case -ENOTSUP:
         if (p->head_dim < ENG_HEAD_DIM_MIN || p->head_dim > ENG_HEAD_DIM_MAX) {
             snprintf(msg, msglen, "head dim %d is outside %d..%d", p->head_dim, ENG_HEAD_DIM_MIN,
@@ -63,7 +70,7 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
     const struct attn_problem *p = &plan->prob;
     int rc = eng_check_problem(p);
     if (rc)
-        return map_engine_error(rc, p, msg, msglen);
+        return map_engine_error(rc, p, 0, 0, msg, msglen);
     /* the engine's own checks of the configuration, by its own code (eng__prepare's) */
     rc = eng_check_config(p, &plan->cfg);
     if (rc == -EINVAL) {
@@ -73,7 +80,7 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
                  plan->cfg.block_n ? plan->cfg.block_n : ENG_BLOCK_DEFAULT);
         return DASH_ESCHED;
     }
-    return rc ? map_engine_error(rc, p, msg, msglen) : 0;
+    return rc ? map_engine_error(rc, p, 0, 0, msg, msglen) : 0;
 }
 
 /* The engine's working memory kept between ops; more (a large op's) is given back after
@@ -86,10 +93,13 @@ static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_
 {
     struct cpu *c = impl;
     eng_set_stop(c->eng, op->stop, op->stop_ctx);
+    eng_set_work_max(c->eng, (size_t)op->work_max);
     int rc = eng_forward(c->eng, op->prob, op->cfg, op->out, op->lse, op->q, op->k, op->v, ret_cfg);
     eng_set_stop(c->eng, NULL, NULL);
+    eng_set_work_max(c->eng, 0);
     eng_trim(c->eng, CPU_ARENA_KEEP);
-    return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
+    return rc ? map_engine_error(rc, op->prob, eng_work_refused(c->eng), (size_t)op->work_max, msg, msglen)
+              : 0;
 }
 
 static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
@@ -97,11 +107,14 @@ static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size
 {
     struct cpu *c = impl;
     eng_set_stop(c->eng, op->stop, op->stop_ctx);
+    eng_set_work_max(c->eng, (size_t)op->work_max);
     int rc = eng_backward(c->eng, op->prob, op->cfg, op->dq, op->dk, op->dv, op->q, op->k, op->v,
                           op->out, op->lse, op->dout, ret_cfg);
     eng_set_stop(c->eng, NULL, NULL);
+    eng_set_work_max(c->eng, 0);
     eng_trim(c->eng, CPU_ARENA_KEEP);
-    return rc ? map_engine_error(rc, op->prob, msg, msglen) : 0;
+    return rc ? map_engine_error(rc, op->prob, eng_work_refused(c->eng), (size_t)op->work_max, msg, msglen)
+              : 0;
 }
 
 static void cpu_free(void *impl)

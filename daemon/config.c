@@ -85,6 +85,8 @@ static const struct opt opts[] = {
      "an integer in 1..1000000", 0},
     {"max-reply-bytes", "dashd", K_SIZE, F(reply_bytes), 0, 0, NULL, NULL,
      "bytes, with an optional K, M or G", 1},
+    {"op-memory", "dashd", K_SIZE, F(op_memory), 0, 0, NULL, NULL,
+     "bytes, with an optional K, M or G (0: half the memory dashd may use)", 0},
     {"metrics", "dashd", K_ADDR, F(metrics), 0, 0, NULL, NULL,
      "ADDR:PORT (127.0.0.1:9464, [::1]:9464; port 0: any free one)", 0},
     {"limit-sessions", "limits", K_INT, F(limits.sessions), 0, UINT32_MAX, NULL, NULL,

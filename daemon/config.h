@@ -47,6 +47,7 @@ struct config {
     uint32_t max_connections;    /* 0: as many as the file descriptor limit allows */
     int32_t kernels;             /* a CUATTN_IMPL_* or BACKEND_KERNELS_AUTO */
     uint64_t reply_bytes;        /* replies waiting for slow readers, all connections */
+    uint64_t op_memory;          /* one op's host memory; 0: half of what dashd may use */
     char metrics[64];            /* Prometheus endpoint ADDR:PORT; "": none */
     struct limits_config limits;
     /* Bookkeeping. */

@@ -245,7 +245,8 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
         }
 
     struct backend_op op = {.host = 1, .prob = &p->prob, .cfg = &p->cfg,
-                            .lse = (float *)dense[VAL_LSE], .stop = client_gone, .stop_ctx = j};
+                            .lse = (float *)dense[VAL_LSE], .stop = client_gone, .stop_ctx = j,
+                            .work_max = r->scratch_max == UINT64_MAX ? 0 : r->scratch_max - need};
     op.q = dense_tensor(&p->t[VAL_Q], dense[VAL_Q]);
     op.k = dense_tensor(&p->t[VAL_K], dense[VAL_K]);
     op.v = dense_tensor(&p->t[VAL_V], dense[VAL_V]);

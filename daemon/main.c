@@ -81,6 +81,15 @@ static int32_t online_cpus(void)
     return n < 1 ? 1 : n > POOL_THREADS_MAX ? POOL_THREADS_MAX : (int32_t)n;
 }
 
+/* One op's host memory cap: --op-memory (0: unset) up to all the memory we may use, else
+ * half of it (UINT64_MAX: no figure, no cap). */
+static uint64_t op_memory_max(uint64_t op_memory, uint64_t mem)
+{
+    if (op_memory)
+        return op_memory < mem ? op_memory : mem;
+    return mem == UINT64_MAX ? UINT64_MAX : mem / 2;
+}
+
 static void usage(FILE *f)
 {
     char ep[256];
@@ -122,6 +131,10 @@ static void usage(FILE *f)
             "  --max-reply-bytes N    replies waiting for clients that do not read them, all\n"
             "                         connections together, before those stop being read\n"
             "                         (default %lluM)\n"
+            "  --op-memory N          host memory one op may take: the dense copies of its\n"
+            "                         shared-memory tensors and the CPU engine's working\n"
+            "                         memory; beyond it DASH_ENOMEM (default 0: half of the\n"
+            "                         RAM or of the cgroup's limit, whichever is lower)\n"
             "  --limit-sessions N     per client (a process: the connection's uid and pid),\n"
             "  --limit-buffers N      0 for no limit: sessions (default %u), registered\n"
             "  --limit-registered-bytes N  buffers (default %u) and their bytes, Forward/\n"
@@ -552,10 +565,12 @@ int main(int argc, char **argv)
     struct dispatch_config cfg = {
         .queue_capacity = o.queue,
         .session_timeout_ms = (uint32_t)llround(o.session_timeout_s * 1000.0),
-        /* One op's scratch may take up to half the memory we may use (the RAM, or a
-         * cgroup's limit when lower): a sparse shm object or broadcast inputs must not make
-         * us allocate what we do not have and get killed for it. */
-        .scratch_max = mem == UINT64_MAX ? UINT64_MAX : mem / 2,
+        /* One op's host memory (its tensors' dense copies and the CPU engine's working
+         * memory) may take up to half the memory we may use (the RAM, or a cgroup's limit
+         * when lower), or --op-memory up to all of it: a sparse shm object, broadcast inputs
+         * or GQA's float sums must not make us allocate what we do not have and get killed
+         * for it. */
+        .scratch_max = op_memory_max(o.op_memory, mem),
         .max_buffers = MAX_BUFFERS_PER_SESSION,
         .limits = o.limits,
         .audit = a.audit,
@@ -607,8 +622,13 @@ int main(int argc, char **argv)
     uv_signal_start(&a.sighup, on_sighup, SIGHUP);
 
     if (mem != UINT64_MAX)
-        log_info("memory: %llu MiB (%s); one op's scratch is capped at %llu MiB",
-                 (unsigned long long)(mem >> 20), mem_why, (unsigned long long)(mem >> 21));
+        log_info("memory: %llu MiB (%s); one op's host memory is capped at %llu MiB%s",
+                 (unsigned long long)(mem >> 20), mem_why,
+                 (unsigned long long)(op_memory_max(o.op_memory, mem) >> 20),
+                 o.op_memory ? " (--op-memory)" : "");
+    else if (o.op_memory)
+        log_info("one op's host memory is capped at %llu MiB (--op-memory)",
+                 (unsigned long long)(o.op_memory >> 20));
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
                  "checked against the registering user", o.endpoint);

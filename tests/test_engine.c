@@ -529,6 +529,50 @@ static void test_engine_stop_ends_an_op_midway_and_the_next_runs_whole(void)
     eng_free(fresh);
 }
 
+/* eng_set_work_max: an op whose working memory (the arena the engine counts before it
+ * allocates) is past the bound returns -E2BIG without computing - its outputs keep their
+ * poison - and eng_work_refused says how much it needed; that much as the bound runs it, one
+ * byte less does not; no bound runs it; the bits are the unbounded run's. GQA's float dK/dV
+ * sums make the backward's need group times the dense dK (what dashd's --op-memory counts). */
+static void test_engine_work_max_refuses_before_computing_and_names_the_need(void)
+{
+    struct eng *e = eng_new(2), *fresh = eng_new(2);
+    CU_ASSERT_FATAL(e != NULL && fresh != NULL);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x3e3f);
+    const struct shape_case c = {1, 20, 200, 16, 1, 32, DTYPE_F32, SCHED_MASK_CAUSAL, 16, 16, 4};
+    struct attn_problem p = problem_of(&c);
+    struct attn a;
+    attn_init(&a, &p, &r);
+    struct attn_config cfg = {SCHED_SHIFT, c.w, c.bm, c.bn, 0};
+    CU_ASSERT_EQUAL_FATAL(run_forward(fresh, &a, &cfg), 0);
+    CU_ASSERT_EQUAL_FATAL(run_backward(fresh, &a, &cfg, NULL), 0);
+    struct grads want;
+    grads_take(&want, &a);
+    eng_set_work_max(e, 4096);
+    CU_ASSERT_EQUAL(run_backward(e, &a, &cfg, NULL), -E2BIG);
+    const size_t need = eng_work_refused(e);
+    /* at least the float dK and dV sums: 16 query heads x 200 keys x 32 x 4 bytes each */
+    CU_ASSERT(need >= 2 * (size_t)16 * 200 * 32 * 4);
+    const unsigned char *dq = a.dq;
+    int poisoned = 1;
+    for (int64_t i = 0; i < a.nq * 4; i++)
+        poisoned &= dq[i] == 0xff;
+    CU_ASSERT(poisoned); /* tu_poison's NaN bytes: nothing was written */
+    eng_set_work_max(e, need - 1);
+    CU_ASSERT_EQUAL(run_backward(e, &a, &cfg, NULL), -E2BIG);
+    eng_set_work_max(e, need);
+    CU_ASSERT_EQUAL(run_backward(e, &a, &cfg, NULL), 0);
+    CU_ASSERT(grads_equal(&want, &a));
+    eng_set_work_max(e, 0);
+    CU_ASSERT_EQUAL(run_backward(e, &a, &cfg, NULL), 0);
+    CU_ASSERT(grads_equal(&want, &a));
+    grads_free(&want);
+    attn_free(&a);
+    eng_free(e);
+    eng_free(fresh);
+}
+
 static void test_engine_reports_resolved_config(void)
 {
     struct eng *e = eng_new(1);
@@ -708,6 +752,7 @@ int suite_engine(void)
     ADD_TEST(s, test_engine_backward_bits_identical_across_threads_at_unaligned_tile_sizes);
     ADD_TEST(s, test_engine_strided_views_give_same_bits);
     ADD_TEST(s, test_engine_stop_ends_an_op_midway_and_the_next_runs_whole);
+    ADD_TEST(s, test_engine_work_max_refuses_before_computing_and_names_the_need);
     ADD_TEST(s, test_ref_backward_given_out_reads_dsum_from_the_stored_output);
     return 0;
 }

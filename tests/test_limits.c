@@ -569,6 +569,68 @@ static void test_limits_memory_cap_follows_the_cgroup_limit(void)
     rmdir(dir);
 }
 
+/* One op's host memory counts the CPU engine's working memory, not only its tensors'
+ * copies: under GQA the backward sums dK and dV per query head in float, group x the dense
+ * dK each (an MQA op of 64 query heads on 1 MiB of tensors asks 16 MiB). Under --op-memory
+ * 4M that backward is DASH_ENOMEM saying why, its outputs untouched; its forward and the
+ * same backward at 2 query heads per kv head run; another process is served; dashd lives.
+ * (Before: only the copies were counted, so a small request could make dashd allocate -
+ * and, on an overcommitting kernel, touch - many times the cap.) */
+static void test_limits_op_memory_counts_the_engines_gqa_sums(void)
+{
+    struct dashd_proc d;
+    CU_ASSERT_FATAL(dashd_start(&d, "--threads 1 --backend cpu --op-memory 4M") == 0);
+    struct dash_client *c = client(&d, "mqa", NULL);
+    CU_ASSERT_FATAL(c != NULL);
+    const int64_t Sq = 16, Sk = 1024, D = 32;
+    for (int hq = 64; hq >= 2; hq -= 62) {
+        const int64_t nq = Sq * hq * D * 4, nk = Sk * D * 4, nl = hq * Sq * 4;
+        struct dash_buffer *b = NULL;
+        CU_ASSERT_FATAL(dash_shm_alloc(c, (size_t)(4 * nq + 4 * nk + nl), &b) == 0);
+        unsigned char *m = dash_buffer_data(b);
+        struct tu_rng rng;
+        tu_rng_init(&rng, tu_seed() ^ 0x3e3);
+        tu_fill(m, DTYPE_F32, (4 * nq + 4 * nk) / 4, &rng, 1.0); /* every tensor's bytes */
+        uint64_t at = 0;
+        struct dash_tensor q = dash_tensor_dense(b, at, 1, Sq, hq, D), out, dout, dq, k, v, dk, dv;
+        out = dash_tensor_dense(b, at += nq, 1, Sq, hq, D);
+        dout = dash_tensor_dense(b, at += nq, 1, Sq, hq, D);
+        dq = dash_tensor_dense(b, at += nq, 1, Sq, hq, D);
+        k = dash_tensor_dense(b, at += nq, 1, Sk, 1, D);
+        v = dash_tensor_dense(b, at += nk, 1, Sk, 1, D);
+        dk = dash_tensor_dense(b, at += nk, 1, Sk, 1, D);
+        dv = dash_tensor_dense(b, at += nk, 1, Sk, 1, D);
+        struct dash_tensor lse = dash_tensor_lse(b, at += nk, 1, hq, Sq);
+        struct dash_attn a = {.dtype = DASH_F32, .mask = DASH_MASK_CAUSAL};
+        CU_ASSERT_EQUAL_FATAL(dash_forward(c, &a, &q, &k, &v, &out, &lse, NULL), 0);
+        memset(m + dq.offset, 0x5a, (size_t)nq); /* a refusal must leave dq, dk, dv alone */
+        memset(m + dk.offset, 0x5a, (size_t)(2 * nk));
+        int rc = dash_backward(c, &a, &q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, NULL);
+        if (hq == 64) {
+            const char *why = dash_last_error(c);
+            CU_ASSERT_EQUAL(rc, DASH_ENOMEM);
+            CU_ASSERT(strstr(why, "working memory") && strstr(why, "GQA") && strstr(why, "--op-memory"));
+            printf("\n    %s: %s ", dash_errname(rc), why);
+            int untouched = 1;
+            for (int64_t i = 0; i < nq; i++)
+                untouched &= m[dq.offset + (uint64_t)i] == 0x5a;
+            for (int64_t i = 0; i < 2 * nk; i++)
+                untouched &= m[dk.offset + (uint64_t)i] == 0x5a;
+            CU_ASSERT(untouched);
+        } else {
+            CU_ASSERT_EQUAL(rc, 0);
+            float g;
+            memcpy(&g, m + dk.offset, sizeof g);
+            CU_ASSERT(isfinite(g));
+        }
+        CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
+    }
+    CU_ASSERT_EQUAL(in_child(other_process_is_served, &d), 0);
+    dash_close(c);
+    CU_ASSERT(dashd_alive(&d));
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+}
+
 /* ---- who sees whom ------------------------------------------------------------------- */
 
 /* In a child running as nobody: its stats list its own session only (not root's name or
@@ -666,5 +728,6 @@ int suite_limits(void)
     ADD_TEST(s, test_limits_queue_takes_turns_between_clients);
     ADD_TEST(s, test_limits_stats_show_other_users_sessions_only_to_root);
     ADD_TEST(s, test_limits_memory_cap_follows_the_cgroup_limit);
+    ADD_TEST(s, test_limits_op_memory_counts_the_engines_gqa_sums);
     return 0;
 }

@@ -62,18 +62,33 @@ void eng_trim(struct eng *e, size_t keep)
     }
 }
 
-unsigned char *eng__arena(struct eng *e, size_t bytes)
+int eng__arena(struct eng *e, size_t bytes, void **ret)
 {
-    if (bytes <= e->scratch_cap)
-        return e->scratch;
-    size_t cap = (bytes + 4095) & ~(size_t)4095;
-    unsigned char *mem = aligned_alloc(ENG__ALIGN, cap);
-    if (!mem)
-        return NULL;
-    free(e->scratch);
-    e->scratch = mem;
-    e->scratch_cap = cap;
-    return mem;
+    if (e->work_max && bytes > e->work_max) {
+        e->work_refused = bytes;
+        return -E2BIG;
+    }
+    if (bytes > e->scratch_cap) {
+        size_t cap = (bytes + 4095) & ~(size_t)4095;
+        unsigned char *mem = aligned_alloc(ENG__ALIGN, cap);
+        if (!mem)
+            return -ENOMEM;
+        free(e->scratch);
+        e->scratch = mem;
+        e->scratch_cap = cap;
+    }
+    *ret = e->scratch;
+    return 0;
+}
+
+void eng_set_work_max(struct eng *e, size_t bytes)
+{
+    e->work_max = bytes;
+}
+
+size_t eng_work_refused(const struct eng *e)
+{
+    return e->work_refused;
 }
 
 /* ---- validation ------------------------------------------------------------------- */
@@ -445,8 +460,10 @@ int eng_forward(struct eng *e, const struct attn_problem *p, const struct attn_c
         if ((rc = eng__segments(p, &c, &a, &f.g)) != 0)
             return rc;
         f.thread_mem = eng__carve(&a, f.per_thread * (size_t)eng_threads(e));
-        if (!base && !(base = eng__arena(e, a.used)))
-            return -ENOMEM;
+        void *mem = base;
+        if (!base && (rc = eng__arena(e, a.used, &mem)))
+            return rc;
+        base = mem;
     }
     eng__op_begin(e);
     eng__for_each(e, f.g.tasks, fwd_task, &f);

@@ -63,6 +63,13 @@ int32_t eng_threads(const struct eng *e);
  * large call does not pin its memory for the engine's life. Between calls only. */
 void eng_trim(struct eng *e, size_t keep);
 
+/* The most working memory (the arena above: accumulators, per-thread tiles) one op may
+ * take; 0, the default: no bound. An op that would need more returns -E2BIG before it
+ * computes or allocates anything, and eng_work_refused says how much it needed (dashd:
+ * one op's host memory, its tensors' copies and this together, stays under a cap). */
+void eng_set_work_max(struct eng *e, size_t bytes);
+size_t eng_work_refused(const struct eng *e);
+
 /* Check a problem without running it: attn_check_problem, then -ENOTSUP for a head dim
  * outside ENG_HEAD_DIM_MIN..MAX. Every dtype serves every option (windows, softcap,
  * packed batches; float64 included: engine_f64.c). */

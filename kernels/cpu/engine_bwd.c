@@ -476,8 +476,10 @@ int eng_backward(struct eng *e, const struct attn_problem *p, const struct attn_
             }
         }
         w.thread_mem = eng__carve(&a, w.per_thread * (size_t)w.threads);
-        if (!base && !(base = eng__arena(e, a.used)))
-            return -ENOMEM;
+        void *mem = base;
+        if (!base && (rc = eng__arena(e, a.used, &mem)))
+            return rc;
+        base = mem;
     }
     for (int64_t t = 0; t < w.g.tiles; t++)
         atomic_init(&w.counter[t], 0);

@@ -199,10 +199,11 @@ int eng__forward_f64(struct eng *e, const struct attn_problem *p, struct attn_te
     o.v = v;
     o.out = out;
     o.lse_out = lse;
-    o.thread_mem = (double *)eng__arena(e, sizeof(double) * (size_t)o.per_thread *
-                                               (size_t)eng_threads(e));
-    if (!o.thread_mem)
-        return -ENOMEM;
+    void *mem;
+    int rc = eng__arena(e, sizeof(double) * (size_t)o.per_thread * (size_t)eng_threads(e), &mem);
+    if (rc)
+        return rc;
+    o.thread_mem = mem;
     eng__op_begin(e);
     eng__for_each(e, (int64_t)attn_view_batch(p) * p->heads_q * o.rows_q, fwd_row, &o);
     return eng__op_end(e);
@@ -287,16 +288,18 @@ int eng__backward_f64(struct eng *e, const struct attn_problem *p, struct attn_t
     o.dv = dv;
     const int64_t VB = attn_view_batch(p);
     const size_t rows_q = (size_t)VB * (size_t)p->heads_q * (size_t)o.rows_q;
-    double *mem = (double *)eng__arena(
-        e, sizeof(double) * (rows_q * 2 + (size_t)o.per_thread * (size_t)eng_threads(e)));
-    if (!mem)
-        return -ENOMEM;
+    void *arena;
+    int rc = eng__arena(e, sizeof(double) * (rows_q * 2 + (size_t)o.per_thread * (size_t)eng_threads(e)),
+                        &arena);
+    if (rc)
+        return rc;
+    double *mem = arena;
     o.lse = mem;
     o.dsum = mem + rows_q;
     o.thread_mem = mem + rows_q * 2;
     eng__op_begin(e);
     eng__for_each(e, (int64_t)rows_q, bwd_query_row, &o);
-    int rc = eng__op_end(e);
+    rc = eng__op_end(e);
     if (rc)
         return rc;
     eng__op_begin(e);

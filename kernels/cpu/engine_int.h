@@ -20,6 +20,8 @@ struct eng {
     struct pool *pool;
     unsigned char *scratch; /* grow-only arena, reused by every call */
     size_t scratch_cap;
+    size_t work_max;     /* eng_set_work_max (0: none) */
+    size_t work_refused; /* what the last op refused for it needed */
     struct dag_auto_cache auto_cache;
     eng_stop_fn stop; /* eng_set_stop */
     void *stop_ctx;
@@ -68,7 +70,9 @@ static inline void *eng__carve(struct eng__carver *c, size_t bytes)
 }
 
 /* Make the arena at least `bytes` long. Returns it, or NULL (the old arena is kept). */
-unsigned char *eng__arena(struct eng *e, size_t bytes);
+/* The op's working memory, `bytes` of the arena: 0 and *ret, -E2BIG past eng_set_work_max's
+ * bound (work_refused then says how much), or -ENOMEM. */
+int eng__arena(struct eng *e, size_t bytes, void **ret);
 
 /* Validate everything both passes need and fill *ret_cfg and *ret_geo (a schedule of the
  * resolved kind, whose tile geometry both passes use). */
