@@ -34,6 +34,7 @@
 /* Per client (limits.h): generous enough for every client we know, small enough that one
  * process cannot take the daemon's memory maps (vm.max_map_count is 65530 by default). */
 #define DEFAULT_LIMIT_SESSIONS 256
+#define DEFAULT_LIMIT_CONNECTIONS 256 /* a session is a connection: as many as sessions */
 #define DEFAULT_LIMIT_BUFFERS 8192
 
 enum kind { K_STR, K_ADDR, K_INT, K_SIZE, K_SECONDS, K_ENUM }; /* K_ADDR: a K_STR that metrics_http_parse_addr takes */
@@ -89,6 +90,8 @@ static const struct opt opts[] = {
      "bytes, with an optional K, M or G (0: half the memory dashd may use)", 0},
     {"metrics", "dashd", K_ADDR, F(metrics), 0, 0, NULL, NULL,
      "ADDR:PORT (127.0.0.1:9464, [::1]:9464; port 0: any free one)", 0},
+    {"limit-connections", "limits", K_INT, F(limits.connections), 0, UINT32_MAX, NULL, NULL,
+     "an integer (0: no limit)", 1},
     {"limit-sessions", "limits", K_INT, F(limits.sessions), 0, UINT32_MAX, NULL, NULL,
      "an integer (0: no limit)", 1},
     {"limit-buffers", "limits", K_INT, F(limits.buffers), 0, UINT32_MAX, NULL, NULL,
@@ -116,6 +119,7 @@ void config_defaults(struct config *c)
     c->kernels = BACKEND_KERNELS_AUTO;
     c->reply_bytes = DEFAULT_REPLY_BYTES;
     c->limits.sessions = DEFAULT_LIMIT_SESSIONS;
+    c->limits.connections = DEFAULT_LIMIT_CONNECTIONS;
     c->limits.buffers = DEFAULT_LIMIT_BUFFERS;
 }
 

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 struct limits_config {
+    uint32_t connections; /* enforced by the server at accept (server_config), not here */
     uint32_t sessions;
     uint32_t buffers;
     uint64_t registered_bytes;

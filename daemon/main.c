@@ -135,13 +135,15 @@ static void usage(FILE *f)
             "                         shared-memory tensors and the CPU engine's working\n"
             "                         memory; beyond it DASH_ENOMEM (default 0: half of the\n"
             "                         RAM or of the cgroup's limit, whichever is lower)\n"
-            "  --limit-sessions N     per client (a process: the connection's uid and pid),\n"
-            "  --limit-buffers N      0 for no limit: sessions (default %u), registered\n"
-            "  --limit-registered-bytes N  buffers (default %u) and their bytes, Forward/\n"
-            "  --limit-in-flight N    Backward ops accepted and not answered, and the tensor\n"
-            "  --limit-request-bytes N     bytes one op names (defaults: no limit); beyond\n"
-            "                         them a request gets DASH_ELIMIT. The queue serves\n"
-            "                         clients in turn (round robin)\n"
+            "  --limit-connections N  per client (a process: the connection's uid and pid;\n"
+            "  --limit-sessions N     0 for no limit): connections, said Hello or not\n"
+            "  --limit-buffers N      (default %u; more are closed at accept), sessions\n"
+            "  --limit-registered-bytes N  (default %u), registered buffers (default %u)\n"
+            "  --limit-in-flight N    and their bytes, Forward/Backward ops accepted and\n"
+            "  --limit-request-bytes N     not answered, and the tensor bytes one op names\n"
+            "                         (defaults: no limit); beyond them a request gets\n"
+            "                         DASH_ELIMIT. The queue serves clients in turn (round\n"
+            "                         robin)\n"
             "  --metrics ADDR:PORT    serve Prometheus metrics at http://ADDR:PORT/metrics\n"
             "                         (ADDR an IPv4 address or [IPv6]; e.g. 127.0.0.1:9464;\n"
             "                         port 0 picks a free one, logged; default: off)\n"
@@ -159,7 +161,7 @@ static void usage(FILE *f)
             "registered under libdash's names (/dash-PID-...) is unlinked.\n",
             ep, POOL_THREADS_MAX, online_cpus(), d.queue, d.session_timeout_s, d.audit_keep,
             SERVER_DEFAULT_CONNECTIONS, (unsigned long long)(d.reply_bytes >> 20),
-            d.limits.sessions, d.limits.buffers);
+            d.limits.connections, d.limits.sessions, d.limits.buffers);
 }
 
 /* defaults, then --config FILE, then every other option of the command line, then the
@@ -304,6 +306,7 @@ static void on_sighup(uv_signal_t *h, int signum)
     log_set_level((enum log_level)next.level);
     dispatch_set_limits(a->disp, &next.limits);
     server_set_reply_bytes(a->srv, next.reply_bytes);
+    server_set_client_connections(a->srv, next.limits.connections);
     /* Only what is live is taken over; the rest keeps running as it started. */
     a->cfg.level = next.level;
     a->cfg.limits = next.limits;
@@ -587,6 +590,7 @@ int main(int argc, char **argv)
     struct server_config sc = {.endpoint = o.endpoint,
                                .max_connections = connection_limit(o.max_connections),
                                .reply_bytes = o.reply_bytes,
+                               .client_connections = o.limits.connections,
                                .on_msg = dispatch_on_message,
                                .on_gone = dispatch_on_gone,
                                .ctx = a.disp};
@@ -632,9 +636,12 @@ int main(int argc, char **argv)
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
                  "checked against the registering user", o.endpoint);
+    char per_process[48] = "no cap a process";
+    if (o.limits.connections)
+        snprintf(per_process, sizeof per_process, "%u a process", o.limits.connections);
     log_info("dashd " DASHD_VERSION " serving %s (backend %s: %s; queue %u; session timeout %g s; "
-             "at most %u connections)", o.endpoint, b->name, b->device, o.queue,
-             o.session_timeout_s, sc.max_connections);
+             "at most %u connections, %s)", o.endpoint, b->name, b->device, o.queue,
+             o.session_timeout_s, sc.max_connections, per_process);
     if (b->gpu_sharing && strcmp(b->gpu_sharing, "mps") == 0)
         log_info("GPU sharing: MPS (clients that also run under MPS hand work to dashd without "
                  "a GPU context switch)");

@@ -95,6 +95,7 @@ struct server {
     struct conn *head;
     uint32_t n_conns; /* in the list: each holds a file descriptor */
     uint32_t max_conns;
+    uint32_t per_client; /* connections one process (uid, pid) may hold; 0: no cap */
     uint64_t next_id;
     uint64_t refused, refused_logged, last_refusal_log_ns; /* for the log */
     /* Bytes of replies waiting in our write queues (what the kernel's socket buffers did
@@ -556,6 +557,18 @@ static void peer_creds(struct conn *c)
     }
 }
 
+/* The connections the peer process of c holds already (c not yet listed); 0 for a peer
+ * without credentials (tcp://): it is a client of its own. */
+static uint32_t conns_of(const struct server *s, const struct conn *c)
+{
+    uint32_t n = 0;
+    if (c->pid < 0)
+        return 0;
+    for (const struct conn *o = s->head; o; o = o->next)
+        n += o->pid == c->pid && o->uid == c->uid && o->state != C_CLOSING;
+    return n;
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     struct server *s = l->data;
@@ -587,6 +600,17 @@ static void on_connection(uv_stream_t *l, int status)
         uv_close(&c->h.handle, on_refused_closed);
         return;
     }
+    peer_creds(c);
+    /* one process may not take every slot (connections that never say Hello included) */
+    const uint32_t held = s->per_client ? conns_of(s, c) : 0;
+    if (s->per_client && held >= s->per_client) {
+        char why[192];
+        snprintf(why, sizeof why, "process %lld (uid %lld) holds %u connections, its limit "
+                 "([limits] connections)", (long long)c->pid, (long long)c->uid, held);
+        note_refusal(s, why);
+        uv_close(&c->h.handle, on_refused_closed);
+        return;
+    }
     c->in = malloc(CONN_BUF_MIN);
     if (!c->in) {
         note_refusal(s, "out of memory");
@@ -596,7 +620,6 @@ static void on_connection(uv_stream_t *l, int status)
     c->in_cap = CONN_BUF_MIN;
     c->id = s->next_id++;
     memcpy(c->rid, &c->id, SERVER_RID_LEN);
-    peer_creds(c);
     c->deadline_ns = uv_hrtime() + (uint64_t)SERVER_HANDSHAKE_MS * 1000000u;
     c->state = C_GREETING;
     size_t b = bucket_of(c->id);
@@ -696,6 +719,7 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, char
     s->on_gone = cfg->on_gone;
     s->ctx = cfg->ctx;
     s->max_conns = cfg->max_connections ? cfg->max_connections : SERVER_DEFAULT_CONNECTIONS;
+    s->per_client = cfg->client_connections;
     s->reply_bytes = cfg->reply_bytes;
     s->next_id = 1;
     const char *ep = cfg->endpoint;
@@ -782,6 +806,11 @@ int server_send(struct server *s, const void *rid, size_t rid_len, const void *d
 void server_set_reply_bytes(struct server *s, uint64_t bytes)
 {
     s->reply_bytes = bytes;
+}
+
+void server_set_client_connections(struct server *s, uint32_t n)
+{
+    s->per_client = n;
 }
 
 uint64_t server_reply_bytes_queued(const struct server *s)

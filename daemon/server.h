@@ -68,6 +68,9 @@ struct server_config {
     const char *endpoint;
     uint32_t max_connections; /* 0: SERVER_DEFAULT_CONNECTIONS */
     uint64_t reply_bytes;     /* replies waiting, all connections (0: no cap beyond each's) */
+    /* Connections one peer process (SO_PEERCRED uid and pid) may hold at once, said Hello
+     * or not; more are closed at accept and logged. 0: no cap. tcp:// peers have none. */
+    uint32_t client_connections;
     server_msg_fn on_msg;
     server_gone_fn on_gone; /* may be NULL */
     void *ctx;
@@ -85,6 +88,9 @@ struct server *server_new(uv_loop_t *loop, const struct server_config *cfg, char
  * (no such connection: it is gone), -EAGAIN (the peer has not read SERVER_WQ_DROP bytes;
  * the reply is dropped), or -ENOTCONN after server_close(). */
 int server_send(struct server *s, const void *rid, size_t rid_len, const void *data, size_t len);
+
+/* Change the cap on one process's connections (config reload; those it holds stay). */
+void server_set_client_connections(struct server *s, uint32_t n);
 
 /* Change the cap on replies waiting (config reload); 0: none. */
 void server_set_reply_bytes(struct server *s, uint64_t bytes);

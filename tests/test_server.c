@@ -443,6 +443,69 @@ static void test_server_foreign_peers_are_closed_and_pings_ponged(void)
     CU_ASSERT(daemon_serves(&D));
 }
 
+/* A ping over raw ZMTP (no libzmq: safe in a forked child of this threaded process):
+ * 1 if answered. */
+static int raw_zmtp_ping(const char *endpoint)
+{
+    int fd = zmtp_open(endpoint);
+    if (fd < 0)
+        return 0;
+    Dash__Request req;
+    Dash__Ping p;
+    ping_request(&req, &p, 77, NULL, 0);
+    Dash__Reply *rep = send_request(fd, 0, &req) == 0 ? recv_reply(fd, 5000) : NULL;
+    int ok = rep && rep->code == 0 && rep->id == 77;
+    wire_free_reply(rep);
+    close(fd);
+    return ok;
+}
+
+/* One process may not hold every connection slot: under [limits] connections 3, a process
+ * holding three handshaken connections that never say Hello gets a fourth closed at accept
+ * (logged with its pid and the key), while another process connects and is answered; once
+ * it closes one, it connects again. (Before: one process could take all of
+ * --max-connections, and every other client was refused.) */
+static void test_server_one_process_cannot_take_every_connection_slot(void)
+{
+    struct dashd_proc L;
+    CU_ASSERT_FATAL(dashd_start(&L, "--limit-connections 3") == 0);
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = zmtp_open(L.endpoint);
+        CU_ASSERT_FATAL(fds[i] >= 0);
+    }
+    int fourth = unix_connect(L.endpoint);
+    CU_ASSERT(fourth >= 0 && closed_by_peer(fourth, 2000));
+    if (fourth >= 0)
+        close(fourth);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0)
+        _exit(raw_zmtp_ping(L.endpoint) ? 0 : 1);
+    int st = -1;
+    CU_ASSERT(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(fds[0]);
+    int again = -1;
+    for (int t = 0; t < 50 && again < 0; t++) { /* until dashd has seen the close */
+        usleep(20000);
+        again = zmtp_open(L.endpoint);
+    }
+    CU_ASSERT(again >= 0);
+    if (again >= 0)
+        close(again);
+    close(fds[1]);
+    close(fds[2]);
+    char *log = NULL;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "cat %s", L.log_path);
+    tu_run(cmd, &log);
+    char want[96];
+    snprintf(want, sizeof want, "process %d (uid %d) holds 3 connections", (int)getpid(), (int)getuid());
+    CU_ASSERT(log && strstr(log, want) && strstr(log, "[limits] connections"));
+    free(log);
+    CU_ASSERT_EQUAL(dashd_stop(&L), 0);
+}
+
 /* A client that sends without reading makes the daemon stop reading it, not pile up
  * replies or drop them: the daemon's memory stays bounded, and once the client reads,
  * every request has its answer. (Before: replies past the high-water mark were dropped.) */
@@ -799,6 +862,7 @@ int suite_server(void)
     ADD_TEST(s, test_server_unfinished_multipart_message_is_refused_at_once);
     ADD_TEST(s, test_server_two_frame_message_gets_malformed_with_its_id);
     ADD_TEST(s, test_server_foreign_peers_are_closed_and_pings_ponged);
+    ADD_TEST(s, test_server_one_process_cannot_take_every_connection_slot);
     ADD_TEST(s, test_server_client_that_does_not_read_is_paused_and_loses_nothing);
     ADD_TEST(s, test_server_unread_replies_are_capped_across_connections);
     ADD_TEST(s, test_server_random_bytes_never_hurt_it);
