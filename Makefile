@@ -156,7 +156,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
 	tests/test_metrics.c tests/test_log.c tests/test_soak.c tests/soak.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
-	daemon/proc.c daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c
+	daemon/proc.c daemon/evring.c daemon/job.c daemon/log.c daemon/limits.c daemon/audit.c
 BENCH_SRC := bench/bench_engine.c bench/benchmeta.c bench/benchrng.c bench/benchtime.c
 BENCH_VARLEN_SRC := bench/bench_varlen.c bench/benchmeta.c bench/benchrng.c
 BENCH_DAEMON_SRC := bench/bench_daemon.c bench/benchd.c bench/benchmeta.c bench/benchrng.c bench/benchtime.c

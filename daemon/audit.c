@@ -122,9 +122,10 @@ static int append(struct audit *a, const unsigned char *p, size_t n)
     return 0;
 }
 
-/* The header frame of a file whose first record is first_seq (malloc'd). */
-static int encode_header(struct audit *a, uint64_t first_seq, unsigned char **ret_buf,
-                         size_t *ret_len)
+/* The header frame of a file whose first record is first_seq (malloc'd); dropped: records
+ * dropped just before first_seq that no record written says (the closing header). */
+static int encode_header(struct audit *a, uint64_t first_seq, uint64_t dropped,
+                         unsigned char **ret_buf, size_t *ret_len)
 {
     char host[256] = "";
     (void)gethostname(host, sizeof host - 1);
@@ -141,6 +142,8 @@ static int encode_header(struct audit *a, uint64_t first_seq, unsigned char **re
     h.level = (char *)audit_level_name(a->cfg.level);
     h.has_lost_before = a->lost > 0;
     h.lost_before = a->lost;
+    h.has_dropped_before = dropped > 0;
+    h.dropped_before = dropped;
     Dash__AuditFrame f = DASH__AUDIT_FRAME__INIT;
     f.body_case = DASH__AUDIT_FRAME__BODY_HEADER;
     f.header = &h;
@@ -148,11 +151,12 @@ static int encode_header(struct audit *a, uint64_t first_seq, unsigned char **re
 }
 
 /* A header, and with it (one write: both or neither) the first record if given. */
-static int write_header(struct audit *a, uint64_t first_seq, const struct pending *first)
+static int write_header(struct audit *a, uint64_t first_seq, const struct pending *first,
+                        uint64_t dropped)
 {
     unsigned char *buf;
     size_t len;
-    int rc = encode_header(a, first_seq, &buf, &len);
+    int rc = encode_header(a, first_seq, dropped, &buf, &len);
     if (rc)
         return rc;
     if (first) {
@@ -244,6 +248,26 @@ static int open_file(struct audit *a, char *why, size_t whylen)
     return 0;
 }
 
+/* With --audit-sync batch or every: make the path's directory entry durable - a file just
+ * created, or renamed by a rotation, is otherwise not found after a crash, however often
+ * its own data was synced. */
+static void sync_dir(const struct audit *a)
+{
+    if (a->cfg.sync == AUDIT_SYNC_NONE)
+        return;
+    char *dir = strdup(a->path);
+    if (!dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    const char *name = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
+    int fd = open(name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
 static void close_file(struct audit *a)
 {
     if (a->fd >= 0) {
@@ -280,11 +304,14 @@ static int start_file(struct audit *a, uint64_t next_seq, const struct pending *
         return rc;
     }
     uint64_t lost = a->lost;
-    if ((rc = write_header(a, next_seq, first)) != 0) {
+    if ((rc = write_header(a, next_seq, first, 0)) != 0) {
         write_failed(a, "writing a header to", rc);
         close_file(a);
         return rc;
     }
+    if (a->cfg.sync == AUDIT_SYNC_EVERY) /* the header, and the record written with it */
+        (void)fdatasync(a->fd);
+    sync_dir(a); /* a new file (rotation, reopen after logrotate, resuming) */
     if (a->failing)
         log_warn("audit: writing to %s again; %llu records were lost before record %llu (its "
                  "header says so)", a->path, (unsigned long long)lost,
@@ -341,6 +368,8 @@ static void *writer_main(void *arg)
         a->reopen = 0;
         const int stopping = a->stop;
         const uint64_t next_seq = a->next_seq;
+        /* stopping: no record comes after these to say they were dropped */
+        const uint64_t dropped_tail = stopping ? a->dropped_pending : 0;
         pthread_mutex_unlock(&a->mu);
 
         uint64_t written = 0, errors = 0;
@@ -387,13 +416,14 @@ static void *writer_main(void *arg)
             free(p->frame);
             free(p);
         }
-        if (stopping && a->lost > 0 && !batch) {
-            /* The last records could not be written: a header of its own says so, if the
-             * file takes that much, so the loss is not silent. */
+        if (stopping && (a->lost > 0 || dropped_tail > 0) && !batch) {
+            /* The last records could not be written, or were dropped with no record after
+             * them: a header of its own says so, if the file takes that much, so the loss
+             * is not silent. */
             if (a->fd < 0)
                 (void)start_file(a, next_seq, NULL, "closing");
-            else
-                (void)write_header(a, next_seq, NULL);
+            if (a->fd >= 0 && (dropped_tail > 0 || a->lost > 0))
+                (void)write_header(a, next_seq, NULL, dropped_tail);
         }
         if (a->fd >= 0 && (a->cfg.sync == AUDIT_SYNC_BATCH || stopping))
             (void)fdatasync(a->fd);
@@ -432,10 +462,12 @@ int audit_open(const struct audit_config *cfg, struct audit **ret, char *why, si
     if (getrandom(&a->log_id, sizeof a->log_id, 0) != (ssize_t)sizeof a->log_id)
         a->log_id = unix_ns() ^ ((uint64_t)getpid() << 32);
     int rc = open_file(a, why, whylen);
-    if (!rc && (rc = write_header(a, a->next_seq, NULL)) != 0)
+    if (!rc && (rc = write_header(a, a->next_seq, NULL, 0)) != 0)
         snprintf(why, whylen, "cannot write to %s: %s", a->path, strerror(-rc));
-    if (!rc && cfg->sync != AUDIT_SYNC_NONE)
+    if (!rc && cfg->sync != AUDIT_SYNC_NONE) {
         (void)fdatasync(a->fd);
+        sync_dir(a);
+    }
     if (rc) {
         if (a->fd >= 0)
             close(a->fd);
@@ -475,7 +507,8 @@ void audit_submit(struct audit *a, Dash__AuditRecord *r)
     struct pending *p = NULL;
     unsigned char *frame = NULL;
     size_t len = 0;
-    int rc = a->queued_bytes >= AUDIT_QUEUE_MAX ? -ENOSPC : auditfile_encode(&f, &frame, &len);
+    const size_t queue_max = a->cfg.queue_max ? a->cfg.queue_max : AUDIT_QUEUE_MAX;
+    int rc = a->queued_bytes >= queue_max ? -ENOSPC : auditfile_encode(&f, &frame, &len);
     if (!rc && !(p = malloc(sizeof *p))) {
         free(frame);
         rc = -ENOMEM;

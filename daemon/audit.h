@@ -6,10 +6,13 @@
  * The request path only encodes and queues (audit_submit): it never waits for the disk.
  * If the disk falls behind by more than AUDIT_QUEUE_MAX bytes, records are dropped and
  * counted, and the next record written says how many (dropped_before), so the sequence
- * gap is explained instead of silent. --audit-sync chooses when the writer fsyncs: none
- * (the kernel decides), batch (after every batch it drains; the default), every (after
- * every record). A crash loses at most what was not yet synced, and its torn last frame
- * never reads as a record (CRC); at start, a torn tail left by a crash is cut off.
+ * gap is explained instead of silent; drops with no record after them (at the very end)
+ * are said by the header the log closes with (dropped_before). --audit-sync chooses when
+ * the writer fsyncs: none (the kernel decides), batch (after every batch it drains; the
+ * default), every (after every record, and the directory whenever a file is created or
+ * renamed: a record synced is a record found after a crash). A crash loses at most what
+ * was not yet synced, and its torn last frame never reads as a record (CRC); at start, a
+ * torn tail left by a crash is cut off.
  *
  * Files: the first frame of every file is a header (log id, first sequence number). Size
  * rotation renames path -> path.1 -> ... -> path.keep; SIGHUP (audit_reopen) reopens the
@@ -36,6 +39,8 @@ struct audit_config {
     uint64_t max_bytes;     /* rotate before a file would grow past this; 0: never */
     int keep;               /* rotated files kept (path.1 .. path.keep), >= 1 */
     const char *server_version;
+    size_t queue_max;       /* bytes queued for the writer before records drop; 0:
+                             * AUDIT_QUEUE_MAX (tests set less) */
 };
 
 /* "off"/"outputs"/"all" and "none"/"batch"/"every": 0 and *ret, or -1. */

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,19 +109,26 @@ static void check_header(struct ctl_audit_log *L, const char *file, uint64_t off
     if (h->format_version != AUDITFILE_FORMAT_VERSION)
         problem(L, file, off, 0, 0, "header of format version %u; this dashctl reads %u",
                 h->format_version, AUDITFILE_FORMAT_VERSION);
-    uint64_t lost = h->has_lost_before ? h->lost_before : 0;
+    const uint64_t lost = (h->has_lost_before ? h->lost_before : 0),
+                   dropped = h->has_dropped_before ? h->dropped_before : 0;
+    const char *why = !dropped ? "were lost: dashd could not write them (disk full?; said so in "
+                                 "this header)"
+                      : !lost  ? "were dropped by dashd (its writer fell behind; said so in the "
+                                 "header it closed the log with)"
+                               : "were lost or dropped: dashd could not write some (disk "
+                                 "full?) and its writer fell behind on others (said so in this "
+                                 "header)";
     if (L->have_header && h->log_id == L->log_id && h->first_seq != L->expect_seq) {
-        if (h->first_seq > L->expect_seq && h->first_seq - L->expect_seq == lost)
-            problem(L, file, off, 0, 0, "records %" PRIu64 "..%" PRIu64 " were lost: dashd "
-                    "could not write them (disk full?; said so in this header)", L->expect_seq,
-                    h->first_seq - 1);
+        if (h->first_seq > L->expect_seq && h->first_seq - L->expect_seq == lost + dropped)
+            problem(L, file, off, 0, 0, "records %" PRIu64 "..%" PRIu64 " %s", L->expect_seq,
+                    h->first_seq - 1, why);
         else
             problem(L, file, off, 0, 0, "header says the next record is %" PRIu64 ", but %"
                     PRIu64 " was expected (records missing between files?)", h->first_seq,
                     L->expect_seq);
-    } else if (lost && !L->have_header) {
-        problem(L, file, off, 0, 0, "%" PRIu64 " records before %" PRIu64 " were lost: dashd "
-                "could not write them (said so in this header)", lost, h->first_seq);
+    } else if ((lost || dropped) && !L->have_header) {
+        problem(L, file, off, 0, 0, "%" PRIu64 " records before %" PRIu64 " %s", lost + dropped,
+                h->first_seq, why);
     }
     L->have_header = 1;
     L->log_id = h->log_id;
@@ -158,7 +164,10 @@ static void check_record(struct ctl_audit_log *L, const char *file, uint64_t off
     L->expect_seq = r->seq + 1;
 }
 
-/* Read one file into L (frames are unpacked copies: the mapping goes at the end). Returns
+/* Read one file into L (frames are unpacked copies: the bytes go at the end). Read, not
+ * mapped: dashd cuts its live log back after a failed write (and a torn tail at start),
+ * and a mapping's pages past the new end would kill dashctl with SIGBUS; read() gives the
+ * bytes there were, a frame cut short among them being reported as a torn tail. Returns
  * 0, or CTL_EXIT_USAGE when the file cannot be read. */
 static int read_file(struct ctl_audit_log *L, const char *path)
 {
@@ -170,14 +179,25 @@ static int read_file(struct ctl_audit_log *L, const char *path)
         close(fd);
         return ctl__usage_error("audit", "cannot stat %s: %s", path, strerror(errno));
     }
-    size_t size = (size_t)st.st_size;
-    unsigned char *data = NULL;
-    if (size > 0) {
-        data = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (data == MAP_FAILED) {
+    size_t size = 0, cap = (size_t)st.st_size;
+    unsigned char *data = cap ? malloc(cap) : NULL;
+    if (cap && !data) {
+        close(fd);
+        return ctl__audit_out_of_memory();
+    }
+    while (size < cap) { /* up to the size seen: what is appended meanwhile waits for the next run */
+        ssize_t n = read(fd, data + size, cap - size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
             close(fd);
-            return ctl__usage_error("audit", "cannot read %s: %s", path, strerror(errno));
+            free(data);
+            return ctl__usage_error("audit", "cannot read %s: %s", path, strerror(e));
         }
+        if (n == 0) /* cut back while read: what there was */
+            break;
+        size += (size_t)n;
     }
     close(fd);
     struct auditfile_reader rd;
@@ -234,8 +254,7 @@ static int read_file(struct ctl_audit_log *L, const char *path)
         }
     }
     auditfile_reader_free(&rd);
-    if (size > 0)
-        munmap(data, size);
+    free(data);
     return L->oom ? ctl__audit_out_of_memory() : 0;
 }
 
