@@ -28,6 +28,7 @@
 struct pending {
     struct pending *next;
     uint64_t seq;
+    uint64_t dropped_before; /* as encoded in the record */
     size_t len;
     unsigned char *frame;
 };
@@ -42,6 +43,7 @@ struct audit {
     /* Writer thread only: records that could not be written since the last header (the
      * next header says how many: lost_before), and whether the failure was logged. */
     uint64_t lost;
+    uint64_t lost_dropped; /* the dropped_before of records lost: said by the next header */
     int failing;
     uint64_t retry_ns; /* after a write error, when to try the file again */
     pthread_t writer;
@@ -122,8 +124,10 @@ static int append(struct audit *a, const unsigned char *p, size_t n)
     return 0;
 }
 
-/* The header frame of a file whose first record is first_seq (malloc'd); dropped: records
- * dropped just before first_seq that no record written says (the closing header). */
+/* The header frame of a file whose first record is first_seq (malloc'd). Its counts
+ * explain the whole gap before first_seq: lost_before the records that could not be
+ * written, dropped_before those dropped (the writer behind) - `dropped` just before
+ * first_seq, and those the lost records said (lost_dropped). */
 static int encode_header(struct audit *a, uint64_t first_seq, uint64_t dropped,
                          unsigned char **ret_buf, size_t *ret_len)
 {
@@ -142,21 +146,22 @@ static int encode_header(struct audit *a, uint64_t first_seq, uint64_t dropped,
     h.level = (char *)audit_level_name(a->cfg.level);
     h.has_lost_before = a->lost > 0;
     h.lost_before = a->lost;
-    h.has_dropped_before = dropped > 0;
-    h.dropped_before = dropped;
+    h.has_dropped_before = dropped + a->lost_dropped > 0;
+    h.dropped_before = dropped + a->lost_dropped;
     Dash__AuditFrame f = DASH__AUDIT_FRAME__INIT;
     f.body_case = DASH__AUDIT_FRAME__BODY_HEADER;
     f.header = &h;
     return auditfile_encode(&f, ret_buf, ret_len);
 }
 
-/* A header, and with it (one write: both or neither) the first record if given. */
+/* A header, and with it (one write: both or neither) the first record if given; dropped:
+ * records dropped just before first_seq (the first record's own count when given). */
 static int write_header(struct audit *a, uint64_t first_seq, const struct pending *first,
                         uint64_t dropped)
 {
     unsigned char *buf;
     size_t len;
-    int rc = encode_header(a, first_seq, dropped, &buf, &len);
+    int rc = encode_header(a, first_seq, first ? first->dropped_before : dropped, &buf, &len);
     if (rc)
         return rc;
     if (first) {
@@ -172,7 +177,7 @@ static int write_header(struct audit *a, uint64_t first_seq, const struct pendin
     rc = append(a, buf, len);
     free(buf);
     if (!rc)
-        a->lost = 0;
+        a->lost = a->lost_dropped = 0;
     return rc;
 }
 
@@ -293,7 +298,7 @@ static void write_failed(struct audit *a, const char *what, int rc)
  * off again (append) and the file closed, so that no record is ever written to a file
  * without its header. */
 static int start_file(struct audit *a, uint64_t next_seq, const struct pending *first,
-                      const char *what)
+                      uint64_t dropped, const char *what)
 {
     char why[512];
     int rc = open_file(a, why, sizeof why);
@@ -304,7 +309,7 @@ static int start_file(struct audit *a, uint64_t next_seq, const struct pending *
         return rc;
     }
     uint64_t lost = a->lost;
-    if ((rc = write_header(a, next_seq, first, 0)) != 0) {
+    if ((rc = write_header(a, next_seq, first, dropped)) != 0) {
         write_failed(a, "writing a header to", rc);
         close_file(a);
         return rc;
@@ -320,8 +325,9 @@ static int start_file(struct audit *a, uint64_t next_seq, const struct pending *
     return 0;
 }
 
-/* path -> path.1 -> ... -> path.keep (the oldest falls off), then a fresh path. */
-static int rotate(struct audit *a, uint64_t next_seq)
+/* path -> path.1 -> ... -> path.keep (the oldest falls off), then a fresh path whose
+ * header is for record next_seq, `dropped` records having been dropped just before it. */
+static int rotate(struct audit *a, uint64_t next_seq, uint64_t dropped)
 {
     size_t n = strlen(a->path) + 16;
     char *from = malloc(n), *to = malloc(n);
@@ -342,14 +348,14 @@ static int rotate(struct audit *a, uint64_t next_seq)
     free(from);
     free(to);
     a->stats.rotations++;
-    return start_file(a, next_seq, NULL, "rotation");
+    return start_file(a, next_seq, NULL, dropped, "rotation");
 }
 
-static int reopen(struct audit *a, uint64_t next_seq)
+static int reopen(struct audit *a, uint64_t next_seq, uint64_t dropped)
 {
     close_file(a);
     log_info("audit: reopening %s", a->path);
-    return start_file(a, next_seq, NULL, "reopen");
+    return start_file(a, next_seq, NULL, dropped, "reopen");
 }
 
 /* ---- the writer --------------------------------------------------------------------------- */
@@ -368,13 +374,15 @@ static void *writer_main(void *arg)
         a->reopen = 0;
         const int stopping = a->stop;
         const uint64_t next_seq = a->next_seq;
-        /* stopping: no record comes after these to say they were dropped */
-        const uint64_t dropped_tail = stopping ? a->dropped_pending : 0;
+        /* dropped after the last record queued: the next record says so, or (stopping) the
+         * closing header; a header for next_seq must count them too */
+        const uint64_t dropped_tail = a->dropped_pending;
         pthread_mutex_unlock(&a->mu);
 
         uint64_t written = 0, errors = 0;
         if (do_reopen)
-            errors += reopen(a, batch ? batch->seq : next_seq) != 0;
+            errors += reopen(a, batch ? batch->seq : next_seq,
+                             batch ? batch->dropped_before : dropped_tail) != 0;
         while (batch) {
             struct pending *p = batch;
             batch = p->next;
@@ -385,11 +393,12 @@ static void *writer_main(void *arg)
                  * would only pile up headers). At most once per AUDIT_RETRY_NS, since
                  * opening scans the file. */
                 a->retry_ns = unix_ns() + AUDIT_RETRY_NS;
-                if ((rc = start_file(a, p->seq, p, "resuming after a write error")) == 0) {
+                if ((rc = start_file(a, p->seq, p, 0, "resuming after a write error")) == 0) {
                     written++;
                 } else {
                     errors++;
                     a->lost++;
+                    a->lost_dropped += p->dropped_before;
                 }
                 free(p->frame);
                 free(p);
@@ -397,11 +406,12 @@ static void *writer_main(void *arg)
             }
             if (a->fd >= 0 && a->cfg.max_bytes && a->fd_bytes + p->len > a->cfg.max_bytes &&
                 a->fd_bytes > 0)
-                errors += rotate(a, p->seq) != 0;
+                errors += rotate(a, p->seq, p->dropped_before) != 0;
             rc = a->fd < 0 ? -EBADF : append(a, p->frame, p->len);
             if (rc) {
                 errors++;
                 a->lost++;
+                a->lost_dropped += p->dropped_before;
                 if (a->fd >= 0) {
                     /* the next record that can be written starts with a header */
                     write_failed(a, "writing a record to", rc);
@@ -418,11 +428,11 @@ static void *writer_main(void *arg)
         }
         if (stopping && (a->lost > 0 || dropped_tail > 0) && !batch) {
             /* The last records could not be written, or were dropped with no record after
-             * them: a header of its own says so, if the file takes that much, so the loss
-             * is not silent. */
+             * them: one header of its own says both, if the file takes that much, so the
+             * loss is not silent. */
             if (a->fd < 0)
-                (void)start_file(a, next_seq, NULL, "closing");
-            if (a->fd >= 0 && (dropped_tail > 0 || a->lost > 0))
+                (void)start_file(a, next_seq, NULL, dropped_tail, "closing");
+            else
                 (void)write_header(a, next_seq, NULL, dropped_tail);
         }
         if (a->fd >= 0 && (a->cfg.sync == AUDIT_SYNC_BATCH || stopping))
@@ -525,6 +535,7 @@ void audit_submit(struct audit *a, Dash__AuditRecord *r)
     a->dropped_pending = 0;
     p->next = NULL;
     p->seq = r->seq;
+    p->dropped_before = r->dropped_before;
     p->len = len;
     p->frame = frame;
     if (a->tail)

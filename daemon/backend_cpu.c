@@ -28,8 +28,8 @@ static int32_t cpu_threads(void *impl)
 }
 
 /* An engine code as a protocol code, with a reason. */
-static int map_engine_error(int rc, const struct attn_problem *p, size_t work, size_t work_max,
-                            char *msg, size_t msglen)
+static int map_engine_error(int rc, const struct attn_problem *p, int backward, size_t work,
+                            size_t work_max, char *msg, size_t msglen)
 {
     switch (rc) {
     case -ENOMEM:
@@ -39,10 +39,12 @@ static int map_engine_error(int rc, const struct attn_problem *p, size_t work, s
         snprintf(msg, msglen, "the shape is too large for the CPU engine's 32-bit indices");
         return DASH_ESHAPE;
     case -E2BIG:
-        snprintf(msg, msglen, "the CPU engine needs %zu bytes of working memory for this op "
-                 "(float accumulators%s), more than the %zu left to it under dashd's cap on one "
+        snprintf(msg, msglen, "the CPU engine needs %zu bytes of working memory for this %s "
+                 "(%s accumulators%s), more than the %zu left to it under dashd's cap on one "
                  "op's host memory (--op-memory) once the tensors are copied", work,
-                 p->heads_q > p->heads_kv ? ", per query head for GQA's dK and dV" : "", work_max);
+                 backward ? "backward" : "forward", p->dtype == DTYPE_F64 ? "double" : "float",
+                 backward && p->heads_q > p->heads_kv ? ", per query head for GQA's dK and dV" : "",
+                 work_max);
         return DASH_ENOMEM;
     case -ENOTSUP:
         if (p->head_dim < ENG_HEAD_DIM_MIN || p->head_dim > ENG_HEAD_DIM_MAX) {
@@ -70,7 +72,7 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
     const struct attn_problem *p = &plan->prob;
     int rc = eng_check_problem(p);
     if (rc)
-        return map_engine_error(rc, p, 0, 0, msg, msglen);
+        return map_engine_error(rc, p, 0, 0, 0, msg, msglen);
     /* the engine's own checks of the configuration, by its own code (eng__prepare's) */
     rc = eng_check_config(p, &plan->cfg);
     if (rc == -EINVAL) {
@@ -80,7 +82,7 @@ static int cpu_check(void *impl, const struct val_plan *plan, char *msg, size_t 
                  plan->cfg.block_n ? plan->cfg.block_n : ENG_BLOCK_DEFAULT);
         return DASH_ESCHED;
     }
-    return rc ? map_engine_error(rc, p, 0, 0, msg, msglen) : 0;
+    return rc ? map_engine_error(rc, p, 0, 0, 0, msg, msglen) : 0;
 }
 
 /* The engine's working memory kept between ops; more (a large op's) is given back after
@@ -98,7 +100,8 @@ static int cpu_forward(void *impl, const struct backend_op *op, char *msg, size_
     eng_set_stop(c->eng, NULL, NULL);
     eng_set_work_max(c->eng, 0);
     eng_trim(c->eng, CPU_ARENA_KEEP);
-    return rc ? map_engine_error(rc, op->prob, eng_work_refused(c->eng), (size_t)op->work_max, msg, msglen)
+    return rc ? map_engine_error(rc, op->prob, 0, eng_work_refused(c->eng), (size_t)op->work_max, msg,
+                                 msglen)
               : 0;
 }
 
@@ -113,7 +116,8 @@ static int cpu_backward(void *impl, const struct backend_op *op, char *msg, size
     eng_set_stop(c->eng, NULL, NULL);
     eng_set_work_max(c->eng, 0);
     eng_trim(c->eng, CPU_ARENA_KEEP);
-    return rc ? map_engine_error(rc, op->prob, eng_work_refused(c->eng), (size_t)op->work_max, msg, msglen)
+    return rc ? map_engine_error(rc, op->prob, 1, eng_work_refused(c->eng), (size_t)op->work_max, msg,
+                                 msglen)
               : 0;
 }
 

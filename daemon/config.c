@@ -34,7 +34,7 @@
 /* Per client (limits.h): generous enough for every client we know, small enough that one
  * process cannot take the daemon's memory maps (vm.max_map_count is 65530 by default). */
 #define DEFAULT_LIMIT_SESSIONS 256
-#define DEFAULT_LIMIT_CONNECTIONS 256 /* a session is a connection: as many as sessions */
+#define DEFAULT_LIMIT_CONNECTIONS 64 /* without a session: those with one are the sessions' */
 #define DEFAULT_LIMIT_BUFFERS 8192
 
 enum kind { K_STR, K_ADDR, K_INT, K_SIZE, K_SECONDS, K_ENUM }; /* K_ADDR: a K_STR that metrics_http_parse_addr takes */

@@ -151,6 +151,8 @@ static void on_hello(struct dispatch *d, const struct server_msg *m, const Dash_
         }
         s->client = c;
         s->requests = 1;
+        if (d->srv) /* the connection's slot is the session cap's to count from now on */
+            server_set_session(d->srv, m->rid, m->rid_len, 1);
         s->last_ns = uv_hrtime();
         s->peer_uid = m->peer_uid;
         s->peer_pid = m->peer_pid;
@@ -563,6 +565,8 @@ void dispatch_on_message(void *ctx, const struct server_msg *m)
         if (gone) {
             log_info("session %llu (\"%s\") said goodbye", (unsigned long long)gone->id,
                      gone->name);
+            if (d->srv)
+                server_set_session(d->srv, gone->rid, gone->rid_len, 0);
             sess_drop(d->sessions, gone);
         }
         break;
@@ -627,6 +631,8 @@ static void on_sweep(uv_timer_t *t)
         if (s->in_flight == 0 && now - s->last_ns > limit) {
             log_info("session %llu (\"%s\") expired after %.1f s idle", (unsigned long long)s->id,
                      s->name, (double)(now - s->last_ns) / 1e9);
+            if (d->srv) /* the connection stays, without a session */
+                server_set_session(d->srv, s->rid, s->rid_len, 0);
             sess_drop(d->sessions, s);
         }
     }

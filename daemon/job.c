@@ -215,6 +215,10 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
         return DASH_ENOMEM;
     }
     if (need > r->scratch_cap) {
+        /* the old scratch goes first (its contents are not kept): never both at once */
+        free(r->scratch);
+        r->scratch = NULL;
+        r->scratch_cap = 0;
         size_t cap = ((size_t)need + 4095) & ~(size_t)4095;
         unsigned char *mem = aligned_alloc(JOB_ALIGN, cap);
         if (!mem) {
@@ -222,7 +226,6 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
                      (unsigned long long)need);
             return DASH_ENOMEM;
         }
-        free(r->scratch);
         r->scratch = mem;
         r->scratch_cap = cap;
     }
@@ -246,7 +249,11 @@ static int run(struct job_runner *r, struct job *j, backend_done_fn done, void *
 
     struct backend_op op = {.host = 1, .prob = &p->prob, .cfg = &p->cfg,
                             .lse = (float *)dense[VAL_LSE], .stop = client_gone, .stop_ctx = j,
-                            .work_max = r->scratch_max == UINT64_MAX ? 0 : r->scratch_max - need};
+                            /* what the cap leaves (0 would mean no bound: the tensors
+                             * filling the cap exactly leave 1 byte, which no op fits in) */
+                            .work_max = r->scratch_max == UINT64_MAX    ? 0
+                                        : r->scratch_max - need > 0 ? r->scratch_max - need
+                                                                    : 1};
     op.q = dense_tensor(&p->t[VAL_Q], dense[VAL_Q]);
     op.k = dense_tensor(&p->t[VAL_K], dense[VAL_K]);
     op.v = dense_tensor(&p->t[VAL_V], dense[VAL_V]);

@@ -136,7 +136,7 @@ static void usage(FILE *f)
             "                         memory; beyond it DASH_ENOMEM (default 0: half of the\n"
             "                         RAM or of the cgroup's limit, whichever is lower)\n"
             "  --limit-connections N  per client (a process: the connection's uid and pid;\n"
-            "  --limit-sessions N     0 for no limit): connections, said Hello or not\n"
+            "  --limit-sessions N     0 for no limit): connections without a session\n"
             "  --limit-buffers N      (default %u; more are closed at accept), sessions\n"
             "  --limit-registered-bytes N  (default %u), registered buffers (default %u)\n"
             "  --limit-in-flight N    and their bytes, Forward/Backward ops accepted and\n"
@@ -636,9 +636,10 @@ int main(int argc, char **argv)
     if (!path)
         log_warn("%s is not an ipc:// endpoint: peers have no credentials, so buffers are not "
                  "checked against the registering user", o.endpoint);
-    char per_process[48] = "no cap a process";
+    char per_process[64] = "those without a session not capped a process";
     if (o.limits.connections)
-        snprintf(per_process, sizeof per_process, "%u a process", o.limits.connections);
+        snprintf(per_process, sizeof per_process, "%u without a session a process",
+                 o.limits.connections);
     log_info("dashd " DASHD_VERSION " serving %s (backend %s: %s; queue %u; session timeout %g s; "
              "at most %u connections, %s)", o.endpoint, b->name, b->device, o.queue,
              o.session_timeout_s, sc.max_connections, per_process);

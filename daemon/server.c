@@ -71,6 +71,7 @@ struct conn {
     uint64_t id;
     unsigned char rid[SERVER_RID_LEN];
     int64_t uid, pid;
+    int has_session; /* dispatch said Hello made a session on it (server_set_session) */
     enum conn_state state;
     int paused;           /* reading stopped while too much waits to be sent */
     uint64_t deadline_ns; /* of the handshake */
@@ -196,6 +197,7 @@ __attribute__((format(printf, 4, 5))) static void conn_end(struct conn *c, int g
         return;
     enum conn_state was = c->state;
     c->state = C_CLOSING;
+    c->has_session = 0; /* its session goes with it (on_gone); until freed it holds a slot */
     unhash(s, c);
     if (why) {
         char msg[256];
@@ -213,10 +215,13 @@ __attribute__((format(printf, 4, 5))) static void conn_end(struct conn *c, int g
     int closed = 0;
     if (graceful && uv_stream_get_write_queue_size(&c->h.stream) > 0) {
         uv_shutdown_t *req = malloc(sizeof *req);
-        if (req && uv_shutdown(req, &c->h.stream, on_shutdown) == 0)
+        if (req && uv_shutdown(req, &c->h.stream, on_shutdown) == 0) {
             closed = 1;
-        else
+            /* a peer that never reads would keep it (and its slot) for ever: on_sweep */
+            c->deadline_ns = uv_hrtime() + (uint64_t)SERVER_CLOSE_MS * 1000000u;
+        } else {
             free(req);
+        }
     }
     if (!closed)
         uv_close(&c->h.handle, on_conn_closed);
@@ -557,15 +562,17 @@ static void peer_creds(struct conn *c)
     }
 }
 
-/* The connections the peer process of c holds already (c not yet listed); 0 for a peer
- * without credentials (tcp://): it is a client of its own. */
+/* The connections without a session that the peer process of c holds already (c not yet
+ * listed), closing ones included (each still holds a descriptor and a slot until it is
+ * freed); 0 for a peer without credentials (tcp://): it is a client of its own. Those with
+ * a session are the session cap's to count. */
 static uint32_t conns_of(const struct server *s, const struct conn *c)
 {
     uint32_t n = 0;
     if (c->pid < 0)
         return 0;
     for (const struct conn *o = s->head; o; o = o->next)
-        n += o->pid == c->pid && o->uid == c->uid && o->state != C_CLOSING;
+        n += o->pid == c->pid && o->uid == c->uid && !o->has_session;
     return n;
 }
 
@@ -605,8 +612,9 @@ static void on_connection(uv_stream_t *l, int status)
     const uint32_t held = s->per_client ? conns_of(s, c) : 0;
     if (s->per_client && held >= s->per_client) {
         char why[192];
-        snprintf(why, sizeof why, "process %lld (uid %lld) holds %u connections, its limit "
-                 "([limits] connections)", (long long)c->pid, (long long)c->uid, held);
+        snprintf(why, sizeof why, "process %lld (uid %lld) holds %u connections without a "
+                 "session, its limit ([limits] connections)", (long long)c->pid,
+                 (long long)c->uid, held);
         note_refusal(s, why);
         uv_close(&c->h.handle, on_refused_closed);
         return;
@@ -646,9 +654,17 @@ static void on_sweep(uv_timer_t *t)
 {
     struct server *s = t->data;
     uint64_t now = uv_hrtime();
-    for (struct conn *c = s->head; c; c = c->next)
+    for (struct conn *c = s->head; c; c = c->next) {
         if ((c->state == C_GREETING || c->state == C_READY) && now > c->deadline_ns)
             conn_end(c, 0, 1, "no ZMTP handshake within %d ms", SERVER_HANDSHAKE_MS);
+        else if (c->state == C_CLOSING && now > c->deadline_ns && !uv_is_closing(&c->h.handle)) {
+            /* a graceful close whose peer has not read what was queued (on_shutdown is
+             * then called with UV_ECANCELED and leaves the close to this) */
+            log_debug("connection %" PRIu64 ": the peer did not read its last replies within "
+                      "%d ms; closing", c->id, SERVER_CLOSE_MS);
+            uv_close(&c->h.handle, on_conn_closed);
+        }
+    }
 }
 
 /* ---- binding ------------------------------------------------------------------------------- */
@@ -811,6 +827,13 @@ void server_set_reply_bytes(struct server *s, uint64_t bytes)
 void server_set_client_connections(struct server *s, uint32_t n)
 {
     s->per_client = n;
+}
+
+void server_set_session(struct server *s, const void *rid, size_t rid_len, int has)
+{
+    struct conn *c = find(s, rid, rid_len);
+    if (c)
+        c->has_session = has != 0;
 }
 
 uint64_t server_reply_bytes_queued(const struct server *s)

@@ -43,6 +43,7 @@
 
 #define SERVER_RID_LEN 8
 #define SERVER_HANDSHAKE_MS 5000        /* greeting and READY must arrive within this */
+#define SERVER_CLOSE_MS 5000            /* a graceful close waits this long for the peer to read */
 #define SERVER_WQ_PAUSE (1u << 20)      /* stop reading a peer with this much unsent */
 #define SERVER_WQ_DROP (64u << 20)      /* a reply to a peer this far behind is dropped */
 #define SERVER_DEFAULT_CONNECTIONS 4096
@@ -68,8 +69,9 @@ struct server_config {
     const char *endpoint;
     uint32_t max_connections; /* 0: SERVER_DEFAULT_CONNECTIONS */
     uint64_t reply_bytes;     /* replies waiting, all connections (0: no cap beyond each's) */
-    /* Connections one peer process (SO_PEERCRED uid and pid) may hold at once, said Hello
-     * or not; more are closed at accept and logged. 0: no cap. tcp:// peers have none. */
+    /* Connections without a session (server_set_session) one peer process (SO_PEERCRED
+     * uid and pid) may hold at once, closing ones included; more are closed at accept and
+     * logged. 0: no cap. tcp:// peers have none. */
     uint32_t client_connections;
     server_msg_fn on_msg;
     server_gone_fn on_gone; /* may be NULL */
@@ -91,6 +93,11 @@ int server_send(struct server *s, const void *rid, size_t rid_len, const void *d
 
 /* Change the cap on one process's connections (config reload; those it holds stay). */
 void server_set_client_connections(struct server *s, uint32_t n);
+
+/* Whether the connection rid carries a session (dispatch: Hello made one; it was dropped
+ * while the connection stays): those are not counted against client_connections. No-op
+ * for a connection that is gone. */
+void server_set_session(struct server *s, const void *rid, size_t rid_len, int has);
 
 /* Change the cap on replies waiting (config reload); 0: none. */
 void server_set_reply_bytes(struct server *s, uint64_t bytes);

@@ -631,6 +631,44 @@ static void test_limits_op_memory_counts_the_engines_gqa_sums(void)
     CU_ASSERT_EQUAL(dashd_stop(&d), 0);
 }
 
+/* The edges of --op-memory: a forward whose tensors' copies fill the cap exactly leaves the
+ * engine nothing - refused for its working memory, not run unbounded (the engine's "no
+ * bound" is 0, which the copies' exact fill once handed it) - and one byte less is refused
+ * for the copies themselves. The copies count each tensor's dense bytes and 64 more (the
+ * worker's alignment, job.c). */
+static void test_limits_op_memory_filled_by_the_tensors_leaves_the_engine_nothing(void)
+{
+    const int64_t S = 64, H = 2, D = 32, nq = S * H * D * 4, nl = H * S * 4;
+    const uint64_t need = 4 * (uint64_t)(nq + 64) + (uint64_t)(nl + 64); /* q k v out, lse */
+    for (int less = 0; less <= 1; less++) {
+        char args[96];
+        snprintf(args, sizeof args, "--threads 1 --backend cpu --op-memory %llu",
+                 (unsigned long long)(need - (uint64_t)less));
+        struct dashd_proc d;
+        CU_ASSERT_FATAL(dashd_start(&d, args) == 0);
+        struct dash_client *c = client(&d, "edge", NULL);
+        CU_ASSERT_FATAL(c != NULL);
+        struct dash_buffer *b = NULL;
+        CU_ASSERT_FATAL(dash_shm_alloc(c, (size_t)(4 * nq + nl), &b) == 0);
+        memset(dash_buffer_data(b), 0, (size_t)(4 * nq + nl));
+        struct dash_tensor q = dash_tensor_dense(b, 0, 1, S, H, D);
+        struct dash_tensor k = dash_tensor_dense(b, (uint64_t)nq, 1, S, H, D);
+        struct dash_tensor v = dash_tensor_dense(b, 2 * (uint64_t)nq, 1, S, H, D);
+        struct dash_tensor o = dash_tensor_dense(b, 3 * (uint64_t)nq, 1, S, H, D);
+        struct dash_tensor l = dash_tensor_lse(b, 4 * (uint64_t)nq, 1, H, S);
+        struct dash_attn a = {.dtype = DASH_F32};
+        int rc = dash_forward(c, &a, &q, &k, &v, &o, &l, NULL);
+        const char *why = dash_last_error(c);
+        printf("\n    --op-memory %s: %s: %s ", less ? "need - 1" : "need", dash_errname(rc), why);
+        CU_ASSERT_EQUAL(rc, DASH_ENOMEM);
+        CU_ASSERT(less ? strstr(why, "bytes of scratch") != NULL
+                       : strstr(why, "working memory") && strstr(why, "more than the 1 left"));
+        dash_close(c);
+        CU_ASSERT(dashd_alive(&d));
+        CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+    }
+}
+
 /* ---- who sees whom ------------------------------------------------------------------- */
 
 /* In a child running as nobody: its stats list its own session only (not root's name or
@@ -729,5 +767,6 @@ int suite_limits(void)
     ADD_TEST(s, test_limits_stats_show_other_users_sessions_only_to_root);
     ADD_TEST(s, test_limits_memory_cap_follows_the_cgroup_limit);
     ADD_TEST(s, test_limits_op_memory_counts_the_engines_gqa_sums);
+    ADD_TEST(s, test_limits_op_memory_filled_by_the_tensors_leaves_the_engine_nothing);
     return 0;
 }

@@ -431,6 +431,10 @@ static void dump_json_header(const Dash__AuditHeader *h)
     ctl__json_string(ctl__audit_str(h->hostname));
     printf(",\"digest_version\":%u,\"level\":", h->digest_version);
     ctl__json_string(ctl__audit_str(h->level));
+    if (h->has_lost_before)
+        printf(",\"lost_before\":%" PRIu64, h->lost_before);
+    if (h->has_dropped_before)
+        printf(",\"dropped_before\":%" PRIu64, h->dropped_before);
     printf("}\n");
 }
 
@@ -508,14 +512,18 @@ static int cmd_dump(int argc, char **argv)
             if (h < L.n_headers && L.header_before[h] <= r) {
                 if (json)
                     dump_json_header(L.headers[h]->header);
-                else
+                else {
+                    const Dash__AuditHeader *hd = L.headers[h]->header;
                     printf("# header: log %016" PRIx64 " from record %" PRIu64 ", %s on %s, "
-                           "level %s, digest v%u\n",
-                           L.headers[h]->header->log_id, L.headers[h]->header->first_seq,
-                           ctl__audit_str(L.headers[h]->header->server_version),
-                           ctl__audit_str(L.headers[h]->header->hostname),
-                           ctl__audit_str(L.headers[h]->header->level),
-                           L.headers[h]->header->digest_version);
+                           "level %s, digest v%u", hd->log_id, hd->first_seq,
+                           ctl__audit_str(hd->server_version), ctl__audit_str(hd->hostname),
+                           ctl__audit_str(hd->level), hd->digest_version);
+                    if (hd->has_lost_before)
+                        printf(" (%" PRIu64 " records lost before it)", hd->lost_before);
+                    if (hd->has_dropped_before)
+                        printf(" (%" PRIu64 " records dropped before it)", hd->dropped_before);
+                    printf("\n");
+                }
                 h++;
                 continue;
             }

@@ -69,11 +69,14 @@ int eng__arena(struct eng *e, size_t bytes, void **ret)
         return -E2BIG;
     }
     if (bytes > e->scratch_cap) {
+        /* the old arena goes first (nothing in it is kept): never both at once */
+        free(e->scratch);
+        e->scratch = NULL;
+        e->scratch_cap = 0;
         size_t cap = (bytes + 4095) & ~(size_t)4095;
         unsigned char *mem = aligned_alloc(ENG__ALIGN, cap);
         if (!mem)
             return -ENOMEM;
-        free(e->scratch);
         e->scratch = mem;
         e->scratch_cap = cap;
     }
