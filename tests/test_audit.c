@@ -1172,6 +1172,65 @@ static void test_audit_drops_at_the_very_end_are_said_by_the_closing_header(void
     unlink(fifo);
 }
 
+/* Two sessions of one client name (no rank) that call at the same time share alignment
+ * keys, so diff pairs their records in the order dashd received them - which another run
+ * need not repeat: diff says so (naming both sessions) and still compares. Sessions of one
+ * name one after the other (a restart) pair as they came: no warning. */
+static void test_audit_diff_warns_of_sessions_of_one_name_calling_at_once(void)
+{
+    for (int together = 1; together >= 0; together--) {
+        char log[256], args[700], *out = NULL;
+        path_of(log, sizeof log, together ? "twins.log" : "restart.log");
+        struct dashd_proc d;
+        snprintf(args, sizeof args, "--backend cpu --threads 1 --audit %s", log);
+        CU_ASSERT_EQUAL_FATAL(dashd_start(&d, args), 0);
+        struct dash_connect_opts o = {.client_name = "twin", .timeout_ms = 20000};
+        struct dash_client *c[2] = {NULL, NULL};
+        struct dash_buffer *b[2] = {NULL, NULL};
+        struct dash_tensor t[2][9];
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+        struct tu_rng r;
+        tu_rng_init(&r, tu_seed());
+        for (int k = 0; k < 2; k++) {
+            if (!together && k == 1) {
+                dash_close(c[0]);
+                c[0] = NULL;
+            }
+            if (together || k == 0 || !c[k]) {
+                CU_ASSERT_EQUAL_FATAL(dash_connect(d.endpoint, &o, &c[k]), 0);
+                CU_ASSERT_EQUAL_FATAL(dash_shm_alloc(c[k], 8 * TB + LB, &b[k]), 0);
+                for (int i = 0; i < 8; i++)
+                    t[k][i] = dash_tensor_dense(b[k], off(i), 1, S, H, D);
+                t[k][8] = dash_tensor_lse(b[k], off(8), 1, H, S);
+                for (int i = 0; i < 3; i++)
+                    tu_fill((unsigned char *)dash_buffer_data(b[k]) + off(i), DTYPE_BF16,
+                            (int64_t)NT, &r, 1.0);
+            }
+            if (together && k == 0)
+                continue; /* both open first, then calls in turn */
+            int from = together ? 0 : k, to = together ? 1 : k;
+            for (int step = 0; step < 2; step++)
+                for (int w = from; w <= to; w++) {
+                    dash_set_audit(c[w], step, "attn");
+                    CU_ASSERT_EQUAL(dash_forward(c[w], &a, &t[w][0], &t[w][1], &t[w][2], &t[w][3],
+                                                 &t[w][8], NULL), 0);
+                }
+        }
+        dash_close(c[0]);
+        dash_close(c[1]);
+        CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+        snprintf(args, sizeof args, "diff %s %s 2>&1", log, log);
+        CU_ASSERT_EQUAL(dashctl(args, &out), 0);
+        CU_ASSERT(out && strstr(out, "identical: 4 records"));
+        const int warned = out && strstr(out, "called at the same time") &&
+                           strstr(out, "client \"twin\"");
+        CU_ASSERT_EQUAL(warned, together);
+        if (warned != together)
+            printf("\n%s", out ? out : "");
+        free(out);
+    }
+}
+
 /* The disk fills up just as the log rotates (a tmpfs of 256 KiB, filled by another file):
  * the new file's header cannot be written, so no record may be written after it either;
  * once there is room again, the file starts with a header that says how many records were
@@ -1380,6 +1439,7 @@ int suite_audit(void)
     ADD_TEST(s, test_audit_refuses_a_file_that_is_not_an_audit_log);
     ADD_TEST(s, test_audit_records_lost_to_a_full_file_are_marked_in_the_next_header);
     ADD_TEST(s, test_audit_drops_at_the_very_end_are_said_by_the_closing_header);
+    ADD_TEST(s, test_audit_diff_warns_of_sessions_of_one_name_calling_at_once);
     ADD_TEST(s, test_audit_disk_full_at_rotation_leaves_no_headerless_file);
     ADD_TEST(s, test_audit_reader_is_linear_on_a_crafted_damaged_tail);
     ADD_TEST(s, test_audit_runs_on_other_thread_counts_diff_identical);

@@ -5,9 +5,11 @@
  * Two ways to line records up:
  *
  *   by call site   A and B are files (or comma-separated lists of a rotated log's files).
- *                  Records are aligned by (client name, step, label, op, occurrence of
- *                  that combination); A is walked in log order and the first pair whose
- *                  parameters or digests differ is printed.
+ *                  Records are aligned by (client name and rank, step, label, op,
+ *                  occurrence of that combination); A is walked in log order and the first
+ *                  pair whose parameters or digests differ is printed. Sessions of one name
+ *                  and rank that called at the same time pair in the order dashd received
+ *                  their calls, which another run may not repeat: that is warned about.
  *
  *   rank by rank   A and B are directories of log files (one log per rank, one per
  *                  daemon, or one holding every rank), or --ranks is given. Records are
@@ -38,8 +40,8 @@
 
 /* ---- comparing two records ------------------------------------------------------------ */
 
-/* The alignment key of a record: who (client name), when (step), where (label), what (op),
- * and its occurrence among records with the same four. */
+/* The alignment key of a record: who (client name, and rank when given), when (step),
+ * where (label), what (op), and its occurrence among records with the same four. */
 struct keyed {
     const Dash__AuditRecord *r;
     char key[400];
@@ -48,11 +50,96 @@ struct keyed {
     int matched;
 };
 
+/* Who made the call: the client name, and its rank when it gave one. */
+static void who_of(const Dash__AuditRecord *r, char *buf, size_t len)
+{
+    if (r->has_rank && r->has_world_size)
+        snprintf(buf, len, "%s\x1e%u", ctl__audit_str(r->client_name), r->rank);
+    else
+        snprintf(buf, len, "%s", ctl__audit_str(r->client_name));
+}
+
 static void key_of(const Dash__AuditRecord *r, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s\x1f%s%" PRIu64 "\x1f%s\x1f%s", ctl__audit_str(r->client_name),
-             r->has_step ? "" : "-", r->has_step ? r->step : 0, ctl__audit_str(r->label),
-             ctl__audit_str(r->op));
+    char who[300];
+    who_of(r, who, sizeof who);
+    snprintf(buf, len, "%s\x1f%s%" PRIu64 "\x1f%s\x1f%s", who, r->has_step ? "" : "-",
+             r->has_step ? r->step : 0, ctl__audit_str(r->label), ctl__audit_str(r->op));
+}
+
+/* One session's span in a log: who it is, its first and last record. */
+struct span {
+    char who[300];
+    uint64_t session;
+    size_t first, last;
+};
+
+static int by_who_session(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    int c = strcmp(x->who, y->who);
+    if (c)
+        return c;
+    return (x->session > y->session) - (x->session < y->session);
+}
+
+static int by_who_first(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    int c = strcmp(x->who, y->who);
+    return c ? c : (x->first > y->first) - (x->first < y->first);
+}
+
+/* Warn (stderr) about each name and rank under which two sessions of log `side` called at
+ * the same time: their records share keys and pair in arrival order, which another run
+ * need not repeat. Sessions one after another (a restart) pair as they came, rightly. */
+static void warn_interleaved(const char *side, const struct keyed *k, size_t n)
+{
+    struct span *s = calloc(n ? n : 1, sizeof *s);
+    if (!s)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        who_of(k[i].r, s[i].who, sizeof s[i].who);
+        s[i].session = k[i].r->session_id;
+        s[i].first = s[i].last = k[i].at;
+    }
+    qsort(s, n, sizeof *s, by_who_session);
+    size_t m = 0; /* one span per (who, session) */
+    for (size_t i = 0; i < n; i++) {
+        if (m && !strcmp(s[m - 1].who, s[i].who) && s[m - 1].session == s[i].session) {
+            if (s[i].first < s[m - 1].first)
+                s[m - 1].first = s[i].first;
+            if (s[i].last > s[m - 1].last)
+                s[m - 1].last = s[i].last;
+            continue;
+        }
+        s[m++] = s[i];
+    }
+    qsort(s, m, sizeof *s, by_who_first);
+    size_t reach = 0; /* of this who's spans so far, the one that ends last */
+    for (size_t i = 1; i < m; i++) {
+        if (strcmp(s[i].who, s[i - 1].who) != 0) {
+            reach = i;
+            continue;
+        }
+        if (s[i].first > s[reach].last) { /* after every earlier one: a restart */
+            reach = i;
+            continue;
+        }
+        char name[300];
+        snprintf(name, sizeof name, "%s", s[i].who);
+        char *sep = strchr(name, '\x1e');
+        if (sep)
+            *sep = '\0';
+        fprintf(stderr, "dashctl audit diff: %s: sessions %" PRIu64 " and %" PRIu64 " of client "
+                "\"%s\"%s%s called at the same time: their records pair in the order dashd "
+                "received them, which another run need not repeat; give each process its own "
+                "client name or rank (Hello), or compare rank by rank (--ranks)\n", side,
+                s[reach].session, s[i].session, name, sep ? " rank " : "", sep ? sep + 1 : "");
+        while (i + 1 < m && !strcmp(s[i + 1].who, s[i].who)) /* once per who */
+            i++;
+    }
+    free(s);
 }
 
 static int cmp_key(const void *a, const void *b)
@@ -337,6 +424,8 @@ static int diff_files(const char *a, const char *b, const char *run_a, const cha
         ctl__audit_log_free(&B);
         return ctl__audit_out_of_memory();
     }
+    warn_interleaved("A", ka, na);
+    warn_interleaved("B", kb, nb);
     if (na == 0 && nb == 0) {
         /* nothing compared proves nothing: a run tag that matches no record (a typo) or two
          * files that are no audit logs must not read as "identical" */
