@@ -218,6 +218,17 @@ static void ping_request(Dash__Request *req, Dash__Ping *p, uint64_t id, const v
     req->ping = p;
 }
 
+static void hello_request(Dash__Request *req, Dash__Hello *h, uint64_t id, const char *name)
+{
+    dash__hello__init(h);
+    h->protocol_version = WIRE_PROTOCOL_VERSION;
+    h->client_name = (char *)name;
+    dash__request__init(req);
+    req->id = id;
+    req->body_case = DASH__REQUEST__BODY_HELLO;
+    req->hello = h;
+}
+
 /* ---- 1. lost wake-up ------------------------------------------------------------------------ */
 
 /* Thousands of clients quit with requests and a queued forward unanswered while others
@@ -478,13 +489,9 @@ static int zmtp_open_soon(const char *endpoint)
 /* Hello over raw ZMTP on fd: the reply's code, or 1 when none came. */
 static int raw_zmtp_hello(int fd)
 {
-    Dash__Hello h = DASH__HELLO__INIT;
-    h.protocol_version = WIRE_PROTOCOL_VERSION;
-    h.client_name = "conn-cap";
-    Dash__Request req = DASH__REQUEST__INIT;
-    req.id = 5;
-    req.body_case = DASH__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Dash__Request req;
+    Dash__Hello h;
+    hello_request(&req, &h, 5, "conn-cap");
     Dash__Reply *rep = send_request(fd, 0, &req) == 0 ? recv_reply(fd, 5000) : NULL;
     int code = rep ? rep->code : 1;
     wire_free_reply(rep);
@@ -841,13 +848,9 @@ static int call_code(void *sock, Dash__Request *req)
 
 static int hello_code(void *sock)
 {
-    Dash__Hello h = DASH__HELLO__INIT;
-    h.protocol_version = WIRE_PROTOCOL_VERSION;
-    h.client_name = "uid-test";
-    Dash__Request req = DASH__REQUEST__INIT;
-    req.id = 1;
-    req.body_case = DASH__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Dash__Request req;
+    Dash__Hello h;
+    hello_request(&req, &h, 1, "uid-test");
     return call_code(sock, &req);
 }
 
