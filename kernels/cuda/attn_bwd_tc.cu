@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
             }
         }
         float c_lo[4], c_hi[4];
-        bwd_tc_dsum_chain<DT, D>(o_row, do_row, t4, c_lo, c_hi);
+        bwd_tc_dsum_chain<DT, D>(o_row, do_row, t4, c_lo, c_hi, p.d_cols ? p.d_cols : D);
         if (t4 == (g >> 1)) {
             const int64_t row = grp * 16 + g;
             if (row < rows)
@@ -626,7 +626,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
         bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
-                             p.dq_acc + row * D, i, p.scale, lane);
+                             p.dq_acc + row * D, i, p.scale, lane, p.d_cols ? p.d_cols : D);
     }
 }
 
@@ -701,6 +701,18 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
 static void bwd_wg_trace_dump(void) { bwd_wg_trace_print("persistent"); }
 #endif
 
+bool cuattn__bwd_wg_narrow_ok(const struct attn_bwd_params *p, int32_t head_dim)
+{
+    if (head_dim != 128 || !p->d_cols) /* the kernel with stage barriers and TMA stores */
+        return false;
+    bwd_wg_qmaps maps;
+    memset(&maps, 0, sizeof maps);
+    const int32_t batch = p->s.bh / p->heads_q;
+    bwd_wg_qmaps_encode(&maps, p, p->d_cols, batch, p->seqlen_q);
+    bwd_wg_dkvmaps_encode(&maps, p, p->d_cols, batch, p->seqlen_k);
+    return maps.ok && maps.ok_dkv;
+}
+
 template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
                                  cudaStream_t stream)
@@ -725,12 +737,13 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     else {
         bwd_wg_qmaps maps; /* Q and dO by TMA where the step has stage barriers */
         memset(&maps, 0, sizeof maps);
+        const int32_t cols = p->d_cols ? p->d_cols : D; /* the maps' width: zeros past it */
         if (V == 3 && (BWD_WG_STAGE_BARS(D) || (BWD_WG_PAIR64 && D == 64))) {
             const int32_t batch = p->s.bh / p->heads_q;
-            bwd_wg_qmaps_encode(&maps, p, D, batch, p->seqlen_q);
+            bwd_wg_qmaps_encode(&maps, p, cols, batch, p->seqlen_q);
         }
         if (V == 3 && BWD_WG_DKV_TMA(D))
-            bwd_wg_dkvmaps_encode(&maps, p, D, p->s.bh / p->heads_q, p->seqlen_k);
+            bwd_wg_dkvmaps_encode(&maps, p, cols, p->s.bh / p->heads_q, p->seqlen_k);
         attn_bwd_tc_persistent_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, bwd_kern<D, BN, V>::persistent_threads, bwd_kern<D, BN, V>::bytes, stream>>>(*p, maps);
     }

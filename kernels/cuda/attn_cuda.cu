@@ -65,6 +65,8 @@ struct cuattn {
     int32_t fwd_ctas; /* cuattn__force_fwd_ctas: the persistent forward's CTAs (0: SMs) */
     int last_fwd_tma; /* the last v3 forward on this object loaded through TMA */
     int last_fwd_wg;  /* the last forward on this object ran v3's kernel */
+    int32_t narrow; /* forward_padded's direct call: the caller's head dim (0: none) */
+    int32_t narrow_bwd; /* backward_padded's direct call: the caller's head dim (0: none) */
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
@@ -574,6 +576,22 @@ static int padded(const struct cuattn *a, const struct attn_problem *p)
     return p && cuattn_kernel_dim(a, p->head_dim) != p->head_dim;
 }
 
+/* cuattn_forward's answer to forward_padded's direct call where it cannot run it (not v3,
+ * cp.async forced, or views TMA cannot describe); never returned to a caller. */
+#define CUATTN_NARROW_REFUSED (-ECANCELED)
+/* cuattn_backward's answer to backward_padded's direct call where it cannot run it (not
+ * v3's persistent kernel, GQA, or views the narrow loads and stores cannot take); never
+ * returned to a caller. */
+#define CUATTN_NARROW_BWD_REFUSED (-ECANCELED)
+
+/* The K and V views' tiles start 16-byte aligned, so the 128 kernel copies them with
+ * 16-byte chunks and stops at the caller's columns (bwd_tc_load_tile's aligned path). */
+static int narrow_kv_aligned(const struct attn_tensor *t)
+{
+    return ((uintptr_t)t->data & 15u) == 0 && t->stride[0] % 8 == 0 && t->stride[1] % 8 == 0 &&
+           t->stride[2] % 8 == 0;
+}
+
 /* The problem the kernels run for a padded one. */
 static struct attn_problem widened(const struct attn_problem *p)
 {
@@ -850,6 +868,13 @@ static int forward_padded(struct cuattn *a, const struct attn_problem *p, const 
     int rc = cuattn_check_config(a, p, cfg, 0);
     if (rc)
         return rc;
+    if (!needs_vl(p)) { /* the 128 kernel on the caller's tensors, where TMA describes them */
+        a->narrow = p->head_dim;
+        rc = cuattn_forward(a, &w, cfg, out, lse, q, k, v, ret_cfg);
+        a->narrow = 0;
+        if (rc != CUATTN_NARROW_REFUSED)
+            return rc;
+    }
     const int32_t vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
     struct pad_arg args[4] = {{&q, vq, p->heads_q, 0, {}},
                               {&k, vk, p->heads_kv, 0, {}},
@@ -874,6 +899,19 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
     int rc = cuattn_check_config(a, p, cfg, 1);
     if (rc)
         return rc;
+    if (!needs_vl(p) && p->heads_q == p->heads_kv && !a->no_tma && narrow_kv_aligned(&k) &&
+        narrow_kv_aligned(&v)) {
+        /* the 128 kernels on the caller's tensors (TMA maps 96 wide: cuattn__force_no_tma
+         * forces the copies); their leaves would hash 128 columns */
+        const int leaves_on = a->leaves_on;
+        a->leaves_on = 0;
+        a->narrow_bwd = p->head_dim;
+        rc = cuattn_backward(a, &w, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
+        a->narrow_bwd = 0;
+        a->leaves_on = leaves_on;
+        if (rc != CUATTN_NARROW_BWD_REFUSED)
+            return rc;
+    }
     const int32_t vq = attn_view_rows_q(p), vk = attn_view_rows_k(p), hq = p->heads_q, hk = p->heads_kv;
     struct pad_arg args[8] = {{&q, vq, hq, 0, {}},    {&k, vk, hk, 0, {}},  {&v, vk, hk, 0, {}},
                               {&out, vq, hq, 0, {}},  {&dout, vq, hq, 0, {}}, {&dq, vq, hq, 1, {}},
@@ -920,10 +958,9 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
     if (vl && (rc = vl_limits(a, p, &c, 0, 1)))
         return rc;
     const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
-    if (check_view(&q, vb, vq, p->heads_q, p->head_dim, 0) ||
-        check_view(&k, vb, vk, p->heads_kv, p->head_dim, 0) ||
-        check_view(&v, vb, vk, p->heads_kv, p->head_dim, 0) ||
-        check_view(&out, vb, vq, p->heads_q, p->head_dim, 1))
+    const int32_t cols = a->narrow ? a->narrow : p->head_dim; /* the views' width */
+    if (check_view(&q, vb, vq, p->heads_q, cols, 0) || check_view(&k, vb, vk, p->heads_kv, cols, 0) ||
+        check_view(&v, vb, vk, p->heads_kv, cols, 0) || check_view(&out, vb, vq, p->heads_q, cols, 1))
         return -EINVAL;
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)
@@ -989,6 +1026,9 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
         vl_plan_free(&v);
     } else {
         int tma = 0;
+        fp.d_cols = a->narrow;
+        if (a->narrow && (impl != CUATTN_IMPL_WGMMA || a->no_tma || !cuattn__fwd_wg_tma_ok(&fp, p->head_dim)))
+            return CUATTN_NARROW_REFUSED; /* the widened copies then */
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
                            ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma,
                                                    fwd_ctas(a), a->stream)
@@ -1178,14 +1218,11 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     if (!tc && cuattn__bwd_smem_bytes(p->head_dim) > a->smem_optin)
         return -ENOTSUP;
     const int32_t vb = attn_view_batch(p), vq = attn_view_rows_q(p), vk = attn_view_rows_k(p);
-    if (check_view(&q, vb, vq, p->heads_q, p->head_dim, 0) ||
-        check_view(&k, vb, vk, p->heads_kv, p->head_dim, 0) ||
-        check_view(&v, vb, vk, p->heads_kv, p->head_dim, 0) ||
-        check_view(&out, vb, vq, p->heads_q, p->head_dim, 0) ||
-        check_view(&dout, vb, vq, p->heads_q, p->head_dim, 0) ||
-        check_view(&dq, vb, vq, p->heads_q, p->head_dim, 1) ||
-        check_view(&dk, vb, vk, p->heads_kv, p->head_dim, 1) ||
-        check_view(&dv, vb, vk, p->heads_kv, p->head_dim, 1))
+    const int32_t cols = a->narrow_bwd ? a->narrow_bwd : p->head_dim; /* the views' width */
+    if (check_view(&q, vb, vq, p->heads_q, cols, 0) || check_view(&k, vb, vk, p->heads_kv, cols, 0) ||
+        check_view(&v, vb, vk, p->heads_kv, cols, 0) || check_view(&out, vb, vq, p->heads_q, cols, 0) ||
+        check_view(&dout, vb, vq, p->heads_q, cols, 0) || check_view(&dq, vb, vq, p->heads_q, cols, 1) ||
+        check_view(&dk, vb, vk, p->heads_kv, cols, 1) || check_view(&dv, vb, vk, p->heads_kv, cols, 1))
         return -EINVAL;
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)
@@ -1211,6 +1248,8 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
         g = s.jobs; /* more CTAs than jobs would only fetch nothing */
     if (mode == ATTN_MODE_INTERLEAVED && g > nvsm)
         g = nvsm;
+    if (a->narrow_bwd && (!wg || mode != ATTN_MODE_PERSISTENT || p->heads_q != p->heads_kv))
+        return CUATTN_NARROW_BWD_REFUSED; /* the widened copies then */
 
     /* Scratch layout: count, then point. */
     const int32_t D = p->head_dim, group = p->heads_q / p->heads_kv;
@@ -1268,6 +1307,9 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     bp.wg = wg;
     if (a->leaves_on && (rc = arm_leaves(a, p, &bp, tc)))
         return rc;
+    bp.d_cols = a->narrow_bwd;
+    if (a->narrow_bwd && !cuattn__bwd_wg_narrow_ok(&bp, p->head_dim))
+        return CUATTN_NARROW_BWD_REFUSED;
 
     rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));

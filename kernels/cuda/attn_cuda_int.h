@@ -96,6 +96,11 @@ struct attn_vl_seq {
 #define CUATTN_SEQ_MAPS_MAX 256
 
 /* Forward launch: one CTA per (q-tile, batch*head). */
+/* Head dim 96's dense forward runs v3's 128 kernel on the caller's tensors through tensor
+ * maps 96 columns wide, whose loads fill columns 96-127 with zeros (the bytes widened copies
+ * would hold), and stores O's first 96 columns: no copies in or out (attn_pad.cu), the same
+ * bits as the copies give. Views TMA cannot describe, windows, softcap and packed batches
+ * keep the copies (narrow96-trial: bench/results/narrow96-trial-2026-12-06.md). */
 struct attn_fwd_params {
     void *out;        /* (B, Sq, Hq, D) fp16/bf16, strides out_stride */
     float *lse;       /* (B, Hq, Sq) contiguous */
@@ -112,8 +117,16 @@ struct attn_fwd_params {
     int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
     int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
     const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
+    /* the caller's head dim where the dense v3 kernel runs wider (96 on the 128 kernel, no
+     * widened copies): the tensor maps' width (columns past it load as zeros) and the
+     * columns of O stored; 0: the kernel's */
+    int32_t d_cols;
 };
 
+/* Head dim 96's dense backward (MHA, v3 persistent) runs the 128 kernels on the caller's
+ * tensors without widened copies: the loads put the zeros there that copies would hold (the
+ * same bits), the stores write 96 columns (attn_bwd_params.d_cols). GQA, windows, softcap,
+ * packed batches, the interleaved mode and views TMA cannot describe keep the copies. */
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
 struct attn_bwd_params {
     void *dq;          /* (B, Sq, Hq, D) output */
@@ -149,6 +162,11 @@ struct attn_bwd_params {
      * dK and dV by v3's persistent epilogue (head dims 64, 128; no GQA) or GQA's sum
      * (attn_bwd_dkv_sum_kernel). The host sets only those its kernels write. */
     uint64_t *leaf_dq, *leaf_dk, *leaf_dv;
+    /* the caller's head dim where v3's dense persistent kernel runs wider (96 on the 128
+     * kernel, no widened copies): its loads give zeros past it (TMA maps that wide, K and V
+     * copied that far), Dsum sums that far, dQ, dK and dV are stored that far; 0: the
+     * kernel's */
+    int32_t d_cols;
     /* attn_vl.cu only (zero for the dense kernels). The scratch rows (dq_acc, dsum, lse_vl;
      * dk_acc, dv_acc) are laid out sequence by sequence: sequence b's block starts at row
      * heads_q q0 (k0) and is (heads_q, its length) - each sequence a dense problem of batch 1. */
@@ -222,6 +240,8 @@ cudaError_t cuattn__fwd_tc_launch(const struct attn_fwd_params *p, enum dtype_ki
  * bits are the same either way. */
 cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
+/* attn_fwd_wg.cu: whether v3's dense forward at head_dim loads p's views through TMA */
+bool cuattn__fwd_wg_tma_ok(const struct attn_fwd_params *p, int32_t head_dim);
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
                                   int32_t head_dim, int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream);
 
@@ -237,6 +257,9 @@ size_t cuattn__bwd_wg_smem_bytes(int32_t head_dim); /* v3 (64 x 128 only) */
 cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
                                          int32_t *ret);
 size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);
+/* attn_bwd_tc.cu: whether v3's dense persistent backward at head_dim encodes the TMA maps
+ * of p's Q, dO, dK and dV at p->d_cols columns (the narrow call's condition) */
+bool cuattn__bwd_wg_narrow_ok(const struct attn_bwd_params *p, int32_t head_dim);
 cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                   int32_t grid, int32_t sms, cudaStream_t stream);
 

@@ -172,9 +172,16 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
     const int32_t batch = p->geo.batch, heads_kv = p->heads_q / p->group;
     const PFN_cuTensorMapEncodeTiled_v12000 enc = fwd_wg_encoder();
     const uint32_t bn = FWD_WG_BN_OF(head_dim);
-    return enc && fwd_wg_map(&maps->q, enc, p->q, head_dim, batch, p->seqlen_q, p->heads_q, p->q_stride, q_rows) &&
-           fwd_wg_map(&maps->k, enc, p->k, head_dim, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
-           fwd_wg_map(&maps->v, enc, p->v, head_dim, batch, p->seqlen_k, heads_kv, p->v_stride, bn);
+    const int32_t cols = p->d_cols ? p->d_cols : head_dim; /* past it: zeros */
+    return enc && fwd_wg_map(&maps->q, enc, p->q, cols, batch, p->seqlen_q, p->heads_q, p->q_stride, q_rows) &&
+           fwd_wg_map(&maps->k, enc, p->k, cols, batch, p->seqlen_k, heads_kv, p->k_stride, bn) &&
+           fwd_wg_map(&maps->v, enc, p->v, cols, batch, p->seqlen_k, heads_kv, p->v_stride, bn);
+}
+
+bool cuattn__fwd_wg_tma_ok(const struct attn_fwd_params *p, int32_t head_dim)
+{
+    fwd_wg_maps maps;
+    return cuattn__fwd_wg_maps(&maps, p, head_dim);
 }
 
 template <typename DT, int D>
@@ -189,6 +196,8 @@ static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma,
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = allow_tma && cuattn__fwd_wg_maps(&maps, p, D, BM);
+    if (p->d_cols && !tma) /* cp.async would read the caller's rows as D wide */
+        return cudaErrorNotSupported;
     if (tma)
         attn_fwd_wg_kernel<DT, D, true><<<blocks, threads, bytes, stream>>>(*p, maps);
     else

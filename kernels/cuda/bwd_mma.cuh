@@ -132,7 +132,8 @@ static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int3
  * and multiplies per chunk (about 29 instructions a chunk in ptxas 13.0's code). Unaligned sources take the general loop; the bytes that land are the same. */
 template <int D, int ROWS, bool SW>
 static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
-                                                        int64_t base, int64_t row_stride, int32_t rows)
+                                                        int64_t base, int64_t row_stride, int32_t rows,
+                                                        int32_t chunks = D / 8)
 {
     const int32_t CH = D / 8, RP = ATTN_THREADS / CH; /* chunks per row, rows per pass */
     /* elements from a row to the row RP below: RP is a multiple of 8, so in the swizzled
@@ -148,7 +149,7 @@ static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, con
     uint16_t *to = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
 #pragma unroll
     for (int32_t k = 0; k < ROWS / RP; k++) {
-        if (r + k * RP < rows)
+        if (r + k * RP < rows && c < chunks) /* (chunks: the caller's columns at 96 on the 128 kernel; zeros past them) */
             attn_cp_async16(to + k * STEP, from + k * RP * row_stride);
         else
             *reinterpret_cast<uint4 *>(to + k * STEP) = make_uint4(0u, 0u, 0u, 0u);
@@ -216,12 +217,13 @@ static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_para
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
+    const int32_t ch = D == 128 && p.d_cols ? p.d_cols / 8 : D / 8; /* the caller's columns (aligned: host) */
     bwd_tc_load_tile<D, BN, SM::swizzled>(sm.k_smem, static_cast<const uint16_t *>(p.k),
                             b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
-                            p.k_stride[1], rn);
+                            p.k_stride[1], rn, ch);
     bwd_tc_load_tile<D, BN, SM::swizzled>(sm.v_smem, static_cast<const uint16_t *>(p.v),
                             b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
-                            p.v_stride[1], rn);
+                            p.v_stride[1], rn, ch);
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     bwd_tc_async_visible<SM::swizzled>();
@@ -310,7 +312,7 @@ static __device__ __forceinline__ uint32_t bwd_tc_ld_pair(const uint16_t *row, i
 template <typename DT, int D>
 static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (&o_row)[2],
                                                          const uint16_t *const (&do_row)[2], int32_t t4,
-                                                         float (&c_lo)[4], float (&c_hi)[4])
+                                                         float (&c_lo)[4], float (&c_hi)[4], int32_t cols = D)
 {
     bool al[2];
 #pragma unroll
@@ -322,15 +324,18 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
 #pragma unroll
     for (int32_t kk = 0; kk < D / 16; kk++) {
         const int32_t d = 16 * kk + 2 * t4;
-        uint32_t a[4];
-        a[0] = bwd_tc_ld_pair(do_row[0], d, al[0]);
-        a[1] = bwd_tc_ld_pair(do_row[1], d, al[1]);
-        a[2] = bwd_tc_ld_pair(do_row[0], d + 8, al[0]);
-        a[3] = bwd_tc_ld_pair(do_row[1], d + 8, al[1]);
-        const uint32_t b0 = bwd_tc_ld_pair(o_row[0], d, al[0]);
-        const uint32_t b1 = bwd_tc_ld_pair(o_row[0], d + 8, al[0]);
-        const uint32_t b2 = bwd_tc_ld_pair(o_row[1], d, al[1]);
-        const uint32_t b3 = bwd_tc_ld_pair(o_row[1], d + 8, al[1]);
+        uint32_t a[4] = {0u, 0u, 0u, 0u}, b0 = 0u, b1 = 0u, b2 = 0u, b3 = 0u;
+        /* past cols (96 on the 128 kernel; a multiple of 16): zeros, the widened copies' columns */
+        if (cols == D || 16 * kk < cols) {
+            a[0] = bwd_tc_ld_pair(do_row[0], d, al[0]);
+            a[1] = bwd_tc_ld_pair(do_row[1], d, al[1]);
+            a[2] = bwd_tc_ld_pair(do_row[0], d + 8, al[0]);
+            a[3] = bwd_tc_ld_pair(do_row[1], d + 8, al[1]);
+            b0 = bwd_tc_ld_pair(o_row[0], d, al[0]);
+            b1 = bwd_tc_ld_pair(o_row[0], d + 8, al[0]);
+            b2 = bwd_tc_ld_pair(o_row[1], d, al[1]);
+            b3 = bwd_tc_ld_pair(o_row[1], d + 8, al[1]);
+        }
         DT::mma(c_lo, a, b0, b1);
         DT::mma(c_hi, a, b2, b3);
     }
@@ -344,11 +349,13 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
  * not memory, bounded the pair-per-thread kernels). */
 template <typename DT, int D>
 static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const float *acc_row, int32_t i, float scale,
-                                                     int32_t lane)
+                                                     int32_t lane, int32_t cols = D)
 {
     static_assert(D % 64 == 0, "whole warps of pairs");
 #pragma unroll
     for (int32_t d = 2 * lane; d < D; d += 64) {
+        if (cols != D && d >= cols) /* 96 on the 128 kernel: the caller's columns only */
+            continue;
         const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
         attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
     }

@@ -588,6 +588,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         const float inv = none ? 0.0f : __frcp_rn(lr);
 #pragma unroll
         for (int j = 0; j < D / 8; j++)
+            if (VL || p.d_cols == 0 || 8 * j < p.d_cols) /* the caller's columns only */
             attn_st_pair(out_g + at + 8 * j + 2 * t4,
                          DT::pack2(__fmul_rn(o[4 * j + 2 * r], inv), __fmul_rn(o[4 * j + 2 * r + 1], inv)));
         if (t4 == 0)

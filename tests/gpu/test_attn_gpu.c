@@ -1197,7 +1197,7 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
  * cp.async when forced): batches of 2 and 3 whose lengths end inside a tile (the rows
  * after a sequence's end are the next sequence's in memory: TMA must load zeros there),
  * GQA and MHA, head dims 64, 128, 256 and 96 (the 128 kernel: through the widened copies,
- * or with FWD_WG_NARROW through maps 96 columns wide against the copies) and both dtypes, full and causal, unequal lengths both ways, a
+ * or through maps 96 columns wide against the copies) and both dtypes, full and causal, unequal lengths both ways, a
  * q-tile with no kv-tile, one row, and 4096. With batch 1, also views whose batch strides
  * TMA could not take (3, 5, 0 elements): never stepped along, they must keep TMA and the
  * bytes. */
@@ -1317,7 +1317,7 @@ static void pitched_check(unsigned char *h, const void *d, const void *dense, in
  * write the first 96 columns only, whatever lies beyond them in the caller's memory. Q, K,
  * V and O as pitched views (rows 128 elements apart), the 32 columns after each row NaN in
  * the inputs and poison in O: O's 96 columns and LSE must be the bytes of the same problem
- * on dense 96-wide tensors, the gaps untouched, through TMA (with FWD_WG_NARROW: no
+ * on dense 96-wide tensors, the gaps untouched, through TMA (no
  * widened copies) and through cp.async. */
 static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(void)
 {
@@ -1379,7 +1379,7 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
 /* The same for the backward: Q, K, V, O, dO as pitched views with NaN past each row's 96
  * columns, dQ, dK, dV pitched and poisoned; their 96 columns must be the bytes of dense
  * tensors through the widened copies and the gaps untouched - with TMA forced off (the
- * copies) and on (with BWD_WG_NARROW and MHA the 128 kernels on these views, no copies).
+ * copies) and on (under MHA the 128 kernels on these views, no copies).
  * MHA and GQA, full and causal, both dtypes, the default schedule and shift. */
 static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns(void)
 {
@@ -1416,7 +1416,7 @@ static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns
             struct attn_tensor t[8];
             for (int i = 0; i < 8; i++) /* K, V, dK, dV on the keys' side */
                 t[i] = pitched_view(d[i], &p, i == 1 || i == 2 || i == 6 || i == 7);
-            for (int cp = 1; cp >= 0; cp--) { /* the copies, then (BWD_WG_NARROW, MHA) none */
+            for (int cp = 1; cp >= 0; cp--) { /* the copies, then (MHA) none */
                 cuattn__force_no_tma(ca, cp);
                 for (int i = 5; i < 8; i++)
                     CUDA_OK(cudaMemsetAsync(d[i], 0xff, a.es * (size_t)(i == 5 ? rq : rk) * PITCH96,
