@@ -95,6 +95,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     constexpr bool W = SM::writer;
     [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
     [[maybe_unused]] int32_t wait_end = 0;     /* W: sched_wait_end of the last job taken */
+    [[maybe_unused]] int32_t one = 0; /* W: the last unit had one step (its ticket alone) */
     [[maybe_unused]] uint32_t qph = 0; /* W, BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     REGS x;
@@ -105,7 +106,12 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
              * that job now would deadlock: its tiles would wait for a staging buffer, the
              * buffers for those turns, the turns for its tiles. So unless every job they
              * may wait on is taken, let the writer take every turn first. */
-            if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
+            /* And after a unit of one step, whose ticket nothing of its own waited for: its
+             * turn may be far off (ascending, descending), and the next job's first hand-off
+             * would stall on it while that job's head waits (H100, 128 causal at 2112, a
+             * last kv-tile of one q-tile: ascending 41 -> 201 TFLOPS, descending 269 -> 295;
+             * bench/results/onedrain-trial-2026-12-06.md) */
+            if (threadIdx.x == 0 && (one || wait_end > attn_ld_acquire(p.job_next))) {
                 BWD_WG_T0();
                 bwd_wg_drain(sm, hb);
                 BWD_WG_TADD(BT_DRAIN);
@@ -134,6 +140,9 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);
+            if constexpr (W)
+                if (steps > 0) /* (the last unit that handed tickets) */
+                    one = steps == 1;
             /* the previous unit read the table last before its last turn's barrier */
             BWD_WG_T0();
             if constexpr (W && BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
@@ -279,10 +288,21 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
     float dq[32];
     for (;;) {
         /* bwd_tc_persistent's drain rule: the writer may hold turns that wait on a job
-         * nobody has taken yet */
-        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
+         * nobody has taken yet. Otherwise the rule the one-tile kernel keeps by its hand-off
+         * alone: a job is taken only once the writer has taken the turn of every ticket but
+         * the last (the last pair's tile a is read). Without it a unit of one pair (the last
+         * kv-tile of a head under a causal mask) hands both tiles at once and its CTA takes
+         * the next job at once, then stalls in that job's first hand-off until those turns
+         * come - for ascending, when every other unit of the head has ended - while the rest
+         * of the taken job's head waits on it (H200, 64 causal: ascending 0.25-0.31 of the
+         * one-tile kernel at 2k-4k). Waiting here depends only on jobs already taken and on
+         * additions before tile a's in the schedule's order, as the hand-off's waits do. */
+        if (threadIdx.x == 0) {
             BWD_WG_T0();
-            bwd_wg_pair_drain(sm, hph);
+            if (wait_end > attn_ld_acquire(p.job_next))
+                bwd_wg_pair_drain(sm, hph);
+            else
+                attn_mbar_wait(&sm.empty_bar[0], hph ^ 1u); /* (at once before the first pair) */
             BWD_WG_TADD(BT_DRAIN);
         }
         BWD_WG_T0();

@@ -375,12 +375,13 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     bwd_wg_regs<D> x;
     bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
     int32_t wait_end = 0;     /* dispatch index past the jobs the last job's turns may wait on */
+    int32_t one = 0;          /* the last unit had one step (its ticket alone): drain */
     [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     for (;;) {
         /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
-         * takes a job that those turns may wait on (shift) */
-        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
+         * takes a job that those turns may wait on (shift), or after a unit of one step */
+        if (threadIdx.x == 0 && (one || wait_end > attn_ld_acquire(p.job_next))) {
             BWD_WG_T0();
             bwd_wg_drain(sm, hb);
             BWD_WG_TADD(BT_DRAIN);
@@ -422,6 +423,8 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         for (int32_t stage = 0; stage < stages; stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
+            if (steps > 0) /* (the last unit that handed tickets) */
+                one = steps == 1;
             BWD_WG_T0();
             bwd_tc_zero_kv<D, BN>(x);
             if (steps > 0) {

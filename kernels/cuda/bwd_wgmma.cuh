@@ -1408,6 +1408,9 @@ static __device__ __forceinline__ void bwd_wg_pair_load(const struct attn_bwd_pa
             zq[k + tid] = make_uint4(0u, 0u, 0u, 0u);
             zd[k + tid] = make_uint4(0u, 0u, 0u, 0u);
         }
+        /* the writers' own fence, before their arrival: wgmma reads the zeros through the
+         * async proxy */
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     if (tid < 2 * BWD_TC_BM) { /* row tid % 64 of tile a (tid < 64) or b */
         const int32_t m = tid < BWD_TC_BM ? ma : mb, i = m * BWD_TC_BM + (tid & (BWD_TC_BM - 1));
