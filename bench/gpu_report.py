@@ -163,8 +163,9 @@ def main():
     print(f"- commit: {a.commit}")
     print(f"- command: `{a.command}`")
     print("- method: bf16, 16384 tokens per batch, heads = 2048 / head_dim rounded down "
-          "(hdim 96: 21 heads, 2016 wide; ours runs it on the 128 kernels with widened "
-          "copies, timed with them); TFLOPS with "
+          "(hdim 96: 21 heads, 2016 wide; ours runs it on the 128 kernels - on sm_90 reading "
+          "and writing its 96 columns since b46a0eb, before that on widened copies, timed "
+          "with them); TFLOPS with "
           "fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd. Ours: synchronous calls "
           f"timed on the host, median of {ours['reps']} after a warm-up, backward including "
           "its pre/post kernels. PyTorch: CUDA events, median of 10 after 3 warm-ups. "

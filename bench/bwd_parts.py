@@ -1,0 +1,94 @@
+"""Where a dash_attn backward's host time goes on CUDA tensors (issue 20): each variant
+timed alone after a synchronise (median us of --iters calls), through one dashd.
+  python3 bench/bwd_parts.py --dashd PATH [--iters N]"""
+import argparse, ctypes, os, statistics, subprocess, tempfile, time
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--dashd", required=True)
+ap.add_argument("--iters", type=int, default=100)
+a = ap.parse_args()
+work = tempfile.mkdtemp(prefix="dash-bwdparts-")
+d = subprocess.Popen([a.dashd, "--endpoint", f"ipc://{work}/d.sock", "--backend", "cuda"],
+                     stderr=open(os.path.join(work, "dashd.log"), "w"))
+for _ in range(400):
+    if os.path.exists(f"{work}/d.sock"):
+        break
+    time.sleep(0.05)
+os.environ["DASHD_ENDPOINT"] = f"ipc://{work}/d.sock"
+import dash_attn
+from dash_attn import _client, _lib
+
+dev = "cuda"
+shape = (8, 1024, 12, 64)
+g = torch.Generator(device=dev).manual_seed(0)
+q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()
+           for _ in range(3))
+dout = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+c = _client.default_client()
+attn = c._attn(2, True, 0.0, "auto", 0)
+qd, kd, vd = (x.detach() for x in (q, k, v))
+
+
+def alone(setup, timed, n=a.iters):
+    xs = []
+    for i in range(n + 10):
+        st = setup()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        timed(st)
+        t1 = time.perf_counter()
+        if i >= 10:
+            xs.append(t1 - t0)
+    torch.cuda.synchronize()
+    return statistics.median(xs) * 1e6
+
+
+rows = []
+def row(name, us):
+    rows.append((name, us))
+    print(f"| {name} | {us:.0f} |", flush=True)
+
+print("| part (timed alone after a synchronise) | median us |\n| --- | ---: |")
+row("forward, no grad", alone(lambda: None, lambda s: dash_attn.flash_attn_func(qd, kd, vd, causal=True)))
+row("forward, graph recorded", alone(lambda: None, lambda s: dash_attn.flash_attn_func(q, k, v, causal=True)))
+row("o.backward(dout) after the forward (forward not timed, ran)", alone(
+    lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))
+row("... the forward synchronised before (same)", alone(
+    lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))
+for x in (q, k, v):
+    x.grad = None
+row("torch.autograd.grad(o, (q, k, v), dout) (no accumulation)", alone(
+    lambda: dash_attn.flash_attn_func(q, k, v, causal=True),
+    lambda o: torch.autograd.grad(o, (q, k, v), dout)))
+fo = {}
+def fwd_direct():
+    out, lse = c._forward_cuda(qd, kd, vd, attn)
+    return out, lse
+row("client._backward_cuda direct (no autograd)", alone(
+    fwd_direct, lambda s: c._backward_cuda(dout, qd, kd, vd, s[0], s[1], attn)))
+row("client.backward (checks + _backward_cuda)", alone(
+    fwd_direct, lambda s: c.backward(dout, qd, kd, vd, s[0], s[1], causal=True)))
+out, lse = fwd_direct()
+dq, dk, dv = (torch.empty_like(x) for x in (qd, kd, vd))
+def bwd_fixed(s):
+    ts = c._cuda_tensors([(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3), (dout, 4), (dq, 4), (dk, 4), (dv, 4)])
+    c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(9)],
+                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
+row("dash_cuda_tensors + dash_backward_stream, same outputs each call", alone(lambda: None, bwd_fixed))
+def bwd_fresh(s):
+    a2 = [torch.empty_like(x) for x in (qd, kd, vd)]
+    ts = c._cuda_tensors([(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3), (dout, 4)] + [(x, 4) for x in a2])
+    c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(9)],
+                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
+row("... fresh outputs (torch.empty_like) each call", alone(lambda: None, bwd_fresh))
+def fwd_fixed(s):
+    ts = c._cuda_tensors([(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3)])
+    c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(5)],
+                                      ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
+row("dash_cuda_tensors + dash_forward_stream, same outputs", alone(lambda: None, fwd_fixed))
+rtt = ctypes.c_uint64()
+row("dash_ping", alone(lambda: None, lambda s: c._check(_lib.dash_ping(c._c, -1, ctypes.byref(rtt)))))
+d.terminate(); d.wait()
+print(f"\n{torch.cuda.get_device_name()}; torch {torch.__version__}; shape {shape} causal bf16; "
+      f"MPS env: {'yes' if os.environ.get('CUDA_MPS_PIPE_DIRECTORY') else 'no'}")
