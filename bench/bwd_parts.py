@@ -52,16 +52,15 @@ def row(name, us):
 print("| part (timed alone after a synchronise) | median us |\n| --- | ---: |")
 row("forward, no grad", alone(lambda: None, lambda s: dash_attn.flash_attn_func(qd, kd, vd, causal=True)))
 row("forward, graph recorded", alone(lambda: None, lambda s: dash_attn.flash_attn_func(q, k, v, causal=True)))
-row("o.backward(dout) after the forward (forward not timed, ran)", alone(
-    lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))
-row("... the forward synchronised before (same)", alone(
+row("forward + o.backward(dout), the pair timed (percall's drained figure)", alone(
+    lambda: None, lambda s: dash_attn.flash_attn_func(q, k, v, causal=True).backward(dout)))
+row("o.backward(dout) alone (the forward ran and was synchronised, not timed)", alone(
     lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))
 for x in (q, k, v):
     x.grad = None
 row("torch.autograd.grad(o, (q, k, v), dout) (no accumulation)", alone(
     lambda: dash_attn.flash_attn_func(q, k, v, causal=True),
     lambda o: torch.autograd.grad(o, (q, k, v), dout)))
-fo = {}
 def fwd_direct():
     out, lse = c._forward_cuda(qd, kd, vd, attn)
     return out, lse
@@ -87,8 +86,31 @@ def fwd_fixed(s):
     c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(5)],
                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
 row("dash_cuda_tensors + dash_forward_stream, same outputs", alone(lambda: None, fwd_fixed))
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+doutt = dout.transpose(1, 2).contiguous()
+for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+    def sd(be=be):
+        with sdpa_kernel(be):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+    row(f"SDPA {name}: forward + backward, the pair timed", alone(lambda: None, lambda s: sd().backward(doutt)))
+    row(f"SDPA {name}: backward alone", alone(sd, lambda o: o.backward(doutt)))
 rtt = ctypes.c_uint64()
 row("dash_ping", alone(lambda: None, lambda s: c._check(_lib.dash_ping(c._c, -1, ctypes.byref(rtt)))))
+# what autograd's engine does around our backward, as PyTorch's profiler sees it (host side)
+from torch.profiler import profile, ProfilerActivity
+for _ in range(5):
+    dash_attn.flash_attn_func(q, k, v, causal=True).backward(dout)
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    for _ in range(20):
+        o = dash_attn.flash_attn_func(q, k, v, causal=True)
+        torch.cuda.synchronize()
+        o.backward(dout)
+        torch.cuda.synchronize()
+print("\ntorch.profiler, 20 pairs (each half after a synchronise), host time:\n")
+print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=70))
 d.terminate(); d.wait()
 print(f"\n{torch.cuda.get_device_name()}; torch {torch.__version__}; shape {shape} causal bf16; "
       f"MPS env: {'yes' if os.environ.get('CUDA_MPS_PIPE_DIRECTORY') else 'no'}")
