@@ -588,6 +588,51 @@ static void test_sched_fixed_orders_match_their_definition(void)
     }
 }
 
+/* sched_job_last_steps (the CUDA backward drains its writer after a job it gives 1) is the
+ * steps of the job's last unit that visits any q-tile: checked against the units' visits
+ * for every kind, both masks and lengths around the tile sizes; and at causal 2112 with
+ * 64 x 128 tiles (33 q-tiles; bench/results/onedrain-trial-2026-12-06.md) exactly the
+ * jobs holding the last kv-tile - one q-tile - give 1, under every kind but shift's pairs. */
+static void test_sched_job_last_steps_is_the_last_visiting_units_steps(void)
+{
+    const int32_t lens[] = {1, 63, 64, 65, 127, 128, 129, 300, 2112};
+    for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
+        for (int mask = 0; mask < 2; mask++)
+            for (size_t a = 0; a < sizeof lens / sizeof lens[0]; a++)
+                for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b += 3) {
+                    struct sched_shape sh = {1, 2, lens[a], lens[(a + b) % (sizeof lens / sizeof lens[0])],
+                                             64, 128, mask ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, 0, 0, 0};
+                    struct sched s;
+                    CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, 5) == 0);
+                    for (int32_t j = 0; j < s.jobs; j++) {
+                        const struct sched_job J = sched_job_at(&s, j);
+                        int32_t want = 0;
+                        for (int32_t st = 0; st < sched_job_stages(&s, J.k); st++) {
+                            int32_t visits = 0; /* counted through sched_visit, not unit_steps */
+                            for (int32_t m = 0; m < sched_unit_steps(&s, sched_job_unit(&s, J.k, st)); m++)
+                                visits += sched_visit(&s, &J, st, m) >= 0;
+                            if (visits > 0)
+                                want = visits;
+                        }
+                        CU_ASSERT_EQUAL(sched_job_last_steps(&s, J.k), want);
+                    }
+                }
+    struct sched_shape sh = {1, 1, 2112, 2112, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
+    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        struct sched s;
+        CU_ASSERT_FATAL(sched_init(&s, kinds[i], &sh, 132) == 0);
+        CU_ASSERT_EQUAL(s.m_tiles, 33);
+        int32_t ones = 0;
+        for (int32_t k = 0; k < s.n_tiles; k++)
+            if (sched_job_last_steps(&s, k) == 1) {
+                ones++;
+                CU_ASSERT_EQUAL(sched_job_unit(&s, k, sched_job_stages(&s, k) - 1), s.n_tiles - 1);
+            }
+        CU_ASSERT_EQUAL(ones, 1);
+    }
+}
+
 /* Causal rows that see no key (seqlen_q > seqlen_k) have no contributors; a kv-tile always
  * has at least one q-tile. seqlen 1 works. */
 static void test_sched_edge_shapes(void)
@@ -976,6 +1021,7 @@ int suite_sched(void)
     ADD_TEST(s, test_sched_band_shift_ranks_are_key_order_of_visits);
     ADD_TEST(s, test_sched_ragged_batches_complete_without_deadlock);
     ADD_TEST(s, test_sched_writer_handoff_needs_the_wait_end_rule);
+    ADD_TEST(s, test_sched_job_last_steps_is_the_last_visiting_units_steps);
     ADD_TEST(s, test_sched_writer_handoff_never_deadlocks_with_the_rule);
     return 0;
 }

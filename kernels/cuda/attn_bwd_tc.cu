@@ -95,7 +95,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     constexpr bool W = SM::writer;
     [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
     [[maybe_unused]] int32_t wait_end = 0;     /* W: sched_wait_end of the last job taken */
-    [[maybe_unused]] int32_t one = 0; /* W: the last unit had one step (its ticket alone) */
     [[maybe_unused]] uint32_t qph = 0; /* W, BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     REGS x;
@@ -106,12 +105,13 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
              * that job now would deadlock: its tiles would wait for a staging buffer, the
              * buffers for those turns, the turns for its tiles. So unless every job they
              * may wait on is taken, let the writer take every turn first. */
-            /* And after a unit of one step, whose ticket nothing of its own waited for: its
-             * turn may be far off (ascending, descending), and the next job's first hand-off
-             * would stall on it while that job's head waits (H100, 128 causal at 2112, a
-             * last kv-tile of one q-tile: ascending 41 -> 201 TFLOPS, descending 269 -> 295;
+            /* And after a job whose last unit had one step (wait_end is then INT32_MAX, see
+             * below): nothing of its own waited for that ticket's turn, which may be far off
+             * (ascending, descending), and the next job's first hand-off would stall on it
+             * while that job's head waits (H100, 128 causal at 2112, a last kv-tile of one
+             * q-tile: ascending 41 -> 201 TFLOPS, descending 269 -> 295;
              * bench/results/onedrain-trial-2026-12-06.md) */
-            if (threadIdx.x == 0 && (one || wait_end > attn_ld_acquire(p.job_next))) {
+            if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
                 BWD_WG_T0();
                 bwd_wg_drain(sm, hb);
                 BWD_WG_TADD(BT_DRAIN);
@@ -135,14 +135,11 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             return;
         }
         const struct sched_job J = sched_job_taken(s, job);
-        if constexpr (W)
-            wait_end = sched_wait_end(s, job);
+        if constexpr (W) /* (one more live register than wait_end spilled in attn_vl.cu) */
+            wait_end = sched_job_last_steps(s, J.k) == 1 ? INT32_MAX : sched_wait_end(s, job);
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);
-            if constexpr (W)
-                if (steps > 0) /* (the last unit that handed tickets) */
-                    one = steps == 1;
             /* the previous unit read the table last before its last turn's barrier */
             BWD_WG_T0();
             if constexpr (W && BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,

@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
-            bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
+            bwd_tc_load_kv<D, BN, false>(q, sm, J.bh, n); /* its barrier publishes the table too */
             bwd_tc_zero_kv<D, BN>(x);
             int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
             int loaded = 0;
@@ -375,13 +375,13 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     bwd_wg_regs<D> x;
     bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
     int32_t wait_end = 0;     /* dispatch index past the jobs the last job's turns may wait on */
-    int32_t one = 0;          /* the last unit had one step (its ticket alone): drain */
     [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     for (;;) {
         /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
-         * takes a job that those turns may wait on (shift), or after a unit of one step */
-        if (threadIdx.x == 0 && (one || wait_end > attn_ld_acquire(p.job_next))) {
+         * takes a job that those turns may wait on (shift), or after a job whose last unit
+         * had one step (wait_end INT32_MAX) */
+        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
             BWD_WG_T0();
             bwd_wg_drain(sm, hb);
             BWD_WG_TADD(BT_DRAIN);
@@ -423,8 +423,6 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         for (int32_t stage = 0; stage < stages; stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
-            if (steps > 0) /* (the last unit that handed tickets) */
-                one = steps == 1;
             BWD_WG_T0();
             bwd_tc_zero_kv<D, BN>(x);
             if (steps > 0) {
@@ -437,7 +435,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                  * there the one more live value spilled 4 bytes at 128) */
                 if constexpr (BWD_WG_STAGE_BARS(D) && !CAP)
                     bwd_wg_load_q_mb<D, BN>(q, sm, 0, J.bh, sched_visit(s, &J, stage, 0), &maps, sm.view);
-                bwd_tc_load_kv<D, BN>(q, sm, J.bh, n); /* its barrier publishes the table too */
+                bwd_tc_load_kv<D, BN, false>(q, sm, J.bh, n); /* its barrier publishes the table too */
             }
             if (threadIdx.x == 0)
                 BWD_WG_TADD(BT_UNIT);
@@ -490,6 +488,10 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                     BWD_WG_TADD(BT_STORE);
             }
         }
+        /* (here, not where wait_end is set: the value live through the steps spilled 12
+         * bytes in the softcap's instance at 128) */
+        if (threadIdx.x == 0 && sched_job_last_steps(s, J.k) == 1)
+            wait_end = INT32_MAX;
     }
 #else
     (void)p;

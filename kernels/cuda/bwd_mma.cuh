@@ -210,14 +210,16 @@ static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s,
     }
 }
 
-/* Load the unit's K and V tiles and wait for them. */
-template <int D, int BN, typename SM>
+/* Load the unit's K and V tiles and wait for them. NARROW: p.d_cols may name fewer columns
+ * than D (96 on the 128 kernel, dense only; the window/packed kernels pass false, which keeps
+ * the column count a constant: read from the params it cost their softcap instance a spill). */
+template <int D, int BN, bool NARROW = true, typename SM>
 static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, SM &sm, int32_t bh,
                                                       int32_t n)
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    const int32_t ch = D == 128 && p.d_cols ? p.d_cols / 8 : D / 8; /* the caller's columns (aligned: host) */
+    const int32_t ch = NARROW && D == 128 && p.d_cols ? p.d_cols / 8 : D / 8; /* the caller's columns (aligned: host) */
     bwd_tc_load_tile<D, BN, SM::swizzled>(sm.k_smem, static_cast<const uint16_t *>(p.k),
                             b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
                             p.k_stride[1], rn, ch);

@@ -325,6 +325,20 @@ SCHED_FN int32_t sched_unit_steps(const struct sched *s, int32_t n)
     return sched_m_hi(s, n) - sched_m_lo(s, n);
 }
 
+/* The steps of job k's last unit that visits any q-tile, 0 if none does. A worker whose
+ * last unit had one step handed that step's dQ tile on without waiting for any turn of its
+ * own, so the turn may still be far off (ascending, descending): the CUDA backward drains
+ * its writer before it takes another job then. */
+SCHED_FN int32_t sched_job_last_steps(const struct sched *s, int32_t k)
+{
+    for (int32_t stage = sched_job_stages(s, k) - 1; stage >= 0; stage--) {
+        const int32_t steps = sched_unit_steps(s, sched_job_unit(s, k, stage));
+        if (steps > 0)
+            return steps;
+    }
+    return 0;
+}
+
 /* Shift: first q-tile of the rectangle that every long tile of the job's chunk shares. */
 SCHED_FN int32_t sched__rect_lo(const struct sched *s, const struct sched_job *J)
 {
