@@ -86,6 +86,55 @@ def fwd_fixed(s):
     c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(5)],
                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
 row("dash_cuda_tensors + dash_forward_stream, same outputs", alone(lambda: None, fwd_fixed))
+# autograd runs a CUDA graph's nodes on its device thread: the backward's hand-offs to it
+# and back, timed from inside (Client.backward's entry and exit on that thread)
+marks = {}
+_orig_backward = _client.Client.backward
+def _marked_backward(self, *args, **kw):
+    marks["in"] = time.perf_counter()
+    try:
+        return _orig_backward(self, *args, **kw)
+    finally:
+        marks["out"] = time.perf_counter()
+_client.Client.backward = _marked_backward
+hand_in, inside, hand_out = [], [], []
+for i in range(a.iters + 10):
+    o = dash_attn.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    o.backward(dout)
+    t1 = time.perf_counter()
+    if i >= 10:
+        hand_in.append(marks["in"] - t0)
+        inside.append(marks["out"] - marks["in"])
+        hand_out.append(t1 - marks["out"])
+torch.cuda.synchronize()
+_client.Client.backward = _orig_backward
+med = lambda xs: statistics.median(xs) * 1e6
+row("o.backward: from the call to Client.backward's entry (engine, device thread, GIL)", med(hand_in))
+row("o.backward: Client.backward itself", med(inside))
+row("o.backward: from Client.backward's exit to the call's return", med(hand_out))
+with torch.autograd.set_multithreading_enabled(False):
+    row("o.backward alone, autograd multithreading off (on the calling thread)", alone(
+        lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))
+
+
+class _Stub(torch.autograd.Function):
+    """autograd's cost alone: a CUDA Function whose forward and backward only allocate"""
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return torch.empty_like(q)
+
+    @staticmethod
+    def backward(ctx, dout):
+        return tuple(torch.empty_like(x) for x in ctx.saved_tensors)
+
+
+row("a stub Python Function's backward alone (allocations only)", alone(
+    lambda: _Stub.apply(q, k, v), lambda o: o.backward(dout)))
+with torch.autograd.set_multithreading_enabled(False):
+    row("... with autograd multithreading off", alone(lambda: _Stub.apply(q, k, v), lambda o: o.backward(dout)))
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
@@ -96,6 +145,8 @@ for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUD
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
     row(f"SDPA {name}: forward + backward, the pair timed", alone(lambda: None, lambda s: sd().backward(doutt)))
     row(f"SDPA {name}: backward alone", alone(sd, lambda o: o.backward(doutt)))
+    with torch.autograd.set_multithreading_enabled(False):
+        row(f"SDPA {name}: backward alone, autograd multithreading off", alone(sd, lambda o: o.backward(doutt)))
 rtt = ctypes.c_uint64()
 row("dash_ping", alone(lambda: None, lambda s: c._check(_lib.dash_ping(c._c, -1, ctypes.byref(rtt)))))
 # what autograd's engine does around our backward, as PyTorch's profiler sees it (host side)
