@@ -175,7 +175,9 @@ static int simulate(const struct sched *s, int32_t workers)
  * buffers, waiting only for a free buffer; the writer takes the handed additions in order,
  * waits for each one's turn, adds it (freeing its buffer) and passes the tile on. With
  * `rule`, the compute side takes a new job only if every job up to sched_wait_end of its
- * last job has been taken, or its writer holds nothing (the kernel's bwd_wg_drain). Steps
+ * last job has been taken, or its writer holds nothing (the kernel's bwd_wg_drain) - and
+ * after a job whose last unit had one step, only once its writer holds nothing (the
+ * one-tile kernels' wait_end = INT32_MAX, from sched_job_last_steps). Steps
  * run in a random order that favours the compute side, as on the GPU, where the writer
  * waits on turns. Returns 0 when every addition completes, -EDEADLK when nothing can move
  * while work remains.
@@ -186,7 +188,7 @@ struct hand_cta {
     int32_t stage, step;
     int32_t tile[2], rank[2]; /* handed, not yet added: a ring of nbuf (<= 2) */
     int32_t head, held;
-    int32_t wait_end; /* sched_wait_end of the last job taken */
+    int32_t wait_end; /* sched_wait_end of the last job taken; INT32_MAX: drain first */
 };
 
 static int simulate_handoff(const struct sched *s, int32_t ctas, int32_t nbuf, int rule, uint64_t seed)
@@ -234,7 +236,7 @@ static int simulate_handoff(const struct sched *s, int32_t ctas, int32_t nbuf, i
         } else if (!x->have) { /* the compute side takes a job */
             int32_t j = next_job++;
             x->J = sched_job_taken(s, j);
-            x->wait_end = sched_wait_end(s, j);
+            x->wait_end = sched_job_last_steps(s, x->J.k) == 1 ? INT32_MAX : sched_wait_end(s, j);
             x->have = 1;
             x->stage = x->step = 0;
         } else { /* the compute side hands its next step over */
@@ -588,51 +590,6 @@ static void test_sched_fixed_orders_match_their_definition(void)
     }
 }
 
-/* sched_job_last_steps (the CUDA backward drains its writer after a job it gives 1) is the
- * steps of the job's last unit that visits any q-tile: checked against the units' visits
- * for every kind, both masks and lengths around the tile sizes; and at causal 2112 with
- * 64 x 128 tiles (33 q-tiles; bench/results/onedrain-trial-2026-12-06.md) exactly the
- * jobs holding the last kv-tile - one q-tile - give 1, under every kind but shift's pairs. */
-static void test_sched_job_last_steps_is_the_last_visiting_units_steps(void)
-{
-    const int32_t lens[] = {1, 63, 64, 65, 127, 128, 129, 300, 2112};
-    for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
-        for (int mask = 0; mask < 2; mask++)
-            for (size_t a = 0; a < sizeof lens / sizeof lens[0]; a++)
-                for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b += 3) {
-                    struct sched_shape sh = {1, 2, lens[a], lens[(a + b) % (sizeof lens / sizeof lens[0])],
-                                             64, 128, mask ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, 0, 0, 0};
-                    struct sched s;
-                    CU_ASSERT_FATAL(sched_init(&s, (enum sched_kind)kind, &sh, 5) == 0);
-                    for (int32_t j = 0; j < s.jobs; j++) {
-                        const struct sched_job J = sched_job_at(&s, j);
-                        int32_t want = 0;
-                        for (int32_t st = 0; st < sched_job_stages(&s, J.k); st++) {
-                            int32_t visits = 0; /* counted through sched_visit, not unit_steps */
-                            for (int32_t m = 0; m < sched_unit_steps(&s, sched_job_unit(&s, J.k, st)); m++)
-                                visits += sched_visit(&s, &J, st, m) >= 0;
-                            if (visits > 0)
-                                want = visits;
-                        }
-                        CU_ASSERT_EQUAL(sched_job_last_steps(&s, J.k), want);
-                    }
-                }
-    struct sched_shape sh = {1, 1, 2112, 2112, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
-    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        struct sched s;
-        CU_ASSERT_FATAL(sched_init(&s, kinds[i], &sh, 132) == 0);
-        CU_ASSERT_EQUAL(s.m_tiles, 33);
-        int32_t ones = 0;
-        for (int32_t k = 0; k < s.n_tiles; k++)
-            if (sched_job_last_steps(&s, k) == 1) {
-                ones++;
-                CU_ASSERT_EQUAL(sched_job_unit(&s, k, sched_job_stages(&s, k) - 1), s.n_tiles - 1);
-            }
-        CU_ASSERT_EQUAL(ones, 1);
-    }
-}
-
 /* Causal rows that see no key (seqlen_q > seqlen_k) have no contributors; a kv-tile always
  * has at least one q-tile. seqlen 1 works. */
 static void test_sched_edge_shapes(void)
@@ -801,6 +758,62 @@ static void test_sched_writer_handoff_never_deadlocks_with_the_rule(void)
 /* Windows in rows, both sides from 0 to past the length, -1 unbounded. */
 static const int32_t band_windows[][2] = {{-1, 0}, {0, 0},  {1, -1}, {-1, 2}, {3, 1}, {0, 5},
                                           {7, 7},   {2, 0}, {5, 3},  {40, 40}, {0, -1}, {9, 2}};
+
+/* sched_job_last_steps (the CUDA backward drains its writer after a job it gives 1) says
+ * what the kernels' flag said at a job's end - the steps of its last unit with any (the flag
+ * was set to steps == 1 by each unit with steps > 0, in stage order) - for every kind, both
+ * masks, lengths around the tile sizes and the bands (where units of no steps exist); and at
+ * causal 2112 with 64 x 128 tiles (33 q-tiles; bench/results/onedrain-trial-2026-12-06.md)
+ * exactly the job holding the last kv-tile - one q-tile - ends in one step, for every kind
+ * without shift's pairs. */
+static void test_sched_job_last_steps_is_the_last_visiting_units_steps(void)
+{
+    const int32_t lens[] = {1, 63, 64, 65, 127, 128, 129, 300, 2112};
+    const size_t nl = sizeof lens / sizeof lens[0], nw = sizeof band_windows / sizeof band_windows[0];
+    int32_t zero_units = 0;
+    for (int kind = SCHED_ATOMIC; kind < SCHED_KIND_COUNT; kind++)
+        for (int mask = 0; mask < 2; mask++)
+            for (size_t a = 0; a < nl; a++)
+                for (size_t w = 0; w <= nw; w += 1) {
+                    struct sched_shape sh = {1, 2, lens[a], lens[(a + w) % nl], 64, 128,
+                                             mask ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL, w < nw, 0, 0};
+                    if (w < nw) { /* a band, its sides in tiles' rows */
+                        sh.window_left = band_windows[w][0] < 0 ? -1 : band_windows[w][0] * 37;
+                        sh.window_right = band_windows[w][1] < 0 ? -1 : band_windows[w][1] * 37;
+                    }
+                    struct sched s;
+                    if (sched_init(&s, (enum sched_kind)kind, &sh, 5) != 0)
+                        continue; /* (a band sched_init refuses: no visit at all) */
+                    for (int32_t j = 0; j < s.jobs; j++) {
+                        const struct sched_job J = sched_job_at(&s, j);
+                        int32_t flag = -1; /* the kernels' rule: -1 until a unit has steps */
+                        for (int32_t st = 0; st < sched_job_stages(&s, J.k); st++) {
+                            const int32_t steps = sched_unit_steps(&s, sched_job_unit(&s, J.k, st));
+                            zero_units += steps == 0;
+                            if (steps > 0)
+                                flag = steps == 1;
+                        }
+                        const int32_t got = sched_job_last_steps(&s, J.k);
+                        CU_ASSERT_EQUAL(got == 1, flag == 1);
+                        CU_ASSERT_EQUAL(got == 0, flag == -1);
+                    }
+                }
+    CU_ASSERT(zero_units > 0); /* the bands gave units without steps */
+    struct sched_shape sh = {1, 1, 2112, 2112, 64, 128, SCHED_MASK_CAUSAL, 0, 0, 0};
+    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        struct sched s;
+        CU_ASSERT_FATAL(sched_init(&s, kinds[i], &sh, 132) == 0);
+        CU_ASSERT_EQUAL(s.m_tiles, 33);
+        int32_t ones = 0;
+        for (int32_t k = 0; k < s.n_tiles; k++)
+            if (sched_job_last_steps(&s, k) == 1) {
+                ones++;
+                CU_ASSERT_EQUAL(sched_job_unit(&s, k, sched_job_stages(&s, k) - 1), s.n_tiles - 1);
+            }
+        CU_ASSERT_EQUAL(ones, 1);
+    }
+}
 
 /* Every schedule on every small banded shape: visits are the band's pairs exactly once
  * (tiles outside it are never visited), a dQ tile's contributors are the kv-tiles of its

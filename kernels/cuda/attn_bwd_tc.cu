@@ -94,7 +94,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     const struct sched *s = &p.s;
     constexpr bool W = SM::writer;
     [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
-    [[maybe_unused]] int32_t wait_end = 0;     /* W: sched_wait_end of the last job taken */
+    [[maybe_unused]] int32_t wait_end = 0; /* W: sched_wait_end of the last job taken, INT32_MAX
+                                               when its last unit had one step (drain first) */
     [[maybe_unused]] uint32_t qph = 0; /* W, BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     REGS x;

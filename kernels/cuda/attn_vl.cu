@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
     const struct sched *s = &sm.prm.s;
     bwd_wg_regs<D> x;
     bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
-    int32_t wait_end = 0;     /* dispatch index past the jobs the last job's turns may wait on */
+    int32_t wait_end = 0; /* dispatch index past the jobs the last job's turns may wait on;
+                             INT32_MAX (thread 0) when its last unit had one step: drain first */
     [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     for (;;) {

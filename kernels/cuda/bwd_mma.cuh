@@ -129,7 +129,8 @@ static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int3
 /* attn_tc_load_tile for this kernel's CTA, with the aligned case unrolled: thread t copies
  * 16-byte chunk t % (D/8) of rows t / (D/8) + k (256 / (D/8)), so each chunk is one
  * cp.async at a fixed offset from two pointers formed once, instead of a loop that divides
- * and multiplies per chunk (about 29 instructions a chunk in ptxas 13.0's code). Unaligned sources take the general loop; the bytes that land are the same. */
+ * and multiplies per chunk (about 29 instructions a chunk in ptxas 13.0's code). Unaligned sources take the general loop; the bytes that land are the same
+ * (for all D columns: a narrow load, chunks < D/8, must be aligned). */
 template <int D, int ROWS, bool SW>
 static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                         int64_t base, int64_t row_stride, int32_t rows,
@@ -141,6 +142,8 @@ static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, con
     const int32_t STEP = RP * (SW ? 64 : attn_tc_ld<D>::v);
     const uint16_t *g = src + base;
     if (((((uintptr_t)g | (uintptr_t)(row_stride * 2)) & 15u) != 0)) {
+        if (chunks != CH) /* the general loop loads every column: the host sends such views */
+            __trap();     /* to the widened copies (narrow_kv_aligned), never here */
         attn_tc_load_tile<D, ROWS, SW>(tile_smem, src, base, row_stride, rows, ATTN_THREADS);
         return;
     }
