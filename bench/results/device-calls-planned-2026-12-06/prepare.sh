@@ -18,12 +18,13 @@ trials=(
   "p0 - -DBWD_WG_PAIR64=0"
   "trace - -DBWD_WG_TRACE=1"
   "halfturn 4f9e577 -DHALFTURN=1"
+  "nc2causal 95d18c6 -DNC2CAUSAL=1"
 )
 want=("$@")
 # (2026-12-06: every trial above was settled - narrow96, pairdrain, onedrain adopted, halfturn
-# and vlpersist rejected; their commits no longer apply to main. Main alone by default; name
-# trace or p0 to build those tools on HEAD.)
-[ ${#want[@]} -gt 0 ] || want=(main)
+# and vlpersist rejected; their commits no longer apply to main. Main and the new trial
+# nc2causal by default; name trace or p0 to build those tools on HEAD.)
+[ ${#want[@]} -gt 0 ] || want=(main nc2causal)
 wanted() { local w; for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 if wanted main; then
   make -j"$(nproc)" >/dev/null
