@@ -212,10 +212,15 @@ if available:
             ctx.params = (softmax_scale, causal, left, right, softcap, schedule, client)
             ctx.tag = tag  # the backward carries its forward's tag, on whatever thread
             ctx.mark_non_differentiable(lse)
+            # lse has no gradient: without this autograd would allocate and zero one for every
+            # backward (a fill kernel on the caller's stream) only for it to be ignored
+            ctx.set_materialize_grads(False)
             return out, lse
 
         @staticmethod
         def backward(ctx, dout, dlse):
+            if dout is None:  # (out took no part in what was differentiated)
+                return (None,) * 10
             q, k, v, out, lse = ctx.saved_tensors
             scale, causal, left, right, softcap, schedule, client = ctx.params
             _client.push_audit(*ctx.tag)

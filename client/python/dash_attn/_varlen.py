@@ -183,10 +183,13 @@ if torch is not None:
             ctx.kw, ctx.max = kw, (max_q, max_k)
             ctx.audit = _client.current_audit()
             ctx.mark_non_differentiable(lse)
+            ctx.set_materialize_grads(False)  # no zero gradient made for lse (_ops._Eager)
             return out, lse
 
         @staticmethod
         def backward(ctx, dout, dlse):
+            if dout is None:
+                return (None,) * 14
             q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
             _client.push_audit(*ctx.audit)
             try:

@@ -100,6 +100,29 @@ def test_bf16_values_and_gradients_are_close_and_repeat_bitwise(client):
     assert dash_attn.last_result()["backend"] == "cpu"
 
 
+def test_backward_makes_no_zero_gradient_for_lse(client):
+    """lse is not differentiable: autograd must not allocate and fill a zero gradient for it
+    each backward (ctx.set_materialize_grads(False)); the gradients are those of a run
+    that returns lse too and backpropagates through out alone."""
+    from torch.profiler import profile, ProfilerActivity
+    g = torch.Generator().manual_seed(SEED ^ 7)
+    cu = torch.tensor([0, 30, 64], dtype=torch.int32)
+    for name, shape in (("flash_attn_func", (1, 64, 2, 64)), ("flash_attn_varlen_func", (64, 2, 64))):
+        q, k, v = (torch.randn(shape, generator=g).requires_grad_() for _ in range(3))
+        dout = torch.randn(shape, generator=g)
+        if len(shape) == 4:
+            out, lse = dash_attn.flash_attn_func(q, k, v, causal=True, return_softmax_lse=True)
+        else:
+            out, lse = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 34, 34, causal=True,
+                                                        return_softmax_lse=True)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            out.backward(dout)
+        zeros = [e.key for e in prof.key_averages() if e.key in ("aten::zeros", "aten::zeros_like", "aten::zero_",
+                                                                  "aten::fill_")]
+        assert not zeros, f"{name}: the backward made a zero gradient ({zeros})"
+        assert all(x.grad is not None and torch.isfinite(x.grad).all() for x in (q, k, v)), name
+
+
 def test_numpy_forward_and_backward(client):
     r = rng()
     q, k, v, dout = (r.standard_normal((1, 50, 2, 32), dtype=np.float32) for _ in range(4))
