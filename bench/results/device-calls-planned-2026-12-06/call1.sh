@@ -5,16 +5,10 @@
 L=${LIMIT:-570}; LT=$((L - 190))
 . "$(dirname "$0")/common.sh"
 nvidia-smi > $W/nvidia-smi.txt 2>&1
-lane() { # name, env..., then the script
-  local n=$1; shift
-  ( env "$@" > $W/lane-$n.out 2>&1; T "lane $n rc $?" ) &
-}
 export SUITE_TIMEOUT=$((LT - 20))
-lane mattn MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mattn timeout $LT bash scripts/gpu_trials.sh
+backward_lanes $LT
 lane mfwd MAIN_CHECKS="gpu_attn_fwd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mfwd timeout $LT bash scripts/gpu_trials.sh
-lane mvl MAIN_CHECKS="gpu_attn_vl" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mvl timeout $LT bash scripts/gpu_trials.sh
 lane mad MAIN_CHECKS="gpu_audit gpu_dashd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mad timeout $LT bash scripts/gpu_trials.sh
-lane san BIN=.gpu/bin OUT=$W/san timeout $LT bash scripts/gpu_sanitize.sh
 [ "$L" -ge 400 ] && lane pd CHECKS="gpu_attn racecheck synccheck" TRIALS="pairdrain halfturn" AB_TRIALS=none OUT=$W/pd timeout $LT bash scripts/gpu_trials.sh
 [ "$L" -ge 400 ] && lane vp CHECKS="gpu_attn_vl gpu_attn_fwd vlracecheck vlsynccheck" TRIALS=vlpersist AB_TRIALS=none OUT=$W/vp timeout $LT bash scripts/gpu_trials.sh
 [ "$L" -ge 400 ] && lane nw CHECKS="gpu_attn gpu_attn_fwd" TRIALS=narrow96 AB_TRIALS=none OUT=$W/nw timeout $LT bash scripts/gpu_trials.sh

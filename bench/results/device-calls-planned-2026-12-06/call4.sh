@@ -9,7 +9,7 @@ mkdir -p $W/py $W/bench $W/pd
 T start
 DASHD=$PWD/.gpu/bin/dashd DASH_LIBRARY=$PWD/.gpu/lib/libdash.so DASH_TEST_BACKEND=cuda PYTHONPATH=$PWD/client/python \
   timeout 100 python3 client/python/tests/test_gpu.py > $W/py/test_gpu.out 2>&1; T "py rc $?"
-OUT=$W/bench timeout $((L - 230)) bash scripts/gpu_bench.sh $(cat .gpu/bin.what | awk '{print $4}' | tr -d ,) > $W/bench/log.txt 2>&1; T "bench rc $?"
+OUT=$W/bench timeout $((L - 230)) bash scripts/gpu_bench.sh $bundle_commit > $W/bench/log.txt 2>&1; T "bench rc $?"
 for b in bin trial-onedrain; do before $((L - 50)) && DIMS=128 BIN=.gpu/$b OUT=$W/vl-$b timeout 40 bash scripts/gpu_vl_kernels.sh > $W/vl-$b.txt 2>&1; T vl-$b; done
 for s in 2048 4096; do for sc in ascending descending; do for b in bin trial-p0 trial-pairdrain; do
   before $((L - 15)) && timeout 15 .gpu/$b/bench_gpu --only 64,$s,causal,$sc --reps 5 > $W/pd/$b-$s-$sc.json 2>> $W/pd/err.txt

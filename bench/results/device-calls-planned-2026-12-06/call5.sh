@@ -3,14 +3,10 @@
 # suites and the sanitizers in parallel lanes, then the peers run alone (the figures of record)
 L=${LIMIT:-570}
 . "$(dirname "$0")/common.sh"
-lane() { local n=$1; shift; ( env "$@" > $W/lane-$n.out 2>&1; T "lane $n rc $?" ) & }
 export SUITE_TIMEOUT=250
-lane mattn MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mattn timeout 280 bash scripts/gpu_trials.sh
-lane mvl MAIN_CHECKS="gpu_attn_vl" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mvl timeout 280 bash scripts/gpu_trials.sh
-lane san BIN=.gpu/bin OUT=$W/san timeout 280 bash scripts/gpu_sanitize.sh
+backward_lanes 280
 wait; T "lanes done"
-c=$(awk '{print $4}' .gpu/bin.what | tr -d ,)
-mkdir -p $W/bench; OUT=$W/bench timeout $((L - $(( $(date +%s) - t0 )) - 15)) bash scripts/gpu_bench.sh $c > $W/bench/log.txt 2>&1; T "bench rc $?"
+mkdir -p $W/bench; OUT=$W/bench timeout $((L - $(( $(date +%s) - t0 )) - 15)) bash scripts/gpu_bench.sh $bundle_commit > $W/bench/log.txt 2>&1; T "bench rc $?"
 { cat $W/times.txt; for d in mattn mvl; do echo "== $d"; cat $W/$d/trials.log 2>/dev/null; done; echo "== san"; cat $W/lane-san.out; echo "== bench"; tail -3 $W/bench/log.txt; } > $OUT/summary.txt
 tar czf $OUT/call5.tgz -C $W .
 cat $OUT/summary.txt; grep -A8 "## hdim 64, causal" $W/bench/gpu-report.md

@@ -6,11 +6,8 @@
 # of the two models, separate contexts and MPS (scripts/gpu_percall.sh)
 L=${LIMIT:-570}
 . "$(dirname "$0")/common.sh"
-lane() { local n=$1; shift; ( env "$@" > $W/lane-$n.out 2>&1; T "lane $n rc $?" ) & }
 export SUITE_TIMEOUT=250
-lane mattn MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mattn timeout 280 bash scripts/gpu_trials.sh
-lane mvl MAIN_CHECKS="gpu_attn_vl" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/mvl timeout 280 bash scripts/gpu_trials.sh
-lane san BIN=.gpu/bin OUT=$W/san timeout 280 bash scripts/gpu_sanitize.sh
+backward_lanes 280
 [ -d .gpu/trial-nc2causal ] && lane nc CHECKS="gpu_attn_fwd racecheck synccheck" TRIALS=nc2causal AB_TRIALS=none OUT=$W/nc timeout 280 bash scripts/gpu_trials.sh
 wait; T "lanes done"
 [ -d .gpu/trial-nc2causal ] && REPS=5 OUT=$W/nc timeout 60 bash scripts/gpu_ab.sh "64,1024,causal 64,2048,causal 64,4096,causal 64,1024,full" \

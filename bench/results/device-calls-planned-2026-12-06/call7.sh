@@ -5,11 +5,10 @@
 # <= 1%; bench_audit)
 L=${LIMIT:-570}
 . "$(dirname "$0")/common.sh"
-c=$(awk '{print $4}' .gpu/bin.what | tr -d ,)
 mkdir -p $W/bench $W/vl $W/vlmps
-OUT=$W/bench timeout 200 bash scripts/gpu_bench.sh $c > $W/bench/log.txt 2>&1; T "bench rc $?"
-OUT=$W/vl timeout 80 bash scripts/gpu_bench.sh $c --varlen > $W/vl/log.txt 2>&1; T "varlen rc $?"
-MPS=1 OUT=$W/vlmps timeout 80 bash scripts/gpu_bench.sh $c --varlen > $W/vlmps/log.txt 2>&1; T "varlen mps rc $?"
+OUT=$W/bench timeout 200 bash scripts/gpu_bench.sh $bundle_commit > $W/bench/log.txt 2>&1; T "bench rc $?"
+OUT=$W/vl timeout 80 bash scripts/gpu_bench.sh $bundle_commit --varlen > $W/vl/log.txt 2>&1; T "varlen rc $?"
+MPS=1 OUT=$W/vlmps timeout 80 bash scripts/gpu_bench.sh $bundle_commit --varlen > $W/vlmps/log.txt 2>&1; T "varlen mps rc $?"
 t=$(mktemp -d); export CUDA_MPS_PIPE_DIRECTORY=$t/p CUDA_MPS_LOG_DIRECTORY=$t/l; mkdir -p $t/p $t/l
 nvidia-cuda-mps-control -d && sleep 1 && DASH_LIBRARY=$PWD/.gpu/lib/libdash.so PYTHONPATH=$PWD/client/python \
   timeout 90 python3 bench/bwd_parts.py --dashd .gpu/bin/dashd > $W/bwd_parts-mps.md 2>&1; T "bwd_parts mps rc $?"
