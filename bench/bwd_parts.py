@@ -69,23 +69,22 @@ row("client._backward_cuda direct (no autograd)", alone(
 row("client.backward (checks + _backward_cuda)", alone(
     fwd_direct, lambda s: c.backward(dout, qd, kd, vd, s[0], s[1], causal=True)))
 out, lse = fwd_direct()
-dq, dk, dv = (torch.empty_like(x) for x in (qd, kd, vd))
-def bwd_fixed(s):
-    ts = c._cuda_tensors([(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3), (dout, 4), (dq, 4), (dk, 4), (dv, 4)])
-    c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(9)],
-                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
-row("dash_cuda_tensors + dash_backward_stream, same outputs each call", alone(lambda: None, bwd_fixed))
-def bwd_fresh(s):
-    a2 = [torch.empty_like(x) for x in (qd, kd, vd)]
-    ts = c._cuda_tensors([(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3), (dout, 4)] + [(x, 4) for x in a2])
-    c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(9)],
-                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
-row("... fresh outputs (torch.empty_like) each call", alone(lambda: None, bwd_fresh))
-def fwd_fixed(s):
-    ts = c._cuda_tensors([(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3)])
-    c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(5)],
-                                      ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
-row("dash_cuda_tensors + dash_forward_stream, same outputs", alone(lambda: None, fwd_fixed))
+def direct(call, tensors):
+    """libdash alone: dash_cuda_tensors of [(tensor, ndim)], then one stream-ordered call"""
+    ts = c._cuda_tensors(tensors)
+    c._check(call(c._c, ctypes.byref(attn), *[ctypes.byref(ts[i]) for i in range(len(tensors))],
+                  ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None))
+
+
+fwd_views = [(qd, 4), (kd, 4), (vd, 4), (out, 4), (lse, 3)]
+grads = [(torch.empty_like(x), 4) for x in (qd, kd, vd)]
+row("dash_cuda_tensors + dash_backward_stream, same outputs each call", alone(
+    lambda: None, lambda s: direct(_lib.dash_backward_stream, fwd_views + [(dout, 4)] + grads)))
+row("... fresh outputs (torch.empty_like) each call", alone(
+    lambda: None, lambda s: direct(_lib.dash_backward_stream,
+                                   fwd_views + [(dout, 4)] + [(torch.empty_like(x), 4) for x in (qd, kd, vd)])))
+row("dash_cuda_tensors + dash_forward_stream, same outputs", alone(
+    lambda: None, lambda s: direct(_lib.dash_forward_stream, fwd_views)))
 # autograd runs a CUDA graph's nodes on its device thread: the backward's hand-offs to it
 # and back, timed from inside (Client.backward's entry and exit on that thread)
 marks = {}

@@ -576,13 +576,12 @@ static int padded(const struct cuattn *a, const struct attn_problem *p)
     return p && cuattn_kernel_dim(a, p->head_dim) != p->head_dim;
 }
 
-/* cuattn_forward's answer to forward_padded's direct call where it cannot run it (not v3,
- * cp.async forced, or views TMA cannot describe); never returned to a caller. */
-#define CUATTN_NARROW_REFUSED (-ECANCELED)
-/* cuattn_backward's answer to backward_padded's direct call where it cannot run it (not
- * v3's persistent kernel, GQA, or views the narrow loads and stores cannot take); never
+/* cuattn_forward's and cuattn_backward's answer to forward_padded's and backward_padded's
+ * direct calls where they cannot run them on the caller's 96 columns (the forward: not v3,
+ * cp.async forced, or views TMA cannot describe; the backward: not v3's persistent kernel,
+ * GQA, or views the narrow loads and stores cannot take) - the widened copies then; never
  * returned to a caller. */
-#define CUATTN_NARROW_BWD_REFUSED (-ECANCELED)
+#define CUATTN_NARROW_REFUSED (-ECANCELED)
 
 /* The K and V views' tiles start 16-byte aligned, so the 128 kernel copies them with
  * 16-byte chunks and stops at the caller's columns (bwd_tc_load_tile's aligned path). */
@@ -909,7 +908,7 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
         rc = cuattn_backward(a, &w, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
         a->narrow_bwd = 0;
         a->leaves_on = leaves_on;
-        if (rc != CUATTN_NARROW_BWD_REFUSED)
+        if (rc != CUATTN_NARROW_REFUSED)
             return rc;
     }
     const int32_t vq = attn_view_rows_q(p), vk = attn_view_rows_k(p), hq = p->heads_q, hk = p->heads_kv;
@@ -1249,7 +1248,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     if (mode == ATTN_MODE_INTERLEAVED && g > nvsm)
         g = nvsm;
     if (a->narrow_bwd && (!wg || mode != ATTN_MODE_PERSISTENT || p->heads_q != p->heads_kv))
-        return CUATTN_NARROW_BWD_REFUSED; /* the widened copies then */
+        return CUATTN_NARROW_REFUSED; /* the widened copies then */
 
     /* Scratch layout: count, then point. */
     const int32_t D = p->head_dim, group = p->heads_q / p->heads_kv;
@@ -1309,7 +1308,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
         return rc;
     bp.d_cols = a->narrow_bwd;
     if (a->narrow_bwd && !cuattn__bwd_wg_narrow_ok(&bp, p->head_dim))
-        return CUATTN_NARROW_BWD_REFUSED;
+        return CUATTN_NARROW_REFUSED;
 
     rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));
