@@ -130,6 +130,33 @@ class _Stub(torch.autograd.Function):
         return tuple(torch.empty_like(x) for x in ctx.saved_tensors)
 
 
+# does any layer wait for the GPU? each call timed behind 10 ms of queued GPU work
+# (torch.cuda._sleep): a call that returns in its usual time queues without waiting; one that
+# takes ~10 ms more waits for the GPU somewhere (then the next rows' split says where)
+cyc = int(getattr(torch.cuda.get_device_properties(0), "clock_rate", 2_000_000) * 10)  # kHz x 10 ms
+def behind(setup, timed, n=20):
+    xs = []
+    for i in range(n + 3):
+        st = setup()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(cyc)
+        t0 = time.perf_counter()
+        timed(st)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        if i >= 3:
+            xs.append(t1 - t0)
+    return statistics.median(xs) * 1e6
+row("behind 10 ms of GPU work: forward, graph recorded", behind(
+    lambda: None, lambda s: dash_attn.flash_attn_func(q, k, v, causal=True)))
+row("behind 10 ms of GPU work: o.backward(dout) alone", behind(
+    lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))
+row("behind 10 ms of GPU work: client._backward_cuda direct", behind(
+    fwd_direct, lambda s: c._backward_cuda(dout, qd, kd, vd, s[0], s[1], attn)))
+row("behind 10 ms of GPU work: dash_backward_stream, same outputs", behind(
+    lambda: None, lambda s: direct(_lib.dash_backward_stream, fwd_views + [(dout, 4)] + grads)))
+row("behind 10 ms of GPU work: the stub Function's backward", behind(
+    lambda: _Stub.apply(q, k, v), lambda o: o.backward(dout)))
 row("a stub Python Function's backward alone (allocations only)", alone(
     lambda: _Stub.apply(q, k, v), lambda o: o.backward(dout)))
 with torch.autograd.set_multithreading_enabled(False):
@@ -146,6 +173,8 @@ for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUD
     row(f"SDPA {name}: backward alone", alone(sd, lambda o: o.backward(doutt)))
     with torch.autograd.set_multithreading_enabled(False):
         row(f"SDPA {name}: backward alone, autograd multithreading off", alone(sd, lambda o: o.backward(doutt)))
+row("behind 10 ms of GPU work: SDPA flash backward alone", behind(
+    lambda: sd(SDPBackend.FLASH_ATTENTION), lambda o: o.backward(doutt)))
 rtt = ctypes.c_uint64()
 row("dash_ping", alone(lambda: None, lambda s: c._check(_lib.dash_ping(c._c, -1, ctypes.byref(rtt)))))
 # what autograd's engine does around our backward, as PyTorch's profiler sees it (host side)
