@@ -63,6 +63,8 @@ struct cuattn {
     int force_interleaved;
     int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
     int32_t fwd_ctas; /* cuattn__force_fwd_ctas: the persistent forward's CTAs (0: SMs) */
+    int32_t fwd_nc;   /* cuattn__force_fwd_consumers: the dense forward's (0: its rule) */
+    int32_t last_fwd_nc; /* the consumer warpgroups of the last dense v3 forward */
     int last_fwd_tma; /* the last v3 forward on this object loaded through TMA */
     int last_fwd_wg;  /* the last forward on this object ran v3's kernel */
     int32_t narrow; /* forward_padded's direct call: the caller's head dim (0: none) */
@@ -288,6 +290,17 @@ void cuattn__force_fwd_ctas(struct cuattn *a, int32_t ctas)
 {
     if (a)
         a->fwd_ctas = ctas > 0 ? ctas : 0;
+}
+
+void cuattn__force_fwd_consumers(struct cuattn *a, int32_t nc)
+{
+    if (a)
+        a->fwd_nc = nc == 2 || nc == 3 ? nc : 0;
+}
+
+int32_t cuattn__last_fwd_consumers(const struct cuattn *a)
+{
+    return a ? a->last_fwd_nc : 0;
 }
 
 int cuattn__last_fwd_tma(const struct cuattn *a)
@@ -1030,12 +1043,13 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             return CUATTN_NARROW_REFUSED; /* the widened copies then */
         rc = finish(a, impl == CUATTN_IMPL_WGMMA
                            ? cuattn__fwd_wg_launch(&fp, p->dtype, p->head_dim, !a->no_tma, &tma,
-                                                   fwd_ctas(a), a->stream)
+                                                   fwd_ctas(a), a->fwd_nc, a->stream)
                        : tc ? cuattn__fwd_tc_launch(&fp, p->dtype, p->head_dim, a->stream)
                             : cuattn__fwd_launch(&fp, p->dtype, p->head_dim, a->stream));
         if (rc == 0) {
             a->last_fwd_tma = tma;
             a->last_fwd_wg = impl == CUATTN_IMPL_WGMMA;
+            a->last_fwd_nc = impl == CUATTN_IMPL_WGMMA ? cuattn__fwd_wg_consumers(&fp, p->head_dim, a->fwd_nc) : 0;
         }
     }
     if (rc == 0 && ret_cfg)

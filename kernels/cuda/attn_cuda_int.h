@@ -242,8 +242,12 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin);
 size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim);
 /* attn_fwd_wg.cu: whether v3's dense forward at head_dim loads p's views through TMA */
 bool cuattn__fwd_wg_tma_ok(const struct attn_fwd_params *p, int32_t head_dim);
+/* The consumer warpgroups v3's dense forward runs p with at head_dim (fwd_wg.cuh: 2, or 3 at
+ * 64 but under a causal mask up to FWD_WG_NC2_CAUSAL_MAX rows); nc 2 or 3 forces it (tests) */
+int cuattn__fwd_wg_consumers(const struct attn_fwd_params *p, int32_t head_dim, int32_t nc);
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt,
-                                  int32_t head_dim, int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream);
+                                  int32_t head_dim, int allow_tma, int *ret_tma, int32_t ctas, int32_t nc,
+                                  cudaStream_t stream);
 
 /* attn_bwd_tc.cu (v2, and v3 on sm_90 when wg): the same contracts as the v1 functions
  * above, for kv-tiles of p->s.block_n rows (64 or CUATTN_TC_BLOCK_N; q-tiles are 64 rows).

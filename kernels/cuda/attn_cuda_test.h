@@ -34,6 +34,11 @@ int cuattn__last_fwd_wg(const struct cuattn *a);
  * mask (0: the launch's own choice, attn_cuda.cu's fwd_ctas), so a test can make each CTA
  * take many q-tiles. The bits are the same either way. */
 void cuattn__force_fwd_ctas(struct cuattn *a, int32_t ctas);
+/* For tests: nc 2 or 3 makes later dense v3 forwards at head dim 64 on `a` run that many
+ * consumer warpgroups (64 nc-row q-tiles; 0: the launch's rule, fwd_wg.cuh); the bits are
+ * the same either way. cuattn__last_fwd_consumers: what the last dense v3 forward ran. */
+void cuattn__force_fwd_consumers(struct cuattn *a, int32_t nc);
+int32_t cuattn__last_fwd_consumers(const struct cuattn *a);
 
 /* For tests: the mode (1 persistent, 2 interleaved) and the CTA count of the last
  * successful backward on `a`; 0 before any. */

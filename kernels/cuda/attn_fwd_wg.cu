@@ -85,12 +85,11 @@
 #include <cudaTypedefs.h>
 #include <string.h>
 
-template <typename DT, int D, bool TMA>
-__global__ void __launch_bounds__(FWD_WG_THREADS_OF(FWD_WG_NC_OF(D)), 1)
+template <typename DT, int D, bool TMA, int NC>
+__global__ void __launch_bounds__(FWD_WG_THREADS_OF(NC), 1)
     attn_fwd_wg_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
 {
 #if ATTN_WGMMA
-    constexpr int NC = FWD_WG_NC_OF(D);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *raw = smem_raw;
     const uint32_t at = attn_smem_u32(raw);
@@ -184,11 +183,11 @@ bool cuattn__fwd_wg_tma_ok(const struct attn_fwd_params *p, int32_t head_dim)
     return cuattn__fwd_wg_maps(&maps, p, head_dim);
 }
 
-template <typename DT, int D>
+template <typename DT, int D, int NC = FWD_WG_NC_OF(D)>
 static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma, int *ret_tma, int32_t ctas,
                                  cudaStream_t stream)
 {
-    constexpr int NC = FWD_WG_NC_OF(D), BM = 64 * NC, threads = FWD_WG_THREADS_OF(NC);
+    constexpr int BM = 64 * NC, threads = FWD_WG_THREADS_OF(NC);
     constexpr size_t bytes = fwd_wg_kern<D, NC>::bytes;
     uint32_t blocks = (uint32_t)((p->seqlen_q + BM - 1) / BM) * (uint32_t)p->geo.bh;
     if (ctas > 0 && blocks > (uint32_t)ctas)
@@ -199,25 +198,25 @@ static cudaError_t fwd_wg_launch(const struct attn_fwd_params *p, int allow_tma,
     if (p->d_cols && !tma) /* cp.async would read the caller's rows as D wide */
         return cudaErrorNotSupported;
     if (tma)
-        attn_fwd_wg_kernel<DT, D, true><<<blocks, threads, bytes, stream>>>(*p, maps);
+        attn_fwd_wg_kernel<DT, D, true, NC><<<blocks, threads, bytes, stream>>>(*p, maps);
     else
-        attn_fwd_wg_kernel<DT, D, false><<<blocks, threads, bytes, stream>>>(*p, maps);
+        attn_fwd_wg_kernel<DT, D, false, NC><<<blocks, threads, bytes, stream>>>(*p, maps);
     if (ret_tma)
         *ret_tma = tma;
     return cudaGetLastError();
 }
 
-template <typename DT, int D>
+template <typename DT, int D, int NC = FWD_WG_NC_OF(D)>
 static cudaError_t fwd_wg_attr(size_t smem_optin)
 {
-    constexpr size_t bytes = fwd_wg_kern<D, FWD_WG_NC_OF(D)>::bytes;
+    constexpr size_t bytes = fwd_wg_kern<D, NC>::bytes;
     if (bytes > smem_optin)
         return cudaSuccess; /* unusable here: the host runs v2's forward */
-    cudaError_t err =
-        cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    cudaError_t err = cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, true, NC>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (err != cudaSuccess)
         return err;
-    return cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(attn_fwd_wg_kernel<DT, D, false, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)bytes);
 }
 
@@ -227,6 +226,8 @@ cudaError_t cuattn__fwd_wg_init(size_t smem_optin)
     if ((err = fwd_wg_attr<attn_bf16, 64>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_bf16, 128>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_f16, 64>(smem_optin)) != cudaSuccess ||
+        (err = fwd_wg_attr<attn_bf16, 64, 2>(smem_optin)) != cudaSuccess ||
+        (err = fwd_wg_attr<attn_f16, 64, 2>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_f16, 128>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_bf16, 256>(smem_optin)) != cudaSuccess ||
         (err = fwd_wg_attr<attn_f16, 256>(smem_optin)) != cudaSuccess)
@@ -243,14 +244,26 @@ size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
                              : 0;
 }
 
+int cuattn__fwd_wg_consumers(const struct attn_fwd_params *p, int32_t head_dim, int32_t nc)
+{
+    if (head_dim != 64)
+        return 2;
+    if (nc == 2 || nc == 3)
+        return nc; /* a test's */
+    return p->geo.mask == SCHED_MASK_CAUSAL && p->seqlen_q <= FWD_WG_NC2_CAUSAL_MAX ? 2 : 3;
+}
+
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
-                                  int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream)
+                                  int allow_tma, int *ret_tma, int32_t ctas, int32_t nc, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
     if (ret_tma)
         *ret_tma = 0;
     switch (head_dim) {
     case 64:
+        if (cuattn__fwd_wg_consumers(p, 64, nc) == 2)
+            return bf ? fwd_wg_launch<attn_bf16, 64, 2>(p, allow_tma, ret_tma, ctas, stream)
+                      : fwd_wg_launch<attn_f16, 64, 2>(p, allow_tma, ret_tma, ctas, stream);
         return bf ? fwd_wg_launch<attn_bf16, 64>(p, allow_tma, ret_tma, ctas, stream)
                   : fwd_wg_launch<attn_f16, 64>(p, allow_tma, ret_tma, ctas, stream);
     case 128:

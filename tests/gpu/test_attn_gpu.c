@@ -1191,6 +1191,66 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
     cuattn_free(ca);
 }
 
+/* Head dim 64's dense forward with two consumer warpgroups (128-row q-tiles) and with three
+ * (192 rows): the launch picks by mask and length (fwd_wg.cuh's FWD_WG_NC2_CAUSAL_MAX), so
+ * both must give the same bytes - causal and full, ragged lengths (the last tile partial in
+ * one and whole in the other), q-tiles that see no key, GQA, TMA and cp.async, a CTA an SM
+ * and 3 CTAs - and the rule's choice must be what ran. */
+static void test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_at_64(void)
+{
+    const struct shape_case cases[] = {
+        {2, 1000, 1000, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 2048, 2048, 2, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 700, 77, 4, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* q-tiles that see no key */
+        {2, 385, 640, 2, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {3, 300, 500, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 4096, 4096, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    const int32_t ctas[] = {0, 3};
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x2c3);
+    int diff = 0, rule = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0); /* the rule's choice */
+        const int32_t want = p.mask == SCHED_MASK_CAUSAL && p.seqlen_q <= 2048 ? 2 : 3;
+        if (cuattn__last_fwd_consumers(ca) != want) {
+            fprintf(stderr, "\n  case %zu: %d consumers ran, the rule says %d", ci,
+                    (int)cuattn__last_fwd_consumers(ca), (int)want);
+            rule++;
+        }
+        struct gpu_copy first;
+        gpu_copy_fwd(&first, &a);
+        for (int nc = 2; nc <= 3; nc++)
+            for (int cp = 0; cp < 2; cp++)
+                for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
+                    cuattn__force_fwd_consumers(ca, nc);
+                    cuattn__force_no_tma(ca, cp);
+                    cuattn__force_fwd_ctas(ca, ctas[k]);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+                    CU_ASSERT_EQUAL(cuattn__last_fwd_consumers(ca), nc);
+                    if (!gpu_copy_equal(&first, &a)) {
+                        fprintf(stderr, "\n  case %zu, %d consumers, %s, %d CTAs: other bytes", ci, nc,
+                                cp ? "cp.async" : "TMA", (int)ctas[k]);
+                        diff++;
+                    }
+                }
+        cuattn__force_fwd_consumers(ca, 0);
+        cuattn__force_no_tma(ca, 0);
+        cuattn__force_fwd_ctas(ca, 0);
+        gpu_copy_free(&first);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(rule, 0);
+    CU_ASSERT_EQUAL(diff, 0);
+    cuattn_free(ca);
+}
+
 /* v3's forward loads its tiles through TMA where the views allow and through cp.async
  * elsewhere; both must put the same bytes in shared memory, so the same problem gives the
  * same out and lse bytes either way (into poisoned outputs). Dense views (TMA by default,
@@ -1951,6 +2011,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits",
                      test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_at_64",
+                     test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_at_64) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
                      test_attn_gpu_v3_forward_small_shapes_for_sanitizers))
         return -1;
