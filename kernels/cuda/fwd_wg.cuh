@@ -40,16 +40,16 @@
 #define FWD_WG_NC64 3
 #endif
 #define FWD_WG_NC_OF(D) ((D) == 64 ? FWD_WG_NC64 : 2)
-/* Trial nc2causal (pending its A/B on the GPU): at head dim 64 under a causal mask, q-tiles
- * of 192 rows against kv-tiles of 128 keys compute more masked-out products than 128-row
- * ones - of the products a head's tiles run, the causal half is 67% at 1k (192 rows) against
- * 89% (128), 85% / 94% at 2k, 89% / 97% at 4k, 97% / 99% at 16k - which at short sequences
- * outweighs the third consumer's +8.5% (full 4k). So up to FWD_WG_NC2_CAUSAL_MAX query rows a
- * causal forward at 64 runs the two-consumer kernel (model: 1k +23%, 2k +3%); the bits are
- * the same (a row's arithmetic does not depend on the tile's rows). */
-#ifndef FWD_WG_NC2_CAUSAL_MAX
+/* At head dim 64 under a causal mask, q-tiles of 192 rows against kv-tiles of 128 keys
+ * compute more masked-out products than 128-row ones - of the products a head's tiles run,
+ * the causal half is 67% at 1k (192 rows) against 89% (128), 85% / 94% at 2k, 89% / 97% at
+ * 4k - which at short sequences outweighs the third consumer's gain. So up to
+ * FWD_WG_NC2_CAUSAL_MAX query rows a causal forward at 64 runs the two-consumer kernel; the
+ * bits are the same (a row's arithmetic does not depend on the tile's rows). H100, one A/B
+ * against three consumers everywhere (the same bits): 1k causal +20.2%, 2k +13.5%; 4k causal
+ * and 1k full run the same kernel as before (-0.3%, -0.6%: noise); gpu_attn_fwd, racecheck
+ * and synccheck clean (bench/results/nc2causal-trial-2026-12-06.md). */
 #define FWD_WG_NC2_CAUSAL_MAX 2048
-#endif
 #define FWD_WG_THREADS_OF(NC) (128 * ((NC) + 1))
 /* Keys per kv-tile: 128, and 64 at head dim 256, where a consumer thread's O takes 128
  * registers (S then takes 32, P 16) and two stages of 128-key K and V tiles (256 KiB)
