@@ -3,7 +3,8 @@
 # PyTorch's strict-deterministic SDPA (call 6: 48.65 / 36.69 ms without MPS, 45.30 / 34.30
 # with) - bench/step_profile.py (torch.profiler, CPU and CUDA: the caller's GPU busy and idle
 # time, its longest gaps, the attention calls' host time) for dash and sdpa-strict, without
-# and with MPS, both models; then the audit's cost at 4k head dim 128 (bench_audit)
+# and with MPS, both models; first bench/bwd_thread.py (why Client.backward costs more on
+# autograd's device thread); last the audit's cost at 4k head dim 128 (bench_audit)
 L=${LIMIT:-300}
 . "$(dirname "$0")/common.sh"
 export DASH_LIBRARY=$PWD/.gpu/lib/libdash.so PYTHONPATH=$PWD/client/python PYTHONUNBUFFERED=1
@@ -23,12 +24,13 @@ profiles() { # NAME: both attentions, the small model, then the large one's dash
   done
   kill -TERM $dpid; wait $dpid
 }
+timeout 60 python3 bench/bwd_thread.py --dashd .gpu/bin/dashd > $W/bwd_thread.md 2>&1; T "bwd_thread rc $?"
 profiles contexts
 t=$(mktemp -d); export CUDA_MPS_PIPE_DIRECTORY=$t/p CUDA_MPS_LOG_DIRECTORY=$t/l; mkdir -p $t/p $t/l
 nvidia-cuda-mps-control -d && sleep 1 && profiles mps
 echo quit | nvidia-cuda-mps-control; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; sleep 1
 before $((L - 60)) && timeout 50 .gpu/bin/bench_audit --seqlen 4096 --hdim 128 > $W/audit.txt 2>&1; T "audit rc $?"
-{ cat $W/times.txt; for m in contexts mps; do for f in $W/$m/*.md; do echo "== $m $(basename $f)"; sed -n '1,40p' $f | grep -v "^USDT\|^ERROR\|^---\|^ *Name"; done; done
+{ cat $W/times.txt; echo "== bwd_thread"; cat $W/bwd_thread.md; for m in contexts mps; do for f in $W/$m/*.md; do echo "== $m $(basename $f)"; sed -n '1,40p' $f | grep -v "^USDT\|^ERROR\|^---\|^ *Name"; done; done
   echo "== audit"; cat $W/audit.txt; } > $OUT/summary.txt
 tar czf $OUT/call8.tgz -C $W .
 head -c 11500 $OUT/summary.txt

@@ -22,9 +22,9 @@ trials=(
 )
 want=("$@")
 # (2026-12-06: every trial above was settled - narrow96, pairdrain, onedrain adopted, halfturn
-# and vlpersist rejected; their commits no longer apply to main. Main and the new trial
-# nc2causal by default; name trace or p0 to build those tools on HEAD.)
-[ ${#want[@]} -gt 0 ] || want=(main nc2causal)
+# and vlpersist rejected; nc2causal adopted in the second session: their commits no longer
+# apply to main. Main by default; name trace or p0 to build those tools on HEAD.)
+[ ${#want[@]} -gt 0 ] || want=(main)
 wanted() { local w; for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 if wanted main; then
   make -j"$(nproc)" >/dev/null
