@@ -589,6 +589,11 @@ static int cmp_num(int64_t a, int64_t b)
     return (a > b) - (a < b);
 }
 
+static int cmp_u64(uint64_t a, uint64_t b)
+{
+    return (a > b) - (a < b);
+}
+
 static int cmp_float(float a, float b)
 {
     uint32_t x, y; /* by bits: a total order, and equal bits are equal values */
@@ -613,6 +618,14 @@ static int cmp_call(const Dash__AuditRecord *a, const Dash__AuditRecord *b)
         (c = cmp_num(a->window_right, b->window_right)) ||
         (c = cmp_float(a->softcap, b->softcap)) ||
         (c = cmp_num(a->batch_invariant, b->batch_invariant)) ||
+        /* a packed batch: the same tokens packed otherwise are another call (their tensors
+         * have the same shapes and digests, their offsets not) */
+        (c = cmp_num(a->has_varlen_batch, b->has_varlen_batch)) ||
+        (c = cmp_num(a->varlen_batch, b->varlen_batch)) ||
+        (c = cmp_num(a->max_seqlen_q, b->max_seqlen_q)) ||
+        (c = cmp_num(a->max_seqlen_k, b->max_seqlen_k)) ||
+        (c = cmp_u64(a->cu_seqlens_q_digest, b->cu_seqlens_q_digest)) ||
+        (c = cmp_u64(a->cu_seqlens_k_digest, b->cu_seqlens_k_digest)) ||
         (c = strcmp(ctl__audit_str(a->kernel_build), ctl__audit_str(b->kernel_build))) ||
         (c = strcmp(ctl__audit_str(a->device), ctl__audit_str(b->device))) ||
         (c = cmp_num(a->code, b->code)) || (c = cmp_num((int64_t)a->n_inputs, (int64_t)b->n_inputs)))
@@ -625,8 +638,8 @@ static int cmp_call(const Dash__AuditRecord *a, const Dash__AuditRecord *b)
         for (size_t k = 0; k < x->n_shape; k++)
             if ((c = cmp_num(x->shape[k], y->shape[k])))
                 return c;
-        if (x->digest != y->digest)
-            return x->digest < y->digest ? -1 : 1;
+        if ((c = cmp_u64(x->digest, y->digest)))
+            return c;
     }
     return 0;
 }
