@@ -38,6 +38,8 @@ def check_scale(softmax_scale):
     """None (1/sqrt(head_dim)) or a finite float > 0."""
     if softmax_scale is None:
         return None
+    if isinstance(softmax_scale, (str, bytes)):  # float() would read "0.1"
+        raise TypeError(f"dash_attn: softmax_scale must be a number, got {softmax_scale!r}")
     try:
         s = float(softmax_scale)
     except (TypeError, ValueError):

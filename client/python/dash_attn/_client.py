@@ -20,6 +20,7 @@ import ctypes
 import errno
 import itertools
 import math
+import numbers
 import os
 import struct
 import sys
@@ -285,6 +286,7 @@ class Client:
         if schedule not in _lib.SCHEDULES:
             raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
                              + ", ".join(_lib.SCHEDULES))
+        causal = bool_arg("causal", causal)
         a = _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
                           float32_arg("softmax_scale", scale), _lib.SCHEDULES[schedule],
                           int(wave or 0), 0, 0)
@@ -562,12 +564,26 @@ INT32_MAX = 2**31 - 1
 _NO_WINDOW = (-1, -1)
 
 
+def bool_arg(name, x):
+    """x as a bool, from a bool (Python's or numpy's) or the integer 0 or 1. Anything else -
+    a string ("yes", "false"), None, another number - is refused: Python's truth value would
+    turn "false" into True, and flash-attn's compiled ops take a bool there."""
+    if isinstance(x, bool) or (type(x).__module__ == "numpy" and
+                               type(x).__name__ in ("bool", "bool_")):
+        return bool(x)
+    if isinstance(x, numbers.Integral) and x in (0, 1):
+        return bool(x)
+    raise TypeError(f"dash_attn: {name} must be a bool, not {x!r}")
+
+
 def float32_arg(name, x):
     """x (None: 0) as the float32 the request carries it in. A number that float32 holds
     only as 0 or infinity is refused: 0 means "the default" (softmax_scale: 1/sqrt(d)) or
     "off" (softcap) to dashd, so a softmax_scale of 1e-46 used to run with 1/sqrt(d), and
     dashd's word for 3e39 was "inf". Signs and NaN are the callers' and the daemon's to
     refuse."""
+    if isinstance(x, (str, bytes)):  # float() would read "0.1"
+        raise TypeError(f"dash_attn: {name} must be a number, not {x!r}")
     f = float(x or 0.0)
     f32 = ctypes.c_float(f).value
     if f != 0 and f32 == 0:

@@ -33,7 +33,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     at head dims 64, 96 and 128. dropout_p > 0 and alibi_slopes raise NotImplementedError. Errors from dashd raise dash_attn.DashError with the
     daemon's message.
     """
-    if isinstance(deterministic, (tuple, list)) or not isinstance(schedule, str):
+    if isinstance(deterministic, (tuple, list)) or isinstance(schedule, (int, float)):
         # flash-attn's positional window_size (7th) and softcap (8th) land here
         raise TypeError(
             "dash_attn.flash_attn_func: deterministic must be a bool and schedule a name, "
@@ -41,6 +41,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
             "are deterministic and schedule, not flash-attn's window_size and softcap. Pass "
             "window_size= and softcap= by keyword, or import flash_attn_func from "
             "dash_attn.flash_attn_interface (flash-attn 2's signature)")
+    if not isinstance(schedule, str):
+        raise TypeError(f"dash_attn.flash_attn_func: schedule must be a name, one of "
+                        f"{', '.join(_args.SCHEDULES)}; not {schedule!r}")
     _args.refuse_unsupported(dropout_p, window_size, softcap, alibi_slopes)
     if torch is None or not isinstance(q, torch.Tensor):
         raise TypeError("dash_attn.flash_attn_func takes torch tensors; for numpy arrays use "

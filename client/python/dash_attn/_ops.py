@@ -262,6 +262,7 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
         raise TypeError("dash_attn: flash_attn_func takes torch tensors; for numpy arrays use "
                         "dash_attn.forward / dash_attn.backward")
     left, right = _args.window_pair(window_size)
+    causal = _client.bool_arg("causal", causal)
     # an audit block inside compiled code: its tag as arguments (_client.traced_audit);
     # otherwise the op reads the thread's tag when it runs
     given = len(_client.traced_audit) > 0  # (torch 2.11 dynamo cannot trace bool(list))

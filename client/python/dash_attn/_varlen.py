@@ -335,6 +335,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     left, right = _client.window_pair(window_size)
     max_q = _client.int32_arg("max_seqlen_q", max_seqlen_q)
     max_k = _client.int32_arg("max_seqlen_k", max_seqlen_k)
+    causal = _client.bool_arg("causal", causal)
     sched = _schedule(deterministic, schedule)
     given = len(_client.traced_audit) > 0
     if not _ops.available or (not given and _ops.eager_ok(q, k, v)):

@@ -424,6 +424,38 @@ def test_scale_and_softcap_that_float32_cannot_hold_are_refused_not_replaced(cli
     assert torch.allclose(out, v.mean(1, keepdim=True).expand_as(out), atol=1e-12, rtol=0)
 
 
+def test_flags_and_numbers_given_as_strings_are_refused_not_read(client):
+    # causal="false" is true to Python and softmax_scale="0.1" is 0.1 to float(): both ran
+    # (a new user's walkthrough); flash-attn's compiled ops take a bool and a float there
+    r = rng()
+    q, k, v = (torch.from_numpy(r.standard_normal((1, 8, 2, 32))) for _ in range(3))
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    from dash_attn import flash_attn_interface as fa2
+    for bad in ("yes", "false", None, 2, 0.5):
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            dash_attn.flash_attn_func(q, k, v, causal=bad)
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            fa2.flash_attn_func(q, k, v, causal=bad)
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, causal=bad)
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), causal=bad)
+    for bad in ("0.1", b"0.1"):
+        with pytest.raises(TypeError, match="softmax_scale must be a number"):
+            dash_attn.flash_attn_func(q, k, v, softmax_scale=bad)
+        with pytest.raises(TypeError, match="softmax_scale must be a number"):
+            dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, softmax_scale=bad)
+        with pytest.raises(TypeError, match="softmax_scale must be a number"):
+            dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), softmax_scale=bad)
+    # what is a bool is served as one: numpy's, and 0 / 1
+    want = dash_attn.flash_attn_func(q, k, v, causal=True)
+    for good in (np.bool_(True), 1):
+        assert torch.equal(dash_attn.flash_attn_func(q, k, v, causal=good), want)
+    # a schedule passed by keyword that is no name is said to be that, not a positional slip
+    with pytest.raises(TypeError, match="schedule must be a name"):
+        dash_attn.flash_attn_func(q, k, v, schedule=None)
+
+
 def test_a_client_closed_by_a_later_connect_raises_instead_of_crashing(daemon):
     """connect() closes the shared client it replaces; a caller still holding it (or an op
     after close()) used to memmove into the freed shared-memory buffer: a segfault. Run in
