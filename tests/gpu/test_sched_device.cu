@@ -34,6 +34,12 @@ extern "C" int gpu_probe(char *buf, size_t len)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaErrorInsufficientDriver) { /* the runtime's words for "no driver" too */
+        snprintf(buf, len, "no usable NVIDIA driver: libcuda.so.1 is missing, or older than the "
+                 "CUDA %d.%d runtime these tests were built with", CUDART_VERSION / 1000,
+                 CUDART_VERSION % 1000 / 10);
+        return -ENODEV;
+    }
     if (err != cudaSuccess || count == 0) {
         snprintf(buf, len, "%s", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
         return -ENODEV;
