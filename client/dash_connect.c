@@ -173,6 +173,14 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
         rc = DASH_ENOMEM;
         goto free_client;
     }
+    /* Not an endpoint at all (DASHD_ENDPOINT=gpu0.sock): say what one looks like */
+    if (!strstr(c->endpoint, "://")) {
+        snprintf(c->last_error, sizeof c->last_error,
+                 "cannot connect to dashd at %s: not an endpoint (ipc://PATH, ipc://@NAME or "
+                 "tcp://HOST:PORT)", c->endpoint);
+        rc = DASH_EINVAL;
+        goto free_client;
+    }
     /* Before anything is sent: whose socket is this? */
     if ((rc = wire_endpoint_check(c->endpoint, &c->owner, c->refusal, sizeof c->refusal)) != 0) {
         if (rc == DASH_EACCES) /* a directory we may not enter: say whose, and its mode */

@@ -377,6 +377,11 @@ def test_refused_endpoint_error_says_why(tmp_path):
         assert str(d) in str(e.value) and "written by others" in str(e.value)
     finally:
         s.close()
+    # no transport at all (DASHD_ENDPOINT=gpu0.sock): said so, with what an endpoint looks
+    # like (it was "invalid argument")
+    with pytest.raises(dash_attn.DashError) as e:
+        dash_attn.Client("gpu0.sock", timeout_ms=300)
+    assert e.value.name == "DASH_EINVAL" and "not an endpoint (ipc://PATH" in str(e.value)
 
 
 def test_random_shapes_layouts_and_schedules_match_float64(client):
