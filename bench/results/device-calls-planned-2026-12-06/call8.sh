@@ -15,7 +15,7 @@ profiles() { # NAME: both attentions, the small model, then the large one's dash
   .gpu/bin/dashd --endpoint ipc://$work/d.sock 2>$d/dashd.log & local dpid=$!
   for _ in $(seq 200); do [ -S $work/d.sock ] && break; sleep 0.05; done
   for a in dash sdpa-strict; do
-    timeout 60 python3 bench/step_profile.py --attn $a --endpoint ipc://$work/d.sock $small \
+    before $((L - 30)) && timeout 60 python3 bench/step_profile.py --attn $a --endpoint ipc://$work/d.sock $small \
       --trace $d/small-$a.json.gz > $d/small-$a.md 2>&1; T "$1 small $a rc $?"
   done
   for a in dash sdpa-strict; do
@@ -27,7 +27,7 @@ profiles() { # NAME: both attentions, the small model, then the large one's dash
 timeout 60 python3 bench/bwd_thread.py --dashd .gpu/bin/dashd > $W/bwd_thread.md 2>&1; T "bwd_thread rc $?"
 profiles contexts
 t=$(mktemp -d); export CUDA_MPS_PIPE_DIRECTORY=$t/p CUDA_MPS_LOG_DIRECTORY=$t/l; mkdir -p $t/p $t/l
-nvidia-cuda-mps-control -d && sleep 1 && profiles mps
+before $((L - 40)) && nvidia-cuda-mps-control -d && sleep 1 && profiles mps
 echo quit | nvidia-cuda-mps-control; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; sleep 1
 before $((L - 60)) && timeout 50 .gpu/bin/bench_audit --seqlen 4096 --hdim 128 > $W/audit.txt 2>&1; T "audit rc $?"
 { cat $W/times.txt; echo "== bwd_thread"; cat $W/bwd_thread.md; for m in contexts mps; do for f in $W/$m/*.md; do echo "== $m $(basename $f)"; sed -n '1,40p' $f | grep -v "^USDT\|^ERROR\|^---\|^ *Name"; done; done
