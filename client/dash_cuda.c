@@ -504,14 +504,26 @@ static void *watchdog_main(void *arg)
      * so it runs in relaxed mode and never breaks a capture elsewhere in the process. */
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    /* seen and now: the done words then the fail words, as they lie in g->mem */
+    /* seen and now: the done words then the fail words, as they lie in g->mem. now is
+     * pinned: a copy into pageable memory is staged by the driver and took about 1 ms a
+     * poll on an H100 (a training step's trace, bench/results/device-session-2026-12-06b.md),
+     * where the pinned copy is one small DMA on this thread's stream. */
     enum { WORDS = 2 * DASH__SIGNAL_SLOTS };
-    uint64_t *seen = calloc(2 * WORDS, sizeof *seen);
+    uint64_t *seen = calloc(WORDS, sizeof *seen), *pinned = NULL;
     if (!seen || cudaSetDevice(g->device) != cudaSuccess) {
         free(seen);
         return NULL;
     }
-    uint64_t *now_done = seen + WORDS, *now_fail = now_done + DASH__SIGNAL_SLOTS;
+    if (cudaMallocHost((void **)&pinned, WORDS * sizeof *pinned) != cudaSuccess) {
+        (void)cudaGetLastError();
+        pinned = NULL; /* pageable, then: slower polls, the same words */
+    }
+    uint64_t *now = pinned ? pinned : calloc(WORDS, sizeof *now);
+    if (!now) {
+        free(seen);
+        return NULL;
+    }
+    uint64_t *now_done = now, *now_fail = now_done + DASH__SIGNAL_SLOTS;
     int64_t progress_ms = dash__now_ms();
     cudaStream_t st = (cudaStream_t)g->poll_stream;
     const struct timespec tick = {0, WATCHDOG_TICK_MS * 1000000L};
@@ -556,6 +568,10 @@ static void *watchdog_main(void *arg)
         atomic_store(&g->released, 1);
     }
     free(seen);
+    if (pinned)
+        (void)cudaFreeHost(pinned);
+    else
+        free(now);
     return NULL;
 }
 
