@@ -324,26 +324,38 @@ class Client:
     # strides[4] (native byte order and alignment, as ctypes has it; test_cpu.py checks the size)
     _REF = struct.Struct("@Pii4q4q")
 
-    def _cuda_tensors(self, tensors):
-        """The dash_tensors of CUDA tensors [(tensor, ndim)], in one call into libdash
-        (dash_cuda_tensors): each tensor's allocation is looked up by the driver and
-        registered with the daemon the first time. Returns a ctypes array owned by this
-        client, valid until its next call (the caller holds self._lock)."""
-        n = len(tensors)
+    _PAD = (0, 0, 0, 0)
+
+    def _pack_refs(self, tensors):
+        """Write the refs of [(tensor, ndim)] into this client's array (dash.h's struct
+        dash_cuda_ref each: data_ptr, ndim, element size, shape and strides padded to 4).
+        The 4-D ones - most of a call's - in one pack each, without padding tuples."""
         if self._refs is None:
             self._refs = (_lib.DashCudaRef * 9)()
             self._tensors = (_lib.DashTensor * 9)()
         buf = memoryview(self._refs).cast("B")
         pack = self._REF.pack_into
         size = self._REF.size
-        for i, (t, ndim) in enumerate(tensors):
-            if t.dim() != ndim:
+        at = 0
+        for t, ndim in tensors:
+            sh = t.shape
+            if len(sh) != ndim:
                 raise ValueError(f"dash_attn: expected a {ndim}-dim tensor, got shape "
-                                 f"{tuple(t.shape)}")
-            shape = (*t.shape, 0, 0, 0, 0)
-            st = (*t.stride(), 0, 0, 0, 0)
-            pack(buf, i * size, t.data_ptr(), ndim, t.element_size(), *shape[:4], *st[:4])
-        self._check(_lib.dash_cuda_tensors(self._c, n, self._refs, self._tensors))
+                                 f"{tuple(sh)}")
+            if ndim == 4:
+                pack(buf, at, t.data_ptr(), 4, t.element_size(), *sh, *t.stride())
+            else:
+                pad = self._PAD[ndim:]
+                pack(buf, at, t.data_ptr(), ndim, t.element_size(), *sh, *pad, *t.stride(), *pad)
+            at += size
+
+    def _cuda_tensors(self, tensors):
+        """The dash_tensors of CUDA tensors [(tensor, ndim)], in one call into libdash
+        (dash_cuda_tensors): each tensor's allocation is looked up by the driver and
+        registered with the daemon the first time. Returns a ctypes array owned by this
+        client, valid until its next call (the caller holds self._lock)."""
+        self._pack_refs(tensors)
+        self._check(_lib.dash_cuda_tensors(self._c, len(tensors), self._refs, self._tensors))
         return self._tensors
 
     @staticmethod
@@ -535,6 +547,14 @@ class Client:
                  wave=0, window_size=None, softcap=None):
         """dq, dk, dv from the forward's out and lse and the output gradient dout."""
         _check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
+        return self._backward_checked(dout, q, k, v, out, lse, causal, scale, schedule, wave,
+                                      window_size, softcap)
+
+    def _backward_checked(self, dout, q, k, v, out, lse, causal, scale, schedule, wave,
+                          window_size, softcap):
+        """backward() once its inputs are known good: _check_inputs passed, or (the eager
+        autograd Function) q, k, v, out and lse are its forward's, checked then, and dout
+        is what autograd checked against out (its shape, dtype and device)."""
         attn = self._attn(_dtype_code(q), causal, scale, schedule, wave, window_size, softcap)
         _refuse_cuda_f64(q)
         if _is_torch(q) and q.is_cuda:

@@ -225,9 +225,11 @@ if available:
             scale, causal, left, right, softcap, schedule, client = ctx.params
             _client.push_audit(*ctx.tag)
             try:
-                dq, dk, dv = _client.client_by_id(client, q).backward(
-                    dout, q, k, v, out, lse, causal=causal, scale=scale, schedule=schedule,
-                    window_size=(left, right), softcap=softcap)
+                # the inputs are the forward's (checked then) and dout is what autograd
+                # checked against out: Client.backward's checks again would only cost time
+                dq, dk, dv = _client.client_by_id(client, q)._backward_checked(
+                    dout, q, k, v, out, lse, causal, scale, schedule, 0, (left, right),
+                    softcap)
             finally:
                 _client.pop_audit()
             return first_order_only((dq, dk, dv), q, k, v, dout) + (None,) * 7

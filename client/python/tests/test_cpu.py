@@ -429,6 +429,25 @@ def test_scale_and_softcap_that_float32_cannot_hold_are_refused_not_replaced(cli
     assert torch.allclose(out, v.mean(1, keepdim=True).expand_as(out), atol=1e-12, rtol=0)
 
 
+def test_cuda_refs_carry_each_tensors_pointer_shape_and_strides(client):
+    # what _cuda_tensors hands libdash for CUDA tensors, packed here from CPU tensors of the
+    # same layouts (the packing does not look at the device): 4-D views with odd strides, a
+    # packed batch's 3-D tensors and 2-D lse, fp32 and bf16; a wrong rank is refused
+    base = torch.zeros(3, 40, 6, 64, dtype=torch.bfloat16)
+    views = [(base, 4), (base[:, ::2], 4), (base.transpose(1, 2), 4), (base[1, :, 2:5], 3),
+             (torch.zeros(5, 17, dtype=torch.float32), 2), (base[0, :, :, 1:33], 3),
+             (base.expand(3, 40, 6, 64), 4), (torch.zeros(2, 7, 3, 32)[:, :, :, ::2], 4),
+             (torch.zeros(9, 4, 16, dtype=torch.float16).transpose(0, 1), 3)]
+    client._pack_refs(views)
+    for i, (t, nd) in enumerate(views):
+        r = client._refs[i]
+        assert r.ptr == t.data_ptr() and r.ndim == nd and r.elem_size == t.element_size()
+        assert list(r.shape) == list(t.shape) + [0] * (4 - nd)
+        assert list(r.strides) == list(t.stride()) + [0] * (4 - nd)
+    with pytest.raises(ValueError, match="expected a 4-dim tensor, got shape"):
+        client._pack_refs([(base[0], 4)])
+
+
 def test_flags_and_numbers_given_as_strings_are_refused_not_read(client):
     # causal="false" is true to Python and softmax_scale="0.1" is 0.1 to float(): both ran
     # (a new user's walkthrough); flash-attn's compiled ops take a bool and a float there
