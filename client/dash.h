@@ -200,8 +200,9 @@ int dash_connect_explain(const char *endpoint, const struct dash_connect_opts *o
  * Writes a sentence into why (at most len bytes, NUL-terminated; "" when nothing is
  * refused) that names the socket or daemon, its owner's uid and what to do. Returns 0
  * (nothing refuses it: a trusted file and daemon, or no daemon answering), DASH_EPERM (not
- * trusted), DASH_EINVAL (why NULL with len > 0, an empty endpoint, a bad
- * $DASHD_ENDPOINT_OWNER) or -errno (the path cannot be looked at). Thread-safe. */
+ * trusted), DASH_EINVAL (why NULL with len > 0, an empty endpoint or one with no
+ * transport such as "gpu0.sock", a bad $DASHD_ENDPOINT_OWNER) or -errno (the path cannot be
+ * looked at). Thread-safe. */
 int dash_endpoint_check(const char *endpoint, char *why, size_t len);
 
 /* Close the connection and free the client with every buffer it still owns: the buffers

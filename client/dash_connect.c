@@ -127,6 +127,18 @@ static int open_socket(struct dash_client *c)
 }
 
 /* dash_connect(), and on failure why it was refused (when why is not NULL). */
+/* Not an endpoint at all (DASHD_ENDPOINT=gpu0.sock): DASH_EINVAL, saying what one looks
+ * like; else 0. */
+static int endpoint_form(const char *endpoint, char *why, size_t len)
+{
+    if (strstr(endpoint, "://"))
+        return 0;
+    if (why && len)
+        snprintf(why, len, "cannot connect to dashd at %s: not an endpoint (ipc://PATH, "
+                 "ipc://@NAME or tcp://HOST:PORT)", endpoint);
+    return DASH_EINVAL;
+}
+
 static int client_connect(const char *endpoint, const struct dash_connect_opts *opts,
                           struct dash_client **ret_client, char *why, size_t why_len)
 {
@@ -173,14 +185,8 @@ static int client_connect(const char *endpoint, const struct dash_connect_opts *
         rc = DASH_ENOMEM;
         goto free_client;
     }
-    /* Not an endpoint at all (DASHD_ENDPOINT=gpu0.sock): say what one looks like */
-    if (!strstr(c->endpoint, "://")) {
-        snprintf(c->last_error, sizeof c->last_error,
-                 "cannot connect to dashd at %s: not an endpoint (ipc://PATH, ipc://@NAME or "
-                 "tcp://HOST:PORT)", c->endpoint);
-        rc = DASH_EINVAL;
+    if ((rc = endpoint_form(c->endpoint, c->last_error, sizeof c->last_error)) != 0)
         goto free_client;
-    }
     /* Before anything is sent: whose socket is this? */
     if ((rc = wire_endpoint_check(c->endpoint, &c->owner, c->refusal, sizeof c->refusal)) != 0) {
         if (rc == DASH_EACCES) /* a directory we may not enter: say whose, and its mode */
@@ -277,7 +283,8 @@ int dash_endpoint_check(const char *endpoint, char *why, size_t len)
             return rc;
         endpoint = ep;
     }
-    if ((rc = wire_endpoint_check(endpoint, &owner, why, len)) != 0 || !wire_ipc_path(endpoint))
+    if ((rc = endpoint_form(endpoint, why, len)) != 0 ||
+        (rc = wire_endpoint_check(endpoint, &owner, why, len)) != 0 || !wire_ipc_path(endpoint))
         return rc;
     /* The file passes: ask whoever answers there, as dash_connect() would, without a
      * session (nothing but a Ping is sent). */

@@ -458,6 +458,9 @@ static void test_endpoint_own_daemon_is_accepted_at_a_path_and_an_abstract_name(
     char why[1024] = "x";
     CU_ASSERT_EQUAL(dash_endpoint_check(D.endpoint, why, sizeof why), 0);
     CU_ASSERT_STRING_EQUAL(why, "");
+    /* a path without a transport is no endpoint: refused, saying what one looks like */
+    CU_ASSERT_EQUAL(dash_endpoint_check("gpu0.sock", why, sizeof why), DASH_EINVAL);
+    CU_ASSERT(strstr(why, "not an endpoint (ipc://PATH") != NULL);
     struct dash_client *c = NULL;
     struct dash_buffer *b = NULL;
     CU_ASSERT_EQUAL_FATAL(dash_connect(D.endpoint, &quick, &c), 0);

@@ -585,15 +585,29 @@ _NO_WINDOW = (-1, -1)
 
 
 def bool_arg(name, x):
-    """x as a bool, from a bool (Python's or numpy's) or the integer 0 or 1. Anything else -
-    a string ("yes", "false"), None, another number - is refused: Python's truth value would
-    turn "false" into True, and flash-attn's compiled ops take a bool there."""
-    if isinstance(x, bool) or (type(x).__module__ == "numpy" and
-                               type(x).__name__ in ("bool", "bool_")):
+    """x as a bool, from a bool (Python's or numpy's), the integer 0 or 1, or a
+    one-element tensor or array holding one of those. A string ("yes", "false"), None or
+    another number is refused: Python's truth value would turn "false" into True, and
+    flash-attn's compiled ops refuse strings there."""
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool) and x in (0, 1):
         return bool(x)
-    if isinstance(x, numbers.Integral) and x in (0, 1):
+    kind = type(x).__name__
+    if type(x).__module__ == "numpy" and kind in ("bool", "bool_"):
         return bool(x)
-    raise TypeError(f"dash_attn: {name} must be a bool, not {x!r}")
+    if (torch is not None and isinstance(x, torch.Tensor)) or \
+            (np is not None and isinstance(x, np.ndarray)):
+        if torch is not None and isinstance(x, torch.Tensor) and compiling():
+            raise TypeError(f"dash_attn: {name} must be a Python bool under torch.compile, "
+                            "not a tensor (a traced value cannot choose the mask)")
+        if x.size == 1 if isinstance(x, np.ndarray) else x.numel() == 1:
+            v = x.item()
+            if isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
+                return bool(v)
+    # the type's name, not repr(x): under torch.compile x may be a traced value
+    raise TypeError(f"dash_attn: {name} must be a bool, not a {kind}"
+                    + (f" ({x!r})" if isinstance(x, (str, bytes, int, float, type(None))) else ""))
 
 
 def float32_arg(name, x):

@@ -455,7 +455,7 @@ def test_flags_and_numbers_given_as_strings_are_refused_not_read(client):
     q, k, v = (torch.from_numpy(r.standard_normal((1, 8, 2, 32))) for _ in range(3))
     cu = torch.tensor([0, 8], dtype=torch.int32)
     from dash_attn import flash_attn_interface as fa2
-    for bad in ("yes", "false", None, 2, 0.5):
+    for bad in ("yes", "false", None, 2, 0.5, torch.tensor(2), np.array([1, 0])):
         with pytest.raises(TypeError, match="causal must be a bool"):
             dash_attn.flash_attn_func(q, k, v, causal=bad)
         with pytest.raises(TypeError, match="causal must be a bool"):
@@ -471,9 +471,11 @@ def test_flags_and_numbers_given_as_strings_are_refused_not_read(client):
             dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, softmax_scale=bad)
         with pytest.raises(TypeError, match="softmax_scale must be a number"):
             dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), softmax_scale=bad)
-    # what is a bool is served as one: numpy's, and 0 / 1
+    # what is a bool is served as one: numpy's, 0 / 1, and one-element tensors and arrays of
+    # those (flash-attn's compiled ops take them)
     want = dash_attn.flash_attn_func(q, k, v, causal=True)
-    for good in (np.bool_(True), 1):
+    for good in (np.bool_(True), 1, np.int64(1), torch.tensor(True), torch.tensor(1),
+                 np.array(True)):
         assert torch.equal(dash_attn.flash_attn_func(q, k, v, causal=good), want)
     # a schedule passed by keyword that is no name is said to be that, not a positional slip
     with pytest.raises(TypeError, match="schedule must be a name"):
