@@ -1,21 +1,16 @@
 """Where a dash_attn backward's host time goes on CUDA tensors (issue 20): each variant
 timed alone after a synchronise (median us of --iters calls), through one dashd.
   python3 bench/bwd_parts.py --dashd PATH [--iters N]"""
-import argparse, ctypes, os, statistics, subprocess, tempfile, time
+import argparse, ctypes, os, statistics, tempfile, time
 import torch
+
+import dashd_proc  # bench/: dashd on a private endpoint
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dashd", required=True)
 ap.add_argument("--iters", type=int, default=100)
 a = ap.parse_args()
-work = tempfile.mkdtemp(prefix="dash-bwdparts-")
-d = subprocess.Popen([a.dashd, "--endpoint", f"ipc://{work}/d.sock", "--backend", "cuda"],
-                     stderr=open(os.path.join(work, "dashd.log"), "w"))
-for _ in range(400):
-    if os.path.exists(f"{work}/d.sock"):
-        break
-    time.sleep(0.05)
-os.environ["DASHD_ENDPOINT"] = f"ipc://{work}/d.sock"
+d = dashd_proc.start_dashd(a.dashd, tempfile.mkdtemp(prefix="dash-bwdparts-"), "--backend", "cuda")
 import dash_attn
 from dash_attn import _client, _lib
 

@@ -13,27 +13,21 @@ import argparse
 import os
 import queue
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 
 import torch
 
+import dashd_proc  # bench/: dashd on a private endpoint
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--dashd", required=True)
 ap.add_argument("--iters", type=int, default=100)
 ap.add_argument("--device", default="cuda", help="cpu: a dry run on dashd's CPU engine")
 a = ap.parse_args()
-work = tempfile.mkdtemp(prefix="dash-bwdthread-")
-backend = "cuda" if a.device == "cuda" else "cpu"
-d = subprocess.Popen([a.dashd, "--endpoint", f"ipc://{work}/d.sock", "--backend", backend],
-                     stderr=open(os.path.join(work, "dashd.log"), "w"))
-for _ in range(400):
-    if os.path.exists(f"{work}/d.sock"):
-        break
-    time.sleep(0.05)
-os.environ["DASHD_ENDPOINT"] = f"ipc://{work}/d.sock"
+d = dashd_proc.start_dashd(a.dashd, tempfile.mkdtemp(prefix="dash-bwdthread-"), "--backend",
+                           "cuda" if a.device == "cuda" else "cpu")
 import dash_attn  # noqa: E402
 from dash_attn import _client, _lib  # noqa: E402
 

@@ -24,13 +24,14 @@ Markdown table to stdout (and FILE).
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 import torch
 import torch.nn.functional as F
+
+import dashd_proc  # bench/: dashd on a private endpoint
 
 
 def timed_loop(step, iters, warmup=20):
@@ -71,16 +72,8 @@ def main():
     a = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="dash-percall-")
-    endpoint = f"ipc://{work}/d.sock"
-    log = open(os.path.join(work, "dashd.log"), "w")
     # debug: the daemon logs where each early reply's time went (parsed below)
-    d = subprocess.Popen([a.dashd, "--endpoint", endpoint, "--backend", "cuda",
-                          "--log-level", "debug"], stderr=log)
-    for _ in range(400):
-        if os.path.exists(f"{work}/d.sock"):
-            break
-        time.sleep(0.05)
-    os.environ["DASHD_ENDPOINT"] = endpoint
+    d = dashd_proc.start_dashd(a.dashd, work, "--backend", "cuda", "--log-level", "debug")
     import dash_attn
 
     dev = "cuda"

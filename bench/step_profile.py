@@ -151,9 +151,8 @@ for label, f in (("_Eager (dash_attn forward, host)", lambda n: n == "_Eager"),
 print("\n| longest idle gaps on the caller's GPU (us) | before | after |\n| ---: | --- | --- |")
 for g, b, n in gaps[:15]:
     print(f"| {g:.0f} | {b[:60]} | {n[:60]} |")
-hist = [(lo, hi) for lo, hi in ((0, 5), (5, 20), (20, 100), (100, 500), (500, 1e12))]
 print("\n| gap length (us) | gaps | total ms |\n| --- | ---: | ---: |")
-for lo, hi in hist:
+for lo, hi in ((0, 5), (5, 20), (20, 100), (100, 500), (500, 1e12)):
     sel = [g[0] for g in gaps if lo <= g[0] < hi]
     print(f"| {lo}-{hi if hi < 1e12 else 'inf'} | {len(sel)} | {sum(sel) / 1e3:.2f} |")
 print("\n" + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18,

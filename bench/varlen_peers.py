@@ -63,6 +63,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)  # also under python -I
 import cudatime  # noqa: E402
 import cudnn_peers  # noqa: E402  (its Frontend: handle, graph settings, build-and-run)
+import dashd_proc  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 SEED = 0x76617231
@@ -573,25 +574,8 @@ def dashd_row(torch, dash_attn, case, x, reps, ref, name, kw):
 
 
 def start_dashd(path, work, kernels="auto"):
-    """A dashd on a private endpoint (CUDA backend, dashd's --kernels), as bench/percall.py
-    starts one."""
-    endpoint = f"ipc://{work}/d.sock"
-    log = open(os.path.join(work, "dashd.log"), "w")
-    proc = subprocess.Popen([path, "--endpoint", endpoint, "--backend", "cuda", "--kernels", kernels],
-                            stderr=log)
-    for _ in range(400):
-        if os.path.exists(f"{work}/d.sock") or proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if not os.path.exists(f"{work}/d.sock"):
-        proc.kill()
-        proc.wait()
-        log.close()
-        with open(log.name) as f:
-            last = (f.read().strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"dashd did not start: {last[:200]}")
-    os.environ["DASHD_ENDPOINT"] = endpoint
-    return proc
+    """A dashd on a private endpoint (CUDA backend, dashd's --kernels): dashd_proc's."""
+    return dashd_proc.start_dashd(path, work, "--backend", "cuda", "--kernels", kernels)
 
 
 # ---- the report --------------------------------------------------------------------------

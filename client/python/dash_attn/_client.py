@@ -591,7 +591,7 @@ def bool_arg(name, x):
     flash-attn's compiled ops refuse strings there."""
     if isinstance(x, bool):
         return x
-    if isinstance(x, numbers.Integral) and not isinstance(x, bool) and x in (0, 1):
+    if isinstance(x, numbers.Integral) and x in (0, 1):
         return bool(x)
     kind = type(x).__name__
     if type(x).__module__ == "numpy" and kind in ("bool", "bool_"):
