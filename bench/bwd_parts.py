@@ -81,16 +81,17 @@ row("... fresh outputs (torch.empty_like) each call", alone(
 row("dash_cuda_tensors + dash_forward_stream, same outputs", alone(
     lambda: None, lambda s: direct(_lib.dash_forward_stream, fwd_views)))
 # autograd runs a CUDA graph's nodes on its device thread: the backward's hand-offs to it
-# and back, timed from inside (Client.backward's entry and exit on that thread)
+# and back, timed from inside (the entry and exit on that thread of Client._backward_checked,
+# what the eager Function's backward calls)
 marks = {}
-_orig_backward = _client.Client.backward
+_orig_backward = _client.Client._backward_checked
 def _marked_backward(self, *args, **kw):
     marks["in"] = time.perf_counter()
     try:
         return _orig_backward(self, *args, **kw)
     finally:
         marks["out"] = time.perf_counter()
-_client.Client.backward = _marked_backward
+_client.Client._backward_checked = _marked_backward
 hand_in, inside, hand_out = [], [], []
 for i in range(a.iters + 10):
     o = dash_attn.flash_attn_func(q, k, v, causal=True)
@@ -103,11 +104,11 @@ for i in range(a.iters + 10):
         inside.append(marks["out"] - marks["in"])
         hand_out.append(t1 - marks["out"])
 torch.cuda.synchronize()
-_client.Client.backward = _orig_backward
+_client.Client._backward_checked = _orig_backward
 med = lambda xs: statistics.median(xs) * 1e6
-row("o.backward: from the call to Client.backward's entry (engine, device thread, GIL)", med(hand_in))
-row("o.backward: Client.backward itself", med(inside))
-row("o.backward: from Client.backward's exit to the call's return", med(hand_out))
+row("o.backward: from the call to the client's entry (engine, device thread, GIL)", med(hand_in))
+row("o.backward: the client's _backward_checked itself", med(inside))
+row("o.backward: from the client's exit to the call's return", med(hand_out))
 with torch.autograd.set_multithreading_enabled(False):
     row("o.backward alone, autograd multithreading off (on the calling thread)", alone(
         lambda: dash_attn.flash_attn_func(q, k, v, causal=True), lambda o: o.backward(dout)))

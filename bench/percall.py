@@ -188,7 +188,6 @@ def main():
     finally:
         d.terminate()
         d.wait(timeout=30)
-    log.close()
     # the daemon's side of the breakdown's forwards: the last iters "forward queued" lines
     import re
     pat = re.compile(r"forward queued on the device; us from receipt: validated (\d+), "

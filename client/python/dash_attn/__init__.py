@@ -31,7 +31,7 @@ from ._varlen import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                       flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                       flash_attn_varlen_qkvpacked_func, varlen_backward, varlen_forward)
 from . import _ops  # noqa: F401  (registers torch.ops.dash_attn.*)
-from . import fa3, flash_attn_interface  # noqa: F401
+from . import fa3, flash_attn_interface  # noqa: F401  (dash_attn.fa3, .flash_attn_interface)
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
            "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",

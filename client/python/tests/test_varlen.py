@@ -200,7 +200,6 @@ def test_varlen_bits_repeat_and_do_not_depend_on_the_packing(client):
 
 def test_varlen_numpy_forward_and_backward(client):
     rng = np.random.default_rng(SEED)
-    lq = [3, 17]
     q = rng.standard_normal((20, 2, 32), dtype=np.float32)
     k = rng.standard_normal((20, 2, 32), dtype=np.float32)
     v = rng.standard_normal((20, 2, 32), dtype=np.float32)
