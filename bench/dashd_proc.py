@@ -2,9 +2,12 @@
 """dashd_proc.py - the benches' one way to start a dashd of their own: on a private
 endpoint in `work` (its log in work/dashd.log), waited for until its socket exists, with
 $DASHD_ENDPOINT pointing at it for dash_attn; one that exits first is an error naming its
-last log line."""
+last log line. Also launch_hops: where a signal-ordered op's time goes on its way to the
+GPU, from dashd's debug log."""
 import atexit
 import os
+import re
+import statistics
 import subprocess
 import time
 
@@ -41,3 +44,34 @@ def stop(proc):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# dispatch_op.c's debug line for a signal-ordered op, written once its kernels are launched
+LAUNCHED = re.compile(r"(forward|backward) launched \(signal-ordered\), received at (\d+) ns "
+                      r"\(monotonic\); us from receipt: validated (\d+), worker started "
+                      r"(\d+), on the device (\d+)")
+
+
+def launch_hops(log_lines, kind, starts_ns):
+    """Where the last len(starts_ns) signal-ordered `kind` ("forward" or "backward") ops of
+    a dashd log (run with --log-level debug) spent their way to the GPU, matched in order to
+    the calls that sent them (starts_ns: time.monotonic_ns() at each call's entry, the
+    clock dashd logs): a list of (what, median us), or a string saying why there is none
+    (too few lines, or a receipt before its call: not the same ops)."""
+    got = [tuple(int(x) for x in m.groups()[1:]) for m in
+           (LAUNCHED.search(line) for line in log_lines) if m and m.group(1) == kind]
+    n = len(starts_ns)
+    if n == 0 or len(got) < n:
+        return f"dashd logged {len(got)} signal-ordered {kind} launches, {n} calls were timed"
+    got = got[-n:]
+    transit = [(recv - s0) / 1000 for s0, (recv, *_) in zip(starts_ns, got)]
+    if min(transit) < 0:
+        return f"a {kind} was received before its call started: the lines are not these calls'"
+    med = statistics.median
+    return [("the call's entry to dashd's receipt (client, ZeroMQ, dashd's loop, decoding)",
+             med(transit)),
+            ("receipt to validated and queued for the worker", med(g[1] for g in got)),
+            ("receipt to the worker starting it", med(g[2] for g in got)),
+            ("receipt to its kernels launched", med(g[3] for g in got)),
+            ("the call's entry to its kernels launched",
+             med(t + g[3] for t, g in zip(transit, got)))]

@@ -128,6 +128,7 @@ def main():
             t1 = time.perf_counter()
             res = _lib.DashResult()
             stream = torch.cuda.current_stream().cuda_stream
+            fwd_starts.append(time.monotonic_ns())
             c._check(_lib.dash_forward_stream(c._c, ctypes.byref(attn),
                                               *[ctypes.byref(ts[i]) for i in range(5)],
                                               ctypes.c_void_p(stream), ctypes.byref(res)))
@@ -143,6 +144,7 @@ def main():
                                   (dq, 4), (dk, 4), (dv, 4)])
             t1 = time.perf_counter()
             stream = torch.cuda.current_stream().cuda_stream
+            bwd_starts.append(time.monotonic_ns())
             c._check(_lib.dash_backward_stream(c._c, ctypes.byref(attn),
                                                *[ctypes.byref(ts[i]) for i in range(9)],
                                                ctypes.c_void_p(stream), None))
@@ -162,6 +164,7 @@ def main():
     B = torch.nn.attention.SDPBackend
     rows = []
     parts = []
+    fwd_starts, bwd_starts = [], []  # the breakdown's calls, for dashd's launch lines
     try:
         for name, fn in [("dash_attn forward", dash_fwd),
                          ("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
@@ -202,9 +205,16 @@ def main():
         for i, nm in enumerate(names):
             parts.append(f"| daemon, from receipt until {nm} | "
                          f"{statistics.median(x[i] for x in got):.0f} |")
-    else:  # said, not dropped: the rows exist only where dashd logs an early reply
-        parts.append("| daemon, from receipt until ... | not logged: dashd wrote no early-reply "
-                     "line (signal-ordered ops, the mode on sm_90, have no early reply) |")
+    # signal-ordered ops (the mode on sm_90) have no early reply: dashd logs their launch
+    with open(os.path.join(work, "dashd.log")) as f:
+        lines = f.readlines()
+    for kind, starts in (("forward", fwd_starts), ("backward", bwd_starts)):
+        hops = dashd_proc.launch_hops(lines, kind, starts)
+        if isinstance(hops, str):
+            if not got:  # said, not dropped
+                parts.append(f"| {kind}: dashd's hops to the GPU | not measured: {hops} |")
+            continue
+        parts += [f"| {kind}, signal-ordered: {what} | {us:.0f} |" for what, us in hops]
     mps = "yes" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
     text = "\n".join([
         f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "

@@ -421,12 +421,28 @@ int dispatch__run_job(void *ctx, struct queue_item *it)
     if (j->reply_when_queued)
         queue_expect_early(j->queue, it);
     j->rc = 0;
+    /* A signal-ordered op has no early reply to time it by: what its debug line needs is
+     * copied now, as j may complete (and be freed) as soon as it is on the device. */
+    const int trace = j->signal_done && log_enabled(LOG_DEBUG);
+    const unsigned long long id = j->request_id, sid = j->session_id;
+    const uint64_t received = j->received_ns, pushed = j->pushed_ns;
+    const int backward = j->plan.backward;
+    const uint64_t started = uv_hrtime();
     if (job_run(d->runner, j, job_gpu_done, j) != BACKEND_QUEUED)
         return QUEUE_DONE;
     /* From here on j may complete at any moment: touch it no more, except to announce. */
     if (j->reply_when_queued) {
         j->launched_ns = uv_hrtime(); /* the completion reads no field written here */
         queue_early(j->queue, it);
+    }
+    if (trace) {
+        const uint64_t launched = uv_hrtime();
+        log_debug("request %llu of session %llu: %s launched (signal-ordered), received at "
+                  "%llu ns (monotonic); us from receipt: validated %llu, worker started %llu, "
+                  "on the device %llu", id, sid, backward ? "backward" : "forward",
+                  (unsigned long long)received, (unsigned long long)(pushed - received) / 1000,
+                  (unsigned long long)(started - received) / 1000,
+                  (unsigned long long)(launched - received) / 1000);
     }
     return QUEUE_LATER;
 }
