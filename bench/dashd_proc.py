@@ -3,7 +3,7 @@
 endpoint in `work` (its log in work/dashd.log), waited for until its socket exists, with
 $DASHD_ENDPOINT pointing at it for dash_attn; one that exits first is an error naming its
 last log line. Also launch_hops: where a signal-ordered op's time goes on its way to the
-GPU, from dashd's debug log."""
+GPU, from dashd's debug log, and launch_parts: where its launch went."""
 import atexit
 import os
 import re
@@ -75,3 +75,23 @@ def launch_hops(log_lines, kind, starts_ns):
             ("receipt to its kernels launched", med(g[3] for g in got)),
             ("the call's entry to its kernels launched",
              med(t + g[3] for t, g in zip(transit, got)))]
+
+
+# backend_cuda.c's debug line for the same launch: its parts, in us
+LAUNCH_PARTS = re.compile(r"signal-ordered (forward|backward) launch, us: ((?:[a-z ]+ \d+(?:, )?)+)$")
+
+
+def launch_parts(log_lines, kind, n):
+    """The median us of each part of the last n signal-ordered `kind` launches in a dashd
+    debug log (backend_cuda.c's line: the wait for the client's ready word queued, the
+    kernels, ...), as a list of (part, us), or a string saying why there is none."""
+    got = []
+    for line in log_lines:
+        m = LAUNCH_PARTS.search(line.rstrip("\n"))
+        if m and m.group(1) == kind:
+            got.append([(name, int(us)) for name, us in
+                        (part.rsplit(" ", 1) for part in m.group(2).split(", "))])
+    if n < 1 or len(got) < n:
+        return f"dashd logged {len(got)} {kind} launches' parts, {n} calls were timed"
+    got = got[-n:]
+    return [(name, statistics.median(g[i][1] for g in got)) for i, (name, _) in enumerate(got[0])]

@@ -122,7 +122,10 @@ def main():
         lse = torch.empty((a.batch, a.heads, a.seqlen), dtype=torch.float32, device=dev)
         views, calls, queue = [], [], []
         attn = c._attn(2, True, 0.0, "auto", 0)  # bf16, causal
+        # each call after a synchronise: the daemon idle, as in a host-bound step (back to
+        # back, a backward's queue builds up behind the GPU and its hops measure the queue)
         for _ in range(n):
+            torch.cuda.synchronize()
             t0 = time.perf_counter()
             ts = c._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3)])
             t1 = time.perf_counter()
@@ -139,6 +142,7 @@ def main():
         bviews, bcalls = [], []
         dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
         for _ in range(n):
+            torch.cuda.synchronize()
             t0 = time.perf_counter()
             ts = c._cuda_tensors([(q, 4), (k, 4), (v, 4), (out, 4), (lse, 3), (dout, 4),
                                   (dq, 4), (dk, 4), (dv, 4)])
@@ -215,6 +219,10 @@ def main():
                 parts.append(f"| {kind}: dashd's hops to the GPU | not measured: {hops} |")
             continue
         parts += [f"| {kind}, signal-ordered: {what} | {us:.0f} |" for what, us in hops]
+        inner = dashd_proc.launch_parts(lines, kind, len(starts))
+        if not isinstance(inner, str):
+            parts += [f"| {kind}, signal-ordered: of its launch, {what} | {us:.0f} |"
+                      for what, us in inner]
     mps = "yes" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
     text = "\n".join([
         f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "
@@ -223,7 +231,7 @@ def main():
         "| call | ms per call (loop) | host us per call (median) | host us, drained (median) |",
         "| --- | ---: | ---: | ---: |",
         *rows, "",
-        "Where a dash_attn forward's host time goes (median us, same shape):", "",
+        "Where a dash_attn forward's host time goes (median us, same shape, each call after a synchronise):", "",
         "| part | us |", "| --- | ---: |", *parts, ""])
     print(text)
     if a.out:

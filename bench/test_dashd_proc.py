@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """test_dashd_proc.py - bench/dashd_proc.py without a GPU: start_dashd starts a real dashd
-(CPU backend) and a script that fails half-way leaves none behind; launch_hops reads the
-line daemon/dispatch_op.c writes for a signal-ordered op (its format string, taken from the
-source, filled in), matches lines to calls in order and refuses lines that cannot be them.
+(CPU backend) and a script that fails half-way leaves none behind; launch_hops and
+launch_parts read the lines daemon/dispatch_op.c and backend_cuda.c write for a
+signal-ordered op (their format strings, taken from the source, filled in), match lines to
+calls in order and refuse lines that cannot be them.
 
     python3 bench/test_dashd_proc.py        (make test runs it)
 """
@@ -23,21 +24,27 @@ import dashd_proc  # noqa: E402
 DASHD = os.environ.get("DASHD", os.path.join(ROOT, "build", "dashd"))
 
 
-def daemon_format():
-    """The printf format of dispatch_op.c's signal-ordered launch line (its C string
-    literals joined)."""
-    src = open(os.path.join(ROOT, "daemon", "dispatch_op.c")).read()
-    m = re.search(r'log_debug\(("request %llu of session %llu: %s launched.*?)", id, sid',
-                  src, re.S)
-    assert m, "dispatch_op.c has no signal-ordered launch line"
+def c_format(path, start):
+    """The printf format of the log_debug call in daemon/`path` whose format begins with
+    `start` (its C string literals joined)."""
+    src = open(os.path.join(ROOT, "daemon", path)).read()
+    m = re.search(r'log_debug\(("' + re.escape(start) + r'.*?)",\s*[a-z(]', src, re.S)
+    assert m, f"{path} has no debug line starting {start!r}"
     return "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1) + '"'))
 
 
+def filled(fmt, *values):
+    it = iter(values)
+    return "2026-12-06T06:00:00.000Z debug " + re.sub(r"%(llu|s)", lambda _: str(next(it)), fmt) + "\n"
+
+
 def daemon_line(kind, received, validated, started, launched, rid=7):
-    fmt = daemon_format()
-    values = iter([rid, 3, kind, received, validated, started, launched])
-    body = re.sub(r"%(llu|s)", lambda _: str(next(values)), fmt)
-    return f"2026-12-06T06:00:00.000Z debug {body}\n"
+    return filled(c_format("dispatch_op.c", "request %llu of session %llu: %s launched"),
+                  rid, 3, kind, received, validated, started, launched)
+
+
+def parts_line(kind, *us):
+    return filled(c_format("backend_cuda.c", "signal-ordered %s launch"), kind, *us)
 
 
 class LaunchHops(unittest.TestCase):
@@ -65,6 +72,24 @@ class LaunchHops(unittest.TestCase):
         self.assertIn("0 signal-ordered forward", dashd_proc.launch_hops(lines, "forward", [1]))
         self.assertIn("received before its call",
                       dashd_proc.launch_hops(lines, "backward", [6_000_000]))
+
+
+class LaunchParts(unittest.TestCase):
+    def test_the_backends_line_gives_each_parts_median_for_the_last_calls(self):
+        fmt = c_format("backend_cuda.c", "signal-ordered %s launch")
+        self.assertEqual(fmt.count("%llu"), 5, fmt)
+        lines = [parts_line("forward", 99, 99, 99, 99, 99),             # an earlier call's
+                 parts_line("backward", 7, 7, 7, 7, 7),
+                 parts_line("forward", 1, 10, 3, 2, 5),
+                 parts_line("forward", 3, 30, 5, 4, 5),
+                 parts_line("forward", 2, 20, 4, 3, 5)]
+        got = dashd_proc.launch_parts(lines, "forward", 3)
+        self.assertIsInstance(got, list, got)
+        self.assertEqual([us for _, us in got], [2, 20, 4, 3, 5])
+        self.assertEqual(got[0][0], "ready wait")
+        self.assertEqual(dashd_proc.launch_parts(lines, "backward", 1)[1][1], 7)
+        self.assertIn("1 backward launches' parts, 2 calls",
+                      dashd_proc.launch_parts(lines, "backward", 2))
 
 
 @unittest.skipUnless(os.access(DASHD, os.X_OK), f"no dashd at {DASHD} (make first)")

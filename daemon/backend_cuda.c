@@ -48,6 +48,7 @@
  * completer thread only waits on events.
  */
 #include "backend.h"
+#include "log.h"
 #include "proc.h"
 
 #include "kernels/cuda/attn_cuda.h"
@@ -824,6 +825,9 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
      * the digests' scratch synchronizes it; so does a failure): a client that dies before
      * its stream writes the ready word would hold the worker, and every client, for ever. */
     p->queued_ns = mono_ns();
+    /* where a signal-ordered op's launch goes (debug): after the wait, the kernels, the
+     * digests and event, the done signal, the tracking */
+    uint64_t mark[6] = {p->queued_ns, 0, 0, 0, 0, 0};
     if (op->signal_ready)
         set_queuing(c, p);
     int32_t n_in = 0;
@@ -839,6 +843,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = DASH_EIO;
         goto fail;
     }
+    mark[1] = mono_ns();
     if (op->wait_event && cudaStreamWaitEvent(st, (cudaEvent_t)op->wait_event, 0) != cudaSuccess) {
         snprintf(msg, msglen, "cannot wait for the client's event: %s",
                  cudaGetErrorString(cudaGetLastError()));
@@ -858,6 +863,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = map_kernel_error(rc, op->prob, msg, msglen);
         goto fail;
     }
+    mark[2] = mono_ns();
     /* Before the record: once the client's stream passes the record it may overwrite the
      * outputs (an optimizer step, the next layer), so they must be read by then. */
     struct digest_view outs[9];
@@ -874,15 +880,27 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = DASH_EIO;
         goto fail;
     }
+    mark[3] = mono_ns();
     if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) != 0) {
         snprintf(msg, msglen, "cannot write the client's done signal");
         rc = DASH_EIO;
         goto fail;
     }
+    mark[4] = mono_ns();
     p->dst = op->n_digests ? op->digests : NULL;
     p->n_digests = op->n_digests;
-    if (op->done && track(c, p, op->done, op->done_ctx) == 0)
+    if (op->done && track(c, p, op->done, op->done_ctx) == 0) {
+        mark[5] = mono_ns();
+        if (op->signal_ready && log_enabled(LOG_DEBUG)) /* p may be done already: marks only */
+            log_debug("signal-ordered %s launch, us: ready wait %llu, kernels %llu, digests and "
+                      "event %llu, done signal %llu, tracking %llu", backward ? "backward" : "forward",
+                      (unsigned long long)(mark[1] - mark[0]) / 1000,
+                      (unsigned long long)(mark[2] - mark[1]) / 1000,
+                      (unsigned long long)(mark[3] - mark[2]) / 1000,
+                      (unsigned long long)(mark[4] - mark[3]) / 1000,
+                      (unsigned long long)(mark[5] - mark[4]) / 1000);
         return BACKEND_QUEUED;
+    }
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
         snprintf(msg, msglen, "CUDA failed while running the kernels (%s); dashd may need a "
