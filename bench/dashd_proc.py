@@ -3,7 +3,7 @@
 endpoint in `work` (its log in work/dashd.log), waited for until its socket exists, with
 $DASHD_ENDPOINT pointing at it for dash_attn; one that exits first is an error naming its
 last log line. Also launch_hops: where a signal-ordered op's time goes on its way to the
-GPU, from dashd's debug log, and launch_parts: where its launch went."""
+GPU, from dashd's debug log (launches: the lines themselves)."""
 import atexit
 import os
 import re
@@ -46,52 +46,67 @@ def stop(proc):
             proc.wait()
 
 
-# dispatch_op.c's debug line for a signal-ordered op, written once its kernels are launched
+# backend_cuda.c's debug line for a signal-ordered op's launch (its parts, in us), written
+# on the worker thread just before dispatch_op.c's line for the same op
+LAUNCH_PARTS = re.compile(r"signal-ordered (forward|backward) launch, us: "
+                          r"((?:[a-z ]+ \d+(?:, )?)+)$")
+# dispatch_op.c's line for it, once its kernels are launched
 LAUNCHED = re.compile(r"(forward|backward) launched \(signal-ordered\), received at (\d+) ns "
                       r"\(monotonic\); us from receipt: validated (\d+), worker started "
                       r"(\d+), on the device (\d+)")
 
 
-def launch_hops(log_lines, kind, starts_ns):
-    """Where the last len(starts_ns) signal-ordered `kind` ("forward" or "backward") ops of
-    a dashd log (run with --log-level debug) spent their way to the GPU, matched in order to
-    the calls that sent them (starts_ns: time.monotonic_ns() at each call's entry, the
-    clock dashd logs): a list of (what, median us), or a string saying why there is none
-    (too few lines, or a receipt before its call: not the same ops)."""
-    got = [tuple(int(x) for x in m.groups()[1:]) for m in
-           (LAUNCHED.search(line) for line in log_lines) if m and m.group(1) == kind]
-    n = len(starts_ns)
-    if n == 0 or len(got) < n:
-        return f"dashd logged {len(got)} signal-ordered {kind} launches, {n} calls were timed"
-    got = got[-n:]
-    transit = [(recv - s0) / 1000 for s0, (recv, *_) in zip(starts_ns, got)]
-    if min(transit) < 0:
-        return f"a {kind} was received before its call started: the lines are not these calls'"
-    med = statistics.median
-    return [("the call's entry to dashd's receipt (client, ZeroMQ, dashd's loop, decoding)",
-             med(transit)),
-            ("receipt to validated and queued for the worker", med(g[1] for g in got)),
-            ("receipt to the worker starting it", med(g[2] for g in got)),
-            ("receipt to its kernels launched", med(g[3] for g in got)),
-            ("the call's entry to its kernels launched",
-             med(t + g[3] for t, g in zip(transit, got)))]
-
-
-# backend_cuda.c's debug line for the same launch: its parts, in us
-LAUNCH_PARTS = re.compile(r"signal-ordered (forward|backward) launch, us: ((?:[a-z ]+ \d+(?:, )?)+)$")
-
-
-def launch_parts(log_lines, kind, n):
-    """The median us of each part of the last n signal-ordered `kind` launches in a dashd
-    debug log (backend_cuda.c's line: the wait for the client's ready word queued, the
-    kernels, ...), as a list of (part, us), or a string saying why there is none."""
-    got = []
+def launches(log_lines, kind):
+    """The signal-ordered `kind` ("forward" or "backward") launches of a dashd debug log:
+    (received ns, validated us, worker started us, launched us, parts), parts a list of
+    (name, us) from the backend's line just before (empty if there was none)."""
+    out, parts = [], []
     for line in log_lines:
-        m = LAUNCH_PARTS.search(line.rstrip("\n"))
+        line = line.rstrip("\n")
+        m = LAUNCH_PARTS.search(line)
+        if m:
+            parts = ([(name, int(us)) for name, us in
+                      (part.rsplit(" ", 1) for part in m.group(2).split(", "))]
+                     if m.group(1) == kind else [])
+            continue
+        m = LAUNCHED.search(line)
         if m and m.group(1) == kind:
-            got.append([(name, int(us)) for name, us in
-                        (part.rsplit(" ", 1) for part in m.group(2).split(", "))])
-    if n < 1 or len(got) < n:
-        return f"dashd logged {len(got)} {kind} launches' parts, {n} calls were timed"
-    got = got[-n:]
-    return [(name, statistics.median(g[i][1] for g in got)) for i, (name, _) in enumerate(got[0])]
+            out.append((*(int(x) for x in m.groups()[1:]), parts))
+        if m:
+            parts = []
+    return out
+
+
+def launch_hops(log_lines, kind, starts_ns):
+    """Where the signal-ordered `kind` ops a bench timed spent their way to the GPU: each
+    call (starts_ns: time.monotonic_ns() at each call's entry, ascending, the clock dashd
+    logs) is matched with the first launch dashd received after it and before the next
+    call; every call must have one. A list of (what, median us) - the hops, then the
+    parts of the launch - or a string saying why there is none."""
+    got = sorted(launches(log_lines, kind))
+    if not starts_ns:
+        return "no calls were timed"
+    matched, j = [], 0
+    for i, s0 in enumerate(starts_ns):
+        end = starts_ns[i + 1] if i + 1 < len(starts_ns) else None
+        while j < len(got) and got[j][0] < s0:
+            j += 1
+        if j == len(got) or (end is not None and got[j][0] >= end):
+            return (f"call {i + 1} of {len(starts_ns)} has no {kind} launch in dashd's log "
+                    f"({len(got)} logged)")
+        matched.append(got[j])
+        j += 1
+    med = statistics.median
+    transit = [(g[0] - s0) / 1000 for s0, g in zip(starts_ns, matched)]
+    rows = [("the call's entry to dashd's receipt (client, ZeroMQ, dashd's loop, decoding)",
+             med(transit)),
+            ("receipt to validated and queued for the worker", med(g[1] for g in matched)),
+            ("receipt to the worker starting it", med(g[2] for g in matched)),
+            ("receipt to its kernels launched", med(g[3] for g in matched)),
+            ("the call's entry to its kernels launched",
+             med(t + g[3] for t, g in zip(transit, matched)))]
+    names = [name for name, _ in matched[0][4]]
+    if names and all([n for n, _ in g[4]] == names for g in matched):
+        rows += [(f"of its launch, {name}", med(g[4][k][1] for g in matched))
+                 for k, name in enumerate(names)]
+    return rows

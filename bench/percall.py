@@ -185,13 +185,15 @@ def main():
         if a.profile:
             import cProfile
             import pstats
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(100):
-                dash_fwd_bwd()
-            torch.cuda.synchronize()
-            pr.disable()
-            pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+            for name, fn in (("forwards", dash_fwd), ("forward + backward pairs", dash_fwd_bwd)):
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(100):
+                    fn()
+                torch.cuda.synchronize()
+                pr.disable()
+                print(f"cProfile, 100 {name}:")
+                pstats.Stats(pr).sort_stats("tottime").print_stats(30)
     finally:
         d.terminate()
         d.wait(timeout=30)
@@ -219,10 +221,6 @@ def main():
                 parts.append(f"| {kind}: dashd's hops to the GPU | not measured: {hops} |")
             continue
         parts += [f"| {kind}, signal-ordered: {what} | {us:.0f} |" for what, us in hops]
-        inner = dashd_proc.launch_parts(lines, kind, len(starts))
-        if not isinstance(inner, str):
-            parts += [f"| {kind}, signal-ordered: of its launch, {what} | {us:.0f} |"
-                      for what, us in inner]
     mps = "yes" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no"
     text = "\n".join([
         f"shape: causal bf16 (b, s, h, d) = {shape}; {a.iters} calls per loop after 20 "

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """test_dashd_proc.py - bench/dashd_proc.py without a GPU: start_dashd starts a real dashd
-(CPU backend) and a script that fails half-way leaves none behind; launch_hops and
-launch_parts read the lines daemon/dispatch_op.c and backend_cuda.c write for a
-signal-ordered op (their format strings, taken from the source, filled in), match lines to
-calls in order and refuse lines that cannot be them.
+(CPU backend) and a script that fails half-way leaves none behind; launch_hops reads
+the lines daemon/dispatch_op.c and backend_cuda.c write for a signal-ordered op (their
+format strings, taken from the source, filled in), matches each call with the first launch
+received after it and refuses calls without one.
 
     python3 bench/test_dashd_proc.py        (make test runs it)
 """
@@ -48,48 +48,49 @@ def parts_line(kind, *us):
 
 
 class LaunchHops(unittest.TestCase):
-    def test_the_daemons_line_is_read_and_matched_to_calls_in_order(self):
+    def test_each_call_gets_the_first_launch_received_after_it_with_its_parts(self):
+        fmt = c_format("backend_cuda.c", "signal-ordered %s launch")
+        self.assertEqual(fmt.count("%llu"), 5, fmt)
         lines = ["2026-12-06T06:00:00.000Z info listening\n",
-                 daemon_line("forward", 1_000_000, 5, 9, 20),      # an earlier call's
-                 daemon_line("backward", 1_500_000, 6, 11, 40),
+                 parts_line("forward", 99, 99, 99, 99, 99),
+                 daemon_line("forward", 1_000_000, 5, 9, 20),       # before the calls
+                 parts_line("backward", 7, 7, 7, 7, 7),
+                 daemon_line("backward", 2_010_000, 6, 11, 40),     # another kind
+                 parts_line("forward", 1, 10, 3, 2, 5),
                  daemon_line("forward", 2_030_000, 4, 8, 18),
-                 daemon_line("forward", 3_050_000, 6, 12, 30)]
-        hops = dashd_proc.launch_hops(lines, "forward", [2_000_000, 3_000_000])
+                 parts_line("forward", 3, 30, 5, 4, 5),
+                 daemon_line("forward", 3_050_000, 6, 12, 30),
+                 parts_line("forward", 9, 9, 9, 9, 9),
+                 daemon_line("forward", 3_900_000, 1, 1, 1),        # a second op of call 2
+                 parts_line("forward", 2, 20, 4, 3, 5),
+                 daemon_line("forward", 5_040_000, 5, 10, 24),
+                 daemon_line("forward", 9_000_000, 5, 10, 24)]      # after the calls (profile)
+        hops = dashd_proc.launch_hops(lines, "forward", [2_000_000, 3_000_000, 5_000_000])
         self.assertIsInstance(hops, list, hops)
         got = dict(hops)
-        self.assertEqual(len(got), 5)
+        self.assertEqual(len(got), 10)
         entry = [v for k, v in got.items() if k.startswith("the call's entry to dashd")][0]
-        self.assertEqual(entry, 40)                                # (30 + 50) / 2 us
+        self.assertEqual(entry, 40)                                # 30, 50, 40 us
         self.assertEqual(got["receipt to validated and queued for the worker"], 5)
         self.assertEqual(got["receipt to the worker starting it"], 10)
         self.assertEqual(got["receipt to its kernels launched"], 24)
-        self.assertEqual(got["the call's entry to its kernels launched"], 64)  # (48 + 80) / 2
+        self.assertEqual(got["the call's entry to its kernels launched"], 64)  # 48, 80, 64
+        self.assertEqual([v for k, v in hops[5:]], [2, 20, 4, 3, 5])
+        self.assertEqual(hops[5][0], "of its launch, ready wait")
+        b = dashd_proc.launch_hops(lines, "backward", [2_000_000])
+        self.assertEqual(dict(b)["of its launch, kernels"], 7)
 
-    def test_too_few_lines_or_lines_before_their_calls_are_said_not_used(self):
+    def test_a_call_without_a_launch_of_its_own_is_said_not_matched(self):
         lines = [daemon_line("backward", 5_000_000, 1, 2, 3)]
-        self.assertIn("1 signal-ordered backward launches, 2 calls",
-                      dashd_proc.launch_hops(lines, "backward", [1, 2]))
-        self.assertIn("0 signal-ordered forward", dashd_proc.launch_hops(lines, "forward", [1]))
-        self.assertIn("received before its call",
-                      dashd_proc.launch_hops(lines, "backward", [6_000_000]))
-
-
-class LaunchParts(unittest.TestCase):
-    def test_the_backends_line_gives_each_parts_median_for_the_last_calls(self):
-        fmt = c_format("backend_cuda.c", "signal-ordered %s launch")
-        self.assertEqual(fmt.count("%llu"), 5, fmt)
-        lines = [parts_line("forward", 99, 99, 99, 99, 99),             # an earlier call's
-                 parts_line("backward", 7, 7, 7, 7, 7),
-                 parts_line("forward", 1, 10, 3, 2, 5),
-                 parts_line("forward", 3, 30, 5, 4, 5),
-                 parts_line("forward", 2, 20, 4, 3, 5)]
-        got = dashd_proc.launch_parts(lines, "forward", 3)
-        self.assertIsInstance(got, list, got)
-        self.assertEqual([us for _, us in got], [2, 20, 4, 3, 5])
-        self.assertEqual(got[0][0], "ready wait")
-        self.assertEqual(dashd_proc.launch_parts(lines, "backward", 1)[1][1], 7)
-        self.assertIn("1 backward launches' parts, 2 calls",
-                      dashd_proc.launch_parts(lines, "backward", 2))
+        self.assertIn("call 2 of 2 has no backward launch",
+                      dashd_proc.launch_hops(lines, "backward", [4_000_000, 6_000_000]))
+        self.assertIn("call 1 of 1 has no forward launch",
+                      dashd_proc.launch_hops(lines, "forward", [1]))
+        self.assertIn("call 1 of 2 has no backward",  # the launch is call 2's
+                      dashd_proc.launch_hops(lines, "backward", [1_000_000, 4_000_000]))
+        self.assertIn("no calls", dashd_proc.launch_hops(lines, "backward", []))
+        # without the backend's lines there are no parts rows, the hops still
+        self.assertEqual(len(dashd_proc.launch_hops(lines, "backward", [4_000_000])), 5)
 
 
 @unittest.skipUnless(os.access(DASHD, os.X_OK), f"no dashd at {DASHD} (make first)")
