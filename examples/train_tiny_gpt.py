@@ -122,6 +122,10 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="run the model through torch.compile(fullgraph=True) (PyTorch >= 2.4; "
                          "the first steps include the compilation)")
+    ap.add_argument("--autograd-threads", choices=["on", "off"], default="on",
+                    help="off: backward runs on the calling thread, not on autograd's device "
+                         "thread (torch.autograd.set_multithreading_enabled(False)): less host "
+                         "time a step where the step is host-bound, whatever the attention")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -141,24 +145,27 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=False)
     run = torch.compile(model, fullgraph=True) if args.compile else model
     losses, times = [], []
-    for step in range(args.steps):
-        x, y = batch(args, step, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        logits = run(x, step)
-        loss = F.cross_entropy(logits.float().view(-1, args.vocab), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        lv = loss.item()  # synchronises
-        times.append(time.perf_counter() - t0)
-        losses.append(lv)
-        if not args.quiet:
-            print(json.dumps({"step": step, "loss": lv, "loss_hex": float.hex(lv),
-                              "ms": round(times[-1] * 1e3, 3)}), flush=True)
+    # off: backward on this thread (autograd runs CUDA nodes on a device thread otherwise)
+    with torch.autograd.set_multithreading_enabled(args.autograd_threads == "on"):
+        for step in range(args.steps):
+            x, y = batch(args, step, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            logits = run(x, step)
+            loss = F.cross_entropy(logits.float().view(-1, args.vocab), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            lv = loss.item()  # synchronises
+            times.append(time.perf_counter() - t0)
+            losses.append(lv)
+            if not args.quiet:
+                print(json.dumps({"step": step, "loss": lv, "loss_hex": float.hex(lv),
+                                  "ms": round(times[-1] * 1e3, 3)}), flush=True)
     summary = {
         "attn": args.attn, "schedule": args.schedule, "compile": args.compile,
+        "autograd_threads": args.autograd_threads,
         "seed": args.seed, "steps": args.steps,
         "seqlen": args.seqlen, "device": str(device),
         "losses_hex": [float.hex(v) for v in losses],

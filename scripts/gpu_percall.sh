@@ -10,7 +10,8 @@
 #   bash scripts/gpu_percall.sh [STEPS]     (NO_MPS=1: contexts only; ATTNS: the attentions
 #                                            of the steps, default "sdpa sdpa-strict dash
 #                                            dash-compile"; NAME-compile runs NAME's model
-#                                            under torch.compile)
+#                                            under torch.compile, NAME-1thread with autograd's
+#                                            multithreading off; MODELS: "small large")
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -32,11 +33,16 @@ pass() { # name
   "$dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
   local dpid=$!
   for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
-  for model in "--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8" \
-               "--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2"; do
+  local models=()
+  case " ${MODELS:-small large} " in *" small "*) models+=("--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8") ;; esac
+  case " ${MODELS:-small large} " in *" large "*) models+=("--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2") ;; esac
+  for model in "${models[@]}"; do
     for a in ${ATTNS:-sdpa sdpa-strict dash dash-compile}; do
       local how="--attn $a"  # NAME-compile: the model under torch.compile(fullgraph=True)
-      case $a in *-compile) how="--attn ${a%-compile} --compile" ;; esac
+      case $a in
+        *-compile) how="--attn ${a%-compile} --compile" ;;
+        *-1thread) how="--attn ${a%-1thread} --autograd-threads off" ;; # backward on this thread
+      esac
       python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
         --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
       python3 -c "import json; s=json.load(open('$work/$a.json')); print('| %s | %s | %s | %.2f |' % ('$name', '$model', '$a', s['median_step_ms']))" \
