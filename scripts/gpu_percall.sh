@@ -11,7 +11,11 @@
 #                                            of the steps, default "sdpa sdpa-strict dash
 #                                            dash-compile"; NAME-compile runs NAME's model
 #                                            under torch.compile, NAME-1thread with autograd's
-#                                            multithreading off; MODELS: "small large")
+#                                            multithreading off; MODELS: "small large",
+#                                            or tiny (a smoke run); REPS: rounds, each
+#                                            attention once a round in turn, default 1)
+# steps.md: | sharing | model | attention | median of the rounds' median step (ms) |
+# range over the rounds | rounds |
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
@@ -33,22 +37,45 @@ pass() { # name
   "$dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
   local dpid=$!
   for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
-  local models=()
-  case " ${MODELS:-small large} " in *" small "*) models+=("--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8") ;; esac
-  case " ${MODELS:-small large} " in *" large "*) models+=("--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2") ;; esac
+  local models=() m
+  for m in ${MODELS:-small large}; do
+    case $m in
+      small) models+=("--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8") ;;
+      large) models+=("--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2") ;;
+      tiny) models+=("--layers 2 --dim 64 --heads 2 --seqlen 64 --batch 2") ;; # a smoke run
+      *) echo "gpu_percall.sh: MODELS: unknown model $m" >&2; return 1 ;;
+    esac
+  done
+  # REPS rounds; in each, every attention once in turn, so a slow minute of the host falls
+  # on all of them alike; each (model, attention) reports the median of its rounds' median
+  # steps and their range
+  : > "$work/runs.txt"
   for model in "${models[@]}"; do
-    for a in ${ATTNS:-sdpa sdpa-strict dash dash-compile}; do
-      local how="--attn $a"  # NAME-compile: the model under torch.compile(fullgraph=True)
-      case $a in
-        *-compile) how="--attn ${a%-compile} --compile" ;;
-        *-1thread) how="--attn ${a%-1thread} --autograd-threads off" ;; # backward on this thread
-      esac
-      python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
-        --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
-      python3 -c "import json; s=json.load(open('$work/$a.json')); print('| %s | %s | %s | %.2f |' % ('$name', '$model', '$a', s['median_step_ms']))" \
-        || tail -5 "$work/$a.log"
+    for r in $(seq "${REPS:-1}"); do
+      for a in ${ATTNS:-sdpa sdpa-strict dash dash-compile}; do
+        local how="--attn $a"  # NAME-compile: the model under torch.compile(fullgraph=True)
+        case $a in
+          *-compile) how="--attn ${a%-compile} --compile" ;;
+          *-1thread) how="--attn ${a%-1thread} --autograd-threads off" ;; # backward on this thread
+        esac
+        python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
+          --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
+        python3 -c "import json; print('%s\t%s\t%.3f' % ('$model', '$a', json.load(open('$work/$a.json'))['median_step_ms']))" \
+          >> "$work/runs.txt" 2>/dev/null || { echo "$model / $a failed:"; tail -5 "$work/$a.log"; }
+        rm -f "$work/$a.json"
+      done
     done
-  done | tee -a "$out/steps.md"
+  done
+  python3 - "$name" "$work/runs.txt" <<'PY' | tee -a "$out/steps.md"
+import statistics, sys
+name, runs = sys.argv[1], {}
+for line in open(sys.argv[2]):
+    model, attn, ms = line.rstrip("\n").split("\t")
+    runs.setdefault((model, attn), []).append(float(ms))
+for (model, attn), ms in runs.items():  # in the order first run
+    spread = f"{min(ms):.2f}-{max(ms):.2f}" if len(ms) > 1 else ""
+    print(f"| {name} | {model} | {attn} | {statistics.median(ms):.2f} | {spread} | {len(ms)} |")
+PY
   "$dashctl" stats --endpoint "ipc://$work/d.sock" > "$out/stats-$name.txt" 2>&1
   kill -TERM $dpid; wait $dpid
   cp "$work/dashd.log" "$out/dashd-steps-$name.log"
