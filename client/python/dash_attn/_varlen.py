@@ -110,16 +110,17 @@ def _attn(client, q, causal, scale, schedule, wave, window_size, softcap, max_q,
     return a
 
 
-def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                   causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                   schedule="auto", batch_invariant=False, client=None):
-    """(out, lse) of a packed batch: q (total_q, heads_q, d), k, v (total_k, heads_kv, d),
-    torch CPU tensors or numpy arrays; lse float32 (heads_q, total_q). No autograd."""
-    c = client or _client.default_client(_client.device_of(q))
-    _check_packed([("q", q), ("k", k), ("v", v)])
+def _prepare(c, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+             softmax_scale, window_size, softcap, schedule, batch_invariant):
+    """The request's parameters and the offsets as checked int32 host arrays: what a forward
+    and its backward share."""
     cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
     attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
                  max_seqlen_k, batch_invariant)
+    return attn, cq, ck
+
+
+def _run_forward(c, q, k, v, attn, cq, ck):
     if _is_cuda(q):
         _by_value(attn, cq, ck)
         return c._forward_cuda(q, k, v, attn)
@@ -129,15 +130,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     return tuple(c._host_op([q, k, v], [out, lse], False, attn, (cq, ck)))
 
 
-def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                    max_seqlen_k, causal=False, softmax_scale=None, window_size=(-1, -1),
-                    softcap=0.0, schedule="auto", batch_invariant=False, client=None):
-    """(dq, dk, dv) of a packed batch from its forward's out and lse."""
-    c = client or _client.default_client(_client.device_of(q))
-    _check_packed([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
-    cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
-    attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
-                 max_seqlen_k, batch_invariant)
+def _run_backward(c, dout, q, k, v, out, lse, attn, cq, ck):
     if _is_cuda(q):
         _by_value(attn, cq, ck)
         return c._backward_cuda(dout, q, k, v, out, lse, attn)
@@ -146,6 +139,31 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
     dk = c._empty_like(ins[1], ins[1].shape)
     dv = c._empty_like(ins[2], ins[2].shape)
     return tuple(c._host_op(ins, [dq, dk, dv], True, attn, (cq, ck)))
+
+
+def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                   schedule="auto", batch_invariant=False, client=None):
+    """(out, lse) of a packed batch: q (total_q, heads_q, d), k, v (total_k, heads_kv, d),
+    torch CPU tensors or numpy arrays; lse float32 (heads_q, total_q). No autograd."""
+    c = client or _client.default_client(_client.device_of(q))
+    _check_packed([("q", q), ("k", k), ("v", v)])
+    attn, cq, ck = _prepare(c, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            causal, softmax_scale, window_size, softcap, schedule,
+                            batch_invariant)
+    return _run_forward(c, q, k, v, attn, cq, ck)
+
+
+def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                    max_seqlen_k, causal=False, softmax_scale=None, window_size=(-1, -1),
+                    softcap=0.0, schedule="auto", batch_invariant=False, client=None):
+    """(dq, dk, dv) of a packed batch from its forward's out and lse."""
+    c = client or _client.default_client(_client.device_of(q))
+    _check_packed([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)], lse)
+    attn, cq, ck = _prepare(c, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            causal, softmax_scale, window_size, softcap, schedule,
+                            batch_invariant)
+    return _run_backward(c, dout, q, k, v, out, lse, attn, cq, ck)
 
 
 def _schedule(deterministic, schedule):
@@ -172,15 +190,19 @@ if torch is not None:
         @staticmethod
         def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window, softcap,
                     schedule, batch_invariant, client):
-            kw = dict(causal=causal, softmax_scale=scale, window_size=window, softcap=softcap,
-                      schedule=schedule, batch_invariant=batch_invariant, client=client)
+            c = client or _client.default_client(_client.device_of(q))
+            _check_packed([("q", q), ("k", k), ("v", v)])
             # the offsets' values on the host once, for the forward and its backward: a CUDA
             # cu_seqlens costs a wait for the stream each time it is read (_offsets), and the
             # backward needs the offsets the forward ran with
             cu_q, cu_k = _host_offsets(cu_q, cu_k)
-            out, lse = varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
-            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-            ctx.kw, ctx.max = kw, (max_q, max_k)
+            attn, cq, ck = _prepare(c, q, cu_q, cu_k, max_q, max_k, causal, scale, window,
+                                    softcap, schedule, batch_invariant)
+            out, lse = _run_forward(c, q, k, v, attn, cq, ck)
+            ctx.save_for_backward(q, k, v, out, lse)
+            # the backward's request is the forward's: its parameters and offsets, checked
+            # once (varlen_backward's checks again would only cost host time)
+            ctx.request = (c, attn, cq, ck)
             ctx.audit = _client.current_audit()
             ctx.mark_non_differentiable(lse)
             ctx.set_materialize_grads(False)  # no zero gradient made for lse (_ops._Eager)
@@ -190,11 +212,13 @@ if torch is not None:
         def backward(ctx, dout, dlse):
             if dout is None:
                 return (None,) * 14
-            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+            q, k, v, out, lse = ctx.saved_tensors
+            c, attn, cq, ck = ctx.request
             _client.push_audit(*ctx.audit)
             try:
-                dq, dk, dv = varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.max,
-                                             **ctx.kw)
+                # q, k, v, out and lse are the forward's, checked then; dout is what autograd
+                # checked against out (its shape, dtype and device)
+                dq, dk, dv = _run_backward(c, dout, q, k, v, out, lse, attn, cq, ck)
             finally:
                 _client.pop_audit()
             if _ops.available:

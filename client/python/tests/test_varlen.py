@@ -384,6 +384,47 @@ def test_varlen_compiled_backward_takes_the_offsets_its_forward_copied(client):
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
+def test_varlen_eager_backward_sends_its_forwards_request_without_checking_again(client):
+    # The eager Function's backward sends the request its forward built: the offsets the
+    # forward checked and ran with (a caller changing its cu_seqlens in place afterwards
+    # changes nothing), and neither the tensors' nor the offsets' checks run again.
+    from dash_attn import _varlen
+    g = torch.Generator().manual_seed(SEED ^ 17)
+    lq = [9, 3, 14]
+    q, k, v, dout = packed(lq, lq, 2, 1, 32, g)
+    kw = dict(causal=True, window_size=(6, 0), softcap=20.0)
+
+    def grads(mutate):
+        cu = offsets(lq)
+        qs, ks, vs = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        out = dash_attn.flash_attn_varlen_func(qs, ks, vs, cu, cu, max(lq), max(lq), **kw)
+        if mutate:
+            cu.copy_(offsets([13, 4, 9]))  # another packing of the same 26 tokens
+        calls = []
+        spied = {name: getattr(_varlen, name) for name in ("_offsets", "_check_packed")}
+        for name, fn in spied.items():
+            setattr(_varlen, name, lambda *a, _n=name, _f=fn: calls.append(_n) or _f(*a))
+        try:
+            out.backward(dout)
+        finally:
+            for name, fn in spied.items():
+                setattr(_varlen, name, fn)
+        return calls, out.detach(), qs.grad, ks.grad, vs.grad
+
+    calls, *plain = grads(False)
+    assert calls == [], calls
+    calls, *mutated = grads(True)
+    assert calls == [], calls
+    assert all(torch.equal(a, b) for a, b in zip(plain, mutated)), f"seed {SEED}"
+    # and they are the explicit backward's, given the forward's offsets
+    cu = offsets(lq)
+    out, lse = dash_attn.varlen_forward(q.detach(), k.detach(), v.detach(), cu, cu, max(lq),
+                                        max(lq), **kw)
+    want = dash_attn.varlen_backward(dout, q.detach(), k.detach(), v.detach(), out, lse, cu, cu,
+                                     max(lq), max(lq), **kw)
+    assert all(torch.equal(a, b) for a, b in zip(plain[1:], want)), f"seed {SEED}"
+
+
 # ---- float64: gradcheck over windows, softcap and packed batches ----------------------------
 
 @pytest.mark.parametrize("causal,window,softcap", [(True, (2, 0), 0.0), (False, (1, 2), 0.0),
