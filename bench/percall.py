@@ -169,6 +169,7 @@ def main():
     rows = []
     parts = []
     fwd_starts, bwd_starts = [], []  # the breakdown's calls, for dashd's launch lines
+    lines = []  # dashd's log as the breakdown left it
     try:
         for name, fn in [("dash_attn forward", dash_fwd),
                          ("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
@@ -182,6 +183,10 @@ def main():
             except Exception as e:  # a backend missing on this build: say so, go on
                 rows.append(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | | |")
         parts = breakdown()
+        # dashd's lines up to here are the breakdown's (and the loops' before it); the
+        # profile's calls below must not be read as the breakdown's
+        with open(os.path.join(work, "dashd.log")) as f:
+            lines = f.readlines()
         if a.profile:
             import cProfile
             import pstats
@@ -201,8 +206,7 @@ def main():
     import re
     pat = re.compile(r"forward queued on the device; us from receipt: validated (\d+), "
                      r"worker started (\d+), on the device (\d+), replying (\d+)")
-    got = [tuple(map(int, m.groups())) for m in
-           (pat.search(line) for line in open(os.path.join(work, "dashd.log"))) if m]
+    got = [tuple(map(int, m.groups())) for m in (pat.search(line) for line in lines) if m]
     got = got[-a.iters:]
     if got:
         names = ["validated and queued for the worker", "the worker started it",
@@ -212,8 +216,6 @@ def main():
             parts.append(f"| daemon, from receipt until {nm} | "
                          f"{statistics.median(x[i] for x in got):.0f} |")
     # signal-ordered ops (the mode on sm_90) have no early reply: dashd logs their launch
-    with open(os.path.join(work, "dashd.log")) as f:
-        lines = f.readlines()
     for kind, starts in (("forward", fwd_starts), ("backward", bwd_starts)):
         hops = dashd_proc.launch_hops(lines, kind, starts)
         if isinstance(hops, str):

@@ -69,11 +69,11 @@ class LaunchHops(unittest.TestCase):
         self.assertIsInstance(hops, list, hops)
         got = dict(hops)
         self.assertEqual(len(got), 10)
-        entry = [v for k, v in got.items() if k.startswith("the call's entry to dashd")][0]
+        entry = [v for k, v in got.items() if k.startswith("the call's entry to dashd's job")][0]
         self.assertEqual(entry, 40)                                # 30, 50, 40 us
-        self.assertEqual(got["receipt to validated and queued for the worker"], 5)
-        self.assertEqual(got["receipt to the worker starting it"], 10)
-        self.assertEqual(got["receipt to its kernels launched"], 24)
+        self.assertEqual(got["the job to queued for the worker (its buffers looked up)"], 5)
+        self.assertEqual(got["the job to the worker starting it"], 10)
+        self.assertEqual(got["the job to its kernels launched"], 24)
         self.assertEqual(got["the call's entry to its kernels launched"], 64)  # 48, 80, 64
         self.assertEqual([v for k, v in hops[5:]], [2, 20, 4, 3, 5])
         self.assertEqual(hops[5][0], "of its launch, ready wait")

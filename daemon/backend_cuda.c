@@ -825,9 +825,11 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
      * the digests' scratch synchronizes it; so does a failure): a client that dies before
      * its stream writes the ready word would hold the worker, and every client, for ever. */
     p->queued_ns = mono_ns();
-    /* where a signal-ordered op's launch goes (debug): after the wait, the kernels, the
-     * digests and event, the done signal, the tracking */
+    /* where a signal-ordered op's launch goes (debug only): after the wait, the kernels,
+     * the digests and event, the done signal, the tracking */
+    const int trace = op->signal_ready && log_enabled(LOG_DEBUG);
     uint64_t mark[6] = {p->queued_ns, 0, 0, 0, 0, 0};
+#define MARK(i) (void)(trace && (mark[i] = mono_ns()))
     if (op->signal_ready)
         set_queuing(c, p);
     int32_t n_in = 0;
@@ -843,7 +845,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = DASH_EIO;
         goto fail;
     }
-    mark[1] = mono_ns();
+    MARK(1);
     if (op->wait_event && cudaStreamWaitEvent(st, (cudaEvent_t)op->wait_event, 0) != cudaSuccess) {
         snprintf(msg, msglen, "cannot wait for the client's event: %s",
                  cudaGetErrorString(cudaGetLastError()));
@@ -863,7 +865,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = map_kernel_error(rc, op->prob, msg, msglen);
         goto fail;
     }
-    mark[2] = mono_ns();
+    MARK(2);
     /* Before the record: once the client's stream passes the record it may overwrite the
      * outputs (an optimizer step, the next layer), so they must be read by then. */
     struct digest_view outs[9];
@@ -880,18 +882,18 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         rc = DASH_EIO;
         goto fail;
     }
-    mark[3] = mono_ns();
+    MARK(3);
     if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) != 0) {
         snprintf(msg, msglen, "cannot write the client's done signal");
         rc = DASH_EIO;
         goto fail;
     }
-    mark[4] = mono_ns();
+    MARK(4);
     p->dst = op->n_digests ? op->digests : NULL;
     p->n_digests = op->n_digests;
     if (op->done && track(c, p, op->done, op->done_ctx) == 0) {
-        mark[5] = mono_ns();
-        if (op->signal_ready && log_enabled(LOG_DEBUG)) /* p may be done already: marks only */
+        MARK(5);
+        if (trace) /* p may be done already: marks only */
             log_debug("signal-ordered %s launch, us: ready wait %llu, kernels %llu, digests and "
                       "event %llu, done signal %llu, tracking %llu", backward ? "backward" : "forward",
                       (unsigned long long)(mark[1] - mark[0]) / 1000,
@@ -926,6 +928,8 @@ fail:
         (void)cudaStreamSynchronize(st);
     return rc;
 }
+
+#undef MARK
 
 static int cuda_signal_release(void *impl, uint64_t *done, uint64_t seq)
 {

@@ -427,15 +427,19 @@ int dispatch__run_job(void *ctx, struct queue_item *it)
     const unsigned long long id = j->request_id, sid = j->session_id;
     const uint64_t received = j->received_ns, pushed = j->pushed_ns;
     const int backward = j->plan.backward;
+    /* read now too: once queued, a signal-ordered op (no early reply) may complete and be
+     * freed by the loop before job_run returns */
+    const int early = j->reply_when_queued;
     const uint64_t started = uv_hrtime();
     if (job_run(d->runner, j, job_gpu_done, j) != BACKEND_QUEUED)
         return QUEUE_DONE;
-    /* From here on j may complete at any moment: touch it no more, except to announce. */
-    if (j->reply_when_queued) {
+    /* From here on j may complete at any moment: touch it no more, except to announce (an
+     * op with an early reply is not finished before queue_early: queue_expect_early). */
+    if (early) {
         j->launched_ns = uv_hrtime(); /* the completion reads no field written here */
         queue_early(j->queue, it);
     }
-    if (trace) {
+    if (trace) { /* "received": when the job was made, after the request was validated */
         const uint64_t launched = uv_hrtime();
         log_debug("request %llu of session %llu: %s launched (signal-ordered), received at "
                   "%llu ns (monotonic); us from receipt: validated %llu, worker started %llu, "

@@ -124,8 +124,9 @@ def main():
                          "the first steps include the compilation)")
     ap.add_argument("--autograd-threads", choices=["on", "off"], default="on",
                     help="off: backward runs on the calling thread, not on autograd's device "
-                         "thread (torch.autograd.set_multithreading_enabled(False)): less host "
-                         "time a step where the step is host-bound, whatever the attention")
+                         "thread (torch.autograd.set_multithreading_enabled(False)); "
+                         "bench/bwd_parts.py found each backward faster there, a whole step's "
+                         "effect is not measured yet")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)

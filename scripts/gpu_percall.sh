@@ -27,6 +27,10 @@ dashctl=$(dirname "$dashd")/dashctl
 export DASH_LIBRARY=${DASH_LIBRARY:-$root/.gpu/lib/libdash.so}
 export PYTHONPATH=$root/client/python PYTHONUNBUFFERED=1
 status=0
+for m in ${MODELS:-small large}; do # checked before anything starts
+  case $m in small | large | tiny) ;; *) echo "gpu_percall.sh: MODELS: unknown model $m" >&2; exit 2 ;; esac
+done
+[ "${REPS:-1}" -ge 1 ] 2>/dev/null || { echo "gpu_percall.sh: REPS must be >= 1" >&2; exit 2; }
 
 pass() { # name
   local name=$1 work
@@ -43,7 +47,6 @@ pass() { # name
       small) models+=("--layers 12 --dim 768 --heads 12 --seqlen 1024 --batch 8") ;;
       large) models+=("--layers 8 --dim 2048 --heads 16 --seqlen 4096 --batch 2") ;;
       tiny) models+=("--layers 2 --dim 64 --heads 2 --seqlen 64 --batch 2") ;; # a smoke run
-      *) echo "gpu_percall.sh: MODELS: unknown model $m" >&2; return 1 ;;
     esac
   done
   # REPS rounds; in each, every attention once in turn, so a slow minute of the host falls
@@ -61,7 +64,7 @@ pass() { # name
         python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
           --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
         python3 -c "import json; print('%s\t%s\t%.3f' % ('$model', '$a', json.load(open('$work/$a.json'))['median_step_ms']))" \
-          >> "$work/runs.txt" 2>/dev/null || { echo "$model / $a failed:"; tail -5 "$work/$a.log"; }
+          >> "$work/runs.txt" 2>/dev/null || { echo "$model / $a failed:"; tail -5 "$work/$a.log"; } >&2
         rm -f "$work/$a.json"
       done
     done
@@ -76,6 +79,7 @@ for (model, attn), ms in runs.items():  # in the order first run
     spread = f"{min(ms):.2f}-{max(ms):.2f}" if len(ms) > 1 else ""
     print(f"| {name} | {model} | {attn} | {statistics.median(ms):.2f} | {spread} | {len(ms)} |")
 PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   "$dashctl" stats --endpoint "ipc://$work/d.sock" > "$out/stats-$name.txt" 2>&1
   kill -TERM $dpid; wait $dpid
   cp "$work/dashd.log" "$out/dashd-steps-$name.log"

@@ -31,9 +31,10 @@ def findings(paths):
     """pyflakes' reports on `paths`, less those on lines marked # noqa."""
     run = subprocess.run([sys.executable, "-m", "pyflakes", *paths],
                          capture_output=True, text=True)
-    if run.returncode not in (0, 1) or (run.returncode == 1 and not run.stdout):
+    if run.returncode not in (0, 1) or (run.returncode == 1 and not run.stdout + run.stderr):
         raise RuntimeError(f"pyflakes did not run: {run.stderr.strip()[:300]}")
-    out = []
+    # a file that does not parse is reported on stderr: a finding like the others
+    out = [line for line in run.stderr.splitlines() if line.strip()]
     for line in run.stdout.splitlines():
         m = REPORT.match(line)
         if not m:
@@ -64,6 +65,9 @@ class Pyflakes(unittest.TestCase):
             got = findings([bad])
             self.assertTrue(any("undefined name 'log'" in x for x in got), got)
             self.assertTrue(any("'os' imported but unused" in x for x in got), got)
+            with open(bad, "w") as f:
+                f.write("def main(:\n")
+            self.assertTrue(findings([bad]), "a file that does not parse")
 
 
 if __name__ == "__main__":
