@@ -507,11 +507,13 @@ static int track(struct cuda *c, struct pending *p, backend_done_fn done, void *
     return 0;
 }
 
-/* Grow the digest scratch for views v[0..n) (n > 0) if needed. 0, or DASH_ENOMEM /
- * DASH_EINVAL / DASH_EIO with a reason. */
-static int reserve_digests(struct cuda *c, const struct digest_view *v, int32_t n, char *msg,
-                           size_t msglen)
+/* Queue the digests of views v[0..n) into out[0..n) (pinned) on the stream, growing the
+ * scratch when needed. 0, or DASH_ENOMEM / DASH_EINVAL / DASH_EIO with a reason. */
+static int queue_digests(struct cuda *c, const struct digest_view *v, int32_t n, uint64_t *out,
+                         char *msg, size_t msglen)
 {
+    if (n == 0)
+        return 0;
     cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
     size_t need = digest_cuda_scratch_bytes(v, n);
     if (!need) {
@@ -534,20 +536,7 @@ static int reserve_digests(struct cuda *c, const struct digest_view *v, int32_t 
         }
         c->dig_cap = need;
     }
-    return 0;
-}
-
-/* Queue the digests of views v[0..n) into out[0..n) (pinned) on the stream, growing the
- * scratch when needed. 0, or DASH_ENOMEM / DASH_EINVAL / DASH_EIO with a reason. */
-static int queue_digests(struct cuda *c, const struct digest_view *v, int32_t n, uint64_t *out,
-                         char *msg, size_t msglen)
-{
-    if (n == 0)
-        return 0;
-    int rc = reserve_digests(c, v, n, msg, msglen);
-    if (rc)
-        return rc;
-    if (digest_cuda(v, n, c->dig_scratch, c->dig_cap, out, (cudaStream_t)cuattn_stream(c->ca)) != 0) {
+    if (digest_cuda(v, n, c->dig_scratch, c->dig_cap, out, st) != 0) {
         snprintf(msg, msglen, "audit: the digest kernels did not launch");
         return DASH_EIO;
     }
@@ -877,24 +866,15 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         goto fail;
     }
     MARK(2);
-    /* The outputs' digests. Read from the outputs, they go before the record and the done
-     * signal: once the client's stream passes those it may overwrite the outputs (an
-     * optimizer step, the next layer). Folded from the leaves the backward's kernels hashed
-     * (all of them), they read dashd's own memory only, so they go after, off the client's
-     * way: the client's stream goes on as soon as the kernels are done, and the next op's
-     * kernels, which write the leaves again, follow the folds on this stream. */
-    const int32_t n_out = op->n_digests - n_in;
+    /* Before the record: once the client's stream passes the record it may overwrite the
+     * outputs (an optimizer step, the next layer), so they must be read by then. */
     struct digest_view outs[9];
-    int after = backward && n_out > 0;
     for (int32_t i = n_in; i < op->n_digests; i++) {
         outs[i - n_in] = op->digest_views[i];
         if (backward)
             outs[i - n_in].leaves = fused_leaves(c, op, &op->digest_views[i]);
-        if (!outs[i - n_in].leaves)
-            after = 0;
     }
-    if ((rc = after ? reserve_digests(c, outs, n_out, msg, msglen)
-                    : queue_digests(c, outs, n_out, p->pinned + n_in, msg, msglen)) != 0)
+    if ((rc = queue_digests(c, outs, op->n_digests - n_in, p->pinned + n_in, msg, msglen)) != 0)
         goto fail;
     if (op->record_event && cudaEventRecord((cudaEvent_t)op->record_event, st) != cudaSuccess) {
         snprintf(msg, msglen, "cannot record the client's event: %s",
@@ -909,18 +889,6 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         goto fail;
     }
     MARK(4);
-    if (after && digest_cuda(outs, n_out, c->dig_scratch, c->dig_cap, p->pinned + n_in, st) != 0) {
-        /* The client's stream may be past the done signal already: no fail word now (its
-         * release would poison outputs in use). As any failure of the device after an op
-         * was queued: the op fails, the device is unusable from here on. */
-        (void)cudaGetLastError();
-        (void)cudaStreamSynchronize(st);
-        set_queuing(c, NULL);
-        pending_put(c, p);
-        snprintf(msg, msglen, "audit: the digest kernels did not launch after the op (the "
-                 "device failed); dashd may need a restart");
-        return DASH_EIO;
-    }
     p->dst = op->n_digests ? op->digests : NULL;
     p->n_digests = op->n_digests;
     if (op->done && track(c, p, op->done, op->done_ctx) == 0) {
