@@ -51,15 +51,16 @@ def stop(proc):
 LAUNCH_PARTS = re.compile(r"signal-ordered (forward|backward) launch, us: "
                           r"((?:[a-z ]+ \d+(?:, )?)+)$")
 # dispatch_op.c's line for it, once its kernels are launched
-LAUNCHED = re.compile(r"(forward|backward) launched \(signal-ordered\), received at (\d+) ns "
-                      r"\(monotonic\); us from receipt: validated (\d+), worker started "
-                      r"(\d+), on the device (\d+)")
+LAUNCHED = re.compile(r"(forward|backward) launched \(signal-ordered\), arrived at (\d+) ns "
+                      r"\(monotonic\); us from then: job made (\d+), queued (\d+), worker "
+                      r"started (\d+), on the device (\d+)")
 
 
 def launches(log_lines, kind):
     """The signal-ordered `kind` ("forward" or "backward") launches of a dashd debug log:
-    (received ns, validated us, worker started us, launched us, parts), parts a list of
-    (name, us) from the backend's line just before (empty if there was none)."""
+    (arrived ns, job made us, queued us, worker started us, launched us, parts), the us from
+    the request's arrival, parts a list of (name, us) from the backend's line just before
+    (empty if there was none)."""
     out, parts = [], []
     for line in log_lines:
         line = line.rstrip("\n")
@@ -98,18 +99,19 @@ def launch_hops(log_lines, kind, starts_ns):
         j += 1
     med = statistics.median
     transit = [(g[0] - s0) / 1000 for s0, g in zip(starts_ns, matched)]
-    # dashd's "received" is when it makes the job: after decoding and validating the
-    # request; its "on the device" is taken after the backend's own debug line (~1-2 us)
-    rows = [("the call's entry to dashd's job (the client, ZeroMQ, dashd's loop, decoding "
-             "and validating the request)", med(transit)),
-            ("the job to queued for the worker (its buffers looked up)",
+    # "arrived": dashd's loop has read and parsed the request's frame off the connection;
+    # its launch stamp is taken after the backend's own debug line (~1-2 us)
+    rows = [("the call's entry to its arrival in dashd (the client, ZeroMQ, the socket, "
+             "dashd's loop)", med(transit)),
+            ("arrival to its job made (decoding and validating the request)",
              med(g[1] for g in matched)),
-            ("the job to the worker starting it", med(g[2] for g in matched)),
-            ("the job to its kernels launched", med(g[3] for g in matched)),
+            ("arrival to queued for the worker", med(g[2] for g in matched)),
+            ("arrival to the worker starting it", med(g[3] for g in matched)),
+            ("arrival to its kernels launched", med(g[4] for g in matched)),
             ("the call's entry to its kernels launched",
-             med(t + g[3] for t, g in zip(transit, matched)))]
-    names = [name for name, _ in matched[0][4]]
-    if names and all([n for n, _ in g[4]] == names for g in matched):
-        rows += [(f"of its launch, {name}", med(g[4][k][1] for g in matched))
+             med(t + g[4] for t, g in zip(transit, matched)))]
+    names = [name for name, _ in matched[0][5]]
+    if names and all([n for n, _ in g[5]] == names for g in matched):
+        rows += [(f"of its launch, {name}", med(g[5][k][1] for g in matched))
                  for k, name in enumerate(names)]
     return rows

@@ -38,9 +38,11 @@ def filled(fmt, *values):
     return "2026-12-06T06:00:00.000Z debug " + re.sub(r"%(llu|s)", lambda _: str(next(it)), fmt) + "\n"
 
 
-def daemon_line(kind, received, validated, started, launched, rid=7):
+def daemon_line(kind, arrived, queued, started, launched, made=2, rid=7):
+    """dispatch_op.c's line: arrived (ns), then us from then: the job made, queued, the
+    worker started, launched."""
     return filled(c_format("dispatch_op.c", "request %llu of session %llu: %s launched"),
-                  rid, 3, kind, received, validated, started, launched)
+                  rid, 3, kind, arrived, made, queued, started, launched)
 
 
 def parts_line(kind, *us):
@@ -68,15 +70,16 @@ class LaunchHops(unittest.TestCase):
         hops = dashd_proc.launch_hops(lines, "forward", [2_000_000, 3_000_000, 5_000_000])
         self.assertIsInstance(hops, list, hops)
         got = dict(hops)
-        self.assertEqual(len(got), 10)
-        entry = [v for k, v in got.items() if k.startswith("the call's entry to dashd's job")][0]
+        self.assertEqual(len(got), 11)
+        entry = [v for k, v in got.items() if k.startswith("the call's entry to its arrival")][0]
         self.assertEqual(entry, 40)                                # 30, 50, 40 us
-        self.assertEqual(got["the job to queued for the worker (its buffers looked up)"], 5)
-        self.assertEqual(got["the job to the worker starting it"], 10)
-        self.assertEqual(got["the job to its kernels launched"], 24)
+        self.assertEqual(got["arrival to its job made (decoding and validating the request)"], 2)
+        self.assertEqual(got["arrival to queued for the worker"], 5)
+        self.assertEqual(got["arrival to the worker starting it"], 10)
+        self.assertEqual(got["arrival to its kernels launched"], 24)
         self.assertEqual(got["the call's entry to its kernels launched"], 64)  # 48, 80, 64
-        self.assertEqual([v for k, v in hops[5:]], [2, 20, 4, 3, 5])
-        self.assertEqual(hops[5][0], "of its launch, ready wait")
+        self.assertEqual([v for k, v in hops[6:]], [2, 20, 4, 3, 5])
+        self.assertEqual(hops[6][0], "of its launch, ready wait")
         b = dashd_proc.launch_hops(lines, "backward", [2_000_000])
         self.assertEqual(dict(b)["of its launch, kernels"], 7)
 
@@ -90,7 +93,7 @@ class LaunchHops(unittest.TestCase):
                       dashd_proc.launch_hops(lines, "backward", [1_000_000, 4_000_000]))
         self.assertIn("no calls", dashd_proc.launch_hops(lines, "backward", []))
         # without the backend's lines there are no parts rows, the hops still
-        self.assertEqual(len(dashd_proc.launch_hops(lines, "backward", [4_000_000])), 5)
+        self.assertEqual(len(dashd_proc.launch_hops(lines, "backward", [4_000_000])), 6)
 
 
 @unittest.skipUnless(os.access(DASHD, os.X_OK), f"no dashd at {DASHD} (make first)")

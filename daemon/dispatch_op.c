@@ -330,6 +330,7 @@ void dispatch__on_op(struct dispatch *d, const struct server_msg *m, const Dash_
     j->request_id = req->id;
     j->session_id = s->id;
     j->received_ns = uv_hrtime();
+    j->arrived_ns = m->arrived_ns;
     j->peer_pid = s->peer_pid;
     j->queue = d->queue;
     if (d->cfg.audit) {
@@ -425,7 +426,7 @@ int dispatch__run_job(void *ctx, struct queue_item *it)
      * copied now, as j may complete (and be freed) as soon as it is on the device. */
     const int trace = j->signal_done && log_enabled(LOG_DEBUG);
     const unsigned long long id = j->request_id, sid = j->session_id;
-    const uint64_t received = j->received_ns, pushed = j->pushed_ns;
+    const uint64_t arrived = j->arrived_ns, received = j->received_ns, pushed = j->pushed_ns;
     const int backward = j->plan.backward;
     /* read now too: once queued, a signal-ordered op (no early reply) may complete and be
      * freed by the loop before job_run returns */
@@ -439,14 +440,15 @@ int dispatch__run_job(void *ctx, struct queue_item *it)
         j->launched_ns = uv_hrtime(); /* the completion reads no field written here */
         queue_early(j->queue, it);
     }
-    if (trace) { /* "received": when the job was made, after the request was validated */
+    if (trace) {
         const uint64_t launched = uv_hrtime();
-        log_debug("request %llu of session %llu: %s launched (signal-ordered), received at "
-                  "%llu ns (monotonic); us from receipt: validated %llu, worker started %llu, "
-                  "on the device %llu", id, sid, backward ? "backward" : "forward",
-                  (unsigned long long)received, (unsigned long long)(pushed - received) / 1000,
-                  (unsigned long long)(started - received) / 1000,
-                  (unsigned long long)(launched - received) / 1000);
+        log_debug("request %llu of session %llu: %s launched (signal-ordered), arrived at %llu "
+                  "ns (monotonic); us from then: job made %llu, queued %llu, worker started "
+                  "%llu, on the device %llu", id, sid, backward ? "backward" : "forward",
+                  (unsigned long long)arrived, (unsigned long long)(received - arrived) / 1000,
+                  (unsigned long long)(pushed - arrived) / 1000,
+                  (unsigned long long)(started - arrived) / 1000,
+                  (unsigned long long)(launched - arrived) / 1000);
     }
     return QUEUE_LATER;
 }

@@ -76,6 +76,7 @@ struct job {
     /* For the debug log of an early reply: validated (pushed on the queue), and queued on
      * the device by the worker. */
     uint64_t pushed_ns, launched_ns;
+    uint64_t arrived_ns; /* the request's message parsed off the connection (server_msg) */
     /* Audit: who asked, and what they said about it (copied: the session may be gone by
      * the time the record is written). */
     uint64_t wall_unix_ns;

@@ -426,6 +426,7 @@ static void process(struct conn *c)
 {
     struct server *s = c->s;
     size_t pos = 0, need = 0;
+    const uint64_t arrived = uv_hrtime();
     while (c->state != C_CLOSING && !c->paused) {
         const unsigned char *p = c->in + pos;
         size_t avail = c->in_len - pos;
@@ -480,7 +481,7 @@ static void process(struct conn *c)
         }
         struct server_msg m = {.rid = c->rid, .rid_len = SERVER_RID_LEN, .data = body,
                                .len = (size_t)size, .multipart = !!(flags & FLAG_MORE),
-                               .peer_uid = c->uid, .peer_pid = c->pid};
+                               .peer_uid = c->uid, .peer_pid = c->pid, .arrived_ns = arrived};
         s->on_msg(s->ctx, &m);
         if (m.multipart) {
             /* One frame per message: what follows would be buffered for nothing. */

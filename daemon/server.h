@@ -57,6 +57,7 @@ struct server_msg {
     int multipart;    /* the frame had MORE set: the connection closes after the reply */
     int64_t peer_uid; /* from the ipc peer's credentials; -1 when unknown */
     int64_t peer_pid;
+    uint64_t arrived_ns; /* uv_hrtime() when the read that completed it was parsed */
 };
 
 /* Called on the loop thread for every message; may call server_send(). */
