@@ -7,8 +7,10 @@ GPU, from dashd's debug log (launches: the lines themselves)."""
 import atexit
 import os
 import re
+import signal
 import statistics
 import subprocess
+import sys
 import time
 
 
@@ -32,6 +34,10 @@ def start_dashd(path, work, *args):
         raise RuntimeError(f"dashd did not start: {last[:200]}")
     os.environ["DASHD_ENDPOINT"] = endpoint
     atexit.register(stop, proc)
+    # `timeout` (the device calls' scripts) ends a bench with SIGTERM, which skips atexit
+    # unless it is turned into an exit: then the dashd goes too
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return proc
 
 

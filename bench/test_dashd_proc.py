@@ -117,6 +117,39 @@ class StartDashd(unittest.TestCase):
             log = open(os.path.join(work, "dashd.log")).read()
             self.assertIn("stopped", log)
 
+    def test_a_script_ended_by_sigterm_leaves_no_dashd_behind(self):
+        # as `timeout` ends a bench on the device machine
+        import signal
+        import time
+        with tempfile.TemporaryDirectory() as work:
+            script = textwrap.dedent(f"""
+                import sys, time
+                sys.path.insert(0, {HERE!r})
+                import dashd_proc
+                p = dashd_proc.start_dashd({DASHD!r}, {work!r})
+                print(p.pid, flush=True)
+                time.sleep(60)
+            """)
+            proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                    text=True)
+            pid = int(proc.stdout.readline())
+            try:
+                proc.send_signal(signal.SIGTERM)
+                self.assertEqual(proc.wait(timeout=60), 128 + signal.SIGTERM)
+                for _ in range(100):  # stopped and reaped by the script's exit
+                    try:
+                        os.kill(pid, 0)
+                    except ProcessLookupError:
+                        break
+                    time.sleep(0.05)
+                else:
+                    self.fail("the dashd outlived its script")
+            finally:
+                try:
+                    os.kill(pid, signal.SIGKILL)  # not left behind by a failing check
+                except ProcessLookupError:
+                    pass
+
     def test_a_dashd_that_cannot_start_is_an_error_naming_its_last_line(self):
         with tempfile.TemporaryDirectory() as work:
             with self.assertRaises(RuntimeError) as e:
