@@ -186,6 +186,6 @@ with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.cuda.synchronize()
 print("\ntorch.profiler, 20 pairs (each half after a synchronise), host time:\n")
 print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=70))
-d.terminate(); d.wait()
+dashd_proc.stop(d)
 print(f"\n{torch.cuda.get_device_name()}; torch {torch.__version__}; shape {shape} causal bf16; "
       f"MPS env: {'yes' if os.environ.get('CUDA_MPS_PIPE_DIRECTORY') else 'no'}")

@@ -131,8 +131,7 @@ print("| layer (median us) | " + " | ".join(n for n, _ in cols) + " |")
 print("| --- |" + " ---: |" * len(cols))
 for k in ["the whole call"] + KEYS:
     print(f"| {k} | " + " | ".join(f"{r[k]:.0f}" for _, r in cols) + " |")
-d.terminate()
-d.wait()
+dashd_proc.stop(d)
 print(f"\n{torch.cuda.get_device_name() if dev == 'cuda' else 'cpu (dry run)'}; torch "
       f"{torch.__version__}; shape {shape} causal; MPS env: "
       f"{'yes' if os.environ.get('CUDA_MPS_PIPE_DIRECTORY') else 'no'}")

@@ -200,8 +200,7 @@ def main():
                 print(f"cProfile, 100 {name}:")
                 pstats.Stats(pr).sort_stats("tottime").print_stats(30)
     finally:
-        d.terminate()
-        d.wait(timeout=30)
+        dashd_proc.stop(d)
     # the daemon's side of the breakdown's forwards: the last iters "forward queued" lines
     import re
     pat = re.compile(r"forward queued on the device; us from receipt: validated (\d+), "

@@ -96,18 +96,24 @@ class LaunchHops(unittest.TestCase):
         self.assertEqual(len(dashd_proc.launch_hops(lines, "backward", [4_000_000])), 6)
 
 
+def holder(work, then):
+    """A script that starts a dashd in `work` with start_dashd, prints its pid, then runs
+    the statement `then`."""
+    return textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {HERE!r})
+        import dashd_proc
+        p = dashd_proc.start_dashd({DASHD!r}, {work!r})
+        print(p.pid, flush=True)
+        {then}
+    """)
+
+
 @unittest.skipUnless(os.access(DASHD, os.X_OK), f"no dashd at {DASHD} (make first)")
 class StartDashd(unittest.TestCase):
     def test_a_script_that_fails_half_way_leaves_no_dashd_behind(self):
         with tempfile.TemporaryDirectory() as work:
-            script = textwrap.dedent(f"""
-                import sys
-                sys.path.insert(0, {HERE!r})
-                import dashd_proc
-                p = dashd_proc.start_dashd({DASHD!r}, {work!r})
-                print(p.pid, flush=True)
-                raise SystemExit("failed half-way")
-            """)
+            script = holder(work, 'raise SystemExit("failed half-way")')
             run = subprocess.run([sys.executable, "-c", script], capture_output=True,
                                  text=True, timeout=60)
             self.assertEqual(run.returncode, 1, run.stderr)
@@ -122,14 +128,7 @@ class StartDashd(unittest.TestCase):
         import signal
         import time
         with tempfile.TemporaryDirectory() as work:
-            script = textwrap.dedent(f"""
-                import sys, time
-                sys.path.insert(0, {HERE!r})
-                import dashd_proc
-                p = dashd_proc.start_dashd({DASHD!r}, {work!r})
-                print(p.pid, flush=True)
-                time.sleep(60)
-            """)
+            script = holder(work, "time.sleep(60)")
             proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                                     text=True)
             pid = int(proc.stdout.readline())

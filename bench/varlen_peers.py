@@ -770,8 +770,7 @@ def run(args, cases, doc):
             torch.cuda.empty_cache()
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+            dashd_proc.stop(proc)
     got["rows"] = rows
     return got
 

@@ -455,22 +455,27 @@ def test_flags_and_numbers_given_as_strings_are_refused_not_read(client):
     q, k, v = (torch.from_numpy(r.standard_normal((1, 8, 2, 32))) for _ in range(3))
     cu = torch.tensor([0, 8], dtype=torch.int32)
     from dash_attn import flash_attn_interface as fa2
+
+    def dense(**kw):
+        return dash_attn.flash_attn_func(q, k, v, **kw)
+
+    def fa2_dense(**kw):
+        return fa2.flash_attn_func(q, k, v, **kw)
+
+    def packed(**kw):
+        return dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, **kw)
+
+    def arrays(**kw):
+        return dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), **kw)
+
     for bad in ("yes", "false", None, 2, 0.5, torch.tensor(2), np.array([1, 0])):
-        with pytest.raises(TypeError, match="causal must be a bool"):
-            dash_attn.flash_attn_func(q, k, v, causal=bad)
-        with pytest.raises(TypeError, match="causal must be a bool"):
-            fa2.flash_attn_func(q, k, v, causal=bad)
-        with pytest.raises(TypeError, match="causal must be a bool"):
-            dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, causal=bad)
-        with pytest.raises(TypeError, match="causal must be a bool"):
-            dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), causal=bad)
+        for call in (dense, fa2_dense, packed, arrays):
+            with pytest.raises(TypeError, match="causal must be a bool"):
+                call(causal=bad)
     for bad in ("0.1", b"0.1"):
-        with pytest.raises(TypeError, match="softmax_scale must be a number"):
-            dash_attn.flash_attn_func(q, k, v, softmax_scale=bad)
-        with pytest.raises(TypeError, match="softmax_scale must be a number"):
-            dash_attn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, softmax_scale=bad)
-        with pytest.raises(TypeError, match="softmax_scale must be a number"):
-            dash_attn.forward(q.numpy(), k.numpy(), v.numpy(), softmax_scale=bad)
+        for call in (dense, packed, arrays):
+            with pytest.raises(TypeError, match="softmax_scale must be a number"):
+                call(softmax_scale=bad)
     # what is a bool is served as one: numpy's, 0 / 1, and one-element tensors and arrays of
     # those (flash-attn's compiled ops take them)
     want = dash_attn.flash_attn_func(q, k, v, causal=True)
