@@ -431,7 +431,7 @@ int dispatch__run_job(void *ctx, struct queue_item *it)
     /* read now too: once queued, a signal-ordered op (no early reply) may complete and be
      * freed by the loop before job_run returns */
     const int early = j->reply_when_queued;
-    const uint64_t started = uv_hrtime();
+    const uint64_t started = trace ? uv_hrtime() : 0;
     if (job_run(d->runner, j, job_gpu_done, j) != BACKEND_QUEUED)
         return QUEUE_DONE;
     /* From here on j may complete at any moment: touch it no more, except to announce (an

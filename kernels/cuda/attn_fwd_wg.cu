@@ -247,10 +247,10 @@ size_t cuattn__fwd_wg_smem_bytes(int32_t head_dim)
 int cuattn__fwd_wg_consumers(const struct attn_fwd_params *p, int32_t head_dim, int32_t nc)
 {
     if (head_dim != 64)
-        return 2;
+        return FWD_WG_NC_OF(head_dim);
     if (nc == 2 || nc == 3)
         return nc; /* a test's */
-    return p->geo.mask == SCHED_MASK_CAUSAL && p->seqlen_q <= FWD_WG_NC2_CAUSAL_MAX ? 2 : 3;
+    return p->geo.mask == SCHED_MASK_CAUSAL && p->seqlen_q <= FWD_WG_NC2_CAUSAL_MAX ? 2 : FWD_WG_NC64;
 }
 
 cudaError_t cuattn__fwd_wg_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim,
