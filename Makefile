@@ -3,6 +3,7 @@
 #   make            libraries, dashctl, tests, examples (CUDA parts when nvcc is found)
 #   make test       CPU test suites (CUnit), then the Python binding's (pytest, in .venv)
 #   make venv       .venv: PyTorch 2, numpy, pytest from PyPI (make test makes it too)
+#   make torch-op   the Python binding's native op against the venv's torch (or TORCH_DIR)
 #   make test-gpu   GPU test suites; they skip, saying so, where no GPU is usable
 #   make spills     every CUDA kernel's registers and spill bytes (make test checks them)
 #   make bench      CPU engine and daemon benchmarks, recorded under bench/results/
@@ -212,7 +213,7 @@ ALL := $(FUZZ_SEEDS) $(FUZZ) $(LIBKERNELS) $(LIBPROTO) $(LIBDASH_A) $(LIBDASH_SO
 	$(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DEMO) $(DEMO_CLIENT) \
 	$(UNIT_SECCOMP) $(GPU_TESTS) $(BENCH_GPU) $(MANPAGES)
 
-.PHONY: all deps venv test test-gpu test-install bench demo install clean help fuzz asan tsan spills
+.PHONY: all deps venv torch-op test test-gpu test-install bench demo install clean help fuzz asan tsan spills
 all: deps $(ALL)
 
 help:
@@ -432,6 +433,26 @@ $(VENV_STAMP): $(PY_REQS) | deps
 
 venv: $(VENV_STAMP)
 
+# The Python binding's native op (client/torch/dash_torch.h): one C++ autograd node per
+# eager call on CUDA tensors. Built against a torch package directory - TORCH_DIR, else the
+# torch of $(PYTHON) - into $(BUILD)/libdash_torch_<its version>.so, which the binding
+# loads beside libdash when its torch is that version (the ABI is the version's). Needs
+# a torch with CUDA (libc10_cuda) and the CUDA headers; skipped, saying why, without them.
+# (PyPI's wheels use the C++11 ABI since torch 2.7; torch 2.15's headers need C++20.)
+TORCH_OP_SRC := client/torch/dash_torch.cpp
+torch-op: $(LIBDASH_SO) $(PY_ENV)
+	$(Q)dir="$(TORCH_DIR)"; [ -n "$$dir" ] || dir=$$($(PYTHON) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null); \
+	if [ -z "$$dir" ] || [ ! -e "$$dir/lib/libc10_cuda.so" ] || [ -z "$(NVCC)" ]; then \
+		echo "torch-op: skipped: $${dir:-no torch}: needs a torch with CUDA and nvcc's headers"; exit 0; fi; \
+	ver=$$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$$dir/version.py"); out=$(BUILD)/libdash_torch_$$ver.so; \
+	for f in $(TORCH_OP_SRC) client/torch/dash_torch.h client/dash.h $(LIBDASH_SO); do [ "$$out" -nt "$$f" ] || stale=1; done; \
+	[ -n "$$stale" ] || exit 0; \
+	echo "  CXX     $$out (torch $$dir)"; \
+	$(CXX) -std=c++20 -O2 -fPIC -shared -D_GLIBCXX_USE_CXX11_ABI=1 -Wall -Wextra -Werror -I. \
+		-isystem "$$dir/include" -isystem "$$dir/include/torch/csrc/api/include" -isystem $(CUDA_HOME)/include \
+		-o "$$out" $(TORCH_OP_SRC) -L"$$dir/lib" -lc10 -lc10_cuda -ltorch_cpu \
+		-L$(BUILD) -ldash -Wl,-rpath,'$$ORIGIN'
+
 # Builds everything first, so the CUDA sources are compiled (where nvcc is) even though the
 # CPU suites do not run them. The test runner finds dashctl next to itself (build/).
 # One fuzz run: seeds fresh from fuzz_seeds, the corpus kept in $(BUILD)/fuzz/corpus between
@@ -445,7 +466,7 @@ fuzz_run = mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds && \
 		grep -o '[0-9]*$$') requests decoded and validated in $(1) s: no crash, no sanitizer report"; \
 	else tail -n 40 $(BUILD)/fuzz/log; echo "fuzz: FAILED (log $(BUILD)/fuzz/log)"; exit 1; fi
 
-test: deps all $(PY_ENV)
+test: deps all $(PY_ENV) torch-op
 	$(Q)./$(TESTS)
 ifneq ($(NVCC),)
 	$(Q)$(PYTHON) scripts/ptxas_spills.py $(BUILD)/obj

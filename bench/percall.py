@@ -93,6 +93,20 @@ def main():
         o = dash_attn.flash_attn_func(q, k, v, causal=True)
         o.backward(dout)
 
+    def ctypes_path(fn):
+        """fn with the shared client's calls on the ctypes path (dash_attn/_native.py: the
+        native op serves eager CUDA calls where it is loaded)"""
+        from dash_attn import _client
+
+        def step():
+            c = _client.client_by_id(0, q)
+            was, c._native = c._native, False
+            try:
+                fn()
+            finally:
+                c._native = was
+        return step
+
     def sdpa(backend):
         def step():
             with torch.nn.attention.sdpa_kernel(backend):
@@ -171,10 +185,17 @@ def main():
     fwd_starts, bwd_starts = [], []  # the breakdown's calls, for dashd's launch lines
     lines = []  # dashd's log as the breakdown left it
     try:
-        for name, fn in [("dash_attn forward", dash_fwd),
-                         ("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
-                         ("SDPA cuDNN forward", sdpa_fwd(B.CUDNN_ATTENTION)),
-                         ("dash_attn forward + backward", dash_fwd_bwd),
+        from dash_attn import _client
+        native = _client.client_by_id(0, q)._native
+        how = " (native op)" if native else ""
+        both = [("dash_attn forward" + how, dash_fwd)]
+        if native:  # the same calls on the ctypes path, in the same run
+            both.append(("dash_attn forward (ctypes path)", ctypes_path(dash_fwd)))
+        pairs = [("dash_attn forward + backward" + how, dash_fwd_bwd)]
+        if native:
+            pairs.append(("dash_attn forward + backward (ctypes path)", ctypes_path(dash_fwd_bwd)))
+        for name, fn in both + [("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
+                                ("SDPA cuDNN forward", sdpa_fwd(B.CUDNN_ATTENTION))] + pairs + [
                          ("SDPA flash forward + backward", sdpa(B.FLASH_ATTENTION)),
                          ("SDPA cuDNN forward + backward", sdpa(B.CUDNN_ATTENTION))]:
             try:

@@ -11,7 +11,8 @@
 #                                            of the steps, default "sdpa sdpa-strict dash
 #                                            dash-compile"; NAME-compile runs NAME's model
 #                                            under torch.compile, NAME-1thread with autograd's
-#                                            multithreading off; MODELS: "small large",
+#                                            multithreading off, NAME-ctypes dash_attn's
+#                                            ctypes path (DASH_NATIVE=0); MODELS: "small large",
 #                                            or tiny (a smoke run); REPS: rounds, each
 #                                            attention once a round in turn, default 1)
 # steps.md: | sharing | model | attention | median of the rounds' median step (ms) |
@@ -56,12 +57,13 @@ pass() { # name
   for model in "${models[@]}"; do
     for r in $(seq "${REPS:-1}"); do
       for a in ${ATTNS:-sdpa sdpa-strict dash dash-compile}; do
-        local how="--attn $a"  # NAME-compile: the model under torch.compile(fullgraph=True)
+        local how="--attn $a" env=""  # NAME-compile: the model under torch.compile(fullgraph=True)
         case $a in
+          *-ctypes) how="--attn ${a%-ctypes}" env="DASH_NATIVE=0" ;; # dash_attn's ctypes path
           *-compile) how="--attn ${a%-compile} --compile" ;;
           *-1thread) how="--attn ${a%-1thread} --autograd-threads off" ;; # backward on this thread
         esac
-        python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
+        env $env python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
           --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
         python3 -c "import json; print('%s\t%s\t%.3f' % ('$model', '$a', json.load(open('$work/$a.json'))['median_step_ms']))" \
           >> "$work/runs.txt" 2>/dev/null || { echo "$model / $a failed:"; tail -5 "$work/$a.log"; } >&2

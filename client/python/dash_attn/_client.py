@@ -27,7 +27,7 @@ import sys
 import threading
 import weakref
 
-from . import _lib
+from . import _lib, _native
 
 try:
     import torch
@@ -202,7 +202,11 @@ class Client:
 
     def __init__(self, endpoint=None, client_name=None, run_tag=None, timeout_ms=0,
                  rank=None, world_size=None):
-        self._lock = threading.Lock()
+        self.id = next(_next_id)
+        # the native op's lock of this client where that op is loaded (its C++ backward
+        # uses the client from autograd's thread): _native.py
+        self._native = _native.load()
+        self._lock = _native.Lock(self.id) if self._native else threading.Lock()
         self._pid = os.getpid()
         self._refs = self._tensors = None  # _cuda_tensors' arrays, made on first use
         self._tag_sent = None  # the audit tag libdash holds (dash_set_audit), once set
@@ -224,10 +228,11 @@ class Client:
             # libdash's sentence names the endpoint and what is wrong there (no socket,
             # nothing listening, permission denied, no answer, not trusted)
             raise DashError(rc, why.value.decode(errors="replace"))
+        if self._native:
+            _native.attach(self.id, self._c)
         self._shm = None
         self._shm_size = 0
         self.last_result = None
-        self.id = next(_next_id)
         _by_id[self.id] = self
         _open.add(self)
 
@@ -236,6 +241,8 @@ class Client:
     def close(self):
         with self._lock:
             if self._c:
+                if self._native:
+                    _native.detach(self.id)
                 _lib.dash_close(self._c)
                 self._c = ctypes.c_void_p()
                 # dash_close freed the shared-memory buffer: its handle must not be used again
@@ -301,7 +308,7 @@ class Client:
         a call only when the tag differs from the last one given)."""
         self._live()  # every op's first call into libdash under the lock
         tag = current_audit()
-        if tag == self._tag_sent:
+        if tag == self._tag_sent and not self._native:  # the native op sets its own
             return
         step, label = tag
         rc = _lib.dash_set_audit(self._c, -1 if step is None else int(step),

@@ -36,7 +36,7 @@ place, ordered on the current stream (_client.py).
 """
 import threading
 
-from . import _args, _client
+from . import _args, _client, _native
 
 try:
     import torch
@@ -270,6 +270,11 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     given = len(_client.traced_audit) > 0  # (torch 2.11 dynamo cannot trace bool(list))
     cid = client.id if client is not None else 0
     if not given and eager_ok(q, k, v):
+        if q.is_cuda and q.dim() == 4:
+            c = _client.client_by_id(cid, q)
+            if c._native:  # one C++ autograd node: _native.py
+                return _native.attention(c, q, k, v, softmax_scale, bool(causal), left, right,
+                                         softcap, schedule)
         return _Eager.apply(q, k, v, softmax_scale, bool(causal), left, right, float(softcap),
                             schedule, cid)
     step, label = _client.traced_audit[-1] if given else (None, None)

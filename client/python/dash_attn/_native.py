@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The native op (client/torch/dash_torch.h): an eager call on dense CUDA tensors as one
+C++ autograd node, so that neither the forward nor the backward (which autograd runs on
+its device thread) crosses Python or ctypes between PyTorch and libdash. Same requests,
+same bits as the ctypes path (_client.py's _forward_cuda / _backward_cuda); it takes
+a fraction of their host time (bench/percall.py's rows "native" and "ctypes").
+
+The library is libdash_torch_<torch version>.so, built by `make torch-op` against the
+torch of the venv (or TORCH_DIR), looked for beside the libdash this package loaded, then
+in the package; $DASH_TORCH_LIBRARY names another (an error if it cannot be loaded).
+$DASH_NATIVE=0 leaves it unloaded: every call then takes the ctypes path. Without it
+(torch of another version, no CUDA in torch, not built) the ctypes path serves as before.
+
+Once loaded, every Client's lock is the native library's lock of that client (the C++
+backward on autograd's thread uses the same libdash client as Python does), taken and
+given back through ctypes, which releases the GIL while it waits.
+"""
+import ctypes
+import os
+import re
+
+from . import _lib
+
+try:
+    import torch
+except ImportError:  # numpy-only use
+    torch = None
+
+_so = None        # the library (ctypes), once loaded
+_op = None        # torch.ops.dash_torch.attn.default
+_tried = False
+why_not = None    # why the native op is not in use (None: it is, or not tried yet)
+
+
+def _candidates():
+    name = f"libdash_torch_{torch.__version__}.so"
+    if os.sep in _lib.path:
+        yield os.path.join(os.path.dirname(os.path.abspath(_lib.path)), name)
+    yield os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+
+
+def load():
+    """Load the native op once; True when it serves this process's calls."""
+    global _so, _op, _tried, why_not
+    if _tried:
+        return _so is not None
+    _tried = True
+    if torch is None:
+        why_not = "no torch"
+        return False
+    if os.environ.get("DASH_NATIVE", "1") == "0":
+        why_not = "DASH_NATIVE=0"
+        return False
+    env = os.environ.get("DASH_TORCH_LIBRARY")
+    path = env or next((p for p in _candidates() if os.path.exists(p)), None)
+    if path is None:
+        why_not = f"no libdash_torch_{torch.__version__}.so (make torch-op)"
+        return False
+    try:
+        so = ctypes.CDLL(path)
+        built_for = so.dash_torch_built_for
+        built_for.restype = ctypes.c_char_p
+        if built_for().decode() != torch.__version__.split("+")[0]:
+            raise OSError(f"built for torch {built_for().decode()}, this is {torch.__version__}")
+        torch.ops.load_library(path)
+        op = torch.ops.dash_torch.attn.default
+    except (OSError, RuntimeError, AttributeError) as e:
+        if env:  # an override: load that one or fail, never fall back
+            raise ImportError(f"dash_attn: cannot load DASH_TORCH_LIBRARY={env}: {e}") from None
+        why_not = f"{path}: {e}"
+        return False
+    for name, args in (("dash_torch_attach", [ctypes.c_int64, ctypes.c_void_p]),
+                       ("dash_torch_detach", [ctypes.c_int64]),
+                       ("dash_torch_lock", [ctypes.c_int64]),
+                       ("dash_torch_unlock", [ctypes.c_int64])):
+        getattr(so, name).argtypes = args
+    so.dash_torch_attach.restype = ctypes.c_int
+    for name in ("dash_torch_detach", "dash_torch_lock", "dash_torch_unlock"):
+        getattr(so, name).restype = None
+    _so, _op = so, op
+    return True
+
+
+class Lock:
+    """Client cid's lock in the native library (the C++ op takes the same one)."""
+    __slots__ = ("_id",)
+
+    def __init__(self, cid):
+        self._id = cid
+        _so.dash_torch_attach(cid, None)  # the entry (and its lock) first, the client later
+
+    def __enter__(self):
+        _so.dash_torch_lock(self._id)
+        return self
+
+    def __exit__(self, *exc):
+        _so.dash_torch_unlock(self._id)
+        return False
+
+
+def attach(cid, c):
+    """Client cid's libdash client is c (a ctypes c_void_p)."""
+    _so.dash_torch_attach(cid, c)
+
+
+def detach(cid):
+    """Client cid is closing (its lock held): ops naming it fail from now on."""
+    _so.dash_torch_detach(cid)
+
+
+_ERR = re.compile(r"dash_attn\[(-?\d+)\]: (.*)", re.S)
+
+
+def _dash_error(e):
+    """The DashError a native failure stands for (its message "dash_attn[CODE]: ...")."""
+    from . import _client
+    m = _ERR.search(str(e))
+    if not m:
+        return e
+    text = m.group(2).split("\nException raised from")[0].strip()
+    return _client.DashError(int(m.group(1)), text)
+
+
+_FORWARD_RESULT = {"schedule": None, "wave": None, "block_m": 0, "block_n": 0,
+                   "queue_us": 0, "run_us": 0, "backend": "cuda"}
+
+
+def attention(c, q, k, v, scale, causal, left, right, softcap, schedule):
+    """(out, lse) of dense CUDA tensors through the native op, differentiable in q, k, v
+    (its C++ node); the inputs checked as _ops.attention checks them, the parameters here
+    as Client._attn does."""
+    from . import _client
+    code = _lib.SCHEDULES.get(schedule) if isinstance(schedule, str) else None
+    if code is None:
+        raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
+                         + ", ".join(_lib.SCHEDULES))
+    _client._refuse_cuda_f64(q)
+    dt = _client._dtype_code(q)
+    scale = _client.float32_arg("softmax_scale", scale)
+    softcap = _client.float32_arg("softcap", softcap)
+    step, label = _client.current_audit()
+    try:
+        out, lse = _op(q, k, v, c.id, dt, scale, causal, left, right, softcap, code,
+                       -1 if step is None else int(step), label)
+    except RuntimeError as e:
+        raise _dash_error(e) from None
+    c.last_result = dict(_FORWARD_RESULT)
+    return out, lse

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The native op (client/torch/dash_torch.h, dash_attn/_native.py) where no GPU is needed:
+that `make test` builds it for the venv's torch and the binding loads it, the client lock
+it shares with Python, its refusals as DashError. Its results on CUDA tensors - values,
+gradients, bits against the ctypes path - are test_gpu.py's."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import dash_attn
+from dash_attn import _lib, _native
+
+from conftest import HERE
+
+NAME = f"libdash_torch_{torch.__version__}.so"
+BUILT = os.path.exists(os.path.join(os.path.dirname(os.path.abspath(_lib.path)), NAME))
+needs_native = pytest.mark.skipif(not BUILT, reason=f"{NAME} not built (torch without CUDA?)")
+
+
+def test_the_native_op_loads_when_built_for_this_torch(client):
+    assert client._native == BUILT, _native.why_not
+    if BUILT:
+        assert isinstance(client._lock, _native.Lock)
+        assert hasattr(torch.ops.dash_torch, "attn")
+
+
+def _call(c, q):
+    return _native.attention(c, q, q, q, None, False, -1, -1, 0.0, "auto")
+
+
+@needs_native
+def test_the_native_op_refuses_cpu_tensors_as_a_dash_error(client):
+    q = torch.randn(1, 8, 2, 64)
+    with pytest.raises(dash_attn.DashError) as e:
+        _call(client, q)
+    assert e.value.name == "DASH_EINVAL" and "4-D CUDA tensors" in str(e.value), str(e.value)
+
+
+@needs_native
+def test_the_native_op_refuses_a_closed_client_and_an_unknown_one(daemon):
+    c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-closed")
+    c.close()
+    with pytest.raises(dash_attn.DashError) as e:
+        _call(c, torch.randn(1, 8, 2, 64))
+    assert "closed" in str(e.value), str(e.value)
+
+    class Unknown:
+        id = 10**12
+    with pytest.raises(dash_attn.DashError) as e:
+        _call(Unknown, torch.randn(1, 8, 2, 64))
+    assert "no such client" in str(e.value), str(e.value)
+
+
+@needs_native
+def test_a_client_held_by_one_thread_waits_for_it_in_another(daemon):
+    # the lock the C++ backward takes on autograd's thread is the one Python's calls take
+    c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-lock")
+    try:
+        done = []
+        t = threading.Thread(target=lambda: done.append(c.ping()))
+        with c._lock:
+            t.start()
+            time.sleep(0.3)
+            assert not done and t.is_alive(), "ping ran while another thread held the client"
+        t.join(10)
+        assert done and done[0] > 0
+        c.ping()  # and the lock was given back
+    finally:
+        c.close()
+
+
+def test_dash_native_0_keeps_every_call_on_the_ctypes_path(daemon):
+    code = ("import sys, threading; sys.path.insert(0, %r); import dash_attn; "
+            "from dash_attn import _native; c = dash_attn.Client(%r); "
+            "assert not c._native and type(c._lock) is type(threading.Lock()); "
+            "assert _native.why_not == 'DASH_NATIVE=0', _native.why_not; c.ping(); c.close()"
+            % (os.path.join(HERE, ".."), daemon.endpoint))
+    env = dict(os.environ, DASH_NATIVE="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_torch_op_library_that_cannot_load_is_an_error_when_named(daemon, tmp_path):
+    bad = tmp_path / "libdash_torch_bad.so"
+    bad.write_bytes(b"not a library")
+    code = ("import sys; sys.path.insert(0, %r); import dash_attn; dash_attn.Client(%r)"
+            % (os.path.join(HERE, ".."), daemon.endpoint))
+    env = dict(os.environ, DASH_TORCH_LIBRARY=str(bad))
+    env.pop("DASH_NATIVE", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "DASH_TORCH_LIBRARY" in r.stderr, r.stderr

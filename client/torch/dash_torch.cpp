@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * dash_torch.cpp - the native PyTorch op (dash_torch.h says what and why): the clients'
+ * entries and locks, the op's forward and backward as a torch::autograd::Function, and
+ * its registration. The requests are those of _client.py's _forward_cuda and
+ * _backward_cuda: q, k, v (and out, dout) with their last stride 1 (a copy otherwise),
+ * fresh contiguous out / lse / dq / dk / dv, the refs of dash_cuda_tensors, the
+ * stream-ordered call on the tensors' device's current stream, the audit tag set first.
+ */
+#include "client/torch/dash_torch.h"
+
+#include "client/dash.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+#include <torch/version.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using at::Tensor;
+
+/* ---- clients: an entry and a lock per Python Client's id ------------------------------ */
+
+struct client_entry {
+    std::mutex mu;
+    std::atomic<struct dash_client *> c{nullptr}; /* nullptr: closed (dash_torch_detach) */
+};
+
+std::mutex entries_mu;
+std::unordered_map<int64_t, std::shared_ptr<client_entry>> entries;
+
+std::shared_ptr<client_entry> entry_of(int64_t id)
+{
+    std::lock_guard<std::mutex> g(entries_mu);
+    auto it = entries.find(id);
+    return it == entries.end() ? nullptr : it->second;
+}
+
+[[noreturn]] void fail(int rc, const std::string &what)
+{
+    TORCH_CHECK(false, "dash_attn[", rc, "]: ", what);
+}
+
+/* ---- one request ---------------------------------------------------------------------- */
+
+/* What the forward's arguments say about the op, kept for the backward. */
+struct attn_args {
+    int64_t client;
+    struct dash_attn a;
+    int64_t audit_step;
+    std::optional<std::string> audit_label;
+};
+
+struct dash_cuda_ref ref_of(const Tensor &t)
+{
+    struct dash_cuda_ref r = {};
+    r.ptr = t.data_ptr();
+    r.ndim = (int32_t)t.dim();
+    r.elem_size = (int32_t)t.element_size();
+    for (int64_t i = 0; i < t.dim() && i < 4; i++) {
+        r.shape[i] = t.size(i);
+        r.strides[i] = t.stride(i);
+    }
+    return r;
+}
+
+Tensor last_dim_contiguous(const Tensor &t)
+{
+    return t.stride(-1) == 1 ? t : t.contiguous();
+}
+
+/* Client id's entry, or a failure naming what is wrong with it (checked again under its
+ * lock when the op runs). */
+std::shared_ptr<client_entry> live_entry(int64_t id)
+{
+    auto e = entry_of(id);
+    if (!e)
+        fail(DASH_EINVAL, "no such client (not attached to the native op)");
+    if (!e->c.load())
+        fail(DASH_EINVAL, "this Client is closed (close(), or replaced by a later dash_attn.connect())");
+    return e;
+}
+
+/* The n tensors' op (5: a forward, 9: a backward) on the current stream of ts[0]'s device,
+ * under the client's lock, the audit tag set first. */
+void run_op(const attn_args &x, const Tensor *ts, int n)
+{
+    const auto stream = c10::cuda::getCurrentCUDAStream(ts[0].get_device()).stream();
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing != cudaStreamCaptureStatusNone)
+        fail(DASH_EINVAL, "cannot be called during CUDA graph capture (torch.cuda.graph, CUDA-graph "
+                          "trees): dashd computes in another process, which a graph cannot record or "
+                          "replay. Call it outside the captured region");
+    struct dash_cuda_ref refs[9];
+    for (int i = 0; i < n; i++)
+        refs[i] = ref_of(ts[i]);
+    auto e = live_entry(x.client);
+    std::lock_guard<std::mutex> g(e->mu);
+    struct dash_client *c = e->c.load();
+    if (!c) /* closed since */
+        fail(DASH_EINVAL, "this Client is closed (close(), or replaced by a later dash_attn.connect())");
+    int rc = dash_set_audit(c, x.audit_step, x.audit_label ? x.audit_label->c_str() : nullptr);
+    struct dash_tensor t[9];
+    struct dash_result res;
+    if (!rc)
+        rc = dash_cuda_tensors(c, n, refs, t);
+    if (!rc)
+        rc = n == 5 ? dash_forward_stream(c, &x.a, &t[0], &t[1], &t[2], &t[3], &t[4], stream, &res)
+                    : dash_backward_stream(c, &x.a, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7],
+                                           &t[8], stream, &res);
+    if (rc) {
+        const char *msg = dash_last_error(c);
+        fail(rc, msg && *msg ? msg : dash_strerror(rc));
+    }
+}
+
+/* dashd computes first derivatives only: with create_graph, the backward's dq, dk, dv go
+ * through this node, whose own backward refuses, so that a gradient of them raises
+ * instead of silently leaving attention's second-order terms out (what the Python path's
+ * _NoSecondOrder does). */
+struct no_second_order : public torch::autograd::Function<no_second_order> {
+    static variable_list forward(AutogradContext *, Tensor dq, Tensor dk, Tensor dv, Tensor q, Tensor k,
+                                 Tensor v, Tensor dout)
+    {
+        (void)q, (void)k, (void)v, (void)dout;
+        return {dq.view_as(dq), dk.view_as(dk), dv.view_as(dv)};
+    }
+    static variable_list backward(AutogradContext *, variable_list)
+    {
+        TORCH_CHECK(false, "dash_attn: second-order gradients through attention are not supported (a "
+                           "gradient of a gradient, after create_graph=True): dashd computes first "
+                           "derivatives only");
+    }
+};
+
+struct attn_fn : public torch::autograd::Function<attn_fn> {
+    /* q, k, v: (batch, seqlen, heads, head_dim), checked by the binding */
+    static variable_list forward(AutogradContext *ctx, Tensor q, Tensor k, Tensor v, attn_args x)
+    {
+        const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
+        Tensor out = at::empty_like(qc, at::MemoryFormat::Contiguous);
+        Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+        const Tensor ts[5] = {qc, kc, vc, out, lse};
+        run_op(x, ts, 5);
+        ctx->save_for_backward({qc, kc, vc, out, lse});
+        ctx->saved_data["client"] = x.client;
+        ctx->saved_data["attn"] = std::string(reinterpret_cast<const char *>(&x.a), sizeof x.a);
+        ctx->saved_data["audit_step"] = x.audit_step;
+        ctx->saved_data["audit_label"] = x.audit_label ? c10::IValue(*x.audit_label) : c10::IValue();
+        ctx->mark_non_differentiable({lse});
+        /* lse takes no gradient: autograd would otherwise allocate and zero one each backward */
+        ctx->set_materialize_grads(false);
+        return {out, lse};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads)
+    {
+        if (!grads[0].defined()) /* out took no part in what was differentiated */
+            return {Tensor(), Tensor(), Tensor(), Tensor()};
+        const auto saved = ctx->get_saved_variables();
+        const Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+        attn_args x;
+        x.client = ctx->saved_data["client"].toInt();
+        const std::string a = ctx->saved_data["attn"].toStringRef();
+        memcpy(&x.a, a.data(), sizeof x.a);
+        x.audit_step = ctx->saved_data["audit_step"].toInt();
+        if (!ctx->saved_data["audit_label"].isNone())
+            x.audit_label = ctx->saved_data["audit_label"].toStringRef();
+        const Tensor dout = last_dim_contiguous(grads[0]);
+        Tensor dq = at::empty_like(q, at::MemoryFormat::Contiguous);
+        Tensor dk = at::empty_like(k, at::MemoryFormat::Contiguous);
+        Tensor dv = at::empty_like(v, at::MemoryFormat::Contiguous);
+        const Tensor ts[9] = {q, k, v, saved[3], saved[4], dout, dq, dk, dv};
+        run_op(x, ts, 9);
+        if (torch::autograd::GradMode::is_enabled()) { /* create_graph */
+            auto g = no_second_order::apply(dq, dk, dv, q, k, v, grads[0]);
+            return {g[0], g[1], g[2], Tensor()};
+        }
+        return {dq, dk, dv, Tensor()};
+    }
+};
+
+std::vector<Tensor> attn(const Tensor &q, const Tensor &k, const Tensor &v, int64_t client, int64_t dtype,
+                         double scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+                         int64_t schedule, int64_t audit_step, std::optional<std::string> audit_label)
+{
+    live_entry(client);
+    TORCH_CHECK(q.is_cuda() && k.is_cuda() && v.is_cuda() && q.dim() == 4, "dash_attn[", DASH_EINVAL,
+                "]: the native op takes 4-D CUDA tensors (the binding sends others through its ctypes path)");
+    attn_args x;
+    x.client = client;
+    memset(&x.a, 0, sizeof x.a);
+    x.a.dtype = (enum dash_dtype)dtype;
+    x.a.mask = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL;
+    x.a.scale = (float)scale;
+    x.a.schedule = (enum dash_schedule)schedule;
+    if (window_left != -1 || window_right != -1) {
+        x.a.window = 1;
+        x.a.window_left = (int32_t)window_left;
+        x.a.window_right = (int32_t)window_right;
+    }
+    x.a.softcap = (float)softcap;
+    x.audit_step = audit_step;
+    x.audit_label = std::move(audit_label);
+    return attn_fn::apply(q, k, v, x);
+}
+
+} // namespace
+
+TORCH_LIBRARY(dash_torch, m)
+{
+    m.def("attn(Tensor q, Tensor k, Tensor v, int client, int dtype, float scale, bool causal, "
+          "int window_left, int window_right, float softcap, int schedule, int audit_step, "
+          "str? audit_label) -> Tensor[]",
+          &attn);
+}
+
+extern "C" {
+
+int dash_torch_attach(int64_t id, void *c)
+{
+    std::lock_guard<std::mutex> g(entries_mu);
+    auto &e = entries[id];
+    if (!e)
+        e = std::make_shared<client_entry>();
+    e->c = static_cast<struct dash_client *>(c);
+    return 0;
+}
+
+void dash_torch_detach(int64_t id)
+{
+    auto e = entry_of(id);
+    if (e)
+        e->c = nullptr;
+}
+
+void dash_torch_lock(int64_t id)
+{
+    auto e = entry_of(id);
+    if (e)
+        e->mu.lock();
+}
+
+void dash_torch_unlock(int64_t id)
+{
+    auto e = entry_of(id);
+    if (e)
+        e->mu.unlock();
+}
+
+const char *dash_torch_built_for(void)
+{
+    return TORCH_VERSION;
+}
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * dash_torch.h - the native PyTorch op of the Python binding (libdash_torch_<torch
+ * version>.so): attention on CUDA tensors as one C++ autograd node, so that an eager call
+ * and its backward (which autograd runs on its own device thread) cross no Python and no
+ * ctypes between PyTorch and libdash. It registers
+ *
+ *   torch.ops.dash_torch.attn(q, k, v, client, dtype, scale, causal, window_left,
+ *                             window_right, softcap, schedule, audit_step, audit_label)
+ *                             -> [out, lse]
+ *
+ * which dash_attn's eager path (client/python/dash_attn/_native.py) calls for dense
+ * CUDA tensors once its own checks have passed; the backward is the node's. The op
+ * carries the same requests as the ctypes path (client/python/dash_attn/_client.py's
+ * _forward_cuda and _backward_cuda): the same libdash calls, the same bits.
+ *
+ * A libdash client is not thread-safe (dash.h), and the node's backward runs on autograd's
+ * thread while Python may use the same client: every use of a client, from C++ or from
+ * Python, holds the client's lock here. Python's Client attaches its libdash client under
+ * its id; the op names the client by that id. A failure throws a c10::Error whose message
+ * starts "dash_attn[CODE]: " (CODE: the dash.h error, negative), which the binding turns
+ * into its DashError.
+ *
+ * The functions below are for the binding's ctypes (C linkage):
+ */
+#ifndef DASH_TORCH_H
+#define DASH_TORCH_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Make (or refresh) the entry of client id: c is its struct dash_client *. An entry lives
+ * as long as the process (a closed client's entry names no client). Returns 0. */
+int dash_torch_attach(int64_t id, void *c);
+
+/* The caller holds id's lock (dash_torch_lock): the entry names no client from now on;
+ * an op that names it then fails with DASH_EINVAL. The caller then closes the client. */
+void dash_torch_detach(int64_t id);
+
+/* Take and give back id's lock (an entry made by dash_torch_attach); a blocking take. */
+void dash_torch_lock(int64_t id);
+void dash_torch_unlock(int64_t id);
+
+/* The PyTorch version this library was built against (its ABI is that version's). */
+const char *dash_torch_built_for(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
