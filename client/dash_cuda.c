@@ -1045,7 +1045,18 @@ int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_r
         }
         struct dash_tensor *t = &ret[i];
         memset(t, 0, sizeof *t);
-        if ((rc = dash_cuda_view(c, r->ptr, (size_t)bytes, &t->buf, &t->offset)) != 0)
+        /* Inside the allocation an earlier tensor of this call was found in (a view's buffer
+         * is its whole allocation, live now: allocations do not overlap), so no driver call:
+         * q, k and v are often pieces of one projection's output. */
+        const uintptr_t p = (uintptr_t)r->ptr;
+        for (int32_t j = 0; j < i && !t->buf; j++) {
+            const uintptr_t base = (uintptr_t)ret[j].buf->data;
+            if (p >= base && p - base < ret[j].buf->size && bytes <= ret[j].buf->size - (p - base)) {
+                t->buf = ret[j].buf;
+                t->offset = (uint64_t)(p - base);
+            }
+        }
+        if (!t->buf && (rc = dash_cuda_view(c, r->ptr, (size_t)bytes, &t->buf, &t->offset)) != 0)
             break;
         /* Held until this call ends: a full view cache evicts (frees) the least recently
          * used registration nobody uses, which must not be one an earlier tensor of this
