@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # setup.py - only here to put the libdash.so that `make` built (../../build/libdash.so.0, or
 # $DASH_LIBDASH) into the package when one exists, so that `pip install ./client/python`
-# after `make` gives a package that works without setting DASH_LIBRARY. Nothing is
-# compiled: the package is pure Python over libdash through ctypes.
+# after `make` gives a package that works without setting DASH_LIBRARY; and the native
+# op(s) `make torch-op` built beside it (libdash_torch_<torch version>.so: the package loads
+# the one of its torch's version, dash_attn/_native.py). Nothing is compiled here.
+import glob
 import os
 import shutil
 
@@ -22,6 +24,8 @@ class BuildPy(build_py):
             dst = os.path.join(self.build_lib, "dash_attn", "libdash.so.0")
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copyfile(src, dst)
+            for op in glob.glob(os.path.join(os.path.dirname(src), "libdash_torch_*.so")):
+                shutil.copyfile(op, os.path.join(os.path.dirname(dst), os.path.basename(op)))
 
 
 setup(cmdclass={"build_py": BuildPy})

@@ -96,3 +96,23 @@ def test_a_torch_op_library_that_cannot_load_is_an_error_when_named(daemon, tmp_
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and "DASH_TORCH_LIBRARY" in r.stderr, r.stderr
+
+
+@needs_native
+def test_the_package_ships_the_native_op_beside_libdash(tmp_path):
+    # `pip install ./client/python` after `make`: setup.py copies build/'s libdash and every
+    # libdash_torch_*.so into the package, where _native.py looks beside the libdash it loads
+    pytest.importorskip("setuptools")
+    import zipfile
+    import shutil
+    src = tmp_path / "src"  # a copy: pip builds in the tree it is given
+    shutil.copytree(os.path.join(HERE, ".."), src,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    env = dict(os.environ, DASH_LIBDASH=os.path.abspath(_lib.path))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--no-build-isolation", "-w", str(tmp_path), str(src)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    whl, = [p for p in os.listdir(tmp_path) if p.endswith(".whl")]
+    names = zipfile.ZipFile(tmp_path / whl).namelist()
+    assert "dash_attn/libdash.so.0" in names and f"dash_attn/{NAME}" in names, names
