@@ -510,6 +510,7 @@ endif
 # under it; scripts/gpu_mps_bench.sh compares both, docs/mps.md).
 bench: deps $(BENCH) $(BENCH_VARLEN) $(BENCH_DAEMON) $(BENCH_CHURN) $(BENCH_FAIR) $(BENCH_PING) $(BENCH_SOAK) $(DASHD) $(BENCH_GPU) $(LIBDASH_SO)
 	@mkdir -p bench/results
+	$(Q)$(MAKE) --no-print-directory torch-op PY_ENV= # the native op, where $(PYTHON) has torch with CUDA
 	$(Q)./$(BENCH) --out bench/results
 	$(Q)if $(PYTHON) -c "import torch" 2>/dev/null; then \
 		DASH_LIBRARY=$(abspath $(LIBDASH_SO)) $(PYTHON) bench/py_layers.py \
