@@ -63,9 +63,9 @@
  *
  * Overlap (step F2): the P V product of tile n - 1 runs on the tensor cores while the
  * softmax of tile n runs (issued right after S(n); see fwd_wg_consume). Ping-pong (step
- * F3, FWD_WG_PINGPONG): the two consumers take turns issuing their products (named
- * barriers, FA3's "warp scheduler barriers"), so one's softmax overlaps the other's
- * products. Not yet here (../shared/docs/hopper.md Sec. 7, F4-F5): an smem + TMA-store
+ * F3, FWD_WG_TURNS): at head dim 256 only, the two consumers take turns issuing their
+ * products (named barriers, FA3's "warp scheduler barriers"); at 64 and 128 they issue as
+ * they please, measured faster (fwd_wg.cuh). Not yet here (../shared/docs/hopper.md Sec. 7, F4-F5): an smem + TMA-store
  * epilogue, wider kv tiles.
  *
  * Determinism. Every element of S is one chain of wgmma over d ascending; every element

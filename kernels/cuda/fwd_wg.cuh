@@ -95,12 +95,16 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
 /* TMA boxes: 64 columns (128 bytes, the swizzle's span) x a tile's rows (Q: FWD_WG_BM, K
  * and V: FWD_WG_BN_OF(D)), D/64 of them a tile */
 #define FWD_WG_BOX_COLS 64
-/* Ping-pong (step F3): 1 makes the two consumers take turns issuing their products, so
- * one's softmax runs while the other's products run; 0 lets them issue as they please.
- * The bits are the same either way (the order of issue changes no arithmetic). */
-#ifndef FWD_WG_PINGPONG
-#define FWD_WG_PINGPONG 1
-#endif
+/* Ping-pong (step F3, FA3's "warp scheduler barriers"): at head dim D the consumers take
+ * turns issuing their products (named barriers, each consumer waiting for the one before it
+ * to have issued) only where FWD_WG_TURNS(D); elsewhere they issue as they please. The bits
+ * are the same either way (the order of issue changes no arithmetic). Without turns, on an
+ * H100 against turns everywhere: +12% at head dim 64 4k full, +16% at 64 16k causal, +2.2%
+ * at 64 1k causal, +2.0% at 128 4k full, +2.7% at 128 16k causal (ncu at 64 had put their
+ * barrier stalls at 1.04 per issued instruction; bench/results/device-session-2026-12-06d.md,
+ * trial nopp). At 256 the turns stay: without them ptxas spills 8-56 bytes in its consumers
+ * (nvcc 13.0), and that head dim was not measured. */
+#define FWD_WG_TURNS(D) ((D) == 256)
 /* Named barriers 1 .. NC (0 is __syncthreads): consumer c's turn is barrier 1 + c. */
 #define FWD_WG_TURN_BAR 1
 /* Persistent scheduler (step F4's), dense kernel: a CTA takes q-tiles in turn (blockIdx.x,
@@ -173,10 +177,10 @@ bool cuattn__fwd_wg_maps(fwd_wg_maps *maps, const struct attn_fwd_params *p, int
 /* Ping-pong turns: consumer c waits for its turn (its barrier, which the previous
  * consumer's 128 threads arrive at once they have issued), issues, then hands the turn to
  * the next, c + 1 mod NC. */
-template <int NC = 2>
+template <int D, int NC = 2>
 static __device__ __forceinline__ void fwd_wg_turn_wait(int32_t c)
 {
-    if (!FWD_WG_PINGPONG)
+    if constexpr (!FWD_WG_TURNS(D))
         return;
     if (c == 0) /* immediate ids: ptxas then reserves only the barriers used */
         asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR) : "memory");
@@ -185,10 +189,10 @@ static __device__ __forceinline__ void fwd_wg_turn_wait(int32_t c)
     else
         asm volatile("bar.sync %0, 256;" ::"n"(FWD_WG_TURN_BAR + 2) : "memory");
 }
-template <int NC = 2>
+template <int D, int NC = 2>
 static __device__ __forceinline__ void fwd_wg_turn_pass(int32_t c)
 {
-    if (!FWD_WG_PINGPONG)
+    if constexpr (!FWD_WG_TURNS(D))
         return;
     if (c == 0)
         asm volatile("bar.arrive %0, 256;" ::"n"(FWD_WG_TURN_BAR + 1) : "memory");
@@ -497,47 +501,47 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
          * P(n) V(n)), handed round 0 -> 1 -> 2 -> 0 as below. */
         if (nt > 0) {
             if (c == NC - 1)
-                fwd_wg_turn_pass<NC>(c);
+                fwd_wg_turn_pass<D, NC>(c);
             attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
         }
         for (int32_t n = 0; n < nt; n++) {
             const int32_t tn = t0 + n, st = tn & 1;
             attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
             float s[BN / 2];
-            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_turn_wait<D, NC>(c);
             fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[st], c);
-            fwd_wg_turn_pass<NC>(c);
+            fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<BN / 2>(s);
             fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
             fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
             fwd_wg_rescale<DT, D>(s, o, pa, corr);
             attn_mbar_wait(&sm.v_full[st], (uint32_t)(tn >> 1) & 1u);
-            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_turn_wait<D, NC>(c);
             fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
             if (n < nt - 1 || c != NC - 1)
-                fwd_wg_turn_pass<NC>(c);
+                fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<D / 2>(o);
             fwd_wg_pin_a<BN>(pa);
             attn_mbar_arrive(&sm.v_empty[st]); /* ... and of V(n) */
         }
     } else {
-        /* Turns (FWD_WG_PINGPONG): nt + 1 issue points per consumer (S(0), S(n) with
+        /* Turns (FWD_WG_TURNS): nt + 1 issue points per consumer (S(0), S(n) with
          * P(n-1) V(n-1), the last P V), each between a wait for the turn and its hand-over.
          * Consumer 0 has the first turn (consumer 1 hands it over unasked), and consumer 1's
          * last hand-over is left out, so every arrival at a turn barrier is waited for. */
         if (nt > 0) { /* (else no row of the tile sees a key) */
             if (c == NC - 1)
-                fwd_wg_turn_pass<NC>(c);
+                fwd_wg_turn_pass<D, NC>(c);
             attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
             /* tile 0: nothing to overlap with. The loop's body is straight-line code, so the
              * compiler sees every product waited for before its registers are touched. */
             attn_mbar_wait(&sm.k_full[t0 & 1], (uint32_t)(t0 >> 1) & 1u);
             float s[BN / 2];
-            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_turn_wait<D, NC>(c);
             fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[t0 & 1], c);
-            fwd_wg_turn_pass<NC>(c);
+            fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<BN / 2>(s);
             fwd_wg_free_k<PERSIST>(sm, t0 & 1, 0, nt); /* K(0), and Q if it was the last */
@@ -550,10 +554,10 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
             attn_mbar_wait(&sm.v_full[pst], (uint32_t)((tn - 1) >> 1) & 1u);
             float s[BN / 2];
-            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_turn_wait<D, NC>(c);
             fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[st], c);
             fwd_wg_pv<DT, D>(o, pa, sm.v_smem[pst]);
-            fwd_wg_turn_pass<NC>(c);
+            fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<1>(); /* S has landed; P V may still run */
             attn_wg_pin<BN / 2>(s);
             fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
@@ -567,10 +571,10 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         if (nt > 0) { /* the last tile's P V (ring count t0 + nt - 1) */
             const int32_t st = (t0 + (nt - 1)) & 1;
             attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nt - 1)) >> 1) & 1u);
-            fwd_wg_turn_wait<NC>(c);
+            fwd_wg_turn_wait<D, NC>(c);
             fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
             if (c == 0) /* (two consumers here) */
-                fwd_wg_turn_pass<NC>(c);
+                fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<D / 2>(o);
             fwd_wg_pin_a<BN>(pa);
