@@ -438,17 +438,19 @@ venv: $(VENV_STAMP)
 # torch of $(PYTHON) - into $(BUILD)/libdash_torch_<its version>.so, which the binding
 # loads beside libdash when its torch is that version (the ABI is the version's). Needs
 # a torch with CUDA (libc10_cuda) and the CUDA headers; skipped, saying why, without them.
-# (PyPI's wheels use the C++11 ABI since torch 2.7; torch 2.15's headers need C++20.)
+# (The C++ ABI: the python's torch says which; with TORCH_DIR, the C++11 one, PyPI's
+# since torch 2.7. torch 2.15's headers need C++20.)
 TORCH_OP_SRC := client/torch/dash_torch.cpp
 torch-op: $(LIBDASH_SO) $(PY_ENV)
-	$(Q)dir="$(TORCH_DIR)"; [ -n "$$dir" ] || dir=$$($(PYTHON) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null); \
+	$(Q)dir="$(TORCH_DIR)" abi=1; [ -n "$$dir" ] || { dir=$$($(PYTHON) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null); \
+		abi=$$($(PYTHON) -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null || echo 1); }; \
 	if [ -z "$$dir" ] || [ ! -e "$$dir/lib/libc10_cuda.so" ] || [ -z "$(NVCC)" ]; then \
 		echo "torch-op: skipped: $${dir:-no torch}: needs a torch with CUDA and nvcc's headers"; exit 0; fi; \
 	ver=$$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$$dir/version.py"); out=$(BUILD)/libdash_torch_$$ver.so; \
 	for f in $(TORCH_OP_SRC) client/torch/dash_torch.h client/dash.h $(LIBDASH_SO); do [ "$$out" -nt "$$f" ] || stale=1; done; \
 	[ -n "$$stale" ] || exit 0; \
 	echo "  CXX     $$out (torch $$dir)"; \
-	$(CXX) -std=c++20 -O2 -fPIC -shared -D_GLIBCXX_USE_CXX11_ABI=1 -Wall -Wextra -Werror -I. \
+	$(CXX) -std=c++20 -O2 -fPIC -shared -D_GLIBCXX_USE_CXX11_ABI=$$abi -Wall -Wextra -Werror -I. \
 		-isystem "$$dir/include" -isystem "$$dir/include/torch/csrc/api/include" -isystem $(CUDA_HOME)/include \
 		-o "$$out" $(TORCH_OP_SRC) -L"$$dir/lib" -lc10 -lc10_cuda -ltorch_cpu \
 		-L$(BUILD) -ldash -Wl,-rpath,'$$ORIGIN'

@@ -15,7 +15,7 @@ py=$root/.venv/bin/python
 mkdir -p "$cache"
 whl=$(ls "$cache"/torch-"$ver"-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$whl" ]; then
-  "$py" -m pip download -q --no-deps --python-version 3.11 --only-binary=:all: "torch==$ver" -d "$cache"
+  "$py" -m pip download -q --no-deps --python-version 3.11 --platform manylinux_2_28_x86_64 --only-binary=:all: "torch==$ver" -d "$cache"
   whl=$(ls "$cache"/torch-"$ver"-*.whl | head -1)
 fi
 dir=$cache/torch-$ver

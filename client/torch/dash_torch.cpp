@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 namespace {
@@ -39,6 +40,7 @@ using at::Tensor;
 struct client_entry {
     std::mutex mu;
     std::atomic<struct dash_client *> c{nullptr}; /* nullptr: closed (dash_torch_detach) */
+    std::atomic<std::thread::id> owner{};          /* who took mu through dash_torch_lock */
 };
 
 std::mutex entries_mu;
@@ -98,14 +100,21 @@ std::shared_ptr<client_entry> live_entry(int64_t id)
 
 /* The n tensors' op (5: a forward, 9: a backward) on the current stream of ts[0]'s device,
  * under the client's lock, the audit tag set first. */
-void run_op(const attn_args &x, const Tensor *ts, int n)
+/* Refused before anything is queued: dashd computes in another process, which a graph
+ * cannot record or replay (what _client.py's _refuse_capture says). */
+void refuse_capture(const Tensor &t)
 {
-    const auto stream = c10::cuda::getCurrentCUDAStream(ts[0].get_device()).stream();
+    const auto stream = c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing != cudaStreamCaptureStatusNone)
         fail(DASH_EINVAL, "cannot be called during CUDA graph capture (torch.cuda.graph, CUDA-graph "
                           "trees): dashd computes in another process, which a graph cannot record or "
                           "replay. Call it outside the captured region");
+}
+
+void run_op(const attn_args &x, const Tensor *ts, int n)
+{
+    const auto stream = c10::cuda::getCurrentCUDAStream(ts[0].get_device()).stream();
     struct dash_cuda_ref refs[9];
     for (int i = 0; i < n; i++)
         refs[i] = ref_of(ts[i]);
@@ -152,12 +161,15 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
     /* q, k, v: (batch, seqlen, heads, head_dim), checked by the binding */
     static variable_list forward(AutogradContext *ctx, Tensor q, Tensor k, Tensor v, attn_args x)
     {
+        refuse_capture(q);
         const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
         Tensor out = at::empty_like(qc, at::MemoryFormat::Contiguous);
         Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
         const Tensor ts[5] = {qc, kc, vc, out, lse};
         run_op(x, ts, 5);
-        ctx->save_for_backward({qc, kc, vc, out, lse});
+        /* the inputs as given (the backward makes its copies again, as the ctypes path
+         * does): the second-order guard below ties dq, dk, dv to them */
+        ctx->save_for_backward({q, k, v, out, lse});
         ctx->saved_data["client"] = x.client;
         ctx->saved_data["attn"] = std::string(reinterpret_cast<const char *>(&x.a), sizeof x.a);
         ctx->saved_data["audit_step"] = x.audit_step;
@@ -174,6 +186,8 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
             return {Tensor(), Tensor(), Tensor(), Tensor()};
         const auto saved = ctx->get_saved_variables();
         const Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+        refuse_capture(q);
+        const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
         attn_args x;
         x.client = ctx->saved_data["client"].toInt();
         const std::string a = ctx->saved_data["attn"].toStringRef();
@@ -182,10 +196,10 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
         if (!ctx->saved_data["audit_label"].isNone())
             x.audit_label = ctx->saved_data["audit_label"].toStringRef();
         const Tensor dout = last_dim_contiguous(grads[0]);
-        Tensor dq = at::empty_like(q, at::MemoryFormat::Contiguous);
-        Tensor dk = at::empty_like(k, at::MemoryFormat::Contiguous);
-        Tensor dv = at::empty_like(v, at::MemoryFormat::Contiguous);
-        const Tensor ts[9] = {q, k, v, saved[3], saved[4], dout, dq, dk, dv};
+        Tensor dq = at::empty_like(qc, at::MemoryFormat::Contiguous);
+        Tensor dk = at::empty_like(kc, at::MemoryFormat::Contiguous);
+        Tensor dv = at::empty_like(vc, at::MemoryFormat::Contiguous);
+        const Tensor ts[9] = {qc, kc, vc, saved[3], saved[4], dout, dq, dk, dv};
         run_op(x, ts, 9);
         if (torch::autograd::GradMode::is_enabled()) { /* create_graph */
             auto g = no_second_order::apply(dq, dk, dv, q, k, v, grads[0]);
@@ -252,15 +266,29 @@ void dash_torch_detach(int64_t id)
 void dash_torch_lock(int64_t id)
 {
     auto e = entry_of(id);
-    if (e)
+    if (e) {
         e->mu.lock();
+        e->owner.store(std::this_thread::get_id());
+    }
 }
 
 void dash_torch_unlock(int64_t id)
 {
     auto e = entry_of(id);
-    if (e)
+    if (e) {
+        e->owner.store(std::thread::id());
         e->mu.unlock();
+    }
+}
+
+int dash_torch_unlock_if_mine(int64_t id)
+{
+    auto e = entry_of(id);
+    if (!e || e->owner.load() != std::this_thread::get_id())
+        return 0;
+    e->owner.store(std::thread::id());
+    e->mu.unlock();
+    return 1;
 }
 
 const char *dash_torch_built_for(void)

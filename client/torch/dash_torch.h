@@ -43,6 +43,10 @@ void dash_torch_detach(int64_t id);
 /* Take and give back id's lock (an entry made by dash_torch_attach); a blocking take. */
 void dash_torch_lock(int64_t id);
 void dash_torch_unlock(int64_t id);
+/* Give id's lock back if the calling thread took it with dash_torch_lock, else nothing;
+ * 1 if it did. For a binding whose take may be interrupted (Python's KeyboardInterrupt
+ * raised right after dash_torch_lock returned) without knowing whether it holds the lock. */
+int dash_torch_unlock_if_mine(int64_t id);
 
 /* The PyTorch version this library was built against (its ABI is that version's). */
 const char *dash_torch_built_for(void);

@@ -18,6 +18,7 @@ given back through ctypes, which releases the GIL while it waits.
 import ctypes
 import os
 import re
+import threading
 
 from . import _lib
 
@@ -29,6 +30,7 @@ except ImportError:  # numpy-only use
 _so = None        # the library (ctypes), once loaded
 _op = None        # torch.ops.dash_torch.attn.default
 _tried = False
+_load_lock = threading.Lock()
 why_not = None    # why the native op is not in use (None: it is, or not tried yet)
 
 
@@ -41,6 +43,11 @@ def _candidates():
 
 def load():
     """Load the native op once; True when it serves this process's calls."""
+    with _load_lock:  # Clients made at once by several threads agree
+        return _load()
+
+
+def _load():
     global _so, _op, _tried, why_not
     if _tried:
         return _so is not None
@@ -72,7 +79,8 @@ def load():
     for name, args in (("dash_torch_attach", [ctypes.c_int64, ctypes.c_void_p]),
                        ("dash_torch_detach", [ctypes.c_int64]),
                        ("dash_torch_lock", [ctypes.c_int64]),
-                       ("dash_torch_unlock", [ctypes.c_int64])):
+                       ("dash_torch_unlock", [ctypes.c_int64]),
+                       ("dash_torch_unlock_if_mine", [ctypes.c_int64])):
         getattr(so, name).argtypes = args
     so.dash_torch_attach.restype = ctypes.c_int
     for name in ("dash_torch_detach", "dash_torch_lock", "dash_torch_unlock"):
@@ -90,7 +98,11 @@ class Lock:
         _so.dash_torch_attach(cid, None)  # the entry (and its lock) first, the client later
 
     def __enter__(self):
-        _so.dash_torch_lock(self._id)
+        try:
+            _so.dash_torch_lock(self._id)
+        except BaseException:  # a KeyboardInterrupt right after the take: give it back
+            _so.dash_torch_unlock_if_mine(self._id)
+            raise
         return self
 
     def __exit__(self, *exc):

@@ -116,3 +116,24 @@ def test_the_package_ships_the_native_op_beside_libdash(tmp_path):
     whl, = [p for p in os.listdir(tmp_path) if p.endswith(".whl")]
     names = zipfile.ZipFile(tmp_path / whl).namelist()
     assert "dash_attn/libdash.so.0" in names and f"dash_attn/{NAME}" in names, names
+
+
+@needs_native
+def test_a_take_interrupted_after_it_returned_gives_the_lock_back(daemon):
+    # Lock.__enter__ gives the lock back when an exception (a KeyboardInterrupt raised right
+    # after the take returned) leaves it: dash_torch_unlock_if_mine releases only a lock
+    # the calling thread took, so it is safe whether or not the take happened
+    c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-unlock")
+    try:
+        so = _native._so
+        assert so.dash_torch_unlock_if_mine(c.id) == 0  # not held: nothing given back
+        so.dash_torch_lock(c.id)
+        other = []
+        t = threading.Thread(target=lambda: other.append(so.dash_torch_unlock_if_mine(c.id)))
+        t.start()
+        t.join(10)
+        assert other == [0], "another thread gave back a lock it did not take"
+        assert so.dash_torch_unlock_if_mine(c.id) == 1
+        c.ping()  # free again
+    finally:
+        c.close()
