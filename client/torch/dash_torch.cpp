@@ -21,6 +21,8 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <new>
+#include <pthread.h>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -45,6 +47,15 @@ struct client_entry {
 
 std::mutex entries_mu;
 std::unordered_map<int64_t, std::shared_ptr<client_entry>> entries;
+
+/* A fork while another thread held entries_mu would leave it held in the child for ever:
+ * the child starts with it free (its entries name the parent's clients, which a child must
+ * not use: dash.h; the binding makes new ones there). */
+void entries_after_fork()
+{
+    new (&entries_mu) std::mutex();
+}
+const int entries_fork_handler = pthread_atfork(nullptr, nullptr, entries_after_fork);
 
 std::shared_ptr<client_entry> entry_of(int64_t id)
 {

@@ -49,7 +49,9 @@
  * against three consumers everywhere (the same bits): 1k causal +20.2%, 2k +13.5%; 4k causal
  * and 1k full run the same kernel as before (-0.3%, -0.6%: noise); gpu_attn_fwd, racecheck
  * and synccheck clean (bench/results/nc2causal-trial-2026-12-06.md). */
+#ifndef FWD_WG_NC2_CAUSAL_MAX /* (-DFWD_WG_NC2_CAUSAL_MAX=0: three everywhere, for an A/B) */
 #define FWD_WG_NC2_CAUSAL_MAX 2048
+#endif
 #define FWD_WG_THREADS_OF(NC) (128 * ((NC) + 1))
 /* Keys per kv-tile: 128, and 64 at head dim 256, where a consumer thread's O takes 128
  * registers (S then takes 32, P 16) and two stages of 128-key K and V tiles (256 KiB)

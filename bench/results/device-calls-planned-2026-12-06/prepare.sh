@@ -19,11 +19,14 @@ trials=(
   "trace - -DBWD_WG_TRACE=1"
   "halfturn 4f9e577 -DHALFTURN=1"
   "nc2causal 95d18c6 -DNC2CAUSAL=1"
+  "nc3c - -DFWD_WG_NC2_CAUSAL_MAX=0"
+  "nc2 - -DFWD_WG_NC64=2"
 )
 want=("$@")
 # (2026-12-06: every trial above was settled - narrow96, pairdrain, onedrain adopted, halfturn
 # and vlpersist rejected; nc2causal adopted in the second session: their commits no longer
-# apply to main. Main by default; name trace or p0 to build those tools on HEAD.)
+# apply to main. Main by default; name trace or p0 to build those tools on HEAD, nc3c and
+# nc2 for call22.sh's A/B of the consumers' rule at 64 now that the turns are gone.)
 [ ${#want[@]} -gt 0 ] || want=(main)
 wanted() { local w; for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 if wanted main; then

@@ -137,3 +137,25 @@ def test_a_take_interrupted_after_it_returned_gives_the_lock_back(daemon):
         c.ping()  # free again
     finally:
         c.close()
+
+
+@needs_native
+def test_a_forked_child_makes_and_uses_its_own_client(daemon):
+    c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-parent")
+    try:
+        with c._lock:  # held by the parent at the fork: the child never takes it
+            pid = os.fork()
+            if pid == 0:  # the child: a client of its own, its own lock
+                code = 1
+                try:
+                    k = dash_attn.Client(daemon.endpoint, client_name="pytest-native-child")
+                    k.ping()
+                    k.close()
+                    code = 0
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        c.ping()
+    finally:
+        c.close()
