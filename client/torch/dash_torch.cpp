@@ -109,8 +109,6 @@ std::shared_ptr<client_entry> live_entry(int64_t id)
     return e;
 }
 
-/* The n tensors' op (5: a forward, 9: a backward) on the current stream of ts[0]'s device,
- * under the client's lock, the audit tag set first. */
 /* Refused before anything is queued: dashd computes in another process, which a graph
  * cannot record or replay (what _client.py's _refuse_capture says). */
 void refuse_capture(const Tensor &t)
@@ -123,6 +121,8 @@ void refuse_capture(const Tensor &t)
                           "replay. Call it outside the captured region");
 }
 
+/* The n tensors' op (5: a forward, 9: a backward) on the current stream of ts[0]'s device,
+ * under the client's lock, the audit tag set first. */
 void run_op(const attn_args &x, const Tensor *ts, int n)
 {
     const auto stream = c10::cuda::getCurrentCUDAStream(ts[0].get_device()).stream();
