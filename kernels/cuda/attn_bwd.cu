@@ -593,15 +593,18 @@ static cudaError_t bwd_attr(size_t smem_optin)
 template <typename DT, int D>
 static cudaError_t bwd_occupancy(int32_t *ret)
 {
-    int a = 0, b = 0;
-    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_persistent_kernel<DT, D>,
-                                                                    ATTN_THREADS, sizeof(bwd_smem<D>));
-    if (err == cudaSuccess)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_interleaved_kernel<DT, D>, ATTN_THREADS,
-                                                            sizeof(bwd_smem<D>));
-    if (err == cudaSuccess)
-        *ret = a < b ? a : b;
-    return err;
+    static int32_t cache[ATTN_OCC_DEVICES];
+    return attn_occupancy_once(cache, [](int32_t *r) {
+        int a = 0, b = 0;
+        cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_persistent_kernel<DT, D>,
+                                                                        ATTN_THREADS, sizeof(bwd_smem<D>));
+        if (err == cudaSuccess)
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_interleaved_kernel<DT, D>,
+                                                                ATTN_THREADS, sizeof(bwd_smem<D>));
+        if (err == cudaSuccess)
+            *r = a < b ? a : b;
+        return err;
+    }, ret);
 }
 
 cudaError_t cuattn__bwd_init(size_t smem_optin)

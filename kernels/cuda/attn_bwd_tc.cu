@@ -796,16 +796,19 @@ static cudaError_t bwd_tc_attr(size_t smem_optin)
 template <typename DT, int D, int BN, int V>
 static cudaError_t bwd_tc_occupancy(int32_t *ret)
 {
-    const size_t bytes = bwd_kern<D, BN, V>::bytes;
-    int a = 0, b = 0;
-    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &a, attn_bwd_tc_persistent_kernel<DT, D, BN, V>, bwd_kern<D, BN, V>::persistent_threads, bytes);
-    if (err == cudaSuccess)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_tc_interleaved_kernel<DT, D, BN, V>,
-                                                            ATTN_THREADS, bytes);
-    if (err == cudaSuccess)
-        *ret = a < b ? a : b;
-    return err;
+    static int32_t cache[ATTN_OCC_DEVICES];
+    return attn_occupancy_once(cache, [](int32_t *r) {
+        const size_t bytes = bwd_kern<D, BN, V>::bytes;
+        int a = 0, b = 0;
+        cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &a, attn_bwd_tc_persistent_kernel<DT, D, BN, V>, bwd_kern<D, BN, V>::persistent_threads, bytes);
+        if (err == cudaSuccess)
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_bwd_tc_interleaved_kernel<DT, D, BN, V>,
+                                                                ATTN_THREADS, bytes);
+        if (err == cudaSuccess)
+            *r = a < b ? a : b;
+        return err;
+    }, ret);
 }
 
 /* v2 at both tile widths; v3 (64 x 128; 64 x 64 at head dim 256, its only kernel) where

@@ -306,6 +306,34 @@ cudaError_t cuattn__pad_narrow(void *dst, const int64_t stride[3], const void *s
 /* ---- device helpers ---------------------------------------------------------------- */
 #ifdef __CUDACC__
 
+/* A kernel's resident blocks per SM, asked of the runtime once per device and kept: the
+ * launches ask before every backward (the grid may not exceed what fits at once), and the
+ * figure does not change while the process lives once the kernels' shared-memory limits are
+ * raised (cuattn_new, before any launch). cache is the asking template's own (a
+ * function-local static), by device ordinal; 0 is not kept (asked again). */
+#define ATTN_OCC_DEVICES 64
+template <typename Ask>
+static inline cudaError_t attn_occupancy_once(int32_t (&cache)[ATTN_OCC_DEVICES], Ask ask, int32_t *ret)
+{
+    int dev = -1;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess)
+        return err;
+    const bool keep = dev >= 0 && dev < ATTN_OCC_DEVICES;
+    const int32_t have = keep ? __atomic_load_n(&cache[dev], __ATOMIC_RELAXED) : 0;
+    if (have > 0) {
+        *ret = have;
+        return cudaSuccess;
+    }
+    int32_t n = 0;
+    if ((err = ask(&n)) != cudaSuccess)
+        return err;
+    if (keep && n > 0)
+        __atomic_store_n(&cache[dev], n, __ATOMIC_RELAXED);
+    *ret = n;
+    return cudaSuccess;
+}
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -767,17 +767,20 @@ cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_ki
 template <typename DT, int D, int BN, bool WG>
 static cudaError_t bwd_vl_occupancy(int32_t *ret)
 {
-    int a = 0;
-    cudaError_t err;
-    if constexpr (WG)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D, false>,
-                                                            ATTN_THREADS + 128, bwd_vl_wg_bytes<D>());
-    else
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
-                                                            bwd_vl_bytes<D, BN>());
-    if (err == cudaSuccess)
-        *ret = a;
-    return err;
+    static int32_t cache[ATTN_OCC_DEVICES];
+    return attn_occupancy_once(cache, [](int32_t *r) {
+        int a = 0;
+        cudaError_t err;
+        if constexpr (WG)
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_wg_kernel<DT, D, false>,
+                                                                ATTN_THREADS + 128, bwd_vl_wg_bytes<D>());
+        else
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, attn_bwd_vl_kernel<DT, D, BN>, ATTN_THREADS,
+                                                                bwd_vl_bytes<D, BN>());
+        if (err == cudaSuccess)
+            *r = a;
+        return err;
+    }, ret);
 }
 
 #if BWD_WG_TRACE
