@@ -290,12 +290,10 @@ class Client:
 
     @staticmethod
     def _attn(dtype, causal, scale, schedule, wave, window_size=None, softcap=None):
-        if schedule not in _lib.SCHEDULES:
-            raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
-                             + ", ".join(_lib.SCHEDULES))
+        code = schedule_code(schedule)
         causal = bool_arg("causal", causal)
         a = _lib.DashAttn(dtype, _lib.DASH_MASK_CAUSAL if causal else _lib.DASH_MASK_FULL,
-                          float32_arg("softmax_scale", scale), _lib.SCHEDULES[schedule],
+                          float32_arg("softmax_scale", scale), code,
                           int(wave or 0), 0, 0)
         left, right = window_pair(window_size)
         if (left, right) != (-1, -1):
@@ -615,6 +613,14 @@ def bool_arg(name, x):
     # the type's name, not repr(x): under torch.compile x may be a traced value
     raise TypeError(f"dash_attn: {name} must be a bool, not a {kind}"
                     + (f" ({x!r})" if isinstance(x, (str, bytes, int, float, type(None))) else ""))
+
+
+def schedule_code(schedule):
+    """dash.h's enum dash_schedule of a schedule's name; ValueError naming the choices."""
+    if schedule not in _lib.SCHEDULES:
+        raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
+                         + ", ".join(_lib.SCHEDULES))
+    return _lib.SCHEDULES[schedule]
 
 
 def float32_arg(name, x):

@@ -142,10 +142,7 @@ def attention(c, q, k, v, scale, causal, left, right, softcap, schedule):
     (its C++ node); the inputs checked as _ops.attention checks them, the parameters here
     as Client._attn does."""
     from . import _client
-    code = _lib.SCHEDULES.get(schedule) if isinstance(schedule, str) else None
-    if code is None:
-        raise ValueError(f"dash_attn: unknown schedule {schedule!r}; one of "
-                         + ", ".join(_lib.SCHEDULES))
+    code = _client.schedule_code(schedule)
     _client._refuse_cuda_f64(q)
     dt = _client._dtype_code(q)
     scale = _client.float32_arg("softmax_scale", scale)
