@@ -109,23 +109,24 @@ std::shared_ptr<client_entry> live_entry(int64_t id)
     return e;
 }
 
-/* Refused before anything is queued: dashd computes in another process, which a graph
- * cannot record or replay (what _client.py's _refuse_capture says). */
-void refuse_capture(const Tensor &t)
+/* The current stream of t's device, where the op is ordered; refused before anything is
+ * queued when it is capturing: dashd computes in another process, which a graph cannot
+ * record or replay (what _client.py's _refuse_capture says). */
+cudaStream_t op_stream(const Tensor &t)
 {
-    const auto stream = c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing != cudaStreamCaptureStatusNone)
         fail(DASH_EINVAL, "cannot be called during CUDA graph capture (torch.cuda.graph, CUDA-graph "
                           "trees): dashd computes in another process, which a graph cannot record or "
                           "replay. Call it outside the captured region");
+    return stream;
 }
 
-/* The n tensors' op (5: a forward, 9: a backward) on the current stream of ts[0]'s device,
- * under the client's lock, the audit tag set first. */
-void run_op(const attn_args &x, const Tensor *ts, int n)
+/* The n tensors' op (5: a forward, 9: a backward) on stream (op_stream's), under the
+ * client's lock, the audit tag set first. */
+void run_op(const attn_args &x, const Tensor *ts, int n, cudaStream_t stream)
 {
-    const auto stream = c10::cuda::getCurrentCUDAStream(ts[0].get_device()).stream();
     struct dash_cuda_ref refs[9];
     for (int i = 0; i < n; i++)
         refs[i] = ref_of(ts[i]);
@@ -172,12 +173,12 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
     /* q, k, v: (batch, seqlen, heads, head_dim), checked by the binding */
     static variable_list forward(AutogradContext *ctx, Tensor q, Tensor k, Tensor v, attn_args x)
     {
-        refuse_capture(q);
+        const cudaStream_t stream = op_stream(q);
         const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
         Tensor out = at::empty_like(qc, at::MemoryFormat::Contiguous);
         Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
         const Tensor ts[5] = {qc, kc, vc, out, lse};
-        run_op(x, ts, 5);
+        run_op(x, ts, 5, stream);
         /* the inputs as given (the backward makes its copies again, as the ctypes path
          * does): the second-order guard below ties dq, dk, dv to them */
         ctx->save_for_backward({q, k, v, out, lse});
@@ -197,7 +198,7 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
             return {Tensor(), Tensor(), Tensor(), Tensor()};
         const auto saved = ctx->get_saved_variables();
         const Tensor &q = saved[0], &k = saved[1], &v = saved[2];
-        refuse_capture(q);
+        const cudaStream_t stream = op_stream(q);
         const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
         attn_args x;
         x.client = ctx->saved_data["client"].toInt();
@@ -211,7 +212,7 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
         Tensor dk = at::empty_like(kc, at::MemoryFormat::Contiguous);
         Tensor dv = at::empty_like(vc, at::MemoryFormat::Contiguous);
         const Tensor ts[9] = {qc, kc, vc, saved[3], saved[4], dout, dq, dk, dv};
-        run_op(x, ts, 9);
+        run_op(x, ts, 9, stream);
         if (torch::autograd::GradMode::is_enabled()) { /* create_graph */
             auto g = no_second_order::apply(dq, dk, dv, q, k, v, grads[0]);
             return {g[0], g[1], g[2], Tensor()};
