@@ -23,7 +23,6 @@ struct dview {
     uint64_t per_row; /* leaves per row */
     uint64_t first_leaf; /* its first leaf's index among those hashed here: a multiple of 64 */
     uint64_t leaves;
-    uint64_t first_group; /* index of its first group hash in the scratch: a multiple of 64 */
     uint64_t groups;
     uint64_t first_super; /* index of its first supergroup hash in the scratch */
     uint64_t supers;
@@ -86,14 +85,14 @@ static size_t align_up(size_t x)
  * scratch bytes those take, or 0 for a bad argument. digest_cuda_scratch_bytes and
  * digest_cuda both ask it, so what is sized is what is carved. */
 struct dsizes {
-    uint64_t hashed, groups, supers, packed; /* leaves hashed here, hashes, copied bytes */
+    uint64_t hashed, supers, packed; /* leaves hashed here, supergroup hashes, copied bytes */
 };
 
 static size_t plan(const struct digest_view *v, int32_t n, struct dtable *t, struct dsizes *sz, int *dense)
 {
     if (!v || n < 1 || n > DIGEST_CUDA_MAX_VIEWS)
         return 0;
-    struct dsizes z = {0, 0, 0, 0};
+    struct dsizes z = {0, 0, 0};
     t->n = n;
     for (int32_t i = 0; i < n; i++) {
         struct dview *d = &t->v[i];
@@ -106,19 +105,17 @@ static size_t plan(const struct digest_view *v, int32_t n, struct dtable *t, str
         d->leaves = leaves_of(bytes, row);
         d->groups = groups_of(d->leaves);
         d->supers = groups_of(d->groups);
-        d->first_group = z.groups;
         d->first_super = z.supers;
         d->first_leaf = v[i].leaves ? 0 : z.hashed;
         if (!v[i].leaves)
             z.hashed += d->groups * DIGEST_FANOUT; /* the next one starts at a whole group */
-        z.groups += d->supers * DIGEST_FANOUT;     /* and at a whole supergroup */
         z.supers += d->supers;
         if (!dense[i] && !v[i].leaves)
             z.packed += align_up((size_t)bytes);
     }
     *sz = z;
-    return align_up((size_t)z.groups * 8) + align_up((size_t)z.supers * 8) + align_up((size_t)z.hashed * 8) +
-           (size_t)z.packed;
+    return align_up((size_t)n * sizeof(unsigned int)) + align_up((size_t)z.supers * 8) +
+           align_up((size_t)z.hashed * 8) + (size_t)z.packed;
 }
 
 size_t digest_cuda_scratch_bytes(const struct digest_view *v, int32_t n)
@@ -196,8 +193,6 @@ static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t 
 #define LEAF_BLOCK (32 * LEAF_WARPS)   /* leaves per block */
 #define LEAF_SLICES 2 /* at most, 128-byte slices of each leaf staged per step */
 #define LEAF_ROW (LEAF_SLICES * 8 + 1) /* uint4 per staged leaf row: the slices + 16 pad */
-#define ROOT_THREADS 256
-#define ROOT_TILE 256 /* supergroup hashes per tile of the root kernel */
 #define FOLD_THREADS 64
 
 /* Which view hashed leaf g belongs to (among the views whose leaves are hashed here, each
@@ -290,66 +285,67 @@ static __global__ void __launch_bounds__(LEAF_BLOCK) leaf_kernel(struct dtable t
     }
 }
 
-/* One level of the tree, a thread per hash it makes: XXH64 over up to 64 hashes of the
- * level below - a view's leaves (given, or from the leaf kernel) into its groups (level
- * 0), or its groups into its supergroups (level 1) - whole runs of 64 read as 16-byte
- * stripes (each view's groups start at a multiple of 64). A group hash in the leaf kernel
- * itself, by two of its threads while the rest waited, cost more than the bytes once
- * leaves were rows; the supergroups in the root kernel's one block per view took longer
- * than everything else. Small blocks, so the few threads spread over the SMs. */
-static __global__ void __launch_bounds__(FOLD_THREADS)
-    fold_kernel(struct dtable t, int32_t level, uint64_t total, uint64_t *groups, uint64_t *supers)
+/* XXH64 of n 8-byte words (8 n bytes) read through load(i): what xxh64() gives for those
+ * bytes (four stripe accumulators over whole 32-byte stripes, converged, plus the length,
+ * then the words past the stripes one by one), for words that are not one array in the
+ * generic address space: a supergroup's group hashes in shared memory, a root's
+ * supergroup hashes read from L2. */
+template <typename Load>
+static __device__ uint64_t xxh64_words(Load load, uint64_t n, uint64_t seed)
 {
-    const uint64_t g = blockIdx.x * (uint64_t)FOLD_THREADS + threadIdx.x;
-    if (g >= total)
-        return;
-    for (int32_t i = 0; i < t.n; i++) {
-        const struct dview *v = &t.v[i];
-        const uint64_t first = level ? v->first_super : v->first_group, count = level ? v->supers : v->groups;
-        if (g < first || g - first >= count)
-            continue;
-        const uint64_t k = (g - first) * DIGEST_FANOUT, below = level ? v->groups : v->leaves;
-        const uint64_t n = below - k < DIGEST_FANOUT ? below - k : DIGEST_FANOUT;
-        const uint64_t *p = (level ? groups + v->first_group : v->leaf) + k;
-        (level ? supers : groups)[g] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
-                                           ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
-                                           : xxh64(p, (size_t)n * 8, 0);
-        return;
+    const uint64_t striped = n / 4 * 4;
+    uint64_t acc[4] = {xxh64_start(seed, 0), xxh64_start(seed, 1), xxh64_start(seed, 2), xxh64_start(seed, 3)};
+    for (uint64_t w = 0; w < striped; w += 4)
+        for (int i = 0; i < 4; i++)
+            acc[i] = xxh64_round(acc[i], load(w + i));
+    uint64_t h = n >= 4 ? xxh64_converge(acc[0], acc[1], acc[2], acc[3]) : seed + XXH64_P5;
+    h += 8 * n;
+    for (uint64_t w = striped; w < n; w++) {
+        h ^= xxh64_round(0, load(w));
+        h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
     }
+    return xxh64_avalanche(h);
 }
 
-/* One block per view: the root over its supergroup hashes, seeded with its length - the
- * block loads them into shared tiles and thread 0 runs XXH64 over each tile. */
-static __global__ void __launch_bounds__(ROOT_THREADS)
-    root_kernel(struct dtable t, const uint64_t *supers, uint64_t *out)
+/* The tree above the leaves in one launch. A view's groups start at a whole supergroup, so
+ * block b (FOLD_THREADS = 64 threads) is supergroup b of the views' run: each thread makes
+ * one group hash - XXH64 over up to 64 leaf hashes, whole runs of 64 read as 16-byte
+ * stripes - into shared memory, thread 0 the supergroup's hash over them; and the block
+ * that finishes a view's last supergroup (a counter per view, zeroed before the launch)
+ * makes the view's root over its supergroup hashes, seeded with its length. Three
+ * dependent launches (groups, supergroups, roots) took 20-22 us at a 4k backward's
+ * outputs, most of it the launches' own latency (bench/results/device-session-2026-12-06c/
+ * audit-call11a.md). */
+static __global__ void __launch_bounds__(FOLD_THREADS)
+    tree_kernel(struct dtable t, uint64_t *supers, uint64_t *out, unsigned int *done)
 {
-    __shared__ uint64_t tile[ROOT_TILE];
-    const struct dview *v = &t.v[blockIdx.x];
-    const uint64_t n = v->supers, seed = v->bytes, striped = n / 4 * 4;
-    const uint64_t *g = supers + v->first_super;
-    uint64_t acc[4] = {xxh64_start(seed, 0), xxh64_start(seed, 1), xxh64_start(seed, 2), xxh64_start(seed, 3)};
-    for (uint64_t base = 0; base < n; base += ROOT_TILE) {
-        const uint64_t cnt = n - base < ROOT_TILE ? n - base : ROOT_TILE;
-        for (uint64_t i = threadIdx.x; i < cnt; i += ROOT_THREADS)
-            tile[i] = __ldcg(g + base + i);
-        __syncthreads(); /* the tile is loaded */
-        if (threadIdx.x == 0) {
-            const uint64_t end = base + cnt < striped ? base + cnt : striped;
-            for (uint64_t w = base; w + 4 <= end; w += 4)
-                for (int i = 0; i < 4; i++)
-                    acc[i] = xxh64_round(acc[i], tile[w - base + i]);
-            if (base + cnt == n) { /* the last tile holds every word past the stripes */
-                uint64_t h = n >= 4 ? xxh64_converge(acc[0], acc[1], acc[2], acc[3]) : seed + XXH64_P5;
-                h += 8 * n;
-                for (uint64_t w = striped; w < n; w++) {
-                    h ^= xxh64_round(0, tile[w - base]);
-                    h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
-                }
-                out[blockIdx.x] = xxh64_avalanche(h);
-            }
-        }
-        __syncthreads(); /* thread 0 is done with the tile before it is overwritten */
+    __shared__ uint64_t grp[FOLD_THREADS];
+    const uint64_t b = blockIdx.x;
+    int32_t i = 0;
+    while (i < t.n && (b < t.v[i].first_super || b - t.v[i].first_super >= t.v[i].supers))
+        i++;
+    if (i == t.n)
+        return; /* (the grid is the supergroups: never) */
+    const struct dview *v = &t.v[i];
+    const uint64_t s = b - v->first_super, j = s * DIGEST_FANOUT + threadIdx.x; /* the view's group j */
+    if (j < v->groups) {
+        const uint64_t k = j * DIGEST_FANOUT, n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
+        const uint64_t *p = v->leaf + k;
+        grp[threadIdx.x] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
+                               ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
+                               : xxh64(p, (size_t)n * 8, 0);
     }
+    __syncthreads(); /* the supergroup's group hashes are in grp */
+    if (threadIdx.x != 0)
+        return;
+    const uint64_t n = v->groups - s * DIGEST_FANOUT < DIGEST_FANOUT ? v->groups - s * DIGEST_FANOUT : DIGEST_FANOUT;
+    supers[b] = xxh64_words([&](uint64_t w) { return grp[w]; }, n, 0);
+    __threadfence(); /* this supergroup's hash is visible before the count says so */
+    if (atomicAdd(&done[i], 1u) + 1u != (unsigned int)v->supers)
+        return;
+    __threadfence(); /* every other supergroup's hash of the view is visible to this one */
+    const uint64_t *g = supers + v->first_super;
+    out[i] = xxh64_words([&](uint64_t w) { return __ldcg(g + w); }, v->supers, v->bytes);
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
@@ -365,8 +361,8 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
         return -EINVAL;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     unsigned char *at = static_cast<unsigned char *>(scratch);
-    uint64_t *groups = reinterpret_cast<uint64_t *>(at);
-    at += align_up((size_t)sz.groups * 8);
+    unsigned int *done = reinterpret_cast<unsigned int *>(at); /* a counter per view */
+    at += align_up((size_t)n * sizeof(unsigned int));
     uint64_t *supers = reinterpret_cast<uint64_t *>(at);
     at += align_up((size_t)sz.supers * 8);
     uint64_t *leaves = reinterpret_cast<uint64_t *>(at);
@@ -385,10 +381,8 @@ int digest_cuda(const struct digest_view *v, int32_t n, void *scratch, size_t sc
     }
     if (sz.hashed) /* the views without given leaves, each from a whole group on */
         leaf_kernel<<<(unsigned)((sz.hashed + LEAF_BLOCK - 1) / LEAF_BLOCK), LEAF_BLOCK, 0, st>>>(t);
-    fold_kernel<<<(unsigned)((sz.groups + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
-        t, 0, sz.groups, groups, supers);
-    fold_kernel<<<(unsigned)((sz.supers + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, st>>>(
-        t, 1, sz.supers, groups, supers);
-    root_kernel<<<(unsigned)n, ROOT_THREADS, 0, st>>>(t, supers, out);
+    if (cudaMemsetAsync(done, 0, (size_t)n * sizeof(unsigned int), st) != cudaSuccess)
+        return -EIO;
+    tree_kernel<<<(unsigned)sz.supers, FOLD_THREADS, 0, st>>>(t, supers, out, done);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

@@ -3,9 +3,10 @@
  * digest_cuda.h - the digests of kernels/digest/digest.h computed on the GPU, for tensors in
  * device memory: the same value as digest_strided() on a host copy of the same bytes.
  *
- * Four kernels: one thread hashes each leaf (a row, or a 4 KiB piece of a longer row)
- * into the scratch; one thread hashes each group of 64 leaf hashes, then one each
- * supergroup of 64 group hashes; a block per tensor hashes the root over those. A dense view is hashed in place;
+ * Two kernels: one thread hashes each leaf (a row, or a 4 KiB piece of a longer row)
+ * into the scratch; then a block per supergroup makes its 64 group hashes (a thread each,
+ * over 64 leaf hashes) and its own hash, and the block that ends a tensor's last
+ * supergroup hashes the tensor's root over them. A dense view is hashed in place;
  * a strided one is first gathered into dense scratch. A view whose leaves a kernel has
  * already hashed (the backward's fused epilogues, attn_cuda.h) skips the first kernel and
  * never reads the tensor. Everything is queued on the caller's stream, so digests of an
