@@ -633,18 +633,28 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_preprocess_kernel(co
     }
 }
 
+/* Whether row i of head bh's dQ had no addition at all where dQacc was not zeroed
+ * (attn_bwd_dq_first_stores: its tile's counter is still 0). */
+static __device__ __forceinline__ bool bwd_tc_dq_untouched(const struct attn_bwd_params &p, bool first, int32_t bh,
+                                                           int32_t i)
+{
+    return first && p.counter[(int64_t)bh * p.s.m_tiles + i / BWD_TC_BM] == 0;
+}
+
 /* dQ = scale dQacc, one warp per row (bh, i) (bwd_tc_dq_row). */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(const struct attn_bwd_params p)
 {
     const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
+    const bool first = attn_bwd_dq_first_stores(p);
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
         const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
         bwd_tc_dq_row<DT, D>(dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2],
-                             p.dq_acc + row * D, i, p.scale, lane, p.d_cols ? p.d_cols : D);
+                             bwd_tc_dq_untouched(p, first, bh, i) ? NULL : p.dq_acc + row * D, i, p.scale, lane,
+                             p.d_cols ? p.d_cols : D);
     }
 }
 
@@ -664,10 +674,22 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
     const int32_t warps = BWD_TC_HASHED_WARPS, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
     const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
+    const bool first = attn_bwd_dq_first_stores(p);
     int32_t cur = 0;      /* the stage buffer this batch fills; the other holds the last one */
     int64_t last = -1;    /* the staged batch's first row, -1: none */
     for (int64_t r0 = 8 * warp;; r0 += 8 * all) { /* uniform across the warp */
         const bool have = r0 < rows;
+        uint32_t none = 0; /* bit r: row r0 + r had no addition (bwd_tc_dq_untouched) */
+        if (have && first) {
+            int32_t bh = (int32_t)(r0 / p.seqlen_q), i = (int32_t)(r0 - (int64_t)bh * p.seqlen_q);
+            for (int32_t r = 0; r < 8 && r0 + r < rows; r++) {
+                none |= (uint32_t)bwd_tc_dq_untouched(p, first, bh, i) << r;
+                if (++i == p.seqlen_q) {
+                    i = 0;
+                    bh++;
+                }
+            }
+        }
         float2 a[8][D / 64];
         if (have)
 #pragma unroll
@@ -677,8 +699,9 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
                     const int32_t i = (int32_t)(row % p.seqlen_q);
 #pragma unroll
                     for (int32_t k = 0; k < D / 64; k++)
-                        a[r][k] = *reinterpret_cast<const float2 *>(p.dq_acc + row * D +
-                                                                    bwd_tc_dq_at(i, 2 * lane + 64 * k));
+                        a[r][k] = (none >> r) & 1u ? make_float2(0.0f, 0.0f)
+                                                   : bwd_tc_dq_plus0(*reinterpret_cast<const float2 *>(
+                                                         p.dq_acc + row * D + bwd_tc_dq_at(i, 2 * lane + 64 * k)));
                 }
         if (last >= 0) {
             const uint64_t leaf = digest_leaf_staged<D>(stage[threadIdx.x >> 5][cur ^ 1], lane);

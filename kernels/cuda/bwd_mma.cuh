@@ -346,12 +346,20 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
     }
 }
 
+/* dQacc's element as the sum of additions to zero gives it: a + 0 (-0 becomes +0, nothing
+ * else changes; see attn_bwd_dq_first_stores). */
+static __device__ __forceinline__ float2 bwd_tc_dq_plus0(float2 a)
+{
+    return make_float2(__fadd_rn(a.x, 0.0f), __fadd_rn(a.y, 0.0f));
+}
+
 /* The postprocess of one dQ row, by one warp: dQ = scale dQacc rounded to the dtype, lane l
  * the pairs d = 2 l, 2 l + 64, ... (stores of consecutive pairs, reads inside the row's
  * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
- * the bwd_tc_dq_at layout of row i. The same products, so the same bits, as one thread a
- * pair; the row's index arithmetic is done once, not per pair (64-bit divisions: they,
- * not memory, bounded the pair-per-thread kernels). */
+ * the bwd_tc_dq_at layout of row i, or NULL for a row nothing was added to (zeros). The
+ * same products, so the same bits, as one thread a pair; the row's index arithmetic is
+ * done once, not per pair (64-bit divisions: they, not memory, bounded the pair-per-thread
+ * kernels). */
 template <typename DT, int D>
 static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const float *acc_row, int32_t i, float scale,
                                                      int32_t lane, int32_t cols = D)
@@ -361,7 +369,8 @@ static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const flo
     for (int32_t d = 2 * lane; d < D; d += 64) {
         if (cols != D && d >= cols) /* 96 on the 128 kernel: the caller's columns only */
             continue;
-        const float2 a = *reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d));
+        const float2 a = acc_row ? bwd_tc_dq_plus0(*reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d)))
+                                 : make_float2(0.0f, 0.0f);
         attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
     }
 }
@@ -394,26 +403,34 @@ static __device__ __forceinline__ void bwd_tc_stage_dq(float *dq_smem, const bwd
 }
 
 /* One thread: add rows [0, rm) of the staged tile into the (rm, D) floats at acc (16-byte
- * aligned). */
+ * aligned); store: copy them there instead (the tile's first addition where dQacc was not
+ * zeroed: attn_bwd_dq_first_stores). */
 template <int D>
-static __device__ __forceinline__ void bwd_tc_bulk_add_to(float *acc, const float *dq_smem, int32_t rm)
+static __device__ __forceinline__ void bwd_tc_bulk_add_to(float *acc, const float *dq_smem, int32_t rm,
+                                                          bool store = false)
 {
     /* the turn was acquired through the generic proxy; the reduction runs in the async one */
     asm volatile("fence.proxy.async.global;" ::: "memory");
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
-                     __cvta_generic_to_global(acc)),
-                 "r"(attn_smem_u32(dq_smem)), "r"((uint32_t)(rm * D * sizeof(float)))
-                 : "memory");
+    if (store)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                         __cvta_generic_to_global(acc)),
+                     "r"(attn_smem_u32(dq_smem)), "r"((uint32_t)(rm * D * sizeof(float)))
+                     : "memory");
+    else
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                         __cvta_generic_to_global(acc)),
+                     "r"(attn_smem_u32(dq_smem)), "r"((uint32_t)(rm * D * sizeof(float)))
+                     : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-/* Thread 0: add rows [0, rm) of the staged tile into dQacc tile m of head bh. */
+/* Thread 0: add (store) rows [0, rm) of the staged tile into dQacc tile m of head bh. */
 template <int D>
 static __device__ __forceinline__ void bwd_tc_bulk_add(const struct attn_bwd_params &p, const float *dq_smem,
-                                                       int32_t bh, int32_t m)
+                                                       int32_t bh, int32_t m, bool store = false)
 {
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
-    bwd_tc_bulk_add_to<D>(p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D, dq_smem, rm);
+    bwd_tc_bulk_add_to<D>(p.dq_acc + ((int64_t)bh * p.seqlen_q + i0) * D, dq_smem, rm, store);
 }
 
 /* Thread 0: the staging buffer may be written again once the last reduction has read it. */

@@ -1218,8 +1218,9 @@ static __device__ __forceinline__ void bwd_wg_drain(bwd_wg_smem<D> &sm, const bw
 }
 
 /* The writer, one ticket: tile m of head bh (rank -1: atomic) staged at src - its turn, the
- * reduction into dQacc, the staging buffer freed (empty) once the reduction has read it, then
- * the tile performed and passed on (atomic: performed). */
+ * reduction into dQacc (rank 0: a copy, dQacc not being zeroed: attn_bwd_dq_first_stores),
+ * the staging buffer freed (empty) once the reduction has read it, then the tile performed
+ * and passed on (atomic: performed). */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_write_ticket(const struct attn_bwd_params &p, const float *src,
                                                            int32_t bh, int32_t m, int32_t rank, uint64_t *empty)
@@ -1229,7 +1230,7 @@ static __device__ __forceinline__ void bwd_wg_write_ticket(const struct attn_bwd
     if (rank >= 0)
         bwd_tc_take_turn(ctr, rank);
     BWD_WG_TLAP(BT_TURN);
-    bwd_tc_bulk_add<D>(p, src, bh, m);
+    bwd_tc_bulk_add<D>(p, src, bh, m, rank == 0);
     bwd_tc_bulk_wait_read();
     attn_mbar_arrive(empty); /* free again */
     BWD_WG_TLAP(BT_READ);
