@@ -62,6 +62,7 @@ struct cuattn {
     size_t smem_optin; /* the device's shared memory per block, opted in */
     int force_interleaved;
     int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
+    int poison_scratch; /* cuattn__poison_scratch: scratch_reserve fills it with 0xff */
     int32_t fwd_ctas; /* cuattn__force_fwd_ctas: the persistent forward's CTAs (0: SMs) */
     int32_t fwd_nc;   /* cuattn__force_fwd_consumers: the dense forward's (0: its rule) */
     int32_t last_fwd_nc; /* the consumer warpgroups of the last dense v3 forward */
@@ -278,6 +279,12 @@ void cuattn__force_interleaved(struct cuattn *a, int on)
 int cuattn__last_wg(const struct cuattn *a)
 {
     return a ? a->last_wg : 0;
+}
+
+void cuattn__poison_scratch(struct cuattn *a, int on)
+{
+    if (a)
+        a->poison_scratch = on != 0;
 }
 
 void cuattn__force_no_tma(struct cuattn *a, int on)
@@ -735,7 +742,10 @@ static int grow(struct cuattn *a, unsigned char **mem, size_t *cap, size_t bytes
 /* Make the scratch at least `bytes` long; the old contents are not kept. */
 static int scratch_reserve(struct cuattn *a, size_t bytes)
 {
-    return grow(a, &a->scratch, &a->scratch_cap, bytes);
+    int rc = grow(a, &a->scratch, &a->scratch_cap, bytes);
+    if (rc == 0 && a->poison_scratch && bytes > 0)
+        rc = err_code(cudaMemsetAsync(a->scratch, 0xff, bytes, a->stream));
+    return rc;
 }
 
 /* Part of an upload: bytes of src to dst + at. */

@@ -26,6 +26,11 @@ void cuattn__limit_smem(struct cuattn *a, size_t bytes);
  * automatic choice (TMA where the views allow). The bits are the same either way; this
  * lets a test prove it. */
 void cuattn__force_no_tma(struct cuattn *a, int on);
+/* For tests: 1 makes every later call on `a` fill the scratch it uses with 0xff bytes (NaN
+ * as floats) before its kernels run, so a test can show that nothing reads scratch it did
+ * not write in that call (the dQ accumulator where v3's backward skips its memset:
+ * attn_bwd_dq_first_stores); 0 stops it. The bits are the same either way. */
+void cuattn__poison_scratch(struct cuattn *a, int on);
 /* For tests: 1 if the last successful v3 forward on `a` loaded through TMA, else 0. */
 int cuattn__last_fwd_tma(const struct cuattn *a);
 /* For tests: 1 if the last successful forward on `a` ran v3's kernel (dense or VL), else 0. */

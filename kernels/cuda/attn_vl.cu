@@ -569,6 +569,25 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
     }
 }
 
+/* Whether row w.i of head h of w's sequence had no addition where dQacc was not zeroed
+ * (attn_bwd_dq_first_stores): its sequence has no table entry (no keys: the table holds the
+ * sequences with work, in order, each at its first row q0) or its tile's counter is 0. */
+static __device__ __forceinline__ bool vl_dq_untouched(const struct attn_bwd_params &p, const struct vl_row &w,
+                                                       int32_t h)
+{
+    int32_t lo = 0, hi = p.vl_count - 1; /* the last entry whose q0 <= w.r0 */
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) >> 1;
+        if (p.vl[mid].q0 <= w.r0)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const struct attn_vl_seq *e = p.vl + lo;
+    return p.vl_count == 0 || e->q0 != w.r0 ||
+           p.counter[e->tile0 + (int64_t)h * e->s.m_tiles + w.i / BWD_TC_BM] == 0;
+}
+
 /* dQ = scale dQacc, one warp per row (h, t) (bwd_tc_dq_row): the row's sequence is looked
  * up once, not per pair. */
 template <typename DT, int D>
@@ -577,11 +596,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(c
     const int64_t rows = (int64_t)p.heads_q * p.total_q;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
+    const bool first = attn_bwd_dq_first_stores(p);
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
         const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
         const struct vl_row w = vl_row_of(p, p.cu_q, t, p.dq_stride);
         const int64_t at = (int64_t)p.heads_q * w.r0 + (int64_t)h * w.len + w.i;
-        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2], p.dq_acc + at * D, w.i, p.scale, lane);
+        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2],
+                             first && vl_dq_untouched(p, w, h) ? NULL : p.dq_acc + at * D, w.i, p.scale, lane);
     }
 }
 
@@ -792,7 +813,8 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
 {
     cudaError_t err;
     const int64_t rows_q = (int64_t)p->heads_q * p->total_q;
-    if ((err = cudaMemsetAsync(p->dq_acc, 0, sizeof(float) * (size_t)rows_q * D, stream)) != cudaSuccess ||
+    if ((!attn_bwd_dq_first_stores(*p) &&
+         (err = cudaMemsetAsync(p->dq_acc, 0, sizeof(float) * (size_t)rows_q * D, stream)) != cudaSuccess) ||
         (err = cudaMemsetAsync(p->counter, 0, sizeof(int32_t) * (size_t)p->vl_tiles, stream)) != cudaSuccess ||
         (err = cudaMemsetAsync(p->job_next, 0, sizeof(int32_t), stream)) != cudaSuccess)
         return err;

@@ -123,17 +123,19 @@ static inline uint32_t attn_bwd_rows_grid(int64_t work, int64_t per_block, int32
     return (uint32_t)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
-/* Whether the launch leaves the dQ accumulator unzeroed: v3's dense persistent kernels under
- * a deterministic schedule copy each dQ tile's first addition (rank 0) into dQacc instead
- * of adding it to zeros (bwd_wg_write_ticket), which saves the memset (4 bytes an element of
- * dQ: 134 MB, about 45 us, at 16k tokens x 2048). A tile that no kv-tile reaches (rows that
- * see no key) keeps its counter at 0, and the postprocess writes zeros for its rows. The
+/* Whether the launch leaves the dQ accumulator unzeroed: v3's persistent kernels (dense, and
+ * attn_vl.cu's) under a deterministic schedule copy each dQ tile's first addition (rank 0)
+ * into dQacc instead of adding it to zeros (bwd_wg_write_ticket, bwd_wg_writer_at), which
+ * saves the memset (4 bytes an element of dQ: 134 MB, about 45 us, at 16k tokens x 2048).
+ * A tile that no kv-tile reaches (rows that see no key; attn_vl.cu: a sequence without
+ * keys has no tiles at all) keeps its counter at 0, and the postprocess writes zeros for its
+ * rows. The
  * bits are those of the additions to zeros: a copy of x is 0 + x except for x = -0, and the
  * postprocess adds +0 to every element (bwd_tc_dq_row), which leaves any other value as it
  * is and makes -0 the +0 that 0 + -0 gave. */
 static __host__ __device__ __forceinline__ bool attn_bwd_dq_first_stores(const struct attn_bwd_params &p)
 {
-    return p.wg && p.vl == NULL && p.mode == ATTN_MODE_PERSISTENT && p.s.kind != SCHED_ATOMIC;
+    return p.wg && p.mode == ATTN_MODE_PERSISTENT && p.s.kind != SCHED_ATOMIC;
 }
 
 /* The dQ accumulator (fp32, rows x d; unless attn_bwd_dq_first_stores), the counters and

@@ -1296,7 +1296,7 @@ static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_pa
         if (rank >= 0)
             bwd_tc_take_turn(ctr, rank);
         BWD_WG_TLAP(BT_TURN);
-        bwd_tc_bulk_add_to<D>(p.dq_acc + sm.tile_at[r.b][1], sm.dq_smem + r.b * BWD_TC_BM * D, rm);
+        bwd_tc_bulk_add_to<D>(p.dq_acc + sm.tile_at[r.b][1], sm.dq_smem + r.b * BWD_TC_BM * D, rm, rank == 0);
         bwd_tc_bulk_wait_read();
         attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
         BWD_WG_TLAP(BT_READ);

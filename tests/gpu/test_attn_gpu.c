@@ -589,6 +589,61 @@ static void test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits(voi
     cuattn_free(ca);
 }
 
+/* v3's dense backward does not zero its dQ accumulator under a deterministic schedule (the
+ * first addition of a tile is a copy; attn_bwd_dq_first_stores): with the scratch filled
+ * with NaN before each call (cuattn__poison_scratch) every schedule, atomic too, gives the
+ * bytes it gives on scratch left by earlier calls and matches float64 - causal with more
+ * queries than keys (whole dQ tiles no kv-tile reaches, rows that see no key in a tile that
+ * others' keys reach), full, GQA, head dims 64 (pairs of q-tiles), 96, 128 and 256. */
+static struct cuattn *open_v3(void);
+
+static void test_attn_gpu_v3_backward_needs_no_zeroed_scratch(void)
+{
+    const struct shape_case cases[] = {
+        {1, 300, 17, 2, 1, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 200, 130, 4, 2, 128, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 130, 200, 4, 1, 128, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 200, 70, 2, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 250, 100, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL},
+    };
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x5c7a);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        struct refs R;
+        refs_compute(&R, &p, &a);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+        for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
+            struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            struct gpu_copy g;
+            gpu_copy_bwd(&g, &a);
+            cuattn__poison_scratch(ca, 1);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            cuattn__poison_scratch(ca, 0);
+            CU_ASSERT(cuattn__last_wg(ca));
+            double e[3];
+            const int close = grads_close(&a, &R, e), same = kind == SCHED_ATOMIC || gpu_copy_equal(&g, &a);
+            if (!close || !same) {
+                fprintf(stderr, "\n  case %zu %s on NaN scratch: rel error dq %.3g dk %.3g dv %.3g%s", ci,
+                        sched_kind_name(cfg.sched), e[0], e[1], e[2], same ? "" : ", other bytes");
+                bad++;
+            }
+            gpu_copy_free(&g);
+        }
+        refs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cuattn_free(ca);
+}
+
 /* v3's backward at head dim 256 (64 x 64 tiles, bwd_wgmma.cuh) against float64 into
  * poisoned outputs, for every deterministic schedule (shift at W 64 and 7) and atomic:
  * fp16 and bf16, full and causal, GQA 2:1 and MHA, lengths that are not tile multiples,
@@ -1989,6 +2044,7 @@ int suite_gpu_attn(void)
                      test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
         !CU_add_test(s, "test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits",
                      test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits) ||
+        !CU_add_test(s, "test_attn_gpu_v3_backward_needs_no_zeroed_scratch", test_attn_gpu_v3_backward_needs_no_zeroed_scratch) ||
         !CU_add_test(s, "test_attn_gpu_small_shapes_for_sanitizers",
                      test_attn_gpu_small_shapes_for_sanitizers) ||
         !CU_add_test(s, "test_attn_gpu_smaller_gpus_run_v2_or_v1", test_attn_gpu_smaller_gpus_run_v2_or_v1) ||

@@ -570,7 +570,9 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
 /* Rows that see no key (a window right of every key, causal with more queries than keys,
  * a sequence without keys) get O = 0, LSE = +inf and dQ = 0; keys no query sees (a
  * sequence without queries, a window that skips them) dK = dV = 0 - never NaN; with each
- * backward kernel the GPU has. */
+ * backward kernel the GPU has. Each backward runs twice, the second time on scratch filled
+ * with NaN first (cuattn__poison_scratch: v3 does not zero its dQ accumulator, and rows no
+ * kv-tile reaches are never written there), and must give the same bytes. */
 static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
 {
     struct cuattn *ca = NULL;
@@ -605,6 +607,14 @@ static void test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan(void)
             CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
             CU_ASSERT(ran_expected(ca, impls[ii], 0, "rows without keys"));
             CU_ASSERT(check_backward(&a, &R, "rows without keys"));
+            struct gpu_copy g;
+            gpu_copy_bwd(&g, &a);
+            cuattn__poison_scratch(ca, 1);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            cuattn__poison_scratch(ca, 0);
+            CU_ASSERT(check_backward(&a, &R, "rows without keys, NaN scratch"));
+            CU_ASSERT(gpu_copy_equal(&g, &a));
+            gpu_copy_free(&g);
         }
     }
     vrefs_free(&R);
