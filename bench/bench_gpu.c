@@ -25,8 +25,13 @@
  * through, exactly, as bench/varlen_peers.py does.
  *
  * FLOPs as flash-attn counts them: fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd.
- * Each call is synchronous (launch + wait), timed on the host clock: median of N calls
- * after one warm-up, so the backward includes its preprocess, postprocess and memsets.
+ * Each call is timed as the peers are (bench/gpu_peers.py, bench/cudnn_peers.py): CUDA
+ * events on the object's stream before and after it (the object asynchronous, its calls
+ * queued), then a wait for the second; median of N calls (--reps, default 10) after
+ * BENCH_WARMUPS warm-ups. What the host does inside a call before its first launch (tensor
+ * maps, tables) lies between the events too, and the backward's preprocess, postprocess
+ * and memsets are inside. (Until 2026-12-06 these were synchronous calls on the host clock,
+ * median of 3 after one warm-up: the wait's wake-up in every figure.)
  * "digest" is XXH64 of the bytes of dQ, dK and dV (in that order, each view's bytes only) of
  * the repeat-check call: two builds whose deterministic schedules print the same digest
  * compute the same bits.
@@ -54,6 +59,26 @@
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
+
+#define BENCH_WARMUPS 3 /* calls before the timed ones, as the peers' scripts do */
+
+/* Record e1 on st after the call queued there since e0, wait for it: the milliseconds
+ * between the two events. */
+static double event_ms(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1)
+{
+    float ms = 0.0f;
+    CHECK(cudaEventRecord(e1, st));
+    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+}
+
+/* The median of the reps times after the warm-ups in t (sorts them). */
+static double median_after_warmups(double *t, int reps)
+{
+    qsort(t + BENCH_WARMUPS, (size_t)reps, sizeof(double), btime_cmp_double);
+    return t[BENCH_WARMUPS + reps / 2];
+}
 
 /* random normal bf16 on the host, copied to the device once: every shape has the same
  * number of elements per tensor (TOKENS * HIDDEN), so one set of buffers serves all */
@@ -94,7 +119,7 @@ struct bufs {
 
 int main(int argc, char **argv)
 {
-    int quick = 0, reps = 3, impl = 0;
+    int quick = 0, reps = 10, impl = 0;
     int32_t only_d = 0, only_s = 0, only_causal = -1, only_sched = -1, window = -1, nlen = 0;
     static int32_t cu[MAX_LENGTHS + 1];
     int64_t total = 0, longest = 0;
@@ -146,7 +171,7 @@ int main(int argc, char **argv)
     }
     const int vl = window >= 0 || nlen > 0;
     if (reps < 1 || reps > 100)
-        reps = 3;
+        reps = 10;
     struct cuattn *a;
     int rc = cuattn_new(0, &a);
     if (rc) {
@@ -157,6 +182,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: --impl %d: %d\n", impl, rc);
         return 2;
     }
+    if ((rc = cuattn_set_async(a, 1))) {
+        fprintf(stderr, "bench_gpu: asynchronous calls: %d\n", rc);
+        return 1;
+    }
+    const cudaStream_t st = (cudaStream_t)cuattn_stream(a);
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
     char name[128];
     int32_t sms = 0;
     cuattn_device(a, name, sizeof name, &sms);
@@ -177,8 +210,8 @@ int main(int argc, char **argv)
     unsigned char *h1 = malloc(n), *h2 = malloc(n);
 
     printf("{\"device\": \"%s\", \"sms\": %d, \"driver\": %d, \"runtime\": %d, \"reps\": %d, "
-           "\"impl\": %d, \"rows\": [",
-           name, sms, drv, rt, reps, (int)cuattn_impl(a));
+           "\"warmups\": %d, \"timing\": \"events\", \"impl\": %d, \"rows\": [",
+           name, sms, drv, rt, reps, BENCH_WARMUPS, (int)cuattn_impl(a));
     const int32_t seqlens_full[] = {1024, 2048, 4096, 8192, 16384}, seqlens_quick[] = {1024, 4096};
     const int32_t *seqlens = quick ? seqlens_quick : seqlens_full;
     int nseq = quick ? 2 : 5, first = 1;
@@ -224,17 +257,16 @@ int main(int argc, char **argv)
                 struct attn_tensor tv = attn_dense(b.v, rows, H, d), to = attn_dense(b.out, rows, H, d);
                 struct attn_tensor tdo = attn_dense(b.dout, rows, H, d), tdq = attn_dense(b.dq, rows, H, d);
                 struct attn_tensor tdk = attn_dense(b.dk, rows, H, d), tdv = attn_dense(b.dv, rows, H, d);
-                double t[101];
-                for (int r = 0; r <= reps; r++) {
-                    double t0 = btime_now_ms();
+                double t[BENCH_WARMUPS + 100];
+                for (int r = 0; r < BENCH_WARMUPS + reps; r++) {
+                    CHECK(cudaEventRecord(e0, st));
                     if ((rc = cuattn_forward(a, &p, NULL, to, b.lse, tq, tk, tv, NULL))) {
                         fprintf(stderr, "bench_gpu: forward d%d S%d: %d\n", d, S, rc);
                         return 1;
                     }
-                    t[r] = btime_now_ms() - t0;
+                    t[r] = event_ms(st, e0, e1);
                 }
-                qsort(t + 1, (size_t)reps, sizeof(double), btime_cmp_double);
-                double fwd_ms = t[1 + reps / 2];
+                const double fwd_ms = median_after_warmups(t, reps);
                 printf("%s\n  {\"D\": %d, \"S\": %d, \"B\": %d, \"H\": %d, \"causal\": %s, ",
                        first ? "" : ",", d, S, B, H, causal ? "true" : "false");
                 if (window >= 0)
@@ -251,8 +283,8 @@ int main(int argc, char **argv)
                     if (only_sched >= 0 && (int)kinds[ki] != only_sched)
                         continue;
                     struct attn_config cfg = {kinds[ki], 0, 0, 0, 0}, used;
-                    for (int r = 0; r <= reps; r++) {
-                        double t0 = btime_now_ms();
+                    for (int r = 0; r < BENCH_WARMUPS + reps; r++) {
+                        CHECK(cudaEventRecord(e0, st));
                         rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse,
                                              tdo, &used);
                         if (rc) {
@@ -260,10 +292,9 @@ int main(int argc, char **argv)
                                     sched_kind_name(kinds[ki]), rc);
                             return 1;
                         }
-                        t[r] = btime_now_ms() - t0;
+                        t[r] = event_ms(st, e0, e1);
                     }
-                    qsort(t + 1, (size_t)reps, sizeof(double), btime_cmp_double);
-                    double bwd_ms = t[1 + reps / 2];
+                    const double bwd_ms = median_after_warmups(t, reps);
                     /* bits of the last two calls' dq (a third call, for the comparison),
                      * the bytes of the views only: head dim 96's rows are 2016 wide and a
                      * packed batch may be short of TOKENS, and the rest of the buffers holds
@@ -271,6 +302,7 @@ int main(int argc, char **argv)
                     const size_t vn = (size_t)B * rows * H * d * 2;
                     CHECK(cudaMemcpy(h1, b.dq, vn, cudaMemcpyDeviceToHost));
                     rc = cuattn_backward(a, &p, &cfg, 0, tdq, tdk, tdv, tq, tk, tv, to, b.lse, tdo, NULL);
+                    CHECK(cudaStreamSynchronize(st)); /* the object's stream may not wait for the copy's */
                     CHECK(cudaMemcpy(h2, b.dq, vn, cudaMemcpyDeviceToHost));
                     int same = rc == 0 && memcmp(h1, h2, vn) == 0;
                     uint64_t digest = xxh64(h2, vn, 0);

@@ -25,6 +25,15 @@ DET = ("ascending", "descending", "spt", "shift")
 FE, FE_DET = "cudnn-fe", "cudnn-fe-det"
 
 
+
+def ours_timing(ours):
+    """How bench_gpu timed our calls: CUDA events like the peers (since 2026-12-06), or, in
+    older JSON files, synchronous calls on the host clock."""
+    if ours.get("timing") == "events":
+        return (f"CUDA events around each call on its stream, median of {ours['reps']} after "
+                f"{ours.get('warmups', 3)} warm-ups (as the peers)")
+    return f"synchronous calls timed on the host, median of {ours['reps']} after a warm-up"
+
 def best_det(b):
     """The fastest deterministic schedule among those in b (schedule -> bench_gpu's entry)
     whose bits repeated (one whose two backwards differed is not deterministic in this
@@ -166,8 +175,8 @@ def main():
           "(hdim 96: 21 heads, 2016 wide; ours runs it on the 128 kernels - on sm_90 reading "
           "and writing its 96 columns since b46a0eb, before that on widened copies, timed "
           "with them); TFLOPS with "
-          "fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd. Ours: synchronous calls "
-          f"timed on the host, median of {ours['reps']} after a warm-up, backward including "
+          "fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd. Ours: "
+          f"{ours_timing(ours)}, backward including "
           "its pre/post kernels. PyTorch: CUDA events, median of 10 after 3 warm-ups. "
           "'repeat' = two identical backwards gave identical dQ bits.")
     if cudnn and "note" not in cudnn:
