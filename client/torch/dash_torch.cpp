@@ -169,16 +169,41 @@ struct no_second_order : public torch::autograd::Function<no_second_order> {
     }
 };
 
+/* The forward's request: [out, lse] of q, k, v (batch, seqlen, heads, head_dim; copies
+ * where the last stride is not 1), fresh and contiguous. */
+variable_list forward_of(const Tensor &q, const Tensor &k, const Tensor &v, const attn_args &x)
+{
+    const cudaStream_t stream = op_stream(q);
+    const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
+    Tensor out = at::empty_like(qc, at::MemoryFormat::Contiguous);
+    Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    const Tensor ts[5] = {qc, kc, vc, out, lse};
+    run_op(x, ts, 5, stream);
+    return {out, lse};
+}
+
+/* The backward's request: [dq, dk, dv], fresh and contiguous (copies of the inputs whose
+ * last stride is not 1). */
+variable_list backward_of(const Tensor &dout_, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out,
+                          const Tensor &lse, const attn_args &x)
+{
+    const cudaStream_t stream = op_stream(q);
+    const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
+    const Tensor dout = last_dim_contiguous(dout_), oc = last_dim_contiguous(out);
+    Tensor dq = at::empty_like(qc, at::MemoryFormat::Contiguous);
+    Tensor dk = at::empty_like(kc, at::MemoryFormat::Contiguous);
+    Tensor dv = at::empty_like(vc, at::MemoryFormat::Contiguous);
+    const Tensor ts[9] = {qc, kc, vc, oc, lse, dout, dq, dk, dv};
+    run_op(x, ts, 9, stream);
+    return {dq, dk, dv};
+}
+
 struct attn_fn : public torch::autograd::Function<attn_fn> {
     /* q, k, v: (batch, seqlen, heads, head_dim), checked by the binding */
     static variable_list forward(AutogradContext *ctx, Tensor q, Tensor k, Tensor v, attn_args x)
     {
-        const cudaStream_t stream = op_stream(q);
-        const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
-        Tensor out = at::empty_like(qc, at::MemoryFormat::Contiguous);
-        Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
-        const Tensor ts[5] = {qc, kc, vc, out, lse};
-        run_op(x, ts, 5, stream);
+        const variable_list r = forward_of(q, k, v, x);
+        const Tensor &out = r[0], &lse = r[1];
         /* the inputs as given (the backward makes its copies again, as the ctypes path
          * does): the second-order guard below ties dq, dk, dv to them */
         ctx->save_for_backward({q, k, v, out, lse});
@@ -198,8 +223,6 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
             return {Tensor(), Tensor(), Tensor(), Tensor()};
         const auto saved = ctx->get_saved_variables();
         const Tensor &q = saved[0], &k = saved[1], &v = saved[2];
-        const cudaStream_t stream = op_stream(q);
-        const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
         attn_args x;
         x.client = ctx->saved_data["client"].toInt();
         const std::string a = ctx->saved_data["attn"].toStringRef();
@@ -207,12 +230,8 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
         x.audit_step = ctx->saved_data["audit_step"].toInt();
         if (!ctx->saved_data["audit_label"].isNone())
             x.audit_label = ctx->saved_data["audit_label"].toStringRef();
-        const Tensor dout = last_dim_contiguous(grads[0]);
-        Tensor dq = at::empty_like(qc, at::MemoryFormat::Contiguous);
-        Tensor dk = at::empty_like(kc, at::MemoryFormat::Contiguous);
-        Tensor dv = at::empty_like(vc, at::MemoryFormat::Contiguous);
-        const Tensor ts[9] = {qc, kc, vc, saved[3], saved[4], dout, dq, dk, dv};
-        run_op(x, ts, 9, stream);
+        const variable_list g = backward_of(grads[0], q, k, v, saved[3], saved[4], x);
+        const Tensor &dq = g[0], &dk = g[1], &dv = g[2];
         if (torch::autograd::GradMode::is_enabled()) { /* create_graph */
             auto g = no_second_order::apply(dq, dk, dv, q, k, v, grads[0]);
             return {g[0], g[1], g[2], Tensor()};
@@ -221,13 +240,15 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
     }
 };
 
-std::vector<Tensor> attn(const Tensor &q, const Tensor &k, const Tensor &v, int64_t client, int64_t dtype,
-                         double scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-                         int64_t schedule, int64_t audit_step, std::optional<std::string> audit_label)
+/* The ops' arguments as a request's (the client's entry checked, the tensors CUDA and 4-D). */
+attn_args args_of(std::initializer_list<const Tensor *> ts, int64_t client, int64_t dtype, double scale,
+                  bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t schedule,
+                  int64_t audit_step, std::optional<std::string> audit_label)
 {
     live_entry(client);
-    TORCH_CHECK(q.is_cuda() && k.is_cuda() && v.is_cuda() && q.dim() == 4, "dash_attn[", DASH_EINVAL,
-                "]: the native op takes 4-D CUDA tensors (the binding sends others through its ctypes path)");
+    for (const Tensor *t : ts)
+        TORCH_CHECK(t->is_cuda() && t->dim() == 4, "dash_attn[", DASH_EINVAL,
+                    "]: the native op takes 4-D CUDA tensors (the binding sends others through its ctypes path)");
     attn_args x;
     x.client = client;
     memset(&x.a, 0, sizeof x.a);
@@ -243,7 +264,38 @@ std::vector<Tensor> attn(const Tensor &q, const Tensor &k, const Tensor &v, int6
     x.a.softcap = (float)softcap;
     x.audit_step = audit_step;
     x.audit_label = std::move(audit_label);
-    return attn_fn::apply(q, k, v, x);
+    return x;
+}
+
+std::vector<Tensor> attn(const Tensor &q, const Tensor &k, const Tensor &v, int64_t client, int64_t dtype,
+                         double scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+                         int64_t schedule, int64_t audit_step, std::optional<std::string> audit_label)
+{
+    return attn_fn::apply(q, k, v,
+                          args_of({&q, &k, &v}, client, dtype, scale, causal, window_left, window_right, softcap,
+                                  schedule, audit_step, std::move(audit_label)));
+}
+
+/* The forward and the backward alone, no autograd node: what dash_attn's custom ops
+ * (dash_attn::fwd, dash_attn::bwd: torch.compile's graphs, opcheck) run on CUDA tensors. */
+std::vector<Tensor> fwd(const Tensor &q, const Tensor &k, const Tensor &v, int64_t client, int64_t dtype,
+                        double scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+                        int64_t schedule, int64_t audit_step, std::optional<std::string> audit_label)
+{
+    return forward_of(q, k, v,
+                      args_of({&q, &k, &v}, client, dtype, scale, causal, window_left, window_right, softcap,
+                              schedule, audit_step, std::move(audit_label)));
+}
+
+std::vector<Tensor> bwd(const Tensor &dout, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out,
+                        const Tensor &lse, int64_t client, int64_t dtype, double scale, bool causal,
+                        int64_t window_left, int64_t window_right, double softcap, int64_t schedule,
+                        int64_t audit_step, std::optional<std::string> audit_label)
+{
+    const attn_args x = args_of({&dout, &q, &k, &v, &out}, client, dtype, scale, causal, window_left, window_right,
+                                softcap, schedule, audit_step, std::move(audit_label));
+    TORCH_CHECK(lse.is_cuda(), "dash_attn[", DASH_EINVAL, "]: the native op takes CUDA tensors");
+    return backward_of(dout, q, k, v, out, lse, x);
 }
 
 } // namespace
@@ -254,6 +306,14 @@ TORCH_LIBRARY(dash_torch, m)
           "int window_left, int window_right, float softcap, int schedule, int audit_step, "
           "str? audit_label) -> Tensor[]",
           &attn);
+    m.def("fwd(Tensor q, Tensor k, Tensor v, int client, int dtype, float scale, bool causal, "
+          "int window_left, int window_right, float softcap, int schedule, int audit_step, "
+          "str? audit_label) -> Tensor[]",
+          &fwd);
+    m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int client, int dtype, "
+          "float scale, bool causal, int window_left, int window_right, float softcap, int schedule, "
+          "int audit_step, str? audit_label) -> Tensor[]",
+          &bwd);
 }
 
 extern "C" {

@@ -10,7 +10,14 @@
  *                             -> [out, lse]
  *
  * which dash_attn's eager path (client/python/dash_attn/_native.py) calls for dense
- * CUDA tensors once its own checks have passed; the backward is the node's. The op
+ * CUDA tensors once its own checks have passed; the backward is the node's. And
+ *
+ *   torch.ops.dash_torch.fwd(q, k, v, client, ...as attn...) -> [out, lse]
+ *   torch.ops.dash_torch.bwd(dout, q, k, v, out, lse, client, ...as attn...) -> [dq, dk, dv]
+ *
+ * the node's forward and backward alone, no autograd: what the custom ops dash_attn::fwd
+ * and dash_attn::bwd (client/python/dash_attn/_ops.py; torch.compile's graphs) run on CUDA
+ * tensors. The ops
  * carries the same requests as the ctypes path (client/python/dash_attn/_client.py's
  * _forward_cuda and _backward_cuda): the same libdash calls, the same bits.
  *

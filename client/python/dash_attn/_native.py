@@ -29,6 +29,7 @@ except ImportError:  # numpy-only use
 
 _so = None        # the library (ctypes), once loaded
 _op = None        # torch.ops.dash_torch.attn.default
+_fwd = _bwd = None  # torch.ops.dash_torch.fwd / bwd .default (no autograd node: the custom ops')
 _tried = False
 _load_lock = threading.Lock()
 why_not = None    # why the native op is not in use (None: it is, or not tried yet)
@@ -48,7 +49,7 @@ def load():
 
 
 def _load():
-    global _so, _op, _tried, why_not
+    global _so, _op, _fwd, _bwd, _tried, why_not
     if _tried:
         return _so is not None
     _tried = True
@@ -71,6 +72,7 @@ def _load():
             raise OSError(f"built for torch {built_for().decode()}, this is {torch.__version__}")
         torch.ops.load_library(path)
         op = torch.ops.dash_torch.attn.default
+        fwd, bwd = torch.ops.dash_torch.fwd.default, torch.ops.dash_torch.bwd.default
     except (OSError, RuntimeError, AttributeError) as e:
         if env:  # an override: load that one or fail, never fall back
             raise ImportError(f"dash_attn: cannot load DASH_TORCH_LIBRARY={env}: {e}") from None
@@ -85,7 +87,7 @@ def _load():
     so.dash_torch_attach.restype = ctypes.c_int
     for name in ("dash_torch_detach", "dash_torch_lock", "dash_torch_unlock"):
         getattr(so, name).restype = None
-    _so, _op = so, op
+    _so, _op, _fwd, _bwd = so, op, fwd, bwd
     return True
 
 
@@ -137,21 +139,53 @@ _FORWARD_RESULT = {"schedule": None, "wave": None, "block_m": 0, "block_n": 0,
                    "queue_us": 0, "run_us": 0, "backend": "cuda"}
 
 
+def _params(q, scale, causal, left, right, softcap, schedule, step, label):
+    """The native ops' arguments after the tensors and the client: the parameters checked
+    as Client._attn checks them."""
+    from . import _client
+    code = _client.schedule_code(schedule)
+    _client._refuse_cuda_f64(q)
+    return (_client._dtype_code(q), _client.float32_arg("softmax_scale", scale), causal, left, right,
+            _client.float32_arg("softcap", softcap), code, -1 if step is None else int(step), label)
+
+
 def attention(c, q, k, v, scale, causal, left, right, softcap, schedule):
     """(out, lse) of dense CUDA tensors through the native op, differentiable in q, k, v
     (its C++ node); the inputs checked as _ops.attention checks them, the parameters here
     as Client._attn does."""
     from . import _client
-    code = _client.schedule_code(schedule)
-    _client._refuse_cuda_f64(q)
-    dt = _client._dtype_code(q)
-    scale = _client.float32_arg("softmax_scale", scale)
-    softcap = _client.float32_arg("softcap", softcap)
-    step, label = _client.current_audit()
+    args = _params(q, scale, causal, left, right, softcap, schedule, *_client.current_audit())
     try:
-        out, lse = _op(q, k, v, c.id, dt, scale, causal, left, right, softcap, code,
-                       -1 if step is None else int(step), label)
+        out, lse = _op(q, k, v, c.id, *args)
     except RuntimeError as e:
         raise _dash_error(e) from None
     c.last_result = dict(_FORWARD_RESULT)
     return out, lse
+
+
+def forward(c, q, k, v, scale, causal, left, right, softcap, schedule, step, label):
+    """(out, lse) of 4-D CUDA tensors (checked by the caller) with the audit tag (step,
+    label), no autograd node: the custom op dash_attn::fwd's implementation (_ops.py; what
+    torch.compile's graphs call) where the native op is loaded. The eager node's request."""
+    from . import _client
+    left, right = _client.window_pair((left, right))  # an op's ints, as Client._attn checks them
+    args = _params(q, scale, causal, left, right, softcap, schedule, step, label)
+    try:
+        out, lse = _fwd(q, k, v, c.id, *args)
+    except RuntimeError as e:
+        raise _dash_error(e) from None
+    c.last_result = dict(_FORWARD_RESULT)
+    return out, lse
+
+
+def backward(c, dout, q, k, v, out, lse, scale, causal, left, right, softcap, schedule, step,
+             label):
+    """(dq, dk, dv) likewise: dash_attn::bwd's implementation (last_result is left as the
+    forward set it, as after the eager node's backward)."""
+    from . import _client
+    left, right = _client.window_pair((left, right))
+    args = _params(q, scale, causal, left, right, softcap, schedule, step, label)
+    try:
+        return tuple(_bwd(dout, q, k, v, out, lse, c.id, *args))
+    except RuntimeError as e:
+        raise _dash_error(e) from None

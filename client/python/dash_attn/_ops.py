@@ -103,14 +103,17 @@ if available:
             audit_given: bool, audit_step: Optional[int],
             audit_label: Optional[str]) -> Tuple[Tensor, Tensor, Tensor]:
         step, label = (audit_step, audit_label) if audit_given else _client.current_audit()
+        c = _client.client_by_id(client, q)
+        if c._native and q.is_cuda:  # the native op's request, without its autograd node
+            _client._check_inputs([("q", q), ("k", k), ("v", v)])
+            out, lse = _native.forward(c, q, k, v, softmax_scale, causal, window_left,
+                                       window_right, softcap, schedule, step, label)
+            return out, lse, _tag_tensor(step, label)
         _client.push_audit(step, label)
         try:
-            out, lse = _client.client_by_id(client, q).forward(q, k, v, causal=causal,
-                                                            scale=softmax_scale,
-                                                            schedule=schedule,
-                                                            window_size=(window_left,
-                                                                         window_right),
-                                                            softcap=softcap)
+            out, lse = c.forward(q, k, v, causal=causal, scale=softmax_scale,
+                                 schedule=schedule, window_size=(window_left, window_right),
+                                 softcap=softcap)
         finally:
             _client.pop_audit()
         return out, lse, _tag_tensor(step, label)
@@ -131,14 +134,18 @@ if available:
             tag: Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
             window_right: int, softcap: float, schedule: str,
             client: int) -> Tuple[Tensor, Tensor, Tensor]:
-        _client.push_audit(*_tag_of(tag))
+        step, label = _tag_of(tag)
+        c = _client.client_by_id(client, q)
+        if c._native and q.is_cuda:
+            _client._check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)],
+                                  lse)
+            return _native.backward(c, dout, q, k, v, out, lse, softmax_scale, causal,
+                                    window_left, window_right, softcap, schedule, step, label)
+        _client.push_audit(step, label)
         try:
-            return _client.client_by_id(client, q).backward(dout, q, k, v, out, lse,
-                                                         causal=causal, scale=softmax_scale,
-                                                         schedule=schedule,
-                                                         window_size=(window_left,
-                                                                      window_right),
-                                                         softcap=softcap)
+            return c.backward(dout, q, k, v, out, lse, causal=causal, scale=softmax_scale,
+                              schedule=schedule, window_size=(window_left, window_right),
+                              softcap=softcap)
         finally:
             _client.pop_audit()
 

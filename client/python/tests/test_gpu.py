@@ -124,6 +124,43 @@ def test_gpu_the_native_op_gives_the_ctypes_paths_bits():
             assert torch.isfinite(a).all(), f"case {n}: {name}"
 
 
+def test_gpu_the_custom_ops_take_the_native_request_with_the_ctypes_bits():
+    # dash_attn::fwd / bwd (torch.compile's graphs, opcheck, an audit block inside compiled
+    # code) run the native op's requests on CUDA tensors, without its autograd node: the
+    # same bits as their ctypes path, under the same audit tag
+    from dash_attn import _client, _native
+    c = _client.client_by_id(0, torch.empty(1, device="cuda"))
+    if not c._native:
+        pytest.skip(f"the native op is not loaded: {_native.why_not}")
+    calls = []
+    fwd0, bwd0 = _native.forward, _native.backward
+    _native.forward = lambda *a: calls.append("fwd") or fwd0(*a)
+    _native.backward = lambda *a: calls.append("bwd") or bwd0(*a)
+    try:
+        for n, (shape, dtype, left, right, cap) in enumerate(
+                [((2, 300, 300, 8, 2, 64), torch.bfloat16, -1, -1, 0.0),
+                 ((1, 257, 513, 4, 4, 128), torch.float16, 50, 20, 30.0)]):
+            q, k, v, dout = inputs(shape, dtype, SEED ^ (60 + n))
+            runs = []
+            for native in (True, False):
+                c._native = native
+                try:
+                    out, lse, tag = torch.ops.dash_attn.fwd(q, k, v, None, True, left, right, cap,
+                                                            "auto", 0, True, 7, "ops")
+                    grads = torch.ops.dash_attn.bwd(dout, q, k, v, out, lse, tag, None, True, left,
+                                                    right, cap, "auto", 0)
+                finally:
+                    c._native = True
+                torch.cuda.synchronize()
+                runs.append((out, lse) + tuple(grads))
+            assert tag.tolist()[:2] == [1, 7]
+            for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), *runs):
+                assert torch.equal(a, b), f"case {n}: {name} differs between the paths"
+    finally:
+        _native.forward, _native.backward = fwd0, bwd0
+    assert calls == ["fwd", "bwd"] * 2, calls
+
+
 def test_gpu_the_native_op_refuses_second_order_gradients():
     from dash_attn import _client
     c = _client.client_by_id(0, torch.empty(1, device="cuda"))

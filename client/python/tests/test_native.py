@@ -42,6 +42,24 @@ def test_the_native_op_refuses_cpu_tensors_as_a_dash_error(client):
 
 
 @needs_native
+def test_the_custom_ops_native_requests_refuse_cpu_tensors_as_a_dash_error(client):
+    # dash_attn::fwd / bwd run the native op's requests on CUDA tensors (no autograd node);
+    # called with others they refuse in dash_attn's words, as the eager node does
+    assert hasattr(torch.ops.dash_torch, "fwd") and hasattr(torch.ops.dash_torch, "bwd")
+    q = torch.randn(1, 8, 2, 64)
+    lse = torch.zeros(1, 2, 8)
+    for call in (lambda: _native.forward(client, q, q, q, None, True, -1, -1, 0.0, "auto",
+                                         None, None),
+                 lambda: _native.backward(client, q, q, q, q, q, lse, None, True, -1, -1, 0.0,
+                                          "auto", 3, "x")):
+        with pytest.raises(dash_attn.DashError) as e:
+            call()
+        assert e.value.name == "DASH_EINVAL" and "4-D CUDA tensors" in str(e.value), str(e.value)
+    with pytest.raises((ValueError, OverflowError), match="window_size"):  # int32, as Client._attn
+        _native.forward(client, q, q, q, None, True, 2**40, 0, 0.0, "auto", None, None)
+
+
+@needs_native
 def test_the_native_op_refuses_a_closed_client_and_an_unknown_one(daemon):
     c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-closed")
     c.close()
