@@ -93,6 +93,16 @@ def main():
         o = dash_attn.flash_attn_func(q, k, v, causal=True)
         o.backward(dout)
 
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+
+    def ops_fwd():  # the custom op as a compiled graph calls it (no autograd around it)
+        torch.ops.dash_attn.fwd(qd, kd, vd, None, True, -1, -1, 0.0, "auto", 0, False, None, None)
+
+    def ops_fwd_bwd():
+        out, lse, tag = torch.ops.dash_attn.fwd(qd, kd, vd, None, True, -1, -1, 0.0, "auto", 0,
+                                                False, None, None)
+        torch.ops.dash_attn.bwd(dout, qd, kd, vd, out, lse, tag, None, True, -1, -1, 0.0, "auto", 0)
+
     def ctypes_path(fn):
         """fn with the shared client's calls on the ctypes path (dash_attn/_native.py: the
         native op serves eager CUDA calls where it is loaded)"""
@@ -191,9 +201,15 @@ def main():
         both = [("dash_attn forward" + how, dash_fwd)]
         if native:  # the same calls on the ctypes path, in the same run
             both.append(("dash_attn forward (ctypes path)", ctypes_path(dash_fwd)))
+        both.append(("torch.ops.dash_attn.fwd, as in a compiled graph" + how, ops_fwd))
+        if native:
+            both.append(("torch.ops.dash_attn.fwd (ctypes path)", ctypes_path(ops_fwd)))
         pairs = [("dash_attn forward + backward" + how, dash_fwd_bwd)]
         if native:
             pairs.append(("dash_attn forward + backward (ctypes path)", ctypes_path(dash_fwd_bwd)))
+        pairs.append(("torch.ops.dash_attn.fwd + bwd, as in a compiled graph" + how, ops_fwd_bwd))
+        if native:
+            pairs.append(("torch.ops.dash_attn.fwd + bwd (ctypes path)", ctypes_path(ops_fwd_bwd)))
         for name, fn in both + [("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
                                 ("SDPA cuDNN forward", sdpa_fwd(B.CUDNN_ATTENTION))] + pairs + [
                          ("SDPA flash forward + backward", sdpa(B.FLASH_ATTENTION)),
