@@ -346,11 +346,21 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
     }
 }
 
-/* dQacc's element as the sum of additions to zero gives it: a + 0 (-0 becomes +0, nothing
- * else changes; see attn_bwd_dq_first_stores). */
+/* dQacc's element as additions to zero give it: a + 0 with subnormals flushed (add.ftz) -
+ * -0 becomes +0, a subnormal +0, nothing else changes. Where a tile's first addition is a
+ * copy (attn_bwd_dq_first_stores) a lone contributor's -0 or subnormal reaches dQacc as it
+ * is; the bulk reductions (and sm_80's red) flush subnormal inputs and results to zero, so
+ * 0 + x gave +0 for both: this makes the copy's element the same. */
+static __device__ __forceinline__ float bwd_tc_dq_plus0(float a)
+{
+    float r;
+    asm("add.rn.ftz.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(a));
+    return r;
+}
+
 static __device__ __forceinline__ float2 bwd_tc_dq_plus0(float2 a)
 {
-    return make_float2(__fadd_rn(a.x, 0.0f), __fadd_rn(a.y, 0.0f));
+    return make_float2(bwd_tc_dq_plus0(a.x), bwd_tc_dq_plus0(a.y));
 }
 
 /* The postprocess of one dQ row, by one warp: dQ = scale dQacc rounded to the dtype, lane l

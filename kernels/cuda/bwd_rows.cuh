@@ -130,9 +130,10 @@ static inline uint32_t attn_bwd_rows_grid(int64_t work, int64_t per_block, int32
  * A tile that no kv-tile reaches (rows that see no key; attn_vl.cu: a sequence without
  * keys has no tiles at all) keeps its counter at 0, and the postprocess writes zeros for its
  * rows. The
- * bits are those of the additions to zeros: a copy of x is 0 + x except for x = -0, and the
- * postprocess adds +0 to every element (bwd_tc_dq_row), which leaves any other value as it
- * is and makes -0 the +0 that 0 + -0 gave. */
+ * bits are those of the additions to zeros: a copy of x is 0 + x (a bulk reduction, which
+ * flushes subnormal inputs and results to zero) except for x = -0 or a subnormal x, and the
+ * postprocess adds +0 with subnormals flushed to every element (bwd_tc_dq_plus0), which
+ * leaves any other value as it is and makes those the +0 that 0 + x gave. */
 static __host__ __device__ __forceinline__ bool attn_bwd_dq_first_stores(const struct attn_bwd_params &p)
 {
     return p.wg && p.mode == ATTN_MODE_PERSISTENT && p.s.kind != SCHED_ATOMIC;
