@@ -128,8 +128,10 @@ static void test_digest_gpu_strided_views_equal_cpu(void)
 
 /* Dense 2-dim views (rows x row bytes, as elements of es bytes) at aligned and misaligned
  * starts: rows of 128 and 256 bytes (whole lines: the warp-staged path), 96 and 6 bytes
- * (per thread), 4096 and 4098 (a leaf, and a leaf and a bit), 12 KiB + 2 rows, and 64 MiB
- * of 256-byte rows; each equal to digest_rows() on the host. Then the same views with
+ * (per thread), 4096 and 4098 (a leaf, and a leaf and a bit), 12 KiB + 2 rows, 64 MiB
+ * of 256-byte rows, and 274001 and 524287 rows of 128 bytes (67 and 128 supergroups: a
+ * root over more than one block's batch of them, with and without words past the stripes;
+ * an odd leaf count); each equal to digest_rows() on the host. Then the same views with
  * their leaves given (hashed here on the host, uploaded; the tensor's base pointing at
  * nothing readable) give the same digests: what the fused kernels hand over. */
 static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
@@ -137,7 +139,7 @@ static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
     const int64_t shapes[][3] = {/* rows, row elements, elem bytes */
                                  {7, 64, 2},    {3001, 128, 2}, {333, 48, 2},   {1001, 3, 2},
                                  {65, 2048, 2}, {33, 2049, 2},  {5, 6145, 2},   {4099, 32, 4},
-                                 {262144, 128, 2}};
+                                 {262144, 128, 2}, {274001, 64, 2}, {524287, 32, 4}};
     const int n = (int)(sizeof shapes / sizeof shapes[0]);
     const size_t cap = ((size_t)64 << 20) + 64;
     unsigned char *h = malloc(cap), *d = NULL;
@@ -168,10 +170,10 @@ static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
     }
     CU_ASSERT_EQUAL(bad, 0);
     /* given leaves: rows of at most 4 KiB, the leaves hashed here */
-    struct digest_view v[3];
-    uint64_t *leaves[3] = {NULL, NULL, NULL}, got[3], want[3];
-    const int pick[3] = {1, 4, 8};
-    for (int k = 0; k < 3; k++) {
+    struct digest_view v[5];
+    uint64_t *leaves[5] = {NULL, NULL, NULL, NULL, NULL}, got[5], want[5];
+    const int pick[5] = {1, 4, 8, 9, 10};
+    for (int k = 0; k < 5; k++) {
         const int64_t rows = shapes[pick[k]][0], row = shapes[pick[k]][1] * shapes[pick[k]][2];
         uint64_t *hl = malloc(sizeof(uint64_t) * (size_t)rows);
         CU_ASSERT_PTR_NOT_NULL_FATAL(hl);
@@ -185,8 +187,8 @@ static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
         v[k] = x;
         CU_ASSERT_EQUAL_FATAL(digest_rows(h, (uint64_t)(rows * row), (uint64_t)row, &want[k]), 0);
     }
-    gpu_digests(v, 3, got);
-    for (int k = 0; k < 3; k++) {
+    gpu_digests(v, 5, got);
+    for (int k = 0; k < 5; k++) {
         CU_ASSERT_EQUAL(got[k], want[k]);
         CUDA_OK(cudaFree(leaves[k]));
     }
