@@ -308,23 +308,18 @@ static __device__ uint64_t xxh64_words(Load load, uint64_t n, uint64_t seed)
 }
 
 /* The tree above the leaves in one launch. A view's groups start at a whole supergroup, so
- * block b (FOLD_THREADS = 64 threads) is supergroup b of the views' run: its up to 4096
- * leaf hashes (32 KiB, contiguous) are staged in shared memory by the whole block in
- * coalesced 16-byte loads, all in flight at once; each thread then makes one group hash -
- * XXH64 over up to 64 leaf hashes - from there into grp, thread 0 the supergroup's hash
- * over them; and the block that finishes a view's last supergroup (a counter per view,
- * zeroed before the launch) stages the view's supergroup hashes the same way, 64 at a time,
- * for thread 0 to make the view's root over them, seeded with its length. (Read thread by
- * thread, each group's 512 bytes came in four round trips and the root's hashes in one per
- * four: 16-17 us at a 4k backward's outputs, bench/results/treefold-trial-2026-12-06.md.)
- * Three dependent launches (groups, supergroups, roots) had taken 20-22 us. */
-#define TREE_ROW (8 * DIGEST_FANOUT / 16 + 1) /* uint4 per staged group: 512 bytes + 16 pad */
+ * block b (FOLD_THREADS = 64 threads) is supergroup b of the views' run: each thread makes
+ * one group hash - XXH64 over up to 64 leaf hashes, whole runs of 64 read as 16-byte
+ * stripes - into shared memory, thread 0 the supergroup's hash over them; and the block
+ * that finishes a view's last supergroup (a counter per view, zeroed before the launch)
+ * makes the view's root over its supergroup hashes, seeded with its length. Three
+ * dependent launches (groups, supergroups, roots) took 20-22 us at a 4k backward's
+ * outputs, most of it the launches' own latency (bench/results/device-session-2026-12-06c/
+ * audit-call11a.md). */
 static __global__ void __launch_bounds__(FOLD_THREADS)
     tree_kernel(struct dtable t, uint64_t *supers, uint64_t *out, unsigned int *done)
 {
-    __shared__ uint4 stage[FOLD_THREADS * TREE_ROW];
     __shared__ uint64_t grp[FOLD_THREADS];
-    __shared__ int last;
     const uint64_t b = blockIdx.x;
     int32_t i = 0;
     while (i < t.n && (b < t.v[i].first_super || b - t.v[i].first_super >= t.v[i].supers))
@@ -332,88 +327,25 @@ static __global__ void __launch_bounds__(FOLD_THREADS)
     if (i == t.n)
         return; /* (the grid is the supergroups: never) */
     const struct dview *v = &t.v[i];
-    const uint64_t s = b - v->first_super, k0 = s * DIGEST_FANOUT * DIGEST_FANOUT; /* its first leaf */
-    const uint64_t nl = v->leaves - k0 < DIGEST_FANOUT * DIGEST_FANOUT ? v->leaves - k0 : DIGEST_FANOUT * DIGEST_FANOUT;
-    const uint64_t *p = v->leaf + k0;
-    const bool staged = ((uintptr_t)p & 15u) == 0;
-    if (staged) { /* the block's leaves, 16 bytes a thread a load (group g's at row g), in two
-                     halves of 16 loads a thread, each half's loads all in flight at once */
-        const uint4 *src = reinterpret_cast<const uint4 *>(p);
-        const uint32_t pairs = (uint32_t)(nl / 2);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint4 x[16];
-#pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const uint32_t e = threadIdx.x + FOLD_THREADS * (16 * h + r);
-                if (e < pairs)
-                    x[r] = __ldg(src + e);
-            }
-#pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const uint32_t e = threadIdx.x + FOLD_THREADS * (16 * h + r);
-                if (e < pairs)
-                    stage[(e / (TREE_ROW - 1)) * TREE_ROW + e % (TREE_ROW - 1)] = x[r];
-            }
-        }
-        if (nl % 2 && threadIdx.x == 0) { /* an odd last leaf: 8 bytes, not 16 */
-            const uint64_t l = nl - 1;
-            reinterpret_cast<uint64_t *>(stage + (l / DIGEST_FANOUT) * TREE_ROW)[l % DIGEST_FANOUT] = p[l];
-        }
-    }
-    __syncthreads(); /* staged */
-    const uint64_t j = s * DIGEST_FANOUT + threadIdx.x; /* the view's group j */
+    const uint64_t s = b - v->first_super, j = s * DIGEST_FANOUT + threadIdx.x; /* the view's group j */
     if (j < v->groups) {
-        const uint64_t k = (uint64_t)threadIdx.x * DIGEST_FANOUT;
-        const uint64_t n = nl - k < DIGEST_FANOUT ? nl - k : DIGEST_FANOUT;
-        const uint4 *row = stage + threadIdx.x * TREE_ROW;
-        grp[threadIdx.x] = staged
-                               ? xxh64_words([&](uint64_t w) {
-                                     const uint4 q = row[w / 2];
-                                     return w % 2 ? ((uint64_t)q.z | (uint64_t)q.w << 32)
-                                                  : ((uint64_t)q.x | (uint64_t)q.y << 32);
-                                 }, n, 0)
-                               : xxh64(p + k, (size_t)n * 8, 0);
+        const uint64_t k = j * DIGEST_FANOUT, n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
+        const uint64_t *p = v->leaf + k;
+        grp[threadIdx.x] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
+                               ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
+                               : xxh64(p, (size_t)n * 8, 0);
     }
     __syncthreads(); /* the supergroup's group hashes are in grp */
-    if (threadIdx.x == 0) {
-        const uint64_t n = v->groups - s * DIGEST_FANOUT < DIGEST_FANOUT ? v->groups - s * DIGEST_FANOUT : DIGEST_FANOUT;
-        supers[b] = xxh64_words([&](uint64_t w) { return grp[w]; }, n, 0);
-        __threadfence(); /* this supergroup's hash is visible before the count says so */
-        last = atomicAdd(&done[i], 1u) + 1u == (unsigned int)v->supers;
-        if (last)
-            __threadfence(); /* every other supergroup's hash of the view is visible to this block */
-    }
-    __syncthreads(); /* last is known to all */
-    if (!last)
+    if (threadIdx.x != 0)
         return;
-    /* the root: XXH64 over the view's supergroup hashes, 64 of them staged at a time in the
-     * stage's first words (the words' stripes of xxh64_words, carried from one batch to
-     * the next) */
-    uint64_t *words = reinterpret_cast<uint64_t *>(stage);
-    const uint64_t *g = supers + v->first_super, n = v->supers;
-    uint64_t acc[4] = {xxh64_start(v->bytes, 0), xxh64_start(v->bytes, 1), xxh64_start(v->bytes, 2),
-                       xxh64_start(v->bytes, 3)};
-    const uint64_t striped = n / 4 * 4;
-    for (uint64_t w0 = 0; w0 < n; w0 += FOLD_THREADS) {
-        if (w0 + threadIdx.x < n)
-            words[threadIdx.x] = __ldcg(g + w0 + threadIdx.x);
-        __syncthreads(); /* staged */
-        if (threadIdx.x == 0)
-            for (uint64_t w = w0; w < w0 + FOLD_THREADS && w < striped; w += 4)
-                for (int q = 0; q < 4; q++)
-                    acc[q] = xxh64_round(acc[q], words[w - w0 + q]);
-        if (w0 + FOLD_THREADS >= n && threadIdx.x == 0) { /* the last batch: the tail */
-            uint64_t h = n >= 4 ? xxh64_converge(acc[0], acc[1], acc[2], acc[3]) : v->bytes + XXH64_P5;
-            h += 8 * n;
-            for (uint64_t w = striped; w < n; w++) {
-                h ^= xxh64_round(0, words[w - w0]);
-                h = xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
-            }
-            out[i] = xxh64_avalanche(h);
-        }
-        __syncthreads(); /* read before the next batch overwrites them */
-    }
+    const uint64_t n = v->groups - s * DIGEST_FANOUT < DIGEST_FANOUT ? v->groups - s * DIGEST_FANOUT : DIGEST_FANOUT;
+    supers[b] = xxh64_words([&](uint64_t w) { return grp[w]; }, n, 0);
+    __threadfence(); /* this supergroup's hash is visible before the count says so */
+    if (atomicAdd(&done[i], 1u) + 1u != (unsigned int)v->supers)
+        return;
+    __threadfence(); /* every other supergroup's hash of the view is visible to this one */
+    const uint64_t *g = supers + v->first_super;
+    out[i] = xxh64_words([&](uint64_t w) { return __ldcg(g + w); }, v->supers, v->bytes);
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
