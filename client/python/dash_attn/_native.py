@@ -149,16 +149,21 @@ def _params(q, scale, causal, left, right, softcap, schedule, step, label):
             _client.float32_arg("softcap", softcap), code, -1 if step is None else int(step), label)
 
 
+def _run(op, *args):
+    """op(*args), a native failure raised as the DashError it stands for."""
+    try:
+        return op(*args)
+    except RuntimeError as e:
+        raise _dash_error(e) from None
+
+
 def attention(c, q, k, v, scale, causal, left, right, softcap, schedule):
     """(out, lse) of dense CUDA tensors through the native op, differentiable in q, k, v
     (its C++ node); the inputs checked as _ops.attention checks them, the parameters here
     as Client._attn does."""
     from . import _client
     args = _params(q, scale, causal, left, right, softcap, schedule, *_client.current_audit())
-    try:
-        out, lse = _op(q, k, v, c.id, *args)
-    except RuntimeError as e:
-        raise _dash_error(e) from None
+    out, lse = _run(_op, q, k, v, c.id, *args)
     c.last_result = dict(_FORWARD_RESULT)
     return out, lse
 
@@ -170,10 +175,7 @@ def forward(c, q, k, v, scale, causal, left, right, softcap, schedule, step, lab
     from . import _client
     left, right = _client.window_pair((left, right))  # an op's ints, as Client._attn checks them
     args = _params(q, scale, causal, left, right, softcap, schedule, step, label)
-    try:
-        out, lse = _fwd(q, k, v, c.id, *args)
-    except RuntimeError as e:
-        raise _dash_error(e) from None
+    out, lse = _run(_fwd, q, k, v, c.id, *args)
     c.last_result = dict(_FORWARD_RESULT)
     return out, lse
 
@@ -185,7 +187,4 @@ def backward(c, dout, q, k, v, out, lse, scale, causal, left, right, softcap, sc
     from . import _client
     left, right = _client.window_pair((left, right))
     args = _params(q, scale, causal, left, right, softcap, schedule, step, label)
-    try:
-        return tuple(_bwd(dout, q, k, v, out, lse, c.id, *args))
-    except RuntimeError as e:
-        raise _dash_error(e) from None
+    return tuple(_run(_bwd, dout, q, k, v, out, lse, c.id, *args))
