@@ -49,13 +49,15 @@
 #include "kernels/cuda/fwd_tc.cuh"
 #include "kernels/cuda/fwd_wg.cuh"
 
-/* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
-static __device__ __forceinline__ int32_t vl_entry(const struct attn_vl_seq *t, int32_t n, int32_t x)
+/* The last i in [0, n) whose key(i) <= x, for keys ascending in i (0 when none is: the
+ * callers' key(0) is their least). */
+template <typename Key>
+static __device__ __forceinline__ int32_t vl_last_le(int32_t n, Key key, int32_t x)
 {
     int32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         const int32_t mid = (lo + hi + 1) >> 1;
-        if (t[mid].first <= x)
+        if (key(mid) <= x)
             lo = mid;
         else
             hi = mid - 1;
@@ -63,19 +65,17 @@ static __device__ __forceinline__ int32_t vl_entry(const struct attn_vl_seq *t, 
     return lo;
 }
 
+/* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
+static __device__ __forceinline__ int32_t vl_entry(const struct attn_vl_seq *t, int32_t n, int32_t x)
+{
+    return vl_last_le(n, [t](int32_t i) { return t[i].first; }, x);
+}
+
 /* The sequence b in [0, batch) that holds row t: cu[b] <= t < cu[b + 1] (the last b with
  * cu[b] <= t, which skips empty sequences). */
 static __device__ __forceinline__ int32_t vl_seq_of(const int32_t *cu, int32_t batch, int32_t t)
 {
-    int32_t lo = 0, hi = batch - 1;
-    while (lo < hi) {
-        const int32_t mid = (lo + hi + 1) >> 1;
-        if (cu[mid] <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
+    return vl_last_le(batch, [cu](int32_t i) { return cu[i]; }, t);
 }
 
 /* ---- forward ------------------------------------------------------------------------- */
@@ -575,15 +575,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
 static __device__ __forceinline__ bool vl_dq_untouched(const struct attn_bwd_params &p, const struct vl_row &w,
                                                        int32_t h)
 {
-    int32_t lo = 0, hi = p.vl_count - 1; /* the last entry whose q0 <= w.r0 */
-    while (lo < hi) {
-        const int32_t mid = (lo + hi + 1) >> 1;
-        if (p.vl[mid].q0 <= w.r0)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    const struct attn_vl_seq *e = p.vl + lo;
+    const struct attn_vl_seq *t = p.vl; /* the last entry whose q0 <= w.r0 */
+    const struct attn_vl_seq *e = t + vl_last_le(p.vl_count, [t](int32_t i) { return t[i].q0; }, w.r0);
     return p.vl_count == 0 || e->q0 != w.r0 ||
            p.counter[e->tile0 + (int64_t)h * e->s.m_tiles + w.i / BWD_TC_BM] == 0;
 }
