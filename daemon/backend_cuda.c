@@ -611,13 +611,14 @@ static int map_kernel_error(int rc, const struct attn_problem *p, char *msg, siz
         return DASH_ESCHED;
     case -ENOTSUP:
         if (!cuattn_serves_head_dim(p->head_dim)) {
-            snprintf(msg, msglen, "the CUDA kernels serve head dims 64, 96, 128 and 256, not %d",
-                     p->head_dim);
+            snprintf(msg, msglen, "the CUDA kernels serve head dims that are multiples of 8 from 32 "
+                     "to 256 (64, 128 and 256 as they are, the others widened to the next of those), "
+                     "not %d; a dashd with --backend cpu serves the others from 32", p->head_dim);
             return DASH_EHEADDIM;
         }
         if (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) {
             snprintf(msg, msglen, "this GPU has too little shared memory per block for the "
-                     "CUDA kernels at head dim %d", p->head_dim);
+                     "CUDA kernels at head dim %d (or the width it is widened to)", p->head_dim);
             return DASH_EHEADDIM;
         }
         snprintf(msg, msglen, "the CUDA kernels serve fp16 and bf16 only");
@@ -641,11 +642,14 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     const struct cuda *c = impl;
     const struct attn_problem *p = &plan->prob;
     const int ext = plan->varlen || p->window || p->softcap != 0;
-    /* the dim the kernels run (96 widened to 128 where 128 has tensor cores) */
+    /* the dim the kernels run (widened to the next of 64, 128, 256; 96 to 128 where 128 has
+     * tensor cores) */
     const int32_t kd = cuattn_kernel_dim(c->ca, p->head_dim);
-    if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && kd != 64 && kd != 128) {
-        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims 64, 128 and (on tensor "
-                 "cores) 96 only, not %d; a dashd with --backend cpu serves the others",
+    if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && cuattn_serves_head_dim(p->head_dim) &&
+        kd != 64 && kd != 128) {
+        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims up to 128 (64 and 128, the "
+                 "others widened to those; 96 on tensor cores) only, not %d; a dashd with "
+                 "--backend cpu serves the others",
                  plan->varlen ? "packed variable-length batches" : p->window ? "sliding windows"
                  : "softcap", p->head_dim);
         return DASH_EHEADDIM;
@@ -1133,15 +1137,15 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     snprintf(b->device, sizeof b->device, "%.60s (CUDA device %d, %d SMs, %s, kernels %s)",
              prop.name, device, (int)c->sms, c->uuid,
              i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA && i256 == CUATTN_IMPL_WGMMA
-                 ? "v3 wgmma (head dim 96 widened to 128)"
+                 ? "v3 wgmma (other head dims widened to 64, 128 or 256)"
              : i64 == CUATTN_IMPL_WGMMA && i128 == CUATTN_IMPL_WGMMA
-                 ? "v3 wgmma (head dim 96 widened to 128; 256: v3 forward, v1 backward)"
+                 ? "v3 wgmma (other head dims widened; 256: v3 forward, v1 backward)"
              : i64 == CUATTN_IMPL_TENSOR_CORES && i128 == CUATTN_IMPL_TENSOR_CORES
-                 ? "v2 tensor cores (head dim 96 widened to 128; v1 for 256)"
+                 ? "v2 tensor cores (other head dims widened; v1 for 256)"
              : i64 != CUATTN_IMPL_CUDA_CORES
                  ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256"
                  : "v1 CUDA cores");
-    b->limits = (struct val_limits){.head_dim_min = 64,
+    b->limits = (struct val_limits){.head_dim_min = CUATTN_HEAD_DIM_MIN,
                                     .head_dim_max = 256, /* cuda_check narrows it */
                                     .block_max = CUATTN_TC_BLOCK_N, /* cuda_check narrows it */
                                     .dtypes = (1u << DTYPE_F16) | (1u << DTYPE_BF16)};

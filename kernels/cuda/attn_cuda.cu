@@ -196,12 +196,24 @@ int32_t cuattn_impl(const struct cuattn *a)
     return a ? a->impl : -EINVAL;
 }
 
+/* The next of the kernels' own widths, 64, 128 and 256, at or above head_dim. */
+static int32_t pad_width(int32_t head_dim)
+{
+    return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+}
+
+/* A served head dim that only runs widened (96 aside: v1 has its own). */
+static int widened_only(int32_t head_dim)
+{
+    return cuattn_serves_head_dim(head_dim) && !ATTN_V1_HEAD_DIM(head_dim);
+}
+
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
         return -EINVAL;
-    if (head_dim == CUATTN_PAD_FROM)
-        head_dim = CUATTN_PAD_TO; /* widened copies (padded()), where that dim has tensor cores */
+    if (head_dim == CUATTN_NARROW_DIM || widened_only(head_dim))
+        head_dim = pad_width(head_dim); /* widened copies (padded()): 96 where 128 has tensor cores */
     if (head_dim == 256) /* v3's kernels, 64 x 64 tiles (bwd_wgmma.cuh), or v1's */
         return a->impl == CUATTN_IMPL_WGMMA && cuattn__bwd_wg_smem_bytes(head_dim) <= a->smem_optin &&
                        cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin
@@ -231,6 +243,8 @@ int32_t cuattn_fwd_impl_for(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
         return -EINVAL;
+    if (widened_only(head_dim)) /* what its width runs */
+        head_dim = pad_width(head_dim);
     /* head dim 256: v3's forward (64-key tiles, fwd_wg.cuh) wherever it fits, even where
      * v3's backward does not */
     if (head_dim == 256 && a->impl == CUATTN_IMPL_WGMMA && cuattn__fwd_wg_smem_bytes(head_dim) <= a->smem_optin)
@@ -242,13 +256,14 @@ int32_t cuattn_kernel_dim(const struct cuattn *a, int32_t head_dim)
 {
     if (!a)
         return -EINVAL;
-    return head_dim == CUATTN_PAD_FROM && cuattn_impl_for(a, head_dim) != CUATTN_IMPL_CUDA_CORES ? CUATTN_PAD_TO
-                                                                                               : head_dim;
+    if (head_dim == CUATTN_NARROW_DIM)
+        return cuattn_impl_for(a, head_dim) != CUATTN_IMPL_CUDA_CORES ? pad_width(head_dim) : head_dim;
+    return widened_only(head_dim) ? pad_width(head_dim) : head_dim;
 }
 
 int cuattn_serves_head_dim(int32_t head_dim)
 {
-    return ATTN_V1_HEAD_DIM(head_dim);
+    return head_dim >= CUATTN_HEAD_DIM_MIN && head_dim <= CUATTN_HEAD_DIM_MAX && head_dim % 8 == 0;
 }
 
 void cuattn__limit_smem(struct cuattn *a, size_t bytes)
@@ -588,9 +603,9 @@ static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const
     return (int64_t)per_sm * a->sms < need ? -ERANGE : 0;
 }
 
-/* Head dim 96 runs the 128-column tensor-core kernels on copies of its tensors widened by
- * zero columns (attn_pad.cu says why that is head dim 96's answer): where the
- * implementation for it is not v1 (cuattn_impl_for). */
+/* A head dim the kernels lack runs the next width's kernels on copies of its tensors
+ * widened by zero columns (attn_pad.cu says why that is its answer; cuattn_kernel_dim:
+ * 96 where the implementation for it is not v1, the others always). */
 static int padded(const struct cuattn *a, const struct attn_problem *p)
 {
     return p && cuattn_kernel_dim(a, p->head_dim) != p->head_dim;
@@ -612,11 +627,18 @@ static int narrow_kv_aligned(const struct attn_tensor *t)
 }
 
 /* The problem the kernels run for a padded one. */
-static struct attn_problem widened(const struct attn_problem *p)
+static struct attn_problem widened(const struct cuattn *a, const struct attn_problem *p)
 {
     struct attn_problem w = *p;
-    w.head_dim = CUATTN_PAD_TO;
+    w.head_dim = cuattn_kernel_dim(a, p->head_dim);
     return w;
+}
+
+/* The problem SCHED_AUTO is resolved for in a padded call: head dim 96 as asked (auto's
+ * table has rows of its own for it, measured so), the others as the width they run at. */
+static const struct attn_problem *auto_problem(const struct attn_problem *p, const struct attn_problem *w)
+{
+    return p->head_dim == CUATTN_NARROW_DIM ? p : w;
 }
 
 int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
@@ -627,9 +649,9 @@ int cuattn_check_config(const struct cuattn *a, const struct attn_problem *p,
     struct attn_problem wide;
     struct attn_config asked;
     if (padded(a, p)) { /* checked as what runs: the problem at the kernels' width */
+        wide = widened(a, p);
         if (backward)
-            cfg = resolve_auto(a, p, cfg, &asked);
-        wide = widened(p);
+            cfg = resolve_auto(a, auto_problem(p, &wide), cfg, &asked);
         p = &wide;
     }
     /* what cuattn_forward / cuattn_backward ask of prepare */
@@ -664,7 +686,7 @@ int32_t cuattn_bwd_block_n(const struct cuattn *a, const struct attn_problem *p)
         return -EINVAL;
     struct attn_problem wide;
     if (padded(a, p)) {
-        wide = widened(p);
+        wide = widened(a, p);
         p = &wide;
     }
     return p->head_dim != 256 && bwd_wide(a, p) ? CUATTN_TC_BLOCK_N : CUATTN_BLOCK;
@@ -825,7 +847,7 @@ static int finish(struct cuattn *a, cudaError_t launch_err)
     return err_code(err);
 }
 
-/* ---- head dim 96: the 128-column kernels on widened copies ---------------------------- */
+/* ---- head dims the kernels lack: the next width's kernels on widened copies --------------- */
 
 /* One tensor of a padded call: the caller's view (rows x heads per view batch), whether
  * the call writes it, and its dense widened copy in a->pad. */
@@ -847,25 +869,25 @@ static int pad_in(struct cuattn *a, const struct attn_problem *p, struct pad_arg
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)
         return err_code(err);
+    const int32_t dp = cuattn_kernel_dim(a, p->head_dim);
     size_t used = 0, at[9];
     for (int i = 0; i < n; i++)
-        at[i] = carve(&used, sizeof(uint16_t) * (size_t)vb * (size_t)args[i].rows * (size_t)args[i].heads *
-                                 CUATTN_PAD_TO);
+        at[i] = carve(&used, sizeof(uint16_t) * (size_t)vb * (size_t)args[i].rows * (size_t)args[i].heads * dp);
     /* at least a byte: a call whose tensors are all empty (a packed batch of empty
      * sequences) must still hand the kernels non-NULL views, as an unpadded call does */
     int rc = grow(a, &a->pad, &a->pad_cap, used ? used : 1);
     if (rc)
         return rc;
     for (int i = 0; i < n; i++) {
-        const int64_t row = (int64_t)args[i].heads * CUATTN_PAD_TO;
+        const int64_t row = (int64_t)args[i].heads * dp;
         args[i].wide.data = a->pad + at[i];
         args[i].wide.stride[0] = row * args[i].rows;
         args[i].wide.stride[1] = row;
-        args[i].wide.stride[2] = CUATTN_PAD_TO;
+        args[i].wide.stride[2] = dp;
         args[i].wide.stride[3] = 1;
         if (!args[i].output &&
             (err = cuattn__pad_widen(args[i].wide.data, args[i].t->data, args[i].t->stride, vb, args[i].rows,
-                                     args[i].heads, CUATTN_PAD_FROM, CUATTN_PAD_TO, a->stream)) != cudaSuccess)
+                                     args[i].heads, p->head_dim, dp, a->stream)) != cudaSuccess)
             return finish(a, err);
     }
     return 0;
@@ -878,7 +900,8 @@ static int pad_out(struct cuattn *a, const struct attn_problem *p, const struct 
     for (int i = 0; i < n && err == cudaSuccess; i++)
         if (args[i].output)
             err = cuattn__pad_narrow(args[i].t->data, args[i].t->stride, args[i].wide.data, attn_view_batch(p),
-                                     args[i].rows, args[i].heads, CUATTN_PAD_FROM, CUATTN_PAD_TO, a->stream);
+                                     args[i].rows, args[i].heads, p->head_dim, cuattn_kernel_dim(a, p->head_dim),
+                                     a->stream);
     return finish(a, err);
 }
 
@@ -886,11 +909,12 @@ static int forward_padded(struct cuattn *a, const struct attn_problem *p, const 
                           struct attn_tensor out, float *lse, struct attn_tensor q, struct attn_tensor k,
                           struct attn_tensor v, struct attn_config *ret_cfg)
 {
-    const struct attn_problem w = widened(p);
+    const struct attn_problem w = widened(a, p);
     int rc = cuattn_check_config(a, p, cfg, 0);
     if (rc)
         return rc;
-    if (!needs_vl(p)) { /* the 128 kernel on the caller's tensors, where TMA describes them */
+    if (!needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM) { /* the 128 kernel on the caller's
+                                                               tensors, where TMA describes them */
         a->narrow = p->head_dim;
         rc = cuattn_forward(a, &w, cfg, out, lse, q, k, v, ret_cfg);
         a->narrow = 0;
@@ -915,14 +939,14 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
                            struct attn_tensor out, const float *lse, struct attn_tensor dout,
                            struct attn_config *ret_cfg)
 {
-    const struct attn_problem w = widened(p);
+    const struct attn_problem w = widened(a, p);
     struct attn_config asked;
-    cfg = resolve_auto(a, p, cfg, &asked); /* auto as head dim 96, not 128 */
+    cfg = resolve_auto(a, auto_problem(p, &w), cfg, &asked); /* auto as head dim 96, not 128 */
     int rc = cuattn_check_config(a, p, cfg, 1);
     if (rc)
         return rc;
-    if (!needs_vl(p) && p->heads_q == p->heads_kv && !a->no_tma && narrow_kv_aligned(&k) &&
-        narrow_kv_aligned(&v)) {
+    if (!needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM && p->heads_q == p->heads_kv && !a->no_tma &&
+        narrow_kv_aligned(&k) && narrow_kv_aligned(&v)) {
         /* the 128 kernels on the caller's tensors (TMA maps 96 wide: cuattn__force_no_tma
          * forces the copies); their leaves would hash 128 columns */
         const int leaves_on = a->leaves_on;

@@ -28,7 +28,7 @@
  *      the same bytes land). Other GPUs refuse v3 (-ENOTSUP).
  * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128, and 96 by running
  * their 128-column kernels on copies of its tensors widened by zero columns
- * (CUATTN_PAD_FROM; windows, softcap and packed batches included); v3 also serves 256,
+ * (cuattn_kernel_dim; windows, softcap and packed batches included); v3 also serves 256,
  * dense problems only (its backward with 64 x 64 tiles, 212 KiB of shared memory). A call with head
  * dim 256 runs v1 unless v3 is set (v2 has no 256), and its forward runs v3 wherever v3 is
  * set and the forward fits (cuattn_impl_for and cuattn_fwd_impl_for say which one a call
@@ -100,11 +100,17 @@ extern "C" {
  * CUATTN_BLOCK when asked. v1, and head dim 256 (v3's or v1's), run CUATTN_BLOCK only. */
 #define CUATTN_TC_BLOCK_N 128
 
-/* Head dim CUATTN_PAD_FROM runs the tensor-core kernels of CUATTN_PAD_TO on copies of its
- * tensors widened by zero columns, where that dim runs tensor cores (cuattn_impl_for):
- * the same answer (attn_pad.cu), the bits of those kernels, about 1.33x their work. */
-#define CUATTN_PAD_FROM 96
-#define CUATTN_PAD_TO 128
+/* Head dims the kernels lack run the kernels of the next of 64, 128 and 256 on copies of
+ * their tensors widened by zero columns (cuattn_kernel_dim): the same answer (attn_pad.cu),
+ * the bits of those kernels, dp / d times their work (at most 2). That is every multiple of
+ * 8 from 32 to 256 but 64, 128 and 256 - and 96 only where 128 runs tensor cores (v1 has a
+ * 96 of its own). Head dim CUATTN_NARROW_DIM on v3 runs the 128 kernels on the caller's tensors
+ * instead where the views allow (no copies, the same bits). */
+#define CUATTN_NARROW_DIM 96
+/* The served range: from 32 (the CPU engine's least too), so that a widened call moves at
+ * most twice its tensors' bytes (32 -> 64; 136 -> 256 about 1.9x), up to 256. */
+#define CUATTN_HEAD_DIM_MIN 32
+#define CUATTN_HEAD_DIM_MAX 256
 
 /* One device, one stream, kernels loaded at creation, grow-only device scratch. */
 struct cuattn;
@@ -130,9 +136,10 @@ int32_t cuattn_impl(const struct cuattn *a);
 
 /* The implementation a call on `a` with this head dim runs: cuattn_impl(a) for 64 and 128
  * where its kernels fit the device's shared memory per block (else v2 if that fits, else
- * v1); for 96 what 128 runs (widened copies, CUATTN_PAD_FROM; v1's own 96 where that is
- * v1); for 256 v3 where v3 is set and both its kernels fit (sm_90: 64 x 64 tiles), else
- * CUATTN_IMPL_CUDA_CORES (v2 has no 256). -EINVAL for NULL.
+ * v1); for 96 what 128 runs (widened copies; v1's own 96 where that is v1); for 256 v3
+ * where v3 is set and both its kernels fit (sm_90: 64 x 64 tiles), else
+ * CUATTN_IMPL_CUDA_CORES (v2 has no 256); for another multiple of 8 up to 256, what the
+ * dim it is widened to runs (cuattn_kernel_dim). -EINVAL for NULL.
  * Whoever records what the bits depend on records this, not cuattn_impl. */
 int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
 
@@ -141,13 +148,15 @@ int32_t cuattn_impl_for(const struct cuattn *a, int32_t head_dim);
  * not: v3's forward (64-key tiles), while the backward is v1's. -EINVAL for NULL. */
 int32_t cuattn_fwd_impl_for(const struct cuattn *a, int32_t head_dim);
 
-/* The head dim the kernels run a call of this head dim at on `a`: CUATTN_PAD_TO for
- * CUATTN_PAD_FROM where cuattn_impl_for(a, it) is not v1 (widened copies), else head_dim
- * itself; -EINVAL for NULL. Windows, softcap and packed batches need 64 or 128 here. */
+/* The head dim the kernels run a call of this head dim at on `a`: 128 for 96 where
+ * cuattn_impl_for(a, 96) is not v1, the next of 64, 128 and 256 for the other served head
+ * dims (cuattn_serves_head_dim; widened copies), else head_dim itself; -EINVAL for
+ * NULL. Windows, softcap and packed batches need 64 or 128 here. */
 int32_t cuattn_kernel_dim(const struct cuattn *a, int32_t head_dim);
 
-/* 1 if the kernels have a head dim (64, 96, 128, 256), else 0. A device may still lack
- * the shared memory for one (a call then returns -ENOTSUP). */
+/* 1 if the kernels serve a head dim - a multiple of 8 from 32 to 256: 64, 96 (v1), 128 and
+ * 256 as they are, the others widened (cuattn_kernel_dim) - else 0. A device may still
+ * lack the shared memory for one (a call then returns -ENOTSUP). */
 int cuattn_serves_head_dim(int32_t head_dim);
 
 /* on != 0: later calls return as soon as their kernels are launched on the object's

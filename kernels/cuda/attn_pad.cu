@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * attn_pad.cu - head dim 96 on the tensor-core kernels: copies of a call's tensors with
- * their rows widened by zero columns to the kernels' 128, and the outputs narrowed back.
+ * attn_pad.cu - head dims the kernels lack (96 on the tensor-core kernels, and every other
+ * multiple of 8 up to 256 but 64, 128 and 256: cuattn_kernel_dim): copies of a call's
+ * tensors with their rows widened by zero columns to the next of the kernels' widths, and
+ * the outputs narrowed back.
  *
- * Why it gives head dim 96's answer: every product of the attention either sums over the
+ * Why it gives the narrower head dim's answer: every product of the attention either sums over the
  * head dim (S = Q K^T, dP = dO V^T, the forward's rowsum(dO * O)) or keeps it as its
  * output index (O = P V, dV = P^T dO, dK = dS^T Q, dQ = dS K). Zero columns add exact
  * zeros to the first kind (x + 0 = x in fp32) and make zero output columns in the second,
- * which pad_narrow drops. The 128-column kernels' own determinism (fixed order of every
- * sum, bits independent of the grid) carries over; the bits are those of these kernels
- * at 128, reported as such (cuattn_impl_for).
+ * which pad_narrow drops. The wider kernels' own determinism (fixed order of every sum,
+ * bits independent of the grid) carries over; the bits are those of these kernels at
+ * their width, reported as such (cuattn_impl_for).
  *
  * Layouts. A view (batch, rows, heads, d) with element strides (s0, s1, s2, 1), as
  * struct attn_tensor has it, against a dense (batch * rows * heads, dp) copy. One lane a

@@ -517,6 +517,98 @@ static void test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat(void)
     cuattn_free(ca);
 }
 
+/* Head dims the kernels lack - multiples of 8 from 32 to 256 but 64, 96, 128 and 256: 32,
+ * 40 (to 64), 80, 112 (to 128), 160, 200 (to 256) - run the next width's kernels on widened
+ * copies (cuattn_kernel_dim), reporting that width's implementations and tiles: against
+ * float64 into poisoned outputs, forward and every schedule's backward, fp16 and bf16,
+ * causal and full, GQA, lengths that are not tile multiples; each deterministic schedule's
+ * bytes again on a second call and on grid 16; v1 (widened too) where the object runs v2 or
+ * v3 by default. A head dim under 32, not a multiple of 8 or above 256 is refused. */
+static void test_attn_gpu_other_head_dims_run_widened_and_match_float64(void)
+{
+    const struct shape_case cases[] = {
+        {2, 200, 130, 4, 1, 32, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 77, 77, 2, 2, 40, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 300, 260, 4, 2, 80, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 130, 130, 2, 2, 112, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 150, 170, 4, 2, 160, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 100, 90, 2, 2, 200, DTYPE_F16, SCHED_MASK_FULL},
+    };
+    struct cuattn *ca = open_device();
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x8080);
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        const int32_t d = p.head_dim, want = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+        CU_ASSERT(cuattn_serves_head_dim(d));
+        CU_ASSERT_EQUAL(cuattn_kernel_dim(ca, d), want);
+        CU_ASSERT_EQUAL(cuattn_impl_for(ca, d), cuattn_impl_for(ca, want));
+        CU_ASSERT_EQUAL(cuattn_fwd_impl_for(ca, d), cuattn_fwd_impl_for(ca, want));
+        struct attn_problem pw = p;
+        pw.head_dim = want;
+        CU_ASSERT_EQUAL(cuattn_bwd_block_n(ca, &p), cuattn_bwd_block_n(ca, &pw));
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        struct refs R;
+        refs_compute(&R, &p, &a);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu (head dim %d) forward: rel error %.3g, %d bad lse", ci, d, err, lse_bad);
+            bad++;
+        }
+        for (int kind = 0; kind < SCHED_KIND_COUNT; kind++) {
+            struct attn_config cfg = {(enum sched_kind)kind, 0, 0, 0, 0};
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            double e[3];
+            if (!grads_close(&a, &R, e)) {
+                fprintf(stderr, "\n  case %zu (head dim %d) %s: rel error dq %.3g dk %.3g dv %.3g", ci, d,
+                        sched_kind_name(cfg.sched), e[0], e[1], e[2]);
+                bad++;
+            }
+            if (kind == SCHED_ATOMIC)
+                continue;
+            struct gpu_copy g;
+            gpu_copy_bwd(&g, &a);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            const int again = gpu_copy_equal(&g, &a);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 16, NULL), 0);
+            if ((!again || !gpu_copy_equal(&g, &a)) && bad++ < 20)
+                fprintf(stderr, "\n  case %zu (head dim %d) %s: other bytes on a %s", ci, d,
+                        sched_kind_name(cfg.sched), again ? "grid of 16" : "repeat");
+            gpu_copy_free(&g);
+        }
+        if (cuattn_impl(ca) != CUATTN_IMPL_CUDA_CORES && want != 256) { /* v1, widened as well */
+            const int32_t impl = cuattn_impl(ca);
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
+            CU_ASSERT_EQUAL(cuattn_kernel_dim(ca, d), want);
+            struct attn_config cfg = {SCHED_SHIFT, 0, 0, 0, 0};
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            double e[3];
+            if (!forward_close(&a, &R, &err, &lse_bad) || !grads_close(&a, &R, e)) {
+                fprintf(stderr, "\n  case %zu (head dim %d) v1: rel error out %.3g dq %.3g", ci, d, err, e[0]);
+                bad++;
+            }
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impl), 0);
+        }
+        refs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    const int32_t refused[] = {8, 16, 24, 36, 84, 264, 512};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CU_ASSERT(!cuattn_serves_head_dim(refused[i]));
+        struct attn_problem q = problem_of(&cases[0]);
+        q.head_dim = refused[i];
+        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), -ENOTSUP);
+        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), -ENOTSUP);
+    }
+    cuattn_free(ca);
+}
+
 /* v1's head dims 96 and 256. 256 has no v2 kernels: with v2 set, a call runs v1 (64 x 64
  * tiles reported) and gives v1's bytes (v3 has its own, tested below). 96 runs v1 when v1 is set (with v2 or v3 it runs
  * their 128-column kernels on widened copies, which the reference, grid and strides tests check).
@@ -918,7 +1010,7 @@ static void test_attn_gpu_rejects_bad_arguments_and_reports_config(void)
     q.dtype = DTYPE_F32;
     CU_ASSERT_EQUAL(cuattn_forward(ca, &q, NULL, gpu_bufs_tq(&a, a.d_out), a.d_lse, gpu_bufs_tq(&a, a.d_q), gpu_bufs_tk(&a, a.d_k),
                                    gpu_bufs_tk(&a, a.d_v), NULL), -ENOTSUP);
-    const int32_t no_dims[] = {32, 80, 160, 192};
+    const int32_t no_dims[] = {24, 84, 264}; /* under 32, not a multiple of 8, over 256 */
     for (size_t i = 0; i < sizeof no_dims / sizeof no_dims[0]; i++) {
         q = p;
         q.head_dim = no_dims[i];
@@ -2042,6 +2134,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_both_impls_match_reference_and_v2_bits_repeat) ||
         !CU_add_test(s, "test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits",
                      test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits) ||
+        !CU_add_test(s, "test_attn_gpu_other_head_dims_run_widened_and_match_float64",
+                     test_attn_gpu_other_head_dims_run_widened_and_match_float64) ||
         !CU_add_test(s, "test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits",
                      test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits) ||
         !CU_add_test(s, "test_attn_gpu_v3_backward_needs_no_zeroed_scratch", test_attn_gpu_v3_backward_needs_no_zeroed_scratch) ||

@@ -8,7 +8,7 @@
  * Suite gpu_attn_vl: random ragged batches (lengths 1, tile multiples and not, empty
  * sequences, up to 2000 rows), dense batches with windows and softcap, windows from 0 to
  * past the length (causal and not), softcap 0/30/50, GQA, fp16/bf16, head dims 64 and 128
- * (and 96, which runs the 128 kernels on copies widened by zero columns);
+ * (and 96, 80, 40, 112, which run the 128 or 64 kernels on copies widened by zero columns);
  * values, LSE and gradients; rows that see no key exactly 0 (LSE +inf), keys no query sees
  * exactly 0; every deterministic schedule bitwise repeatable and the same bits for several
  * grids; a sequence's bits the same whatever it is packed with. The backward runs on both
@@ -259,8 +259,9 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
     int bad = 0;
     for (int ci = 0; ci < cases; ci++) {
         const int packed = ci % 3 != 2, big = ci == 4 || ci == 13;
-        static const int32_t dims[] = {64, 128, 96}; /* 96: the 128 kernels on widened copies */
-        const int32_t d = dims[(ci / 2) % 3];
+        /* 96, 80, 40, 112: the 128 or 64 kernels on widened copies */
+        static const int32_t dims[] = {64, 128, 96, 80, 40, 112};
+        const int32_t d = dims[(ci / 2) % 6];
         const int32_t *hh = heads[irand(&r, 4)];
         struct attn_problem p = base_problem(1, hh[0], hh[1], d, ci % 2 ? DTYPE_BF16 : DTYPE_F16);
         p.mask = irand(&r, 2) ? SCHED_MASK_CAUSAL : SCHED_MASK_FULL;

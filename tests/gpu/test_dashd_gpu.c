@@ -1696,9 +1696,10 @@ static void test_dashd_gpu_client_killed_before_its_stream_reached_a_fresh_daemo
 }
 
 /* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
-/* Head dims 96 and 256 through dashd give the bits of the kernels in this process (96:
- * the 128 kernels on widened copies; 256: v3's on sm_90, else v1's), forward and a shift
- * backward; head dim 80 is refused with a reason. */
+/* Head dims 96, 256, 80 and 200 through dashd give the bits of the kernels in this process
+ * (96: the 128 kernels on widened copies; 256: v3's on sm_90, else v1's; 80 and 200: the
+ * 128 and 256 kernels on widened copies), forward and a shift backward; head dim 84 (not a
+ * multiple of 8) is refused with a reason. */
 static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
 {
     struct dash_client *c = connect_client("gpu-hdims");
@@ -1707,8 +1708,8 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
     struct tu_rng r;
     tu_rng_init(&r, seed ^ 0x96256);
-    const int32_t dims[] = {96, 256};
-    for (int di = 0; di < 2; di++) {
+    const int32_t dims[] = {96, 256, 80, 200};
+    for (int di = 0; di < 4; di++) {
         const int32_t d = dims[di];
         /* q k v out dout dq dk dv, then lse; q-shaped slots have HQ heads, the others HKV */
         const int heads[8] = {HQ, HKV, HKV, HQ, HQ, HQ, HKV, HKV};
@@ -1759,9 +1760,9 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
         if (rc)
             fprintf(stderr, "\n  head dim %d: %s: %s", d, dash_errname(rc), dash_last_error(c));
         CU_ASSERT_EQUAL(rc, 0);
-        /* the tiles reported: 64 at 256 (v3's or v1's); at 96 those of the 128 kernels it runs on */
-        CU_ASSERT_EQUAL(res.block_n, cuattn_impl_for(ca, d) == CUATTN_IMPL_CUDA_CORES || d == 256
-                                         ? CUATTN_BLOCK : CUATTN_TC_BLOCK_N);
+        /* the tiles reported: 64 at 256 (v3's or v1's); at 96, 80 and 200 those of the kernels
+         * they run on */
+        CU_ASSERT_EQUAL(res.block_n, cuattn_bwd_block_n(ca, &p));
         CUDA_OK(cudaMemcpy(got, mem[1], total, cudaMemcpyDeviceToHost));
         CU_ASSERT(memcmp(got, want, total) == 0);
         for (size_t i = 0; i < total; i++)
@@ -1784,19 +1785,19 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
     }
     /* a head dim the kernels do not serve: an error reply that says which ones they do */
     unsigned char *m = NULL;
-    const size_t tb = (size_t)SEQ * HQ * 80 * ES;
+    const size_t tb = (size_t)SEQ * HQ * 84 * ES;
     CUDA_OK(cudaMalloc((void **)&m, 5 * tb));
     struct dash_buffer *b = NULL;
     CU_ASSERT_EQUAL_FATAL(dash_cuda_register(c, m, 5 * tb, &b), 0);
-    struct dash_tensor q = dash_tensor_dense(b, 0, 1, SEQ, HQ, 80);
-    struct dash_tensor k = dash_tensor_dense(b, tb, 1, SEQ, HQ, 80);
-    struct dash_tensor v = dash_tensor_dense(b, 2 * tb, 1, SEQ, HQ, 80);
-    struct dash_tensor o = dash_tensor_dense(b, 3 * tb, 1, SEQ, HQ, 80);
+    struct dash_tensor q = dash_tensor_dense(b, 0, 1, SEQ, HQ, 84);
+    struct dash_tensor k = dash_tensor_dense(b, tb, 1, SEQ, HQ, 84);
+    struct dash_tensor v = dash_tensor_dense(b, 2 * tb, 1, SEQ, HQ, 84);
+    struct dash_tensor o = dash_tensor_dense(b, 3 * tb, 1, SEQ, HQ, 84);
     struct dash_tensor l = dash_tensor_lse(b, 4 * tb, 1, HQ, SEQ);
     struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
     struct dash_result res;
     CU_ASSERT_EQUAL(dash_forward(c, &a, &q, &k, &v, &o, &l, &res), DASH_EHEADDIM);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "96"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "multiples of 8"));
     CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
     CUDA_OK(cudaFree(m));
     cuattn_free(ca);

@@ -255,9 +255,10 @@ def test_gpu_stream_order_holds_when_the_producer_is_still_running():
 
 
 def test_gpu_a_failure_the_daemon_finds_is_raised_later_and_never_hangs():
-    # head dim 80: the CUDA backend refuses it, after the call has returned (the call only
-    # sends the op); the stream goes on, and synchronize() (or the next call) raises
-    q, k, v, _ = inputs((1, 128, 128, 2, 2, 80), torch.bfloat16, SEED ^ 5)
+    # head dim 84 (not a multiple of 8): the CUDA backend refuses it, after the call has
+    # returned (the call only sends the op); the stream goes on, and synchronize() (or the
+    # next call) raises
+    q, k, v, _ = inputs((1, 128, 128, 2, 2, 84), torch.bfloat16, SEED ^ 5)
     dash_attn.flash_attn_func(q, k, v, causal=True)
     torch.cuda.synchronize()
     try:
@@ -281,10 +282,10 @@ def _raised(fn):
 
 
 def test_gpu_a_refused_forward_leaves_out_and_lse_all_nan_before_the_stream_goes_on():
-    # head dim 80, refused by the daemon after the call returned: once the stream has passed
+    # head dim 84, refused by the daemon after the call returned: once the stream has passed
     # the op, out and lse are all NaN (bytes 0xFF), not what the memory held before, and the
     # refusal is raised by synchronize()
-    q, k, v, _ = inputs((1, 128, 128, 2, 2, 80), torch.bfloat16, SEED ^ 7)
+    q, k, v, _ = inputs((1, 128, 128, 2, 2, 84), torch.bfloat16, SEED ^ 7)
     # the blocks the caching allocator hands the outputs next held zeros, not NaN
     z = (torch.zeros_like(q), torch.zeros(1, 2, 128, device="cuda"))
     del z

@@ -27,8 +27,8 @@ import dash_attn.hf  # noqa: E402,F401
 EXAMPLE = os.path.join(ROOT, "examples", "train_tiny_llama_hf.py")
 SEED = int(os.environ.get("DASH_TEST_SEED", "0")) ^ 0x11A
 # DASH_TEST_BACKEND=cuda (a GPU machine, dashd --backend cuda): the example trains on the
-# GPU in bf16 at head dim 64 (the CUDA kernels' smallest); the in-process tests use fp32
-# CPU tensors and head dim 32, which only the CPU engine serves
+# GPU in bf16 at head dim 64; the in-process tests use fp32 CPU tensors, which only the
+# CPU engine serves
 CUDA = os.environ.get("DASH_TEST_BACKEND") == "cuda"
 cpu_only = pytest.mark.skipif(CUDA, reason="fp32 CPU tensors: the CUDA backend serves bf16/fp16")
 
