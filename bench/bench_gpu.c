@@ -10,9 +10,9 @@
  *             [--window L | --lengths N,N,...]
  *
  * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
- * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch. Head
- * dim 96 (the 128 kernels on widened copies) has H = 2048 / D rounded down (21 heads:
- * 2016 wide). Head dim 256 has v3's forward (sm_90) and v1's backward (CUDA cores, about
+ * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch; its D
+ * may be any head dim the kernels serve (the sweep has 64, 128, 96 and 256). H = 2048 / D
+ * rounded down (head dim 96, the 128 kernels on widened copies: 21 heads, 2016 wide). Head dim 256 has v3's forward (sm_90) and v1's backward (CUDA cores, about
  * 20 TFLOPS: its sweep adds some 25 s, 6 at --quick). --impl sets the
  * kernel implementation (cuattn_set_impl: 1 v1, 2 v2, 3 v3; default: cuattn_new's choice,
  * v3 on sm_90), so one build can time v2's forward beside v3's.
@@ -226,8 +226,10 @@ int main(int argc, char **argv)
     }
     const enum sched_kind kinds[] = {SCHED_ATOMIC, SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
                                      SCHED_SHIFT, SCHED_AUTO};
-    const int32_t dims[] = {64, 128, 96, 256};
-    for (int di = 0; di < (int)(sizeof dims / sizeof dims[0]); di++)
+    const int32_t sweep[] = {64, 128, 96, 256};
+    const int32_t *dims = only_d ? &only_d : sweep; /* --only: any head dim the kernels serve */
+    const int ndims = only_d ? 1 : (int)(sizeof sweep / sizeof sweep[0]);
+    for (int di = 0; di < ndims; di++)
         for (int causal = 0; causal < 2; causal++)
             for (int si = 0; si < nseq; si++) {
                 const int32_t d = dims[di];

@@ -10,7 +10,7 @@ its deterministic algorithm (True), with a bitwise repeat check of dQ, dK and dV
 
 It takes bench_gpu's arguments, so scripts/gpu_bench.sh hands the same ones to both:
 --quick measures seqlens 1k and 4k, --only one shape (SCHED, a schedule of ours, is
-ignored), --reps the timed calls (default 10, not bench_gpu's 3). --plan prints the shapes
+ignored; D any multiple of 8 from 32 to 256), --reps the timed calls (default 10, not bench_gpu's 3). --plan prints the shapes
 it would measure and exits without touching a GPU.
 
 Shapes and FLOP counting match bench/bench_gpu.c and bench/sdpa_peers.py: bf16, 16384
@@ -55,8 +55,9 @@ def parse_only(text):
         d, s = int(parts[0]), int(parts[1])
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}': D and S must be integers") from None
-    if d not in DIMS:
-        raise argparse.ArgumentTypeError(f"'{text}': head dim {d} is not one of {DIMS}")
+    if d % 8 or not 32 <= d <= 256:  # what bench_gpu's kernels serve
+        raise argparse.ArgumentTypeError(f"'{text}': head dim {d} is not a multiple of 8 "
+                                         "from 32 to 256")
     if not 1 <= s <= TOKENS:
         raise argparse.ArgumentTypeError(f"'{text}': seqlen {s} is not in 1..{TOKENS}")
     if parts[2] not in ("full", "causal"):

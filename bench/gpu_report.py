@@ -188,7 +188,8 @@ def main():
     if a.note:
         print(f"- note: {a.note}")
     print()
-    for d in DIMS:
+    others = {r["D"] for r in ours["rows"]} | {k[0] for k in fe}  # --only's head dims
+    for d in DIMS + tuple(sorted(others - set(DIMS))):
         for causal in (False, True):
             rows = [r for r in ours["rows"] if r["D"] == d and r["causal"] == causal]
             fe_here = any(k[0] == d and k[2] == causal for k in fe)

@@ -4,7 +4,7 @@
 PyTorch's scaled_dot_product_attention with its flash (FA2) and cuDNN backends, forward
 and backward TFLOPS, and whether two identical backwards give identical gradient bits.
 
-    python3 bench/sdpa_peers.py [--quick] > peers.json
+    python3 bench/sdpa_peers.py [--quick | --only D,S,MASK[,SCHED]] > peers.json
 
 Shapes and FLOP counting match bench/bench_gpu.c: bf16, 16384 tokens per batch
 (batch = 16384 / seqlen), heads = 2048 / head_dim rounded down (head dims 64, 128, 96), fwd = 4*B*H*S*S*D (halved when
@@ -56,19 +56,25 @@ def measure(d, s, causal, backend):
             "bwd_tflops": 2.5 * flops / bwd_ms / 1e9, "bitwise_repeat": repeat}
 
 
+def shapes(argv):
+    """(D, causal, S) in bench_gpu's order; --only D,S,MASK[,SCHED] one of them, as
+    bench_gpu and cudnn_peers.py read it (any head dim; SCHED ignored)."""
+    if "--only" in argv:
+        d, s, mask = argv[argv.index("--only") + 1].split(",")[:3]
+        return [(int(d), mask == "causal", int(s))]
+    seqlens = [1024, 4096] if "--quick" in argv else [1024, 2048, 4096, 8192, 16384]
+    return [(d, causal, s) for d in (64, 128, 96) for causal in (False, True) for s in seqlens]
+
+
 def main():
-    quick = "--quick" in sys.argv
-    seqlens = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
     rows = []
-    for d in (64, 128, 96):
-        for causal in (False, True):
-            for s in seqlens:
-                for backend in BACKENDS:
-                    try:
-                        rows.append(measure(d, s, causal, backend))
-                    except RuntimeError as e:  # a backend that cannot serve the shape
-                        rows.append({"D": d, "S": s, "causal": causal, "backend": backend,
-                                     "error": str(e).splitlines()[0]})
+    for d, causal, s in shapes(sys.argv[1:]):
+        for backend in BACKENDS:
+            try:
+                rows.append(measure(d, s, causal, backend))
+            except RuntimeError as e:  # a backend that cannot serve the shape
+                rows.append({"D": d, "S": s, "causal": causal, "backend": backend,
+                             "error": str(e).splitlines()[0]})
     json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
                "device": torch.cuda.get_device_name(), "rows": rows}, sys.stdout)
 

@@ -67,9 +67,14 @@ class CudnnPeers(unittest.TestCase):
                          [(128, 2048, 8, 16, False)])
         self.assertEqual(planned("--quick", "--only", "256,16384,full"),
                          [(256, 16384, 1, 8, False)])
+        # any head dim dashd's kernels serve (multiples of 8 from 32 to 256, widened)
+        self.assertEqual(planned("--only", "80,4096,full"), [(80, 4096, 4, 25, False)])
+        self.assertEqual(planned("--only", "32,1024,causal"), [(32, 1024, 16, 64, True)])
 
     def test_cudnn_peers_bad_arguments_exit_2_with_the_reason(self):
-        cases = {("--only", "100,4096,full"): "head dim 100 is not one of",
+        cases = {("--only", "100,4096,full"): "head dim 100 is not a multiple of 8 from 32 to 256",
+                 ("--only", "24,4096,full"): "head dim 24 is not a multiple of 8 from 32 to 256",
+                 ("--only", "264,4096,full"): "head dim 264 is not a multiple of 8 from 32 to 256",
                  ("--only", "64,0,full"): "seqlen 0 is not in 1..16384",
                  ("--only", "64,32768,full"): "seqlen 32768 is not in 1..16384",
                  ("--only", "64,4096,sideways"): "mask 'sideways' is not full or causal",

@@ -155,6 +155,23 @@ class GpuReport(unittest.TestCase):
                          ["4096", "440.0", "380.0", "320.0", "yes, yes", f"{330 / 440:.2f}",
                           f"{290 / 320:.2f}", f"{290 / 320:.2f}", f"{290 / 380:.2f}"])
 
+    def test_gpu_report_a_head_dim_outside_the_sweep_gets_its_tables_after_the_sweeps(self):
+        # bench_gpu --only 80,... (a widened head dim) and cudnn_peers.py --only at it
+        ours = dict(OURS, rows=OURS["rows"] + [
+            ours_row(80, 4096, True, 310.0, dict(atomic=260.0, ascending=250.0, descending=251.0,
+                                                 spt=252.0, shift=255.0, auto=255.0))])
+        cudnn = dict(CUDNN, rows=CUDNN["rows"] + [fe_row(80, 4096, True, False, 400.0, 340.0),
+                                                  fe_row(80, 4096, True, True, 400.0, 300.0)])
+        md = report(ours, PEERS, cudnn)
+        s = sections(md)
+        lines = s["hdim 80, causal (TFLOPS)"]
+        self.assertEqual(table_rows(lines, "seqlen", "fwd")[4096][1:3], ["310.0", "260.0"])
+        self.assertEqual(table_rows(lines, "seqlen", "FE fwd")[4096][5:],
+                         [f"{310 / 400:.2f}", f"{255 / 300:.2f}", f"{255 / 300:.2f}",
+                          f"{255 / 340:.2f}"])
+        self.assertGreater(md.index("## hdim 80, causal"), md.index("## hdim 256, causal"))
+        self.assertNotIn("hdim 80, full (TFLOPS)", s)
+
     def test_gpu_report_ours_table_unchanged_beside_cudnn(self):
         with_fe = sections(report(OURS, PEERS, CUDNN))
         without = sections(report(OURS, PEERS))
