@@ -14,7 +14,9 @@
 #                                            multithreading off, NAME-ctypes dash_attn's
 #                                            ctypes path (DASH_NATIVE=0); MODELS: "small large",
 #                                            or tiny (a smoke run); REPS: rounds, each
-#                                            attention once a round in turn, default 1)
+#                                            attention once a round in turn, default 1;
+#                                            STEPS_ONLY=1: no percall.py; MPS_ONLY=1:
+#                                            no pass with separate contexts)
 # steps.md: | sharing | model | attention | median of the rounds' median step (ms) |
 # range over the rounds | rounds |
 set -uo pipefail
@@ -35,9 +37,11 @@ done
 
 pass() { # name
   local name=$1 work
-  python3 "$root/bench/percall.py" --dashd "$dashd" --out "$out/percall-$name.md" \
-    > "$out/percall-$name.log" 2>&1 || status=1
-  cat "$out/percall-$name.log"
+  if [ -z "${STEPS_ONLY:-}" ]; then
+    python3 "$root/bench/percall.py" --dashd "$dashd" --out "$out/percall-$name.md" \
+      > "$out/percall-$name.log" 2>&1 || status=1
+    cat "$out/percall-$name.log"
+  fi
   work=$(mktemp -d /tmp/dash-step-XXXXXX)
   "$dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
   local dpid=$!
@@ -87,7 +91,7 @@ PY
   cp "$work/dashd.log" "$out/dashd-steps-$name.log"
 }
 
-pass contexts
+[ -n "${MPS_ONLY:-}" ] || pass contexts
 mps=$(command -v nvidia-cuda-mps-control || true)
 if [ -n "$mps" ] && [ -z "${NO_MPS:-}" ]; then
   export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/dash-mps-pipe-XXXXXX)
