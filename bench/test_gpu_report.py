@@ -172,6 +172,20 @@ class GpuReport(unittest.TestCase):
         self.assertGreater(md.index("## hdim 80, causal"), md.index("## hdim 256, causal"))
         self.assertNotIn("hdim 80, full (TFLOPS)", s)
 
+    def test_sdpa_peers_only_measures_the_one_shape_at_any_head_dim(self):
+        try:
+            sys.path.insert(0, HERE)
+            import sdpa_peers
+        except ImportError as e:  # no PyTorch here
+            self.skipTest(str(e))
+        self.assertEqual(sdpa_peers.shapes(["--only", "80,4096,causal"]), [(80, True, 4096)])
+        self.assertEqual(sdpa_peers.shapes(["--quick", "--only", "192,1024,full,shift"]),
+                         [(192, False, 1024)])
+        grid = sdpa_peers.shapes([])
+        self.assertEqual(len(grid), 3 * 2 * 5)
+        self.assertEqual(grid[0], (64, False, 1024))
+        self.assertEqual({s for _, _, s in sdpa_peers.shapes(["--quick"])}, {1024, 4096})
+
     def test_gpu_report_ours_table_unchanged_beside_cudnn(self):
         with_fe = sections(report(OURS, PEERS, CUDNN))
         without = sections(report(OURS, PEERS))
