@@ -612,7 +612,7 @@ static int padded(const struct cuattn *a, const struct attn_problem *p)
 }
 
 /* cuattn_forward's and cuattn_backward's answer to forward_padded's and backward_padded's
- * direct calls where they cannot run them on the caller's columns (the forward: not v3,
+ * direct calls where they cannot run them on the caller's 96 columns (the forward: not v3,
  * cp.async forced, or views TMA cannot describe; the backward: not v3's persistent kernel,
  * GQA, or views the narrow loads and stores cannot take) - the widened copies then; never
  * returned to a caller. */
@@ -913,9 +913,8 @@ static int forward_padded(struct cuattn *a, const struct attn_problem *p, const 
     int rc = cuattn_check_config(a, p, cfg, 0);
     if (rc)
         return rc;
-    /* the wider kernel on the caller's tensors, where TMA describes them and each 64-column
-     * box of a row holds some of the caller's columns (136-192 on the 256 kernel: copies) */
-    if (!needs_vl(p) && w.head_dim - p->head_dim < 64) {
+    if (!needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM) { /* the 128 kernel on the caller's
+                                                               tensors, where TMA describes them */
         a->narrow = p->head_dim;
         rc = cuattn_forward(a, &w, cfg, out, lse, q, k, v, ret_cfg);
         a->narrow = 0;
@@ -946,10 +945,10 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
     int rc = cuattn_check_config(a, p, cfg, 1);
     if (rc)
         return rc;
-    if (!needs_vl(p) && w.head_dim == 128 && p->heads_q == p->heads_kv && !a->no_tma &&
+    if (!needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM && p->heads_q == p->heads_kv && !a->no_tma &&
         narrow_kv_aligned(&k) && narrow_kv_aligned(&v)) {
-        /* the 128 kernels on the caller's tensors (TMA maps as wide as they are:
-         * cuattn__force_no_tma forces the copies); their leaves would hash 128 columns */
+        /* the 128 kernels on the caller's tensors (TMA maps 96 wide: cuattn__force_no_tma
+         * forces the copies); their leaves would hash 128 columns */
         const int leaves_on = a->leaves_on;
         a->leaves_on = 0;
         a->narrow_bwd = p->head_dim;
