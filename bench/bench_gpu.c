@@ -11,7 +11,8 @@
  *
  * --only runs one shape (head dim D, seqlen S, mask full|causal) and optionally one
  * schedule, so that a profiler (ncu -k ... --launch-count 1) can find its launch; its D
- * may be any head dim the kernels serve (the sweep has 64, 128, 96 and 256). H = 2048 / D
+ * may be any head dim the kernels serve, a multiple of 8 from 32 to 256 (the sweep has 64,
+ * 128, 96 and 256), and S at most 16384 (else the usage, exit 2). H = 2048 / D
  * rounded down (head dim 96, the 128 kernels on widened copies: 21 heads, 2016 wide). Head dim 256 has v3's forward (sm_90) and v1's backward (CUDA cores, about
  * 20 TFLOPS: its sweep adds some 25 s, 6 at --quick). --impl sets the
  * kernel implementation (cuattn_set_impl: 1 v1, 2 v2, 3 v3; default: cuattn_new's choice,
@@ -156,6 +157,7 @@ int main(int argc, char **argv)
             impl = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc &&
                  sscanf(argv[++i], "%d,%d,%15[a-z],%15[a-z]", &only_d, &only_s, mask, sched) >= 3 &&
+                 only_d >= 32 && only_d <= 256 && only_d % 8 == 0 && only_s >= 1 && only_s <= TOKENS &&
                  sched_mask_parse(mask) >= 0 && (!sched[0] || sched_kind_parse(sched) >= 0)) {
             only_causal = sched_mask_parse(mask) == SCHED_MASK_CAUSAL;
             only_sched = sched[0] ? sched_kind_parse(sched) : -1;

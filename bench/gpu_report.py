@@ -34,6 +34,16 @@ def ours_timing(ours):
                 f"{ours.get('warmups', 3)} warm-ups (as the peers)")
     return f"synchronous calls timed on the host, median of {ours['reps']} after a warm-up"
 
+def widened_note(ours):
+    """The method line's words for head dims bench_gpu --only ran outside its sweep."""
+    dims = sorted({r["D"] for r in ours["rows"]} - {64, 96, 128, 256})
+    if not dims:
+        return ""
+    return ("; head dim " + ", ".join(map(str, dims)) + ": the kernels of the next of 64, 128, "
+            "256 on the caller's columns or on copies widened by zero columns (since 91a0d96), "
+            "its TFLOPS counted at its own head dim")
+
+
 def best_det(b):
     """The fastest deterministic schedule among those in b (schedule -> bench_gpu's entry)
     whose bits repeated (one whose two backwards differed is not deterministic in this
@@ -174,7 +184,7 @@ def main():
     print("- method: bf16, 16384 tokens per batch, heads = 2048 / head_dim rounded down "
           "(hdim 96: 21 heads, 2016 wide; ours runs it on the 128 kernels - on sm_90 reading "
           "and writing its 96 columns since b46a0eb, before that on widened copies, timed "
-          "with them); TFLOPS with "
+          f"with them{widened_note(ours)}); TFLOPS with "
           "fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5*fwd. Ours: "
           f"{ours_timing(ours)}, backward including "
           "its pre/post kernels. PyTorch: CUDA events, median of 10 after 3 warm-ups. "

@@ -10,6 +10,7 @@ Shapes and FLOP counting match bench/bench_gpu.c: bf16, 16384 tokens per batch
 (batch = 16384 / seqlen), heads = 2048 / head_dim rounded down (head dims 64, 128, 96), fwd = 4*B*H*S*S*D (halved when
 causal), bwd = 2.5 * fwd. Timing: CUDA events, median of 10 calls after 3 warm-ups.
 """
+import argparse
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -I
 import cudatime  # noqa: E402
+import cudnn_peers  # noqa: E402  (its reading of bench_gpu's arguments)
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -56,19 +58,32 @@ def measure(d, s, causal, backend):
             "bwd_tflops": 2.5 * flops / bwd_ms / 1e9, "bitwise_repeat": repeat}
 
 
-def shapes(argv):
-    """(D, causal, S) in bench_gpu's order; --only D,S,MASK[,SCHED] one of them, as
-    bench_gpu and cudnn_peers.py read it (any head dim; SCHED ignored)."""
-    if "--only" in argv:
-        d, s, mask = argv[argv.index("--only") + 1].split(",")[:3]
-        return [(int(d), mask == "causal", int(s))]
-    seqlens = [1024, 4096] if "--quick" in argv else [1024, 2048, 4096, 8192, 16384]
+def parse_args(argv):
+    """bench_gpu's arguments as cudnn_peers.py reads them (gpu_bench.sh hands the same ones
+    to all three): --quick, --only D,S,MASK[,SCHED] (SCHED ignored), --reps (ignored: the
+    peers' figures are medians of 10)."""
+    ap = argparse.ArgumentParser(prog="sdpa_peers.py",
+                                 description="PyTorch SDPA (flash, cuDNN) at bench_gpu's shapes; prints JSON")
+    ap.add_argument("--quick", action="store_true", help="seqlens 1024 and 4096 only")
+    ap.add_argument("--only", type=cudnn_peers.parse_only, metavar="D,S,MASK[,SCHED]",
+                    help="one shape, as bench_gpu --only (SCHED is ignored)")
+    ap.add_argument("--reps", type=cudnn_peers.positive, help="accepted, ignored")
+    return ap.parse_args(argv)
+
+
+def shapes(args):
+    """(D, causal, S) in bench_gpu's order: its grid (head dims 64, 128, 96), or --only's."""
+    if args.only:
+        d, s, causal = args.only
+        return [(d, causal, s)]
+    seqlens = [1024, 4096] if args.quick else [1024, 2048, 4096, 8192, 16384]
     return [(d, causal, s) for d in (64, 128, 96) for causal in (False, True) for s in seqlens]
 
 
 def main():
+    args = parse_args(sys.argv[1:])
     rows = []
-    for d, causal, s in shapes(sys.argv[1:]):
+    for d, causal, s in shapes(args):
         for backend in BACKENDS:
             try:
                 rows.append(measure(d, s, causal, backend))

@@ -6,6 +6,8 @@ report's cells are read back and compared with figures computed here from those 
 
     python3 bench/test_gpu_report.py        (make test runs it)
 """
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -170,6 +172,10 @@ class GpuReport(unittest.TestCase):
                          [f"{310 / 400:.2f}", f"{255 / 300:.2f}", f"{255 / 300:.2f}",
                           f"{255 / 340:.2f}"])
         self.assertGreater(md.index("## hdim 80, causal"), md.index("## hdim 256, causal"))
+        method = next(x for x in md.splitlines() if x.startswith("- method:"))
+        self.assertIn("head dim 80: the kernels of the next of 64, 128, 256", method)
+        self.assertNotIn("head dim 80", next(x for x in report(OURS, PEERS, CUDNN).splitlines()
+                                             if x.startswith("- method:")))
         self.assertNotIn("hdim 80, full (TFLOPS)", s)
 
     def test_sdpa_peers_only_measures_the_one_shape_at_any_head_dim(self):
@@ -178,13 +184,24 @@ class GpuReport(unittest.TestCase):
             import sdpa_peers
         except ImportError as e:  # no PyTorch here
             self.skipTest(str(e))
-        self.assertEqual(sdpa_peers.shapes(["--only", "80,4096,causal"]), [(80, True, 4096)])
-        self.assertEqual(sdpa_peers.shapes(["--quick", "--only", "192,1024,full,shift"]),
+
+        def shapes(*argv):
+            return sdpa_peers.shapes(sdpa_peers.parse_args(list(argv)))
+        self.assertEqual(shapes("--only", "80,4096,causal"), [(80, True, 4096)])
+        self.assertEqual(shapes("--only=80,4096,causal"), [(80, True, 4096)])
+        self.assertEqual(shapes("--quick", "--only", "192,1024,full,shift", "--reps", "3"),
                          [(192, False, 1024)])
-        grid = sdpa_peers.shapes([])
+        grid = shapes()
         self.assertEqual(len(grid), 3 * 2 * 5)
         self.assertEqual(grid[0], (64, False, 1024))
-        self.assertEqual({s for _, _, s in sdpa_peers.shapes(["--quick"])}, {1024, 4096})
+        self.assertEqual({s for _, _, s in shapes("--quick")}, {1024, 4096})
+        # what cudnn_peers.py refuses, it refuses: usage, exit 2
+        for bad in (["--only", "80,4096,sideways"], ["--only", "80,4096"], ["--only"],
+                    ["--only", "84,4096,full"], ["--only", "64,32768,full"], ["--bogus"]):
+            with self.subTest(argv=bad), self.assertRaises(SystemExit) as e:
+                with contextlib.redirect_stderr(io.StringIO()):
+                    sdpa_peers.parse_args(bad)
+            self.assertEqual(e.exception.code, 2)
 
     def test_gpu_report_ours_table_unchanged_beside_cudnn(self):
         with_fe = sections(report(OURS, PEERS, CUDNN))

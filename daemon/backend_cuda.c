@@ -642,14 +642,13 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     const struct cuda *c = impl;
     const struct attn_problem *p = &plan->prob;
     const int ext = plan->varlen || p->window || p->softcap != 0;
-    /* the dim the kernels run (widened to the next of 64, 128, 256; 96 to 128 where 128 has
-     * tensor cores) */
-    const int32_t kd = cuattn_kernel_dim(c->ca, p->head_dim);
+    /* attn_vl.cu's kernels run widths 64 and 128: a served head dim up to 128 (widened to
+     * the next of those) */
     if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && cuattn_serves_head_dim(p->head_dim) &&
-        kd != 64 && kd != 128) {
-        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims up to 128 (64 and 128, the "
-                 "others widened to those; 96 on tensor cores) only, not %d; a dashd with "
-                 "--backend cpu serves the others",
+        p->head_dim > 128) {
+        snprintf(msg, msglen, "the CUDA kernels serve %s at head dims that are multiples of 8 "
+                 "from 32 to 128 (64 and 128, the others widened to those) only, not %d; a dashd "
+                 "with --backend cpu serves the others",
                  plan->varlen ? "packed variable-length batches" : p->window ? "sliding windows"
                  : "softcap", p->head_dim);
         return DASH_EHEADDIM;
@@ -1143,8 +1142,8 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
              : i64 == CUATTN_IMPL_TENSOR_CORES && i128 == CUATTN_IMPL_TENSOR_CORES
                  ? "v2 tensor cores (other head dims widened; v1 for 256)"
              : i64 != CUATTN_IMPL_CUDA_CORES
-                 ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256"
-                 : "v1 CUDA cores");
+                 ? "v2 tensor cores for head dim 64, v1 CUDA cores for 96, 128, 256 (other head dims widened)"
+                 : "v1 CUDA cores (other head dims widened)");
     b->limits = (struct val_limits){.head_dim_min = CUATTN_HEAD_DIM_MIN,
                                     .head_dim_max = 256, /* cuda_check narrows it */
                                     .block_max = CUATTN_TC_BLOCK_N, /* cuda_check narrows it */

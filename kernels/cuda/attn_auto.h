@@ -22,7 +22,8 @@ extern "C" {
 #include "kernels/sched/sched.h"
 
 /* One row of a measured table: on compute capability cc (major * 10 + minor), a problem
- * of this head dim (as the caller asked it: 96, not the 128 it runs widened) and mask,
+ * of this head dim (96 as the caller asked it, not the 128 it runs widened; the other widened
+ * dims as the width they run at, which the table names) and mask,
  * without a band, gets `sched` for SCHED_AUTO. */
 struct cuattn_auto_entry {
     int32_t cc, head_dim;
@@ -39,8 +40,8 @@ struct cuattn_auto_entry {
  * schedule - and gives the same bits - every time. Any thread. */
 enum sched_kind cuattn_auto_schedule(int32_t cc, int32_t head_dim, enum sched_mask mask, int band);
 
-/* cuattn_auto_schedule for problem p (its head dim as asked: 96, not the 128 it may run
- * widened): band and mask from its window. A dense problem's window is judged on its own
+/* cuattn_auto_schedule for problem p (its head dim as attn_cuda.cu's auto_problem hands it:
+ * 96 as asked, the other widened dims at their width): band and mask from its window. A dense problem's window is judged on its own
  * lengths (a window past them is the plain mask, which the dense kernels serve); a packed
  * batch's on the window alone - its lengths are its longest sequence's, so judging on them
  * would let one sequence's schedule, and bits, depend on what it is packed with. */

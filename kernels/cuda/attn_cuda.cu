@@ -603,12 +603,22 @@ static int vl_limits(const struct cuattn *a, const struct attn_problem *p, const
     return (int64_t)per_sm * a->sms < need ? -ERANGE : 0;
 }
 
+/* The head dim p's kernels run at: cuattn_kernel_dim's, but 96 always 128 where windows,
+ * softcap or a packed batch take attn_vl.cu's kernels (tensor cores only: v1's own 96 has
+ * none of them, as 88 and 104 are widened whatever runs the dense calls). */
+static int32_t run_dim(const struct cuattn *a, const struct attn_problem *p)
+{
+    if (needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM)
+        return pad_width(p->head_dim);
+    return cuattn_kernel_dim(a, p->head_dim);
+}
+
 /* A head dim the kernels lack runs the next width's kernels on copies of its tensors
- * widened by zero columns (attn_pad.cu says why that is its answer; cuattn_kernel_dim:
- * 96 where the implementation for it is not v1, the others always). */
+ * widened by zero columns (attn_pad.cu says why that is its answer; run_dim: 96 where the
+ * implementation for it is not v1 or the call needs attn_vl.cu, the others always). */
 static int padded(const struct cuattn *a, const struct attn_problem *p)
 {
-    return p && cuattn_kernel_dim(a, p->head_dim) != p->head_dim;
+    return p && run_dim(a, p) != p->head_dim;
 }
 
 /* cuattn_forward's and cuattn_backward's answer to forward_padded's and backward_padded's
@@ -630,7 +640,7 @@ static int narrow_kv_aligned(const struct attn_tensor *t)
 static struct attn_problem widened(const struct cuattn *a, const struct attn_problem *p)
 {
     struct attn_problem w = *p;
-    w.head_dim = cuattn_kernel_dim(a, p->head_dim);
+    w.head_dim = run_dim(a, p);
     return w;
 }
 
@@ -869,7 +879,7 @@ static int pad_in(struct cuattn *a, const struct attn_problem *p, struct pad_arg
     cudaError_t err = cudaSetDevice(a->device);
     if (err != cudaSuccess)
         return err_code(err);
-    const int32_t dp = cuattn_kernel_dim(a, p->head_dim);
+    const int32_t dp = run_dim(a, p);
     size_t used = 0, at[9];
     for (int i = 0; i < n; i++)
         at[i] = carve(&used, sizeof(uint16_t) * (size_t)vb * (size_t)args[i].rows * (size_t)args[i].heads * dp);
@@ -900,7 +910,7 @@ static int pad_out(struct cuattn *a, const struct attn_problem *p, const struct 
     for (int i = 0; i < n && err == cudaSuccess; i++)
         if (args[i].output)
             err = cuattn__pad_narrow(args[i].t->data, args[i].t->stride, args[i].wide.data, attn_view_batch(p),
-                                     args[i].rows, args[i].heads, p->head_dim, cuattn_kernel_dim(a, p->head_dim),
+                                     args[i].rows, args[i].heads, p->head_dim, run_dim(a, p),
                                      a->stream);
     return finish(a, err);
 }

@@ -26,9 +26,10 @@
  *      every implementation): its bits are those of 128-key tiles (64 at 256), for every
  *      stride of the inputs (rows that are not 16-byte aligned are loaded by plain loads;
  *      the same bytes land). Other GPUs refuse v3 (-ENOTSUP).
- * Head dims: v1 serves 64, 96, 128 and 256; v2 and v3 serve 64 and 128, and 96 by running
- * their 128-column kernels on copies of its tensors widened by zero columns
- * (cuattn_kernel_dim; windows, softcap and packed batches included); v3 also serves 256,
+ * Head dims: v1 has kernels of 64, 96, 128 and 256; v2 and v3 of 64 and 128, and v3 of 256;
+ * every other multiple of 8 from 32 to 256 (and 96 on v2, v3) runs the next width's kernels
+ * on copies of its tensors widened by zero columns (cuattn_kernel_dim; windows, softcap and
+ * packed batches included, up to 128); v3's 256 serves
  * dense problems only (its backward with 64 x 64 tiles, 212 KiB of shared memory). A call with head
  * dim 256 runs v1 unless v3 is set (v2 has no 256), and its forward runs v3 wherever v3 is
  * set and the forward fits (cuattn_impl_for and cuattn_fwd_impl_for say which one a call
@@ -40,8 +41,9 @@
  * window, softcap, cu_seqlens) run kernels of their own, attn_vl.cu: the forward and
  * backward with the window's two sides, the softcap (and its tanh derivative in the
  * backward) and a per-sequence table - v3's (wgmma) where the dense problems of the dim run
- * v3 (sm_90), else v2's (mma.sync). Head dims 64 and 128, and 96 widened to 128 (others:
- * -ENOTSUP); the
+ * v3 (sm_90), else v2's (mma.sync). Head dims 64 and 128, and the other multiples of 8
+ * from 32 to 120 widened to those - 96 too where the dense calls run v1 (others: -ENOTSUP);
+ * the
  * backward's tiles 64 x 128 by default where they fit the device, else 64 x 64 (block_n 64
  * on request, which runs v2's step on sm_90 too). Each
  * sequence is its own problem with its own schedule (docs/schedules.md, "Packed batches"),
@@ -76,7 +78,7 @@
  * wait and so always free their SMs. The fixed-order schedules are safe even then.
  *
  * Errors: -EINVAL (malformed arguments), -ENOTSUP (dtype other than F16/BF16, head dim
- * other than 64/96/128/256, or one the GPU lacks the shared memory for), -EOVERFLOW (shape too large), -ENOMEM (device memory), -ENODEV (no
+ * that is not a multiple of 8 from 32 to 256, or one the GPU lacks the shared memory for), -EOVERFLOW (shape too large), -ENOMEM (device memory), -ENODEV (no
  * such device), -EIO (any other CUDA failure, including a kernel fault; the object should
  * then be freed).
  */
@@ -228,7 +230,7 @@ int cuattn_set_leaves(struct cuattn *a, int on);
 /* After a successful cuattn_backward: the device array of leaf hashes of output `which`
  * (0 dq, 1 dk, 2 dv), written on the stream of `a` and valid there until the next backward;
  * NULL where that output's kernels did not hash it (off; packed batches, windows and
- * softcap; head dims 96 and the CUDA-core kernels' dQ; a failed call). */
+ * softcap; widened head dims (96, 80, ...) and the CUDA-core kernels' dQ; a failed call). */
 const uint64_t *cuattn_leaves(const struct cuattn *a, int which);
 
 #ifdef __cplusplus

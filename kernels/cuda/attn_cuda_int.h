@@ -293,7 +293,7 @@ cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, i
 cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
                                   int32_t grid, int32_t sms, cudaStream_t stream);
 
-/* attn_pad.cu: head dim 96 on the 128-column kernels (attn_cuda.cu's padded calls). widen:
+/* attn_pad.cu: a widened head dim on its width's kernels (attn_cuda.cu's padded calls). widen:
  * dst (batch * rows * heads, dp) dense <- the view src (batch, rows, heads, d) at element
  * strides stride[0..2] (its last dim contiguous), columns d .. dp - 1 zero; narrow: the
  * view dst <- the first d columns of the dense src. d and dp multiples of 8, d <= dp;

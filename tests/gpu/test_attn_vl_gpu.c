@@ -679,9 +679,12 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     free(out0);
     struct attn_problem q = a.p;
     q.window_left = 20;
-    q.head_dim = 256;
-    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), -ENOTSUP);
-    CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), -ENOTSUP);
+    const int32_t too_wide[] = {136, 200, 256}; /* the kernels have widths 64 and 128 */
+    for (size_t i = 0; i < sizeof too_wide / sizeof too_wide[0]; i++) {
+        q.head_dim = too_wide[i];
+        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), -ENOTSUP);
+        CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 1), -ENOTSUP);
+    }
     q.head_dim = 96;
     CU_ASSERT_NOT_EQUAL(cuattn_impl_for(ca, 96), CUATTN_IMPL_CUDA_CORES);
     CU_ASSERT_EQUAL(cuattn_check_config(ca, &q, NULL, 0), 0);
@@ -692,6 +695,45 @@ static void test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_re
     cuattn_free(ca);
 }
 
+
+/* Head dim 96 with a window runs attn_vl.cu's 128 kernels on widened copies whatever runs
+ * the dense calls: where 128 runs v1 (which has a 96 of its own) the window is served, with
+ * the bits of v2's window kernels (what attn_vl.cu runs where the object is not v3), as 88
+ * and 104 are (both widened to 128 always). */
+static void test_attn_vl_gpu_head_dim_96_windows_run_widened_whatever_runs_the_dense_calls(void)
+{
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x96a1);
+    struct attn_problem p = base_problem(1, 2, 2, 96, DTYPE_BF16);
+    p.seqlen_q = 300;
+    p.seqlen_k = 300;
+    p.mask = SCHED_MASK_CAUSAL;
+    p.window = 1;
+    p.window_left = 50;
+    struct gpu_bufs a;
+    gpu_bufs_init(&a, &p, NULL, NULL, &r);
+    const struct attn_config spt = {SCHED_SPT, 0, 0, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_TENSOR_CORES), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &spt, 0, NULL), 0);
+    struct gpu_copy f, g;
+    gpu_copy_fwd(&f, &a);
+    gpu_copy_bwd(&g, &a);
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, CUATTN_IMPL_CUDA_CORES), 0);
+    CU_ASSERT_EQUAL(cuattn_kernel_dim(ca, 96), 96); /* the dense calls: v1's own 96 */
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &a.p, NULL, 0), 0);
+    CU_ASSERT_EQUAL(cuattn_check_config(ca, &a.p, &spt, 1), 0);
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+    CU_ASSERT(gpu_copy_equal(&f, &a));
+    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &spt, 0, NULL), 0);
+    CU_ASSERT(gpu_copy_equal(&g, &a));
+    gpu_copy_free(&f);
+    gpu_copy_free(&g);
+    gpu_bufs_free(&a);
+    cuattn_free(ca);
+}
 
 /* Long ragged batches: packed batches of sequences of 8192 and 1 query, one of any length up
  * to 8192 (rarely a tile multiple), one at a tile edge and one up to 300, each over its own
@@ -1024,6 +1066,8 @@ int suite_gpu_attn_vl(void)
                      test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan) ||
         !CU_add_test(s, "test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused",
                      test_attn_vl_gpu_plain_windows_keep_dense_bits_and_other_dims_are_refused) ||
+        !CU_add_test(s, "test_attn_vl_gpu_head_dim_96_windows_run_widened_whatever_runs_the_dense_calls",
+                     test_attn_vl_gpu_head_dim_96_windows_run_widened_whatever_runs_the_dense_calls) ||
         !CU_add_test(s, "test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid",
                      test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid) ||
         !CU_add_test(s, "test_attn_vl_gpu_small_shapes_for_sanitizers", test_attn_vl_gpu_small_shapes_for_sanitizers))

@@ -1698,8 +1698,8 @@ static void test_dashd_gpu_client_killed_before_its_stream_reached_a_fresh_daemo
 /* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
 /* Head dims 96, 256, 80 and 200 through dashd give the bits of the kernels in this process
  * (96: the 128 kernels on widened copies; 256: v3's on sm_90, else v1's; 80 and 200: the
- * 128 and 256 kernels on widened copies), forward and a shift backward; head dim 84 (not a
- * multiple of 8) is refused with a reason. */
+ * 128 and 256 kernels on widened copies), forward and a shift backward; head dims 84 (not a
+ * multiple of 8), 24 and 264 are refused with a reason, and the session goes on. */
 static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
 {
     struct dash_client *c = connect_client("gpu-hdims");
@@ -1783,21 +1783,36 @@ static void test_dashd_gpu_head_dims_96_and_256_match_in_process(void)
         free(got);
         free(want);
     }
-    /* a head dim the kernels do not serve: an error reply that says which ones they do */
+    /* head dims the kernels do not serve: error replies that say which ones they do (84: not
+     * a multiple of 8; 24 and 264: outside 32..256, refused at validation); then a served
+     * call on the same session goes through */
+    const int32_t refused[] = {84, 24, 264, 64};
     unsigned char *m = NULL;
-    const size_t tb = (size_t)SEQ * HQ * 84 * ES;
+    const size_t tb = (size_t)SEQ * HQ * 264 * ES;
     CUDA_OK(cudaMalloc((void **)&m, 5 * tb));
+    CUDA_OK(cudaMemset(m, 0, 5 * tb));
     struct dash_buffer *b = NULL;
     CU_ASSERT_EQUAL_FATAL(dash_cuda_register(c, m, 5 * tb, &b), 0);
-    struct dash_tensor q = dash_tensor_dense(b, 0, 1, SEQ, HQ, 84);
-    struct dash_tensor k = dash_tensor_dense(b, tb, 1, SEQ, HQ, 84);
-    struct dash_tensor v = dash_tensor_dense(b, 2 * tb, 1, SEQ, HQ, 84);
-    struct dash_tensor o = dash_tensor_dense(b, 3 * tb, 1, SEQ, HQ, 84);
-    struct dash_tensor l = dash_tensor_lse(b, 4 * tb, 1, HQ, SEQ);
-    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
-    struct dash_result res;
-    CU_ASSERT_EQUAL(dash_forward(c, &a, &q, &k, &v, &o, &l, &res), DASH_EHEADDIM);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dash_last_error(c), "multiples of 8"));
+    for (int i = 0; i < 4; i++) {
+        const int32_t d = refused[i];
+        struct dash_tensor q = dash_tensor_dense(b, 0, 1, SEQ, HQ, d);
+        struct dash_tensor k = dash_tensor_dense(b, tb, 1, SEQ, HQ, d);
+        struct dash_tensor v = dash_tensor_dense(b, 2 * tb, 1, SEQ, HQ, d);
+        struct dash_tensor o = dash_tensor_dense(b, 3 * tb, 1, SEQ, HQ, d);
+        struct dash_tensor l = dash_tensor_lse(b, 4 * tb, 1, HQ, SEQ);
+        struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+        struct dash_result res;
+        const int rc = dash_forward(c, &a, &q, &k, &v, &o, &l, &res);
+        if (d == 64) {
+            CU_ASSERT_EQUAL(rc, 0); /* the daemon goes on serving this client */
+            continue;
+        }
+        CU_ASSERT_EQUAL(rc, DASH_EHEADDIM);
+        const char *why = dash_last_error(c);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, d == 84 ? "multiples of 8" : "32"));
+        if (rc != DASH_EHEADDIM)
+            fprintf(stderr, "\n  head dim %d: %s: %s", d, dash_errname(rc), why);
+    }
     CU_ASSERT_EQUAL(dash_buffer_free(c, b), 0);
     CUDA_OK(cudaFree(m));
     cuattn_free(ca);

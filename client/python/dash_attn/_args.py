@@ -16,7 +16,7 @@ def refuse_unsupported(dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_s
     """NotImplementedError naming the first argument dashd cannot honour (dropout, ALiBi);
     TypeError / ValueError for a window that is not a pair or a softcap that is not finite
     and >= 0. Windows and softcap are served (the CPU engine; the CUDA backend at head
-    dims up to 128)."""
+    dims 32 to 128 (multiples of 8))."""
     if dropout_p:
         raise NotImplementedError(
             f"dash_attn: dropout_p={dropout_p!r}: dashd has no attention dropout (pass 0.0; "

@@ -30,8 +30,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     heads_q, seqlen_q). Differentiable in q, k and v; torch.compile(fullgraph=True) traces
     it as one op. window_size (left, right), -1 unbounded, and softcap > 0 (scores become
     softcap * tanh(score / softcap)) are served by dashd's CPU engine and its CUDA kernels
-    at head dims up to 128. dropout_p > 0 and alibi_slopes raise NotImplementedError. Errors from dashd raise dash_attn.DashError with the
-    daemon's message.
+    at head dims 32 to 128 (multiples of 8). dropout_p > 0 and alibi_slopes raise
+    NotImplementedError. Errors from dashd raise dash_attn.DashError with the daemon's
+    message.
     """
     if isinstance(deterministic, (tuple, list)) or isinstance(schedule, (int, float)):
         # flash-attn's positional window_size (7th) and softcap (8th) land here

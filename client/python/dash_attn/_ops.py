@@ -30,7 +30,7 @@ place, ordered on the current stream (_client.py).
   Labels are interned per process (a label's number only means something here).
 - lse and tag are not differentiable: as flash-attn, a gradient into lse is ignored.
 - window_left/right (-1: unbounded) and softcap (0: off) are flash-attn's; dashd's CPU
-  engine serves them, its CUDA backend at head dims up to 128.
+  engine serves them, its CUDA backend at head dims 32 to 128 (multiples of 8).
 - The ops need PyTorch >= 2.4 (torch.library.custom_op); `available` says whether they
   were registered.
 """

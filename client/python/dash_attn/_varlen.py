@@ -11,7 +11,7 @@ deterministic schedule; `auto` too when batch_invariant=True). Host tensors go t
 shared memory with their offsets; CUDA tensors are used in place, ordered on the current
 stream like flash_attn_func's, with the offsets sent by value inside the request (a CUDA
 cu_seqlens is copied to the host first, which waits for the stream). dashd's CUDA kernels
-serve packed batches at head dims up to 128 (kernels/cuda/attn_vl.cu).
+serve packed batches at head dims 32 to 128 (multiples of 8) (kernels/cuda/attn_vl.cu).
 
 flash_attn_varlen_func is, like flash_attn_func, a pair of PyTorch custom ops for
 torch.compile (fullgraph), export and fake tensors:
@@ -339,7 +339,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            return_attn_probs=False, block_table=None, *, schedule="auto",
                            batch_invariant=False, return_softmax_lse=False, client=None):
     """flash_attn.flash_attn_varlen_func, served by dashd (its CPU engine, or its CUDA
-    kernels at head dims up to 128 for CUDA tensors).
+    kernels at head dims 32 to 128 (multiples of 8) for CUDA tensors).
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim); cu_seqlens_q/k:
     int32 (batch + 1,) offsets; max_seqlen_q/k: bounds on the sequences' lengths. causal is

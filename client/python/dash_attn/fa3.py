@@ -10,7 +10,7 @@ softmax_scale is the 4th positional argument; with return_attn_probs the answer 
 - Always deterministic, as the FA2 drop-in (deterministic=False is accepted).
 - qv, q_descale/k_descale/v_descale (FP8) and attention_chunk raise NotImplementedError;
   window_size and softcap are served by dashd's CPU engine and its CUDA kernels (head
-  dims up to 128).
+  dims 32 to 128 (multiples of 8)).
 - num_splits, pack_gqa and sm_margin are tuning knobs that change no result: accepted and
   ignored.
 """

@@ -12,7 +12,7 @@ flash_attn_varlen_kvpacked_func. What differs:
   at about the speed of a non-deterministic one, so deterministic=False asks for nothing
   slower and is accepted as is. (dash_attn.flash_attn_func has schedule= to choose.)
 - dropout_p > 0 and alibi_slopes raise NotImplementedError. window_size and softcap are
-  served by dashd's CPU engine and its CUDA kernels (head dims up to 128).
+  served by dashd's CPU engine and its CUDA kernels (head dims 32 to 128 (multiples of 8)).
 - flash_attn_varlen_func's block_table (paged KV) raises NotImplementedError.
 - return_attn_probs=True gives (out, softmax_lse, S_dmask) with S_dmask an empty tensor,
   as flash-attn 2 returns it without dropout; softmax_lse is float32 (batch, heads,
