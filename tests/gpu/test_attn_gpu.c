@@ -1713,7 +1713,7 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
  * through GQA's sum), and on sm_90 the MHA shapes at 64 and 128 must have all three, so
  * the check cannot pass by hashing nothing. Odd
  * lengths (partial kv tiles, whose missing rows must write no leaf), GQA, fp16 and bf16,
- * head dims 64, 128, 256 and 96 (never: its kernels see widened rows). */
+ * head dims 64, 128, 256, and 96, 80, 40, 200 (never: their kernels see widened rows). */
 static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
 {
     const struct shape_case cases[] = {
@@ -1722,6 +1722,9 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
         {2, 257, 257, 8, 2, 128, DTYPE_BF16, SCHED_MASK_FULL},
         {1, 200, 200, 2, 2, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 100, 100, 2, 2, 96, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 130, 130, 2, 2, 80, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* widened: no leaves either */
+        {1, 100, 120, 2, 2, 40, DTYPE_F16, SCHED_MASK_FULL},
+        {1, 90, 90, 2, 2, 200, DTYPE_BF16, SCHED_MASK_FULL},
     };
     struct cuattn *ca = open_device();
     const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
@@ -1789,9 +1792,12 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
             CUDA_OK(cudaFree(scratch));
             CUDA_OK(cudaFree(d_out));
         }
-        if (p.head_dim == 96)
+        /* a widened call's kernels would hash their width's rows: its digests come from
+         * the caller's outputs in memory */
+        const int widened = cuattn_kernel_dim(ca, p.head_dim) != p.head_dim;
+        if (widened)
             CU_ASSERT_EQUAL(got_leaves, 0);
-        if (v3 && p.heads_q == p.heads_kv && p.head_dim != 256 && p.head_dim != 96)
+        if (v3 && p.heads_q == p.heads_kv && p.head_dim != 256 && !widened)
             CU_ASSERT_EQUAL(got_leaves, 3);
         hashed += got_leaves;
         gpu_bufs_free(&a);
