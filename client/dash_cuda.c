@@ -230,11 +230,42 @@ static uint64_t alloc_of(const void *ptr, CUdeviceptr *ret_base, size_t *ret_siz
     return id;
 }
 
+static int cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
+                     uint64_t *ret_offset, int *ret_registered);
+
+/* cuda_view's refusals, each with its reason in dash_last_error (dash_cuda_register's own
+ * failures already say theirs). */
 int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
                    uint64_t *ret_offset)
 {
-    if (!c || !ptr || !ret_buf || !ret_offset || bytes == 0)
+    if (!c)
         return DASH_EINVAL;
+    if (!ptr || !ret_buf || !ret_offset || bytes == 0)
+        return dash__fail(c, DASH_EINVAL, "dash_cuda_view: pointer %p, %zu bytes (a NULL pointer or none: an "
+                          "empty tensor?)", ptr, bytes);
+    int registered = 0;
+    const int rc = cuda_view(c, ptr, bytes, ret_buf, ret_offset, &registered);
+    if (rc == 0 || registered)
+        return rc;
+    switch (rc) {
+    case DASH_EBOUNDS:
+        return dash__fail(c, rc, "%zu bytes from %p run past the end of its CUDA allocation", bytes, ptr);
+    case DASH_EBUSY:
+        return dash__fail(c, rc, "%p: every one of the %d cached views of CUDA allocations is in use by an op "
+                          "in flight", ptr, DASH__VIEW_CACHE);
+    case DASH_ENOTSUP:
+        return dash__fail(c, rc, "%p: memory dashd cannot open (managed memory, or an allocation without a "
+                          "CUDA IPC handle, such as cudaMallocAsync's pools)", ptr);
+    case DASH_ENOGPU:
+        return dash__fail(c, rc, "no usable CUDA runtime or GPU in this process");
+    default:
+        return dash__fail(c, rc, "%p is not in device memory a CUDA allocation of this process holds", ptr);
+    }
+}
+
+static int cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
+                     uint64_t *ret_offset, int *ret_registered)
+{
     /* Fast path: an allocation registered before, known by its id (which the driver never
      * gives to another allocation), so no handle need be asked for. */
     CUdeviceptr fbase = 0;
@@ -308,6 +339,7 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
     }
     struct dash_buffer *b = NULL;
     if ((rc = dash_cuda_register(c, (void *)(uintptr_t)base, size, &b)) != 0) {
+        *ret_registered = 1; /* its own reason in last_error */
         if (slot < c->n_views) { /* the evicted slot stays empty: close the gap */
             c->views[slot] = c->views[c->n_views - 1];
             c->n_views--;
@@ -950,9 +982,12 @@ int dash__cuda_busid(int cuda_device, char *buf, size_t len)
 int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
                    uint64_t *ret_offset)
 {
-    if (!c || !ptr || !ret_buf || !ret_offset || bytes == 0)
+    if (!c)
         return DASH_EINVAL;
-    return DASH_ENOGPU;
+    if (!ptr || !ret_buf || !ret_offset || bytes == 0)
+        return dash__fail(c, DASH_EINVAL, "dash_cuda_view: pointer %p, %zu bytes (a NULL pointer or none: an "
+                          "empty tensor?)", ptr, bytes);
+    return dash__fail(c, DASH_ENOGPU, "this libdash was built without CUDA");
 }
 
 void dash__events_destroy(struct dash_client *c, int in_child)
@@ -1031,16 +1066,26 @@ int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
 int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_ref *refs,
                       struct dash_tensor *ret)
 {
-    if (!c || n < 0 || (n > 0 && (!refs || !ret)))
+    if (!c)
         return DASH_EINVAL;
+    if (n < 0 || (n > 0 && (!refs || !ret)))
+        return dash__fail(c, DASH_EINVAL, "dash_cuda_tensors: %d refs at %p into %p", (int)n, (const void *)refs,
+                          (void *)ret);
     int rc = 0;
     int32_t i;
     for (i = 0; i < n; i++) {
         const struct dash_cuda_ref *r = &refs[i];
         uint64_t bytes;
-        if (!r->ptr || r->elem_size < 1 ||
+        if (!r->ptr) { /* an empty tensor's data pointer */
+            rc = dash__fail(c, DASH_EINVAL, "tensor %d has no data (a NULL pointer: an empty tensor? every "
+                            "dimension must be at least 1)", (int)i);
+            break;
+        }
+        if (r->elem_size < 1 ||
             dash__view_span(r->ndim, r->shape, r->strides, (uint64_t)r->elem_size, &bytes) != 0) {
-            rc = DASH_EINVAL;
+            rc = dash__fail(c, DASH_EINVAL, "tensor %d: %d dimensions of %d-byte elements whose shape and "
+                            "strides span no memory a view can name (negative, or past 2^63 bytes)", (int)i,
+                            (int)r->ndim, (int)r->elem_size);
             break;
         }
         struct dash_tensor *t = &ret[i];
@@ -1056,8 +1101,12 @@ int dash_cuda_tensors(struct dash_client *c, int32_t n, const struct dash_cuda_r
                 t->offset = (uint64_t)(p - base);
             }
         }
-        if (!t->buf && (rc = dash_cuda_view(c, r->ptr, (size_t)bytes, &t->buf, &t->offset)) != 0)
+        if (!t->buf && (rc = dash_cuda_view(c, r->ptr, (size_t)bytes, &t->buf, &t->offset)) != 0) {
+            char why[sizeof c->last_error];
+            snprintf(why, sizeof why, "%s", c->last_error);
+            (void)dash__fail(c, rc, "tensor %d: %s", (int)i, why);
             break;
+        }
         /* Held until this call ends: a full view cache evicts (frees) the least recently
          * used registration nobody uses, which must not be one an earlier tensor of this
          * call already points to. */

@@ -529,8 +529,11 @@ int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct
 
 int dash_set_audit(struct dash_client *c, int64_t step, const char *label)
 {
-    if (!c || (label && strlen(label) >= sizeof c->audit_label))
+    if (!c)
         return DASH_EINVAL;
+    if (label && strlen(label) >= sizeof c->audit_label)
+        return dash__fail(c, DASH_EINVAL, "an audit label of %zu bytes: at most %zu", strlen(label),
+                          sizeof c->audit_label - 1);
     c->audit_step = step < 0 ? -1 : step;
     snprintf(c->audit_label, sizeof c->audit_label, "%s", label ? label : "");
     return 0;

@@ -397,6 +397,38 @@ static void test_libdash_daemon_errors_reach_the_caller(void)
     ref.shape[0] = 1;
     rc = dash_cuda_tensors(c, 1, &ref, &got);
     CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
+    CU_ASSERT(strstr(dash_last_error(c), "tensor 0: ") == dash_last_error(c)); /* which one, and why */
+    /* each refusal says its own reason, never an earlier call's: a window refused by the
+     * daemon, then calls refused here */
+    struct dash_attn bad = ATTN;
+    bad.window = 1;
+    bad.window_left = -7;
+    w = views_of(&P, buf);
+    w.q.shape[3] = w.k.shape[3] = w.v.shape[3] = w.out.shape[3] = 32;
+    CU_ASSERT(dash_forward(c, &bad, &w.q, &w.k, &w.v, &w.out, &w.lse, NULL) < 0);
+    const char *stale = "window";
+    CU_ASSERT(strstr(dash_last_error(c), stale) != NULL);
+    char label[300];
+    memset(label, 'x', sizeof label - 1);
+    label[sizeof label - 1] = '\0';
+    CU_ASSERT_EQUAL(dash_set_audit(c, 1, label), DASH_EINVAL);
+    CU_ASSERT(strstr(dash_last_error(c), "audit label of 299 bytes") != NULL);
+    CU_ASSERT_EQUAL(dash_set_audit(c, -1, NULL), 0);
+    ref.ptr = NULL; /* an empty tensor's */
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 1, &ref, &got), DASH_EINVAL);
+    CU_ASSERT(strstr(dash_last_error(c), "tensor 0 has no data") != NULL);
+    ref.ptr = dash_buffer_data(buf);
+    ref.strides[2] = -32;
+    CU_ASSERT_EQUAL(dash_cuda_tensors(c, 1, &ref, &got), DASH_EINVAL);
+    CU_ASSERT(strstr(dash_last_error(c), "tensor 0: 4 dimensions") != NULL);
+    ref.strides[2] = 32;
+    struct dash_buffer *vb = NULL;
+    uint64_t off = 0;
+    CU_ASSERT_EQUAL(dash_cuda_view(c, NULL, 64, &vb, &off), DASH_EINVAL);
+    CU_ASSERT(strstr(dash_last_error(c), "NULL pointer") != NULL);
+    rc = dash_cuda_view(c, dash_buffer_data(buf), 64, &vb, &off); /* host memory */
+    CU_ASSERT(rc == DASH_EINVAL || rc == DASH_ENOGPU);
+    CU_ASSERT(strstr(dash_last_error(c), stale) == NULL && dash_last_error(c)[0] != '\0');
     uint64_t rtt = 0;
     CU_ASSERT_EQUAL(dash_ping(c, 2000, &rtt), 0);
     CU_ASSERT(rtt > 0);

@@ -211,8 +211,9 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
         ctx->saved_data["attn"] = std::string(reinterpret_cast<const char *>(&x.a), sizeof x.a);
         ctx->saved_data["audit_step"] = x.audit_step;
         ctx->saved_data["audit_label"] = x.audit_label ? c10::IValue(*x.audit_label) : c10::IValue();
-        ctx->mark_non_differentiable({lse});
-        /* lse takes no gradient: autograd would otherwise allocate and zero one each backward */
+        /* lse takes no gradient: autograd would otherwise allocate and zero one each backward;
+         * attn() hands it out detached (marking it non-differentiable instead leaves the
+         * context's list set, which compiled autograd's collection of this node asserts empty) */
         ctx->set_materialize_grads(false);
         return {out, lse};
     }
@@ -271,9 +272,11 @@ std::vector<Tensor> attn(const Tensor &q, const Tensor &k, const Tensor &v, int6
                          double scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
                          int64_t schedule, int64_t audit_step, std::optional<std::string> audit_label)
 {
-    return attn_fn::apply(q, k, v,
-                          args_of({&q, &k, &v}, client, dtype, scale, causal, window_left, window_right, softcap,
-                                  schedule, audit_step, std::move(audit_label)));
+    const variable_list r = attn_fn::apply(q, k, v,
+                                           args_of({&q, &k, &v}, client, dtype, scale, causal, window_left,
+                                                   window_right, softcap, schedule, audit_step,
+                                                   std::move(audit_label)));
+    return {r[0], r[1].detach()};
 }
 
 /* The forward and the backward alone, no autograd node: what dash_attn's custom ops

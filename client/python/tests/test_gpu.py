@@ -182,6 +182,33 @@ def test_gpu_the_native_op_refuses_second_order_gradients():
     dash_attn.synchronize()
 
 
+def test_gpu_the_native_op_runs_under_compiled_autograd():
+    # an eager call's node (the native op's C++ node) in a backward that compiled autograd
+    # runs: the eager backward's bits, lse still without a gradient
+    from dash_attn import _client
+    import torch._dynamo.compiled_autograd as compiled_autograd
+    c = _client.client_by_id(0, torch.empty(1, device="cuda"))
+    if not c._native:
+        pytest.skip(f"the native op is not loaded: {dash_attn._native.why_not}")
+    q, k, v, dout = inputs((2, 256, 256, 4, 2, 64), torch.bfloat16, SEED ^ 53)
+    grads = []
+    for compiled in (False, True):
+        x = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, lse = dash_attn.flash_attn_func(*x, causal=True, return_softmax_lse=True)
+        assert not lse.requires_grad
+        loss = (out.float() * dout.float()).sum()
+        if compiled:
+            with compiled_autograd._enable(torch.compile(backend="eager")):
+                loss.backward()
+        else:
+            loss.backward()
+        grads.append([t.grad for t in x])
+    torch.cuda.synchronize()
+    for a, b in zip(*grads):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    dash_attn.synchronize()
+
+
 def test_gpu_gradients_repeat_bitwise():
     q, k, v, dout = inputs((1, 512, 512, 8, 8, 128), torch.bfloat16, SEED ^ 1)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
