@@ -119,7 +119,9 @@ cudaStream_t op_stream(const Tensor &t)
     if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing != cudaStreamCaptureStatusNone)
         fail(DASH_EINVAL, "cannot be called during CUDA graph capture (torch.cuda.graph, CUDA-graph "
                           "trees): dashd computes in another process, which a graph cannot record or "
-                          "replay. Call it outside the captured region");
+                          "replay. Call it outside the captured region; torch.compile's "
+                          "mode='reduce-overhead' leaves dash_attn's ops out of its graphs where the "
+                          "PyTorch version supports the cudagraph_unsafe tag (docs/python.md)");
     return stream;
 }
 
