@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call 34 (planned 2026-12-06, sixth session, for the next one): trial narrowall (2d7abf0:
+# call 34 (planned 2026-12-06, sixth session, for the next one): trial narrowall (fefd9ea:
 # every widened head dim's dense forward on the caller's tensors through TMA, and the MHA
 # backward of those widened to 128; Dsum's loads stop at 8-column halves) - gpu_attn (its
 # widened-dims tests: the bytes of the copies, the gaps untouched, at 96, 72, 80, 88, 120,
