@@ -31,6 +31,7 @@
  */
 #include "client/dash_internal.h"
 
+#include <stdio.h> /* both variants snprintf() */
 #include <stdlib.h> /* both variants free() */
 #include <string.h>
 
