@@ -290,6 +290,19 @@ def test_audit_tag_reaches_the_log_for_forward_and_backward():
     assert fwd and all("ascending" not in l for l in fwd), summary
 
 
+def test_each_refusal_says_its_own_reason_not_an_earlier_ones(client):
+    q = torch.randn(1, 32, 2, 32)
+    with pytest.raises(dash_attn.DashError) as e:
+        client.forward(q, q, q, window_size=(-7, 3))  # refused: a side below -1
+    assert "window" in str(e.value)
+    with pytest.raises(dash_attn.DashError) as e:  # refused by libdash, before any request
+        with dash_attn.audit(step=1, label="x" * 300):
+            client.forward(q, q, q)
+    assert "audit label of 300 bytes" in str(e.value) and "window" not in str(e.value), str(e.value)
+    out, _ = client.forward(q, q, q)  # and the client goes on
+    assert out.shape == q.shape
+
+
 def test_a_daemon_crash_and_restart_is_transparent():
     d = Daemon()
     try:
