@@ -16,7 +16,8 @@
 #                                            or tiny (a smoke run); REPS: rounds, each
 #                                            attention once a round in turn, default 1;
 #                                            STEPS_ONLY=1: no percall.py; MPS_ONLY=1:
-#                                            no pass with separate contexts)
+#                                            no pass with separate contexts; PIN=1: the
+#                                            steps' dashd and trainers on disjoint CPUs)
 # steps.md: | sharing | model | attention | median of the rounds' median step (ms) |
 # range over the rounds | rounds |
 set -uo pipefail
@@ -34,6 +35,14 @@ for m in ${MODELS:-small large}; do # checked before anything starts
   case $m in small | large | tiny) ;; *) echo "gpu_percall.sh: MODELS: unknown model $m" >&2; exit 2 ;; esac
 done
 [ "${REPS:-1}" -ge 1 ] 2>/dev/null || { echo "gpu_percall.sh: REPS must be >= 1" >&2; exit 2; }
+# PIN=1: the steps' dashd on CPUs 0-3 and the trainers on the others (taskset), so that the
+# host-bound small model's rounds do not share cores with the daemon's threads
+pin_dashd= pin_steps=
+if [ "${PIN:-0}" = 1 ]; then
+  n=$(nproc)
+  [ "$n" -ge 8 ] || { echo "gpu_percall.sh: PIN=1 needs 8 CPUs or more, this host has $n" >&2; exit 2; }
+  pin_dashd="taskset -c 0-3" pin_steps="taskset -c 4-$((n - 1))"
+fi
 
 pass() { # name
   local name=$1 work
@@ -43,7 +52,7 @@ pass() { # name
     cat "$out/percall-$name.log"
   fi
   work=$(mktemp -d /tmp/dash-step-XXXXXX)
-  "$dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
+  $pin_dashd "$dashd" --endpoint "ipc://$work/d.sock" 2>"$work/dashd.log" &
   local dpid=$!
   for _ in $(seq 200); do [ -S "$work/d.sock" ] && break; sleep 0.05; done
   local models=() m
@@ -67,7 +76,7 @@ pass() { # name
           *-compile) how="--attn ${a%-compile} --compile" ;;
           *-1thread) how="--attn ${a%-1thread} --autograd-threads off" ;; # backward on this thread
         esac
-        env $env python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
+        env $env $pin_steps python3 "$root/examples/train_tiny_gpt.py" --steps "$steps" $model $how --quiet \
           --endpoint "ipc://$work/d.sock" --out "$work/$a.json" > "$work/$a.log" 2>&1 || status=1
         python3 -c "import json; print('%s\t%s\t%.3f' % ('$model', '$a', json.load(open('$work/$a.json'))['median_step_ms']))" \
           >> "$work/runs.txt" 2>/dev/null || { echo "$model / $a failed:"; tail -5 "$work/$a.log"; } >&2
