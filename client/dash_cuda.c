@@ -35,6 +35,17 @@
 #include <stdlib.h> /* both variants free() */
 #include <string.h>
 
+/* dash_cuda_view's arguments, checked alike by both variants: 0, or its refusal with the
+ * reason in dash_last_error (c not NULL). */
+static int view_args_bad(struct dash_client *c, const void *ptr, size_t bytes, struct dash_buffer **ret_buf,
+                         uint64_t *ret_offset)
+{
+    if (!ptr || !ret_buf || !ret_offset || bytes == 0)
+        return dash__fail(c, DASH_EINVAL, "dash_cuda_view: pointer %p, %zu bytes (a NULL pointer or none: an "
+                          "empty tensor?)", ptr, bytes);
+    return 0;
+}
+
 #ifdef DASH_HAVE_CUDA
 
 #include <cuda.h> /* types only (CUresult, CUdeviceptr) */
@@ -241,11 +252,11 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
 {
     if (!c)
         return DASH_EINVAL;
-    if (!ptr || !ret_buf || !ret_offset || bytes == 0)
-        return dash__fail(c, DASH_EINVAL, "dash_cuda_view: pointer %p, %zu bytes (a NULL pointer or none: an "
-                          "empty tensor?)", ptr, bytes);
+    int rc = view_args_bad(c, ptr, bytes, ret_buf, ret_offset);
+    if (rc)
+        return rc;
     int registered = 0;
-    const int rc = cuda_view(c, ptr, bytes, ret_buf, ret_offset, &registered);
+    rc = cuda_view(c, ptr, bytes, ret_buf, ret_offset, &registered);
     if (rc == 0 || registered)
         return rc;
     switch (rc) {
@@ -985,10 +996,8 @@ int dash_cuda_view(struct dash_client *c, const void *ptr, size_t bytes, struct 
 {
     if (!c)
         return DASH_EINVAL;
-    if (!ptr || !ret_buf || !ret_offset || bytes == 0)
-        return dash__fail(c, DASH_EINVAL, "dash_cuda_view: pointer %p, %zu bytes (a NULL pointer or none: an "
-                          "empty tensor?)", ptr, bytes);
-    return dash__fail(c, DASH_ENOGPU, "this libdash was built without CUDA");
+    const int rc = view_args_bad(c, ptr, bytes, ret_buf, ret_offset);
+    return rc ? rc : dash__fail(c, DASH_ENOGPU, "this libdash was built without CUDA");
 }
 
 void dash__events_destroy(struct dash_client *c, int in_child)

@@ -645,12 +645,12 @@ static int cuda_check(void *impl, const struct val_plan *plan, char *msg, size_t
     /* attn_vl.cu's kernels run widths 64 and 128: a served head dim up to 128 (widened to
      * the next of those) */
     if (ext && (p->dtype == DTYPE_F16 || p->dtype == DTYPE_BF16) && cuattn_serves_head_dim(p->head_dim) &&
-        p->head_dim > 128) {
+        p->head_dim > CUATTN_VL_HEAD_DIM_MAX) {
         snprintf(msg, msglen, "the CUDA kernels serve %s at head dims that are multiples of 8 "
-                 "from 32 to 128 (64 and 128, the others widened to those) only, not %d; a dashd "
+                 "from %d to %d (64 and 128, the others widened to those) only, not %d; a dashd "
                  "with --backend cpu serves the others",
                  plan->varlen ? "packed variable-length batches" : p->window ? "sliding windows"
-                 : "softcap", p->head_dim);
+                 : "softcap", CUATTN_HEAD_DIM_MIN, CUATTN_VL_HEAD_DIM_MAX, p->head_dim);
         return DASH_EHEADDIM;
     }
     if (p->dtype != DTYPE_F16 && p->dtype != DTYPE_BF16)

@@ -907,11 +907,11 @@ static int pad_in(struct cuattn *a, const struct attn_problem *p, struct pad_arg
 static int pad_out(struct cuattn *a, const struct attn_problem *p, const struct pad_arg *args, int n)
 {
     cudaError_t err = cudaSuccess;
+    const int32_t dp = run_dim(a, p);
     for (int i = 0; i < n && err == cudaSuccess; i++)
         if (args[i].output)
             err = cuattn__pad_narrow(args[i].t->data, args[i].t->stride, args[i].wide.data, attn_view_batch(p),
-                                     args[i].rows, args[i].heads, p->head_dim, run_dim(a, p),
-                                     a->stream);
+                                     args[i].rows, args[i].heads, p->head_dim, dp, a->stream);
     return finish(a, err);
 }
 

@@ -113,6 +113,9 @@ extern "C" {
  * most twice its tensors' bytes (32 -> 64; 136 -> 256 about 1.9x), up to 256. */
 #define CUATTN_HEAD_DIM_MIN 32
 #define CUATTN_HEAD_DIM_MAX 256
+/* Windows, softcap and packed batches (attn_vl.cu's kernels, widths 64 and 128): served head
+ * dims up to this one. */
+#define CUATTN_VL_HEAD_DIM_MAX 128
 
 /* One device, one stream, kernels loaded at creation, grow-only device scratch. */
 struct cuattn;
