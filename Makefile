@@ -479,7 +479,7 @@ else
 	@echo "fuzz: skipped: clang not found"
 endif
 	$(Q)$(MAKE) --no-print-directory test-install
-	$(Q)for t in bench/test_gpu_report.py bench/test_gpu_plots.py bench/test_gpu_ab.py bench/test_cudnn_peers.py bench/test_bench_gpu.py bench/test_varlen_peers.py bench/test_dashd_proc.py scripts/test_unit_sandbox.py scripts/test_auto_table.py scripts/test_pyflakes.py; do DASHD=$(abspath $(DASHD)) $(PYTHON) $$t || exit 1; done
+	$(Q)for t in bench/test_gpu_report.py bench/test_gpu_plots.py bench/test_gpu_ab.py bench/test_cudnn_peers.py bench/test_bench_gpu.py bench/test_varlen_peers.py bench/test_dashd_proc.py scripts/test_unit_sandbox.py scripts/test_auto_table.py scripts/test_ptxas_spills.py scripts/test_pyflakes.py; do DASHD=$(abspath $(DASHD)) $(PYTHON) $$t || exit 1; done
 	$(Q)DASHD=$(abspath $(DASHD)) DASH_LIBRARY=$(abspath $(LIBDASH_SO)) \
 		$(PYTHON) -m pytest -q -p no:cacheprovider client/python/tests
 
