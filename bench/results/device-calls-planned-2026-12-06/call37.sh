@@ -23,17 +23,19 @@ wait; T "lanes done"
 { cat $W/times.txt; for d in $W/m-* $W/t-*; do echo "== ${d##*/}"; cat $d/trials.log 2>/dev/null; done
   echo "== py"; grep -E "FAILED|seed" $W/lane-py.out; } > $OUT/summary.txt
 # bench_audit: main and auditall taking turns (three runs), then each trial alone (as time allows)
+audit_run() { # NAME=DIR RUN: one bench_audit of that build into audit.txt
+  echo "== ${1%%=*} run $2" >> $W/audit.txt
+  timeout 40 ${1#*=}/bench_audit --seqlen 4096 --hdim 128 2>&1 | grep -E "^\| (full|causal)" >> $W/audit.txt
+}
 for r in 1 2 3; do
   for b in main=.gpu/bin auditall=.gpu/trial-auditall; do
     before $((L - 60)) || break 2
-    echo "== ${b%%=*} run $r" >> $W/audit.txt
-    timeout 40 ${b#*=}/bench_audit --seqlen 4096 --hdim 128 2>&1 | grep -E "^\| (full|causal)" >> $W/audit.txt
+    audit_run $b $r
   done
 done
 for b in dqidx=.gpu/trial-dqidx hashlate=.gpu/trial-hashlate treefast=.gpu/trial-treefast main=.gpu/bin; do
   before $((L - 60)) || break
-  echo "== ${b%%=*} run 4" >> $W/audit.txt
-  timeout 40 ${b#*=}/bench_audit --seqlen 4096 --hdim 128 2>&1 | grep -E "^\| (full|causal)" >> $W/audit.txt
+  audit_run $b 4
 done
 T "audit done"
 cat $W/audit.txt >> $OUT/summary.txt
