@@ -121,13 +121,16 @@ static inline void bwd_wg_dkvmaps_encode(bwd_wg_qmaps *maps, const struct attn_b
  * in SM cycles (clock64) - the compute warps' steps, hand-offs and drains (thread 0), the
  * writer's waits - into bwd_wg_trace, which the host prints at exit (bwd_wg_trace_print;
  * each file has its own copy: the dense persistent kernel's in attn_bwd_tc.cu, the
- * window/packed one's in attn_vl.cu). */
+ * window/packed one's in attn_vl.cu). At head dim 256, q.empty is the compute warps' wait,
+ * before a load into a Q/dO stage, for the writer's read of the dQ partial staged there
+ * (empty_bar: bwd_tc_step<256>), and the printer adds it per step (q.empty/step); hand
+ * is the hand-off's own wait for it, as at 64 and 128. */
 #ifndef BWD_WG_TRACE
 #define BWD_WG_TRACE 0
 #endif
 #if BWD_WG_TRACE
 enum { BT_KERNEL, BT_STEPS, BT_STEP, BT_SYNC, BT_HAND, BT_DRAIN, BT_TICKETS, BT_FULL, BT_TURN, BT_READ,
-       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_N };
+       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_QEMPTY, BT_N };
 __device__ unsigned long long bwd_wg_trace[1024][BT_N];
 #define BWD_WG_TSLOT(i) bwd_wg_trace[blockIdx.x & 1023][i] /* this CTA's part i */
 #define BWD_WG_T0() const long long bt0_ = clock64()
@@ -149,7 +152,8 @@ static void bwd_wg_trace_print(const char *tag)
         cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess || khz <= 0)
         return;
     static const char *const name[BT_N] = {"kernel", "steps", "step", "sync", "hand", "drain", "tickets",
-                                           "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store"};
+                                           "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store",
+                                           "q.empty"};
     double sum[BT_N] = {0};
     int ctas = 0;
     for (int b = 0; b < 1024; b++)
@@ -164,6 +168,8 @@ static void bwd_wg_trace_print(const char *tag)
     for (int i = 0; i < BT_N; i++)
         fprintf(stderr, " %s %.1f", name[i],
                 i == BT_STEPS || i == BT_TICKETS ? sum[i] / ctas : sum[i] / ctas / (khz / 1000.0));
+    if (sum[BT_STEPS] > 0 && sum[BT_QEMPTY] > 0) /* cycles over steps, both summed over the CTAs */
+        fprintf(stderr, " q.empty/step %.3f", sum[BT_QEMPTY] / sum[BT_STEPS] / (khz / 1000.0));
     fprintf(stderr, "\n");
 }
 #else
@@ -1052,8 +1058,12 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
     if (!loaded) {
-        if (ring) /* the writer has read what the last ticket staged (maybe in this stage) */
+        if (ring) { /* the writer has read what the last ticket staged (maybe in this stage) */
+            BWD_WG_T0();
             attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
+            if (tid == 0)
+                BWD_WG_TADD(BT_QEMPTY);
+        }
         bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
         attn_cp_async_wait<0>();
         bwd_tc_async_visible<true>();
@@ -1084,8 +1094,12 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
      * more, the load still has the products' - 1.03-1.08x faster at 1k-16k, the same bits
      * (bench/results/gpu-bwd256-0b862a1-2026-12-03.md). */
     if (next_m >= 0) {
-        if (ring)
+        if (ring) {
+            BWD_WG_T0();
             attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
+            if (tid == 0)
+                BWD_WG_TADD(BT_QEMPTY);
+        }
         bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
     }
     if (rel_ctr && tid == 0)
@@ -1193,7 +1207,12 @@ static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, cons
                                                       bwd_wg_ring &r, int32_t stage, int32_t bh, int32_t m,
                                                       int32_t rank)
 {
-    attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* (the step's prefetch has waited already) */
+    {
+        BWD_WG_T0();
+        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* (the step's prefetch has waited already) */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_HAND);
+    }
     bwd_tc_stage_dq<256, BWD_WG256_BN>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
     if (threadIdx.x == 0)
         sm.ticket_stage[r.b] = stage;
