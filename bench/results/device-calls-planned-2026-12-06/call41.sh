@@ -21,7 +21,7 @@ for sh in 256,4096,full,shift 256,4096,full,atomic 256,4096,causal,shift; do
 done
 T "trace done"
 { echo "== tma256 smoke (ok=$ok)"; grep -E "tflops|exit|rror" $W/smoke.txt | cut -c1-200; echo "== main trace"; cat $W/trace.txt; } > $OUT/summary.txt
-LT=170
+LT=$(( L * 35 / 100 < 170 ? L * 35 / 100 : 170 )) # the lanes' bound
 export SUITE_TIMEOUT=$((LT - 10))
 for s in gpu_attn gpu_attn_vl gpu_dashd; do
   lane m-$s MAIN_CHECKS="$s" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/m-$s timeout $LT bash scripts/gpu_trials.sh
@@ -40,22 +40,22 @@ audit_run() { # NAME=DIR RUN: one bench_audit of that build into audit.txt
 }
 for r in 1 2 3; do
   for b in main=.gpu/bin auditall=.gpu/trial-auditall; do
-    before $((L - 230)) || break 2
+    before $((L - 170)) || break 2
     audit_run $b $r
   done
 done
 T "audit done"
 cat $W/audit.txt >> $OUT/summary.txt
-if [ $ok = 1 ] && before $((L - 200)); then
+if [ $ok = 1 ] && before $((L - 120)); then
   mkdir -p $W/ab
-  REPS=5 OUT=$W/ab timeout $((L - 110 - $(( $(date +%s) - t0 )))) bash scripts/gpu_ab.sh \
+  REPS=5 OUT=$W/ab timeout $((L - 60 - $(( $(date +%s) - t0 )))) bash scripts/gpu_ab.sh \
     "256,4096,full,shift 256,4096,causal,shift 256,16384,full,shift 256,16384,causal,shift 256,4096,full,atomic 256,2048,causal,shift" \
     main=.gpu/bin/bench_gpu tma256=.gpu/trial-tma256/bench_gpu > $W/ab/log.txt 2>&1; T "ab rc $?"
   cat $W/ab/ab.md >> $OUT/summary.txt
 fi
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for b in main=.gpu/bin auditall=.gpu/trial-auditall; do
-  before $((L - 90)) || break
+  before $((L - 50)) || break
   timeout 30 $ncu --metrics gpu__time_duration.sum --csv ${b#*=}/bench_audit --once --seqlen 4096 --hdim 128 2> /dev/null |
     grep -E "postprocess|persistent|tree_kernel" | awk -F'","' -v n=${b%%=*} '{print n, $5, $NF}' | cut -c1-140 >> $W/ncu.txt
 done
