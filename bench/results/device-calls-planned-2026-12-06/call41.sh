@@ -9,6 +9,7 @@
 # auditall's audit suites and racecheck/synccheck of tma256.
 # Carry: .gpu/bin .gpu/bin.what .gpu/lib .gpu/trial-auditall .gpu/trial-tma256 .gpu/trial-trace
 L=${LIMIT:-560}
+LANES=${LANES:-1} # LANES=0: no lanes, no bench_audit (the smoke, the trace, the A/B, ncu, the sanitizers)
 . "$(dirname "$0")/common.sh"
 ok=1
 for sh in 256,1024,full,shift 256,1000,causal,shift 256,4096,causal,atomic; do
@@ -21,6 +22,7 @@ for sh in 256,4096,full,shift 256,4096,full,atomic 256,4096,causal,shift; do
 done
 T "trace done"
 { echo "== tma256 smoke (ok=$ok)"; grep -E "tflops|exit|rror" $W/smoke.txt | cut -c1-200; echo "== main trace"; cat $W/trace.txt; } > $OUT/summary.txt
+[ "$LANES" = 1 ] && {
 LT=$(( L * 35 / 100 < 170 ? L * 35 / 100 : 170 )) # the lanes' bound
 export SUITE_TIMEOUT=$((LT - 10))
 for s in gpu_attn gpu_attn_vl gpu_dashd; do
@@ -32,6 +34,7 @@ lane t-auditall1 MAIN_CHECKS= CHECKS="gpu_attn" TRIALS=auditall AB_TRIALS=none O
 lane t-auditall2 MAIN_CHECKS= CHECKS="gpu_audit gpu_digest" TRIALS=auditall AB_TRIALS=none OUT=$W/t-auditall2 timeout $LT bash scripts/gpu_trials.sh
 [ $ok = 1 ] && lane t-tma256 MAIN_CHECKS= CHECKS="gpu_attn" TRIALS=tma256 AB_TRIALS=none OUT=$W/t-tma256 timeout $LT bash scripts/gpu_trials.sh
 wait; T "lanes done"
+}
 { for d in $W/m-* $W/t-*; do echo "== ${d##*/}"; cat $d/trials.log 2>/dev/null; done
   echo "== py"; grep -E "FAILED|seed|passed|failed|Ran|OK" $W/lane-py.out | tail -5; cat $W/times.txt; } >> $OUT/summary.txt
 audit_run() { # NAME=DIR RUN: one bench_audit of that build into audit.txt
@@ -39,6 +42,7 @@ audit_run() { # NAME=DIR RUN: one bench_audit of that build into audit.txt
   timeout 40 ${1#*=}/bench_audit --seqlen 4096 --hdim 128 2>&1 | grep -E "^\| (full|causal)" >> $W/audit.txt
 }
 for r in 1 2 3; do
+  [ "$LANES" = 1 ] || break
   for b in main=.gpu/bin auditall=.gpu/trial-auditall; do
     before $((L - 170)) || break 2
     audit_run $b $r
