@@ -677,49 +677,55 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
     const bool first = attn_bwd_dq_first_stores(p);
     int32_t cur = 0;      /* the stage buffer this batch fills; the other holds the last one */
     int64_t last = -1;    /* the staged batch's first row, -1: none */
+    int32_t lbh = 0, li = 0; /* the staged batch's row of this lane's quad: (bh, i) */
     for (int64_t r0 = 8 * warp;; r0 += 8 * all) { /* uniform across the warp */
         const bool have = r0 < rows;
+        /* the batch's rows (bh, i): one division for the first, then counted on (a
+         * division of 64-bit integers is a long subroutine: one per row, three places, cost
+         * more than the hash) */
+        const int32_t bh0 = have ? (int32_t)(r0 / p.seqlen_q) : 0;
+        const int32_t i0 = have ? (int32_t)(r0 - (int64_t)bh0 * p.seqlen_q) : 0;
         uint32_t none = 0; /* bit r: row r0 + r had no addition (bwd_tc_dq_untouched) */
-        if (have && first) {
-            int32_t bh = (int32_t)(r0 / p.seqlen_q), i = (int32_t)(r0 - (int64_t)bh * p.seqlen_q);
-            for (int32_t r = 0; r < 8 && r0 + r < rows; r++) {
-                none |= (uint32_t)bwd_tc_dq_untouched(p, first, bh, i) << r;
+        float2 a[8][D / 64];
+        if (have) {
+            int32_t bh = bh0, i = i0;
+#pragma unroll
+            for (int32_t r = 0; r < 8; r++) {
+                if (r0 + r < rows) {
+                    const bool zero = bwd_tc_dq_untouched(p, first, bh, i);
+                    none |= (uint32_t)zero << r;
+                    const float *acc = p.dq_acc + (r0 + r) * D;
+#pragma unroll
+                    for (int32_t k = 0; k < D / 64; k++)
+                        a[r][k] = zero ? make_float2(0.0f, 0.0f)
+                                       : bwd_tc_dq_plus0(*reinterpret_cast<const float2 *>(
+                                             acc + bwd_tc_dq_at(i, 2 * lane + 64 * k)));
+                }
                 if (++i == p.seqlen_q) {
                     i = 0;
                     bh++;
                 }
             }
         }
-        float2 a[8][D / 64];
-        if (have)
-#pragma unroll
-            for (int32_t r = 0; r < 8; r++)
-                if (r0 + r < rows) {
-                    const int64_t row = r0 + r;
-                    const int32_t i = (int32_t)(row % p.seqlen_q);
-#pragma unroll
-                    for (int32_t k = 0; k < D / 64; k++)
-                        a[r][k] = (none >> r) & 1u ? make_float2(0.0f, 0.0f)
-                                                   : bwd_tc_dq_plus0(*reinterpret_cast<const float2 *>(
-                                                         p.dq_acc + row * D + bwd_tc_dq_at(i, 2 * lane + 64 * k)));
-                }
         if (last >= 0) {
             const uint64_t leaf = digest_leaf_staged<D>(stage[threadIdx.x >> 5][cur ^ 1], lane);
             const int64_t row = last + (lane >> 2);
             if ((lane & 3) == 0 && row < rows) {
-                const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
-                const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-                p.leaf_dq[((int64_t)b * p.seqlen_q + i) * p.heads_q + h] = leaf;
+                const int32_t b = lbh / p.heads_q, h = lbh - b * p.heads_q;
+                p.leaf_dq[((int64_t)b * p.seqlen_q + li) * p.heads_q + h] = leaf;
             }
         }
         if (!have)
             break;
         uint32_t *st = stage[threadIdx.x >> 5][cur];
+        int32_t bh = bh0, i = i0;
 #pragma unroll
-        for (int32_t r = 0; r < 8; r++)
+        for (int32_t r = 0; r < 8; r++) {
+            if (r == (lane >> 2)) { /* the row this lane's quad hashes next iteration */
+                lbh = bh;
+                li = i;
+            }
             if (r0 + r < rows) {
-                const int64_t row = r0 + r;
-                const int32_t bh = (int32_t)(row / p.seqlen_q), i = (int32_t)(row - (int64_t)bh * p.seqlen_q);
                 const int32_t b = bh / p.heads_q, h = bh - b * p.heads_q;
                 uint16_t *dq_row = dq_g + b * p.dq_stride[0] + (int64_t)i * p.dq_stride[1] + h * p.dq_stride[2];
 #pragma unroll
@@ -730,6 +736,11 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
                     st[r * DIGEST_LEAF_PITCH(D) + d / 2] = pr;
                 }
             }
+            if (++i == p.seqlen_q) {
+                i = 0;
+                bh++;
+            }
+        }
         __syncwarp(); /* staged before the next iteration's quads read them */
         last = r0;
         cur ^= 1;

@@ -438,10 +438,11 @@ static __device__ __forceinline__ bool bwd_wg_dkv_tma(const struct attn_bwd_para
  * layout of the loads, which the maps' swizzle undoes) and a TMA store per 64-column block
  * of each warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written).
  * LEAVES: where the audit asks (leaf_dk), the quads hash the rows they write, as
- * bwd_tc_store_unit's (the same packed values, the same leaves). The
- * issuing thread waits until the stores have read the tiles, so they are free for the
- * next unit's K and V once the unit-start barrier has passed (waiting there instead, the
- * first form measured, fe8551b, spilled 8 bytes in the dense kernel).
+ * bwd_tc_store_unit's (the same packed values, the same leaves; at head dim 128 after the
+ * stores are issued, read back from the tiles). The issuing thread waits until the stores
+ * have read the tiles, so they are free for the next unit's K and V once the unit-start
+ * barrier has passed (waiting there instead, the first form measured, fe8551b, spilled 8
+ * bytes in the dense kernel).
  * view: the window/packed kernel's (view batch, first q row, first k row). */
 template <typename DT, int D, int BN, bool LEAVES, typename SM>
 static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_bwd_params &p, SM &sm,
@@ -459,8 +460,8 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
     }
     bwd_cta_sync<true>(); /* every product of this unit's last step (dQ reads all of K) is done */
     unsigned char *ks = reinterpret_cast<unsigned char *>(sm.k_smem), *vs = reinterpret_cast<unsigned char *>(sm.v_smem);
-    bool hashed = false;
-    if constexpr (LEAVES) {
+    bool hashed = false; /* the rows hashed from registers as they are written (head dim 64) */
+    if constexpr (LEAVES && D == 64) {
         if (p.leaf_dk) { /* bwd_tc_store_unit's order: row halves h, elements e = 4 t + 2 h */
             const int32_t lane = threadIdx.x & 31, rn = p.seqlen_k - n * BN;
             uint32_t q[4][D / 8];
@@ -500,8 +501,31 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
             attn_tma_store_4d(&qm->dv, reinterpret_cast<const unsigned char *>(sm.v_smem) + at, 64 * c, j, hk, b);
         }
         attn_tma_store_commit();
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
     }
+    if constexpr (LEAVES && D == 128) {
+        if (p.leaf_dk) {
+            /* at head dim 128 the leaves are hashed once the stores are under way (hashing
+             * first held the stores back by the hash chains' length), the quad's rows read
+             * back from the tiles in the same order; the row and column laundered so that
+             * the offsets are formed afresh (the writes', kept live across the barrier,
+             * spilled). At 64 the pair step's kernel, at its register limit, spilled 8-72
+             * bytes more either way of hashing late. */
+            int32_t rr = r0 + bwd_wg_regs<D>::row(0), c4 = bwd_wg_regs<D>::col(0);
+            asm volatile("" : "+r"(rr), "+r"(c4));
+            uint32_t q[4][D / 8];
+#pragma unroll
+            for (int32_t h = 0; h < 2; h++)
+#pragma unroll
+                for (int32_t t = 0; t < D / 8; t++) {
+                    const uint32_t at = attn_sw128(rr + 8 * h, 8 * t + c4, BN);
+                    q[2 * h][t] = *reinterpret_cast<const uint32_t *>(ks + at);
+                    q[2 * h + 1][t] = *reinterpret_cast<const uint32_t *>(vs + at);
+                }
+            bwd_wg_put_leaves<D>(p, q, threadIdx.x & 31, b, n * BN, r0, p.seqlen_k - n * BN, hk);
+        }
+    }
+    if ((threadIdx.x & 127) == 0)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
     if constexpr (!BWD_WG_STAGE_BARS(D)) /* no unit-start barrier: everyone waits for that here */
         bwd_cta_sync<true>();
 #else

@@ -295,7 +295,11 @@ static __device__ uint64_t xxh64_words(Load load, uint64_t n, uint64_t seed)
 {
     const uint64_t striped = n / 4 * 4;
     uint64_t acc[4] = {xxh64_start(seed, 0), xxh64_start(seed, 1), xxh64_start(seed, 2), xxh64_start(seed, 3)};
+    /* unrolled so that four stripes' loads can be in flight at once (a root's words come
+     * from L2: one stripe at a time, a root over 32 supergroups waited eight latencies) */
+#pragma unroll 4
     for (uint64_t w = 0; w < striped; w += 4)
+#pragma unroll
         for (int i = 0; i < 4; i++)
             acc[i] = xxh64_round(acc[i], load(w + i));
     uint64_t h = n >= 4 ? xxh64_converge(acc[0], acc[1], acc[2], acc[3]) : seed + XXH64_P5;
@@ -307,6 +311,22 @@ static __device__ uint64_t xxh64_words(Load load, uint64_t n, uint64_t seed)
     return xxh64_avalanche(h);
 }
 
+/* XXH64 of a whole group's 64 leaf hashes (512 bytes, 16-byte aligned): xxh64_stripes'
+ * value with all 32 loads issued before the first round (in four batches, the group hash's
+ * loads were four memory latencies in a row on the tree's critical path). */
+static __device__ uint64_t xxh64_group(const uint4 *p)
+{
+    uint4 x[2 * DIGEST_FANOUT * 8 / 32];
+#pragma unroll
+    for (int i = 0; i < 2 * DIGEST_FANOUT * 8 / 32; i++)
+        x[i] = __ldg(p + i);
+    uint64_t v[4] = {xxh64_start(0, 0), xxh64_start(0, 1), xxh64_start(0, 2), xxh64_start(0, 3)};
+#pragma unroll
+    for (int i = 0; i < DIGEST_FANOUT * 8 / 32; i++)
+        stripe(v, x[2 * i], x[2 * i + 1]);
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + 8 * DIGEST_FANOUT);
+}
+
 /* The tree above the leaves in one launch. A view's groups start at a whole supergroup, so
  * block b (FOLD_THREADS = 64 threads) is supergroup b of the views' run: each thread makes
  * one group hash - XXH64 over up to 64 leaf hashes, whole runs of 64 read as 16-byte
@@ -315,8 +335,9 @@ static __device__ uint64_t xxh64_words(Load load, uint64_t n, uint64_t seed)
  * makes the view's root over its supergroup hashes, seeded with its length. Three
  * dependent launches (groups, supergroups, roots) took 20-22 us at a 4k backward's
  * outputs, most of it the launches' own latency (bench/results/device-session-2026-12-06c/
- * audit-call11a.md). */
-static __global__ void __launch_bounds__(FOLD_THREADS)
+ * audit-call11a.md). At one block an SM (the launch bounds' 1) ptxas keeps a dozen of a
+ * group's loads in flight ahead of its rounds; at its default it kept two. */
+static __global__ void __launch_bounds__(FOLD_THREADS, 1)
     tree_kernel(struct dtable t, uint64_t *supers, uint64_t *out, unsigned int *done)
 {
     __shared__ uint64_t grp[FOLD_THREADS];
@@ -332,7 +353,7 @@ static __global__ void __launch_bounds__(FOLD_THREADS)
         const uint64_t k = j * DIGEST_FANOUT, n = v->leaves - k < DIGEST_FANOUT ? v->leaves - k : DIGEST_FANOUT;
         const uint64_t *p = v->leaf + k;
         grp[threadIdx.x] = n == DIGEST_FANOUT && ((uintptr_t)p & 15u) == 0
-                               ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), 8 * DIGEST_FANOUT, 0)
+                               ? xxh64_group(reinterpret_cast<const uint4 *>(p))
                                : xxh64(p, (size_t)n * 8, 0);
     }
     __syncthreads(); /* the supergroup's group hashes are in grp */
