@@ -98,6 +98,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                                                when its last unit had one step (drain first) */
     [[maybe_unused]] uint32_t qph = 0; /* W, BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
+    /* W, head dim 256: Q and dO by the loader lane where the maps encode (bwd_wg256_lq) */
+    [[maybe_unused]] bwd_wg256_lq lq = {W && D == 256 && qm->ok, 0u, 0u};
     REGS x;
     for (;;) {
         if constexpr (W) {
@@ -123,9 +125,12 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_JOB);
         if (job >= s->jobs) {
-            if constexpr (W) { /* tell the writer */
+            if constexpr (W) { /* tell the writer (and at 256 the loader) */
                 if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
                     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                if constexpr (D == 256)
+                    if (lq.tma && threadIdx.x == 0)
+                        bwd_wg256_loader_end(sm, lq);
                 bwd_wg_hand_end(sm, hb);
                 return;
             }
@@ -183,7 +188,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
                     dsb ^= 1;
                 } else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
-                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb);
+                    bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb,
+                                           &lq);
                 else
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank);
 #if BWD_WG_TRACE
@@ -204,7 +210,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 if constexpr (W) {
                     /* the writer warp waits for the turn, adds and passes the tile on */
                     if constexpr (!BWD_WG_STAGE_BARS(D)) {
-                        attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                        if (D != 256 || !lq.tma) /* (256's loader: the next step waits for q_full) */
+                            attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
                         bwd_tc_async_visible<true>();
                         bwd_cta_sync<W>(); /* ... and is visible to all; every warp is done with
                                               the step's buffer, P, dS and K */
@@ -217,7 +224,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                      * refilled as soon as the compute warps have handed the tile over
                      * (nothing makes them wait for each other there) */
                     if constexpr (D == 256)
-                        bwd_wg256_hand(sm, x, hb, buf, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
+                        bwd_wg256_hand(sm, x, hb, buf, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1, lq);
                     else
                         bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;
@@ -563,8 +570,12 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
             __syncthreads(); /* the hand-off's barriers are set up before anyone uses them */
             if (threadIdx.x >= ATTN_THREADS) {
                 asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
-                if (threadIdx.x == ATTN_THREADS)
+                if (threadIdx.x == ATTN_THREADS) {
                     bwd_wg_writer<D>(p, sm);
+                } else if constexpr (D == 256) { /* warp 9, lane 0: Q and dO by TMA (bwd_wg256_lq) */
+                    if (threadIdx.x == ATTN_THREADS + 32 && maps.ok)
+                        bwd_wg256_loader(sm, &maps);
+                }
                 return;
             }
             asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
@@ -787,10 +798,10 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
         attn_bwd_tc_interleaved_kernel<DT, D, BN, V>
             <<<(uint32_t)grid, ATTN_THREADS, bwd_kern<D, BN, V>::bytes, stream>>>(*p);
     else {
-        bwd_wg_qmaps maps; /* Q and dO by TMA where the step has stage barriers */
+        bwd_wg_qmaps maps; /* Q and dO by TMA where the step has stage barriers, and at 256 */
         memset(&maps, 0, sizeof maps);
         const int32_t cols = p->d_cols ? p->d_cols : D; /* the maps' width: zeros past it */
-        if (V == 3 && (BWD_WG_STAGE_BARS(D) || (BWD_WG_PAIR64 && D == 64))) {
+        if (V == 3 && (BWD_WG_STAGE_BARS(D) || (BWD_WG_PAIR64 && D == 64) || D == 256)) {
             const int32_t batch = p->s.bh / p->heads_q;
             bwd_wg_qmaps_encode(&maps, p, cols, batch, p->seqlen_q);
         }

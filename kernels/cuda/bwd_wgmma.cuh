@@ -76,7 +76,9 @@
  * (bwd_wg_qmaps::ok 0). The window/packed kernel (attn_vl.cu) takes maps of the call's whole
  * views (packed: one batch of all rows) and loads its sequences' whole q-tiles so, the last
  * partial tile of each by cp.async: +12% (window 1k), +17% (window 4k), +7% (packed batch)
- * in the same run (bench/results/gpu-bwd-tmaq-2026-12-04.md). */
+ * in the same run (bench/results/gpu-bwd-tmaq-2026-12-04.md). Head dim 256's persistent
+ * kernel takes the same boxes from a loader lane of the writer warpgroup, which waits for the
+ * writer's read of the dQ partial in the stage instead of the compute warps (bwd_wg256_lq). */
 /* In the kernels whose stages have mbarriers (BWD_WG_STAGE_BARS), a unit's first Q, dO, LSE
  * and Dsum load (stage 0) is issued before its K and V load, not after it, so the two
  * latencies overlap once per unit rather than adding up: the short units of packed batches
@@ -124,13 +126,15 @@ static inline void bwd_wg_dkvmaps_encode(bwd_wg_qmaps *maps, const struct attn_b
  * window/packed one's in attn_vl.cu). At head dim 256, q.empty is the compute warps' wait,
  * before a load into a Q/dO stage, for the writer's read of the dQ partial staged there
  * (empty_bar: bwd_tc_step<256>), and the printer adds it per step (q.empty/step); hand
- * is the hand-off's own wait for it, as at 64 and 128. */
+ * is the hand-off's own wait for it, as at 64 and 128. Where the loader lane loads Q and
+ * dO at 256 (bwd_wg256_lq), q.full is the step's wait for its stage instead (q.full/step)
+ * and hand includes thread 0's wait for the loader. */
 #ifndef BWD_WG_TRACE
 #define BWD_WG_TRACE 0
 #endif
 #if BWD_WG_TRACE
 enum { BT_KERNEL, BT_STEPS, BT_STEP, BT_SYNC, BT_HAND, BT_DRAIN, BT_TICKETS, BT_FULL, BT_TURN, BT_READ,
-       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_QEMPTY, BT_N };
+       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_QEMPTY, BT_QFULL, BT_N };
 __device__ unsigned long long bwd_wg_trace[1024][BT_N];
 #define BWD_WG_TSLOT(i) bwd_wg_trace[blockIdx.x & 1023][i] /* this CTA's part i */
 #define BWD_WG_T0() const long long bt0_ = clock64()
@@ -153,7 +157,7 @@ static void bwd_wg_trace_print(const char *tag)
         return;
     static const char *const name[BT_N] = {"kernel", "steps", "step", "sync", "hand", "drain", "tickets",
                                            "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store",
-                                           "q.empty"};
+                                           "q.empty", "q.full"};
     double sum[BT_N] = {0};
     int ctas = 0;
     for (int b = 0; b < 1024; b++)
@@ -168,8 +172,9 @@ static void bwd_wg_trace_print(const char *tag)
     for (int i = 0; i < BT_N; i++)
         fprintf(stderr, " %s %.1f", name[i],
                 i == BT_STEPS || i == BT_TICKETS ? sum[i] / ctas : sum[i] / ctas / (khz / 1000.0));
-    if (sum[BT_STEPS] > 0 && sum[BT_QEMPTY] > 0) /* cycles over steps, both summed over the CTAs */
-        fprintf(stderr, " q.empty/step %.3f", sum[BT_QEMPTY] / sum[BT_STEPS] / (khz / 1000.0));
+    for (int i = BT_QEMPTY; i <= BT_QFULL; i++) /* cycles over steps, both summed over the CTAs */
+        if (sum[BT_STEPS] > 0 && sum[i] > 0)
+            fprintf(stderr, " %s/step %.3f", name[i], sum[i] / sum[BT_STEPS] / (khz / 1000.0));
     fprintf(stderr, "\n");
 }
 #else
@@ -219,8 +224,9 @@ static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles
  * step's dQ partial (64 x 256 floats, 64 KiB) is staged where the step's own Q and dO were
  * (their two tiles are 64 KiB together, one after the other), once every product that
  * reads them has completed. The writer must have read it before the next prefetch into that
- * stage (the step below waits for it there), so the compute warps wait for the writer part
- * of a step earlier than at 64 and 128 - with one staging buffer there, the same tickets.
+ * stage (the step below waits for it there; with maps, the loader lane: bwd_wg256_lq), so
+ * the compute warps wait for the writer part of a step earlier than at 64 and 128 - with
+ * one staging buffer there, the same tickets.
  * q_smem[b], dout_smem[b] and dq_smem (stage 1, which the interleaved mode, always on stage
  * 0, stages in) are views of io_smem, so the shared loads and hand-offs serve as they are. */
 #define BWD_WG256_BN CUATTN_BLOCK
@@ -256,6 +262,12 @@ struct bwd_wg_smem<256> {
     int32_t ticket_stage[BWD_WG_DQBUFS]; /* the stage whose place holds the ticket's partial */
     uint64_t full_bar[BWD_WG_DQBUFS];
     uint64_t empty_bar[BWD_WG_DQBUFS];
+    /* Q and dO by TMA from the loader lane (bwd_wg256_loader; persistent mode, maps ok): */
+    uint64_t q_full[2];  /* stage b's Q, dO, LSE, Dsum have landed (2 x 256 + 1 arrivals, 64 KiB) */
+    int32_t lq_req[4];   /* compute thread 0 -> loader: first row (-1: the end), head, batch,
+                            stage | empty_bar's parity << 1 | staging buffer << 2 */
+    uint64_t lq_full;    /* lq_req holds a request (thread 0's one arrival) */
+    uint64_t lq_empty;   /* the loader has waited for the stage and issued its boxes (its one arrival) */
 };
 static_assert(offsetof(bwd_wg_smem<256>, k_smem) == 0 && offsetof(bwd_wg_smem<256>, v_smem) % 1024 == 0 &&
                   offsetof(bwd_wg_smem<256>, io_smem) % 1024 == 0 && offsetof(bwd_wg_smem<256>, p_smem) % 1024 == 0 &&
@@ -912,6 +924,27 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
+/* Q's and dO's D/64 boxes of 64 x BWD_TC_BM (rows r0 .. of head h, batch b in the maps'
+ * view; rows past the view's end land as zeros) into stage buf, their bytes expected on
+ * q_full[buf] by the one arrival made here: the stage's TMA (bwd_wg_load_q_mb's thread 0,
+ * head dim 256's loader lane). */
+template <int D, typename SM>
+static __device__ __forceinline__ void bwd_wg_q_boxes(SM &sm, int32_t buf, const bwd_wg_qmaps *qm, int32_t r0,
+                                                      int32_t h, int32_t b)
+{
+#if BWD_TC_BULK
+    attn_mbar_expect_tx(&sm.q_full[buf], 2 * (D / 64) * BWD_TC_BM * 64 * 2);
+#pragma unroll
+    for (int32_t c = 0; c < D / 64; c++) {
+        attn_tma_load_4d(sm.q_smem[buf] + c * BWD_TC_BM * 64, &qm->q, &sm.q_full[buf], 64 * c, r0, h, b);
+        attn_tma_load_4d(sm.dout_smem[buf] + c * BWD_TC_BM * 64, &qm->dout, &sm.q_full[buf], 64 * c, r0, h, b);
+    }
+#else
+    (void)sm, (void)buf, (void)qm, (void)r0, (void)h, (void)b;
+    __trap();
+#endif
+}
+
 /* BWD_WG_STAGE_BARS: start loading stage buf (bwd_tc_load_q), its completion tracked by
  * q_full[buf]: the thread's cp.async by a no-increment arrival when they land, its stores
  * (LSE +inf, Dsum 0 past the rows) by a release arrival. With maps (qm->ok), Q and dO come
@@ -937,17 +970,10 @@ static __device__ __forceinline__ void bwd_wg_load_q_mb(const struct attn_bwd_pa
         bwd_tc_load_stats(p, sm, buf, bh, i0, rm); /* LSE and Dsum as bwd_tc_load_q */
         asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
                      : "memory");
-        if (tid == 0) { /* its second arrival carries the bytes; then the boxes */
-            attn_mbar_expect_tx(&sm.q_full[buf], 2 * (D / 64) * BWD_TC_BM * 64 * 2);
-#pragma unroll
-            for (int32_t c = 0; c < D / 64; c++) {
-                attn_tma_load_4d(sm.q_smem[buf] + c * BWD_TC_BM * 64, &qm->q, &sm.q_full[buf], 64 * c, r0, h, b);
-                attn_tma_load_4d(sm.dout_smem[buf] + c * BWD_TC_BM * 64, &qm->dout, &sm.q_full[buf], 64 * c, r0, h,
-                                 b);
-            }
-        } else {
+        if (tid == 0) /* its second arrival carries the bytes; then the boxes */
+            bwd_wg_q_boxes<D>(sm, buf, qm, r0, h, b);
+        else
             attn_mbar_arrive(&sm.q_full[buf]);
-        }
         return;
     }
     bwd_tc_load_q<D, BN>(p, sm, buf, bh, m);
@@ -1057,6 +1083,103 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
 #endif
 }
 
+/* ---- Head dim 256: Q and dO by TMA from a loader lane ---------------------------------------
+ *
+ * At 256 a load into a Q/dO stage must wait for the writer's read of the dQ partial staged
+ * there (bwd_wg_smem<256>), and the compute warps waited for it themselves, in the step,
+ * before their cp.async (the trace's q.empty). With maps (persistent mode, qm->ok) the
+ * writer warpgroup's idle warp 9, lane 0 - the loader, at the writer warpgroup's 24
+ * registers - waits there instead and issues the stage's TMA boxes (bwd_wg_q_boxes, 128's
+ * box code and swizzled layout); the compute warps load LSE and Dsum by cp.async as before
+ * (they do not alias the staging) and wait for the stage's q_full at the step's start.
+ *
+ * One load: every compute thread issues its LSE/Dsum cp.async and makes two arrivals on
+ * q_full[buf] (one when its cp.async land, .noinc; one release, for its stores past the
+ * rows); thread 0 then posts a request {first row, head, batch, stage | the parity of the
+ * empty_bar phase of the last ticket handed over | its buffer} in the one-slot mailbox
+ * (after lq_empty: the loader has finished the last request) and arrives on lq_full. The
+ * loader takes it, waits for that empty_bar phase (the read of the last partial, which is
+ * in this stage or long read - exactly the wait the compute warps made), makes the 513th
+ * arrival of q_full[buf] with the stage's 64 KiB expected (expect_tx), issues the boxes
+ * and arrives on lq_empty. The stage's phase completes when the 513 arrivals and the
+ * bytes are in.
+ *
+ * Phases. An mbarrier wait names a phase by its parity, so no barrier may complete two
+ * phases past one that a waiter still has to see:
+ *   empty_bar: the loader waits for phase k (ticket k's read; the last ticket before the
+ *     request). Phase k + 1 needs ticket k + 1, whose full_bar phase needs thread 0's
+ *     arrival, and thread 0 first waits lq_empty for every request posted so far
+ *     (bwd_wg256_hand): the loader has seen phase k by then.
+ *   lq_full / lq_empty: one request in flight; the next is posted by thread 0 only after
+ *     lq_empty, and the loader arrives on lq_empty only after reading the request.
+ *   q_full[b]: each load into stage b is waited for by every compute thread at the start
+ *     of the step that uses it; the next load into b is posted after the next step's P/dS
+ *     barrier (or at a later unit's start, behind K and V's barrier), so every thread has
+ *     seen the phase, and every thread's arrivals for the next phase come after.
+ * Waits. The loader waits only for thread 0's requests and for empty_bar phases; the compute
+ * warps wait for q_full (the loader, so that empty_bar phase, and the copies) and thread 0
+ * for lq_empty (the loader, so that phase again). Each empty_bar phase is one the compute
+ * warps waited for at the same load today (the unit's first load, the prefetch, the
+ * hand-off), so no wait is added to the chain (drain rule unchanged: bwd_tc_persistent);
+ * nothing the loader waits for depends on what the compute warps do after posting. At the
+ * end, thread 0 posts a request of row -1 (bwd_wg256_loader_end) and the loader returns;
+ * every request posted was for a step that ran, so no copy is in flight then. */
+struct bwd_wg256_lq {
+    int32_t tma;   /* 1: the loader loads Q and dO (qm->ok; uniform); 0: cp.async as before */
+    uint32_t qph;  /* the stages' next q_full parities (bit b: stage b) */
+    uint32_t mph;  /* the requests posted so far, mod 2 */
+};
+
+#if BWD_TC_BULK
+/* Compute warps, all 256 (uniform): start loading q-tile m of head bh into stage buf - LSE
+ * and Dsum by cp.async, Q and dO by the loader once the writer has read the last ticket's
+ * partial (ring: the ticket ring as the caller's hand-offs left it). */
+static __device__ __forceinline__ void bwd_wg256_load_q(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
+                                                        int32_t buf, int32_t bh, int32_t m, const bwd_wg_ring &ring,
+                                                        bwd_wg256_lq &lq)
+{
+    const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
+    bwd_tc_load_stats(p, sm, buf, bh, i0, rm); /* LSE and Dsum as bwd_tc_load_q */
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(attn_smem_u32(&sm.q_full[buf]))
+                 : "memory");
+    attn_mbar_arrive(&sm.q_full[buf]);
+    if (threadIdx.x == 0) {
+        const int32_t b = bh / p.heads_q;
+        attn_mbar_wait(&sm.lq_empty, lq.mph ^ 1u); /* the last request is done (at once the first time) */
+        sm.lq_req[0] = i0;
+        sm.lq_req[1] = bh - b * p.heads_q;
+        sm.lq_req[2] = b;
+        sm.lq_req[3] = buf | (int32_t)((ring.phase ^ 1u) << 1) | ring.b << 2;
+        attn_mbar_arrive(&sm.lq_full);
+    }
+    lq.mph ^= 1u;
+}
+
+/* Thread 0, at the end: no more requests; the loader returns. */
+static __device__ __forceinline__ void bwd_wg256_loader_end(bwd_wg_smem<256> &sm, const bwd_wg256_lq &lq)
+{
+    attn_mbar_wait(&sm.lq_empty, lq.mph ^ 1u);
+    sm.lq_req[0] = -1;
+    attn_mbar_arrive(&sm.lq_full);
+}
+
+/* The loader (warp 9, lane 0; the writer warpgroup's 24 registers): take the requests in
+ * turn until the end, each: wait for the writer's read of the partial in the stage, then
+ * the stage's boxes (above). */
+static __device__ __forceinline__ void bwd_wg256_loader(bwd_wg_smem<256> &sm, const bwd_wg_qmaps *qm)
+{
+    for (uint32_t ph = 0;; ph ^= 1u) {
+        attn_mbar_wait(&sm.lq_full, ph); /* a request */
+        const int32_t r0 = sm.lq_req[0], h = sm.lq_req[1], b = sm.lq_req[2], at = sm.lq_req[3];
+        if (r0 < 0)
+            return;
+        attn_mbar_wait(&sm.empty_bar[at >> 2], (uint32_t)(at >> 1) & 1u); /* the stage is free */
+        bwd_wg_q_boxes<256>(sm, at & 1, qm, r0, h, b);
+        attn_mbar_arrive(&sm.lq_empty); /* (after the request's last read) */
+    }
+}
+#endif
+
 /* Head dim 256's step (64 x 64 tiles, bwd_wg_smem<256>): the contract of the step above,
  * with nothing left running at the return - the dQ partial is staged where this step's Q
  * and dO are, so every product that reads them has completed. Warpgroup wg:
@@ -1069,19 +1192,30 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
  * no prefetch: the partial goes through stage 1, the loads into stage 0). dQp's registers
  * are zeroed before its product (whose first k16 step ignores them all the same), so the
  * compiler keeps them live from the product to the hand-off only: 128 (dK, dV) + 64 floats
- * at the peak, within the 240 registers. */
+ * at the peak, within the 240 registers. lq (persistent mode): with lq->tma the loads go
+ * through the loader lane (bwd_wg256_load_q), and the step waits for its stage's q_full
+ * instead of its own cp.async and a barrier. */
 template <typename DT, int D, int BN, bool VL = false>
 static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm,
                                                    bwd_wg_regs<256> &x, int32_t bh, int32_t n, int32_t m,
                                                    int32_t buf, int loaded, int32_t next_m, int32_t *rel_ctr,
-                                                   int32_t rel_rank, const bwd_wg_ring *ring = nullptr)
+                                                   int32_t rel_rank, const bwd_wg_ring *ring = nullptr,
+                                                   bwd_wg256_lq *lq = nullptr)
 {
     static_assert(D == 256 && BN == BWD_WG256_BN && !VL, "head dim 256: 64 x 64 tiles, dense masks");
 #if ATTN_WGMMA
     const int32_t tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0); /* uniform: see above */
     const int32_t i0 = m * BWD_TC_BM, rm = p.seqlen_q - i0 < BWD_TC_BM ? p.seqlen_q - i0 : BWD_TC_BM;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    if (!loaded) {
+    const bool tma = lq && lq->tma; /* (uniform) */
+    if (tma) {
+        if (!loaded)
+            bwd_wg256_load_q(p, sm, buf, bh, m, *ring, *lq);
+        BWD_WG_T0();
+        bwd_wg_wait_q(sm, buf, lq->qph); /* Q, dO (the loader's TMA), LSE and Dsum (everyone's) */
+        if (tid == 0)
+            BWD_WG_TADD(BT_QFULL);
+    } else if (!loaded) {
         if (ring) { /* the writer has read what the last ticket staged (maybe in this stage) */
             BWD_WG_T0();
             attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
@@ -1118,13 +1252,17 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
      * more, the load still has the products' - 1.03-1.08x faster at 1k-16k, the same bits
      * (bench/results/gpu-bwd256-0b862a1-2026-12-03.md). */
     if (next_m >= 0) {
-        if (ring) {
-            BWD_WG_T0();
-            attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
-            if (tid == 0)
-                BWD_WG_TADD(BT_QEMPTY);
+        if (tma) { /* the loader waits for that read */
+            bwd_wg256_load_q(p, sm, buf ^ 1, bh, next_m, *ring, *lq);
+        } else {
+            if (ring) {
+                BWD_WG_T0();
+                attn_mbar_wait(&sm.empty_bar[ring->b], ring->phase ^ 1u);
+                if (tid == 0)
+                    BWD_WG_TADD(BT_QEMPTY);
+            }
+            bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
         }
-        bwd_tc_load_q<D, BN>(p, sm, buf ^ 1, bh, next_m);
     }
     if (rel_ctr && tid == 0)
         bwd_tc_pass_on(rel_ctr, rel_rank);
@@ -1154,7 +1292,7 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     attn_wg_pin<64>(x.dq_reg);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m;
-    (void)rel_ctr, (void)rel_rank, (void)ring;
+    (void)rel_ctr, (void)rel_rank, (void)ring, (void)lq;
     __trap();
 #endif
 }
@@ -1189,6 +1327,12 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
     if constexpr (BWD_WG_STAGE_BARS(D)) /* every thread's cp.async, then its release arrival */
         for (int32_t b = 0; b < 2; b++)
             attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS);
+    if constexpr (D == 256) { /* ... and the loader's arrival with the bytes (bwd_wg256_lq) */
+        for (int32_t b = 0; b < 2; b++)
+            attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS + 1);
+        attn_mbar_init(&sm.lq_full, 1);
+        attn_mbar_init(&sm.lq_empty, 1);
+    }
 }
 
 /* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
@@ -1226,10 +1370,13 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
 
 /* Head dim 256: the same, with the partial staged in the place of stage `stage`'s Q and
  * dO (bwd_wg_smem<256>); every product that read them has completed, in both warpgroups
- * (the caller's barrier). */
+ * (the caller's barrier). With the loader (lq.tma), thread 0 hands the ticket over only
+ * once the loader has finished every request so far: it has then seen the empty_bar phase
+ * each waited for, which this ticket's read would otherwise let pass twice (the phases'
+ * rule above bwd_wg256_lq). */
 static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, const bwd_wg_regs<256> &x,
                                                       bwd_wg_ring &r, int32_t stage, int32_t bh, int32_t m,
-                                                      int32_t rank)
+                                                      int32_t rank, const bwd_wg256_lq &lq)
 {
     {
         BWD_WG_T0();
@@ -1238,8 +1385,14 @@ static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, cons
             BWD_WG_TADD(BT_HAND);
     }
     bwd_tc_stage_dq<256, BWD_WG256_BN>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+        if (lq.tma) {
+            BWD_WG_T0();
+            attn_mbar_wait(&sm.lq_empty, lq.mph ^ 1u);
+            BWD_WG_TADD(BT_HAND);
+        }
         sm.ticket_stage[r.b] = stage;
+    }
     bwd_wg_ticket<256>(sm, r, bh, m, rank, 0);
 }
 
