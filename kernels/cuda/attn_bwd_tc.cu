@@ -696,7 +696,6 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
          * more than the hash) */
         const int32_t bh0 = have ? (int32_t)(r0 / p.seqlen_q) : 0;
         const int32_t i0 = have ? (int32_t)(r0 - (int64_t)bh0 * p.seqlen_q) : 0;
-        uint32_t none = 0; /* bit r: row r0 + r had no addition (bwd_tc_dq_untouched) */
         float2 a[8][D / 64];
         if (have) {
             int32_t bh = bh0, i = i0;
@@ -704,7 +703,6 @@ __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postproc
             for (int32_t r = 0; r < 8; r++) {
                 if (r0 + r < rows) {
                     const bool zero = bwd_tc_dq_untouched(p, first, bh, i);
-                    none |= (uint32_t)zero << r;
                     const float *acc = p.dq_acc + (r0 + r) * D;
 #pragma unroll
                     for (int32_t k = 0; k < D / 64; k++)

@@ -1131,6 +1131,8 @@ struct bwd_wg256_lq {
 };
 
 #if BWD_TC_BULK
+/* The request's "last ticket's read" is empty_bar[ring.b] at ring.phase ^ 1: one buffer. */
+static_assert(BWD_WG_DQBUFS == 1, "bwd_wg256_load_q assumes one dQ staging buffer");
 /* Compute warps, all 256 (uniform): start loading q-tile m of head bh into stage buf - LSE
  * and Dsum by cp.async, Q and dO by the loader once the writer has read the last ticket's
  * partial (ring: the ticket ring as the caller's hand-offs left it). */
@@ -1333,6 +1335,8 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
         attn_mbar_init(&sm.lq_full, 1);
         attn_mbar_init(&sm.lq_empty, 1);
     }
+    if constexpr (D == 256 || BWD_WG_STAGE_BARS(D))
+        attn_mbar_init_fence(); /* q_full: TMA completes bytes on it, issued by another thread */
 }
 
 /* Compute warps: wait for staging buffer r.b, then let thread 0 fill in the ticket
@@ -1380,7 +1384,7 @@ static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, cons
 {
     {
         BWD_WG_T0();
-        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* (the step's prefetch has waited already) */
+        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* the writer has read the last partial */
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_HAND);
     }
