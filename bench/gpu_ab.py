@@ -10,8 +10,9 @@ compute the same bits print the same digests).
     python3 bench/gpu_ab.py NAME=FILE [NAME=FILE ...]
 
 Each FILE holds bench_gpu JSON documents, one after another (one per --only shape); rows
-of a shape that a build did not report are left out, and a document cut short (a shape
-killed at its timeout) is skipped, not the documents after it.
+of a shape that a build did not report are left out, rows of one shape run once per
+schedule are merged, and a document cut short (a shape killed at its timeout) is skipped,
+not the documents after it.
 """
 import json
 import sys
@@ -60,7 +61,9 @@ def main():
     for name, path in builds:
         for r in rows_of(path):
             key = (r["D"], r["S"], "causal" if r["causal"] else "full")
-            table.setdefault(key, {})[name] = {b["schedule"]: b for b in r["bwd"]}
+            # one shape run with two schedules (--only D,S,MASK,shift then ...,atomic) gives
+            # two rows: their schedules merge (the later forward counts)
+            table.setdefault(key, {}).setdefault(name, {}).update({b["schedule"]: b for b in r["bwd"]})
             table[key][name]["fwd"] = r.get("fwd_tflops")
     print("| hdim | seqlen | mask | build | fwd | fwd / first | atomic | best det (schedule) "
           "| det / atomic | det bits |")

@@ -68,6 +68,21 @@ class GpuAbTable(unittest.TestCase):
         self.assertEqual(t["base"][4:10], ["400.0", "1.000", "n/a", "280.0 (shift)", "n/a", "repeat"])
         self.assertEqual(t["new"][4:10], ["500.0", "1.250", "n/a", "n/a", "n/a", "n/a"])
 
+    def test_one_shape_run_once_per_schedule_keeps_both(self):
+        # gpu_ab.sh "256,4096,full,shift 256,4096,full,atomic": two documents of one shape
+        # in a build's file; the second once replaced the first's row (2026-12-06h's A/B)
+        shift, atomic = doc(400.0, 280.0, "x"), doc(410.0, 280.0, "x")
+        shift["rows"][0]["bwd"] = [b for b in shift["rows"][0]["bwd"] if b["schedule"] == "shift"]
+        atomic["rows"][0]["bwd"] = [b for b in atomic["rows"][0]["bwd"] if b["schedule"] == "atomic"]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "b.json")
+            with open(path, "w") as f:
+                f.write(json.dumps(shift) + "\n" + json.dumps(atomic) + "\n")
+            out = subprocess.run([sys.executable, os.path.join(HERE, "gpu_ab.py"), "b=" + path],
+                                 check=True, capture_output=True, text=True).stdout
+        rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()[2:]]
+        self.assertEqual(len(rows), 1)
+        self.assertEqual(rows[0][6:10], ["300.0", "280.0 (shift)", "0.933", "repeat"])
 
 
 class TruncatedDocuments(unittest.TestCase):
