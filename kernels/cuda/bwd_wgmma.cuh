@@ -1157,7 +1157,9 @@ static __device__ __forceinline__ void bwd_wg256_load_q(const struct attn_bwd_pa
     lq.mph ^= 1u;
 }
 
-/* Thread 0, at the end: no more requests; the loader returns. */
+/* Thread 0, at the end: no more requests; the loader returns. Every way out of the compute
+ * warps' loop must pass here (today there is one: no job left), or the loader waits on
+ * lq_full for ever and the CTA never finishes. */
 static __device__ __forceinline__ void bwd_wg256_loader_end(bwd_wg_smem<256> &sm, const bwd_wg256_lq &lq)
 {
     attn_mbar_wait(&sm.lq_empty, lq.mph ^ 1u);
