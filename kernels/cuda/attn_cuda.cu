@@ -70,6 +70,7 @@ struct cuattn {
     int last_fwd_wg;  /* the last forward on this object ran v3's kernel */
     int32_t narrow; /* forward_padded's direct call: the caller's head dim (0: none) */
     int32_t narrow_bwd; /* backward_padded's direct call: the caller's head dim (0: none) */
+    int last_narrow;    /* cuattn__last_narrow: bit 0 the last forward, bit 1 the last backward */
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
@@ -328,6 +329,11 @@ int32_t cuattn__last_fwd_consumers(const struct cuattn *a)
 int cuattn__last_fwd_tma(const struct cuattn *a)
 {
     return a ? a->last_fwd_tma : 0;
+}
+
+int cuattn__last_narrow(const struct cuattn *a)
+{
+    return a ? a->last_narrow : 0;
 }
 
 int cuattn__last_fwd_wg(const struct cuattn *a)
@@ -622,7 +628,7 @@ static int padded(const struct cuattn *a, const struct attn_problem *p)
 }
 
 /* cuattn_forward's and cuattn_backward's answer to forward_padded's and backward_padded's
- * direct calls where they cannot run them on the caller's 96 columns (the forward: not v3,
+ * direct calls where they cannot run them on the caller's columns (the forward: not v3,
  * cp.async forced, or views TMA cannot describe; the backward: not v3's persistent kernel,
  * GQA, or views the narrow loads and stores cannot take) - the widened copies then; never
  * returned to a caller. */
@@ -923,11 +929,14 @@ static int forward_padded(struct cuattn *a, const struct attn_problem *p, const 
     int rc = cuattn_check_config(a, p, cfg, 0);
     if (rc)
         return rc;
-    if (!needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM) { /* the 128 kernel on the caller's
-                                                               tensors, where TMA describes them */
+    /* the wider kernel on the caller's tensors, where TMA describes them and each 64-column
+     * box of a row holds some of the caller's columns (136-192 on the 256 kernel: copies) */
+    if (!needs_vl(p) && w.head_dim - p->head_dim < 64) {
         a->narrow = p->head_dim;
         rc = cuattn_forward(a, &w, cfg, out, lse, q, k, v, ret_cfg);
         a->narrow = 0;
+        if (rc == 0)
+            a->last_narrow |= 1;
         if (rc != CUATTN_NARROW_REFUSED)
             return rc;
     }
@@ -955,16 +964,18 @@ static int backward_padded(struct cuattn *a, const struct attn_problem *p, const
     int rc = cuattn_check_config(a, p, cfg, 1);
     if (rc)
         return rc;
-    if (!needs_vl(p) && p->head_dim == CUATTN_NARROW_DIM && p->heads_q == p->heads_kv && !a->no_tma &&
+    if (!needs_vl(p) && w.head_dim == 128 && p->heads_q == p->heads_kv && !a->no_tma &&
         narrow_kv_aligned(&k) && narrow_kv_aligned(&v)) {
-        /* the 128 kernels on the caller's tensors (TMA maps 96 wide: cuattn__force_no_tma
-         * forces the copies); their leaves would hash 128 columns */
+        /* the 128 kernels on the caller's tensors (TMA maps as wide as they are:
+         * cuattn__force_no_tma forces the copies); their leaves would hash 128 columns */
         const int leaves_on = a->leaves_on;
         a->leaves_on = 0;
         a->narrow_bwd = p->head_dim;
         rc = cuattn_backward(a, &w, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
         a->narrow_bwd = 0;
         a->leaves_on = leaves_on;
+        if (rc == 0)
+            a->last_narrow |= 2;
         if (rc != CUATTN_NARROW_REFUSED)
             return rc;
     }
@@ -993,6 +1004,8 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
 {
     if (!a || !lse || ((uintptr_t)lse & 3u))
         return -EINVAL;
+    if (!a->narrow)
+        a->last_narrow &= ~1;
     if (padded(a, p))
         return forward_padded(a, p, cfg, out, lse, q, k, v, ret_cfg);
     /* The forward has no schedule; only the tile sizes matter. Never run auto for it. */
@@ -1256,6 +1269,8 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
 {
     if (!a || !lse || ((uintptr_t)lse & 3u) || grid < 0)
         return -EINVAL;
+    if (!a->narrow_bwd)
+        a->last_narrow &= ~2;
     a->leaf_out[0] = a->leaf_out[1] = a->leaf_out[2] = NULL;
     if (padded(a, p))
         return backward_padded(a, p, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);

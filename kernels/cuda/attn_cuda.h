@@ -105,9 +105,11 @@ extern "C" {
 /* Head dims the kernels lack run the kernels of the next of 64, 128 and 256 on copies of
  * their tensors widened by zero columns (cuattn_kernel_dim): the same answer (attn_pad.cu),
  * the bits of those kernels, dp / d times their work (at most 2). That is every multiple of
- * 8 from 32 to 256 but 64, 128 and 256 - and 96 only where 128 runs tensor cores (v1 has a
- * 96 of its own). Head dim CUATTN_NARROW_DIM on v3 runs the 128 kernels on the caller's tensors
- * instead where the views allow (no copies, the same bits). */
+ * 8 from 32 to 256 but 64, 128 and 256 - and 96 (CUATTN_NARROW_DIM) where 128 runs tensor
+ * cores or the call has a window, softcap or packed batch (v1 has a dense 96 of its own). On v3 the dense forward of every widened head dim,
+ * and the dense MHA backward of those widened to 128, run the wider kernels on the caller's
+ * tensors instead where the views allow: TMA loads give zeros past the caller's columns and
+ * the stores stop there (no copies, the same bits). */
 #define CUATTN_NARROW_DIM 96
 /* The served range: from 32 (the CPU engine's least too), so that a widened call moves at
  * most twice its tensors' bytes (32 -> 64; 136 -> 256 about 1.9x), up to 256. */

@@ -96,11 +96,12 @@ struct attn_vl_seq {
 #define CUATTN_SEQ_MAPS_MAX 256
 
 /* Forward launch: one CTA per (q-tile, batch*head). */
-/* Head dim 96's dense forward runs v3's 128 kernel on the caller's tensors through tensor
- * maps 96 columns wide, whose loads fill columns 96-127 with zeros (the bytes widened copies
- * would hold), and stores O's first 96 columns: no copies in or out (attn_pad.cu), the same
- * bits as the copies give. Views TMA cannot describe, windows, softcap and packed batches
- * keep the copies (narrow96-trial: bench/results/narrow96-trial-2026-12-06.md). */
+/* A widened head dim's dense forward (96, 80, 40, 200, ...) runs v3's kernel of its width on
+ * the caller's tensors through tensor maps as wide as they are, whose loads fill the columns
+ * past them with zeros (the bytes widened copies would hold), and stores O's first d_cols
+ * columns: no copies in or out (attn_pad.cu), the same bits as the copies give. Views TMA
+ * cannot describe, windows, softcap and packed batches keep the copies (narrow96-trial:
+ * bench/results/narrow96-trial-2026-12-06.md; every widened dim since trial narrowall). */
 struct attn_fwd_params {
     void *out;        /* (B, Sq, Hq, D) fp16/bf16, strides out_stride */
     float *lse;       /* (B, Hq, Sq) contiguous */
@@ -117,15 +118,16 @@ struct attn_fwd_params {
     int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
     int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
     const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
-    /* the caller's head dim where the dense v3 kernel runs wider (96 on the 128 kernel, no
-     * widened copies): the tensor maps' width (columns past it load as zeros) and the
+    /* the caller's head dim where the dense v3 kernel runs wider (96 or 80 on the 128
+     * kernel, 40 on the 64, 200 on the 256; no widened copies): the tensor maps' width (columns past it load as zeros) and the
      * columns of O stored; 0: the kernel's */
     int32_t d_cols;
 };
 
-/* Head dim 96's dense backward (MHA, v3 persistent) runs the 128 kernels on the caller's
- * tensors without widened copies: the loads put the zeros there that copies would hold (the
- * same bits), the stores write 96 columns (attn_bwd_params.d_cols). GQA, windows, softcap,
+/* The dense backward (MHA, v3 persistent) of a head dim widened to 128 (72-120) runs the
+ * 128 kernels on the caller's tensors without widened copies: the loads put the zeros there
+ * that copies would hold (the same bits), the stores write d_cols columns
+ * (attn_bwd_params.d_cols). GQA, windows, softcap,
  * packed batches, the interleaved mode and views TMA cannot describe keep the copies. */
 /* Backward launch: preprocess, the scheduled main kernel, postprocess. */
 struct attn_bwd_params {
@@ -162,7 +164,7 @@ struct attn_bwd_params {
      * dK and dV by v3's persistent epilogue (head dims 64, 128; no GQA) or GQA's sum
      * (attn_bwd_dkv_sum_kernel). The host sets only those its kernels write. */
     uint64_t *leaf_dq, *leaf_dk, *leaf_dv;
-    /* the caller's head dim where v3's dense persistent kernel runs wider (96 on the 128
+    /* the caller's head dim where v3's dense persistent kernel runs wider (72-120 on the 128
      * kernel, no widened copies): its loads give zeros past it (TMA maps that wide, K and V
      * copied that far), Dsum sums that far, dQ, dK and dV are stored that far; 0: the
      * kernel's */

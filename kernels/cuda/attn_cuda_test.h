@@ -33,6 +33,9 @@ void cuattn__force_no_tma(struct cuattn *a, int on);
 void cuattn__poison_scratch(struct cuattn *a, int on);
 /* For tests: 1 if the last successful v3 forward on `a` loaded through TMA, else 0. */
 int cuattn__last_fwd_tma(const struct cuattn *a);
+/* For tests: bit 0 set if the last successful forward on `a` ran a widened head dim's wider
+ * kernel on the caller's tensors (no widened copies), bit 1 the same for the last backward. */
+int cuattn__last_narrow(const struct cuattn *a);
 /* For tests: 1 if the last successful forward on `a` ran v3's kernel (dense or VL), else 0. */
 int cuattn__last_fwd_wg(const struct cuattn *a);
 /* For tests: ctas > 0 caps later dense v3 forwards on `a` at that many CTAs, whatever the

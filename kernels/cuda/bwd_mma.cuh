@@ -152,7 +152,7 @@ static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, con
     uint16_t *to = tile_smem + attn_tc_chunk<D, ROWS, SW>(r, c);
 #pragma unroll
     for (int32_t k = 0; k < ROWS / RP; k++) {
-        if (r + k * RP < rows && c < chunks) /* (chunks: the caller's columns at 96 on the 128 kernel; zeros past them) */
+        if (r + k * RP < rows && c < chunks) /* (chunks: the caller's columns of a widened head dim; zeros past them) */
             attn_cp_async16(to + k * STEP, from + k * RP * row_stride);
         else
             *reinterpret_cast<uint4 *>(to + k * STEP) = make_uint4(0u, 0u, 0u, 0u);
@@ -214,7 +214,7 @@ static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s,
 }
 
 /* Load the unit's K and V tiles and wait for them. NARROW: p.d_cols may name fewer columns
- * than D (96 on the 128 kernel, dense only; the window/packed kernels pass false, which keeps
+ * than D (72-120 on the 128 kernel, dense only; the window/packed kernels pass false, which keeps
  * the column count a constant: read from the params it cost their softcap instance a spill). */
 template <int D, int BN, bool NARROW = true, typename SM>
 static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, SM &sm, int32_t bh,
@@ -330,15 +330,18 @@ static __device__ __forceinline__ void bwd_tc_dsum_chain(const uint16_t *const (
     for (int32_t kk = 0; kk < D / 16; kk++) {
         const int32_t d = 16 * kk + 2 * t4;
         uint32_t a[4] = {0u, 0u, 0u, 0u}, b0 = 0u, b1 = 0u, b2 = 0u, b3 = 0u;
-        /* past cols (96 on the 128 kernel; a multiple of 16): zeros, the widened copies' columns */
+        /* past cols (a widened head dim's on the wider kernel, a multiple of 8): zeros, the
+         * widened copies' columns; the step's two 8-column halves apart */
         if (cols == D || 16 * kk < cols) {
             a[0] = bwd_tc_ld_pair(do_row[0], d, al[0]);
             a[1] = bwd_tc_ld_pair(do_row[1], d, al[1]);
+            b0 = bwd_tc_ld_pair(o_row[0], d, al[0]);
+            b2 = bwd_tc_ld_pair(o_row[1], d, al[1]);
+        }
+        if (cols == D || 16 * kk + 8 < cols) {
             a[2] = bwd_tc_ld_pair(do_row[0], d + 8, al[0]);
             a[3] = bwd_tc_ld_pair(do_row[1], d + 8, al[1]);
-            b0 = bwd_tc_ld_pair(o_row[0], d, al[0]);
             b1 = bwd_tc_ld_pair(o_row[0], d + 8, al[0]);
-            b2 = bwd_tc_ld_pair(o_row[1], d, al[1]);
             b3 = bwd_tc_ld_pair(o_row[1], d + 8, al[1]);
         }
         DT::mma(c_lo, a, b0, b1);
@@ -377,7 +380,7 @@ static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const flo
     static_assert(D % 64 == 0, "whole warps of pairs");
 #pragma unroll
     for (int32_t d = 2 * lane; d < D; d += 64) {
-        if (cols != D && d >= cols) /* 96 on the 128 kernel: the caller's columns only */
+        if (cols != D && d >= cols) /* a widened head dim: the caller's columns only */
             continue;
         const float2 a = acc_row ? bwd_tc_dq_plus0(*reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d)))
                                  : make_float2(0.0f, 0.0f);

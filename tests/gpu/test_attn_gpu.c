@@ -1479,60 +1479,73 @@ static void test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits(
 
 /* Row pitch of the pitched views below, elements: the model's (B, S, H, 128) storage with a
  * 96-column head in it, say. */
-#define PITCH96 128
-
-/* A device copy of `rows` rows of 96 elements (es bytes each) from src at a pitch of
- * PITCH96, the rest of each row 0xff bytes (NaN in fp16 and bf16); src NULL: all 0xff (an
- * output, poisoned). Its host twin (for reading back) in *ret_host. */
-static void *pitched_dev(const void *src, int64_t rows, size_t es, unsigned char **ret_host)
+/* The pitch of a widened head dim's rows in these tests: its width (96 -> 128, 40 -> 64). */
+static int64_t pitch_of(int32_t d)
 {
-    const size_t bytes = es * (size_t)rows * PITCH96;
+    return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+/* A device copy of `rows` rows of dim elements (es bytes each) from src at a pitch of
+ * pitch_of(dim), the rest of each row 0xff bytes (NaN in fp16 and bf16); src NULL: all 0xff
+ * (an output, poisoned). Its host twin (for reading back) in *ret_host. */
+static void *pitched_dev(const void *src, int64_t rows, size_t es, int32_t dim, unsigned char **ret_host)
+{
+    const int64_t pitch = pitch_of(dim);
+    const size_t bytes = es * (size_t)rows * pitch;
     unsigned char *h = malloc(bytes);
     CU_ASSERT_PTR_NOT_NULL_FATAL(h);
     memset(h, 0xff, bytes);
     for (int64_t i = 0; src && i < rows; i++)
-        memcpy(h + es * (size_t)i * PITCH96, (const unsigned char *)src + es * (size_t)i * 96, es * 96);
+        memcpy(h + es * (size_t)i * pitch, (const unsigned char *)src + es * (size_t)i * dim, es * dim);
     void *d = gpu_dev_alloc(bytes);
     CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
     *ret_host = h;
     return d;
 }
 
-/* p's tensor at d as a pitched view (rows PITCH96 elements apart): the queries' side (Q, O,
- * dO, dQ), or with kside the keys' (K, V, dK, dV). */
+/* p's tensor at d as a pitched view (rows pitch_of(head dim) elements apart): the queries'
+ * side (Q, O, dO, dQ), or with kside the keys' (K, V, dK, dV). */
 static struct attn_tensor pitched_view(void *d, const struct attn_problem *p, int kside)
 {
     const int64_t seq = kside ? p->seqlen_k : p->seqlen_q, heads = kside ? p->heads_kv : p->heads_q;
-    return (struct attn_tensor){.data = d, .stride = {seq * heads * PITCH96, heads * PITCH96, PITCH96, 1}};
+    const int64_t pitch = pitch_of(p->head_dim);
+    return (struct attn_tensor){.data = d, .stride = {seq * heads * pitch, heads * pitch, pitch, 1}};
 }
 
-/* Read a pitched output back into h: rows whose 96 elements differ from dense's, and the
+/* Read a pitched output back into h: rows whose dim elements differ from dense's, and the
  * bytes written past them (poison changed), added to *wrong and *gaps. */
-static void pitched_check(unsigned char *h, const void *d, const void *dense, int64_t rows, size_t es,
+static void pitched_check(unsigned char *h, const void *d, const void *dense, int64_t rows, size_t es, int32_t dim,
                           int64_t *wrong, int64_t *gaps)
 {
-    CUDA_OK(cudaMemcpy(h, d, es * (size_t)rows * PITCH96, cudaMemcpyDeviceToHost));
+    const int64_t pitch = pitch_of(dim);
+    CUDA_OK(cudaMemcpy(h, d, es * (size_t)rows * pitch, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < rows; i++) {
-        const unsigned char *row = h + es * (size_t)i * PITCH96;
-        *wrong += memcmp(row, (const unsigned char *)dense + es * (size_t)i * 96, es * 96) != 0;
-        for (size_t b = es * 96; b < es * PITCH96; b++)
+        const unsigned char *row = h + es * (size_t)i * pitch;
+        *wrong += memcmp(row, (const unsigned char *)dense + es * (size_t)i * dim, es * dim) != 0;
+        for (size_t b = es * (size_t)dim; b < es * (size_t)pitch; b++)
             *gaps += row[b] != 0xff;
     }
 }
 
-/* Head dim 96 runs the 128 kernel: its loads must see zeros past column 96 and its stores
- * write the first 96 columns only, whatever lies beyond them in the caller's memory. Q, K,
- * V and O as pitched views (rows 128 elements apart), the 32 columns after each row NaN in
- * the inputs and poison in O: O's 96 columns and LSE must be the bytes of the same problem
- * on dense 96-wide tensors, the gaps untouched, through TMA (no
- * widened copies) and through cp.async. */
-static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(void)
+/* A widened head dim runs the kernel of its width (96 and 72 the 128 one, 40 the 64, 200 the
+ * 256; 136 too, on copies under TMA as well: the 256 kernel's last 64-column box would lie
+ * wholly past its columns): its loads must see zeros past
+ * the caller's columns and its stores write those columns only, whatever lies beyond them in
+ * the caller's memory. Q, K, V and O as pitched views (rows the width apart), the columns
+ * after each row NaN in the inputs and poison in O: O's columns and LSE must be the bytes of
+ * the same problem on dense tensors, the gaps untouched, through TMA (no widened copies) and
+ * through cp.async (the copies). */
+static void test_attn_gpu_widened_head_dims_forward_reads_and_writes_only_their_columns(void)
 {
     const struct shape_case cases[] = {
         {2, 200, 130, 4, 2, 96, DTYPE_BF16, SCHED_MASK_FULL},
         {1, 385, 257, 2, 1, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
         {2, 300, 17, 2, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* whole q-tiles see no key */
         {1, 1000, 1000, 2, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 200, 130, 4, 2, 72, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 385, 257, 2, 2, 40, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 300, 300, 2, 1, 136, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 257, 385, 2, 2, 200, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
     struct cuattn *ca = open_v3();
     if (!ca)
@@ -1544,29 +1557,36 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0); /* the dense tensors' bytes */
+        cuattn__force_no_tma(ca, 1); /* the dense tensors' bytes through the widened copies */
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+        CU_ASSERT_EQUAL(cuattn__last_narrow(ca) & 1, 0);
         struct gpu_copy dense;
         gpu_copy_fwd(&dense, &a);
-        const int64_t rq = a.nq / 96, rk = a.nk / 96;
+        const int32_t dim = p.head_dim;
+        /* under TMA the caller's tensors themselves, except where the 256 kernel's last box
+         * would lie wholly past them (136-192) */
+        const int narrow = cuattn_kernel_dim(ca, dim) - dim < 64;
+        const int64_t rq = a.nq / dim, rk = a.nk / dim;
         unsigned char *h[4];
-        void *d[4] = {pitched_dev(a.q, rq, a.es, &h[0]), pitched_dev(a.k, rk, a.es, &h[1]),
-                      pitched_dev(a.v, rk, a.es, &h[2]), pitched_dev(NULL, rq, a.es, &h[3])};
+        void *d[4] = {pitched_dev(a.q, rq, a.es, dim, &h[0]), pitched_dev(a.k, rk, a.es, dim, &h[1]),
+                      pitched_dev(a.v, rk, a.es, dim, &h[2]), pitched_dev(NULL, rq, a.es, dim, &h[3])};
         const struct attn_tensor tq = pitched_view(d[0], &p, 0), tk = pitched_view(d[1], &p, 1),
                                  tv = pitched_view(d[2], &p, 1), to = pitched_view(d[3], &p, 0);
         for (int cp = 0; cp < 2; cp++) {
             const size_t lb = sizeof(float) * (size_t)a.nlse;
-            CUDA_OK(cudaMemsetAsync(d[3], 0xff, a.es * (size_t)rq * PITCH96, (cudaStream_t)cuattn_stream(ca)));
+            CUDA_OK(cudaMemsetAsync(d[3], 0xff, a.es * (size_t)rq * pitch_of(dim), (cudaStream_t)cuattn_stream(ca)));
             CUDA_OK(cudaMemsetAsync(a.d_lse, 0xff, lb, (cudaStream_t)cuattn_stream(ca)));
             cuattn__force_no_tma(ca, cp);
             CU_ASSERT_EQUAL_FATAL(cuattn_forward(ca, &p, NULL, to, a.d_lse, tq, tk, tv, NULL), 0);
             paths += cuattn__last_fwd_tma(ca) != !cp;
+            paths += (cuattn__last_narrow(ca) & 1) != (!cp && narrow);
             int64_t wrong = 0, gaps = 0;
-            pitched_check(h[3], d[3], dense.data[0], rq, a.es, &wrong, &gaps);
+            pitched_check(h[3], d[3], dense.data[0], rq, a.es, dim, &wrong, &gaps);
             CUDA_OK(cudaMemcpy(a.lse, a.d_lse, lb, cudaMemcpyDeviceToHost));
             const int lse_bad = memcmp(a.lse, dense.data[1], lb) != 0;
             if (wrong || gaps || lse_bad) {
-                fprintf(stderr, "\n  case %zu, %s: %lld rows differ from the dense tensors', %lld gap bytes written%s",
-                        ci, cp ? "cp.async" : "TMA", (long long)wrong, (long long)gaps, lse_bad ? ", lse differs" : "");
+                fprintf(stderr, "\n  case %zu (head dim %d), %s: %lld rows differ from the dense tensors', %lld gap "
+                        "bytes written%s", ci, dim, cp ? "cp.async" : "TMA", (long long)wrong, (long long)gaps, lse_bad ? ", lse differs" : "");
                 bad++;
             }
         }
@@ -1583,12 +1603,13 @@ static void test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns(
     cuattn_free(ca);
 }
 
-/* The same for the backward: Q, K, V, O, dO as pitched views with NaN past each row's 96
- * columns, dQ, dK, dV pitched and poisoned; their 96 columns must be the bytes of dense
+/* The same for the backward: Q, K, V, O, dO as pitched views with NaN past each row's
+ * columns, dQ, dK, dV pitched and poisoned; their columns must be the bytes of dense
  * tensors through the widened copies and the gaps untouched - with TMA forced off (the
- * copies) and on (under MHA the 128 kernels on these views, no copies).
- * MHA and GQA, full and causal, both dtypes, the default schedule and shift. */
-static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns(void)
+ * copies) and on (under MHA the 128 kernels on these views for 72-120, no copies; the
+ * others copies still). 96, 72, 88, 120 (Dsum's 8-column halves), 80, 40 and 200; MHA and
+ * GQA, full and causal, both dtypes, the default schedule and shift. */
+static void test_attn_gpu_widened_head_dims_backward_reads_and_writes_only_their_columns(void)
 {
     const struct shape_case cases[] = {
         {2, 200, 130, 4, 4, 96, DTYPE_BF16, SCHED_MASK_FULL},
@@ -1596,6 +1617,12 @@ static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns
         {2, 300, 17, 2, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* q rows that see no key */
         {1, 1000, 1000, 4, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL}, /* GQA */
         {1, 2048, 2048, 2, 2, 96, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {2, 200, 130, 4, 4, 72, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 385, 257, 2, 2, 88, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 1000, 1000, 2, 2, 120, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 700, 700, 4, 2, 80, DTYPE_BF16, SCHED_MASK_FULL}, /* GQA */
+        {1, 300, 300, 2, 2, 40, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 300, 257, 2, 2, 200, DTYPE_F16, SCHED_MASK_FULL},
     };
     const struct attn_config shift = {SCHED_SHIFT, 0, 0, 0, 0};
     struct cuattn *ca = open_device();
@@ -1614,30 +1641,39 @@ static void test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns
             CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, cfg, 0, NULL), 0);
             struct gpu_copy dense;
             gpu_copy_bwd(&dense, &a);
-            const int64_t rq = a.nq / 96, rk = a.nk / 96;
+            const int32_t dim = p.head_dim;
+            const int64_t rq = a.nq / dim, rk = a.nk / dim;
             unsigned char *h[8];
-            void *d[8] = {pitched_dev(a.q, rq, a.es, &h[0]),    pitched_dev(a.k, rk, a.es, &h[1]),
-                          pitched_dev(a.v, rk, a.es, &h[2]),    pitched_dev(a.out, rq, a.es, &h[3]),
-                          pitched_dev(a.dout, rq, a.es, &h[4]), pitched_dev(NULL, rq, a.es, &h[5]),
-                          pitched_dev(NULL, rk, a.es, &h[6]),   pitched_dev(NULL, rk, a.es, &h[7])};
+            void *d[8] = {pitched_dev(a.q, rq, a.es, dim, &h[0]),    pitched_dev(a.k, rk, a.es, dim, &h[1]),
+                          pitched_dev(a.v, rk, a.es, dim, &h[2]),    pitched_dev(a.out, rq, a.es, dim, &h[3]),
+                          pitched_dev(a.dout, rq, a.es, dim, &h[4]), pitched_dev(NULL, rq, a.es, dim, &h[5]),
+                          pitched_dev(NULL, rk, a.es, dim, &h[6]),   pitched_dev(NULL, rk, a.es, dim, &h[7])};
             struct attn_tensor t[8];
             for (int i = 0; i < 8; i++) /* K, V, dK, dV on the keys' side */
                 t[i] = pitched_view(d[i], &p, i == 1 || i == 2 || i == 6 || i == 7);
             for (int cp = 1; cp >= 0; cp--) { /* the copies, then (MHA) none */
                 cuattn__force_no_tma(ca, cp);
                 for (int i = 5; i < 8; i++)
-                    CUDA_OK(cudaMemsetAsync(d[i], 0xff, a.es * (size_t)(i == 5 ? rq : rk) * PITCH96,
+                    CUDA_OK(cudaMemsetAsync(d[i], 0xff, a.es * (size_t)(i == 5 ? rq : rk) * pitch_of(dim),
                                             (cudaStream_t)cuattn_stream(ca)));
                 CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, cfg, 0, t[5], t[6], t[7], t[0], t[1], t[2], t[3],
                                                       a.d_lse, t[4], NULL),
                                       0);
+                /* on the caller's tensors exactly where v3's MHA backward at width 128 can be */
+                const int narrow = !cp && cuattn_impl(ca) == CUATTN_IMPL_WGMMA && p.heads_q == p.heads_kv &&
+                                   cuattn_kernel_dim(ca, dim) == 128;
+                if (((cuattn__last_narrow(ca) >> 1) & 1) != narrow) {
+                    fprintf(stderr, "\n  case %zu (head dim %d)%s: ran %s", ci, dim, sc ? " (shift)" : "",
+                            narrow ? "on copies, not the caller's tensors" : "on the caller's tensors");
+                    bad++;
+                }
                 int64_t wrong = 0, gaps = 0;
-                pitched_check(h[5], d[5], dense.data[0], rq, a.es, &wrong, &gaps);
-                pitched_check(h[6], d[6], dense.data[1], rk, a.es, &wrong, &gaps);
-                pitched_check(h[7], d[7], dense.data[2], rk, a.es, &wrong, &gaps);
+                pitched_check(h[5], d[5], dense.data[0], rq, a.es, dim, &wrong, &gaps);
+                pitched_check(h[6], d[6], dense.data[1], rk, a.es, dim, &wrong, &gaps);
+                pitched_check(h[7], d[7], dense.data[2], rk, a.es, dim, &wrong, &gaps);
                 if (wrong || gaps) {
-                    fprintf(stderr, "\n  case %zu%s, %s: %lld rows differ from the dense tensors', %lld gap bytes "
-                            "written", ci, sc ? " (shift)" : "", cp ? "no TMA" : "TMA", (long long)wrong,
+                    fprintf(stderr, "\n  case %zu (head dim %d)%s, %s: %lld rows differ from the dense tensors', "
+                            "%lld gap bytes written", ci, dim, sc ? " (shift)" : "", cp ? "no TMA" : "TMA", (long long)wrong,
                             (long long)gaps);
                     bad++;
                 }
@@ -2126,8 +2162,8 @@ int suite_gpu_attn(void)
         return -1;
     if (!CU_add_test(s, "test_attn_gpu_matches_float64_reference_for_every_schedule",
                      test_attn_gpu_matches_float64_reference_for_every_schedule) ||
-        !CU_add_test(s, "test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns",
-                     test_attn_gpu_head_dim_96_backward_reads_and_writes_only_its_columns) ||
+        !CU_add_test(s, "test_attn_gpu_widened_head_dims_backward_reads_and_writes_only_their_columns",
+                     test_attn_gpu_widened_head_dims_backward_reads_and_writes_only_their_columns) ||
         !CU_add_test(s, "test_attn_gpu_backward_repeats_are_bitwise_equal",
                      test_attn_gpu_backward_repeats_are_bitwise_equal) ||
         !CU_add_test(s, "test_attn_gpu_backward_bits_do_not_depend_on_grid",
@@ -2163,8 +2199,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_v3_forward_bits_do_not_depend_on_strides) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits",
                      test_attn_gpu_v3_forward_tma_and_cp_async_loads_give_identical_bits) ||
-        !CU_add_test(f, "test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns",
-                     test_attn_gpu_head_dim_96_forward_reads_and_writes_only_its_columns) ||
+        !CU_add_test(f, "test_attn_gpu_widened_head_dims_forward_reads_and_writes_only_their_columns",
+                     test_attn_gpu_widened_head_dims_forward_reads_and_writes_only_their_columns) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits",
                      test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_at_64",
