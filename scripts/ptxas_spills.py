@@ -37,12 +37,14 @@ KNOWN = {
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 256, 64, 3>(attn_bwd_params)"): (20, 36),
     ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 256, 64, 3>(attn_bwd_params)"): (20, 36),
     # v3's persistent backward at head dim 64 with the pair step (BWD_WG_PAIR64, adopted
-    # 2026-12-05 for +15-22%): 40 bytes, five loop variables around the softmax of the
-    # masked variant only (the unmasked one, every pair of a full mask, spills nothing);
+    # 2026-12-05 for +15-22%): 24 bytes (40 until the masked softmax compared constant
+    # columns and the job's fields moved to shared memory, trial spill64-partial): values
+    # formed at the kernel's or the unit's start, spilled there and reloaded at unit ends
+    # and in the Q/dO cp.async fallback; none in the pair loop's TMA path (SASS).
     # bench/results/pair64-trial-2026-12-05.md says what was tried against them. The one
     # entry this list gained: the next to go.
-    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 64, 128, 3>(attn_bwd_params, bwd_wg_qmaps)"): (40, 52),
-    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 64, 128, 3>(attn_bwd_params, bwd_wg_qmaps)"): (40, 52),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_f16, 64, 128, 3>(attn_bwd_params, bwd_wg_qmaps)"): (24, 36),
+    ("sm_90a", "void attn_bwd_tc_persistent_kernel<attn_bf16, 64, 128, 3>(attn_bwd_params, bwd_wg_qmaps)"): (24, 36),
 }
 
 ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

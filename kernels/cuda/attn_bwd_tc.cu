@@ -288,7 +288,8 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
     const struct sched *s = &p.s;
     const int32_t w = threadIdx.x >> 7;
     uint32_t hph = 0, qph = 0; /* the hand-off's phase (a pair a phase); the stages' parities */
-    int32_t wait_end = 0;
+    if (threadIdx.x == 0)
+        sm.wait_end_smem = 0;
     bwd_wg_regs<64> x;
     float dq[32];
     for (;;) {
@@ -304,7 +305,7 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
          * additions before tile a's in the schedule's order, as the hand-off's waits do. */
         if (threadIdx.x == 0) {
             BWD_WG_T0();
-            if (wait_end > attn_ld_acquire(p.job_next))
+            if (sm.wait_end_smem > attn_ld_acquire(p.job_next))
                 bwd_wg_pair_drain(sm, hph);
             else
                 attn_mbar_wait(&sm.empty_bar[0], hph ^ 1u); /* (at once before the first pair) */
@@ -320,15 +321,19 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
             bwd_wg_pair_hand(sm, dq, hph, 0, 0, 0, 1);
             return;
         }
-        const struct sched_job J = sched_job_taken(s, job);
-        wait_end = sched_wait_end(s, job);
-        for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
-            const int32_t n = sched_job_unit(s, J.k, stage);
-            const int32_t steps = sched_unit_steps(s, n);
+        const int32_t stages = sched_job_stages(s, sched_job_taken(s, job).k);
+        if (threadIdx.x == 0) {
+            sm.job_smem = sched_job_taken(s, job);
+            sm.wait_end_smem = sched_wait_end(s, job);
+        }
+        for (int32_t stage = 0; stage < stages; stage++) {
             BWD_WG_T0();
             bwd_cta_sync<true>(); /* no barrier after each pair: one here, before the table, K and V are rewritten */
+            const struct sched_job &J = sm.job_smem;
+            const int32_t n = sched_job_unit(s, J.k, stage), bh = J.bh;
+            const int32_t steps = sched_unit_steps(s, n);
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
-            bwd_tc_load_kv<64, CUATTN_TC_BLOCK_N>(p, sm, J.bh, n); /* its barrier publishes the table too */
+            bwd_tc_load_kv<64, CUATTN_TC_BLOCK_N>(p, sm, bh, n); /* its barrier publishes the table too */
             bwd_tc_zero_kv<64, CUATTN_TC_BLOCK_N>(x);
             if (threadIdx.x == 0)
                 BWD_WG_TADD(BT_UNIT);
@@ -343,7 +348,7 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
 #if BWD_WG_TRACE
                 long long bs0_ = clock64();
 #endif
-                bwd_wg_pair_step<DT>(p, sm, x, dq, J.bh, n, step - base, steps - step, step == 0, buf, qph, hph, qm);
+                bwd_wg_pair_step<DT>(p, sm, x, dq, bh, n, step - base, steps - step, step == 0, buf, qph, hph, qm);
 #if BWD_WG_TRACE
                 if (threadIdx.x == 0) {
                     const long long bs1_ = clock64();
@@ -356,7 +361,7 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
                  * refilled only behind a barrier that follows both hand-offs */
                 const int32_t at = step + w - base, mw = step + w < steps ? sm.visit_smem[at] : -1;
                 const int32_t rank = (threadIdx.x & 127) == 0 && mw >= 0 && s->kind != SCHED_ATOMIC ? sm.rank_smem[at] : -1;
-                bwd_wg_pair_hand(sm, dq, hph, J.bh, mw, rank, 0);
+                bwd_wg_pair_hand(sm, dq, hph, bh, mw, rank, 0);
 #if BWD_WG_TRACE
                 if (threadIdx.x == 0)
                     BWD_WG_TSLOT(BT_HAND) += (unsigned long long)(clock64() - bs0_);
@@ -366,7 +371,7 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
             }
             {
                 BWD_WG_T0();
-                bwd_wg_store_dkv<DT, 64, CUATTN_TC_BLOCK_N, true>(p, sm, x, J.bh, n, qm);
+                bwd_wg_store_dkv<DT, 64, CUATTN_TC_BLOCK_N, true>(p, sm, x, bh, n, qm);
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }

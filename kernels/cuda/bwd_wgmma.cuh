@@ -1557,6 +1557,10 @@ struct bwd_wg_smem_pair {
     int32_t visit_smem[BWD_TC_TAB + 1];
     int32_t rank_smem[BWD_TC_TAB + 1];
     int32_t flag_smem;
+    struct sched_job job_smem; /* the job taken: thread 0 writes it between the job's barrier and
+                                  its first unit's, and every thread reads it from here, so that
+                                  its fields are not kept in registers across the pairs */
+    int32_t wait_end_smem;     /* its drain bound (thread 0's alone, likewise) */
     int32_t ticket[2][4];  /* warpgroup w -> writer: bh, m (-1: no tile), rank (-1 atomic), 1 at the end */
     uint64_t full_bar[2];  /* buffer w holds a ticket (warpgroup w's 128 arrivals) */
     uint64_t empty_bar[2]; /* buffer w is free again (the writer's one arrival) */
@@ -1668,7 +1672,10 @@ static __device__ __forceinline__ void bwd_wg_pair_pds(const struct attn_bwd_par
     uint32_t tid = threadIdx.x;
     asm volatile("" : "+r"(tid));
     const int32_t lane = tid & 31, wi = (tid >> 5) & 3, t4 = lane & 3, g = lane >> 2;
-    int32_t lo[2][2], hi[2][2]; /* tile t, row half h: visible where lo <= c % 64 < hi */
+    /* tile t, row half h: visible where lo <= c % 64 < hi, less the thread's 2 t4 here, so
+     * that element e compares the constant part of its column, (8 (e / 4) + e % 2) % 64,
+     * instead of 16 column indices kept in registers across the exponentials */
+    int32_t lo[2][2], hi[2][2];
     if constexpr (MASK) {
         /* 32-bit: |i0 - j0 + Sk - Sq| < 2^31 for every length the problem check admits */
 #pragma unroll
@@ -1682,8 +1689,8 @@ static __device__ __forceinline__ void bwd_wg_pair_pds(const struct attn_bwd_par
                     l = j - base;
                 if (j >= rn || u < l)
                     u = l;
-                lo[t][h] = l < BWD_TC_BM ? l : BWD_TC_BM;
-                hi[t][h] = u;
+                lo[t][h] = (l < BWD_TC_BM ? l : BWD_TC_BM) - 2 * t4;
+                hi[t][h] = u - 2 * t4;
             }
         }
     }
@@ -1692,9 +1699,9 @@ static __device__ __forceinline__ void bwd_wg_pair_pds(const struct attn_bwd_par
     const float *lse_t = lse_smem + 2 * t4, *dsum_t = dsum_smem + 2 * t4; /* column 8 k + 2 t4 (+1) */
 #pragma unroll
     for (int e = 0; e < 64; e++) {
-        const int h = (e >> 1) & 1, t = e >> 5, c = 8 * (e >> 2) + (e & 1), cl = (c + 2 * t4) & (BWD_TC_BM - 1);
+        const int h = (e >> 1) & 1, t = e >> 5, c = 8 * (e >> 2) + (e & 1), cc = c & (BWD_TC_BM - 1);
         const float pr = attn_ex2(fmaf(s[e], scale2, -__fmul_rn(lse_t[c], ATTN_LOG2E)));
-        s[e] = !MASK || (cl >= lo[t][h] && cl < hi[t][h]) ? pr : 0.0f;
+        s[e] = !MASK || (cc >= lo[t][h] && cc < hi[t][h]) ? pr : 0.0f;
     }
     attn_wg_wait<0>(); /* dP^T has landed */
     attn_wg_pin<64>(dp);
