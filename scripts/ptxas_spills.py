@@ -26,16 +26,11 @@ import sys
 # Every forward, every persistent backward and every window/packed kernel spill nothing
 # (v1's backward spilled 24 bytes at head dim 256 until its two modes became two kernels;
 # v2 at head dim 128 spilled 12-36 with 64 x 128 tiles, which it no longer has; the
-# window/packed v3 backward 4 until the softcap got an instance of its own). Left:
+# window/packed v3 backward 4 until the softcap got an instance of its own; v3's
+# interleaved backward at head dim 256 20 until its P/dS store addresses were formed in the
+# step from a %tid.x read, bwd_wg_store_pds's fresh, and its restore's flag was set again
+# after the restore). Left:
 KNOWN = {
-    # v3's backward at head dim 256 in the interleaved mode (shift on a grid too small for
-    # its chunks, or forced): 20 bytes (144 before its virtual SMs' ranks were formed
-    # before the step and their state read after the save): 255 registers for dK, dV and
-    # the pending dQ partial (192 floats a thread) and the bookkeeping; ptxas keeps four P/dS
-    # store addresses from the kernel's start and reloads them each step. Its persistent
-    # kernel does not spill (the dQ writer warp takes the partial)
-    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_f16, 256, 64, 3>(attn_bwd_params)"): (20, 36),
-    ("sm_90a", "void attn_bwd_tc_interleaved_kernel<attn_bf16, 256, 64, 3>(attn_bwd_params)"): (20, 36),
     # v3's persistent backward at head dim 64 with the pair step (BWD_WG_PAIR64, adopted
     # 2026-12-05 for +15-22%): 24 bytes (40 until the masked softmax compared constant
     # columns and the job's fields moved to shared memory, trial spill64-partial): values

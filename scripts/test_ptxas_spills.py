@@ -22,10 +22,6 @@ spec.loader.exec_module(ps)
 
 # KNOWN's kernels as ptxas names them (c++filt gives KNOWN's names back)
 MANGLED = {
-    "void attn_bwd_tc_interleaved_kernel<attn_f16, 256, 64, 3>(attn_bwd_params)":
-        "_Z30attn_bwd_tc_interleaved_kernelI8attn_f16Li256ELi64ELi3EEv15attn_bwd_params",
-    "void attn_bwd_tc_interleaved_kernel<attn_bf16, 256, 64, 3>(attn_bwd_params)":
-        "_Z30attn_bwd_tc_interleaved_kernelI9attn_bf16Li256ELi64ELi3EEv15attn_bwd_params",
     "void attn_bwd_tc_persistent_kernel<attn_f16, 64, 128, 3>(attn_bwd_params, bwd_wg_qmaps)":
         "_Z29attn_bwd_tc_persistent_kernelI8attn_f16Li64ELi128ELi3EEv15attn_bwd_params12bwd_wg_qmaps",
     "void attn_bwd_tc_persistent_kernel<attn_bf16, 64, 128, 3>(attn_bwd_params, bwd_wg_qmaps)":

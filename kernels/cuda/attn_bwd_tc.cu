@@ -417,6 +417,11 @@ static __device__ __forceinline__ void bwd_tc_interleaved(const struct attn_bwd_
                 if (st[VSM_LOADED]) {
                     const struct sched_job J = sched_job_at(s, st[VSM_JOB]);
                     bwd_tc_load_kv<D, BN>(p, sm, J.bh, sched_job_unit(s, J.k, st[VSM_STAGE]));
+                    /* (1 already. Set again at head dim 256, a constant here, so that the
+                     * flag read before the restore is not kept across its loads: it spilled,
+                     * 4 bytes) */
+                    if constexpr (D == 256)
+                        st[VSM_LOADED] = 1;
                 }
             } else if (st[VSM_JOB] >= s->jobs) {
                 continue;

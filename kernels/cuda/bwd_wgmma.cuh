@@ -602,16 +602,45 @@ static __device__ __forceinline__ void bwd_tc_vsm_restore(const struct attn_bwd_
 
 #if ATTN_WGMMA
 /* P and dS of the warpgroup's 64 x W block (columns c0 ..), rounded to the input dtype,
- * into the swizzled P and dS tiles. */
+ * into the swizzled P and dS tiles.
+ * fresh (v3's interleaved kernel at head dim 256; a constant wherever this is inlined):
+ * form the store addresses here, at every call, from a thread index read by an asm
+ * volatile mov from %tid.x, so that ptxas does not keep them from the kernel's start. That
+ * kernel's dK, dV and pending dQ partial take 192 of its 255 registers; it kept four of
+ * these addresses from the start, spilled them and reloaded them every step (16 of its 20
+ * bytes). An empty asm over threadIdx.x (bwd_tc_stage_dq's FRESH) does not do it: it
+ * leaves a plain copy in the PTX, and ptxas hoists the arithmetic all the same (32 bytes;
+ * 36 with bwd_tc_interleaved's restore flag fixed); the mov is an S2R in the step. The
+ * addresses are those of the loop below: row + 8 (element e + 2) has the same swizzle, 512
+ * elements on, and chunk c0 / 8 + k of a row (k = e / 4 < W / 8, c0 a multiple of W) is
+ * c0 / 8 XOR k, so one attn_sw128 and an XOR per pair of rows (attn_sw128 for each element
+ * spilled nothing either, with twice the arithmetic; the offset as one expression of tid's
+ * bit fields spilled 80 bytes). The same stores in the same order. */
 template <typename DT, int W = 64>
 static __device__ __forceinline__ void bwd_wg_store_pds(uint16_t *p_smem, uint16_t *ds_smem, const float (&s)[W / 2],
-                                                        const float (&dp)[W / 2], int32_t c0)
+                                                        const float (&dp)[W / 2], int32_t c0, bool fresh = false)
 {
+    if (fresh) {
+        uint32_t tid;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+        const int32_t lane = tid & 31, wi = (tid >> 5) & 3, cw = W * (int32_t)(tid >> 7); /* cw: c0 */
+        /* element e = 0's place: bwd_wg_regs<64>::row(0), col(0) */
+        const uint32_t at0 = attn_sw128(16 * wi + (lane >> 2), cw + 2 * (lane & 3), BWD_TC_BM) / 2;
 #pragma unroll
-    for (int e = 0; e < W / 2; e += 2) {
-        const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
-        *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
-        *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
+        for (int e = 0; e < W / 2; e += 4) {
+            const uint32_t at = at0 ^ (uint32_t)(8 * (e >> 2)); /* elements e and e + 2 (+ 8 rows) */
+            *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
+            *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
+            *reinterpret_cast<uint32_t *>(p_smem + at + 8 * 64) = DT::pack2(s[e + 2], s[e + 3]);
+            *reinterpret_cast<uint32_t *>(ds_smem + at + 8 * 64) = DT::pack2(dp[e + 2], dp[e + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < W / 2; e += 2) {
+            const uint32_t at = attn_sw128(bwd_wg_regs<64>::row(e), c0 + bwd_wg_regs<64>::col(e), BWD_TC_BM) / 2;
+            *reinterpret_cast<uint32_t *>(p_smem + at) = DT::pack2(s[e], s[e + 1]);
+            *reinterpret_cast<uint32_t *>(ds_smem + at) = DT::pack2(dp[e], dp[e + 1]);
+        }
     }
 }
 
@@ -625,7 +654,7 @@ template <typename DT, bool MASK, bool VL = false, int W = 64, bool CAP = false>
 static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &p, uint16_t *p_smem,
                                                   uint16_t *ds_smem, const float *lse_smem,
                                                   const float *dsum_smem, float (&s)[W / 2], float (&dp)[W / 2],
-                                                  int32_t i0, int32_t rm, int32_t j0, int32_t rn)
+                                                  int32_t i0, int32_t rm, int32_t j0, int32_t rn, bool fresh = false)
 {
     const int32_t c0 = W * (threadIdx.x >> 7); /* the warpgroup's first column */
     const int64_t offset = (int64_t)p.seqlen_k - p.seqlen_q;
@@ -698,7 +727,7 @@ static __device__ __forceinline__ void bwd_wg_pds(const struct attn_bwd_params &
             dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum[r])); /* 0 where P is */
         }
     }
-    bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0);
+    bwd_wg_store_pds<DT, W>(p_smem, ds_smem, s, dp, c0, fresh);
 }
 
 /* Issue S = Q K^T and then dP = dO V^T (d ascending, k16 steps), two committed groups,
@@ -1242,12 +1271,14 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
     const bool whole = rm == BWD_TC_BM && rn == BN &&
                        (p.s.mask != SCHED_MASK_CAUSAL ||
                         (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0 >= BN - 1);
+    /* the interleaved mode (no ring) forms the P and dS store addresses afresh: see
+     * bwd_wg_store_pds */
     if (whole)
         bwd_wg_pds<DT, false, false, 32>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
-                                         rm, j0, rn);
+                                         rm, j0, rn, !ring);
     else
         bwd_wg_pds<DT, true, false, 32>(p, sm.p_smem, sm.ds_smem, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, i0,
-                                        rm, j0, rn);
+                                        rm, j0, rn, !ring);
     bwd_tc_async_visible<true>();
     bwd_cta_sync<true>(); /* P and dS are complete before the products below read them */
     /* The next step's Q, dO, LSE and Dsum into stage buf ^ 1: the previous step's products
