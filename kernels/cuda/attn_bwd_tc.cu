@@ -100,7 +100,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     /* W, head dim 256: Q and dO by the loader lane where the maps encode (bwd_wg256_lq) */
     [[maybe_unused]] bwd_wg256_lq lq = {W && D == 256 && qm->ok, 0u, 0u};
-    [[maybe_unused]] uint32_t tk = 0; /* W, head dim 256: the tickets' headers posted (bwd_wg256_announce) */
     REGS x;
     for (;;) {
         if constexpr (W) {
@@ -129,13 +128,10 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             if constexpr (W) { /* tell the writer (and at 256 the loader) */
                 if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
                     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-                if constexpr (D == 256) {
+                if constexpr (D == 256)
                     if (lq.tma && threadIdx.x == 0)
                         bwd_wg256_loader_end(sm, lq);
-                    bwd_wg256_hand_end(sm, tk);
-                } else {
-                    bwd_wg_hand_end(sm, hb);
-                }
+                bwd_wg_hand_end(sm, hb);
                 return;
             }
 #if BWD_TC_BULK
@@ -185,9 +181,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                  * (or, for shift, by one of the >= W resident CTAs), so it comes. With the
                  * writer warp (W) the writer waits for turns, not thread 0. */
                 const int take = threadIdx.x == 0 && s->kind != SCHED_ATOMIC && !W;
-                if constexpr (W && D == 256) /* the ticket's header first: the writer takes the
-                                                turn while the step runs (bwd_wg256_announce) */
-                    bwd_wg256_announce(sm, tk, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1, buf, 0);
 #if BWD_WG_TRACE
                 long long bs0_ = clock64();
 #endif
@@ -230,8 +223,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                     /* thread 0's rank, read at the top of the step: the table may be
                      * refilled as soon as the compute warps have handed the tile over
                      * (nothing makes them wait for each other there) */
-                    if constexpr (D == 256) /* its header went at the step's start */
-                        bwd_wg256_hand(sm, x, hb, buf, lq);
+                    if constexpr (D == 256)
+                        bwd_wg256_hand(sm, x, hb, buf, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1, lq);
                     else
                         bwd_wg_hand(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;

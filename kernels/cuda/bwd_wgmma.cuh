@@ -128,9 +128,7 @@ static inline void bwd_wg_dkvmaps_encode(bwd_wg_qmaps *maps, const struct attn_b
  * (empty_bar: bwd_tc_step<256>), and the printer adds it per step (q.empty/step); hand
  * is the hand-off's own wait for it, as at 64 and 128. Where the loader lane loads Q and
  * dO at 256 (bwd_wg256_lq), q.full is the step's wait for its stage instead (q.full/step)
- * and hand includes thread 0's wait for the loader. At 256 the hand-off comes in two parts
- * (bwd_wg256_announce): hand is then the wait after the staging, and w.full the writer's
- * waits for a header and, after the turn, for the partial. */
+ * and hand includes thread 0's wait for the loader. */
 #ifndef BWD_WG_TRACE
 #define BWD_WG_TRACE 0
 #endif
@@ -228,8 +226,7 @@ static_assert(BWD_WG_TILES_ALIGNED(64) && BWD_WG_TILES_ALIGNED(128), "v3's tiles
  * reads them has completed. The writer must have read it before the next prefetch into that
  * stage (the step below waits for it there; with maps, the loader lane: bwd_wg256_lq), so
  * the compute warps wait for the writer part of a step earlier than at 64 and 128 - with
- * one staging buffer there, the same tickets (their headers go ahead of the partials, so
- * that the writer's turn is not part of that wait: bwd_wg256_announce).
+ * one staging buffer there, the same tickets.
  * q_smem[b], dout_smem[b] and dq_smem (stage 1, which the interleaved mode, always on stage
  * 0, stages in) are views of io_smem, so the shared loads and hand-offs serve as they are. */
 #define BWD_WG256_BN CUATTN_BLOCK
@@ -261,15 +258,10 @@ struct bwd_wg_smem<256> {
     int32_t visit_smem[BWD_TC_TAB + 1];
     int32_t rank_smem[BWD_TC_TAB + 1];
     int32_t flag_smem;
-    /* The hand-off in two parts (bwd_wg256_announce, bwd_wg256_hand): a ticket's header
-     * (bh, m, rank (-1 atomic), 1 at the end) and its stage, posted at the step's start in a
-     * ring of two, so that the writer takes the turn while the partial is still being formed;
-     * then the partial, staged in that stage, on full_bar. */
-    int32_t ticket[2][4];
-    int32_t ticket_stage[2]; /* the stage whose place holds the ticket's partial */
-    uint64_t tick_bar[2];    /* header slot s holds a header (thread 0's one arrival) */
-    uint64_t full_bar[BWD_WG_DQBUFS];  /* the partial is staged (256 arrivals) */
-    uint64_t empty_bar[BWD_WG_DQBUFS]; /* the writer has read it (its one arrival) */
+    int32_t ticket[BWD_WG_DQBUFS][4];
+    int32_t ticket_stage[BWD_WG_DQBUFS]; /* the stage whose place holds the ticket's partial */
+    uint64_t full_bar[BWD_WG_DQBUFS];
+    uint64_t empty_bar[BWD_WG_DQBUFS];
     /* Q and dO by TMA from the loader lane (bwd_wg256_loader; persistent mode, maps ok): */
     uint64_t q_full[2];  /* stage b's Q, dO, LSE, Dsum have landed (2 x 256 + 1 arrivals, 64 KiB) */
     int32_t lq_req[4];   /* compute thread 0 -> loader: first row (-1: the end), head, batch,
@@ -1375,8 +1367,6 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
             attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS + 1);
         attn_mbar_init(&sm.lq_full, 1);
         attn_mbar_init(&sm.lq_empty, 1);
-        for (int32_t b = 0; b < 2; b++) /* the tickets' headers (bwd_wg256_announce) */
-            attn_mbar_init(&sm.tick_bar[b], 1);
     }
     if constexpr (D == 256 || BWD_WG_STAGE_BARS(D))
         attn_mbar_init_fence(); /* q_full: TMA completes bytes on it, issued by another thread */
@@ -1413,6 +1403,34 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
     }
     bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
+}
+
+/* Head dim 256: the same, with the partial staged in the place of stage `stage`'s Q and
+ * dO (bwd_wg_smem<256>); every product that read them has completed, in both warpgroups
+ * (the caller's barrier). With the loader (lq.tma), thread 0 hands the ticket over only
+ * once the loader has finished every request so far: it has then seen the empty_bar phase
+ * each waited for, which this ticket's read would otherwise let pass twice (the phases'
+ * rule above bwd_wg256_lq). */
+static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, const bwd_wg_regs<256> &x,
+                                                      bwd_wg_ring &r, int32_t stage, int32_t bh, int32_t m,
+                                                      int32_t rank, const bwd_wg256_lq &lq)
+{
+    {
+        BWD_WG_T0();
+        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* the writer has read the last partial */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_HAND);
+    }
+    bwd_tc_stage_dq<256, BWD_WG256_BN>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
+    if (threadIdx.x == 0) {
+        if (lq.tma) {
+            BWD_WG_T0();
+            attn_mbar_wait(&sm.lq_empty, lq.mph ^ 1u);
+            BWD_WG_TADD(BT_HAND);
+        }
+        sm.ticket_stage[r.b] = stage;
+    }
+    bwd_wg_ticket<256>(sm, r, bh, m, rank, 0);
 }
 
 /* Compute warps, at the end: no more tickets. */
@@ -1453,142 +1471,23 @@ static __device__ __forceinline__ void bwd_wg_write_ticket(const struct attn_bwd
     BWD_WG_TLAP(BT_PERFORM);
 }
 
-/* ---- Head dim 256: the hand-off in two parts (header, then partial) -----------------------
- *
- * At 256 a Q/dO stage is free again only once the writer has read the dQ partial staged in
- * it (bwd_wg_smem<256>), so the writer's part of ticket k - its turn, then the read - lies
- * between the staging of partial k and the load, into that stage, of step k + 2's Q and dO
- * (the loader's wait, bwd_wg256_lq), with one step in between to hide it. Taken after the
- * staging, the turn costs at least one L2 round trip of the counter's acquire load, and a
- * turn not yet come is waited for there whole; and the compute warps waited for the read of
- * partial k - 1 before they staged partial k. Here ticket k's header (tile, rank, stage)
- * goes first, at the start of step k (bwd_wg256_announce), and the writer takes the turn
- * while the step runs (bwd_wg256_writer); the partial follows on full_bar, staged before
- * the wait for the read of the last one (bwd_wg256_hand). Same additions, same order, same
- * release after the reduction has landed: the same bits.
- *
- * Headers: a ring of two slots, s = k % 2 for ticket k (ticket[s], ticket_stage[s]), thread
- * 0 their one writer; tick_bar[s] completes phase k / 2 (parity (k / 2) % 2) with thread 0's
- * arrival. Slot s may be rewritten, and its phase completed again, once the writer has
- * waited for header k - 2 and read it: it did both before it read partial k - 2
- * (empty_bar), which the compute warps waited for in the hand-off of ticket k - 1, before
- * step k (and before the end, itself a header: bwd_wg256_hand_end).
- *
- * Partials: one full/empty pair as before (BWD_WG_DQBUFS), phase k for ticket k. Partial k
- * is staged in step k's own stage at once: what was staged there before (ticket k - 2, or
- * at a unit's start maybe k - 1) has been read, since this step's Q and dO landed there only
- * after that read (the loader's wait, or the compute warps' before their cp.async). The
- * wait for the read of partial k - 1 then orders full_bar's phases (the writer has seen
- * phase k - 1 before anyone arrives for phase k) and is the loader's phase rule (thread 0
- * also waits for lq_empty: above bwd_wg256_lq).
- *
- * Turns. The writer takes ticket k's turn after passing k - 1's on (ticket order, as before)
- * and before partial k is there. Holding it, it waits only for its own compute warps to
- * stage the partial, which needs no turn: they wait for the read of partial k - 1 (done
- * before the writer came to k) and for stages whose reads are done too. So no wait is added
- * to any chain of turns (drain rule unchanged: bwd_tc_persistent), and the turn is passed on
- * no later than when taken after the staging (up to one backoff sleep of the spin,
- * BWD_TC_SPIN_MAX). */
-
-/* Ticket k's header, by thread 0 (rank: thread 0's): tile m of head bh, rank (-1: atomic),
- * its partial to come in stage `stage`; end: no more tickets. Every compute thread counts
- * the headers (tk, uniform). */
-static __device__ __forceinline__ void bwd_wg256_announce(bwd_wg_smem<256> &sm, uint32_t &tk, int32_t bh, int32_t m,
-                                                          int32_t rank, int32_t stage, int32_t end)
-{
-    if (threadIdx.x == 0) {
-        const uint32_t s = tk & 1u;
-        sm.ticket[s][0] = bh;
-        sm.ticket[s][1] = m;
-        sm.ticket[s][2] = rank;
-        sm.ticket[s][3] = end;
-        sm.ticket_stage[s] = stage;
-        attn_mbar_arrive(&sm.tick_bar[s]); /* (a release: the header's stores come first) */
-    }
-    tk++;
-}
-
-/* Compute warps: hand the step's partial over, staged in the place of stage `stage`'s Q and dO
- * (bwd_wg_smem<256>), whose header was announced at the step's start; every product that
- * read them has completed, in both warpgroups (the caller's barrier). With the loader
- * (lq.tma), thread 0 arrives only once the loader has finished every request so far: it has
- * then seen the empty_bar phase each waited for, which this partial's read would otherwise
- * let pass twice (the phases' rule above bwd_wg256_lq). */
-static __device__ __forceinline__ void bwd_wg256_hand(bwd_wg_smem<256> &sm, const bwd_wg_regs<256> &x,
-                                                      bwd_wg_ring &r, int32_t stage, const bwd_wg256_lq &lq)
-{
-    /* the stage's last partial was read before its Q and dO landed (above): stage at once */
-    bwd_tc_stage_dq<256, BWD_WG256_BN>(reinterpret_cast<float *>(sm.io_smem[stage]), x); /* then fences */
-    {
-        BWD_WG_T0();
-        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* the writer has read the last partial */
-        if (threadIdx.x == 0)
-            BWD_WG_TADD(BT_HAND);
-    }
-    if (threadIdx.x == 0 && lq.tma) {
-        BWD_WG_T0();
-        attn_mbar_wait(&sm.lq_empty, lq.mph ^ 1u);
-        BWD_WG_TADD(BT_HAND);
-    }
-    attn_mbar_arrive(&sm.full_bar[r.b]);
-    bwd_wg_ring_next<256>(r);
-}
-
-/* Compute warps, at the end (head dim 256): the end header; no wait (its slot is free:
- * above). */
-static __device__ __forceinline__ void bwd_wg256_hand_end(bwd_wg_smem<256> &sm, uint32_t &tk)
-{
-    bwd_wg256_announce(sm, tk, 0, 0, 0, 0, 1);
-}
-
-/* The writer at head dim 256 (one thread): take the tickets in turn until the end, each:
- * its header, its turn, then its partial - the order above. Ticket k's header stays in its
- * slot until the read of partial k has been waited for (above), so its fields are read
- * where they are used: the writer has 24 registers (its trace's clocks spilled otherwise). */
-static __device__ __forceinline__ void bwd_wg256_writer(const struct attn_bwd_params &p, bwd_wg_smem<256> &sm)
-{
-    for (uint32_t k = 0;; k++) {
-        const uint32_t s = k & 1u;
-        BWD_WG_TLAP0();
-        attn_mbar_wait(&sm.tick_bar[s], (k >> 1) & 1u); /* a header */
-        BWD_WG_TLAP(BT_FULL);
-        if (sm.ticket[s][3])
-            return;
-        BWD_WG_TCOUNT(BT_TICKETS);
-        const int32_t rank = sm.ticket[s][2];
-        int32_t *ctr = p.counter + (int64_t)sm.ticket[s][0] * p.s.m_tiles + sm.ticket[s][1];
-        if (rank >= 0) /* while the compute warps still form the partial */
-            bwd_tc_take_turn(ctr, rank);
-        BWD_WG_TLAP(BT_TURN);
-        attn_mbar_wait(&sm.full_bar[0], k & 1u); /* the partial (one staging ring slot) */
-        BWD_WG_TLAP(BT_FULL);
-        bwd_tc_bulk_add<256>(p, reinterpret_cast<const float *>(sm.io_smem[sm.ticket_stage[s]]), sm.ticket[s][0],
-                             sm.ticket[s][1], rank == 0);
-        bwd_tc_bulk_wait_read();
-        attn_mbar_arrive(&sm.empty_bar[0]); /* read: the stage may be loaded again */
-        BWD_WG_TLAP(BT_READ);
-        bwd_tc_pass_on(ctr, rank);
-        BWD_WG_TLAP(BT_PERFORM);
-    }
-}
-
 /* The writer (one thread): take the tickets in turn until the end. */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm)
 {
-    if constexpr (D == 256) { /* the hand-off in two parts (above) */
-        bwd_wg256_writer(p, sm);
-    } else {
-        for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
-            BWD_WG_TLAP0();
-            attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
-            BWD_WG_TLAP(BT_FULL);
-            const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
-            if (sm.ticket[r.b][3])
-                return;
-            BWD_WG_TCOUNT(BT_TICKETS);
+    for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+        BWD_WG_TLAP0();
+        attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        BWD_WG_TLAP(BT_FULL);
+        const int32_t bh = sm.ticket[r.b][0], m = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
+        if (sm.ticket[r.b][3])
+            return;
+        BWD_WG_TCOUNT(BT_TICKETS);
+        if constexpr (D == 256) /* staged in the place of a stage's Q and dO */
+            bwd_wg_write_ticket<D>(p, reinterpret_cast<const float *>(sm.io_smem[sm.ticket_stage[r.b]]), bh, m,
+                                   rank, &sm.empty_bar[r.b]);
+        else
             bwd_wg_write_ticket<D>(p, sm.dq_smem + r.b * BWD_TC_BM * D, bh, m, rank, &sm.empty_bar[r.b]);
-        }
     }
 }
 

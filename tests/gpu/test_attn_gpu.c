@@ -741,9 +741,7 @@ static void test_attn_gpu_v3_backward_needs_no_zeroed_scratch(void)
  * fp16 and bf16, full and causal, GQA 2:1 and MHA, lengths that are not tile multiples,
  * seqlen_q != seqlen_k both ways, one key per row (dQ and dK exactly zero), and 2048
  * causal; then each deterministic schedule's bytes again 20 times over grids 132, 114, 78,
- * 16, 3 and 1 (the small ones: one CTA's many units, where consecutive tickets share a stage
- * and the headers' ring of the hand-off wraps, bwd_wg256_announce) and in the interleaved
- * mode forced on 5 CTAs, and it must have run v3's kernel. */
+ * 16 and 1 and in the interleaved mode forced on 5 CTAs, and it must have run v3's kernel. */
 static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_independent_bits(void)
 {
     const struct shape_case cases[] = {
@@ -753,7 +751,7 @@ static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_ind
         {1, 100, 70, 2, 2, 256, DTYPE_F16, SCHED_MASK_CAUSAL}, /* rows that see no key */
         {1, 2048, 2048, 2, 1, 256, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
-    const int32_t grids[] = {132, 114, 78, 16, 3, 1};
+    const int32_t grids[] = {132, 114, 78, 16, 1};
     const int32_t ws[] = {SCHED_W_DEFAULT, 7};
     struct cuattn *ca = NULL;
     CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
@@ -824,7 +822,7 @@ static void test_attn_gpu_v3_head_dim_256_backward_matches_float64_with_grid_ind
  * synccheck), small enough for their slowdown: every kernel implementation, every head
  * dim, every schedule, persistent and interleaved CTAs, each checked against float64 (so
  * a sanitizer run that changes nothing also says the results are right), with and without
- * the audit's fused leaves; v3 at head dim 256 persistent on 1 and 3 CTAs too. */
+ * the audit's fused leaves. */
 static void test_attn_gpu_small_shapes_for_sanitizers(void)
 {
     const struct shape_case cases[] = {
@@ -853,29 +851,24 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                 fprintf(stderr, "\n  case %zu impl %d forward: too far from float64", ci, impl);
                 bad++;
             }
-            /* v3 at head dim 256 persistent on 1 and 3 CTAs as well: one CTA's several units
-             * through the writer's two-part hand-off (bwd_wg256_announce) */
-            const int32_t grids[] = {0, 1, 3};
-            const size_t ngrids = impl == CUATTN_IMPL_WGMMA && p.head_dim == 256 ? 3 : 1;
             for (int kind = 0; kind < SCHED_KIND_COUNT; kind++)
-                for (int inter = 0; inter < 2; inter++)
-                    for (size_t gi = 0; gi < (inter ? 1 : ngrids); gi++) {
-                        if (inter && kind != SCHED_SHIFT)
-                            continue; /* interleaving is shift's answer to a small grid */
-                        struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0, 0};
-                        cuattn__force_interleaved(ca, inter);
-                        /* the audit's fused leaves on every other schedule and interleaved, so
-                         * the tools see the epilogues both ways */
-                        CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, inter || kind % 2 == 0), 0);
-                        CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, inter ? 3 : grids[gi], NULL), 0);
-                        double e[3];
-                        if (!grads_close(&a, &R, e)) {
-                            fprintf(stderr, "\n  case %zu impl %d %s%s grid %d: rel error dq %.3g dk %.3g dv %.3g",
-                                    ci, impl, sched_kind_name(cfg.sched), inter ? " interleaved" : "",
-                                    inter ? 3 : grids[gi], e[0], e[1], e[2]);
-                            bad++;
-                        }
+                for (int inter = 0; inter < 2; inter++) {
+                    if (inter && kind != SCHED_SHIFT)
+                        continue; /* interleaving is shift's answer to a small grid */
+                    struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0, 0};
+                    cuattn__force_interleaved(ca, inter);
+                    /* the audit's fused leaves on every other schedule and interleaved, so
+                     * the tools see the epilogues both ways */
+                    CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, inter || kind % 2 == 0), 0);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
+                    double e[3];
+                    if (!grads_close(&a, &R, e)) {
+                        fprintf(stderr, "\n  case %zu impl %d %s%s: rel error dq %.3g dk %.3g dv %.3g",
+                                ci, impl, sched_kind_name(cfg.sched), inter ? " interleaved" : "",
+                                e[0], e[1], e[2]);
+                        bad++;
                     }
+                }
             cuattn__force_interleaved(ca, 0);
             (void)cuattn_set_leaves(ca, 0);
         }
