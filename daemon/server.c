@@ -26,6 +26,7 @@
 #include "proto/wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -670,7 +671,27 @@ static void on_sweep(uv_timer_t *t)
 
 /* ---- binding ------------------------------------------------------------------------------- */
 
-/* An ipc:// endpoint: a bound, listening unix socket. -errno on failure. */
+/* A bound, listening unix socket at sa (alen bytes of it) in *ret_fd; -errno on failure. */
+static int listen_unix(const struct sockaddr_un *sa, socklen_t alen, int *ret_fd)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (bind(fd, (const struct sockaddr *)sa, alen) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+/* An ipc:// endpoint: a bound, listening unix socket. -errno on failure.
+ * A socket file appears at bind(2), before listen(2); a client that connects in between is
+ * refused, and libdash takes a refused socket for a dead daemon's (dash_reach.c). So a path
+ * is bound under a temporary name beside it (same directory, same file system), listened on,
+ * and only then renamed into place: the file at the path is always a listening socket. An
+ * abstract name (no file) and a path too long for the temporary name are bound in place. */
 static int bind_ipc(const char *name, int *ret_fd)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -679,20 +700,28 @@ static int bind_ipc(const char *name, int *ret_fd)
         return -ENAMETOOLONG;
     memcpy(sa.sun_path, name, n);
     socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
-    if (name[0] == '@')
+    if (name[0] == '@') {
         sa.sun_path[0] = '\0'; /* abstract: the name is the bytes after the '@', no NUL */
-    else
-        alen++;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    if (bind(fd, (struct sockaddr *)&sa, alen) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
-        int e = -errno;
-        close(fd);
-        return e;
+        return listen_unix(&sa, alen, ret_fd);
     }
-    *ret_fd = fd;
-    return 0;
+    struct sockaddr_un tmp = {.sun_family = AF_UNIX};
+    int tn = snprintf(tmp.sun_path, sizeof tmp.sun_path, "%s.%ld.new", name, (long)getpid());
+    if (tn < 0 || (size_t)tn >= sizeof tmp.sun_path)
+        return listen_unix(&sa, alen + 1, ret_fd);
+    (void)unlink(tmp.sun_path); /* a leftover of a killed daemon of this pid */
+    int rc = listen_unix(&tmp, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)tn + 1), ret_fd);
+    if (rc)
+        return rc;
+    /* never over a file that is there (bind(2) in place would say EADDRINUSE) */
+    if (renameat2(AT_FDCWD, tmp.sun_path, AT_FDCWD, name, RENAME_NOREPLACE) != 0) {
+        rc = errno == EEXIST ? -EADDRINUSE : -errno;
+        (void)unlink(tmp.sun_path);
+        close(*ret_fd);
+        *ret_fd = -1;
+        if (rc == -EINVAL) /* a file system without RENAME_NOREPLACE: bind in place */
+            return listen_unix(&sa, alen + 1, ret_fd);
+    }
+    return rc;
 }
 
 /* tcp://HOST:PORT, HOST an IPv4 address, [IPv6] or *. */

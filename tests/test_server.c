@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -947,6 +948,66 @@ static void test_server_routing_id_of_a_gone_client_gives_no_session_to_another_
     CU_ASSERT(daemon_serves(&D));
 }
 
+/* The socket file is there only once dashd listens on it: it appears by a rename (an
+ * inotify IN_MOVED_TO, never IN_CREATE), its temporary name beside it is gone, and a client
+ * that connects the moment it sees the file is served. Bound in place, the file appeared at
+ * bind(2), before listen(2), and libdash's first connect(2) in between was refused as a dead
+ * daemon's (seen as a flaky Python test on a loaded machine). Another file at the path is
+ * never replaced (the rename does not overwrite): dashd refuses to start. */
+static void test_server_socket_file_appears_only_once_dashd_listens(void)
+{
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    CU_ASSERT_FATAL(in >= 0);
+    CU_ASSERT_FATAL(inotify_add_watch(in, "/tmp", IN_CREATE | IN_MOVED_TO) >= 0);
+    struct dashd_proc d;
+    CU_ASSERT_FATAL(dashd_start(&d, "") == 0);
+    const char *path = wire_ipc_path(d.endpoint);
+    CU_ASSERT_FATAL(path && strncmp(path, "/tmp/", 5) == 0);
+    const char *base = path + 5;
+    int created = 0, moved = 0;
+    _Alignas(struct inotify_event) char buf[65536];
+    ssize_t got;
+    while ((got = read(in, buf, sizeof buf)) > 0)
+        for (char *p = buf; p < buf + got;) {
+            const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
+            if (ev->len && strcmp(ev->name, base) == 0) {
+                created += (ev->mask & IN_CREATE) != 0;
+                moved += (ev->mask & IN_MOVED_TO) != 0;
+            }
+            p += sizeof *ev + ev->len;
+        }
+    close(in);
+    CU_ASSERT_EQUAL(created, 0);
+    CU_ASSERT_EQUAL(moved, 1);
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.%ld.new", path, (long)d.pid);
+    struct stat st;
+    CU_ASSERT(stat(tmp, &st) != 0 && errno == ENOENT);
+    CU_ASSERT(stat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+    CU_ASSERT(daemon_serves(&d));
+    CU_ASSERT_EQUAL(dashd_stop(&d), 0);
+
+    /* a regular file at the path: refused, and left as it was */
+    struct dashd_proc e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.endpoint, sizeof e.endpoint, "ipc://%s", path);
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL(write(fd, "keep", 4), 4);
+    close(fd);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s/dashd --endpoint %s --backend cpu > /dev/null 2>&1", tu_build_dir(),
+             e.endpoint);
+    int rc = system(cmd);
+    CU_ASSERT(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) != 0);
+    char back[8] = {0};
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    CU_ASSERT(fd >= 0 && read(fd, back, sizeof back) == 4 && memcmp(back, "keep", 4) == 0);
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+}
+
 int suite_server(void)
 {
     CU_pSuite s = CU_add_suite("server", suite_init, suite_clean);
@@ -964,5 +1025,6 @@ int suite_server(void)
     ADD_TEST(s, test_server_unread_replies_are_capped_across_connections);
     ADD_TEST(s, test_server_random_bytes_never_hurt_it);
     ADD_TEST(s, test_server_routing_id_of_a_gone_client_gives_no_session_to_another_user);
+    ADD_TEST(s, test_server_socket_file_appears_only_once_dashd_listens);
     return 0;
 }
