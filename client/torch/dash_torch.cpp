@@ -103,7 +103,7 @@ std::shared_ptr<client_entry> live_entry(int64_t id)
 {
     auto e = entry_of(id);
     if (!e)
-        fail(DASH_EINVAL, "no such client (not attached to the native op)");
+        fail(DASH_EINVAL, "no such client (never attached to the native op, or closed and collected)");
     if (!e->c.load())
         fail(DASH_EINVAL, "this Client is closed (close(), or replaced by a later dash_attn.connect())");
     return e;
@@ -338,6 +338,18 @@ void dash_torch_detach(int64_t id)
     auto e = entry_of(id);
     if (e)
         e->c = nullptr;
+}
+
+void dash_torch_forget(int64_t id)
+{
+    std::lock_guard<std::mutex> g(entries_mu);
+    entries.erase(id);
+}
+
+int64_t dash_torch_entries(void)
+{
+    std::lock_guard<std::mutex> g(entries_mu);
+    return (int64_t)entries.size();
 }
 
 void dash_torch_lock(int64_t id)

@@ -40,12 +40,20 @@ extern "C" {
 #endif
 
 /* Make (or refresh) the entry of client id: c is its struct dash_client *. An entry lives
- * as long as the process (a closed client's entry names no client). Returns 0. */
+ * until dash_torch_forget (a closed client's entry names no client). Returns 0. */
 int dash_torch_attach(int64_t id, void *c);
 
 /* The caller holds id's lock (dash_torch_lock): the entry names no client from now on;
  * an op that names it then fails with DASH_EINVAL. The caller then closes the client. */
 void dash_torch_detach(int64_t id);
+
+/* Client id is gone for good (the binding's object collected): its entry leaves the map
+ * (a thread inside one of its calls keeps it until it returns); an op naming id then fails
+ * with DASH_EINVAL, "no such client". */
+void dash_torch_forget(int64_t id);
+
+/* The number of entries (live, closed and not yet forgotten): for the binding's tests. */
+int64_t dash_torch_entries(void);
 
 /* Take and give back id's lock (an entry made by dash_torch_attach); a blocking take. */
 void dash_torch_lock(int64_t id);

@@ -73,20 +73,23 @@ def _load():
         torch.ops.load_library(path)
         op = torch.ops.dash_torch.attn.default
         fwd, bwd = torch.ops.dash_torch.fwd.default, torch.ops.dash_torch.bwd.default
+        # the binding's C functions (a library from an older build lacks some: not loaded)
+        for name, args in (("dash_torch_attach", [ctypes.c_int64, ctypes.c_void_p]),
+                           ("dash_torch_detach", [ctypes.c_int64]),
+                           ("dash_torch_forget", [ctypes.c_int64]),
+                           ("dash_torch_lock", [ctypes.c_int64]),
+                           ("dash_torch_unlock", [ctypes.c_int64]),
+                           ("dash_torch_unlock_if_mine", [ctypes.c_int64])):
+            getattr(so, name).argtypes = args
+        so.dash_torch_attach.restype = ctypes.c_int
+        so.dash_torch_entries.restype = ctypes.c_int64
+        for name in ("dash_torch_detach", "dash_torch_forget", "dash_torch_lock", "dash_torch_unlock"):
+            getattr(so, name).restype = None
     except (OSError, RuntimeError, AttributeError) as e:
         if env:  # an override: load that one or fail, never fall back
             raise ImportError(f"dash_attn: cannot load DASH_TORCH_LIBRARY={env}: {e}") from None
         why_not = f"{path}: {e}"
         return False
-    for name, args in (("dash_torch_attach", [ctypes.c_int64, ctypes.c_void_p]),
-                       ("dash_torch_detach", [ctypes.c_int64]),
-                       ("dash_torch_lock", [ctypes.c_int64]),
-                       ("dash_torch_unlock", [ctypes.c_int64]),
-                       ("dash_torch_unlock_if_mine", [ctypes.c_int64])):
-        getattr(so, name).argtypes = args
-    so.dash_torch_attach.restype = ctypes.c_int
-    for name in ("dash_torch_detach", "dash_torch_lock", "dash_torch_unlock"):
-        getattr(so, name).restype = None
     _so, _op, _fwd, _bwd = so, op, fwd, bwd
     return True
 
@@ -110,6 +113,11 @@ class Lock:
     def __exit__(self, *exc):
         _so.dash_torch_unlock(self._id)
         return False
+
+    def __del__(self):
+        # the Client is collected: its entry goes (else the map grows by one a Client)
+        if _so is not None:
+            _so.dash_torch_forget(self._id)
 
 
 def attach(cid, c):

@@ -75,6 +75,34 @@ def test_the_native_op_refuses_a_closed_client_and_an_unknown_one(daemon):
 
 
 @needs_native
+def test_a_collected_client_leaves_the_native_ops_map(daemon):
+    # each Client makes an entry in the library's map; a collected one's entry goes, so a
+    # process that opens clients for ever does not grow it for ever
+    import gc
+    gc.collect()
+    before = _native._so.dash_torch_entries()
+    kept = dash_attn.Client(daemon.endpoint, client_name="pytest-native-kept")
+    ids = []
+    for _ in range(20):
+        c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-forget")
+        ids.append(c.id)
+        c.close()
+        del c
+    gc.collect()
+    assert _native._so.dash_torch_entries() <= before + 1
+
+    class Gone:
+        id = ids[-1]
+    with pytest.raises(dash_attn.DashError) as e:
+        _call(Gone, torch.randn(1, 8, 2, 64))
+    assert "no such client" in str(e.value), str(e.value)
+    with pytest.raises(dash_attn.DashError) as e:  # the kept one is still known
+        _call(kept, torch.randn(1, 8, 2, 64))
+    assert "4-D CUDA tensors" in str(e.value), str(e.value)
+    kept.close()
+
+
+@needs_native
 def test_a_client_held_by_one_thread_waits_for_it_in_another(daemon):
     # the lock the C++ backward takes on autograd's thread is the one Python's calls take
     c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-lock")
