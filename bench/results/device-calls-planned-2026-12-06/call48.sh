@@ -16,9 +16,11 @@ T "hand256 smoke ok=$h"
 { echo "== hand256 smoke (ok=$h)"; grep -E "tflops|exit|rror" $W/smoke.txt | cut -c1-200; } > $OUT/summary.txt
 LT=$(( L * 45 / 100 < 260 ? L * 45 / 100 : 260 ))
 export SUITE_TIMEOUT=$((LT - 10))
-chk() { lane $1 MAIN_CHECKS= CHECKS="$3" TRIALS=$2 AB_TRIALS=none OUT=$W/$1 timeout $LT bash scripts/gpu_trials.sh; }
-lane m1 MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/m1 timeout $LT bash scripts/gpu_trials.sh
-lane m2 MAIN_CHECKS="gpu_attn_fwd gpu_dashd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/m2 timeout $LT bash scripts/gpu_trials.sh
+# LANES (default all: m1 m2 u1 u2 u3 u4 u5 h1 h2) picks the checks where time is short
+on() { case " ${LANES:-m1 m2 u1 u2 u3 u4 u5 h1 h2} " in *" $1 "*) ;; *) false ;; esac; }
+chk() { on $1 && lane $1 MAIN_CHECKS= CHECKS="$3" TRIALS=$2 AB_TRIALS=none OUT=$W/$1 timeout $LT bash scripts/gpu_trials.sh; }
+on m1 && lane m1 MAIN_CHECKS="gpu_attn" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/m1 timeout $LT bash scripts/gpu_trials.sh
+on m2 && lane m2 MAIN_CHECKS="gpu_attn_fwd gpu_dashd" CHECKS=none TRIALS=none AB_TRIALS=none OUT=$W/m2 timeout $LT bash scripts/gpu_trials.sh
 chk u1 unitlap gpu_attn
 chk u2 unitlap gpu_attn_vl
 chk u3 unitlap gpu_audit
