@@ -781,7 +781,10 @@ static void test_server_random_bytes_never_hurt_it(void)
     static unsigned char junk[70000];
     for (int i = 0; i < 400; i++) {
         int handshake = (int)(tu_next(&rng) % 2);
-        int fd = handshake ? zmtp_open(D.endpoint) : unix_connect(D.endpoint);
+        /* the raw connections just before may still count against this process's cap of
+         * connections without a session until dashd has read their end (a sanitized daemon
+         * lags): the handshake is tried again while refused, as zmtp_open_soon says */
+        int fd = handshake ? zmtp_open_soon(D.endpoint) : unix_connect(D.endpoint);
         CU_ASSERT_FATAL(fd >= 0);
         size_t n = 1 + (size_t)(tu_next(&rng) % (tu_next(&rng) % 4 == 0 ? sizeof junk : 300));
         for (size_t j = 0; j < n; j++)
