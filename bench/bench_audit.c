@@ -7,12 +7,15 @@
  *   backward          the kernels alone;
  *   + leaves          the kernels hashing their output rows as they write them
  *                     (cuattn_set_leaves), no digest kernels;
- *   + from leaves     that, and the digests folded from those leaves (what dashd does);
+ *   + from leaves     that, and the digests folded from those leaves (what dashd does):
+ *                     by the backward's own dQ postprocess where it folds them
+ *                     (cuattn_set_digests), else by the digest kernels after it;
  *   + from memory     the kernels alone, then the digests read from the outputs.
  *
  * Bursts of N backwards, one synchronise, the variants taking turns burst by burst (drift
  * falls on all alike); median of 11 bursts after a warm-up one. Then the digest kernels
- * alone (event-timed, best of 5), and whether both ways give the same digests. bf16,
+ * alone (event-timed, best of 5, from a backward's leaves and from memory), and whether
+ * every way gives the same digests (the backward's own, when it made them, too). bf16,
  * 16384 tokens, 16 heads, schedule auto.
  *
  *   bench_audit [--seqlen S] [--hdim D] [--reps N]
@@ -47,9 +50,12 @@
 static int one(struct cuattn *a, const struct attn_problem *p, const struct attn_tensor *e, const float *lse,
                int var, const struct digest_view *dv3, void *scratch, size_t need, uint64_t *d_out)
 {
+    uint64_t *const out[3] = {d_out, d_out + 1, d_out + 2};
     (void)cuattn_set_leaves(a, var == 1 || var == 2);
+    (void)cuattn_set_digests(a, var == 2 ? out : NULL);
     int rc = cuattn_backward(a, p, NULL, 0, e[5], e[6], e[7], e[0], e[1], e[2], e[3], lse, e[4], NULL);
-    if (rc || var < 2)
+    (void)cuattn_set_digests(a, NULL);
+    if (rc || var < 2 || (var == 2 && cuattn_digested(a)))
         return rc;
     struct digest_view v[3];
     for (int i = 0; i < 3; i++) {
@@ -164,7 +170,14 @@ int main(int argc, char **argv)
         double m[VARIANTS];
         for (int var = 0; var < VARIANTS; var++)
             m[var] = btime_median(t[var], BURSTS);
-        /* the digest kernels alone, after a backward that left its leaves; and the bits */
+        /* the digests of variant 2 (the backward's own where it folds them), then the
+         * digest kernels alone after a backward that left its leaves; and the bits */
+        uint64_t got[3][3];
+        if (one(a, &p, e, lse, 2, dv3, scratch, need, d_out) != 0)
+            goto out;
+        CHECK(cudaStreamSynchronize(st));
+        const int folded = cuattn_digested(a);
+        CHECK(cudaMemcpy(got[2], d_out, sizeof got[2], cudaMemcpyDeviceToHost));
         if (one(a, &p, e, lse, 1, dv3, scratch, need, d_out) != 0)
             goto out;
         struct digest_view v[3];
@@ -173,7 +186,6 @@ int main(int argc, char **argv)
             v[i].leaves = cuattn_leaves(a, i);
         }
         float best[2] = {1e9f, 1e9f}, ms;
-        uint64_t got[2][3];
         for (int k = 0; k < 5; k++)
             for (int w = 0; w < 2; w++) {
                 CHECK(cudaEventRecord(e0, st));
@@ -186,10 +198,11 @@ int main(int argc, char **argv)
                 CHECK(cudaMemcpy(got[w], d_out, sizeof got[w], cudaMemcpyDeviceToHost));
             }
         (void)cuattn_set_leaves(a, 0);
-        printf("| %s | %.3f | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f / %.3f | %s |\n",
+        const int same = memcmp(got[0], got[1], sizeof got[0]) == 0 && memcmp(got[0], got[2], sizeof got[0]) == 0;
+        printf("| %s | %.3f | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f / %.3f | %s%s |\n",
                causal ? "causal" : "full", m[0], m[1], 100.0 * (m[1] - m[0]) / m[0], m[2],
                100.0 * (m[2] - m[0]) / m[0], m[3], 100.0 * (m[3] - m[0]) / m[0], best[0], best[1],
-               memcmp(got[0], got[1], sizeof got[0]) == 0 ? "yes" : "NO");
+               same ? "yes" : "NO", folded ? " (folded by the backward)" : "");
     }
     ok = 1;
 out:

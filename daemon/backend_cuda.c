@@ -787,24 +787,47 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
     return 0;
 }
 
-/* The leaves the last backward's kernels hashed for output view v (cuattn_leaves), or
- * NULL: v must be that whole output, (batch, seqlen, heads, head_dim) from its first
- * element, for the leaves (rows in that order) to be its own. */
-static const uint64_t *fused_leaves(struct cuda *c, const struct backend_op *op, const struct digest_view *v)
+/* Which output of the backward (0 dq, 1 dk, 2 dv) output view v is whole - (batch,
+ * seqlen, heads, head_dim) from its first element, so that the kernels' leaves (rows in
+ * that order) and digests are its own - or -1. */
+static int whole_output(const struct backend_op *op, const struct digest_view *v)
 {
     const struct attn_problem *p = op->prob;
     const void *base[3] = {op->dq.data, op->dk.data, op->dv.data};
     for (int i = 0; i < 3; i++) {
-        const uint64_t *l = cuattn_leaves(c->ca, i);
-        if (!l || v->base != base[i])
+        if (v->base != base[i])
             continue;
         const int64_t want[4] = {p->batch, i ? p->seqlen_k : p->seqlen_q, i ? p->heads_kv : p->heads_q,
                                  p->head_dim};
         if (v->ndim == 4 && v->elem == 2 && v->shape[0] == want[0] && v->shape[1] == want[1] &&
             v->shape[2] == want[2] && v->shape[3] == want[3])
-            return l;
+            return i;
     }
-    return NULL;
+    return -1;
+}
+
+/* The leaves the last backward's kernels hashed for output view v (cuattn_leaves), or NULL. */
+static const uint64_t *fused_leaves(struct cuda *c, const struct backend_op *op, const struct digest_view *v)
+{
+    const int i = whole_output(op, v);
+    return i < 0 ? NULL : cuattn_leaves(c->ca, i);
+}
+
+/* Where a backward's kernels may put its outputs' digests themselves (cuattn_set_digests):
+ * when the op digests exactly its three outputs, each whole, out[i] is the pinned slot of
+ * output i's digest; else 0 (the digests are queued after the kernels). */
+static int folded_slots(const struct backend_op *op, int32_t n_in, uint64_t *pinned, uint64_t *out[3])
+{
+    out[0] = out[1] = out[2] = NULL;
+    if (op->n_digests - n_in != 3)
+        return 0;
+    for (int32_t j = n_in; j < op->n_digests; j++) {
+        const int i = whole_output(op, &op->digest_views[j]);
+        if (i < 0 || out[i])
+            return 0;
+        out[i] = pinned + j;
+    }
+    return 1;
 }
 
 /* A device op: wait for the client's event, digest the inputs (audit "all"), queue the
@@ -857,13 +880,19 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     }
     if ((rc = queue_digests(c, op->digest_views, n_in, p->pinned, msg, msglen)) != 0)
         goto fail;
-    /* the outputs' digests from the leaves the backward's kernels hash as they write */
+    /* the outputs' digests from the leaves the backward's kernels hash as they write, or
+     * made by those kernels outright where they can (into this op's pinned slots: the
+     * address is cleared again as soon as the kernels are queued) */
     (void)cuattn_set_leaves(c->ca, backward && op->n_digests > n_in);
+    uint64_t *folded[3];
+    const int fold = backward && folded_slots(op, n_in, p->pinned, folded);
+    (void)cuattn_set_digests(c->ca, fold ? folded : NULL);
     /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
     rc = backward ? cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv, op->q,
                                     op->k, op->v, op->out, op->lse, op->dout, ret_cfg)
                   : cuattn_forward(c->ca, op->prob, op->cfg, op->out, op->lse, op->q, op->k,
                                    op->v, ret_cfg);
+    (void)cuattn_set_digests(c->ca, NULL);
     if (rc) {
         rc = map_kernel_error(rc, op->prob, msg, msglen);
         goto fail;
@@ -877,7 +906,8 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         if (backward)
             outs[i - n_in].leaves = fused_leaves(c, op, &op->digest_views[i]);
     }
-    if ((rc = queue_digests(c, outs, op->n_digests - n_in, p->pinned + n_in, msg, msglen)) != 0)
+    if (!(fold && cuattn_digested(c->ca)) &&
+        (rc = queue_digests(c, outs, op->n_digests - n_in, p->pinned + n_in, msg, msglen)) != 0)
         goto fail;
     if (op->record_event && cudaEventRecord((cudaEvent_t)op->record_event, st) != cudaSuccess) {
         snprintf(msg, msglen, "cannot record the client's event: %s",

@@ -42,6 +42,42 @@ static void test_digest_xxh64_matches_libxxhash(void)
     free(b);
 }
 
+/* XXH64 of n 8-byte words from its four stripe accumulators run apart, as a quad of GPU
+ * threads runs them (digest_fold.cuh: lane a the chain over the words a, a + 4, ... of the
+ * whole stripes, 16 stripes at a time; xxh64_words_end on the four and the words past the
+ * stripes), is libxxhash's XXH64 of those 8 n bytes: 0 to 300 words (short of a stripe,
+ * whole stripes, 1 to 3 words past them, past one and several chunks of 16 stripes) with
+ * seed 0 (groups and supergroups) and seeds of byte counts (the roots). */
+static void test_digest_xxh64_from_split_accumulators_matches_libxxhash(void)
+{
+    unsigned char *b = random_bytes(300 * 8, 0x12);
+    uint64_t w[300];
+    for (int i = 0; i < 300; i++) {
+        w[i] = 0;
+        for (int k = 0; k < 8; k++)
+            w[i] |= (uint64_t)b[8 * i + k] << (8 * k); /* little-endian, as the device reads */
+    }
+    const uint64_t seeds[] = {0, 4096, (uint64_t)262144 * 256, 0x9E3779B97F4A7C15ull};
+    int bad = 0;
+    for (uint64_t n = 0; n <= 300; n++)
+        for (size_t si = 0; si < sizeof seeds / sizeof seeds[0]; si++) {
+            const uint64_t seed = seeds[si], stripes = n / 4;
+            uint64_t v[4];
+            for (int a = 0; a < 4; a++) {
+                v[a] = xxh64_start(seed, a);
+                for (uint64_t s = 0; s < stripes; s += 16)
+                    for (uint64_t k = 0; k < 16 && s + k < stripes; k++)
+                        v[a] = xxh64_round(v[a], w[4 * (s + k) + (uint64_t)a]);
+            }
+            const uint64_t at = 4 * stripes, left = n - at;
+            const uint64_t got = xxh64_words_end(v[0], v[1], v[2], v[3], n, seed, left > 0 ? w[at] : 0,
+                                                 left > 1 ? w[at + 1] : 0, left > 2 ? w[at + 2] : 0);
+            bad += got != XXH64(b, (size_t)n * 8, seed);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    free(b);
+}
+
 /* The definition written out (digest.h, version 2): every row cut into leaves of at most
  * 4 KiB, groups of 64 leaf hashes, supergroups of 64 group hashes, the root over the
  * supergroup hashes (little-endian words) seeded with the length. Each level is a plain
@@ -239,6 +275,7 @@ int suite_digest(void)
     if (!s)
         return -1;
     ADD_TEST(s, test_digest_xxh64_matches_libxxhash);
+    ADD_TEST(s, test_digest_xxh64_from_split_accumulators_matches_libxxhash);
     ADD_TEST(s, test_digest_of_bytes_follows_its_definition_at_leaf_and_group_boundaries);
     ADD_TEST(s, test_digest_of_rows_follows_its_definition_and_binds_the_row_length);
     ADD_TEST(s, test_digest_one_flipped_bit_changes_it);

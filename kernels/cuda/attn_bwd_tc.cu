@@ -25,7 +25,8 @@
  *                                   and dQp is added into dQacc[m] when counter[m] == rank.
  *   attn_bwd_tc_postprocess_kernel  dQ = scale dQacc, rounded to the input dtype (a warp a
  *                                   row); its _hashed twin also hashes the rows for the
- *                                   audit (leaf_dq).
+ *                                   audit (leaf_dq), its _folded one (bwd_fold.cuh) the
+ *                                   audit's digests of dQ, dK and dV too.
  *   attn_bwd_dkv_sum_kernel         GQA: dK, dV of a kv head = sum over its q-heads, ascending
  *                                   (bwd_rows.cuh, shared with v1).
  *
@@ -80,6 +81,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "kernels/cuda/bwd_fold.cuh"
 #include "kernels/cuda/bwd_mma.cuh"
 #include "kernels/cuda/bwd_rows.cuh"
 #include "kernels/cuda/bwd_wgmma.cuh"
@@ -785,8 +787,8 @@ bool cuattn__bwd_wg_narrow_ok(const struct attn_bwd_params *p, int32_t head_dim)
 }
 
 template <typename DT, int D, int BN, int V>
-static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, int32_t sms,
-                                 cudaStream_t stream)
+static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, const struct attn_bwd_fold *fold, int32_t grid,
+                                 int32_t sms, cudaStream_t stream)
 {
     cudaError_t err;
     const int64_t rows_q = (int64_t)p->s.bh * p->seqlen_q;
@@ -820,7 +822,18 @@ static cudaError_t bwd_tc_launch(const struct attn_bwd_params *p, int32_t grid, 
     }
     if ((err = cudaGetLastError()) != cudaSuccess)
         return err;
-    if (p->leaf_dq)
+    if (fold) { /* the digests too (bwd_fold.cuh): a block a group of rows, or a kv supergroup */
+        if constexpr (D == 256) {
+            return cudaErrorInvalidValue; /* dK and dV unhashed there: the host never folds */
+        } else {
+            const int64_t groups = (rows_q + DIGEST_FANOUT - 1) / DIGEST_FANOUT;
+            const int64_t rows_k = (int64_t)p->s.bh * p->seqlen_k;
+            const int64_t kv_supers = 2 * ((rows_k + BWD_FOLD_SUPER - 1) / BWD_FOLD_SUPER);
+            attn_bwd_tc_postprocess_folded_kernel<DT, D>
+                <<<attn_bwd_rows_grid(groups > kv_supers ? groups : kv_supers, 1, sms), 32 * BWD_FOLD_WARPS, 0,
+                   stream>>>(*p, *fold);
+        }
+    } else if (p->leaf_dq)
         attn_bwd_tc_postprocess_hashed_kernel<DT, D>
             <<<attn_bwd_rows_grid(rows_q, 8 * BWD_TC_HASHED_WARPS, sms), 32 * BWD_TC_HASHED_WARPS, 0, stream>>>(*p);
     else
@@ -956,10 +969,10 @@ cudaError_t cuattn__bwd_tc_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, i
 #undef BWD_TC_OCC
 }
 
-cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
-                                  int32_t grid, int32_t sms, cudaStream_t stream)
+cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, const struct attn_bwd_fold *fold,
+                                  enum dtype_kind dt, int32_t grid, int32_t sms, cudaStream_t stream)
 {
-#define BWD_TC_RUN(T, D, BN, V) bwd_tc_launch<T, D, BN, V>(p, grid, sms, stream)
+#define BWD_TC_RUN(T, D, BN, V) bwd_tc_launch<T, D, BN, V>(p, fold, grid, sms, stream)
     BWD_TC_DISPATCH(dt, p->head_dim, p->s.block_n, p->wg, BWD_TC_RUN);
 #undef BWD_TC_RUN
 }

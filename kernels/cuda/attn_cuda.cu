@@ -78,6 +78,8 @@ struct cuattn {
     size_t leaves_cap;
     int leaves_on;          /* cuattn_set_leaves */
     uint64_t *leaf_out[3];  /* the last backward's leaves of dq, dk, dv, or NULL */
+    uint64_t *digest_out[3]; /* cuattn_set_digests, or NULLs */
+    int digested;            /* the last backward folded its digests (cuattn_digested) */
     struct cuattn_pin pin[CUATTN_PIN_SLOTS];
     int pin_next; /* the slot upload() takes next */
 };
@@ -1119,8 +1121,15 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
 /* The audit's fused leaves (cuattn_set_leaves): point bp's leaf arrays into the handle's
  * leaf memory for the outputs whose kernels hash their rows - dQ in the v2/v3 postprocess,
  * dK and dV in v3's persistent epilogue (head dims 64, 128, no GQA) or GQA's sum - at head dims that
- * are whole warps of pairs; the others stay NULL and are digested from memory. */
-static int arm_leaves(struct cuattn *a, const struct attn_problem *p, struct attn_bwd_params *bp, int tc)
+ * are whole warps of pairs; the others stay NULL and are digested from memory. Where all
+ * three are hashed before the dQ postprocess (the persistent epilogue, not GQA's sum, which
+ * runs after it) and cuattn_set_digests asked, the postprocess folds the digests too
+ * (bwd_fold.cuh): *ret_fold says where (untouched otherwise). Its scratch comes first in
+ * the leaf memory, its block counter at the start whatever the shape, zeroed whenever the
+ * memory is new (each launch leaves it at 0 for the next; nothing else is ever put there:
+ * a call that folds nothing keeps its place). */
+static int arm_leaves(struct cuattn *a, const struct attn_problem *p, struct attn_bwd_params *bp, int tc,
+                      struct attn_bwd_fold *ret_fold)
 {
     const int32_t D = p->head_dim;
     const int dq = tc;
@@ -1129,11 +1138,17 @@ static int arm_leaves(struct cuattn *a, const struct attn_problem *p, struct att
         return 0;
     const size_t rows_q = (size_t)p->batch * (size_t)p->seqlen_q * (size_t)p->heads_q;
     const size_t rows_k = (size_t)p->batch * (size_t)p->seqlen_k * (size_t)p->heads_kv;
+    const int fold = a->digest_out[0] && dq && dkv && p->heads_q == p->heads_kv && !a->narrow_bwd &&
+                     rows_q <= INT32_MAX && rows_k <= INT32_MAX; /* the kernel's 32-bit indices */
     size_t used = 0;
+    const size_t o_fold = carve(&used, fold ? (size_t)attn_bwd_fold_bytes(rows_q, rows_k) : sizeof(unsigned int));
     const size_t o_q = carve(&used, sizeof(uint64_t) * rows_q);
     const size_t o_k = carve(&used, sizeof(uint64_t) * rows_k);
     const size_t o_v = carve(&used, sizeof(uint64_t) * rows_k);
-    const int rc = grow(a, &a->leaves, &a->leaves_cap, used);
+    const size_t cap = a->leaves_cap;
+    int rc = grow(a, &a->leaves, &a->leaves_cap, used);
+    if (rc == 0 && a->leaves_cap != cap) /* new memory: the counter starts at 0 */
+        rc = err_code(cudaMemsetAsync(a->leaves + o_fold, 0, sizeof(unsigned int), a->stream));
     if (rc)
         return rc;
     if (dq)
@@ -1141,6 +1156,11 @@ static int arm_leaves(struct cuattn *a, const struct attn_problem *p, struct att
     if (dkv) {
         bp->leaf_dk = reinterpret_cast<uint64_t *>(a->leaves + o_k);
         bp->leaf_dv = reinterpret_cast<uint64_t *>(a->leaves + o_v);
+    }
+    if (fold) {
+        for (int i = 0; i < 3; i++)
+            ret_fold->out[i] = a->digest_out[i];
+        ret_fold->scratch = a->leaves + o_fold;
     }
     return 0;
 }
@@ -1272,6 +1292,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     if (!a->narrow_bwd)
         a->last_narrow &= ~2;
     a->leaf_out[0] = a->leaf_out[1] = a->leaf_out[2] = NULL;
+    a->digested = 0;
     if (padded(a, p))
         return backward_padded(a, p, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
     struct attn_config c;
@@ -1377,13 +1398,16 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
      * lengthen the chain. Measured on an H200 (bench/results/gpu-v2-128-2026-11-29.md). */
     bp.defer = s.kind == SCHED_SHIFT || (s.kind == SCHED_SPT && s.mask == SCHED_MASK_CAUSAL);
     bp.wg = wg;
-    if (a->leaves_on && (rc = arm_leaves(a, p, &bp, tc)))
+    struct attn_bwd_fold fold;
+    memset(&fold, 0, sizeof fold);
+    if (a->leaves_on && (rc = arm_leaves(a, p, &bp, tc, &fold)))
         return rc;
     bp.d_cols = a->narrow_bwd;
     if (a->narrow_bwd && !cuattn__bwd_wg_narrow_ok(&bp, p->head_dim))
         return CUATTN_NARROW_REFUSED;
 
-    rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream)
+    rc = finish(a, tc ? cuattn__bwd_tc_launch(&bp, fold.out[0] ? &fold : NULL, p->dtype, (int32_t)g, a->sms,
+                                              a->stream)
                       : cuattn__bwd_launch(&bp, p->dtype, (int32_t)g, a->sms, a->stream));
     if (rc)
         return rc;
@@ -1393,6 +1417,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
     a->leaf_out[0] = bp.leaf_dq;
     a->leaf_out[1] = bp.leaf_dk;
     a->leaf_out[2] = bp.leaf_dv;
+    a->digested = fold.out[0] != NULL;
     if (ret_cfg)
         *ret_cfg = c;
     return 0;
@@ -1404,6 +1429,20 @@ int cuattn_set_leaves(struct cuattn *a, int on)
         return -EINVAL;
     a->leaves_on = on != 0;
     return 0;
+}
+
+int cuattn_set_digests(struct cuattn *a, uint64_t *const out[3])
+{
+    if (!a || (out && (!out[0] || !out[1] || !out[2])))
+        return -EINVAL;
+    for (int i = 0; i < 3; i++)
+        a->digest_out[i] = out ? out[i] : NULL;
+    return 0;
+}
+
+int cuattn_digested(const struct cuattn *a)
+{
+    return a && a->digested;
 }
 
 const uint64_t *cuattn_leaves(const struct cuattn *a, int which)

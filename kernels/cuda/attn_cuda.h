@@ -232,6 +232,25 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
  */
 int cuattn_set_leaves(struct cuattn *a, int on);
 
+/*
+ * The audit's digests themselves, folded by the backward's kernels: with out non-NULL (and
+ * leaves on), every later cuattn_backward whose kernels hash all three outputs' rows before
+ * its dQ postprocess - v3's persistent kernel at head dims 64 and 128 without GQA, not
+ * windows, softcap, packed batches or widened head dims, and outputs of fewer than 2^31
+ * rows (kernels/cuda/bwd_fold.cuh) - also folds those leaves into the
+ * digests (kernels/digest/digest.h, version 2) of the whole dq, dk and dv, (batch, seqlen,
+ * heads, head_dim) as dense bytes, and writes them to out[0], out[1], out[2] from its last
+ * kernel, on the stream of `a`: no digest kernel need follow. cuattn_digested says whether
+ * it did. out[i]: 8 bytes of device memory, or of pinned host memory the device can write
+ * (cudaMallocHost), each valid until the stream has passed the call. out NULL (the default):
+ * off. 0, or -EINVAL (a NULL handle, or out with a NULL entry).
+ */
+int cuattn_set_digests(struct cuattn *a, uint64_t *const out[3]);
+
+/* After a successful cuattn_backward: 1 when its kernels wrote the three digests to
+ * cuattn_set_digests' addresses, else 0 (then fold cuattn_leaves with digest_cuda). */
+int cuattn_digested(const struct cuattn *a);
+
 /* After a successful cuattn_backward: the device array of leaf hashes of output `which`
  * (0 dq, 1 dk, 2 dv), written on the stream of `a` and valid there until the next backward;
  * NULL where that output's kernels did not hash it (off; packed batches, windows and

@@ -22,6 +22,7 @@
 #define DASH_ATTN_CUDA_INT_H
 
 #include "kernels/cuda/attn_cuda.h"
+#include "kernels/digest/digest.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -183,6 +184,38 @@ struct attn_bwd_params {
     int32_t vl_zero_k;                /* 1: some sequence has keys but no query (dK, dV 0) */
 };
 
+/* The audit's digests folded by the dQ postprocess (cuattn_set_digests; bwd_fold.cuh),
+ * where v3's persistent kernel wrote dK's and dV's leaves before it (no GQA) and every
+ * index fits 32 bits: a parameter of that kernel's own, beside attn_bwd_params (in which
+ * it changed the code of kernels that copy their parameters, attn_vl.cu's). */
+struct attn_bwd_fold {
+    uint64_t *out[3];       /* where the digests of dq, dk, dv go: device or pinned host memory */
+    unsigned char *scratch; /* attn_bwd_fold_bytes of the handle's leaf memory (below) */
+};
+
+/* The fold scratch (attn_bwd_fold.scratch) of a backward with rows_q dQ and rows_k dK/dV
+ * rows: the postprocess's count of finished blocks at 0 (0 before and after each launch),
+ * dQ's group hashes (ceil(rows_q / 64)) at attn_bwd_fold_groups_at, dK's then dV's
+ * supergroup hashes (ceil(rows_k / 4096) each) at attn_bwd_fold_supers_at; one layout for
+ * the host that sizes it and the kernel that uses it. */
+#define ATTN_BWD_FOLD_ALIGN 256
+static __host__ __device__ inline uint64_t attn_bwd_fold_groups_at(void)
+{
+    return ATTN_BWD_FOLD_ALIGN;
+}
+
+static __host__ __device__ inline uint64_t attn_bwd_fold_supers_at(uint64_t rows_q)
+{
+    const uint64_t bytes = 8 * ((rows_q + DIGEST_FANOUT - 1) / DIGEST_FANOUT);
+    return attn_bwd_fold_groups_at() + (bytes + ATTN_BWD_FOLD_ALIGN - 1) / ATTN_BWD_FOLD_ALIGN * ATTN_BWD_FOLD_ALIGN;
+}
+
+static __host__ __device__ inline uint64_t attn_bwd_fold_bytes(uint64_t rows_q, uint64_t rows_k)
+{
+    const uint64_t super = DIGEST_FANOUT * DIGEST_FANOUT; /* leaves */
+    return attn_bwd_fold_supers_at(rows_q) + 8 * 2 * ((rows_k + super - 1) / super);
+}
+
 /* v1 serves every head dim of this list; v2 only 64 and 128, v3 64, 128 and 256
  * (cuattn_impl_for). */
 #define ATTN_V1_HEAD_DIM(d) ((d) == 64 || (d) == 96 || (d) == 128 || (d) == 256)
@@ -266,8 +299,10 @@ size_t cuattn__bwd_tc_vsm_floats(int32_t head_dim, int32_t block_n);
 /* attn_bwd_tc.cu: whether v3's dense persistent backward at head_dim encodes the TMA maps
  * of p's Q, dO, dK and dV at p->d_cols columns (the narrow call's condition) */
 bool cuattn__bwd_wg_narrow_ok(const struct attn_bwd_params *p, int32_t head_dim);
-cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, enum dtype_kind dt,
-                                  int32_t grid, int32_t sms, cudaStream_t stream);
+/* fold: NULL, or the digests for the dQ postprocess to fold (the host asks only where
+ * struct attn_bwd_fold says) */
+cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, const struct attn_bwd_fold *fold,
+                                  enum dtype_kind dt, int32_t grid, int32_t sms, cudaStream_t stream);
 
 /* attn_vl.cu: windows, softcap and packed batches on v2's tensor-core kernels (forward and
  * backward, 64 x 64 and 64 x 128 tiles, persistent mode only; sm_80 and sm_90), and on v3's

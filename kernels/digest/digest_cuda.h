@@ -9,8 +9,10 @@
  * supergroup hashes the tensor's root over them. A dense view is hashed in place;
  * a strided one is first gathered into dense scratch. A view whose leaves a kernel has
  * already hashed (the backward's fused epilogues, attn_cuda.h) skips the first kernel and
- * never reads the tensor. Everything is queued on the caller's stream, so digests of an
- * op's outputs queued right after the op are ready when the stream reaches them.
+ * never reads the tensor; where v3's backward folds its outputs' leaves into their
+ * digests itself (cuattn_set_digests, the same values), neither kernel runs for them.
+ * Everything is queued on the caller's stream, so digests of an op's outputs queued right
+ * after the op are ready when the stream reaches them.
  */
 #ifndef DASH_DIGEST_CUDA_H
 #define DASH_DIGEST_CUDA_H

@@ -92,6 +92,32 @@ XXH64_FN uint64_t xxh64_avalanche(uint64_t h)
     return h ^ (h >> 32);
 }
 
+/* One 8-byte word past the stripes into h. */
+XXH64_FN uint64_t xxh64_tail8(uint64_t h, uint64_t w)
+{
+    h ^= xxh64_round(0, w);
+    return xxh64_rotl(h, 27) * XXH64_P1 + XXH64_P4;
+}
+
+/* XXH64 with seed of n 8-byte words (8 n bytes) from its four stripe accumulators, for
+ * code that runs them side by side (a quad of GPU threads, digest_fold.cuh): v0 .. v3 the
+ * chains of xxh64_round from xxh64_start(seed, a) over the words a, a + 4, ... of the
+ * n / 4 whole 32-byte stripes (ignored when n < 4), t0 .. t2 the n % 4 words past them
+ * (the rest ignored). What xxh64() gives for those bytes. */
+XXH64_FN uint64_t xxh64_words_end(uint64_t v0, uint64_t v1, uint64_t v2, uint64_t v3, uint64_t n,
+                                  uint64_t seed, uint64_t t0, uint64_t t1, uint64_t t2)
+{
+    uint64_t h = n >= 4 ? xxh64_converge(v0, v1, v2, v3) : seed + XXH64_P5;
+    h += 8 * n;
+    if (n % 4 > 0)
+        h = xxh64_tail8(h, t0);
+    if (n % 4 > 1)
+        h = xxh64_tail8(h, t1);
+    if (n % 4 > 2)
+        h = xxh64_tail8(h, t2);
+    return xxh64_avalanche(h);
+}
+
 /* The hash of len bytes at p with seed. */
 XXH64_FN uint64_t xxh64(const void *data, size_t len, uint64_t seed)
 {

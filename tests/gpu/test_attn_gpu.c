@@ -55,6 +55,45 @@ static double tolerance(enum dtype_kind t)
     return t == DTYPE_F16 ? 5e-3 : 1e-2;
 }
 
+/* The digests a backward folded into d_dig (device memory: dq, dk, dv; cuattn_set_digests)
+ * against digest_rows() of a's outputs as copied back: how many differ (each printed). */
+static int folded_digests_differ(const struct gpu_bufs *a, const uint64_t *d_dig, const char *what)
+{
+    uint64_t got[3];
+    CUDA_OK(cudaMemcpy(got, d_dig, sizeof got, cudaMemcpyDeviceToHost));
+    const void *host[3] = {a->dq, a->dk, a->dv};
+    const uint64_t row = a->es * (uint64_t)a->p.head_dim;
+    const uint64_t bytes[3] = {a->es * (uint64_t)a->nq, a->es * (uint64_t)a->nk, a->es * (uint64_t)a->nk};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        uint64_t want = 0;
+        CU_ASSERT_EQUAL(digest_rows(host[i], bytes[i], row, &want), 0);
+        if (got[i] != want && bad++ < 3)
+            fprintf(stderr, "\n  %s: output %d's folded digest %016llx, the host's %016llx", what, i,
+                    (unsigned long long)got[i], (unsigned long long)want);
+    }
+    return bad;
+}
+
+/* Device memory for three folded digests, as cuattn_set_digests takes it. */
+struct dig3 {
+    uint64_t *d;
+    uint64_t *out[3];
+};
+
+static void dig3_init(struct dig3 *g)
+{
+    g->d = gpu_dev_alloc(3 * sizeof(uint64_t));
+    for (int i = 0; i < 3; i++)
+        g->out[i] = g->d + i;
+}
+
+/* Poisoned before a call on ca's stream: a digest the kernels do not write cannot pass. */
+static void dig3_poison(struct dig3 *g, struct cuattn *ca)
+{
+    CUDA_OK(cudaMemsetAsync(g->d, 0xa5, 3 * sizeof(uint64_t), (cudaStream_t)cuattn_stream(ca)));
+}
+
 struct shape_case {
     int32_t batch, sq, sk, hq, hkv, d;
     enum dtype_kind dtype;
@@ -835,6 +874,8 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x5a71);
     int bad = 0;
+    struct dig3 dig;
+    dig3_init(&dig);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
@@ -858,9 +899,15 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                     struct attn_config cfg = {(enum sched_kind)kind, inter ? 7 : 0, 0, 0, 0};
                     cuattn__force_interleaved(ca, inter);
                     /* the audit's fused leaves on every other schedule and interleaved, so
-                     * the tools see the epilogues both ways */
-                    CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, inter || kind % 2 == 0), 0);
+                     * the tools see the epilogues both ways; with them the digests folded
+                     * where the kernels fold them (the dQ postprocess's barriers and counter) */
+                    const int leaves = inter || kind % 2 == 0;
+                    CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, leaves), 0);
+                    CU_ASSERT_EQUAL_FATAL(cuattn_set_digests(ca, leaves ? dig.out : NULL), 0);
+                    dig3_poison(&dig, ca);
                     CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, inter ? 3 : 0, NULL), 0);
+                    if (cuattn_digested(ca))
+                        bad += folded_digests_differ(&a, dig.d, "sanitizer shape");
                     double e[3];
                     if (!grads_close(&a, &R, e)) {
                         fprintf(stderr, "\n  case %zu impl %d %s%s: rel error dq %.3g dk %.3g dv %.3g",
@@ -871,11 +918,13 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
                 }
             cuattn__force_interleaved(ca, 0);
             (void)cuattn_set_leaves(ca, 0);
+            (void)cuattn_set_digests(ca, NULL);
         }
         refs_free(&R);
         gpu_bufs_free(&a);
     }
     CU_ASSERT_EQUAL(bad, 0);
+    CUDA_OK(cudaFree(dig.d));
     cuattn_free(ca);
 }
 
@@ -1749,7 +1798,11 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
  * through GQA's sum), and on sm_90 the MHA shapes at 64 and 128 must have all three, so
  * the check cannot pass by hashing nothing. Odd
  * lengths (partial kv tiles, whose missing rows must write no leaf), GQA, fp16 and bf16,
- * head dims 64, 128, 256, and 96, 80, 40, 200 (never: their kernels see widened rows). */
+ * head dims 64, 128, 256, and 96, 80, 40, 200 (never: their kernels see widened rows).
+ * Both calls with leaves also ask for the digests folded by the kernels
+ * (cuattn_set_digests): where they are (v3, MHA, head dims 64 and 128) each call's equal
+ * the host's digests of the outputs (poisoned before each call; the second call finds the
+ * block counter the first left), and nowhere else does a call say it folded them. */
 static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
 {
     const struct shape_case cases[] = {
@@ -1766,7 +1819,9 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
     const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x1eaf);
-    int bad = 0, hashed = 0;
+    int bad = 0, hashed = 0, folded = 0;
+    struct dig3 dig;
+    dig3_init(&dig);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
@@ -1782,14 +1837,27 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
                                  (int64_t)p.batch * p.seqlen_k * p.heads_kv};
         /* once to have the leaves' memory, then again with every leaf poisoned first (the
          * same shape reuses it): a row whose leaf is not written cannot pass */
+        const int fold = v3 && p.heads_q == p.heads_kv && (p.head_dim == 64 || p.head_dim == 128);
         CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_digests(ca, dig.out), 0);
+        dig3_poison(&dig, ca);
         CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, NULL), 0);
+        CU_ASSERT_EQUAL(cuattn_digested(ca), fold);
+        if (cuattn_digested(ca))
+            bad += folded_digests_differ(&a, dig.d, "first call");
         const uint64_t *first[3];
         for (int i = 0; i < 3; i++)
             if ((first[i] = cuattn_leaves(ca, i)) != NULL)
                 CUDA_OK(cudaMemset((void *)(uintptr_t)first[i], 0xff, sizeof(uint64_t) * (size_t)rows[i]));
         CUDA_OK(cudaDeviceSynchronize()); /* poisoned before the kernels' own stream runs */
+        dig3_poison(&dig, ca);
         CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, NULL, 0, NULL), 0);
+        CU_ASSERT_EQUAL(cuattn_digested(ca), fold);
+        if (cuattn_digested(ca)) {
+            bad += folded_digests_differ(&a, dig.d, "second call");
+            folded++;
+        }
+        CU_ASSERT_EQUAL_FATAL(cuattn_set_digests(ca, NULL), 0);
         for (int i = 0; i < 3; i++)
             CU_ASSERT_PTR_EQUAL(cuattn_leaves(ca, i), first[i]);
         CU_ASSERT(gpu_copy_equal(&plain, &a));
@@ -1840,7 +1908,98 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
     }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT(hashed > 0 || cuattn_impl(ca) == CUATTN_IMPL_CUDA_CORES);
+    CU_ASSERT(folded > 0 || !v3);
+    /* out with a NULL entry is refused */
+    uint64_t *const half[3] = {dig.out[0], NULL, dig.out[2]};
+    CU_ASSERT_EQUAL(cuattn_set_digests(ca, half), -EINVAL);
+    CU_ASSERT_EQUAL(cuattn_set_digests(NULL, NULL), -EINVAL);
     (void)cuattn_set_leaves(ca, 0);
+    CUDA_OK(cudaFree(dig.d));
+    cuattn_free(ca);
+}
+
+/* The digests folded by the dQ postprocess (cuattn_set_digests) at large outputs equal the
+ * host's digests of the outputs copied back, and the tree kernel's from the same leaves:
+ * dQ with 65 supergroups (more than the 32 the last block folds at a time; 4138 groups for
+ * a postprocess capped at 16 blocks an SM, so blocks take several groups in turn; a last
+ * group of 24 leaves), dK and dV with 67 supergroups (3 words past the root's stripes)
+ * where dQ has 2 (more blocks for the kv supergroups than dQ has groups: blocks with no dQ
+ * row), and the reverse. Each shape three times, one call between them without digests,
+ * the shapes taking turns (other grids): every call finds the block counter at 0. */
+static void test_attn_gpu_folded_digests_equal_cpu_at_large_outputs(void)
+{
+    const struct shape_case cases[] = {
+        {4, 1003, 1003, 66, 66, 64, DTYPE_BF16, SCHED_MASK_FULL},
+        {1, 130, 8200, 33, 33, 128, DTYPE_F16, SCHED_MASK_CAUSAL},
+        {1, 8200, 130, 33, 33, 128, DTYPE_BF16, SCHED_MASK_FULL},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    struct cuattn *ca = open_device();
+    if (cuattn_impl(ca) != CUATTN_IMPL_WGMMA) {
+        printf("\n    skipped: the digests are folded by v3's backward only (sm_90) ");
+        cuattn_free(ca);
+        return;
+    }
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0xf01d);
+    struct gpu_bufs a[3];
+    for (int ci = 0; ci < n; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        gpu_bufs_init(&a[ci], &p, NULL, NULL, &r);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a[ci], NULL, NULL), 0);
+    }
+    struct dig3 dig;
+    dig3_init(&dig);
+    CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
+    int bad = 0, calls = 0;
+    for (int round = 0; round < 3; round++)
+        for (int ci = 0; ci < n; ci++) {
+            struct gpu_bufs *b = &a[ci];
+            char what[64];
+            snprintf(what, sizeof what, "case %d round %d", ci, round);
+            if (round == 1 && ci == 1) { /* a call that asks for no digests between */
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, b, NULL, 0, NULL), 0);
+                CU_ASSERT_EQUAL(cuattn_digested(ca), 0);
+            }
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_digests(ca, dig.out), 0);
+            dig3_poison(&dig, ca);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, b, NULL, 0, NULL), 0);
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_digests(ca, NULL), 0);
+            int32_t mode = 0, grid = 0;
+            cuattn__last_launch(ca, &mode, &grid);
+            CU_ASSERT_EQUAL(cuattn_digested(ca), mode != 2); /* persistent: folded */
+            if (!cuattn_digested(ca))
+                continue;
+            calls++;
+            bad += folded_digests_differ(b, dig.d, what);
+            /* the tree kernel's digests from the same leaves */
+            const struct attn_problem *p = &b->p;
+            struct digest_view v[3];
+            void *dev[3] = {b->d_dq, b->d_dk, b->d_dv};
+            for (int i = 0; i < 3; i++) {
+                const int64_t seq = i ? p->seqlen_k : p->seqlen_q, heads = i ? p->heads_kv : p->heads_q;
+                const struct digest_view x = {dev[i], 4, {p->batch, seq, heads, p->head_dim},
+                                              {seq * heads * p->head_dim, heads * p->head_dim, p->head_dim, 1},
+                                              2, cuattn_leaves(ca, i)};
+                v[i] = x;
+            }
+            const size_t need = digest_cuda_scratch_bytes(v, 3);
+            void *scratch = gpu_dev_alloc(need);
+            uint64_t *d_tree = gpu_dev_alloc(3 * sizeof(uint64_t)), tree[3], got[3];
+            CU_ASSERT_EQUAL_FATAL(digest_cuda(v, 3, scratch, need, d_tree, cuattn_stream(ca)), 0);
+            CUDA_OK(cudaStreamSynchronize((cudaStream_t)cuattn_stream(ca)));
+            CUDA_OK(cudaMemcpy(tree, d_tree, sizeof tree, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(got, dig.d, sizeof got, cudaMemcpyDeviceToHost));
+            CU_ASSERT(memcmp(tree, got, sizeof got) == 0);
+            CUDA_OK(cudaFree(scratch));
+            CUDA_OK(cudaFree(d_tree));
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(calls > 0);
+    (void)cuattn_set_leaves(ca, 0);
+    for (int ci = 0; ci < n; ci++)
+        gpu_bufs_free(&a[ci]);
+    CUDA_OK(cudaFree(dig.d));
     cuattn_free(ca);
 }
 
@@ -2188,6 +2347,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_rejects_bad_arguments_and_reports_config) ||
         !CU_add_test(s, "test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed",
                      test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed) ||
+        !CU_add_test(s, "test_attn_gpu_folded_digests_equal_cpu_at_large_outputs",
+                     test_attn_gpu_folded_digests_equal_cpu_at_large_outputs) ||
         !CU_add_test(s, "test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits",
                      test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits))
         return -1;
