@@ -279,6 +279,140 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     }
 }
 
+#if BWD_TC_BULK
+/* Trial unitlap (BWD_WG_DKV_LAP, bwd_wgmma.cuh): bwd_tc_persistent for the writer kernel
+ * whose stages have mbarriers (head dim 128), one unit an iteration, so that a unit's end
+ * and the next unit's start are one piece of code:
+ *   1. where the unit was its job's last, thread 0 takes the next job - after its last
+ *      hand-off, and after a drain where bwd_tc_persistent's rule asks for one
+ *      (bwd_wg_must_drain; the drain then comes after 2) - its L2 round trip under the other
+ *      warps' last hand-offs and staging (ptxas makes the atomic a warp-aggregated one, whose
+ *      shuffle holds warp 0 until the index is back; an atom in inline PTX got the same);
+ *   2. dK and dV stored (bwd_wg_store_dkv): a barrier (every product of the unit's last
+ *      step has completed in both warpgroups: K, V, both stages, P and dS are free), dK and
+ *      dV staged in stage 1, P and dS, their stores issued; or GQA's and the other pair
+ *      stores, then the barrier;
+ *   3. the job index shared (a barrier);
+ *   4. the next unit's first stage (stage 0) and K/V load issued, its visit table filled;
+ *   5. the leaves and the wait for the stores' read (bwd_wg_store_dkv_done), under the load;
+ *   6. the load's barrier (bwd_tc_load_kv_wait), which also publishes the table and the read.
+ * The job is taken after the last ticket is handed over, after a drain where the rule asks
+ * for one, as before: the drain rule holds as it did (the other compute threads may still
+ * be finishing their part of the last hand-off; nothing they wait for there depends on the
+ * job taken). The steps, hand-offs and turns are bwd_tc_persistent's; the hand-off forms
+ * its staging addresses afresh (FRESH: kept from the kernel's start, one of them spilled, 4
+ * bytes). (With the next unit's loads at the end of bwd_tc_persistent's loops instead, ptxas
+ * kept more values across the steps and spilled 200 bytes and more; with the barrier of 2
+ * before the call, on every path, the window/packed kernel spilled 24-28.) */
+template <typename DT, int D, int BN, typename SM, typename REGS>
+static __device__ __forceinline__ void bwd_wg_persistent_lap(const struct attn_bwd_params &p, SM &sm,
+                                                            const bwd_wg_qmaps *qm)
+{
+    const struct sched *s = &p.s;
+    bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
+    int32_t wait_end = 0;     /* as bwd_tc_persistent's */
+    uint32_t qph = 0;         /* the stages' next parities */
+    int32_t dsb = 0;          /* ... and the dS tile of the next step */
+    REGS x;
+    int32_t stage = 0, n = -1; /* the unit: stage `stage` of job J, kv-tile n (-1: none yet) */
+    struct sched_job J;
+    {
+        BWD_WG_T0();
+        const int32_t job = bwd_tc_take_job<true>(p, sm.flag_smem); /* the CTA's first: nothing to drain */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_JOB);
+        if (job >= s->jobs) {
+            bwd_wg_hand_end(sm, hb); /* tell the writer */
+            return;
+        }
+        J = sched_job_taken(s, job);
+        wait_end = sched_job_last_steps(s, J.k) == 1 ? INT32_MAX : sched_wait_end(s, job);
+    }
+    for (;;) {
+        const int32_t pbh = J.bh, pn = n; /* the last unit (pn -1: none) */
+        if (pn >= 0) {
+            BWD_WG_T0();
+            const int take = stage + 1 == sched_job_stages(s, J.k);
+            int32_t next = -1; /* 1. thread 0: the next job (flag_smem holds the last one's index) */
+            if (take && threadIdx.x == 0 && !bwd_wg_must_drain(p, wait_end, sm.flag_smem))
+                next = atomicAdd(p.job_next, 1);
+            bwd_wg_store_dkv<DT, D, BN, true>(p, sm, x, pbh, pn, qm); /* 2. */
+            stage++;
+            if (take) {
+                if (threadIdx.x == 0) {
+                    if (next < 0) { /* the rule asks the writer to take its turns first */
+                        BWD_WG_T0();
+                        bwd_wg_drain(sm, hb);
+                        BWD_WG_TADD(BT_DRAIN);
+                        next = atomicAdd(p.job_next, 1);
+                    }
+                    sm.flag_smem = next;
+                }
+                bwd_cta_sync<true>(); /* 3. the job index is visible to every thread (thread 0
+                                         writes the next one after the next unit's barrier 6) */
+                const int32_t job = sm.flag_smem;
+                if (job >= s->jobs) { /* tell the writer */
+                    bwd_wg_store_dkv_done<DT, D, BN, true>(p, sm, pbh, pn, qm);
+                    if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
+                        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                    bwd_wg_hand_end(sm, hb);
+                    return;
+                }
+                J = sched_job_taken(s, job);
+                wait_end = sched_job_last_steps(s, J.k) == 1 ? INT32_MAX : sched_wait_end(s, job);
+                stage = 0;
+            }
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_STORE);
+        }
+        BWD_WG_T0();
+        n = sched_job_unit(s, J.k, stage);
+        const int32_t steps = sched_unit_steps(s, n);
+        /* 4. the unit's loads: its first stage before K and V, so the two latencies overlap
+         * (trial kvq); every read of the last unit's table, K, V and stage 0 came before 2's
+         * barrier. */
+        if (steps > 0)
+            bwd_wg_load_q_mb<D, BN>(p, sm, 0, J.bh, sched_visit(s, &J, stage, 0), qm);
+        bwd_tc_load_kv_start<D, BN>(p, sm, J.bh, n);
+        bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+        if (pn >= 0) /* 5. */
+            bwd_wg_store_dkv_done<DT, D, BN, true>(p, sm, pbh, pn, qm);
+        bwd_tc_load_kv_wait<SM>(); /* 6. its barrier publishes the table and the stores' read too */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_UNIT);
+        bwd_tc_zero_kv<D, BN>(x);
+        int32_t m = sm.visit_smem[0], buf = 0, base = 0; /* the table holds steps base .. */
+        int loaded = steps > 0;
+        for (int32_t step = 0; step < steps; step++) { /* bwd_tc_persistent's, W and transposed */
+            if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
+                bwd_cta_sync<true>();           /* everyone has read the old table */
+                base = step;
+                bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
+            }
+            const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
+            const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
+#if BWD_WG_TRACE
+            const long long bs0_ = clock64();
+#endif
+            bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
+            dsb ^= 1;
+#if BWD_WG_TRACE
+            if (threadIdx.x == 0) {
+                BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
+                BWD_WG_TSLOT(BT_STEPS) += 1;
+            }
+#endif
+            /* thread 0's rank, read at the top of the step (bwd_tc_persistent) */
+            bwd_wg_hand<D, true>(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
+            m = next_m;
+            buf ^= 1;
+            loaded = 1;
+        }
+    }
+}
+#endif
+
 #if BWD_WG_PAIR64 && BWD_TC_BULK
 /* BWD_WG_PAIR64 (bwd_wgmma.cuh): the persistent mode at head dim 64 with the pair
  * step - bwd_tc_persistent's jobs, units, visit table, drain rule and writer hand-off,
@@ -593,7 +727,12 @@ __global__ void __launch_bounds__(bwd_kern<D, BN, V>::persistent_threads, 1)
             asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
         }
 #endif
-        bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm, &maps);
+#if BWD_TC_BULK
+        if constexpr (K::smem::writer && BWD_WG_DKV_LAP(D))
+            bwd_wg_persistent_lap<DT, D, BN, typename K::smem, typename K::regs>(p, sm, &maps);
+        else
+#endif
+            bwd_tc_persistent<DT, D, BN, typename K::smem, typename K::regs>(p, sm, &maps);
 #if BWD_WG_TRACE
         if (K::smem::writer && threadIdx.x == 0)
             BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);

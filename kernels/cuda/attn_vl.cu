@@ -339,7 +339,154 @@ struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     struct attn_bwd_params prm;        /* the job's sequence */
     int32_t local_job;                 /* the job's index in its sequence's dispatch order */
     int32_t view[3];                   /* its view batch, first q row and first k row (the TMA maps') */
+    /* trial unitlap (bwd_vl_wg_lap; in registers, the kernel spilled): */
+    struct sched_job job_smem;         /* the job */
+    int32_t wait_end_smem;             /* thread 0's wait end of the job (the drain rule) */
 };
+
+#if BWD_TC_BULK
+/* Thread 0: make dispatch index `job` the CTA's job (flag_smem), and where it is one, point
+ * the params and the view at its sequence. */
+template <int D>
+static __device__ __forceinline__ void bwd_vl_wg_take(const struct attn_bwd_params &p, bwd_vl_wg_smem<D> &sm,
+                                                      int32_t job)
+{
+    sm.flag_smem = job;
+    if (job < p.vl_jobs) {
+        const struct attn_vl_seq *e = bwd_vl_enter<D>(p, sm, job);
+        sm.view[0] = e->vb;
+        sm.view[1] = e->vq;
+        sm.view[2] = e->vk;
+        sm.job_smem = sched_job_taken(&sm.prm.s, sm.local_job);
+        sm.wait_end_smem = job - sm.local_job + sched_wait_end(&sm.prm.s, sm.local_job);
+    }
+}
+
+/* Trial unitlap (BWD_WG_DKV_LAP, bwd_wgmma.cuh; head dim 128): the kernel's compute warps,
+ * one unit an iteration, as attn_bwd_tc.cu's bwd_wg_persistent_lap - at a unit's end thread
+ * 0 takes the next job (after a drain where the rule asks for one), dK and dV are stored
+ * (bwd_wg_store_dkv, its barrier), and only then are the job's params replaced (the stores
+ * read them; a barrier, the take, a barrier); then the next unit's first stage (not in the
+ * softcap's instance: its step loads it), K/V load and table are issued before the wait for
+ * the stores' read, and the load's barrier publishes all three. Units without steps load
+ * nothing (dK, dV 0). The steps, hand-offs and turns are the loop's in the kernel. The job
+ * (job_smem) and thread 0's wait end live in shared memory and the last unit's kv-tile is
+ * formed again from its stage: kept in registers, the kernel spilled 4-12 bytes. */
+template <typename DT, int D, bool CAP>
+static __device__ __forceinline__ void bwd_vl_wg_lap(const struct attn_bwd_params &p, bwd_vl_wg_smem<D> &sm,
+                                                     const bwd_wg_qmaps *maps)
+{
+    constexpr int32_t BN = CUATTN_TC_BLOCK_N;
+    const struct attn_bwd_params &q = sm.prm; /* the job's sequence */
+    const struct sched *s = &sm.prm.s;
+    bwd_wg_regs<D> x;
+    bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
+    uint32_t qph = 0;         /* the stages' next parities */
+    int32_t dsb = 0;          /* ... and the dS tile of the next step */
+    int32_t stage = -1; /* the unit: stage `stage` of job J (-1: none yet) */
+    const struct sched_job &J = sm.job_smem;
+    {
+        BWD_WG_T0();
+        if (threadIdx.x == 0) /* the CTA's first job: nothing to drain */
+            bwd_vl_wg_take<D>(p, sm, atomicAdd(p.job_next, 1));
+        bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
+        const int32_t job = sm.flag_smem;
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_JOB);
+        if (job >= p.vl_jobs) {
+            bwd_wg_hand_end(sm, hb); /* tell the writer */
+            return;
+        }
+    }
+    for (;;) {
+        /* the last unit (pn -1: none; its kv-tile formed again, not kept across the steps) */
+        const int32_t pbh = J.bh, pn = stage >= 0 ? sched_job_unit(s, J.k, stage) : -1;
+        if (pn >= 0) {
+            BWD_WG_T0();
+            const int take = stage + 1 == sched_job_stages(s, J.k);
+            int32_t next = -1; /* thread 0: the next job */
+            if (take && threadIdx.x == 0 &&
+                !bwd_wg_must_drain(p, sched_job_last_steps(s, J.k) == 1 ? INT32_MAX : sm.wait_end_smem, sm.flag_smem))
+                next = atomicAdd(p.job_next, 1);
+            bwd_wg_store_dkv<DT, D, BN, false>(q, sm, x, pbh, pn, maps, sm.view);
+            if (take) {
+                bwd_cta_sync<true>(); /* every read of the job's params (and of the flag) is done */
+                if (threadIdx.x == 0) {
+                    if (next < 0) { /* the rule asks the writer to take its turns first */
+                        BWD_WG_T0();
+                        bwd_wg_drain(sm, hb);
+                        BWD_WG_TADD(BT_DRAIN);
+                        next = atomicAdd(p.job_next, 1);
+                    }
+                    bwd_vl_wg_take<D>(p, sm, next);
+                }
+                bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
+                const int32_t job = sm.flag_smem;
+                if (job >= p.vl_jobs) { /* tell the writer */
+                    if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
+                        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                    bwd_wg_hand_end(sm, hb);
+                    return;
+                }
+                stage = -1;
+            }
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_STORE);
+        }
+        stage++;
+        BWD_WG_T0();
+        const int32_t n = sched_job_unit(s, J.k, stage);
+        /* (a count from shared memory through a shuffle from lane 0: see the loop below) */
+        const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
+        if (steps > 0) { /* the unit's loads; every read of the last unit's table, K, V and
+                            stage 0 came before the unit end's first barrier */
+            if constexpr (!CAP)
+                bwd_wg_load_q_mb<D, BN>(q, sm, 0, J.bh, sched_visit(s, &J, stage, 0), maps, sm.view);
+            bwd_tc_load_kv_start<D, BN, false>(q, sm, J.bh, n);
+            bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+        }
+        if (pn >= 0)
+            bwd_wg_store_dkv_done<DT, D, BN, false>(q, sm, pbh, pn, maps);
+        if (steps > 0)
+            bwd_tc_load_kv_wait<bwd_vl_wg_smem<D>>(); /* its barrier publishes the table and the
+                                                         stores' read too */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_UNIT);
+        bwd_tc_zero_kv<D, BN>(x);
+        int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
+        int loaded = !CAP && steps > 0;
+        for (int32_t step = 0; step < steps; step++) { /* the loop's below, with stage barriers */
+            if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
+                bwd_cta_sync<true>();           /* everyone has read the old table */
+                base = step;
+                bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
+            }
+            const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
+            const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
+#if BWD_WG_TRACE
+            const long long bs0_ = clock64();
+#endif
+            bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, maps,
+                                                 sm.view);
+            dsb ^= 1;
+#if BWD_WG_TRACE
+            if (threadIdx.x == 0) {
+                BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
+                BWD_WG_TSLOT(BT_STEPS) += 1;
+            }
+#endif
+            const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
+            bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                              (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                              s->kind != SCHED_ATOMIC ? rank : -1);
+            m = next_m;
+            buf ^= 1;
+            loaded = 1;
+        }
+    }
+}
+#endif
 
 /* CAP: the instance for a softcap > 0 (its P and dS through the tanh); without, the
  * softcap's code is not compiled in (it had left the instance at 128 spilling 4 bytes). */
@@ -370,129 +517,137 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
-    const struct attn_bwd_params &q = sm.prm; /* the job's sequence */
-    const struct sched *s = &sm.prm.s;
-    bwd_wg_regs<D> x;
-    bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
-    int32_t wait_end = 0; /* dispatch index past the jobs the last job's turns may wait on;
-                             INT32_MAX (thread 0) when its last unit had one step: drain first */
-    [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_STAGE_BARS: the stages' next parities */
-    [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
-    for (;;) {
-        /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
-         * takes a job that those turns may wait on (shift), or after a job whose last unit
-         * had one step (wait_end INT32_MAX) */
-        if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
-            BWD_WG_T0();
-            bwd_wg_drain(sm, hb);
-            BWD_WG_TADD(BT_DRAIN);
-        }
-        BWD_WG_T0();
-        bwd_cta_sync<true>(); /* every read of the last job's params (and of the flag) is done */
-        if (threadIdx.x == 0) {
-            const int32_t job = atomicAdd(p.job_next, 1);
-            sm.flag_smem = job;
-            if (job < p.vl_jobs) {
-                const struct attn_vl_seq *e = bwd_vl_enter<D>(p, sm, job);
-                sm.view[0] = e->vb;
-                sm.view[1] = e->vq;
-                sm.view[2] = e->vk;
-            }
-        }
-        bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
-        const int32_t job = sm.flag_smem;
+    if constexpr (BWD_WG_DKV_LAP(D)) { /* trial unitlap (head dim 128) */
+        bwd_vl_wg_lap<DT, D, CAP>(p, sm, &maps);
+#if BWD_WG_TRACE
         if (threadIdx.x == 0)
-            BWD_WG_TADD(BT_JOB);
-        if (job >= p.vl_jobs) {
-            if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
-                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-            bwd_wg_hand_end(sm, hb); /* tell the writer */
-#if BWD_WG_TRACE
-            if (threadIdx.x == 0)
-                BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
+            BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
 #endif
-            return;
-        }
-        const int32_t local = sm.local_job;
-        const struct sched_job J = sched_job_taken(s, local);
-
-        wait_end = job - local + sched_wait_end(s, local);
-        /* Counts from the params in shared memory, passed through a shuffle from lane 0:
-         * the compiler then knows they are warp-uniform, so the loops around the products
-         * are not divergent paths (ptxas serialized every wgmma, C7518, when they were). */
-        const int32_t stages = __shfl_sync(0xffffffffu, sched_job_stages(s, J.k), 0);
-        for (int32_t stage = 0; stage < stages; stage++) {
-            const int32_t n = sched_job_unit(s, J.k, stage);
-            const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
-            BWD_WG_T0();
-            bwd_tc_zero_kv<D, BN>(x);
-            if (steps > 0) {
-                /* the previous unit read the table last before its last step's barrier */
-                if constexpr (BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
-                                                       before the table, K and V are rewritten */
-                    bwd_cta_sync<true>();
-                bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
-                /* the first step's stage, under K and V's load (not in the softcap's instance:
-                 * there the one more live value spilled 4 bytes at 128) */
-                if constexpr (BWD_WG_STAGE_BARS(D) && !CAP)
-                    bwd_wg_load_q_mb<D, BN>(q, sm, 0, J.bh, sched_visit(s, &J, stage, 0), &maps, sm.view);
-                bwd_tc_load_kv<D, BN, false>(q, sm, J.bh, n); /* its barrier publishes the table too */
-            }
-            if (threadIdx.x == 0)
-                BWD_WG_TADD(BT_UNIT);
-            int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
-            int loaded = BWD_WG_STAGE_BARS(D) && !CAP && steps > 0;
-            for (int32_t step = 0; step < steps; step++) {
-                if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
-                    if constexpr (BWD_WG_STAGE_BARS(D))
-                        bwd_cta_sync<true>(); /* everyone has read the old table */
-                    base = step;
-                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
-                    bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
-                }
-                const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
-                const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
-                if constexpr (BWD_WG_STAGE_BARS(D)) {
-#if BWD_WG_TRACE
-                    const long long bs0_ = clock64();
-#endif
-                    bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
-                                                    sm.view);
-                    dsb ^= 1;
-#if BWD_WG_TRACE
-                    if (threadIdx.x == 0) {
-                        BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
-                        BWD_WG_TSLOT(BT_STEPS) += 1;
-                    }
-#endif
-                } else {
-                    bwd_tc_step<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
-                    attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
-                    bwd_tc_async_visible<true>();
-                    bwd_cta_sync<true>(); /* ... and is visible to all; every warp is done with
-                                             the step's buffer, P, dS and K */
-                }
-                const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
-                /* the tile's counter and dQacc rows, as offsets into the call's (formed here
-                 * from shared memory, not kept live across the steps) */
-                bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
-                                  (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
-                                  s->kind != SCHED_ATOMIC ? rank : -1);
-                m = next_m;
-                buf ^= 1;
-                loaded = 1;
-            }
-            {
+    } else {
+        const struct attn_bwd_params &q = sm.prm; /* the job's sequence */
+        const struct sched *s = &sm.prm.s;
+        bwd_wg_regs<D> x;
+        bwd_wg_ring hb = {0, 0u}; /* the staging buffer of the next ticket */
+        int32_t wait_end = 0; /* dispatch index past the jobs the last job's turns may wait on;
+                                 INT32_MAX (thread 0) when its last unit had one step: drain first */
+        [[maybe_unused]] uint32_t qph = 0; /* BWD_WG_STAGE_BARS: the stages' next parities */
+        [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
+        for (;;) {
+            /* as bwd_tc_persistent: the writer takes every turn handed over before this CTA
+             * takes a job that those turns may wait on (shift), or after a job whose last unit
+             * had one step (wait_end INT32_MAX) */
+            if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
                 BWD_WG_T0();
-                bwd_wg_store_dkv<DT, D, BN, false>(q, sm, x, J.bh, n, &maps, sm.view);
-                if (threadIdx.x == 0)
-                    BWD_WG_TADD(BT_STORE);
+                bwd_wg_drain(sm, hb);
+                BWD_WG_TADD(BT_DRAIN);
             }
+            BWD_WG_T0();
+            bwd_cta_sync<true>(); /* every read of the last job's params (and of the flag) is done */
+            if (threadIdx.x == 0) {
+                const int32_t job = atomicAdd(p.job_next, 1);
+                sm.flag_smem = job;
+                if (job < p.vl_jobs) {
+                    const struct attn_vl_seq *e = bwd_vl_enter<D>(p, sm, job);
+                    sm.view[0] = e->vb;
+                    sm.view[1] = e->vq;
+                    sm.view[2] = e->vk;
+                }
+            }
+            bwd_cta_sync<true>(); /* the job and its sequence's params are visible to every thread */
+            const int32_t job = sm.flag_smem;
+            if (threadIdx.x == 0)
+                BWD_WG_TADD(BT_JOB);
+            if (job >= p.vl_jobs) {
+                if ((threadIdx.x & 127) == 0) /* the last unit's dK, dV stores */
+                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                bwd_wg_hand_end(sm, hb); /* tell the writer */
+    #if BWD_WG_TRACE
+                if (threadIdx.x == 0)
+                    BWD_WG_TSLOT(BT_KERNEL) = (unsigned long long)(clock64() - bk0_);
+    #endif
+                return;
+            }
+            const int32_t local = sm.local_job;
+            const struct sched_job J = sched_job_taken(s, local);
+
+            wait_end = job - local + sched_wait_end(s, local);
+            /* Counts from the params in shared memory, passed through a shuffle from lane 0:
+             * the compiler then knows they are warp-uniform, so the loops around the products
+             * are not divergent paths (ptxas serialized every wgmma, C7518, when they were). */
+            const int32_t stages = __shfl_sync(0xffffffffu, sched_job_stages(s, J.k), 0);
+            for (int32_t stage = 0; stage < stages; stage++) {
+                const int32_t n = sched_job_unit(s, J.k, stage);
+                const int32_t steps = __shfl_sync(0xffffffffu, sched_unit_steps(s, n), 0);
+                BWD_WG_T0();
+                bwd_tc_zero_kv<D, BN>(x);
+                if (steps > 0) {
+                    /* the previous unit read the table last before its last step's barrier */
+                    if constexpr (BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
+                                                           before the table, K and V are rewritten */
+                        bwd_cta_sync<true>();
+                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+                    /* the first step's stage, under K and V's load (not in the softcap's instance:
+                     * there the one more live value spilled 4 bytes at 128) */
+                    if constexpr (BWD_WG_STAGE_BARS(D) && !CAP)
+                        bwd_wg_load_q_mb<D, BN>(q, sm, 0, J.bh, sched_visit(s, &J, stage, 0), &maps, sm.view);
+                    bwd_tc_load_kv<D, BN, false>(q, sm, J.bh, n); /* its barrier publishes the table too */
+                }
+                if (threadIdx.x == 0)
+                    BWD_WG_TADD(BT_UNIT);
+                int32_t m = steps > 0 ? sm.visit_smem[0] : 0, buf = 0, base = 0;
+                int loaded = BWD_WG_STAGE_BARS(D) && !CAP && steps > 0;
+                for (int32_t step = 0; step < steps; step++) {
+                    if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
+                        if constexpr (BWD_WG_STAGE_BARS(D))
+                            bwd_cta_sync<true>(); /* everyone has read the old table */
+                        base = step;
+                        bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                        bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
+                    }
+                    const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
+                    const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
+                    if constexpr (BWD_WG_STAGE_BARS(D)) {
+    #if BWD_WG_TRACE
+                        const long long bs0_ = clock64();
+    #endif
+                        bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
+                                                        sm.view);
+                        dsb ^= 1;
+    #if BWD_WG_TRACE
+                        if (threadIdx.x == 0) {
+                            BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
+                            BWD_WG_TSLOT(BT_STEPS) += 1;
+                        }
+    #endif
+                    } else {
+                        bwd_tc_step<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, NULL, -1);
+                        attn_cp_async_wait<0>(); /* the prefetch for the next step has landed ... */
+                        bwd_tc_async_visible<true>();
+                        bwd_cta_sync<true>(); /* ... and is visible to all; every warp is done with
+                                                 the step's buffer, P, dS and K */
+                    }
+                    const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
+                    /* the tile's counter and dQacc rows, as offsets into the call's (formed here
+                     * from shared memory, not kept live across the steps) */
+                    bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                                      (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                                      s->kind != SCHED_ATOMIC ? rank : -1);
+                    m = next_m;
+                    buf ^= 1;
+                    loaded = 1;
+                }
+                {
+                    BWD_WG_T0();
+                    bwd_wg_store_dkv<DT, D, BN, false>(q, sm, x, J.bh, n, &maps, sm.view);
+                    if (threadIdx.x == 0)
+                        BWD_WG_TADD(BT_STORE);
+                }
+            }
+            /* (here, not where wait_end is set: the value live through the steps spilled 12
+             * bytes in the softcap's instance at 128) */
+            if (threadIdx.x == 0 && sched_job_last_steps(s, J.k) == 1)
+                wait_end = INT32_MAX;
         }
-        /* (here, not where wait_end is set: the value live through the steps spilled 12
-         * bytes in the softcap's instance at 128) */
-        if (threadIdx.x == 0 && sched_job_last_steps(s, J.k) == 1)
-            wait_end = INT32_MAX;
     }
 #else
     (void)p;

@@ -213,12 +213,13 @@ static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s,
     }
 }
 
-/* Load the unit's K and V tiles and wait for them. NARROW: p.d_cols may name fewer columns
- * than D (72-120 on the 128 kernel, dense only; the window/packed kernels pass false, which keeps
- * the column count a constant: read from the params it cost their softcap instance a spill). */
+/* Start loading the unit's K and V tiles (one committed cp.async group a thread; rows past
+ * Sk are zeroed at once). NARROW: p.d_cols may name fewer columns than D (72-120 on the 128
+ * kernel, dense only; the window/packed kernels pass false, which keeps the column count a
+ * constant: read from the params it cost their softcap instance a spill). */
 template <int D, int BN, bool NARROW = true, typename SM>
-static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, SM &sm, int32_t bh,
-                                                      int32_t n)
+static __device__ __forceinline__ void bwd_tc_load_kv_start(const struct attn_bwd_params &p, SM &sm, int32_t bh,
+                                                            int32_t n)
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
@@ -230,9 +231,24 @@ static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_para
                             b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
                             p.v_stride[1], rn, ch);
     attn_cp_async_commit();
+}
+
+/* Wait for every cp.async of the thread (the K and V load above among them) and meet. */
+template <typename SM>
+static __device__ __forceinline__ void bwd_tc_load_kv_wait(void)
+{
     attn_cp_async_wait<0>();
     bwd_tc_async_visible<SM::swizzled>();
     bwd_cta_sync<SM::writer>(); /* K and V are complete before the unit's first step reads them */
+}
+
+/* Load the unit's K and V tiles and wait for them. */
+template <int D, int BN, bool NARROW = true, typename SM>
+static __device__ __forceinline__ void bwd_tc_load_kv(const struct attn_bwd_params &p, SM &sm, int32_t bh,
+                                                      int32_t n)
+{
+    bwd_tc_load_kv_start<D, BN, NARROW>(p, sm, bh, n);
+    bwd_tc_load_kv_wait<SM>();
 }
 
 /* Start loading LSE and Dsum of q-tile m (rows i0 .., rm of them) of head bh into buffer

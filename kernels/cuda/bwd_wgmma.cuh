@@ -95,6 +95,21 @@
  * det +6.5% (64) and +6.8% (128) at 1k causal, +2.0-3.7% at 4k, +0.4-1.0% at 16k causal;
  * window/packed +1.8-7%. */
 #define BWD_WG_DKV_TMA(D) (BWD_WG_STAGE_BARS(D) || (D) == 64)
+/* Trial unitlap: where the stages have mbarriers (BWD_WG_STAGE_BARS: head dim 128, the dense
+ * persistent kernel and the window/packed one), a unit's dK and dV are staged for those
+ * stores not in K's and V's tiles but in four 16 KiB tiles the unit's end leaves free -
+ * stage 1's Q and dO (dK's two 64-column blocks), P and dS (dV's), at K's offsets
+ * (bwd_wg_dkv_tile) - so the next unit's K and V load no longer waits for the stores to read
+ * them. The unit's end then (attn_bwd_tc.cu's bwd_wg_persistent_lap, attn_vl.cu's
+ * bwd_vl_wg_lap): the next job taken by thread 0 (its round trip under the other warps'
+ * staging), dK and dV staged and their stores issued, the next unit's first stage (stage
+ * 0), K/V load and visit table issued, and only then the audit's leaves and the wait for
+ * the stores' read, all under that load; the next unit-start barrier (bwd_tc_load_kv_wait)
+ * publishes K, V, the table and the read. Serial before: the staging and the stores' read,
+ * the job's L2 round trips, the table, then the K/V load (trace at 4k full: ~2.2 us in the
+ * store and ~2.7 in the unit start, per unit). The same loads, stores and products: the
+ * same bits (bench/results/unitlap-trial-2026-12-06.md). */
+#define BWD_WG_DKV_LAP(D) BWD_WG_STAGE_BARS(D)
 struct bwd_wg_qmaps {
     CUtensorMap q, dout; /* (D, Sq, Hq, B) in boxes of 64 x BWD_TC_BM */
     int32_t ok;          /* 0: cp.async */
@@ -446,15 +461,38 @@ static __device__ __forceinline__ bool bwd_wg_dkv_tma(const struct attn_bwd_para
     return qm && qm->ok_dkv && p.group == 1 && (LEAVES || !p.leaf_dk) && (!view || p.seqlen_k - n * BN >= BN);
 }
 
-/* The unit's dK (times scale) and dV through K's and V's tiles (the 128-byte swizzled
- * layout of the loads, which the maps' swizzle undoes) and a TMA store per 64-column block
- * of each warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written).
- * LEAVES: where the audit asks (leaf_dk), the quads hash the rows they write, as
+/* BWD_WG_DKV_LAP: where a unit's dK (v 0) and dV (v 1) are staged for the stores - column
+ * block c (64 columns of all 128 rows, K's layout: warpgroup wg's rows from row 64 wg) in
+ * tile (v, c): stage 1's Q and dO for dK, the P and dS tiles for dV, each 16 KiB and
+ * 1024-byte aligned, so a warpgroup's box is its 64 rows of a tile, as in K's. An element's
+ * offset in its tile is the one it has in K's (and in the transposed dS tile,
+ * bwd_wg_pds_t), offsets the kernels form anyway. All four tiles are free from the barrier
+ * that ends a unit's last step (no load is in flight into stage 1 there: the last step
+ * prefetches nothing) until the next unit's first step writes dS or prefetches into stage
+ * 1, behind the unit-start barrier that publishes the stores' read; the next unit's first
+ * stage, loaded meanwhile, is stage 0. */
+template <int D, typename SM>
+static __device__ __forceinline__ unsigned char *bwd_wg_dkv_tile(SM &sm, int32_t v, int32_t c)
+{
+    static_assert(D == 128 && sizeof sm.q_smem[1] == BWD_TC_BM * D * 2 && sizeof sm.dout_smem[1] == BWD_TC_BM * D * 2 &&
+                      sizeof sm.p_smem == CUATTN_TC_BLOCK_N * 64 * 2 && sizeof sm.ds_smem == CUATTN_TC_BLOCK_N * 64 * 2,
+                  "four tiles of 128 rows of 64 columns");
+    uint16_t *const t[2][2] = {{sm.q_smem[1], sm.dout_smem[1]}, {sm.p_smem, sm.ds_smem}};
+    return reinterpret_cast<unsigned char *>(t[v][c]);
+}
+
+/* The unit's dK (times scale) and dV through shared memory (the 128-byte swizzled layout of
+ * the loads, which the maps' swizzle undoes) and a TMA store per 64-column block of each
+ * warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written). Staged in
+ * K's and V's tiles (free after the unit's last step), or where BWD_WG_DKV_LAP in
+ * bwd_wg_dkv_tile's, at the same offsets, and then the caller finishes with
+ * bwd_wg_store_dkv_done once it has issued the next unit's loads. LEAVES: where the audit
+ * asks (leaf_dk), the quads hash the rows they write, as
  * bwd_tc_store_unit's (the same packed values, the same leaves; at head dim 128 after the
- * stores are issued, read back from the tiles). The issuing thread waits until the stores
- * have read the tiles, so they are free for the next unit's K and V once the unit-start
- * barrier has passed (waiting there instead, the first form measured, fe8551b, spilled 8
- * bytes in the dense kernel).
+ * stores are issued, read back from the tiles: in bwd_wg_store_dkv_done). Staged in K and V,
+ * the issuing thread waits until the stores have read the tiles, so they are free for the
+ * next unit's K and V once the unit-start barrier has passed (waiting there instead, the
+ * first form measured, fe8551b, spilled 8 bytes in the dense kernel).
  * view: the window/packed kernel's (view batch, first q row, first k row). */
 template <typename DT, int D, int BN, bool LEAVES, typename SM>
 static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_bwd_params &p, SM &sm,
@@ -462,6 +500,8 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
                                                              const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
 {
     static_assert(BN == 128 && (D == 128 || D == 64), "two warpgroups of 64 kv rows, head dim 64 or 128");
+    constexpr bool LAP = BWD_WG_DKV_LAP(D);
+    static_assert(!LAP || D == 128, "the leaves are hashed in bwd_wg_store_dkv_done where LAP");
 #if BWD_TC_BULK
     int32_t b = bh / p.heads_q;
     const int32_t hk = (bh - b * p.heads_q) / p.group, wg = threadIdx.x >> 7, r0 = 64 * wg;
@@ -492,7 +532,16 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
             hashed = true;
         }
     }
-    if (!hashed)
+    if constexpr (LAP) {
+#pragma unroll
+        for (int e = 0; e < D / 2; e += 2) { /* element e's column block: e / 32 (col(e) / 64) */
+            const int32_t c = e >> 5;
+            const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e) - 64 * c, BN);
+            *reinterpret_cast<uint32_t *>(bwd_wg_dkv_tile<D>(sm, 0, c) + at) =
+                DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
+            *reinterpret_cast<uint32_t *>(bwd_wg_dkv_tile<D>(sm, 1, c) + at) = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
+        }
+    } else if (!hashed) {
 #pragma unroll
         for (int e = 0; e < D / 2; e += 2) {
             const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e), BN);
@@ -500,6 +549,7 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
                 DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
             *reinterpret_cast<uint32_t *>(vs + at) = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
         }
+    }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (wg == 0) /* the warpgroup's rows are written */
         asm volatile("bar.sync 2, 128;" ::: "memory");
@@ -508,38 +558,23 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
     if ((threadIdx.x & 127) == 0) {
 #pragma unroll
         for (int32_t c = 0; c < D / 64; c++) {
-            const uint32_t at = (uint32_t)(c * BN * 128 + r0 * 128);
-            attn_tma_store_4d(&qm->dk, reinterpret_cast<const unsigned char *>(sm.k_smem) + at, 64 * c, j, hk, b);
-            attn_tma_store_4d(&qm->dv, reinterpret_cast<const unsigned char *>(sm.v_smem) + at, 64 * c, j, hk, b);
+            if constexpr (LAP) {
+                attn_tma_store_4d(&qm->dk, bwd_wg_dkv_tile<D>(sm, 0, c) + r0 * 128, 64 * c, j, hk, b);
+                attn_tma_store_4d(&qm->dv, bwd_wg_dkv_tile<D>(sm, 1, c) + r0 * 128, 64 * c, j, hk, b);
+            } else {
+                const uint32_t at = (uint32_t)(c * BN * 128 + r0 * 128);
+                attn_tma_store_4d(&qm->dk, reinterpret_cast<const unsigned char *>(sm.k_smem) + at, 64 * c, j, hk, b);
+                attn_tma_store_4d(&qm->dv, reinterpret_cast<const unsigned char *>(sm.v_smem) + at, 64 * c, j, hk, b);
+            }
         }
         attn_tma_store_commit();
     }
-    if constexpr (LEAVES && D == 128) {
-        if (p.leaf_dk) {
-            /* at head dim 128 the leaves are hashed once the stores are under way (hashing
-             * first held the stores back by the hash chains' length), the quad's rows read
-             * back from the tiles in the same order; the row and column laundered so that
-             * the offsets are formed afresh (the writes', kept live across the barrier,
-             * spilled). At 64 the pair step's kernel, at its register limit, spilled 8-72
-             * bytes more either way of hashing late. */
-            int32_t rr = r0 + bwd_wg_regs<D>::row(0), c4 = bwd_wg_regs<D>::col(0);
-            asm volatile("" : "+r"(rr), "+r"(c4));
-            uint32_t q[4][D / 8];
-#pragma unroll
-            for (int32_t h = 0; h < 2; h++)
-#pragma unroll
-                for (int32_t t = 0; t < D / 8; t++) {
-                    const uint32_t at = attn_sw128(rr + 8 * h, 8 * t + c4, BN);
-                    q[2 * h][t] = *reinterpret_cast<const uint32_t *>(ks + at);
-                    q[2 * h + 1][t] = *reinterpret_cast<const uint32_t *>(vs + at);
-                }
-            bwd_wg_put_leaves<D>(p, q, threadIdx.x & 31, b, n * BN, r0, p.seqlen_k - n * BN, hk);
-        }
+    if constexpr (!LAP) {
+        if ((threadIdx.x & 127) == 0)
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
+        if constexpr (!BWD_WG_STAGE_BARS(D)) /* no unit-start barrier: everyone waits for that here */
+            bwd_cta_sync<true>();
     }
-    if ((threadIdx.x & 127) == 0)
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
-    if constexpr (!BWD_WG_STAGE_BARS(D)) /* no unit-start barrier: everyone waits for that here */
-        bwd_cta_sync<true>();
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)qm, (void)view;
     __trap();
@@ -548,7 +583,10 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
 
 /* A unit's dK and dV from a v3 kernel with the dQ writer: by TMA stores where the head dim
  * has them (BWD_WG_DKV_TMA) and bwd_wg_dkv_tma allows, else bwd_tc_store_unit's pair
- * stores. The dense persistent kernel (view NULL) and the window/packed one share it. */
+ * stores. The dense persistent kernel (view NULL) and the window/packed one share it. Where
+ * BWD_WG_DKV_LAP, either way ends behind a barrier that follows every product of the
+ * unit's last step (the TMA path's before its staging, the pair stores' after them): the
+ * caller may then issue the next unit's loads, and calls bwd_wg_store_dkv_done after them. */
 template <typename DT, int D, int BN, bool LEAVES, typename SM>
 static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_params &p, SM &sm,
                                                         const bwd_wg_regs<D> &x, int32_t bh, int32_t n,
@@ -561,6 +599,49 @@ static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_pa
         }
     }
     bwd_tc_store_unit<DT, D, BN, LEAVES>(p, x, bh, n);
+    if constexpr (BWD_WG_DKV_LAP(D)) /* (the TMA path meets before its staging) */
+        bwd_cta_sync<true>(); /* every product of the unit's last step is done: the caller may
+                                 load the next unit's table, first stage, K and V */
+}
+
+/* BWD_WG_DKV_LAP: the rest of bwd_wg_store_dkv, once the caller has issued the next unit's
+ * loads. LEAVES (the dense kernel, view NULL): where the unit went out by TMA and the audit
+ * asks, the quads hash their rows read back from the staging tiles, in bwd_tc_store_unit's
+ * order (the same packed values, the same leaves); the row and column laundered so that the
+ * offsets are formed afresh (as bwd_wg_store_unit_tma's hashing did at 128 on main: the
+ * writes', kept live across the barrier, spilled). Then the issuing threads wait until the
+ * stores have read the tiles;
+ * the next unit-start barrier (bwd_tc_load_kv_wait) publishes that. Without LEAVES p, qm and
+ * n are not read (the window/packed kernel's params are the next job's by now). */
+template <typename DT, int D, int BN, bool LEAVES, typename SM>
+static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_bwd_params &p, SM &sm, int32_t bh,
+                                                             int32_t n, const bwd_wg_qmaps *qm)
+{
+    static_assert(BWD_WG_DKV_LAP(D) && D == 128 && BN == 128, "the staging tiles of unitlap");
+#if BWD_TC_BULK
+    if constexpr (LEAVES) {
+        if (p.leaf_dk && bwd_wg_dkv_tma<BN, LEAVES>(p, qm, n, nullptr)) {
+            const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group, r0 = 64 * (threadIdx.x >> 7);
+            int32_t rr = r0 + bwd_wg_regs<D>::row(0), c4 = bwd_wg_regs<D>::col(0);
+            asm volatile("" : "+r"(rr), "+r"(c4));
+            uint32_t q[4][D / 8];
+#pragma unroll
+            for (int32_t h = 0; h < 2; h++)
+#pragma unroll
+                for (int32_t t = 0; t < D / 8; t++) { /* column block t / 8 */
+                    const uint32_t at = attn_sw128(rr + 8 * h, 8 * (t & 7) + c4, BN);
+                    q[2 * h][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 0, t >> 3) + at);
+                    q[2 * h + 1][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 1, t >> 3) + at);
+                }
+            bwd_wg_put_leaves<D>(p, q, threadIdx.x & 31, b, n * BN, r0, p.seqlen_k - n * BN, hk);
+        }
+    }
+    if ((threadIdx.x & 127) == 0)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
+#else
+    (void)p, (void)sm, (void)bh, (void)n, (void)qm;
+    __trap();
+#endif
 }
 
 template <int D, int BN>
@@ -1332,6 +1413,17 @@ static __device__ __forceinline__ void bwd_tc_step(const struct attn_bwd_params 
 #endif
 }
 
+/* Thread 0 (BWD_WG_DKV_LAP), before it takes the job after job `job`:
+ * whether the drain rule (bwd_tc_persistent) asks for bwd_wg_drain first - wait_end, that
+ * job's, above job_next. job_next is past `job` already, so a wait end of job + 1 or less
+ * (every schedule but shift) needs no load of it, and INT32_MAX (a last unit of one step)
+ * always drains. */
+static __device__ __forceinline__ bool bwd_wg_must_drain(const struct attn_bwd_params &p, int32_t wait_end,
+                                                         int32_t job)
+{
+    return wait_end > job + 1 && (wait_end == INT32_MAX || wait_end > attn_ld_acquire(p.job_next));
+}
+
 /* ---- v3's dQ writer warp (persistent mode) -----------------------------------------------
  *
  * In the persistent kernel a ninth warp adds the dQ tiles: the compute warps stage a
@@ -1390,8 +1482,9 @@ static __device__ __forceinline__ void bwd_wg_ticket(bwd_wg_smem<D> &sm, bwd_wg_
 }
 
 /* Compute warps: hand the step's dQ partial of tile m of head bh (rank; -1 for atomic)
- * over in the next staging buffer. */
-template <int D>
+ * over in the next staging buffer. FRESH: the staging addresses formed at every call
+ * (bwd_tc_stage_dq; the unitlap driver, bwd_wg_persistent_lap). */
+template <int D, bool FRESH = false>
 static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
                                                    int32_t bh, int32_t m, int32_t rank)
 {
@@ -1401,7 +1494,7 @@ static __device__ __forceinline__ void bwd_wg_hand(bwd_wg_smem<D> &sm, const bwd
         if (threadIdx.x == 0)
             BWD_WG_TADD(BT_HAND);
     }
-    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N, FRESH>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
     bwd_wg_ticket(sm, r, bh, m, rank, 0);
 }
 

@@ -186,11 +186,11 @@ static int check_backward(const struct gpu_bufs *a, const struct vrefs *R, const
     return ok;
 }
 
-/* Each implementation's backward of a under each of the nk schedules, checked against R (and
- * that the implementation asked for is the one that ran); impls[0] is current again on
- * return. Returns the failures. */
+/* Each implementation's backward of a under each of the nk schedules on grid CTAs (0: the
+ * SM count), checked against R (and that the implementation asked for is the one that ran);
+ * impls[0] is current again on return. Returns the failures. */
 static int backward_every(struct cuattn *ca, struct gpu_bufs *a, const struct vrefs *R, const int32_t *impls,
-                          int ni, const enum sched_kind *kinds, size_t nk, const char *what)
+                          int ni, const enum sched_kind *kinds, size_t nk, const char *what, int32_t grid)
 {
     int bad = 0;
     for (int ii = 0; ii < ni; ii++) {
@@ -199,7 +199,7 @@ static int backward_every(struct cuattn *ca, struct gpu_bufs *a, const struct vr
             struct attn_config cfg = {kinds[k], 0, 0, 0, 0};
             char at[224];
             snprintf(at, sizeof at, "%s v%d %s", what, (int)impls[ii], sched_kind_name(kinds[k]));
-            const int rc = gpu_bufs_backward(ca, a, &cfg, 0, NULL);
+            const int rc = gpu_bufs_backward(ca, a, &cfg, grid, NULL);
             CU_ASSERT_EQUAL(rc, 0);
             if (rc) {
                 fprintf(stderr, "\n  %s: backward returned %d", at, rc);
@@ -308,7 +308,7 @@ static void test_attn_vl_gpu_random_batches_match_float64_reference(void)
         }
         vrefs_backward_given_out(&R, &a);
         const enum sched_kind kinds[] = {SCHED_AUTO, SCHED_DESCENDING, SCHED_ATOMIC};
-        bad += backward_every(ca, &a, &R, impls, ni, kinds, sizeof kinds / sizeof kinds[0], what);
+        bad += backward_every(ca, &a, &R, impls, ni, kinds, sizeof kinds / sizeof kinds[0], what, 0);
         vrefs_free(&R);
         gpu_bufs_free(&a);
     }
@@ -831,6 +831,69 @@ static void test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_eve
     cuattn_free(ca);
 }
 
+/* Packed batches without GQA at head dim 128, whose whole kv-tiles go out by TMA stores
+ * while the next unit's K, V and first Q/dO load (trial unitlap, bwd_wgmma.cuh's
+ * BWD_WG_DKV_LAP): sequences of whole tiles and not, one of a single row, one with keys and
+ * no query (its units have no steps); causal with a left window (v3's instance without the
+ * tanh) and full with both sides and a softcap (with). Every deterministic schedule (shift at
+ * W 64 and 7) and atomic against float64 on the SM count's grid, and the deterministic ones'
+ * bytes on grids 1, 3 and 16 (a CTA runs many units, of many sequences, in a row) equal to
+ * it. */
+static void test_attn_vl_gpu_batches_without_gqa_repeat_their_bits_on_small_grids(void)
+{
+    static const int32_t lq[] = {256, 1, 384, 0, 128, 200}, lk[] = {256, 100, 384, 70, 128, 130};
+    const enum sched_kind kinds[] = {SCHED_ASCENDING, SCHED_DESCENDING, SCHED_SPT,
+                                     SCHED_SHIFT,     SCHED_SHIFT,      SCHED_ATOMIC};
+    const int32_t grids[] = {1, 3, 16};
+    struct cuattn *ca = NULL;
+    CU_ASSERT_EQUAL_FATAL(cuattn_new(0, &ca), 0);
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x1a95);
+    int32_t impls[2];
+    vl_impls(ca, impls); /* the default: v3 where the GPU has it */
+    int bad = 0, mismatches = 0;
+    for (int ci = 0; ci < 2; ci++) {
+        struct attn_problem p = base_problem(6, 2, 2, 128, ci ? DTYPE_F16 : DTYPE_BF16);
+        p.mask = ci ? SCHED_MASK_FULL : SCHED_MASK_CAUSAL;
+        p.window = 1;
+        p.window_left = ci ? 300 : 200;
+        p.window_right = ci ? 50 : 0;
+        if (ci) {
+            p.softcap = 30.0f;
+            p.scale *= 4.0f;
+        }
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, lq, lk, &r);
+        struct vrefs R;
+        vrefs_compute(&R, &a);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const int32_t w = k == 4 ? 7 : SCHED_W_DEFAULT;
+            struct attn_config cfg = {kinds[k], w, 0, 0, 0};
+            char what[96];
+            snprintf(what, sizeof what, "case %d %s W %d", ci, sched_kind_name(kinds[k]), w);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            bad += !ran_expected(ca, impls[0], 0, what);
+            bad += !check_backward(&a, &R, what);
+            if (kinds[k] == SCHED_ATOMIC)
+                continue;
+            struct gpu_copy g;
+            gpu_copy_bwd(&g, &a);
+            for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                if (!gpu_copy_equal(&g, &a) && mismatches++ < 8)
+                    fprintf(stderr, "\n  %s: grid %d gave other bits", what, grids[gi]);
+            }
+            gpu_copy_free(&g);
+        }
+        vrefs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    cuattn_free(ca);
+}
+
 /* The window/packed kernels small enough for compute-sanitizer (scripts/gpu_sanitize.sh),
  * beside test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan (head dim 128, no softcap,
  * a packed batch): head dims 64 and 128, each with a softcap and without (the backward's
@@ -838,7 +901,10 @@ static void test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_eve
  * window (its forward through TMA), each forward also through cp.async; GQA, causal and
  * not, lengths off the tiles (the last tiles run past a sequence's end), a sequence without
  * queries; each forward and backward kernel the GPU has, shift and ascending, each run
- * checked against float64 (an unchanged result under a sanitizer is also a right one). */
+ * checked against float64 (an unchanged result under a sanitizer is also a right one). The
+ * two cases without GQA at head dim 128 run their backward on 2 CTAs: each runs several
+ * units in a row, whole kv-tiles stored by TMA under the next unit's loads (trial unitlap)
+ * between tiles past a sequence's end (pair stores), with the softcap and without. */
 static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
 {
     const struct {
@@ -848,11 +914,14 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
         enum sched_mask mask;
         int32_t wl, wr;
         float cap;
+        int32_t hkv, grid; /* kv heads (of 4 q-heads); the backward's CTAs (0: the SM count) */
     } cases[] = {
-        {64, DTYPE_F16, 1, SCHED_MASK_CAUSAL, 50, 0, 30.0f},
-        {64, DTYPE_BF16, 0, SCHED_MASK_FULL, 20, 70, 0.0f},
-        {128, DTYPE_BF16, 0, SCHED_MASK_CAUSAL, 40, 0, 50.0f},
-        {128, DTYPE_F16, 1, SCHED_MASK_FULL, 30, 10, 30.0f},
+        {64, DTYPE_F16, 1, SCHED_MASK_CAUSAL, 50, 0, 30.0f, 2, 0},
+        {64, DTYPE_BF16, 0, SCHED_MASK_FULL, 20, 70, 0.0f, 2, 0},
+        {128, DTYPE_BF16, 0, SCHED_MASK_CAUSAL, 40, 0, 50.0f, 2, 0},
+        {128, DTYPE_F16, 1, SCHED_MASK_FULL, 30, 10, 30.0f, 2, 0},
+        {128, DTYPE_BF16, 1, SCHED_MASK_CAUSAL, 150, 0, 0.0f, 4, 2},
+        {128, DTYPE_F16, 0, SCHED_MASK_FULL, 100, 20, 30.0f, 4, 2},
     };
     const int32_t lq[] = {1, 150, 0, 65}, lk[] = {1, 200, 40, 64};
     struct cuattn *ca = NULL;
@@ -863,7 +932,7 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
     const int ni = vl_impls(ca, impls);
     int bad = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct attn_problem p = base_problem(cases[ci].packed ? 4 : 2, 4, 2, cases[ci].d, cases[ci].dt);
+        struct attn_problem p = base_problem(cases[ci].packed ? 4 : 2, 4, cases[ci].hkv, cases[ci].d, cases[ci].dt);
         if (!cases[ci].packed) {
             p.seqlen_q = 150;
             p.seqlen_k = 130;
@@ -896,7 +965,7 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
         vrefs_backward_given_out(&R, &a);
         const enum sched_kind kinds[] = {SCHED_SHIFT, SCHED_ASCENDING};
         snprintf(what, sizeof what, "case %zu", ci);
-        bad += backward_every(ca, &a, &R, impls, ni, kinds, sizeof kinds / sizeof kinds[0], what);
+        bad += backward_every(ca, &a, &R, impls, ni, kinds, sizeof kinds / sizeof kinds[0], what, cases[ci].grid);
         vrefs_free(&R);
         gpu_bufs_free(&a);
     }
@@ -1070,6 +1139,8 @@ int suite_gpu_attn_vl(void)
                      test_attn_vl_gpu_head_dim_96_windows_run_widened_whatever_runs_the_dense_calls) ||
         !CU_add_test(s, "test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid",
                      test_attn_vl_gpu_long_ragged_batches_match_float64_and_repeat_on_every_grid) ||
+        !CU_add_test(s, "test_attn_vl_gpu_batches_without_gqa_repeat_their_bits_on_small_grids",
+                     test_attn_vl_gpu_batches_without_gqa_repeat_their_bits_on_small_grids) ||
         !CU_add_test(s, "test_attn_vl_gpu_small_shapes_for_sanitizers", test_attn_vl_gpu_small_shapes_for_sanitizers))
         return -1;
     CU_pSuite t = CU_add_suite("gpu_dashd_varlen", dashd_suite_init, dashd_suite_clean);
