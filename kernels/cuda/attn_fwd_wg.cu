@@ -37,7 +37,8 @@
  *       the tensor's end are zero-filled.
  *   warpgroups 1 and 2, the consumers ("mma"): take the registers (setmaxnreg.inc);
  *     consumer c owns q rows 64 c .. 64 c + 63 of the tile. Their code is the same for
- *     both producers.
+ *     both producers. One that owns no row (the tile ends before 64 c) computes nothing
+ *     and only frees each stage as it fills (fwd_wg_idle).
  * The rings: k_full[s] (v_full[s]) completes tile n's phase when its bytes are in shared
  * memory and visible to wgmma (the async proxy): with TMA, on the loading thread's one
  * arrival (arrive.expect_tx of the tile's FWD_WG_BN_OF(D) x D x 2 bytes, made before the boxes

@@ -109,8 +109,10 @@ static_assert(128 * FWD_WG_LOAD_REGS_CP + 256 * FWD_WG_MMA_REGS_CP <= 168 * FWD_
 #define FWD_WG_TURNS(D) ((D) == 256)
 /* Named barriers 1 .. NC (0 is __syncthreads): consumer c's turn is barrier 1 + c. */
 #define FWD_WG_TURN_BAR 1
-/* Persistent scheduler (step F4's), dense kernel: a CTA takes q-tiles in turn (blockIdx.x,
- * then + gridDim.x, ...: heaviest first, as fwd_wg_tile_of numbers them), its K/V rings
+/* Persistent scheduler (step F4's), dense kernel: a CTA takes q-tiles in turn (rounds of
+ * gridDim.x tiles, one a CTA, heaviest first as fwd_wg_tile_of numbers them; under a full
+ * mask the round turned so that the light last tiles of a head go round the CTAs,
+ * fwd_wg_walk), its K/V rings
  * and their phases running on across tiles, and the next tile's Q loading once the
  * consumers' last S product has read this one's (q_empty), while they still rescale and
  * store. A row's arithmetic does not depend on which CTA runs it, so the bits are those of
@@ -464,10 +466,40 @@ static __device__ __forceinline__ void fwd_wg_free_k(fwd_wg_smem<D, NC> &sm, int
     }
 }
 
+/* An idle consumer's kv-tiles (fwd_wg_consume): the empty barriers count its 128 arrivals,
+ * so through the tile's nt kv-tiles (t0 + n in the rings) it waits for each stage to fill
+ * and frees it at once, K (and Q after the last, PERSIST) then V - the arrivals its
+ * products' waits would have made, in the same phases. (An arrival must follow its phase's
+ * fill: one before it would count towards the stage's previous phase.) */
+template <bool PERSIST, int D, int NC>
+static __device__ __forceinline__ void fwd_wg_idle(fwd_wg_smem<D, NC> &sm, int32_t t0, int32_t nt)
+{
+    for (int32_t n = 0; n < nt; n++) {
+        const int32_t tn = t0 + n, st = tn & 1;
+        const uint32_t ph = (uint32_t)(tn >> 1) & 1u;
+        attn_mbar_wait(&sm.k_full[st], ph);
+        fwd_wg_free_k<PERSIST>(sm, st, n, nt);
+        attn_mbar_wait(&sm.v_full[st], ph);
+        attn_mbar_arrive(&sm.v_empty[st]);
+    }
+}
+
 /* Consumer warpgroup c (0 .. NC - 1): rows 64 c .. of the q-tile, through kv-tiles n_lo ..
  * n_hi - 1 (below, n counts them from 0; t0 + n is the t of the producers). PERSIST: the
  * CTA's qk-th tile with work (Q's phase), and the consumers free Q (q_empty) once their last
- * S product has read it. */
+ * S product has read it.
+ * Idle consumers: where the q-tile's rows end before consumer c's (64 c >= rm: the last
+ * q-tile of a seqlen_q that is not a multiple of 64 NC), its products would compute rows
+ * that are never stored (O and LSE are stored for rows i < rm only), so it runs none of
+ * them and no softmax, and keeps only the waits and arrivals that the producers and the
+ * other consumers count: the full barriers' waits, the empty barriers' arrivals (K, Q, V)
+ * and, three consumers, the turns. No other row's value depends on it: the bits are the
+ * same. Two consumers under turns (FWD_WG_TURNS, head dim 256) run their products as
+ * before. How ptxas takes each form (nvcc 13.0, bench/results/fwdtail-trial-2026-12-07.md):
+ * an early return, or any conditional bound or start of the three-consumer loop, spills the
+ * persistent loop's qk (8 bytes at 64, 4/12 at 128); the products skipped one by one
+ * (`if (busy)` around each) spill 100-1000 bytes in the two-consumer loops and add ~60
+ * register moves a kv-tile in the three-consumer one; the forms below nothing. */
 template <typename DT, int D, bool VL, bool PERSIST = false, int NC = 2>
 static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_params &p, fwd_wg_smem<D, NC> &sm,
                                                       int32_t c, int32_t b, int32_t h, int32_t bh, int32_t i0,
@@ -494,6 +526,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
      * (O = O corr(n) + P(n) V(n)), so the same bits. */
     uint32_t pa[BN / 16][4]; /* P(n-1) as RS A fragments, in flight under softmax(n) */
     float corr[2];
+    const bool busy = 64 * c < rm; /* (else idle: above) */
     if constexpr (NC == 3) {
         /* Three consumers (at head dim 64): 160 registers a thread hold S, O and P, but not
          * S(n) beside P(n-1) and O in flight (the overlap below spilled 300 bytes), so here
@@ -509,23 +542,33 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
         for (int32_t n = 0; n < nt; n++) {
             const int32_t tn = t0 + n, st = tn & 1;
             attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
-            float s[BN / 2];
-            fwd_wg_turn_wait<D, NC>(c);
-            fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[st], c);
-            fwd_wg_turn_pass<D, NC>(c);
-            attn_wg_wait<0>();
-            attn_wg_pin<BN / 2>(s);
-            fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
-            fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
-            fwd_wg_rescale<DT, D>(s, o, pa, corr);
-            attn_mbar_wait(&sm.v_full[st], (uint32_t)(tn >> 1) & 1u);
-            fwd_wg_turn_wait<D, NC>(c);
-            fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
-            if (n < nt - 1 || c != NC - 1)
+            if (busy) {
+                float s[BN / 2];
+                fwd_wg_turn_wait<D, NC>(c);
+                fwd_wg_s<DT, D, BN, NC>(s, sm.q_smem, sm.k_smem[st], c);
                 fwd_wg_turn_pass<D, NC>(c);
-            attn_wg_wait<0>();
-            attn_wg_pin<D / 2>(o);
-            fwd_wg_pin_a<BN>(pa);
+                attn_wg_wait<0>();
+                attn_wg_pin<BN / 2>(s);
+                fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
+                fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
+                fwd_wg_rescale<DT, D>(s, o, pa, corr);
+                attn_mbar_wait(&sm.v_full[st], (uint32_t)(tn >> 1) & 1u);
+                fwd_wg_turn_wait<D, NC>(c);
+                fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
+                if (n < nt - 1 || c != NC - 1)
+                    fwd_wg_turn_pass<D, NC>(c);
+                attn_wg_wait<0>();
+                attn_wg_pin<D / 2>(o);
+                fwd_wg_pin_a<BN>(pa);
+            } else { /* idle: the same waits, arrivals and turns, no products */
+                fwd_wg_turn_wait<D, NC>(c);
+                fwd_wg_turn_pass<D, NC>(c);
+                fwd_wg_free_k<PERSIST>(sm, st, n, nt);
+                attn_mbar_wait(&sm.v_full[st], (uint32_t)(tn >> 1) & 1u);
+                fwd_wg_turn_wait<D, NC>(c);
+                if (n < nt - 1 || c != NC - 1)
+                    fwd_wg_turn_pass<D, NC>(c);
+            }
             attn_mbar_arrive(&sm.v_empty[st]); /* ... and of V(n) */
         }
     } else {
@@ -533,7 +576,8 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
          * P(n-1) V(n-1), the last P V), each between a wait for the turn and its hand-over.
          * Consumer 0 has the first turn (consumer 1 hands it over unasked), and consumer 1's
          * last hand-over is left out, so every arrival at a turn barrier is waited for. */
-        if (nt > 0) { /* (else no row of the tile sees a key) */
+        const int32_t nb = busy || FWD_WG_TURNS(D) ? nt : 0; /* tiles with products */
+        if (nb > 0) { /* (else no row of the tile sees a key, or the consumer is idle) */
             if (c == NC - 1)
                 fwd_wg_turn_pass<D, NC>(c);
             attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
@@ -546,11 +590,11 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<0>();
             attn_wg_pin<BN / 2>(s);
-            fwd_wg_free_k<PERSIST>(sm, t0 & 1, 0, nt); /* K(0), and Q if it was the last */
+            fwd_wg_free_k<PERSIST>(sm, t0 & 1, 0, nb); /* K(0), and Q if it was the last */
             fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo, c, vt);
             fwd_wg_rescale<DT, D>(s, o, pa, corr);
         }
-        for (int32_t n = 1; n < nt; n++) {
+        for (int32_t n = 1; n < nb; n++) {
             const int32_t tn = t0 + n, st = tn & 1, pst = st ^ 1; /* stages of tiles n and n - 1 */
             /* both waits before the products: nothing spins while they are in flight */
             attn_mbar_wait(&sm.k_full[st], (uint32_t)(tn >> 1) & 1u);
@@ -562,7 +606,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_turn_pass<D, NC>(c);
             attn_wg_wait<1>(); /* S has landed; P V may still run */
             attn_wg_pin<BN / 2>(s);
-            fwd_wg_free_k<PERSIST>(sm, st, n, nt); /* K(n), and Q after the last */
+            fwd_wg_free_k<PERSIST>(sm, st, n, nb); /* K(n), and Q after the last */
             fwd_wg_softmax_tile<VL, BN>(p, s, m, l, corr, scale2, i0, i0w, t4, rm, n_lo + n, c, vt);
             attn_wg_wait<0>();
             attn_wg_pin<D / 2>(o);
@@ -570,9 +614,9 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             attn_mbar_arrive(&sm.v_empty[pst]); /* ... and of V(n - 1) */
             fwd_wg_rescale<DT, D>(s, o, pa, corr);
         }
-        if (nt > 0) { /* the last tile's P V (ring count t0 + nt - 1) */
-            const int32_t st = (t0 + (nt - 1)) & 1;
-            attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nt - 1)) >> 1) & 1u);
+        if (nb > 0) { /* the last tile's P V (ring count t0 + nb - 1) */
+            const int32_t st = (t0 + (nb - 1)) & 1;
+            attn_mbar_wait(&sm.v_full[st], (uint32_t)((t0 + (nb - 1)) >> 1) & 1u);
             fwd_wg_turn_wait<D, NC>(c);
             fwd_wg_pv<DT, D>(o, pa, sm.v_smem[st]);
             if (c == 0) /* (two consumers here) */
@@ -582,6 +626,8 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             fwd_wg_pin_a<BN>(pa);
             attn_mbar_arrive(&sm.v_empty[st]);
         }
+        if (!busy && nb == 0) /* (the guard keeps ptxas from spilling) */
+            fwd_wg_idle<PERSIST>(sm, t0, nt);
     }
 
     uint16_t *out_g = static_cast<uint16_t *>(p.out);
@@ -690,14 +736,35 @@ static __device__ __forceinline__ fwd_wg_tile fwd_wg_tile_of(const struct attn_f
 }
 
 /* The CTA's n-th tile (fwd_wg_tile_of's numbering): under a causal mask job
- * blockIdx.x + (n / 2) gridDim.x's tile n % 2 (-2: a job without a second tile), else tile
- * blockIdx.x + n gridDim.x; -1 past the last. */
+ * blockIdx.x + (n / 2) gridDim.x's tile n % 2 (-2: a job without a second tile); else one
+ * of round n's tiles n G .. n G + G - 1 (G = gridDim.x), one a CTA; -1 past the last.
+ * CTA c = b M + k of the whole blocks of M (c < G - G mod M) takes its block's tiles
+ * turned, n G + b M + (k + s) mod M with s = -n (G + 1) mod M; the rest take n G + c, as
+ * every CTA once did. Why: under a full mask a head's light tile (its last rows, fewer than
+ * 64 NC where seqlen_q is not a multiple: its consumers without rows compute nothing,
+ * fwd_wg_consume) is idx = 0 mod M. Taking n G + c, CTA c meets one where c = -n G
+ * (mod M): where G and M share a factor, the same few CTAs every time (132 SMs and M = 6,
+ * 11, 22: head dim 64 at 1k, 2k, 4k), and the others, a full tile more each, set the
+ * makespan. Turned, n G + b M + k + s = k - n (mod M): each CTA of the blocks meets one
+ * every M rounds. A round holds the same tiles as before (the same heads' K and V in L2 at
+ * a time); a tile's arithmetic does not depend on who takes it, so neither do the bits. */
 static __device__ __forceinline__ int32_t fwd_wg_walk(const struct attn_fwd_params &p, int32_t M, int32_t tiles,
                                                       int32_t n)
 {
     if (p.geo.mask != SCHED_MASK_CAUSAL) {
-        const int32_t idx = (int32_t)blockIdx.x + n * (int32_t)gridDim.x;
-        return idx < tiles ? idx : -1;
+        const uint32_t G = gridDim.x, m = (uint32_t)M, c = blockIdx.x;
+        const int64_t at = (int64_t)n * G; /* the round's first tile */
+        if (at >= tiles)
+            return -1;
+        uint32_t q = c; /* the CTA's tile in the round */
+        /* in 32 bits (a 64-bit remainder is a call; it made ptxas spill): from 2^16 q-tiles
+         * a head on, no turn */
+        if (c < G - G % m && m < 65536u) {
+            const uint32_t k = c % m, turn = (uint32_t)n % m * ((G + 1u) % m) % m;
+            q = c - k + (k + m - turn) % m;
+        }
+        const int64_t idx = at + q;
+        return idx < tiles ? (int32_t)idx : -1; /* (the last round: CTAs past its tiles end) */
     }
     const int32_t per_head = (M + 1) / 2, job = (int32_t)blockIdx.x + (n >> 1) * (int32_t)gridDim.x;
     if (job >= per_head * p.geo.bh)

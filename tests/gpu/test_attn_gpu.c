@@ -14,7 +14,7 @@
  * test_attn_gpu_head_dims_96_256_run_v1_with_grid_independent_bits set each in turn.
  * Suite gpu_attn_fwd sets v3 (sm_90 only) for its forward (attn_fwd_wg.cu, head dims 64,
  * 128 and 256): reference at short and long shapes, repeats, strides, TMA and cp.async
- * loads giving the same bits.
+ * loads giving the same bits, consumers without rows and the persistent CTAs' rounds.
  */
 #include "gpu_attn.h"
 
@@ -1452,6 +1452,105 @@ static void test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_
     cuattn_free(ca);
 }
 
+/* Consumers whose rows all lie past seqlen_q (the last q-tile's rows end before 64 c) run
+ * no products and only free the stages, and under a full mask the persistent CTAs take
+ * each round's tiles turned (fwd_wg.cuh: fwd_wg_consume, fwd_wg_walk; trial fwdtail):
+ * lengths that leave one or two of head dim 64's three consumers idle in the last q-tile
+ * (1024, 2048, 1000, 500, 200, 65, 64, 1 rows: 64, 128, 40, 116, 8, 65, 64, 1 in it) and
+ * 128's second (1088, 300, 64, 1; 65 leaves it one row), 64 with two consumers and with
+ * three under a causal mask (forced), 96 (the 128 kernel, widened) and 256 (whose turns
+ * keep them busy); full and causal, GQA and MHA, more batches and heads than CTAs. Each is
+ * within the dtype's tolerance of float64 (out, and lse: every row written, the outputs
+ * being poisoned), and 132, 16, 3 and 1 CTAs, through TMA and cp.async, give the bytes of a
+ * CTA an SM. */
+static void test_attn_gpu_v3_forward_idle_consumers_and_turned_rounds_keep_the_bits(void)
+{
+    const struct {
+        struct shape_case s;
+        int32_t nc; /* the dense forward's consumers at 64 (0: its rule) */
+    } cases[] = {
+        {{2, 1024, 1024, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{1, 2048, 2048, 2, 1, 64, DTYPE_F16, SCHED_MASK_FULL}, 0},
+        {{1, 1000, 700, 4, 1, 64, DTYPE_F16, SCHED_MASK_FULL}, 0},
+        {{3, 500, 500, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{2, 200, 333, 4, 2, 64, DTYPE_F16, SCHED_MASK_FULL}, 0},
+        {{4, 65, 65, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{4, 64, 100, 2, 1, 64, DTYPE_F16, SCHED_MASK_FULL}, 0},
+        {{8, 1, 1, 4, 2, 64, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{2, 1000, 1000, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, 3},
+        {{1, 300, 500, 2, 1, 64, DTYPE_F16, SCHED_MASK_CAUSAL}, 3},
+        {{2, 1088, 1088, 4, 2, 64, DTYPE_F16, SCHED_MASK_FULL}, 2},
+        {{2, 300, 300, 4, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL}, 2},
+        {{2, 1088, 1088, 4, 2, 128, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{1, 65, 65, 4, 1, 128, DTYPE_F16, SCHED_MASK_FULL}, 0},
+        {{2, 300, 200, 2, 1, 128, DTYPE_F16, SCHED_MASK_CAUSAL}, 0},
+        {{4, 64, 64, 2, 2, 128, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{8, 1, 1, 4, 2, 128, DTYPE_F16, SCHED_MASK_FULL}, 0},
+        {{2, 300, 300, 3, 1, 96, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{1, 300, 300, 2, 1, 256, DTYPE_BF16, SCHED_MASK_FULL}, 0},
+        {{2, 64, 130, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL}, 0},
+    };
+    const int32_t ctas[] = {132, 16, 3, 1};
+    struct cuattn *ca = open_v3();
+    if (!ca)
+        return;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x1d1e);
+    int bad = 0, diff = 0, rule = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci].s);
+        const int32_t nc = cases[ci].nc;
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        struct refs R; /* the forward's only */
+        memset(&R, 0, sizeof R);
+        R.out = malloc(sizeof(double) * (size_t)a.nq);
+        R.lse = malloc(sizeof(double) * (size_t)a.nlse);
+        CU_ASSERT_FATAL(R.out && R.lse);
+        CU_ASSERT_FATAL(ref_forward(&p, gpu_bufs_tq(&a, a.q), gpu_bufs_tk(&a, a.k), gpu_bufs_tk(&a, a.v), R.out, R.lse) == 0);
+        cuattn__force_fwd_consumers(ca, nc);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0); /* a CTA an SM */
+        CU_ASSERT_EQUAL(cuattn__last_fwd_wg(ca), 1);
+        if (nc && cuattn__last_fwd_consumers(ca) != nc) {
+            fprintf(stderr, "\n  case %zu: %d consumers ran, %d forced", ci, (int)cuattn__last_fwd_consumers(ca),
+                    (int)nc);
+            rule++;
+        }
+        double err;
+        int lse_bad;
+        if (!forward_close(&a, &R, &err, &lse_bad)) {
+            fprintf(stderr, "\n  case %zu (%d x %d, d %d, %s, %d consumers): rel error %.3g (limit %.0g), %d bad lse",
+                    ci, p.seqlen_q, p.seqlen_k, p.head_dim, p.mask == SCHED_MASK_CAUSAL ? "causal" : "full",
+                    (int)cuattn__last_fwd_consumers(ca), err, tolerance(p.dtype), lse_bad);
+            bad++;
+        }
+        struct gpu_copy one_an_sm;
+        gpu_copy_fwd(&one_an_sm, &a);
+        for (int cp = 0; cp < 2; cp++)
+            for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
+                cuattn__force_no_tma(ca, cp);
+                cuattn__force_fwd_ctas(ca, ctas[k]);
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+                if (!gpu_copy_equal(&one_an_sm, &a)) {
+                    fprintf(stderr, "\n  case %zu, %s, %d CTAs: other bytes than a CTA an SM", ci,
+                            cp ? "cp.async" : "TMA", (int)ctas[k]);
+                    diff++;
+                }
+            }
+        cuattn__force_no_tma(ca, 0);
+        cuattn__force_fwd_ctas(ca, 0);
+        cuattn__force_fwd_consumers(ca, 0);
+        gpu_copy_free(&one_an_sm);
+        free(R.out);
+        free(R.lse);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(diff, 0);
+    CU_ASSERT_EQUAL(rule, 0);
+    cuattn_free(ca);
+}
+
 /* v3's forward loads its tiles through TMA where the views allow and through cp.async
  * elsewhere; both must put the same bytes in shared memory, so the same problem gives the
  * same out and lse bytes either way (into poisoned outputs). Dense views (TMA by default,
@@ -2482,6 +2581,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_at_64",
                      test_attn_gpu_v3_forward_two_and_three_consumers_give_the_same_bits_at_64) ||
+        !CU_add_test(f, "test_attn_gpu_v3_forward_idle_consumers_and_turned_rounds_keep_the_bits",
+                     test_attn_gpu_v3_forward_idle_consumers_and_turned_rounds_keep_the_bits) ||
         !CU_add_test(f, "test_attn_gpu_v3_forward_small_shapes_for_sanitizers",
                      test_attn_gpu_v3_forward_small_shapes_for_sanitizers))
         return -1;
