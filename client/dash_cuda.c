@@ -176,6 +176,22 @@ static void restore_device(int old, int device)
         (void)cudaSetDevice(old);
 }
 
+int dash__cuda_settle(struct dash_client *c, int device)
+{
+    int old;
+    if (switch_device(device, &old) != 0)
+        return dash__fail(c, DASH_ENOGPU, "cannot make CUDA device %d current to wait for this "
+                          "process's work on it before the op", device);
+    const cudaError_t e = cudaDeviceSynchronize();
+    restore_device(old, device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return dash__fail(c, DASH_EIO, "waiting for this process's work on CUDA device %d before "
+                          "the op (nothing sent): %s", device, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
 int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
                        struct dash_buffer **ret_buf)
 {
@@ -984,6 +1000,12 @@ int dash__cuda_busid(int cuda_device, char *buf, size_t len)
 }
 
 #else /* no CUDA in this build */
+
+int dash__cuda_settle(struct dash_client *c, int device)
+{
+    (void)device; /* no CUDA buffer can exist in this build */
+    return dash__fail(c, DASH_ENOGPU, "this libdash was built without CUDA");
+}
 
 int dash__cuda_busid(int cuda_device, char *buf, size_t len)
 {
