@@ -416,7 +416,35 @@ static __device__ __forceinline__ void bwd_wg_persistent_lap(const struct attn_b
 #if BWD_WG_PAIR64 && BWD_TC_BULK
 /* BWD_WG_PAIR64 (bwd_wgmma.cuh): the persistent mode at head dim 64 with the pair
  * step - bwd_tc_persistent's jobs, units, visit table, drain rule and writer hand-off,
- * the unit's steps taken two at a time; warpgroup w hands tile w of each pair. */
+ * the unit's steps taken two at a time; warpgroup w hands tile w of each pair.
+ *
+ * A unit's end and the next unit's start overlap their latencies (trial lap64,
+ * bench/results/lap64-trial-2026-12-07.md). They were serial: dK and dV staged in K's and
+ * V's tiles and the wait for the TMA stores' read of them; the drain rule and the job's
+ * L2 round trips; the visit table; the K/V load, waited for; only then the first pair's Q,
+ * dO, LSE and Dsum, waited for in the pair step - at head dim 64 about 7 us a unit against
+ * ~3 us a pair (the H100 peers run of ba46799, fitted over 1k-16k: a quarter of a 1k
+ * sequence's backward). Now:
+ *   1. the unit's end (bwd_wg_pair_store): a barrier behind every product of the last pair,
+ *      dK and dV staged in the dS^T set that pair used (dst_smem[hph ^ 1]; the next unit's
+ *      first pair writes the other), their stores issued; nobody waits for their read;
+ *   2. where the unit was its job's last: the drain rule and the next job, as before (the
+ *      stores read meanwhile);
+ *   3. the next unit's start, behind a barrier: the threads that issued 1's stores wait for
+ *      their read - before any copy of their own is in flight (in SASS a bulk group's wait
+ *      and cp.async's are both DEPBAR.LE SB0: after the copies it could wait for them too);
+ *      the staging set is written again by the next unit's second pair at the earliest;
+ *   4. K and V issued (cp.async) and not waited for; where plain stores wrote part of them
+ *      (zeros past Sk, a view of unaligned rows) their writers' proxy fence; the table;
+ *   5. a barrier: the table, those zeros and 3's read are published;
+ *   6. the first pair issues its Q, dO, LSE and Dsum (bwd_wg_pair_load, as before) and waits
+ *      for stage 0's barrier q_full[0], which now also tracks K and V: every thread's
+ *      cp.async.mbarrier.arrive there fires once all its earlier copies have landed, so
+ *      the K/V load and the Q/dO load are in flight together and waited for once.
+ * The pairs, hand-offs, turns and writer are as before; the same loads, stores, products and
+ * additions: the same bits. A unit without steps waits for its K/V copies itself (5). The
+ * job is taken at the same point as before (after the unit's stores are issued, their read
+ * no longer waited for first), so the drain rule holds as it did. */
 template <typename DT>
 static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_bwd_params &p, bwd_wg_smem_pair &sm,
                                                              const bwd_wg_qmaps *qm)
@@ -439,7 +467,7 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
          * of the taken job's head waits on it (H200, 64 causal: ascending 0.25-0.31 of the
          * one-tile kernel at 2k-4k). Waiting here depends only on jobs already taken and on
          * additions before tile a's in the schedule's order, as the hand-off's waits do. */
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == 0) { /* 2 */
             BWD_WG_T0();
             if (sm.wait_end_smem > attn_ld_acquire(p.job_next))
                 bwd_wg_pair_drain(sm, hph);
@@ -464,12 +492,26 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
         }
         for (int32_t stage = 0; stage < stages; stage++) {
             BWD_WG_T0();
-            bwd_cta_sync<true>(); /* no barrier after each pair: one here, before the table, K and V are rewritten */
+            bwd_cta_sync<true>(); /* the job's fields are visible to every thread; every
+                                     product of the last unit is done (K, V, stage 0, the
+                                     table and the other dS^T set are free) */
             const struct sched_job &J = sm.job_smem;
             const int32_t n = sched_job_unit(s, J.k, stage), bh = J.bh;
             const int32_t steps = sched_unit_steps(s, n);
+            /* 3, before any copy (at once where no stores are in flight) */
+            if ((threadIdx.x & 127) == 0)
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            /* 4: every read of K, V, stage 0 and the table came before the barrier above (the
+             * last pair prefetched nothing: no copy is in flight into either stage) */
+            if (bwd_tc_load_kv_start<64, CUATTN_TC_BLOCK_N>(p, sm, bh, n))
+                /* the writers' fence only where plain stores wrote part of K or V: a fence
+                 * (SASS: MEMBAR.ALL.CTA) may hold the thread until its copies in flight land,
+                 * which nothing before the first pair's q_full should */
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
-            bwd_tc_load_kv<64, CUATTN_TC_BLOCK_N>(p, sm, bh, n); /* its barrier publishes the table too */
+            if (steps == 0) /* no first pair's q_full waits for the copies */
+                attn_cp_async_wait<0>();
+            bwd_cta_sync<true>(); /* 5: the table, K/V's plain stores and 3's read are published */
             bwd_tc_zero_kv<64, CUATTN_TC_BLOCK_N>(x);
             if (threadIdx.x == 0)
                 BWD_WG_TADD(BT_UNIT);
@@ -507,7 +549,7 @@ static __device__ __forceinline__ void bwd_wg_pair_persistent(const struct attn_
             }
             {
                 BWD_WG_T0();
-                bwd_wg_store_dkv<DT, 64, CUATTN_TC_BLOCK_N, true>(p, sm, x, bh, n, qm);
+                bwd_wg_pair_store<DT>(p, sm, x, bh, n, qm, (int32_t)(hph ^ 1u)); /* 1: the last pair's set */
                 if (threadIdx.x == 0)
                     BWD_WG_TADD(BT_STORE);
             }

@@ -130,9 +130,11 @@ static __device__ __forceinline__ void bwd_tc_take_turn(const int32_t *ctr, int3
  * 16-byte chunk t % (D/8) of rows t / (D/8) + k (256 / (D/8)), so each chunk is one
  * cp.async at a fixed offset from two pointers formed once, instead of a loop that divides
  * and multiplies per chunk (about 29 instructions a chunk in ptxas 13.0's code). Unaligned sources take the general loop; the bytes that land are the same
- * (for all D columns: a narrow load, chunks < D/8, must be aligned). */
+ * (for all D columns: a narrow load, chunks < D/8, must be aligned). Returns whether any
+ * thread wrote part of the tile with plain stores (zeros past the rows or the columns, or
+ * the general loop), which wgmma reads only after a proxy fence: uniform over the CTA. */
 template <int D, int ROWS, bool SW>
-static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
+static __device__ __forceinline__ bool bwd_tc_load_tile(uint16_t *tile_smem, const uint16_t *src,
                                                         int64_t base, int64_t row_stride, int32_t rows,
                                                         int32_t chunks = D / 8)
 {
@@ -145,7 +147,7 @@ static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, con
         if (chunks != CH) /* the general loop loads every column: the host sends such views */
             __trap();     /* to the widened copies (narrow_kv_aligned), never here */
         attn_tc_load_tile<D, ROWS, SW>(tile_smem, src, base, row_stride, rows, ATTN_THREADS);
-        return;
+        return true;
     }
     const int32_t r = threadIdx.x / CH, c = threadIdx.x % CH;
     const uint16_t *from = g + r * row_stride + c * 8;
@@ -157,6 +159,7 @@ static __device__ __forceinline__ void bwd_tc_load_tile(uint16_t *tile_smem, con
         else
             *reinterpret_cast<uint4 *>(to + k * STEP) = make_uint4(0u, 0u, 0u, 0u);
     }
+    return rows < ROWS || chunks != CH;
 }
 
 /* The CTA's compute warps meet: all of the CTA, or with a dQ writer warp (W) the 256
@@ -216,21 +219,23 @@ static __device__ __forceinline__ void bwd_tc_fill_visits(const struct sched *s,
 /* Start loading the unit's K and V tiles (one committed cp.async group a thread; rows past
  * Sk are zeroed at once). NARROW: p.d_cols may name fewer columns than D (72-120 on the 128
  * kernel, dense only; the window/packed kernels pass false, which keeps the column count a
- * constant: read from the params it cost their softcap instance a spill). */
+ * constant: read from the params it cost their softcap instance a spill). Returns whether
+ * plain stores wrote part of them (bwd_tc_load_tile). */
 template <int D, int BN, bool NARROW = true, typename SM>
-static __device__ __forceinline__ void bwd_tc_load_kv_start(const struct attn_bwd_params &p, SM &sm, int32_t bh,
+static __device__ __forceinline__ bool bwd_tc_load_kv_start(const struct attn_bwd_params &p, SM &sm, int32_t bh,
                                                             int32_t n)
 {
     const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
     const int32_t ch = NARROW && D == 128 && p.d_cols ? p.d_cols / 8 : D / 8; /* the caller's columns (aligned: host) */
-    bwd_tc_load_tile<D, BN, SM::swizzled>(sm.k_smem, static_cast<const uint16_t *>(p.k),
+    const bool kg = bwd_tc_load_tile<D, BN, SM::swizzled>(sm.k_smem, static_cast<const uint16_t *>(p.k),
                             b * p.k_stride[0] + (int64_t)j0 * p.k_stride[1] + hk * p.k_stride[2],
                             p.k_stride[1], rn, ch);
-    bwd_tc_load_tile<D, BN, SM::swizzled>(sm.v_smem, static_cast<const uint16_t *>(p.v),
+    const bool vg = bwd_tc_load_tile<D, BN, SM::swizzled>(sm.v_smem, static_cast<const uint16_t *>(p.v),
                             b * p.v_stride[0] + (int64_t)j0 * p.v_stride[1] + hk * p.v_stride[2],
                             p.v_stride[1], rn, ch);
     attn_cp_async_commit();
+    return kg || vg;
 }
 
 /* Wait for every cp.async of the thread (the K and V load above among them) and meet. */

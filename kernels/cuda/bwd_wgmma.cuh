@@ -108,7 +108,10 @@
  * publishes K, V, the table and the read. Serial before: the staging and the stores' read,
  * the job's L2 round trips, the table, then the K/V load (trace at 4k full: ~2.2 us in the
  * store and ~2.7 in the unit start, per unit). The same loads, stores and products: the
- * same bits (bench/results/unitlap-trial-2026-12-06.md). */
+ * same bits (bench/results/unitlap-trial-2026-12-06.md). Head dim 64's pair kernel
+ * (BWD_WG_PAIR64) overlaps its unit end its own way (trial lap64: dK and dV staged in the
+ * dS^T tiles of the unit's last pair, the stores' read waited for at the next unit's start;
+ * bwd_wg_pair_store, attn_bwd_tc.cu's bwd_wg_pair_persistent). */
 #define BWD_WG_DKV_LAP(D) BWD_WG_STAGE_BARS(D)
 struct bwd_wg_qmaps {
     CUtensorMap q, dout; /* (D, Sq, Hq, B) in boxes of 64 x BWD_TC_BM */
@@ -483,25 +486,35 @@ static __device__ __forceinline__ unsigned char *bwd_wg_dkv_tile(SM &sm, int32_t
 
 /* The unit's dK (times scale) and dV through shared memory (the 128-byte swizzled layout of
  * the loads, which the maps' swizzle undoes) and a TMA store per 64-column block of each
- * warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written). Staged in
- * K's and V's tiles (free after the unit's last step), or where BWD_WG_DKV_LAP in
- * bwd_wg_dkv_tile's, at the same offsets, and then the caller finishes with
- * bwd_wg_store_dkv_done once it has issued the next unit's loads. LEAVES: where the audit
- * asks (leaf_dk), the quads hash the rows they write, as
+ * warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written). LEAVES:
+ * where the audit asks (leaf_dk), the quads hash the rows they write, as
  * bwd_tc_store_unit's (the same packed values, the same leaves; at head dim 128 after the
- * stores are issued, read back from the tiles: in bwd_wg_store_dkv_done). Staged in K and V,
- * the issuing thread waits until the stores have read the tiles, so they are free for the
- * next unit's K and V once the unit-start barrier has passed (waiting there instead, the
- * first form measured, fe8551b, spilled 8 bytes in the dense kernel).
+ * stores are issued, read back from the tiles: in bwd_wg_store_dkv_done). The staging
+ * tiles, each element at the offset it has in K's (the same boxes either way):
+ *   - K's and V's tiles (free after the unit's last step): the issuing thread waits here
+ *     until the stores have read them, so they are free for the next unit's K and V once
+ *     the unit-start barrier has passed (waiting there instead, the first form measured,
+ *     fe8551b, spilled 8 bytes in the dense kernel);
+ *   - DKV_LAP (BWD_WG_DKV_LAP: head dim 128, trial unitlap): bwd_wg_dkv_tile's four tiles,
+ *     and the caller finishes with bwd_wg_store_dkv_done (the leaves, the wait for the
+ *     read) once it has issued the next unit's loads;
+ *   - PAIR_LAP (head dim 64's pair kernel, bwd_wg_smem_pair, through bwd_wg_pair_store;
+ *     trial lap64): the dS^T tiles of set `set` (dst_smem[set][0] and [1], each (128 kv, 64)
+ *     in K's layout), which the unit's last pair used and the next unit's first pair does
+ *     not, and nobody waits here: the issuing threads wait for the stores' read at the next
+ *     unit's start, after the next job is taken and before the next unit's K/V copies
+ *     (attn_bwd_tc.cu's bwd_wg_pair_persistent).
  * view: the window/packed kernel's (view batch, first q row, first k row). */
-template <typename DT, int D, int BN, bool LEAVES, typename SM>
+template <typename DT, int D, int BN, bool LEAVES, typename SM, bool PAIR_LAP = false>
 static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_bwd_params &p, SM &sm,
                                                              const bwd_wg_regs<D> &x, int32_t bh, int32_t n,
-                                                             const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
+                                                             const bwd_wg_qmaps *qm, const int32_t *view = nullptr,
+                                                             int32_t set = 0)
 {
     static_assert(BN == 128 && (D == 128 || D == 64), "two warpgroups of 64 kv rows, head dim 64 or 128");
-    constexpr bool LAP = BWD_WG_DKV_LAP(D);
-    static_assert(!LAP || D == 128, "the leaves are hashed in bwd_wg_store_dkv_done where LAP");
+    constexpr bool DKV_LAP = BWD_WG_DKV_LAP(D);
+    static_assert(!DKV_LAP || D == 128, "the leaves are hashed in bwd_wg_store_dkv_done where DKV_LAP");
+    static_assert(!PAIR_LAP || (D == 64 && !DKV_LAP), "the dS^T tiles of the pair kernel hold 64 columns");
 #if BWD_TC_BULK
     int32_t b = bh / p.heads_q;
     const int32_t hk = (bh - b * p.heads_q) / p.group, wg = threadIdx.x >> 7, r0 = 64 * wg;
@@ -511,7 +524,15 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
         j += view[2];
     }
     bwd_cta_sync<true>(); /* every product of this unit's last step (dQ reads all of K) is done */
-    unsigned char *ks = reinterpret_cast<unsigned char *>(sm.k_smem), *vs = reinterpret_cast<unsigned char *>(sm.v_smem);
+    unsigned char *ks, *vs; /* K's and V's tiles or PAIR_LAP's dS^T set (DKV_LAP: bwd_wg_dkv_tile) */
+    if constexpr (PAIR_LAP) {
+        ks = reinterpret_cast<unsigned char *>(sm.dst_smem[set][0]);
+        vs = reinterpret_cast<unsigned char *>(sm.dst_smem[set][1]);
+    } else {
+        (void)set;
+        ks = reinterpret_cast<unsigned char *>(sm.k_smem);
+        vs = reinterpret_cast<unsigned char *>(sm.v_smem);
+    }
     bool hashed = false; /* the rows hashed from registers as they are written (head dim 64) */
     if constexpr (LEAVES && D == 64) {
         if (p.leaf_dk) { /* bwd_tc_store_unit's order: row halves h, elements e = 4 t + 2 h */
@@ -532,7 +553,7 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
             hashed = true;
         }
     }
-    if constexpr (LAP) {
+    if constexpr (DKV_LAP) {
 #pragma unroll
         for (int e = 0; e < D / 2; e += 2) { /* element e's column block: e / 32 (col(e) / 64) */
             const int32_t c = e >> 5;
@@ -558,25 +579,25 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
     if ((threadIdx.x & 127) == 0) {
 #pragma unroll
         for (int32_t c = 0; c < D / 64; c++) {
-            if constexpr (LAP) {
+            if constexpr (DKV_LAP) {
                 attn_tma_store_4d(&qm->dk, bwd_wg_dkv_tile<D>(sm, 0, c) + r0 * 128, 64 * c, j, hk, b);
                 attn_tma_store_4d(&qm->dv, bwd_wg_dkv_tile<D>(sm, 1, c) + r0 * 128, 64 * c, j, hk, b);
             } else {
                 const uint32_t at = (uint32_t)(c * BN * 128 + r0 * 128);
-                attn_tma_store_4d(&qm->dk, reinterpret_cast<const unsigned char *>(sm.k_smem) + at, 64 * c, j, hk, b);
-                attn_tma_store_4d(&qm->dv, reinterpret_cast<const unsigned char *>(sm.v_smem) + at, 64 * c, j, hk, b);
+                attn_tma_store_4d(&qm->dk, ks + at, 64 * c, j, hk, b);
+                attn_tma_store_4d(&qm->dv, vs + at, 64 * c, j, hk, b);
             }
         }
         attn_tma_store_commit();
     }
-    if constexpr (!LAP) {
+    if constexpr (!DKV_LAP && !PAIR_LAP) { /* staged in K and V */
         if ((threadIdx.x & 127) == 0)
             asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
         if constexpr (!BWD_WG_STAGE_BARS(D)) /* no unit-start barrier: everyone waits for that here */
             bwd_cta_sync<true>();
     }
 #else
-    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)qm, (void)view;
+    (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)qm, (void)view, (void)set;
     __trap();
 #endif
 }
@@ -1848,8 +1869,9 @@ static __device__ __forceinline__ void bwd_wg_pair_pds(const struct attn_bwd_par
 
 /* One pair step (above) of unit n of head bh: the visit table's tiles at, at + 1 (of the
  * `left` steps left: none past them) in stage buf (loaded by the last pair, but for the
- * unit's first pair), the next pair prefetched into buf ^ 1 after the dS barrier, dS^T through
- * dst_smem[dsb]. dK, dV
+ * unit's first pair: here, where the stage's barrier also tracks the unit's K and V, whose
+ * copies the caller issued and did not wait for: bwd_wg_pair_persistent), the next pair
+ * prefetched into buf ^ 1 after the dS barrier, dS^T through dst_smem[dsb]. dK, dV
  * accumulate in x; dq gets this warpgroup's tile's partial (a for 0, b for 1). On return
  * every product has landed. */
 template <typename DT>
@@ -1872,7 +1894,7 @@ static __device__ __forceinline__ void bwd_wg_pair_step(const struct attn_bwd_pa
         rm[t] = m < 0 ? 0 : p.seqlen_q - i0[t] < BWD_TC_BM ? p.seqlen_q - i0[t] : BWD_TC_BM;
     }
     const int32_t j0 = n * BN, rn = p.seqlen_k - j0 < BN ? p.seqlen_k - j0 : BN;
-    if (first) /* the unit's first pair: not prefetched */
+    if (first) /* the unit's first pair: not prefetched (q_full also tracks K and V then) */
         bwd_wg_pair_load(p, sm, buf, bh, ma, mb, qm);
     attn_mbar_wait(&sm.q_full[buf], (qph >> buf) & 1u); /* bwd_wg_wait_q */
     qph ^= 1u << buf;
@@ -1984,6 +2006,27 @@ static __device__ __forceinline__ void bwd_wg_pair_drain(bwd_wg_smem_pair &sm, u
 {
     attn_mbar_wait(&sm.empty_bar[0], hph ^ 1u);
     attn_mbar_wait(&sm.empty_bar[1], hph ^ 1u);
+}
+
+/* The end of a unit (kv-tile n of head bh), all 256 compute threads, once both warpgroups
+ * have handed the unit's last pair over: dK and dV out by TMA stores staged in dS^T set
+ * `set` (bwd_wg_store_unit_tma's PAIR_LAP: a barrier behind every product of the last
+ * pair, then the staging; nobody waits for the stores' read here), or where those do not
+ * serve (GQA's fp32 sums, views without maps) by bwd_tc_store_unit's stores from
+ * registers. The next unit's loads come after a barrier the caller passes first
+ * (bwd_wg_pair_persistent). */
+template <typename DT>
+static __device__ __forceinline__ void bwd_wg_pair_store(const struct attn_bwd_params &p, bwd_wg_smem_pair &sm,
+                                                         const bwd_wg_regs<64> &x, int32_t bh, int32_t n,
+                                                         const bwd_wg_qmaps *qm, int32_t set)
+{
+    constexpr int32_t BN = CUATTN_TC_BLOCK_N;
+    if (bwd_wg_dkv_tma<BN, true>(p, qm, n, nullptr)) {
+        bwd_wg_store_unit_tma<DT, 64, BN, true, bwd_wg_smem_pair, true /* PAIR_LAP */>(p, sm, x, bh, n, qm, nullptr,
+                                                                                       set);
+        return;
+    }
+    bwd_tc_store_unit<DT, 64, BN, true>(p, x, bh, n);
 }
 
 /* The writer (one thread): buffer 0's ticket, then 1's, pair after pair, until the end;

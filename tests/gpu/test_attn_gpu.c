@@ -455,6 +455,9 @@ static void strided_views_give_same_bits(const struct shape_case c)
 static void test_attn_gpu_strided_views_give_same_bits(void)
 {
     strided_views_give_same_bits((struct shape_case){2, 150, 100, 4, 2, 64, DTYPE_F16, SCHED_MASK_CAUSAL});
+    /* MHA: where the maps do not encode, dK and dV by pair stores from registers while the
+     * next unit loads (trial lap64) */
+    strided_views_give_same_bits((struct shape_case){2, 150, 300, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL});
     strided_views_give_same_bits((struct shape_case){2, 150, 100, 4, 2, 96, DTYPE_BF16, SCHED_MASK_CAUSAL});
 }
 
@@ -870,11 +873,14 @@ static void test_attn_gpu_small_shapes_for_sanitizers(void)
         {1, 90, 70, 2, 1, 96, DTYPE_BF16, SCHED_MASK_CAUSAL},
         {1, 65, 70, 2, 1, 256, DTYPE_F16, SCHED_MASK_FULL},
         {2, 130, 200, 2, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {2, 200, 300, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
     };
-    /* each case's CTAs in the persistent runs (0: the SM count): the last case's run four
-     * units each, so the tools see unit ends with the next unit's loads under the stores
-     * (trial unitlap), whole kv-tiles and ones past the keys' end */
-    const int32_t grid[] = {0, 0, 0, 0, 2};
+    /* each case's CTAs in the persistent runs (0: the SM count): the last two cases' run
+     * several units each, so the tools see unit ends with the next unit's loads under the
+     * dK/dV stores - head dim 128's (four units a CTA: its K/V and first stage, trial
+     * unitlap) and 64's pair kernel (six: its K/V and first pair, trial lap64) - whole
+     * kv-tiles and ones past the keys' end, and at 64 pairs without a tile b */
+    const int32_t grid[] = {0, 0, 0, 0, 2, 2};
     struct cuattn *ca = open_device();
     struct tu_rng r;
     tu_rng_init(&r, tu_seed() ^ 0x5a71);
@@ -2216,6 +2222,102 @@ static void test_attn_gpu_many_units_a_cta_keep_their_bits_and_leaves(void)
     cuattn_free(ca);
 }
 
+/* Head dim 64 without GQA, where a unit's dK and dV go out by TMA stores staged in the last
+ * pair's dS^T tiles while the next unit's K, V and first pair load (trial lap64,
+ * attn_bwd_tc.cu's bwd_wg_pair_persistent): on small grids a CTA runs many units in a row,
+ * so every kind of unit end follows another - units of one step (one q-tile over 8
+ * kv-tiles: the pair's tile b missing, its Q and dO zeros), units of one pair (the last
+ * kv-tile of a causal head; with seqlen_q > seqlen_k, rows that see no key), a job's second
+ * unit (causal shift's pairs), the next job on another head and batch element, kv-tiles
+ * past the keys' end (K and V rows zeroed, not copied). Each deterministic schedule (shift
+ * at W 64 and 3) and atomic against float64 on the SM count's grid; the deterministic ones'
+ * bytes on grids 16, 3 and 1 equal to it (and some of those runs persistent: the pair kernel
+ * with many units a CTA); then with the audit's leaves on grids 132 and 1: the same bytes,
+ * and every row's leaf (dQ, dK, dV) its hash - dK's and dV's where the launch was
+ * persistent (a shift grid below its chunk runs interleaved, whose dK and dV are digested
+ * from memory). */
+static void test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves(void)
+{
+    const struct shape_case cases[] = {
+        {3, 200, 130, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 64, 1000, 4, 4, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {2, 384, 384, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 300, 700, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+    };
+    const struct {
+        enum sched_kind kind;
+        int32_t w;
+    } runs[] = {{SCHED_ASCENDING, 0}, {SCHED_DESCENDING, 0}, {SCHED_SPT, 0},
+                {SCHED_SHIFT, 0},     {SCHED_SHIFT, 3},      {SCHED_ATOMIC, 0}};
+    const int32_t grids[] = {16, 3, 1}, leaf_grids[] = {132, 1};
+    struct cuattn *ca = open_device();
+    const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
+    struct tu_rng r;
+    tu_rng_init(&r, tu_seed() ^ 0x1a964);
+    int bad = 0, mismatches = 0, persistent_small = 0, persistent_leaves = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        struct attn_problem p = problem_of(&cases[ci]);
+        struct gpu_bufs a;
+        gpu_bufs_init(&a, &p, NULL, NULL, &r);
+        struct refs R;
+        refs_compute(&R, &p, &a);
+        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+            struct attn_config cfg = {runs[ri].kind, runs[ri].w, 0, 0, 0};
+            char what[96];
+            snprintf(what, sizeof what, "case %zu %s W %d", ci, sched_kind_name(cfg.sched), runs[ri].w);
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 0), 0);
+            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
+            double e[3];
+            if (!grads_close(&a, &R, e)) {
+                fprintf(stderr, "\n  %s: rel error dq %.3g dk %.3g dv %.3g", what, e[0], e[1], e[2]);
+                bad++;
+            }
+            if (runs[ri].kind == SCHED_ATOMIC)
+                continue;
+            struct gpu_copy base;
+            gpu_copy_bwd(&base, &a);
+            for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grids[gi], NULL), 0);
+                int32_t mode = 0;
+                cuattn__last_launch(ca, &mode, NULL);
+                persistent_small += mode != 2 && grids[gi] <= 3;
+                if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
+                    fprintf(stderr, "\n  %s: grid %d differs from the SM count's", what, grids[gi]);
+            }
+            CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
+            for (size_t gi = 0; gi < sizeof leaf_grids / sizeof leaf_grids[0]; gi++) {
+                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, leaf_grids[gi], NULL), 0);
+                if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
+                    fprintf(stderr, "\n  %s: grid %d with leaves differs", what, leaf_grids[gi]);
+                int32_t mode = 0;
+                cuattn__last_launch(ca, &mode, NULL);
+                persistent_leaves += mode == 1; /* persistent */
+                for (int i = 0; i < 3; i++) {
+                    const int64_t nb = leaves_not_row_hashes(ca, &a, i);
+                    /* v3 at 64 without GQA hashes all three in the persistent mode; a shift
+                     * grid below its chunk runs interleaved, whose dK and dV are digested
+                     * from memory (arm_leaves: no leaves, -1) */
+                    if (nb > 0 || (v3 && nb < 0 && mode == 1)) {
+                        fprintf(stderr, "\n  %s: grid %d output %d: %lld leaves not their row's hash", what,
+                                leaf_grids[gi], i, (long long)nb);
+                        bad++;
+                    }
+                }
+            }
+            gpu_copy_free(&base);
+        }
+        (void)cuattn_set_leaves(ca, 0);
+        refs_free(&R);
+        gpu_bufs_free(&a);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT(persistent_small > 0);
+    CU_ASSERT(persistent_leaves > 0 || !v3); /* the leaves were checked somewhere */
+    cuattn_free(ca);
+}
+
 /* ---- long shapes against float64 -------------------------------------------------------- */
 
 /* Query rows a0 .. a0 + r - 1 of a batch-1 problem and the float64 reference of them alone:
@@ -2564,6 +2666,8 @@ int suite_gpu_attn(void)
                      test_attn_gpu_folded_digests_equal_cpu_at_large_outputs) ||
         !CU_add_test(s, "test_attn_gpu_many_units_a_cta_keep_their_bits_and_leaves",
                      test_attn_gpu_many_units_a_cta_keep_their_bits_and_leaves) ||
+        !CU_add_test(s, "test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves",
+                     test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves) ||
         !CU_add_test(s, "test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits",
                      test_attn_gpu_long_shapes_match_float64_reference_and_repeat_their_bits))
         return -1;
