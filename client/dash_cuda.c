@@ -182,8 +182,21 @@ int dash__cuda_settle(struct dash_client *c, int device)
     if (switch_device(device, &old) != 0)
         return dash__fail(c, DASH_ENOGPU, "cannot make CUDA device %d current to wait for this "
                           "process's work on it before the op", device);
+    /* relaxed, as the watchdog: a graph another thread captures in global mode (PyTorch's
+     * default) would otherwise forbid this wait and be invalidated by it */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    const int exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
     const cudaError_t e = cudaDeviceSynchronize();
+    if (exchanged)
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
     restore_device(old, device);
+    if (e == cudaErrorStreamCaptureUnsupported || e == cudaErrorStreamCaptureImplicit ||
+        e == cudaErrorStreamCaptureWrongThread) {
+        /* a capture in this thread forbids any wait: the op goes out as it did before this
+         * wait existed, reading what the device holds when dashd runs it (docs/libdash.md) */
+        (void)cudaGetLastError();
+        return 0;
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return dash__fail(c, DASH_EIO, "waiting for this process's work on CUDA device %d before "
