@@ -401,11 +401,7 @@ struct dash_result {
 };
 
 /* Forward: out = softmax(scale * q k^T, mask) v and lse, the log of the softmax's
- * denominator, written into out's and lse's buffers. On CUDA buffers it first waits for
- * the work this process queued on their device (cudaDeviceSynchronize there), so the
- * daemon reads what the caller wrote before the call - kernels on any stream, cudaMemcpy
- * and cudaMemset included (a host-to-device cudaMemcpy may return before its bytes land);
- * dash_forward_stream() orders against one stream instead. Blocks until the daemon is done,
+ * denominator, written into out's and lse's buffers. Blocks until the daemon is done,
  * however long that takes while the daemon stays responsive (it is probed after 1 s of
  * silence); gives up with DASH_ETIMEDOUT after the client's timeout without any sign of
  * life. Resent transparently when the daemon restarts.
@@ -440,9 +436,7 @@ int dash_backward(struct dash_client *c, const struct dash_attn *a, const struct
 /* Asynchronous forms: send the request and return at once with a ticket for dash_wait()
  * or dash_poll(). Any number may be in flight. The tensors are copied; their buffers must
  * not be freed (dash_shm_free() says DASH_EBUSY) until the ticket completes, and their
- * output memory must not be read before then. On CUDA buffers they wait for the caller's
- * work on the device first, as dash_forward() does (a failure there: DASH_EIO, nothing
- * sent).
+ * output memory must not be read before then.
  *
  * Returns 0 and *ret_ticket (never 0); or the argument errors of dash_forward() (nothing
  * sent), DASH_ENOSESSION (a DASH_CONNECT_NO_SESSION client), DASH_ENOMEM, DASH_ETIMEDOUT

@@ -176,35 +176,6 @@ static void restore_device(int old, int device)
         (void)cudaSetDevice(old);
 }
 
-int dash__cuda_settle(struct dash_client *c, int device)
-{
-    int old;
-    if (switch_device(device, &old) != 0)
-        return dash__fail(c, DASH_ENOGPU, "cannot make CUDA device %d current to wait for this "
-                          "process's work on it before the op", device);
-    /* relaxed, as the watchdog: a graph another thread captures in global mode (PyTorch's
-     * default) would otherwise forbid this wait and be invalidated by it */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    const int exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-    const cudaError_t e = cudaDeviceSynchronize();
-    if (exchanged)
-        (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    restore_device(old, device);
-    if (e == cudaErrorStreamCaptureUnsupported || e == cudaErrorStreamCaptureImplicit ||
-        e == cudaErrorStreamCaptureWrongThread) {
-        /* a capture in this thread forbids any wait: the op goes out as it did before this
-         * wait existed, reading what the device holds when dashd runs it (docs/libdash.md) */
-        (void)cudaGetLastError();
-        return 0;
-    }
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return dash__fail(c, DASH_EIO, "waiting for this process's work on CUDA device %d before "
-                          "the op (nothing sent): %s", device, cudaGetErrorString(e));
-    }
-    return 0;
-}
-
 int dash_cuda_register(struct dash_client *c, void *dev_ptr, size_t size,
                        struct dash_buffer **ret_buf)
 {
@@ -1013,12 +984,6 @@ int dash__cuda_busid(int cuda_device, char *buf, size_t len)
 }
 
 #else /* no CUDA in this build */
-
-int dash__cuda_settle(struct dash_client *c, int device)
-{
-    (void)device; /* no CUDA buffer can exist in this build */
-    return dash__fail(c, DASH_ENOGPU, "this libdash was built without CUDA");
-}
 
 int dash__cuda_busid(int cuda_device, char *buf, size_t len)
 {

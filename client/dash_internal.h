@@ -323,11 +323,6 @@ DASH__HIDDEN int dash__reach(const char *endpoint, char *why, size_t len);
  * DASH_ENOGPU (no such device, no driver, or a build without CUDA). */
 DASH__HIDDEN int dash__cuda_busid(int cuda_device, char *buf, size_t len);
 
-/* dash_cuda.c: wait until the work this process queued on CUDA device `device` has
- * finished (cudaDeviceSynchronize there; the caller's current device kept). 0, or
- * DASH_EIO (the device reported an error; c's last error says which) or DASH_ENOGPU. */
-DASH__HIDDEN int dash__cuda_settle(struct dash_client *c, int device);
-
 /* Write a failure's text for dash_last_error() and return code. */
 DASH__HIDDEN int dash__fail(struct dash_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -388,18 +383,14 @@ DASH__HIDDEN int dash__op_encode(const struct dash_client *c, struct dash__req *
                                  Dash__Request *m, struct dash__op_storage *st);
 
 /* How an op is ordered on the GPU: nothing (all -1, 0), the event ring's slots, or a
- * semaphore slot of c->signals with its sequence number. host_ordered: an op of the
- * synchronous and submit calls, which waits for the caller's work on each CUDA buffer's
- * device before it is sent (dash__cuda_settle). */
+ * semaphore slot of c->signals with its sequence number. */
 struct dash__op_sync {
     int32_t wait_slot, record_slot;
     int when_queued;
     int32_t signal_slot;
     uint64_t signal_seq;
-    int host_ordered;
 };
-#define DASH__NO_SYNC ((struct dash__op_sync){-1, -1, 0, -1, 0, 0})
-#define DASH__HOST_ORDERED ((struct dash__op_sync){-1, -1, 0, -1, 0, 1})
+#define DASH__NO_SYNC ((struct dash__op_sync){-1, -1, 0, -1, 0})
 
 /* dash_ops.c: validate and submit an op (kind FORWARD or BACKWARD; ts: nt tensors, lse
  * at 4) ordered by sync. 0 and *ret_ticket and *ret_req (the request, which the caller

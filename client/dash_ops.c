@@ -334,31 +334,6 @@ void dash__reap_detached(struct dash_client *c)
 
 /* ---- submitting and waiting ----------------------------------------------------------- */
 
-/* A host-ordered op on CUDA buffers reads them when dashd runs it, in another process: first
- * wait for what this process queued on their devices (kernels on any stream, cudaMemcpy and
- * cudaMemset, whose host-to-device forms may return before their bytes land), so the op
- * reads what the caller wrote before the call. Once per device. */
-static int settle(struct dash_client *c, const struct dash_attn *a, const struct dash_tensor *const *ts,
-                  int nt, int with_seqlens)
-{
-    int done[DASH__NT_MAX], nd = 0;
-    for (int i = 0; i < nt + 2 * with_seqlens; i++) {
-        const struct dash_tensor *t = i < nt ? ts[i] : i == nt ? &a->cu_seqlens_q : &a->cu_seqlens_k;
-        if (t->buf->kind != DASH__BUF_CUDA)
-            continue;
-        int seen = 0;
-        for (int j = 0; j < nd; j++)
-            seen |= done[j] == t->buf->device;
-        if (seen)
-            continue;
-        const int rc = dash__cuda_settle(c, t->buf->device);
-        if (rc)
-            return rc;
-        done[nd++] = t->buf->device;
-    }
-    return 0;
-}
-
 int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct dash_attn *a,
                     const struct dash_tensor *const *ts, int nt, const struct dash__op_sync *sync,
                     uint64_t *ret_ticket, struct dash__req **ret_req)
@@ -388,8 +363,6 @@ int dash__op_submit(struct dash_client *c, enum dash__kind kind, const struct da
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return dash__fail(c, DASH_ENOSESSION, "this client connected without a session "
                           "(DASH_CONNECT_NO_SESSION): ping and stats only");
-    if (sync->host_ordered && (rc = settle(c, a, ts, nt, varlen && !by_value)) != 0)
-        return rc;
 
     struct dash__req *r = dash__req_new(c, kind);
     if (!r)
@@ -450,7 +423,7 @@ int dash_forward_submit(struct dash_client *c, const struct dash_attn *a,
                         const struct dash_tensor *lse, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse};
-    return dash__op_submit(c, DASH__FORWARD, a, ts, 5, &DASH__HOST_ORDERED, ret_ticket, NULL);
+    return dash__op_submit(c, DASH__FORWARD, a, ts, 5, &DASH__NO_SYNC, ret_ticket, NULL);
 }
 
 int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
@@ -461,7 +434,7 @@ int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
                          const struct dash_tensor *dv, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse, dout, dq, dk, dv};
-    return dash__op_submit(c, DASH__BACKWARD, a, ts, 9, &DASH__HOST_ORDERED, ret_ticket, NULL);
+    return dash__op_submit(c, DASH__BACKWARD, a, ts, 9, &DASH__NO_SYNC, ret_ticket, NULL);
 }
 
 static int op_done(struct dash_client *c, const void *arg)
