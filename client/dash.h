@@ -401,7 +401,10 @@ struct dash_result {
 };
 
 /* Forward: out = softmax(scale * q k^T, mask) v and lse, the log of the softmax's
- * denominator, written into out's and lse's buffers. Blocks until the daemon is done,
+ * denominator, written into out's and lse's buffers. On CUDA buffers the daemon reads them
+ * when it runs the op, from its own process: the caller's writes must have finished (a
+ * pageable cudaMemcpy returns before its bytes land: cudaDeviceSynchronize first), or use
+ * dash_forward_stream(), which orders against a stream. Blocks until the daemon is done,
  * however long that takes while the daemon stays responsive (it is probed after 1 s of
  * silence); gives up with DASH_ETIMEDOUT after the client's timeout without any sign of
  * life. Resent transparently when the daemon restarts.

@@ -82,6 +82,9 @@ static int run(const char *log, uint64_t seed, int flip, uint64_t ret_grad[3], u
         if (cudaMemcpy(mem + off(i == 3 ? 4 : i), host, TB, cudaMemcpyHostToDevice) != cudaSuccess)
             goto out;
     }
+    /* pass 0's ops are ordered on stream s, which does not wait for these copies */
+    if (cudaDeviceSynchronize() != cudaSuccess)
+        goto out;
     struct dash_tensor t[9];
     for (int i = 0; i < 8; i++)
         t[i] = dash_tensor_dense(b, off(i), 1, S, H, HD);
@@ -97,7 +100,11 @@ static int run(const char *log, uint64_t seed, int flip, uint64_t ret_grad[3], u
             if (cudaMemcpy(&byte, mem + at, 1, cudaMemcpyDeviceToHost) != cudaSuccess)
                 goto out;
             byte ^= 0x20;
-            if (cudaMemcpy(mem + at, &byte, 1, cudaMemcpyHostToDevice) != cudaSuccess)
+            /* a pageable host-to-device cudaMemcpy may return before its byte lands, and
+             * dashd's forward, another process's kernel, would read the old q: the caller
+             * orders its writes before a host-ordered op (docs/libdash.md) */
+            if (cudaMemcpy(mem + at, &byte, 1, cudaMemcpyHostToDevice) != cudaSuccess ||
+                cudaDeviceSynchronize() != cudaSuccess)
                 goto out;
         }
         dash_set_audit(c, pass, "attn.forward");
