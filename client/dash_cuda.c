@@ -810,11 +810,16 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (c->session_timeout_ms && dash__now_ms() - c->last_rx_ms > c->session_timeout_ms / 3 &&
         (rc = dash_ping(c, -1, NULL)) != 0)
         return rc;
-    const uint64_t seq = ++g->seq; /* burnt even if this call fails: ready may be written */
+    const uint64_t seq = g->seq + 1;
     const int32_t slot = (int32_t)(seq % DASH__SIGNAL_SLOTS);
+    /* Nothing is written until the slot is free, so a failed wait leaves seq to the next
+     * op: burnt here, the watchdog's release of everything up to `issued` would one day
+     * wait on release_stream for a ready word that no stream writes, and every release
+     * queued behind it (the poison and done words of failed ops) would never come. */
     if (g->slot_req[slot] &&
         (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
         return rc;
+    g->seq = seq; /* burnt from here even if this call fails: ready may be written */
     dash__reap_detached(c);
     pthread_mutex_lock(&g->mu);
     g->poison[slot] = *outputs;
