@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # call 53 (second session of 2026-12-07): main after this session's adoptions (treepost,
-# unitlap, lap64 merged by hand onto unitlap, fwdtail) and the client's wait before a
-# synchronous op on CUDA buffers, against main's bundle before them (ae1566c, carried as
-# .gpu/trial-old). Checks in lanes (gpu_attn with both trials' tests, gpu_attn_vl,
-# gpu_audit three times - its flip test is the client fix's - then gpu_attn_fwd, and the
+# unitlap, lap64 merged by hand onto unitlap, fwdtail), against main's bundle before them
+# (ae1566c, carried as .gpu/trial-old). Checks in lanes (gpu_attn with both trials' tests,
+# gpu_attn_vl, gpu_audit three times - its flip test now waits for its copies - then
+# gpu_attn_fwd, and the
 # sanitizers while time lasts), then the A/B old/new. Bounds follow LIMIT.
 # Carry: .gpu/bin .gpu/bin.what .gpu/lib .gpu/trial-old
 L=${LIMIT:-280}

@@ -2,7 +2,7 @@
 # call 54 (second session of 2026-12-07): call 53 cut to what ~3 minutes allow, after a
 # refused start left too little device time - main after the adoptions: gpu_attn (both
 # lap trials' tests; the merged kernels are the trials' machine code, checked by cuobjdump),
-# gpu_audit three times (the client's wait before a synchronous op on CUDA buffers), then
+# gpu_audit three times (the flip test now waits for its own copies), then
 # gpu_attn_fwd while time lasts. Carry: .gpu/bin .gpu/bin.what .gpu/lib
 L=${LIMIT:-170}
 . "$(dirname "$0")/common.sh"
