@@ -2134,128 +2134,28 @@ static int64_t leaves_not_row_hashes(const struct cuattn *ca, const struct gpu_b
     return bad;
 }
 
-/* Head dim 128 without GQA, where a unit's dK and dV go out by TMA stores while the next
- * unit's K, V and first Q/dO load (trial unitlap, bwd_wgmma.cuh's BWD_WG_DKV_LAP): on small
- * grids a CTA runs many units in a row, so every kind of unit end follows another - units
- * of one step (one q-tile over 8 kv-tiles; the last kv-tile of each causal head with
- * seqlen_q > seqlen_k, where ascending and descending drain first), a job's second unit
- * (causal shift's pairs), the next job on another head and batch element, kv-tiles past the
- * keys' end. Each deterministic schedule (shift at W 64 and 7) and atomic against float64
- * on the SM count's grid; the deterministic ones' bytes on grids 16, 3 and 1 equal to it;
- * then with the audit's leaves on grids 132 and 1: the same bytes, and every row's leaf
- * (dQ, dK, dV) its hash - dK's and dV's where the launch was persistent (a shift grid
- * below its chunk runs interleaved, whose dK and dV are digested from memory). */
-static void test_attn_gpu_many_units_a_cta_keep_their_bits_and_leaves(void)
+/* Many units a CTA at one head dim without GQA: each case's backward under every schedule
+ * (shift at W 64 and shift_w) and atomic against float64 on the SM count's grid; the
+ * deterministic ones' bytes on grids 16, 3 and 1 equal to it; then with the audit's leaves
+ * on grids 132 and 1: the same bytes, and every row's leaf (dQ, dK, dV) its hash - dK's
+ * and dV's where the launch was persistent (a shift grid below its chunk runs interleaved,
+ * whose dK and dV are digested from memory: arm_leaves gives none, -1). *ret_small counts
+ * the runs on grids 3 and 1 that were not interleaved. */
+static void units_in_a_row_check(const struct shape_case *cases, size_t n_cases, int32_t shift_w, uint64_t seed,
+                                 int *ret_small)
 {
-    const struct shape_case cases[] = {
-        {3, 200, 130, 2, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
-        {1, 64, 1000, 4, 4, 128, DTYPE_F16, SCHED_MASK_FULL},
-        {2, 384, 384, 2, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
-    };
     const struct {
         enum sched_kind kind;
         int32_t w;
     } runs[] = {{SCHED_ASCENDING, 0}, {SCHED_DESCENDING, 0}, {SCHED_SPT, 0},
-                {SCHED_SHIFT, 0},     {SCHED_SHIFT, 7},      {SCHED_ATOMIC, 0}};
+                {SCHED_SHIFT, 0},     {SCHED_SHIFT, shift_w}, {SCHED_ATOMIC, 0}};
     const int32_t grids[] = {16, 3, 1}, leaf_grids[] = {132, 1};
     struct cuattn *ca = open_device();
     const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
     struct tu_rng r;
-    tu_rng_init(&r, tu_seed() ^ 0x1a9);
-    int bad = 0, mismatches = 0, persistent_leaves = 0;
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct attn_problem p = problem_of(&cases[ci]);
-        struct gpu_bufs a;
-        gpu_bufs_init(&a, &p, NULL, NULL, &r);
-        struct refs R;
-        refs_compute(&R, &p, &a);
-        CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
-        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
-            struct attn_config cfg = {runs[ri].kind, runs[ri].w, 0, 0, 0};
-            char what[96];
-            snprintf(what, sizeof what, "case %zu %s W %d", ci, sched_kind_name(cfg.sched), runs[ri].w);
-            CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 0), 0);
-            CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, 0, NULL), 0);
-            double e[3];
-            if (!grads_close(&a, &R, e)) {
-                fprintf(stderr, "\n  %s: rel error dq %.3g dk %.3g dv %.3g", what, e[0], e[1], e[2]);
-                bad++;
-            }
-            if (runs[ri].kind == SCHED_ATOMIC)
-                continue;
-            struct gpu_copy base;
-            gpu_copy_bwd(&base, &a);
-            for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
-                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, grids[gi], NULL), 0);
-                if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
-                    fprintf(stderr, "\n  %s: grid %d differs from the SM count's", what, grids[gi]);
-            }
-            CU_ASSERT_EQUAL_FATAL(cuattn_set_leaves(ca, 1), 0);
-            for (size_t gi = 0; gi < sizeof leaf_grids / sizeof leaf_grids[0]; gi++) {
-                CU_ASSERT_EQUAL_FATAL(gpu_bufs_backward(ca, &a, &cfg, leaf_grids[gi], NULL), 0);
-                if (!gpu_copy_equal(&base, &a) && mismatches++ < 8)
-                    fprintf(stderr, "\n  %s: grid %d with leaves differs", what, leaf_grids[gi]);
-                int32_t mode = 0;
-                cuattn__last_launch(ca, &mode, NULL);
-                persistent_leaves += mode == 1; /* persistent */
-                for (int i = 0; i < 3; i++) {
-                    const int64_t nb = leaves_not_row_hashes(ca, &a, i);
-                    /* v3 at 128 without GQA hashes all three in the persistent mode; a shift
-                     * grid below its chunk runs interleaved, whose dK and dV are digested
-                     * from memory (arm_leaves: no leaves, -1) */
-                    if (nb > 0 || (v3 && nb < 0 && mode == 1)) {
-                        fprintf(stderr, "\n  %s: grid %d output %d: %lld leaves not their row's hash", what,
-                                leaf_grids[gi], i, (long long)nb);
-                        bad++;
-                    }
-                }
-            }
-            gpu_copy_free(&base);
-        }
-        (void)cuattn_set_leaves(ca, 0);
-        refs_free(&R);
-        gpu_bufs_free(&a);
-    }
-    CU_ASSERT_EQUAL(bad, 0);
-    CU_ASSERT_EQUAL(mismatches, 0);
-    CU_ASSERT(persistent_leaves > 0 || !v3); /* the leaves were checked somewhere */
-    cuattn_free(ca);
-}
-
-/* Head dim 64 without GQA, where a unit's dK and dV go out by TMA stores staged in the last
- * pair's dS^T tiles while the next unit's K, V and first pair load (trial lap64,
- * attn_bwd_tc.cu's bwd_wg_pair_persistent): on small grids a CTA runs many units in a row,
- * so every kind of unit end follows another - units of one step (one q-tile over 8
- * kv-tiles: the pair's tile b missing, its Q and dO zeros), units of one pair (the last
- * kv-tile of a causal head; with seqlen_q > seqlen_k, rows that see no key), a job's second
- * unit (causal shift's pairs), the next job on another head and batch element, kv-tiles
- * past the keys' end (K and V rows zeroed, not copied). Each deterministic schedule (shift
- * at W 64 and 3) and atomic against float64 on the SM count's grid; the deterministic ones'
- * bytes on grids 16, 3 and 1 equal to it (and some of those runs persistent: the pair kernel
- * with many units a CTA); then with the audit's leaves on grids 132 and 1: the same bytes,
- * and every row's leaf (dQ, dK, dV) its hash - dK's and dV's where the launch was
- * persistent (a shift grid below its chunk runs interleaved, whose dK and dV are digested
- * from memory). */
-static void test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves(void)
-{
-    const struct shape_case cases[] = {
-        {3, 200, 130, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
-        {1, 64, 1000, 4, 4, 64, DTYPE_F16, SCHED_MASK_FULL},
-        {2, 384, 384, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
-        {1, 300, 700, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
-    };
-    const struct {
-        enum sched_kind kind;
-        int32_t w;
-    } runs[] = {{SCHED_ASCENDING, 0}, {SCHED_DESCENDING, 0}, {SCHED_SPT, 0},
-                {SCHED_SHIFT, 0},     {SCHED_SHIFT, 3},      {SCHED_ATOMIC, 0}};
-    const int32_t grids[] = {16, 3, 1}, leaf_grids[] = {132, 1};
-    struct cuattn *ca = open_device();
-    const int v3 = cuattn_impl(ca) == CUATTN_IMPL_WGMMA;
-    struct tu_rng r;
-    tu_rng_init(&r, tu_seed() ^ 0x1a964);
+    tu_rng_init(&r, tu_seed() ^ seed);
     int bad = 0, mismatches = 0, persistent_small = 0, persistent_leaves = 0;
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    for (size_t ci = 0; ci < n_cases; ci++) {
         struct attn_problem p = problem_of(&cases[ci]);
         struct gpu_bufs a;
         gpu_bufs_init(&a, &p, NULL, NULL, &r);
@@ -2294,10 +2194,8 @@ static void test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves(
                 cuattn__last_launch(ca, &mode, NULL);
                 persistent_leaves += mode == 1; /* persistent */
                 for (int i = 0; i < 3; i++) {
+                    /* v3 at 64 and 128 without GQA hashes all three in the persistent mode */
                     const int64_t nb = leaves_not_row_hashes(ca, &a, i);
-                    /* v3 at 64 without GQA hashes all three in the persistent mode; a shift
-                     * grid below its chunk runs interleaved, whose dK and dV are digested
-                     * from memory (arm_leaves: no leaves, -1) */
                     if (nb > 0 || (v3 && nb < 0 && mode == 1)) {
                         fprintf(stderr, "\n  %s: grid %d output %d: %lld leaves not their row's hash", what,
                                 leaf_grids[gi], i, (long long)nb);
@@ -2313,9 +2211,49 @@ static void test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves(
     }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(mismatches, 0);
-    CU_ASSERT(persistent_small > 0);
     CU_ASSERT(persistent_leaves > 0 || !v3); /* the leaves were checked somewhere */
     cuattn_free(ca);
+    *ret_small = persistent_small;
+}
+
+/* Head dim 128, where a unit's dK and dV go out by TMA stores while the next unit's K, V
+ * and first Q/dO load (bwd_wgmma.cuh's BWD_WG_DKV_LAP): on small grids a CTA runs many units
+ * in a row, so every kind of unit end follows another - units of one step (one q-tile over
+ * 8 kv-tiles; the last kv-tile of each causal head with seqlen_q > seqlen_k, where ascending
+ * and descending drain first), a job's second unit (causal shift's pairs), the next job on
+ * another head and batch element, kv-tiles past the keys' end. units_in_a_row_check with
+ * shift at W 7. */
+static void test_attn_gpu_many_units_a_cta_keep_their_bits_and_leaves(void)
+{
+    const struct shape_case cases[] = {
+        {3, 200, 130, 2, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 64, 1000, 4, 4, 128, DTYPE_F16, SCHED_MASK_FULL},
+        {2, 384, 384, 2, 2, 128, DTYPE_BF16, SCHED_MASK_CAUSAL},
+    };
+    int small;
+    units_in_a_row_check(cases, sizeof cases / sizeof cases[0], 7, 0x1a9, &small);
+}
+
+/* Head dim 64, where a unit's dK and dV go out by TMA stores staged in the last pair's dS^T
+ * tiles while the next unit's K, V and first pair load (attn_bwd_tc.cu's
+ * bwd_wg_pair_persistent): every kind of unit end follows another - units of one step (one
+ * q-tile over 8 kv-tiles: the pair's tile b missing, its Q and dO zeros), units of one pair
+ * (the last kv-tile of a causal head; with seqlen_q > seqlen_k, rows that see no key), a
+ * job's second unit (causal shift's pairs), the next job on another head and batch element,
+ * kv-tiles past the keys' end (K and V rows zeroed, not copied). units_in_a_row_check with
+ * shift at W 3, and some of the runs on grids 3 and 1 persistent: the pair kernel with many
+ * units a CTA. */
+static void test_attn_gpu_head_dim_64_units_in_a_row_keep_their_bits_and_leaves(void)
+{
+    const struct shape_case cases[] = {
+        {3, 200, 130, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 64, 1000, 4, 4, 64, DTYPE_F16, SCHED_MASK_FULL},
+        {2, 384, 384, 2, 2, 64, DTYPE_BF16, SCHED_MASK_CAUSAL},
+        {1, 300, 700, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
+    };
+    int small;
+    units_in_a_row_check(cases, sizeof cases / sizeof cases[0], 3, 0x1a964, &small);
+    CU_ASSERT(small > 0);
 }
 
 /* ---- long shapes against float64 -------------------------------------------------------- */
