@@ -543,6 +543,15 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label);
  * answering (ten timeouts without progress, or dash_sync()'s DASH_ETIMEDOUT), a daemon
  * that later wakes up may still write the outputs after the poison.
  *
+ * A restart with semaphore-ordered ops in flight: whichever call of c first hears of it
+ * (any call that reads the daemon's answers: dash_ping(), dash_poll(), dash_wait(), a
+ * submit, ...) sends those ops to the new daemon before it returns, as the caller may
+ * block in CUDA on them next. So while a session is being restored, a call that otherwise
+ * returns at once or within its timeout_ms may first wait for the restore: a few round
+ * trips, at most the client's timeout; ops it cannot send are failed and poisoned as
+ * above. An op the watchdog has released (the old daemon's process gone) is never sent
+ * again: its outputs are poisoned, and the caller may have reused them since.
+ *
  * The outputs are checked before anything is queued: each must lie inside its buffer
  * with strides >= 0 (DASH_EBOUNDS / DASH_EINVAL, nothing queued or poisoned).
  *

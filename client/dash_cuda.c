@@ -508,6 +508,17 @@ void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
     restore_device(old, g->device);
 }
 
+int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq)
+{
+    struct dash__signals *g = c->signals;
+    if (!g || c->pid != getpid())
+        return 0;
+    pthread_mutex_lock(&g->mu);
+    const int released = g->released_seq[slot] >= seq;
+    pthread_mutex_unlock(&g->mu);
+    return released;
+}
+
 /* The largest sequence number <= issued that uses slot, or 0. */
 static uint64_t last_seq_of_slot(uint64_t issued, int32_t slot)
 {
@@ -860,6 +871,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
         forget_slot(g, slot, seq); /* the caller's stream does not wait: poisoned there */
+        r->signal_told = 1; /* this return says it (a restore will not send it again) */
         return DASH_EIO;
     }
     if (ret_result) {
@@ -1015,6 +1027,12 @@ void dash__events_destroy(struct dash_client *c, int in_child)
 void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
 {
     (void)c, (void)slot, (void)seq;
+}
+
+int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq)
+{
+    (void)c, (void)slot, (void)seq;
+    return 0;
 }
 
 void dash__signals_destroy(struct dash_client *c, int in_child)

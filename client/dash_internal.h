@@ -178,6 +178,7 @@ struct dash__req {
     int when_queued;
     int32_t signal_slot;
     uint64_t signal_seq;
+    int signal_told; /* its call returned its failure already: not reported again */
     /* The daemon's queue was full (DASH_EBUSY): QUEUED until retry_ms, then sent again,
      * backing off from 1 to DASH__BUSY_BACKOFF_MAX_MS, for as long as the client's timeout
      * from born_ms allows (0: no retry due). */
@@ -286,6 +287,7 @@ struct dash_client {
     uint32_t session_timeout_ms; /* the last HelloReply's, 0: unknown */
     int no_signals;              /* this process cannot use them: events instead */
     int async_code;              /* the first failure of a signal-ordered op not yet told */
+    int carrying;                /* dash__carry_restore() is waiting (no second one inside) */
     char async_msg[256];
     int64_t audit_step;          /* dash_set_audit: -1 none */
     char audit_label[128];
@@ -367,6 +369,13 @@ DASH__HIDDEN int dash__wait(struct dash_client *c,
 /* Read and handle whatever has arrived, without blocking (probing if due). */
 DASH__HIDDEN int dash__pump_now(struct dash_client *c);
 
+/* Before a call returns to its caller: a signal-ordered op waiting in the library for a
+ * restore to finish (re-queued by a lost session) is sent only by this thread, and the
+ * caller may block in CUDA on it as soon as we return; so the restore is carried through
+ * here (as long as the daemon shows signs of life), and the ops it cannot send are failed
+ * (poisoned and released; the next call reports it). */
+DASH__HIDDEN void dash__carry_restore(struct dash_client *c);
+
 /* dash_ops.c: fill the Request m with r's Forward or Backward body, its TensorRefs naming
  * the buffers' current ids, using the caller's storage st (which must outlive m). Returns
  * 0, or why the op cannot be sent now (a buffer not registered in this session). */
@@ -439,6 +448,10 @@ DASH__HIDDEN void dash__reap_detached(struct dash_client *c);
  * daemon will not finish, or failed), so that the caller's stream waiting for it goes on
  * past the poison; once per op, whoever comes first (release_slot). */
 DASH__HIDDEN void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq);
+
+/* dash_cuda.c: whether op seq of slot was released already (its outputs poisoned, the
+ * caller's stream gone on past it): such an op must never be sent again. */
+DASH__HIDDEN int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq);
 
 /* dash_cuda.c: a Hello went out (answered 0: not yet) or succeeded (1): the watchdog
  * watches the process that answered it, and none in between. */

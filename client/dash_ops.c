@@ -309,7 +309,7 @@ void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const
          * caller's stream goes on; the next call reports the failure. */
         if (code) {
             dash__signal_release(c, r->signal_slot, r->signal_seq);
-            if (!c->async_code) {
+            if (!c->async_code && !r->signal_told) {
                 c->async_code = code;
                 snprintf(c->async_msg, sizeof c->async_msg, "an earlier stream-ordered %s "
                          "failed: %.200s", r->kind == DASH__FORWARD ? "forward" : "backward",
@@ -423,7 +423,10 @@ int dash_forward_submit(struct dash_client *c, const struct dash_attn *a,
                         const struct dash_tensor *lse, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse};
-    return dash__op_submit(c, DASH__FORWARD, a, ts, 5, &DASH__NO_SYNC, ret_ticket, NULL);
+    int rc = dash__op_submit(c, DASH__FORWARD, a, ts, 5, &DASH__NO_SYNC, ret_ticket, NULL);
+    if (c)
+        dash__carry_restore(c); /* its restore may leave signal-ordered ops waiting */
+    return rc;
 }
 
 int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
@@ -434,7 +437,10 @@ int dash_backward_submit(struct dash_client *c, const struct dash_attn *a,
                          const struct dash_tensor *dv, uint64_t *ret_ticket)
 {
     const struct dash_tensor *ts[] = {q, k, v, out, lse, dout, dq, dk, dv};
-    return dash__op_submit(c, DASH__BACKWARD, a, ts, 9, &DASH__NO_SYNC, ret_ticket, NULL);
+    int rc = dash__op_submit(c, DASH__BACKWARD, a, ts, 9, &DASH__NO_SYNC, ret_ticket, NULL);
+    if (c)
+        dash__carry_restore(c); /* its restore may leave signal-ordered ops waiting */
+    return rc;
 }
 
 static int op_done(struct dash_client *c, const void *arg)

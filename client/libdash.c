@@ -346,13 +346,24 @@ static int send_register_events(struct dash_client *c)
     return 0;
 }
 
-/* The last registration of a restore has answered: send what waited for it. */
+/* The last registration of a restore has answered: send what waited for it - but not a
+ * signal-ordered op the library has released meanwhile (the watchdog, once the daemon's
+ * process was gone): the caller's stream went on past its poisoned outputs, which the
+ * caller may have reused since, and the new daemon would write them at any time. (One
+ * whose call already returned its failure - signal_told - is dropped without a word.) */
 static void finish_restore(struct dash_client *c)
 {
     c->state = DASH__S_OK;
     for (struct dash__req *r = c->reqs; r; r = r->next) {
         if (!is_op(r->kind) || r->state != DASH__QUEUED)
             continue;
+        if (r->signal_slot >= 0 && dash__signal_released(c, r->signal_slot, r->signal_seq)) {
+            Dash__Reply why = DASH__REPLY__INIT;
+            why.message = (char *)"released (its outputs poisoned) while the session with dashd "
+                                  "was being restored: not sent again";
+            dash__op_finish(c, r, DASH_EIO, &why);
+            continue;
+        }
         int rc = dash__send(c, r); /* a buffer the daemon refused fails the op here */
         if (rc)
             dash__op_finish(c, r, rc, NULL);
@@ -720,23 +731,82 @@ static int64_t probe(struct dash_client *c, int64_t now)
     return now + DASH__PROBE_MS;
 }
 
+static int queued_signal_op(const struct dash_client *c)
+{
+    for (const struct dash__req *r = c->reqs; r; r = r->next)
+        if (is_op(r->kind) && r->state == DASH__QUEUED && r->signal_slot >= 0)
+            return 1;
+    return 0;
+}
+
+static int no_queued_signal_op(struct dash_client *c, const void *arg)
+{
+    (void)arg;
+    return !queued_signal_op(c);
+}
+
+/* The signal-ordered ops still waiting for a restore will not be sent by this call: fail
+ * them (dash__op_finish releases each one: poison, then the done word; the next call
+ * reports it), so that no caller's stream waits on them. Not while a carry waits (it
+ * decides for itself). */
+static void fail_queued_signal_ops(struct dash_client *c, int rc)
+{
+    if (c->carrying || !queued_signal_op(c))
+        return;
+    Dash__Reply why = DASH__REPLY__INIT;
+    char msg[200];
+    snprintf(msg, sizeof msg, "the session with dashd at %s could not be restored to send it "
+             "again: %s", c->endpoint, dash_strerror(rc));
+    why.message = msg;
+    for (struct dash__req *r = c->reqs; r; r = r->next)
+        if (is_op(r->kind) && r->state == DASH__QUEUED && r->signal_slot >= 0)
+            dash__op_finish(c, r, rc, &why);
+}
+
+/* See dash_internal.h. At most one client timeout from now, even if the daemon keeps
+ * answering probes but never the restore; the call's own outcome and dash_last_error()
+ * are left as they were (the ops' failure goes to the next call, as any signal-ordered
+ * op's). */
+void dash__carry_restore(struct dash_client *c)
+{
+    if (c->carrying || c->state == DASH__S_OK || !queued_signal_op(c))
+        return;
+    char saved[sizeof c->last_error];
+    memcpy(saved, c->last_error, sizeof saved);
+    c->carrying = 1;
+    const int64_t now = dash__now_ms();
+    int rc = dash__wait(c, no_queued_signal_op, NULL, now + c->timeout_ms, now);
+    c->carrying = 0;
+    if (rc)
+        fail_queued_signal_ops(c, rc);
+    memcpy(c->last_error, saved, sizeof saved);
+}
+
 int dash__wait(struct dash_client *c, int (*done)(struct dash_client *, const void *),
                const void *arg, int64_t deadline_ms, int64_t since_ms)
 {
     for (;;) {
-        if (done(c, arg))
+        if (done(c, arg)) {
+            dash__carry_restore(c);
             return 0;
+        }
         int64_t now = dash__now_ms();
         int64_t give_up = max64(since_ms, c->last_rx_ms) + c->timeout_ms;
         if (deadline_ms >= 0 && deadline_ms < give_up)
             give_up = deadline_ms;
         if (now >= give_up) {
-            if (deadline_ms >= 0 && give_up == deadline_ms)
-                return dash__fail(c, DASH_ETIMEDOUT, "no answer from dashd at %s within the "
-                                  "%lld ms asked for", c->endpoint,
-                                  (long long)(deadline_ms - since_ms));
-            return dash__fail(c, DASH_ETIMEDOUT, "no sign of life from dashd at %s for %d ms "
-                              "(the client's timeout)", c->endpoint, c->timeout_ms);
+            int rc;
+            if (deadline_ms >= 0 && give_up == deadline_ms) {
+                rc = dash__fail(c, DASH_ETIMEDOUT, "no answer from dashd at %s within the "
+                                "%lld ms asked for", c->endpoint,
+                                (long long)(deadline_ms - since_ms));
+                dash__carry_restore(c); /* the caller's deadline, not the daemon's silence */
+            } else {
+                rc = dash__fail(c, DASH_ETIMEDOUT, "no sign of life from dashd at %s for %d ms "
+                                "(the client's timeout)", c->endpoint, c->timeout_ms);
+                fail_queued_signal_ops(c, rc); /* silent that long: no restore to wait for */
+            }
+            return rc;
         }
         int64_t wake = probe(c, now);
         int64_t retry = send_due_retries(c, now);
@@ -746,9 +816,11 @@ int dash__wait(struct dash_client *c, int (*done)(struct dash_client *, const vo
             wake = give_up;
         int64_t t = wake - now;
         int rc = pump(c, t < 1 ? 1 : t > INT_MAX ? INT_MAX : (long)t);
-        if (rc < 0)
-            return dash__fail(c, rc, "reading from dashd at %s: %s", c->endpoint,
-                              dash_strerror(rc));
+        if (rc < 0) {
+            rc = dash__fail(c, rc, "reading from dashd at %s: %s", c->endpoint, dash_strerror(rc));
+            fail_queued_signal_ops(c, rc);
+            return rc;
+        }
     }
 }
 
@@ -756,7 +828,9 @@ int dash__pump_now(struct dash_client *c)
 {
     (void)probe(c, dash__now_ms());
     (void)send_due_retries(c, dash__now_ms());
-    return pump(c, 0);
+    int rc = pump(c, 0);
+    dash__carry_restore(c);
+    return rc;
 }
 
 /* ---- what the other files ask of the session ------------------------------------------ */

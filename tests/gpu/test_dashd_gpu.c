@@ -36,7 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1253,6 +1256,156 @@ static void test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_
     fixture_close(&f, "gpu-signal-kill");
 }
 
+/* A TCP port of the loopback that binds now, below Linux's ephemeral range (where a
+ * reconnecting client could take it by a self-connect while no daemon listens); 0 if none. */
+static unsigned free_loopback_port(void)
+{
+    for (unsigned i = 0; i < 200; i++) {
+        const unsigned port = 20000 + ((unsigned)getpid() * 7 + i * 131) % 10000;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            return 0;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        const int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    return 0;
+}
+
+/* The daemon is replaced (SIGKILL, a new one on the same endpoint) while a semaphore-ordered
+ * forward waits on the GPU for a slow producer, and the library first hears of it in a call
+ * that does not itself need the session (dash_ping): the op, re-queued for the new session,
+ * is sent again before that call returns, so the caller's stream - the caller does nothing
+ * but wait on it - finishes with the forward's bits within a bound. The endpoint is tcp://,
+ * whose daemon the watchdog cannot watch (no credentials, no pid): before the fix the op
+ * stayed in the library until the watchdog's last resort, ten client timeouts (200 s). */
+static void test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_returns(void)
+{
+    int memops = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+    if (!memops) {
+        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+        return;
+    }
+    const unsigned port = free_loopback_port();
+    CU_ASSERT_FATAL(port != 0);
+    struct dashd_proc T;
+    CU_ASSERT_EQUAL_FATAL(dashd_start(&T, "--backend cuda --session-timeout 10"), 0);
+    CU_ASSERT_EQUAL(dashd_stop(&T), 0);
+    snprintf(T.endpoint, sizeof T.endpoint, "tcp://127.0.0.1:%u", port);
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&T), 0);
+    struct dash_connect_opts o = {.client_name = "gpu-restart-ping", .timeout_ms = 20000};
+    struct dash_client *c = NULL;
+    unsigned char *alloc = NULL, *stage = NULL, *host = NULL;
+    struct dash_buffer *b = NULL;
+    cudaStream_t s = NULL;
+    int ok = dash_connect(T.endpoint, &o, &c) == 0 &&
+             cudaMalloc((void **)&alloc, ALLOC_BYTES) == cudaSuccess &&
+             dash_cuda_register(c, alloc + VIEW_OFF, view_bytes, &b) == 0 &&
+             cudaMalloc((void **)&stage, view_bytes) == cudaSuccess &&
+             cudaMallocHost((void **)&host, QB + LB) == cudaSuccess && view_load(stage, inputs) == 0 &&
+             set_ff(dash_buffer_data(b), view_bytes) == cudaSuccess &&
+             cudaDeviceSynchronize() == cudaSuccess &&
+             cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    CU_ASSERT(ok);
+    if (!ok)
+        goto out;
+    unsigned char *view = dash_buffer_data(b);
+    struct tensors ts = tensors_of(b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    /* the inputs land 3 s from now; the forward waits for them on the GPU */
+    ok = gpu_test_delayed_copy(view, stage, view_bytes, 3000000000ull, s) == cudaSuccess &&
+         dash_forward_stream(c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL) == 0 &&
+         cudaMemcpyAsync(host, view + off[OUT], QB, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+         cudaMemcpyAsync(host + QB, view + off[LSE], LB, cudaMemcpyDeviceToHost, s) == cudaSuccess;
+    CU_ASSERT(ok);
+    if (!ok)
+        goto out;
+    usleep(200000); /* the request has arrived */
+    dashd_kill(&T);
+    usleep(300000);
+    CU_ASSERT_EQUAL(dashd_restart(&T), 0);
+    CU_ASSERT_EQUAL(dash_ping(c, 10000, NULL), 0); /* the new daemon answers: no session */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int done = stream_done_within(s, 20000) == 0; /* no call of ours meanwhile */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "\n    the stream %s %.0f ms after the ping returned ", done ? "finished" : "still waited",
+            (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    CU_ASSERT(done);
+    if (!done) /* a call of ours carries the restore through: no 200 s wait for the watchdog */
+        (void)dash_sync(c);
+    CU_ASSERT(cudaStreamSynchronize(s) == cudaSuccess);
+    const int out_same = memcmp(host, expected, QB) == 0, lse_same = memcmp(host + QB, expected + QB, LB) == 0;
+    if (!out_same || !lse_same)
+        fprintf(stderr, "\n  the resent forward: %s differs from the in-process kernels",
+                out_same ? "lse" : "out");
+    CU_ASSERT(out_same && lse_same);
+    CU_ASSERT_EQUAL(dash_sync(c), 0);
+out:
+    if (s)
+        CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    dash_close(c);
+    CU_ASSERT(dashd_stop(&T) == 0);
+    (void)cudaFree(stage);
+    (void)cudaFreeHost(host);
+    (void)cudaFree(alloc);
+}
+
+/* The daemon dies with a semaphore-ordered forward in flight and the watchdog releases it
+ * (its outputs poisoned, the caller's stream gone on); then a new daemon comes up and a
+ * call that does not need the session (dash_ping) hears of it: the released op, re-queued
+ * for the new session with everything else in flight, is not sent again - a new daemon
+ * running it would write outputs the caller may have reused by then, at any time. Its
+ * outputs keep the poison, the next dash_sync() reports the failure, and the client works. */
+static void test_dashd_gpu_op_released_by_the_watchdog_is_not_sent_to_the_next_daemon(void)
+{
+    int memops = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+    if (!memops) {
+        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+        return;
+    }
+    struct fixture f;
+    fixture_open(&f, "gpu-released-not-resent");
+    unsigned char *view = dash_buffer_data(f.b), *stage = NULL;
+    CU_ASSERT_FATAL(cudaMalloc((void **)&stage, view_bytes) == cudaSuccess);
+    CU_ASSERT_FATAL(view_load(stage, inputs) == 0);
+    CU_ASSERT_FATAL(zero_outputs(stage, fwd_outputs, 2) == 0); /* the producer writes zeros there */
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    CU_ASSERT_FATAL(gpu_test_delayed_copy(view, stage, view_bytes, 1000000000ull, s) == cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL), 0);
+    usleep(200000); /* the request has arrived */
+    dashd_kill(&D);
+    CU_ASSERT_EQUAL(stream_done_within(s, 15000), 0); /* released by the watchdog */
+    CU_ASSERT(outputs_poisoned(view, fwd_outputs, 2));
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
+    CU_ASSERT_EQUAL(dash_ping(f.c, 10000, NULL), 0); /* hears of the new daemon */
+    usleep(500000); /* time for the new daemon to run the op, had it been sent */
+    CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+    const int kept = outputs_poisoned(view, fwd_outputs, 2);
+    if (!kept)
+        fprintf(stderr, "\n  the released forward was sent to the new daemon: its outputs were written ");
+    CU_ASSERT(kept);
+    const int rc = dash_sync(f.c);
+    CU_ASSERT(rc == DASH_EIO);
+    CU_ASSERT(strstr(dash_last_error(f.c), "not sent again") || strstr(dash_last_error(f.c), "went away"));
+    check_stream(&f, 0, "stream-ordered after the released op");
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    CU_ASSERT(cudaFree(stage) == cudaSuccess);
+    fixture_close(&f, "gpu-released-not-resent");
+}
+
 /* Ops the daemon refuses after the library sent them (a tile size, a head count that does
  * not divide, on both ways of ordering): every output is all 0xFF once the caller's stream
  * has passed the op - although a slow producer queued before the call writes zeros into
@@ -1933,6 +2086,10 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_signal_ops_reuse_every_slot_in_order) ||
         !CU_add_test(s, "test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream",
                      test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream) ||
+        !CU_add_test(s, "test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_returns",
+                     test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_returns) ||
+        !CU_add_test(s, "test_dashd_gpu_op_released_by_the_watchdog_is_not_sent_to_the_next_daemon",
+                     test_dashd_gpu_op_released_by_the_watchdog_is_not_sent_to_the_next_daemon) ||
         !CU_add_test(s, "test_dashd_gpu_reported_config_reproduces_the_bits",
                      test_dashd_gpu_reported_config_reproduces_the_bits) ||
         !CU_add_test(s, "test_dashd_gpu_event_sync_errors_are_replies",
