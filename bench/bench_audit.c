@@ -12,13 +12,18 @@
  *                     (cuattn_set_digests), else by the digest kernels after it;
  *   + from memory     the kernels alone, then the digests read from the outputs.
  *
- * Bursts of N backwards, one synchronise, the variants taking turns burst by burst (drift
- * falls on all alike); median of 11 bursts after a warm-up one. Then the digest kernels
- * alone (event-timed, best of 5, from a backward's leaves and from memory), and whether
- * every way gives the same digests (the backward's own, when it made them, too). bf16,
- * 16384 tokens, 16 heads, schedule auto.
+ * Bursts of N backwards, one synchronise, the variants taking turns burst by burst, each
+ * burst's turn starting one variant later than the last (drift, and whatever a variant's
+ * place after another costs, falls on all alike). A variant's cost is the median over the
+ * bursts of its time over the backward's in the same round, with that ratio's quartiles:
+ * the GPU's clock moves by more between runs than the audit costs at causal 4k (1% there
+ * is 16 us; the medians of 11 bursts taken apart read -0.4 to +6.6% over nine runs,
+ * bench/results/device-session-2026-12-07c.md), so the cost is read from the pairs.
+ * Then the digest kernels alone (event-timed, best of 5, from a backward's leaves and from
+ * memory), and whether every way gives the same digests (the backward's own, when it made
+ * them, too). bf16, 16384 tokens, 16 heads, schedule auto.
  *
- *   bench_audit [--seqlen S] [--hdim D] [--reps N]
+ *   bench_audit [--seqlen S] [--hdim D] [--reps N] [--bursts B]
  *   bench_audit --once ...     one backward of each variant, untimed (for ncu)
  */
 #include "bench/benchmeta.h"
@@ -43,7 +48,7 @@
         }                                                                            \
     } while (0)
 
-#define BURSTS 11
+#define BURSTS_MAX 201
 #define VARIANTS 4
 
 /* One variant's backward (and digests) on a's stream; 0 or nonzero. */
@@ -69,10 +74,12 @@ static int one(struct cuattn *a, const struct attn_problem *p, const struct attn
 
 int main(int argc, char **argv)
 {
-    int reps = 10, S = 4096, D = 128, once = 0;
+    int reps = 10, S = 4096, D = 128, once = 0, bursts = 31;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--bursts") == 0 && i + 1 < argc)
+            bursts = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seqlen") == 0 && i + 1 < argc)
             S = atoi(argv[++i]);
         else if (strcmp(argv[i], "--hdim") == 0 && i + 1 < argc)
@@ -80,11 +87,12 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--once") == 0)
             once = 1;
         else {
-            fprintf(stderr, "usage: bench_audit [--seqlen S] [--hdim 64|128|256] [--reps N] [--once]\n");
+            fprintf(stderr, "usage: bench_audit [--seqlen S] [--hdim 64|128|256] [--reps N] [--bursts B] [--once]\n");
             return 2;
         }
     }
-    if (reps < 1 || reps > 1000 || S < 64 || 16384 % S || (D != 64 && D != 128 && D != 256))
+    if (reps < 1 || reps > 1000 || bursts < 3 || bursts > BURSTS_MAX || S < 64 || 16384 % S ||
+        (D != 64 && D != 128 && D != 256))
         return 2;
     const int H = 16, B = 16384 / S;
     const size_t n = (size_t)16384 * H * D, tb = n * 2, lb = (size_t)B * H * S * 4;
@@ -133,11 +141,14 @@ int main(int argc, char **argv)
     printf("# what auditing (the digests of dq, dk, dv) adds to the backward, in process\n\n"
            "- device: %s\n- commit: %s\n- command: `%s`\n\n", device, commit, cmd);
     printf("bf16, batch %d x seqlen %d, 16 heads, hdim %d, schedule auto; bursts of %d stream-ordered "
-           "backwards, the variants in turn, median of %d bursts (ms per backward)\n\n"
+           "backwards, the variants in turn (the first of each round one later than the last "
+           "round's), %d rounds: ms per backward (median of the bursts), and each variant's cost "
+           "as the median over the rounds of its burst over the backward's burst of the same "
+           "round [quartiles]\n\n"
            "| mask | backward | + leaves (kernels hash) | + digests from leaves | + digests from memory | "
            "digest kernels: from leaves / from memory | same digests |\n"
            "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
-           B, S, D, reps, BURSTS);
+           B, S, D, reps, bursts);
     for (int causal = 0; causal < 2; causal++) {
         const struct attn_problem p = {.batch = B, .seqlen_q = S, .seqlen_k = S, .heads_q = H, .heads_kv = H,
                                        .head_dim = D, .dtype = DTYPE_BF16,
@@ -153,9 +164,10 @@ int main(int argc, char **argv)
             CHECK(cudaStreamSynchronize(st));
             continue;
         }
-        double t[VARIANTS][BURSTS];
-        for (int burst = -1; burst < BURSTS; burst++)
-            for (int var = 0; var < VARIANTS; var++) {
+        double t[VARIANTS][BURSTS_MAX];
+        for (int burst = -1; burst < bursts; burst++)
+            for (int turn = 0; turn < VARIANTS; turn++) {
+                const int var = (turn + (burst < 0 ? 0 : burst)) % VARIANTS;
                 CHECK(cudaStreamSynchronize(st));
                 const double t0 = btime_now_ms();
                 for (int k = 0; k < reps; k++)
@@ -167,9 +179,18 @@ int main(int argc, char **argv)
                 if (burst >= 0)
                     t[var][burst] = (btime_now_ms() - t0) / reps;
             }
-        double m[VARIANTS];
+        /* each round's ratios first (the medians below sort t) */
+        double r[VARIANTS][BURSTS_MAX], m[VARIANTS], rq[VARIANTS][3];
+        for (int var = 1; var < VARIANTS; var++) {
+            for (int b = 0; b < bursts; b++)
+                r[var][b] = 100.0 * (t[var][b] - t[0][b]) / t[0][b];
+            qsort(r[var], (size_t)bursts, sizeof r[var][0], btime_cmp_double);
+            rq[var][0] = r[var][bursts / 4];
+            rq[var][1] = r[var][bursts / 2];
+            rq[var][2] = r[var][(3 * bursts) / 4];
+        }
         for (int var = 0; var < VARIANTS; var++)
-            m[var] = btime_median(t[var], BURSTS);
+            m[var] = btime_median(t[var], (size_t)bursts);
         /* the digests of variant 2 (the backward's own where it folds them), then the
          * digest kernels alone after a backward that left its leaves; and the bits */
         uint64_t got[3][3];
@@ -199,10 +220,11 @@ int main(int argc, char **argv)
             }
         (void)cuattn_set_leaves(a, 0);
         const int same = memcmp(got[0], got[1], sizeof got[0]) == 0 && memcmp(got[0], got[2], sizeof got[0]) == 0;
-        printf("| %s | %.3f | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f (%+.2f%%) | %.3f / %.3f | %s%s |\n",
-               causal ? "causal" : "full", m[0], m[1], 100.0 * (m[1] - m[0]) / m[0], m[2],
-               100.0 * (m[2] - m[0]) / m[0], m[3], 100.0 * (m[3] - m[0]) / m[0], best[0], best[1],
-               same ? "yes" : "NO", folded ? " (folded by the backward)" : "");
+        printf("| %s | %.3f |", causal ? "causal" : "full", m[0]);
+        for (int var = 1; var < VARIANTS; var++)
+            printf(" %.3f (%+.2f%% [%+.2f, %+.2f]) |", m[var], rq[var][1], rq[var][0], rq[var][2]);
+        printf(" %.3f / %.3f | %s%s |\n", best[0], best[1], same ? "yes" : "NO",
+               folded ? " (folded by the backward)" : "");
     }
     ok = 1;
 out:
