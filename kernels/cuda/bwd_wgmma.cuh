@@ -645,12 +645,18 @@ static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_b
             const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group, r0 = 64 * (threadIdx.x >> 7);
             int32_t rr = r0 + bwd_wg_regs<D>::row(0), c4 = bwd_wg_regs<D>::col(0);
             asm volatile("" : "+r"(rr), "+r"(c4));
+            /* attn_sw128(rr + 8 h, 8 (t % 8) + c4, BN) with c4 < 8 (2 t4) and (rr + 8 h) % 8 =
+             * rr % 8: the row's byte offset, h's 1 KiB, and chunk t % 8 XOR the row's swizzle
+             * - eight chunk offsets for the 64 reads (laundered, rr and c4 hid that c4 < 8,
+             * and each read's offset was formed whole: ~450 of the ~1230 instructions a warp
+             * spent on a unit's leaves, call 60's profile) */
+            const uint32_t base = (uint32_t)(rr * 128 + 2 * c4), swz = (uint32_t)(rr & 7) << 4;
             uint32_t q[4][D / 8];
 #pragma unroll
             for (int32_t h = 0; h < 2; h++)
 #pragma unroll
                 for (int32_t t = 0; t < D / 8; t++) { /* column block t / 8 */
-                    const uint32_t at = attn_sw128(rr + 8 * h, 8 * (t & 7) + c4, BN);
+                    const uint32_t at = base + 1024u * (uint32_t)h + (((uint32_t)(t & 7) << 4) ^ swz);
                     q[2 * h][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 0, t >> 3) + at);
                     q[2 * h + 1][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 1, t >> 3) + at);
                 }
