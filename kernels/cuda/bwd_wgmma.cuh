@@ -372,23 +372,12 @@ static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_param
 /* The audit's leaves of a unit's dK and dV rows from the quad's packed rows q (q[2 h]: dK,
  * q[2 h + 1]: dV of the thread's row half h, as bwd_tc_store_unit packs them): hashed side
  * by side, then the quad's first lane writes those of rows r0 + row(2 h) < rn (row-major
- * (b, j, hk) leaves; j0 the unit's first kv row). OWN: each lane t4 finishes one of the
- * four (digest_leaves_quad_own) and writes it - dK's leaf of row half t4 / 2 for an even
- * t4, dV's for an odd. */
-template <int D, bool OWN = false>
+ * (b, j, hk) leaves; j0 the unit's first kv row). */
+template <int D>
 static __device__ __forceinline__ void bwd_wg_put_leaves(const struct attn_bwd_params &p, const uint32_t (&q)[4][D / 8],
                                                          int32_t lane, int32_t b, int32_t j0, int32_t r0, int32_t rn,
                                                          int32_t hk)
 {
-    if constexpr (OWN) {
-        const uint64_t leaf = digest_leaves_quad_own<D>(q, lane);
-        const int32_t t4 = lane & 3, j = r0 + bwd_wg_regs<D>::row(2 * (t4 >> 1));
-        if (j < rn) {
-            const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
-            (t4 & 1 ? p.leaf_dv : p.leaf_dk)[at] = leaf;
-        }
-        return;
-    }
     uint64_t leaf[4];
     digest_leaves_quad<D, 4>(q, lane, leaf);
 #pragma unroll
@@ -671,7 +660,7 @@ static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_b
                     q[2 * h][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 0, t >> 3) + at);
                     q[2 * h + 1][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 1, t >> 3) + at);
                 }
-            bwd_wg_put_leaves<D, true>(p, q, threadIdx.x & 31, b, n * BN, r0, p.seqlen_k - n * BN, hk);
+            bwd_wg_put_leaves<D>(p, q, threadIdx.x & 31, b, n * BN, r0, p.seqlen_k - n * BN, hk);
         }
     }
     if ((threadIdx.x & 127) == 0)

@@ -43,13 +43,14 @@ static __device__ __forceinline__ uint64_t digest_leaf_finish(uint64_t v, int32_
  * exchange with the neighbour (t4 ^ 1): an even t4 owns the word's low pair and is sent
  * the high one, an odd t4 the reverse. The N rows' chains are independent and run side
  * by side (a chain of 64-bit rounds is long: one row at a time left the epilogues waiting
- * on it). v[r]: row r's accumulator a, not yet converged. */
+ * on it). h[r]: row r's hash, valid in every lane of the quad. */
 template <int D, int N>
-static __device__ __forceinline__ void digest_quad_rounds(const uint32_t (&q)[N][D / 8], int32_t lane,
-                                                          uint64_t (&v)[N])
+static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N][D / 8], int32_t lane,
+                                                          uint64_t (&h)[N])
 {
     static_assert(D % 16 == 0, "whole stripes");
     const int32_t t4 = lane & 3, odd = t4 & 1;
+    uint64_t v[N];
 #pragma unroll
     for (int32_t r = 0; r < N; r++)
         v[r] = xxh64_start(0, 2 * odd + (t4 >> 1));
@@ -62,50 +63,9 @@ static __device__ __forceinline__ void digest_quad_rounds(const uint32_t (&q)[N]
                                    : ((uint64_t)q[r][2 * k] | (uint64_t)got << 32);
             v[r] = xxh64_round(v[r], w);
         }
-}
-
-/* digest_quad_rounds, then each row finished: h[r], row r's hash, valid in every lane of
- * the quad. */
-template <int D, int N>
-static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N][D / 8], int32_t lane,
-                                                          uint64_t (&h)[N])
-{
-    uint64_t v[N];
-    digest_quad_rounds<D, N>(q, lane, v);
 #pragma unroll
     for (int32_t r = 0; r < N; r++)
         h[r] = digest_leaf_finish(v[r], lane, 2u * D);
-}
-
-/* The same four rows' hashes, one a lane: lane t4 returns row t4's (h[t4] above), so each
- * lane converges and avalanches one row instead of all four (the finish is most of a
- * row's work after its eight rounds). The accumulators - row r's accumulator a(s) in lane
- * s - are transposed across the quad in two butterfly steps (partner t4 ^ 2, then t4 ^ 1:
- * for each pair of rows (r, r | m), the lane whose bit m is clear keeps row r and sends
- * r | m, the other the reverse), after which lane t4 holds accumulator a(s) of row t4 in
- * v[s]: a(0) = 0, a(1) = 2, a(2) = 1, a(3) = 3, as digest_leaf_finish gathers them. */
-template <int D>
-static __device__ __forceinline__ uint64_t digest_leaves_quad_own(const uint32_t (&q)[4][D / 8], int32_t lane)
-{
-    uint64_t v[4];
-    digest_quad_rounds<D, 4>(q, lane, v);
-    const int32_t t4 = lane & 3;
-#pragma unroll
-    for (int32_t m = 2; m >= 1; m >>= 1) {
-        const bool hi = (t4 & m) != 0;
-#pragma unroll
-        for (int32_t r0 = 0; r0 < 4; r0++) {
-            if (r0 & m)
-                continue;
-            const uint64_t send = hi ? v[r0] : v[r0 | m];
-            const uint64_t got = __shfl_xor_sync(0xffffffffu, (unsigned long long)send, m);
-            if (hi)
-                v[r0] = got;
-            else
-                v[r0 | m] = got;
-        }
-    }
-    return xxh64_avalanche(xxh64_converge(v[0], v[2], v[1], v[3]) + 2u * D);
 }
 
 /* A warp's rows of D 16-bit elements staged in shared memory as 32-bit pairs, row r at
