@@ -12,10 +12,12 @@
  *                     (cuattn_set_digests), else by the digest kernels after it;
  *   + from memory     the kernels alone, then the digests read from the outputs.
  *
- * Bursts of N backwards, one synchronise, the variants taking turns burst by burst, each
- * burst's turn starting one variant later than the last (drift, and whatever a variant's
- * place after another costs, falls on all alike). A variant's cost is the median over the
- * bursts of its time over the backward's in the same round, with that ratio's quartiles:
+ * Bursts of N backwards, one synchronise, the variants taking turns burst by burst in the
+ * rounds of a Williams square (four orders in which every variant comes first once and
+ * follows every other variant once: drift, and whatever a variant's place after another
+ * costs, falls on all alike over each four rounds; a plain rotation, 553d0b3's, put each
+ * variant after the same one three times in four). A variant's cost is the median over the
+ * rounds of its time over the backward's in the same round, with that ratio's quartiles:
  * the GPU's clock moves by more between runs than the audit costs at causal 4k (1% there
  * is 16 us; the medians of 11 bursts taken apart read -0.4 to +6.6% over nine runs,
  * bench/results/device-session-2026-12-07c.md), so the cost is read from the pairs.
@@ -48,8 +50,12 @@
         }                                                                            \
     } while (0)
 
-#define BURSTS_MAX 201
+#define BURSTS_MAX 200
+
 #define VARIANTS 4
+
+/* The rounds' orders (a Williams square of the four variants): round b takes row b % 4. */
+static const int bench_audit_order[VARIANTS][VARIANTS] = {{0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}};
 
 /* One variant's backward (and digests) on a's stream; 0 or nonzero. */
 static int one(struct cuattn *a, const struct attn_problem *p, const struct attn_tensor *e, const float *lse,
@@ -74,7 +80,7 @@ static int one(struct cuattn *a, const struct attn_problem *p, const struct attn
 
 int main(int argc, char **argv)
 {
-    int reps = 10, S = 4096, D = 128, once = 0, bursts = 31;
+    int reps = 10, S = 4096, D = 128, once = 0, bursts = 32;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -91,7 +97,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (reps < 1 || reps > 1000 || bursts < 3 || bursts > BURSTS_MAX || S < 64 || 16384 % S ||
+    if (reps < 1 || reps > 1000 || bursts < 4 || bursts % 4 || bursts > BURSTS_MAX || S < 64 || 16384 % S ||
         (D != 64 && D != 128 && D != 256))
         return 2;
     const int H = 16, B = 16384 / S;
@@ -141,8 +147,8 @@ int main(int argc, char **argv)
     printf("# what auditing (the digests of dq, dk, dv) adds to the backward, in process\n\n"
            "- device: %s\n- commit: %s\n- command: `%s`\n\n", device, commit, cmd);
     printf("bf16, batch %d x seqlen %d, 16 heads, hdim %d, schedule auto; bursts of %d stream-ordered "
-           "backwards, the variants in turn (the first of each round one later than the last "
-           "round's), %d rounds: ms per backward (median of the bursts), and each variant's cost "
+           "backwards, the variants in turn (each round one row of a Williams square: every "
+           "variant first once and after every other once in four rounds), %d rounds: ms per backward (median of the bursts), and each variant's cost "
            "as the median over the rounds of its burst over the backward's burst of the same "
            "round [quartiles]\n\n"
            "| mask | backward | + leaves (kernels hash) | + digests from leaves | + digests from memory | "
@@ -167,7 +173,7 @@ int main(int argc, char **argv)
         double t[VARIANTS][BURSTS_MAX];
         for (int burst = -1; burst < bursts; burst++)
             for (int turn = 0; turn < VARIANTS; turn++) {
-                const int var = (turn + (burst < 0 ? 0 : burst)) % VARIANTS;
+                const int var = bench_audit_order[burst < 0 ? 0 : burst % VARIANTS][turn];
                 CHECK(cudaStreamSynchronize(st));
                 const double t0 = btime_now_ms();
                 for (int k = 0; k < reps; k++)

@@ -1292,13 +1292,19 @@ static void test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_
         fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
         return;
     }
-    const unsigned port = free_loopback_port();
-    CU_ASSERT_FATAL(port != 0);
     struct dashd_proc T;
     CU_ASSERT_EQUAL_FATAL(dashd_start(&T, "--backend cuda --session-timeout 10"), 0);
     CU_ASSERT_EQUAL(dashd_stop(&T), 0);
-    snprintf(T.endpoint, sizeof T.endpoint, "tcp://127.0.0.1:%u", port);
-    CU_ASSERT_EQUAL_FATAL(dashd_restart(&T), 0);
+    /* a port picked just before each try (another process may take it in between) */
+    int up = 0;
+    for (int i = 0; i < 5 && !up; i++) {
+        const unsigned port = free_loopback_port();
+        if (!port)
+            break;
+        snprintf(T.endpoint, sizeof T.endpoint, "tcp://127.0.0.1:%u", port);
+        up = dashd_restart(&T) == 0;
+    }
+    CU_ASSERT_FATAL(up);
     struct dash_connect_opts o = {.client_name = "gpu-restart-ping", .timeout_ms = 20000};
     struct dash_client *c = NULL;
     unsigned char *alloc = NULL, *stage = NULL, *host = NULL;
@@ -1339,8 +1345,14 @@ static void test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_
     fprintf(stderr, "\n    the stream %s %.0f ms after the ping returned ", done ? "finished" : "still waited",
             (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
     CU_ASSERT(done);
-    if (!done) /* a call of ours carries the restore through: no 200 s wait for the watchdog */
+    if (!done) { /* a call of ours carries the restore through: no 200 s wait for the watchdog */
         (void)dash_sync(c);
+        if (stream_done_within(s, 30000) != 0) { /* still not: leave, the daemon stopped below */
+            fprintf(stderr, "\n  the stream still waited 30 s after dash_sync ");
+            CU_FAIL("stream never released");
+            goto out;
+        }
+    }
     CU_ASSERT(cudaStreamSynchronize(s) == cudaSuccess);
     const int out_same = memcmp(host, expected, QB) == 0, lse_same = memcmp(host + QB, expected + QB, LB) == 0;
     if (!out_same || !lse_same)
@@ -1405,6 +1417,8 @@ static void test_dashd_gpu_op_released_by_the_watchdog_is_not_sent_to_the_next_d
         fprintf(stderr, "\n  the released forward was sent to the new daemon: its outputs were written ");
     CU_ASSERT(kept);
     const int rc = dash_sync(f.c);
+    CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+    CU_ASSERT(outputs_poisoned(view, fwd_outputs, 2)); /* nor sent by dash_sync's restore */
     CU_ASSERT(rc == DASH_EIO);
     CU_ASSERT(strstr(dash_last_error(f.c), "not sent again") || strstr(dash_last_error(f.c), "went away"));
     check_stream(&f, 0, "stream-ordered after the released op");
