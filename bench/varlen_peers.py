@@ -592,7 +592,8 @@ def report(doc):
              f"without MPS each of its calls costs the GPU two context switches, docs/mps.md)",
              f"- torch {doc.get('torch', 'n/a')}; cuDNN {doc.get('cudnn', 'n/a')}; "
              f"cuDNN frontend {doc.get('frontend', 'n/a')}; dashd: {doc.get('dashd', 'n/a')}"
-             f" (--kernels {doc.get('dashd_kernels', 'auto')})",
+             f" (--kernels {doc.get('dashd_kernels', 'auto')}); dash_attn: "
+             f"{doc.get('binding', 'not stated')}",
              f"- bf16, heads = 2048 / head_dim, layout (tokens, heads, head_dim); timing: "
              f"CUDA events, median of {doc['reps']} calls after {WARMUPS} warm-ups, each call "
              f"alone (its launch latency included: for dashd the daemon's round trip); "
@@ -750,8 +751,13 @@ def run(args, cases, doc):
             proc = start_dashd(args.dashd, work, args.kernels)
             sys.path.insert(0, os.path.join(ROOT, "client", "python"))
             import dash_attn
+            from dash_attn import _native
             got["dashd"] = args.dashd
             got["dashd_kernels"] = args.kernels
+            # which binding served the calls: the native op (dense CUDA calls, where it is
+            # built for this torch) or the ctypes path - a call's host time differs by ~2x
+            got["binding"] = ("native op loaded" if _native.load() else
+                              f"ctypes path only (native op: {_native.why_not})")
         except Exception as e:
             dash_attn = f"dashd not started: {describe(e)}"
     got["dashd"] = got.get("dashd", dash_attn)
