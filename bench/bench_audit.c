@@ -148,9 +148,9 @@ int main(int argc, char **argv)
            "- device: %s\n- commit: %s\n- command: `%s`\n\n", device, commit, cmd);
     printf("bf16, batch %d x seqlen %d, 16 heads, hdim %d, schedule auto; bursts of %d stream-ordered "
            "backwards, the variants in turn (each round one row of a Williams square: every "
-           "variant first once and after every other once in four rounds), %d rounds: ms per backward (median of the bursts), and each variant's cost "
-           "as the median over the rounds of its burst over the backward's burst of the same "
-           "round [quartiles]\n\n"
+           "variant first once and after every other once in four rounds), %d rounds: ms per "
+           "backward (median of the bursts), and each variant's cost as the median over the "
+           "rounds of its burst over the backward's burst of the same round [quartiles]\n\n"
            "| mask | backward | + leaves (kernels hash) | + digests from leaves | + digests from memory | "
            "digest kernels: from leaves / from memory | same digests |\n"
            "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",

@@ -731,10 +731,16 @@ static int64_t probe(struct dash_client *c, int64_t now)
     return now + DASH__PROBE_MS;
 }
 
+/* A signal-ordered op waiting in the library (re-queued for a restore). */
+static int is_queued_signal_op(const struct dash__req *r)
+{
+    return is_op(r->kind) && r->state == DASH__QUEUED && r->signal_slot >= 0;
+}
+
 static int queued_signal_op(const struct dash_client *c)
 {
     for (const struct dash__req *r = c->reqs; r; r = r->next)
-        if (is_op(r->kind) && r->state == DASH__QUEUED && r->signal_slot >= 0)
+        if (is_queued_signal_op(r))
             return 1;
     return 0;
 }
@@ -759,7 +765,7 @@ static void fail_queued_signal_ops(struct dash_client *c, int rc)
              "again: %s", c->endpoint, dash_strerror(rc));
     why.message = msg;
     for (struct dash__req *r = c->reqs; r; r = r->next)
-        if (is_op(r->kind) && r->state == DASH__QUEUED && r->signal_slot >= 0)
+        if (is_queued_signal_op(r))
             dash__op_finish(c, r, rc, &why);
 }
 

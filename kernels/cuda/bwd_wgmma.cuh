@@ -648,8 +648,8 @@ static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_b
             /* attn_sw128(rr + 8 h, 8 (t % 8) + c4, BN) with c4 < 8 (2 t4) and (rr + 8 h) % 8 =
              * rr % 8: the row's byte offset, h's 1 KiB, and chunk t % 8 XOR the row's swizzle
              * - eight chunk offsets for the 64 reads (laundered, rr and c4 hid that c4 < 8,
-             * and each read's offset was formed whole: ~450 of the ~1230 instructions a warp
-             * spent on a unit's leaves, call 60's profile) */
+             * and each read's offset was formed whole: the block's SASS went from 1231 to
+             * 1102 instructions a warp a unit, call 60's profile and cuobjdump) */
             const uint32_t base = (uint32_t)(rr * 128 + 2 * c4), swz = (uint32_t)(rr & 7) << 4;
             uint32_t q[4][D / 8];
 #pragma unroll

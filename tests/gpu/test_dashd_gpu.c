@@ -1141,6 +1141,17 @@ static int outputs_poisoned(const unsigned char *view, const int *slots, int n)
     return ok;
 }
 
+/* Whether the GPU has 64-bit stream memory operations, which semaphore-ordered ops need
+ * (elsewhere stream calls are ordered by events: nothing for these tests to check; said). */
+static int semaphores_here(void)
+{
+    int memops = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+    if (!memops)
+        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+    return memops;
+}
+
 /* Wait for a stream at most ms milliseconds: 0 when it finished, -1 when it did not. */
 static int stream_done_within(cudaStream_t s, int ms)
 {
@@ -1286,12 +1297,8 @@ static unsigned free_loopback_port(void)
  * stayed in the library until the watchdog's last resort, ten client timeouts (200 s). */
 static void test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_returns(void)
 {
-    int memops = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
-    if (!memops) {
-        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+    if (!semaphores_here())
         return;
-    }
     struct dashd_proc T;
     CU_ASSERT_EQUAL_FATAL(dashd_start(&T, "--backend cuda --session-timeout 10"), 0);
     CU_ASSERT_EQUAL(dashd_stop(&T), 0);
@@ -1378,12 +1385,8 @@ out:
  * outputs keep the poison, the next dash_sync() reports the failure, and the client works. */
 static void test_dashd_gpu_op_released_by_the_watchdog_is_not_sent_to_the_next_daemon(void)
 {
-    int memops = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
-    if (!memops) {
-        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+    if (!semaphores_here())
         return;
-    }
     struct fixture f;
     fixture_open(&f, "gpu-released-not-resent");
     unsigned char *view = dash_buffer_data(f.b), *stage = NULL;
@@ -1807,12 +1810,8 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
  * stream calls by events instead: nothing to check there. */
 static void stalled_client_holds_nobody_up(int fresh)
 {
-    int memops = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&memops, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
-    if (!memops) {
-        fprintf(stderr, "\n    no 64-bit stream memory operations here: nothing to check ");
+    if (!semaphores_here())
         return;
-    }
     char audit[96] = "";
     if (fresh) { /* a daemon that has run nothing yet, auditing: the stalled op is its first */
         CU_ASSERT_EQUAL(dashd_stop(&D), 0);
