@@ -627,11 +627,14 @@ static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_pa
 
 /* BWD_WG_DKV_LAP: the rest of bwd_wg_store_dkv, once the caller has issued the next unit's
  * loads. LEAVES (the dense kernel, view NULL): where the unit went out by TMA and the audit
- * asks, the quads hash their rows read back from the staging tiles, in bwd_tc_store_unit's
- * order (the same packed values, the same leaves); the row and column laundered so that the
- * offsets are formed afresh (as bwd_wg_store_unit_tma's hashing did at 128 on main: the
- * writes', kept live across the barrier, spilled). Then the issuing threads wait until the
- * stores have read the tiles;
+ * asks, each lane hashes one of its warp's 16 dK and 16 dV rows read back whole from the
+ * staging tiles (the same packed values, the same leaves: XXH64 of each row). A lane reads
+ * pairs that other lanes of its warp staged (the quad that held the row): the warpgroup's
+ * barrier after the staging (bwd_wg_store_unit_tma's bar.sync 2/3) orders those writes
+ * before these reads (the quads' reads were each thread's own writes). The thread
+ * index laundered so that the offsets are formed afresh (as bwd_wg_store_unit_tma's hashing
+ * did at 128 on main: the writes', kept live across the barrier, spilled). Then the issuing
+ * threads wait until the stores have read the tiles;
  * the next unit-start barrier (bwd_tc_load_kv_wait) publishes that. Without LEAVES p, qm and
  * n are not read (the window/packed kernel's params are the next job's by now). */
 template <typename DT, int D, int BN, bool LEAVES, typename SM>
@@ -642,25 +645,38 @@ static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_b
 #if BWD_TC_BULK
     if constexpr (LEAVES) {
         if (p.leaf_dk && bwd_wg_dkv_tma<BN, LEAVES>(p, qm, n, nullptr)) {
-            const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group, r0 = 64 * (threadIdx.x >> 7);
-            int32_t rr = r0 + bwd_wg_regs<D>::row(0), c4 = bwd_wg_regs<D>::col(0);
-            asm volatile("" : "+r"(rr), "+r"(c4));
-            /* attn_sw128(rr + 8 h, 8 (t % 8) + c4, BN) with c4 < 8 (2 t4) and (rr + 8 h) % 8 =
-             * rr % 8: the row's byte offset, h's 1 KiB, and chunk t % 8 XOR the row's swizzle
-             * - eight chunk offsets for the 64 reads (laundered, rr and c4 hid that c4 < 8,
-             * and each read's offset was formed whole: the block's SASS went from 1231 to
-             * 1102 instructions a warp a unit, call 60's profile and cuobjdump) */
-            const uint32_t base = (uint32_t)(rr * 128 + 2 * c4), swz = (uint32_t)(rr & 7) << 4;
-            uint32_t q[4][D / 8];
-#pragma unroll
-            for (int32_t h = 0; h < 2; h++)
-#pragma unroll
-                for (int32_t t = 0; t < D / 8; t++) { /* column block t / 8 */
-                    const uint32_t at = base + 1024u * (uint32_t)h + (((uint32_t)(t & 7) << 4) ^ swz);
-                    q[2 * h][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 0, t >> 3) + at);
-                    q[2 * h + 1][t] = *reinterpret_cast<const uint32_t *>(bwd_wg_dkv_tile<D>(sm, 1, t >> 3) + at);
-                }
-            bwd_wg_put_leaves<D>(p, q, threadIdx.x & 31, b, n * BN, r0, p.seqlen_k - n * BN, hk);
+            const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
+            /* lane L of warp wi hashes one row alone (digest_leaf_row): row j = r0 + 16 wi +
+             * L % 16 of dK (L < 16) or of dV - the warp's own 16 rows of each, as its quads
+             * held them - reading the row's 16-byte chunks from the tiles (LDS.128) in the
+             * hash's order: no exchanges, one finish a row (the quads' finished all four
+             * of their rows in every lane: ~1100 instructions a warp a unit, call 60's
+             * profile). Chunk m of the row, block m / 8, sits at chunk (m % 8) ^ (j % 8)
+             * of the block's row; eight consecutive lanes take eight consecutive rows, so
+             * each quarter warp's reads hit eight different chunks of the 128 bytes of
+             * banks (no conflict: 4 wavefronts a read, 64 a unit, as the quads' 64 LDS.32).
+             * The thread index laundered, so that the offsets are formed here (as before). */
+            uint32_t tid = threadIdx.x;
+            asm volatile("" : "+r"(tid));
+            const int32_t lane = (int32_t)(tid & 31), v = lane >> 4;
+            const int32_t j = 64 * (int32_t)(tid >> 7) + 16 * (int32_t)((tid >> 5) & 3) + (lane & 15);
+            const unsigned char *const row0 = (v ? bwd_wg_dkv_tile<D>(sm, 1, 0) : bwd_wg_dkv_tile<D>(sm, 0, 0)) + j * 128,
+                                *const row1 = (v ? bwd_wg_dkv_tile<D>(sm, 1, 1) : bwd_wg_dkv_tile<D>(sm, 0, 1)) + j * 128;
+            const uint32_t swz = (uint32_t)(j & 7) << 4;
+            const uint64_t leaf = digest_leaf_row<D>([&](int32_t m) {
+                const uint32_t at = ((uint32_t)(m & 7) << 4) ^ swz;
+                return *reinterpret_cast<const ulonglong2 *>((m < 8 ? row0 : row1) + at);
+            });
+            /* two stores, not one through a select of the two pointers: with the select,
+             * the kernel's PTX kept the params' fields in registers across the units (411
+             * ld.param instead of 589) and ptxas spilled 256 bytes (trial leaves) */
+            if (j < p.seqlen_k - n * BN) {
+                const int64_t at = ((int64_t)b * p.seqlen_k + n * BN + j) * p.heads_kv + hk;
+                if (v)
+                    p.leaf_dv[at] = leaf;
+                else
+                    p.leaf_dk[at] = leaf;
+            }
         }
     }
     if ((threadIdx.x & 127) == 0)

@@ -68,6 +68,31 @@ static __device__ __forceinline__ void digest_leaves_quad(const uint32_t (&q)[N]
         h[r] = digest_leaf_finish(v[r], lane, 2u * D);
 }
 
+/* XXH64 of one row of D 16-bit elements hashed by one thread alone, from chunk(m): the
+ * row's 16-byte chunk m (elements 8 m .. 8 m + 7, m < D / 8) as two little-endian 8-byte
+ * words - words 2 m and 2 m + 1 of the row, the word pairs of accumulators 0, 1 (m even)
+ * or 2, 3 (m odd) at stripe m / 2. For rows another thread staged in shared memory, where
+ * any thread may read any row: no exchanges, and one converge and avalanche a row instead
+ * of digest_leaves_quad's four a lane (each quad lane finishes all four of its rows). The
+ * four chains are independent and run side by side; chunk(m) is called just before its
+ * rounds (the reads may stream into them instead of being held whole). */
+template <int D, typename CHUNK>
+static __device__ __forceinline__ uint64_t digest_leaf_row(CHUNK chunk)
+{
+    static_assert(D % 16 == 0, "whole stripes");
+    uint64_t v[4];
+#pragma unroll
+    for (int32_t a = 0; a < 4; a++)
+        v[a] = xxh64_start(0, a);
+#pragma unroll
+    for (int32_t m = 0; m < D / 8; m++) {
+        const ulonglong2 w = chunk(m);
+        v[2 * (m & 1)] = xxh64_round(v[2 * (m & 1)], w.x);
+        v[2 * (m & 1) + 1] = xxh64_round(v[2 * (m & 1) + 1], w.y);
+    }
+    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + 2u * D);
+}
+
 /* A warp's rows of D 16-bit elements staged in shared memory as 32-bit pairs, row r at
  * r * DIGEST_LEAF_PITCH(D) words (four words of padding: the quads' reads below hit 32
  * banks), each hashed by a quad: lane 4 r + t4 reads its pairs (elements 8 t + 2 t4, word
