@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * test_digest.c - the tensor digest (kernels/digest/digest.h, version 2): its definition,
- * and the XXH64 that the GPU side uses (kernels/digest/xxh64.h) against libxxhash.
+ * and the XXH64 that the GPU side uses (kernels/digest/xxh64.h) and the XXH3-64 that
+ * version 3 will hash leaves with (kernels/digest/xxh3.h) against libxxhash.
  */
 #include "suites.h"
 #include "testutil.h"
 
 #include "kernels/digest/digest.h"
+#include "kernels/digest/xxh3.h"
 #include "kernels/digest/xxh64.h"
 
 #include <CUnit/CUnit.h>
@@ -39,6 +41,95 @@ static void test_digest_xxh64_matches_libxxhash(void)
             }
     bad += xxh64(b, 4096, 65536) != XXH64(b, 4096, 65536);
     CU_ASSERT_EQUAL(bad, 0);
+    free(b);
+}
+
+/* The device's XXH3-64 is libxxhash's XXH3_64bits for every length a leaf can have
+ * (0 .. 4096 bytes: the empty input, 1-3, 4-8, 9-16, 17-128, 129-240, and the long form's
+ * stripes, blocks, scrambles and last stripe), at every start modulo 16 (the device reads
+ * 16 bytes at once where aligned, 8 where not). */
+static void test_digest_xxh3_matches_libxxhash(void)
+{
+    unsigned char *b = random_bytes(4096 + 16, 0x13);
+    int bad = 0;
+    for (size_t n = 0; n <= 4096; n++)
+        for (size_t off = 0; off < 16; off++)
+            bad += xxh3_64(b + off, n) != XXH3_64bits(b + off, n);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(b);
+}
+
+/* Little-endian words w0, w1 of chunk c (bytes 16 c ..) of p. */
+static void chunk_words(const unsigned char *p, uint32_t c, uint64_t *w0, uint64_t *w1)
+{
+    *w0 = *w1 = 0;
+    for (int k = 0; k < 8; k++) {
+        *w0 |= (uint64_t)p[16 * c + (uint32_t)k] << (8 * k);
+        *w1 |= (uint64_t)p[16 * c + 8 + (uint32_t)k] << (8 * k);
+    }
+}
+
+/* Lane j's term of a chunked row of n bytes split over four lanes as the kernels split it
+ * (digest_leaf.cuh): the 17-128 class's chunks c = j, j + 4, ...; the long class's
+ * accumulator pair j over chunks 4 s + j. */
+static uint64_t part_term(const unsigned char *p, uint32_t n, uint32_t j)
+{
+    uint64_t t = 0, w0, w1;
+    if (n <= 128) {
+        for (uint32_t c = j; c < n / 16; c += 4) {
+            chunk_words(p, c, &w0, &w1);
+            t += xxh3_mid_term(c, n, w0, w1);
+        }
+        return t;
+    }
+    uint64_t a0, a1;
+    xxh3_long_start(j, &a0, &a1);
+    for (uint32_t s = 0; s < n / XXH3_STRIPE; s++) {
+        chunk_words(p, 4 * s + j, &w0, &w1);
+        xxh3_long_chunk(s, j, n, &a0, &a1, w0, w1);
+    }
+    return xxh3_long_term(j, a0, a1);
+}
+
+/* The chunked forms (xxh3.h) are XXH3_64bits for every length they take up to a leaf's
+ * 4 KiB (XXH3_CHUNKED: 32, 64, 96, 128, then 256 .. 4096 in 64s; blocks and scrambles from
+ * 1088 on): one thread taking every chunk in order (digest_leaf_row's order), and four
+ * lanes each forming their part, summed in any order (digest_leaf_staged's split); and
+ * the lengths around them are not chunked. */
+static void test_digest_xxh3_of_chunked_rows_matches_libxxhash(void)
+{
+    unsigned char *b = random_bytes(4096, 0x14);
+    int bad = 0, rows = 0;
+    for (uint32_t n = 16; n <= 4096; n += 16) {
+        if (!XXH3_CHUNKED(n))
+            continue;
+        rows++;
+        const uint64_t want = XXH3_64bits(b, n);
+        uint64_t t = 0, w0, w1;
+        if (n <= 128) {
+            for (uint32_t c = 0; c < n / 16; c++) {
+                chunk_words(b, c, &w0, &w1);
+                t += xxh3_mid_term(c, n, w0, w1);
+            }
+        } else {
+            uint64_t a[8];
+            for (uint32_t j = 0; j < 4; j++)
+                xxh3_long_start(j, &a[2 * j], &a[2 * j + 1]);
+            for (uint32_t c = 0; c < n / 16; c++) {
+                chunk_words(b, c, &w0, &w1);
+                xxh3_long_chunk(c / 4, c % 4, n, &a[2 * (c % 4)], &a[2 * (c % 4) + 1], w0, w1);
+            }
+            for (uint32_t j = 0; j < 4; j++)
+                t += xxh3_long_term(j, a[2 * j], a[2 * j + 1]);
+        }
+        bad += xxh3_end(t, n) != want;
+        const uint64_t parts = part_term(b, n, 3) + part_term(b, n, 1) + part_term(b, n, 0) + part_term(b, n, 2);
+        bad += xxh3_end(parts, n) != want;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(rows, 4 + (4096 - 256) / 64 + 1);
+    CU_ASSERT(!XXH3_CHUNKED(16) && !XXH3_CHUNKED(48) && !XXH3_CHUNKED(160) && !XXH3_CHUNKED(192) &&
+              !XXH3_CHUNKED(240) && !XXH3_CHUNKED(288));
     free(b);
 }
 
@@ -274,6 +365,8 @@ int suite_digest(void)
     CU_pSuite s = CU_add_suite("digest", NULL, NULL);
     if (!s)
         return -1;
+    ADD_TEST(s, test_digest_xxh3_matches_libxxhash);
+    ADD_TEST(s, test_digest_xxh3_of_chunked_rows_matches_libxxhash);
     ADD_TEST(s, test_digest_xxh64_matches_libxxhash);
     ADD_TEST(s, test_digest_xxh64_from_split_accumulators_matches_libxxhash);
     ADD_TEST(s, test_digest_of_bytes_follows_its_definition_at_leaf_and_group_boundaries);
