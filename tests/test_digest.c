@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * test_digest.c - the tensor digest (kernels/digest/digest.h, version 2): its definition,
- * and the XXH64 that the GPU side uses (kernels/digest/xxh64.h) and the XXH3-64 that
- * version 3 will hash leaves with (kernels/digest/xxh3.h) against libxxhash.
+ * test_digest.c - the tensor digest (kernels/digest/digest.h, version 3): its definition,
+ * and the XXH3-64 (leaves) and XXH64 (the tree above them) that the GPU side uses
+ * (kernels/digest/xxh3.h, xxh64.h) against libxxhash.
  */
 #include "suites.h"
 #include "testutil.h"
@@ -169,10 +169,10 @@ static void test_digest_xxh64_from_split_accumulators_matches_libxxhash(void)
     free(b);
 }
 
-/* The definition written out (digest.h, version 2): every row cut into leaves of at most
- * 4 KiB, groups of 64 leaf hashes, supergroups of 64 group hashes, the root over the
- * supergroup hashes (little-endian words) seeded with the length. Each level is a plain
- * array here, hashed with libxxhash. */
+/* The definition written out (digest.h, version 3): every row cut into leaves of at most
+ * 4 KiB, each hashed with XXH3-64; groups of 64 leaf hashes, supergroups of 64 group
+ * hashes, the root over the supergroup hashes (little-endian words) seeded with the
+ * length, each with XXH64. Each level is a plain array here, hashed with libxxhash. */
 static void le64(unsigned char *p, uint64_t v)
 {
     for (int b = 0; b < 8; b++)
@@ -196,7 +196,7 @@ static uint64_t by_definition(const unsigned char *p, uint64_t n, uint64_t row)
     uint64_t i = 0;
     for (uint64_t r = 0; row && r < n; r += row)
         for (uint64_t at = 0; at < row; at += DIGEST_CHUNK, i++)
-            le64(leaves + i * 8, XXH64(p + r + at, row - at < DIGEST_CHUNK ? row - at : DIGEST_CHUNK, 0));
+            le64(leaves + i * 8, XXH3_64bits(p + r + at, row - at < DIGEST_CHUNK ? row - at : DIGEST_CHUNK));
     const uint64_t m = fold64(leaves, k, groups), s = fold64(groups, m, supers);
     const uint64_t d = XXH64(supers, s * 8, n);
     free(leaves);

@@ -873,7 +873,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
 template <typename DT, int D>
 __global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postprocess_hashed_kernel(const struct attn_bwd_params p)
 {
-    __shared__ uint32_t stage[BWD_TC_HASHED_WARPS][2][8 * DIGEST_LEAF_PITCH(D)];
+    __shared__ __align__(16) uint32_t stage[BWD_TC_HASHED_WARPS][2][8 * DIGEST_LEAF_PITCH(D)]; /* LDS.128 rows */
     const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
     const int32_t warps = BWD_TC_HASHED_WARPS, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);

@@ -226,7 +226,7 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
 /*
  * The audit's digests of a backward's outputs, fused into the kernels that write them:
  * with on != 0, every later cuattn_backward also writes, where its kernels can, the leaf
- * hashes (kernels/digest/digest.h, version 2: one per row of head_dim elements, row-major
+ * hashes (kernels/digest/digest.h, version 3: one per row of head_dim elements, row-major
  * (batch, seqlen, heads) order) of dq, dk and dv into memory of `a`, so the digests need
  * not read the outputs again (digest_cuda.h takes them as a view's leaves). 0 or -EINVAL.
  */
@@ -238,7 +238,7 @@ int cuattn_set_leaves(struct cuattn *a, int on);
  * its dQ postprocess - v3's persistent kernel at head dims 64 and 128 without GQA, not
  * windows, softcap, packed batches or widened head dims, and outputs of fewer than 2^31
  * rows (kernels/cuda/bwd_fold.cuh) - also folds those leaves into the
- * digests (kernels/digest/digest.h, version 2) of the whole dq, dk and dv, (batch, seqlen,
+ * digests (kernels/digest/digest.h, version 3) of the whole dq, dk and dv, (batch, seqlen,
  * heads, head_dim) as dense bytes, and writes them to out[0], out[1], out[2] from its last
  * kernel, on the stream of `a`: no digest kernel need follow. cuattn_digested says whether
  * it did. out[i]: 8 bytes of device memory, or of pinned host memory the device can write

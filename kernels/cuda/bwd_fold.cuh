@@ -6,7 +6,7 @@
  * (attn_bwd_tc.cu) writes dQ's leaves and a tree kernel of its own launch (digest_cuda.h)
  * folds the three outputs' leaves into groups, supergroups and roots: 11.5 us at a 4k
  * backward's outputs under ncu, plus the gap between the launches, on the critical path.
- * Here the same digests (digest.h, version 2) come out of the postprocess's own blocks:
+ * Here the same digests (digest.h, version 3) come out of the postprocess's own blocks:
  *
  *   kv prologue   block b first makes dK's and dV's supergroup hashes b, b + grid, ... from
  *                 the leaves the persistent kernel wrote: each quad two group hashes into
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(32 * BWD_FOLD_WARPS, BWD_FOLD_BLOCKS(D))
     attn_bwd_tc_postprocess_folded_kernel(const struct attn_bwd_params p, const struct attn_bwd_fold f)
 {
     static_assert(8 * 2 * BWD_FOLD_WARPS == DIGEST_FANOUT, "a step is a group: two batches of eight a warp");
-    __shared__ uint32_t stage[BWD_FOLD_WARPS][2][8 * DIGEST_LEAF_PITCH(D)];
+    __shared__ __align__(16) uint32_t stage[BWD_FOLD_WARPS][2][8 * DIGEST_LEAF_PITCH(D)]; /* LDS.128 rows */
     __shared__ uint64_t word_smem[2][DIGEST_FANOUT]; /* a step's leaves; a supergroup's group hashes */
     __shared__ uint32_t last_smem;
     const int32_t lane = threadIdx.x & 31, w = threadIdx.x >> 5, q = threadIdx.x >> 2;

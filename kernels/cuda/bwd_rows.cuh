@@ -38,39 +38,40 @@ static __device__ __forceinline__ void attn_bwd_dkv_row(const float *dk_acc, con
 
 /* The same for eight rows at once, a quad of lanes per row (lane 4 g + t4 the pairs
  * d = 8 t + 2 t4 of its quad's row), each row's dK and dV digest leaves hashed by its quad
- * (digest_leaves_quad) into *leaf_k, *leaf_v: GQA's sum where the audit asks for the
- * leaves. Each element is the same sum in the same order, so the same bits. dk_row NULL:
- * the quad has no row (it still takes part in the shuffles). */
+ * (digest_leaves_quad_fn: lane 0 dK's, lane 1 dV's, lanes 2 and 3 rows of zeros) into
+ * *leaf_k, *leaf_v: GQA's sum where the audit asks for the leaves. Each 16-byte chunk t of
+ * the two rows is summed, stored and hashed in turn (holding both rows whole for the hash,
+ * the kernel spilled at head dim 128 on sm_80). Each element is the same sum in the same
+ * order, so the same bits. dk_row NULL: the quad has no row (it still takes part in the
+ * shuffles). */
 template <typename DT, int D>
 static __device__ __forceinline__ void attn_bwd_dkv_row_hashed(const float *dk_acc, const float *dv_acc,
                                                                uint16_t *dk_row, uint16_t *dv_row, int64_t src0,
                                                                int64_t step, int32_t group, int32_t lane,
                                                                uint64_t *leaf_k, uint64_t *leaf_v)
 {
-    uint32_t q[2][D / 8];
-#pragma unroll
-    for (int32_t t = 0; t < D / 8; t++) {
-        const int32_t d = 8 * t + 2 * (lane & 3);
-        float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
-        for (int32_t g = 0; dk_row && g < group; g++) {
-            const float2 k = *reinterpret_cast<const float2 *>(dk_acc + src0 + g * step + d);
-            const float2 v = *reinterpret_cast<const float2 *>(dv_acc + src0 + g * step + d);
-            sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
-            sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
-        }
-        q[0][t] = (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16);
-        q[1][t] = (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16);
-        if (dk_row) {
-            attn_st_pair(dk_row + d, q[0][t]);
-            attn_st_pair(dv_row + d, q[1][t]);
-        }
-    }
-    uint64_t h[2];
-    digest_leaves_quad<D, 2>(q, lane, h);
-    if (dk_row && (lane & 3) == 0) {
-        *leaf_k = h[0];
-        *leaf_v = h[1];
-    }
+    const uint64_t h = digest_leaves_quad_fn<D, 2>(
+        [&](int32_t t, uint32_t(&x)[4]) {
+            const int32_t d = 8 * t + 2 * (lane & 3);
+            float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+            for (int32_t g = 0; dk_row && g < group; g++) {
+                const float2 k = *reinterpret_cast<const float2 *>(dk_acc + src0 + g * step + d);
+                const float2 v = *reinterpret_cast<const float2 *>(dv_acc + src0 + g * step + d);
+                sk = make_float2(__fadd_rn(sk.x, k.x), __fadd_rn(sk.y, k.y));
+                sv = make_float2(__fadd_rn(sv.x, v.x), __fadd_rn(sv.y, v.y));
+            }
+            x[0] = (uint32_t)DT::from_f(sk.x) | ((uint32_t)DT::from_f(sk.y) << 16);
+            x[1] = (uint32_t)DT::from_f(sv.x) | ((uint32_t)DT::from_f(sv.y) << 16);
+            if (dk_row) {
+                attn_st_pair(dk_row + d, x[0]);
+                attn_st_pair(dv_row + d, x[1]);
+            }
+        },
+        lane);
+    if (dk_row && (lane & 3) == 0)
+        *leaf_k = h;
+    else if (dk_row && (lane & 3) == 1)
+        *leaf_v = h;
 }
 
 /* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. One warp

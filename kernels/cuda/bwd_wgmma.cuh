@@ -370,24 +370,68 @@ static __device__ __forceinline__ void bwd_tc_add_dq(const struct attn_bwd_param
 }
 
 /* The audit's leaves of a unit's dK and dV rows from the quad's packed rows q (q[2 h]: dK,
- * q[2 h + 1]: dV of the thread's row half h, as bwd_tc_store_unit packs them): hashed side
- * by side, then the quad's first lane writes those of rows r0 + row(2 h) < rn (row-major
- * (b, j, hk) leaves; j0 the unit's first kv row). */
+ * q[2 h + 1]: dV of the thread's row half h, as bwd_tc_store_unit packs them): the quad
+ * transposes them so that lane t4 hashes its quad's row t4 whole (digest_leaves_quad), and
+ * writes that leaf where the row r0 + row(2 h) < rn, h = t4 / 2 (row-major (b, j, hk)
+ * leaves; j0 the unit's first kv row). Two stores, not one through a select of the two
+ * pointers (bwd_wg_store_dkv_done's reason). */
 template <int D>
 static __device__ __forceinline__ void bwd_wg_put_leaves(const struct attn_bwd_params &p, const uint32_t (&q)[4][D / 8],
                                                          int32_t lane, int32_t b, int32_t j0, int32_t r0, int32_t rn,
                                                          int32_t hk)
 {
-    uint64_t leaf[4];
-    digest_leaves_quad<D, 4>(q, lane, leaf);
+    const uint64_t leaf = digest_leaves_quad<D, 4>(q, lane);
+    const int32_t t4 = lane & 3, j = r0 + bwd_wg_regs<D>::row(2 * (t4 >> 1));
+    if (j < rn) {
+        const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
+        if (t4 & 1)
+            p.leaf_dv[at] = leaf;
+        else
+            p.leaf_dk[at] = leaf;
+    }
+}
+
+/* The audit's leaves of a unit's dK and dV rows, one row a lane, read back from their
+ * staging tiles (the TMA stores' source; the same packed values bwd_tc_store_unit packs):
+ * lane L of warp wi of warpgroup wg hashes row j = 64 wg + 16 wi + L % 16 of dK (L < 16)
+ * or of dV - its warp's own 16 rows of each, as its quads held them - alone
+ * (digest_leaf_row), reading the row's 16-byte chunks (LDS.128) in the hash's order: no
+ * exchanges, one finish a row. tile(v, c): column block c (64 columns of all 128 rows, K's
+ * layout, 128-byte rows) of dK (v 0) or dV (v 1); chunk m of row j, block m / 8, sits at
+ * chunk (m % 8) ^ (j % 8) of the block's row (attn_sw128), so eight consecutive lanes,
+ * eight consecutive rows, hit eight different chunks of the 128 bytes of banks (no
+ * conflict: 4 wavefronts a read). A lane reads pairs that other lanes of its warp staged:
+ * the caller orders the staging before (the warpgroup's barrier after it) and keeps the
+ * tiles until every lane is past this. The thread index laundered, so that the offsets
+ * are formed here (as bwd_wg_store_unit_tma's hashing did at head dim 128: the writes',
+ * kept live across the barrier, spilled). Leaves of rows j < Sk - n BN only. */
+template <int D, int BN, typename TILE>
+static __device__ __forceinline__ void bwd_wg_tile_leaves(const struct attn_bwd_params &p, TILE tile, int32_t b,
+                                                          int32_t hk, int32_t n)
+{
+    static_assert((D == 64 || D == 128) && BN == 128, "two warpgroups of 64 kv rows of 128-byte column blocks");
+    uint32_t tid = threadIdx.x;
+    asm volatile("" : "+r"(tid));
+    const int32_t lane = (int32_t)(tid & 31), v = lane >> 4;
+    const int32_t j = 64 * (int32_t)(tid >> 7) + 16 * (int32_t)((tid >> 5) & 3) + (lane & 15);
+    const unsigned char *row[D / 64];
 #pragma unroll
-    for (int32_t h = 0; h < 2; h++) {
-        const int32_t j = r0 + bwd_wg_regs<D>::row(2 * h);
-        if ((lane & 3) == 0 && j < rn) {
-            const int64_t at = ((int64_t)b * p.seqlen_k + j0 + j) * p.heads_kv + hk;
-            p.leaf_dk[at] = leaf[2 * h];
-            p.leaf_dv[at] = leaf[2 * h + 1];
-        }
+    for (int32_t c = 0; c < D / 64; c++)
+        row[c] = (v ? tile(1, c) : tile(0, c)) + j * 128;
+    const uint32_t swz = (uint32_t)(j & 7) << 4;
+    const uint64_t leaf = digest_leaf_row<D>([&](int32_t m) {
+        const uint32_t at = ((uint32_t)(m & 7) << 4) ^ swz;
+        return *reinterpret_cast<const ulonglong2 *>(row[m >> 3] + at);
+    });
+    /* two stores, not one through a select of the two pointers: with the select, head dim
+     * 128's kernel's PTX kept the params' fields in registers across the units (411
+     * ld.param instead of 589) and ptxas spilled 256 bytes (trial leaves) */
+    if (j < p.seqlen_k - n * BN) {
+        const int64_t at = ((int64_t)b * p.seqlen_k + n * BN + j) * p.heads_kv + hk;
+        if (v)
+            p.leaf_dv[at] = leaf;
+        else
+            p.leaf_dk[at] = leaf;
     }
 }
 
@@ -487,9 +531,13 @@ static __device__ __forceinline__ unsigned char *bwd_wg_dkv_tile(SM &sm, int32_t
 /* The unit's dK (times scale) and dV through shared memory (the 128-byte swizzled layout of
  * the loads, which the maps' swizzle undoes) and a TMA store per 64-column block of each
  * warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written). LEAVES:
- * where the audit asks (leaf_dk), the quads hash the rows they write, as
- * bwd_tc_store_unit's (the same packed values, the same leaves; at head dim 128 after the
- * stores are issued, read back from the tiles: in bwd_wg_store_dkv_done). The staging
+ * where the audit asks (leaf_dk), once the stores are issued each lane hashes one of the
+ * warpgroup's staged rows read back from the tiles (bwd_wg_tile_leaves: the packed values
+ * bwd_tc_store_unit's quads would hash; head dim 128 later, in bwd_wg_store_dkv_done, under
+ * the next unit's loads), behind the warpgroup's barrier that publishes the staging and
+ * before anything rewrites the tiles (K's and V's: the issuing threads' wait for the
+ * stores' read and the barrier after it, here or at the next unit's start; PAIR_LAP's set:
+ * the next unit's second pair, behind its start's barrier). The staging
  * tiles, each element at the offset it has in K's (the same boxes either way):
  *   - K's and V's tiles (free after the unit's last step): the issuing thread waits here
  *     until the stores have read them, so they are free for the next unit's K and V once
@@ -533,26 +581,6 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
         ks = reinterpret_cast<unsigned char *>(sm.k_smem);
         vs = reinterpret_cast<unsigned char *>(sm.v_smem);
     }
-    bool hashed = false; /* the rows hashed from registers as they are written (head dim 64) */
-    if constexpr (LEAVES && D == 64) {
-        if (p.leaf_dk) { /* bwd_tc_store_unit's order: row halves h, elements e = 4 t + 2 h */
-            const int32_t lane = threadIdx.x & 31, rn = p.seqlen_k - n * BN;
-            uint32_t q[4][D / 8];
-#pragma unroll
-            for (int32_t h = 0; h < 2; h++)
-#pragma unroll
-                for (int32_t t = 0; t < D / 8; t++) {
-                    const int32_t e = 4 * t + 2 * h;
-                    const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e), BN);
-                    q[2 * h][t] = DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
-                    q[2 * h + 1][t] = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
-                    *reinterpret_cast<uint32_t *>(ks + at) = q[2 * h][t];
-                    *reinterpret_cast<uint32_t *>(vs + at) = q[2 * h + 1][t];
-                }
-            bwd_wg_put_leaves<D>(p, q, lane, b, n * BN, r0, rn, hk);
-            hashed = true;
-        }
-    }
     if constexpr (DKV_LAP) {
 #pragma unroll
         for (int e = 0; e < D / 2; e += 2) { /* element e's column block: e / 32 (col(e) / 64) */
@@ -562,7 +590,7 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
                 DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
             *reinterpret_cast<uint32_t *>(bwd_wg_dkv_tile<D>(sm, 1, c) + at) = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
         }
-    } else if (!hashed) {
+    } else {
 #pragma unroll
         for (int e = 0; e < D / 2; e += 2) {
             const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e), BN);
@@ -590,6 +618,9 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
         }
         attn_tma_store_commit();
     }
+    if constexpr (LEAVES && D == 64) /* under the stores: the warpgroup's rows are staged */
+        if (p.leaf_dk)
+            bwd_wg_tile_leaves<D, BN>(p, [&](int32_t v, int32_t) { return v ? vs : ks; }, b, hk, n);
     if constexpr (!DKV_LAP && !PAIR_LAP) { /* staged in K and V */
         if ((threadIdx.x & 127) == 0)
             asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the tiles are free */
@@ -628,15 +659,13 @@ static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_pa
 /* BWD_WG_DKV_LAP: the rest of bwd_wg_store_dkv, once the caller has issued the next unit's
  * loads. LEAVES (the dense kernel, view NULL): where the unit went out by TMA and the audit
  * asks, each lane hashes one of its warp's 16 dK and 16 dV rows read back whole from the
- * staging tiles (the same packed values, the same leaves: XXH64 of each row). A lane reads
- * pairs that other lanes of its warp staged (the quad that held the row): the warpgroup's
- * barrier after the staging (bwd_wg_store_unit_tma's bar.sync 2/3) orders those writes
- * before these reads (the quads' reads were each thread's own writes). The thread
- * index laundered so that the offsets are formed afresh (as bwd_wg_store_unit_tma's hashing
- * did at 128 on main: the writes', kept live across the barrier, spilled). Then the issuing
- * threads wait until the stores have read the tiles;
- * the next unit-start barrier (bwd_tc_load_kv_wait) publishes that. Without LEAVES p, qm and
- * n are not read (the window/packed kernel's params are the next job's by now). */
+ * staging tiles (bwd_wg_tile_leaves: the same packed values, XXH3-64 of each row). A lane
+ * reads pairs that other lanes of its warp staged (the quad that held the row): the
+ * warpgroup's barrier after the staging (bwd_wg_store_unit_tma's bar.sync 2/3) orders those
+ * writes before these reads, and nothing writes the four tiles before the next unit-start
+ * barrier. Then the issuing threads wait until the stores have read the tiles; the next
+ * unit-start barrier (bwd_tc_load_kv_wait) publishes that. Without LEAVES p, qm and n are
+ * not read (the window/packed kernel's params are the next job's by now). */
 template <typename DT, int D, int BN, bool LEAVES, typename SM>
 static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_bwd_params &p, SM &sm, int32_t bh,
                                                              int32_t n, const bwd_wg_qmaps *qm)
@@ -646,37 +675,7 @@ static __device__ __forceinline__ void bwd_wg_store_dkv_done(const struct attn_b
     if constexpr (LEAVES) {
         if (p.leaf_dk && bwd_wg_dkv_tma<BN, LEAVES>(p, qm, n, nullptr)) {
             const int32_t b = bh / p.heads_q, hk = (bh - b * p.heads_q) / p.group;
-            /* lane L of warp wi hashes one row alone (digest_leaf_row): row j = r0 + 16 wi +
-             * L % 16 of dK (L < 16) or of dV - the warp's own 16 rows of each, as its quads
-             * held them - reading the row's 16-byte chunks from the tiles (LDS.128) in the
-             * hash's order: no exchanges, one finish a row (the quads' finished all four
-             * of their rows in every lane: ~1100 instructions a warp a unit, call 60's
-             * profile). Chunk m of the row, block m / 8, sits at chunk (m % 8) ^ (j % 8)
-             * of the block's row; eight consecutive lanes take eight consecutive rows, so
-             * each quarter warp's reads hit eight different chunks of the 128 bytes of
-             * banks (no conflict: 4 wavefronts a read, 64 a unit, as the quads' 64 LDS.32).
-             * The thread index laundered, so that the offsets are formed here (as before). */
-            uint32_t tid = threadIdx.x;
-            asm volatile("" : "+r"(tid));
-            const int32_t lane = (int32_t)(tid & 31), v = lane >> 4;
-            const int32_t j = 64 * (int32_t)(tid >> 7) + 16 * (int32_t)((tid >> 5) & 3) + (lane & 15);
-            const unsigned char *const row0 = (v ? bwd_wg_dkv_tile<D>(sm, 1, 0) : bwd_wg_dkv_tile<D>(sm, 0, 0)) + j * 128,
-                                *const row1 = (v ? bwd_wg_dkv_tile<D>(sm, 1, 1) : bwd_wg_dkv_tile<D>(sm, 0, 1)) + j * 128;
-            const uint32_t swz = (uint32_t)(j & 7) << 4;
-            const uint64_t leaf = digest_leaf_row<D>([&](int32_t m) {
-                const uint32_t at = ((uint32_t)(m & 7) << 4) ^ swz;
-                return *reinterpret_cast<const ulonglong2 *>((m < 8 ? row0 : row1) + at);
-            });
-            /* two stores, not one through a select of the two pointers: with the select,
-             * the kernel's PTX kept the params' fields in registers across the units (411
-             * ld.param instead of 589) and ptxas spilled 256 bytes (trial leaves) */
-            if (j < p.seqlen_k - n * BN) {
-                const int64_t at = ((int64_t)b * p.seqlen_k + n * BN + j) * p.heads_kv + hk;
-                if (v)
-                    p.leaf_dv[at] = leaf;
-                else
-                    p.leaf_dk[at] = leaf;
-            }
+            bwd_wg_tile_leaves<D, BN>(p, [&](int32_t v, int32_t c) { return bwd_wg_dkv_tile<D>(sm, v, c); }, b, hk, n);
         }
     }
     if ((threadIdx.x & 127) == 0)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * digest.c - see digest.h. Leaves, groups, supergroups and the root are hashed as they
- * complete: a group collects up to 64 leaf hashes, a supergroup up to 64 group hashes, and
+ * digest.c - see digest.h. Leaves (libxxhash's XXH3_64bits), groups, supergroups and the
+ * root (its XXH64) are hashed as they complete: a group collects up to 64 leaf hashes, a supergroup up to 64 group hashes, and
  * each finished supergroup's hash is fed into a streaming XXH64 state for the root (the
  * same value as hashing the concatenated supergroup hashes). A strided view is gathered
  * row by row into one leaf of staging, so nothing larger than a leaf is ever allocated.
@@ -52,7 +52,7 @@ static void tree_close_group(struct tree *t)
 
 static void tree_leaf(struct tree *t, const void *leaf, size_t len)
 {
-    put_le64(t->group + t->leaves * 8, XXH64(leaf, len, 0));
+    put_le64(t->group + t->leaves * 8, XXH3_64bits(leaf, len));
     if (++t->leaves == DIGEST_FANOUT)
         tree_close_group(t);
 }

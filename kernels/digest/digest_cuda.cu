@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * digest_cuda.cu - see digest_cuda.h. The definition is digest.h's; XXH64 is xxh64.h's,
- * checked against libxxhash by the tests.
+ * digest_cuda.cu - see digest_cuda.h. The definition is digest.h's; XXH3-64 (the leaves) is
+ * xxh3.h's and XXH64 (the tree above them) xxh64.h's, both checked against libxxhash by
+ * the tests.
  */
 #include "kernels/digest/digest_cuda.h"
 
 #include "kernels/digest/digest.h"
+#include "kernels/digest/digest_leaf.cuh"
+#include "kernels/digest/xxh3.h"
 #include "kernels/digest/xxh64.h"
 
 #include <cuda_runtime.h>
@@ -152,7 +155,7 @@ static __global__ void pack_kernel(unsigned char *dst, struct digest_view v, uin
     }
 }
 
-/* One 32-byte stripe (two 16-byte loads) into the four lanes. */
+/* One 32-byte stripe (two 16-byte loads) into XXH64's four lanes (the tree's groups). */
 static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
 {
     v[0] = xxh64_round(v[0], (uint64_t)a.x | (uint64_t)a.y << 32);
@@ -161,32 +164,11 @@ static __device__ void stripe(uint64_t v[4], uint4 a, uint4 b)
     v[3] = xxh64_round(v[3], (uint64_t)b.z | (uint64_t)b.w << 32);
 }
 
-/* XXH64 of a whole number of 32-byte stripes at a 16-byte aligned address: the stripe
- * loop of xxh64() with two 16-byte loads per stripe, so each thread reads whole sectors
- * (its neighbours read other chunks: coalescing is impossible, full sectors are not). */
-static __device__ uint64_t xxh64_stripes(const uint4 *p, uint64_t len, uint64_t seed)
+/* A 16-byte chunk as two little-endian words. */
+static __device__ __forceinline__ ulonglong2 chunk_words(uint4 v)
 {
-    uint64_t v[4] = {xxh64_start(seed, 0), xxh64_start(seed, 1), xxh64_start(seed, 2), xxh64_start(seed, 3)};
-    /* Four stripes' loads are issued before their rounds: the rounds of one thread are a
-     * serial chain, so memory must be in flight ahead of them (a thread's neighbours read
-     * other chunks, so there is little else to hide the latency behind). */
-    const uint64_t stripes = len / 32;
-    uint64_t s = 0;
-    for (; s + 4 <= stripes; s += 4) {
-        uint4 x[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            x[i] = __ldg(p + 2 * s + i);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            stripe(v, x[2 * i], x[2 * i + 1]);
-        }
-    }
-    for (; s < stripes; s++) {
-        const uint4 a = __ldg(p + 2 * s), b = __ldg(p + 2 * s + 1);
-        stripe(v, a, b);
-    }
-    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + len);
+    return make_ulonglong2((unsigned long long)v.x | (unsigned long long)v.y << 32,
+                           (unsigned long long)v.z | (unsigned long long)v.w << 32);
 }
 
 #define LEAF_WARPS 4                   /* warps per block of the leaf kernel */
@@ -221,34 +203,62 @@ static __device__ __forceinline__ uint4 leaf_load(const uint4 *base, uint32_t le
  * leaves per instruction (8 threads per slice, whole lines), SLICES slices of every leaf
  * per step, stages them in shared memory (rows padded against bank conflicts) and each
  * thread hashes its row: the same bytes in the same order, read at full line width.
- * Software pipelined: the next step's slices are loaded into registers while the rounds
- * run on the staged ones, so memory is always in flight behind the rounds' long serial
- * chains. */
+ * Software pipelined: the next step's slices are loaded into registers while the
+ * arithmetic runs on the staged ones, so memory is always in flight behind it. A leaf of
+ * one step (128 or 256 bytes: head dims 64 and 128 in 16 bits) is hashed as the kernels
+ * hash their rows (digest_leaf_chunks: keys constant in the instructions); a longer one by
+ * XXH3's long form streamed a 16-byte chunk at a time (chunk i of a step: stripe
+ * (at + i) / 4, accumulator pair i % 4), the last step's last four chunks the last stripe. */
 template <int SLICES>
 static __device__ uint64_t leaf_warp(const uint4 *base, uint32_t len16, uint4 (*stage)[LEAF_ROW], uint32_t lane)
 {
-    uint64_t v[4] = {xxh64_start(0, 0), xxh64_start(0, 1), xxh64_start(0, 2), xxh64_start(0, 3)};
-    uint4 x[8 * SLICES];
+    constexpr uint32_t STEP = 8 * SLICES; /* chunks a step */
+    uint4 x[STEP];
 #pragma unroll
-    for (uint32_t j = 0; j < 8 * SLICES; j++)
+    for (uint32_t j = 0; j < STEP; j++)
         x[j] = leaf_load(base, len16, lane, 0, j);
-    for (uint32_t at = 0; at < len16; at += 8 * SLICES) {
+    if (len16 == STEP) { /* uniform: one step */
 #pragma unroll
-        for (uint32_t j = 0; j < 8 * SLICES; j++)
+        for (uint32_t j = 0; j < STEP; j++)
             stage[(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
-        __syncwarp();
-        if (at + 8 * SLICES < len16)
-#pragma unroll
-            for (uint32_t j = 0; j < 8 * SLICES; j++)
-                x[j] = leaf_load(base, len16, lane, at + 8 * SLICES, j);
-#pragma unroll
-        for (uint32_t i = 0; i < 4 * SLICES; i++) {
-            const uint4 a = stage[lane][2 * i], b = stage[lane][2 * i + 1];
-            stripe(v, a, b);
-        }
-        __syncwarp();
+        __syncwarp(); /* staged before any lane reads another's slices */
+        return digest_leaf_chunks<16 * STEP>([&](int32_t c) { return chunk_words(stage[lane][c]); });
     }
-    return xxh64_avalanche(xxh64_converge(v[0], v[1], v[2], v[3]) + 16ull * len16);
+    uint64_t a[8];
+#pragma unroll
+    for (uint32_t i = 0; i < 8; i++)
+        a[i] = xxh3_acc_start(i);
+    for (uint32_t at = 0; at < len16; at += STEP) {
+#pragma unroll
+        for (uint32_t j = 0; j < STEP; j++)
+            stage[(j & 7u) * 4 + (lane >> 3)][(j >> 3) * 8 + (lane & 7u)] = x[j];
+        __syncwarp(); /* staged before any lane reads another's slices */
+        const bool fin = at + STEP >= len16; /* the leaf's last step */
+        if (!fin)
+#pragma unroll
+            for (uint32_t j = 0; j < STEP; j++)
+                x[j] = leaf_load(base, len16, lane, at + STEP, j);
+#pragma unroll
+        for (uint32_t i = 0; i < STEP; i++) {
+            const ulonglong2 w = chunk_words(stage[lane][i]);
+            const uint32_t j = i % 4, s = (at + i) / 4;
+            if (i >= STEP - 4 && fin) { /* the last 64 bytes: the last stripe */
+                xxh3_accumulate16(&a[2 * j], &a[2 * j + 1], w.x, w.y, XXH3_KEY_LAST_STRIPE + 16 * j);
+                continue;
+            }
+            xxh3_accumulate16(&a[2 * j], &a[2 * j + 1], w.x, w.y, 8 * (s % XXH3_BLOCK_STRIPES) + 16 * j);
+            if (s % XXH3_BLOCK_STRIPES == XXH3_BLOCK_STRIPES - 1) { /* a block's end (never the last stripe) */
+                a[2 * j] = xxh3_scramble(a[2 * j], 2 * j);
+                a[2 * j + 1] = xxh3_scramble(a[2 * j + 1], 2 * j + 1);
+            }
+        }
+        __syncwarp(); /* every lane has read its row before the next step's staging */
+    }
+    uint64_t t = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < 4; j++)
+        t += xxh3_long_term(j, a[2 * j], a[2 * j + 1]);
+    return xxh3_end(t, 16ull * len16);
 }
 
 /* The leaves of the views that have none given: one thread per leaf, into the scratch
@@ -279,9 +289,7 @@ static __global__ void __launch_bounds__(LEAF_BLOCK) leaf_kernel(struct dtable t
         const uint64_t in_row = piece * DIGEST_CHUNK;
         const uint64_t n = v->row - in_row < DIGEST_CHUNK ? v->row - in_row : DIGEST_CHUNK;
         const unsigned char *p = v->data + r * v->row + in_row;
-        v->leaf_out[k] = n % 32 == 0 && ((uintptr_t)p & 15u) == 0
-                             ? xxh64_stripes(reinterpret_cast<const uint4 *>(p), n, 0)
-                             : xxh64(p, (size_t)n, 0);
+        v->leaf_out[k] = xxh3_64(p, (size_t)n); /* 16 bytes a load where p is aligned */
     }
 }
 

@@ -1900,7 +1900,7 @@ static void test_attn_gpu_v3_forward_small_shapes_for_sanitizers(void)
 }
 
 /* The audit's leaves fused into the backward (cuattn_set_leaves): where the kernels hash
- * an output, its leaves are XXH64 of each of its rows as copied back, and the digest from
+ * an output, its leaves are XXH3-64 of each of its rows as copied back, and the digest from
  * them (digest_cuda with the leaves given) is digest_rows() of the host copy and the
  * device's digest read from memory; the outputs' bits are those of a run without leaves.
  * The leaves are poisoned before the run checked. The implementation the suite runs
@@ -1985,7 +1985,7 @@ static void test_attn_gpu_fused_digest_leaves_are_the_output_rows_hashed(void)
             CU_ASSERT_PTR_NOT_NULL_FATAL(hl);
             CUDA_OK(cudaMemcpy(hl, dl, sizeof(uint64_t) * (size_t)rows[i], cudaMemcpyDeviceToHost));
             for (int64_t k = 0; k < rows[i]; k++)
-                if (hl[k] != XXH64((const unsigned char *)host[i] + (size_t)k * row, row, 0) && bad++ < 5)
+                if (hl[k] != XXH3_64bits((const unsigned char *)host[i] + (size_t)k * row, row) && bad++ < 5)
                     fprintf(stderr, "\n  case %zu output %d: row %lld's leaf is not its hash", ci, i, (long long)k);
             free(hl);
             /* the digest from the leaves, from memory, and on the host */
@@ -2114,7 +2114,7 @@ static void test_attn_gpu_folded_digests_equal_cpu_at_large_outputs(void)
 }
 
 /* Rows of output i (0 dQ, 1 dK, 2 dV) of a's last backward whose fused leaf is not the row's
- * XXH64; -1 where the kernels gave that output no leaves. */
+ * XXH3-64; -1 where the kernels gave that output no leaves. */
 static int64_t leaves_not_row_hashes(const struct cuattn *ca, const struct gpu_bufs *a, int i)
 {
     const uint64_t *dl = cuattn_leaves(ca, i);
@@ -2129,7 +2129,7 @@ static int64_t leaves_not_row_hashes(const struct cuattn *ca, const struct gpu_b
     CUDA_OK(cudaMemcpy(hl, dl, sizeof(uint64_t) * (size_t)rows, cudaMemcpyDeviceToHost));
     int64_t bad = 0;
     for (int64_t k = 0; k < rows; k++)
-        bad += hl[k] != XXH64((const unsigned char *)host[i] + (size_t)k * row, row, 0);
+        bad += hl[k] != XXH3_64bits((const unsigned char *)host[i] + (size_t)k * row, row);
     free(hl);
     return bad;
 }

@@ -46,7 +46,7 @@ static struct digest_view bytes_view(const void *p, int64_t n)
 
 static void test_digest_gpu_equals_cpu_on_odd_sizes_and_offsets(void)
 {
-    const int64_t sizes[] = {1, 7, 31, 32, 33, 4095, 4096, 4097, 262143, 262144, 262145,
+    const int64_t sizes[] = {1, 7, 12, 31, 32, 33, 200, 4095, 4096, 4097, 262143, 262144, 262145,
                              1000003, (int64_t)96 << 20};
     const int n = (int)(sizeof sizes / sizeof sizes[0]);
     const size_t cap = ((size_t)96 << 20) + 16;
@@ -127,19 +127,23 @@ static void test_digest_gpu_strided_views_equal_cpu(void)
 }
 
 /* Dense 2-dim views (rows x row bytes, as elements of es bytes) at aligned and misaligned
- * starts: rows of 128 and 256 bytes (whole lines: the warp-staged path), 96 and 6 bytes
- * (per thread), 4096 and 4098 (a leaf, and a leaf and a bit), 12 KiB + 2 rows, 64 MiB
- * of 256-byte rows, and 274001 and 524287 rows of 128 bytes (67 and 128 supergroups: a
- * root over more than one block's batch of them, with and without words past the stripes;
- * an odd leaf count); each equal to digest_rows() on the host. Then the same views with
- * their leaves given (hashed here on the host, uploaded; the tensor's base pointing at
- * nothing readable) give the same digests: what the fused kernels hand over. */
+ * starts: rows of 128 and 256 bytes (whole lines: the warp-staged path, one step: the
+ * kernels' row forms), 384 and 1152 (staged in several steps, XXH3's long form streamed;
+ * 1152 past a block and its scramble), 96, 6, 12, 192 and 300 bytes (per thread: XXH3's
+ * 17-128, 4-8, 9-16, 129-240 and long classes), 4096 and 4098 (a leaf, and a leaf and a
+ * bit), 12 KiB + 2 rows, 64 MiB of 256-byte rows, and 274001 and 524287 rows of 128 bytes
+ * (67 and 128 supergroups: a root over more than one block's batch of them, with and
+ * without words past the stripes; an odd leaf count); each equal to digest_rows() on the
+ * host. Then the same views with their leaves given (XXH3-64 of each row here on the
+ * host, uploaded; the tensor's base pointing at nothing readable) give the same digests:
+ * what the fused kernels hand over. */
 static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
 {
     const int64_t shapes[][3] = {/* rows, row elements, elem bytes */
                                  {7, 64, 2},    {3001, 128, 2}, {333, 48, 2},   {1001, 3, 2},
                                  {65, 2048, 2}, {33, 2049, 2},  {5, 6145, 2},   {4099, 32, 4},
-                                 {262144, 128, 2}, {274001, 64, 2}, {524287, 32, 4}};
+                                 {262144, 128, 2}, {274001, 64, 2}, {524287, 32, 4}, {129, 192, 2},
+                                 {97, 576, 2},     {1000, 6, 2},    {777, 96, 2},    {300, 150, 2}};
     const int n = (int)(sizeof shapes / sizeof shapes[0]);
     const size_t cap = ((size_t)64 << 20) + 64;
     unsigned char *h = malloc(cap), *d = NULL;
@@ -178,7 +182,7 @@ static void test_digest_gpu_rows_and_given_leaves_equal_cpu(void)
         uint64_t *hl = malloc(sizeof(uint64_t) * (size_t)rows);
         CU_ASSERT_PTR_NOT_NULL_FATAL(hl);
         for (int64_t i = 0; i < rows; i++)
-            hl[i] = XXH64(h + i * row, (size_t)row, 0);
+            hl[i] = XXH3_64bits(h + i * row, (size_t)row);
         CUDA_OK(cudaMalloc((void **)&leaves[k], sizeof(uint64_t) * (size_t)rows));
         CUDA_OK(cudaMemcpy(leaves[k], hl, sizeof(uint64_t) * (size_t)rows, cudaMemcpyHostToDevice));
         free(hl);
