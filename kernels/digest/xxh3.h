@@ -138,6 +138,27 @@ XXH3_FN uint64_t xxh3_acc_start(uint32_t i)
 #endif
 }
 
+/* a b, a widening 32 x 32-bit multiply. On the device PTX's mul.wide.u32 itself (ptxas
+ * folds an addition of the product into the multiply): the same product written in C on
+ * 64-bit values (the masked halves) stayed a 64-bit multiply, which ptxas narrowed leaving
+ * a zero high cross term to add (a tenth of head dim 128's unit-end leaves). */
+XXH3_FN uint64_t xxh3_mulw(uint32_t a, uint32_t b)
+{
+#ifdef __CUDA_ARCH__
+    uint64_t r;
+    asm("mul.wide.u32 %0, %1, %2;" : "=l"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    return (uint64_t)a * b;
+#endif
+}
+
+/* The product of v's halves, lo32(v) hi32(v) (the long form's multiply a word). */
+XXH3_FN uint64_t xxh3_mul32(uint64_t v)
+{
+    return xxh3_mulw((uint32_t)v, (uint32_t)(v >> 32));
+}
+
 /* The low and high halves of the 128-bit product a b, xor-ed. */
 XXH3_FN uint64_t xxh3_mul128_fold64(uint64_t a, uint64_t b)
 {
@@ -190,9 +211,8 @@ XXH3_FN uint64_t xxh3_mix16(uint64_t w0, uint64_t w1, uint32_t koff)
  * accumulator, the word itself to its neighbour's. */
 XXH3_FN void xxh3_accumulate16(uint64_t *a0, uint64_t *a1, uint64_t w0, uint64_t w1, uint32_t koff)
 {
-    const uint64_t v0 = w0 ^ xxh3_key64(koff), v1 = w1 ^ xxh3_key64(koff + 8);
-    *a0 += w1 + (v0 & 0xFFFFFFFFu) * (v0 >> 32);
-    *a1 += w0 + (v1 & 0xFFFFFFFFu) * (v1 >> 32);
+    *a0 += w1 + xxh3_mul32(w0 ^ xxh3_key64(koff));
+    *a1 += w0 + xxh3_mul32(w1 ^ xxh3_key64(koff + 8));
 }
 
 /* Accumulator i's scramble at the end of a block. */
