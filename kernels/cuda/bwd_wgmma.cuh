@@ -414,14 +414,19 @@ static __device__ __forceinline__ void bwd_wg_tile_leaves(const struct attn_bwd_
     asm volatile("" : "+r"(tid));
     const int32_t lane = (int32_t)(tid & 31), v = lane >> 4;
     const int32_t j = 64 * (int32_t)(tid >> 7) + 16 * (int32_t)((tid >> 5) & 3) + (lane & 15);
-    const unsigned char *row[D / 64];
+    /* the row's chunk at row + ((m % 8) ^ (j % 8)) 16 = (row + (j % 8) 16) ^ (m % 8) 16, the
+     * row 128-byte aligned: one LOP3 a read for its shared address */
+    uint32_t row[D / 64];
 #pragma unroll
     for (int32_t c = 0; c < D / 64; c++)
-        row[c] = (v ? tile(1, c) : tile(0, c)) + j * 128;
-    const uint32_t swz = (uint32_t)(j & 7) << 4;
+        row[c] = (uint32_t)__cvta_generic_to_shared(v ? tile(1, c) : tile(0, c)) + (uint32_t)j * 128 +
+                 ((uint32_t)(j & 7) << 4);
     const uint64_t leaf = digest_leaf_row<D>([&](int32_t m) {
-        const uint32_t at = ((uint32_t)(m & 7) << 4) ^ swz;
-        return *reinterpret_cast<const ulonglong2 *>(row[m >> 3] + at);
+        ulonglong2 w;
+        asm volatile("ld.shared.v2.u64 {%0, %1}, [%2];"
+                     : "=l"(w.x), "=l"(w.y)
+                     : "r"(row[m >> 3] ^ ((uint32_t)(m & 7) << 4)));
+        return w;
     });
     /* two stores, not one through a select of the two pointers: with the select, head dim
      * 128's kernel's PTX kept the params' fields in registers across the units (411
