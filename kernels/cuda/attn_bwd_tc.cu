@@ -870,8 +870,14 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_tc_postprocess_kernel(c
  * Hashing a row with the quad that loaded it (pairs 8 t + 2 t4) cost more still: eight
  * rows' 32-byte pieces per load. The same bits as the plain kernel. */
 #define BWD_TC_HASHED_WARPS 4 /* a block's: two stage buffers each fit 48 KiB at head dim 256 */
+/* Blocks an SM must hold (the launch bounds): those digest version 2's registers gave (56,
+ * 70 and 121 at head dims 64, 128 and 256). Left to itself ptxas gave version 3's hashing
+ * 80 at 128 (6 blocks); bound, 72 and no spill. (Any explicit bound moves ptxas's own
+ * choice: 1 took 64 to 78 registers and 256 to 150.) */
+#define BWD_TC_HASHED_BLOCKS(D) ((D) == 64 ? 9 : (D) == 128 ? 7 : 4)
 template <typename DT, int D>
-__global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS) attn_bwd_tc_postprocess_hashed_kernel(const struct attn_bwd_params p)
+__global__ void __launch_bounds__(32 * BWD_TC_HASHED_WARPS, BWD_TC_HASHED_BLOCKS(D))
+    attn_bwd_tc_postprocess_hashed_kernel(const struct attn_bwd_params p)
 {
     __shared__ __align__(16) uint32_t stage[BWD_TC_HASHED_WARPS][2][8 * DIGEST_LEAF_PITCH(D)]; /* LDS.128 rows */
     const int64_t rows = (int64_t)p.s.bh * p.seqlen_q;
