@@ -2,9 +2,10 @@
 /*
  * digest.c - see digest.h. Leaves (libxxhash's XXH3_64bits), groups, supergroups and the
  * root (its XXH64) are hashed as they complete: a group collects up to 64 leaf hashes, a
- * supergroup up to 64 group hashes, and each finished supergroup's hash is fed into a streaming XXH64 state for the root (the
- * same value as hashing the concatenated supergroup hashes). A strided view is gathered
- * row by row into one leaf of staging, so nothing larger than a leaf is ever allocated.
+ * supergroup up to 64 group hashes, and each finished supergroup's hash is fed into a
+ * streaming XXH64 state for the root (the same value as hashing the concatenated
+ * supergroup hashes). A strided view is gathered row by row into one leaf of staging, so
+ * nothing larger than a leaf is ever allocated.
  */
 #include "kernels/digest/digest.h"
 
