@@ -105,15 +105,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const st
             attn_bwd_dkv_row_hashed<DT, D>(p.dk_acc, p.dv_acc, dk_row, dv_row, src0, (int64_t)p.seqlen_k * D,
                                            p.group, lane, p.leaf_dk + leaf, p.leaf_dv + leaf);
         }
-        return;
-    }
-    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
-        const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
-        const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-        attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc, dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2],
-                                dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2],
-                                (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D,
-                                (int64_t)p.seqlen_k * D, p.group, lane);
+    } else {
+        for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
+            const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
+            const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
+            attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc,
+                                    dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2],
+                                    dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2],
+                                    (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D,
+                                    (int64_t)p.seqlen_k * D, p.group, lane);
+        }
     }
 }
 
