@@ -28,7 +28,8 @@
  *                                   audit (leaf_dq), its _folded one (bwd_fold.cuh) the
  *                                   audit's digests of dQ, dK and dV too.
  *   attn_bwd_dkv_sum_kernel         GQA: dK, dV of a kv head = sum over its q-heads, ascending
- *                                   (bwd_rows.cuh, shared with v1).
+ *                                   (bwd_rows.cuh, shared with v1); its _hashed_kernel the
+ *                                   same with the audit's leaves of the rows.
  *
  * Rounding P and dS to fp16/bf16 before the three products that take them is what
  * FlashAttention 2 and 3 do; it is the one place v2 rounds an intermediate that v1 keeps

@@ -77,44 +77,50 @@ static __device__ __forceinline__ void attn_bwd_dkv_row_hashed(const float *dk_a
 /* GQA: dK, dV of kv head hk = sum over its q-heads g = 0 .. group-1, ascending. One warp
  * per row (b, hk, j) (attn_bwd_dkv_row): the row's index arithmetic (64-bit divisions) once
  * a row, not once an element; each element's sum and rounding as before, so the same
- * bits. Where the audit asks for the rows' digest leaves (leaf_dk, leaf_dv: row-major
- * (b, j, hk)), eight rows a warp, a quad each (attn_bwd_dkv_row_hashed): HASHED, its own
- * instantiation, so that the hashing's registers (74 against 64 at head dim 128 on sm_90a,
- * 80 on sm_80: 3 blocks an SM instead of 4) do not cost the plain sum, which every GQA
- * backward runs, its occupancy. */
-template <typename DT, int D, bool HASHED>
+ * bits. */
+template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_dkv_sum_kernel(const struct attn_bwd_params p)
 {
     const int64_t rows = (int64_t)p.s.batch * p.heads_kv * p.seqlen_k;
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
-    if constexpr (HASHED && D % 64 == 0) {
-        const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
-        for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
-            const int64_t row = r0 + (lane >> 2);
-            uint16_t *dk_row = NULL, *dv_row = NULL;
-            int64_t src0 = 0, leaf = 0;
-            if (row < rows) {
-                const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
-                const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-                dk_row = dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2];
-                dv_row = dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2];
-                src0 = (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D;
-                leaf = ((int64_t)b * p.seqlen_k + j) * p.heads_kv + hk;
-            }
-            attn_bwd_dkv_row_hashed<DT, D>(p.dk_acc, p.dv_acc, dk_row, dv_row, src0, (int64_t)p.seqlen_k * D,
-                                           p.group, lane, p.leaf_dk + leaf, p.leaf_dv + leaf);
-        }
-    } else {
-        for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
+    for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
+        const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
+        const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
+        attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc, dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2],
+                                dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2],
+                                (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D,
+                                (int64_t)p.seqlen_k * D, p.group, lane);
+    }
+}
+
+/* attn_bwd_dkv_sum_kernel where the audit asks for the rows' digest leaves (leaf_dk,
+ * leaf_dv: row-major (b, j, hk)): eight rows a warp, a quad each (attn_bwd_dkv_row_hashed).
+ * A kernel of its own, so that the hashing's registers (74 at head dim 128 on sm_90a) do
+ * not cost the plain sum, which every GQA backward runs, a block an SM; bound to one block
+ * an SM, as without the bound ptxas held head dim 256's to 80 registers and spilled on
+ * sm_80. */
+template <typename DT, int D>
+__global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_dkv_sum_hashed_kernel(const struct attn_bwd_params p)
+{
+    const int64_t rows = (int64_t)p.s.batch * p.heads_kv * p.seqlen_k;
+    const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
+    uint16_t *dk_g = static_cast<uint16_t *>(p.dk), *dv_g = static_cast<uint16_t *>(p.dv);
+    const int64_t warp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5), all = (int64_t)gridDim.x * warps;
+    for (int64_t r0 = 8 * warp; r0 < rows; r0 += 8 * all) { /* uniform across the warp */
+        const int64_t row = r0 + (lane >> 2);
+        uint16_t *dk_row = NULL, *dv_row = NULL;
+        int64_t src0 = 0, leaf = 0;
+        if (row < rows) {
             const int32_t bhk = (int32_t)(row / p.seqlen_k), j = (int32_t)(row - (int64_t)bhk * p.seqlen_k);
             const int32_t b = bhk / p.heads_kv, hk = bhk - b * p.heads_kv;
-            attn_bwd_dkv_row<DT, D>(p.dk_acc, p.dv_acc,
-                                    dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2],
-                                    dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2],
-                                    (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D,
-                                    (int64_t)p.seqlen_k * D, p.group, lane);
+            dk_row = dk_g + b * p.dk_stride[0] + (int64_t)j * p.dk_stride[1] + hk * p.dk_stride[2];
+            dv_row = dv_g + b * p.dv_stride[0] + (int64_t)j * p.dv_stride[1] + hk * p.dv_stride[2];
+            src0 = (((int64_t)b * p.heads_q + (int64_t)hk * p.group) * p.seqlen_k + j) * D;
+            leaf = ((int64_t)b * p.seqlen_k + j) * p.heads_kv + hk;
         }
+        attn_bwd_dkv_row_hashed<DT, D>(p.dk_acc, p.dv_acc, dk_row, dv_row, src0, (int64_t)p.seqlen_k * D, p.group,
+                                       lane, p.leaf_dk + leaf, p.leaf_dv + leaf);
     }
 }
 
@@ -165,10 +171,13 @@ static cudaError_t attn_bwd_dkv_sum(const struct attn_bwd_params *p, int32_t sms
         return cudaSuccess;
     const int64_t rows_k = (int64_t)p->s.batch * p->heads_kv * p->seqlen_k;
     const uint32_t grid = attn_bwd_rows_grid(rows_k, ATTN_THREADS / 32, sms);
-    if (p->leaf_dk && D % 64 == 0)
-        attn_bwd_dkv_sum_kernel<DT, D, true><<<grid, ATTN_THREADS, 0, stream>>>(*p);
-    else
-        attn_bwd_dkv_sum_kernel<DT, D, false><<<grid, ATTN_THREADS, 0, stream>>>(*p);
+    if constexpr (D % 64 == 0) {
+        if (p->leaf_dk) {
+            attn_bwd_dkv_sum_hashed_kernel<DT, D><<<grid, ATTN_THREADS, 0, stream>>>(*p);
+            return cudaGetLastError();
+        }
+    }
+    attn_bwd_dkv_sum_kernel<DT, D><<<grid, ATTN_THREADS, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 
