@@ -470,6 +470,7 @@ fuzz_run = mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds && \
 
 test: deps all $(PY_ENV) torch-op
 	$(Q)./$(TESTS)
+	$(Q)bash tests/emu/run.sh # the digest's device-only arithmetic, emulated on the CPU
 ifneq ($(NVCC),)
 	$(Q)$(PYTHON) scripts/ptxas_spills.py $(BUILD)/obj
 endif

@@ -9,7 +9,7 @@ set -euo pipefail
 # python3-venv makes the virtual environment in which `make test` installs PyTorch 2,
 # numpy and pytest from PyPI (client/python/requirements-test.txt); Debian's python3-torch
 # (1.13) is too old for the binding's torch.library ops and is no longer used.
-pkgs=(gcc make libc6-dev pkg-config libcunit1-dev libzmq3-dev libuv1-dev libprotobuf-c-dev
+pkgs=(gcc g++ make libc6-dev pkg-config libcunit1-dev libzmq3-dev libuv1-dev libprotobuf-c-dev
       protobuf-c-compiler libsystemd-dev libxxhash-dev scdoc systemd libinih-dev
       libmicrohttpd-dev libseccomp-dev clang libclang-rt-14-dev curl
       python3 python3-venv)
