@@ -14,7 +14,9 @@
 # AB_TRIALS (default: every
 # trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials,
 # SUITE_TIMEOUT (seconds; default 300 on main, 200 on trials: raise it where several runs
-# share the GPU) bounds each suite, and MAIN_CHECKS (default none) test_dash_gpu suites to
+# share the GPU) bounds each suite, SANITIZER_TIMEOUT (default 420) each racecheck or
+# synccheck run (racecheck of the sanitizer shapes took 317 s on main on 2026-12-07 beside
+# other lanes, past the 200 s it had; a cut run says nothing), and MAIN_CHECKS (default none) test_dash_gpu suites to
 # run on main's bundle first (say, tests new on main: "gpu_attn gpu_attn_fwd gpu_audit
 # gpu_dashd").
 set -uo pipefail
@@ -44,21 +46,21 @@ for d in "$root"/.gpu/trial-*/; do
   t=${t#trial-}
   case " ${TRIALS:-$t} " in *" $t "*) ;; *) continue ;; esac
   say "== $t: $(cat "$d/what" 2>/dev/null)"
-  checks=" ${CHECKS:-gpu_attn racecheck synccheck audit} "
+  checks=" ${CHECKS:-gpu_attn racecheck synccheck audit} " san_timeout=${SANITIZER_TIMEOUT:-420}
   for s in $checks; do # every gpu_* word: that test_dash_gpu suite
     [[ $s == gpu_* ]] || continue
     suite "$t" "$d" "$s" "${SUITE_TIMEOUT:-200}"
   done
   for tool in racecheck synccheck; do
     [[ $checks == *" $tool "* ]] || continue
-    (cd "$d" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_small_shapes_for_sanitizers timeout 200 \
+    (cd "$d" && DASH_GPU_SUITE=gpu_attn DASH_GPU_TEST=test_attn_gpu_small_shapes_for_sanitizers timeout "$san_timeout" \
        "$cs" --tool $tool ./test_dash_gpu > "$out/trials/$t-$tool.log" 2>&1)
     say "$t $tool rc $?: $(grep -E 'SUMMARY' "$out/trials/$t-$tool.log" | tail -1)"
   done
   for tool in racecheck synccheck; do # vl<tool>: the window/packed kernels (older builds: their first target)
     [[ $checks == *" vl$tool "* ]] || continue
     for vt in test_attn_vl_gpu_small_shapes_for_sanitizers test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan; do
-      (cd "$d" && DASH_GPU_SUITE=gpu_attn_vl DASH_GPU_TEST=$vt timeout 200 \
+      (cd "$d" && DASH_GPU_SUITE=gpu_attn_vl DASH_GPU_TEST=$vt timeout "$san_timeout" \
          "$cs" --tool $tool ./test_dash_gpu > "$out/trials/$t-vl$tool.log" 2>&1)
       rc=$?
       grep -q "has no test named" "$out/trials/$t-vl$tool.log" || break
