@@ -16,9 +16,9 @@
 # SUITE_TIMEOUT (seconds; default 300 on main, 200 on trials: raise it where several runs
 # share the GPU) bounds each suite, SANITIZER_TIMEOUT (default 420) each racecheck or
 # synccheck run (racecheck of the sanitizer shapes took 317 s on main on 2026-12-07 beside
-# other lanes, past the 200 s it had; a cut run says nothing), and MAIN_CHECKS (default none) test_dash_gpu suites to
-# run on main's bundle first (say, tests new on main: "gpu_attn gpu_attn_fwd gpu_audit
-# gpu_dashd").
+# other lanes, past the 200 s it had; a cut run says nothing), and MAIN_CHECKS (default
+# none) test_dash_gpu suites to run on main's bundle first (say, tests new on main:
+# "gpu_attn gpu_attn_fwd gpu_audit gpu_dashd").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp}
