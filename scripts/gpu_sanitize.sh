@@ -11,8 +11,10 @@
 # test_attn_vl_gpu_small_shapes_for_sanitizers: head dims 64 and 128, softcap on and off,
 # packed and dense batches, TMA and cp.async loads), and memcheck on the digest kernels. Logs under $OUT
 # (default /tmp); prints each tool's summary line. Exit 0 when every run passed with no
-# error or hazard reported.
+# error or hazard reported. SANITIZER_TIMEOUT (seconds, default 300) bounds each run;
+# SANITIZE_ONLY (an extended regex on "TOOL TEST") runs only the matching ones.
 #   BIN=build bash scripts/gpu_sanitize.sh
+#   SANITIZE_ONLY='^racecheck test_attn_gpu_small' SANITIZER_TIMEOUT=420 bash scripts/gpu_sanitize.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN:-$root/build}
@@ -23,7 +25,8 @@ status=0
 
 one() { # tool suite test log
   local tool=$1 suite=$2 test=$3 log=$out/sanitize-$1-$3.log
-  (cd "$bin" && DASH_GPU_SUITE=$suite DASH_GPU_TEST=$test timeout 300 \
+  [ -z "${SANITIZE_ONLY:-}" ] || echo "$tool $test" | grep -qE "$SANITIZE_ONLY" || return 0
+  (cd "$bin" && DASH_GPU_SUITE=$suite DASH_GPU_TEST=$test timeout "${SANITIZER_TIMEOUT:-300}" \
      "$cs" --tool "$tool" ${4:-} ./test_dash_gpu) > "$log" 2>&1
   local rc=$?
   local summary

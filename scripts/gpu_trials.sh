@@ -15,8 +15,9 @@
 # trial) the trials in the A/B ("none" for no A/B), TRIALS (default: every trial) the trials,
 # SUITE_TIMEOUT (seconds; default 300 on main, 200 on trials: raise it where several runs
 # share the GPU) bounds each suite, SANITIZER_TIMEOUT (default 420) each racecheck or
-# synccheck run (racecheck of the sanitizer shapes took 317 s on main on 2026-12-07 beside
-# other lanes, past the 200 s it had; a cut run says nothing), and MAIN_CHECKS (default
+# synccheck run (racecheck of the sanitizer shapes took about 230 s of wall time on main in
+# call 55 beside other lanes - CUnit's "317 s" there is CPU time - and trial digest3's ran
+# past 200 s alone in call 65; a cut run says nothing), and MAIN_CHECKS (default
 # none) test_dash_gpu suites to run on main's bundle first (say, tests new on main:
 # "gpu_attn gpu_attn_fwd gpu_audit gpu_dashd").
 set -uo pipefail
