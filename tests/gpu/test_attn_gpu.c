@@ -408,6 +408,22 @@ static int64_t leaves_not_row_hashes(const struct cuattn *ca, const struct gpu_b
 
 /* (batch, heads, seqlen, head_dim) views with padded rows give the same bits as the dense
  * layout: strides change where bytes live, not what is computed. */
+/* The rows of a (batch, seqlen, heads, D) view on the device (copied back into host, of
+ * bytes) that differ from the same rows of the dense array `dense`: how many. */
+static int view_rows_differ(const struct attn_tensor *t, void *host, size_t bytes, const void *dense, int32_t batch,
+                            int32_t seqlen, int32_t heads, int32_t D, size_t es)
+{
+    CUDA_OK(cudaMemcpy(host, t->data, bytes, cudaMemcpyDeviceToHost));
+    int diff = 0;
+    for (int32_t b = 0; b < batch; b++)
+        for (int32_t s = 0; s < seqlen; s++)
+            for (int32_t h = 0; h < heads; h++)
+                diff += memcmp((char *)host + es * (size_t)(b * t->stride[0] + s * t->stride[1] + h * t->stride[2]),
+                               (const char *)dense + es * (size_t)(((int64_t)(b * seqlen + s) * heads + h) * D),
+                               es * (size_t)D) != 0;
+    return diff;
+}
+
 static void strided_views_give_same_bits(const struct shape_case c)
 {
     struct cuattn *ca = open_device();
@@ -452,15 +468,8 @@ static void strided_views_give_same_bits(const struct shape_case c)
     CU_ASSERT_EQUAL_FATAL(cuattn_backward(ca, &p, &cfg, 0, t[DQ], t[DK], t[DV], t[Q], t[K], t[V],
                                           t[OUT], a.d_lse, t[DOUT], NULL), 0);
     int diff = 0;
-    for (int i = DQ; i < VIEWS; i++) {
-        CUDA_OK(cudaMemcpy(host[i], t[i].data, bytes[i], cudaMemcpyDeviceToHost));
-        for (int32_t b = 0; b < p.batch; b++)
-            for (int32_t s = 0; s < seqlen[i]; s++)
-                for (int32_t h = 0; h < heads[i]; h++)
-                    diff += memcmp((char *)host[i] + a.es * (size_t)(b * t[i].stride[0] + s * t[i].stride[1] + h * t[i].stride[2]),
-                                   (const char *)src[i] + a.es * (size_t)(((int64_t)(b * seqlen[i] + s) * heads[i] + h) * D),
-                                   a.es * (size_t)D) != 0;
-    }
+    for (int i = DQ; i < VIEWS; i++)
+        diff += view_rows_differ(&t[i], host[i], bytes[i], src[i], p.batch, seqlen[i], heads[i], D, a.es);
     CU_ASSERT_EQUAL(diff, 0);
     /* The same views with the audit's leaves: where the maps do not encode, dK and dV go out
      * by pair stores and their leaves come from the quads' rows (bwd_wg_put_leaves), a path
@@ -483,15 +492,8 @@ static void strided_views_give_same_bits(const struct shape_case c)
                                               t[DOUT], NULL), 0);
         CUDA_OK(cudaDeviceSynchronize());
         int leaf_diff = 0;
-        for (int i = DQ; i < VIEWS; i++) {
-            CUDA_OK(cudaMemcpy(host[i], t[i].data, bytes[i], cudaMemcpyDeviceToHost));
-            for (int32_t b = 0; b < p.batch; b++)
-                for (int32_t s = 0; s < seqlen[i]; s++)
-                    for (int32_t h = 0; h < heads[i]; h++)
-                        leaf_diff += memcmp((char *)host[i] + a.es * (size_t)(b * t[i].stride[0] + s * t[i].stride[1] + h * t[i].stride[2]),
-                                            (const char *)src[i] + a.es * (size_t)(((int64_t)(b * seqlen[i] + s) * heads[i] + h) * D),
-                                            a.es * (size_t)D) != 0;
-        }
+        for (int i = DQ; i < VIEWS; i++)
+            leaf_diff += view_rows_differ(&t[i], host[i], bytes[i], src[i], p.batch, seqlen[i], heads[i], D, a.es);
         CU_ASSERT_EQUAL(leaf_diff, 0);
         int32_t mode = 0;
         cuattn__last_launch(ca, &mode, NULL);
