@@ -170,14 +170,14 @@ static cudaError_t attn_bwd_dkv_sum(const struct attn_bwd_params *p, int32_t sms
     if (p->group <= 1)
         return cudaSuccess;
     const int64_t rows_k = (int64_t)p->s.batch * p->heads_kv * p->seqlen_k;
-    const uint32_t grid = attn_bwd_rows_grid(rows_k, ATTN_THREADS / 32, sms);
     if constexpr (D % 64 == 0) {
-        if (p->leaf_dk) {
-            attn_bwd_dkv_sum_hashed_kernel<DT, D><<<grid, ATTN_THREADS, 0, stream>>>(*p);
+        if (p->leaf_dk) { /* eight rows a warp */
+            attn_bwd_dkv_sum_hashed_kernel<DT, D>
+                <<<attn_bwd_rows_grid(rows_k, 8 * (ATTN_THREADS / 32), sms), ATTN_THREADS, 0, stream>>>(*p);
             return cudaGetLastError();
         }
     }
-    attn_bwd_dkv_sum_kernel<DT, D><<<grid, ATTN_THREADS, 0, stream>>>(*p);
+    attn_bwd_dkv_sum_kernel<DT, D><<<attn_bwd_rows_grid(rows_k, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 
