@@ -14,7 +14,8 @@ current stream, one synchronise at the end. For each way of computing attention 
             own cost of a call, with nothing queued ahead of it
 
 for dash_attn.flash_attn_func (forward; forward + backward) through a dashd on the same GPU,
-and PyTorch SDPA's flash and cuDNN backends in process.
+the same tokens as a packed batch through dash_attn.flash_attn_varlen_func (batch documents
+of seqlen tokens, host cu_seqlens), and PyTorch SDPA's flash and cuDNN backends in process.
 
     python3 bench/percall.py --dashd build/dashd [--iters 200] [--out FILE]
 
@@ -92,6 +93,20 @@ def main():
     def dash_fwd_bwd():
         o = dash_attn.flash_attn_func(q, k, v, causal=True)
         o.backward(dout)
+
+    # the same tokens packed (batch documents of seqlen, offsets on the host)
+    tokens = a.batch * a.seqlen
+    qp, kp, vp = (x.detach().reshape(tokens, a.heads, a.hdim).requires_grad_() for x in (q, k, v))
+    doutp = dout.reshape(tokens, a.heads, a.hdim)
+    cu = torch.arange(0, tokens + 1, a.seqlen, dtype=torch.int32)
+
+    def varlen_fwd():
+        with torch.no_grad():
+            dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, a.seqlen, a.seqlen, causal=True)
+
+    def varlen_fwd_bwd():
+        o = dash_attn.flash_attn_varlen_func(qp, kp, vp, cu, cu, a.seqlen, a.seqlen, causal=True)
+        o.backward(doutp)
 
     qd, kd, vd = q.detach(), k.detach(), v.detach()
 
@@ -196,20 +211,30 @@ def main():
     lines = []  # dashd's log as the breakdown left it
     try:
         from dash_attn import _client
+        from dash_attn import _native
         native = _client.client_by_id(0, q)._native
         how = " (native op)" if native else ""
+        # a packed batch takes the native op where its library has attn_varlen
+        vhow = " (native op)" if native and _native._varlen_op is not None else ""
         both = [("dash_attn forward" + how, dash_fwd)]
         if native:  # the same calls on the ctypes path, in the same run
             both.append(("dash_attn forward (ctypes path)", ctypes_path(dash_fwd)))
         both.append(("torch.ops.dash_attn.fwd, as in a compiled graph" + how, ops_fwd))
         if native:
             both.append(("torch.ops.dash_attn.fwd (ctypes path)", ctypes_path(ops_fwd)))
+        both.append(("dash_attn varlen forward" + vhow, varlen_fwd))
+        if vhow:
+            both.append(("dash_attn varlen forward (ctypes path)", ctypes_path(varlen_fwd)))
         pairs = [("dash_attn forward + backward" + how, dash_fwd_bwd)]
         if native:
             pairs.append(("dash_attn forward + backward (ctypes path)", ctypes_path(dash_fwd_bwd)))
         pairs.append(("torch.ops.dash_attn.fwd + bwd, as in a compiled graph" + how, ops_fwd_bwd))
         if native:
             pairs.append(("torch.ops.dash_attn.fwd + bwd (ctypes path)", ctypes_path(ops_fwd_bwd)))
+        pairs.append(("dash_attn varlen forward + backward" + vhow, varlen_fwd_bwd))
+        if vhow:
+            pairs.append(("dash_attn varlen forward + backward (ctypes path)",
+                          ctypes_path(varlen_fwd_bwd)))
         for name, fn in both + [("SDPA flash forward", sdpa_fwd(B.FLASH_ATTENTION)),
                                 ("SDPA cuDNN forward", sdpa_fwd(B.CUDNN_ATTENTION))] + pairs + [
                          ("SDPA flash forward + backward", sdpa(B.FLASH_ATTENTION)),

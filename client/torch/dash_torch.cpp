@@ -6,6 +6,8 @@
  * _backward_cuda: q, k, v (and out, dout) with their last stride 1 (a copy otherwise),
  * fresh contiguous out / lse / dq / dk / dv, the refs of dash_cuda_tensors, the
  * stream-ordered call on the tensors' device's current stream, the audit tag set first.
+ * A packed batch's (attn_varlen) adds what _varlen.py's CUDA path adds: 3-D tensors, lse
+ * (heads_q, total_q), and the offsets by value in the request (dash_attn.offsets_q/k).
  */
 #include "client/torch/dash_torch.h"
 
@@ -21,6 +23,7 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <cstdint>
 #include <new>
 #include <pthread.h>
 #include <cstring>
@@ -30,6 +33,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace {
 
@@ -71,12 +75,16 @@ std::shared_ptr<client_entry> entry_of(int64_t id)
 
 /* ---- one request ---------------------------------------------------------------------- */
 
-/* What the forward's arguments say about the op, kept for the backward. */
+/* What the forward's arguments say about the op, kept for the backward. A packed batch
+ * (ndim 3) has its offsets here: a.offsets_q/k stay NULL until run_op points them at these
+ * (the struct is copied and saved as bytes, the vectors' storage moves with them). */
 struct attn_args {
     int64_t client;
     struct dash_attn a;
     int64_t audit_step;
     std::optional<std::string> audit_label;
+    int ndim = 4;                              /* q's: 4 dense, 3 a packed batch */
+    std::vector<int32_t> offsets_q, offsets_k; /* a packed batch's: batch + 1 each */
 };
 
 struct dash_cuda_ref ref_of(const Tensor &t)
@@ -132,6 +140,12 @@ void run_op(const attn_args &x, const Tensor *ts, int n, cudaStream_t stream)
     struct dash_cuda_ref refs[9];
     for (int i = 0; i < n; i++)
         refs[i] = ref_of(ts[i]);
+    struct dash_attn a = x.a;
+    if (!x.offsets_q.empty()) { /* by value: libdash copies them into the request */
+        a.offsets_q = x.offsets_q.data();
+        a.offsets_k = x.offsets_k.data();
+        a.n_offsets = (int32_t)x.offsets_q.size();
+    }
     auto e = live_entry(x.client);
     std::lock_guard<std::mutex> g(e->mu);
     struct dash_client *c = e->c.load();
@@ -143,8 +157,8 @@ void run_op(const attn_args &x, const Tensor *ts, int n, cudaStream_t stream)
     if (!rc)
         rc = dash_cuda_tensors(c, n, refs, t);
     if (!rc)
-        rc = n == 5 ? dash_forward_stream(c, &x.a, &t[0], &t[1], &t[2], &t[3], &t[4], stream, &res)
-                    : dash_backward_stream(c, &x.a, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7],
+        rc = n == 5 ? dash_forward_stream(c, &a, &t[0], &t[1], &t[2], &t[3], &t[4], stream, &res)
+                    : dash_backward_stream(c, &a, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7],
                                            &t[8], stream, &res);
     if (rc) {
         const char *msg = dash_last_error(c);
@@ -171,21 +185,23 @@ struct no_second_order : public torch::autograd::Function<no_second_order> {
     }
 };
 
-/* The forward's request: [out, lse] of q, k, v (batch, seqlen, heads, head_dim; copies
- * where the last stride is not 1), fresh and contiguous. */
+/* The forward's request: [out, lse] of q, k, v (batch, seqlen, heads, head_dim, or a packed
+ * batch's total, heads, head_dim; copies where the last stride is not 1), fresh and
+ * contiguous; lse (batch, heads, seqlen), a packed batch's (heads, total). */
 variable_list forward_of(const Tensor &q, const Tensor &k, const Tensor &v, const attn_args &x)
 {
     const cudaStream_t stream = op_stream(q);
     const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
     Tensor out = at::empty_like(qc, at::MemoryFormat::Contiguous);
-    Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    Tensor lse = x.ndim == 3 ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
+                             : at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
     const Tensor ts[5] = {qc, kc, vc, out, lse};
     run_op(x, ts, 5, stream);
     return {out, lse};
 }
 
 /* The backward's request: [dq, dk, dv], fresh and contiguous (copies of the inputs whose
- * last stride is not 1). */
+ * last stride is not 1); a packed batch's as a dense one's, its offsets in x. */
 variable_list backward_of(const Tensor &dout_, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out,
                           const Tensor &lse, const attn_args &x)
 {
@@ -200,8 +216,21 @@ variable_list backward_of(const Tensor &dout_, const Tensor &q, const Tensor &k,
     return {dq, dk, dv};
 }
 
+std::string bytes_of(const std::vector<int32_t> &o)
+{
+    return std::string(reinterpret_cast<const char *>(o.data()), o.size() * sizeof(int32_t));
+}
+
+std::vector<int32_t> offsets_of(const std::string &b)
+{
+    std::vector<int32_t> o(b.size() / sizeof(int32_t));
+    memcpy(o.data(), b.data(), o.size() * sizeof(int32_t));
+    return o;
+}
+
 struct attn_fn : public torch::autograd::Function<attn_fn> {
-    /* q, k, v: (batch, seqlen, heads, head_dim), checked by the binding */
+    /* q, k, v: (batch, seqlen, heads, head_dim), or a packed batch's (total, heads,
+     * head_dim) with its offsets in x; checked by the binding */
     static variable_list forward(AutogradContext *ctx, Tensor q, Tensor k, Tensor v, attn_args x)
     {
         const variable_list r = forward_of(q, k, v, x);
@@ -213,6 +242,13 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
         ctx->saved_data["attn"] = std::string(reinterpret_cast<const char *>(&x.a), sizeof x.a);
         ctx->saved_data["audit_step"] = x.audit_step;
         ctx->saved_data["audit_label"] = x.audit_label ? c10::IValue(*x.audit_label) : c10::IValue();
+        /* a packed batch's offsets: the backward sends the ones its forward ran with (as
+         * _varlen.py's DashVarlenFunction does), kept as bytes like the request; a dense
+         * call's node has none (and pays nothing for them) */
+        if (x.ndim == 3) {
+            ctx->saved_data["offsets_q"] = bytes_of(x.offsets_q);
+            ctx->saved_data["offsets_k"] = bytes_of(x.offsets_k);
+        }
         /* lse takes no gradient: autograd would otherwise allocate and zero one each backward;
          * attn() hands it out detached (marking it non-differentiable instead leaves the
          * context's list set, which compiled autograd's collection of this node asserts empty) */
@@ -233,6 +269,11 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
         x.audit_step = ctx->saved_data["audit_step"].toInt();
         if (!ctx->saved_data["audit_label"].isNone())
             x.audit_label = ctx->saved_data["audit_label"].toStringRef();
+        if (ctx->saved_data.find("offsets_q") != ctx->saved_data.end()) {
+            x.ndim = 3;
+            x.offsets_q = offsets_of(ctx->saved_data["offsets_q"].toStringRef());
+            x.offsets_k = offsets_of(ctx->saved_data["offsets_k"].toStringRef());
+        }
         const variable_list g = backward_of(grads[0], q, k, v, saved[3], saved[4], x);
         const Tensor &dq = g[0], &dk = g[1], &dv = g[2];
         if (torch::autograd::GradMode::is_enabled()) { /* create_graph */
@@ -243,16 +284,19 @@ struct attn_fn : public torch::autograd::Function<attn_fn> {
     }
 };
 
-/* The ops' arguments as a request's (the client's entry checked, the tensors CUDA and 4-D). */
+/* The ops' arguments as a request's (the client's entry checked, the tensors CUDA and of
+ * ndim dimensions: 4, or 3 for a packed batch). */
 attn_args args_of(std::initializer_list<const Tensor *> ts, int64_t client, int64_t dtype, double scale,
                   bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t schedule,
-                  int64_t audit_step, std::optional<std::string> audit_label)
+                  int64_t audit_step, std::optional<std::string> audit_label, int ndim = 4)
 {
     live_entry(client);
     for (const Tensor *t : ts)
-        TORCH_CHECK(t->is_cuda() && t->dim() == 4, "dash_attn[", DASH_EINVAL,
-                    "]: the native op takes 4-D CUDA tensors (the binding sends others through its ctypes path)");
+        TORCH_CHECK(t->is_cuda() && t->dim() == ndim, "dash_attn[", DASH_EINVAL, "]: the native op takes ",
+                    ndim, "-D CUDA tensors", ndim == 3 ? " in a packed batch" : "",
+                    " (the binding sends others through its ctypes path)");
     attn_args x;
+    x.ndim = ndim;
     x.client = client;
     memset(&x.a, 0, sizeof x.a);
     x.a.dtype = (enum dash_dtype)dtype;
@@ -292,6 +336,42 @@ std::vector<Tensor> fwd(const Tensor &q, const Tensor &k, const Tensor &v, int64
                               schedule, audit_step, std::move(audit_label)));
 }
 
+/* A packed variable-length batch (flash-attn's varlen) as one node, as attn: q (total_q,
+ * heads_q, head_dim), k, v (total_k, heads_kv, head_dim), the offsets (batch + 1 each,
+ * checked by the binding - _varlen.py's _offsets - and by dashd) by value in the request,
+ * as _varlen.py's CUDA path sends them; lse (heads_q, total_q). The node keeps the offsets
+ * for its backward. */
+std::vector<Tensor> attn_varlen(const Tensor &q, const Tensor &k, const Tensor &v, at::IntArrayRef offsets_q,
+                                at::IntArrayRef offsets_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                bool batch_invariant, int64_t client, int64_t dtype, double scale, bool causal,
+                                int64_t window_left, int64_t window_right, double softcap, int64_t schedule,
+                                int64_t audit_step, std::optional<std::string> audit_label)
+{
+    attn_args x = args_of({&q, &k, &v}, client, dtype, scale, causal, window_left, window_right, softcap, schedule,
+                          audit_step, std::move(audit_label), 3);
+    /* what the binding refuses before it calls (ValueError there): a direct caller gets
+     * DASH_EINVAL, never offsets cut to 32 bits */
+    if (offsets_q.size() != offsets_k.size() || offsets_q.size() < 2 || offsets_q.size() > (1u << 24) + 1)
+        fail(DASH_EINVAL, "offsets_q and offsets_k must both have batch + 1 >= 2 entries (batch at most 2^24); "
+                          "got " + std::to_string(offsets_q.size()) + " and " + std::to_string(offsets_k.size()));
+    const auto int32 = [](int64_t i) { return i >= INT32_MIN && i <= INT32_MAX; };
+    if (!int32(max_seqlen_q) || !int32(max_seqlen_k))
+        fail(DASH_EINVAL, "max_seqlen_q / max_seqlen_k beyond int32");
+    x.offsets_q.resize(offsets_q.size());
+    x.offsets_k.resize(offsets_k.size());
+    for (size_t i = 0; i < offsets_q.size(); i++) {
+        if (!int32(offsets_q[i]) || !int32(offsets_k[i]))
+            fail(DASH_EINVAL, "an offset beyond int32");
+        x.offsets_q[i] = (int32_t)offsets_q[i];
+        x.offsets_k[i] = (int32_t)offsets_k[i];
+    }
+    x.a.max_seqlen_q = (int32_t)max_seqlen_q;
+    x.a.max_seqlen_k = (int32_t)max_seqlen_k;
+    x.a.batch_invariant = batch_invariant ? 1 : 0;
+    const variable_list r = attn_fn::apply(q, k, v, std::move(x));
+    return {r[0], r[1].detach()};
+}
+
 std::vector<Tensor> bwd(const Tensor &dout, const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out,
                         const Tensor &lse, int64_t client, int64_t dtype, double scale, bool causal,
                         int64_t window_left, int64_t window_right, double softcap, int64_t schedule,
@@ -315,6 +395,11 @@ TORCH_LIBRARY(dash_torch, m)
           "int window_left, int window_right, float softcap, int schedule, int audit_step, "
           "str? audit_label) -> Tensor[]",
           &fwd);
+    m.def("attn_varlen(Tensor q, Tensor k, Tensor v, int[] offsets_q, int[] offsets_k, int max_seqlen_q, "
+          "int max_seqlen_k, bool batch_invariant, int client, int dtype, float scale, bool causal, "
+          "int window_left, int window_right, float softcap, int schedule, int audit_step, "
+          "str? audit_label) -> Tensor[]",
+          &attn_varlen);
     m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int client, int dtype, "
           "float scale, bool causal, int window_left, int window_right, float softcap, int schedule, "
           "int audit_step, str? audit_label) -> Tensor[]",

@@ -10,7 +10,16 @@
  *                             -> [out, lse]
  *
  * which dash_attn's eager path (client/python/dash_attn/_native.py) calls for dense
- * CUDA tensors once its own checks have passed; the backward is the node's. And
+ * CUDA tensors once its own checks have passed; the backward is the node's. A packed
+ * variable-length batch (flash_attn_varlen_func on CUDA tensors) likewise:
+ *
+ *   torch.ops.dash_torch.attn_varlen(q, k, v, offsets_q, offsets_k, max_seqlen_q,
+ *                                    max_seqlen_k, batch_invariant, client, ...as attn...)
+ *                                    -> [out, lse]
+ *
+ * q (total_q, heads_q, head_dim), k, v (total_k, heads_kv, head_dim), the offsets host
+ * ints (batch + 1 each, cu_seqlens' values, which the binding has read and checked), sent
+ * by value in the request as _varlen.py's CUDA path sends them; lse (heads_q, total_q). And
  *
  *   torch.ops.dash_torch.fwd(q, k, v, client, ...as attn...) -> [out, lse]
  *   torch.ops.dash_torch.bwd(dout, q, k, v, out, lse, client, ...as attn...) -> [dq, dk, dv]
@@ -18,8 +27,9 @@
  * the node's forward and backward alone, no autograd: what the custom ops dash_attn::fwd
  * and dash_attn::bwd (client/python/dash_attn/_ops.py; torch.compile's graphs) run on CUDA
  * tensors. The ops
- * carries the same requests as the ctypes path (client/python/dash_attn/_client.py's
- * _forward_cuda and _backward_cuda): the same libdash calls, the same bits.
+ * carry the same requests as the ctypes path (client/python/dash_attn/_client.py's
+ * _forward_cuda and _backward_cuda, which _varlen.py's CUDA path calls too): the same
+ * libdash calls, the same bits.
  *
  * A libdash client is not thread-safe (dash.h), and the node's backward runs on autograd's
  * thread while Python may use the same client: every use of a client, from C++ or from

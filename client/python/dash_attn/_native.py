@@ -3,7 +3,9 @@
 C++ autograd node, so that neither the forward nor the backward (which autograd runs on
 its device thread) crosses Python or ctypes between PyTorch and libdash. Same requests,
 same bits as the ctypes path (_client.py's _forward_cuda / _backward_cuda); it takes
-a fraction of their host time (bench/percall.py's rows "native" and "ctypes").
+a fraction of their host time (bench/percall.py's rows "native" and "ctypes"). An eager
+packed batch on CUDA tensors (flash_attn_varlen_func) likewise: varlen_attention, the
+requests of _varlen.py's DashVarlenFunction.
 
 The library is libdash_torch_<torch version>.so, built by `make torch-op` against the
 torch of the venv (or TORCH_DIR), looked for beside the libdash this package loaded, then
@@ -30,6 +32,7 @@ except ImportError:  # numpy-only use
 _so = None        # the library (ctypes), once loaded
 _op = None        # torch.ops.dash_torch.attn.default
 _fwd = _bwd = None  # torch.ops.dash_torch.fwd / bwd .default (no autograd node: the custom ops')
+_varlen_op = None  # torch.ops.dash_torch.attn_varlen.default (None: a library built before it)
 _tried = False
 _load_lock = threading.Lock()
 why_not = None    # why the native op is not in use (None: it is, or not tried yet)
@@ -49,7 +52,7 @@ def load():
 
 
 def _load():
-    global _so, _op, _fwd, _bwd, _tried, why_not
+    global _so, _op, _fwd, _bwd, _varlen_op, _tried, why_not
     if _tried:
         return _so is not None
     _tried = True
@@ -73,6 +76,9 @@ def _load():
         torch.ops.load_library(path)
         op = torch.ops.dash_torch.attn.default
         fwd, bwd = torch.ops.dash_torch.fwd.default, torch.ops.dash_torch.bwd.default
+        # a library built before packed batches had their op still serves dense calls;
+        # packed ones then take the ctypes path (varlen_ok)
+        varlen = getattr(torch.ops.dash_torch, "attn_varlen", None)
         # the binding's C functions (a library from an older build lacks some: not loaded)
         for name, args in (("dash_torch_attach", [ctypes.c_int64, ctypes.c_void_p]),
                            ("dash_torch_detach", [ctypes.c_int64]),
@@ -91,6 +97,7 @@ def _load():
         why_not = f"{path}: {e}"
         return False
     _so, _op, _fwd, _bwd = so, op, fwd, bwd
+    _varlen_op = varlen.default if varlen is not None else None
     return True
 
 
@@ -196,3 +203,33 @@ def backward(c, dout, q, k, v, out, lse, scale, causal, left, right, softcap, sc
     left, right = _client.window_pair((left, right))
     args = _params(q, scale, causal, left, right, softcap, schedule, step, label)
     return tuple(_run(_bwd, dout, q, k, v, out, lse, c.id, *args))
+
+
+def varlen_ok(c, q):
+    """Whether an eager packed batch on q (torch, checked by the caller) takes the native op:
+    CUDA tensors, a client using the native library, a library that has attn_varlen."""
+    return c._native and _varlen_op is not None and q.is_cuda
+
+
+def varlen_attention(c, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window, softcap,
+                     schedule, batch_invariant):
+    """(out, lse) of a packed batch of CUDA tensors through the native op, differentiable in
+    q, k, v (its C++ node, which keeps the offsets for its backward). The checks and the
+    request are DashVarlenFunction's (_varlen.py), in its order and by its functions: the
+    tensors, the offsets read once (a CUDA cu_seqlens copied to the host, one wait), the
+    request's parameters as the ctypes struct holds them - so the op gets the very values
+    the ctypes path would send - then the offsets by value and the audit tag."""
+    from . import _client, _varlen
+    _varlen._check_packed([("q", q), ("k", k), ("v", v)])
+    cu_q, cu_k = _varlen._host_offsets(cu_q, cu_k)
+    a, cq, ck = _varlen._prepare(c, q, cu_q, cu_k, max_q, max_k, causal, scale, window,
+                                 softcap, schedule, batch_invariant)
+    _varlen._same_batch(cq, ck)
+    step, label = _client.current_audit()
+    left, right = (a.window_left, a.window_right) if a.window else (-1, -1)
+    out, lse = _run(_varlen_op, q, k, v, cq.tolist(), ck.tolist(), a.max_seqlen_q,
+                    a.max_seqlen_k, bool(a.batch_invariant), c.id, a.dtype, a.scale,
+                    a.mask == _lib.DASH_MASK_CAUSAL, left, right, a.softcap, a.schedule,
+                    -1 if step is None else int(step), label)
+    c.last_result = dict(_FORWARD_RESULT)
+    return out, lse

@@ -26,11 +26,14 @@ torch.compile (fullgraph), export and fake tensors:
                                    batch_invariant, client) -> (dq, dk, dv)
 
 with the dense ops' conventions (_ops.py: client ids, the audit tag tensor); eager calls on
-plain tensors run the same code through DashVarlenFunction without the ops' dispatch.
+plain tensors run the same code through DashVarlenFunction without the ops' dispatch - on
+CUDA tensors, where the native op is loaded, as one C++ autograd node instead
+(_native.varlen_attention: DashVarlenFunction's checks and requests, the same bits, the
+backward without Python). The custom ops keep the ctypes path.
 """
 import ctypes
 
-from . import _args, _client, _ops
+from . import _args, _client, _native, _ops
 
 try:
     import torch
@@ -89,12 +92,18 @@ def _is_cuda(x):
     return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
 
 
-def _by_value(attn, cq, ck):
-    """Put the offsets in the request itself (dash_attn.offsets_q/k): a call on CUDA tensors
-    returns before dashd reads anything, and libdash copies them into the request."""
+def _same_batch(cq, ck):
+    """Offsets by value come as one count for both (dash_attn.n_offsets)."""
     if len(cq) != len(ck):
         raise ValueError(f"dash_attn: cu_seqlens_q has {len(cq)} entries and cu_seqlens_k "
                          f"{len(ck)}; both are batch + 1")
+
+
+def _by_value(attn, cq, ck):
+    """Put the offsets in the request itself (dash_attn.offsets_q/k): a call on CUDA tensors
+    returns before dashd reads anything, and libdash copies them into the request (the
+    native op sends them the same way: _native.varlen_attention)."""
+    _same_batch(cq, ck)
     attn.offsets_q = cq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
     attn.offsets_k = ck.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
     attn.n_offsets = len(cq)
@@ -365,9 +374,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if not _ops.available or (not given and _ops.eager_ok(q, k, v)):
         # eager: the same code as the ops, without their dispatch (_ops._Eager's reason)
         c = client or _client.default_client(_client.device_of(q))
-        out, lse = DashVarlenFunction.apply(
-            q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
-            bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)
+        if _ops.available and _native.varlen_ok(c, q):
+            # CUDA tensors: one C++ autograd node, DashVarlenFunction's requests (_native.py)
+            out, lse = _native.varlen_attention(
+                c, q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, bool(causal),
+                (left, right), float(softcap), sched, bool(batch_invariant))
+        else:
+            out, lse = DashVarlenFunction.apply(
+                q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale,
+                bool(causal), (left, right), float(softcap), sched, bool(batch_invariant), c)
     else:
         step, label = _client.traced_audit[-1] if given else (None, None)
         out, lse = torch.ops.dash_attn.varlen_fwd(

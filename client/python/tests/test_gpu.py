@@ -693,6 +693,197 @@ def test_gpu_varlen_offsets_on_two_devices_are_both_waited_for():
         assert torch.equal(hk, want_k), f"{hk.tolist()}: the second GPU's copy was not waited for"
 
 
+def _same_bits(a, b):
+    """a and b hold the same bytes (NaN included: a fully masked row's lse is the same bits
+    on both paths, where torch.equal would call it different)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.contiguous().view(as_int), b.contiguous().view(as_int))
+
+
+def _ragged(seed, lens_q, lens_k, hq, hkv, d, dtype):
+    """A packed batch on the GPU: q (total_q, hq, d), k, v (total_k, hkv, d), an output
+    gradient, and host int32 offsets of the lengths given."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32)
+          for n in (lens_q, lens_k)]
+    tq, tk = sum(lens_q), sum(lens_k)
+    mk = lambda t, h: torch.randn(t, h, d, generator=g, device="cuda").to(dtype)  # noqa: E731
+    return mk(tq, hq), mk(tk, hkv), mk(tk, hkv), mk(tq, hq), cu[0], cu[1]
+
+
+def _varlen_run(q, k, v, dout, cq, ck, mq, mk, kw, strided_v=False):
+    """out, lse, dq, dk, dv of flash_attn_varlen_func (fresh leaves), and out's node's name.
+    strided_v: v is passed as a view whose last stride is 2 (which both paths copy)."""
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    v_in = v
+    if strided_v:
+        v_in = torch.stack([v, torch.zeros_like(v)], -1).flatten(-2)[..., ::2]
+        assert v_in.stride(-1) == 2 and torch.equal(v_in, v)
+    out, lse = dash_attn.flash_attn_varlen_func(q, k, v_in, cq, ck, mq, mk,
+                                                return_softmax_lse=True, **kw)
+    out.backward(dout)
+    torch.cuda.synchronize()
+    dash_attn.synchronize()
+    return out.detach(), lse, q.grad, k.grad, v.grad, out.grad_fn.name()
+
+
+@contextlib.contextmanager
+def _varlen_paths():
+    """(c, calls): the shared client and a list that records each call of the native varlen
+    wrapper (_native.varlen_attention) inside the block; the test flips c._native to send a
+    call through the ctypes path (DashVarlenFunction), as the dense tests do."""
+    from dash_attn import _client, _native
+    c = _client.client_by_id(0, torch.empty(1, device="cuda"))
+    if not c._native or _native._varlen_op is None:
+        pytest.skip(f"the native varlen op is not loaded: {_native.why_not or 'no attn_varlen'}")
+    calls = []
+    orig = _native.varlen_attention
+    _native.varlen_attention = lambda *a: calls.append(1) or orig(*a)
+    try:
+        yield c, calls
+    finally:
+        _native.varlen_attention = orig
+        c._native = True
+
+
+def _both_paths(c, calls, fn):
+    """fn() through the native op, then through the ctypes path: (native's, ctypes')."""
+    n = len(calls)
+    native = fn()
+    assert len(calls) == n + 1, "the native varlen op was not taken"
+    c._native = False
+    try:
+        ctypes_path = fn()
+    finally:
+        c._native = True
+    assert len(calls) == n + 1, "the ctypes path went through the native op"
+    return native, ctypes_path
+
+
+def test_gpu_varlen_native_op_gives_the_ctypes_paths_bits():
+    # an eager flash_attn_varlen_func on CUDA tensors runs as one C++ autograd node where
+    # the native op is loaded (_native.varlen_attention): DashVarlenFunction's requests -
+    # the offsets by value, lse (heads_q, total_q) - so its out, lse and gradients are the
+    # ctypes path's bits, on ragged batches (lengths 1 and 0, non-multiples of 128), causal
+    # and not, GQA, a window, softcap, cross lengths, strided inputs, CUDA offsets, an audit
+    # tag, a deterministic schedule with batch_invariant, and the qkv-packed form
+    lq = [1, 300, 129, 77, 1, 513, 0, 200]
+    cases = [  # (lens_q, lens_k, hq, hkv, d, dtype, kwargs, offsets on the GPU)
+        (lq, lq, 8, 2, 64, torch.bfloat16, dict(causal=True), False),
+        (lq, lq, 4, 4, 128, torch.float16, dict(causal=False), True),
+        ([1, 130, 1, 255], [5, 300, 1, 700], 4, 4, 128, torch.float16,
+         dict(window_size=(50, 20), softcap=30.0), True),
+        (lq, lq, 6, 3, 96, torch.bfloat16,
+         dict(causal=True, window_size=(64, 0), softcap=20.0, schedule="shift",
+              batch_invariant=True), False),
+        ([17, 1, 383, 640], [17, 1, 383, 640], 8, 1, 64, torch.bfloat16,
+         dict(causal=True, deterministic=True, batch_invariant=True), True),
+    ]
+    with _varlen_paths() as (c, calls):
+        for n, (lens_q, lens_k, hq, hkv, d, dtype, kw, on_gpu) in enumerate(cases):
+            q, k, v, dout, cq, ck = _ragged(SEED ^ (80 + n), lens_q, lens_k, hq, hkv, d, dtype)
+            if n == 1:  # q a strided view (last stride 1; clone keeps its strides)
+                q = q.transpose(0, 1).contiguous().transpose(0, 1)
+            if on_gpu:
+                cq, ck = cq.cuda(), (ck.cuda().long() if n == 2 else ck.cuda())
+            mq, mk = max(lens_q), max(lens_k)
+
+            def run():
+                with dash_attn.audit(step=n, label="varlen-native"):
+                    return _varlen_run(q, k, v, dout, cq, ck, mq, mk, kw, strided_v=n == 1)
+            native, ctypes_path = _both_paths(c, calls, run)
+            assert "attn_fn" in native[5] and "DashVarlenFunction" in ctypes_path[5], \
+                (native[5], ctypes_path[5])
+            for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), native[:5], ctypes_path[:5]):
+                assert _same_bits(a, b), f"case {n}: {name} differs between the paths, seed {SEED}"
+            assert native[1].shape == (hq, sum(lens_q)) and not native[1].requires_grad
+            for name, a in zip(("out", "dq", "dk", "dv"), (native[0],) + native[2:5]):
+                assert torch.isfinite(a).all(), f"case {n}: {name}, seed {SEED}"
+        # the qkv-packed form: q, k, v are strided views of one tensor, its gradient one too
+        lens = [1, 250, 129, 3]
+        g = torch.Generator(device="cuda").manual_seed(SEED ^ 90)
+        qkv = torch.randn(sum(lens), 3, 4, 64, generator=g, device="cuda").bfloat16()
+        dout = torch.randn(sum(lens), 4, 64, generator=g, device="cuda").bfloat16()
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32).cuda()
+
+        def packed():
+            x = qkv.clone().requires_grad_()
+            out = dash_attn.flash_attn_varlen_qkvpacked_func(x, cu, max(lens), causal=True)
+            (dx,) = torch.autograd.grad(out, x, dout)
+            dash_attn.synchronize()
+            return out, dx
+        native, ctypes_path = _both_paths(c, calls, packed)
+        for name, a, b in zip(("out", "dqkv"), native, ctypes_path):
+            assert _same_bits(a, b), f"qkv-packed: {name} differs between the paths"
+
+
+def test_gpu_varlen_native_op_refuses_second_order_gradients():
+    with _varlen_paths() as (c, calls):
+        q, k, v, dout, cq, ck = _ragged(SEED ^ 91, [70, 1, 130], [70, 1, 130], 4, 4, 64,
+                                        torch.bfloat16)
+        for x in (q, k, v):
+            x.requires_grad_()
+        out = dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, 130, 130, causal=True)
+        assert calls and "attn_fn" in out.grad_fn.name(), out.grad_fn.name()
+        dq, = torch.autograd.grad(out, q, dout, create_graph=True)
+        try:
+            torch.autograd.grad(dq.float().square().sum(), q)
+            raised = None
+        except RuntimeError as e:
+            raised = e
+        assert raised is not None and "second-order" in str(raised), str(raised)
+        dash_attn.synchronize()
+
+
+def _outcome(fn):
+    """What fn() raised - at the call, or from synchronize() after it (a refusal dashd
+    finds comes after the stream-ordered call returned) - as (where, type, name, text)."""
+    try:
+        fn()
+    except Exception as e:
+        return "call", type(e), getattr(e, "name", None), str(e)
+    torch.cuda.synchronize()
+    try:
+        dash_attn.synchronize()
+    except Exception as e:
+        return "sync", type(e), getattr(e, "name", None), str(e)
+    return None
+
+
+def test_gpu_varlen_native_op_refuses_bad_offsets_as_the_ctypes_path_does():
+    # bad cu_seqlens raise the same exception, with the same words, at the same moment, on
+    # both paths: the binding's checks (dtype, shape, int32, entry counts) before anything is
+    # sent, libdash's (max_seqlen) at the call, dashd's (not from 0, decreasing, not ending
+    # at the token count, a sequence longer than max_seqlen) from synchronize()
+    q, k, v, _, cq, _ = _ragged(SEED ^ 92, [70, 1, 130], [70, 1, 130], 4, 2, 64,
+                                torch.bfloat16)
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    bad = [
+        ("float offsets", cq.float(), cq, 130, 130, "call"),
+        ("2-D offsets", cq.view(1, -1).cuda(), cq, 130, 130, "call"),
+        ("one entry", i32(0), i32(0), 130, 130, "call"),
+        ("entry counts differ", cq, i32(0, 71, 201), 130, 130, "call"),
+        ("beyond int32", cq.long() * 2**31, cq, 130, 130, "call"),
+        ("max_seqlen 0", cq, cq, 0, 130, "call"),
+        ("not ending at the total", i32(0, 70, 71, 190), cq, 130, 130, "sync"),
+        ("decreasing", i32(0, 70, 60, 201), i32(0, 70, 60, 201), 130, 130, "sync"),
+        ("not from 0", i32(1, 71, 72, 201), cq, 130, 130, "sync"),
+        ("longer than max_seqlen", cq.cuda(), cq.cuda(), 100, 130, "sync"),
+    ]
+    with _varlen_paths() as (c, calls):
+        for what, a, b, mq, mk, when in bad:
+            got = _both_paths(c, calls, lambda: _outcome(
+                lambda: dash_attn.flash_attn_varlen_func(q, k, v, a, b, mq, mk, causal=True)))
+            assert got[0] is not None and got[0][0] == when, (what, got[0])
+            assert got[0] == got[1], (what, got)
+        # and the client goes on, on both paths
+        got = _both_paths(c, calls, lambda: _outcome(
+            lambda: dash_attn.flash_attn_varlen_func(q, k, v, cq, cq, 130, 130, causal=True)))
+        assert got == (None, None), got
+
+
 def _run_as_script():
     if not torch.cuda.is_available():
         print("test_gpu: skipped: no CUDA device")

@@ -60,6 +60,39 @@ def test_the_custom_ops_native_requests_refuse_cpu_tensors_as_a_dash_error(clien
 
 
 @needs_native
+def test_the_native_varlen_op_refuses_cpu_tensors_as_a_dash_error(client):
+    # a packed batch's op (attn_varlen) takes 3-D CUDA tensors; the binding sends CPU ones
+    # through its ctypes path (varlen_ok), and the op itself refuses them in its words
+    assert hasattr(torch.ops.dash_torch, "attn_varlen") and _native._varlen_op is not None
+    q = torch.randn(10, 2, 64)
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+    assert not _native.varlen_ok(client, q)
+    with pytest.raises(dash_attn.DashError) as e:
+        _native.varlen_attention(client, q, q, q, cu, cu, 7, 7, None, True, (-1, -1), 0.0,
+                                 "auto", False)
+    assert e.value.name == "DASH_EINVAL" and "3-D CUDA tensors" in str(e.value), str(e.value)
+    # the binding's checks come first, as on the ctypes path (DashVarlenFunction's)
+    with pytest.raises(ValueError, match="both are batch \\+ 1"):
+        _native.varlen_attention(client, q, q, q, cu, cu[:2], 7, 7, None, True, (-1, -1),
+                                 0.0, "auto", False)
+    with pytest.raises(TypeError, match="int32"):
+        _native.varlen_attention(client, q, q, q, cu.float(), cu, 7, 7, None, True, (-1, -1),
+                                 0.0, "auto", False)
+
+
+def test_a_cpu_packed_batch_keeps_the_ctypes_path(client, monkeypatch):
+    # flash_attn_varlen_func on CPU tensors never reaches the native op
+    taken = []
+    monkeypatch.setattr(_native, "varlen_attention", lambda *a: taken.append(a))
+    q, k, v = (torch.randn(10, 2, 32, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+    out = dash_attn.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, causal=True)
+    out.sum().backward()
+    assert not taken and out.grad_fn.name() == "DashVarlenFunctionBackward"
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+@needs_native
 def test_the_native_op_refuses_a_closed_client_and_an_unknown_one(daemon):
     c = dash_attn.Client(daemon.endpoint, client_name="pytest-native-closed")
     c.close()
