@@ -188,8 +188,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
                 long long bs0_ = clock64();
 #endif
                 if constexpr (W && BWD_WG_TRANSPOSED(D)) {
-                    /* (head dim 128 runs bwd_wg_persistent_lap; here the hand-off follows below) */
-                    bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, [] {}, qm);
+                    bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
                     dsb ^= 1;
                 } else if constexpr (W && D == 256) /* its loads wait for the writer's reads (bwd_wg_smem<256>) */
                     bwd_tc_step<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, pend_ctr, pend_rank, &hb,
@@ -397,18 +396,16 @@ static __device__ __forceinline__ void bwd_wg_persistent_lap(const struct attn_b
 #if BWD_WG_TRACE
             const long long bs0_ = clock64();
 #endif
-            /* the hand-off under the step's dK (thread 0's rank, read at the top of the step:
-             * bwd_tc_persistent) */
-            bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, [&]() {
-                bwd_wg_hand<D, true>(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
-            }, qm);
+            bwd_wg_step_mb<DT, D, BN>(p, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, qm);
             dsb ^= 1;
 #if BWD_WG_TRACE
-            if (threadIdx.x == 0) { /* (the step's time includes the hand-off's) */
+            if (threadIdx.x == 0) {
                 BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
                 BWD_WG_TSLOT(BT_STEPS) += 1;
             }
 #endif
+            /* thread 0's rank, read at the top of the step (bwd_tc_persistent) */
+            bwd_wg_hand<D, true>(sm, x, hb, J.bh, m, s->kind != SCHED_ATOMIC ? rank : -1);
             m = next_m;
             buf ^= 1;
             loaded = 1;

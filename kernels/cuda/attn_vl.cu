@@ -467,20 +467,19 @@ static __device__ __forceinline__ void bwd_vl_wg_lap(const struct attn_bwd_param
 #if BWD_WG_TRACE
             const long long bs0_ = clock64();
 #endif
-            /* the hand-off under the step's dK (bwd_wg_step_mb) */
-            bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, [&]() {
-                const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
-                bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
-                                  (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
-                                  s->kind != SCHED_ATOMIC ? rank : -1);
-            }, maps, sm.view);
+            bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, maps,
+                                                 sm.view);
             dsb ^= 1;
 #if BWD_WG_TRACE
-            if (threadIdx.x == 0) { /* (the step's time includes the hand-off's) */
+            if (threadIdx.x == 0) {
                 BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
                 BWD_WG_TSLOT(BT_STEPS) += 1;
             }
 #endif
+            const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
+            bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                              (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                              s->kind != SCHED_ATOMIC ? rank : -1);
             m = next_m;
             buf ^= 1;
             loaded = 1;
@@ -607,24 +606,15 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                     }
                     const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
                     const int32_t rank = threadIdx.x == 0 ? sm.rank_smem[step - base] : -1;
-                    const auto hand = [&]() {
-                        const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
-                        /* the tile's counter and dQacc rows, as offsets into the call's (formed
-                         * here from shared memory, not kept live across the steps) */
-                        bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
-                                          (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
-                                          s->kind != SCHED_ATOMIC ? rank : -1);
-                    };
                     if constexpr (BWD_WG_STAGE_BARS(D)) {
     #if BWD_WG_TRACE
                         const long long bs0_ = clock64();
     #endif
-                        /* the hand-off under the step's dK (bwd_wg_step_mb) */
-                        bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, hand,
-                                                             &maps, sm.view);
+                        bwd_wg_step_mb<DT, D, BN, true, CAP>(q, sm, x, J.bh, n, m, buf, loaded, next_m, qph, dsb, &maps,
+                                                        sm.view);
                         dsb ^= 1;
     #if BWD_WG_TRACE
-                        if (threadIdx.x == 0) { /* (the step's time includes the hand-off's) */
+                        if (threadIdx.x == 0) {
                             BWD_WG_TSLOT(BT_STEP) += (unsigned long long)(clock64() - bs0_);
                             BWD_WG_TSLOT(BT_STEPS) += 1;
                         }
@@ -635,8 +625,13 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                         bwd_tc_async_visible<true>();
                         bwd_cta_sync<true>(); /* ... and is visible to all; every warp is done with
                                                  the step's buffer, P, dS and K */
-                        hand();
                     }
+                    const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
+                    /* the tile's counter and dQacc rows, as offsets into the call's (formed here
+                     * from shared memory, not kept live across the steps) */
+                    bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                                      (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                                      s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;
                     buf ^= 1;
                     loaded = 1;

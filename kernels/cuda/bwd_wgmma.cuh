@@ -47,7 +47,7 @@
 /* Head dims where the step runs transposed (hopper.md B3): each warpgroup forms S^T and
  * dP^T over its own 64 kv rows, so P^T and dS^T stay in registers as the A operands of dV
  * and dK (RS wgmma) and only dS goes through shared memory, transposed, for dQ
- * (bwd_wg_p_t, bwd_wg_ds_t, bwd_wg_step_mb). Measured on the H200 at head dim 128, same
+ * (bwd_wg_pds_t, bwd_wg_step_mb). Measured on the H200 at head dim 128, same
  * bits: atomic +2.5-4%, the deterministic schedules level, and ptxas's 12/16 bytes of
  * spills gone; at head dim 64, 2-5% slower (its step is short, and LSE and Dsum become
  * 16 loads a thread instead of 2), so 64 keeps the untransposed step, and so does the
@@ -518,7 +518,7 @@ static __device__ __forceinline__ bool bwd_wg_dkv_tma(const struct attn_bwd_para
  * tile (v, c): stage 1's Q and dO for dK, the P and dS tiles for dV, each 16 KiB and
  * 1024-byte aligned, so a warpgroup's box is its 64 rows of a tile, as in K's. An element's
  * offset in its tile is the one it has in K's (and in the transposed dS tile,
- * bwd_wg_store_ds_t), offsets the kernels form anyway. All four tiles are free from the barrier
+ * bwd_wg_pds_t), offsets the kernels form anyway. All four tiles are free from the barrier
  * that ends a unit's last step (no load is in flight into stage 1 there: the last step
  * prefetches nothing) until the next unit's first step writes dS or prefetches into stage
  * 1, behind the unit-start barrier that publishes the stores' read; the next unit's first
@@ -892,27 +892,13 @@ static __device__ __forceinline__ void bwd_wg_s_dp(float (&s)[N / 2], float (&dp
  * become P^T and dS^T, packed to the input dtype as the A fragments of dV += P^T dO and
  * dK += dS^T Q (pt, dst: k16 slice kk is pairs 4 kk .. 4 kk + 3, attn_wgmma.h); dS^T is
  * also stored, as a (128 kv, 64 q) swizzled tile, for dQ = dS K (A MN-major). LSE and
- * Dsum are per column here. The arithmetic per element is bwd_wg_pds's. In two parts, so
- * that the step can issue dV between them (bwd_wg_step_mb): bwd_wg_p_t forms P^T while
- * dP^T runs, bwd_wg_ds_t dS^T once dP^T has landed. MASK and VL as bwd_wg_pds's: an
- * element is visible where lo[h] <= c < hi[h] for its row half h. CAP (a softcap, the VL
- * kernel's instance for it): dS^T needs tanh of the score, which P^T replaces, so
- * bwd_wg_p_t waits for dP^T itself and forms, packs and stores both. */
-template <typename DT>
-static __device__ __forceinline__ void bwd_wg_store_ds_t(uint16_t *ds_smem, const uint32_t (&dst)[16], int32_t wg)
-{
-#pragma unroll
-    for (int e = 0; e < 32; e += 2) {
-        const uint32_t at = attn_sw128(64 * wg + bwd_wg_regs<64>::row(e), bwd_wg_regs<64>::col(e), CUATTN_TC_BLOCK_N) / 2;
-        *reinterpret_cast<uint32_t *>(ds_smem + at) = dst[e / 2];
-    }
-}
-
+ * Dsum are per column here. The arithmetic per element is bwd_wg_pds's. MASK and VL as
+ * there: an element is visible where lo[h] <= c < hi[h] for its row half h. */
 template <typename DT, bool MASK, bool VL = false, bool CAP = false>
-static __device__ __forceinline__ void bwd_wg_p_t(const struct attn_bwd_params &p, uint16_t *ds_smem,
-                                                  const float *lse_smem, const float *dsum_smem, float (&s)[32],
-                                                  float (&dp)[32], uint32_t (&pt)[16], uint32_t (&dst)[16],
-                                                  int32_t wg, int32_t i0, int32_t rm, int32_t j0, int32_t rn)
+static __device__ __forceinline__ void bwd_wg_pds_t(const struct attn_bwd_params &p, uint16_t *ds_smem,
+                                                    const float *lse_smem, const float *dsum_smem, float (&s)[32],
+                                                    float (&dp)[32], uint32_t (&pt)[16], uint32_t (&dst)[16],
+                                                    int32_t wg, int32_t i0, int32_t rm, int32_t j0, int32_t rn)
 {
     const int64_t base = (int64_t)i0 + ((int64_t)p.seqlen_k - p.seqlen_q) - j0; /* q row c sees kv
                                                        row j (causal) while j <= c + base */
@@ -935,7 +921,8 @@ static __device__ __forceinline__ void bwd_wg_p_t(const struct attn_bwd_params &
         lo[h] = MASK ? (int32_t)(l < BWD_TC_BM ? l : BWD_TC_BM) : 0;
         hi[h] = MASK ? (int32_t)u : BWD_TC_BM;
     }
-    if constexpr (CAP) { /* th replaces S while dP runs (bwd_wg_pds) */
+    if constexpr (CAP) { /* the VL kernel's instance for a softcap > 0 (the host's choice); th
+                            replaces S while dP runs (bwd_wg_pds) */
         const float k = __fdiv_rn(p.scale, p.softcap), cap2 = __fmul_rn(p.softcap, ATTN_LOG2E);
 #pragma unroll
         for (int e = 0; e < 32; e++)
@@ -951,37 +938,26 @@ static __device__ __forceinline__ void bwd_wg_p_t(const struct attn_bwd_params &
             s[e] = vis ? pr : 0.0f;
             dp[e] = vis ? ds : 0.0f;
         }
-#pragma unroll
-        for (int e = 0; e < 32; e += 2)
-            dst[e / 2] = DT::pack2(dp[e], dp[e + 1]);
-        bwd_wg_store_ds_t<DT>(ds_smem, dst, wg);
     } else {
-        (void)ds_smem, (void)dsum_smem, (void)dp, (void)dst;
 #pragma unroll
         for (int e = 0; e < 32; e++) {
             const int h = (e >> 1) & 1, c = bwd_wg_regs<64>::col(e);
             const float pr = attn_ex2(fmaf(s[e], scale2, -__fmul_rn(lse_smem[c], ATTN_LOG2E)));
             s[e] = !MASK || (c >= lo[h] && c < hi[h]) ? pr : 0.0f;
         }
+        attn_wg_wait<0>(); /* dP has landed */
+        attn_wg_pin<32>(dp);
+#pragma unroll
+        for (int e = 0; e < 32; e++)
+            dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum_smem[bwd_wg_regs<64>::col(e)])); /* 0 where P is */
     }
 #pragma unroll
-    for (int e = 0; e < 32; e += 2)
+    for (int e = 0; e < 32; e += 2) {
         pt[e / 2] = DT::pack2(s[e], s[e + 1]);
-}
-
-/* dS^T = P^T o (dP^T - Dsum) (0 where P^T is), packed into dst and stored: bwd_wg_p_t's
- * second part (not CAP), once the caller has waited for dP^T. */
-template <typename DT>
-static __device__ __forceinline__ void bwd_wg_ds_t(uint16_t *ds_smem, const float *dsum_smem, const float (&s)[32],
-                                                   float (&dp)[32], uint32_t (&dst)[16], int32_t wg)
-{
-#pragma unroll
-    for (int e = 0; e < 32; e++)
-        dp[e] = __fmul_rn(s[e], __fsub_rn(dp[e], dsum_smem[bwd_wg_regs<64>::col(e)])); /* 0 where P is */
-#pragma unroll
-    for (int e = 0; e < 32; e += 2)
         dst[e / 2] = DT::pack2(dp[e], dp[e + 1]);
-    bwd_wg_store_ds_t<DT>(ds_smem, dst, wg);
+        const uint32_t at = attn_sw128(64 * wg + bwd_wg_regs<64>::row(e), bwd_wg_regs<64>::col(e), CUATTN_TC_BLOCK_N) / 2;
+        *reinterpret_cast<uint32_t *>(ds_smem + at) = dst[e / 2];
+    }
 }
 #endif
 
@@ -1186,25 +1162,13 @@ static __device__ __forceinline__ void bwd_wg_wait_q(bwd_wg_smem<D> &sm, int32_t
  * (BWD_WG_STAGE_BARS): warpgroup wg forms S^T = K Q^T and dP^T = V dO^T over its kv rows
  * 64 wg ..; P^T and dS^T stay in registers as the A operands of dV += P^T dO and
  * dK += dS^T Q; dS goes to tile dsb (ds_smem or p_smem), transposed, for dQ = dS K. The
- * stage's data through q_full, the prefetch after the dS barrier; VL as bwd_tc_step's.
- * hand() hands the step's dQ partial (x.dq_reg) to the writer: it is called once dQp has
- * landed, while dK still runs. On return every product has landed (the RS products read
- * registers the next step needs).
- *
- * The order of the products keeps the tensor cores fed through the step's other work
- * (FA3's order, ../shared/docs/hopper.md 3.3, with dV moved up): S^T, dP^T; P^T (the exponentials, under
- * dP^T); dV issued; dS^T (under dV), stored; the dS barrier and the prefetch (under dV);
- * dQ, then dK issued; dQ's wait, and the hand-off (its staging, fence and arrival, under
- * dK). Before (trial bwd128, bench/results/bwd128-trial-2026-12-07.md) P^T and dS^T came in
- * one part after dP^T's wait - and ptxas had moved 27 of a whole tile's 32 exponentials
- * below that wait, so the tensor cores idled through them and through dS^T - and dK went
- * before the barrier, dQ last, the hand-off after every product. The same products of the
- * same operands, each accumulator's chain in the same order: the same bits. */
-template <typename DT, int D, int BN, bool VL = false, bool CAP = false, typename HAND>
+ * stage's data through q_full, the prefetch after the dS barrier; VL as bwd_tc_step's. On
+ * return every product has landed (the RS products read registers the next step needs). */
+template <typename DT, int D, int BN, bool VL = false, bool CAP = false>
 static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_params &p, bwd_wg_smem<D> &sm,
                                                       bwd_wg_regs<D> &x, int32_t bh, int32_t n, int32_t m,
                                                       int32_t buf, int loaded, int32_t next_m, uint32_t &qph,
-                                                      int32_t dsb, HAND &&hand, const bwd_wg_qmaps *qm = nullptr,
+                                                      int32_t dsb, const bwd_wg_qmaps *qm = nullptr,
                                                       const int32_t *view = nullptr)
 {
     static_assert(BWD_WG_TRANSPOSED(D) && BN == CUATTN_TC_BLOCK_N, "the transposed step's head dim");
@@ -1233,25 +1197,24 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
         else
             whole = rm == BWD_TC_BM && rn == BN && (p.s.mask != SCHED_MASK_CAUSAL || at >= BN - 1);
         if (whole)
-            bwd_wg_p_t<DT, false, VL, CAP>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
-                                           j0, rn);
+            bwd_wg_pds_t<DT, false, VL, CAP>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                        j0, rn);
         else
-            bwd_wg_p_t<DT, true, VL, CAP>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
-                                          j0, rn);
+            bwd_wg_pds_t<DT, true, VL, CAP>(p, ds_s, sm.lse_smem[buf], sm.dsum_smem[buf], s, dp, pt, dst, wg, i0, rm,
+                                       j0, rn);
     }
-    attn_wg_fence(); /* dV as soon as P^T is packed: the HGMMAs read pt, so no exponential
-                        can sink below dP^T's wait */
+    attn_wg_fence();
 #pragma unroll
     for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
         const uint32_t a[4] = {pt[4 * kk], pt[4 * kk + 1], pt[4 * kk + 2], pt[4 * kk + 3]};
         attn_wg_mma_rs<DT, D, 1>(x.dv_reg, a, attn_wg_mnmajor(do_s, BWD_TC_BM, 16 * kk, 0), 1);
     }
-    attn_wg_commit();
-    if constexpr (!CAP) {
-        attn_wg_wait<1>(); /* dP^T has landed; dV may still be running */
-        attn_wg_pin<32>(dp);
-        bwd_wg_ds_t<DT>(ds_s, sm.dsum_smem[buf], s, dp, dst, wg); /* (dK's fence: dQ's, below) */
+#pragma unroll
+    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
+        const uint32_t a[4] = {dst[4 * kk], dst[4 * kk + 1], dst[4 * kk + 2], dst[4 * kk + 3]};
+        attn_wg_mma_rs<DT, D, 1>(x.dk_reg, a, attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
     }
+    attn_wg_commit();
     bwd_tc_async_visible<true>();
     bwd_cta_sync<true>(); /* dS is complete before dQ reads it; both warpgroups have finished
                              the previous step, so stage buf ^ 1 and the other dS tile are free */
@@ -1264,23 +1227,15 @@ static __device__ __forceinline__ void bwd_wg_step_mb(const struct attn_bwd_para
         attn_wg_mma<DT, D / 2, 1, 1>(x.dq_reg, attn_wg_mnmajor(ds_s, BN, 16 * kk, 0),
                                      attn_wg_mnmajor(sm.k_smem, BN, 16 * kk, (D / 2) * wg), kk > 0);
     attn_wg_commit();
-#pragma unroll
-    for (int32_t kk = 0; kk < BWD_TC_BM / 16; kk++) {
-        const uint32_t a[4] = {dst[4 * kk], dst[4 * kk + 1], dst[4 * kk + 2], dst[4 * kk + 3]};
-        attn_wg_mma_rs<DT, D, 1>(x.dk_reg, a, attn_wg_mnmajor(q_s, BWD_TC_BM, 16 * kk, 0), 1);
-    }
-    attn_wg_commit();
-    attn_wg_wait<1>(); /* dQp has landed (and dV before it); dK may still be running */
-    attn_wg_pin<D / 4>(x.dq_reg);
-    hand();
     attn_wg_wait<0>();
     attn_wg_pin<D / 2>(x.dv_reg);
     attn_wg_pin<D / 2>(x.dk_reg);
+    attn_wg_pin<D / 4>(x.dq_reg);
     attn_wg_pin<16>(pt); /* the RS products read them until the wait */
     attn_wg_pin<16>(dst);
 #else
     (void)p, (void)sm, (void)x, (void)bh, (void)n, (void)m, (void)buf, (void)loaded, (void)next_m, (void)qph;
-    (void)dsb, (void)hand;
+    (void)dsb;
     __trap();
 #endif
 }
@@ -1870,11 +1825,11 @@ static __device__ __forceinline__ void bwd_wg_pair_load(const struct attn_bwd_pa
 }
 
 #if ATTN_WGMMA
-/* The pair's P and dS: the arithmetic of bwd_wg_p_t and bwd_wg_ds_t over the warpgroup's
- * S^T and dP^T (64 kv rows 64 wg .. x 128 q columns: column c is row c % 64 of tile c / 64,
- * i0[t] its first row, rm[t] its rows (0: no tile)); P^T and dS^T packed as the A
- * fragments of dV and dK (k16 slice kk: pairs 4 kk .. 4 kk + 3), dS^T also stored as tile
- * t's (128 kv, 64 q) swizzled tile ds_t[t] for dQ. */
+/* The pair's P and dS: bwd_wg_pds_t's arithmetic over the warpgroup's S^T and dP^T (64 kv
+ * rows 64 wg .. x 128 q columns: column c is row c % 64 of tile c / 64, i0[t] its first
+ * row, rm[t] its rows (0: no tile)); P^T and dS^T packed as the A fragments of dV and dK
+ * (k16 slice kk: pairs 4 kk .. 4 kk + 3), dS^T also stored as tile t's (128 kv, 64 q)
+ * swizzled tile ds_t[t] for dQ. */
 template <typename DT, bool MASK>
 static __device__ __forceinline__ void bwd_wg_pair_pds(const struct attn_bwd_params &p, uint16_t *ds_a, uint16_t *ds_b,
                                                        const float *lse_smem, const float *dsum_smem, float (&s)[64],
