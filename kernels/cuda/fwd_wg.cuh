@@ -470,10 +470,17 @@ static __device__ __forceinline__ void fwd_wg_free_k(fwd_wg_smem<D, NC> &sm, int
  * so through the tile's nt kv-tiles (t0 + n in the rings) it waits for each stage to fill
  * and frees it at once, K (and Q after the last, PERSIST) then V - the arrivals its
  * products' waits would have made, in the same phases. (An arrival must follow its phase's
- * fill: one before it would count towards the stage's previous phase.) */
+ * fill: one before it would count towards the stage's previous phase.) PERSIST: it waits
+ * for Q's phase qk too, as a busy consumer does. Skipped, the idle consumer could leave the
+ * tile with Q's phase qk still pending (its K and V landed first); its wait for the next
+ * tile's Q (parity qk + 1) would then pass on phase qk - 1, and its S product could read
+ * the next Q while TMA still writes it, behind a K that came from L2 first. */
 template <bool PERSIST, int D, int NC>
-static __device__ __forceinline__ void fwd_wg_idle(fwd_wg_smem<D, NC> &sm, int32_t t0, int32_t nt)
+static __device__ __forceinline__ void fwd_wg_idle(fwd_wg_smem<D, NC> &sm, int32_t t0, int32_t nt, int32_t qk)
 {
+    if constexpr (PERSIST)
+        if (nt > 0)
+            attn_mbar_wait(&sm.q_full, (uint32_t)qk & 1u);
     for (int32_t n = 0; n < nt; n++) {
         const int32_t tn = t0 + n, st = tn & 1;
         const uint32_t ph = (uint32_t)(tn >> 1) & 1u;
@@ -627,7 +634,7 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
             attn_mbar_arrive(&sm.v_empty[st]);
         }
         if (!busy && nb == 0) /* (the guard keeps ptxas from spilling) */
-            fwd_wg_idle<PERSIST>(sm, t0, nt);
+            fwd_wg_idle<PERSIST>(sm, t0, nt, qk);
     }
 
     uint16_t *out_g = static_cast<uint16_t *>(p.out);

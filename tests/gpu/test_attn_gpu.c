@@ -1430,6 +1430,11 @@ static void test_attn_gpu_v3_forward_persistent_ctas_give_the_same_bits(void)
         {3, 300, 500, 2, 2, 64, DTYPE_BF16, SCHED_MASK_FULL},
         {2, 700, 900, 2, 1, 256, DTYPE_F16, SCHED_MASK_CAUSAL}, /* 64-key tiles */
         {1, 300, 500, 4, 2, 256, DTYPE_BF16, SCHED_MASK_FULL},
+        /* each head's 60-row q-tile (consumer 1 idle, two kv-tiles) before its whole one, on
+         * few CTAs, the tensors past L2: the idle consumer must wait for Q's phase too
+         * (fwd_wg_idle), or the next tile's S product may read Q as it lands (a race: this
+         * case can only catch it when it fires) */
+        {32, 188, 200, 16, 16, 128, DTYPE_BF16, SCHED_MASK_FULL},
     };
     const int32_t ctas[] = {1, 3, 7, 1 << 20};
     struct cuattn *ca = open_v3();
