@@ -1060,6 +1060,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             return rc;
         size_t used = 0;
         const size_t o_tab = carve(&used, sizeof(struct attn_vl_seq) * ((size_t)v.count + 1));
+        const size_t o_next = carve(&used, sizeof(int32_t)); /* the persistent kernel's counter */
         /* v3's forward where the dim's dense forward is v3's; TMA for dense batches */
         const int wg = impl == CUATTN_IMPL_WGMMA && cuattn__fwd_vl_wg_smem_bytes(p->head_dim) <= a->smem_optin;
         /* and for packed ones of up to CUATTN_SEQ_MAPS_MAX sequences, with maps per sequence */
@@ -1072,14 +1073,17 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             fp.vl_blocks = v.total;
             fp.softcap = p->softcap;
             fp.lse_stride = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
-            struct upload_part tab[2] = {{0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count}, {0, NULL, 0}};
-            int parts = 1, allow_tma = !a->no_tma && !p->cu_seqlens_q;
+            fp.vl_next = reinterpret_cast<int32_t *>(a->scratch + o_next);
+            static const int32_t zero = 0; /* the counter, uploaded with the table */
+            struct upload_part tab[3] = {{0, v.seq, sizeof(struct attn_vl_seq) * (size_t)v.count},
+                                         {o_next - o_tab, &zero, sizeof zero}, {0, NULL, 0}};
+            int parts = 2, allow_tma = !a->no_tma && !p->cu_seqlens_q;
             /* CUtensorMap is alignas(128) and cuTensorMapEncodeTiled wants its target 64-byte
              * aligned: malloc gives 16 (maps_bytes is a multiple of 128, as aligned_alloc needs) */
             void *hmaps = seq_maps && maps_bytes ? aligned_alloc(128, maps_bytes) : NULL;
             if (hmaps && cuattn__fwd_vl_seq_maps(hmaps, &fp, v.seq, v.count, p->head_dim)) {
-                tab[1] = {o_maps - o_tab, hmaps, maps_bytes};
-                parts = 2;
+                tab[2] = {o_maps - o_tab, hmaps, maps_bytes};
+                parts = 3;
                 fp.vl_maps = a->scratch + o_maps;
                 allow_tma = 1;
             }
@@ -1087,7 +1091,7 @@ int cuattn_forward(struct cuattn *a, const struct attn_problem *p, const struct 
             free(hmaps);
             int tma = 0;
             if (lerr == cudaSuccess && v.total > 0)
-                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, allow_tma, &tma, a->stream);
+                lerr = cuattn__fwd_vl_launch(&fp, p->dtype, p->head_dim, wg, allow_tma, &tma, fwd_ctas(a), a->stream);
             rc = finish(a, lerr);
             if (rc == 0) {
                 a->last_fwd_tma = tma;

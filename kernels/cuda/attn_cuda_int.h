@@ -119,6 +119,7 @@ struct attn_fwd_params {
     int32_t vl_count, vl_blocks;   /* entries; CTAs in all */
     int32_t lse_stride;            /* elements between two heads' rows of lse (total_q) */
     const void *vl_maps; /* packed batches: v3's tensor maps per entry (fwd_wg_maps), or NULL */
+    int32_t *vl_next;    /* v3's persistent kernel of a dense batch: tiles taken from it (0 at launch) */
     /* the caller's head dim where the dense v3 kernel runs wider (96 or 80 on the 128
      * kernel, 40 on the 64, 200 on the 256; no widened copies): the tensor maps' width (columns past it load as zeros) and the
      * columns of O stored; 0: the kernel's */
@@ -312,7 +313,8 @@ cudaError_t cuattn__bwd_tc_launch(const struct attn_bwd_params *p, const struct 
  * kv-tile at the dim, BWD_TC_WIDE; fwd_vl_wg, bwd_vl_wg: v3's); 0 for a dim it does not serve.
  * wg: init also v3's kernels; blocks_per_sm and launch: v3's (block_n CUATTN_TC_BLOCK_N).
  * fwd_vl_launch with wg runs v3's forward, through TMA where allow_tma and the views'
- * tensor maps encode (*ret_tma 1), else through cp.async. */
+ * tensor maps encode (*ret_tma 1), else through cp.async; a dense batch through TMA on
+ * ctas persistent CTAs (0: a CTA a q-tile). */
 cudaError_t cuattn__vl_init(size_t smem_optin, int wg);
 size_t cuattn__fwd_vl_smem_bytes(int32_t head_dim);
 size_t cuattn__fwd_vl_wg_smem_bytes(int32_t head_dim);
@@ -324,7 +326,7 @@ size_t cuattn__fwd_vl_seq_maps_bytes(int32_t count);
 bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const struct attn_vl_seq *seq,
                              int32_t count, int32_t head_dim);
 cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
-                                  int allow_tma, int *ret_tma, cudaStream_t stream);
+                                  int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream);
 cudaError_t cuattn__bwd_vl_blocks_per_sm(enum dtype_kind dt, int32_t head_dim, int32_t block_n, int wg,
                                          int32_t *ret);
 cudaError_t cuattn__bwd_vl_launch(const struct attn_bwd_params *p, enum dtype_kind dt,

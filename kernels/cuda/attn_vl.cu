@@ -20,9 +20,11 @@
  * unchanged but for the masks (the window's two sides) and the softcap (scores
  * cap tanh(scale q.k / cap); dS through the tanh's derivative 1 - tanh^2).
  *
- *   forward     one CTA per (128-row q-tile, head) of each sequence, sequence by sequence;
- *               kv-tiles from the one holding the tile's first row's first key to the one
- *               holding its last row's last (v2: 64 keys, v3: 128).
+ *   forward     one CTA per (128-row q-tile, head) of each sequence, sequence by sequence
+ *               (v3 on a dense batch through TMA: those tiles in that order, taken by a CTA
+ *               an SM, attn_fwd_vl_wgp_kernel); kv-tiles from the one holding the tile's
+ *               first row's first key to the one holding its last row's last (v2: 64 keys,
+ *               v3: 128).
  *   backward    preprocess (Dsum, and LSE moved into the scratch layout), the persistent
  *               kernel taking jobs in dispatch order (sequence after sequence, each in its
  *               schedule's order; ranks from sched_rank on the sequence's schedule),
@@ -128,6 +130,26 @@ __global__ void __launch_bounds__(FWD_TC_THREADS, 2) attn_fwd_vl_kernel(const __
     fwd_tc_body<DT, D, true>(sm.prm, sm.t, sm.mb[0], sm.mb[1]);
 }
 
+/* The kv-tiles of a q-tile's band (the persistent v3 forward below): rows i0 .. i0 + rm - 1
+ * of a sequence of seqlen_q queries and seqlen_k keys with the normalised window (wl, wr),
+ * from the tile that holds the first row's first key to the one that holds the last row's
+ * last; n_lo == n_hi where no row sees a key. The one-tile kernel forms the same values in
+ * line: called there, this function made ptxas spill 12/16 bytes at head dim 128. */
+template <int D>
+static __device__ __forceinline__ void fwd_vl_band(int32_t seqlen_q, int32_t seqlen_k, int32_t wl, int32_t wr,
+                                                   int32_t i0, int32_t rm, int32_t &n_lo, int32_t &n_hi)
+{
+    constexpr int32_t BN = FWD_WG_BN_OF(D);
+    const int64_t off = (int64_t)seqlen_k - seqlen_q;
+    int64_t j_lo = 0, j_hi = seqlen_k;
+    if (wl >= 0 && (int64_t)i0 + off - wl > 0)
+        j_lo = (int64_t)i0 + off - wl;
+    if (wr >= 0 && (int64_t)i0 + rm + off + wr < j_hi)
+        j_hi = (int64_t)i0 + rm + off + wr;
+    n_lo = (int32_t)(j_lo / BN);
+    n_hi = j_hi > j_lo ? (int32_t)((j_hi + BN - 1) / BN) : n_lo;
+}
+
 /* v3's forward (fwd_wg.cuh, sm_90a) on the table: one CTA per (128-row q-tile, head) of
  * each sequence as attn_fwd_vl_kernel, the producer and consumers of the dense kernel on
  * the sequence's params, over the kv-tiles of the q-tile's band (fwd_wg.cuh's VL). TMA
@@ -183,6 +205,144 @@ __global__ void __launch_bounds__(FWD_WG_THREADS, 1)
     const int32_t n_lo = (int32_t)(j_lo / FWD_WG_BN_OF(D));
     const int32_t n_hi = j_hi > j_lo ? (int32_t)((j_hi + FWD_WG_BN_OF(D) - 1) / FWD_WG_BN_OF(D)) : n_lo;
     fwd_wg_run<DT, D, TMA>(q, *sm.maps, sm.t, 0, h, h, i0, rm, n_lo, n_hi, sm.mb[2], sm.vt);
+#else
+    (void)p;
+    (void)maps;
+    __trap(); /* sm_80 never runs v3 */
+#endif
+}
+
+/* v3's forward of a dense batch with a window or softcap, through TMA (the view's maps):
+ * persistent, as the dense kernel (fwd_wg_run_tiles) - a CTA an SM, its K/V rings and their
+ * phases running on across q-tiles and the next tile's Q loading once the consumers' last S
+ * product has read this one's, while they still rescale and store - taking the one-tile
+ * kernel's q-tiles (numbered as there: batch element, head, the last q-tile first) from a
+ * counter, as the hardware hands that kernel's CTAs to free SMs: first tile blockIdx.x,
+ * then gridDim.x + the counter's next value. Taken in turn (tile blockIdx.x + k gridDim.x)
+ * they would be uneven where a window's first q-tiles see fewer keys (a model of the 16k
+ * windows: 4k -5%, 8k -21% against a CTA a tile; taken from the counter +6-9%, +4-5%). The
+ * Q/K loader takes the CTA's tiles: tile k's index into slot k % 2 (tile_full), which the V
+ * loader and the consumers read and free at once (tile_empty); the loader writes a slot again
+ * once its last index has been read. In a dense batch every sequence has the same lengths
+ * and normalised window, so a tile's place is arithmetic (no table look-up) and the window
+ * is entry 0's. A tile's loads, products and stores are the one-tile kernel's - the same
+ * kv-tiles in the same order, the same O and LSE addresses - whichever CTA runs it and
+ * when, so the bits are too. Why: a CTA a tile paid ~7.8 us a q-tile besides its kv-tiles
+ * (launch, set-up, Q's and the first K's latency, the rings' fill and drain; fitted to the
+ * H100's kernels-alone TFLOPS at windows 1k and 4k), the dense persistent kernel ~2.5-3.2
+ * (bench/results/window-trial-2026-12-07.md). Packed batches keep a CTA a tile: their
+ * tiles' params are the table's (trial vlpersist took them from a host plan by bulk copies,
+ * and ran slower). */
+template <int D>
+struct fwd_vl_wgp_smem {
+    fwd_wg_smem<D> t;        /* first: the kernel aligns the block to FWD_WG_ALIGN */
+    fwd_wg_vl vt;            /* the batch's window and softcap terms (read where the consumers need them) */
+    int32_t tile_smem[2];    /* slot k % 2: the CTA's tile k (>= vl_blocks: no more) */
+    uint64_t tile_full[2];   /* the slot holds its tile (the Q/K loader's arrival) */
+    uint64_t tile_empty[2];  /* its readers have read it (FWD_VL_TILE_READERS arrivals) */
+};
+/* A slot's readers: the V loader and every consumer thread. */
+#define FWD_VL_TILE_READERS (1 + FWD_WG_THREADS - 128)
+
+/* The one-tile kernel's tile idx of a dense batch (M q-tiles a head): rows i0 .. i0 + rm - 1
+ * of head h of batch element b (bh = b heads + h), the band's kv-tiles n_lo .. n_hi - 1. */
+struct fwd_vl_tile {
+    int32_t b, h, bh, i0, rm, n_lo, n_hi;
+};
+
+template <int D>
+static __device__ __forceinline__ fwd_vl_tile fwd_vl_tile_of(const struct attn_fwd_params &p, const fwd_wg_vl &vt,
+                                                             int32_t M, int32_t idx)
+{
+    fwd_vl_tile T;
+    T.bh = (int32_t)((uint32_t)idx / (uint32_t)M);
+    T.b = T.bh / p.heads_q;
+    T.h = T.bh - T.b * p.heads_q;
+    T.i0 = (M - 1 - (int32_t)((uint32_t)idx % (uint32_t)M)) * FWD_WG_BM;
+    T.rm = p.seqlen_q - T.i0 < FWD_WG_BM ? p.seqlen_q - T.i0 : FWD_WG_BM;
+    fwd_vl_band<D>(p.seqlen_q, p.seqlen_k, vt.wl, vt.wr, T.i0, T.rm, T.n_lo, T.n_hi);
+    return T;
+}
+
+#if ATTN_WGMMA
+/* A reader of the CTA's tile k: waits for its slot, reads the index and frees the slot. */
+template <int D>
+static __device__ __forceinline__ int32_t fwd_vl_tile_read(fwd_vl_wgp_smem<D> &sm, int32_t k)
+{
+    const int32_t s = k & 1;
+    attn_mbar_wait(&sm.tile_full[s], (uint32_t)(k >> 1) & 1u);
+    const int32_t idx = *static_cast<volatile int32_t *>(&sm.tile_smem[s]);
+    attn_mbar_arrive(&sm.tile_empty[s]); /* (a release: the read comes first) */
+    return idx;
+}
+#endif
+
+template <typename DT, int D>
+__global__ void __launch_bounds__(FWD_WG_THREADS, 1)
+    attn_fwd_vl_wgp_kernel(const struct attn_fwd_params p, const __grid_constant__ fwd_wg_maps maps)
+{
+#if ATTN_WGMMA
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_at = attn_smem_u32(smem_raw);
+    fwd_vl_wgp_smem<D> &sm = *reinterpret_cast<fwd_vl_wgp_smem<D> *>(
+        smem_raw + (((raw_at + FWD_WG_ALIGN - 1) & ~(uint32_t)(FWD_WG_ALIGN - 1)) - raw_at));
+    if (threadIdx.x == 0) {
+        fwd_wg_init<D, true>(sm.t);
+        for (int s = 0; s < 2; s++) {
+            attn_mbar_init(&sm.tile_full[s], 1);
+            attn_mbar_init(&sm.tile_empty[s], FWD_VL_TILE_READERS);
+        }
+        sm.vt.wl = p.vl->s.wl; /* (entry 0's: every sequence's) */
+        sm.vt.wr = p.vl->s.wr;
+        sm.vt.cap2 = p.softcap > 0.0f ? __fmul_rn(p.softcap, ATTN_LOG2E) : 0.0f;
+        sm.vt.capsc = p.softcap > 0.0f ? __fdiv_rn(p.scale, p.softcap) : 0.0f;
+    }
+    __syncthreads(); /* the barriers and the batch's terms are ready for all */
+    const int32_t M = (p.seqlen_q + FWD_WG_BM - 1) / FWD_WG_BM, tiles = p.vl_blocks;
+    /* the warpgroup through a shuffle from lane 0: warp-uniform to the compiler */
+    const int32_t wg = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 7), 0);
+    int32_t t0 = 0, qk = 0; /* the rings' count and Q's phase, carried across tiles on every side */
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FWD_WG_LOAD_REGS_TMA_VL) : "memory");
+        const int32_t w = __shfl_sync(0xffffffffu, (int32_t)(threadIdx.x >> 5), 0);
+        if ((threadIdx.x & 31u) != 0)
+            return;
+        if (w == 0) /* warp 0: the tiles, Q, K (a loop of its own: one shared with V's spilled 24 bytes) */
+            for (int32_t k = 0;; k++) {
+                const int32_t s = k & 1; /* tile k into its slot, once the slot's last index has been read */
+                attn_mbar_wait(&sm.tile_empty[s], ((uint32_t)(k >> 1) & 1u) ^ 1u); /* at once the first time round */
+                const int32_t idx = k == 0 ? (int32_t)blockIdx.x : (int32_t)gridDim.x + atomicAdd(p.vl_next, 1);
+                sm.tile_smem[s] = idx;
+                attn_mbar_arrive(&sm.tile_full[s]); /* (a release: the index's store comes first) */
+                if (idx >= tiles)
+                    break;
+                const fwd_vl_tile T = fwd_vl_tile_of<D>(p, sm.vt, M, idx);
+                fwd_wg_produce_tma<D, true>(maps, sm.t, T.b, T.h, T.h / p.group, T.i0, T.n_lo, T.n_hi, 0, t0, qk);
+                t0 += T.n_hi - T.n_lo;
+                qk += T.n_hi > T.n_lo;
+            }
+        else if (w == 1) /* warp 1: V */
+            for (int32_t k = 0;; k++) {
+                const int32_t idx = fwd_vl_tile_read<D>(sm, k);
+                if (idx >= tiles)
+                    break;
+                const fwd_vl_tile T = fwd_vl_tile_of<D>(p, sm.vt, M, idx);
+                fwd_wg_produce_tma<D, true>(maps, sm.t, T.b, T.h, T.h / p.group, T.i0, T.n_lo, T.n_hi, 1, t0);
+                t0 += T.n_hi - T.n_lo;
+            }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FWD_WG_MMA_REGS_TMA_VL) : "memory");
+    for (int32_t k = 0;; k++) {
+        const int32_t idx = fwd_vl_tile_read<D>(sm, k);
+        if (idx >= tiles)
+            break;
+        const fwd_vl_tile T = fwd_vl_tile_of<D>(p, sm.vt, M, idx);
+        fwd_wg_consume<DT, D, true, true>(p, sm.t, wg - 1, T.b, T.h, T.bh, T.i0, T.rm, T.n_lo, T.n_hi, sm.vt, t0,
+                                          qk);
+        t0 += T.n_hi - T.n_lo;
+        qk += T.n_hi > T.n_lo;
+    }
 #else
     (void)p;
     (void)maps;
@@ -792,6 +952,12 @@ static size_t fwd_vl_wg_bytes(void)
     return sizeof(fwd_vl_wg_smem<D>) + FWD_WG_ALIGN; /* the kernel aligns the block up */
 }
 
+template <int D>
+static size_t fwd_vl_wgp_bytes(void)
+{
+    return sizeof(fwd_vl_wgp_smem<D>) + FWD_WG_ALIGN; /* the kernel aligns the block up */
+}
+
 template <int D, int BN>
 static size_t bwd_vl_bytes(void)
 {
@@ -820,6 +986,9 @@ static cudaError_t vl_attr(size_t smem_optin, int wg)
     if (err == cudaSuccess && wg && fwd_vl_wg_bytes<D>() <= smem_optin)
         err = cudaFuncSetAttribute(attn_fwd_vl_wg_kernel<DT, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)fwd_vl_wg_bytes<D>());
+    if (err == cudaSuccess && wg && fwd_vl_wgp_bytes<D>() <= smem_optin)
+        err = cudaFuncSetAttribute(attn_fwd_vl_wgp_kernel<DT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fwd_vl_wgp_bytes<D>());
     if (err != cudaSuccess)
         return err;
     if (fwd_vl_bytes<D>() <= smem_optin)
@@ -893,11 +1062,12 @@ bool cuattn__fwd_vl_seq_maps(void *out, const struct attn_fwd_params *p, const s
     return true;
 }
 
-/* WG: v3's kernel (TMA where allowed and the maps encode: dense batches, and packed ones
- * with maps per sequence, p->vl_maps), else v2's. */
+/* WG: v3's kernel (TMA where allowed and the maps encode: dense batches, persistent on
+ * ctas CTAs (0: a CTA a tile), and packed ones with maps per sequence, p->vl_maps), else
+ * v2's. */
 template <typename DT, int D>
 static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int allow_tma, int *ret_tma,
-                                 cudaStream_t stream)
+                                 int32_t ctas, cudaStream_t stream)
 {
     const uint32_t blocks = (uint32_t)p->vl_blocks;
     if (!wg) {
@@ -907,7 +1077,11 @@ static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int al
     fwd_wg_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = allow_tma && (p->vl_maps || cuattn__fwd_wg_maps(&maps, p, D));
-    if (tma)
+    if (tma && !p->vl_maps) /* a dense batch */
+        attn_fwd_vl_wgp_kernel<DT, D>
+            <<<ctas > 0 && blocks > (uint32_t)ctas ? (uint32_t)ctas : blocks, FWD_WG_THREADS, fwd_vl_wgp_bytes<D>(),
+               stream>>>(*p, maps);
+    else if (tma)
         attn_fwd_vl_wg_kernel<DT, D, true><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
     else
         attn_fwd_vl_wg_kernel<DT, D, false><<<blocks, FWD_WG_THREADS, fwd_vl_wg_bytes<D>(), stream>>>(*p, maps);
@@ -916,17 +1090,17 @@ static cudaError_t fwd_vl_launch(const struct attn_fwd_params *p, int wg, int al
 }
 
 cudaError_t cuattn__fwd_vl_launch(const struct attn_fwd_params *p, enum dtype_kind dt, int32_t head_dim, int wg,
-                                  int allow_tma, int *ret_tma, cudaStream_t stream)
+                                  int allow_tma, int *ret_tma, int32_t ctas, cudaStream_t stream)
 {
     const int bf = dt == DTYPE_BF16;
     *ret_tma = 0;
     switch (head_dim) {
     case 64:
-        return bf ? fwd_vl_launch<attn_bf16, 64>(p, wg, allow_tma, ret_tma, stream)
-                  : fwd_vl_launch<attn_f16, 64>(p, wg, allow_tma, ret_tma, stream);
+        return bf ? fwd_vl_launch<attn_bf16, 64>(p, wg, allow_tma, ret_tma, ctas, stream)
+                  : fwd_vl_launch<attn_f16, 64>(p, wg, allow_tma, ret_tma, ctas, stream);
     case 128:
-        return bf ? fwd_vl_launch<attn_bf16, 128>(p, wg, allow_tma, ret_tma, stream)
-                  : fwd_vl_launch<attn_f16, 128>(p, wg, allow_tma, ret_tma, stream);
+        return bf ? fwd_vl_launch<attn_bf16, 128>(p, wg, allow_tma, ret_tma, ctas, stream)
+                  : fwd_vl_launch<attn_f16, 128>(p, wg, allow_tma, ret_tma, ctas, stream);
     default:
         return cudaErrorInvalidValue;
     }

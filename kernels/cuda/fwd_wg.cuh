@@ -638,11 +638,14 @@ static __device__ __forceinline__ void fwd_wg_consume(const struct attn_fwd_para
     }
 
     uint16_t *out_g = static_cast<uint16_t *>(p.out);
-    if constexpr (NC == 3) { /* b and h again from bh, which is kept anyway: not live through the tiles */
+    /* b and h again from bh, which is kept anyway: not live through the tiles (three
+     * consumers; and the persistent window kernel, attn_vl.cu's attn_fwd_vl_wgp_kernel, whose
+     * consumers spilled 4 bytes at 128 with them live) */
+    if constexpr (NC == 3 || (VL && PERSIST)) {
         int32_t x = bh;
         asm volatile("" : "+r"(x));
-        b = VL ? b : x / p.heads_q;
-        h = VL ? h : x - b * p.heads_q;
+        b = VL && !PERSIST ? b : x / p.heads_q;
+        h = VL && !PERSIST ? h : x - b * p.heads_q;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {

@@ -478,9 +478,11 @@ static void test_attn_vl_gpu_sequence_bits_do_not_depend_on_packing(void)
 
 /* A dense batch with a window and a softcap (4 sequences of 700 queries over 650 keys, GQA
  * 4:2, bf16) and the same sequences packed: the forward's O and LSE are the same bits, for
- * each forward kernel the GPU has; on v3's the dense batch loads through TMA, and again
- * through cp.async (cuattn__force_no_tma), and the packed batch through TMA with maps per
- * sequence and again through cp.async - the same bytes in shared memory, so the same bits.
+ * each forward kernel the GPU has; on v3's the dense batch loads through TMA (the persistent
+ * kernel: a CTA an SM, and again on 1, 3 and 7 CTAs, each then taking several q-tiles in a
+ * row, cuattn__force_fwd_ctas), and again through cp.async (cuattn__force_no_tma, a CTA a
+ * tile), and the packed batch through TMA with maps per sequence and again through
+ * cp.async - the same bytes in shared memory, so the same bits.
  * Head dims 64 and 128; long enough that the band starts past the first kv-tile (window
  * (300, 0) at 700 rows, which is no multiple of a tile: each sequence's last tiles run
  * past its end, into the next one's rows). */
@@ -538,6 +540,17 @@ static void test_attn_vl_gpu_forward_bits_do_not_depend_on_loads_or_packing(void
                 if (memcmp(out0, dense.out, ob) != 0 || memcmp(lse0, dense.lse, lb) != 0) {
                     fprintf(stderr, "\n  %s: cp.async gave other bits than TMA", what);
                     bad++;
+                }
+                const int32_t ctas[] = {1, 3, 7}; /* the persistent kernel's tiles in a row */
+                for (size_t ci = 0; ci < sizeof ctas / sizeof ctas[0]; ci++) {
+                    cuattn__force_fwd_ctas(ca, ctas[ci]);
+                    CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &dense, NULL, NULL), 0);
+                    cuattn__force_fwd_ctas(ca, 0);
+                    bad += cuattn__last_fwd_tma(ca) != 1 || !ran_expected_fwd(ca, impls[ii], what);
+                    if (memcmp(out0, dense.out, ob) != 0 || memcmp(lse0, dense.lse, lb) != 0) {
+                        fprintf(stderr, "\n  %s: TMA on %d CTAs gave other bits", what, (int)ctas[ci]);
+                        bad++;
+                    }
                 }
             }
             for (int cp = 0; cp <= v3; cp++) { /* v3: TMA (maps per sequence), then cp.async */
@@ -898,7 +911,8 @@ static void test_attn_vl_gpu_batches_without_gqa_repeat_their_bits_on_small_grid
  * beside test_attn_vl_gpu_rows_without_keys_give_zeros_not_nan (head dim 128, no softcap,
  * a packed batch): head dims 64 and 128, each with a softcap and without (the backward's
  * two instances), packed batches (v3's forward with maps per sequence) and dense ones with a
- * window (its forward through TMA), each forward also through cp.async; GQA, causal and
+ * window (its persistent forward through TMA, also on one CTA: Q handed over and the rings'
+ * phases carried from tile to tile), each forward also through cp.async; GQA, causal and
  * not, lengths off the tiles (the last tiles run past a sequence's end), a sequence without
  * queries; each forward and backward kernel the GPU has, shift and ascending, each run
  * checked against float64 (an unchanged result under a sanitizer is also a right one). The
@@ -915,13 +929,19 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
         int32_t wl, wr;
         float cap;
         int32_t hkv, grid; /* kv heads (of 4 q-heads); the backward's CTAs (0: the SM count) */
+        int32_t sq, sk;    /* a dense batch's lengths (0: 150 queries over 130 keys) */
     } cases[] = {
-        {64, DTYPE_F16, 1, SCHED_MASK_CAUSAL, 50, 0, 30.0f, 2, 0},
-        {64, DTYPE_BF16, 0, SCHED_MASK_FULL, 20, 70, 0.0f, 2, 0},
-        {128, DTYPE_BF16, 0, SCHED_MASK_CAUSAL, 40, 0, 50.0f, 2, 0},
-        {128, DTYPE_F16, 1, SCHED_MASK_FULL, 30, 10, 30.0f, 2, 0},
-        {128, DTYPE_BF16, 1, SCHED_MASK_CAUSAL, 150, 0, 0.0f, 4, 2},
-        {128, DTYPE_F16, 0, SCHED_MASK_FULL, 100, 20, 30.0f, 4, 2},
+        {64, DTYPE_F16, 1, SCHED_MASK_CAUSAL, 50, 0, 30.0f, 2, 0, 0, 0},
+        {64, DTYPE_BF16, 0, SCHED_MASK_FULL, 20, 70, 0.0f, 2, 0, 0, 0},
+        {128, DTYPE_BF16, 0, SCHED_MASK_CAUSAL, 40, 0, 50.0f, 2, 0, 0, 0},
+        {128, DTYPE_F16, 1, SCHED_MASK_FULL, 30, 10, 30.0f, 2, 0, 0, 0},
+        {128, DTYPE_BF16, 1, SCHED_MASK_CAUSAL, 150, 0, 0.0f, 4, 2, 0, 0},
+        {128, DTYPE_F16, 0, SCHED_MASK_FULL, 100, 20, 30.0f, 4, 2, 0, 0},
+        /* 400 queries over 100 keys, causal: q-tiles 0 and 1 see no key, so on one CTA the
+         * persistent forward meets whole tiles without keys (no loads, the rings' counts and
+         * Q's phase unchanged) between tiles with keys; the last tile's 16 rows leave
+         * consumer 1 idle before a tile where it is busy (fwd_wg_idle's wait for Q) */
+        {128, DTYPE_BF16, 0, SCHED_MASK_CAUSAL, 64, 0, 30.0f, 2, 0, 400, 100},
     };
     const int32_t lq[] = {1, 150, 0, 65}, lk[] = {1, 200, 40, 64};
     struct cuattn *ca = NULL;
@@ -934,8 +954,8 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         struct attn_problem p = base_problem(cases[ci].packed ? 4 : 2, 4, cases[ci].hkv, cases[ci].d, cases[ci].dt);
         if (!cases[ci].packed) {
-            p.seqlen_q = 150;
-            p.seqlen_k = 130;
+            p.seqlen_q = cases[ci].sq ? cases[ci].sq : 150;
+            p.seqlen_k = cases[ci].sk ? cases[ci].sk : 130;
         }
         p.mask = cases[ci].mask;
         p.window = 1;
@@ -952,10 +972,18 @@ static void test_attn_vl_gpu_small_shapes_for_sanitizers(void)
         for (int ii = ni - 1; ii >= 0; ii--) { /* each forward; the default's O (v3's) last */
             CU_ASSERT_EQUAL_FATAL(cuattn_set_impl(ca, impls[ii]), 0);
             const int v3 = impls[ii] == CUATTN_IMPL_WGMMA;
-            for (int cp = v3; cp >= 0; cp--) { /* v3: cp.async, then TMA */
-                snprintf(what, sizeof what, "case %zu v%d%s", ci, (int)impls[ii], cp ? " cp.async" : "");
+            /* v3: cp.async, then TMA (a dense batch's persistent kernel: also on one CTA,
+             * every q-tile in a row on it, then a CTA an SM) */
+            for (int run = 2 * v3; run >= 0; run--) {
+                const int cp = run == 2, one = run == 1 && !cases[ci].packed;
+                if (run == 1 && !one)
+                    continue;
+                snprintf(what, sizeof what, "case %zu v%d%s", ci, (int)impls[ii],
+                         cp ? " cp.async" : one ? " 1 CTA" : "");
                 cuattn__force_no_tma(ca, cp);
+                cuattn__force_fwd_ctas(ca, one);
                 CU_ASSERT_EQUAL_FATAL(gpu_bufs_forward(ca, &a, NULL, NULL), 0);
+                cuattn__force_fwd_ctas(ca, 0);
                 bad += !ran_expected_fwd(ca, impls[ii], what);
                 bad += cuattn__last_fwd_tma(ca) != (v3 && !cp);
                 bad += !check_forward(&a, &R, what);
