@@ -98,8 +98,7 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
     constexpr bool W = SM::writer;
     [[maybe_unused]] bwd_wg_ring hb = {0, 0u}; /* W: the staging buffer of the next ticket */
     [[maybe_unused]] int32_t wait_end = 0; /* W: sched_wait_end of the last job taken, INT32_MAX
-                                               when its last unit had one step (drain first);
-                                               head dim 256: thread 0's sm.wait_end_smem */
+                                               when its last unit had one step (drain first) */
     [[maybe_unused]] uint32_t qph = 0; /* W, BWD_WG_STAGE_BARS: the stages' next parities */
     [[maybe_unused]] int32_t dsb = 0;  /* ... and the dS tile of the next step */
     /* W, head dim 256: Q and dO by the loader lane where the maps encode (bwd_wg256_lq) */
@@ -118,8 +117,6 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
              * while that job's head waits (H100, 128 causal at 2112, a last kv-tile of one
              * q-tile: ascending 41 -> 201 TFLOPS, descending 269 -> 295;
              * bench/results/onedrain-trial-2026-12-06.md) */
-            if constexpr (D == 256)
-                wait_end = threadIdx.x == 0 ? sm.wait_end_smem : 0;
             if (threadIdx.x == 0 && wait_end > attn_ld_acquire(p.job_next)) {
                 BWD_WG_T0();
                 bwd_wg_drain(sm, hb);
@@ -147,12 +144,8 @@ static __device__ __forceinline__ void bwd_tc_persistent(const struct attn_bwd_p
             return;
         }
         const struct sched_job J = sched_job_taken(s, job);
-        if constexpr (W) { /* (one more live register than wait_end spilled in attn_vl.cu) */
+        if constexpr (W) /* (one more live register than wait_end spilled in attn_vl.cu) */
             wait_end = sched_job_last_steps(s, J.k) == 1 ? INT32_MAX : sched_wait_end(s, job);
-            if constexpr (D == 256)
-                if (threadIdx.x == 0)
-                    sm.wait_end_smem = wait_end;
-        }
         for (int32_t stage = 0; stage < sched_job_stages(s, J.k); stage++) {
             const int32_t n = sched_job_unit(s, J.k, stage);
             const int32_t steps = sched_unit_steps(s, n);

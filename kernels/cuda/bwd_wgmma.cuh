@@ -94,13 +94,7 @@
  * one run against the pair stores, same bits (bench/results/gpu-bwd-tmastore-2026-12-04.md):
  * det +6.5% (64) and +6.8% (128) at 1k causal, +2.0-3.7% at 4k, +0.4-1.0% at 16k causal;
  * window/packed +1.8-7%. */
-/* Head dim 256 the same way (trial d256): its unit's dK and dV (64 kv rows of 256 columns,
- * 32 KiB each in bf16) fill K's and V's tiles exactly, and each warpgroup stores its own
- * 128 columns (two 64 x 64 boxes of each); 4-byte pair stores took ~5.5 us a unit there
- * (the trace's `store`, 83.7-87.5 us of a CTA at 4k: bench/results/d256-trial-2026-12-07.md);
- * under the deterministic schedules only (trial d256b: atomic lost ~4% with them,
- * bwd_wg_store_dkv). */
-#define BWD_WG_DKV_TMA(D) (BWD_WG_STAGE_BARS(D) || (D) == 64 || (D) == 256)
+#define BWD_WG_DKV_TMA(D) (BWD_WG_STAGE_BARS(D) || (D) == 64)
 /* Trial unitlap: where the stages have mbarriers (BWD_WG_STAGE_BARS: head dim 128, the dense
  * persistent kernel and the window/packed one), a unit's dK and dV are staged for those
  * stores not in K's and V's tiles but in four 16 KiB tiles the unit's end leaves free -
@@ -284,9 +278,6 @@ struct bwd_wg_smem<256> {
     int32_t flag_smem;
     int32_t ticket[BWD_WG_DQBUFS][4];
     int32_t ticket_stage[BWD_WG_DQBUFS]; /* the stage whose place holds the ticket's partial */
-    int32_t wait_end_smem; /* thread 0's wait end of the last job taken (bwd_tc_persistent's drain
-                              rule), here rather than in a register the steps would hold: with
-                              the unit's TMA stores ptxas spilled it (16 bytes) */
     uint64_t full_bar[BWD_WG_DQBUFS];
     uint64_t empty_bar[BWD_WG_DQBUFS];
     /* Q and dO by TMA from the loader lane (bwd_wg256_loader; persistent mode, maps ok): */
@@ -544,8 +535,7 @@ static __device__ __forceinline__ unsigned char *bwd_wg_dkv_tile(SM &sm, int32_t
 
 /* The unit's dK (times scale) and dV through shared memory (the 128-byte swizzled layout of
  * the loads, which the maps' swizzle undoes) and a TMA store per 64-column block of each
- * warpgroup's 64 rows (head dim 256: of its two column blocks, all 64 rows: bwd_wg_regs<256>);
- * rows past Sk are the maps' out-of-bounds (not written). LEAVES:
+ * warpgroup's 64 rows; rows past Sk are the maps' out-of-bounds (not written). LEAVES:
  * where the audit asks (leaf_dk), once the stores are issued each lane hashes one of the
  * warpgroup's staged rows read back from the tiles (bwd_wg_tile_leaves: the packed values
  * bwd_tc_store_unit's quads would hash; head dim 128 later, in bwd_wg_store_dkv_done, under
@@ -574,17 +564,13 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
                                                              const bwd_wg_qmaps *qm, const int32_t *view = nullptr,
                                                              int32_t set = 0)
 {
-    static_assert((BN == 128 && (D == 128 || D == 64)) || (BN == BWD_WG256_BN && D == 256),
-                  "two warpgroups of 64 kv rows (head dim 64 or 128) or of 128 columns (256)");
+    static_assert(BN == 128 && (D == 128 || D == 64), "two warpgroups of 64 kv rows, head dim 64 or 128");
     constexpr bool DKV_LAP = BWD_WG_DKV_LAP(D);
     static_assert(!DKV_LAP || D == 128, "the leaves are hashed in bwd_wg_store_dkv_done where DKV_LAP");
     static_assert(!PAIR_LAP || (D == 64 && !DKV_LAP), "the dS^T tiles of the pair kernel hold 64 columns");
 #if BWD_TC_BULK
     int32_t b = bh / p.heads_q;
-    /* warpgroup wg's part: kv rows r0 .. +64, all D columns (64, 128); all 64 rows, column
-     * blocks c0 .. +2 (256: columns 128 wg ..) */
-    const int32_t hk = (bh - b * p.heads_q) / p.group, wg = threadIdx.x >> 7;
-    const int32_t r0 = D == 256 ? 0 : 64 * wg, c0 = D == 256 ? 2 * wg : 0;
+    const int32_t hk = (bh - b * p.heads_q) / p.group, wg = threadIdx.x >> 7, r0 = 64 * wg;
     int32_t j = n * BN + r0;
     if (view) {
         b += view[0];
@@ -611,8 +597,8 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < (int)(sizeof x.dk_reg / sizeof(float)); e += 2) {
-            const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), 64 * c0 + bwd_wg_regs<D>::col(e), BN);
+        for (int e = 0; e < D / 2; e += 2) {
+            const uint32_t at = attn_sw128(r0 + bwd_wg_regs<D>::row(e), bwd_wg_regs<D>::col(e), BN);
             *reinterpret_cast<uint32_t *>(ks + at) =
                 DT::pack2(__fmul_rn(x.dk_reg[e], p.scale), __fmul_rn(x.dk_reg[e + 1], p.scale));
             *reinterpret_cast<uint32_t *>(vs + at) = DT::pack2(x.dv_reg[e], x.dv_reg[e + 1]);
@@ -625,7 +611,7 @@ static __device__ __forceinline__ void bwd_wg_store_unit_tma(const struct attn_b
         asm volatile("bar.sync 3, 128;" ::: "memory");
     if ((threadIdx.x & 127) == 0) {
 #pragma unroll
-        for (int32_t c = c0; c < c0 + (D == 256 ? 2 : D / 64); c++) {
+        for (int32_t c = 0; c < D / 64; c++) {
             if constexpr (DKV_LAP) {
                 attn_tma_store_4d(&qm->dk, bwd_wg_dkv_tile<D>(sm, 0, c) + r0 * 128, 64 * c, j, hk, b);
                 attn_tma_store_4d(&qm->dv, bwd_wg_dkv_tile<D>(sm, 1, c) + r0 * 128, 64 * c, j, hk, b);
@@ -664,13 +650,7 @@ static __device__ __forceinline__ void bwd_wg_store_dkv(const struct attn_bwd_pa
                                                         const bwd_wg_qmaps *qm, const int32_t *view = nullptr)
 {
     if constexpr (BWD_WG_DKV_TMA(D)) {
-        /* head dim 256 hashes no dK/dV rows (the host arms no such leaves: they are digested
-         * from memory), so its stores take TMA only where none are asked for, and only under
-         * the deterministic schedules: there they gained 2.5-6.4% on an H100, but atomic lost
-         * ~4% at causal 4k and 16k (twice), so it keeps the pair stores - the same bits
-         * either way (trial d256b, bench/results/d256-trial-2026-12-07.md). p.s.kind is a
-         * kernel parameter: the branch is uniform over the CTA and holds no register. */
-        if (bwd_wg_dkv_tma<BN, LEAVES && D != 256>(p, qm, n, view) && (D != 256 || p.s.kind != SCHED_ATOMIC)) {
+        if (bwd_wg_dkv_tma<BN, LEAVES>(p, qm, n, view)) {
             bwd_wg_store_unit_tma<DT, D, BN, LEAVES>(p, sm, x, bh, n, qm, view);
             return;
         }
@@ -1526,7 +1506,6 @@ static __device__ __forceinline__ void bwd_wg_init(bwd_wg_smem<D> &sm)
             attn_mbar_init(&sm.q_full[b], 2 * ATTN_THREADS + 1);
         attn_mbar_init(&sm.lq_full, 1);
         attn_mbar_init(&sm.lq_empty, 1);
-        sm.wait_end_smem = 0; /* no job taken yet */
     }
     if constexpr (D == 256 || BWD_WG_STAGE_BARS(D))
         attn_mbar_init_fence(); /* q_full: TMA completes bytes on it, issued by another thread */
