@@ -67,35 +67,6 @@ static __device__ __forceinline__ int32_t vl_last_le(int32_t n, Key key, int32_t
     return lo;
 }
 
-/* vl_last_le over two key sets at once (n1, key1, x1 and n2, key2, x2; n 0 gives 0): the
- * same two results, with each round's two loads side by side, so a caller with two
- * independent look-ups waits for one chain of loads, not two. */
-template <typename Key1, typename Key2>
-static __device__ __forceinline__ void vl_last_le2(int32_t n1, Key1 key1, int32_t x1, int32_t n2, Key2 key2, int32_t x2,
-                                                   int32_t &ret_1, int32_t &ret_2)
-{
-    int32_t lo1 = 0, hi1 = n1 - 1, lo2 = 0, hi2 = n2 - 1;
-    while (lo1 < hi1 || lo2 < hi2) {
-        const bool on1 = lo1 < hi1, on2 = lo2 < hi2;
-        const int32_t mid1 = (lo1 + hi1 + 1) >> 1, mid2 = (lo2 + hi2 + 1) >> 1;
-        const int32_t k1 = on1 ? key1(mid1) : 0, k2 = on2 ? key2(mid2) : 0;
-        if (on1) {
-            if (k1 <= x1)
-                lo1 = mid1;
-            else
-                hi1 = mid1 - 1;
-        }
-        if (on2) {
-            if (k2 <= x2)
-                lo2 = mid2;
-            else
-                hi2 = mid2 - 1;
-        }
-    }
-    ret_1 = lo1;
-    ret_2 = lo2;
-}
-
 /* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
 static __device__ __forceinline__ int32_t vl_entry(const struct attn_vl_seq *t, int32_t n, int32_t x)
 {
@@ -853,45 +824,21 @@ struct vl_row {
     int64_t at;
 };
 
-/* Element offset of w's row t in a tensor of strides st (batch, row). */
-static __device__ __forceinline__ int64_t vl_row_at(const struct attn_bwd_params &p, const struct vl_row &w,
-                                                    int32_t t, const int64_t *st)
-{
-    return p.vl_dense ? (int64_t)w.b * st[0] + (int64_t)w.i * st[1] : (int64_t)t * st[1];
-}
-
-/* w of row t of sequence b (found by the caller), its offset in strides st. */
-static __device__ __forceinline__ struct vl_row vl_row_in(const struct attn_bwd_params &p, const int32_t *cu,
-                                                          int32_t b, int32_t t, const int64_t *st)
-{
-    struct vl_row w;
-    w.b = b;
-    w.r0 = cu[w.b];
-    w.len = cu[w.b + 1] - w.r0;
-    w.i = t - w.r0;
-    w.at = vl_row_at(p, w, t, st);
-    return w;
-}
-
 static __device__ __forceinline__ struct vl_row vl_row_of(const struct attn_bwd_params &p, const int32_t *cu,
                                                           int32_t t, const int64_t *st)
 {
-    return vl_row_in(p, cu, vl_seq_of(cu, p.s.batch, t), t, st);
-}
-
-/* Head h and packed row t of q-side row h total_q + t: heads_q total_q fits int32 (the host
- * refuses more rows, vl_plan's -EOVERFLOW), so a 32-bit division, not the 64-bit one. */
-static __device__ __forceinline__ void vl_head_row(const struct attn_bwd_params &p, int64_t row, int32_t &ret_h,
-                                                   int32_t &ret_t)
-{
-    ret_h = (int32_t)((uint32_t)row / (uint32_t)p.total_q);
-    ret_t = (int32_t)row - ret_h * p.total_q;
+    struct vl_row w;
+    w.b = vl_seq_of(cu, p.s.batch, t);
+    w.r0 = cu[w.b];
+    w.len = cu[w.b + 1] - w.r0;
+    w.i = t - w.r0;
+    w.at = p.vl_dense ? (int64_t)w.b * st[0] + (int64_t)w.i * st[1] : (int64_t)t * st[1];
+    return w;
 }
 
 /* Dsum as attn_bwd_tc.cu's preprocess forms it (the diagonal of dO O^T by the dP chain),
  * over rows (head h, packed row t), h total_q + t, into the scratch layout; LSE copied
- * there too. A lane's two rows are looked up once, side by side (vl_last_le2), and the
- * lane that stores them keeps their scratch offsets from then (it loaded them too). */
+ * there too. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
 {
@@ -901,32 +848,19 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
     const int32_t warps = ATTN_THREADS / 32;
     const uint16_t *o_g = static_cast<const uint16_t *>(p.out);
     const uint16_t *do_g = static_cast<const uint16_t *>(p.dout);
-    const int32_t *cu = p.cu_q;
     for (int64_t grp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); grp < groups;
          grp += (int64_t)gridDim.x * warps) {
         const uint16_t *o_row[2], *do_row[2]; /* rows grp 16 + g, + 8; NULL past the end */
-        int32_t h[2], t[2], b[2], at[2];      /* at: the row's in the scratch layout (< rows) */
-        bool in[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int64_t row = grp * 16 + g + 8 * r;
-            in[r] = row < rows;
-            h[r] = t[r] = 0;
-            if (in[r])
-                vl_head_row(p, row, h[r], t[r]);
-        }
-        /* (past the end: a search of no entries) */
-        vl_last_le2(in[0] ? p.s.batch : 0, [cu](int32_t i) { return cu[i]; }, t[0], in[1] ? p.s.batch : 0,
-                    [cu](int32_t i) { return cu[i]; }, t[1], b[0], b[1]);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
             o_row[r] = do_row[r] = NULL;
-            at[r] = 0;
-            if (in[r]) {
-                const struct vl_row w = vl_row_in(p, cu, b[r], t[r], p.out_stride);
-                o_row[r] = o_g + w.at + h[r] * p.out_stride[2];
-                do_row[r] = do_g + vl_row_at(p, w, t[r], p.dout_stride) + h[r] * p.dout_stride[2];
-                at[r] = p.heads_q * w.r0 + h[r] * w.len + w.i;
+            if (row < rows) {
+                const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+                const struct vl_row wo = vl_row_of(p, p.cu_q, t, p.out_stride);
+                const struct vl_row wd = vl_row_of(p, p.cu_q, t, p.dout_stride);
+                o_row[r] = o_g + wo.at + h * p.out_stride[2];
+                do_row[r] = do_g + wd.at + h * p.dout_stride[2];
             }
         }
         float c_lo[4], c_hi[4];
@@ -934,13 +868,17 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
         if (t4 == (g >> 1)) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                if (!in[r])
+                const int64_t row = grp * 16 + g + 8 * r;
+                if (row >= rows)
                     continue;
-                /* lse: (batch, heads_q, S) dense, (1, heads_q, total_q) packed: there the row
-                 * itself, h total_q + t */
-                const int64_t from = p.vl_dense ? (int64_t)at[r] : grp * 16 + g + 8 * r;
-                p.dsum[at[r]] = r ? ((g & 1) ? c_hi[3] : c_hi[2]) : ((g & 1) ? c_lo[1] : c_lo[0]);
-                p.lse_vl[at[r]] = p.lse[from];
+                const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+                const int32_t b = vl_seq_of(p.cu_q, p.s.batch, t), q0 = p.cu_q[b];
+                const int32_t sq = p.cu_q[b + 1] - q0, i = t - q0;
+                const int64_t at = (int64_t)p.heads_q * q0 + (int64_t)h * sq + i;
+                /* lse: (batch, heads_q, S) dense, (1, heads_q, total_q) packed */
+                const int64_t from = p.vl_dense ? at : (int64_t)h * p.total_q + t;
+                p.dsum[at] = r ? ((g & 1) ? c_hi[3] : c_hi[2]) : ((g & 1) ? c_lo[1] : c_lo[0]);
+                p.lse_vl[at] = p.lse[from];
             }
         }
     }
@@ -948,18 +886,18 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
 
 /* Whether row w.i of head h of w's sequence had no addition where dQacc was not zeroed
  * (attn_bwd_dq_first_stores): its sequence has no table entry (no keys: the table holds the
- * sequences with work, in order, each at its first row q0) or its tile's counter is 0.
- * e: the last entry whose q0 <= the row's t (the same as the last whose q0 <= w.r0: no
- * sequence starts in (w.r0, t]), so the caller looks it up beside the row's sequence. */
+ * sequences with work, in order, each at its first row q0) or its tile's counter is 0. */
 static __device__ __forceinline__ bool vl_dq_untouched(const struct attn_bwd_params &p, const struct vl_row &w,
-                                                       int32_t h, const struct attn_vl_seq *e)
+                                                       int32_t h)
 {
+    const struct attn_vl_seq *t = p.vl; /* the last entry whose q0 <= w.r0 */
+    const struct attn_vl_seq *e = t + vl_last_le(p.vl_count, [t](int32_t i) { return t[i].q0; }, w.r0);
     return p.vl_count == 0 || e->q0 != w.r0 ||
            p.counter[e->tile0 + (int64_t)h * e->s.m_tiles + w.i / BWD_TC_BM] == 0;
 }
 
-/* dQ = scale dQacc, one warp per row (h, t) (bwd_tc_dq_row): the row's sequence and table
- * entry are looked up once, not per pair, and side by side. */
+/* dQ = scale dQacc, one warp per row (h, t) (bwd_tc_dq_row): the row's sequence is looked
+ * up once, not per pair. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
 {
@@ -967,19 +905,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(c
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
     const bool first = attn_bwd_dq_first_stores(p);
-    const int32_t *cu = p.cu_q;
-    const struct attn_vl_seq *tab = p.vl;
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
-        int32_t h, t, b, entry;
-        vl_head_row(p, row, h, t);
-        /* the entry only where dQacc was not zeroed (else no search: entry 0, unread) */
-        vl_last_le2(p.s.batch, [cu](int32_t i) { return cu[i]; }, t, first ? p.vl_count : 0,
-                    [tab](int32_t i) { return tab[i].q0; }, t, b, entry);
-        const struct vl_row w = vl_row_in(p, cu, b, t, p.dq_stride);
+        const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+        const struct vl_row w = vl_row_of(p, p.cu_q, t, p.dq_stride);
         const int64_t at = (int64_t)p.heads_q * w.r0 + (int64_t)h * w.len + w.i;
         bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2],
-                             first && vl_dq_untouched(p, w, h, tab + entry) ? NULL : p.dq_acc + at * D, w.i, p.scale,
-                             lane);
+                             first && vl_dq_untouched(p, w, h) ? NULL : p.dq_acc + at * D, w.i, p.scale, lane);
     }
 }
 
