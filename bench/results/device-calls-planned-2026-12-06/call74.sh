@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# call 74 (planned at the end of 2026-12-07's fifth session): trial vlpre (51c1cd7: the VL
+# backward's pre/postprocess look each row's sequence up once; vlpre-trial-2026-12-07.md).
+# First, alone on the GPU: main's bundle and the trial's taking turns, ROUNDS (3) rounds of
+# bench_gpu --only 128,16384,causal,auto with --window 1024, --window 4096 and the packed
+# batch (the backward's TFLOPS and its digest); then one ncu pass each over the VL backward's
+# pre/postprocess kernels (window 1k); then the trial's gpu_attn_vl and the `_vl_` sanitizer
+# targets. Carry: .gpu/bin .gpu/bin.what .gpu/lib .gpu/trial-vlpre
+L=${LIMIT:-420}
+. "$(dirname "$0")/common.sh"
+lengths=$(python3 bench/varlen_peers.py --packed-lengths)
+for r in $(seq 1 ${ROUNDS:-3}); do
+  for b in bin trial-vlpre; do
+    for c in "--window 1024" "--window 4096" "--lengths $lengths"; do
+      timeout 60 .gpu/$b/bench_gpu --reps 5 --only 128,16384,causal,auto $c | tr -d '\n' >> $W/ab-$b.json; echo >> $W/ab-$b.json
+    done
+  done
+  T "A/B round $r"
+done
+for b in bin trial-vlpre; do
+  timeout 60 ncu --section SpeedOfLight -k regex:'attn_bwd_vl_(pre|post)' --launch-count 2 \
+    .gpu/$b/bench_gpu --reps 1 --only 128,16384,causal,shift --window 1024 > $W/ncu-$b.txt 2>&1; T "ncu $b rc $?"
+done
+left=$(( L - 15 - $(( $(date +%s) - t0 )) ))
+lane t CHECKS="gpu_attn_vl" TRIALS=vlpre MAIN_CHECKS=none AB_TRIALS=none SUITE_TIMEOUT=$left OUT=$W/t bash scripts/gpu_trials.sh
+lane san SANITIZE_ONLY='_vl_' SANITIZER_TIMEOUT=$(( left / 3 )) BIN=.gpu/trial-vlpre OUT=$W/san bash scripts/gpu_sanitize.sh
+wait; T "lanes done"
+python3 - $W/ab-bin.json $W/ab-trial-vlpre.json > $W/ab.txt <<'PY'
+import json, sys
+def load(path):
+    out = {}
+    for line in open(path):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError as e:
+            print("unreadable line in", path, e); continue
+        for r in doc["rows"]:
+            case = ("packed %d docs" % len(r["lengths"]) if "lengths" in r
+                    else "window %d" % r["window"] if "window" in r else "causal")
+            out.setdefault(case, []).append(r)
+    return out
+main, trial = (load(p) for p in sys.argv[1:3])
+print("| case | bwd (auto) TFLOPS main (rounds) | trial | trial / main (medians) | fwd main / trial | same digests |")
+print("| --- | --- | --- | ---: | --- | --- |")
+med = lambda xs: sorted(xs)[len(xs) // 2]
+for case in main:
+    bm = [b["tflops"] for r in main[case] for b in r["bwd"]]; bt = [b["tflops"] for r in trial.get(case, []) for b in r["bwd"]]
+    fm = [r["fwd_tflops"] for r in main[case]]; ft = [r["fwd_tflops"] for r in trial.get(case, [])]
+    dg = set(str([b.get("digest") for b in r["bwd"]]) for r in main[case] + trial.get(case, []))
+    print("| %s | %s | %s | %.3f | %s / %s | %s |" % (case, " ".join("%.1f" % x for x in bm), " ".join("%.1f" % x for x in bt),
+          med(bt) / med(bm) if bt else 0, " ".join("%.1f" % x for x in fm), " ".join("%.1f" % x for x in ft), "yes" if len(dg) == 1 else "NO (%d)" % len(dg)))
+PY
+{ echo "== A/B"; cat $W/ab.txt; for b in bin trial-vlpre; do echo "== ncu $b"; grep -E "attn_bwd_vl|Duration|Memory Throughput" $W/ncu-$b.txt | head -12; done
+  echo "== suites"; cat $W/t/trials.log 2>/dev/null; echo "== sanitizers"; cat $W/lane-san.out; cat $W/times.txt; } > $OUT/summary.txt
+tar czf $OUT/call74.tgz -C $W .
+cat $OUT/summary.txt
