@@ -25,33 +25,7 @@ left=$(( L - 15 - $(( $(date +%s) - t0 )) ))
 lane t CHECKS="gpu_attn_vl" TRIALS=vlpre MAIN_CHECKS=none AB_TRIALS=none SUITE_TIMEOUT=$left OUT=$W/t bash scripts/gpu_trials.sh
 lane san SANITIZE_ONLY='_vl_' SANITIZER_TIMEOUT=$(( left / 3 )) BIN=.gpu/trial-vlpre OUT=$W/san bash scripts/gpu_sanitize.sh
 wait; T "lanes done"
-python3 - $W/ab-bin.json $W/ab-trial-vlpre.json > $W/ab.txt <<'PY'
-import json, sys
-def load(path):
-    out = {}
-    for line in open(path):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError as e:
-            print("unreadable line in", path, e); continue
-        for r in doc["rows"]:
-            case = ("packed %d docs" % len(r["lengths"]) if "lengths" in r
-                    else "window %d" % r["window"] if "window" in r else "causal")
-            out.setdefault(case, []).append(r)
-    return out
-main, trial = (load(p) for p in sys.argv[1:3])
-print("| case | bwd (auto) TFLOPS main (rounds) | trial | trial / main (medians) | fwd main / trial | same digests |")
-print("| --- | --- | --- | ---: | --- | --- |")
-med = lambda xs: sorted(xs)[len(xs) // 2]
-for case in main:
-    bm = [b["tflops"] for r in main[case] for b in r["bwd"]]; bt = [b["tflops"] for r in trial.get(case, []) for b in r["bwd"]]
-    fm = [r["fwd_tflops"] for r in main[case]]; ft = [r["fwd_tflops"] for r in trial.get(case, [])]
-    dg = set(str([b.get("digest") for b in r["bwd"]]) for r in main[case] + trial.get(case, []))
-    print("| %s | %s | %s | %.3f | %s / %s | %s |" % (case, " ".join("%.1f" % x for x in bm), " ".join("%.1f" % x for x in bt),
-          med(bt) / med(bm) if bt else 0, " ".join("%.1f" % x for x in fm), " ".join("%.1f" % x for x in ft), "yes" if len(dg) == 1 else "NO (%d)" % len(dg)))
-PY
+python3 "$(dirname "$0")/vl_ab.py" $W/ab-bin.json $W/ab-trial-vlpre.json > $W/ab.txt
 { echo "== A/B"; cat $W/ab.txt; for b in bin trial-vlpre; do echo "== ncu $b"; grep -E "attn_bwd_vl|Duration|Memory Throughput" $W/ncu-$b.txt | head -12; done
   echo "== suites"; cat $W/t/trials.log 2>/dev/null; echo "== sanitizers"; cat $W/lane-san.out; cat $W/times.txt; } > $OUT/summary.txt
 tar czf $OUT/call74.tgz -C $W .

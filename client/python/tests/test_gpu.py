@@ -161,6 +161,18 @@ def test_gpu_the_custom_ops_take_the_native_request_with_the_ctypes_bits():
     assert calls == ["fwd", "bwd"] * 2, calls
 
 
+def _assert_second_order_refused(out, q, dout):
+    """A gradient of out's gradient in q raises (the native node's refusal), never a silent
+    zero."""
+    dq, = torch.autograd.grad(out, q, dout, create_graph=True)
+    try:
+        torch.autograd.grad(dq.float().square().sum(), q)
+        raised = None
+    except RuntimeError as e:
+        raised = e
+    assert raised is not None and "second-order" in str(raised), str(raised)
+
+
 def test_gpu_the_native_op_refuses_second_order_gradients():
     from dash_attn import _client
     c = _client.client_by_id(0, torch.empty(1, device="cuda"))
@@ -172,13 +184,7 @@ def test_gpu_the_native_op_refuses_second_order_gradients():
     for x in (q, k, v):
         x.requires_grad_()
     out = dash_attn.flash_attn_func(q, k, v, causal=True)
-    dq, = torch.autograd.grad(out, q, dout, create_graph=True)
-    try:
-        torch.autograd.grad(dq.float().square().sum(), q)
-        raised = None
-    except RuntimeError as e:
-        raised = e
-    assert raised is not None and "second-order" in str(raised), str(raised)
+    _assert_second_order_refused(out, q, dout)
     dash_attn.synchronize()
 
 
@@ -827,13 +833,7 @@ def test_gpu_varlen_native_op_refuses_second_order_gradients():
             x.requires_grad_()
         out = dash_attn.flash_attn_varlen_func(q, k, v, cq, ck, 130, 130, causal=True)
         assert calls and "attn_fn" in out.grad_fn.name(), out.grad_fn.name()
-        dq, = torch.autograd.grad(out, q, dout, create_graph=True)
-        try:
-            torch.autograd.grad(dq.float().square().sum(), q)
-            raised = None
-        except RuntimeError as e:
-            raised = e
-        assert raised is not None and "second-order" in str(raised), str(raised)
+        _assert_second_order_refused(out, q, dout)
         dash_attn.synchronize()
 
 
