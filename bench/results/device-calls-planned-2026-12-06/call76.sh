@@ -2,7 +2,7 @@
 # call 76 (2026-12-07's sixth session, when machines came rarely: one call for what calls
 # 72-75 planned, the peers run left out): trials d256b (0067fa8: head dim 256's dK/dV by TMA
 # stores under deterministic schedules only), vlpre (51c1cd7: the VL backward's
-# pre/postprocess look each row's sequence up once) and vlfold (2f2fd4f: the VL backward's
+# pre/postprocess look each row's sequence up once) and vlfold (23099db: the VL backward's
 # dQ conversion folded into each tile's last addition), and main's never-run cases (the
 # persistent forward's race case in gpu_attn_fwd, the dense window case with key-less q-tiles
 # in gpu_attn_vl). First, alone on the GPU, one after the other: d256b's A/B with main's
