@@ -866,49 +866,6 @@ static void test_sched_band_properties_hold_for_all_small_shapes(void)
     CU_ASSERT(checked > 50000);
 }
 
-/* sched_some_tile_unseen (the CUDA window/packed backward runs its zeros pass for dQ only
- * where it says so) is whether any q-tile sees no key, tile by tile from the mask's
- * definition, for both masks with and without a band, q longer or shorter than k, and
- * lengths off the tiles; unseen tiles do occur (q longer than k, causal, and the bands). */
-static void test_sched_some_tile_unseen_finds_every_unseen_tile(void)
-{
-    int checked = 0, failures = 0, unseen = 0;
-    const size_t nw = sizeof band_windows / sizeof band_windows[0];
-    for (size_t bp = 0; bp < sizeof block_pairs / sizeof block_pairs[0]; bp++)
-        for (size_t wi = 0; wi <= nw; wi++) /* nw: no band */
-            for (int mask = 0; mask < SCHED_MASK_COUNT; mask++)
-                for (int32_t sq = 1; sq <= 30; sq++)
-                    for (int32_t sk = 1; sk <= 30; sk += 1 + sq % 3) {
-                        struct sched_shape sh = {
-                            .batch = 1, .heads = 1, .seqlen_q = sq, .seqlen_k = sk,
-                            .block_m = block_pairs[bp][0], .block_n = block_pairs[bp][1],
-                            .mask = (enum sched_mask)mask, .window = wi < nw,
-                            .window_left = wi < nw ? band_windows[wi][0] : 0,
-                            .window_right = wi < nw ? band_windows[wi][1] : 0,
-                        };
-                        struct sched s;
-                        if (sched_init(&s, SCHED_SPT, &sh, 4) != 0)
-                            continue; /* (a band no query sees any key of: refused) */
-                        int any = 0;
-                        for (int32_t m = 0; m < s.m_tiles && !any; m++) {
-                            int seen = 0;
-                            for (int32_t n = 0; n < s.n_tiles && !seen; n++)
-                                seen = pair_allowed(&sh, m, n);
-                            any = !seen;
-                        }
-                        unseen += any;
-                        checked++;
-                        if (sched_some_tile_unseen(&s) != any && failures++ < 5)
-                            fprintf(stderr, "\n  %s window %d (%d,%d) Sq=%d Sk=%d blocks=%dx%d: says %d, is %d",
-                                    sched_mask_name((enum sched_mask)mask), sh.window, sh.window_left,
-                                    sh.window_right, sq, sk, sh.block_m, sh.block_n, sched_some_tile_unseen(&s),
-                                    any);
-                    }
-    CU_ASSERT_EQUAL(failures, 0);
-    CU_ASSERT(checked > 20000);
-    CU_ASSERT(unseen > 1000);
-}
-
 /* Shift on a band: ranks are the order of the (chunk, step, slot) keys of the visits. */
 static void test_sched_band_shift_ranks_are_key_order_of_visits(void)
 {
@@ -1075,7 +1032,6 @@ int suite_sched(void)
     ADD_TEST(s, test_sched_properties_hold_for_all_small_shapes);
     ADD_TEST(s, test_sched_band_properties_hold_for_all_small_shapes);
     ADD_TEST(s, test_sched_band_shift_ranks_are_key_order_of_visits);
-    ADD_TEST(s, test_sched_some_tile_unseen_finds_every_unseen_tile);
     ADD_TEST(s, test_sched_ragged_batches_complete_without_deadlock);
     ADD_TEST(s, test_sched_writer_handoff_needs_the_wait_end_rule);
     ADD_TEST(s, test_sched_job_last_steps_is_the_last_visiting_units_steps);

@@ -63,7 +63,6 @@ struct cuattn {
     int force_interleaved;
     int no_tma;       /* cuattn__force_no_tma: v3's forward loads through cp.async */
     int poison_scratch; /* cuattn__poison_scratch: scratch_reserve fills it with 0xff */
-    int vl_postprocess; /* cuattn__force_vl_postprocess: no fold in attn_vl.cu's v3 backward */
     int32_t fwd_ctas; /* cuattn__force_fwd_ctas: the persistent forward's CTAs (0: SMs) */
     int32_t fwd_nc;   /* cuattn__force_fwd_consumers: the dense forward's (0: its rule) */
     int32_t last_fwd_nc; /* the consumer warpgroups of the last dense v3 forward */
@@ -75,7 +74,6 @@ struct cuattn {
     int async; /* cuattn_set_async: calls return once launched */
     int32_t last_mode, last_grid;
     int last_wg; /* the last backward ran v3's wgmma step */
-    int last_vl_fold; /* cuattn__last_vl_fold: bit 0 folded, bit 1 the zeros pass after it */
     unsigned char *leaves; /* device memory, leaves_cap bytes: the audit's fused leaf hashes */
     size_t leaves_cap;
     int leaves_on;          /* cuattn_set_leaves */
@@ -307,17 +305,6 @@ void cuattn__poison_scratch(struct cuattn *a, int on)
         a->poison_scratch = on != 0;
 }
 
-void cuattn__force_vl_postprocess(struct cuattn *a, int on)
-{
-    if (a)
-        a->vl_postprocess = on != 0;
-}
-
-int cuattn__last_vl_fold(const struct cuattn *a)
-{
-    return a ? a->last_vl_fold : 0;
-}
-
 void cuattn__force_no_tma(struct cuattn *a, int on)
 {
     if (a)
@@ -459,7 +446,6 @@ struct vl_plan {
     int32_t tiles; /* backward: dQ tile counters */
     int32_t need;  /* backward: CTAs that must run at once (shift: a chunk's jobs) */
     int32_t zero_k; /* backward: a sequence with keys and no query */
-    int32_t zero_q; /* backward: a sequence with queries and no key, or a q-tile that sees none */
     int32_t *cu_q, *cu_k; /* malloc'd, batch + 1 each: packed offsets, or b S (dense) */
     int32_t rows_q, rows_k; /* rows of the scratch layout: total_q, total_k (dense: B S) */
 };
@@ -508,7 +494,6 @@ static int vl_plan_make(const struct attn_problem *p, const struct attn_config *
         rows_k = sk0 + sk;
         if (sq == 0 || (backward && sk == 0)) {
             ret->zero_k |= backward && sq == 0 && sk > 0;
-            ret->zero_q |= backward && sq > 0;
             continue;
         }
         struct attn_config cc = *c;
@@ -540,7 +525,6 @@ static int vl_plan_make(const struct attn_problem *p, const struct attn_config *
         e->first = (int32_t)total;
         e->tile0 = (int32_t)tiles;
         if (backward) {
-            ret->zero_q |= sched_some_tile_unseen(&e->s);
             total += e->s.jobs;
             tiles += (int64_t)e->s.bh * e->s.m_tiles;
             const int32_t nd = e->s.kind != SCHED_SHIFT ? 1 : e->s.chunks > 1 ? e->s.w : e->s.jobs_per_head;
@@ -1283,9 +1267,6 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
     bp.vl_dense = p->cu_seqlens_q == NULL;
     bp.vl_tiles = pl.tiles;
     bp.vl_zero_k = pl.zero_k;
-    /* v3 under a deterministic schedule converts dQ in the kernel (attn_vl.cu's fold) */
-    bp.vl_fold = wg && s->kind != SCHED_ATOMIC && !a->vl_postprocess;
-    bp.vl_zero_q = pl.zero_q;
     /* the table and the offsets, carved one after another: one upload */
     const struct upload_part tabs[3] = {{0, pl.seq, sizeof(struct attn_vl_seq) * (size_t)pl.count},
                                         {o_cuq - o_tab, pl.cu_q, sizeof(int32_t) * ((size_t)B + 1)},
@@ -1299,7 +1280,6 @@ static int backward_vl(struct cuattn *a, const struct attn_problem *p, const str
     a->last_mode = ATTN_MODE_PERSISTENT;
     a->last_grid = (int32_t)g;
     a->last_wg = wg;
-    a->last_vl_fold = bp.vl_fold ? 1 | (bp.vl_zero_q ? 2 : 0) : 0;
     if (ret_cfg)
         *ret_cfg = *c;
     return 0;
@@ -1317,7 +1297,6 @@ int cuattn_backward(struct cuattn *a, const struct attn_problem *p, const struct
         a->last_narrow &= ~2;
     a->leaf_out[0] = a->leaf_out[1] = a->leaf_out[2] = NULL;
     a->digested = 0;
-    a->last_vl_fold = 0;
     if (padded(a, p))
         return backward_padded(a, p, cfg, grid, dq, dk, dv, q, k, v, out, lse, dout, ret_cfg);
     struct attn_config c;

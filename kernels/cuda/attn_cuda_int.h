@@ -183,11 +183,6 @@ struct attn_bwd_params {
     int32_t vl_dense;                 /* 1: a dense batch (view (batch, S); cu_q, cu_k are b S) */
     int32_t vl_tiles;                 /* dQ tile counters in all */
     int32_t vl_zero_k;                /* 1: some sequence has keys but no query (dK, dV 0) */
-    /* 1: v3's kernel converts each dQ tile once its last addition is performed (its folder
-     * warps, attn_vl.cu), not the postprocess, which then writes only the zeros of rows no
-     * kv-tile reaches, and only where vl_zero_q says there are some */
-    int32_t vl_fold;
-    int32_t vl_zero_q; /* 1: some sequence has queries but no key, or a q-tile that sees none */
 };
 
 /* The audit's digests folded by the dQ postprocess (cuattn_set_digests; bwd_fold.cuh),

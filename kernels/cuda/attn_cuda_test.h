@@ -31,14 +31,6 @@ void cuattn__force_no_tma(struct cuattn *a, int on);
  * not write in that call (the dQ accumulator where v3's backward skips its memset:
  * attn_bwd_dq_first_stores); 0 stops it. The bits are the same either way. */
 void cuattn__poison_scratch(struct cuattn *a, int on);
-/* For tests: 1 makes every later window/packed backward on `a` that runs v3's kernel under a
- * deterministic schedule convert dQ in the postprocess after the kernel, as before trial
- * vlfold; 0 restores the fold (the kernel's folder warps convert each dQ tile once its last
- * addition is performed, attn_vl.cu). The bits are the same either way; this lets a test
- * prove it. cuattn__last_vl_fold: bit 0 set if the last successful backward on `a` folded,
- * bit 1 if the postprocess then ran for the zeros of rows no kv-tile reaches. */
-void cuattn__force_vl_postprocess(struct cuattn *a, int on);
-int cuattn__last_vl_fold(const struct cuattn *a);
 /* For tests: 1 if the last successful v3 forward on `a` loaded through TMA, else 0. */
 int cuattn__last_fwd_tma(const struct cuattn *a);
 /* For tests: bit 0 set if the last successful forward on `a` ran a widened head dim's wider

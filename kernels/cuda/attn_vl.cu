@@ -28,11 +28,8 @@
  *   backward    preprocess (Dsum, and LSE moved into the scratch layout), the persistent
  *               kernel taking jobs in dispatch order (sequence after sequence, each in its
  *               schedule's order; ranks from sched_rank on the sequence's schedule),
- *               postprocess (dQ; v3 under a deterministic schedule converts each dQ tile
- *               in the kernel once its last addition is performed - the fold - and the
- *               postprocess writes only the zeros of rows no kv-tile reaches, where there
- *               are any), and dK/dV of sequences without queries (zero) and of GQA groups
- *               (the per-q-head sums, ascending).
+ *               postprocess (dQ), and dK/dV of sequences without queries (zero) and of GQA
+ *               groups (the per-q-head sums, ascending).
  * The dQ order of every tile is the sequence's schedule's, fixed by the ranks; nothing
  * depends on the grid or on who takes which job, so the bits do not either. There is no
  * interleaved mode: a shift schedule runs at least as many CTAs as a chunk has jobs
@@ -68,35 +65,6 @@ static __device__ __forceinline__ int32_t vl_last_le(int32_t n, Key key, int32_t
             hi = mid - 1;
     }
     return lo;
-}
-
-/* vl_last_le over two key sets at once (n1, key1, x1 and n2, key2, x2; n 0 gives 0): the
- * same two results, with each round's two loads side by side, so a caller with two
- * independent look-ups waits for one chain of loads, not two. */
-template <typename Key1, typename Key2>
-static __device__ __forceinline__ void vl_last_le2(int32_t n1, Key1 key1, int32_t x1, int32_t n2, Key2 key2, int32_t x2,
-                                                   int32_t &ret_1, int32_t &ret_2)
-{
-    int32_t lo1 = 0, hi1 = n1 - 1, lo2 = 0, hi2 = n2 - 1;
-    while (lo1 < hi1 || lo2 < hi2) {
-        const bool on1 = lo1 < hi1, on2 = lo2 < hi2;
-        const int32_t mid1 = (lo1 + hi1 + 1) >> 1, mid2 = (lo2 + hi2 + 1) >> 1;
-        const int32_t k1 = on1 ? key1(mid1) : 0, k2 = on2 ? key2(mid2) : 0;
-        if (on1) {
-            if (k1 <= x1)
-                lo1 = mid1;
-            else
-                hi1 = mid1 - 1;
-        }
-        if (on2) {
-            if (k2 <= x2)
-                lo2 = mid2;
-            else
-                hi2 = mid2 - 1;
-        }
-    }
-    ret_1 = lo1;
-    ret_2 = lo2;
 }
 
 /* The last of n table entries whose `first` is <= x (entry 0 has first 0). */
@@ -404,7 +372,6 @@ static __device__ __forceinline__ const struct attn_vl_seq *bwd_vl_enter(const s
              (int64_t)e->vq * p.dout_stride[1];
     q.k = static_cast<const uint16_t *>(p.k) + (int64_t)e->vb * p.k_stride[0] + (int64_t)e->vk * p.k_stride[1];
     q.v = static_cast<const uint16_t *>(p.v) + (int64_t)e->vb * p.v_stride[0] + (int64_t)e->vk * p.v_stride[1];
-    q.dq = static_cast<uint16_t *>(p.dq) + (int64_t)e->vb * p.dq_stride[0] + (int64_t)e->vq * p.dq_stride[1];
     q.dk = static_cast<uint16_t *>(p.dk) + (int64_t)e->vb * p.dk_stride[0] + (int64_t)e->vk * p.dk_stride[1];
     q.dv = static_cast<uint16_t *>(p.dv) + (int64_t)e->vb * p.dv_stride[0] + (int64_t)e->vk * p.dv_stride[1];
     q.lse = p.lse_vl + rq;
@@ -518,33 +485,17 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_vl_kernel(const __gr
  * attn_bwd_tc.cu's v3 persistent kernel (64 x 128 tiles, bwd_wgmma.cuh's step with VL, a
  * third warpgroup whose one thread is the dQ writer), job by job over the table as
  * attn_bwd_vl_kernel: the compute warps run the job's sequence's steps on sm.prm and hand
- * each dQ partial over with the tile's place in the ticket (bwd_vl_wg_hand), so the writer
+ * each dQ partial over with the tile's place in the ticket (bwd_wg_hand_at), so the writer
  * never reads a sequence's params, which the next job replaces. The ranks are the
- * sequence's schedule's (bwd_vl_fill_visits), the additions one bulk reduction each in
+ * sequence's schedule's (bwd_tc_fill_visits), the additions one bulk reduction each in
  * rank order, as in the v2 kernel above: the same orders, so the same determinism, grid
  * and packing independence (the bits are v3's, not v2's: the tensor cores group their
  * sums differently). kv-tiles no query of the band sees have no steps: dK, dV 0 without
  * loading K, V. At head dim 128 a sequence's whole q-tiles come by TMA (bwd_wg_qmaps, the
- * sequence's place in the call's views in sm.view), its last partial one by cp.async.
- * Under a deterministic schedule the writer warpgroup's other three warps convert each dQ
- * tile once its last addition is performed (the fold, below). */
-#define BWD_VL_FOLDS 2            /* fold slots: the writer hands a tile over while the folders convert one */
-#define BWD_VL_FOLDERS (128 - 32) /* the folders: the writer warpgroup's warps 1-3 */
-/* A folder's loads in flight: each a 16-byte cp.async into a slot of its own in fold_smem,
- * so none holds a register (the warpgroup has 24 a thread: loads into registers spilled 12
- * bytes at two chunks a thread, 3 KiB in flight for the 96 folders; the slots keep 12 KiB,
- * a 64 x 128 tile in about three L2 round trips). */
-#define BWD_VL_FOLD_SLOTS 8
-#define BWD_VL_LAST (1 << 30)     /* in a rank of the visit table: the tile's last addition */
-
+ * sequence's place in the call's views in sm.view), its last partial one by cp.async. */
 template <int D>
 struct bwd_vl_wg_smem : bwd_wg_smem<D> {
-    int64_t tile_at[BWD_WG_DQBUFS][3]; /* per staging buffer: counter index, dQacc offset, dQ offset */
-    int64_t fold_at[BWD_VL_FOLDS][2];  /* per fold slot: the tile's dQacc offset, dQ offset ... */
-    int32_t fold_rows[BWD_VL_FOLDS];   /* ... and rows (-1: no more tiles) */
-    uint64_t fold_full[BWD_VL_FOLDS];  /* mbarriers: slot f holds a tile (the writer's arrival) */
-    uint64_t fold_empty[BWD_VL_FOLDS]; /* slot f's tile is converted (BWD_VL_FOLDERS arrivals) */
-    float4 fold_smem[BWD_VL_FOLD_SLOTS][BWD_VL_FOLDERS]; /* each folder's chunks in flight */
+    int64_t tile_at[BWD_WG_DQBUFS][2]; /* per staging buffer: counter index, dQacc offset */
     struct attn_bwd_params prm;        /* the job's sequence */
     int32_t local_job;                 /* the job's index in its sequence's dispatch order */
     int32_t view[3];                   /* its view batch, first q row and first k row (the TMA maps') */
@@ -552,200 +503,6 @@ struct bwd_vl_wg_smem : bwd_wg_smem<D> {
     struct sched_job job_smem;         /* the job */
     int32_t wait_end_smem;             /* thread 0's wait end of the job (the drain rule) */
 };
-
-#if BWD_TC_BULK
-/* ---- v3's dQ writer and the fold ---------------------------------------------------------
- *
- * The hand-off of attn_bwd_tc.cu's writer warp (bwd_wgmma.cuh: a staging buffer and a
- * ticket; the writer's turn, one bulk reduction, the tile passed on) with the tile's place in
- * the ticket: the writer may add a job's last tiles while the compute warps already run the
- * next job, of another sequence, whose params replaced the last one's. The place: the
- * tile's counter as an index into p.counter, its first float in p.dq_acc, its first dQ
- * element in p.dq; the ticket's m is the tile's rows.
- *
- * The fold (trial vlfold). Under a deterministic schedule a dQ tile's additions come in
- * rank order, and the ranks of its contributors are 0 .. contributors - 1, so the addition
- * of rank contributors - 1 is its last (bwd_vl_fill_visits marks it: BWD_VL_LAST). Once the
- * writer has performed it and passed the tile on, dQacc holds the tile's final sum - the
- * value the postprocess would read after the kernel - and nothing adds to it again. The
- * writer hands the tile's place to the folders (the writer warpgroup's other three warps,
- * idle before) through a ring of BWD_VL_FOLDS slots and goes on with its next ticket; the
- * folders read the tile from L2, form dQ = scale dQacc rounded to the dtype with the
- * postprocess's operations (bwd_tc_dq_plus0, bwd_tc_dq_scaled) and store it at the
- * postprocess's addresses. What is left of the postprocess, a pass over all of dQacc after
- * the kernel (134 MB read and 67 MB written at 16k tokens x 2048; 13-18% of a 1k window's
- * backward with the preprocess, bench/results/window-trial-2026-12-07.md), is the zeros of
- * rows no kv-tile reaches, where there are any (attn_bwd_params.vl_zero_q).
- *
- * The additions stay the writer's bulk reductions, all of them, the last one included: the
- * folders only read their result. (Adding the last partial in the folders instead, onto
- * dQacc's sum of the others, would keep the staging buffer taken through an L2 round trip and
- * the conversion - in causal spt a head's last unit makes every tile's last addition, one a
- * step, so the compute warps would wait for it at each hand-off - and would rest the bits on
- * the folders' fp32 add being the one the L2 performs.)
- *
- * Memory order: the writer's pass-on waits for the last operation's completion (its writes
- * then visible to the writer) and fences the async proxy against the generic one; every
- * earlier rank's operation was performed before the release the writer's turn acquired (rank
- * 0, a lone contributor's copy, is the writer's own). The slot's arrival, a release after
- * that, makes all of them visible to the folders, whose wait on the slot acquires; they read
- * the tile by cp.async.cg (the generic proxy, through L2, where the bulk operations wrote, and
- * past L1). */
-
-/* bwd_tc_fill_visits, and where the fold is on (p.vl_fold) BWD_VL_LAST in the rank of each
- * tile's last addition. */
-static __device__ __forceinline__ void bwd_vl_fill_visits(const struct attn_bwd_params &p, const struct sched *s,
-                                                          int32_t *visit_smem, int32_t *rank_smem,
-                                                          const struct sched_job *J, int32_t stage, int32_t base,
-                                                          int32_t steps)
-{
-    for (int32_t t = threadIdx.x; t <= BWD_TC_TAB && base + t < steps; t += ATTN_THREADS) {
-        const int32_t m = sched_visit(s, J, stage, base + t), rank = sched_rank(s, J, stage, m);
-        visit_smem[t] = m;
-        rank_smem[t] = p.vl_fold && rank == sched_contributors(s, m) - 1 ? rank | BWD_VL_LAST : rank;
-    }
-}
-
-/* Compute warps: hand the step's dQ partial over in the next staging buffer, with the tile's
- * place (ctr_at, acc_at, dq_at: in p.counter, p.dq_acc, p.dq), its rows and its rank (-1 for
- * atomic; BWD_VL_LAST set for its last addition). */
-template <int D>
-static __device__ __forceinline__ void bwd_vl_wg_hand(bwd_vl_wg_smem<D> &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
-                                                      int64_t ctr_at, int64_t acc_at, int64_t dq_at, int32_t rm,
-                                                      int32_t rank)
-{
-    {
-        BWD_WG_T0();
-        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
-        if (threadIdx.x == 0)
-            BWD_WG_TADD(BT_HAND);
-    }
-    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N, true>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
-    if (threadIdx.x == 0) {
-        sm.tile_at[r.b][0] = ctr_at;
-        sm.tile_at[r.b][1] = acc_at;
-        sm.tile_at[r.b][2] = dq_at;
-    }
-    bwd_wg_ticket<D>(sm, r, 0, rm, rank, 0);
-}
-
-static __device__ __forceinline__ void bwd_vl_fold_next(bwd_wg_ring &f)
-{
-    if (++f.b == BWD_VL_FOLDS) {
-        f.b = 0;
-        f.phase ^= 1u;
-    }
-}
-
-/* The writer: a tile of rows rm (-1: the end) at dQacc offset acc_at into the next fold slot,
- * once the folders are done with the slot's last one. */
-template <int D>
-static __device__ __forceinline__ void bwd_vl_fold_give(bwd_vl_wg_smem<D> &sm, bwd_wg_ring &f, int32_t rm,
-                                                        int64_t acc_at, int64_t dq_at)
-{
-    attn_mbar_wait(&sm.fold_empty[f.b], f.phase ^ 1u); /* (at once the first time round) */
-    sm.fold_at[f.b][0] = acc_at;
-    sm.fold_at[f.b][1] = dq_at;
-    sm.fold_rows[f.b] = rm;
-    attn_mbar_arrive(&sm.fold_full[f.b]); /* a release: the slot, and every addition the writer has seen */
-    bwd_vl_fold_next(f);
-}
-
-/* The writer (one thread): take the tickets in turn until the end - the turn, the reduction
- * (rank 0: a copy, dQacc not being zeroed: attn_bwd_dq_first_stores), the staging buffer
- * freed once the reduction has read it, the tile performed and passed on (atomic:
- * performed) - and hand each tile whose last addition that was to the folders. */
-template <int D>
-static __device__ __forceinline__ void bwd_vl_wg_writer(const struct attn_bwd_params &p, bwd_vl_wg_smem<D> &sm)
-{
-    bwd_wg_ring f = {0, 0u}; /* the next fold slot */
-    for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
-        BWD_WG_TLAP0();
-        attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
-        BWD_WG_TLAP(BT_FULL);
-        const int32_t rm = sm.ticket[r.b][1], tr = sm.ticket[r.b][2];
-        if (sm.ticket[r.b][3]) {
-            bwd_vl_fold_give<D>(sm, f, -1, 0, 0); /* the folders' end */
-            return;
-        }
-        BWD_WG_TCOUNT(BT_TICKETS);
-        const int32_t rank = tr >= 0 ? tr & ~BWD_VL_LAST : -1;
-        /* the place, each part read where it is first needed (not kept through the turn's
-         * wait) and before the buffer is freed (the next ticket's replaces it) */
-        int32_t *ctr = p.counter + sm.tile_at[r.b][0];
-        if (rank >= 0)
-            bwd_tc_take_turn(ctr, rank);
-        BWD_WG_TLAP(BT_TURN);
-        const int64_t acc_at = sm.tile_at[r.b][1];
-        bwd_tc_bulk_add_to<D>(p.dq_acc + acc_at, sm.dq_smem + r.b * BWD_TC_BM * D, rm, rank == 0);
-        bwd_tc_bulk_wait_read();
-        const int64_t dq_at = sm.tile_at[r.b][2];
-        attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
-        BWD_WG_TLAP(BT_READ);
-        bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
-        BWD_WG_TLAP(BT_PERFORM);
-        if (rank >= 0 && (tr & BWD_VL_LAST)) {
-            bwd_vl_fold_give<D>(sm, f, rm, acc_at, dq_at);
-            BWD_WG_TLAP(BT_FOLD);
-        }
-    }
-}
-
-/* A folder's part of a tile: dQacc's rows [0, rm) at acc (the bwd_tc_dq_at layout, one
- * contiguous block: C = D / 4 16-byte chunks a row, chunk c of row i holding columns 4 (c ^
- * (i % 8)) .. + 3) to dQ's rows at dq (dq_stride[1] apart). Folder t takes the chunks t, t +
- * BWD_VL_FOLDERS, ..., each copied into the folder's next slot (cp.async, through L2; a group
- * each, empty past the tile, so that waiting for all but the last BWD_VL_FOLD_SLOTS - 1 groups
- * is waiting for the oldest chunk), then read back by the folder alone - so no barrier - and
- * stored as two of dQ's pairs (d, d + 1), each formed from the same two floats by the same
- * operations as bwd_tc_dq_row forms it; the slot takes the chunk BWD_VL_FOLD_SLOTS further on
- * once its read has returned (the stores use it). */
-template <typename DT, int D>
-static __device__ __forceinline__ void bwd_vl_fold_tile(const struct attn_bwd_params &p, bwd_vl_wg_smem<D> &sm,
-                                                        uint16_t *dq, const float *acc, int32_t rm, int32_t t)
-{
-    constexpr uint32_t C = D / 4, S = BWD_VL_FOLD_SLOTS, F = BWD_VL_FOLDERS;
-    const uint32_t n = (uint32_t)rm * C;
-    const float4 *acc4 = reinterpret_cast<const float4 *>(acc);
-    float4 *slot = &sm.fold_smem[0][t]; /* the folder's slot j: slot[j F] */
-    /* (loops, not unrolled: unrolled, ptxas kept the chunks' offsets across the tiles and
-     * spilled them) */
-#pragma unroll 1
-    for (uint32_t j = 0, k = (uint32_t)t; j < S; j++, k += F) {
-        if (k < n)
-            attn_cp_async16(slot + j * F, acc4 + k);
-        attn_cp_async_commit();
-    }
-#pragma unroll 1
-    for (uint32_t j = 0, k = (uint32_t)t; k < n; j++, k += F) {
-        attn_cp_async_wait<S - 1>(); /* chunk j has landed */
-        const float4 v = slot[(j % S) * F];
-        const uint32_t i = k / C;
-        uint16_t *at = dq + (int64_t)i * p.dq_stride[1] + 4 * ((k % C) ^ (i & 7u));
-        attn_st_pair(at, bwd_tc_dq_scaled<DT>(bwd_tc_dq_plus0(make_float2(v.x, v.y)), p.scale));
-        attn_st_pair(at + 2, bwd_tc_dq_scaled<DT>(bwd_tc_dq_plus0(make_float2(v.z, v.w)), p.scale));
-        if (k + S * F < n)
-            attn_cp_async16(slot + (j % S) * F, acc4 + k + S * F);
-        attn_cp_async_commit();
-    }
-}
-
-/* A folder (folder t of BWD_VL_FOLDERS): the tiles the writer hands over, until the end. */
-template <typename DT, int D>
-static __device__ __forceinline__ void bwd_vl_folder(const struct attn_bwd_params &p, bwd_vl_wg_smem<D> &sm,
-                                                     int32_t t)
-{
-    for (bwd_wg_ring f = {0, 0u};; bwd_vl_fold_next(f)) {
-        attn_mbar_wait(&sm.fold_full[f.b], f.phase); /* a tile (an acquire) */
-        const int32_t rm = sm.fold_rows[f.b];
-        if (rm < 0)
-            return;
-        bwd_vl_fold_tile<DT, D>(p, sm, static_cast<uint16_t *>(p.dq) + sm.fold_at[f.b][1],
-                                p.dq_acc + sm.fold_at[f.b][0], rm, t);
-        attn_mbar_arrive(&sm.fold_empty[f.b]); /* a release: this thread's reads of the slot came first */
-    }
-}
-#endif
 
 #if BWD_TC_BULK
 /* Thread 0: make dispatch index `job` the CTA's job (flag_smem), and where it is one, point
@@ -846,7 +603,7 @@ static __device__ __forceinline__ void bwd_vl_wg_lap(const struct attn_bwd_param
             if constexpr (!CAP)
                 bwd_wg_load_q_mb<D, BN>(q, sm, 0, J.bh, sched_visit(s, &J, stage, 0), maps, sm.view);
             bwd_tc_load_kv_start<D, BN, false>(q, sm, J.bh, n);
-            bwd_vl_fill_visits(p, s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+            bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
         }
         if (pn >= 0)
             bwd_wg_store_dkv_done<DT, D, BN, false>(q, sm, pbh, pn, maps);
@@ -862,7 +619,7 @@ static __device__ __forceinline__ void bwd_vl_wg_lap(const struct attn_bwd_param
             if (step + 1 - base > BWD_TC_TAB) { /* the successor's entry is past the table */
                 bwd_cta_sync<true>();           /* everyone has read the old table */
                 base = step;
-                bwd_vl_fill_visits(p, s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
                 bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
             }
             const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
@@ -880,11 +637,9 @@ static __device__ __forceinline__ void bwd_vl_wg_lap(const struct attn_bwd_param
             }
 #endif
             const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
-            bwd_vl_wg_hand<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
-                              (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D,
-                              (static_cast<uint16_t *>(q.dq) - static_cast<uint16_t *>(p.dq)) +
-                                  (int64_t)i0 * p.dq_stride[1] + (int64_t)J.bh * p.dq_stride[2],
-                              rm, s->kind != SCHED_ATOMIC ? rank : -1);
+            bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                              (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                              s->kind != SCHED_ATOMIC ? rank : -1);
             m = next_m;
             buf ^= 1;
             loaded = 1;
@@ -912,19 +667,13 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
 #endif
     if (threadIdx.x == 0) {
         bwd_wg_init<D>(sm);
-        for (int32_t f = 0; f < BWD_VL_FOLDS; f++) {
-            attn_mbar_init(&sm.fold_full[f], 1);
-            attn_mbar_init(&sm.fold_empty[f], BWD_VL_FOLDERS);
-        }
         sm.prm = p;
     }
-    __syncthreads(); /* the hand-off's and the fold's barriers are set up before anyone uses them */
+    __syncthreads(); /* the hand-off's barriers are set up before anyone uses them */
     if (threadIdx.x >= ATTN_THREADS) { /* registers as attn_bwd_tc_persistent_kernel's */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
         if (threadIdx.x == ATTN_THREADS)
-            bwd_vl_wg_writer<D>(p, sm);
-        else if (threadIdx.x >= ATTN_THREADS + 32) /* warps 1-3: the folders */
-            bwd_vl_folder<DT, D>(p, sm, (int32_t)threadIdx.x - (ATTN_THREADS + 32));
+            bwd_wg_writer_at<D>(p, sm);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
@@ -996,7 +745,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                     if constexpr (BWD_WG_STAGE_BARS(D)) /* no barrier after each step: one here,
                                                            before the table, K and V are rewritten */
                         bwd_cta_sync<true>();
-                    bwd_vl_fill_visits(p, s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
+                    bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, 0, steps);
                     /* the first step's stage, under K and V's load (not in the softcap's instance:
                      * there the one more live value spilled 4 bytes at 128) */
                     if constexpr (BWD_WG_STAGE_BARS(D) && !CAP)
@@ -1012,7 +761,7 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                         if constexpr (BWD_WG_STAGE_BARS(D))
                             bwd_cta_sync<true>(); /* everyone has read the old table */
                         base = step;
-                        bwd_vl_fill_visits(p, s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
+                        bwd_tc_fill_visits(s, sm.visit_smem, sm.rank_smem, &J, stage, base, steps);
                         bwd_cta_sync<true>(); /* the refill is complete before anyone reads it */
                     }
                     const int32_t next_m = step + 1 < steps ? sm.visit_smem[step + 1 - base] : -1;
@@ -1040,11 +789,9 @@ __global__ void __launch_bounds__(ATTN_THREADS + 128, 1)
                     const int32_t i0 = m * BWD_TC_BM, rm = q.seqlen_q - i0 < BWD_TC_BM ? q.seqlen_q - i0 : BWD_TC_BM;
                     /* the tile's counter and dQacc rows, as offsets into the call's (formed here
                      * from shared memory, not kept live across the steps) */
-                    bwd_vl_wg_hand<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
-                                      (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D,
-                                      (static_cast<uint16_t *>(q.dq) - static_cast<uint16_t *>(p.dq)) +
-                                          (int64_t)i0 * p.dq_stride[1] + (int64_t)J.bh * p.dq_stride[2],
-                                      rm, s->kind != SCHED_ATOMIC ? rank : -1);
+                    bwd_wg_hand_at<D>(sm, x, hb, (q.counter - p.counter) + (int64_t)J.bh * s->m_tiles + m,
+                                      (q.dq_acc - p.dq_acc) + ((int64_t)J.bh * q.seqlen_q + i0) * D, rm,
+                                      s->kind != SCHED_ATOMIC ? rank : -1);
                     m = next_m;
                     buf ^= 1;
                     loaded = 1;
@@ -1077,45 +824,21 @@ struct vl_row {
     int64_t at;
 };
 
-/* Element offset of w's row t in a tensor of strides st (batch, row). */
-static __device__ __forceinline__ int64_t vl_row_at(const struct attn_bwd_params &p, const struct vl_row &w,
-                                                    int32_t t, const int64_t *st)
-{
-    return p.vl_dense ? (int64_t)w.b * st[0] + (int64_t)w.i * st[1] : (int64_t)t * st[1];
-}
-
-/* w of row t of sequence b (found by the caller), its offset in strides st. */
-static __device__ __forceinline__ struct vl_row vl_row_in(const struct attn_bwd_params &p, const int32_t *cu,
-                                                          int32_t b, int32_t t, const int64_t *st)
-{
-    struct vl_row w;
-    w.b = b;
-    w.r0 = cu[w.b];
-    w.len = cu[w.b + 1] - w.r0;
-    w.i = t - w.r0;
-    w.at = vl_row_at(p, w, t, st);
-    return w;
-}
-
 static __device__ __forceinline__ struct vl_row vl_row_of(const struct attn_bwd_params &p, const int32_t *cu,
                                                           int32_t t, const int64_t *st)
 {
-    return vl_row_in(p, cu, vl_seq_of(cu, p.s.batch, t), t, st);
-}
-
-/* Head h and packed row t of q-side row h total_q + t: heads_q total_q fits int32 (the host
- * refuses more rows, vl_plan's -EOVERFLOW), so a 32-bit division, not the 64-bit one. */
-static __device__ __forceinline__ void vl_head_row(const struct attn_bwd_params &p, int64_t row, int32_t &ret_h,
-                                                   int32_t &ret_t)
-{
-    ret_h = (int32_t)((uint32_t)row / (uint32_t)p.total_q);
-    ret_t = (int32_t)row - ret_h * p.total_q;
+    struct vl_row w;
+    w.b = vl_seq_of(cu, p.s.batch, t);
+    w.r0 = cu[w.b];
+    w.len = cu[w.b + 1] - w.r0;
+    w.i = t - w.r0;
+    w.at = p.vl_dense ? (int64_t)w.b * st[0] + (int64_t)w.i * st[1] : (int64_t)t * st[1];
+    return w;
 }
 
 /* Dsum as attn_bwd_tc.cu's preprocess forms it (the diagonal of dO O^T by the dP chain),
  * over rows (head h, packed row t), h total_q + t, into the scratch layout; LSE copied
- * there too. A lane's two rows are looked up once, side by side (vl_last_le2), and the
- * lane that stores them keeps their scratch offsets from then (it loaded them too). */
+ * there too. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
 {
@@ -1125,32 +848,19 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
     const int32_t warps = ATTN_THREADS / 32;
     const uint16_t *o_g = static_cast<const uint16_t *>(p.out);
     const uint16_t *do_g = static_cast<const uint16_t *>(p.dout);
-    const int32_t *cu = p.cu_q;
     for (int64_t grp = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); grp < groups;
          grp += (int64_t)gridDim.x * warps) {
         const uint16_t *o_row[2], *do_row[2]; /* rows grp 16 + g, + 8; NULL past the end */
-        int32_t h[2], t[2], b[2], at[2];      /* at: the row's in the scratch layout (< rows) */
-        bool in[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int64_t row = grp * 16 + g + 8 * r;
-            in[r] = row < rows;
-            h[r] = t[r] = 0;
-            if (in[r])
-                vl_head_row(p, row, h[r], t[r]);
-        }
-        /* (past the end: a search of no entries) */
-        vl_last_le2(in[0] ? p.s.batch : 0, [cu](int32_t i) { return cu[i]; }, t[0], in[1] ? p.s.batch : 0,
-                    [cu](int32_t i) { return cu[i]; }, t[1], b[0], b[1]);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
             o_row[r] = do_row[r] = NULL;
-            at[r] = 0;
-            if (in[r]) {
-                const struct vl_row w = vl_row_in(p, cu, b[r], t[r], p.out_stride);
-                o_row[r] = o_g + w.at + h[r] * p.out_stride[2];
-                do_row[r] = do_g + vl_row_at(p, w, t[r], p.dout_stride) + h[r] * p.dout_stride[2];
-                at[r] = p.heads_q * w.r0 + h[r] * w.len + w.i;
+            if (row < rows) {
+                const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+                const struct vl_row wo = vl_row_of(p, p.cu_q, t, p.out_stride);
+                const struct vl_row wd = vl_row_of(p, p.cu_q, t, p.dout_stride);
+                o_row[r] = o_g + wo.at + h * p.out_stride[2];
+                do_row[r] = do_g + wd.at + h * p.dout_stride[2];
             }
         }
         float c_lo[4], c_hi[4];
@@ -1158,13 +868,17 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
         if (t4 == (g >> 1)) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                if (!in[r])
+                const int64_t row = grp * 16 + g + 8 * r;
+                if (row >= rows)
                     continue;
-                /* lse: (batch, heads_q, S) dense, (1, heads_q, total_q) packed: there the row
-                 * itself, h total_q + t */
-                const int64_t from = p.vl_dense ? (int64_t)at[r] : grp * 16 + g + 8 * r;
-                p.dsum[at[r]] = r ? ((g & 1) ? c_hi[3] : c_hi[2]) : ((g & 1) ? c_lo[1] : c_lo[0]);
-                p.lse_vl[at[r]] = p.lse[from];
+                const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+                const int32_t b = vl_seq_of(p.cu_q, p.s.batch, t), q0 = p.cu_q[b];
+                const int32_t sq = p.cu_q[b + 1] - q0, i = t - q0;
+                const int64_t at = (int64_t)p.heads_q * q0 + (int64_t)h * sq + i;
+                /* lse: (batch, heads_q, S) dense, (1, heads_q, total_q) packed */
+                const int64_t from = p.vl_dense ? at : (int64_t)h * p.total_q + t;
+                p.dsum[at] = r ? ((g & 1) ? c_hi[3] : c_hi[2]) : ((g & 1) ? c_lo[1] : c_lo[0]);
+                p.lse_vl[at] = p.lse[from];
             }
         }
     }
@@ -1172,19 +886,18 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_preprocess_kernel(co
 
 /* Whether row w.i of head h of w's sequence had no addition where dQacc was not zeroed
  * (attn_bwd_dq_first_stores): its sequence has no table entry (no keys: the table holds the
- * sequences with work, in order, each at its first row q0) or its tile's counter is 0.
- * e: the last entry whose q0 <= the row's t (the same as the last whose q0 <= w.r0: no
- * sequence starts in (w.r0, t]), so the caller looks it up beside the row's sequence. */
+ * sequences with work, in order, each at its first row q0) or its tile's counter is 0. */
 static __device__ __forceinline__ bool vl_dq_untouched(const struct attn_bwd_params &p, const struct vl_row &w,
-                                                       int32_t h, const struct attn_vl_seq *e)
+                                                       int32_t h)
 {
+    const struct attn_vl_seq *t = p.vl; /* the last entry whose q0 <= w.r0 */
+    const struct attn_vl_seq *e = t + vl_last_le(p.vl_count, [t](int32_t i) { return t[i].q0; }, w.r0);
     return p.vl_count == 0 || e->q0 != w.r0 ||
            p.counter[e->tile0 + (int64_t)h * e->s.m_tiles + w.i / BWD_TC_BM] == 0;
 }
 
-/* dQ = scale dQacc, one warp per row (h, t) (bwd_tc_dq_row): the row's sequence and table
- * entry are looked up once, not per pair, and side by side. Where v3's kernel folded
- * (vl_fold: it stored every row some addition reached), only the others: zeros. */
+/* dQ = scale dQacc, one warp per row (h, t) (bwd_tc_dq_row): the row's sequence is looked
+ * up once, not per pair. */
 template <typename DT, int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(const __grid_constant__ struct attn_bwd_params p)
 {
@@ -1192,21 +905,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_vl_postprocess_kernel(c
     const int32_t warps = ATTN_THREADS / 32, lane = threadIdx.x & 31;
     uint16_t *dq_g = static_cast<uint16_t *>(p.dq);
     const bool first = attn_bwd_dq_first_stores(p);
-    const int32_t *cu = p.cu_q;
-    const struct attn_vl_seq *tab = p.vl;
     for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * warps) {
-        int32_t h, t, b, entry;
-        vl_head_row(p, row, h, t);
-        /* the entry only where dQacc was not zeroed (else no search: entry 0, unread) */
-        vl_last_le2(p.s.batch, [cu](int32_t i) { return cu[i]; }, t, first ? p.vl_count : 0,
-                    [tab](int32_t i) { return tab[i].q0; }, t, b, entry);
-        const struct vl_row w = vl_row_in(p, cu, b, t, p.dq_stride);
+        const int32_t h = (int32_t)(row / p.total_q), t = (int32_t)(row - (int64_t)h * p.total_q);
+        const struct vl_row w = vl_row_of(p, p.cu_q, t, p.dq_stride);
         const int64_t at = (int64_t)p.heads_q * w.r0 + (int64_t)h * w.len + w.i;
-        const bool untouched = first && vl_dq_untouched(p, w, h, tab + entry);
-        if (first && p.vl_fold && !untouched)
-            continue; /* the fold stored it (it folds only where dQacc was not zeroed) */
-        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2], untouched ? NULL : p.dq_acc + at * D, w.i, p.scale,
-                             lane);
+        bwd_tc_dq_row<DT, D>(dq_g + w.at + h * p.dq_stride[2],
+                             first && vl_dq_untouched(p, w, h) ? NULL : p.dq_acc + at * D, w.i, p.scale, lane);
     }
 }
 
@@ -1467,12 +1171,10 @@ static cudaError_t bwd_vl_launch(const struct attn_bwd_params *p, int32_t grid, 
         if ((err = cudaGetLastError()) != cudaSuccess)
             return err;
     }
-    if (!(WG && p->vl_fold) || p->vl_zero_q) { /* folded: the rows nothing reached, if any */
-        attn_bwd_vl_postprocess_kernel<DT, D>
-            <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
-        if ((err = cudaGetLastError()) != cudaSuccess)
-            return err;
-    }
+    attn_bwd_vl_postprocess_kernel<DT, D>
+        <<<attn_bwd_rows_grid(rows_q, ATTN_THREADS / 32, sms), ATTN_THREADS, 0, stream>>>(*p);
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        return err;
     if (p->group > 1 || p->vl_zero_k) {
         const int64_t rows_k = (int64_t)p->heads_kv * p->total_k;
         attn_bwd_vl_dkv_kernel<DT, D>

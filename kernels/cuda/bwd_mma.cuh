@@ -387,15 +387,6 @@ static __device__ __forceinline__ float2 bwd_tc_dq_plus0(float2 a)
     return make_float2(bwd_tc_dq_plus0(a.x), bwd_tc_dq_plus0(a.y));
 }
 
-/* dQ's pair (d, d + 1) from dQacc's elements a (after bwd_tc_dq_plus0): scale a, rounded to
- * the dtype, element by element - the postprocess's one operation, which attn_vl.cu's fold
- * shares. */
-template <typename DT>
-static __device__ __forceinline__ uint32_t bwd_tc_dq_scaled(float2 a, float scale)
-{
-    return DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
-}
-
 /* The postprocess of one dQ row, by one warp: dQ = scale dQacc rounded to the dtype, lane l
  * the pairs d = 2 l, 2 l + 64, ... (stores of consecutive pairs, reads inside the row's
  * 128-byte swizzle groups). dq_row: the row's first element; acc_row: its D floats in
@@ -414,7 +405,7 @@ static __device__ __forceinline__ void bwd_tc_dq_row(uint16_t *dq_row, const flo
             continue;
         const float2 a = acc_row ? bwd_tc_dq_plus0(*reinterpret_cast<const float2 *>(acc_row + bwd_tc_dq_at(i, d)))
                                  : make_float2(0.0f, 0.0f);
-        attn_st_pair(dq_row + d, bwd_tc_dq_scaled<DT>(a, scale));
+        attn_st_pair(dq_row + d, DT::pack2(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale)));
     }
 }
 

@@ -134,11 +134,11 @@ static inline uint32_t attn_bwd_rows_grid(int64_t work, int64_t per_block, int32
 
 /* Whether the launch leaves the dQ accumulator unzeroed: v3's persistent kernels (dense, and
  * attn_vl.cu's) under a deterministic schedule copy each dQ tile's first addition (rank 0)
- * into dQacc instead of adding it to zeros (bwd_wg_write_ticket, bwd_vl_wg_writer), which
+ * into dQacc instead of adding it to zeros (bwd_wg_write_ticket, bwd_wg_writer_at), which
  * saves the memset (4 bytes an element of dQ: 134 MB, about 45 us, at 16k tokens x 2048).
  * A tile that no kv-tile reaches (rows that see no key; attn_vl.cu: a sequence without
  * keys has no tiles at all) keeps its counter at 0, and the postprocess writes zeros for its
- * rows (attn_vl.cu's also where its kernel converts the others: attn_bwd_params.vl_fold). The
+ * rows. The
  * bits are those of the additions to zeros: a copy of x is 0 + x (a bulk reduction, which
  * flushes subnormal inputs and results to zero) except for x = -0 or a subnormal x, and the
  * postprocess adds +0 with subnormals flushed to every element (bwd_tc_dq_plus0), which

@@ -152,7 +152,7 @@ static inline void bwd_wg_dkvmaps_encode(bwd_wg_qmaps *maps, const struct attn_b
 #endif
 #if BWD_WG_TRACE
 enum { BT_KERNEL, BT_STEPS, BT_STEP, BT_SYNC, BT_HAND, BT_DRAIN, BT_TICKETS, BT_FULL, BT_TURN, BT_READ,
-       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_QEMPTY, BT_QFULL, BT_FOLD, BT_N };
+       BT_PERFORM, BT_JOB, BT_UNIT, BT_STORE, BT_QEMPTY, BT_QFULL, BT_N };
 __device__ unsigned long long bwd_wg_trace[1024][BT_N];
 #define BWD_WG_TSLOT(i) bwd_wg_trace[blockIdx.x & 1023][i] /* this CTA's part i */
 #define BWD_WG_T0() const long long bt0_ = clock64()
@@ -175,7 +175,7 @@ static void bwd_wg_trace_print(const char *tag)
         return;
     static const char *const name[BT_N] = {"kernel", "steps", "step", "sync", "hand", "drain", "tickets",
                                            "w.full", "w.turn", "w.read", "w.perform", "job", "unit", "store",
-                                           "q.empty", "q.full", "w.fold"};
+                                           "q.empty", "q.full"};
     double sum[BT_N] = {0};
     int ctas = 0;
     for (int b = 0; b < 1024; b++)
@@ -1631,8 +1631,52 @@ static __device__ __forceinline__ void bwd_wg_writer(const struct attn_bwd_param
     }
 }
 
-/* attn_vl.cu has the same hand-off with the tile's place in the ticket, and its writer
- * (bwd_vl_wg_hand, bwd_vl_wg_writer). */
+/* The same hand-off where the tile's place travels with the ticket (attn_vl.cu: the
+ * writer may add a job's last tiles while the compute warps already run the next job, of
+ * another sequence, whose params replaced the last one's). SM derives from bwd_wg_smem<D>
+ * and adds `int64_t tile_at[BWD_WG_DQBUFS][2]`: the tile's counter as an index into
+ * p.counter, its first float in p.dq_acc; the ticket's m is the tile's rows. */
+template <int D, typename SM>
+static __device__ __forceinline__ void bwd_wg_hand_at(SM &sm, const bwd_wg_regs<D> &x, bwd_wg_ring &r,
+                                                      int64_t ctr_at, int64_t acc_at, int32_t rm, int32_t rank)
+{
+    {
+        BWD_WG_T0();
+        attn_mbar_wait(&sm.empty_bar[r.b], r.phase ^ 1u); /* b is free (at once the first time round) */
+        if (threadIdx.x == 0)
+            BWD_WG_TADD(BT_HAND);
+    }
+    bwd_tc_stage_dq<D, CUATTN_TC_BLOCK_N, true>(sm.dq_smem + r.b * BWD_TC_BM * D, x); /* then fences */
+    if (threadIdx.x == 0) {
+        sm.tile_at[r.b][0] = ctr_at;
+        sm.tile_at[r.b][1] = acc_at;
+    }
+    bwd_wg_ticket<D>(sm, r, 0, rm, rank, 0);
+}
+
+template <int D, typename SM>
+static __device__ __forceinline__ void bwd_wg_writer_at(const struct attn_bwd_params &p, SM &sm)
+{
+    for (bwd_wg_ring r = {0, 0u};; bwd_wg_ring_next<D>(r)) {
+        BWD_WG_TLAP0();
+        attn_mbar_wait(&sm.full_bar[r.b], r.phase); /* a ticket */
+        BWD_WG_TLAP(BT_FULL);
+        const int32_t rm = sm.ticket[r.b][1], rank = sm.ticket[r.b][2];
+        if (sm.ticket[r.b][3])
+            return;
+        BWD_WG_TCOUNT(BT_TICKETS);
+        int32_t *ctr = p.counter + sm.tile_at[r.b][0];
+        if (rank >= 0)
+            bwd_tc_take_turn(ctr, rank);
+        BWD_WG_TLAP(BT_TURN);
+        bwd_tc_bulk_add_to<D>(p.dq_acc + sm.tile_at[r.b][1], sm.dq_smem + r.b * BWD_TC_BM * D, rm, rank == 0);
+        bwd_tc_bulk_wait_read();
+        attn_mbar_arrive(&sm.empty_bar[r.b]); /* free again */
+        BWD_WG_TLAP(BT_READ);
+        bwd_tc_pass_on(ctr, rank); /* performed, then passed on (atomic: performed) */
+        BWD_WG_TLAP(BT_PERFORM);
+    }
+}
 #endif
 
 /* ---- BWD_WG_PAIR64: head dim 64, a pair of q-tiles a step ---------------------------------

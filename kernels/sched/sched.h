@@ -245,19 +245,6 @@ SCHED_FN int32_t sched_contributors(const struct sched *s, int32_t m)
     return sched_n_hi(s, m) - sched_n_lo(s, m);
 }
 
-/* Whether some q-tile receives no addition (sees no key: its rows' gradients are zeros that
- * no unit writes). Only the first or the last tile can be the first such: the keys a tile
- * sees run from its first row's first to its last row's last, both ends never decreasing
- * with m, and a row's window (wl, wr >= 0, or unbounded) is never empty before it is
- * clipped to the keys; so the tiles without keys are those whose last row's last key lies
- * before key 0 (a prefix, with tile 0) and those whose first row's first key lies past the
- * last key (a suffix, with tile M-1). The causal mask without a band: a prefix; full: none.
- * tests/test_sched.c checks this against every tile on every small shape. */
-SCHED_FN int sched_some_tile_unseen(const struct sched *s)
-{
-    return sched_contributors(s, 0) == 0 || sched_contributors(s, s->m_tiles - 1) == 0;
-}
-
 /* ---- jobs ----------------------------------------------------------------------------- */
 
 /* The j-th job in dispatch order, 0 <= j < s->jobs. */
