@@ -8,15 +8,7 @@
 # targets. Carry: .gpu/bin .gpu/bin.what .gpu/lib .gpu/trial-vlpre
 L=${LIMIT:-420}
 . "$(dirname "$0")/common.sh"
-lengths=$(python3 bench/varlen_peers.py --packed-lengths)
-for r in $(seq 1 ${ROUNDS:-3}); do
-  for b in bin trial-vlpre; do
-    for c in "--window 1024" "--window 4096" "--lengths $lengths"; do
-      timeout 60 .gpu/$b/bench_gpu --reps 5 --only 128,16384,causal,auto $c | tr -d '\n' >> $W/ab-$b.json; echo >> $W/ab-$b.json
-    done
-  done
-  T "A/B round $r"
-done
+vl_ab ${ROUNDS:-3} auto bin trial-vlpre
 for b in bin trial-vlpre; do
   timeout 60 ncu --section SpeedOfLight -k regex:'attn_bwd_vl_(pre|post)' --launch-count 2 \
     .gpu/$b/bench_gpu --reps 1 --only 128,16384,causal,shift --window 1024 > $W/ncu-$b.txt 2>&1; T "ncu $b rc $?"
@@ -25,8 +17,8 @@ left=$(( L - 15 - $(( $(date +%s) - t0 )) ))
 lane t CHECKS="gpu_attn_vl" TRIALS=vlpre MAIN_CHECKS=none AB_TRIALS=none SUITE_TIMEOUT=$left OUT=$W/t bash scripts/gpu_trials.sh
 lane san SANITIZE_ONLY='_vl_' SANITIZER_TIMEOUT=$(( left / 3 )) BIN=.gpu/trial-vlpre OUT=$W/san bash scripts/gpu_sanitize.sh
 wait; T "lanes done"
-python3 "$(dirname "$0")/vl_ab.py" $W/ab-bin.json $W/ab-trial-vlpre.json > $W/ab.txt
-{ echo "== A/B"; cat $W/ab.txt; for b in bin trial-vlpre; do echo "== ncu $b"; grep -E "attn_bwd_vl|Duration|Memory Throughput" $W/ncu-$b.txt | head -12; done
+vl_ab_tables vlpre
+{ echo "== A/B"; cat $W/ab-vlpre.txt; for b in bin trial-vlpre; do echo "== ncu $b"; grep -E "attn_bwd_vl|Duration|Memory Throughput" $W/ncu-$b.txt | head -12; done
   echo "== suites"; cat $W/t/trials.log 2>/dev/null; echo "== sanitizers"; cat $W/lane-san.out; cat $W/times.txt; } > $OUT/summary.txt
 tar czf $OUT/call74.tgz -C $W .
 cat $OUT/summary.txt

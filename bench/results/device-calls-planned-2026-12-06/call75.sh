@@ -14,17 +14,7 @@
 # Carry: .gpu/bin .gpu/bin.what .gpu/lib .gpu/trial-vlfold
 L=${LIMIT:-420}
 . "$(dirname "$0")/common.sh"
-lengths=$(python3 bench/varlen_peers.py --packed-lengths)
-for r in $(seq 1 ${ROUNDS:-3}); do
-  for b in bin trial-vlfold; do
-    for c in "--window 1024" "--window 4096" "--lengths $lengths"; do
-      timeout 60 .gpu/$b/bench_gpu --reps 5 --only 128,16384,causal,auto $c | tr -d '\n' >> $W/ab-$b.json; echo >> $W/ab-$b.json
-    done
-    timeout 60 .gpu/$b/bench_gpu --reps 5 --only 128,16384,causal,spt --lengths $lengths | tr -d '\n' >> $W/spt-$b.json
-    echo >> $W/spt-$b.json
-  done
-  T "A/B round $r"
-done
+vl_ab ${ROUNDS:-3} spt bin trial-vlfold
 for b in bin trial-vlfold; do
   timeout 60 ncu --section SpeedOfLight -k regex:'attn_bwd_vl' --launch-count 3 \
     .gpu/$b/bench_gpu --reps 1 --only 128,16384,causal,spt --window 1024 > $W/ncu-$b.txt 2>&1; T "ncu $b rc $?"
@@ -33,9 +23,8 @@ left=$(( L - 15 - $(( $(date +%s) - t0 )) ))
 lane t CHECKS="gpu_attn_vl" TRIALS=vlfold MAIN_CHECKS=none AB_TRIALS=none SUITE_TIMEOUT=$left OUT=$W/t bash scripts/gpu_trials.sh
 lane san SANITIZE_ONLY='_vl_' SANITIZER_TIMEOUT=$(( left / 3 )) BIN=.gpu/trial-vlfold OUT=$W/san bash scripts/gpu_sanitize.sh
 wait; T "lanes done"
-python3 "$(dirname "$0")/vl_ab.py" $W/ab-bin.json $W/ab-trial-vlfold.json > $W/ab.txt
-python3 "$(dirname "$0")/vl_ab.py" $W/spt-bin.json $W/spt-trial-vlfold.json > $W/ab-spt.txt
-{ echo "== A/B (auto)"; cat $W/ab.txt; echo "== A/B (packed, spt)"; cat $W/ab-spt.txt
+vl_ab_tables vlfold
+{ echo "== A/B (auto)"; cat $W/ab-vlfold.txt; echo "== A/B (packed, spt)"; cat $W/ab-spt-vlfold.txt
   for b in bin trial-vlfold; do echo "== ncu $b"; grep -E "attn_bwd_vl|Duration|Memory Throughput" $W/ncu-$b.txt | head -12; done
   echo "== suites"; cat $W/t/trials.log 2>/dev/null; echo "== sanitizers"; cat $W/lane-san.out; cat $W/times.txt; } > $OUT/summary.txt
 tar czf $OUT/call75.tgz -C $W .

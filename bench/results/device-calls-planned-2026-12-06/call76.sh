@@ -19,17 +19,7 @@ L=${LIMIT:-570}
 . "$(dirname "$0")/common.sh"
 REPS=5 OUT=$W/ab timeout 150 bash scripts/gpu_ab.sh "256,1024,causal 256,1024,full 256,4096,causal 256,4096,full 256,16384,causal 256,4096,causal,atomic 256,16384,causal,atomic" \
   main=.gpu/bin/bench_gpu d256b=.gpu/trial-d256b/bench_gpu > $W/ab.log 2>&1; T "d256b A/B rc $?"
-lengths=$(python3 bench/varlen_peers.py --packed-lengths)
-for r in $(seq 1 ${ROUNDS:-2}); do
-  for b in bin trial-vlpre trial-vlfold trial-vlboth; do
-    for c in "--window 1024" "--window 4096" "--lengths $lengths"; do
-      timeout 60 .gpu/$b/bench_gpu --reps 5 --only 128,16384,causal,auto $c | tr -d '\n' >> $W/ab-$b.json; echo >> $W/ab-$b.json
-    done
-    timeout 60 .gpu/$b/bench_gpu --reps 5 --only 128,16384,causal,spt --lengths $lengths | tr -d '\n' >> $W/spt-$b.json
-    echo >> $W/spt-$b.json
-  done
-  T "VL A/B round $r"
-done
+vl_ab ${ROUNDS:-2} spt bin trial-vlpre trial-vlfold trial-vlboth
 left=$(( L - 15 - $(( $(date +%s) - t0 )) ))
 lane t CHECKS="gpu_attn" TRIALS=d256b MAIN_CHECKS=none AB_TRIALS=none SUITE_TIMEOUT=$left OUT=$W/t bash scripts/gpu_trials.sh
 lane race SANITIZE_ONLY='^racecheck test_attn_gpu_small' SANITIZER_TIMEOUT=$left BIN=.gpu/trial-d256b OUT=$W/san bash scripts/gpu_sanitize.sh
@@ -37,10 +27,7 @@ lane m MAIN_CHECKS="gpu_attn_fwd gpu_attn_vl" CHECKS=none TRIALS=none AB_TRIALS=
 lane tvl CHECKS="gpu_attn_vl" TRIALS="vlboth vlfold vlpre" MAIN_CHECKS=none AB_TRIALS=none SUITE_TIMEOUT=$(( left / 2 )) OUT=$W/tvl bash scripts/gpu_trials.sh
 lane sanvl SANITIZE_ONLY='^racecheck .*_vl_' SANITIZER_TIMEOUT=$(( left / 2 )) BIN=.gpu/trial-vlboth OUT=$W/sanvl bash scripts/gpu_sanitize.sh
 wait; T "lanes done"
-for t in vlpre vlfold vlboth; do
-  python3 "$(dirname "$0")/vl_ab.py" $W/ab-bin.json $W/ab-trial-$t.json > $W/ab-$t.txt
-  python3 "$(dirname "$0")/vl_ab.py" $W/spt-bin.json $W/spt-trial-$t.json > $W/ab-spt-$t.txt
-done
+vl_ab_tables vlpre vlfold vlboth
 { echo "== d256b A/B"; grep -E "^\|" $W/ab/ab.md
   for t in vlpre vlfold vlboth; do echo "== $t A/B (auto)"; cat $W/ab-$t.txt; echo "== $t A/B (packed, spt)"; cat $W/ab-spt-$t.txt; done
   echo "== suites"; cat $W/t/trials.log $W/m/trials.log $W/tvl/trials.log 2>/dev/null
