@@ -469,9 +469,8 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
  * poison, as a write with the default flags follows a memory barrier. Once per op: a second
  * release (the watchdog and the call reading the reply both try) does nothing, and never
  * poisons after the done word. */
-static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
+static void release_slot_locked(struct dash__signals *g, int32_t slot, uint64_t seq)
 {
-    pthread_mutex_lock(&g->mu);
     if (g->released_seq[slot] < seq) {
         g->released_seq[slot] = seq;
         CUstream st = (CUstream)g->release_stream;
@@ -483,6 +482,12 @@ static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
                           CU_STREAM_WRITE_VALUE_DEFAULT);
         (void)cudaGetLastError();
     }
+}
+
+static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
+{
+    pthread_mutex_lock(&g->mu);
+    release_slot_locked(g, slot, seq);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -528,10 +533,12 @@ static uint64_t last_seq_of_slot(uint64_t issued, int32_t slot)
 }
 
 /* Whether to give up on the ops in flight: the daemon's process is gone, or none of them
- * has moved for ten timeouts (a daemon that stopped serving us, whatever its state). */
-static int daemon_gone(struct dash__signals *g, int64_t quiet_ms)
+ * has moved for ten timeouts (a daemon that stopped serving us, whatever its state).
+ * *ret_pid: the daemon it decided about (daemon_pid as it read it). */
+static int daemon_gone(struct dash__signals *g, int64_t quiet_ms, int64_t *ret_pid)
 {
     const int64_t pid = atomic_load(&g->daemon_pid);
+    *ret_pid = pid;
     if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
         return 1;
     return quiet_ms > 10 * g->patience_ms;
@@ -604,7 +611,8 @@ static void *watchdog_main(void *arg)
             progress_ms = dash__now_ms();
             continue;
         }
-        if (!daemon_gone(g, dash__now_ms() - progress_ms))
+        int64_t gone_pid;
+        if (!daemon_gone(g, dash__now_ms() - progress_ms, &gone_pid))
             continue;
         /* the done words again: a daemon that wrote some before it went is not raced */
         if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
@@ -613,14 +621,28 @@ static void *watchdog_main(void *arg)
             (void)cudaGetLastError();
             continue;
         }
+        /* Under mu, against the caller's thread restoring the session meanwhile: it stores
+         * the new daemon's pid (or -1 when it sends a Hello) before it asks, under mu,
+         * whether an op was released (dash__signal_released) and sends it again. So either
+         * these releases come first and the restore drops the ops, or the pid has changed
+         * and the decision above was about a daemon the ops no longer wait for: nothing is
+         * released here then (an op sent again to the new daemon, released here too, would
+         * let the caller's stream go on while that daemon still writes its outputs). */
+        pthread_mutex_lock(&g->mu);
+        if (atomic_load(&g->daemon_pid) != gone_pid) {
+            pthread_mutex_unlock(&g->mu);
+            progress_ms = dash__now_ms();
+            continue;
+        }
         const uint64_t issued = atomic_load(&g->issued);
         for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++) {
             uint64_t target = last_seq_of_slot(issued, i);
             if (target > now_done[i])
-                release_slot(g, i, target);
+                release_slot_locked(g, i, target);
         }
         (void)cudaGetLastError();
         atomic_store(&g->released, 1);
+        pthread_mutex_unlock(&g->mu);
     }
     free(seen);
     if (pinned)
@@ -641,10 +663,13 @@ static void take_release(struct dash_client *c)
     snprintf(msg, sizeof msg, "dashd (pid %lld) went away with this op in flight: its outputs "
              "were not computed", (long long)atomic_load(&g->daemon_pid));
     why.message = msg;
-    for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
-        if (g->slot_req[i])
-            dash__op_finish(c, g->slot_req[i], DASH_EIO, &why);
+    /* clear the flag first: a release after this point sets it again for the next call */
     atomic_store(&g->released, 0);
+    /* only the ops the watchdog did release: one issued after its look at `issued` may be
+     * in flight at a daemon that will run it (failing it here would release it too) */
+    for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
+        if (g->slot_req[i] && dash__signal_released(c, i, g->slot_req[i]->signal_seq))
+            dash__op_finish(c, g->slot_req[i], DASH_EIO, &why);
 }
 
 static int signals_idle(struct dash_client *c, const void *arg)
@@ -932,6 +957,16 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
     }
     if (c->signals && c->daemon_signals) {
         rc = signal_op(c, kind, a, ts, nt, stream, &outputs, ret_result);
+        goto out;
+    }
+    /* A failure of an earlier signal-ordered op not yet told (this client used semaphores
+     * until a restore brought a daemon without them, which failed the ops it could not
+     * take): this call returns it, as signal_op would, rather than leaving it to a
+     * dash_sync() the caller may never make. */
+    if (c->async_code) {
+        rc = c->async_code;
+        c->async_code = 0;
+        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
         goto out;
     }
     if (!c->events && (rc = events_make(c, device)) != 0)

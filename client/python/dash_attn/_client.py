@@ -368,12 +368,22 @@ class Client:
         return t if t.stride(-1) == 1 else t.contiguous()
 
     @staticmethod
-    def _refuse_capture():
+    def _refuse_capture(device=None):
         """dashd's work on CUDA tensors runs in another process, ordered on the caller's
         stream by interprocess events and a request over a socket: a CUDA graph records
         neither, so a captured call would replay as nothing (stale outputs) and the capture
-        would be invalidated by the event wait. Refuse before anything is queued."""
-        if torch.cuda.is_current_stream_capturing():
+        would be invalidated by the event wait. Refuse before anything is queued. device:
+        the tensors' (a torch.device), whose current stream the op is ordered on - not
+        necessarily the current device's (is_current_stream_capturing looks at that one
+        only: a capture on cuda:1's stream while cuda:0 is current went unseen, and the op's
+        ready word was captured instead of written, holding dashd's stream for every
+        client); None: the current device."""
+        if device is not None and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                capturing = torch.cuda.is_current_stream_capturing()
+        else:
+            capturing = torch.cuda.is_current_stream_capturing()
+        if capturing:
             raise RuntimeError(
                 "dash_attn: cannot be called during CUDA graph capture (torch.cuda.graph, "
                 "CUDA-graph trees): dashd computes in another process, which a graph cannot "
@@ -384,7 +394,7 @@ class Client:
     def _forward_cuda(self, q, k, v, attn):
         """out, lse of (batch, seqlen, heads, d) tensors, or of a packed batch's (total,
         heads, d) ones (attn then carries its offsets by value: _varlen.py)."""
-        self._refuse_capture()
+        self._refuse_capture(q.device)
         q, k, v = (self._last_dim_contiguous(x) for x in (q, k, v))
         nd = q.dim()
         if nd == 3:  # packed: lse (heads_q, total_q)
@@ -405,7 +415,7 @@ class Client:
         return out, lse
 
     def _backward_cuda(self, dout, q, k, v, out, lse, attn):
-        self._refuse_capture()
+        self._refuse_capture(q.device)
         # dashd needs the last stride 1 in every tensor, as the forward made q, k, v
         q, k, v, out, dout = (self._last_dim_contiguous(x) for x in (q, k, v, out, dout))
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)

@@ -106,7 +106,7 @@ if available:
         c = _client.client_by_id(client, q)
         if c._native and q.is_cuda:  # the native op's request, without its autograd node
             _client._check_inputs([("q", q), ("k", k), ("v", v)])
-            c._refuse_capture()  # in the ctypes path's words (the native op refuses it too)
+            c._refuse_capture(q.device)  # in the ctypes path's words (the native op refuses it too)
             out, lse = _native.forward(c, q, k, v, softmax_scale, causal, window_left,
                                        window_right, softcap, schedule, step, label)
             return out, lse, _tag_tensor(step, label)
@@ -140,7 +140,7 @@ if available:
         if c._native and q.is_cuda:
             _client._check_inputs([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)],
                                   lse)
-            c._refuse_capture()
+            c._refuse_capture(q.device)
             return _native.backward(c, dout, q, k, v, out, lse, softmax_scale, causal,
                                     window_left, window_right, softcap, schedule, step, label)
         _client.push_audit(step, label)

@@ -123,6 +123,9 @@ def _prepare(c, q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causa
              softmax_scale, window_size, softcap, schedule, batch_invariant):
     """The request's parameters and the offsets as checked int32 host arrays: what a forward
     and its backward share."""
+    # float64 is the CPU engine's: refused here as the dense calls refuse it, not left to a
+    # stream-ordered op's later failure (outputs poisoned, the error at the next call)
+    _client._refuse_cuda_f64(q)
     cq, ck = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
     attn = _attn(c, q, causal, softmax_scale, schedule, 0, window_size, softcap, max_seqlen_q,
                  max_seqlen_k, batch_invariant)

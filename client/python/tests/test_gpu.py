@@ -487,6 +487,64 @@ def test_gpu_float64_is_refused_with_a_clear_error():
     assert torch.isfinite(dash_attn.flash_attn_func(qb, qb, qb)).all()  # still served
 
 
+def test_gpu_float64_packed_batch_is_refused_before_anything_is_queued():
+    """A packed batch of CUDA float64 tensors (the native op and the ctypes path alike) is
+    refused at the call, as a dense one is - not sent, to fail later with its outputs
+    poisoned and DASH_EBADDTYPE raised by whichever call comes next."""
+    q = torch.randn(64, 2, 64, device="cuda", dtype=torch.float64)
+    cu = torch.tensor([0, 20, 64], dtype=torch.int32)
+    c = dash_attn._client.default_client(0)
+    calls = [("DashVarlenFunction", lambda: dash_attn._varlen.DashVarlenFunction.apply(
+        q, q, q, cu, cu, 44, 44, None, False, (-1, -1), 0.0, "auto", False, c))]
+    if dash_attn._native.varlen_ok(c, q):  # the native op where it is loaded
+        calls.append(("native", lambda: dash_attn._native.varlen_attention(
+            c, q, q, q, cu, cu, 44, 44, None, False, (-1, -1), 0.0, "auto", False)))
+    for name, call in calls:
+        raised = None
+        try:
+            call()
+        except TypeError as e:
+            raised = e
+        assert raised is not None and "CPU engine" in str(raised), (name, repr(raised))
+    qb = q.bfloat16()
+    out = dash_attn.flash_attn_varlen_func(qb, qb, qb, cu, cu, 44, 44)
+    dash_attn.synchronize()  # nothing earlier failed
+    assert torch.isfinite(out).all()
+
+
+def test_gpu_capture_on_another_device_than_the_current_is_refused():
+    """The ctypes path looks for a capture on the tensors' device's current stream, not the
+    current device's: a capture on cuda:1 while cuda:0 is current was not seen, and the
+    op's ready word went into the graph instead of the stream (dashd's one stream then
+    waited for it, every client behind it). Needs two GPUs; refused before dashd is asked,
+    so the session's daemon (of cuda:0) serves."""
+    if torch.cuda.device_count() < 2:
+        if pytest is not None:
+            pytest.skip("two GPUs needed")
+        return
+    dev = torch.device("cuda", 1)
+    g = torch.Generator(device=dev).manual_seed(SEED)
+    q = torch.randn(1, 128, 2, 64, generator=g, device=dev).bfloat16()
+    c = dash_attn._client.default_client(0)  # connect()'s, whatever the device
+    torch.cuda.synchronize(dev)
+    s = torch.cuda.Stream(dev)
+    graph = torch.cuda.CUDAGraph()
+    raised = None
+    with torch.cuda.device(1), torch.cuda.stream(s):
+        graph.capture_begin()
+        try:
+            with torch.cuda.device(0):  # the tensors' device is not the current one
+                c._forward_checked(q, q, q, False, None, "auto", 0, None, None)
+        except RuntimeError as e:
+            raised = e
+        finally:
+            try:
+                graph.capture_end()
+            except RuntimeError:
+                pass
+    assert raised is not None and "CUDA graph capture" in str(raised), repr(raised)
+
+
 def ref_window_softcap(q, k, v, causal, window, softcap, scale):
     """float64 attention with flash-attn's window (bottom-right aligned) and softcap."""
     b, sq, hq, d = q.shape
