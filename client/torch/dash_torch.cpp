@@ -291,10 +291,21 @@ attn_args args_of(std::initializer_list<const Tensor *> ts, int64_t client, int6
                   int64_t audit_step, std::optional<std::string> audit_label, int ndim = 4)
 {
     live_entry(client);
-    for (const Tensor *t : ts)
+    /* the request carries one dtype, which dashd reads every tensor as: a tensor of another
+     * (a direct call of torch.ops.dash_torch.*) would be read with the wrong element size and
+     * out / dq... (made like q) left partly unwritten - silently wrong, never refused */
+    const at::ScalarType want = dtype == DASH_F32    ? at::kFloat
+                                : dtype == DASH_F16  ? at::kHalf
+                                : dtype == DASH_BF16 ? at::kBFloat16
+                                : dtype == DASH_F64  ? at::kDouble
+                                                     : at::ScalarType::Undefined;
+    for (const Tensor *t : ts) {
         TORCH_CHECK(t->is_cuda() && t->dim() == ndim, "dash_attn[", DASH_EINVAL, "]: the native op takes ",
                     ndim, "-D CUDA tensors", ndim == 3 ? " in a packed batch" : "",
                     " (the binding sends others through its ctypes path)");
+        TORCH_CHECK(t->scalar_type() == want, "dash_attn[", DASH_EINVAL, "]: a tensor of ", t->scalar_type(),
+                    " in an op of dtype ", dtype, ": q, k, v (out, dout) must all be of the op's dtype");
+    }
     attn_args x;
     x.ndim = ndim;
     x.client = client;

@@ -512,6 +512,30 @@ def test_gpu_float64_packed_batch_is_refused_before_anything_is_queued():
     assert torch.isfinite(out).all()
 
 
+def test_gpu_the_native_op_refuses_tensors_of_another_dtype_than_the_ops():
+    """torch.ops.dash_torch.* take the dtype as a number beside the tensors: a tensor of
+    another dtype (a direct call) would be read with the request's element size and out
+    left half unwritten. Refused as DASH_EINVAL before anything is queued."""
+    if not dash_attn._native.load():
+        if pytest is not None:
+            pytest.skip("native op not loaded")
+        return
+    c = dash_attn._client.default_client(0)
+    q = torch.randn(1, 64, 2, 64, device="cuda")  # float32
+    kb = q.bfloat16()
+    bf16 = dash_attn._lib.DASH_BF16
+    for args in ((q, q, q), (kb, q, kb), (kb, kb, q)):
+        raised = None
+        try:
+            dash_attn._native._run(dash_attn._native._op, *args, c.id, bf16, 0.0, False, -1, -1,
+                                   0.0, 0, -1, None)
+        except dash_attn.DashError as e:
+            raised = e
+        assert raised is not None and raised.name == "DASH_EINVAL" and "dtype" in str(raised), \
+            repr(raised)
+    dash_attn.synchronize()  # nothing was sent
+
+
 def test_gpu_capture_on_another_device_than_the_current_is_refused():
     """The ctypes path looks for a capture on the tensors' device's current stream, not the
     current device's: a capture on cuda:1 while cuda:0 is current was not seen, and the
