@@ -473,7 +473,16 @@ static void release_slot_locked(struct dash__signals *g, int32_t slot, uint64_t 
 {
     if (g->released_seq[slot] < seq) {
         g->released_seq[slot] = seq;
-        CUstream st = (CUstream)g->release_stream;
+        if (!g->slot_release_stream[slot]) {
+            cudaStream_t made = NULL;
+            if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) == cudaSuccess)
+                g->slot_release_stream[slot] = made;
+            (void)cudaGetLastError();
+        }
+        /* the shared stream only where no stream of its own could be made (out of
+         * resources): a release may then wait behind another's, as before */
+        CUstream st = (CUstream)(g->slot_release_stream[slot] ? g->slot_release_stream[slot]
+                                                               : g->release_stream);
         (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                          CU_STREAM_WAIT_VALUE_GEQ);
         if (g->poison[slot].seq == seq)
@@ -722,7 +731,12 @@ void dash__signals_destroy(struct dash_client *c, int in_child)
     if (!in_child) {
         int old;
         if (switch_device(g->device, &old) == 0) {
-            /* its waits and poison read and write memory freed here */
+            /* their waits and poison read and write memory freed here */
+            for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
+                if (g->slot_release_stream[i]) {
+                    (void)cudaStreamSynchronize((cudaStream_t)g->slot_release_stream[i]);
+                    (void)cudaStreamDestroy((cudaStream_t)g->slot_release_stream[i]);
+                }
             (void)cudaStreamSynchronize((cudaStream_t)g->release_stream);
             (void)cudaStreamDestroy((cudaStream_t)g->release_stream);
             (void)cudaStreamDestroy((cudaStream_t)g->poll_stream);
@@ -850,8 +864,9 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     const int32_t slot = (int32_t)(seq % DASH__SIGNAL_SLOTS);
     /* Nothing is written until the slot is free, so a failed wait leaves seq to the next
      * op: burnt here, the watchdog's release of everything up to `issued` would one day
-     * wait on release_stream for a ready word that no stream writes, and every release
-     * queued behind it (the poison and done words of failed ops) would never come. */
+     * wait on the slot's release stream for a ready word that no stream writes, and every
+     * later release of that slot (the poison and done words of failed ops) would never
+     * come. */
     if (g->slot_req[slot] &&
         (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
         return rc;

@@ -231,13 +231,19 @@ struct dash__poison {
  * ready[slot] = seq, then waits for done[slot] >= seq, which the daemon's stream writes
  * after the op. An op that fails is never released by the daemon: it writes fail[slot] =
  * seq instead, and the library (the watchdog, or the call that reads the reply, whichever
- * comes first: release_slot in dash_cuda.c) queues on release_stream a wait for
- * ready[slot] >= seq, the poison of the op's outputs, then done[slot] = seq. */
+ * comes first: release_slot in dash_cuda.c) queues on that slot's release stream a wait
+ * for ready[slot] >= seq, the poison of the op's outputs, then done[slot] = seq. */
 struct dash__signals {
     int device;
     void *mem;                /* device memory: 3 * DASH__SIGNAL_SLOTS words, zeroed */
     struct dash_buffer *buf;  /* its registration (users held at 1: never an op's) */
-    void *release_stream;     /* where the library poisons and writes a done word itself */
+    /* Where the library poisons and writes a done word itself: one stream per slot, made
+     * at its first release (under mu; release_stream, made with the semaphores, where that
+     * fails), so that one release waiting for its caller's stream never holds up another's
+     * - two failed ops on two of the caller's streams, the first's stream waiting for the
+     * second's past its op, would otherwise wait for each other forever. */
+    void *release_stream;
+    void *slot_release_stream[DASH__SIGNAL_SLOTS];
     void *poll_stream;        /* where the watchdog reads the done and fail words */
     uint64_t seq;             /* the last sequence number used */
     struct dash__req *slot_req[DASH__SIGNAL_SLOTS]; /* the op in flight per slot, or NULL */
