@@ -38,6 +38,10 @@
  * after the op was queued), run_ns the time it ran (from when it could start). */
 typedef void (*backend_done_fn)(void *ctx, int rc, uint64_t run_ns);
 
+/* dashd's exit status when its device was lost (backend.lost): EX_TEMPFAIL of sysexits.h,
+ * "try again", which a service manager's Restart=on-failure acts on. */
+#define DASHD_EXIT_DEVICE_LOST 75
+
 /* forward/backward: the op is queued on the device; op->done will be called. */
 #define BACKEND_QUEUED 1
 
@@ -105,6 +109,14 @@ struct backend {
     /* Device ops whose ready word the backend wrote itself, their client process having
      * died before its stream did (backend_op.peer_pid); dispatch logs what it adds. */
     _Atomic uint64_t rescued;
+    /* The device can serve nothing more: a CUDA error that leaves this process's context
+     * unusable (an illegal address, a kernel's trap, an uncorrectable memory error...),
+     * after which every later op would fail as well until the process exits. A backend
+     * thread sets it once (1 while lost_why is written, then 2); the daemon's
+     * loop polls it and stops with DASHD_EXIT_DEVICE_LOST, so that its service manager
+     * starts a fresh dashd, which clients find by themselves. 0 on the CPU. */
+    _Atomic int lost;
+    char lost_why[256];
     struct val_limits limits;
     unsigned buffer_kinds; /* bit (1u << enum shmbuf_kind) for each kind computed on */
     void *impl;

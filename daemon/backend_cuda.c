@@ -52,6 +52,7 @@
 #include "proc.h"
 
 #include "kernels/cuda/attn_cuda.h"
+#include "kernels/cuda/attn_cuda_test.h" /* cuattn__fault, for DASHD_TEST_DEVICE_FAULT only */
 #include "kernels/digest/digest_cuda.h"
 #include "proto/errors.h"
 #include "proto/wire.h"
@@ -135,6 +136,10 @@ struct cuda {
     struct pending *queuing;
     struct pending *free_list; /* spent entries, their events kept for reuse */
     int stop;
+    /* Tests (DASHD_TEST_DEVICE_FAULT=N in dashd's environment): the Nth op on device memory
+     * is preceded by a kernel that faults (cuattn__fault), as a failing GPU would. Worker
+     * thread. 0: never. */
+    uint64_t fault_at, device_ops;
     void *dig_scratch; /* device scratch of the digests (worker thread, stream-ordered) */
     size_t dig_cap;
     /* Semaphores (stream memory operations; NULL when the driver or GPU lacks 64-bit
@@ -320,6 +325,45 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Whether err leaves this process's CUDA context unusable: the errors that cuda_runtime's
+ * driver_types.h says corrupt the context ("the process must be terminated and relaunched",
+ * "inconsistent state"), and an uncorrectable ECC error, after which the GPU needs a reset.
+ * Every later call of the process fails with them. */
+static int cuda_error_loses_device(cudaError_t err)
+{
+    switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorContained:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* An op failed with err (where: what was being done): if that lost the device, say so in
+ * base.lost (the first reason wins), for the loop to stop dashd (backend.h). Any thread. */
+static void note_device_error(struct cuda *c, cudaError_t err, const char *where)
+{
+    int none = 0;
+    if (!cuda_error_loses_device(err) || !atomic_compare_exchange_strong(&c->base.lost, &none, 1))
+        return;
+    snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s: %s (%s)", where,
+             cudaGetErrorString(err), cudaGetErrorName(err));
+    atomic_store(&c->base.lost, 2);
+}
+
 static void *completer_main(void *arg)
 {
     struct cuda *c = arg;
@@ -334,6 +378,8 @@ static void *completer_main(void *arg)
         struct pending *p = c->head;
         pthread_mutex_unlock(&c->mu);
         cudaError_t err = cudaEventSynchronize(p->ev);
+        if (err != cudaSuccess)
+            note_device_error(c, err, "a queued op");
         uint64_t now = mono_ns();
         /* One stream: an op starts when it was queued or when the one before it ended. */
         uint64_t start = p->queued_ns > last_done_ns ? p->queued_ns : last_done_ns;
@@ -780,8 +826,9 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
         }
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
-        snprintf(msg, msglen, "the staged op failed on the device: %s; dashd may need a restart",
-                 cudaGetErrorString(err));
+        note_device_error(c, err, "an op on shared memory");
+        snprintf(msg, msglen, "the staged op failed on the device: %s%s", cudaGetErrorString(err),
+                 cuda_error_loses_device(err) ? "; the GPU context is lost: dashd restarts" : "");
         return DASH_EIO;
     }
     return 0;
@@ -887,6 +934,8 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     uint64_t *folded[3];
     const int fold = backward && folded_slots(op, n_in, p->pinned, folded);
     (void)cuattn_set_digests(c->ca, fold ? folded : NULL);
+    if (c->fault_at && ++c->device_ops == c->fault_at)
+        (void)cuattn__fault(c->ca);
     /* grid 0: the SM count (capped to what is resident at once); it never changes bits */
     rc = backward ? cuattn_backward(c->ca, op->prob, op->cfg, 0, op->dq, op->dk, op->dv, op->q,
                                     op->k, op->v, op->out, op->lse, op->dout, ret_cfg)
@@ -938,8 +987,10 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     }
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
-        snprintf(msg, msglen, "CUDA failed while running the kernels (%s); dashd may need a "
-                 "restart", cudaGetErrorString(err));
+        note_device_error(c, err, "an op on device memory");
+        snprintf(msg, msglen, "CUDA failed while running the kernels (%s)%s",
+                 cudaGetErrorString(err),
+                 cuda_error_loses_device(err) ? "; the GPU context is lost: dashd restarts" : "");
         rc = DASH_EIO;
         goto fail;
     }
@@ -950,7 +1001,9 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     return 0;
 fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
-    (void)cudaStreamSynchronize(st);
+    const cudaError_t drained = cudaStreamSynchronize(st);
+    if (drained != cudaSuccess)
+        note_device_error(c, drained, "an op on device memory");
     set_queuing(c, NULL);
     pending_put(c, p);
     /* The client's stream waits for the done signal whatever happened to the op: the
@@ -1126,6 +1179,9 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
         return NULL;
     }
     c->device = device;
+    const char *fault = getenv("DASHD_TEST_DEVICE_FAULT");
+    if (fault)
+        c->fault_at = strtoull(fault, NULL, 10);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->rescue_cv, NULL);

@@ -52,6 +52,7 @@
 #include <uv.h>
 
 #define SHUTDOWN_LINGER_MS 1000
+#define LOST_CHECK_MS 100 /* how often the loop looks at backend.lost */
 #define EXIT_USAGE 2
 /* File descriptors kept free of connections: the log, the audit file, shm objects while
  * they are mapped, the GPU driver's, libuv's own. */
@@ -72,7 +73,10 @@ struct app {
     struct lockfile *lock;
     struct notify *notify;
     struct metrics_http *metrics; /* NULL without --metrics */
+    struct backend *backend;
+    uv_timer_t lost_timer; /* polls backend->lost */
     int stopping;
+    int exit_status; /* main's, once the loop has stopped: 0, or DASHD_EXIT_DEVICE_LOST */
 };
 
 static int32_t online_cpus(void)
@@ -252,6 +256,7 @@ static void on_idle(void *arg)
     uv_close((uv_handle_t *)&a->sigterm, NULL);
     uv_close((uv_handle_t *)&a->sigint, NULL);
     uv_close((uv_handle_t *)&a->sighup, NULL);
+    uv_close((uv_handle_t *)&a->lost_timer, NULL);
 }
 
 /* Open the audit log of cfg, or NULL (none configured, or it failed: logged). */
@@ -355,6 +360,28 @@ static void on_signal(uv_signal_t *h, int signum)
              dispatch_in_flight(a->disp));
     notify_stopping(a->notify, "stopping: %u requests in flight to finish",
                     dispatch_in_flight(a->disp));
+    dispatch_stop(a->disp, on_idle, a);
+}
+
+/* The backend lost its device (backend.h: a CUDA error that leaves this process's context
+ * unusable): every later op would fail, for every client, until the process exits. Stop as
+ * on SIGTERM - what is in flight gets its error reply - and exit with
+ * DASHD_EXIT_DEVICE_LOST, so that the service manager starts a fresh dashd (a new context;
+ * Restart=on-failure in the units), which the clients find again by themselves. */
+static void on_lost_check(uv_timer_t *t)
+{
+    struct app *a = t->data;
+    if (atomic_load(&a->backend->lost) != 2)
+        return;
+    uv_timer_stop(t);
+    a->exit_status = DASHD_EXIT_DEVICE_LOST;
+    log_error("the GPU context is lost (%s): every later op would fail; stopping with exit status "
+              "%d so that a fresh dashd serves (under systemd: restarted at once)",
+              a->backend->lost_why, DASHD_EXIT_DEVICE_LOST);
+    if (a->stopping)
+        return;
+    a->stopping = 1;
+    notify_stopping(a->notify, "stopping: the GPU context is lost (%s)", a->backend->lost_why);
     dispatch_stop(a->disp, on_idle, a);
 }
 
@@ -624,6 +651,10 @@ int main(int argc, char **argv)
     uv_signal_start(&a.sigterm, on_signal, SIGTERM);
     uv_signal_start(&a.sigint, on_signal, SIGINT);
     uv_signal_start(&a.sighup, on_sighup, SIGHUP);
+    a.backend = b;
+    uv_timer_init(&a.loop, &a.lost_timer);
+    a.lost_timer.data = &a;
+    uv_timer_start(&a.lost_timer, on_lost_check, LOST_CHECK_MS, LOST_CHECK_MS);
 
     if (mem != UINT64_MAX)
         log_info("memory: %llu MiB (%s); one op's host memory is capped at %llu MiB%s",
@@ -655,7 +686,7 @@ int main(int argc, char **argv)
                  (unsigned long long)(notify_watchdog_usec(a.notify) / 2000));
     notify_ready(a.notify, "serving %s (backend %s)", o.endpoint, b->name);
     uv_run(&a.loop, UV_RUN_DEFAULT);
-    status = 0;
+    status = a.exit_status;
 
 run_closes:
     /* Let the loop run the close callbacks of every handle before anything is freed. */

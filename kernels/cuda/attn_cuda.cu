@@ -305,6 +305,21 @@ void cuattn__poison_scratch(struct cuattn *a, int on)
         a->poison_scratch = on != 0;
 }
 
+/* cuattn__fault's kernel: one store through `where`, an address no allocation holds. */
+__global__ void cuattn_fault_kernel(volatile uint32_t *where)
+{
+    *where = 0xdead;
+}
+
+int cuattn__fault(struct cuattn *a)
+{
+    if (!a)
+        return -EINVAL;
+    /* the first page of the address space is never mapped */
+    cuattn_fault_kernel<<<1, 1, 0, a->stream>>>((volatile uint32_t *)(uintptr_t)64);
+    return err_code(cudaGetLastError());
+}
+
 void cuattn__force_no_tma(struct cuattn *a, int on)
 {
     if (a)

@@ -2,7 +2,9 @@
 /*
  * attn_cuda_test.h - what only the tests may ask of the CUDA backend (attn_cuda.h): forcing
  * a mode, pretending to be a smaller GPU, reading back what the last launch did. Not for
- * dashd or any other caller: these change speed or coverage, never the bits.
+ * dashd or any other caller: these change speed or coverage, never the bits. (One
+ * exception: dashd calls cuattn__fault when its environment asks for it, for the tests of
+ * what it does when its GPU fails.)
  */
 #ifndef DASH_ATTN_CUDA_TEST_H
 #define DASH_ATTN_CUDA_TEST_H
@@ -31,6 +33,11 @@ void cuattn__force_no_tma(struct cuattn *a, int on);
  * not write in that call (the dQ accumulator where v3's backward skips its memset:
  * attn_bwd_dq_first_stores); 0 stops it. The bits are the same either way. */
 void cuattn__poison_scratch(struct cuattn *a, int on);
+/* For tests: queue on a's stream a kernel that stores to an address no allocation holds, as
+ * a failing GPU or a kernel's bug would: the process's CUDA context is then lost
+ * (cudaErrorIllegalAddress at the next synchronisation, and for every later call). 0, or
+ * a negative errno where the launch itself failed. */
+int cuattn__fault(struct cuattn *a);
 /* For tests: 1 if the last successful v3 forward on `a` loaded through TMA, else 0. */
 int cuattn__last_fwd_tma(const struct cuattn *a);
 /* For tests: bit 0 set if the last successful forward on `a` ran a widened head dim's wider

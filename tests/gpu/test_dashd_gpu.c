@@ -1802,6 +1802,73 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
     fixture_close(&f, "gpu-restart");
 }
 
+/* Whether the file at path holds a line containing needle. */
+static int log_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[2048];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* dashd's GPU context is lost (DASHD_TEST_DEVICE_FAULT=1: a kernel storing to an unmapped
+ * address before its first op on device memory, as a failing GPU or a kernel's bug would):
+ * that op's caller gets DASH_EIO, dashd says why in its log and exits with status 75
+ * (DASHD_EXIT_DEVICE_LOST, daemon/backend.h) instead of failing every later op of every
+ * client; a fresh dashd on the endpoint (what systemd's Restart=on-failure starts) then
+ * serves the same client its bits, the library having said hello and registered again by
+ * itself. Not under MPS, where a fault is not confined to dashd's context. */
+static void test_dashd_gpu_lost_context_stops_dashd_for_a_restart(void)
+{
+    struct dash_stats *st = NULL;
+    struct dash_client *probe = connect_client("gpu-lost-probe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(probe);
+    int mps = dash_stats(probe, &st) == 0 && strcmp(st->gpu_sharing, "mps") == 0;
+    dash_stats_free(st);
+    dash_close(probe);
+    if (mps)
+        return;
+    CU_ASSERT_EQUAL_FATAL(dashd_stop(&D), 0);
+    CU_ASSERT_FATAL(setenv("DASHD_TEST_DEVICE_FAULT", "1", 1) == 0);
+    const int up = dashd_restart(&D);
+    unsetenv("DASHD_TEST_DEVICE_FAULT");
+    CU_ASSERT_EQUAL_FATAL(up, 0);
+    struct fixture f;
+    fixture_open(&f, "gpu-lost");
+    unsigned char *got = malloc(result_bytes());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    char why[128] = "";
+    CU_ASSERT_EQUAL(run_through_daemon(f.c, f.b, inputs, got, why, sizeof why), DASH_EIO);
+    CU_ASSERT(strstr(why, "dash_forward") != NULL);
+    /* it exits by itself, with its status */
+    int status = -1, exited = 0;
+    for (int i = 0; i < 2000 && !exited; i++) {
+        exited = waitpid(D.pid, &status, WNOHANG) == D.pid;
+        if (!exited)
+            usleep(10000);
+    }
+    CU_ASSERT(exited);
+    if (!exited)
+        dashd_kill(&D);
+    D.pid = 0;
+    CU_ASSERT(exited && WIFEXITED(status) && WEXITSTATUS(status) == 75);
+    const int said = log_has(D.log_path, "the GPU context is lost") &&
+                     log_has(D.log_path, "exit status 75");
+    CU_ASSERT(said);
+    if (!exited || !said)
+        fprintf(stderr, "\n  dashd's log: %s", D.log_path);
+    /* what a service manager does next; the client carries on by itself */
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
+    check_bits(&f, "after the lost context's restart");
+    free(got);
+    fixture_close(&f, "gpu-lost");
+}
+
 /* A client process killed while dashd's GPU queue waits for its stream (a stream-ordered
  * forward's ready word queued behind a minute-long kernel, which the kill discards): dashd
  * writes the word itself once it sees the process gone, so another client, in a process
@@ -2118,6 +2185,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_client_killed_mid_request) ||
         !CU_add_test(s, "test_dashd_gpu_client_recovers_from_daemon_restart",
                      test_dashd_gpu_client_recovers_from_daemon_restart) ||
+        !CU_add_test(s, "test_dashd_gpu_lost_context_stops_dashd_for_a_restart",
+                     test_dashd_gpu_lost_context_stops_dashd_for_a_restart) ||
         !CU_add_test(s, "test_dashd_gpu_head_dims_96_and_256_match_in_process",
                      test_dashd_gpu_head_dims_96_and_256_match_in_process) ||
         !CU_add_test(s, "test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_refused",
