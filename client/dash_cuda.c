@@ -474,15 +474,25 @@ static void release_slot_locked(struct dash__signals *g, int32_t slot, uint64_t 
     if (g->released_seq[slot] < seq) {
         g->released_seq[slot] = seq;
         if (!g->slot_release_stream[slot]) {
+            /* Relaxed for this call: another thread of the process may be capturing a
+             * CUDA graph in global mode (PyTorch's default), and this thread (the caller's,
+             * reading a reply) must not make a call that could invalidate that capture. */
+            enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+            const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
             cudaStream_t made = NULL;
-            if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) == cudaSuccess)
-                g->slot_release_stream[slot] = made;
+            if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) != cudaSuccess)
+                made = NULL;
             (void)cudaGetLastError();
+            if (swapped)
+                (void)cudaThreadExchangeStreamCaptureMode(&mode);
+            /* The shared stream where no stream of its own could be made (out of
+             * resources): a release may then wait behind another's, as before. For good:
+             * a later release of this slot on a stream of its own could overtake this one,
+             * write done[slot] = seq + n before this one writes seq (the word going back),
+             * and let the caller's stream past this op before its poison. */
+            g->slot_release_stream[slot] = made ? (void *)made : g->release_stream;
         }
-        /* the shared stream only where no stream of its own could be made (out of
-         * resources): a release may then wait behind another's, as before */
-        CUstream st = (CUstream)(g->slot_release_stream[slot] ? g->slot_release_stream[slot]
-                                                               : g->release_stream);
+        CUstream st = (CUstream)g->slot_release_stream[slot];
         (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                          CU_STREAM_WAIT_VALUE_GEQ);
         if (g->poison[slot].seq == seq)
@@ -733,7 +743,7 @@ void dash__signals_destroy(struct dash_client *c, int in_child)
         if (switch_device(g->device, &old) == 0) {
             /* their waits and poison read and write memory freed here */
             for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
-                if (g->slot_release_stream[i]) {
+                if (g->slot_release_stream[i] && g->slot_release_stream[i] != g->release_stream) {
                     (void)cudaStreamSynchronize((cudaStream_t)g->slot_release_stream[i]);
                     (void)cudaStreamDestroy((cudaStream_t)g->slot_release_stream[i]);
                 }

@@ -239,9 +239,10 @@ struct dash__signals {
     struct dash_buffer *buf;  /* its registration (users held at 1: never an op's) */
     /* Where the library poisons and writes a done word itself: one stream per slot, made
      * at its first release (under mu; release_stream, made with the semaphores, where that
-     * fails), so that one release waiting for its caller's stream never holds up another's
-     * - two failed ops on two of the caller's streams, the first's stream waiting for the
-     * second's past its op, would otherwise wait for each other forever. */
+     * fails: then for good, so that a slot's releases stay in order), so that one release
+     * waiting for its caller's stream never holds up another's - two failed ops on two of
+     * the caller's streams, the first's stream waiting for the second's past its op, would
+     * otherwise wait for each other forever. */
     void *release_stream;
     void *slot_release_stream[DASH__SIGNAL_SLOTS];
     void *poll_stream;        /* where the watchdog reads the done and fail words */

@@ -792,9 +792,10 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
         at += (s[i].bytes + 255) & ~(size_t)255;
         if (!s[i].out &&
             cudaMemcpyAsync(s[i].dev, s[i].host, s[i].bytes, cudaMemcpyHostToDevice, st) != cudaSuccess) {
-            snprintf(msg, msglen, "copying an input to the device failed: %s",
-                     cudaGetErrorString(cudaGetLastError()));
-            (void)cudaStreamSynchronize(st);
+            const cudaError_t err = cudaGetLastError();
+            note_device_error(c, err, "an op on shared memory");
+            snprintf(msg, msglen, "copying an input to the device failed: %s", cudaGetErrorString(err));
+            note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
             return DASH_EIO;
         }
     }
@@ -813,15 +814,20 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
         rc = cuattn_backward(c->ca, p, op->cfg, 0, t[6], t[7], t[8], t[0], t[1], t[2], t[3],
                              s[4].dev, t[5], ret_cfg);
     if (rc) {
-        (void)cudaStreamSynchronize(st); /* the host buffers must not be in use on return */
+        /* the host buffers must not be in use on return */
+        note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
         return map_kernel_error(rc, p, msg, msglen);
     }
     for (int i = 0; i < n; i++)
         if (s[i].out &&
             cudaMemcpyAsync(s[i].host, s[i].dev, s[i].bytes, cudaMemcpyDeviceToHost, st) != cudaSuccess) {
-            snprintf(msg, msglen, "copying an output from the device failed: %s",
-                     cudaGetErrorString(cudaGetLastError()));
-            (void)cudaStreamSynchronize(st);
+            /* a kernel of this op that faulted already fails the copy's call: noted here, or
+             * the context would be lost without dashd knowing it (every later staged op
+             * failing at its first copy, above, for good) */
+            const cudaError_t err = cudaGetLastError();
+            note_device_error(c, err, "an op on shared memory");
+            snprintf(msg, msglen, "copying an output from the device failed: %s", cudaGetErrorString(err));
+            note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
             return DASH_EIO;
         }
     cudaError_t err = cudaStreamSynchronize(st);
