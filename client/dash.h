@@ -555,8 +555,10 @@ int dash_set_audit(struct dash_client *c, int64_t step, const char *label);
  * The outputs are checked before anything is queued: each must lie inside its buffer
  * with strides >= 0 (DASH_EBOUNDS / DASH_EINVAL, nothing queued or poisoned).
  *
- * stream is a cudaStream_t of the buffers' device (NULL: the legacy default stream). A
- * client uses one device for its stream-ordered ops. Do not read the outputs on the host,
+ * stream is a cudaStream_t of the buffers' device (NULL: the legacy default stream), not
+ * one that is capturing a CUDA graph (DASH_EINVAL, nothing queued or poisoned: a graph
+ * cannot record work done in dashd's process). A client uses one device for its
+ * stream-ordered ops. Do not read the outputs on the host,
  * or from another stream, without first synchronising with `stream`. dash_close() waits
  * for the ops still in flight (or releases them).
  *

@@ -469,32 +469,48 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
  * poison, as a write with the default flags follows a memory barrier. Once per op: a second
  * release (the watchdog and the call reading the reply both try) does nothing, and never
  * poisons after the done word. */
+/* The slot's release stream, made at its first use (under mu, its device current). */
+static CUstream slot_stream_locked(struct dash__signals *g, int32_t slot)
+{
+    if (!g->slot_release_stream[slot]) {
+        /* Relaxed for this call: another thread of the process may be capturing a
+         * CUDA graph in global mode (PyTorch's default), and this thread (the caller's,
+         * reading a reply) must not make a call that could invalidate that capture. */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+        cudaStream_t made = NULL;
+        if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) != cudaSuccess)
+            made = NULL;
+        (void)cudaGetLastError();
+        if (swapped)
+            (void)cudaThreadExchangeStreamCaptureMode(&mode);
+        /* The shared stream where no stream of its own could be made (out of
+         * resources): a release may then wait behind another's, as before. For good:
+         * a later release of this slot on a stream of its own could overtake this one,
+         * write done[slot] = seq + n before this one writes seq (the word going back),
+         * and let the caller's stream past this op before its poison. */
+        g->slot_release_stream[slot] = made ? (void *)made : g->release_stream;
+    }
+    return (CUstream)g->slot_release_stream[slot];
+}
+
+/* The caller's stream will write ready[slot] = seq and no daemon waits for it: queue a wait
+ * for the write on the slot's stream, and keep the slot from being used again until that
+ * stream is idle (struct dash__signals.unwritten). Under mu. Returns the stream. */
+static CUstream hold_until_written_locked(struct dash__signals *g, int32_t slot, uint64_t seq)
+{
+    CUstream st = slot_stream_locked(g, slot);
+    (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq, CU_STREAM_WAIT_VALUE_GEQ);
+    if (g->unwritten[slot] < seq)
+        g->unwritten[slot] = seq;
+    return st;
+}
+
 static void release_slot_locked(struct dash__signals *g, int32_t slot, uint64_t seq)
 {
     if (g->released_seq[slot] < seq) {
         g->released_seq[slot] = seq;
-        if (!g->slot_release_stream[slot]) {
-            /* Relaxed for this call: another thread of the process may be capturing a
-             * CUDA graph in global mode (PyTorch's default), and this thread (the caller's,
-             * reading a reply) must not make a call that could invalidate that capture. */
-            enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-            const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-            cudaStream_t made = NULL;
-            if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) != cudaSuccess)
-                made = NULL;
-            (void)cudaGetLastError();
-            if (swapped)
-                (void)cudaThreadExchangeStreamCaptureMode(&mode);
-            /* The shared stream where no stream of its own could be made (out of
-             * resources): a release may then wait behind another's, as before. For good:
-             * a later release of this slot on a stream of its own could overtake this one,
-             * write done[slot] = seq + n before this one writes seq (the word going back),
-             * and let the caller's stream past this op before its poison. */
-            g->slot_release_stream[slot] = made ? (void *)made : g->release_stream;
-        }
-        CUstream st = (CUstream)g->slot_release_stream[slot];
-        (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
-                         CU_STREAM_WAIT_VALUE_GEQ);
+        CUstream st = hold_until_written_locked(g, slot, seq);
         if (g->poison[slot].seq == seq)
             (void)dash__poison_outputs(&g->poison[slot], st);
         (void)write_value(st, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
@@ -511,12 +527,16 @@ static void release_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
 }
 
 /* Op seq of slot will never be released (its call failed before the caller's stream
- * waited for it): a later release would poison outputs the caller has since reused. */
-static void forget_slot(struct dash__signals *g, int32_t slot, uint64_t seq)
+ * waited for it): a later release would poison outputs the caller has since reused.
+ * written: the caller's stream has the op's ready write queued (the slot waits for it). */
+static void forget_slot(struct dash__signals *g, int32_t slot, uint64_t seq, int written)
 {
     pthread_mutex_lock(&g->mu);
     if (g->released_seq[slot] < seq)
         g->released_seq[slot] = seq;
+    if (written)
+        (void)hold_until_written_locked(g, slot, seq);
+    (void)cudaGetLastError();
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -831,6 +851,55 @@ static int signals_make(struct dash_client *c, int device)
     return 0;
 }
 
+/* Whether slot still waits for a ready write no daemon consumes (dash__signals.unwritten);
+ * clears the mark once the slot's stream is idle. Its device current. */
+static int slot_unwritten(struct dash__signals *g, int32_t slot)
+{
+    pthread_mutex_lock(&g->mu);
+    int waits = g->unwritten[slot] != 0;
+    if (waits) {
+        /* relaxed: a query beside another thread's global-mode capture must not end it */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+        if (cudaStreamQuery((cudaStream_t)g->slot_release_stream[slot]) == cudaSuccess) {
+            g->unwritten[slot] = 0;
+            waits = 0;
+        }
+        (void)cudaGetLastError(); /* cudaErrorNotReady */
+        if (swapped)
+            (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return waits;
+}
+
+/* Before the next op takes its slot: a slot whose ready word an earlier op's caller stream
+ * has yet to write (that op failed or was released; the stream lags behind) is skipped -
+ * its sequence number burnt, as a failed call's is - so that the late write cannot take
+ * the word back below the new op's. Where every slot waits so (256 such ops, none written
+ * yet), wait for the next one's write up to the client's timeout. */
+static int skip_unwritten_slots(struct dash_client *c)
+{
+    struct dash__signals *g = c->signals;
+    for (int32_t skipped = 0; skipped < DASH__SIGNAL_SLOTS; skipped++) {
+        const uint64_t seq = g->seq + 1;
+        const int32_t slot = (int32_t)(seq % DASH__SIGNAL_SLOTS);
+        if (!slot_unwritten(g, slot))
+            return 0;
+        forget_slot(g, slot, seq, 0);
+        g->seq = seq;
+    }
+    const int32_t slot = (int32_t)((g->seq + 1) % DASH__SIGNAL_SLOTS);
+    const int64_t until = dash__now_ms() + c->timeout_ms;
+    while (slot_unwritten(g, slot)) {
+        if (dash__now_ms() >= until)
+            return dash__fail(c, DASH_ETIMEDOUT, "every semaphore slot waits for a caller's "
+                              "stream to reach an earlier failed op (%d ms)", c->timeout_ms);
+        usleep(200);
+    }
+    return 0;
+}
+
 static int slot_free(struct dash_client *c, const void *arg)
 {
     return !c->signals || !c->signals->slot_req[*(const int32_t *)arg];
@@ -870,16 +939,25 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (c->session_timeout_ms && dash__now_ms() - c->last_rx_ms > c->session_timeout_ms / 3 &&
         (rc = dash_ping(c, -1, NULL)) != 0)
         return rc;
-    const uint64_t seq = g->seq + 1;
-    const int32_t slot = (int32_t)(seq % DASH__SIGNAL_SLOTS);
     /* Nothing is written until the slot is free, so a failed wait leaves seq to the next
      * op: burnt here, the watchdog's release of everything up to `issued` would one day
      * wait on the slot's release stream for a ready word that no stream writes, and every
      * later release of that slot (the poison and done words of failed ops) would never
-     * come. */
-    if (g->slot_req[slot] &&
-        (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
-        return rc;
+     * come. A slot whose last op's reply, read while waiting for it, released that op
+     * before its caller's stream wrote the ready word is skipped after all. */
+    uint64_t seq;
+    int32_t slot;
+    for (;;) {
+        if ((rc = skip_unwritten_slots(c)) != 0)
+            return rc;
+        seq = g->seq + 1;
+        slot = (int32_t)(seq % DASH__SIGNAL_SLOTS);
+        if (g->slot_req[slot] &&
+            (rc = dash__wait(c, slot_free, &slot, -1, dash__now_ms())) != 0)
+            return rc;
+        if (!slot_unwritten(g, slot))
+            break;
+    }
     g->seq = seq; /* burnt from here even if this call fails: ready may be written */
     dash__reap_detached(c);
     pthread_mutex_lock(&g->mu);
@@ -889,7 +967,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (write_value((CUstream)stream, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq,
                     CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
-        forget_slot(g, slot, seq);
+        forget_slot(g, slot, seq, 0);
         return DASH_EINVAL; /* a stream of another device, or not a stream */
     }
     atomic_store(&g->issued, seq);
@@ -899,7 +977,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     uint64_t ticket;
     struct dash__req *r;
     if ((rc = dash__op_submit(c, kind, a, ts, nt, &sync, &ticket, &r)) != 0) {
-        forget_slot(g, slot, seq);
+        forget_slot(g, slot, seq, 1);
         return rc;
     }
     /* nobody waits for it: the next calls read its reply */
@@ -911,7 +989,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (r->state == DASH__QUEUED && (rc = dash__wait(c, op_sent, r, -1, dash__now_ms())) != 0) {
         /* never sent, nor waited for: the caller hears of it now, not later */
         g->slot_req[slot] = NULL;
-        forget_slot(g, slot, seq);
+        forget_slot(g, slot, seq, 1);
         r->signal_slot = -1;
         atomic_fetch_sub(&g->outstanding, 1);
         dash__op_finish(c, r, rc, NULL);
@@ -920,7 +998,7 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     if (wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
         (void)cudaGetLastError();
-        forget_slot(g, slot, seq); /* the caller's stream does not wait: poisoned there */
+        forget_slot(g, slot, seq, 1); /* the caller's stream does not wait: poisoned there */
         r->signal_told = 1; /* this return says it (a restore will not send it again) */
         return DASH_EIO;
     }
@@ -955,6 +1033,16 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
                               device, ts[i]->buf->device);
     if (c->flags & DASH_CONNECT_NO_SESSION)
         return DASH_ENOSESSION;
+    /* A stream capturing a CUDA graph would record the op's ready write (or event record)
+     * instead of making it, and dashd's one stream would wait for it for ever, every
+     * client's ops behind it: refused before anything is queued (and nothing poisoned,
+     * which the capture would record too). */
+    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &capturing) != cudaSuccess)
+        (void)cudaGetLastError(); /* not a stream: the ready write says so below */
+    else if (capturing != cudaStreamCaptureStatusNone)
+        return dash__fail(c, DASH_EINVAL, "the stream is capturing a CUDA graph: dashd computes in "
+                          "another process, which a graph cannot record; call it outside the capture");
     const int held = c->events && c->events->device != device     ? c->events->device
                      : c->signals && c->signals->device != device ? c->signals->device
                                                                   : device;

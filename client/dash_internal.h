@@ -245,6 +245,13 @@ struct dash__signals {
      * otherwise wait for each other forever. */
     void *release_stream;
     void *slot_release_stream[DASH__SIGNAL_SLOTS];
+    /* Under mu: per slot, the seq of an op whose ready word the caller's stream will write
+     * but no daemon waits for (released by the library, or whose call failed after the
+     * write was queued), with a wait for that write queued on the slot's release stream;
+     * 0 once that stream was seen idle. The slot is not used again before: a late write of
+     * ready[slot] = seq after the next op's seq + 256 would take the word back, and dashd's
+     * one stream would wait for that op's word for ever, every client's ops behind it. */
+    uint64_t unwritten[DASH__SIGNAL_SLOTS];
     void *poll_stream;        /* where the watchdog reads the done and fail words */
     uint64_t seq;             /* the last sequence number used */
     struct dash__req *slot_req[DASH__SIGNAL_SLOTS]; /* the op in flight per slot, or NULL */

@@ -75,7 +75,8 @@ struct app {
     struct metrics_http *metrics; /* NULL without --metrics */
     struct backend *backend;
     uv_timer_t lost_timer; /* polls backend->lost */
-    int stopping;
+    int stopping;  /* dispatch_stop called: a signal, or a lost GPU context */
+    int signalled; /* SIGTERM or SIGINT seen: a second one exits at once */
     int exit_status; /* main's, once the loop has stopped: 0, or DASHD_EXIT_DEVICE_LOST */
 };
 
@@ -348,12 +349,18 @@ static void on_sighup(uv_signal_t *h, int signum)
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct app *a = h->data;
-    if (a->stopping) {
+    if (a->signalled) {
         log_warn("%s again: exiting now, abandoning %u requests in flight", strsignal(signum),
                  dispatch_in_flight(a->disp));
         remove_socket(a);
         lockfile_release(a->lock);
         _exit(1);
+    }
+    a->signalled = 1;
+    if (a->stopping) { /* already, for a lost GPU context: the same drain, its exit status */
+        log_info("%s: already stopping; %u requests in flight to finish", strsignal(signum),
+                 dispatch_in_flight(a->disp));
+        return;
     }
     a->stopping = 1;
     log_info("%s: stopping; %u requests in flight to finish", strsignal(signum),

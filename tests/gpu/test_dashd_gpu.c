@@ -1190,6 +1190,104 @@ static void test_dashd_gpu_signal_op_failure_releases_the_stream_and_is_told_lat
     fixture_close(&f, "gpu-signal-errors");
 }
 
+/* A refused op's caller stream lags far behind (a 3 s producer before it) while 255 more
+ * ops go out on other streams, so that the 256th after it would take its semaphore slot:
+ * the late ready write of the refused op must not take that slot's word back below the new
+ * op's (dashd's one stream then waited for the new op for ever, every client's ops behind
+ * it) - the library skips the slot until that write has landed. Stream C's op just before
+ * holds dashd's stream (a 4 s producer) until after the late write. Every stream finishes,
+ * the last forward gives the in-process kernels' bits, the refusal is told once. */
+static void test_dashd_gpu_late_ready_word_of_a_refused_op_does_not_stall_its_slots_next_op(void)
+{
+    if (!semaphores_here())
+        return;
+    struct fixture f;
+    fixture_open(&f, "gpu-signal-late");
+    unsigned char *view = dash_buffer_data(f.b), *stage = NULL, *scratch = NULL;
+    CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+    CU_ASSERT_FATAL(cudaMalloc((void **)&stage, 256) == cudaSuccess &&
+                    cudaMalloc((void **)&scratch, 256) == cudaSuccess);
+    cudaStream_t sa, sb, sc;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking) == cudaSuccess &&
+                    cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking) == cudaSuccess &&
+                    cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn bad = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL, .block_n = 96};
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    int told = 0; /* the refusal, returned by one of the calls after it (which sends nothing) */
+#define LATE_FORWARD(stream)                                                                   \
+    do {                                                                                       \
+        int rc_ = dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], stream, NULL); \
+        if (rc_ == DASH_ESCHED && !told) {                                                     \
+            told = 1;                                                                          \
+            rc_ = dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], stream, NULL); \
+        }                                                                                      \
+        failed |= rc_ != 0;                                                                    \
+    } while (0)
+    int failed = gpu_test_delayed_copy(scratch, stage, 256, 3000000000ull, sa) != cudaSuccess;
+    /* refused by dashd (a tile size it does not serve) before its stream waits for the word */
+    failed |= dash_forward_stream(f.c, &bad, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], sa, NULL) != 0;
+    for (int i = 0; i < 254 && !failed; i++)
+        LATE_FORWARD(sb);
+    failed |= gpu_test_delayed_copy(scratch, stage, 256, 4000000000ull, sc) != cudaSuccess;
+    LATE_FORWARD(sc);
+    /* the 256th op after the refused one: its slot's word, by sequence number */
+    failed |= cudaMemsetAsync(view + off[OUT], 0xff, QB, sb) != cudaSuccess;
+    LATE_FORWARD(sb);
+#undef LATE_FORWARD
+    CU_ASSERT_EQUAL(failed, 0);
+    const int done = stream_done_within(sa, 20000) == 0 && stream_done_within(sc, 20000) == 0 &&
+                     stream_done_within(sb, 20000) == 0;
+    CU_ASSERT(done);
+    if (!done) { /* dashd's stream is stuck: a fresh one for the tests after this one */
+        fprintf(stderr, "\n  a stream still waited 20 s after the late ready word ");
+        dashd_kill(&D);
+        CU_ASSERT_EQUAL(dashd_restart(&D), 0);
+        (void)stream_done_within(sb, 20000); /* the watchdog releases what it held */
+    } else {
+        if (!told)
+            CU_ASSERT_EQUAL(dash_sync(f.c), DASH_ESCHED);
+        CU_ASSERT_EQUAL(dash_sync(f.c), 0);
+        unsigned char *got = malloc(QB + LB);
+        CU_ASSERT_FATAL(got != NULL);
+        CU_ASSERT(fetch(got, view, OUT) == 0 && fetch(got + QB, view, LSE) == 0);
+        CU_ASSERT(memcmp(got, expected, QB + LB) == 0);
+        free(got);
+    }
+    CU_ASSERT(cudaStreamDestroy(sa) == cudaSuccess && cudaStreamDestroy(sb) == cudaSuccess &&
+              cudaStreamDestroy(sc) == cudaSuccess);
+    (void)cudaFree(stage);
+    (void)cudaFree(scratch);
+    fixture_close(&f, "gpu-signal-late");
+}
+
+/* A stream that is capturing a CUDA graph is refused by the stream-ordered calls before
+ * anything is queued (a graph would record the op's ready write, and dashd's stream would
+ * wait for it for ever); the capture itself is left intact, and the client works after. */
+static void test_dashd_gpu_stream_op_on_a_capturing_stream_is_refused(void)
+{
+    struct fixture f;
+    fixture_open(&f, "gpu-capture");
+    CU_ASSERT_FATAL(view_load(dash_buffer_data(f.b), inputs) == 0);
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    CU_ASSERT_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    int rc = dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL);
+    CU_ASSERT_EQUAL(rc, DASH_EINVAL);
+    CU_ASSERT(strstr(dash_last_error(f.c), "capturing a CUDA graph") != NULL);
+    cudaGraph_t graph = NULL;
+    CU_ASSERT(cudaStreamEndCapture(s, &graph) == cudaSuccess); /* not invalidated */
+    if (graph)
+        (void)cudaGraphDestroy(graph);
+    check_stream(&f, 0, "stream-ordered, after a refused capture");
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    fixture_close(&f, "gpu-capture");
+}
+
 /* More ops in flight than there are semaphore slots, back to back on one stream with no
  * host wait: every slot is used again, the stream keeps its order, and the last forward's
  * outputs equal the in-process kernels'. */
@@ -2171,6 +2269,10 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_stream_op_output_past_its_buffer_is_refused_before_queueing) ||
         !CU_add_test(s, "test_dashd_gpu_signal_ops_reuse_every_slot_in_order",
                      test_dashd_gpu_signal_ops_reuse_every_slot_in_order) ||
+        !CU_add_test(s, "test_dashd_gpu_late_ready_word_of_a_refused_op_does_not_stall_its_slots_next_op",
+                     test_dashd_gpu_late_ready_word_of_a_refused_op_does_not_stall_its_slots_next_op) ||
+        !CU_add_test(s, "test_dashd_gpu_stream_op_on_a_capturing_stream_is_refused",
+                     test_dashd_gpu_stream_op_on_a_capturing_stream_is_refused) ||
         !CU_add_test(s, "test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream",
                      test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream) ||
         !CU_add_test(s, "test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_returns",
