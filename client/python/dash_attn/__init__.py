@@ -61,7 +61,9 @@ def backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, schedule
 def audit(step=None, label=None):
     """Ops inside the block (on this thread) carry this step and label into dashd's audit
     log; blocks nest, the innermost wins. Works around and inside torch.compile'd code
-    (inside, the traced ops get the tag as arguments)."""
+    (inside, the traced ops get the tag as arguments). step: None or an integer
+    0..2**63-1; label: None or a str (at most 127 bytes of UTF-8, no NUL)."""
+    step, label = _client.audit_tag(step, label)
     if _client.compiling():
         _client.traced_audit.append((step, label))
         try:
@@ -79,7 +81,7 @@ def audit(step=None, label=None):
 def set_audit(step=None, label=None):
     """Set this thread's step and label for the ops that follow (outside any audit block).
     Call it outside torch.compile'd code (inside, use an audit block)."""
-    _client._audit.stack[0] = (step, label)
+    _client._audit.stack[0] = _client.audit_tag(step, label)
 
 
 def synchronize(client=None):

@@ -104,6 +104,39 @@ def push_audit(step, label):
     _audit.stack.append((step, label))
 
 
+INT64_MAX = 2**63 - 1
+
+
+def audit_tag(step, label):
+    """(step, label) as the audit record will carry them, or TypeError / ValueError. The
+    step goes to libdash as an int64 where < 0 means "no step", and the label as a C
+    string, so without these checks a step of -5 or 2**63 was silently no step, 2**64 + 7
+    was step 7, 3.7 was 3, and a label "a\0b" was "a". A step that is not a plain number
+    (a value torch.compile traces) is the compiled op's to carry and is passed as it is."""
+    if step is not None and (torch is None or not isinstance(step, (torch.SymInt,
+                                                                    torch.Tensor))):
+        if isinstance(step, bool):
+            raise TypeError(f"dash_attn: audit step must be an integer, not {step!r}")
+        try:
+            i = int(step)
+            exact = i == step
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            raise TypeError(f"dash_attn: audit step must be an integer, not {step!r}") \
+                from None
+        if not exact:
+            raise TypeError(f"dash_attn: audit step must be an integer, not {step!r}")
+        if not 0 <= i <= INT64_MAX:
+            raise ValueError(f"dash_attn: audit step={i} is outside 0..{INT64_MAX} (None: "
+                             "no step)")
+        step = i
+    if label is not None:
+        if not isinstance(label, str):
+            raise TypeError(f"dash_attn: audit label must be a str, not {label!r}")
+        if "\0" in label:
+            raise ValueError(f"dash_attn: audit label {label!r} holds a NUL character")
+    return step, label
+
+
 def pop_audit():
     if len(_audit.stack) > 1:
         _audit.stack.pop()

@@ -290,6 +290,32 @@ def test_audit_tag_reaches_the_log_for_forward_and_backward():
     assert fwd and all("ascending" not in l for l in fwd), summary
 
 
+def test_an_audit_tag_the_record_cannot_carry_is_refused_not_changed(client):
+    # libdash takes the step as an int64 (< 0: no step) and the label as a C string: a step
+    # of -5 or 2**63 used to be logged as no step, 2**64 + 7 as step 7, 3.7 as 3, True as
+    # 1, and the label "a\0b" as "a" - an audit log that silently says something else
+    q = torch.randn(1, 32, 2, 32)
+    for step, err in ((-5, ValueError), (2**63, ValueError), (2**64 + 7, ValueError),
+                      (3.7, TypeError), (True, TypeError), ("7", TypeError)):
+        with pytest.raises(err, match="audit step"):
+            with dash_attn.audit(step=step):
+                client.forward(q, q, q)
+        with pytest.raises(err, match="audit step"):
+            dash_attn.set_audit(step=step)
+    for label, err in (("a\0b", ValueError), (42, TypeError), (b"blk", TypeError)):
+        with pytest.raises(err, match="audit label"):
+            with dash_attn.audit(step=1, label=label):
+                client.forward(q, q, q)
+        with pytest.raises(err, match="audit label"):
+            dash_attn.set_audit(label=label)
+    # what the record can carry goes through: the largest step, an integral float, numpy's
+    with dash_attn.audit(step=2**63 - 1, label="caf\u00e9"):
+        with dash_attn.audit(step=4.0):
+            with dash_attn.audit(step=np.int64(5)):
+                out, _ = client.forward(q, q, q)
+    assert out.shape == q.shape
+
+
 def test_each_refusal_says_its_own_reason_not_an_earlier_ones(client):
     q = torch.randn(1, 32, 2, 32)
     with pytest.raises(dash_attn.DashError) as e:
