@@ -51,7 +51,8 @@ def _offsets(name, cu):
     offsets before it touches a tensor: pass CPU offsets to avoid the wait)."""
     if torch is not None and isinstance(cu, torch.Tensor):
         if cu.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's), not {cu.dtype}")
+            raise TypeError(f"dash_attn: {name} must be int32 (flash-attn's) or int64, "
+                            f"not {cu.dtype}")
         if cu.device.type not in ("cpu", "cuda"):
             raise ValueError(f"dash_attn: {name} is on device '{cu.device}'; the offsets must "
                              "be on the CPU or a CUDA device (their values are read)")

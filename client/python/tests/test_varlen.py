@@ -233,8 +233,9 @@ def test_bad_offsets_windows_and_softcap_raise_clear_errors(client):
     assert e.value.name == "DASH_EINVAL" and "window (-3, 0)" in e.value.message
     with pytest.raises(ValueError, match="softcap"):
         dash_attn.flash_attn_varlen_func(q, q, q, good, good, 10, 10, softcap=-1.0)
-    with pytest.raises(TypeError, match="int32"):
+    with pytest.raises(TypeError, match="int32") as te:
         dash_attn.flash_attn_varlen_func(q, q, q, good.float(), good, 10, 10)
+    assert "int64" in str(te.value)  # served too (docs/python.md): the message says so
     with pytest.raises(ValueError, match="3-D"):
         dash_attn.flash_attn_varlen_func(q[None], q, q, good, good, 10, 10)
     with pytest.raises(TypeError, match="window_size"):
