@@ -247,6 +247,12 @@ class Client:
             client_name = "python:" + os.path.basename(sys.argv[0] or "python")
         if run_tag is None:
             run_tag = os.environ.get("DASH_RUN_TAG")
+        for what, x in (("client_name", client_name), ("run_tag", run_tag)):
+            # a C string each: a NUL would silently end it ("run\0-7" logged as "run")
+            if x is not None and not isinstance(x, str):
+                raise TypeError(f"dash_attn: {what} must be a str, not {x!r}")
+            if x is not None and "\0" in x:
+                raise ValueError(f"dash_attn: {what} {x!r} holds a NUL character")
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self._opts = _lib.DashConnectOpts(client_name.encode()[:255],
                                           run_tag.encode()[:255] if run_tag else None,

@@ -316,6 +316,20 @@ def test_an_audit_tag_the_record_cannot_carry_is_refused_not_changed(client):
     assert out.shape == q.shape
 
 
+def test_a_client_name_or_run_tag_libdash_would_cut_is_refused(daemon):
+    # libdash takes them as C strings: run_tag="sweep\0-7" was logged as run "sweep", and
+    # a name that is not a str failed with an AttributeError from .encode()
+    for kw, err in ((dict(run_tag="sweep\0-7"), ValueError),
+                    (dict(client_name="a\0b"), ValueError),
+                    (dict(client_name=42), TypeError), (dict(run_tag=b"sweep"), TypeError)):
+        with pytest.raises(err, match=next(iter(kw))):
+            dash_attn.Client(daemon.endpoint, **kw)
+    c = dash_attn.Client(daemon.endpoint, client_name="caf\u00e9", run_tag="sweep-7")
+    q = torch.randn(1, 32, 2, 32)
+    assert c.forward(q, q, q)[0].shape == q.shape
+    c.close()
+
+
 def test_each_refusal_says_its_own_reason_not_an_earlier_ones(client):
     q = torch.randn(1, 32, 2, 32)
     with pytest.raises(dash_attn.DashError) as e:
