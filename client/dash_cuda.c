@@ -986,14 +986,27 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     r->detached = 1;
     if (r->state != DASH__DONE)
         g->slot_req[slot] = r;
-    if (r->state == DASH__QUEUED && (rc = dash__wait(c, op_sent, r, -1, dash__now_ms())) != 0) {
-        /* never sent, nor waited for: the caller hears of it now, not later */
-        g->slot_req[slot] = NULL;
-        forget_slot(g, slot, seq, 1);
-        r->signal_slot = -1;
-        atomic_fetch_sub(&g->outstanding, 1);
-        dash__op_finish(c, r, rc, NULL);
-        return rc;
+    if (r->state == DASH__QUEUED) {
+        /* A failed wait finished r already (dash__wait's fail_queued_signal_ops: released -
+         * its ready write held, poison, done word -, counted out of `outstanding`, its slot
+         * free): only this return tells it, not the next call too. */
+        r->signal_told = 1;
+        rc = dash__wait(c, op_sent, r, -1, dash__now_ms());
+        if (rc) {
+            if (r->state != DASH__DONE) { /* never sent, nor waited for */
+                g->slot_req[slot] = NULL;
+                forget_slot(g, slot, seq, 1);
+                r->signal_slot = -1;
+                atomic_fetch_sub(&g->outstanding, 1);
+                dash__op_finish(c, r, rc, NULL);
+            }
+            return rc;
+        }
+        r->signal_told = 0;
+        /* failed while it waited, the wait itself fine (no session to be had: fail_waiting):
+         * released, and the next call says so, as for any failure after this call */
+        if (r->state == DASH__DONE && r->code)
+            dash__signal_tell(c, r);
     }
     if (wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)done_word(g, slot), seq,
                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
@@ -1038,9 +1051,14 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
      * client's ops behind it: refused before anything is queued (and nothing poisoned,
      * which the capture would record too). */
     enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing((cudaStream_t)stream, &capturing) != cudaSuccess)
+    const cudaError_t cap = cudaStreamIsCapturing((cudaStream_t)stream, &capturing);
+    if (cap != cudaSuccess)
         (void)cudaGetLastError(); /* not a stream: the ready write says so below */
-    else if (capturing != cudaStreamCaptureStatusNone)
+    if (cap == cudaErrorStreamCaptureImplicit) /* the legacy stream, a blocking one capturing */
+        return dash__fail(c, DASH_EINVAL, "the legacy default stream while a blocking stream of its "
+                          "device is capturing a CUDA graph: queueing on it would end that capture; "
+                          "call it outside the capture, or on a non-blocking stream");
+    if (cap == cudaSuccess && capturing != cudaStreamCaptureStatusNone)
         return dash__fail(c, DASH_EINVAL, "the stream is capturing a CUDA graph: dashd computes in "
                           "another process, which a graph cannot record; call it outside the capture");
     const int held = c->events && c->events->device != device     ? c->events->device

@@ -455,6 +455,10 @@ DASH__HIDDEN int dash__outputs_of(struct dash_client *c, int forward, const stru
  * = 0xFF, one cudaMemset2DAsync per run. 0 or DASH_EIO (the rest is still tried). */
 DASH__HIDDEN int dash__poison_outputs(const struct dash__poison *p, void *stream);
 
+/* dash_ops.c: a signal-ordered op r that failed (r->code) is reported by the next call
+ * (c->async_code), unless an earlier failure waits there already. */
+DASH__HIDDEN void dash__signal_tell(struct dash_client *c, const struct dash__req *r);
+
 /* dash_ops.c: free the detached ops that have finished (signal-ordered ones). */
 DASH__HIDDEN void dash__reap_detached(struct dash_client *c);
 

@@ -273,6 +273,15 @@ int dash__op_encode(const struct dash_client *c, struct dash__req *r, Dash__Requ
     return 0;
 }
 
+void dash__signal_tell(struct dash_client *c, const struct dash__req *r)
+{
+    if (c->async_code || !r->code)
+        return;
+    c->async_code = r->code;
+    snprintf(c->async_msg, sizeof c->async_msg, "an earlier stream-ordered %s failed: %.200s",
+             r->kind == DASH__FORWARD ? "forward" : "backward", r->message);
+}
+
 void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const Dash__Reply *rep)
 {
     if (r->state == DASH__DONE)
@@ -309,12 +318,8 @@ void dash__op_finish(struct dash_client *c, struct dash__req *r, int code, const
          * caller's stream goes on; the next call reports the failure. */
         if (code) {
             dash__signal_release(c, r->signal_slot, r->signal_seq);
-            if (!c->async_code && !r->signal_told) {
-                c->async_code = code;
-                snprintf(c->async_msg, sizeof c->async_msg, "an earlier stream-ordered %s "
-                         "failed: %.200s", r->kind == DASH__FORWARD ? "forward" : "backward",
-                         r->message);
-            }
+            if (!r->signal_told)
+                dash__signal_tell(c, r);
         }
         if (c->signals && c->signals->slot_req[r->signal_slot] == r)
             c->signals->slot_req[r->signal_slot] = NULL;
