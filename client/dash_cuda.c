@@ -563,6 +563,30 @@ int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq)
     return released;
 }
 
+int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq)
+{
+    struct dash__signals *g = c->signals;
+    if (!g || c->pid != getpid() || dash__signal_released(c, slot, seq))
+        return 0;
+    int old;
+    if (switch_device(g->device, &old) != 0) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    /* relaxed: another thread of the process may be capturing in global mode */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+    uint64_t word = 0;
+    const int read = cudaMemcpyAsync(&word, done_word(g, slot), sizeof word, cudaMemcpyDeviceToHost,
+                                     (cudaStream_t)g->poll_stream) == cudaSuccess &&
+                     cudaStreamSynchronize((cudaStream_t)g->poll_stream) == cudaSuccess;
+    (void)cudaGetLastError();
+    if (swapped)
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    restore_device(old, g->device);
+    return read && word >= seq;
+}
+
 /* The largest sequence number <= issued that uses slot, or 0. */
 static uint64_t last_seq_of_slot(uint64_t issued, int32_t slot)
 {
@@ -1196,6 +1220,12 @@ void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq)
 }
 
 int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq)
+{
+    (void)c, (void)slot, (void)seq;
+    return 0;
+}
+
+int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq)
 {
     (void)c, (void)slot, (void)seq;
     return 0;

@@ -471,6 +471,12 @@ DASH__HIDDEN void dash__signal_release(struct dash_client *c, int32_t slot, uint
  * caller's stream gone on past it): such an op must never be sent again. */
 DASH__HIDDEN int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq);
 
+/* dash_cuda.c: whether a daemon wrote op seq's done word itself - it ran the op to the end
+ * (a failure writes the fail word instead, and a release of ours is what
+ * dash__signal_released tells) - read from the device now. For a restore: such an op's
+ * reply was lost with its daemon, and the caller's stream has gone on past it. */
+DASH__HIDDEN int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq);
+
 /* dash_cuda.c: a Hello went out (answered 0: not yet) or succeeded (1): the watchdog
  * watches the process that answered it, and none in between. */
 DASH__HIDDEN void dash__signals_new_daemon(struct dash_client *c, int answered);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 _Static_assert(SHMBUF_OBJECT_DEVICE == VAL_OBJECT_DEVICE, "one name for device memory");
 
@@ -589,6 +590,19 @@ static void audit_job(struct dispatch *d, const struct job *j, uint64_t now)
     audit_submit(d->cfg.audit, &r);
 }
 
+/* Tests only (DASHD_TEST_EXIT_BEFORE_REPLY=N in dashd's environment): whether this, the
+ * Nth stream-ordered op to succeed, is to make dashd exit before its reply goes out - its
+ * done word written, as when a daemon dies between the two. Loop thread. */
+static int test_exit_before_reply(void)
+{
+    static long long at = -1, seen;
+    if (at < 0) {
+        const char *v = getenv("DASHD_TEST_EXIT_BEFORE_REPLY");
+        at = v ? atoll(v) : 0;
+    }
+    return at > 0 && ++seen == at;
+}
+
 void dispatch__job_done(void *ctx, struct queue_item *it)
 {
     struct dispatch *d = ctx;
@@ -643,6 +657,11 @@ void dispatch__job_done(void *ctx, struct queue_item *it)
             r.message = j->msg[0] ? j->msg : (char *)dash_strerror(j->rc);
             log_debug("request %llu of session %llu: %s: %s", (unsigned long long)j->request_id,
                       (unsigned long long)j->session_id, dash_errname(j->rc), r.message);
+        }
+        if (j->rc == 0 && j->signal_done && test_exit_before_reply()) {
+            log_warn("DASHD_TEST_EXIT_BEFORE_REPLY: exiting before the reply of request %llu",
+                     (unsigned long long)j->request_id);
+            _exit(70);
         }
         dispatch__send_reply(d, j->rid, j->rid_len, &r);
     }

@@ -1262,6 +1262,65 @@ static void test_dashd_gpu_late_ready_word_of_a_refused_op_does_not_stall_its_sl
     fixture_close(&f, "gpu-signal-late");
 }
 
+/* dashd dies after a stream-ordered op has run to the end (its done word written, the
+ * caller's stream gone on) and before its reply went out (DASHD_TEST_EXIT_BEFORE_REPLY=1):
+ * the restore finds the op done and does not send it again - a second run by the new daemon
+ * would write outputs the caller has reused by then (here: filled with a marker after the
+ * stream finished), at any time. The call that carries the restore reports no failure. */
+static void test_dashd_gpu_op_done_before_its_daemon_died_is_not_sent_again(void)
+{
+    if (!semaphores_here())
+        return;
+    CU_ASSERT_EQUAL_FATAL(dashd_stop(&D), 0);
+    CU_ASSERT_FATAL(setenv("DASHD_TEST_EXIT_BEFORE_REPLY", "1", 1) == 0);
+    const int up = dashd_restart(&D);
+    unsetenv("DASHD_TEST_EXIT_BEFORE_REPLY");
+    CU_ASSERT_EQUAL_FATAL(up, 0);
+    struct fixture f;
+    fixture_open(&f, "gpu-done-unreplied");
+    unsigned char *view = dash_buffer_data(f.b);
+    CU_ASSERT_FATAL(view_load(view, inputs) == 0);
+    cudaStream_t s;
+    CU_ASSERT_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    struct tensors ts = tensors_of(f.b);
+    struct dash_tensor *t = ts.t;
+    struct dash_attn a = {.dtype = DASH_BF16, .mask = DASH_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dash_forward_stream(f.c, &a, &t[Q], &t[K], &t[V], &t[OUT], &t[LSE], s, NULL), 0);
+    CU_ASSERT_EQUAL(stream_done_within(s, 20000), 0); /* dashd wrote the done word */
+    unsigned char *got = malloc(QB + LB);
+    CU_ASSERT_FATAL(got != NULL);
+    CU_ASSERT(fetch(got, view, OUT) == 0 && fetch(got + QB, view, LSE) == 0);
+    CU_ASSERT(memcmp(got, expected, QB + LB) == 0);
+    /* it is gone, with the reply */
+    int status = -1, exited = 0;
+    for (int i = 0; i < 1000 && !exited; i++) {
+        exited = waitpid(D.pid, &status, WNOHANG) == D.pid;
+        if (!exited)
+            usleep(10000);
+    }
+    CU_ASSERT(exited && WIFEXITED(status) && WEXITSTATUS(status) == 70);
+    if (!exited)
+        dashd_kill(&D);
+    D.pid = 0;
+    /* the caller reuses the outputs */
+    CU_ASSERT(cudaMemset(view + off[OUT], 0x5a, QB) == cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
+    CU_ASSERT_EQUAL(dash_sync(f.c), 0); /* hears of the restart, restores */
+    usleep(500000);                     /* a resent op would have run by now */
+    CU_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+    CU_ASSERT(fetch(got, view, OUT) == 0);
+    size_t kept = 0;
+    for (size_t i = 0; i < QB; i++)
+        kept += got[i] == 0x5a;
+    CU_ASSERT_EQUAL(kept, QB);
+    if (kept != QB)
+        fprintf(stderr, "\n  %zu of %zu bytes of the reused output were written again", QB - kept, QB);
+    check_stream(&f, 0, "stream-ordered, after the restore");
+    free(got);
+    CU_ASSERT(cudaStreamDestroy(s) == cudaSuccess);
+    fixture_close(&f, "gpu-done-unreplied");
+}
+
 /* A stream that is capturing a CUDA graph is refused by the stream-ordered calls before
  * anything is queued (a graph would record the op's ready write, and dashd's stream would
  * wait for it for ever); the capture itself is left intact, and the client works after. */
@@ -2273,6 +2332,8 @@ int suite_gpu_dashd(void)
                      test_dashd_gpu_late_ready_word_of_a_refused_op_does_not_stall_its_slots_next_op) ||
         !CU_add_test(s, "test_dashd_gpu_stream_op_on_a_capturing_stream_is_refused",
                      test_dashd_gpu_stream_op_on_a_capturing_stream_is_refused) ||
+        !CU_add_test(s, "test_dashd_gpu_op_done_before_its_daemon_died_is_not_sent_again",
+                     test_dashd_gpu_op_done_before_its_daemon_died_is_not_sent_again) ||
         !CU_add_test(s, "test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream",
                      test_dashd_gpu_daemon_killed_with_signal_ops_in_flight_releases_the_stream) ||
         !CU_add_test(s, "test_dashd_gpu_restart_heard_in_a_ping_resends_stream_ops_before_it_returns",
