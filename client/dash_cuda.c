@@ -462,13 +462,6 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
     return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
 }
 
-/* Release op seq of slot from here (any thread, its device current; no host wait): on the
- * library's own stream, wait until the caller's stream has written ready[slot] (so the
- * poison lands after whatever the caller wrote into the outputs before the op), poison the
- * outputs, then write done[slot] = seq, which lets the caller's stream go on - past the
- * poison, as a write with the default flags follows a memory barrier. Once per op: a second
- * release (the watchdog and the call reading the reply both try) does nothing, and never
- * poisons after the done word. */
 /* The slot's release stream, made at its first use (under mu, its device current). */
 static CUstream slot_stream_locked(struct dash__signals *g, int32_t slot)
 {
@@ -506,6 +499,13 @@ static CUstream hold_until_written_locked(struct dash__signals *g, int32_t slot,
     return st;
 }
 
+/* Release op seq of slot from here (any thread, its device current, under mu: release_slot
+ * takes it; no host wait): on the slot's release stream (slot_stream_locked), wait until
+ * the caller's stream has written ready[slot] (so the poison lands after whatever the
+ * caller wrote into the outputs before the op), poison the outputs, then write done[slot] =
+ * seq, which lets the caller's stream go on - past the poison, as a write with the default
+ * flags follows a memory barrier. Once per op: a second release (the watchdog and the call
+ * reading the reply both try) does nothing, and never poisons after the done word. */
 static void release_slot_locked(struct dash__signals *g, int32_t slot, uint64_t seq)
 {
     if (g->released_seq[slot] < seq) {

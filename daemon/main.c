@@ -661,7 +661,9 @@ int main(int argc, char **argv)
     a.backend = b;
     uv_timer_init(&a.loop, &a.lost_timer);
     a.lost_timer.data = &a;
-    uv_timer_start(&a.lost_timer, on_lost_check, LOST_CHECK_MS, LOST_CHECK_MS);
+    /* only a backend on a device can lose it: a CPU dashd's loop is not woken for nothing */
+    if (strcmp(b->name, "cuda") == 0)
+        uv_timer_start(&a.lost_timer, on_lost_check, LOST_CHECK_MS, LOST_CHECK_MS);
 
     if (mem != UINT64_MAX)
         log_info("memory: %llu MiB (%s); one op's host memory is capped at %llu MiB%s",
