@@ -493,9 +493,13 @@ static CUstream slot_stream_locked(struct dash__signals *g, int32_t slot)
 static CUstream hold_until_written_locked(struct dash__signals *g, int32_t slot, uint64_t seq)
 {
     CUstream st = slot_stream_locked(g, slot);
-    (void)wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq, CU_STREAM_WAIT_VALUE_GEQ);
-    if (g->unwritten[slot] < seq)
+    if (wait_value(st, (CUdeviceptr)(uintptr_t)ready_word(g, slot), seq, CU_STREAM_WAIT_VALUE_GEQ) !=
+        CUDA_SUCCESS) {
+        (void)cudaGetLastError();
+        g->unwritten[slot] = UINT64_MAX; /* no way to see the write land: never used again */
+    } else if (g->unwritten[slot] < seq) {
         g->unwritten[slot] = seq;
+    }
     return st;
 }
 
@@ -881,7 +885,7 @@ static int slot_unwritten(struct dash__signals *g, int32_t slot)
 {
     pthread_mutex_lock(&g->mu);
     int waits = g->unwritten[slot] != 0;
-    if (waits) {
+    if (waits && g->unwritten[slot] != UINT64_MAX) {
         /* relaxed: a query beside another thread's global-mode capture must not end it */
         enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
         const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;

@@ -248,7 +248,8 @@ struct dash__signals {
     /* Under mu: per slot, the seq of an op whose ready word the caller's stream will write
      * but no daemon waits for (released by the library, or whose call failed after the
      * write was queued), with a wait for that write queued on the slot's release stream;
-     * 0 once that stream was seen idle. The slot is not used again before: a late write of
+     * 0 once that stream was seen idle (UINT64_MAX: the wait could not be queued, so the
+     * slot is never used again). Until then the slot is not used again: a late write of
      * ready[slot] = seq after the next op's seq + 256 would take the word back, and dashd's
      * one stream would wait for that op's word for ever, every client's ops behind it. */
     uint64_t unwritten[DASH__SIGNAL_SLOTS];

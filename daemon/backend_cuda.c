@@ -327,7 +327,8 @@ static uint64_t mono_ns(void)
 
 /* Whether err leaves this process's CUDA context unusable: the errors that cuda_runtime's
  * driver_types.h says corrupt the context ("the process must be terminated and relaunched",
- * "inconsistent state"), and an uncorrectable ECC error, after which the GPU needs a reset.
+ * "inconsistent state"), and an uncorrectable ECC or NVLink error, after which the GPU needs
+ * a reset.
  * Every later call of the process fails with them. */
 static int cuda_error_loses_device(cudaError_t err)
 {
@@ -344,6 +345,7 @@ static int cuda_error_loses_device(cudaError_t err)
     case cudaErrorTensorMemoryLeak:
     case cudaErrorContained:
     case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
     case cudaErrorMpsClientTerminated:
     case cudaErrorExternalDevice:
         return 1;
