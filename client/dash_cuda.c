@@ -462,21 +462,49 @@ static uint64_t *done_word(const struct dash__signals *g, int32_t slot)
     return (uint64_t *)g->mem + DASH__SIGNAL_SLOTS + slot;
 }
 
+/* Calls from the caller's thread (reading a reply, a restore) that another thread's CUDA
+ * graph capture in global mode (PyTorch's default) must not see: relaxed for their span,
+ * so that none of them can invalidate that capture. relaxed_leave(relaxed_enter()). */
+struct capture_mode {
+    enum cudaStreamCaptureMode mode;
+    int swapped;
+};
+
+static struct capture_mode relaxed_enter(void)
+{
+    struct capture_mode m = {.mode = cudaStreamCaptureModeRelaxed};
+    m.swapped = cudaThreadExchangeStreamCaptureMode(&m.mode) == cudaSuccess;
+    return m;
+}
+
+static void relaxed_leave(struct capture_mode m)
+{
+    if (m.swapped)
+        (void)cudaThreadExchangeStreamCaptureMode(&m.mode);
+}
+
+/* Return (and forget) the failure of an earlier stream-ordered op not yet told, its message
+ * in dash_last_error(); 0 when there is none. */
+static int take_async_failure(struct dash_client *c)
+{
+    const int rc = c->async_code;
+    if (rc) {
+        c->async_code = 0;
+        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
+    }
+    return rc;
+}
+
 /* The slot's release stream, made at its first use (under mu, its device current). */
 static CUstream slot_stream_locked(struct dash__signals *g, int32_t slot)
 {
     if (!g->slot_release_stream[slot]) {
-        /* Relaxed for this call: another thread of the process may be capturing a
-         * CUDA graph in global mode (PyTorch's default), and this thread (the caller's,
-         * reading a reply) must not make a call that could invalidate that capture. */
-        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-        const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+        const struct capture_mode m = relaxed_enter();
         cudaStream_t made = NULL;
         if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) != cudaSuccess)
             made = NULL;
         (void)cudaGetLastError();
-        if (swapped)
-            (void)cudaThreadExchangeStreamCaptureMode(&mode);
+        relaxed_leave(m);
         /* The shared stream where no stream of its own could be made (out of
          * resources): a release may then wait behind another's, as before. For good:
          * a later release of this slot on a stream of its own could overtake this one,
@@ -577,16 +605,13 @@ int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq)
         (void)cudaGetLastError();
         return 0;
     }
-    /* relaxed: another thread of the process may be capturing in global mode */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+    const struct capture_mode m = relaxed_enter();
     uint64_t word = 0;
     const int read = cudaMemcpyAsync(&word, done_word(g, slot), sizeof word, cudaMemcpyDeviceToHost,
                                      (cudaStream_t)g->poll_stream) == cudaSuccess &&
                      cudaStreamSynchronize((cudaStream_t)g->poll_stream) == cudaSuccess;
     (void)cudaGetLastError();
-    if (swapped)
-        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    relaxed_leave(m);
     restore_device(old, g->device);
     return read && word >= seq;
 }
@@ -768,12 +793,8 @@ int dash_sync(struct dash_client *c)
     if (!c)
         return DASH_EINVAL;
     int rc = dash__signals_settle(c);
-    if (c->async_code) {
-        rc = c->async_code;
-        c->async_code = 0;
-        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
-    }
-    return rc;
+    const int told = take_async_failure(c);
+    return told ? told : rc;
 }
 
 void dash__signals_destroy(struct dash_client *c, int in_child)
@@ -886,16 +907,13 @@ static int slot_unwritten(struct dash__signals *g, int32_t slot)
     pthread_mutex_lock(&g->mu);
     int waits = g->unwritten[slot] != 0;
     if (waits && g->unwritten[slot] != UINT64_MAX) {
-        /* relaxed: a query beside another thread's global-mode capture must not end it */
-        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-        const int swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+        const struct capture_mode m = relaxed_enter();
         if (cudaStreamQuery((cudaStream_t)g->slot_release_stream[slot]) == cudaSuccess) {
             g->unwritten[slot] = 0;
             waits = 0;
         }
         (void)cudaGetLastError(); /* cudaErrorNotReady */
-        if (swapped)
-            (void)cudaThreadExchangeStreamCaptureMode(&mode);
+        relaxed_leave(m);
     }
     pthread_mutex_unlock(&g->mu);
     return waits;
@@ -954,12 +972,8 @@ static int signal_op(struct dash_client *c, enum dash__kind kind, const struct d
     dash__reap_detached(c);
     if (rc)
         return rc;
-    if (c->async_code) {
-        rc = c->async_code;
-        c->async_code = 0;
-        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
+    if ((rc = take_async_failure(c)) != 0)
         return rc;
-    }
     /* The op is answered without the caller, who may block in CUDA next, so it must reach
      * a live session now: a session idle for a third of its timeout (the daemon may be about
      * to drop it) is refreshed by a round trip first, and a restore the op waits for is
@@ -1122,12 +1136,8 @@ static int stream_op(struct dash_client *c, enum dash__kind kind, const struct d
      * until a restore brought a daemon without them, which failed the ops it could not
      * take): this call returns it, as signal_op would, rather than leaving it to a
      * dash_sync() the caller may never make. */
-    if (c->async_code) {
-        rc = c->async_code;
-        c->async_code = 0;
-        snprintf(c->last_error, sizeof c->last_error, "%s", c->async_msg);
+    if ((rc = take_async_failure(c)) != 0)
         goto out;
-    }
     if (!c->events && (rc = events_make(c, device)) != 0)
         goto out;
     struct dash__events *e = c->events;

@@ -354,16 +354,22 @@ static int cuda_error_loses_device(cudaError_t err)
     }
 }
 
-/* An op failed with err (where: what was being done): if that lost the device, say so in
- * base.lost (the first reason wins), for the loop to stop dashd (backend.h). Any thread. */
-static void note_device_error(struct cuda *c, cudaError_t err, const char *where)
+/* An op failed with err (where: what was being done; cudaSuccess: it did not): if that lost
+ * the device, say so in base.lost (the first reason wins), for the loop to stop dashd
+ * (backend.h). Returns what the op's error message adds: "" or why dashd restarts. Any
+ * thread. */
+static const char *note_device_error(struct cuda *c, cudaError_t err, const char *where)
 {
+    static const char lost[] = "; the GPU context is lost: dashd restarts";
+    if (!cuda_error_loses_device(err))
+        return "";
     int none = 0;
-    if (!cuda_error_loses_device(err) || !atomic_compare_exchange_strong(&c->base.lost, &none, 1))
-        return;
+    if (!atomic_compare_exchange_strong(&c->base.lost, &none, 1))
+        return lost;
     snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s: %s (%s)", where,
              cudaGetErrorString(err), cudaGetErrorName(err));
     atomic_store(&c->base.lost, 2);
+    return lost;
 }
 
 static void *completer_main(void *arg)
@@ -380,8 +386,7 @@ static void *completer_main(void *arg)
         struct pending *p = c->head;
         pthread_mutex_unlock(&c->mu);
         cudaError_t err = cudaEventSynchronize(p->ev);
-        if (err != cudaSuccess)
-            note_device_error(c, err, "a queued op");
+        (void)note_device_error(c, err, "a queued op");
         uint64_t now = mono_ns();
         /* One stream: an op starts when it was queued or when the one before it ended. */
         uint64_t start = p->queued_ns > last_done_ns ? p->queued_ns : last_done_ns;
@@ -795,9 +800,9 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
         if (!s[i].out &&
             cudaMemcpyAsync(s[i].dev, s[i].host, s[i].bytes, cudaMemcpyHostToDevice, st) != cudaSuccess) {
             const cudaError_t err = cudaGetLastError();
-            note_device_error(c, err, "an op on shared memory");
-            snprintf(msg, msglen, "copying an input to the device failed: %s", cudaGetErrorString(err));
-            note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
+            snprintf(msg, msglen, "copying an input to the device failed: %s%s", cudaGetErrorString(err),
+                     note_device_error(c, err, "an op on shared memory"));
+            (void)note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
             return DASH_EIO;
         }
     }
@@ -817,7 +822,7 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
                              s[4].dev, t[5], ret_cfg);
     if (rc) {
         /* the host buffers must not be in use on return */
-        note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
+        (void)note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
         return map_kernel_error(rc, p, msg, msglen);
     }
     for (int i = 0; i < n; i++)
@@ -827,16 +832,15 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
              * the context would be lost without dashd knowing it (every later staged op
              * failing at its first copy, above, for good) */
             const cudaError_t err = cudaGetLastError();
-            note_device_error(c, err, "an op on shared memory");
-            snprintf(msg, msglen, "copying an output from the device failed: %s", cudaGetErrorString(err));
-            note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
+            snprintf(msg, msglen, "copying an output from the device failed: %s%s", cudaGetErrorString(err),
+                     note_device_error(c, err, "an op on shared memory"));
+            (void)note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
             return DASH_EIO;
         }
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
-        note_device_error(c, err, "an op on shared memory");
         snprintf(msg, msglen, "the staged op failed on the device: %s%s", cudaGetErrorString(err),
-                 cuda_error_loses_device(err) ? "; the GPU context is lost: dashd restarts" : "");
+                 note_device_error(c, err, "an op on shared memory"));
         return DASH_EIO;
     }
     return 0;
@@ -995,10 +999,8 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     }
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
-        note_device_error(c, err, "an op on device memory");
-        snprintf(msg, msglen, "CUDA failed while running the kernels (%s)%s",
-                 cudaGetErrorString(err),
-                 cuda_error_loses_device(err) ? "; the GPU context is lost: dashd restarts" : "");
+        snprintf(msg, msglen, "CUDA failed while running the kernels (%s)%s", cudaGetErrorString(err),
+                 note_device_error(c, err, "an op on device memory"));
         rc = DASH_EIO;
         goto fail;
     }
@@ -1009,9 +1011,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     return 0;
 fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
-    const cudaError_t drained = cudaStreamSynchronize(st);
-    if (drained != cudaSuccess)
-        note_device_error(c, drained, "an op on device memory");
+    (void)note_device_error(c, cudaStreamSynchronize(st), "an op on device memory");
     set_queuing(c, NULL);
     pending_put(c, p);
     /* The client's stream waits for the done signal whatever happened to the op: the

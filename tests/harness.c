@@ -111,12 +111,11 @@ int dashd_alive(struct dashd_proc *d)
     return 1;
 }
 
-int dashd_stop(struct dashd_proc *d)
+int dashd_wait_exit(struct dashd_proc *d, int ms)
 {
     if (d->pid <= 0)
         return -1;
-    kill(d->pid, SIGTERM);
-    for (int i = 0; i < 1000; i++) {
+    for (int i = 0; i < ms / 10; i++) {
         int status;
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
             d->pid = 0;
@@ -131,6 +130,14 @@ int dashd_stop(struct dashd_proc *d)
     }
     dashd_kill(d);
     return -1;
+}
+
+int dashd_stop(struct dashd_proc *d)
+{
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, SIGTERM);
+    return dashd_wait_exit(d, 10000);
 }
 
 void dashd_kill(struct dashd_proc *d)

@@ -37,6 +37,11 @@ int dashd_restart(struct dashd_proc *d);
  * printed otherwise. */
 int dashd_stop(struct dashd_proc *d);
 
+/* Wait at most ms for dashd to exit by itself; returns its exit status (128 + the signal if
+ * one ended it), or -1 if it was still running (it is killed then). The log is removed
+ * after status 0, and its path printed otherwise, as dashd_stop does. */
+int dashd_wait_exit(struct dashd_proc *d, int ms);
+
 /* SIGKILL and reap. */
 void dashd_kill(struct dashd_proc *d);
 

@@ -1292,16 +1292,7 @@ static void test_dashd_gpu_op_done_before_its_daemon_died_is_not_sent_again(void
     CU_ASSERT(fetch(got, view, OUT) == 0 && fetch(got + QB, view, LSE) == 0);
     CU_ASSERT(memcmp(got, expected, QB + LB) == 0);
     /* it is gone, with the reply */
-    int status = -1, exited = 0;
-    for (int i = 0; i < 1000 && !exited; i++) {
-        exited = waitpid(D.pid, &status, WNOHANG) == D.pid;
-        if (!exited)
-            usleep(10000);
-    }
-    CU_ASSERT(exited && WIFEXITED(status) && WEXITSTATUS(status) == 70);
-    if (!exited)
-        dashd_kill(&D);
-    D.pid = 0;
+    CU_ASSERT_EQUAL(dashd_wait_exit(&D, 10000), 70);
     /* the caller reuses the outputs */
     CU_ASSERT(cudaMemset(view + off[OUT], 0x5a, QB) == cudaSuccess);
     CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
@@ -2003,21 +1994,12 @@ static void test_dashd_gpu_lost_context_stops_dashd_for_a_restart(void)
     CU_ASSERT_EQUAL(run_through_daemon(f.c, f.b, inputs, got, why, sizeof why), DASH_EIO);
     CU_ASSERT(strstr(why, "dash_forward") != NULL);
     /* it exits by itself, with its status */
-    int status = -1, exited = 0;
-    for (int i = 0; i < 2000 && !exited; i++) {
-        exited = waitpid(D.pid, &status, WNOHANG) == D.pid;
-        if (!exited)
-            usleep(10000);
-    }
-    CU_ASSERT(exited);
-    if (!exited)
-        dashd_kill(&D);
-    D.pid = 0;
-    CU_ASSERT(exited && WIFEXITED(status) && WEXITSTATUS(status) == 75);
+    const int status = dashd_wait_exit(&D, 20000);
+    CU_ASSERT_EQUAL(status, 75);
     const int said = log_has(D.log_path, "the GPU context is lost") &&
                      log_has(D.log_path, "exit status 75");
     CU_ASSERT(said);
-    if (!exited || !said)
+    if (status != 75 || !said)
         fprintf(stderr, "\n  dashd's log: %s", D.log_path);
     /* what a service manager does next; the client carries on by itself */
     CU_ASSERT_EQUAL_FATAL(dashd_restart(&D), 0);
