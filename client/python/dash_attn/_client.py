@@ -492,10 +492,22 @@ class Client:
         self._shm_size = size
 
     @staticmethod
-    def _host_contiguous(x):
+    def _copy_in(x, addr):
+        """x's elements, dense in C order, into the shared buffer at addr: one copy, from
+        whatever strides x has (a transposed, sliced or broadcast view is not made dense
+        first: that was a second copy of every input, and a stride-0 view of a few values
+        became all of its bytes in this process's memory as well as in the buffer)."""
+        n = x.numel() * x.element_size() if _is_torch(x) else x.nbytes
+        if n == 0:
+            return
+        if x.is_contiguous() if _is_torch(x) else x.flags.c_contiguous:
+            ctypes.memmove(addr, x.data_ptr() if _is_torch(x) else x.ctypes.data, n)
+            return
+        dst = (ctypes.c_char * n).from_address(addr)
         if _is_torch(x):
-            return x.detach().contiguous()
-        return np.ascontiguousarray(x)
+            torch.frombuffer(dst, dtype=x.dtype).view(x.shape).copy_(x.detach())
+        else:
+            np.copyto(np.ndarray(x.shape, x.dtype, buffer=dst), x, casting="no")
 
     @staticmethod
     def _nbytes(x):
@@ -512,7 +524,7 @@ class Client:
         return np.empty(shape, dtype=np.float32 if float32 else x.dtype)
 
     def _host_op(self, ins, outs, backward, attn, offsets=()):
-        """ins: contiguous host arrays q k v [out lse dout]; outs: empty arrays to fill;
+        """ins: host arrays q k v [out lse dout], any strides; outs: empty arrays to fill;
         offsets: a packed batch's (cu_seqlens_q, cu_seqlens_k) as contiguous int32 arrays,
         which go into the same buffer and into attn."""
         every = list(ins) + list(outs) + list(offsets)
@@ -526,7 +538,7 @@ class Client:
             self._shm_reserve(at)
             base = _lib.dash_buffer_data(self._shm)
             for x, o in list(zip(ins, offs)) + list(zip(offsets, offs[len(ins) + len(outs):])):
-                ctypes.memmove(base + o, self._addr(x), self._nbytes(x))
+                self._copy_in(x, base + o)
             if offsets:
                 cu = offs[len(ins) + len(outs):]
                 attn.cu_seqlens_q = _lib.DashTensor(self._shm.value, cu[0], 1)
@@ -564,14 +576,13 @@ class Client:
         return outs
 
     def _forward_host(self, q, k, v, attn):
-        q, k, v = (self._host_contiguous(x) for x in (q, k, v))
         b, s, h, _ = q.shape
         out = self._empty_like(q, q.shape)
         lse = self._empty_like(q, (b, h, s), float32=True)
         return tuple(self._host_op([q, k, v], [out, lse], False, attn))
 
     def _backward_host(self, dout, q, k, v, out, lse, attn):
-        ins = [self._host_contiguous(x) for x in (q, k, v, out, lse, dout)]
+        ins = [q, k, v, out, lse, dout]
         dq = self._empty_like(ins[0], ins[0].shape)
         dk = self._empty_like(ins[1], ins[1].shape)
         dv = self._empty_like(ins[2], ins[2].shape)

@@ -137,7 +137,6 @@ def _run_forward(c, q, k, v, attn, cq, ck):
     if _is_cuda(q):
         _by_value(attn, cq, ck)
         return c._forward_cuda(q, k, v, attn)
-    q, k, v = (c._host_contiguous(x) for x in (q, k, v))
     out = c._empty_like(q, q.shape)
     lse = c._empty_like(q, (q.shape[1], q.shape[0]), float32=True)
     return tuple(c._host_op([q, k, v], [out, lse], False, attn, (cq, ck)))
@@ -147,7 +146,7 @@ def _run_backward(c, dout, q, k, v, out, lse, attn, cq, ck):
     if _is_cuda(q):
         _by_value(attn, cq, ck)
         return c._backward_cuda(dout, q, k, v, out, lse, attn)
-    ins = [c._host_contiguous(x) for x in (q, k, v, out, lse, dout)]
+    ins = [q, k, v, out, lse, dout]
     dq = c._empty_like(ins[0], ins[0].shape)
     dk = c._empty_like(ins[1], ins[1].shape)
     dv = c._empty_like(ins[2], ins[2].shape)

@@ -152,6 +152,75 @@ def test_strided_inputs_give_the_same_bits(client):
     assert torch.equal(a, b)
 
 
+def _views(r, dtype):
+    """(name, a strided view, its dense copy) for the layouts a host input arrives in: the
+    columns of a packed projection, a transpose, every other row, a broadcast (stride 0)."""
+    base = torch.randn(2, 40, 3, 4, 32, generator=r).to(dtype)
+    wide = torch.randn(2, 80, 4, 32, generator=r).to(dtype)
+    one = torch.randn(2, 40, 1, 32, generator=r).to(dtype)
+    tr = torch.randn(2, 4, 40, 32, generator=r).to(dtype)
+    views = {"packed": base[:, :, 1], "every other row": wide[:, ::2],
+             "broadcast heads": one.expand(2, 40, 4, 32), "transposed": tr.transpose(1, 2)}
+    return [(n, x, x.contiguous()) for n, x in views.items()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_strided_layout_gives_its_dense_copys_bits_forward_and_backward(client, dtype):
+    r = torch.Generator().manual_seed(SEED ^ 3)
+    views = _views(r, dtype)
+    for name, x, dense in views:
+        assert not x.is_contiguous(), name
+        # x as q, as k and as v in turn; the other two dense
+        for at in range(3):
+            args = [torch.randn(2, 40, 4, 32, generator=r).to(dtype) for _ in range(3)]
+            strided = list(args)
+            strided[at], args[at] = x, dense
+            out_a, lse_a = dash_attn.forward(*strided, causal=True)
+            out_b, lse_b = dash_attn.forward(*args, causal=True)
+            assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b), (name, at)
+            # the backward's out and dout strided too (dout broadcast is how a sum's
+            # gradient arrives)
+            dout = torch.randn(2, 40, 1, 32, generator=r).to(dtype).expand(2, 40, 4, 32)
+            out_t = out_a.transpose(1, 2).contiguous().transpose(1, 2)
+            ga = dash_attn.backward(dout, *strided, out_t, lse_a, causal=True)
+            gb = dash_attn.backward(dout.contiguous(), *args, out_b, lse_b, causal=True)
+            for i, (a, b) in enumerate(zip(ga, gb)):
+                assert a.is_contiguous() and torch.equal(a, b), (name, at, "dq dk dv"[i * 3:])
+
+
+def test_numpy_views_in_any_order_give_their_dense_copys_bits(client):
+    r = rng()
+    q, k, v, dout = (r.standard_normal((1, 30, 2, 32), dtype=np.float32) for _ in range(4))
+    views = {"reversed rows": lambda x: np.ascontiguousarray(x[:, ::-1])[:, ::-1],
+             "Fortran order": np.asfortranarray,
+             "broadcast": lambda x: np.broadcast_to(x[:, :1], x.shape)}
+    for name, view in views.items():
+        sq, sk, sv, sd = (view(x) for x in (q, k, v, dout))
+        assert not sq.flags.c_contiguous, name
+        dq_, dk_, dv_ = (np.ascontiguousarray(x) for x in (sq, sk, sv))
+        out_a, lse_a = dash_attn.forward(sq, sk, sv)
+        out_b, lse_b = dash_attn.forward(dq_, dk_, dv_)
+        assert np.array_equal(out_a, out_b) and np.array_equal(lse_a, lse_b), name
+        ga = dash_attn.backward(sd, sq, sk, sv, np.asfortranarray(out_a), lse_a)
+        gb = dash_attn.backward(np.ascontiguousarray(sd), dq_, dk_, dv_, out_b, lse_b)
+        assert all(np.array_equal(a, b) for a, b in zip(ga, gb)), name
+
+
+def test_a_broadcast_input_is_not_made_dense_in_the_callers_memory(client):
+    """A stride-0 view of one row is copied once, into the shared buffer, not first made
+    into a dense tensor of its full size in this process (torch's profiler would see that
+    copy as an aten::contiguous / aten::clone)."""
+    r = torch.Generator().manual_seed(SEED ^ 4)
+    q, k, v = (torch.randn(1, 1, 2, 32, generator=r).expand(1, 512, 2, 32) for _ in range(3))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out, lse = dash_attn.forward(q, k, v)
+    made = [e.key for e in prof.key_averages()
+            if e.key in ("aten::contiguous", "aten::clone", "aten::empty_like")]
+    assert not made, made
+    # every query sees the same keys and values: out is v's row everywhere
+    assert torch.allclose(out, v, atol=1e-6)
+
+
 def test_errors_carry_the_daemons_message(client):
     q = torch.randn(1, 16, 2, 16)  # head dim 16: the CPU engine serves 32..256
     with pytest.raises(dash_attn.DashError) as e:
