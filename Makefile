@@ -141,7 +141,7 @@ DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon
 	daemon/evring.c daemon/audit.c daemon/server.c daemon/dispatch.c daemon/dispatch_op.c \
 	daemon/notify.c daemon/warmup.c daemon/limits.c daemon/config.c daemon/memcap.c \
 	daemon/metrics.c daemon/metrics_http.c \
-	$(if $(NVCC),daemon/backend_cuda.c)
+	$(if $(NVCC),daemon/backend_cuda.c daemon/backend_cuda_pending.c)
 # dashd alone reads a config file (inih, Debian's libinih-dev).
 DASHD_LIBS := -linih
 LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \

@@ -46,10 +46,14 @@
  * last unref in job_done or a session drop); backend_cuda_new made the daemon's device
  * current there. Kernels run on the worker thread (cuattn sets the device itself); the
  * completer thread only waits on events.
+ *
+ * The ops queued on the device (struct pending: the completer thread, the semaphores and
+ * the rescuer thread) are backend_cuda_pending.c's; backend_cuda_int.h holds what the
+ * two files share.
  */
-#include "backend.h"
+#include "backend_cuda_int.h"
+
 #include "log.h"
-#include "proc.h"
 
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/cuda/attn_cuda_test.h" /* cuattn__fault, for DASHD_TEST_DEVICE_FAULT only */
@@ -61,12 +65,10 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 
 _Static_assert(CUATTN_IMPL_CUDA_CORES == 1 && CUATTN_IMPL_TENSOR_CORES == 2 &&
@@ -74,15 +76,6 @@ _Static_assert(CUATTN_IMPL_CUDA_CORES == 1 && CUATTN_IMPL_TENSOR_CORES == 2 &&
                "dashd --kernels vN is the CUATTN_IMPL of value N");
 _Static_assert(sizeof(cudaIpcMemHandle_t) == BACKEND_IPC_HANDLE_BYTES,
                "the wire's handle size is cudaIpcMemHandle_t's");
-
-typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
-typedef CUresult (*pointer_attr_fn)(void *data, CUpointer_attribute attr, CUdeviceptr ptr);
-typedef CUresult (*wait_value_fn)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-                                  unsigned int flags);
-typedef CUresult (*write_value_fn)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-                                   unsigned int flags);
-
-struct cuda;
 
 /* One opened IPC handle. */
 struct cuda_map {
@@ -92,61 +85,6 @@ struct cuda_map {
     unsigned char *base; /* device pointer: the start of the mapped allocation */
     uint64_t bytes;      /* the allocation's size, from cuMemGetAddressRange */
     uint32_t refs;       /* registrations (shmbufs) using it */
-};
-
-/* An op queued on the device, waiting for its completion event. */
-struct pending {
-    struct pending *next;
-    cudaEvent_t ev;   /* recorded behind the op */
-    uint64_t *pinned; /* 9 digests, written by the device (audit) */
-    uint64_t *dst;    /* where they go before done() (the job's), or NULL */
-    int32_t n_digests;
-    backend_done_fn done;
-    void *ctx;
-    uint64_t queued_ns; /* CLOCK_MONOTONIC when the worker queued it */
-    /* the op's ready word (NULL: none), its sequence number and the client's process, for
-     * the rescuer; rescued: it wrote the word */
-    uint64_t *ready;
-    uint64_t seq;
-    int64_t pid;
-    int rescued;
-};
-
-struct cuda {
-    struct backend base; /* first, so free() can find the whole */
-    struct cuattn *ca;
-    int device;
-    int32_t sms;
-    char uuid[WIRE_UUID_MAX];
-    mem_range_fn mem_range;
-    pointer_attr_fn pointer_attr; /* NULL if the driver lacks it: a second opinion only */
-    struct cuda_map *maps; /* loop thread only */
-    void *stage;           /* device scratch for ops on shared memory (worker thread only) */
-    size_t stage_cap;
-    /* The completer: pending ops in queue order, the event pool, under mu. The rescuer
-     * (rescuer_main) looks at the same list. */
-    pthread_t completer, rescuer;
-    int completer_started, rescuer_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv, rescue_cv;
-    struct pending *head, *tail;
-    /* The op run_device is queueing (NULL: none): its ready word may already be waited on
-     * while the worker itself waits for the stream (a scratch that grows, a failure), so
-     * the rescuer looks at it too. */
-    struct pending *queuing;
-    struct pending *free_list; /* spent entries, their events kept for reuse */
-    int stop;
-    /* Tests (DASHD_TEST_DEVICE_FAULT=N in dashd's environment): the Nth op on device memory
-     * is preceded by a kernel that faults (cuattn__fault), as a failing GPU would. Worker
-     * thread. 0: never. */
-    uint64_t fault_at, device_ops;
-    void *dig_scratch; /* device scratch of the digests (worker thread, stream-ordered) */
-    size_t dig_cap;
-    /* Semaphores (stream memory operations; NULL when the driver or GPU lacks 64-bit
-     * ones): waits and writes on cuattn's stream, releases on a stream of their own. */
-    wait_value_fn wait_value;
-    write_value_fn write_value;
-    cudaStream_t release_stream;
 };
 
 /* Why the CUDA runtime cannot be used, in words. */
@@ -316,14 +254,7 @@ static int cuda_import(void *impl, const struct backend_cuda_buffer *req, char *
     return rc;
 }
 
-/* ---- completion ------------------------------------------------------------------------ */
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+/* ---- device errors --------------------------------------------------------------------- */
 
 /* Whether err leaves this process's CUDA context unusable: the errors that cuda_runtime's
  * driver_types.h says corrupt the context ("the process must be terminated and relaunched",
@@ -358,7 +289,7 @@ static int cuda_error_loses_device(cudaError_t err)
  * the device, say so in base.lost (the first reason wins), for the loop to stop dashd
  * (backend.h). Returns what the op's error message adds: "" or why dashd restarts. Any
  * thread. */
-static const char *note_device_error(struct cuda *c, cudaError_t err, const char *where)
+const char *backend_cuda__note_device_error(struct cuda *c, cudaError_t err, const char *where)
 {
     static const char lost[] = "; the GPU context is lost: dashd restarts";
     if (!cuda_error_loses_device(err))
@@ -372,193 +303,7 @@ static const char *note_device_error(struct cuda *c, cudaError_t err, const char
     return lost;
 }
 
-static void *completer_main(void *arg)
-{
-    struct cuda *c = arg;
-    (void)cudaSetDevice(c->device);
-    uint64_t last_done_ns = 0;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        while (!c->head && !c->stop)
-            pthread_cond_wait(&c->cv, &c->mu);
-        if (!c->head)
-            break; /* stopping, and nothing is pending */
-        struct pending *p = c->head;
-        pthread_mutex_unlock(&c->mu);
-        cudaError_t err = cudaEventSynchronize(p->ev);
-        (void)note_device_error(c, err, "a queued op");
-        uint64_t now = mono_ns();
-        /* One stream: an op starts when it was queued or when the one before it ended. */
-        uint64_t start = p->queued_ns > last_done_ns ? p->queued_ns : last_done_ns;
-        last_done_ns = now;
-        if (p->dst && err == cudaSuccess)
-            memcpy(p->dst, p->pinned, sizeof(uint64_t) * (size_t)p->n_digests);
-        p->done(p->ctx, err == cudaSuccess ? 0 : DASH_EIO, now > start ? now - start : 0);
-        pthread_mutex_lock(&c->mu);
-        c->head = p->next;
-        if (!c->head)
-            c->tail = NULL;
-        p->next = c->free_list;
-        c->free_list = p;
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/* Queue on `st`: *word = seq. With the default flags the write follows a memory barrier:
- * once the client's stream sees the value, it sees everything queued before it. 0 or
- * DASH_EIO. */
-static int signal_write(struct cuda *c, cudaStream_t st, uint64_t *word, uint64_t seq)
-{
-    if (c->write_value((CUstream)st, (CUdeviceptr)(uintptr_t)word, seq,
-                       CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
-        (void)cudaGetLastError();
-        return DASH_EIO;
-    }
-    return 0;
-}
-
-/* The rescuer. An op's ready word is written by its client's stream; a client process that
- * dies first (killed, crashed: the driver drops its queued work) never writes it, and
- * cuattn's one stream would wait for it forever, with every client's ops behind it. Every
- * RESCUE_TICK_MS this thread looks at the pending ops: one queued RESCUE_AFTER_MS ago or
- * more whose client process is gone (proc_gone: a zombie too) gets its ready word written
- * here, on release_stream, once (counted in base.rescued, which dispatch logs). The stream
- * then goes on: the op runs on the memory dashd still maps (nobody reads its results),
- * completes, and its session can go. A client that is alive but whose stream never gets
- * there (a stream stuck on something else) still holds the others up: one stream serves
- * everyone. */
-#define RESCUE_TICK_MS 200
-#define RESCUE_AFTER_MS 500
-#define RESCUE_MAX 64 /* words written per tick at most; the rest wait for the next */
-
-/* Whether p's ready word is to be written here now. Under mu. */
-static int rescue_due(const struct pending *p, uint64_t now)
-{
-    return p->ready && !p->rescued && now - p->queued_ns >= RESCUE_AFTER_MS * 1000000ull &&
-           proc_gone(p->pid);
-}
-
-static void *rescuer_main(void *arg)
-{
-    struct cuda *c = arg;
-    (void)cudaSetDevice(c->device);
-    struct {
-        uint64_t *word, seq;
-    } todo[RESCUE_MAX];
-    pthread_mutex_lock(&c->mu);
-    /* on until stopping with nothing pending: the completer drains the list at the end,
-     * and a dead client's op in it needs this thread then too */
-    while (!c->stop || c->head) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += RESCUE_TICK_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        (void)pthread_cond_timedwait(&c->rescue_cv, &c->mu, &until);
-        const uint64_t now = mono_ns();
-        int n = 0;
-        for (struct pending *p = c->head; p && n < RESCUE_MAX; p = p->next)
-            if (rescue_due(p, now)) {
-                p->rescued = 1;
-                todo[n].word = p->ready;
-                todo[n].seq = p->seq;
-                n++;
-            }
-        if (c->queuing && n < RESCUE_MAX && rescue_due(c->queuing, now)) {
-            c->queuing->rescued = 1;
-            todo[n].word = c->queuing->ready;
-            todo[n].seq = c->queuing->seq;
-            n++;
-        }
-        pthread_mutex_unlock(&c->mu);
-        for (int i = 0; i < n; i++)
-            if (signal_write(c, c->release_stream, todo[i].word, todo[i].seq) == 0)
-                atomic_fetch_add(&c->base.rescued, 1);
-        pthread_mutex_lock(&c->mu);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/* A pending entry from the pool, or a new one (its event and pinned digests made once). */
-static struct pending *pending_get(struct cuda *c)
-{
-    pthread_mutex_lock(&c->mu);
-    struct pending *p = c->free_list;
-    if (p)
-        c->free_list = p->next;
-    pthread_mutex_unlock(&c->mu);
-    if (p)
-        return p;
-    p = calloc(1, sizeof *p);
-    if (!p)
-        return NULL;
-    if (cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming | cudaEventBlockingSync) !=
-        cudaSuccess) {
-        (void)cudaGetLastError();
-        free(p);
-        return NULL;
-    }
-    if (cudaMallocHost((void **)&p->pinned, sizeof(uint64_t) * 9) != cudaSuccess) {
-        (void)cudaGetLastError();
-        (void)cudaEventDestroy(p->ev);
-        free(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* Show p to the rescuer as the op being queued (NULL: none). */
-static void set_queuing(struct cuda *c, struct pending *p)
-{
-    pthread_mutex_lock(&c->mu);
-    c->queuing = p;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void pending_put(struct cuda *c, struct pending *p)
-{
-    pthread_mutex_lock(&c->mu);
-    p->next = c->free_list;
-    c->free_list = p;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void pending_destroy(struct pending *p)
-{
-    (void)cudaEventDestroy(p->ev);
-    (void)cudaFreeHost(p->pinned);
-    free(p);
-}
-
-/* Worker thread, after queueing an op: record its completion event behind it and hand p
- * to the completer. 0, or DASH_EIO (nothing handed over: the caller waits for the stream
- * itself and still owns p). */
-static int track(struct cuda *c, struct pending *p, backend_done_fn done, void *ctx)
-{
-    if (cudaEventRecord(p->ev, (cudaStream_t)cuattn_stream(c->ca)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_EIO;
-    }
-    p->done = done;
-    p->ctx = ctx;
-    p->next = NULL;
-    pthread_mutex_lock(&c->mu);
-    p->queued_ns = mono_ns(); /* under mu: the rescuer may be looking at p (queuing) */
-    if (c->queuing == p)
-        c->queuing = NULL; /* in the list from now on */
-    if (c->tail)
-        c->tail->next = p;
-    else
-        c->head = p;
-    c->tail = p;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    return 0;
-}
+/* ---- digests --------------------------------------------------------------------------- */
 
 /* Queue the digests of views v[0..n) into out[0..n) (pinned) on the stream, growing the
  * scratch when needed. 0, or DASH_ENOMEM / DASH_EINVAL / DASH_EIO with a reason. */
@@ -801,8 +546,9 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
             cudaMemcpyAsync(s[i].dev, s[i].host, s[i].bytes, cudaMemcpyHostToDevice, st) != cudaSuccess) {
             const cudaError_t err = cudaGetLastError();
             snprintf(msg, msglen, "copying an input to the device failed: %s%s", cudaGetErrorString(err),
-                     note_device_error(c, err, "an op on shared memory"));
-            (void)note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
+                     backend_cuda__note_device_error(c, err, "an op on shared memory"));
+            (void)backend_cuda__note_device_error(c, cudaStreamSynchronize(st),
+                                                  "an op on shared memory");
             return DASH_EIO;
         }
     }
@@ -822,7 +568,8 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
                              s[4].dev, t[5], ret_cfg);
     if (rc) {
         /* the host buffers must not be in use on return */
-        (void)note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
+        (void)backend_cuda__note_device_error(c, cudaStreamSynchronize(st),
+                                              "an op on shared memory");
         return map_kernel_error(rc, p, msg, msglen);
     }
     for (int i = 0; i < n; i++)
@@ -833,14 +580,15 @@ static int run_staged(struct cuda *c, const struct backend_op *op, int backward,
              * failing at its first copy, above, for good) */
             const cudaError_t err = cudaGetLastError();
             snprintf(msg, msglen, "copying an output from the device failed: %s%s", cudaGetErrorString(err),
-                     note_device_error(c, err, "an op on shared memory"));
-            (void)note_device_error(c, cudaStreamSynchronize(st), "an op on shared memory");
+                     backend_cuda__note_device_error(c, err, "an op on shared memory"));
+            (void)backend_cuda__note_device_error(c, cudaStreamSynchronize(st),
+                                                  "an op on shared memory");
             return DASH_EIO;
         }
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
         snprintf(msg, msglen, "the staged op failed on the device: %s%s", cudaGetErrorString(err),
-                 note_device_error(c, err, "an op on shared memory"));
+                 backend_cuda__note_device_error(c, err, "an op on shared memory"));
         return DASH_EIO;
     }
     return 0;
@@ -897,7 +645,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
                       size_t msglen, struct attn_config *ret_cfg)
 {
     cudaStream_t st = (cudaStream_t)cuattn_stream(c->ca);
-    struct pending *p = pending_get(c);
+    struct pending *p = backend_cuda__pending_get(c);
     if (!p) {
         snprintf(msg, msglen, "out of memory (host or pinned) for tracking the op");
         return DASH_ENOMEM;
@@ -909,14 +657,14 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     /* From the wait below on, the worker may wait for the stream (growing the kernels' or
      * the digests' scratch synchronizes it; so does a failure): a client that dies before
      * its stream writes the ready word would hold the worker, and every client, for ever. */
-    p->queued_ns = mono_ns();
+    p->queued_ns = backend_cuda__mono_ns();
     /* where a signal-ordered op's launch goes (debug only): after the wait, the kernels,
      * the digests and event, the done signal, the tracking */
     const int trace = op->signal_ready && log_enabled(LOG_DEBUG);
     uint64_t mark[6] = {p->queued_ns, 0, 0, 0, 0, 0};
-#define MARK(i) (void)(trace && (mark[i] = mono_ns()))
+#define MARK(i) (void)(trace && (mark[i] = backend_cuda__mono_ns()))
     if (op->signal_ready)
-        set_queuing(c, p);
+        backend_cuda__set_queuing(c, p);
     int32_t n_in = 0;
     while (n_in < op->n_digests && !op->digest_is_output[n_in])
         n_in++;
@@ -977,7 +725,8 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
         goto fail;
     }
     MARK(3);
-    if (op->signal_done && signal_write(c, st, op->signal_done, op->signal_seq) != 0) {
+    if (op->signal_done &&
+        backend_cuda__signal_write(c, st, op->signal_done, op->signal_seq) != 0) {
         snprintf(msg, msglen, "cannot write the client's done signal");
         rc = DASH_EIO;
         goto fail;
@@ -985,7 +734,7 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     MARK(4);
     p->dst = op->n_digests ? op->digests : NULL;
     p->n_digests = op->n_digests;
-    if (op->done && track(c, p, op->done, op->done_ctx) == 0) {
+    if (op->done && backend_cuda__track(c, p, op->done, op->done_ctx) == 0) {
         MARK(5);
         if (trace) /* p may be done already: marks only */
             log_debug("signal-ordered %s launch, us: ready wait %llu, kernels %llu, digests and "
@@ -1000,40 +749,30 @@ static int run_device(struct cuda *c, const struct backend_op *op, int backward,
     cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
         snprintf(msg, msglen, "CUDA failed while running the kernels (%s)%s", cudaGetErrorString(err),
-                 note_device_error(c, err, "an op on device memory"));
+                 backend_cuda__note_device_error(c, err, "an op on device memory"));
         rc = DASH_EIO;
         goto fail;
     }
-    set_queuing(c, NULL);
+    backend_cuda__set_queuing(c, NULL);
     if (op->n_digests)
         memcpy(op->digests, p->pinned, sizeof(uint64_t) * (size_t)op->n_digests);
-    pending_put(c, p);
+    backend_cuda__pending_put(c, p);
     return 0;
 fail:
     /* Whatever was queued (the wait, digests) must not outlive the reply: drain it. */
-    (void)note_device_error(c, cudaStreamSynchronize(st), "an op on device memory");
-    set_queuing(c, NULL);
-    pending_put(c, p);
+    (void)backend_cuda__note_device_error(c, cudaStreamSynchronize(st), "an op on device memory");
+    backend_cuda__set_queuing(c, NULL);
+    backend_cuda__pending_put(c, p);
     /* The client's stream waits for the done signal whatever happened to the op: the
      * fail word, after which the client poisons the outputs and writes the done word (the
      * stream was drained above: none of the op's kernels can write them after that). */
     uint64_t *word = op->signal_fail ? op->signal_fail : op->signal_done;
-    if (word && signal_write(c, st, word, op->signal_seq) == 0)
+    if (word && backend_cuda__signal_write(c, st, word, op->signal_seq) == 0)
         (void)cudaStreamSynchronize(st);
     return rc;
 }
 
 #undef MARK
-
-static int cuda_signal_release(void *impl, uint64_t *done, uint64_t seq)
-{
-    struct cuda *c = impl;
-    if (cudaSetDevice(c->device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return DASH_EIO;
-    }
-    return signal_write(c, c->release_stream, done, seq);
-}
 
 static int cuda_forward(void *impl, const struct backend_op *op, char *msg, size_t msglen,
                         struct attn_config *ret_cfg)
@@ -1070,7 +809,7 @@ static void cuda_free(void *impl)
     while (c->free_list) {
         struct pending *p = c->free_list;
         c->free_list = p->next;
-        pending_destroy(p);
+        backend_cuda__pending_destroy(p);
     }
     (void)cudaFree(c->dig_scratch);
     if (c->release_stream) {
@@ -1094,31 +833,6 @@ static void cuda_free(void *impl)
 }
 
 /* ---- start ----------------------------------------------------------------------------- */
-
-/* 64-bit stream memory operations, if the driver and the GPU have them (Hopper does);
- * otherwise the backend offers no semaphores and clients use events. */
-static void find_stream_memops(struct cuda *c)
-{
-    int ok = 0;
-    if (cudaDeviceGetAttribute(&ok, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
-                               c->device) != cudaSuccess || !ok) {
-        (void)cudaGetLastError();
-        return;
-    }
-    void *w = NULL, *v = NULL;
-    enum cudaDriverEntryPointQueryResult fw = cudaDriverEntryPointSymbolNotFound, fv = fw;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault,
-                                         &fw) != cudaSuccess ||
-        cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &v, 12000, cudaEnableDefault,
-                                         &fv) != cudaSuccess ||
-        fw != cudaDriverEntryPointSuccess || fv != cudaDriverEntryPointSuccess || !w || !v ||
-        cudaStreamCreateWithFlags(&c->release_stream, cudaStreamNonBlocking) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
-    c->wait_value = (wait_value_fn)w;
-    c->write_value = (write_value_fn)v;
-}
 
 struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t whylen)
 {
@@ -1194,7 +908,7 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->rescue_cv, NULL);
     (void)cuattn_set_async(c->ca, 1);
-    if (pthread_create(&c->completer, NULL, completer_main, c) != 0) {
+    if (pthread_create(&c->completer, NULL, backend_cuda__completer_main, c) != 0) {
         snprintf(why, whylen, "cannot start the completion thread");
         cuda_free(c);
         return NULL;
@@ -1202,10 +916,10 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     c->completer_started = 1;
     c->mem_range = (mem_range_fn)fn;
     c->pointer_attr = (pointer_attr_fn)attr_fn;
-    find_stream_memops(c);
+    backend_cuda__find_stream_memops(c);
     /* only ops with ready words can need it, and only where the stream can wait on them */
     if (c->write_value) {
-        if (pthread_create(&c->rescuer, NULL, rescuer_main, c) != 0) {
+        if (pthread_create(&c->rescuer, NULL, backend_cuda__rescuer_main, c) != 0) {
             snprintf(why, whylen, "cannot start the rescue thread");
             cuda_free(c);
             return NULL;
@@ -1252,7 +966,7 @@ struct backend *backend_cuda_new(int device, int32_t kernels, char *why, size_t 
     b->cuda_import = cuda_import;
     b->events_open = cuda_events_open;
     b->event_close = cuda_event_close;
-    b->signal_release = c->wait_value ? cuda_signal_release : NULL;
+    b->signal_release = c->wait_value ? backend_cuda__signal_release : NULL;
     b->free = cuda_free;
     return b;
 }
