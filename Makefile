@@ -145,7 +145,8 @@ DAEMON_SRC := daemon/main.c daemon/log.c daemon/lockfile.c daemon/guard.c daemon
 # dashd alone reads a config file (inih, Debian's libinih-dev).
 DASHD_LIBS := -linih
 LIBDASH_SRC := client/libdash.c client/dash_connect.c client/dash_map.c client/dash_shm.c \
-	client/dash_ops.c client/dash_cuda.c client/dash_reach.c client/dash_poison.c
+	client/dash_ops.c client/dash_cuda.c client/dash_signal.c client/dash_reach.c \
+	client/dash_poison.c
 DASHCTL_SRC := client/dashctl/dashctl.c client/dashctl/ctl_sched.c client/dashctl/ctl_daemon.c \
 	client/dashctl/ctl_ping.c client/dashctl/ctl_stats.c client/dashctl/ctl_status.c \
 	client/dashctl/ctl_audit.c client/dashctl/ctl_audit_diff.c

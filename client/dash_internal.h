@@ -2,12 +2,14 @@
 /*
  * dash_internal.h - what the files of libdash share; not installed, not for users.
  *
- *   libdash.c    the client: socket, request table, session state machine, waiting,
- *                connect/close, ping, stats
- *   dash_shm.c   buffers: shared-memory objects, and what every kind of buffer shares
- *   dash_cuda.c  CUDA buffers: views of cudaMalloc allocations, shared by CUDA IPC handle;
- *                the event ring and the stream-ordered ops
- *   dash_ops.c   tensors, forward/backward: validation, encoding, tickets
+ *   libdash.c      the client: socket, request table, session state machine, waiting,
+ *                  connect/close, ping, stats
+ *   dash_shm.c     buffers: shared-memory objects, and what every kind of buffer shares
+ *   dash_cuda.c    CUDA buffers: views of cudaMalloc allocations, shared by CUDA IPC handle;
+ *                  the event ring
+ *   dash_signal.c  the stream-ordered ops: the semaphores (signals) and their watchdog, or
+ *                  the event ring where those cannot be used
+ *   dash_ops.c     tensors, forward/backward: validation, encoding, tickets
  *
  * Requests. Everything sent to the daemon is a struct dash__req, linked into the client's
  * list from creation until freed. A request is QUEUED (waiting for the session to be
@@ -225,13 +227,13 @@ struct dash__poison {
     } out[3];
 };
 
-/* The client's semaphores (dash_cuda.c makes them on the first stream-ordered op, when the
+/* The client's semaphores (dash_signal.c makes them on the first stream-ordered op, when the
  * daemon offers signals): one device allocation of ready[SLOTS], done[SLOTS] and
  * fail[SLOTS], 8-byte words, registered like a buffer. The caller's stream writes
  * ready[slot] = seq, then waits for done[slot] >= seq, which the daemon's stream writes
  * after the op. An op that fails is never released by the daemon: it writes fail[slot] =
  * seq instead, and the library (the watchdog, or the call that reads the reply, whichever
- * comes first: release_slot in dash_cuda.c) queues on that slot's release stream a wait
+ * comes first: release_slot in dash_signal.c) queues on that slot's release stream a wait
  * for ready[slot] >= seq, the poison of the op's outputs, then done[slot] = seq. */
 struct dash__signals {
     int device;
@@ -261,7 +263,7 @@ struct dash__signals {
     pthread_mutex_t mu;
     struct dash__poison *poison;   /* [DASH__SIGNAL_SLOTS] */
     uint64_t *released_seq;        /* [DASH__SIGNAL_SLOTS] */
-    /* The watchdog (dash_cuda.c): a thread that, while ops are in flight, watches the done
+    /* The watchdog (dash_signal.c): a thread that, while ops are in flight, watches the done
      * words, and if the daemon's process is gone (or, with no pid known, nothing moved for
      * ten timeouts) writes every done word up to `issued` itself, so that a caller blocked
      * in a CUDA synchronise is released even when it never calls us again; `released`
@@ -463,31 +465,31 @@ DASH__HIDDEN void dash__signal_tell(struct dash_client *c, const struct dash__re
 /* dash_ops.c: free the detached ops that have finished (signal-ordered ones). */
 DASH__HIDDEN void dash__reap_detached(struct dash_client *c);
 
-/* dash_cuda.c: poison the op's outputs and write done[slot] = seq from here (an op the
+/* dash_signal.c: poison the op's outputs and write done[slot] = seq from here (an op the
  * daemon will not finish, or failed), so that the caller's stream waiting for it goes on
  * past the poison; once per op, whoever comes first (release_slot). */
 DASH__HIDDEN void dash__signal_release(struct dash_client *c, int32_t slot, uint64_t seq);
 
-/* dash_cuda.c: whether op seq of slot was released already (its outputs poisoned, the
+/* dash_signal.c: whether op seq of slot was released already (its outputs poisoned, the
  * caller's stream gone on past it): such an op must never be sent again. */
 DASH__HIDDEN int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq);
 
-/* dash_cuda.c: whether a daemon wrote op seq's done word itself - it ran the op to the end
+/* dash_signal.c: whether a daemon wrote op seq's done word itself - it ran the op to the end
  * (a failure writes the fail word instead, and a release of ours is what
  * dash__signal_released tells) - read from the device now. For a restore: such an op's
  * reply was lost with its daemon, and the caller's stream has gone on past it. */
 DASH__HIDDEN int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq);
 
-/* dash_cuda.c: a Hello went out (answered 0: not yet) or succeeded (1): the watchdog
+/* dash_signal.c: a Hello went out (answered 0: not yet) or succeeded (1): the watchdog
  * watches the process that answered it, and none in between. */
 DASH__HIDDEN void dash__signals_new_daemon(struct dash_client *c, int answered);
 
-/* dash_cuda.c: wait (as long as the daemon shows signs of life) until every
+/* dash_signal.c: wait (as long as the daemon shows signs of life) until every
  * signal-ordered op is answered; those that cannot be are failed here (their done words
  * written). 0 or why the wait ended. */
 DASH__HIDDEN int dash__signals_settle(struct dash_client *c);
 
-/* dash_cuda.c: free c->signals (after its ops are answered or released); nothing CUDA in
+/* dash_signal.c: free c->signals (after its ops are answered or released); nothing CUDA in
  * a forked child. */
 DASH__HIDDEN void dash__signals_destroy(struct dash_client *c, int in_child);
 
@@ -501,6 +503,21 @@ DASH__HIDDEN int dash__register_events(struct dash_client *c);
 /* dash_cuda.c: wait for the daemon's last record on the ring, destroy the events and
  * free c->events (nothing CUDA in a forked child: only the memory). */
 DASH__HIDDEN void dash__events_destroy(struct dash_client *c, int in_child);
+
+/* dash_cuda.c (CUDA builds): make the ring on `device` (current) and register it, waiting
+ * for the daemon. 0, or a code (c->events is then NULL). */
+DASH__HIDDEN int dash__events_make(struct dash_client *c, int device);
+
+/* dash_cuda.c (CUDA builds): make `device` current, saving the caller's in *ret_old (-1 if
+ * unknown): 0 or DASH_ENOGPU. Undo with dash__restore_device(old, device) either way. */
+DASH__HIDDEN int dash__switch_device(int device, int *ret_old);
+DASH__HIDDEN void dash__restore_device(int old, int device);
+
+/* dash_signal.c (CUDA builds): look up the driver's 64-bit stream memory operations
+ * (cuStreamWaitValue64, cuStreamWriteValue64) the semaphores need; left NULL where the
+ * driver lacks them. Called once, by dash_cuda.c's lookup of its own driver entry points
+ * (under its pthread_once), which every CUDA buffer's registration makes first. */
+DASH__HIDDEN void dash__find_stream_mem_ops(void);
 
 /* Complete op r with code (and, for 0, rep's OpResult; none there is DASH_EPROTO), and
  * give its buffers back. Does nothing if r is already DONE. */

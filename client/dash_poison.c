@@ -16,7 +16,7 @@
  * The same walk checks a stream-ordered op's outputs before anything is queued: strides
  * >= 0, and every element inside the tensor's buffer (DASH_EBOUNDS), so the poison never
  * writes outside memory the caller registered. Host code, tested without a GPU, except
- * dash__poison_outputs (CUDA builds), which queues the memsets; dash_cuda.c decides when.
+ * dash__poison_outputs (CUDA builds), which queues the memsets; dash_signal.c decides when.
  */
 #include "client/dash_internal.h"
 
