@@ -174,7 +174,7 @@ CUDA_KERNELS_CU := kernels/cuda/attn_cuda.cu kernels/cuda/attn_fwd.cu kernels/cu
 	kernels/cuda/attn_vl.cu kernels/cuda/attn_pad.cu kernels/digest/digest_cuda.cu
 GPU_TEST_CU := tests/gpu/test_sched_device.cu tests/gpu/gpu_delay.cu $(CUDA_KERNELS_CU)
 GPU_TEST_SRC := tests/gpu/run_gpu_tests.c tests/gpu/gpu_bufs.c tests/gpu/test_attn_gpu.c tests/gpu/test_attn_vl_gpu.c \
-	tests/gpu/test_dashd_gpu.c \
+	tests/gpu/test_dashd_gpu.c tests/gpu/test_dashd_stream_gpu.c tests/gpu/test_dashd_requests_gpu.c \
 	tests/gpu/test_share_gpu.c tests/gpu/test_digest_gpu.c tests/gpu/test_audit_gpu.c \
 	tests/testutil.c tests/harness.c
 
@@ -379,8 +379,9 @@ $(UNIT_SECCOMP): $(call obj,tests/unit_seccomp.c)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lseccomp
 
-# The GPU runner: the kernels in-process, and (test_dashd_gpu.c) a real dashd, which it
-# finds next to itself, driven through libdash and the raw protocol (harness.c).
+# The GPU runner: the kernels in-process, and (test_dashd_gpu.c, test_dashd_stream_gpu.c,
+# test_dashd_requests_gpu.c) a real dashd, which it finds next to itself, driven through
+# libdash and the raw protocol (harness.c).
 # Our kernels on the GPU; scripts/gpu_bench.sh runs it beside PyTorch's SDPA and cuDNN's.
 $(BUILD)/bench_gpu: $(call obj,bench/bench_gpu.c bench/benchtime.c) $(call cuobj,$(CUDA_KERNELS_CU)) $(LIBKERNELS)
 	@$(if $(filter 1,$(V)),,echo "  LD      $@")

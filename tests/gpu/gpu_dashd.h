@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * gpu_dashd.h - the end-to-end suite of the GPU runner: dashd --backend cuda serving CUDA
- * buffers through libdash (tests/gpu/test_dashd_gpu.c).
+ * buffers through libdash (tests/gpu/test_dashd_gpu.c, which registers it, with
+ * test_dashd_stream_gpu.c and test_dashd_requests_gpu.c; gpu_dashd_int.h).
  */
 #ifndef DASH_GPU_DASHD_H
 #define DASH_GPU_DASHD_H
