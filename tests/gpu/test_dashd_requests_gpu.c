@@ -233,8 +233,6 @@ void test_dashd_gpu_bounds_are_checked(void)
     gpu_dashd_fixture_close(&f, "gpu-bounds");
 }
 
-/* float64 is the CPU engine's: the CUDA backend refuses it, on device memory and on shared
- * memory it would stage, with a reply that says so and where it runs; the client goes on. */
 /* dash_cuda_tensors: many strided views of one allocation in one call - each the buffer and
  * offset dash_cuda_view gives for the bytes it spans, shape and strides copied; a view
  * running past the allocation and malformed refs are refused. */
@@ -322,6 +320,8 @@ void test_dashd_gpu_cuda_tensors_never_evict_their_own_views(void)
         CU_ASSERT(cudaFree(mem[i]) == cudaSuccess);
 }
 
+/* float64 is the CPU engine's: the CUDA backend refuses it, on device memory and on shared
+ * memory it would stage, with a reply that says so and where it runs; the client goes on. */
 void test_dashd_gpu_cuda_backend_refuses_float64_with_a_clear_error(void)
 {
     struct fixture f;
@@ -541,7 +541,6 @@ void test_dashd_gpu_event_sync_errors_are_replies(void)
     gpu_dashd_fixture_close(&f, "gpu-events");
 }
 
-/* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
 /* Head dims 96, 256, 80 and 200 through dashd give the bits of the kernels in this process
  * (96: the 128 kernels on widened copies; 256: v3's on sm_90, else v1's; 80 and 200: the
  * 128 and 256 kernels on widened copies), forward and a shift backward; head dims 84 (not a
@@ -730,6 +729,7 @@ void test_dashd_gpu_windows_softcap_and_packed_batches_run_and_other_dims_are_re
     dash_close(f.c);
 }
 
+/* The CPU backend refuses CUDA memory; libdash passes the daemon's verdict on. */
 void test_dashd_gpu_cpu_backend_refuses_cuda_buffers(void)
 {
     struct dashd_proc cpu;
