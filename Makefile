@@ -154,7 +154,7 @@ TEST_SRC := tests/run_tests.c tests/testutil.c tests/test_errors.c tests/test_sc
 	tests/test_dag.c tests/test_attn_auto.c tests/test_dtype.c tests/test_engine.c tests/test_varlen.c tests/test_dashctl.c \
 	tests/test_wire.c tests/harness.c tests/test_dashd.c tests/test_dashd_varlen.c tests/test_libdash.c tests/test_client.c \
 	tests/test_validate.c tests/test_shmbuf.c tests/test_session.c tests/test_job.c \
-	tests/test_digest.c tests/test_audit.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
+	tests/test_digest.c tests/test_audit.c tests/test_audit_file.c tests/test_server.c tests/test_endpoint.c tests/churn.c \
 	tests/test_notify.c tests/test_reach.c tests/test_limits.c tests/test_config.c \
 	tests/test_metrics.c tests/test_log.c tests/test_soak.c tests/soak.c \
 	daemon/validate.c daemon/backend_cpu.c daemon/shmbuf.c daemon/guard.c daemon/session.c \
