@@ -491,20 +491,20 @@ class Client:
         self._shm = buf
         self._shm_size = size
 
-    @staticmethod
-    def _copy_in(x, addr):
+    def _copy_in(self, x, addr):
         """x's elements, dense in C order, into the shared buffer at addr: one copy, from
         whatever strides x has (a transposed, sliced or broadcast view is not made dense
         first: that was a second copy of every input, and a stride-0 view of a few values
         became all of its bytes in this process's memory as well as in the buffer)."""
-        n = x.numel() * x.element_size() if _is_torch(x) else x.nbytes
+        n = self._nbytes(x)
         if n == 0:
             return
-        if x.is_contiguous() if _is_torch(x) else x.flags.c_contiguous:
-            ctypes.memmove(addr, x.data_ptr() if _is_torch(x) else x.ctypes.data, n)
+        is_torch = _is_torch(x)
+        if x.is_contiguous() if is_torch else x.flags.c_contiguous:
+            ctypes.memmove(addr, self._addr(x), n)
             return
         dst = (ctypes.c_char * n).from_address(addr)
-        if _is_torch(x):
+        if is_torch:
             torch.frombuffer(dst, dtype=x.dtype).view(x.shape).copy_(x.detach())
         else:
             np.copyto(np.ndarray(x.shape, x.dtype, buffer=dst), x, casting="no")
