@@ -213,6 +213,19 @@ int dash__signal_released(struct dash_client *c, int32_t slot, uint64_t seq)
     return released;
 }
 
+/* n signal words from device memory at from into the host at to, on the library's poll
+ * stream, waited for. 0, or -1 (the CUDA error cleared). */
+static int read_words(struct dash__signals *g, const uint64_t *from, size_t n, uint64_t *to)
+{
+    cudaStream_t st = (cudaStream_t)g->poll_stream;
+    if (cudaMemcpyAsync(to, from, n * sizeof *to, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq)
 {
     struct dash__signals *g = c->signals;
@@ -225,9 +238,7 @@ int dash__signal_completed(struct dash_client *c, int32_t slot, uint64_t seq)
     }
     const struct capture_mode m = relaxed_enter();
     uint64_t word = 0;
-    const int read = cudaMemcpyAsync(&word, done_word(g, slot), sizeof word, cudaMemcpyDeviceToHost,
-                                     (cudaStream_t)g->poll_stream) == cudaSuccess &&
-                     cudaStreamSynchronize((cudaStream_t)g->poll_stream) == cudaSuccess;
+    const int read = read_words(g, done_word(g, slot), 1, &word) == 0;
     (void)cudaGetLastError();
     relaxed_leave(m);
     dash__restore_device(old, g->device);
@@ -297,7 +308,6 @@ static void *watchdog_main(void *arg)
     }
     uint64_t *now_done = now, *now_fail = now_done + DASH__SIGNAL_SLOTS;
     int64_t progress_ms = dash__now_ms();
-    cudaStream_t st = (cudaStream_t)g->poll_stream;
     const struct timespec tick = {0, WATCHDOG_TICK_MS * 1000000L};
     while (!atomic_load(&g->stop)) {
         nanosleep(&tick, NULL);
@@ -305,12 +315,8 @@ static void *watchdog_main(void *arg)
             progress_ms = dash__now_ms();
             continue;
         }
-        if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
-                            cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-            cudaStreamSynchronize(st) != cudaSuccess) {
-            (void)cudaGetLastError();
+        if (read_words(g, done_word(g, 0), WORDS, now_done) != 0)
             continue;
-        }
         /* ops the daemon failed: poison and release them now, not when the caller next
          * calls us (it may be blocked in a synchronise) */
         for (int32_t i = 0; i < DASH__SIGNAL_SLOTS; i++)
@@ -325,12 +331,8 @@ static void *watchdog_main(void *arg)
         if (!daemon_gone(g, dash__now_ms() - progress_ms, &gone_pid))
             continue;
         /* the done words again: a daemon that wrote some before it went is not raced */
-        if (cudaMemcpyAsync(now_done, done_word(g, 0), WORDS * sizeof *now_done,
-                            cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-            cudaStreamSynchronize(st) != cudaSuccess) {
-            (void)cudaGetLastError();
+        if (read_words(g, done_word(g, 0), WORDS, now_done) != 0)
             continue;
-        }
         /* Under mu, against the caller's thread restoring the session meanwhile: it stores
          * the new daemon's pid (or -1 when it sends a Hello) before it asks, under mu,
          * whether an op was released (dash__signal_released) and sends it again. So either

@@ -140,6 +140,24 @@ int dashd_stop(struct dashd_proc *d)
     return dashd_wait_exit(d, 10000);
 }
 
+int dashd_log_has(const struct dashd_proc *d, const char *what, int wait_ms)
+{
+    for (int waited = 0;; waited += 50) {
+        FILE *f = fopen(d->log_path, "r");
+        char line[2048];
+        int found = 0;
+        while (f && !found && fgets(line, sizeof line, f))
+            found = strstr(line, what) != NULL;
+        if (f)
+            fclose(f);
+        if (found)
+            return 1;
+        if (waited >= wait_ms)
+            return 0;
+        usleep(50000);
+    }
+}
+
 void dashd_kill(struct dashd_proc *d)
 {
     if (d->pid <= 0)

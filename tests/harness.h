@@ -42,6 +42,10 @@ int dashd_stop(struct dashd_proc *d);
  * after status 0, and its path printed otherwise, as dashd_stop does. */
 int dashd_wait_exit(struct dashd_proc *d, int ms);
 
+/* Whether dashd's log has a line containing what, looking again every 50 ms for at most
+ * wait_ms (0: once). 1 or 0. */
+int dashd_log_has(const struct dashd_proc *d, const char *what, int wait_ms);
+
 /* SIGKILL and reap. */
 void dashd_kill(struct dashd_proc *d);
 

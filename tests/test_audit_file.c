@@ -375,19 +375,6 @@ void test_audit_refuses_a_file_that_is_not_an_audit_log(void)
     free(text);
 }
 
-/* Whether dashd's log has a line containing what. */
-static int log_says(const struct dashd_proc *d, const char *what)
-{
-    FILE *f = fopen(d->log_path, "r");
-    char line[1024];
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f))
-        found = strstr(line, what) != NULL;
-    if (f)
-        fclose(f);
-    return found;
-}
-
 /* Records that cannot be written (the file hit the file-size limit) are lost, but not
  * silently: once the path is moved and dashd told (SIGHUP), the new file's header says how
  * many were lost, and verify explains the gap with it instead of calling records missing.
@@ -408,7 +395,7 @@ void test_audit_records_lost_to_a_full_file_are_marked_in_the_next_header(void)
     CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &was) == 0);
     CU_ASSERT_FATAL(started == 0);
     /* until the file is full */
-    for (int run = 0; run < 20 && !log_says(&d, "records are lost until"); run++)
+    for (int run = 0; run < 20 && !dashd_log_has(&d, "records are lost until", 0); run++)
         CU_ASSERT_EQUAL(ta_run_script(d.endpoint, "f", tu_seed(), -1, -1, NULL), 0);
     CU_ASSERT(dashd_alive(&d));
     CU_ASSERT_EQUAL_FATAL(rename(log, moved), 0);
@@ -592,6 +579,24 @@ void test_audit_disk_full_at_rotation_leaves_no_headerless_file(void)
     rmdir(mnt);
 }
 
+/* bad: the log at good followed by tail bytes in which every fourth byte starts a
+ * plausible frame length of 256 KiB (a damaged tail crafted to be slow to search). */
+static void write_crafted_tail(const char *bad, const char *good, size_t tail)
+{
+    size_t n;
+    unsigned char *p = ta_slurp(good, &n);
+    CU_ASSERT_FATAL(p != NULL);
+    unsigned char *mix = malloc(n + tail);
+    CU_ASSERT_FATAL(mix != NULL);
+    memcpy(mix, p, n);
+    static const unsigned char pattern[4] = {0xff, 0xff, 0x03, 0x00}; /* 262143 */
+    for (size_t i = 0; i < tail; i++)
+        mix[n + i] = pattern[i % 4];
+    CU_ASSERT_EQUAL_FATAL(ta_spit(bad, mix, n + tail), 0);
+    free(mix);
+    free(p);
+}
+
 /* A damaged tail crafted to be slow: 1 MiB in which every fourth byte starts a plausible
  * frame length of 256 KiB. verify reads it, and dashd starts on it (cutting it off), in
  * seconds. (Before: the reader computed a 256 KiB CRC at each of those offsets: 145 s.) */
@@ -601,18 +606,7 @@ void test_audit_reader_is_linear_on_a_crafted_damaged_tail(void)
     ta_path_of(good, sizeof good, "slow-src.log");
     ta_path_of(bad, sizeof bad, "slow.log");
     ta_logged_run(good, NULL, "s", tu_seed() ^ 7, -1, -1, NULL);
-    size_t n;
-    unsigned char *p = ta_slurp(good, &n);
-    CU_ASSERT_FATAL(p != NULL);
-    size_t tail = 1u << 20;
-    unsigned char *mix = malloc(n + tail);
-    memcpy(mix, p, n);
-    static const unsigned char pattern[4] = {0xff, 0xff, 0x03, 0x00}; /* 262143 */
-    for (size_t i = 0; i < tail; i++)
-        mix[n + i] = pattern[i % 4];
-    CU_ASSERT_EQUAL_FATAL(ta_spit(bad, mix, n + tail), 0);
-    free(mix);
-    free(p);
+    write_crafted_tail(bad, good, (size_t)1 << 20);
     double t0 = ta_now_s();
     snprintf(args, sizeof args, "verify %s", bad);
     CU_ASSERT_EQUAL(ta_dashctl(args, &out), 3); /* valid up to a torn tail */
@@ -644,19 +638,7 @@ void test_audit_reader_memory_is_bounded_on_a_long_damaged_stretch(void)
     ta_path_of(good, sizeof good, "mem-src.log");
     ta_path_of(bad, sizeof bad, "mem.log");
     ta_logged_run(good, NULL, "m", tu_seed() ^ 9, -1, -1, NULL);
-    size_t n;
-    unsigned char *p = ta_slurp(good, &n);
-    CU_ASSERT_FATAL(p != NULL);
-    const size_t tail = (size_t)96 << 20;
-    unsigned char *mix = malloc(n + tail);
-    CU_ASSERT_FATAL(mix != NULL);
-    memcpy(mix, p, n);
-    static const unsigned char pattern[4] = {0xff, 0xff, 0x03, 0x00}; /* 262143 */
-    for (size_t i = 0; i < tail; i++)
-        mix[n + i] = pattern[i % 4];
-    CU_ASSERT_EQUAL_FATAL(ta_spit(bad, mix, n + tail), 0);
-    free(mix);
-    free(p);
+    write_crafted_tail(bad, good, (size_t)96 << 20);
 #if defined(__SANITIZE_ADDRESS__)
     const char *limit = ""; /* ASan's shadow memory needs the address space a limit would deny */
 #else

@@ -39,19 +39,7 @@ static struct dash_client *client(const struct dashd_proc *d, int *ret_rc)
 /* Whether the daemon's log has a line containing `what`, waiting up to 5 s. */
 static int log_has(const struct dashd_proc *d, const char *what)
 {
-    for (int i = 0; i < 100; i++) {
-        FILE *f = fopen(d->log_path, "r");
-        char line[1024];
-        int found = 0;
-        while (f && !found && fgets(line, sizeof line, f))
-            found = strstr(line, what) != NULL;
-        if (f)
-            fclose(f);
-        if (found)
-            return 1;
-        usleep(50000);
-    }
-    return 0;
+    return dashd_log_has(d, what, 5000);
 }
 
 /* The file sets queue, threads and a limit; --queue on the command line wins. */

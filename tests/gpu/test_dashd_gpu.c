@@ -767,20 +767,6 @@ static void test_dashd_gpu_client_recovers_from_daemon_restart(void)
     gpu_dashd_fixture_close(&f, "gpu-restart");
 }
 
-/* Whether the file at path holds a line containing needle. */
-static int log_has(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[2048];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, needle) != NULL;
-    fclose(f);
-    return found;
-}
-
 /* dashd's GPU context is lost (DASHD_TEST_DEVICE_FAULT=1: a kernel storing to an unmapped
  * address before its first op on device memory, as a failing GPU or a kernel's bug would):
  * that op's caller gets DASH_EIO, dashd says why in its log and exits with status 75
@@ -813,8 +799,8 @@ static void test_dashd_gpu_lost_context_stops_dashd_for_a_restart(void)
     /* it exits by itself, with its status */
     const int status = dashd_wait_exit(&gpu_dashd_D, 20000);
     CU_ASSERT_EQUAL(status, 75);
-    const int said = log_has(gpu_dashd_D.log_path, "the GPU context is lost") &&
-                     log_has(gpu_dashd_D.log_path, "exit status 75");
+    const int said = dashd_log_has(&gpu_dashd_D, "the GPU context is lost", 0) &&
+                     dashd_log_has(&gpu_dashd_D, "exit status 75", 0);
     CU_ASSERT(said);
     if (status != 75 || !said)
         fprintf(stderr, "\n  dashd's log: %s", gpu_dashd_D.log_path);
